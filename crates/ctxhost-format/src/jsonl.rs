@@ -1,0 +1,165 @@
+//! Streaming JSONL reading with line numbers, one line in memory at a time.
+//!
+//! Used by the components (message store, request formats) and the host alike: a file is read
+//! through a [`BufRead`], blank lines (only whitespace) are skipped, and every error names the
+//! file and the 1-based line number, e.g. `current.jsonl line 3: not valid: missing field
+//! `role` at line 1 column 17`.
+
+use std::fmt;
+use std::io::{self, BufRead};
+
+use serde::de::DeserializeOwned;
+
+/// Why reading a JSONL file failed. `Display` names the file and, where known, the line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JsonlError {
+    /// Reading failed (OS error text); `line` is the line being read, if any.
+    Io { file: String, line: Option<u64>, message: String },
+    /// Line `line` is not UTF-8 or not the expected JSON shape.
+    Invalid { file: String, line: u64, message: String },
+}
+
+impl fmt::Display for JsonlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JsonlError::Io { file, line: Some(line), message } => {
+                write!(f, "reading {file} line {line}: {message}")
+            }
+            JsonlError::Io { file, line: None, message } => write!(f, "reading {file}: {message}"),
+            JsonlError::Invalid { file, line, message } => write!(f, "{file} line {line}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for JsonlError {}
+
+/// Reads a JSONL file line by line into one reused buffer.
+///
+/// [`LineReader::next_line`] yields `(line number, text)` for each non-blank line, the text
+/// without its line terminator (`\n` or `\r\n`). Line numbers count every line, blank or not,
+/// so they match what an editor shows.
+pub struct LineReader<R> {
+    reader: R,
+    file: String,
+    buf: String,
+    line: u64,
+}
+
+impl<R: BufRead> LineReader<R> {
+    /// A reader of `reader`; `file` is the name used in errors.
+    pub fn new(reader: R, file: impl Into<String>) -> Self {
+        LineReader { reader, file: file.into(), buf: String::new(), line: 0 }
+    }
+
+    /// The file name given to [`LineReader::new`].
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The next non-blank line, or `None` at end of file.
+    ///
+    /// Errors: [`JsonlError::Invalid`] for a line that is not UTF-8, [`JsonlError::Io`] for a
+    /// failed read.
+    pub fn next_line(&mut self) -> Result<Option<(u64, &str)>, JsonlError> {
+        loop {
+            self.buf.clear();
+            self.line += 1;
+            let read = self.reader.read_line(&mut self.buf).map_err(|e| self.read_error(e))?;
+            if read == 0 {
+                return Ok(None);
+            }
+            if !self.buf.trim().is_empty() {
+                break;
+            }
+        }
+        Ok(Some((self.line, self.buf.trim_end_matches(['\n', '\r']))))
+    }
+
+    /// The next non-blank line parsed as a `T`, or `None` at end of file.
+    ///
+    /// Errors: as [`LineReader::next_line`], plus [`JsonlError::Invalid`] with serde's message
+    /// when the line is not a `T`.
+    pub fn next_value<T: DeserializeOwned>(&mut self) -> Result<Option<(u64, T)>, JsonlError> {
+        let Some((line, text)) = self.next_line()? else {
+            return Ok(None);
+        };
+        match serde_json::from_str(text) {
+            Ok(value) => Ok(Some((line, value))),
+            Err(e) => Err(JsonlError::Invalid { file: self.file.clone(), line, message: format!("not valid: {e}") }),
+        }
+    }
+
+    fn read_error(&self, e: io::Error) -> JsonlError {
+        if e.kind() == io::ErrorKind::InvalidData {
+            JsonlError::Invalid { file: self.file.clone(), line: self.line, message: "not valid UTF-8".to_string() }
+        } else {
+            JsonlError::Io { file: self.file.clone(), line: Some(self.line), message: e.to_string() }
+        }
+    }
+}
+
+/// Calls `f(line number, value)` for every non-blank line of `reader` parsed as a `T`;
+/// returns how many values were read.
+///
+/// Stops at the first error: a line that does not parse ([`JsonlError`], converted into `E`)
+/// or an error returned by `f`.
+pub fn for_each_line<T, R, E>(reader: R, file: &str, mut f: impl FnMut(u64, T) -> Result<(), E>) -> Result<u64, E>
+where
+    T: DeserializeOwned,
+    R: BufRead,
+    E: From<JsonlError>,
+{
+    let mut lines = LineReader::new(reader, file);
+    let mut count = 0;
+    while let Some((line, value)) = lines.next_value::<T>()? {
+        f(line, value)?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ChatMessage;
+
+    #[test]
+    fn skips_blank_lines_and_counts_every_line() {
+        let input = "{\"role\":\"user\",\"content\":\"a\"}\n\n  \r\n{\"role\":\"user\",\"content\":\"b\"}\r\n";
+        let mut seen = Vec::new();
+        let n = for_each_line::<ChatMessage, _, JsonlError>(input.as_bytes(), "c.jsonl", |line, m| {
+            seen.push((line, m.content.unwrap()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(seen, vec![(1, "a".to_string()), (4, "b".to_string())]);
+    }
+
+    #[test]
+    fn last_line_without_newline_is_read() {
+        let mut r = LineReader::new("x\ny".as_bytes(), "f");
+        assert_eq!(r.next_line().unwrap(), Some((1, "x")));
+        assert_eq!(r.next_line().unwrap(), Some((2, "y")));
+        assert_eq!(r.next_line().unwrap(), None);
+    }
+
+    #[test]
+    fn malformed_line_names_file_and_line() {
+        let input = "{\"role\":\"user\",\"content\":\"a\"}\n{\"role\":\"us";
+        let err = for_each_line::<ChatMessage, _, JsonlError>(input.as_bytes(), "current.jsonl", |_, _| Ok(()))
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("current.jsonl line 2: not valid: "), "{text}");
+        assert!(matches!(err, JsonlError::Invalid { line: 2, .. }));
+    }
+
+    #[test]
+    fn invalid_utf8_is_invalid_input() {
+        let input: &[u8] = b"{\"role\":\"user\"}\n\xff\xfe\n";
+        let mut r = LineReader::new(input, "m.jsonl");
+        r.next_line().unwrap();
+        let err = r.next_line().unwrap_err();
+        assert_eq!(err.to_string(), "m.jsonl line 2: not valid UTF-8");
+    }
+}

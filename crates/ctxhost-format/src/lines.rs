@@ -1,0 +1,179 @@
+//! Serde shapes of the JSONL lines of a task directory (DESIGN.md §2).
+//!
+//! Field names are the on-disk names; optional fields are omitted when absent, except a chat
+//! message's `content`, which is written as `null` when absent (OpenAI's shape for an assistant
+//! message that only calls tools).
+
+use serde::{Deserialize, Serialize};
+
+/// One line of `current.jsonl`: an OpenAI chat message.
+///
+/// `{"role","content","tool_calls"?,"tool_call_id"?,"tool_name"?}`; `tool_name` is ctxhost's
+/// addition for `tool` messages (OpenAI's `name`), kept so a reader sees which tool answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// Text content; `None` (JSON `null`) for an assistant message that only calls tools.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// Tool calls of an assistant message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// For `tool` messages: the id of the tool call this answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// For `tool` messages: the tool's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+}
+
+impl ChatMessage {
+    /// A message with `role` and text `content` and nothing else.
+    pub fn text(role: &str, content: impl Into<String>) -> Self {
+        ChatMessage { role: role.to_string(), content: Some(content.into()), ..Default::default() }
+    }
+
+    /// The tool calls of this message (empty when it has none).
+    pub fn calls(&self) -> &[ToolCall] {
+        self.tool_calls.as_deref().unwrap_or(&[])
+    }
+}
+
+/// OpenAI `tool_calls[i]`: `{"id","type":"function","function":{"name","arguments"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Provider-assigned id.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    /// The function called.
+    pub function: FunctionCall,
+}
+
+fn function_type() -> String {
+    "function".to_string()
+}
+
+impl ToolCall {
+    /// A `function` tool call.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        ToolCall {
+            id: id.into(),
+            kind: function_type(),
+            function: FunctionCall { name: name.into(), arguments: arguments.into() },
+        }
+    }
+}
+
+/// OpenAI `function` of a tool call. `arguments` is JSON text, as the model wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// One line of `messages.jsonl`, the append-only full history.
+///
+/// `{seq, role, content, timestamp, tokens, tool_name?, tool_calls?, tool_call_id?, summary_id?}`;
+/// `seq` runs from 1 without gaps; `timestamp` is RFC 3339 UTC; `tokens` is the estimate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryLine {
+    pub seq: u64,
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<String>,
+    pub timestamp: String,
+    pub tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Set on summaries appended by a compression (role `assistant`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_id: Option<String>,
+}
+
+impl HistoryLine {
+    /// The chat message part of this history line.
+    pub fn to_chat(&self) -> ChatMessage {
+        ChatMessage {
+            role: self.role.clone(),
+            content: self.content.clone(),
+            tool_calls: self.tool_calls.clone(),
+            tool_call_id: self.tool_call_id.clone(),
+            tool_name: self.tool_name.clone(),
+        }
+    }
+}
+
+/// One line of `summaries.jsonl`.
+///
+/// `ratio` is `summary_tokens / original_tokens` (0 when nothing was summarised).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryLine {
+    pub id: String,
+    pub start_seq: u64,
+    pub end_seq: u64,
+    pub summary: String,
+    pub original_tokens: u64,
+    pub summary_tokens: u64,
+    pub ratio: f64,
+    pub timestamp: String,
+}
+
+/// Outcome of a tool call in `tools.jsonl`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolStatus {
+    Success,
+    Error,
+}
+
+/// One line of `tools.jsonl`: `{seq, tool, args, result?, status, error?, duration_ms, timestamp}`.
+///
+/// `seq` runs from 1 per task; `args` is the parsed arguments (or the raw text as a JSON string
+/// when it did not parse); `duration_ms` in milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolLine {
+    pub seq: u64,
+    pub tool: String,
+    pub args: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    pub status: ToolStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub duration_ms: u64,
+    pub timestamp: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_message_round_trips_in_openai_shape() {
+        let m = ChatMessage {
+            role: "assistant".into(),
+            content: None,
+            tool_calls: Some(vec![ToolCall::new("call_1", "read_text_file", r#"{"path":"a"}"#)]),
+            ..Default::default()
+        };
+        let s = serde_json::to_string(&m).unwrap();
+        assert_eq!(
+            s,
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"read_text_file","arguments":"{\"path\":\"a\"}"}}]}"#
+        );
+        assert_eq!(serde_json::from_str::<ChatMessage>(&s).unwrap(), m);
+    }
+
+    #[test]
+    fn text_message_omits_absent_fields() {
+        let s = serde_json::to_string(&ChatMessage::text("user", "hi")).unwrap();
+        assert_eq!(s, r#"{"role":"user","content":"hi"}"#);
+    }
+}

@@ -1,0 +1,48 @@
+//! Builds the guest components (`guest-components/`, its own cargo workspace) for
+//! `wasm32-wasip2` so that `cargo build` is the one command that builds host and components.
+//!
+//! The guests go to `<target>/<profile>/wasm-guests/` (not the host's target dir itself: a
+//! nested cargo on the same directory deadlocks on its lock). `CTXHOST_GUEST_DIR` is set for
+//! the host crate to the folder holding the `.wasm` files, which are embedded as `builtin:`
+//! plugins.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
+    let root = manifest_dir.parent().expect("host/ has a parent").to_path_buf();
+    let guests = root.join("guest-components");
+    for watched in ["guest-components", "wit", "crates/ctxhost-format"] {
+        let p = root.join(watched);
+        println!("cargo:rerun-if-changed={}", p.display());
+    }
+
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
+    // OUT_DIR = <target>/<profile>/build/ctxhost-<hash>/out
+    let profile_dir = out_dir.ancestors().nth(3).expect("OUT_DIR has the usual depth").to_path_buf();
+    let guest_target = profile_dir.join("wasm-guests");
+
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(&guests)
+        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+        .arg(&guest_target)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET")
+        .output()
+        .expect("run cargo for guest-components");
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let hint = if stderr.contains("wasm32-wasip2") && stderr.contains("target may not be installed") {
+            "\nhint: run `rustup target add wasm32-wasip2`"
+        } else {
+            ""
+        };
+        panic!("building guest-components for wasm32-wasip2 failed:\n{stderr}{hint}");
+    }
+    let wasm_dir = guest_target.join("wasm32-wasip2").join("release");
+    println!("cargo:rustc-env=CTXHOST_GUEST_DIR={}", wasm_dir.display());
+}
