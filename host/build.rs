@@ -11,7 +11,10 @@ use std::process::Command;
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
-    let root = manifest_dir.parent().expect("host/ has a parent").to_path_buf();
+    let root = manifest_dir
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf();
     let guests = root.join("guest-components");
     for watched in ["guest-components", "wit", "crates/ctxhost-format"] {
         let p = root.join(watched);
@@ -20,13 +23,23 @@ fn main() {
 
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     // OUT_DIR = <target>/<profile>/build/ctxhost-<hash>/out
-    let profile_dir = out_dir.ancestors().nth(3).expect("OUT_DIR has the usual depth").to_path_buf();
+    let profile_dir = out_dir
+        .ancestors()
+        .nth(3)
+        .expect("OUT_DIR has the usual depth")
+        .to_path_buf();
     let guest_target = profile_dir.join("wasm-guests");
 
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(cargo)
         .current_dir(&guests)
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
         .arg(&guest_target)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
@@ -36,11 +49,12 @@ fn main() {
         .expect("run cargo for guest-components");
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let hint = if stderr.contains("wasm32-wasip2") && stderr.contains("target may not be installed") {
-            "\nhint: run `rustup target add wasm32-wasip2`"
-        } else {
-            ""
-        };
+        let hint =
+            if stderr.contains("wasm32-wasip2") && stderr.contains("target may not be installed") {
+                "\nhint: run `rustup target add wasm32-wasip2`"
+            } else {
+                ""
+            };
         panic!("building guest-components for wasm32-wasip2 failed:\n{stderr}{hint}");
     }
     let wasm_dir = guest_target.join("wasm32-wasip2").join("release");

@@ -29,13 +29,17 @@ pub enum Violation {
     #[error("message {index}: the first message must be the system prompt, found role {role:?}")]
     SystemNotFirst { index: u64, role: String },
     /// A system message after the first.
-    #[error("message {index}: a second system message (only the first message may be a system prompt)")]
+    #[error(
+        "message {index}: a second system message (only the first message may be a system prompt)"
+    )]
     ExtraSystem { index: u64 },
     /// A role other than system/user/assistant/tool.
     #[error("message {index}: unknown role {role:?}")]
     UnknownRole { index: u64, role: String },
     /// A tool message whose id answers no pending tool call.
-    #[error("message {index}: tool result for {id:?} answers no tool call of the assistant message before it")]
+    #[error(
+        "message {index}: tool result for {id:?} answers no tool call of the assistant message before it"
+    )]
     OrphanToolResult { index: u64, id: String },
     /// A tool message without `tool_call_id`.
     #[error("message {index}: tool message without tool_call_id")]
@@ -79,25 +83,39 @@ impl ContextChecker {
             "system" if index == 1 => {}
             "system" => return Err(Violation::ExtraSystem { index }),
             role if index == 1 => {
-                return Err(Violation::SystemNotFirst { index, role: role.to_string() });
+                return Err(Violation::SystemNotFirst {
+                    index,
+                    role: role.to_string(),
+                });
             }
             "tool" => {
                 let Some(id) = &message.tool_call_id else {
                     return Err(Violation::MissingToolCallId { index });
                 };
                 if !self.pending.remove(id) {
-                    return Err(Violation::OrphanToolResult { index, id: id.clone() });
+                    return Err(Violation::OrphanToolResult {
+                        index,
+                        id: id.clone(),
+                    });
                 }
             }
             "user" | "assistant" => {
                 self.expect_no_pending(index)?;
                 for call in message.calls() {
                     if !self.pending.insert(call.id.clone()) {
-                        return Err(Violation::DuplicateToolCallId { index, id: call.id.clone() });
+                        return Err(Violation::DuplicateToolCallId {
+                            index,
+                            id: call.id.clone(),
+                        });
                     }
                 }
             }
-            role => return Err(Violation::UnknownRole { index, role: role.to_string() }),
+            role => {
+                return Err(Violation::UnknownRole {
+                    index,
+                    role: role.to_string(),
+                });
+            }
         }
         self.summary.messages = index;
         self.summary.tokens += estimate_message_tokens(message);
@@ -120,7 +138,10 @@ impl ContextChecker {
         if self.pending.is_empty() {
             Ok(())
         } else {
-            Err(Violation::UnansweredToolCalls { index, ids: self.pending.iter().cloned().collect() })
+            Err(Violation::UnansweredToolCalls {
+                index,
+                ids: self.pending.iter().cloned().collect(),
+            })
         }
     }
 }
@@ -140,11 +161,22 @@ pub fn check_messages<'a>(
 #[derive(Debug, thiserror::Error)]
 pub enum ContextFileError {
     #[error("{file}: {source}")]
-    Io { file: String, source: std::io::Error },
+    Io {
+        file: String,
+        source: std::io::Error,
+    },
     #[error("{file}:{line}: not a chat message line: {reason}")]
-    Parse { file: String, line: u64, reason: String },
+    Parse {
+        file: String,
+        line: u64,
+        reason: String,
+    },
     #[error("{file}:{line}: {violation}")]
-    Violation { file: String, line: u64, violation: Violation },
+    Violation {
+        file: String,
+        line: u64,
+        violation: Violation,
+    },
     #[error("{file}: {violation}")]
     AtEnd { file: String, violation: Violation },
 }
@@ -156,7 +188,10 @@ pub fn check_context_file(
     allow_pending_tail: bool,
 ) -> Result<ContextSummary, ContextFileError> {
     let file = path.display().to_string();
-    let io = |source| ContextFileError::Io { file: file.clone(), source };
+    let io = |source| ContextFileError::Io {
+        file: file.clone(),
+        source,
+    };
     let reader = BufReader::new(File::open(path).map_err(io)?);
     let mut checker = ContextChecker::new();
     for (i, line) in reader.lines().enumerate() {
@@ -165,16 +200,23 @@ pub fn check_context_file(
         if line.trim().is_empty() {
             continue;
         }
-        let message: ChatMessage = serde_json::from_str(&line).map_err(|e| ContextFileError::Parse {
-            file: file.clone(),
-            line: line_no,
-            reason: e.to_string(),
-        })?;
+        let message: ChatMessage =
+            serde_json::from_str(&line).map_err(|e| ContextFileError::Parse {
+                file: file.clone(),
+                line: line_no,
+                reason: e.to_string(),
+            })?;
         checker
             .push(&message)
-            .map_err(|violation| ContextFileError::Violation { file: file.clone(), line: line_no, violation })?;
+            .map_err(|violation| ContextFileError::Violation {
+                file: file.clone(),
+                line: line_no,
+                violation,
+            })?;
     }
-    checker.finish(allow_pending_tail).map_err(|violation| ContextFileError::AtEnd { file, violation })
+    checker
+        .finish(allow_pending_tail)
+        .map_err(|violation| ContextFileError::AtEnd { file, violation })
 }
 
 #[cfg(test)]
@@ -193,7 +235,11 @@ mod tests {
         ChatMessage {
             role: "assistant".into(),
             content: None,
-            tool_calls: Some(ids.iter().map(|id| ToolCall::new(*id, "read", "{}")).collect()),
+            tool_calls: Some(
+                ids.iter()
+                    .map(|id| ToolCall::new(*id, "read", "{}"))
+                    .collect(),
+            ),
             ..Default::default()
         }
     }
@@ -209,10 +255,20 @@ mod tests {
 
     #[test]
     fn a_well_formed_context_passes_and_counts_tokens() {
-        let ctx = vec![sys(), user("hi"), call(&["a", "b"]), result("b"), result("a"), user("ok")];
+        let ctx = vec![
+            sys(),
+            user("hi"),
+            call(&["a", "b"]),
+            result("b"),
+            result("a"),
+            user("ok"),
+        ];
         let s = check_messages(&ctx).unwrap();
         assert_eq!(s.messages, 6);
-        assert_eq!(s.tokens, ctx.iter().map(estimate_message_tokens).sum::<u64>());
+        assert_eq!(
+            s.tokens,
+            ctx.iter().map(estimate_message_tokens).sum::<u64>()
+        );
     }
 
     #[test]
@@ -222,26 +278,41 @@ mod tests {
             check_messages(&[user("hi")]),
             Err(Violation::SystemNotFirst { index: 1, .. })
         ));
-        assert_eq!(check_messages(&[sys(), sys()]), Err(Violation::ExtraSystem { index: 2 }));
+        assert_eq!(
+            check_messages(&[sys(), sys()]),
+            Err(Violation::ExtraSystem { index: 2 })
+        );
     }
 
     #[test]
     fn orphan_and_unanswered_tool_messages_are_named() {
         assert_eq!(
             check_messages(&[sys(), result("x")]),
-            Err(Violation::OrphanToolResult { index: 2, id: "x".into() })
+            Err(Violation::OrphanToolResult {
+                index: 2,
+                id: "x".into()
+            })
         );
         assert_eq!(
             check_messages(&[sys(), call(&["a", "b"]), result("a"), user("next")]),
-            Err(Violation::UnansweredToolCalls { index: 4, ids: vec!["b".into()] })
+            Err(Violation::UnansweredToolCalls {
+                index: 4,
+                ids: vec!["b".into()]
+            })
         );
         assert_eq!(
             check_messages(&[sys(), call(&["a"]), result("a"), result("a")]),
-            Err(Violation::OrphanToolResult { index: 4, id: "a".into() })
+            Err(Violation::OrphanToolResult {
+                index: 4,
+                id: "a".into()
+            })
         );
         assert_eq!(
             check_messages(&[sys(), call(&["a", "a"])]),
-            Err(Violation::DuplicateToolCallId { index: 2, id: "a".into() })
+            Err(Violation::DuplicateToolCallId {
+                index: 2,
+                id: "a".into()
+            })
         );
     }
 
@@ -273,7 +344,10 @@ mod tests {
 
         std::fs::write(&path, "{\"role\":\"system\",\"content\":\"s\"}\n{torn").unwrap();
         let err = check_context_file(&path, false).unwrap_err().to_string();
-        assert!(err.contains("current.jsonl:2: not a chat message line"), "{err}");
+        assert!(
+            err.contains("current.jsonl:2: not a chat message line"),
+            "{err}"
+        );
     }
 
     /// A random well-formed context: system prompt, then user turns and assistant turns, some

@@ -14,19 +14,39 @@ use serde::de::DeserializeOwned;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JsonlError {
     /// Reading failed (OS error text); `line` is the line being read, if any.
-    Io { file: String, line: Option<u64>, message: String },
+    Io {
+        file: String,
+        line: Option<u64>,
+        message: String,
+    },
     /// Line `line` is not UTF-8 or not the expected JSON shape.
-    Invalid { file: String, line: u64, message: String },
+    Invalid {
+        file: String,
+        line: u64,
+        message: String,
+    },
 }
 
 impl fmt::Display for JsonlError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            JsonlError::Io { file, line: Some(line), message } => {
+            JsonlError::Io {
+                file,
+                line: Some(line),
+                message,
+            } => {
                 write!(f, "reading {file} line {line}: {message}")
             }
-            JsonlError::Io { file, line: None, message } => write!(f, "reading {file}: {message}"),
-            JsonlError::Invalid { file, line, message } => write!(f, "{file} line {line}: {message}"),
+            JsonlError::Io {
+                file,
+                line: None,
+                message,
+            } => write!(f, "reading {file}: {message}"),
+            JsonlError::Invalid {
+                file,
+                line,
+                message,
+            } => write!(f, "{file} line {line}: {message}"),
         }
     }
 }
@@ -48,7 +68,12 @@ pub struct LineReader<R> {
 impl<R: BufRead> LineReader<R> {
     /// A reader of `reader`; `file` is the name used in errors.
     pub fn new(reader: R, file: impl Into<String>) -> Self {
-        LineReader { reader, file: file.into(), buf: String::new(), line: 0 }
+        LineReader {
+            reader,
+            file: file.into(),
+            buf: String::new(),
+            line: 0,
+        }
     }
 
     /// The file name given to [`LineReader::new`].
@@ -64,7 +89,10 @@ impl<R: BufRead> LineReader<R> {
         loop {
             self.buf.clear();
             self.line += 1;
-            let read = self.reader.read_line(&mut self.buf).map_err(|e| self.read_error(e))?;
+            let read = self
+                .reader
+                .read_line(&mut self.buf)
+                .map_err(|e| self.read_error(e))?;
             if read == 0 {
                 return Ok(None);
             }
@@ -85,15 +113,27 @@ impl<R: BufRead> LineReader<R> {
         };
         match serde_json::from_str(text) {
             Ok(value) => Ok(Some((line, value))),
-            Err(e) => Err(JsonlError::Invalid { file: self.file.clone(), line, message: format!("not valid: {e}") }),
+            Err(e) => Err(JsonlError::Invalid {
+                file: self.file.clone(),
+                line,
+                message: format!("not valid: {e}"),
+            }),
         }
     }
 
     fn read_error(&self, e: io::Error) -> JsonlError {
         if e.kind() == io::ErrorKind::InvalidData {
-            JsonlError::Invalid { file: self.file.clone(), line: self.line, message: "not valid UTF-8".to_string() }
+            JsonlError::Invalid {
+                file: self.file.clone(),
+                line: self.line,
+                message: "not valid UTF-8".to_string(),
+            }
         } else {
-            JsonlError::Io { file: self.file.clone(), line: Some(self.line), message: e.to_string() }
+            JsonlError::Io {
+                file: self.file.clone(),
+                line: Some(self.line),
+                message: e.to_string(),
+            }
         }
     }
 }
@@ -103,7 +143,11 @@ impl<R: BufRead> LineReader<R> {
 ///
 /// Stops at the first error: a line that does not parse ([`JsonlError`], converted into `E`)
 /// or an error returned by `f`.
-pub fn for_each_line<T, R, E>(reader: R, file: &str, mut f: impl FnMut(u64, T) -> Result<(), E>) -> Result<u64, E>
+pub fn for_each_line<T, R, E>(
+    reader: R,
+    file: &str,
+    mut f: impl FnMut(u64, T) -> Result<(), E>,
+) -> Result<u64, E>
 where
     T: DeserializeOwned,
     R: BufRead,
@@ -127,11 +171,12 @@ mod tests {
     fn skips_blank_lines_and_counts_every_line() {
         let input = "{\"role\":\"user\",\"content\":\"a\"}\n\n  \r\n{\"role\":\"user\",\"content\":\"b\"}\r\n";
         let mut seen = Vec::new();
-        let n = for_each_line::<ChatMessage, _, JsonlError>(input.as_bytes(), "c.jsonl", |line, m| {
-            seen.push((line, m.content.unwrap()));
-            Ok(())
-        })
-        .unwrap();
+        let n =
+            for_each_line::<ChatMessage, _, JsonlError>(input.as_bytes(), "c.jsonl", |line, m| {
+                seen.push((line, m.content.unwrap()));
+                Ok(())
+            })
+            .unwrap();
         assert_eq!(n, 2);
         assert_eq!(seen, vec![(1, "a".to_string()), (4, "b".to_string())]);
     }
@@ -147,10 +192,17 @@ mod tests {
     #[test]
     fn malformed_line_names_file_and_line() {
         let input = "{\"role\":\"user\",\"content\":\"a\"}\n{\"role\":\"us";
-        let err = for_each_line::<ChatMessage, _, JsonlError>(input.as_bytes(), "current.jsonl", |_, _| Ok(()))
-            .unwrap_err();
+        let err = for_each_line::<ChatMessage, _, JsonlError>(
+            input.as_bytes(),
+            "current.jsonl",
+            |_, _| Ok(()),
+        )
+        .unwrap_err();
         let text = err.to_string();
-        assert!(text.starts_with("current.jsonl line 2: not valid: "), "{text}");
+        assert!(
+            text.starts_with("current.jsonl line 2: not valid: "),
+            "{text}"
+        );
         assert!(matches!(err, JsonlError::Invalid { line: 2, .. }));
     }
 

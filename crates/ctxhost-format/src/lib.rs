@@ -1,9 +1,23 @@
 //! On-disk line formats of a ctxhost task directory (DESIGN.md §2) and the token estimate.
 //!
 //! Shared by the native host and the `wasm32-wasip2` components, so both sides read and write
-//! exactly the same shapes. Pure code: no I/O beyond what callers hand in.
+//! exactly the same shapes. Pure code: no I/O beyond the readers and writers callers hand in.
+//!
+//! - [`lines`]: serde shapes of the JSONL lines; [`tokens`]: the token estimate.
+//! - [`jsonl`]: streaming, line-numbered JSONL reading.
+//! - [`stream`]: streaming a JSONL file of chat messages into a JSON array (request bodies).
+//! - [`body`]: reading a provider's response body (size cap, readable parse errors).
+//! - [`compress`]: the pure rules of context compression (cut point, summary and mask markers,
+//!   summary request chunking); [`time`]: RFC 3339 timestamps from a wall clock.
+//! - [`prompted`]: tool calls for models without native tool calling (prompt text, reply parser).
 
+pub mod body;
+pub mod compress;
+pub mod jsonl;
 pub mod lines;
+pub mod prompted;
+pub mod stream;
+pub mod time;
 pub mod tokens;
 
 pub use lines::{ChatMessage, FunctionCall, HistoryLine, SummaryLine, ToolCall, ToolLine, ToolStatus};

@@ -133,14 +133,19 @@ pub enum ToolStatus {
     Error,
 }
 
-/// One line of `tools.jsonl`: `{seq, tool, args, result?, status, error?, duration_ms, timestamp}`.
+/// One line of `tools.jsonl`:
+/// `{seq, tool, tool_call_id?, args, result?, status, error?, duration_ms, timestamp}`.
 ///
-/// `seq` runs from 1 per task; `args` is the parsed arguments (or the raw text as a JSON string
-/// when it did not parse); `duration_ms` in milliseconds.
+/// `seq` runs from 1 per task; `tool_call_id` is the id of the model's tool call this line
+/// answers (so a masked tool result in the context can name its line); `args` is the parsed
+/// arguments (or the raw text as a JSON string when it did not parse); `duration_ms` in
+/// milliseconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolLine {
     pub seq: u64,
     pub tool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
     pub args: serde_json::Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,

@@ -11,17 +11,21 @@ pub const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
 /// scripts above; 0 for the empty string).
 pub fn estimate_tokens(text: &str) -> u64 {
     // Work in quarter tokens to stay in integers.
-    let mut quarters: u64 = 0;
-    for c in text.chars() {
-        quarters += if c.is_ascii() {
-            1
-        } else if is_wide_script(c) {
-            4
-        } else {
-            2
-        };
-    }
+    let quarters: u64 = text.chars().map(char_quarter_tokens).sum();
     quarters.div_ceil(4)
+}
+
+/// The weight of one character in [`estimate_tokens`], in quarter tokens: 1 for ASCII, 4 for
+/// CJK/kana/Hangul, 2 otherwise. `estimate_tokens(s)` is the sum over `s.chars()`, divided by
+/// 4 and rounded up (so cutting text to a token budget can work character by character).
+pub fn char_quarter_tokens(c: char) -> u64 {
+    if c.is_ascii() {
+        1
+    } else if is_wide_script(c) {
+        4
+    } else {
+        2
+    }
 }
 
 /// Estimated tokens of one chat message: content, tool-call names and arguments, plus

@@ -1,0 +1,416 @@
+//! The pure rules of context compression (DESIGN.md §6), shared by the compressor components
+//! (`llm-summarizer`, `observation-masking`) and the host's tests:
+//!
+//! - [`cut_point`]: where the kept tail of a context starts (tool-call groups stay whole);
+//! - the summary message (`Summary of the conversation so far (messages S–E):\n…`) and the
+//!   masked tool result placeholder (`[tool result masked: …]`), written and recognised;
+//! - [`render_message`]: the plain-text form of a message inside a summary request;
+//! - [`cut_to_tokens`], [`Chunker`], [`request_budget`]: keeping a summary request inside the
+//!   model's window.
+//!
+//! Token counts are [`crate::estimate_tokens`] estimates.
+
+use std::borrow::Cow;
+
+use crate::tokens::{MESSAGE_OVERHEAD_TOKENS, char_quarter_tokens};
+use crate::{ChatMessage, estimate_tokens};
+
+/// What a line of a context file is, for the cut rule: one byte per line, so a compressor can
+/// hold the kinds of a context of any length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineKind {
+    /// `system` (the first line).
+    System,
+    /// `user`, other than a summary.
+    User,
+    /// `assistant` (with or without tool calls).
+    Assistant,
+    /// `tool` (a tool result).
+    Tool,
+    /// The summary message of an earlier compression (role `user`, right after the system
+    /// prompt, content starting with [`SUMMARY_PREFIX`]).
+    Summary,
+    /// Any other role.
+    Other,
+}
+
+impl LineKind {
+    /// The kind of a line with `role` (never [`LineKind::Summary`]: see [`is_summary_line`]).
+    pub fn from_role(role: &str) -> LineKind {
+        match role {
+            "system" => LineKind::System,
+            "user" => LineKind::User,
+            "assistant" => LineKind::Assistant,
+            "tool" => LineKind::Tool,
+            _ => LineKind::Other,
+        }
+    }
+}
+
+/// Index of the first kept message of a context whose lines have `kinds` (index 0 is the
+/// system prompt): the `keep` most recent messages are kept, and the cut moves earlier while
+/// the first kept message is a tool result, so an assistant message with tool calls and all of
+/// its results (parallel calls included) stay on the same side. The messages in `1..cut` are
+/// the ones to compress; `cut == 1` means there is nothing to compress; `cut == kinds.len()`
+/// (with `keep == 0`) keeps nothing. Never returns 0 for a non-empty context.
+pub fn cut_point(kinds: &[LineKind], keep: usize) -> usize {
+    let n = kinds.len();
+    if n <= 1 {
+        return n;
+    }
+    let mut cut = n.saturating_sub(keep).max(1);
+    while cut > 1 && cut < n && kinds[cut] == LineKind::Tool {
+        cut -= 1;
+    }
+    cut
+}
+
+/// Start of a summary message's content; followed by `S–E):\n` and the summary.
+pub const SUMMARY_PREFIX: &str = "Summary of the conversation so far (messages ";
+
+/// The content of the summary message covering messages.jsonl seqs `start..=end`:
+/// `Summary of the conversation so far (messages S–E):\n<summary>` (an en dash between S and E).
+pub fn summary_content(start: u64, end: u64, summary: &str) -> String {
+    format!("{SUMMARY_PREFIX}{start}\u{2013}{end}):\n{summary}")
+}
+
+/// The message that carries a summary in a context: role `user` (accepted by every provider
+/// right after the system prompt) with [`summary_content`].
+pub fn summary_message(start: u64, end: u64, summary: &str) -> ChatMessage {
+    ChatMessage::text("user", summary_content(start, end, summary))
+}
+
+/// The seq range `(S, E)` of a summary message's content, or `None` when `content` is not one.
+pub fn parse_summary_range(content: &str) -> Option<(u64, u64)> {
+    let rest = content.strip_prefix(SUMMARY_PREFIX)?;
+    let (range, _) = rest.split_once("):\n")?;
+    let (start, end) = range.split_once('\u{2013}')?;
+    Some((start.parse().ok()?, end.parse().ok()?))
+}
+
+/// Whether `message`, found at 0-based `index` of a context, is the summary of an earlier
+/// compression (index 1, role `user`, content a [`summary_content`]).
+pub fn is_summary_line(index: usize, message: &ChatMessage) -> bool {
+    index == 1
+        && message.role == "user"
+        && message.content.as_deref().and_then(parse_summary_range).is_some()
+}
+
+/// Start of a masked tool result's content.
+pub const MASK_PREFIX: &str = "[tool result masked: ";
+
+/// The content that replaces a masked tool result: `[tool result masked: full text in
+/// tools.jsonl seq N]`, or, when no tools.jsonl line was found for the call, `[tool result
+/// masked: full text not found in tools.jsonl (tool_call_id ID)]`.
+pub fn mask_placeholder(tools_seq: Option<u64>, tool_call_id: &str) -> String {
+    match tools_seq {
+        Some(seq) => format!("{MASK_PREFIX}full text in tools.jsonl seq {seq}]"),
+        None => format!("{MASK_PREFIX}full text not found in tools.jsonl (tool_call_id {tool_call_id})]"),
+    }
+}
+
+/// Whether a tool result's content is already a [`mask_placeholder`].
+pub fn is_masked(content: &str) -> bool {
+    content.starts_with(MASK_PREFIX) && content.ends_with(']')
+}
+
+/// Plain-text form of one message for a summary request:
+/// - `role: content` (user, assistant, system);
+/// - an assistant's tool calls, one per line: `assistant called NAME(ARGS)`;
+/// - a tool result: `tool NAME (ID) result: CONTENT`.
+pub fn render_message(message: &ChatMessage) -> String {
+    let content = message.content.as_deref().unwrap_or("");
+    if message.role == "tool" {
+        let name = message.tool_name.as_deref().unwrap_or("?");
+        let id = message.tool_call_id.as_deref().unwrap_or("?");
+        return format!("tool {name} ({id}) result: {content}");
+    }
+    let mut out = String::new();
+    if !content.is_empty() || message.calls().is_empty() {
+        out.push_str(&message.role);
+        out.push_str(": ");
+        out.push_str(content);
+    }
+    for call in message.calls() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&message.role);
+        out.push_str(" called ");
+        out.push_str(&call.function.name);
+        out.push('(');
+        out.push_str(&call.function.arguments);
+        out.push(')');
+    }
+    out
+}
+
+/// Tokens of the marker [`cut_to_tokens`] puts where it cut (an upper bound: 47 ASCII
+/// characters with a 20-digit count).
+const CUT_MARKER_TOKENS: u64 = 12;
+
+/// `text` cut to at most `max_tokens` estimated tokens: unchanged when it fits; otherwise its
+/// head and its tail (about half the budget each) around a marker
+/// `\n[... N characters cut ...]\n`, N counting characters (not bytes). Cuts fall on
+/// character boundaries, never inside a UTF-8 sequence. With a budget too small for the marker,
+/// just the longest fitting head.
+pub fn cut_to_tokens(text: &str, max_tokens: u64) -> Cow<'_, str> {
+    if estimate_tokens(text) <= max_tokens {
+        return Cow::Borrowed(text);
+    }
+    if max_tokens <= CUT_MARKER_TOKENS + 2 {
+        return Cow::Borrowed(&text[..head_end(text, max_tokens * 4)]);
+    }
+    let keep = (max_tokens - CUT_MARKER_TOKENS) * 4;
+    let head = head_end(text, keep / 2);
+    let tail = tail_start(text, keep - keep / 2).max(head);
+    let omitted = text[head..tail].chars().count();
+    Cow::Owned(format!("{}\n[... {omitted} characters cut ...]\n{}", &text[..head], &text[tail..]))
+}
+
+/// The largest char-boundary byte index `i` with `text[..i]` weighing at most `quarters`.
+fn head_end(text: &str, quarters: u64) -> usize {
+    let mut used = 0;
+    for (i, c) in text.char_indices() {
+        used += char_quarter_tokens(c);
+        if used > quarters {
+            return i;
+        }
+    }
+    text.len()
+}
+
+/// The smallest char-boundary byte index `i` with `text[i..]` weighing at most `quarters`.
+fn tail_start(text: &str, quarters: u64) -> usize {
+    let mut used = 0;
+    let mut start = text.len();
+    for (i, c) in text.char_indices().rev() {
+        used += char_quarter_tokens(c);
+        if used > quarters {
+            return start;
+        }
+        start = i;
+    }
+    0
+}
+
+/// Separator between the pieces of a chunk.
+pub const PIECE_SEPARATOR: &str = "\n\n";
+
+/// One chunk of a summary request: pieces joined by [`PIECE_SEPARATOR`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    /// The text, at most the chunker's budget in estimated tokens.
+    pub text: String,
+    /// How many pieces it holds (at least 1).
+    pub pieces: usize,
+}
+
+/// Packs pieces (rendered messages, partial summaries) in order into chunks of at most
+/// `budget` estimated tokens each, one chunk in memory at a time. A piece larger than the
+/// budget is cut with [`cut_to_tokens`] and forms a chunk of its own.
+#[derive(Debug)]
+pub struct Chunker {
+    budget: u64,
+    text: String,
+    tokens: u64,
+    pieces: usize,
+}
+
+impl Chunker {
+    /// A chunker for chunks of at most `budget` tokens (at least 1).
+    pub fn new(budget: u64) -> Chunker {
+        Chunker { budget: budget.max(1), text: String::new(), tokens: 0, pieces: 0 }
+    }
+
+    /// Add the next piece; returns the chunk it closed, if it did not fit in the current one.
+    pub fn push(&mut self, piece: &str) -> Option<Chunk> {
+        let piece = cut_to_tokens(piece, self.budget);
+        let tokens = estimate_tokens(&piece);
+        let sep = estimate_tokens(PIECE_SEPARATOR);
+        let mut closed = None;
+        if self.pieces > 0 && self.tokens + sep + tokens > self.budget {
+            closed = self.take();
+        }
+        if self.pieces > 0 {
+            self.text.push_str(PIECE_SEPARATOR);
+            self.tokens += sep;
+        }
+        self.text.push_str(&piece);
+        self.tokens += tokens;
+        self.pieces += 1;
+        closed
+    }
+
+    /// The last chunk, if any piece is left.
+    pub fn finish(mut self) -> Option<Chunk> {
+        self.take()
+    }
+
+    fn take(&mut self) -> Option<Chunk> {
+        if self.pieces == 0 {
+            return None;
+        }
+        let chunk = Chunk { text: std::mem::take(&mut self.text), pieces: self.pieces };
+        self.tokens = 0;
+        self.pieces = 0;
+        Some(chunk)
+    }
+}
+
+/// The smallest chunk budget [`request_budget`] accepts (tokens).
+pub const MIN_CHUNK_TOKENS: u64 = 64;
+
+/// Tokens of the text to summarise that one summary request may carry: the window
+/// (`context_length`) minus the reply (`reserve_output_tokens`), minus the request's own text
+/// (`prompt_tokens`: instruction and summary prompt without the messages) and two messages'
+/// overhead, minus 10 % for the estimate's error.
+///
+/// Errors (a sentence naming the settings) when less than [`MIN_CHUNK_TOKENS`] remain.
+pub fn request_budget(context_length: u64, reserve_output_tokens: u64, prompt_tokens: u64) -> Result<u64, String> {
+    let fixed = reserve_output_tokens + prompt_tokens + 2 * MESSAGE_OVERHEAD_TOKENS;
+    let available = context_length.saturating_sub(fixed);
+    let budget = available - available / 10;
+    if budget < MIN_CHUNK_TOKENS {
+        return Err(format!(
+            "a summary request cannot fit the window: context-length {context_length} minus \
+             reserve-output-tokens {reserve_output_tokens} minus {prompt_tokens} tokens of prompt leaves \
+             {budget} tokens for the messages (at least {MIN_CHUNK_TOKENS} needed)"
+        ));
+    }
+    Ok(budget)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ToolCall;
+    use LineKind::*;
+
+    #[test]
+    fn cut_keeps_the_most_recent_messages() {
+        let kinds = [System, User, Assistant, User, Assistant, User, Assistant];
+        assert_eq!(cut_point(&kinds, 2), 5);
+        assert_eq!(cut_point(&kinds, 0), 7);
+        assert_eq!(cut_point(&kinds, 6), 1);
+        assert_eq!(cut_point(&kinds, 100), 1);
+        assert_eq!(cut_point(&[System], 3), 1);
+        assert_eq!(cut_point(&[], 3), 0);
+    }
+
+    #[test]
+    fn cut_moves_before_a_tool_call_group() {
+        // sys, user, assistant(calls x3), tool, tool, tool, assistant
+        let kinds = [System, User, Assistant, Tool, Tool, Tool, Assistant];
+        for keep in 1..=4 {
+            assert_eq!(cut_point(&kinds, keep), if keep == 1 { 6 } else { 2 }, "keep {keep}");
+        }
+        assert_eq!(cut_point(&kinds, 5), 2);
+        assert_eq!(cut_point(&kinds, 6), 1);
+        // A group right after the system prompt: nothing can be compressed.
+        assert_eq!(cut_point(&[System, Assistant, Tool, Tool], 1), 1);
+        // A summary line is compressed like any other message.
+        assert_eq!(cut_point(&[System, Summary, User, Assistant], 2), 2);
+    }
+
+    #[test]
+    fn summary_content_round_trips() {
+        let c = summary_content(2, 41, "did things\nmore");
+        assert_eq!(c, "Summary of the conversation so far (messages 2–41):\ndid things\nmore");
+        assert_eq!(parse_summary_range(&c), Some((2, 41)));
+        assert_eq!(parse_summary_range("Summary of the conversation so far (messages 2-41):\nx"), None);
+        assert_eq!(parse_summary_range("hello"), None);
+        let m = summary_message(3, 4, "s");
+        assert!(is_summary_line(1, &m));
+        assert!(!is_summary_line(2, &m));
+        assert!(!is_summary_line(1, &ChatMessage::text("assistant", c)));
+    }
+
+    #[test]
+    fn placeholders_are_recognised() {
+        let p = mask_placeholder(Some(7), "call_1");
+        assert_eq!(p, "[tool result masked: full text in tools.jsonl seq 7]");
+        assert!(is_masked(&p));
+        let q = mask_placeholder(None, "call_9");
+        assert!(q.contains("call_9") && is_masked(&q), "{q}");
+        assert!(!is_masked("[tool result masked: but the text goes on"));
+        assert!(!is_masked("file contents"));
+    }
+
+    #[test]
+    fn rendering_is_plain_text() {
+        assert_eq!(render_message(&ChatMessage::text("user", "fix it")), "user: fix it");
+        let call = ChatMessage {
+            role: "assistant".into(),
+            content: Some("reading".into()),
+            tool_calls: Some(vec![ToolCall::new("c1", "read", r#"{"p":"a"}"#), ToolCall::new("c2", "ls", "{}")]),
+            ..Default::default()
+        };
+        assert_eq!(render_message(&call), "assistant: reading\nassistant called read({\"p\":\"a\"})\nassistant called ls({})");
+        let only_calls = ChatMessage { content: None, ..call };
+        assert!(render_message(&only_calls).starts_with("assistant called read("));
+        let result = ChatMessage {
+            role: "tool".into(),
+            content: Some("42".into()),
+            tool_call_id: Some("c1".into()),
+            tool_name: Some("read".into()),
+            ..Default::default()
+        };
+        assert_eq!(render_message(&result), "tool read (c1) result: 42");
+    }
+
+    #[test]
+    fn cut_to_tokens_keeps_head_and_tail_on_char_boundaries() {
+        assert_eq!(cut_to_tokens("short", 10), "short");
+        let text = "上下文压缩".repeat(200); // 1000 tokens
+        let cut = cut_to_tokens(&text, 100);
+        assert!(estimate_tokens(&cut) <= 100, "{}", estimate_tokens(&cut));
+        let (head, rest) = cut.split_once("\n[... ").unwrap();
+        let (count, tail) = rest.split_once(" characters cut ...]\n").unwrap();
+        assert!(text.starts_with(head) && text.ends_with(tail));
+        assert_eq!(head.chars().count() + tail.chars().count() + count.parse::<usize>().unwrap(), 1000);
+        assert!(head.chars().count() >= 40 && tail.chars().count() >= 40);
+        // Tiny budget: a head only.
+        assert_eq!(cut_to_tokens("ééééééééééééééééééééééééééééééééééé", 3), "éééééé");
+    }
+
+    #[test]
+    fn cut_to_tokens_fits_for_every_budget_and_mix() {
+        let text: String = "aé上b".repeat(300);
+        for max in 0..400 {
+            let cut = cut_to_tokens(&text, max);
+            assert!(estimate_tokens(&cut) <= max, "max {max}: {}", estimate_tokens(&cut));
+        }
+    }
+
+    #[test]
+    fn chunker_packs_in_order_within_budget() {
+        let mut c = Chunker::new(10);
+        let mut chunks = Vec::new();
+        for piece in ["aaaaaaaa", "bbbbbbbb", "cccccccc", "dddddddd"] {
+            // 2 tokens each + 1 per separator: 2+1+2+1+2 = 8, a 4th would make 11.
+            chunks.extend(c.push(piece));
+        }
+        chunks.extend(c.finish());
+        assert_eq!(chunks.len(), 2);
+        assert_eq!(chunks[0], Chunk { text: "aaaaaaaa\n\nbbbbbbbb\n\ncccccccc".into(), pieces: 3 });
+        assert_eq!(chunks[1].pieces, 1);
+        // An oversized piece is cut and stands alone.
+        let mut c = Chunker::new(64);
+        let head = "x".repeat(40); // 10 tokens: 10 + 1 + the cut piece (60 tokens) > 64
+        assert!(c.push(&head).is_none());
+        let closed = c.push(&"y".repeat(10_000)).unwrap();
+        assert_eq!(closed, Chunk { text: head, pieces: 1 });
+        let last = c.finish().unwrap();
+        assert!(estimate_tokens(&last.text) <= 64 && last.text.contains("characters cut"));
+        assert!(Chunker::new(5).finish().is_none());
+    }
+
+    #[test]
+    fn budget_reserves_reply_prompt_and_margin() {
+        assert_eq!(request_budget(4096, 1024, 62), Ok(2702)); // 3002 available, minus 10 %
+        assert_eq!(request_budget(4096, 1024, 62).unwrap(), 3002 - 300);
+        let err = request_budget(1000, 990, 20).unwrap_err();
+        assert!(err.contains("reserve-output-tokens 990"), "{err}");
+    }
+}

@@ -1,0 +1,36 @@
+//! WIT chat messages → `ctxhost_format` line shapes, and errors → `plugin-error`.
+
+use ctxhost_format::jsonl::JsonlError;
+use ctxhost_format::{ChatMessage, ToolCall};
+
+use crate::ctxhost::plugin::types::{ChatMessage as WitMessage, PluginError};
+
+/// The on-disk shape of a WIT message (an empty tool-call list is omitted).
+pub fn to_format(m: WitMessage) -> ChatMessage {
+    let calls: Vec<ToolCall> = m
+        .tool_calls
+        .into_iter()
+        .map(|c| ToolCall::new(c.id, c.name, c.arguments))
+        .collect();
+    ChatMessage {
+        role: m.role,
+        content: m.content,
+        tool_calls: (!calls.is_empty()).then_some(calls),
+        tool_call_id: m.tool_call_id,
+        tool_name: m.tool_name,
+    }
+}
+
+impl From<JsonlError> for PluginError {
+    fn from(e: JsonlError) -> Self {
+        match e {
+            JsonlError::Io { .. } => PluginError::Io(e.to_string()),
+            JsonlError::Invalid { .. } => PluginError::InvalidInput(e.to_string()),
+        }
+    }
+}
+
+/// `io` error: `<what>: <OS error>`.
+pub fn io_error(what: impl std::fmt::Display, e: std::io::Error) -> PluginError {
+    PluginError::Io(format!("{what}: {e}"))
+}

@@ -1,0 +1,54 @@
+//! `builtin:jsonl-store`: the message store component (world `message-store-plugin`).
+//!
+//! The single writer of the task directory's `messages.jsonl` (full history, `HistoryLine`s
+//! with `seq` from 1, gap-free) and `current.jsonl` (the live context, one chat message per
+//! line), formats of DESIGN.md §2 (`ctxhost_format::lines`). Files are streamed a line at a
+//! time and opened in append mode per call, so guest memory stays flat whatever their size;
+//! message/line counts and the token estimate are kept in a static between calls.
+//! The logic lives in [`store`]; this file only binds it to the WIT exports.
+
+wit_bindgen::generate!({ world: "message-store-plugin", path: "../../wit" });
+
+mod convert;
+mod store;
+
+use ctxhost::plugin::types::{ChatMessage, PluginError};
+use exports::ctxhost::plugin::message_store::{AddedMessage, Guest, StoreStats};
+
+struct JsonlStore;
+
+impl Guest for JsonlStore {
+    fn open() -> Result<StoreStats, PluginError> {
+        store::with(|s| s.open())
+    }
+
+    fn add_message(message: ChatMessage, timestamp: String) -> Result<AddedMessage, PluginError> {
+        store::with(|s| s.add_message(convert::to_format(message), &timestamp))
+    }
+
+    fn record_summary(
+        summary: ChatMessage,
+        summary_id: String,
+        timestamp: String,
+    ) -> Result<AddedMessage, PluginError> {
+        store::with(|s| s.record_summary(convert::to_format(summary), &summary_id, &timestamp))
+    }
+
+    fn current_token_count() -> u64 {
+        store::with(|s| s.stats().current_tokens)
+    }
+
+    fn count_messages() -> u64 {
+        store::with(|s| s.stats().history_count)
+    }
+
+    fn current_context_file() -> String {
+        store::CURRENT.to_string()
+    }
+
+    fn recreate_current_context(source: String) -> Result<StoreStats, PluginError> {
+        store::with(|s| s.recreate_current_context(&source))
+    }
+}
+
+export!(JsonlStore);

@@ -1,0 +1,267 @@
+//! The store's state and operations on `messages.jsonl` / `current.jsonl` (paths relative to
+//! the preopened task directory).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, BufWriter, Write};
+use std::sync::Mutex;
+
+use ctxhost_format::jsonl::for_each_line;
+use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
+use serde::Serialize;
+
+use crate::convert::io_error;
+use crate::ctxhost::plugin::log::{Level, log};
+use crate::ctxhost::plugin::types::PluginError;
+use crate::exports::ctxhost::plugin::message_store::{AddedMessage, StoreStats};
+
+/// The full history, append-only.
+pub const MESSAGES: &str = "messages.jsonl";
+/// The live context.
+pub const CURRENT: &str = "current.jsonl";
+/// Where `recreate-current-context` builds the new context before renaming it over [`CURRENT`].
+pub const CURRENT_TMP: &str = "current.jsonl.tmp";
+
+/// Roles a chat message may have.
+const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+
+/// Counts kept between calls (lines and estimated tokens).
+pub struct Store {
+    opened: bool,
+    /// Lines of messages.jsonl = last seq.
+    history_count: u64,
+    /// Chat message lines of current.jsonl.
+    current_count: u64,
+    /// Estimated tokens of current.jsonl.
+    current_tokens: u64,
+}
+
+static STORE: Mutex<Store> = Mutex::new(Store {
+    opened: false,
+    history_count: 0,
+    current_count: 0,
+    current_tokens: 0,
+});
+
+/// Runs `f` on the component's store.
+pub fn with<T>(f: impl FnOnce(&mut Store) -> T) -> T {
+    // A poisoned lock can only follow a panic, which aborts the instance (panic = "abort").
+    let mut store = STORE.lock().unwrap_or_else(|p| p.into_inner());
+    f(&mut store)
+}
+
+impl Store {
+    /// Current counts (zeros before `open`).
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            history_count: self.history_count,
+            current_count: self.current_count,
+            current_tokens: self.current_tokens,
+        }
+    }
+
+    /// Streams both files once: the last seq of messages.jsonl (checking seq runs 1..n) and
+    /// the lines and tokens of current.jsonl. Missing files count as empty; none is created.
+    pub fn open(&mut self) -> Result<StoreStats, PluginError> {
+        let mut history_count = 0u64;
+        if let Some(reader) = open_if_exists(MESSAGES)? {
+            for_each_line(reader, MESSAGES, |line, h: HistoryLine| {
+                if h.seq != history_count + 1 {
+                    return Err(PluginError::InvalidInput(format!(
+                        "{MESSAGES} line {line}: seq {} where {} was expected (seq runs from 1 without gaps)",
+                        h.seq,
+                        history_count + 1
+                    )));
+                }
+                history_count = h.seq;
+                Ok(())
+            })?;
+        }
+        let (current_count, current_tokens) = match open_if_exists(CURRENT)? {
+            Some(reader) => count_context(reader, CURRENT, |_| Ok(()))?,
+            None => (0, 0),
+        };
+        *self = Store {
+            opened: true,
+            history_count,
+            current_count,
+            current_tokens,
+        };
+        Ok(self.stats())
+    }
+
+    /// Appends `message` to messages.jsonl (next seq) and to current.jsonl.
+    pub fn add_message(
+        &mut self,
+        message: ChatMessage,
+        timestamp: &str,
+    ) -> Result<AddedMessage, PluginError> {
+        self.require_open("add-message")?;
+        check_role(&message.role, "add-message")?;
+        let tokens = estimate_message_tokens(&message);
+        let added = self.append_history(&message, timestamp, tokens, None)?;
+        append_line(CURRENT, &message)?;
+        self.current_count += 1;
+        self.current_tokens += tokens;
+        Ok(added)
+    }
+
+    /// Appends a summary to messages.jsonl only, with its `summary_id`.
+    pub fn record_summary(
+        &mut self,
+        summary: ChatMessage,
+        summary_id: &str,
+        timestamp: &str,
+    ) -> Result<AddedMessage, PluginError> {
+        self.require_open("record-summary")?;
+        check_role(&summary.role, "record-summary")?;
+        if summary_id.is_empty() {
+            return Err(PluginError::InvalidInput(
+                "record-summary: summary-id is empty".to_string(),
+            ));
+        }
+        let tokens = estimate_message_tokens(&summary);
+        self.append_history(&summary, timestamp, tokens, Some(summary_id.to_string()))
+    }
+
+    /// Replaces current.jsonl with the chat message lines of `source` (streamed through
+    /// [`CURRENT_TMP`], synced, renamed), deletes `source` and recounts. On error current.jsonl
+    /// is unchanged and the temporary file removed.
+    pub fn recreate_current_context(&mut self, source: &str) -> Result<StoreStats, PluginError> {
+        self.require_open("recreate-current-context")?;
+        if source.is_empty() || source == CURRENT || source == CURRENT_TMP || source == MESSAGES {
+            return Err(PluginError::InvalidInput(format!(
+                "recreate-current-context: source `{source}` cannot be used (it must be another file of the task directory)"
+            )));
+        }
+        let reader = BufReader::new(
+            File::open(source).map_err(|e| io_error(format!("opening {source}"), e))?,
+        );
+        let (count, tokens) = match write_context(reader, source) {
+            Ok(counts) => counts,
+            Err(e) => {
+                let _ = fs::remove_file(CURRENT_TMP);
+                return Err(e);
+            }
+        };
+        if let Err(e) = fs::rename(CURRENT_TMP, CURRENT) {
+            let _ = fs::remove_file(CURRENT_TMP);
+            return Err(io_error(format!("renaming {CURRENT_TMP} to {CURRENT}"), e));
+        }
+        self.current_count = count;
+        self.current_tokens = tokens;
+        if let Err(e) = fs::remove_file(source) {
+            // current.jsonl is already replaced: report, don't fail.
+            log(
+                Level::Warn,
+                &format!("recreate-current-context: could not delete {source}: {e}"),
+            );
+        }
+        Ok(self.stats())
+    }
+
+    fn require_open(&self, function: &str) -> Result<(), PluginError> {
+        if self.opened {
+            Ok(())
+        } else {
+            Err(PluginError::Internal(format!(
+                "{function} called before open"
+            )))
+        }
+    }
+
+    fn append_history(
+        &mut self,
+        message: &ChatMessage,
+        timestamp: &str,
+        tokens: u64,
+        summary_id: Option<String>,
+    ) -> Result<AddedMessage, PluginError> {
+        let seq = self.history_count + 1;
+        let line = HistoryLine {
+            seq,
+            role: message.role.clone(),
+            content: message.content.clone(),
+            timestamp: timestamp.to_string(),
+            tokens,
+            tool_name: message.tool_name.clone(),
+            tool_calls: message.tool_calls.clone(),
+            tool_call_id: message.tool_call_id.clone(),
+            summary_id,
+        };
+        append_line(MESSAGES, &line)?;
+        self.history_count = seq;
+        Ok(AddedMessage { seq, tokens })
+    }
+}
+
+fn check_role(role: &str, function: &str) -> Result<(), PluginError> {
+    if ROLES.contains(&role) {
+        Ok(())
+    } else {
+        Err(PluginError::InvalidInput(format!(
+            "{function}: role `{role}` is not one of system, user, assistant, tool"
+        )))
+    }
+}
+
+/// A buffered reader of `file`, or `None` if it does not exist.
+fn open_if_exists(file: &str) -> Result<Option<BufReader<File>>, PluginError> {
+    match File::open(file) {
+        Ok(f) => Ok(Some(BufReader::new(f))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error(format!("opening {file}"), e)),
+    }
+}
+
+/// Streams the chat message lines of `reader` (the file `file`), checking each role and
+/// calling `each` per message; returns (messages, estimated tokens).
+fn count_context(
+    reader: impl io::BufRead,
+    file: &str,
+    mut each: impl FnMut(&ChatMessage) -> Result<(), PluginError>,
+) -> Result<(u64, u64), PluginError> {
+    let mut tokens = 0u64;
+    let count = for_each_line(reader, file, |line, m: ChatMessage| {
+        if !ROLES.contains(&m.role.as_str()) {
+            return Err(PluginError::InvalidInput(format!(
+                "{file} line {line}: role `{}` is not one of system, user, assistant, tool",
+                m.role
+            )));
+        }
+        tokens += estimate_message_tokens(&m);
+        each(&m)
+    })?;
+    Ok((count, tokens))
+}
+
+/// Writes the chat messages of `source` to [`CURRENT_TMP`] (one normalised line each) and
+/// syncs it; returns (messages, estimated tokens).
+fn write_context(reader: impl io::BufRead, source: &str) -> Result<(u64, u64), PluginError> {
+    let tmp =
+        File::create(CURRENT_TMP).map_err(|e| io_error(format!("creating {CURRENT_TMP}"), e))?;
+    let mut out = BufWriter::new(tmp);
+    let write_err = |e| io_error(format!("writing {CURRENT_TMP}"), e);
+    let counts = count_context(reader, source, |m| {
+        serde_json::to_writer(&mut out, m).map_err(|e| write_err(e.into()))?;
+        out.write_all(b"\n").map_err(write_err)
+    })?;
+    let file = out.into_inner().map_err(|e| write_err(e.into_error()))?;
+    file.sync_all()
+        .map_err(|e| io_error(format!("syncing {CURRENT_TMP}"), e))?;
+    Ok(counts)
+}
+
+/// Appends `value` as one whole JSON line to `file` (created if missing): the line is built
+/// in memory and written with one `write_all`.
+fn append_line(file: &str, value: &impl Serialize) -> Result<(), PluginError> {
+    let mut line = serde_json::to_string(value)
+        .map_err(|e| PluginError::Internal(format!("serialising a line of {file}: {e}")))?;
+    line.push('\n');
+    let mut f = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(file)
+        .map_err(|e| io_error(format!("opening {file}"), e))?;
+    f.write_all(line.as_bytes())
+        .map_err(|e| io_error(format!("appending to {file}"), e))
+}

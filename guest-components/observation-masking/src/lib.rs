@@ -1,0 +1,57 @@
+//! `builtin:observation-masking`: a compressor with no LLM (world `compressor-plugin`).
+//!
+//! `should-compress`: current tokens > context-length × threshold.
+//!
+//! `compress` keeps every message and every tool call/result pair, and replaces the content of
+//! the tool results older than the `keep-recent-messages` window (the summariser's window:
+//! moved earlier so tool call groups stay whole) with a placeholder naming where the full text
+//! is: `[tool result masked: full text in tools.jsonl seq N]` (or the tool_call_id when
+//! tools.jsonl has no line for the call). Results already masked, or shorter than their
+//! placeholder, stay as they are; when nothing gets smaller the compression fails with a
+//! message saying so. No summary is made. The new context is compressed.jsonl (deleted on
+//! failure); current.jsonl is only read. See [`mask`] for the passes.
+
+wit_bindgen::generate!({ world: "compressor-plugin", path: "../../wit" });
+
+mod files;
+mod mask;
+
+use ctxhost::plugin::log::{Level, log};
+use ctxhost::plugin::types::PluginError;
+use exports::ctxhost::plugin::compressor::{CompressConfig, CompressResult, Guest};
+use files::{COMPRESSED, RemoveOnError};
+
+/// Logs a warning to the host log.
+pub(crate) fn warn(message: &str) {
+    log(Level::Warn, message);
+}
+
+struct ObservationMasking;
+
+impl Guest for ObservationMasking {
+    fn should_compress(current_tokens: u64, config: CompressConfig) -> bool {
+        current_tokens as f64 > config.context_length as f64 * config.threshold
+    }
+
+    fn compress(config: CompressConfig) -> Result<CompressResult, PluginError> {
+        let mut guard = RemoveOnError::new(COMPRESSED);
+        let done = mask::mask(config.keep_recent_messages as usize)?;
+        guard.keep();
+        log(
+            Level::Info,
+            &format!(
+                "masked {} tool result(s), about {} tokens saved{}",
+                done.results,
+                done.tokens_saved,
+                if done.not_found > 0 {
+                    format!(" ({} without a tools.jsonl line, named by tool_call_id)", done.not_found)
+                } else {
+                    String::new()
+                }
+            ),
+        );
+        Ok(CompressResult { context_file: COMPRESSED.to_string(), summary: None })
+    }
+}
+
+export!(ObservationMasking);

@@ -1,0 +1,132 @@
+//! `read-response`: an OpenAI chat-completions response body → reply.
+//!
+//! Accepts `{"choices":[{"message":{"role","content","tool_calls"?},"finish_reason"?}],
+//! "usage"?:{"prompt_tokens","completion_tokens","total_tokens"}}`. Lenient where servers
+//! differ: `content` may be `null`, a string or an array of `{"type":"text","text"}` parts; a
+//! tool call's `arguments` may be an object (serialised to JSON text) and its `id` may be
+//! missing or repeated (`call_<n>` is generated, unique within the reply); `total_tokens` defaults to the
+//! sum of the other two.
+
+use ctxhost_format::{ChatMessage, ToolCall, body};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::common::{self, bad_shape};
+use crate::ctxhost::plugin::types::{PluginError, Usage};
+use crate::exports::ctxhost::plugin::request_format::Reply;
+
+#[derive(Deserialize)]
+struct Response {
+    #[serde(default)]
+    choices: Option<Vec<Choice>>,
+    #[serde(default)]
+    usage: Option<UsageIn>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    message: Option<MessageIn>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct MessageIn {
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Option<Vec<CallIn>>,
+}
+
+#[derive(Deserialize)]
+struct CallIn {
+    #[serde(default)]
+    id: Option<String>,
+    function: FunctionIn,
+}
+
+#[derive(Deserialize)]
+struct FunctionIn {
+    name: String,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct UsageIn {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+}
+
+/// Parses the response in `file`. Errors (`invalid-input`): see [`common::read_response_json`],
+/// plus missing or empty `choices`, a choice without `message`, an unexpected shape.
+pub fn read_response(file: &str) -> Result<Reply, PluginError> {
+    let value = common::read_response_json(file)?;
+    let response: Response = serde_json::from_value(value.clone())
+        .map_err(|e| bad_shape(file, format_args!("not a chat completion ({e})"), &value))?;
+    let Some(choice) = response.choices.and_then(|c| c.into_iter().next()) else {
+        return Err(bad_shape(file, "the response has no choices", &value));
+    };
+    let Some(message) = choice.message else {
+        return Err(bad_shape(file, "choice 0 has no message", &value));
+    };
+    let calls = message.tool_calls.unwrap_or_default();
+    let ids = common::unique_call_ids(calls.iter().map(|c| c.id.clone()));
+    let tool_calls: Vec<ToolCall> = calls
+        .into_iter()
+        .zip(ids)
+        .map(|(c, id)| {
+            ToolCall::new(
+                id,
+                c.function.name,
+                body::arguments_text(c.function.arguments.as_ref()),
+            )
+        })
+        .collect();
+    let message = ChatMessage {
+        role: message.role.unwrap_or_else(|| "assistant".to_string()),
+        content: content_text(message.content),
+        tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+        tool_call_id: None,
+        tool_name: None,
+    };
+    let usage = response.usage.map(|u| {
+        let (prompt, completion) = (
+            u.prompt_tokens.unwrap_or(0),
+            u.completion_tokens.unwrap_or(0),
+        );
+        Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: u.total_tokens.unwrap_or(prompt + completion),
+        }
+    });
+    Ok(Reply {
+        message: common::to_wit(message),
+        usage,
+        finish_reason: choice.finish_reason,
+    })
+}
+
+/// Message content as text: a string, the `text` of content parts joined, `None` for null.
+fn content_text(content: Option<Value>) -> Option<String> {
+    match content? {
+        Value::Null => None,
+        Value::String(s) => Some(s),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(""),
+        ),
+        other => Some(other.to_string()),
+    }
+}

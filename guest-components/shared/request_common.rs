@@ -1,0 +1,201 @@
+//! The parts of a request format that do not depend on the provider: streaming the messages
+//! file into the request body, reading the tools and response files, WIT conversions and
+//! errors. Compiled into each request-format crate with
+//! `#[path = "../../shared/request_common.rs"] mod common;` (it uses that crate's bindings,
+//! which are the same for every `request-format-plugin` component).
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, BufWriter, Write};
+
+use ctxhost_format::ChatMessage;
+use ctxhost_format::body::{self, MAX_RESPONSE_BYTES};
+use ctxhost_format::jsonl::JsonlError;
+use ctxhost_format::stream::{ArrayError, CountingWriter, write_chat_array};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::ctxhost::plugin::types::{
+    ChatMessage as WitMessage, PluginError, ToolCall as WitToolCall,
+};
+use crate::exports::ctxhost::plugin::request_format::{RequestConfig, RequestInfo};
+
+/// Writes the request body for `config` to `config.request_file`:
+/// `{"model":<model>,"messages":[<convert(m)>,...]<tail>}`, where `tail` writes the
+/// provider's remaining fields (each starting with `,`) given the validated tools, if any.
+/// Returns the request info with `endpoint_path`.
+///
+/// Errors: `invalid-input` for a messages line that is not a chat message (file:line), a
+/// messages file without messages, a bad tools file or temperature; `io`. On error the
+/// request file is removed.
+pub fn write_request<T: Serialize>(
+    config: &RequestConfig,
+    endpoint_path: &str,
+    convert: impl FnMut(ChatMessage) -> T,
+    tail: impl FnOnce(&mut dyn Write, Option<Vec<Value>>) -> io::Result<()>,
+) -> Result<RequestInfo, PluginError> {
+    if let Some(t) = config.temperature.filter(|t| !t.is_finite() || *t < 0.0) {
+        return Err(PluginError::InvalidInput(format!(
+            "temperature {t} is not a finite number ≥ 0"
+        )));
+    }
+    let tools = config.tools_file.as_deref().map(read_tools).transpose()?;
+    let messages_file = &config.messages_file;
+    let messages =
+        File::open(messages_file).map_err(|e| io_error(format!("opening {messages_file}"), e))?;
+    let request_file = &config.request_file;
+    let out =
+        File::create(request_file).map_err(|e| io_error(format!("creating {request_file}"), e))?;
+    let mut out = CountingWriter::new(BufWriter::new(out));
+    let written = write_body(
+        &mut out,
+        config,
+        BufReader::new(messages),
+        convert,
+        tail,
+        tools,
+    );
+    let written = written.and_then(|n| {
+        out.flush()
+            .map_err(|e| io_error(format!("writing {request_file}"), e))?;
+        Ok(n)
+    });
+    match written {
+        Ok(messages) => Ok(RequestInfo {
+            endpoint_path: endpoint_path.to_string(),
+            bytes: out.bytes(),
+            messages,
+        }),
+        Err(e) => {
+            drop(out);
+            let _ = fs::remove_file(request_file);
+            Err(e)
+        }
+    }
+}
+
+fn write_body<T: Serialize>(
+    out: &mut impl Write,
+    config: &RequestConfig,
+    messages: impl io::BufRead,
+    convert: impl FnMut(ChatMessage) -> T,
+    tail: impl FnOnce(&mut dyn Write, Option<Vec<Value>>) -> io::Result<()>,
+    tools: Option<Vec<Value>>,
+) -> Result<u64, PluginError> {
+    let write_err = |e| io_error(format!("writing {}", config.request_file), e);
+    out.write_all(b"{\"model\":").map_err(write_err)?;
+    serde_json::to_writer(&mut *out, &config.model).map_err(|e| write_err(e.into()))?;
+    out.write_all(b",\"messages\":").map_err(write_err)?;
+    let count =
+        write_chat_array(messages, &config.messages_file, out, convert).map_err(|e| match e {
+            ArrayError::Write(e) => write_err(e),
+            ArrayError::Read(e) => e.into(),
+        })?;
+    if count == 0 {
+        return Err(PluginError::InvalidInput(format!(
+            "{} holds no chat messages",
+            config.messages_file
+        )));
+    }
+    tail(out, tools).map_err(write_err)?;
+    out.write_all(b"}").map_err(write_err)?;
+    Ok(count)
+}
+
+/// The tool definitions of `file` (a JSON array of objects; at most [`MAX_RESPONSE_BYTES`]).
+fn read_tools(file: &str) -> Result<Vec<Value>, PluginError> {
+    body::parse_tools(&read_file(file)?, file).map_err(PluginError::InvalidInput)
+}
+
+/// The whole of `file` (at most [`MAX_RESPONSE_BYTES`]). Errors: `io`, or `invalid-input`
+/// for a bigger file.
+pub fn read_file(file: &str) -> Result<Vec<u8>, PluginError> {
+    let f = File::open(file).map_err(|e| io_error(format!("opening {file}"), e))?;
+    body::read_capped(f, MAX_RESPONSE_BYTES).map_err(|e| match e.kind() {
+        io::ErrorKind::FileTooLarge => {
+            PluginError::InvalidInput(format!("{file} is {e}; refusing to parse it"))
+        }
+        _ => io_error(format!("reading {file}"), e),
+    })
+}
+
+/// Parses the response file `file` as JSON and checks it is not a provider error object.
+/// Errors (`invalid-input`): empty, not JSON (quoting its start, e.g. an HTML page), not an
+/// object, `{"error":...}`.
+pub fn read_response_json(file: &str) -> Result<Value, PluginError> {
+    let bytes = read_file(file)?;
+    let value = body::parse_json(&bytes, file).map_err(PluginError::InvalidInput)?;
+    if let Some(error) = body::provider_error(&value) {
+        return Err(PluginError::InvalidInput(format!(
+            "{file}: the provider answered with an error: {error}"
+        )));
+    }
+    if !value.is_object() {
+        return Err(PluginError::InvalidInput(format!(
+            "{file} is {}, not a response object; it starts with: {}",
+            body::kind(&value),
+            body::snippet(&bytes, body::SNIPPET_CHARS)
+        )));
+    }
+    Ok(value)
+}
+
+/// `invalid-input` for a response whose shape is wrong: `<file>: <what>; it starts with: ...`.
+pub fn bad_shape(file: &str, what: impl std::fmt::Display, body: &Value) -> PluginError {
+    let text = body.to_string();
+    PluginError::InvalidInput(format!(
+        "{file}: {what}; it starts with: {}",
+        body::snippet(text.as_bytes(), body::SNIPPET_CHARS)
+    ))
+}
+
+/// The WIT record of a chat message.
+pub fn to_wit(m: ChatMessage) -> WitMessage {
+    WitMessage {
+        role: m.role,
+        content: m.content,
+        tool_calls: m
+            .tool_calls
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| WitToolCall {
+                id: c.id,
+                name: c.function.name,
+                arguments: c.function.arguments,
+            })
+            .collect(),
+        tool_call_id: m.tool_call_id,
+        tool_name: m.tool_name,
+    }
+}
+
+impl From<JsonlError> for PluginError {
+    fn from(e: JsonlError) -> Self {
+        match e {
+            JsonlError::Io { .. } => PluginError::Io(e.to_string()),
+            JsonlError::Invalid { .. } => PluginError::InvalidInput(e.to_string()),
+        }
+    }
+}
+
+/// `io` error: `<what>: <OS error>`.
+pub fn io_error(what: impl std::fmt::Display, e: io::Error) -> PluginError {
+    PluginError::Io(format!("{what}: {e}"))
+}
+
+/// Tool-call ids for a reply: each call keeps its provider id when it has a non-empty one not
+/// used before in the reply; otherwise it gets `call_<n>` (the first n ≥ its 1-based position
+/// that is unused), so ids are unique within the reply.
+pub fn unique_call_ids(given: impl IntoIterator<Item = Option<String>>) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for (i, id) in given.into_iter().enumerate() {
+        let id = match id.filter(|id| !id.is_empty() && !ids.contains(id)) {
+            Some(id) => id,
+            None => (i + 1..)
+                .map(|n| format!("call_{n}"))
+                .find(|c| !ids.contains(c))
+                .expect("unbounded range"),
+        };
+        ids.push(id);
+    }
+    ids
+}

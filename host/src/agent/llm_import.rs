@@ -1,0 +1,127 @@
+//! The host side of a compressor's `llm` import: a completion request through the task's own
+//! request format and transport.
+//!
+//! The component names a JSONL file of chat messages in the task directory; the host writes
+//! `llm_request.json` from it with its own request-format instance, POSTs it, parses
+//! `llm_response.json`, and counts the call and its tokens on the task's row. Both files are
+//! deleted after a successful call and kept after a failed one (the error says so).
+
+use std::path::{Component, Path, PathBuf};
+
+use ctxhost_format::{ChatMessage, estimate_message_tokens};
+
+use crate::db::Db;
+use crate::llm::Transport;
+use crate::runtime::{Completion, LlmImport, RequestConfig, RequestFormat};
+
+/// Request body of a compressor's completion, in the task directory.
+pub const LLM_REQUEST_FILE: &str = "llm_request.json";
+/// Response body of a compressor's completion, in the task directory.
+pub const LLM_RESPONSE_FILE: &str = "llm_response.json";
+
+/// [`LlmImport`] backed by the task's request format and transport.
+pub struct HostLlm {
+    format: RequestFormat,
+    transport: Transport,
+    dir: PathBuf,
+    model: String,
+    temperature: Option<f32>,
+    db: Db,
+    uuid: String,
+}
+
+impl HostLlm {
+    /// For the task `uuid` in `dir`. `format` is a request-format instance of its own (not the
+    /// agent loop's); `db` a connection of its own.
+    pub fn new(
+        format: RequestFormat,
+        transport: Transport,
+        dir: &Path,
+        model: &str,
+        temperature: Option<f32>,
+        db: Db,
+        uuid: &str,
+    ) -> HostLlm {
+        HostLlm {
+            format,
+            transport,
+            dir: dir.to_path_buf(),
+            model: model.to_string(),
+            temperature,
+            db,
+            uuid: uuid.to_string(),
+        }
+    }
+
+    /// Estimated tokens of the messages in `rel` (streamed). `rel` must stay inside the task directory.
+    fn estimate_file_tokens(&self, rel: &str) -> Result<u64, String> {
+        let p = Path::new(rel);
+        if p.components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+        {
+            return Err(format!(
+                "{rel}: must be a relative path inside the task directory"
+            ));
+        }
+        let path = self.dir.join(p);
+        let f = std::fs::File::open(&path).map_err(|e| format!("{rel}: {e}"))?;
+        let mut total = 0u64;
+        for (i, line) in std::io::BufRead::lines(std::io::BufReader::new(f)).enumerate() {
+            let line = line.map_err(|e| format!("{rel}: line {}: {e}", i + 1))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let m: ChatMessage = serde_json::from_str(&line)
+                .map_err(|e| format!("{rel}: line {}: not a chat message: {e}", i + 1))?;
+            total += estimate_message_tokens(&m);
+        }
+        Ok(total)
+    }
+}
+
+impl LlmImport for HostLlm {
+    fn complete(
+        &mut self,
+        messages_file: &str,
+        max_output_tokens: u32,
+    ) -> Result<Completion, String> {
+        let prompt_tokens = self.estimate_file_tokens(messages_file)?;
+        let info = self
+            .format
+            .write_request(&RequestConfig {
+                model: self.model.clone(),
+                messages_file: messages_file.to_string(),
+                request_file: LLM_REQUEST_FILE.to_string(),
+                tools_file: None,
+                max_output_tokens: Some(max_output_tokens),
+                temperature: self.temperature,
+            })
+            .map_err(|e| format!("building {LLM_REQUEST_FILE} failed: {e}"))?;
+        let request = self.dir.join(LLM_REQUEST_FILE);
+        let response = self.dir.join(LLM_RESPONSE_FILE);
+        self.transport
+            .post_file(&info.endpoint_path, &request, &response)
+            .map_err(|e| format!("{e} ({LLM_REQUEST_FILE} kept for debugging)"))?;
+        let reply = self.format.read_response(LLM_RESPONSE_FILE);
+        let tokens = match &reply {
+            Ok(r) => match r.usage {
+                Some(u) if u.total_tokens > 0 => u.total_tokens,
+                _ => prompt_tokens + estimate_message_tokens(&r.message),
+            },
+            Err(_) => 0,
+        };
+        self.db
+            .add_usage(&self.uuid, 1, 0, tokens, 0)
+            .map_err(|e| e.to_string())?;
+        let reply = reply.map_err(|e| {
+            format!("the response could not be read: {e} ({LLM_REQUEST_FILE} and {LLM_RESPONSE_FILE} kept for debugging)")
+        })?;
+        for f in [&request, &response] {
+            let _ = std::fs::remove_file(f);
+        }
+        Ok(Completion {
+            message: reply.message,
+            usage: reply.usage,
+        })
+    }
+}

@@ -1,0 +1,352 @@
+//! The agent loop of one task (DESIGN §4), run inside the task's own process.
+//!
+//! 1. If current.jsonl is empty: add the system prompt, then the task's user message (a resumed
+//!    task already has them and never gets them again).
+//! 2. Loop, at most `agent.max_steps` LLM calls: compress if the compressor says so; fsync the
+//!    context files (step boundary); write request.json from current.jsonl with the request
+//!    format plugin; POST it; parse response.json with the plugin; append the assistant
+//!    message; add the call and its tokens to the task's row (provider usage when given,
+//!    estimate otherwise); delete request.json and response.json (both are kept when the call
+//!    fails, and the error says so).
+//! 3. Every tool call of the reply gets a `tool` message through the [`ToolRunner`].
+//! 4. A reply without tool calls is the final answer: the task is complete.
+
+pub mod llm_import;
+pub mod tools;
+
+use std::path::Path;
+
+use anyhow::{Context, anyhow, bail};
+use ctxhost_format::ChatMessage;
+
+use crate::config::Config;
+use crate::db::{Db, now_rfc3339};
+use crate::llm::Transport;
+use crate::runtime::{CompressConfig, Compressor, MessageStore, RequestConfig, RequestFormat};
+pub use tools::{NoTools, ToolRunner};
+
+/// Request body file of the current LLM call, in the task directory.
+pub const REQUEST_FILE: &str = "request.json";
+/// Response body file of the current LLM call, in the task directory.
+pub const RESPONSE_FILE: &str = "response.json";
+/// History file of the message store (fsynced at step boundaries).
+pub const MESSAGES_FILE: &str = "messages.jsonl";
+
+/// How a task's loop ended (errors are `Err`, and fail the task).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The model gave a final answer (its text, also the last line of messages.jsonl).
+    Completed { answer: String },
+}
+
+/// The task being run.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskInput<'a> {
+    /// Canonical UUID (the `tasks` row).
+    pub uuid: &'a str,
+    /// The user message that starts the task.
+    pub prompt: &'a str,
+    /// The task directory (`contexts/running/{uuid}/`).
+    pub dir: &'a Path,
+    /// LLM calls the loop already made for this task in earlier processes (0 on a first run).
+    pub steps_done: u32,
+}
+
+/// What the loop works with: settings, the task's row, its plugins, transport and tools.
+pub struct Agent<'a> {
+    pub config: &'a Config,
+    pub db: &'a Db,
+    /// Opened message store (its `open` has been called).
+    pub store: &'a mut MessageStore,
+    pub format: &'a mut RequestFormat,
+    /// `None` when `plugins.compressor` is `none`.
+    pub compressor: Option<&'a mut Compressor>,
+    pub transport: &'a Transport,
+    pub tools: &'a mut dyn ToolRunner,
+}
+
+impl Agent<'_> {
+    /// Run the loop of `task` to its end. `Err` fails the task; the message says which step
+    /// and what (transport error with status and URL, unreadable response, plugin error,
+    /// step limit).
+    pub fn run(&mut self, task: &TaskInput<'_>) -> anyhow::Result<Outcome> {
+        self.start(task)?;
+        let max_steps = self.config.agent.max_steps;
+        let mut steps = task.steps_done;
+        loop {
+            if steps >= max_steps {
+                bail!("step limit of {max_steps} reached (agent.max_steps) without a final answer");
+            }
+            self.maybe_compress(task)?;
+            steps += 1;
+            let reply = self.llm_step(task, steps)?;
+            let calls = reply.calls().to_vec();
+            if calls.is_empty() {
+                let answer = reply.content.unwrap_or_default();
+                tracing::info!(uuid = %task.uuid, steps, "final answer received");
+                return Ok(Outcome::Completed { answer });
+            }
+            for call in &calls {
+                let message = self
+                    .tools
+                    .run(call)
+                    .with_context(|| format!("tool call {} ({})", call.id, call.function.name))?;
+                debug_assert_eq!(message.tool_call_id.as_deref(), Some(call.id.as_str()));
+                self.store
+                    .add_message(&message, &now_rfc3339())
+                    .with_context(|| format!("appending the result of tool call {}", call.id))?;
+                self.db.add_usage(task.uuid, 0, 1, 0, 0)?;
+            }
+        }
+    }
+
+    /// Step 1: a fresh context gets the system prompt, then the user's message. A resumed one
+    /// is left as it is.
+    fn start(&mut self, task: &TaskInput<'_>) -> anyhow::Result<()> {
+        let stats_count = self
+            .store
+            .count_messages()
+            .context("message store: count-messages")?;
+        let current_tokens = self
+            .store
+            .current_token_count()
+            .context("message store: current-token-count")?;
+        let current_file = task
+            .dir
+            .join(self.store.current_context_file().context("message store")?);
+        let current_empty = std::fs::metadata(&current_file)
+            .map(|m| m.len() == 0)
+            .unwrap_or(true);
+        if !current_empty {
+            tracing::info!(uuid = %task.uuid, messages = stats_count, tokens = current_tokens, "continuing the context");
+            return Ok(());
+        }
+        if stats_count > 0 {
+            bail!(
+                "{} is empty but {} holds {stats_count} messages: the context must be repaired before the task can go on",
+                current_file.display(),
+                task.dir.join(MESSAGES_FILE).display()
+            );
+        }
+        let system = ChatMessage::text("system", self.config.agent.system_prompt.clone());
+        self.store
+            .add_message(&system, &now_rfc3339())
+            .context("adding the system prompt")?;
+        let user = ChatMessage::text("user", task.prompt.to_string());
+        self.store
+            .add_message(&user, &now_rfc3339())
+            .context("adding the task's prompt")?;
+        Ok(())
+    }
+
+    /// One LLM call; returns the assistant message as appended.
+    fn llm_step(&mut self, task: &TaskInput<'_>, step: u32) -> anyhow::Result<ChatMessage> {
+        let dir = task.dir;
+        let current = self
+            .store
+            .current_context_file()
+            .context("message store: current-context-file")?;
+        // Step boundary: what was appended so far is on disk before we wait on the network.
+        crate::layout::sync_file(&dir.join(MESSAGES_FILE))?;
+        crate::layout::sync_file(&dir.join(&current))?;
+        self.tools.sync()?;
+
+        let tokens_before = self
+            .store
+            .current_token_count()
+            .context("message store: current-token-count")?;
+        let llm = &self.config.llm;
+        let info = self
+            .format
+            .write_request(&RequestConfig {
+                model: llm.model.clone(),
+                messages_file: current.clone(),
+                request_file: REQUEST_FILE.to_string(),
+                tools_file: self.tools.tools_file(),
+                max_output_tokens: llm.max_output_tokens,
+                temperature: llm.temperature,
+            })
+            .map_err(|e| {
+                anyhow!("LLM call {step}: building {REQUEST_FILE} from {current} failed: {e}")
+            })?;
+        tracing::debug!(uuid = %task.uuid, step, bytes = info.bytes, messages = info.messages, tokens = tokens_before, "request written");
+
+        let request = dir.join(REQUEST_FILE);
+        let response = dir.join(RESPONSE_FILE);
+        let outcome = self.transport.post_file(&info.endpoint_path, &request, &response).map_err(|e| {
+            anyhow!("LLM call {step} failed: {e} ({REQUEST_FILE} kept in the task directory for debugging)")
+        })?;
+        tracing::debug!(uuid = %task.uuid, step, status = outcome.status, bytes = outcome.bytes, attempts = outcome.attempts, "response received");
+
+        let reply = match self.format.read_response(RESPONSE_FILE) {
+            Ok(r) => r,
+            Err(e) => {
+                // The provider answered: count the call (usage unknown).
+                self.db.add_usage(task.uuid, 1, 0, 0, 0)?;
+                bail!(
+                    "LLM call {step}: the response could not be read: {e} ({REQUEST_FILE} and {RESPONSE_FILE} kept in the task directory for debugging)"
+                );
+            }
+        };
+        let message = normalise_reply(reply.message, step);
+        if message.calls().is_empty()
+            && message
+                .content
+                .as_deref()
+                .is_none_or(|c| c.trim().is_empty())
+        {
+            self.db.add_usage(
+                task.uuid,
+                1,
+                0,
+                reply.usage.map(|u| u.total_tokens).unwrap_or(0),
+                0,
+            )?;
+            bail!(
+                "LLM call {step}: the model returned an empty answer (finish_reason: {}); {REQUEST_FILE} and {RESPONSE_FILE} kept in the task directory",
+                reply.finish_reason.as_deref().unwrap_or("none")
+            );
+        }
+        let added = self
+            .store
+            .add_message(&message, &now_rfc3339())
+            .context("appending the assistant message")?;
+        let tokens = match reply.usage {
+            Some(u) if u.total_tokens > 0 => u.total_tokens,
+            // Estimate: what was sent plus what came back.
+            _ => tokens_before + added.tokens,
+        };
+        self.db.add_usage(task.uuid, 1, 0, tokens, 0)?;
+        for f in [&request, &response] {
+            if let Err(e) = std::fs::remove_file(f)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!("cannot delete {}: {e}", f.display());
+            }
+        }
+        if reply.finish_reason.as_deref() == Some("length") {
+            tracing::warn!(uuid = %task.uuid, step, "the model's answer was cut at llm.max_output_tokens");
+        }
+        Ok(message)
+    }
+
+    /// The compression check before each LLM call. With no compressor configured this does
+    /// nothing. A failing compression leaves the context as it was (the error is logged);
+    /// a result that breaks the context invariants or is not smaller is rejected.
+    fn maybe_compress(&mut self, task: &TaskInput<'_>) -> anyhow::Result<()> {
+        let Some(compressor) = self.compressor.as_deref_mut() else {
+            return Ok(());
+        };
+        let cs = &self.config.context_storage;
+        let cfg = CompressConfig {
+            context_length: self.config.llm.context_length,
+            threshold: cs.compression_threshold,
+            keep_recent_messages: cs.keep_recent_messages,
+            summary_prompt: cs.summary_prompt.clone(),
+            reserve_output_tokens: self.config.llm.max_output_tokens.unwrap_or(1024),
+        };
+        let tokens = self
+            .store
+            .current_token_count()
+            .context("message store: current-token-count")?;
+        if !compressor
+            .should_compress(tokens, &cfg)
+            .context("compressor: should-compress")?
+        {
+            return Ok(());
+        }
+        let result = match compressor.compress(&cfg) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(uuid = %task.uuid, "compression failed, context left as it was: {e}");
+                return Ok(());
+            }
+        };
+        let file = task.dir.join(&result.context_file);
+        let checked = crate::invariants::check_context_file(&file, false);
+        let reject = match &checked {
+            Err(e) => Some(e.to_string()),
+            Ok(s) if s.tokens >= tokens => Some(format!(
+                "it is not smaller ({} tokens, the context has {tokens})",
+                s.tokens
+            )),
+            Ok(_) => None,
+        };
+        if let Some(why) = reject {
+            tracing::warn!(uuid = %task.uuid, "compression result {} rejected: {why}", result.context_file);
+            let _ = std::fs::remove_file(&file);
+            return Ok(());
+        }
+        if let Some(s) = &result.summary {
+            let summary = ChatMessage::text("assistant", s.summary.clone());
+            self.store
+                .record_summary(&summary, &s.id, &now_rfc3339())
+                .context("recording the summary")?;
+        }
+        let stats = self
+            .store
+            .recreate_current_context(&result.context_file)
+            .context("installing the compressed context")?;
+        self.db.add_usage(task.uuid, 0, 0, 0, 1)?;
+        tracing::info!(uuid = %task.uuid, before = tokens, after = stats.current_tokens, "context compressed");
+        Ok(())
+    }
+}
+
+/// The host's rules for an assistant reply, whatever the format plugin returned: role
+/// `assistant`; every tool call has a non-empty id, unique within the reply
+/// (`call_{step}_{i}` is assigned where it is missing or repeated) and the `function` type.
+fn normalise_reply(mut message: ChatMessage, step: u32) -> ChatMessage {
+    message.role = "assistant".to_string();
+    message.tool_call_id = None;
+    message.tool_name = None;
+    if let Some(calls) = message.tool_calls.as_mut() {
+        let mut seen = std::collections::HashSet::new();
+        for (i, call) in calls.iter_mut().enumerate() {
+            if call.id.trim().is_empty() || !seen.insert(call.id.clone()) {
+                call.id = format!("call_{step}_{}", i + 1);
+                seen.insert(call.id.clone());
+            }
+            call.kind = "function".to_string();
+        }
+        if calls.is_empty() {
+            message.tool_calls = None;
+        }
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxhost_format::ToolCall;
+
+    #[test]
+    fn reply_ids_are_made_unique_and_present() {
+        let m = ChatMessage {
+            role: "model".into(),
+            content: None,
+            tool_calls: Some(vec![
+                ToolCall::new("", "a", "{}"),
+                ToolCall::new("x", "b", "{}"),
+                ToolCall::new("x", "c", "{}"),
+            ]),
+            ..Default::default()
+        };
+        let n = normalise_reply(m, 3);
+        assert_eq!(n.role, "assistant");
+        let ids: Vec<_> = n.calls().iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["call_3_1", "x", "call_3_3"]);
+    }
+
+    #[test]
+    fn empty_tool_call_list_becomes_none() {
+        let m = ChatMessage {
+            role: "assistant".into(),
+            content: Some("hi".into()),
+            tool_calls: Some(vec![]),
+            ..Default::default()
+        };
+        assert_eq!(normalise_reply(m, 1).tool_calls, None);
+    }
+}

@@ -1,0 +1,288 @@
+//! The `ctxhost` command line.
+//!
+//! Exit codes (stable): 0 success; 1 a task or check failed, or an operation failed at run
+//! time; 2 usage or configuration error (bad flag, bad config value, unknown or invalid UUID).
+//! Logs go to stderr (`RUST_LOG`, or `-v`/`-vv`/`-vvv`); results go to stdout, as a table or,
+//! with `--json`, as one JSON document.
+
+mod init;
+mod report;
+mod submit;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Config, ConfigError};
+use crate::layout::Layout;
+
+/// Exit code: a task or check failed, or an operation failed.
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code: usage or configuration error.
+pub const EXIT_USAGE: u8 = 2;
+
+/// An error caused by how ctxhost was called (exit code 2). Anything else is exit code 1.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Shorthand for a [`UsageError`] as `anyhow::Error`.
+pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
+    UsageError(msg.into()).into()
+}
+
+const ABOUT: &str =
+    "Run coding-agent tasks with file-based context and sandboxed WebAssembly plugins";
+
+const LONG_ABOUT: &str = "\
+Run coding-agent tasks with file-based context and sandboxed WebAssembly plugins.
+
+Every task's conversation lives in files under contexts/ (messages.jsonl, current.jsonl, ...);
+tasks.db records each task's status and statistics. `ctxhost run` starts one process per task.";
+
+const EXAMPLES: &str = "\
+Examples:
+  ctxhost init                                   create ./contexts and a commented ./config.yaml
+  ctxhost submit 'Explain src/main.rs'           queue a task, print its UUID
+  ctxhost submit --prompt-file task.md --source github --owner acme --repo app --type issue --id 42
+  echo 'Fix the build' | ctxhost submit -
+  ctxhost run --once                             run queued tasks, exit when all are done
+  ctxhost tasks --status failed --json           list failed tasks as JSON
+  ctxhost show 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b
+  ctxhost stats
+  ctxhost plugin check ./my-compressor.wasm
+
+Exit codes: 0 ok, 1 task/check failed, 2 usage or config error.";
+
+/// Top-level arguments.
+#[derive(Debug, Parser)]
+#[command(name = "ctxhost", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags accepted by every subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Config file (a missing file means all defaults).
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        default_value = "config.yaml"
+    )]
+    pub config: PathBuf,
+    /// contexts/ directory (overrides context_storage.base_dir).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub contexts: Option<PathBuf>,
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the contexts/ tree and tasks.db, and write a commented config.yaml if none exists.
+    Init,
+    /// Queue a task; prints its UUID.
+    #[command(
+        after_help = "Examples:\n  ctxhost submit 'Add a --dry-run flag to the CLI'\n  \
+        ctxhost submit --prompt-file issue.md --source github --owner acme --repo app --type issue --id 7\n  \
+        cat prompt.txt | ctxhost submit --prompt-file - --json"
+    )]
+    Submit(submit::SubmitArgs),
+    /// Run the worker: start one process per queued task, up to the parallel limit.
+    #[command(after_help = "Examples:\n  ctxhost run --once\n  ctxhost run --max-parallel 4")]
+    Run(RunArgs),
+    /// List tasks, newest first.
+    #[command(after_help = "Examples:\n  ctxhost tasks\n  ctxhost tasks --status running --json")]
+    Tasks(report::TasksArgs),
+    /// Show one task: its row, directory, result and last messages.
+    Show(report::ShowArgs),
+    /// Statistics: counts by status, durations, tokens, LLM calls, compressions, by model.
+    Stats(report::StatsArgs),
+    /// Plugin tools.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+    /// Run one task in this process (used by `ctxhost run`).
+    #[command(hide = true)]
+    TaskExec {
+        /// The task's UUID.
+        uuid: String,
+    },
+}
+
+/// `ctxhost plugin …`
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Check a component against the plugin contract (exit 0 pass, 1 fail).
+    #[command(
+        after_help = "Examples:\n  ctxhost plugin check builtin:jsonl-store\n  \
+        ctxhost plugin check ./target/wasm32-wasip2/release/my_store.wasm --json"
+    )]
+    Check {
+        /// `builtin:NAME` or a path to a .wasm component.
+        spec: String,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `ctxhost run` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Exit when the queue is empty and every started task has finished.
+    #[arg(long)]
+    pub once: bool,
+    /// Task processes at once (overrides worker.max_parallel_tasks).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub max_parallel: Option<u32>,
+    /// How often to look at the queue, milliseconds (overrides worker.poll_interval_ms).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..))]
+    pub poll_ms: Option<u64>,
+}
+
+/// Entry point of the binary: parse arguments, run, map the outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    init_logging(cli.global.verbose);
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit_code_of(&e))
+        }
+    }
+}
+
+/// 2 for usage and config errors, 1 otherwise.
+fn exit_code_of(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<UsageError>().is_some() || e.downcast_ref::<ConfigError>().is_some() {
+        EXIT_USAGE
+    } else {
+        EXIT_FAILED
+    }
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn,ctxhost=info",
+        1 => "info",
+        2 => "debug,cranelift_codegen=info,wasmtime_cranelift=info",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .with_target(verbose >= 2)
+        .try_init();
+}
+
+/// The config and the contexts/ layout in effect for a command.
+pub(crate) struct Env {
+    pub config: Config,
+    pub config_path: PathBuf,
+    pub layout: Layout,
+    pub verbose: u8,
+}
+
+impl Env {
+    fn load(global: &GlobalArgs) -> anyhow::Result<Env> {
+        let config = Config::load(&global.config)?;
+        let root = global
+            .contexts
+            .clone()
+            .unwrap_or_else(|| config.context_storage.base_dir.clone());
+        Ok(Env {
+            config,
+            config_path: global.config.clone(),
+            layout: Layout::new(root),
+            verbose: global.verbose,
+        })
+    }
+
+    /// Fail with a usage error unless the contexts/ tree exists (read-only commands never create it).
+    pub(crate) fn require_tree(&self) -> anyhow::Result<()> {
+        if !self.layout.exists() || !self.layout.db_path().exists() {
+            return Err(usage(format!(
+                "no contexts directory at {} (run `ctxhost init`, or pass --contexts DIR)",
+                self.layout.root().display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let global = cli.global;
+    match cli.command {
+        Command::Init => init::run(&global),
+        Command::Submit(args) => submit::run(&Env::load(&global)?, &args),
+        Command::Run(args) => {
+            let env = Env::load(&global)?;
+            env.layout.ensure()?;
+            let opts = crate::worker::WorkerOptions {
+                once: args.once,
+                max_parallel: args
+                    .max_parallel
+                    .unwrap_or(env.config.worker.max_parallel_tasks),
+                poll_interval: std::time::Duration::from_millis(
+                    args.poll_ms.unwrap_or(env.config.worker.poll_interval_ms),
+                ),
+                config_path: absolute(&env.config_path),
+                contexts: absolute(env.layout.root()),
+                verbose: env.verbose,
+            };
+            crate::worker::run(&opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tasks(args) => report::tasks(&Env::load(&global)?, &args),
+        Command::Show(args) => report::show(&Env::load(&global)?, &args),
+        Command::Stats(args) => report::stats(&Env::load(&global)?, &args),
+        Command::Plugin(PluginCommand::Check { spec, json }) => {
+            let passed = crate::plugin_check::run(&spec, json)?;
+            Ok(if passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_FAILED)
+            })
+        }
+        Command::TaskExec { uuid } => {
+            let env = Env::load(&global)?;
+            let uuid = crate::layout::parse_uuid(&uuid).map_err(|e| usage(e.to_string()))?;
+            let status = crate::task_process::run(&env.config, &env.layout, &uuid)?;
+            Ok(match status {
+                Some(s) if s != crate::db::Status::Completed && s.is_final() => {
+                    ExitCode::from(EXIT_FAILED)
+                }
+                _ => ExitCode::SUCCESS,
+            })
+        }
+    }
+}
+
+/// `p` made absolute against the current directory (unchanged if that cannot be read).
+pub(crate) fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}

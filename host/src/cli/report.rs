@@ -1,0 +1,372 @@
+//! `ctxhost tasks`, `show` and `stats`: read-only reports, as tables or `--json`.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Args;
+use ctxhost_format::HistoryLine;
+use serde::Serialize;
+
+use super::{Env, usage};
+use crate::db::{Db, ModelStats, Status, TaskFilter, TaskRow};
+use crate::layout::parse_uuid;
+
+/// `ctxhost tasks` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct TasksArgs {
+    /// Only tasks with this status (queued, running, paused, completed, failed, stopped).
+    #[arg(long, value_parser = parse_status)]
+    pub status: Option<Status>,
+    /// Only tasks of this user.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// At most this many tasks (newest first).
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    /// Print JSON (an array of task rows).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ctxhost show` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct ShowArgs {
+    /// The task's UUID.
+    pub uuid: String,
+    /// How many of the last messages of messages.jsonl to show.
+    #[arg(long, default_value_t = 5)]
+    pub messages: usize,
+    /// Print JSON: {task, dir, dir_state, result, last_messages}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ctxhost stats` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct StatsArgs {
+    /// Print JSON: {by_status, total, by_model}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_status(s: &str) -> Result<Status, String> {
+    s.parse()
+}
+
+fn open_db(env: &Env) -> anyhow::Result<Db> {
+    env.require_tree()?;
+    Ok(Db::open(env.layout.root())?)
+}
+
+pub(super) fn tasks(env: &Env, args: &TasksArgs) -> anyhow::Result<ExitCode> {
+    let db = open_db(env)?;
+    let rows = db.list(&TaskFilter {
+        status: args.status,
+        user: args.user.clone(),
+        limit: Some(args.limit),
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() {
+        println!("no tasks");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut table = vec![
+        [
+            "UUID", "STATUS", "CREATED", "LLM", "TOOLS", "TOKENS", "MODEL", "TASK",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for r in &rows {
+        table.push(vec![
+            r.uuid.clone(),
+            r.status.to_string(),
+            r.created_at
+                .get(..19)
+                .unwrap_or(&r.created_at)
+                .replace('T', " "),
+            r.llm_call_count.to_string(),
+            r.tool_call_count.to_string(),
+            r.total_tokens.to_string(),
+            r.model.clone().unwrap_or_default(),
+            describe(r),
+        ]);
+    }
+    print_table(&table);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One-line description: the task key for github/gitlab, else the start of the prompt.
+fn describe(r: &TaskRow) -> String {
+    if r.task_source != "local" {
+        let mut s = format!(
+            "{} {}/{}",
+            r.task_source,
+            r.owner.as_deref().unwrap_or("?"),
+            r.repo.as_deref().unwrap_or("?")
+        );
+        if let Some(t) = &r.task_type {
+            s.push_str(&format!(" {t}"));
+        }
+        if let Some(id) = &r.task_id {
+            s.push_str(&format!(" #{id}"));
+        }
+        return s;
+    }
+    shorten(&r.prompt, 48)
+}
+
+/// First line of `text`, cut to `max` characters with `…`.
+fn shorten(text: &str, max: usize) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    if line.chars().count() > max {
+        format!("{}…", line.chars().take(max - 1).collect::<String>())
+    } else {
+        line.to_string()
+    }
+}
+
+fn print_table(rows: &[Vec<String>]) {
+    let cols = rows[0].len();
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 == cols {
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(widths[c] - cell.chars().count() + 2));
+            }
+        }
+        println!("{}", line.trim_end());
+    }
+}
+
+/// A message of messages.jsonl as `show` reports it (or the error for a line that does not parse).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum ShownLine {
+    Message(HistoryLine),
+    Unreadable { line: u64, error: String },
+}
+
+/// What `show --json` prints.
+#[derive(Debug, Serialize)]
+struct ShowReport {
+    task: TaskRow,
+    /// The task directory, if it exists.
+    dir: Option<String>,
+    /// `running`, `paused` or `completed`.
+    dir_state: Option<String>,
+    /// The final assistant answer of a completed task.
+    result: Option<String>,
+    last_messages: Vec<ShownLine>,
+}
+
+/// The last `n` lines of `messages.jsonl`, streamed (memory bounded by `n` lines), and the
+/// last assistant text message without tool calls (the task's answer).
+fn tail_messages(path: &Path, n: usize) -> anyhow::Result<(Vec<ShownLine>, Option<String>)> {
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), None)),
+        Err(e) => return Err(anyhow::anyhow!("cannot open {}: {e}", path.display())),
+    };
+    let mut last: VecDeque<ShownLine> = VecDeque::with_capacity(n + 1);
+    let mut answer = None;
+    for (i, line) in BufReader::new(f).lines().enumerate() {
+        let line = line.map_err(|e| anyhow::anyhow!("{}: line {}: {e}", path.display(), i + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let shown = match serde_json::from_str::<HistoryLine>(&line) {
+            Ok(h) => {
+                if h.role == "assistant"
+                    && h.summary_id.is_none()
+                    && h.tool_calls.as_ref().is_none_or(|c| c.is_empty())
+                {
+                    answer = h.content.clone();
+                } else if h.role != "assistant" {
+                    answer = None;
+                }
+                ShownLine::Message(h)
+            }
+            Err(e) => ShownLine::Unreadable {
+                line: i as u64 + 1,
+                error: e.to_string(),
+            },
+        };
+        if n > 0 {
+            if last.len() == n {
+                last.pop_front();
+            }
+            last.push_back(shown);
+        }
+    }
+    Ok((last.into(), answer))
+}
+
+pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
+    let uuid = parse_uuid(&args.uuid).map_err(|e| usage(e.to_string()))?;
+    let db = open_db(env)?;
+    let task = db.get(&uuid)?.ok_or_else(|| {
+        usage(format!(
+            "no task with UUID {uuid} in {}",
+            db.path().display()
+        ))
+    })?;
+    let found = env.layout.find_task_dir(&uuid);
+    let (last_messages, answer) = match &found {
+        Some((_, dir)) => tail_messages(&dir.join("messages.jsonl"), args.messages)?,
+        None => (Vec::new(), None),
+    };
+    let result = if task.status == Status::Completed {
+        answer
+    } else {
+        None
+    };
+    let report = ShowReport {
+        dir: found.as_ref().map(|(_, d)| d.display().to_string()),
+        dir_state: found.as_ref().map(|(s, _)| s.to_string()),
+        task,
+        result,
+        last_messages,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let t = &report.task;
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    println!("uuid:          {}", t.uuid);
+    println!("status:        {}", t.status);
+    if let Some(e) = &t.error_message {
+        println!("error:         {e}");
+    }
+    println!("task:          {}", describe(t));
+    println!("user:          {}", opt(&t.user));
+    println!("created:       {}", t.created_at);
+    println!("started:       {}", opt(&t.started_at));
+    println!("completed:     {}", opt(&t.completed_at));
+    println!(
+        "llm:           {} {} (context {})",
+        opt(&t.llm_provider),
+        opt(&t.model),
+        t.context_length
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into())
+    );
+    println!(
+        "counters:      {} LLM calls, {} tool calls, {} tokens, {} compressions",
+        t.llm_call_count, t.tool_call_count, t.total_tokens, t.compression_count
+    );
+    if let (Some(pid), Some(host)) = (t.process_id, &t.hostname) {
+        println!("process:       {pid} on {host}");
+    }
+    println!("directory:     {}", report.dir.as_deref().unwrap_or("-"));
+    if let Some(r) = &report.result {
+        println!("\nresult:\n{r}");
+    }
+    if !report.last_messages.is_empty() {
+        println!("\nlast messages:");
+        for m in &report.last_messages {
+            match m {
+                ShownLine::Message(h) => {
+                    let mut text = h.content.clone().unwrap_or_default();
+                    for c in h.tool_calls.iter().flatten() {
+                        text.push_str(&format!(
+                            " [call {} {}({})]",
+                            c.id, c.function.name, c.function.arguments
+                        ));
+                    }
+                    println!("  #{:<4} {:<9} {}", h.seq, h.role, shorten(&text, 100));
+                }
+                ShownLine::Unreadable { line, error } => {
+                    println!("  line {line}: unreadable: {error}")
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
+    let db = open_db(env)?;
+    let stats = db.stats()?;
+    if args.json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            by_status: serde_json::Map<String, serde_json::Value>,
+            total: &'a ModelStats,
+            by_model: &'a [ModelStats],
+        }
+        let by_status = stats
+            .by_status
+            .iter()
+            .map(|(s, n)| (s.to_string(), serde_json::Value::from(*n)))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&Out {
+                by_status,
+                total: &stats.total,
+                by_model: &stats.by_model
+            })?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let counts: Vec<String> = stats
+        .by_status
+        .iter()
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect();
+    println!("tasks: {} ({})", stats.total.tasks, counts.join(", "));
+    let mut table = vec![
+        [
+            "MODEL",
+            "TASKS",
+            "COMPLETED",
+            "FAILED",
+            "AVG_SECS",
+            "TOKENS",
+            "LLM_CALLS",
+            "TOOL_CALLS",
+            "COMPRESSIONS",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    let row = |m: &ModelStats, name: String| {
+        vec![
+            name,
+            m.tasks.to_string(),
+            m.completed.to_string(),
+            m.failed.to_string(),
+            m.avg_duration_secs
+                .map(|d| format!("{d:.1}"))
+                .unwrap_or_else(|| "-".into()),
+            m.total_tokens.to_string(),
+            m.llm_calls.to_string(),
+            m.tool_calls.to_string(),
+            m.compressions.to_string(),
+        ]
+    };
+    for m in &stats.by_model {
+        table.push(row(m, m.model.clone().unwrap_or_else(|| "-".into())));
+    }
+    table.push(row(&stats.total, "(all)".into()));
+    print_table(&table);
+    Ok(ExitCode::SUCCESS)
+}

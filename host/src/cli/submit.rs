@@ -1,0 +1,177 @@
+//! `ctxhost submit`: queue a task and print its UUID (or its row as JSON).
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+
+use super::{Env, usage};
+use crate::db::{Db, NewTask, TaskKey};
+
+/// Largest prompt accepted, bytes.
+pub const MAX_PROMPT_BYTES: usize = 1024 * 1024;
+
+/// Where a task comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Source {
+    Github,
+    Gitlab,
+    Local,
+}
+
+/// What kind of item a github/gitlab task is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TaskType {
+    Issue,
+    #[value(name = "pull_request")]
+    PullRequest,
+}
+
+/// `ctxhost submit` arguments.
+#[derive(Debug, Clone, Args)]
+#[command(group = clap::ArgGroup::new("prompt_input").required(true).args(["text", "prompt", "prompt_file"]))]
+pub struct SubmitArgs {
+    /// The task as text (`-` reads standard input); same as --prompt.
+    #[arg(value_name = "PROMPT")]
+    pub text: Option<String>,
+    /// The task, as text.
+    #[arg(long, value_name = "TEXT")]
+    pub prompt: Option<String>,
+    /// Read the task from a file (`-` reads standard input).
+    #[arg(long, value_name = "PATH")]
+    pub prompt_file: Option<PathBuf>,
+    /// Where the task comes from.
+    #[arg(long, value_enum, default_value = "local")]
+    pub source: Source,
+    /// Repository owner (required for github/gitlab).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Repository name (required for github/gitlab).
+    #[arg(long)]
+    pub repo: Option<String>,
+    /// Issue or pull request.
+    #[arg(long = "type", value_enum, value_name = "TYPE")]
+    pub task_type: Option<TaskType>,
+    /// Issue or pull request number / id.
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+    /// Who submits the task (default: $USER).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Print the new task's row as JSON instead of the bare UUID.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn read_prompt(args: &SubmitArgs) -> anyhow::Result<String> {
+    let stdin_path = PathBuf::from("-");
+    let text = if let Some(p) = args
+        .prompt
+        .as_ref()
+        .or(args.text.as_ref().filter(|t| *t != "-"))
+    {
+        p.clone()
+    } else {
+        let path = args.prompt_file.as_ref().unwrap_or(&stdin_path);
+        let mut buf = Vec::new();
+        if path.as_os_str() == "-" {
+            std::io::stdin()
+                .take(MAX_PROMPT_BYTES as u64 + 1)
+                .read_to_end(&mut buf)
+                .map_err(|e| usage(format!("cannot read the prompt from standard input: {e}")))?;
+        } else {
+            let f = std::fs::File::open(path)
+                .map_err(|e| usage(format!("--prompt-file {}: {e}", path.display())))?;
+            f.take(MAX_PROMPT_BYTES as u64 + 1)
+                .read_to_end(&mut buf)
+                .map_err(|e| usage(format!("--prompt-file {}: {e}", path.display())))?;
+        }
+        if buf.len() > MAX_PROMPT_BYTES {
+            return Err(usage(format!(
+                "the prompt is larger than {} MiB",
+                MAX_PROMPT_BYTES / (1024 * 1024)
+            )));
+        }
+        String::from_utf8(buf).map_err(|e| {
+            usage(format!(
+                "the prompt is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ))
+        })?
+    };
+    if text.len() > MAX_PROMPT_BYTES {
+        return Err(usage(format!(
+            "the prompt is larger than {} MiB",
+            MAX_PROMPT_BYTES / (1024 * 1024)
+        )));
+    }
+    if text.trim().is_empty() {
+        return Err(usage("the prompt is empty"));
+    }
+    Ok(text)
+}
+
+fn task_key(args: &SubmitArgs) -> anyhow::Result<TaskKey> {
+    let source = match args.source {
+        Source::Github => "github",
+        Source::Gitlab => "gitlab",
+        Source::Local => "local",
+    };
+    let clean = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<String>> {
+        match v.as_deref().map(str::trim) {
+            None => Ok(None),
+            Some("") => Err(usage(format!("--{flag} must not be empty"))),
+            Some(s) if s.chars().any(char::is_control) => Err(usage(format!(
+                "--{flag} must not contain control characters"
+            ))),
+            Some(s) => Ok(Some(s.to_string())),
+        }
+    };
+    let key = TaskKey {
+        task_source: source.to_string(),
+        owner: clean("owner", &args.owner)?,
+        repo: clean("repo", &args.repo)?,
+        task_type: args.task_type.map(|t| match t {
+            TaskType::Issue => "issue".to_string(),
+            TaskType::PullRequest => "pull_request".to_string(),
+        }),
+        task_id: clean("id", &args.id)?,
+    };
+    if args.source != Source::Local && (key.owner.is_none() || key.repo.is_none()) {
+        return Err(usage(format!("--source {source} needs --owner and --repo")));
+    }
+    Ok(key)
+}
+
+pub(super) fn run(env: &Env, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
+    let prompt = read_prompt(args)?;
+    let key = task_key(args)?;
+    let user = match &args.user {
+        Some(u) if u.trim().is_empty() => return Err(usage("--user must not be empty")),
+        Some(u) => Some(u.trim().to_string()),
+        None => std::env::var("USER").ok().filter(|u| !u.is_empty()),
+    };
+    env.layout.ensure()?;
+    let db = Db::open(env.layout.root())?;
+    let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+    db.insert_queued(&NewTask {
+        uuid: uuid.clone(),
+        key,
+        prompt,
+        user,
+        llm_provider: env.config.llm.provider.to_string(),
+        model: env.config.llm.model.clone(),
+        context_length: env.config.llm.context_length,
+    })?;
+    tracing::debug!(%uuid, "task queued");
+    if args.json {
+        let row = db
+            .get(&uuid)?
+            .ok_or_else(|| anyhow::anyhow!("task {uuid} vanished after insert"))?;
+        println!("{}", serde_json::to_string_pretty(&row)?);
+    } else {
+        println!("{uuid}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

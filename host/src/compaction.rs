@@ -1,0 +1,217 @@
+//! One compaction step: ask the compressor, check what it returned, install it atomically.
+//!
+//! Lifecycle (DESIGN.md §5–§6), run before every LLM call:
+//! 1. `should-compress(current tokens)`; if not, nothing happens.
+//! 2. `compress` writes a new context to a file of its own (never current.jsonl).
+//! 3. The host checks that file whatever the component is: a relative path inside the task
+//!    directory, every line a chat message, the same system prompt first, tool calls and results
+//!    paired ([`crate::invariants`]), fewer tokens than before, and a non-empty summary text.
+//!    Anything else is rejected, the file deleted and current.jsonl left as it was.
+//! 4. The summary (if any) is appended to messages.jsonl, then the message store installs the
+//!    new context (temp file + rename) and recounts its tokens exactly.
+//! 5. If the context is still over the threshold, the step fails instead of compressing again on
+//!    the next turn: nothing more can be removed without dropping the kept messages.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Component, Path};
+
+use ctxhost_format::ChatMessage;
+
+use crate::invariants::{ContextFileError, check_context_file};
+use crate::runtime::{CompressConfig, Compressor, MessageStore, RuntimeError};
+
+/// What one compaction step did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompactionOutcome {
+    /// The context is under the threshold.
+    NotNeeded,
+    /// current.jsonl was replaced.
+    Compressed {
+        /// Tokens of current.jsonl before and after (estimates).
+        before_tokens: u64,
+        after_tokens: u64,
+        /// The summary's id, when the strategy made one.
+        summary_id: Option<String>,
+    },
+}
+
+/// Why a compaction step failed. In every case current.jsonl holds a valid context: the old
+/// one, or (for [`CompactionError::StillOverThreshold`]) the smaller new one.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactionError {
+    /// The compressor (or the message store) failed; the context was left as it was.
+    #[error("compression failed, the context was left as it was: {0}")]
+    Plugin(#[from] RuntimeError),
+    /// The compressor named a file outside the task directory, or current.jsonl itself.
+    #[error(
+        "compressor {component} returned context file {file:?}: it must be a new file inside the task directory; rejected, the context was left as it was"
+    )]
+    BadPath { component: String, file: String },
+    /// The new context breaks an invariant.
+    #[error(
+        "compressor {component} returned a context that breaks an invariant ({source}); rejected, the context was left as it was"
+    )]
+    Invalid {
+        component: String,
+        source: ContextFileError,
+    },
+    /// The new context does not start with the same system prompt.
+    #[error(
+        "compressor {component} changed or dropped the system prompt; rejected, the context was left as it was"
+    )]
+    SystemPromptChanged { component: String },
+    /// The new context is not smaller.
+    #[error(
+        "compressor {component} returned {after} tokens for a context of {before}: a compression must make the context smaller; rejected, the context was left as it was"
+    )]
+    NotSmaller {
+        component: String,
+        before: u64,
+        after: u64,
+    },
+    /// The summary text is empty.
+    #[error(
+        "compressor {component} returned an empty summary; rejected, the context was left as it was"
+    )]
+    EmptySummary { component: String },
+    /// Still over the threshold after compressing.
+    #[error(
+        "the context is still {tokens} tokens after compression, over the threshold of {limit} ({threshold} × context_length {context_length}): the kept messages alone are too large for the window; lower keep_recent_messages or raise context_length"
+    )]
+    StillOverThreshold {
+        tokens: u64,
+        limit: u64,
+        threshold: f64,
+        context_length: u64,
+    },
+    /// Reading current.jsonl's first line failed.
+    #[error("reading {file}: {source}")]
+    Io {
+        file: String,
+        source: std::io::Error,
+    },
+}
+
+/// Run one compaction step for the task in `task_dir` (the directory both components see).
+/// `timestamp` (RFC 3339 UTC) stamps the summary's history line.
+pub fn compact_if_needed(
+    store: &mut MessageStore,
+    compressor: &mut Compressor,
+    task_dir: &Path,
+    config: &CompressConfig,
+    timestamp: &str,
+) -> Result<CompactionOutcome, CompactionError> {
+    let before_tokens = store.current_token_count()?;
+    if !compressor.should_compress(before_tokens, config)? {
+        return Ok(CompactionOutcome::NotNeeded);
+    }
+    let component = compressor.component().to_string();
+    let current_name = store.current_context_file()?;
+    let result = compressor.compress(config)?;
+
+    let file = result.context_file.clone();
+    if !is_plain_relative(&file) || file == current_name {
+        return Err(CompactionError::BadPath { component, file });
+    }
+    let new_path = task_dir.join(&file);
+    let reject = |e: CompactionError| {
+        let _ = std::fs::remove_file(&new_path);
+        Err(e)
+    };
+
+    let checked = match check_context_file(&new_path, false) {
+        Ok(s) => s,
+        Err(source) => return reject(CompactionError::Invalid { component, source }),
+    };
+    let old_system = first_message(&task_dir.join(&current_name))?;
+    let new_system = first_message(&new_path)?;
+    if old_system.is_none() || old_system != new_system {
+        return reject(CompactionError::SystemPromptChanged { component });
+    }
+    if checked.tokens >= before_tokens {
+        return reject(CompactionError::NotSmaller {
+            component,
+            before: before_tokens,
+            after: checked.tokens,
+        });
+    }
+    if let Some(summary) = &result.summary {
+        if summary.summary.trim().is_empty() {
+            return reject(CompactionError::EmptySummary { component });
+        }
+        let message = ChatMessage::text("assistant", summary.summary.clone());
+        if let Err(e) = store.record_summary(&message, &summary.id, timestamp) {
+            let _ = std::fs::remove_file(&new_path);
+            return Err(e.into());
+        }
+    }
+    let stats = store.recreate_current_context(&file)?;
+
+    let limit = (config.context_length as f64 * config.threshold) as u64;
+    if stats.current_tokens > limit {
+        return Err(CompactionError::StillOverThreshold {
+            tokens: stats.current_tokens,
+            limit,
+            threshold: config.threshold,
+            context_length: config.context_length,
+        });
+    }
+    Ok(CompactionOutcome::Compressed {
+        before_tokens,
+        after_tokens: stats.current_tokens,
+        summary_id: result.summary.map(|s| s.id),
+    })
+}
+
+/// A relative path with only normal components (no `..`, no root, no `.`-tricks).
+fn is_plain_relative(file: &str) -> bool {
+    let p = Path::new(file);
+    !file.is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// The first non-blank line of a JSONL file, parsed; `None` when the file is empty or absent.
+fn first_message(path: &Path) -> Result<Option<ChatMessage>, CompactionError> {
+    let io = |source| CompactionError::Io {
+        file: path.display().to_string(),
+        source,
+    };
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(e)),
+    };
+    for line in BufReader::new(file).lines() {
+        let line = line.map_err(io)?;
+        if !line.trim().is_empty() {
+            return Ok(serde_json::from_str(&line).ok());
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_relative_paths_are_accepted() {
+        assert!(is_plain_relative("compressed.jsonl"));
+        assert!(is_plain_relative("tmp/new.jsonl"));
+        for bad in ["", "../x.jsonl", "/etc/passwd", "a/../../b", "./x"] {
+            assert!(!is_plain_relative(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn first_message_skips_blank_lines_and_tolerates_absence() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.jsonl");
+        assert_eq!(first_message(&p).unwrap(), None);
+        std::fs::write(&p, "\n{\"role\":\"system\",\"content\":\"s\"}\n").unwrap();
+        assert_eq!(
+            first_message(&p).unwrap(),
+            Some(ChatMessage::text("system", "s"))
+        );
+    }
+}

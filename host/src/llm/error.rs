@@ -1,0 +1,161 @@
+//! [`TransportError`]: why a POST to the provider failed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How many bytes of an error response body are kept in [`TransportError::Http`].
+pub const BODY_SNIPPET_BYTES: usize = 500;
+
+/// Why [`crate::llm::Transport::post_file`] failed. Every variant that involved the network
+/// names the URL and the number of attempts made; none ever contains the API key (the body
+/// snippet has any occurrence of the key replaced by `[redacted]`).
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The provider answered with a non-2xx status (after retries, when retryable).
+    /// `body` is the first [`BODY_SNIPPET_BYTES`] bytes of the response body (lossy UTF-8).
+    #[error("POST {url}: HTTP {status}{reason} after {attempts} attempt(s); response body: {body}",
+        reason = if status_text.is_empty() { String::new() } else { format!(" {status_text}") })]
+    Http {
+        url: String,
+        status: u16,
+        status_text: String,
+        attempts: u32,
+        body: String,
+    },
+    /// Each attempt ran longer than `request_timeout` (or connecting took longer than
+    /// `connect_timeout`).
+    #[error(
+        "POST {url}: timed out after {attempts} attempt(s) (limit {timeout:?} per attempt): {detail}"
+    )]
+    Timeout {
+        url: String,
+        attempts: u32,
+        timeout: Duration,
+        detail: String,
+    },
+    /// Connecting failed or the connection broke (refused, reset, DNS, closed mid-response,
+    /// body shorter than its Content-Length), on every attempt.
+    #[error("POST {url}: {detail} (after {attempts} attempt(s))")]
+    Connection {
+        url: String,
+        attempts: u32,
+        detail: String,
+    },
+    /// The response body exceeded `max_response_bytes`; not retried.
+    #[error(
+        "POST {url}: response body larger than the limit of {limit} bytes (llm.max_response_mib)"
+    )]
+    TooLarge { url: String, limit: u64 },
+    /// The URL is malformed or uses an unsupported scheme; not retried.
+    #[error("POST {url}: invalid URL: {detail}")]
+    InvalidUrl { url: String, detail: String },
+    /// The request file could not be opened or read.
+    #[error("request file {}: {source}", path.display())]
+    RequestFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The response file could not be created, written or renamed into place.
+    #[error("response file {}: {source}", path.display())]
+    ResponseFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl TransportError {
+    /// Attempts made (0 for errors before any network activity, e.g. an unreadable request file).
+    pub fn attempts(&self) -> u32 {
+        match self {
+            TransportError::Http { attempts, .. }
+            | TransportError::Timeout { attempts, .. }
+            | TransportError::Connection { attempts, .. } => *attempts,
+            TransportError::TooLarge { .. } => 1,
+            _ => 0,
+        }
+    }
+
+    /// The HTTP status, for [`TransportError::Http`].
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            TransportError::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// The first `max` bytes of `bytes` as text (lossy UTF-8, cut at a char boundary, `…` appended
+/// when cut), with `secret` replaced by `[redacted]` and every run of whitespace or control
+/// characters shown as one space, so the snippet fits on one log line.
+pub fn body_snippet(bytes: &[u8], max: usize, secret: Option<&str>) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut text = match secret {
+        Some(s) if !s.is_empty() => text.replace(s, "[redacted]"),
+        _ => text.into_owned(),
+    };
+    let trimmed_len = text.trim_end().len();
+    text.truncate(trimmed_len);
+    let mut cut = false;
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        cut = true;
+    }
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_whitespace() || c.is_control() {
+            if !out.is_empty() && !out.ends_with(' ') {
+                out.push(' ');
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    let trimmed_len = out.trim_end().len();
+    out.truncate(trimmed_len);
+    if cut {
+        out.push('…');
+    }
+    if out.is_empty() {
+        out.push_str("(empty)");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippet_cuts_and_redacts() {
+        let s = body_snippet(b"error: bad key sk-123 given", 500, Some("sk-123"));
+        assert_eq!(s, "error: bad key [redacted] given");
+        let s = body_snippet("ééé".as_bytes(), 3, None);
+        assert_eq!(s, "é…");
+        assert_eq!(body_snippet(b"", 10, None), "(empty)");
+        assert_eq!(body_snippet(b"  a\r\n\tb\x00 ", 10, None), "a b");
+    }
+
+    #[test]
+    fn display_names_url_status_attempts() {
+        let e = TransportError::Http {
+            url: "http://h/v1/chat/completions".into(),
+            status: 502,
+            status_text: "Bad Gateway".into(),
+            attempts: 4,
+            body: "<html>bad gateway</html>".into(),
+        };
+        let s = e.to_string();
+        assert!(s.contains("http://h/v1/chat/completions"), "{s}");
+        assert!(s.contains("HTTP 502 Bad Gateway"), "{s}");
+        assert!(s.contains("4 attempt"), "{s}");
+        assert!(s.contains("<html>bad gateway</html>"), "{s}");
+        assert_eq!(e.attempts(), 4);
+        assert_eq!(e.status(), Some(502));
+    }
+}

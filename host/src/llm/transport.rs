@@ -1,0 +1,407 @@
+//! [`Transport`]: POST a request file, stream the response into a file, retry transient failures.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::config::TransportConfig;
+use super::error::{BODY_SNIPPET_BYTES, TransportError, body_snippet};
+use super::retry::{INITIAL_BACKOFF, is_retryable_status, next_delay, parse_retry_after};
+
+/// The result of a successful [`Transport::post_file`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostOutcome {
+    /// The 2xx HTTP status of the final attempt.
+    pub status: u16,
+    /// Bytes of the response body written to the response file.
+    pub bytes: u64,
+    /// Attempts made, including the successful one (1 = no retry).
+    pub attempts: u32,
+    /// Wall time of the whole call, including backoff sleeps.
+    pub elapsed: Duration,
+}
+
+/// A blocking HTTP client for one provider. Keeps a connection pool; `Send + Sync`, so one
+/// instance can serve a task's agent loop and its compressor's `llm` import.
+pub struct Transport {
+    cfg: TransportConfig,
+    agent: ureq::Agent,
+    initial_backoff: Duration,
+}
+
+/// Why one attempt failed (internal; turned into a [`TransportError`] when no retry is left).
+enum AttemptError {
+    Status {
+        status: u16,
+        status_text: String,
+        body: String,
+        retry_after: Option<Duration>,
+    },
+    Timeout {
+        limit: Duration,
+        detail: String,
+    },
+    Connection(String),
+    TooLarge,
+    InvalidUrl(String),
+    RequestFile(io::Error),
+    ResponseFile(io::Error),
+}
+
+impl AttemptError {
+    fn retryable(&self) -> bool {
+        match self {
+            AttemptError::Status { status, .. } => is_retryable_status(*status),
+            AttemptError::Timeout { .. } | AttemptError::Connection(_) => true,
+            AttemptError::TooLarge
+            | AttemptError::InvalidUrl(_)
+            | AttemptError::RequestFile(_)
+            | AttemptError::ResponseFile(_) => false,
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            AttemptError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// Short text for the per-attempt log line.
+    fn summary(&self) -> String {
+        match self {
+            AttemptError::Status {
+                status,
+                status_text,
+                ..
+            } => format!("HTTP {status} {status_text}"),
+            AttemptError::Timeout { detail, .. } => format!("timeout: {detail}"),
+            AttemptError::Connection(d) => d.clone(),
+            AttemptError::TooLarge => "response too large".into(),
+            AttemptError::InvalidUrl(d) => format!("invalid URL: {d}"),
+            AttemptError::RequestFile(e) => format!("request file: {e}"),
+            AttemptError::ResponseFile(e) => format!("response file: {e}"),
+        }
+    }
+
+    fn into_error(
+        self,
+        url: &str,
+        attempts: u32,
+        cfg: &TransportConfig,
+        request_file: &Path,
+        response_file: &Path,
+    ) -> TransportError {
+        let url = url.to_string();
+        match self {
+            AttemptError::Status {
+                status,
+                status_text,
+                body,
+                ..
+            } => TransportError::Http {
+                url,
+                status,
+                status_text,
+                attempts,
+                body,
+            },
+            AttemptError::Timeout { limit, detail } => TransportError::Timeout {
+                url,
+                attempts,
+                timeout: limit,
+                detail,
+            },
+            AttemptError::Connection(detail) => TransportError::Connection {
+                url,
+                attempts,
+                detail,
+            },
+            AttemptError::TooLarge => TransportError::TooLarge {
+                url,
+                limit: cfg.max_response_bytes,
+            },
+            AttemptError::InvalidUrl(detail) => TransportError::InvalidUrl { url, detail },
+            AttemptError::RequestFile(source) => TransportError::RequestFile {
+                path: request_file.to_path_buf(),
+                source,
+            },
+            AttemptError::ResponseFile(source) => TransportError::ResponseFile {
+                path: response_file.to_path_buf(),
+                source,
+            },
+        }
+    }
+}
+
+impl Transport {
+    /// A transport for `cfg`. Does no I/O; connections are opened on first use. Redirects are
+    /// not followed (a 3xx is reported as an error naming its `Location`), so a request body
+    /// and an API key are never sent to a host other than `base_url`'s.
+    pub fn new(cfg: TransportConfig) -> Transport {
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(cfg.connect_timeout)
+            .timeout(cfg.request_timeout)
+            .redirects(0)
+            .user_agent(concat!("ctxhost/", env!("CARGO_PKG_VERSION")))
+            .build();
+        Transport {
+            cfg,
+            agent,
+            initial_backoff: INITIAL_BACKOFF,
+        }
+    }
+
+    /// Replace the first backoff delay (default [`INITIAL_BACKOFF`], 500 ms; doubles per retry).
+    /// `Retry-After` from the server still takes precedence. Mainly for tests.
+    pub fn with_initial_backoff(mut self, initial: Duration) -> Transport {
+        self.initial_backoff = initial;
+        self
+    }
+
+    /// The configuration this transport was built with.
+    pub fn config(&self) -> &TransportConfig {
+        &self.cfg
+    }
+
+    /// POST the file `request_file` (streamed from disk with its size as Content-Length,
+    /// `Content-Type: application/json`) to [`TransportConfig::url_for`]`(endpoint_path)`, and
+    /// write the response body to `response_file` (via `<response_file>.partial`, renamed into
+    /// place only once the whole body was read). Retries up to `max_retries` times on 408, 409,
+    /// 429, 500, 502, 503, 504, connection failures, timeouts and truncated bodies, waiting
+    /// `Retry-After` (capped at `max_backoff`) or an exponential backoff with jitter.
+    ///
+    /// Ok only for a 2xx whose body was fully read. The request file is never modified. On
+    /// error no response file is left behind (an existing one is left as it was).
+    pub fn post_file(
+        &self,
+        endpoint_path: &str,
+        request_file: &Path,
+        response_file: &Path,
+    ) -> Result<PostOutcome, TransportError> {
+        let url = self.cfg.url_for(endpoint_path);
+        let started = Instant::now();
+        let max_attempts = self.cfg.max_retries.saturating_add(1);
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let t0 = Instant::now();
+            match self.attempt(&url, request_file, response_file) {
+                Ok((status, bytes)) => {
+                    tracing::info!(
+                        url = %url, attempt, status, bytes,
+                        elapsed_ms = t0.elapsed().as_millis() as u64,
+                        "llm POST ok"
+                    );
+                    return Ok(PostOutcome {
+                        status,
+                        bytes,
+                        attempts: attempt,
+                        elapsed: started.elapsed(),
+                    });
+                }
+                Err(e) => {
+                    let elapsed_ms = t0.elapsed().as_millis() as u64;
+                    if !e.retryable() || attempt >= max_attempts {
+                        tracing::warn!(
+                            url = %url, attempt, max_attempts, elapsed_ms,
+                            error = %e.summary(), retryable = e.retryable(),
+                            "llm POST failed; giving up"
+                        );
+                        return Err(e.into_error(
+                            &url,
+                            attempt,
+                            &self.cfg,
+                            request_file,
+                            response_file,
+                        ));
+                    }
+                    let delay = next_delay(
+                        attempt,
+                        e.retry_after(),
+                        self.initial_backoff,
+                        self.cfg.max_backoff,
+                    );
+                    tracing::warn!(
+                        url = %url, attempt, max_attempts, elapsed_ms,
+                        error = %e.summary(),
+                        retry_after_ms = e.retry_after().map(|d| d.as_millis() as u64),
+                        retry_in_ms = delay.as_millis() as u64,
+                        "llm POST failed; retrying"
+                    );
+                    thread::sleep(delay);
+                }
+            }
+        }
+    }
+
+    /// One attempt: send, then stream a 2xx body to the response file. Returns (status, bytes).
+    fn attempt(
+        &self,
+        url: &str,
+        request_file: &Path,
+        response_file: &Path,
+    ) -> Result<(u16, u64), AttemptError> {
+        let file = File::open(request_file).map_err(AttemptError::RequestFile)?;
+        let len = file.metadata().map_err(AttemptError::RequestFile)?.len();
+        tracing::debug!(url = %url, request_bytes = len, has_key = self.cfg.api_key.is_some(), "llm POST sending");
+        let mut req = self
+            .agent
+            .post(url)
+            .set("Content-Type", "application/json")
+            .set("Accept", "application/json")
+            .set("Content-Length", &len.to_string());
+        if let Some(key) = &self.cfg.api_key {
+            req = req.set("Authorization", &format!("Bearer {key}"));
+        }
+        // `take(len)`: never send more than announced, even if the file grew meanwhile.
+        let body = BufReader::with_capacity(64 * 1024, file).take(len);
+        let resp = match req.send(body) {
+            Ok(resp) => resp,
+            Err(ureq::Error::Status(status, resp)) => return Err(self.status_error(status, resp)),
+            Err(ureq::Error::Transport(t)) => return Err(self.classify_transport(&t)),
+        };
+        let status = resp.status();
+        if !(200..300).contains(&status) {
+            // 1xx/3xx (redirects are not followed): report, don't retry.
+            return Err(self.status_error(status, resp));
+        }
+        let bytes = self.stream_body(resp, response_file)?;
+        Ok((status, bytes))
+    }
+
+    /// Build the error for a non-2xx response: snippet of its body, `Retry-After`, and for a
+    /// redirect the `Location` it pointed to.
+    fn status_error(&self, status: u16, resp: ureq::Response) -> AttemptError {
+        let status_text = resp.status_text().to_string();
+        let retry_after = resp
+            .header("Retry-After")
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let location = resp.header("Location").map(str::to_string);
+        let mut buf = Vec::with_capacity(BODY_SNIPPET_BYTES + 4);
+        // A body that breaks off is fine here: we only want its beginning.
+        let _ = resp
+            .into_reader()
+            .take(BODY_SNIPPET_BYTES as u64 + 4)
+            .read_to_end(&mut buf);
+        let mut body = body_snippet(&buf, BODY_SNIPPET_BYTES, self.cfg.api_key.as_deref());
+        if let Some(loc) = location {
+            body = format!("(redirect to {loc}; set llm.base_url to the final URL) {body}");
+        }
+        AttemptError::Status {
+            status,
+            status_text,
+            body,
+            retry_after,
+        }
+    }
+
+    fn classify_transport(&self, t: &ureq::Transport) -> AttemptError {
+        use ureq::ErrorKind as K;
+        let io_kind = std::error::Error::source(t)
+            .and_then(|s| s.downcast_ref::<io::Error>())
+            .map(io::Error::kind);
+        // kind, message and source often repeat each other ("Network Error: Network Error: …").
+        let mut detail = t.kind().to_string();
+        let parts = [
+            t.message().map(str::to_string),
+            std::error::Error::source(t).map(|s| s.to_string()),
+        ];
+        for part in parts.into_iter().flatten() {
+            if part.starts_with(&detail) {
+                detail = part;
+            } else if !detail.contains(&part) {
+                detail.push_str(": ");
+                detail.push_str(&part);
+            }
+        }
+        match t.kind() {
+            K::InvalidUrl | K::UnknownScheme | K::InsecureRequestHttpsOnly | K::InvalidProxyUrl => {
+                AttemptError::InvalidUrl(detail)
+            }
+            _ if matches!(
+                io_kind,
+                Some(io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock)
+            ) =>
+            {
+                let limit = if t.kind() == K::ConnectionFailed {
+                    self.cfg.connect_timeout
+                } else {
+                    self.cfg.request_timeout
+                };
+                AttemptError::Timeout { limit, detail }
+            }
+            _ => AttemptError::Connection(detail),
+        }
+    }
+
+    /// Copy the body to `<response_file>.partial`, then rename it to `response_file`.
+    fn stream_body(&self, resp: ureq::Response, response_file: &Path) -> Result<u64, AttemptError> {
+        let partial = partial_path(response_file);
+        let result = self.copy_capped(resp, &partial);
+        match result {
+            Ok(n) => match std::fs::rename(&partial, response_file) {
+                Ok(()) => Ok(n),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&partial);
+                    Err(AttemptError::ResponseFile(e))
+                }
+            },
+            Err(e) => {
+                let _ = std::fs::remove_file(&partial);
+                Err(e)
+            }
+        }
+    }
+
+    fn copy_capped(&self, resp: ureq::Response, dest: &Path) -> Result<u64, AttemptError> {
+        let limit = self.cfg.max_response_bytes;
+        let mut out = File::create(dest).map_err(AttemptError::ResponseFile)?;
+        let mut reader = resp.into_reader();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut total: u64 = 0;
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+                    ) =>
+                {
+                    return Err(AttemptError::Timeout {
+                        limit: self.cfg.request_timeout,
+                        detail: format!("reading the response body after {total} bytes: {e}"),
+                    });
+                }
+                Err(e) => {
+                    return Err(AttemptError::Connection(format!(
+                        "response body broken off after {total} bytes: {e}"
+                    )));
+                }
+            };
+            total += n as u64;
+            if total > limit {
+                return Err(AttemptError::TooLarge);
+            }
+            out.write_all(&buf[..n])
+                .map_err(AttemptError::ResponseFile)?;
+        }
+        out.flush().map_err(AttemptError::ResponseFile)?;
+        Ok(total)
+    }
+}
+
+/// `<file>.partial` next to `file` (same directory, so the final rename is atomic).
+fn partial_path(file: &Path) -> PathBuf {
+    let mut name = file
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "response".into());
+    name.push(".partial");
+    file.with_file_name(name)
+}

@@ -1,0 +1,46 @@
+//! The builtin components, embedded in the binary: `builtin:NAME` is the file
+//! `<CTXHOST_GUEST_DIR>/<NAME with - → _>.wasm` built by `host/build.rs` from
+//! `guest-components/`.
+//!
+//! To add a builtin, add its crate to `guest-components/` and a line to [`BUILTINS`].
+
+/// `(NAME, component bytes)` of every builtin.
+const BUILTINS: &[(&str, &[u8])] = &[
+    (
+        "jsonl-store",
+        include_bytes!(concat!(env!("CTXHOST_GUEST_DIR"), "/jsonl_store.wasm")),
+    ),
+    (
+        "openai-chat",
+        include_bytes!(concat!(env!("CTXHOST_GUEST_DIR"), "/openai_chat.wasm")),
+    ),
+    (
+        "ollama-chat",
+        include_bytes!(concat!(env!("CTXHOST_GUEST_DIR"), "/ollama_chat.wasm")),
+    ),
+    (
+        "llm-summarizer",
+        include_bytes!(concat!(env!("CTXHOST_GUEST_DIR"), "/llm_summarizer.wasm")),
+    ),
+    (
+        "observation-masking",
+        include_bytes!(concat!(
+            env!("CTXHOST_GUEST_DIR"),
+            "/observation_masking.wasm"
+        )),
+    ),
+    (
+        "prompted-tools",
+        include_bytes!(concat!(env!("CTXHOST_GUEST_DIR"), "/prompted_tools.wasm")),
+    ),
+];
+
+/// The bytes of builtin `name` (without the `builtin:` prefix).
+pub fn bytes(name: &str) -> Option<&'static [u8]> {
+    BUILTINS.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
+}
+
+/// Every builtin's NAME (without the `builtin:` prefix), in a stable order.
+pub fn names() -> Vec<&'static str> {
+    BUILTINS.iter().map(|(n, _)| *n).collect()
+}

@@ -1,0 +1,516 @@
+//! The host's WebAssembly component runtime (DESIGN.md §5): one wasmtime `Engine`, a linker per
+//! plugin world, a compiled-component cache, and sandboxed instances.
+//!
+//! ```text
+//! Runtime::new(contexts/.cache, limits)
+//!   .load(&"builtin:jsonl-store".parse()?, PluginKind::MessageStore)  -> LoadedPlugin
+//!   .message_store(&plugin, task_dir)                                -> MessageStore
+//!      .open() / .add_message(..) / ...                              -> Result<_, RuntimeError>
+//! ```
+//!
+//! - [`world`]: which world a component implements (from its exports), WIT version checks.
+//! - [`cache`]: precompiled artefacts under `contexts/.cache/`.
+//! - [`sandbox`]: per-instance `Store`, WASI (task directory only), limits, deadlines, error
+//!   mapping. [`output`]: component stdout/stderr → `tracing`.
+//! - [`bindings`] (generated) and `convert` (the shim to host types in [`types`]).
+//! - [`MessageStore`], [`RequestFormat`], [`Compressor`]: the typed instances.
+
+mod bindings;
+mod builtin;
+pub mod cache;
+mod compressor;
+mod convert;
+mod epoch;
+mod error;
+mod host_imports;
+mod message_store;
+pub mod output;
+mod request_format;
+mod sandbox;
+pub mod types;
+pub mod world;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine};
+
+use bindings::compressor::{CompressorPlugin, CompressorPluginPre};
+use bindings::message_store::{MessageStorePlugin, MessageStorePluginPre};
+use bindings::request_format::{RequestFormatPlugin, RequestFormatPluginPre};
+use epoch::EpochTicker;
+use sandbox::{Sandbox, StoreState};
+
+pub use cache::CacheOutcome;
+pub use compressor::Compressor;
+pub use error::{PluginError, RuntimeError};
+pub use message_store::MessageStore;
+pub use request_format::RequestFormat;
+pub use types::{
+    AddedMessage, Completion, CompressConfig, CompressResult, LlmImport, NoLlm, Reply,
+    RequestConfig, RequestInfo, StoreStats, SummaryInfo, Usage,
+};
+pub use world::{PluginKind, WIT_PACKAGE, WIT_VERSION};
+
+/// Per-instance resource limits (config `runtime.memory_limit_mib`, `runtime.call_timeout_secs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeLimits {
+    /// Largest linear memory of one instance, in bytes (default 256 MiB). Growing past it
+    /// traps: [`RuntimeError::MemoryLimit`].
+    pub memory_bytes: usize,
+    /// Longest a single call (or instantiation) may run, not counting time in the host's `llm`
+    /// import (default 30 s; resolution 10 ms). Past it: [`RuntimeError::Deadline`].
+    pub call_timeout: Duration,
+}
+
+impl Default for RuntimeLimits {
+    fn default() -> Self {
+        RuntimeLimits {
+            memory_bytes: 256 * 1024 * 1024,
+            call_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Where a component comes from: `builtin:NAME` (embedded in the binary) or a `.wasm` path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PluginSource {
+    /// A builtin, by NAME (without the `builtin:` prefix), e.g. `jsonl-store`.
+    Builtin(String),
+    /// A component file.
+    Path(PathBuf),
+}
+
+impl PluginSource {
+    /// Every builtin, as `builtin:NAME` sources.
+    pub fn builtins() -> Vec<PluginSource> {
+        builtin::names()
+            .into_iter()
+            .map(|n| PluginSource::Builtin(n.to_string()))
+            .collect()
+    }
+}
+
+impl FromStr for PluginSource {
+    type Err = RuntimeError;
+
+    /// `builtin:NAME` → [`PluginSource::Builtin`] (NAME must be a known builtin); anything
+    /// else → [`PluginSource::Path`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.strip_prefix("builtin:") {
+            Some(name) if builtin::bytes(name).is_some() => {
+                Ok(PluginSource::Builtin(name.to_string()))
+            }
+            Some(name) => Err(unknown_builtin(name)),
+            None => Ok(PluginSource::Path(PathBuf::from(s))),
+        }
+    }
+}
+
+impl fmt::Display for PluginSource {
+    /// `builtin:NAME` or the path as given; this is the component's name in every message.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PluginSource::Builtin(name) => write!(f, "builtin:{name}"),
+            PluginSource::Path(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+fn unknown_builtin(name: &str) -> RuntimeError {
+    RuntimeError::UnknownBuiltin {
+        name: name.to_string(),
+        available: builtin::names()
+            .iter()
+            .map(|n| format!("builtin:{n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// A compiled component checked against its world and pre-linked, ready to instantiate
+/// (cheap to clone; instantiating takes tens of microseconds).
+#[derive(Clone)]
+pub struct LoadedPlugin {
+    name: Arc<str>,
+    kind: PluginKind,
+    version: String,
+    exports: Vec<String>,
+    cache: CacheOutcome,
+    pre: Pre,
+}
+
+#[derive(Clone)]
+enum Pre {
+    MessageStore(MessageStorePluginPre<StoreState>),
+    Compressor(CompressorPluginPre<StoreState>),
+    RequestFormat(RequestFormatPluginPre<StoreState>),
+}
+
+impl LoadedPlugin {
+    /// The component's name: `builtin:NAME` or its path.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its plugin kind (world).
+    pub fn kind(&self) -> PluginKind {
+        self.kind
+    }
+
+    /// The WIT version of the exported plugin interface, e.g. `0.1.0`.
+    pub fn wit_version(&self) -> &str {
+        &self.version
+    }
+
+    /// Every export name of the component.
+    pub fn exports(&self) -> &[String] {
+        &self.exports
+    }
+
+    /// Whether it came from the compiled-component cache.
+    pub fn cache_outcome(&self) -> CacheOutcome {
+        self.cache
+    }
+}
+
+impl fmt::Debug for LoadedPlugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadedPlugin")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The component runtime of one process: one `Engine` (epoch interruption, ticked every 10 ms
+/// by a background thread), a `Linker` per world (WASI p2 + `log`, and `llm` for compressors),
+/// the compiled-component cache and the per-instance limits. `Send + Sync`.
+pub struct Runtime {
+    engine: Engine,
+    message_store_linker: Linker<StoreState>,
+    compressor_linker: Linker<StoreState>,
+    request_format_linker: Linker<StoreState>,
+    cache: cache::ComponentCache,
+    limits: RuntimeLimits,
+    ticker: Arc<EpochTicker>,
+}
+
+impl Runtime {
+    /// A runtime caching compiled components in `cache_dir` (normally `contexts/.cache`,
+    /// created on first use) and applying `limits` to every instance.
+    ///
+    /// Errors: the engine cannot be configured or the ticker thread cannot start.
+    pub fn new(cache_dir: &Path, limits: RuntimeLimits) -> anyhow::Result<Runtime> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).map_err(wasmtime_error)?;
+
+        let mut message_store_linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut message_store_linker).map_err(wasmtime_error)?;
+        MessageStorePlugin::add_to_linker::<StoreState, HasSelf<StoreState>>(
+            &mut message_store_linker,
+            |s| s,
+        )
+        .map_err(wasmtime_error)?;
+
+        let mut compressor_linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut compressor_linker).map_err(wasmtime_error)?;
+        CompressorPlugin::add_to_linker::<StoreState, HasSelf<StoreState>>(
+            &mut compressor_linker,
+            |s| s,
+        )
+        .map_err(wasmtime_error)?;
+
+        let mut request_format_linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut request_format_linker)
+            .map_err(wasmtime_error)?;
+        RequestFormatPlugin::add_to_linker::<StoreState, HasSelf<StoreState>>(
+            &mut request_format_linker,
+            |s| s,
+        )
+        .map_err(wasmtime_error)?;
+
+        let cache = cache::ComponentCache::new(cache_dir, &engine);
+        let ticker = EpochTicker::start(&engine)?;
+        Ok(Runtime {
+            engine,
+            message_store_linker,
+            compressor_linker,
+            request_format_linker,
+            cache,
+            limits,
+            ticker,
+        })
+    }
+
+    /// The limits applied to every instance.
+    pub fn limits(&self) -> RuntimeLimits {
+        self.limits
+    }
+
+    /// The compiled-component cache directory.
+    pub fn cache_dir(&self) -> &Path {
+        self.cache.dir()
+    }
+
+    /// Load `source` as a plugin of `kind`: read it, compile it (or load it from the cache),
+    /// check it exports `kind`'s interface at WIT version 0.1.x, and pre-link it.
+    ///
+    /// Errors name the component: [`RuntimeError::NotFound`], [`RuntimeError::Read`],
+    /// [`RuntimeError::NotAComponent`], [`RuntimeError::UnknownBuiltin`],
+    /// [`RuntimeError::WrongWorld`] (e.g. `component x.wasm: exports
+    /// ctxhost:plugin/request-format@0.1.0, expected ctxhost:plugin/message-store@0.1.0 (world
+    /// message-store-plugin)`), [`RuntimeError::IncompatibleVersion`], [`RuntimeError::Compile`],
+    /// [`RuntimeError::Link`] (imports the world does not provide, or export signatures that do
+    /// not match the WIT).
+    pub fn load(
+        &self,
+        source: &PluginSource,
+        kind: PluginKind,
+    ) -> Result<LoadedPlugin, RuntimeError> {
+        let (name, component, outcome) = self.compile(source)?;
+        let exports = world::export_names(&self.engine, &component);
+        let version = world::expect_kind(&name, &exports, kind)?;
+        self.prepare(name, component, outcome, kind, version, exports)
+    }
+
+    /// Load `source` as whichever plugin kind it exports (for `ctxhost plugin check`).
+    /// Errors as [`Runtime::load`]; a component exporting no (or several) plugin interfaces is
+    /// [`RuntimeError::WrongWorld`].
+    pub fn load_any(&self, source: &PluginSource) -> Result<LoadedPlugin, RuntimeError> {
+        let (name, component, outcome) = self.compile(source)?;
+        let exports = world::export_names(&self.engine, &component);
+        let (kind, version) = world::detect(&name, &exports)?;
+        self.prepare(name, component, outcome, kind, version, exports)
+    }
+
+    /// A new message store instance of `plugin` on `task_dir` (which must exist).
+    pub fn message_store(
+        &self,
+        plugin: &LoadedPlugin,
+        task_dir: &Path,
+    ) -> Result<MessageStore, RuntimeError> {
+        let Pre::MessageStore(pre) = &plugin.pre else {
+            return Err(self.kind_mismatch(plugin, PluginKind::MessageStore));
+        };
+        let mut sandbox = self.sandbox(plugin, task_dir, None)?;
+        let bindings = sandbox.call("instantiation", |s| pre.instantiate(s))?;
+        Ok(MessageStore::new(sandbox, bindings))
+    }
+
+    /// A new request format instance of `plugin` on `task_dir`.
+    pub fn request_format(
+        &self,
+        plugin: &LoadedPlugin,
+        task_dir: &Path,
+    ) -> Result<RequestFormat, RuntimeError> {
+        let Pre::RequestFormat(pre) = &plugin.pre else {
+            return Err(self.kind_mismatch(plugin, PluginKind::RequestFormat));
+        };
+        let mut sandbox = self.sandbox(plugin, task_dir, None)?;
+        let bindings = sandbox.call("instantiation", |s| pre.instantiate(s))?;
+        Ok(RequestFormat::new(sandbox, bindings))
+    }
+
+    /// A new compressor instance of `plugin` on `task_dir`; its `llm` import calls `llm`.
+    pub fn compressor(
+        &self,
+        plugin: &LoadedPlugin,
+        task_dir: &Path,
+        llm: Box<dyn LlmImport>,
+    ) -> Result<Compressor, RuntimeError> {
+        let Pre::Compressor(pre) = &plugin.pre else {
+            return Err(self.kind_mismatch(plugin, PluginKind::Compressor));
+        };
+        let mut sandbox = self.sandbox(plugin, task_dir, Some(llm))?;
+        let bindings = sandbox.call("instantiation", |s| pre.instantiate(s))?;
+        Ok(Compressor::new(sandbox, bindings))
+    }
+
+    fn sandbox(
+        &self,
+        plugin: &LoadedPlugin,
+        task_dir: &Path,
+        llm: Option<Box<dyn LlmImport>>,
+    ) -> Result<Sandbox, RuntimeError> {
+        Sandbox::new(
+            &self.engine,
+            self.ticker.clone(),
+            plugin.name.clone(),
+            &self.limits,
+            task_dir,
+            llm,
+        )
+    }
+
+    fn kind_mismatch(&self, plugin: &LoadedPlugin, wanted: PluginKind) -> RuntimeError {
+        RuntimeError::WrongWorld {
+            component: plugin.name.to_string(),
+            found: plugin.kind.export_name(),
+            expected: wanted.export_name(),
+            world: wanted.world().to_string(),
+        }
+    }
+
+    /// Read and compile (or load from the cache) `source`.
+    fn compile(
+        &self,
+        source: &PluginSource,
+    ) -> Result<(Arc<str>, Component, CacheOutcome), RuntimeError> {
+        let name = source.to_string();
+        let bytes: Cow<'static, [u8]> = match source {
+            PluginSource::Builtin(n) => {
+                Cow::Borrowed(builtin::bytes(n).ok_or_else(|| unknown_builtin(n))?)
+            }
+            PluginSource::Path(p) => Cow::Owned(std::fs::read(p).map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => RuntimeError::NotFound {
+                    component: name.clone(),
+                },
+                _ => RuntimeError::Read {
+                    component: name.clone(),
+                    reason: e.to_string(),
+                },
+            })?),
+        };
+        check_header(&name, &bytes)?;
+        let (component, outcome) = self.cache.load_or_compile(&self.engine, &bytes, || {
+            Component::new(&self.engine, &bytes).map_err(|e| RuntimeError::Compile {
+                component: name.clone(),
+                reason: format!("{e:#}"),
+            })
+        })?;
+        tracing::debug!(component = %name, cache = ?outcome, "component loaded");
+        Ok((name.into(), component, outcome))
+    }
+
+    fn prepare(
+        &self,
+        name: Arc<str>,
+        component: Component,
+        cache: CacheOutcome,
+        kind: PluginKind,
+        version: String,
+        exports: Vec<String>,
+    ) -> Result<LoadedPlugin, RuntimeError> {
+        let link_error = |e: wasmtime::Error| RuntimeError::Link {
+            component: name.to_string(),
+            world: kind.world().to_string(),
+            reason: format!("{e:#}"),
+        };
+        let pre = match kind {
+            PluginKind::MessageStore => {
+                let ip = self
+                    .message_store_linker
+                    .instantiate_pre(&component)
+                    .map_err(link_error)?;
+                Pre::MessageStore(MessageStorePluginPre::new(ip).map_err(link_error)?)
+            }
+            PluginKind::Compressor => {
+                let ip = self
+                    .compressor_linker
+                    .instantiate_pre(&component)
+                    .map_err(link_error)?;
+                Pre::Compressor(CompressorPluginPre::new(ip).map_err(link_error)?)
+            }
+            PluginKind::RequestFormat => {
+                let ip = self
+                    .request_format_linker
+                    .instantiate_pre(&component)
+                    .map_err(link_error)?;
+                Pre::RequestFormat(RequestFormatPluginPre::new(ip).map_err(link_error)?)
+            }
+        };
+        Ok(LoadedPlugin {
+            name,
+            kind,
+            version,
+            exports,
+            cache,
+            pre,
+        })
+    }
+}
+
+/// `wasmtime::Error` is not a `std::error::Error`: keep its full chain as text.
+fn wasmtime_error(e: wasmtime::Error) -> anyhow::Error {
+    anyhow::anyhow!("{e:#}")
+}
+
+/// Names of every builtin component (`builtin:NAME`).
+pub fn builtin_names() -> Vec<String> {
+    builtin::names()
+        .into_iter()
+        .map(|n| format!("builtin:{n}"))
+        .collect()
+}
+
+/// Refuse what is not a component before wasmtime tries to compile it, saying what it is.
+fn check_header(name: &str, bytes: &[u8]) -> Result<(), RuntimeError> {
+    let not = |reason: String| RuntimeError::NotAComponent {
+        component: name.to_string(),
+        reason,
+    };
+    if Engine::detect_precompiled(bytes).is_some() {
+        return Err(not(
+            "it is a precompiled wasmtime artefact (.cwasm); give the component's .wasm file"
+                .to_string(),
+        ));
+    }
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        let head: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        return Err(not(if bytes.is_empty() {
+            "the file is empty".to_string()
+        } else {
+            format!(
+                "the file does not start with the WebAssembly magic `\\0asm` (first bytes: {})",
+                head.join(" ")
+            )
+        }));
+    }
+    match &bytes[4..8] {
+        [1, 0, 0, 0] => Err(not(
+            "it is a core WebAssembly module, not a component; build it for wasm32-wasip2 or wrap it with \
+             `wasm-tools component new`"
+                .to_string(),
+        )),
+        [_, _, 1, 0] => Ok(()),
+        other => Err(not(format!("unknown WebAssembly version/layer {other:02x?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_parse_and_display() {
+        let b: PluginSource = "builtin:jsonl-store".parse().unwrap();
+        assert_eq!(b, PluginSource::Builtin("jsonl-store".into()));
+        assert_eq!(b.to_string(), "builtin:jsonl-store");
+        let p: PluginSource = "plugins/x.wasm".parse().unwrap();
+        assert_eq!(p, PluginSource::Path("plugins/x.wasm".into()));
+        let e = "builtin:nope".parse::<PluginSource>().unwrap_err();
+        assert!(
+            e.to_string().contains("builtin:nope") && e.to_string().contains("builtin:jsonl-store"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn headers_say_what_a_file_is() {
+        let e = check_header("x.wasm", b"\0asm\x01\0\0\0").unwrap_err();
+        assert!(e.to_string().contains("core WebAssembly module"), "{e}");
+        let e = check_header("x.wasm", b"hello world").unwrap_err();
+        assert!(e.to_string().contains("68 65 6c 6c"), "{e}");
+        let e = check_header("x.wasm", b"").unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+        assert!(check_header("x.wasm", b"\0asm\x0d\0\x01\0").is_ok());
+    }
+}

@@ -1,0 +1,211 @@
+//! A component's stdout and stderr: split into lines and forwarded to `tracing`, tagged with
+//! the component's name (target `ctxhost::plugin`, fields `component` and `stream`).
+//!
+//! The last few stderr lines are also kept, so a trap's error message can quote what the
+//! component printed before it died (a Rust guest prints its panic message to stderr, then
+//! traps on `unreachable`). Memory per stream is bounded: a line longer than
+//! [`MAX_LINE_BYTES`] is cut there, and [`TAIL_LINES`] lines are kept.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+
+/// Longest line forwarded as one log event (bytes); longer output is split.
+pub const MAX_LINE_BYTES: usize = 8 * 1024;
+/// Stderr lines kept for error messages.
+pub const TAIL_LINES: usize = 4;
+/// Bytes a guest may write per `check-write` permit.
+const WRITE_PERMIT: usize = 64 * 1024;
+
+/// Which standard stream a [`GuestOutput`] stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    fn name(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// One guest output stream. Cheap to clone; clones share the line buffer.
+#[derive(Clone)]
+pub struct GuestOutput {
+    inner: Arc<Mutex<State>>,
+}
+
+struct State {
+    component: Arc<str>,
+    stream: Stream,
+    partial: Vec<u8>,
+    tail: VecDeque<String>,
+}
+
+impl GuestOutput {
+    /// A stream of `component` (its display name).
+    pub fn new(component: Arc<str>, stream: Stream) -> Self {
+        GuestOutput {
+            inner: Arc::new(Mutex::new(State {
+                component,
+                stream,
+                partial: Vec::new(),
+                tail: VecDeque::new(),
+            })),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while logging cannot leave the buffer inconsistent: keep going.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Take `bytes` written by the guest: every complete line is logged.
+    pub fn write_bytes(&self, bytes: &[u8]) {
+        let mut st = self.state();
+        for &b in bytes {
+            if b == b'\n' {
+                st.emit();
+            } else {
+                st.partial.push(b);
+                if st.partial.len() >= MAX_LINE_BYTES {
+                    st.emit();
+                }
+            }
+        }
+    }
+
+    /// Log an unterminated last line, if any (called after every call into the component).
+    pub fn flush_partial(&self) {
+        let mut st = self.state();
+        if !st.partial.is_empty() {
+            st.emit();
+        }
+    }
+
+    /// The last lines written (oldest first), joined with ` | `; `None` when nothing was
+    /// written since the last [`GuestOutput::clear_tail`].
+    pub fn tail(&self) -> Option<String> {
+        let st = self.state();
+        if st.tail.is_empty() {
+            None
+        } else {
+            Some(st.tail.iter().cloned().collect::<Vec<_>>().join(" | "))
+        }
+    }
+
+    /// Forget the kept lines (called before every call, so an error quotes only its own call).
+    pub fn clear_tail(&self) {
+        self.state().tail.clear();
+    }
+}
+
+impl State {
+    fn emit(&mut self) {
+        let raw = std::mem::take(&mut self.partial);
+        let line = String::from_utf8_lossy(&raw);
+        let line = line.trim_end_matches('\r');
+        let component = &*self.component;
+        let stream = self.stream.name();
+        match self.stream {
+            Stream::Stdout => {
+                tracing::debug!(target: "ctxhost::plugin", component, stream, "{line}")
+            }
+            Stream::Stderr => {
+                tracing::info!(target: "ctxhost::plugin", component, stream, "{line}")
+            }
+        }
+        // Rust's panic hint adds nothing to an error message.
+        let noise = line.starts_with("note: run with `RUST_BACKTRACE=1`");
+        if self.stream == Stream::Stderr && !line.trim().is_empty() && !noise {
+            if self.tail.len() == TAIL_LINES {
+                self.tail.pop_front();
+            }
+            self.tail.push_back(line.to_string());
+        }
+    }
+}
+
+impl IsTerminal for GuestOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestOutput {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for GuestOutput {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for GuestOutput {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.write_bytes(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(WRITE_PERMIT)
+    }
+}
+
+impl tokio::io::AsyncWrite for GuestOutput {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.write_bytes(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_last_stderr_lines_and_cuts_long_ones() {
+        let out = GuestOutput::new("test".into(), Stream::Stderr);
+        out.write_bytes(b"one\ntwo\nthr");
+        assert_eq!(out.tail().as_deref(), Some("one | two"));
+        out.write_bytes(b"ee\n\nfour\nfive\n");
+        assert_eq!(out.tail().as_deref(), Some("two | three | four | five"));
+        out.clear_tail();
+        assert_eq!(out.tail(), None);
+        out.write_bytes(&vec![b'x'; MAX_LINE_BYTES + 10]);
+        out.flush_partial();
+        let tail = out.tail().unwrap();
+        assert_eq!(tail.len(), MAX_LINE_BYTES + " | ".len() + 10);
+    }
+}

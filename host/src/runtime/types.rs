@@ -1,0 +1,155 @@
+//! Host-side mirrors of the WIT records of `wit/plugin.wit` (`ctxhost:plugin@0.1.0`).
+//!
+//! Messages are [`ctxhost_format::ChatMessage`] (the OpenAI line shape of `current.jsonl`), so
+//! the rest of the host never sees a generated binding type. Every path is relative to the task
+//! directory, the only directory a component sees. Token counts are estimates
+//! ([`ctxhost_format::estimate_tokens`]) unless a provider reported them.
+
+use ctxhost_format::ChatMessage;
+
+/// Token usage of one LLM call as reported by the provider (WIT `usage`), in tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+/// The answer to a compressor's `llm.complete` request (WIT `llm.completion`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// The assistant message (content may be empty; the compressor decides what that means).
+    pub message: ChatMessage,
+    /// Provider-reported usage, if any.
+    pub usage: Option<Usage>,
+}
+
+/// What the host's `llm` import does for a compressor: send the chat messages of
+/// `messages_file` (JSONL chat message lines, relative to the task directory) to the task's
+/// model with the task's request format and transport, asking for at most `max_output_tokens`.
+///
+/// An `Err(text)` reaches the component as `plugin-error::llm(text)`; say what failed and
+/// where (URL, status), never an API key. Time spent here does not count against the
+/// component's call deadline.
+pub trait LlmImport: Send {
+    fn complete(
+        &mut self,
+        messages_file: &str,
+        max_output_tokens: u32,
+    ) -> Result<Completion, String>;
+}
+
+/// An [`LlmImport`] for components that must not reach a model: every call fails with
+/// `llm: no LLM is available to this component`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoLlm;
+
+impl LlmImport for NoLlm {
+    fn complete(
+        &mut self,
+        _messages_file: &str,
+        _max_output_tokens: u32,
+    ) -> Result<Completion, String> {
+        Err("no LLM is available to this component".to_string())
+    }
+}
+
+/// What a message store knows after `open` or a change (WIT `store-stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreStats {
+    /// Lines in messages.jsonl (= the last seq).
+    pub history_count: u64,
+    /// Chat message lines in current.jsonl.
+    pub current_count: u64,
+    /// Estimated tokens of current.jsonl's messages.
+    pub current_tokens: u64,
+}
+
+/// One message as appended to messages.jsonl (WIT `added-message`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AddedMessage {
+    /// Its seq in messages.jsonl (from 1, gap-free).
+    pub seq: u64,
+    /// Its estimated tokens.
+    pub tokens: u64,
+}
+
+/// Settings for one provider request (WIT `request-config`). Paths are relative to the task
+/// directory.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RequestConfig {
+    /// Model name, written as given (the format escapes it).
+    pub model: String,
+    /// Chat message lines to send (usually `current.jsonl`).
+    pub messages_file: String,
+    /// Where to write the request body (usually `request.json`).
+    pub request_file: String,
+    /// A JSON array of OpenAI tool definitions, if tools are offered.
+    pub tools_file: Option<String>,
+    /// Upper bound on output tokens.
+    pub max_output_tokens: Option<u32>,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+}
+
+/// Where and how to send a written request (WIT `request-info`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequestInfo {
+    /// Path appended to the provider's base URL, e.g. `/v1/chat/completions`.
+    pub endpoint_path: String,
+    /// Bytes written to the request file.
+    pub bytes: u64,
+    /// Messages written.
+    pub messages: u64,
+}
+
+/// What the model answered (WIT `reply`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// The assistant message, tool calls in OpenAI shape.
+    pub message: ChatMessage,
+    /// Provider-reported usage, if any.
+    pub usage: Option<Usage>,
+    /// Why the model stopped (`stop`, `tool_calls`, `length`, ...), if given.
+    pub finish_reason: Option<String>,
+}
+
+/// Compression settings from the task's config (WIT `compress-config`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompressConfig {
+    /// The model's context window (tokens).
+    pub context_length: u64,
+    /// Compress when current tokens > context_length × threshold (0 < threshold ≤ 1).
+    pub threshold: f64,
+    /// Most recent messages kept verbatim.
+    pub keep_recent_messages: u32,
+    /// Summary prompt; `{messages}` is replaced by the messages to summarise.
+    pub summary_prompt: String,
+    /// Tokens reserved for the model's reply in a summary request.
+    pub reserve_output_tokens: u32,
+}
+
+/// A summary produced by a compression (WIT `summary-info`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryInfo {
+    /// Unique id (e.g. `sum-3`), also `summary_id` in messages.jsonl.
+    pub id: String,
+    /// First and last messages.jsonl seq covered.
+    pub start_seq: u64,
+    pub end_seq: u64,
+    /// The summary text.
+    pub summary: String,
+    /// Tokens of the summarised messages and of the summary.
+    pub original_tokens: u64,
+    pub summary_tokens: u64,
+}
+
+/// What a compression produced (WIT `compress-result`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompressResult {
+    /// The new context: a JSONL file of chat message lines (not current.jsonl), for the host to
+    /// validate and install atomically.
+    pub context_file: String,
+    /// The summary, if the strategy made one.
+    pub summary: Option<SummaryInfo>,
+}

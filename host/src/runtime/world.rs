@@ -1,0 +1,273 @@
+//! Which plugin world a component implements, read from its exports.
+//!
+//! A plugin component exports exactly one interface of `ctxhost:plugin` (see `wit/plugin.wit`):
+//! `ctxhost:plugin/message-store@0.1.0`, `…/compressor@0.1.0` or `…/request-format@0.1.0`.
+//! The export names come from the component's type (`Component::component_type().exports`),
+//! so a wrong or outdated component is named precisely before any instantiation is tried.
+
+use std::fmt;
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+use super::error::RuntimeError;
+
+/// The WIT package the host implements.
+pub const WIT_PACKAGE: &str = "ctxhost:plugin";
+/// Its version; components built against another minor version (0.x) are refused.
+pub const WIT_VERSION: &str = "0.1.0";
+
+/// The three kinds of plugin, one per WIT world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PluginKind {
+    MessageStore,
+    Compressor,
+    RequestFormat,
+}
+
+impl PluginKind {
+    /// Every kind.
+    pub const ALL: [PluginKind; 3] = [
+        PluginKind::MessageStore,
+        PluginKind::Compressor,
+        PluginKind::RequestFormat,
+    ];
+
+    /// The exported interface's name: `message-store`, `compressor`, `request-format`.
+    pub fn interface(self) -> &'static str {
+        match self {
+            PluginKind::MessageStore => "message-store",
+            PluginKind::Compressor => "compressor",
+            PluginKind::RequestFormat => "request-format",
+        }
+    }
+
+    /// The world's name: `message-store-plugin`, `compressor-plugin`, `request-format-plugin`.
+    pub fn world(self) -> &'static str {
+        match self {
+            PluginKind::MessageStore => "message-store-plugin",
+            PluginKind::Compressor => "compressor-plugin",
+            PluginKind::RequestFormat => "request-format-plugin",
+        }
+    }
+
+    /// The fully qualified export the host looks for, e.g. `ctxhost:plugin/message-store@0.1.0`.
+    pub fn export_name(self) -> String {
+        format!("{WIT_PACKAGE}/{}@{WIT_VERSION}", self.interface())
+    }
+
+    fn from_interface(name: &str) -> Option<PluginKind> {
+        PluginKind::ALL.into_iter().find(|k| k.interface() == name)
+    }
+}
+
+impl fmt::Display for PluginKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.interface())
+    }
+}
+
+/// One `ctxhost:plugin` interface a component exports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginExport {
+    /// The full export name, e.g. `ctxhost:plugin/request-format@0.1.0`.
+    pub name: String,
+    /// The plugin kind, when the interface is one of the three.
+    pub kind: Option<PluginKind>,
+    /// The WIT version after `@` (empty when unversioned).
+    pub version: String,
+}
+
+/// All export names of `component`, in the component's order.
+pub(crate) fn export_names(engine: &Engine, component: &Component) -> Vec<String> {
+    component
+        .component_type()
+        .exports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect()
+}
+
+/// The `ctxhost:plugin/*` exports among `names`.
+pub(crate) fn plugin_exports(names: &[String]) -> Vec<PluginExport> {
+    names
+        .iter()
+        .filter_map(|name| {
+            let rest = name.strip_prefix(WIT_PACKAGE)?.strip_prefix('/')?;
+            let (iface, version) = rest.split_once('@').unwrap_or((rest, ""));
+            Some(PluginExport {
+                name: name.clone(),
+                kind: PluginKind::from_interface(iface),
+                version: version.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Whether a component built against WIT `version` can be used by this host (semver rules:
+/// same major, and for 0.x the same minor).
+pub fn version_compatible(version: &str) -> bool {
+    fn parts(v: &str) -> Option<(u64, u64)> {
+        let core = v.split(['-', '+']).next()?;
+        let mut it = core.split('.');
+        let major = it.next()?.parse().ok()?;
+        let minor = it.next()?.parse().ok()?;
+        Some((major, minor))
+    }
+    match (parts(version), parts(WIT_VERSION)) {
+        (Some((maj, min)), Some((our_maj, our_min))) => {
+            maj == our_maj && (our_maj != 0 || min == our_min)
+        }
+        _ => false,
+    }
+}
+
+/// The plugin kind and WIT version a component implements, for `plugin check`: exactly one
+/// `ctxhost:plugin` plugin interface at a compatible version.
+pub(crate) fn detect(
+    component: &str,
+    names: &[String],
+) -> Result<(PluginKind, String), RuntimeError> {
+    let exports = plugin_exports(names);
+    let kinds: Vec<&PluginExport> = exports.iter().filter(|e| e.kind.is_some()).collect();
+    match kinds.as_slice() {
+        [one] => {
+            let kind = one.kind.expect("filtered on kind");
+            if version_compatible(&one.version) {
+                Ok((kind, one.version.clone()))
+            } else {
+                Err(incompatible(component, kind, &one.name))
+            }
+        }
+        [] => Err(RuntimeError::WrongWorld {
+            component: component.to_string(),
+            found: describe(names),
+            expected: format!(
+                "one of {}",
+                PluginKind::ALL
+                    .iter()
+                    .map(|k| k.export_name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            world: PluginKind::ALL
+                .iter()
+                .map(|k| k.world())
+                .collect::<Vec<_>>()
+                .join(" | "),
+        }),
+        several => Err(RuntimeError::WrongWorld {
+            component: component.to_string(),
+            found: several
+                .iter()
+                .map(|e| e.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            expected: "exactly one plugin interface".to_string(),
+            world: PluginKind::ALL
+                .iter()
+                .map(|k| k.world())
+                .collect::<Vec<_>>()
+                .join(" | "),
+        }),
+    }
+}
+
+/// Check that a component implements `kind`; returns its WIT version.
+pub(crate) fn expect_kind(
+    component: &str,
+    names: &[String],
+    kind: PluginKind,
+) -> Result<String, RuntimeError> {
+    let exports = plugin_exports(names);
+    if let Some(found) = exports.iter().find(|e| e.kind == Some(kind)) {
+        return if version_compatible(&found.version) {
+            Ok(found.version.clone())
+        } else {
+            Err(incompatible(component, kind, &found.name))
+        };
+    }
+    Err(RuntimeError::WrongWorld {
+        component: component.to_string(),
+        found: describe(names),
+        expected: kind.export_name(),
+        world: kind.world().to_string(),
+    })
+}
+
+fn incompatible(component: &str, kind: PluginKind, found: &str) -> RuntimeError {
+    RuntimeError::IncompatibleVersion {
+        component: component.to_string(),
+        found: found.to_string(),
+        expected: kind.export_name(),
+        version: WIT_VERSION.to_string(),
+        world: kind.world().to_string(),
+    }
+}
+
+/// `ctxhost:plugin/request-format@0.1.0` or `a, b` or `nothing`.
+fn describe(names: &[String]) -> String {
+    if names.is_empty() {
+        "nothing".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn finds_the_kind_and_version() {
+        let n = names(&["ctxhost:plugin/message-store@0.1.0"]);
+        assert_eq!(
+            detect("x.wasm", &n).unwrap(),
+            (PluginKind::MessageStore, "0.1.0".to_string())
+        );
+        assert_eq!(
+            expect_kind("x.wasm", &n, PluginKind::MessageStore).unwrap(),
+            "0.1.0"
+        );
+    }
+
+    #[test]
+    fn wrong_world_names_both_sides() {
+        let n = names(&["ctxhost:plugin/request-format@0.1.0"]);
+        let e = expect_kind("/x/y.wasm", &n, PluginKind::MessageStore).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "component /x/y.wasm: exports ctxhost:plugin/request-format@0.1.0, expected \
+             ctxhost:plugin/message-store@0.1.0 (world message-store-plugin)"
+        );
+    }
+
+    #[test]
+    fn other_minor_versions_are_incompatible() {
+        let n = names(&["ctxhost:plugin/message-store@0.2.0"]);
+        let e = expect_kind("x.wasm", &n, PluginKind::MessageStore).unwrap_err();
+        assert!(matches!(e, RuntimeError::IncompatibleVersion { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("expected ctxhost:plugin/message-store@0.1.0"),
+            "{e}"
+        );
+        assert!(version_compatible("0.1.3"));
+        assert!(!version_compatible("0.2.0"));
+        assert!(!version_compatible(""));
+    }
+
+    #[test]
+    fn a_command_component_is_no_plugin() {
+        let n = names(&["wasi:cli/run@0.2.6"]);
+        let e = detect("x.wasm", &n).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("exports wasi:cli/run@0.2.6, expected one of"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,260 @@
+//! One task's own process (`ctxhost task-exec UUID`, started by the worker).
+//!
+//! Claim the task (one atomic UPDATE; a lost claim ends the process quietly), create
+//! `running/{uuid}/` with metadata.json, load the plugins into a fresh wasmtime runtime, run the
+//! agent loop, then finish: directory renamed to `completed/{uuid}/`, status `completed` or
+//! `failed` with `error_message`, `completed_at` set. Every error — plugin load, runtime trap,
+//! transport, even a panic — ends as a `failed` task with a clear message.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+
+use crate::agent::llm_import::HostLlm;
+use crate::agent::{Agent, NoTools, Outcome, TaskInput};
+use crate::config::Config;
+use crate::db::{Db, Status, TaskRow};
+use crate::layout::{
+    DirState, Layout, Metadata, MetadataConfig, MetadataTaskKey, hostname, write_metadata_once,
+};
+use crate::llm::{Transport, TransportConfig};
+use crate::runtime::{PluginKind, PluginSource, Runtime, RuntimeLimits};
+
+/// The transport settings of `config`'s `llm` section, with the API key read from the
+/// environment now (error naming `llm.api_key_env` if it is configured but unset).
+pub fn transport_config(config: &Config) -> anyhow::Result<TransportConfig> {
+    let llm = &config.llm;
+    Ok(TransportConfig {
+        base_url: config.base_url(),
+        api_key: config.api_key()?,
+        connect_timeout: Duration::from_secs(llm.connect_timeout_secs),
+        request_timeout: Duration::from_secs(llm.timeout_secs),
+        max_retries: llm.max_retries,
+        max_backoff: Duration::from_secs(llm.max_backoff_secs),
+        max_response_bytes: llm.max_response_mib.saturating_mul(1024 * 1024),
+    })
+}
+
+/// Run task `uuid` in this process. Returns the status it ended with, or `None` when this
+/// process did not get the task (not queued, or another process claimed it first).
+/// `Err` only when the task could not even be claimed (database unreachable).
+pub fn run(config: &Config, layout: &Layout, uuid: &str) -> anyhow::Result<Option<Status>> {
+    layout.ensure()?;
+    let db = Db::open(layout.root())?;
+    let Some(row) = db.get(uuid)? else {
+        return Err(crate::cli::UsageError(format!(
+            "no task with UUID {uuid} in {}",
+            db.path().display()
+        ))
+        .into());
+    };
+    if row.status != Status::Queued {
+        tracing::debug!(%uuid, status = %row.status, "task is not queued; nothing to do");
+        return Ok(None);
+    }
+    let pid = std::process::id();
+    let host = hostname();
+    let llm = &config.llm;
+    if !db.claim(
+        uuid,
+        pid,
+        &host,
+        llm.provider.as_str(),
+        &llm.model,
+        llm.context_length,
+    )? {
+        tracing::debug!(%uuid, "another process claimed the task first");
+        return Ok(None);
+    }
+    tracing::info!(%uuid, pid, "task started");
+
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        execute(config, layout, &db, &row, pid, &host)
+    }));
+    let (status, error) = match outcome {
+        Ok(Ok(Outcome::Completed { answer })) => {
+            tracing::info!(%uuid, chars = answer.chars().count(), "task completed");
+            (Status::Completed, None)
+        }
+        Ok(Err(e)) => (Status::Failed, Some(format!("{e:#}"))),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            (
+                Status::Failed,
+                Some(format!("internal error (panic): {what}")),
+            )
+        }
+    };
+    if let Some(e) = &error {
+        tracing::error!(%uuid, "task failed: {e}");
+    }
+    finish(layout, &db, uuid, status, error.as_deref())?;
+    Ok(Some(status))
+}
+
+/// Move the directory to `completed/` and record the final status. The directory moves first:
+/// a crash in between leaves a `running` row with a dead pid, which the worker or recovery
+/// fails; never a finished row with its directory still in `running/`.
+fn finish(
+    layout: &Layout,
+    db: &Db,
+    uuid: &str,
+    status: Status,
+    error: Option<&str>,
+) -> anyhow::Result<()> {
+    let mut error = error.map(str::to_string);
+    let running = layout.task_dir(DirState::Running, uuid);
+    let completed = layout.task_dir(DirState::Completed, uuid);
+    let moved = if running.is_dir() {
+        layout
+            .move_task_dir(uuid, DirState::Running, DirState::Completed)
+            .map(|_| ())
+    } else if completed.is_dir() {
+        Ok(())
+    } else {
+        // Failed before its directory existed: create it so status and directory agree.
+        std::fs::create_dir_all(&completed)
+            .with_context(|| format!("cannot create {}", completed.display()))
+    };
+    let status = match moved {
+        Ok(()) => status,
+        Err(e) => {
+            let msg = format!("{e:#}");
+            error = Some(match error {
+                Some(prev) => format!("{prev}; then: {msg}"),
+                None => msg,
+            });
+            Status::Failed
+        }
+    };
+    db.finish(uuid, status, error.as_deref())?;
+    Ok(())
+}
+
+fn load_source(key: &str, spec: &str) -> anyhow::Result<PluginSource> {
+    PluginSource::from_str(spec).map_err(|e| anyhow!("config {key}: `{spec}`: {e}"))
+}
+
+/// Everything between the claim and the end: directory, plugins, transport, agent loop.
+fn execute(
+    config: &Config,
+    layout: &Layout,
+    db: &Db,
+    row: &TaskRow,
+    pid: u32,
+    host: &str,
+) -> anyhow::Result<Outcome> {
+    let uuid = row.uuid.as_str();
+    let dir = layout.task_dir(DirState::Running, uuid);
+    // A resumed task brings its directory back from paused/; the loop then continues from
+    // current.jsonl (it never re-adds the system prompt or the first user message).
+    if !dir.exists() && layout.task_dir(DirState::Paused, uuid).is_dir() {
+        layout.move_task_dir(uuid, DirState::Paused, DirState::Running)?;
+    }
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the task directory {}", dir.display()))?;
+    write_metadata_once(&dir, &metadata(config, row, pid, host))?;
+
+    let (memory_bytes, call_timeout) = config.runtime_limits();
+    let runtime = Runtime::new(
+        &layout.cache_dir(),
+        RuntimeLimits {
+            memory_bytes,
+            call_timeout,
+        },
+    )
+    .context("cannot start the WebAssembly runtime")?;
+
+    let store_src = load_source("plugins.message_store", &config.plugins.message_store)?;
+    let store_plugin = runtime
+        .load(&store_src, PluginKind::MessageStore)
+        .with_context(|| format!("plugins.message_store ({})", config.plugins.message_store))?;
+    let mut store = runtime.message_store(&store_plugin, &dir)?;
+    let stats = store.open()?;
+    tracing::debug!(%uuid, history = stats.history_count, current = stats.current_count, "message store open");
+
+    let format_spec = config.request_format();
+    let format_src = load_source("plugins.request_format", format_spec)?;
+    let format_plugin = runtime
+        .load(&format_src, PluginKind::RequestFormat)
+        .with_context(|| format!("plugins.request_format ({format_spec})"))?;
+    let mut format = runtime.request_format(&format_plugin, &dir)?;
+
+    let transport_cfg = transport_config(config)?;
+    let transport = Transport::new(transport_cfg.clone());
+
+    let mut compressor = match config.compressor() {
+        None => None,
+        Some(spec) => {
+            let src = load_source("plugins.compressor", spec)?;
+            let plugin = runtime
+                .load(&src, PluginKind::Compressor)
+                .with_context(|| format!("plugins.compressor ({spec})"))?;
+            let llm = HostLlm::new(
+                runtime.request_format(&format_plugin, &dir)?,
+                Transport::new(transport_cfg),
+                &dir,
+                &config.llm.model,
+                config.llm.temperature,
+                Db::open(layout.root())?,
+                uuid,
+            );
+            Some(runtime.compressor(&plugin, &dir, Box::new(llm))?)
+        }
+    };
+
+    let mut tools: Box<dyn crate::agent::ToolRunner> = if config.mcp_servers.is_empty() {
+        Box::new(NoTools::open(&dir)?)
+    } else {
+        Box::new(crate::tools::McpTools::start(
+            &config.mcp_servers,
+            &config.tools,
+            &dir,
+        )?)
+    };
+    let mut agent = Agent {
+        config,
+        db,
+        store: &mut store,
+        format: &mut format,
+        compressor: compressor.as_mut(),
+        transport: &transport,
+        tools: tools.as_mut(),
+    };
+    agent.run(&TaskInput {
+        uuid,
+        prompt: &row.prompt,
+        dir: &dir,
+        // LLM calls of earlier runs of this task count against agent.max_steps.
+        steps_done: u32::try_from(row.llm_call_count).unwrap_or(u32::MAX),
+    })
+}
+
+fn metadata(config: &Config, row: &TaskRow, pid: u32, host: &str) -> Metadata {
+    Metadata {
+        uuid: row.uuid.clone(),
+        task_key: MetadataTaskKey {
+            task_source: row.task_source.clone(),
+            owner: row.owner.clone(),
+            repo: row.repo.clone(),
+            task_type: row.task_type.clone(),
+            task_id: row.task_id.clone(),
+        },
+        created_at: row.created_at.clone(),
+        process_id: pid,
+        hostname: host.to_string(),
+        config: MetadataConfig {
+            llm_provider: config.llm.provider.to_string(),
+            model: config.llm.model.clone(),
+            context_length: config.llm.context_length,
+            compression_threshold: config.context_storage.compression_threshold,
+        },
+        user: row.user.clone(),
+    }
+}

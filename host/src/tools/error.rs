@@ -1,0 +1,45 @@
+//! Errors of the tools layer that end a task (a tool's own failure is not one of them: it goes
+//! back to the model as an error result, see [`super::CallOutcome`]).
+
+use std::path::PathBuf;
+
+/// A failure of the tools layer itself. `Display` names the server and its command line, or the
+/// file, so the task's `error_message` says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// A configured server could not be started or did not complete the MCP handshake and
+    /// `tools/list` (bad command, crash on start, timeout).
+    #[error("MCP server `{server}` (command `{command}`) failed to start: {message}")]
+    Start {
+        server: String,
+        command: String,
+        message: String,
+    },
+    /// A running server exited or broke the connection; its tools are gone.
+    #[error("MCP server `{server}` (command `{command}`) stopped working{during}: {message}")]
+    Died {
+        server: String,
+        command: String,
+        during: String,
+        message: String,
+    },
+    /// The configuration cannot be used (names the config key).
+    #[error("config key `{key}`: {message}")]
+    Config { key: String, message: String },
+    /// Reading or writing a file of the task directory failed.
+    #[error("{}: {message}", path.display())]
+    Io { path: PathBuf, message: String },
+    /// The async runtime that drives the servers could not be created.
+    #[error("cannot start the runtime for MCP servers: {0}")]
+    Runtime(String),
+}
+
+impl ToolError {
+    /// An [`ToolError::Io`] for `path`.
+    pub fn io(path: impl Into<PathBuf>, err: impl std::fmt::Display) -> ToolError {
+        ToolError::Io {
+            path: path.into(),
+            message: err.to_string(),
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! One MCP server over stdio: start it as a child process, list its tools, call them, stop it.
+//!
+//! Built on the official SDK `rmcp` (client + child-process transport). All methods are async
+//! and run on the registry's runtime (see [`super::registry`]). The server's stderr is read in
+//! the background: each line goes to the log (target `ctxhost::tools`, level debug) and the last
+//! lines are kept so start and crash errors can quote them.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents, Tool};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::TokioChildProcess;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::ChildStderr;
+use tokio::task::JoinHandle;
+
+use super::{CallOutcome, McpServerConfig, ToolError};
+
+/// Environment variables passed from the host to every server (besides the configured ones).
+pub const INHERITED_ENV: [&str; 2] = ["PATH", "HOME"];
+
+/// Stderr lines kept for error messages, and the longest kept line (characters).
+const STDERR_TAIL_LINES: usize = 12;
+const STDERR_LINE_CHARS: usize = 300;
+
+/// How long a server gets to exit after its stdin is closed (then SIGTERM, then kill; rmcp
+/// waits up to 3 s for each step).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A started MCP server.
+pub struct McpServer {
+    name: String,
+    command_line: String,
+    service: Option<RunningService<RoleClient, ()>>,
+    tools: Vec<Tool>,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    stderr_task: Option<JoinHandle<()>>,
+}
+
+impl McpServer {
+    /// Start server `name`, complete the MCP handshake and list its tools, all within
+    /// `start_timeout`. Errors: [`ToolError::Start`] naming the server and command, with the
+    /// end of its stderr when it wrote any; [`ToolError::Config`] for a `cwd` that is not a
+    /// directory.
+    pub async fn start(
+        name: &str,
+        config: &McpServerConfig,
+        start_timeout: Duration,
+    ) -> Result<McpServer, ToolError> {
+        let command_line = config.command_line();
+        let start_error = |message: String| ToolError::Start {
+            server: name.to_string(),
+            command: command_line.clone(),
+            message,
+        };
+        if config.command.trim().is_empty() {
+            return Err(ToolError::Config {
+                key: format!("mcp_servers.{name}.command"),
+                message: "is empty".to_string(),
+            });
+        }
+        let cwd = match &config.cwd {
+            Some(dir) => {
+                let dir = absolute(dir);
+                if !dir.is_dir() {
+                    return Err(ToolError::Config {
+                        key: format!("mcp_servers.{name}.cwd"),
+                        message: format!("{} is not a directory", dir.display()),
+                    });
+                }
+                Some(dir)
+            }
+            None => None,
+        };
+        let mut cmd = tokio::process::Command::new(program(&config.command));
+        cmd.args(&config.args).env_clear();
+        for key in INHERITED_ENV {
+            if let Some(v) = std::env::var_os(key) {
+                cmd.env(key, v);
+            }
+        }
+        cmd.envs(&config.env);
+        if let Some(dir) = &cwd {
+            cmd.current_dir(dir);
+        }
+        let (transport, stderr) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| start_error(e.to_string()))?;
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let stderr_task =
+            stderr.map(|s| tokio::spawn(read_stderr(name.to_string(), s, stderr_tail.clone())));
+        let mut server = McpServer {
+            name: name.to_string(),
+            command_line: command_line.clone(),
+            service: None,
+            tools: Vec::new(),
+            stderr_tail,
+            stderr_task,
+        };
+        let started = tokio::time::timeout(start_timeout, async {
+            let service = ().serve(transport).await.map_err(|e| e.to_string())?;
+            let tools = service.list_all_tools().await;
+            Ok::<_, String>((service, tools))
+        })
+        .await;
+        match started {
+            Ok(Ok((service, Ok(tools)))) => {
+                server.service = Some(service);
+                server.tools = tools;
+                tracing::info!(
+                    server = name,
+                    tools = server.tools.len(),
+                    "MCP server started"
+                );
+                Ok(server)
+            }
+            Ok(Ok((service, Err(e)))) => {
+                server.service = Some(service);
+                let message = server.with_stderr(format!("tools/list failed: {e}")).await;
+                server.close().await;
+                Err(start_error(message))
+            }
+            Ok(Err(e)) => {
+                let message = server
+                    .with_stderr(format!("MCP handshake failed: {e}"))
+                    .await;
+                server.close().await;
+                Err(start_error(message))
+            }
+            Err(_) => {
+                let message = server
+                    .with_stderr(format!(
+                        "no answer to initialize/tools/list within {} s (tools.start_timeout_secs)",
+                        start_timeout.as_secs()
+                    ))
+                    .await;
+                server.close().await;
+                Err(start_error(message))
+            }
+        }
+    }
+
+    /// The server's name (its key under `mcp_servers`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The tools the server listed at start.
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    /// Call `tool` with `arguments`, cancelling it after `timeout`.
+    ///
+    /// The tool's own failures come back as `Ok(CallOutcome::Error)`: an `isError` result (its
+    /// content), a JSON-RPC error (unknown tool, invalid arguments), the deadline. `Err` only when
+    /// the server is gone ([`ToolError::Died`]).
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<CallOutcome, ToolError> {
+        let Some(service) = self.service.as_ref().filter(|s| !s.is_transport_closed()) else {
+            return Err(self
+                .died(tool, "the connection is closed (the server exited)".into())
+                .await);
+        };
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        // Dropping the request future on timeout makes rmcp send notifications/cancelled.
+        match tokio::time::timeout(timeout, service.call_tool(params)).await {
+            Err(_) | Ok(Err(ServiceError::Timeout { .. })) => Ok(CallOutcome::Error(format!(
+                "tool `{tool}` of MCP server `{}` did not answer within {} s (tools.call_timeout_secs); the call was cancelled",
+                self.name,
+                timeout.as_secs()
+            ))),
+            Ok(Ok(result)) => {
+                let text = result_text(&result);
+                Ok(if result.is_error == Some(true) {
+                    CallOutcome::Error(text)
+                } else {
+                    CallOutcome::Success(text)
+                })
+            }
+            Ok(Err(ServiceError::McpError(e))) => Ok(CallOutcome::Error(format!(
+                "MCP server `{}` rejected the call of `{tool}`: {} (code {})",
+                self.name, e.message, e.code.0
+            ))),
+            Ok(Err(
+                e @ (ServiceError::UnexpectedResponse
+                | ServiceError::InputRequiredRoundsExceeded { .. }),
+            )) => Ok(CallOutcome::Error(format!(
+                "MCP server `{}` gave no usable result for `{tool}`: {e}",
+                self.name
+            ))),
+            Ok(Err(e)) => Err(self.died(tool, e.to_string()).await),
+        }
+    }
+
+    /// Stop the server: close its stdin and wait for it to exit (then SIGTERM, then kill).
+    /// Idempotent; never fails (problems are logged).
+    pub async fn close(&mut self) {
+        if let Some(service) = self.service.take() {
+            match tokio::time::timeout(CLOSE_TIMEOUT, service.cancel()).await {
+                Ok(Ok(reason)) => {
+                    tracing::debug!(server = %self.name, ?reason, "MCP server stopped")
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(server = %self.name, "MCP server shutdown failed: {e}")
+                }
+                Err(_) => {
+                    tracing::warn!(server = %self.name, "MCP server did not stop within {CLOSE_TIMEOUT:?}")
+                }
+            }
+        }
+        if let Some(task) = self.stderr_task.take() {
+            // The pipe closes when the process exits; don't wait for a grandchild holding it.
+            if tokio::time::timeout(Duration::from_millis(500), task)
+                .await
+                .is_err()
+            {
+                tracing::debug!(server = %self.name, "stderr reader still open after shutdown");
+            }
+        }
+    }
+
+    async fn died(&self, tool: &str, message: String) -> ToolError {
+        ToolError::Died {
+            server: self.name.clone(),
+            command: self.command_line.clone(),
+            during: format!(" during the call of `{tool}`"),
+            message: self.with_stderr(message).await,
+        }
+    }
+
+    /// `message`, followed by the last lines the server wrote to stderr (if any). Gives the
+    /// stderr reader a moment to catch up, since a failing server's last words arrive last.
+    async fn with_stderr(&self, message: String) -> String {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let tail = self
+            .stderr_tail
+            .lock()
+            .map(|t| t.iter().cloned().collect::<Vec<_>>())
+            .unwrap_or_default();
+        if tail.is_empty() {
+            message
+        } else {
+            format!("{message}; its stderr ended with: {}", tail.join(" | "))
+        }
+    }
+}
+
+/// `command` as given when it is a bare name (looked up in `PATH`), else made absolute against
+/// the current directory, so a relative path means the same with or without `cwd`.
+fn program(command: &str) -> PathBuf {
+    if command.contains('/') {
+        absolute(Path::new(command))
+    } else {
+        PathBuf::from(command)
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+async fn read_stderr(server: String, stderr: ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
+    let mut reader = BufReader::new(stderr);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let line = String::from_utf8_lossy(&buf);
+                let line = line.trim_end();
+                if line.is_empty() {
+                    continue;
+                }
+                tracing::debug!(target: "ctxhost::tools", server = %server, "stderr: {line}");
+                if let Ok(mut t) = tail.lock() {
+                    if t.len() == STDERR_TAIL_LINES {
+                        t.pop_front();
+                    }
+                    t.push_back(line.chars().take(STDERR_LINE_CHARS).collect());
+                }
+            }
+        }
+    }
+}
+
+/// The text of a tool result: text blocks as they are, other blocks described in brackets,
+/// joined by newlines; the structured content as JSON when there are no blocks.
+pub fn result_text(result: &CallToolResult) -> String {
+    let parts: Vec<String> = result
+        .content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text(t) => t.text.clone(),
+            ContentBlock::Image(i) => {
+                format!("[image {}, {} bytes base64]", i.mime_type, i.data.len())
+            }
+            ContentBlock::Audio(a) => {
+                format!("[audio {}, {} bytes base64]", a.mime_type, a.data.len())
+            }
+            ContentBlock::Resource(r) => match &r.resource {
+                ResourceContents::TextResourceContents { text, .. } => text.clone(),
+                ResourceContents::BlobResourceContents { uri, blob, .. } => {
+                    format!("[resource {uri}, {} bytes base64]", blob.len())
+                }
+                #[allow(unreachable_patterns)]
+                _ => "[resource]".to_string(),
+            },
+            ContentBlock::ResourceLink(l) => format!("[resource link {} ({})]", l.uri, l.name),
+            _ => "[content of an unsupported kind]".to_string(),
+        })
+        .collect();
+    if parts.is_empty() {
+        if let Some(s) = &result.structured_content {
+            return s.to_string();
+        }
+    }
+    parts.join("\n")
+}

@@ -1,0 +1,254 @@
+//! `ctxhost run`: the worker. Starts one child process (`ctxhost task-exec UUID`) per queued
+//! task, up to a parallel limit, and reaps them.
+//!
+//! The child claims its task atomically (a child that loses the claim exits 0 at once), so
+//! several workers may share one queue. A child that dies (non-zero exit or a signal) never
+//! harms the worker or the other children: if its task is still `running` under its pid, the
+//! worker marks it `failed` with an error naming the exit status or signal. A task whose child
+//! keeps exiting before it claims the task is failed after [`MAX_START_FAILURES`] attempts.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::db::{Db, Status};
+use crate::layout::{DirState, Layout};
+
+/// Times a task's child may exit without having claimed it before the task is failed.
+pub const MAX_START_FAILURES: u32 = 3;
+
+/// How the worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Exit when the queue is empty and no child is alive.
+    pub once: bool,
+    /// Children at once (≥ 1).
+    pub max_parallel: u32,
+    /// Pause between looks at the queue when nothing changed.
+    pub poll_interval: Duration,
+    /// Config file passed to the children (`--config`).
+    pub config_path: PathBuf,
+    /// contexts/ directory passed to the children (`--contexts`).
+    pub contexts: PathBuf,
+    /// `-v` count passed to the children.
+    pub verbose: u8,
+}
+
+/// A child the worker started and has not reaped yet.
+struct Running {
+    started: Instant,
+}
+
+/// Sent by a child's waiter thread when the child exits.
+struct Exited {
+    uuid: String,
+    pid: u32,
+    status: std::io::Result<ExitStatus>,
+}
+
+/// Run the worker until interrupted (or, with `once`, until the queue is empty and all children
+/// have finished). Errors only for problems of the worker itself (database, spawning).
+///
+/// Each child gets a waiter thread that blocks in `wait()` and reports the exit on a channel,
+/// so an exit is handled at once; the queue is looked at after every exit and otherwise every
+/// `poll_interval`.
+pub fn run(opts: &WorkerOptions) -> anyhow::Result<()> {
+    let layout = Layout::new(&opts.contexts);
+    layout.ensure()?;
+    let db = Db::open(layout.root())?;
+    let exe = std::env::current_exe()
+        .context("cannot find the ctxhost executable to start task processes")?;
+    let (tx, rx) = mpsc::channel::<Exited>();
+    let mut children: HashMap<String, Running> = HashMap::new();
+    let mut start_failures: HashMap<String, u32> = HashMap::new();
+    let max = opts.max_parallel.max(1) as usize;
+    tracing::info!(max_parallel = max, contexts = %layout.root().display(), "worker started");
+    let mut finished = 0u64;
+
+    loop {
+        // Start children for queued tasks not already ours.
+        if children.len() < max {
+            let queued = db.list_queued((max * 2 + children.len()) as u32)?;
+            for uuid in queued {
+                if children.len() >= max {
+                    break;
+                }
+                if children.contains_key(&uuid) {
+                    continue;
+                }
+                let mut child = spawn(&exe, opts, &uuid)
+                    .with_context(|| format!("cannot start a task process for {uuid}"))?;
+                let pid = child.id();
+                tracing::info!(%uuid, pid, "task process started");
+                children.insert(
+                    uuid.clone(),
+                    Running {
+                        started: Instant::now(),
+                    },
+                );
+                let tx = tx.clone();
+                std::thread::Builder::new()
+                    .name(format!("wait-{pid}"))
+                    .spawn(move || {
+                        let status = child.wait();
+                        let _ = tx.send(Exited { uuid, pid, status });
+                    })
+                    .context("cannot start a thread to wait for a task process")?;
+            }
+        }
+
+        if opts.once && children.is_empty() && db.list_queued(1)?.is_empty() {
+            tracing::info!(tasks = finished, "queue empty, all task processes finished");
+            return Ok(());
+        }
+
+        // Wait for an exit (or the next look at the queue), then reap every exit pending.
+        let mut next = rx.recv_timeout(opts.poll_interval).ok();
+        while let Some(exited) = next {
+            finished += 1;
+            let started = children
+                .remove(&exited.uuid)
+                .map(|r| r.started.elapsed())
+                .unwrap_or_default();
+            match exited.status {
+                Ok(status) => settle(
+                    &db,
+                    &layout,
+                    &exited.uuid,
+                    exited.pid,
+                    status,
+                    started,
+                    &mut start_failures,
+                )?,
+                Err(e) => {
+                    tracing::error!(uuid = %exited.uuid, pid = exited.pid, "cannot wait for task process: {e}")
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+    }
+}
+
+fn spawn(exe: &std::path::Path, opts: &WorkerOptions, uuid: &str) -> std::io::Result<Child> {
+    let mut cmd = Command::new(exe);
+    cmd.arg("--config")
+        .arg(&opts.config_path)
+        .arg("--contexts")
+        .arg(&opts.contexts);
+    if opts.verbose > 0 {
+        cmd.arg(format!("-{}", "v".repeat(opts.verbose as usize)));
+    }
+    cmd.arg("task-exec").arg(uuid);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    cmd.spawn()
+}
+
+/// Describe how a child ended: `exit status 3`, `signal 9 (SIGKILL)`.
+pub fn describe_exit(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        return format!("exit status {code}");
+    }
+    if let Some(sig) = status.signal() {
+        let name = match sig {
+            libc::SIGKILL => " (SIGKILL)",
+            libc::SIGSEGV => " (SIGSEGV)",
+            libc::SIGABRT => " (SIGABRT)",
+            libc::SIGTERM => " (SIGTERM)",
+            libc::SIGINT => " (SIGINT)",
+            libc::SIGBUS => " (SIGBUS)",
+            libc::SIGILL => " (SIGILL)",
+            libc::SIGFPE => " (SIGFPE)",
+            _ => "",
+        };
+        let core = if status.core_dumped() {
+            ", core dumped"
+        } else {
+            ""
+        };
+        return format!("signal {sig}{name}{core}");
+    }
+    format!("{status}")
+}
+
+/// After a child exits: make sure its task did not stay `running` under the dead pid, and count
+/// exits before a claim.
+fn settle(
+    db: &Db,
+    layout: &Layout,
+    uuid: &str,
+    pid: u32,
+    status: ExitStatus,
+    elapsed: Duration,
+    start_failures: &mut HashMap<String, u32>,
+) -> anyhow::Result<()> {
+    let how = describe_exit(status);
+    let row = db.get(uuid)?;
+    match row.as_ref().map(|r| r.status) {
+        Some(Status::Running) if row.as_ref().and_then(|r| r.process_id) == Some(pid as i64) => {
+            let msg = format!("task process {pid} died ({how}) while running the task");
+            if db.fail_if_running_by(uuid, pid, &msg)? {
+                tracing::error!(%uuid, pid, "{msg}; task marked failed");
+                // Status and directory agree: a failed task lives in completed/.
+                if layout.task_dir(DirState::Running, uuid).is_dir()
+                    && let Err(e) =
+                        layout.move_task_dir(uuid, DirState::Running, DirState::Completed)
+                {
+                    tracing::error!(%uuid, "{e:#}");
+                }
+            }
+        }
+        Some(Status::Queued) => {
+            // The child exited without claiming: count it, so a task whose process cannot
+            // start is not retried forever.
+            let n = start_failures.entry(uuid.to_string()).or_insert(0);
+            *n += 1;
+            tracing::warn!(%uuid, pid, attempt = *n, "task process exited ({how}) before claiming its task");
+            if *n >= MAX_START_FAILURES {
+                let msg = format!(
+                    "task process exited {n} times before starting the task (last: {how}); see the worker log"
+                );
+                if db.fail_if_queued(uuid, &msg)? {
+                    tracing::error!(%uuid, "{msg}");
+                    // Status and directory agree: a failed task has its directory in completed/.
+                    let dir = layout.task_dir(DirState::Completed, uuid);
+                    if let Err(e) = std::fs::create_dir_all(&dir) {
+                        tracing::error!(%uuid, "cannot create {}: {e}", dir.display());
+                    }
+                }
+            }
+        }
+        Some(s) => {
+            tracing::info!(%uuid, pid, status = %s, secs = elapsed.as_secs_f64(), "task process finished ({how})")
+        }
+        None => {
+            tracing::warn!(%uuid, pid, "task process exited ({how}) and its task is not in the database")
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn exits_are_described_by_code_or_signal() {
+        assert_eq!(describe_exit(ExitStatus::from_raw(3 << 8)), "exit status 3");
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(libc::SIGKILL)),
+            "signal 9 (SIGKILL)"
+        );
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(libc::SIGSEGV | 0x80)),
+            "signal 11 (SIGSEGV), core dumped"
+        );
+    }
+}

@@ -1,0 +1,376 @@
+//! The `ctxhost` command line without an LLM: init, submit, tasks, show, stats, exit codes and
+//! error messages. Each test runs the real binary in its own temporary directory.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ctxhost");
+
+struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    fn new() -> Sandbox {
+        Sandbox {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn contexts(&self) -> PathBuf {
+        self.path().join("contexts")
+    }
+
+    /// Run ctxhost in the sandbox (its cwd, so ./config.yaml and ./contexts are the sandbox's).
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_with_stdin(args, None)
+    }
+
+    fn run_with_stdin(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .current_dir(self.path())
+            .env_remove("RUST_LOG")
+            .env("USER", "tester")
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(text) = stdin {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// Run and expect exit code 0; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "ctxhost {args:?} failed:\n{}",
+            describe(&out)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let text = self.ok(args);
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("ctxhost {args:?}: not JSON ({e}):\n{text}"))
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.path().join(name), text).unwrap();
+    }
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn init_creates_the_tree_database_and_a_config_it_keeps() {
+    let sb = Sandbox::new();
+    let out = sb.ok(&["init"]);
+    assert!(out.contains("written"), "{out}");
+    for d in ["running", "paused", "completed", ".cache"] {
+        assert!(sb.contexts().join(d).is_dir(), "{d} missing");
+    }
+    assert!(sb.contexts().join("tasks.db").is_file());
+    let config = std::fs::read_to_string(sb.path().join("config.yaml")).unwrap();
+    assert!(config.contains("compression_threshold: 0.7"), "{config}");
+    assert!(config.contains("{messages}"));
+
+    // A second init keeps the (edited) config.
+    sb.write("config.yaml", "llm:\n  model: my-model\n");
+    let out = sb.ok(&["init"]);
+    assert!(out.contains("kept"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(sb.path().join("config.yaml")).unwrap(),
+        "llm:\n  model: my-model\n"
+    );
+}
+
+#[test]
+fn submit_then_list_show_and_stats_as_json() {
+    let sb = Sandbox::new();
+    sb.ok(&["init"]);
+    let uuid = sb
+        .ok(&["submit", "--prompt", "Explain main.rs"])
+        .trim()
+        .to_string();
+    assert_eq!(uuid.len(), 36, "{uuid}");
+    let uuid2 = sb.json(&[
+        "submit",
+        "--prompt",
+        "Fix it",
+        "--source",
+        "github",
+        "--owner",
+        "acme",
+        "--repo",
+        "app",
+        "--type",
+        "pull_request",
+        "--id",
+        "42",
+        "--user",
+        "bob",
+        "--json",
+    ])["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let tasks = sb.json(&["tasks", "--json"]);
+    let tasks = tasks.as_array().unwrap();
+    assert_eq!(tasks.len(), 2);
+    // Newest first.
+    assert_eq!(tasks[0]["uuid"], uuid2.as_str());
+    assert_eq!(tasks[0]["task_source"], "github");
+    assert_eq!(tasks[0]["owner"], "acme");
+    assert_eq!(tasks[0]["repo"], "app");
+    assert_eq!(tasks[0]["task_type"], "pull_request");
+    assert_eq!(tasks[0]["task_id"], "42");
+    assert_eq!(tasks[0]["user"], "bob");
+    assert_eq!(tasks[1]["uuid"], uuid.as_str());
+    assert_eq!(tasks[1]["status"], "queued");
+    assert_eq!(tasks[1]["task_source"], "local");
+    assert_eq!(tasks[1]["user"], "tester");
+    assert_eq!(tasks[1]["prompt"], "Explain main.rs");
+    assert_eq!(tasks[1]["model"], "gpt-4o-mini");
+    assert_eq!(tasks[1]["llm_call_count"], 0);
+
+    let bob = sb.json(&["tasks", "--json", "--user", "bob"]);
+    assert_eq!(bob.as_array().unwrap().len(), 1);
+    let limited = sb.json(&["tasks", "--json", "--limit", "1"]);
+    assert_eq!(limited.as_array().unwrap().len(), 1);
+    let none = sb.json(&["tasks", "--json", "--status", "completed"]);
+    assert_eq!(none.as_array().unwrap().len(), 0);
+
+    let table = sb.ok(&["tasks"]);
+    assert!(
+        table.contains(&uuid) && table.contains("queued") && table.contains("github acme/app"),
+        "{table}"
+    );
+
+    let show = sb.json(&["show", &uuid, "--json"]);
+    assert_eq!(show["task"]["uuid"], uuid.as_str());
+    assert_eq!(show["task"]["status"], "queued");
+    assert_eq!(show["dir"], Value::Null);
+    assert_eq!(show["result"], Value::Null);
+    // Upper-case input names the same task.
+    let show_upper = sb.json(&["show", &uuid.to_uppercase(), "--json"]);
+    assert_eq!(show_upper["task"]["uuid"], uuid.as_str());
+    let text = sb.ok(&["show", &uuid]);
+    assert!(text.contains("status:        queued"), "{text}");
+
+    let stats = sb.json(&["stats", "--json"]);
+    assert_eq!(stats["by_status"]["queued"], 2);
+    assert_eq!(stats["by_status"]["completed"], 0);
+    assert_eq!(stats["total"]["tasks"], 2);
+    assert_eq!(stats["by_model"][0]["model"], "gpt-4o-mini");
+    assert_eq!(stats["by_model"][0]["tasks"], 2);
+    let text = sb.ok(&["stats"]);
+    assert!(
+        text.contains("tasks: 2") && text.contains("gpt-4o-mini"),
+        "{text}"
+    );
+}
+
+#[test]
+fn submit_reads_a_prompt_file_and_stdin() {
+    let sb = Sandbox::new();
+    sb.write("task.md", "Line one\n\nLine two — ünïcödé 上下文\n");
+    let uuid = sb
+        .ok(&["submit", "--prompt-file", "task.md"])
+        .trim()
+        .to_string();
+    let show = sb.json(&["show", &uuid, "--json"]);
+    assert_eq!(
+        show["task"]["prompt"],
+        "Line one\n\nLine two — ünïcödé 上下文\n"
+    );
+
+    let out = sb.run_with_stdin(&["submit", "--prompt-file", "-"], Some("from stdin"));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let uuid = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert_eq!(
+        sb.json(&["show", &uuid, "--json"])["task"]["prompt"],
+        "from stdin"
+    );
+
+    let out = sb.run(&["submit", "--prompt-file", "missing.md"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(stderr(&out).contains("missing.md"), "{}", stderr(&out));
+}
+
+#[test]
+fn submit_rejects_bad_input_with_usage_errors() {
+    let sb = Sandbox::new();
+    for (args, needle) in [
+        (vec!["submit"], "--prompt"),
+        (vec!["submit", "--prompt", "  "], "empty"),
+        (
+            vec!["submit", "--prompt", "x", "--source", "github"],
+            "--owner and --repo",
+        ),
+        (vec!["submit", "--prompt", "x", "--source", "svn"], "svn"),
+        (vec!["submit", "--prompt", "x", "--type", "bug"], "bug"),
+        (
+            vec!["submit", "--prompt", "a", "--prompt-file", "b"],
+            "cannot be used with",
+        ),
+    ] {
+        let out = sb.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn bad_config_value_names_the_key_and_exits_2() {
+    let sb = Sandbox::new();
+    sb.write("config.yaml", "llm:\n  context_length: 12\n");
+    let out = sb.run(&["submit", "--prompt", "x"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("config.yaml: llm.context_length: must be at least 256, got 12"),
+        "{}",
+        stderr(&out)
+    );
+    // Nothing was created.
+    assert!(!sb.contexts().exists());
+
+    sb.write(
+        "config.yaml",
+        "context_storage:\n  compression_threshold: 1.5\n",
+    );
+    let out = sb.run(&["init"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("context_storage.compression_threshold"),
+        "{}",
+        stderr(&out)
+    );
+
+    sb.write("config.yaml", "llm:\n  modle: gpt\n");
+    let out = sb.run(&["tasks"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("modle"), "{}", stderr(&out));
+
+    sb.write("other.yaml", "llm:\n  provider: gemini\n");
+    let out = sb.run(&["--config", "other.yaml", "tasks"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("other.yaml") && err.contains("llm.provider") && err.contains("gemini"),
+        "{err}"
+    );
+
+    sb.write("config.yaml", "llm: [1, 2\n");
+    let out = sb.run(&["tasks"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("config.yaml"), "{}", stderr(&out));
+}
+
+#[test]
+fn unknown_and_invalid_uuids_are_usage_errors() {
+    let sb = Sandbox::new();
+    sb.ok(&["init"]);
+    let out = sb.run(&["show", "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("no task with UUID 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b"),
+        "{}",
+        stderr(&out)
+    );
+
+    for bad in [
+        "../../etc/passwd",
+        "running",
+        "0193a4b2",
+        "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b/..",
+    ] {
+        let out = sb.run(&["show", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", describe(&out));
+        assert!(
+            stderr(&out).contains("is not a task UUID"),
+            "{bad}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn contexts_flag_overrides_the_config_and_read_commands_need_the_tree() {
+    let sb = Sandbox::new();
+    let out = sb.run(&["tasks"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("ctxhost init"), "{}", stderr(&out));
+    assert!(
+        !sb.contexts().exists(),
+        "a read-only command created the tree"
+    );
+
+    sb.write(
+        "config.yaml",
+        "context_storage:\n  base_dir: ./from-config\n",
+    );
+    sb.ok(&["submit", "--prompt", "a"]);
+    assert!(sb.path().join("from-config/tasks.db").is_file());
+    sb.ok(&["--contexts", "elsewhere", "submit", "--prompt", "b"]);
+    assert!(sb.path().join("elsewhere/tasks.db").is_file());
+    assert_eq!(sb.json(&["tasks", "--json"]).as_array().unwrap().len(), 1);
+    assert_eq!(
+        sb.json(&["--contexts", "elsewhere", "tasks", "--json"])[0]["prompt"],
+        "b"
+    );
+}
+
+#[test]
+fn help_lists_examples_and_bad_flags_exit_2() {
+    let sb = Sandbox::new();
+    let help = sb.ok(&["--help"]);
+    assert!(
+        help.contains("Examples:") && help.contains("ctxhost submit"),
+        "{help}"
+    );
+    assert!(help.contains("Exit codes"), "{help}");
+    assert!(
+        !help.contains("task-exec"),
+        "the internal subcommand is hidden"
+    );
+    let out = sb.run(&["tasks", "--status", "done"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("unknown status"), "{}", stderr(&out));
+    let out = sb.run(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,159 @@
+//! End to end against a real LLM server: `ctxhost init`, `submit`, `run --once`, `show --json`,
+//! `stats --json`, then the task's files. Asserts structure (status, counters, valid JSONL,
+//! provider token usage), never the model's wording.
+//!
+//! Runs when `CTXHOST_TEST_LLM_URL` is set to an OpenAI-compatible base URL (no `/v1`), e.g. the
+//! one printed by `scripts/local-llm.sh start`. Unset: the test is skipped with a message, except
+//! under CI (`CI=true`), where a missing URL is a failure (`.ci/run` always provides it).
+//! Optional: `CTXHOST_TEST_LLM_MODEL` (default `qwen2.5-coder-0.5b-instruct`),
+//! `CTXHOST_TEST_LLM_CONTEXT` (default 4096, the `-c` local-llm.sh starts llama-server with).
+
+mod support;
+
+use std::fs;
+
+use support::{TestEnv, find_task_dir, read_json, read_jsonl};
+
+/// The server URL, or `None` to skip (panics under CI).
+fn llm_url() -> Option<String> {
+    match std::env::var("CTXHOST_TEST_LLM_URL") {
+        Ok(u) if !u.trim().is_empty() => Some(u.trim().trim_end_matches('/').to_string()),
+        _ => {
+            let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+            assert!(
+                !ci,
+                "CI is set but CTXHOST_TEST_LLM_URL is not: the real-LLM test must run in CI \
+                 (.ci/run starts scripts/local-llm.sh and sets it)"
+            );
+            eprintln!(
+                "e2e_real_llm: SKIPPED: set CTXHOST_TEST_LLM_URL to a running OpenAI-compatible \
+                 server, e.g. CTXHOST_TEST_LLM_URL=$(scripts/local-llm.sh start)"
+            );
+            None
+        }
+    }
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| default.to_string())
+}
+
+#[test]
+fn real_task_completes_with_valid_files_and_usage() {
+    let Some(url) = llm_url() else { return };
+    let model = env_or("CTXHOST_TEST_LLM_MODEL", "qwen2.5-coder-0.5b-instruct");
+    let ctx = env_or("CTXHOST_TEST_LLM_CONTEXT", "4096");
+
+    let env = TestEnv::new();
+    env.write_config(&format!(
+        "context_storage:\n  base_dir: ./contexts\n\
+         llm:\n  provider: llamacpp\n  base_url: \"{url}\"\n  model: {model}\n  api_key_env: \"\"\n  \
+         context_length: {ctx}\n  max_output_tokens: 200\n  temperature: 0\n  timeout_secs: 600\n  \
+         max_retries: 2\n"
+    ));
+    env.ctxhost(&["init"]).ok();
+    let uuid = env
+        .ctxhost(&[
+            "submit",
+            "Write a Rust function `fn add(a: i32, b: i32) -> i32`. Reply with the code only.",
+        ])
+        .ok()
+        .stdout()
+        .trim()
+        .to_string();
+    assert_eq!(uuid.len(), 36, "submit prints the UUID, got {uuid:?}");
+
+    let run = env.ctxhost(&["run", "--once"]);
+    let show = env.ctxhost(&["show", "--json", &uuid]).ok().json();
+    let task = &show["task"];
+    assert_eq!(
+        task["status"],
+        "completed",
+        "task did not complete: {task:#}\n--- run stderr ---\n{}",
+        run.stderr()
+    );
+    run.ok();
+    assert!(task["llm_call_count"].as_i64().unwrap() >= 1, "{task:#}");
+    assert!(task["total_tokens"].as_i64().unwrap() > 0, "{task:#}");
+    assert_eq!(task["model"], model.as_str());
+    assert!(
+        show["result"]
+            .as_str()
+            .is_some_and(|r| !r.trim().is_empty()),
+        "a completed task has a non-empty answer: {show:#}"
+    );
+
+    // Files: completed/{uuid}/ with valid JSONL, seq gap-free, system prompt first.
+    let dir = find_task_dir(&env.contexts(), &uuid).expect("task directory exists");
+    assert!(
+        dir.starts_with(env.contexts().join("completed")),
+        "{}",
+        dir.display()
+    );
+    let meta = read_json(&dir.join("metadata.json"));
+    assert_eq!(meta["uuid"], uuid.as_str());
+
+    let history = read_jsonl(&dir.join("messages.jsonl"));
+    assert!(
+        history.len() >= 3,
+        "system, user, assistant at least: {history:#?}"
+    );
+    for (i, line) in history.iter().enumerate() {
+        assert_eq!(
+            line["seq"].as_u64(),
+            Some(i as u64 + 1),
+            "seq gap-free from 1: {line}"
+        );
+        assert!(line["timestamp"].is_string(), "{line}");
+    }
+    assert_eq!(history[0]["role"], "system");
+    assert_eq!(history[1]["role"], "user");
+    let last = history.last().unwrap();
+    assert_eq!(last["role"], "assistant", "{last}");
+
+    let current = read_jsonl(&dir.join("current.jsonl"));
+    assert_eq!(current[0]["role"], "system");
+    assert!(
+        current.iter().all(|m| m["role"].is_string()),
+        "{current:#?}"
+    );
+    assert!(
+        current.iter().all(|m| m.get("seq").is_none()),
+        "current.jsonl holds plain chat messages"
+    );
+    assert!(
+        !dir.join("request.json").exists(),
+        "request.json is deleted after a successful call"
+    );
+
+    // No API key or URL credentials in any file of the task.
+    for entry in fs::read_dir(&dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_file() {
+            let text = fs::read_to_string(&p).unwrap_or_default();
+            assert!(
+                !text.contains("Bearer "),
+                "{} contains an Authorization value",
+                p.display()
+            );
+        }
+    }
+
+    let stats = env.ctxhost(&["stats", "--json"]).ok().json();
+    let total = &stats["total"];
+    assert_eq!(total["tasks"], 1, "{stats:#}");
+    assert_eq!(total["completed"], 1, "{stats:#}");
+    assert!(total["total_tokens"].as_i64().unwrap() > 0, "{stats:#}");
+    eprintln!(
+        "e2e_real_llm: completed with {} LLM call(s), {} tokens; answer: {}",
+        task["llm_call_count"],
+        task["total_tokens"],
+        show["result"]
+            .as_str()
+            .map(|s| s.chars().take(120).collect::<String>())
+            .unwrap_or_default()
+    );
+}

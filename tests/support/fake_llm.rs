@@ -1,0 +1,601 @@
+//! A fake OpenAI-compatible (and Ollama-compatible) LLM server for tests: real HTTP/1.1 on
+//! `127.0.0.1:<ephemeral port>`, hand-written on `std::net` (no extra dependencies).
+//!
+//! ```ignore
+//! let llm = FakeLlm::start(vec![
+//!     Reply::status(429, "slow down", &[("Retry-After", "1")]),
+//!     Reply::tool_calls(vec![("call_1", "read_text_file", r#"{"path":"a.txt"}"#)], Some((50, 10))),
+//!     Reply::text("All done.", Some((80, 5))),
+//! ]);
+//! // config: llm.base_url = llm.base_url()   (e.g. "http://127.0.0.1:41234", no /v1)
+//! // ... run the code under test ...
+//! let reqs = llm.requests();
+//! assert_eq!(reqs[0].path, "/v1/chat/completions");
+//! assert_eq!(reqs[0].body["messages"][0]["role"], "system");
+//! ```
+//!
+//! Behaviour:
+//! - Every request is answered with the next [`Reply`] of the script (one reply per request, in
+//!   arrival order); when the script is exhausted, with the default reply
+//!   ([`FakeLlm::set_default`], initially `Reply::text("Done.", Some((10, 2)))`). A handler set
+//!   with [`FakeLlm::set_handler`] is asked first and may pick a reply from the request.
+//! - Reply bodies take the shape of the request path: `/api/chat` gets Ollama's `/api/chat` shape
+//!   (`{"model","created_at","message":{..},"done":true,"prompt_eval_count","eval_count"}`,
+//!   tool arguments as JSON objects); every other path gets OpenAI's chat completion shape
+//!   (`{"id","object":"chat.completion","choices":[{"message":{..},"finish_reason"}],"usage"}`).
+//! - Every request is recorded ([`RecordedRequest`]: method, path, headers, JSON body, arrival
+//!   time) before it is answered.
+//! - Connections are kept alive (HTTP/1.1) unless the client sends `Connection: close`; each
+//!   connection has its own thread, so a delayed reply does not block other clients.
+//! - Request bodies with `Content-Length` or `Transfer-Encoding: chunked` are accepted.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// One scripted answer. Build with the constructor functions.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// 200, an assistant message with text content.
+    Text {
+        content: String,
+        usage: Option<(u64, u64)>,
+    },
+    /// 200, an assistant message calling tools: `(id, name, arguments JSON text)`.
+    ToolCalls {
+        calls: Vec<(String, String, String)>,
+        usage: Option<(u64, u64)>,
+    },
+    /// Any status with a literal body and extra headers (e.g. 429 + Retry-After, an HTML 502).
+    Status {
+        code: u16,
+        body: String,
+        headers: Vec<(String, String)>,
+    },
+    /// 200 with a literal body (`Content-Type: application/json`), e.g. invalid JSON.
+    Raw { body: String },
+    /// The inner reply's status and headers with its full Content-Length, but only the first
+    /// half of its body, then the connection is closed.
+    Truncated(Box<Reply>),
+    /// Wait, then send the inner reply (a client whose timeout is shorter gives up first).
+    Delay(Duration, Box<Reply>),
+    /// Close the connection without answering.
+    HangUp,
+}
+
+impl Reply {
+    /// 200 with an assistant text message. `usage` = `Some((prompt_tokens, completion_tokens))`
+    /// adds a `usage` object (OpenAI) / `prompt_eval_count`+`eval_count` (Ollama); `None` omits it.
+    pub fn text(content: impl Into<String>, usage: Option<(u64, u64)>) -> Reply {
+        Reply::Text {
+            content: content.into(),
+            usage,
+        }
+    }
+
+    /// 200 with an assistant message that calls tools; each call is `(id, name, args_json)`,
+    /// `args_json` being the arguments as JSON text (sent verbatim as OpenAI's `arguments`
+    /// string; parsed into an object for Ollama).
+    pub fn tool_calls(calls: Vec<(&str, &str, &str)>, usage: Option<(u64, u64)>) -> Reply {
+        Reply::ToolCalls {
+            calls: calls
+                .into_iter()
+                .map(|(i, n, a)| (i.to_string(), n.to_string(), a.to_string()))
+                .collect(),
+            usage,
+        }
+    }
+
+    /// Status `code` with `body` (Content-Type text/html when it starts with `<`, else
+    /// application/json) and extra `headers`, e.g. `&[("Retry-After", "1")]`.
+    pub fn status(code: u16, body: impl Into<String>, headers: &[(&str, &str)]) -> Reply {
+        Reply::Status {
+            code,
+            body: body.into(),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    /// 200 with exactly `body` (e.g. `"not json"`, `{"choices":[]}`).
+    pub fn raw(body: impl Into<String>) -> Reply {
+        Reply::Raw { body: body.into() }
+    }
+
+    /// 200 with a JSON value as body.
+    pub fn json(body: Value) -> Reply {
+        Reply::Raw {
+            body: body.to_string(),
+        }
+    }
+
+    /// `inner`'s headers with the full Content-Length but only half its body, then close.
+    pub fn truncated(inner: Reply) -> Reply {
+        Reply::Truncated(Box::new(inner))
+    }
+
+    /// Send `inner` after `delay`.
+    pub fn delay(delay: Duration, inner: Reply) -> Reply {
+        Reply::Delay(delay, Box::new(inner))
+    }
+
+    /// Close the connection without a response (the client sees a reset / EOF).
+    pub fn hang_up() -> Reply {
+        Reply::HangUp
+    }
+}
+
+/// One request as the server received it.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    /// 0-based arrival index across all connections.
+    pub index: usize,
+    /// `POST`, `GET`, ...
+    pub method: String,
+    /// Request target, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// Header (name, value) pairs in received order; names as sent.
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON, `Value::Null` when empty or not JSON (see `raw_body`).
+    pub body: Value,
+    /// The body bytes.
+    pub raw_body: Vec<u8>,
+    /// When the request was fully received.
+    pub at: Instant,
+    /// Id of the TCP connection it came on (0-based, in accept order): shows keep-alive reuse.
+    pub connection: u64,
+}
+
+impl RecordedRequest {
+    /// The first header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `messages` array of a chat request (empty when absent).
+    pub fn messages(&self) -> Vec<Value> {
+        self.body
+            .get("messages")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+type Handler = Box<dyn Fn(&RecordedRequest) -> Option<Reply> + Send + Sync>;
+
+struct State {
+    script: VecDeque<Reply>,
+    default: Reply,
+    handler: Option<Handler>,
+    requests: Vec<RecordedRequest>,
+}
+
+/// A running fake server. Stops accepting when dropped (connections already open finish).
+pub struct FakeLlm {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    stop: Arc<AtomicBool>,
+    accept_thread: Option<thread::JoinHandle<()>>,
+}
+
+impl FakeLlm {
+    /// Start on `127.0.0.1:0` with `script`. Panics if it cannot bind.
+    pub fn start(script: Vec<Reply>) -> FakeLlm {
+        FakeLlm::start_on("127.0.0.1:0", script).expect("bind fake LLM on 127.0.0.1:0")
+    }
+
+    /// Start on `addr` (e.g. `127.0.0.1:8089`) with `script`.
+    pub fn start_on(addr: &str, script: Vec<Reply>) -> io::Result<FakeLlm> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(Mutex::new(State {
+            script: script.into(),
+            default: Reply::text("Done.", Some((10, 2))),
+            handler: None,
+            requests: Vec::new(),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (st, sp) = (state.clone(), stop.clone());
+        let accept_thread = thread::Builder::new()
+            .name("fake-llm-accept".into())
+            .spawn(move || accept_loop(listener, st, sp))?;
+        Ok(FakeLlm {
+            addr,
+            state,
+            stop,
+            accept_thread: Some(accept_thread),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT` — the value for `llm.base_url` (no trailing `/`, no `/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Append replies to the script.
+    pub fn push(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.lock().script.extend(replies);
+    }
+
+    /// The reply used once the script is exhausted.
+    pub fn set_default(&self, reply: Reply) {
+        self.lock().default = reply;
+    }
+
+    /// A function asked first for every request; `None` falls back to the script/default.
+    /// E.g. answer summarisation requests (recognised by their prompt) with a fixed summary.
+    pub fn set_handler(
+        &self,
+        f: impl Fn(&RecordedRequest) -> Option<Reply> + Send + Sync + 'static,
+    ) {
+        self.lock().handler = Some(Box::new(f));
+    }
+
+    /// All requests received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.lock().requests.clone()
+    }
+
+    /// Requests with index `>= start` (for polling without copying the whole log).
+    pub fn requests_from(&self, start: usize) -> Vec<RecordedRequest> {
+        self.lock().requests.iter().skip(start).cloned().collect()
+    }
+
+    /// Number of requests received so far.
+    pub fn request_count(&self) -> usize {
+        self.lock().requests.len()
+    }
+
+    /// Scripted replies not yet used.
+    pub fn remaining(&self) -> usize {
+        self.lock().script.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept().
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        if let Some(t) = self.accept_thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>, stop: Arc<AtomicBool>) {
+    let conn_ids = AtomicU64::new(0);
+    for stream in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(stream) = stream else { continue };
+        let id = conn_ids.fetch_add(1, Ordering::SeqCst);
+        let st = state.clone();
+        let _ = thread::Builder::new()
+            .name(format!("fake-llm-conn-{id}"))
+            .spawn(move || {
+                let _ = serve_connection(stream, id, &st);
+            });
+    }
+}
+
+/// A parsed request head + body.
+struct Incoming {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    loop {
+        let Some(req) = read_request(&mut reader)? else {
+            return Ok(());
+        };
+        let close_requested = req
+            .headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close"));
+        let recorded;
+        let reply = {
+            let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+            recorded = RecordedRequest {
+                index: s.requests.len(),
+                method: req.method,
+                path: req.path,
+                headers: req.headers,
+                body: serde_json::from_slice(&req.body).unwrap_or(Value::Null),
+                raw_body: req.body,
+                at: Instant::now(),
+                connection: conn,
+            };
+            s.requests.push(recorded.clone());
+            let from_handler = s.handler.as_ref().and_then(|h| h(&recorded));
+            match from_handler {
+                Some(r) => r,
+                None => s.script.pop_front().unwrap_or_else(|| s.default.clone()),
+            }
+        };
+        let keep_open = send_reply(&mut writer, &reply, &recorded)?;
+        if !keep_open || close_requested {
+            let _ = writer.shutdown(Shutdown::Both);
+            return Ok(());
+        }
+    }
+}
+
+/// Read one request; `Ok(None)` on a clean EOF before a request line.
+fn read_request(r: &mut BufReader<TcpStream>) -> io::Result<Option<Incoming>> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let mut parts = line.split_whitespace();
+    let (Some(method), Some(path)) = (parts.next(), parts.next()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("bad request line {line:?}"),
+        ));
+    };
+    let (method, path) = (method.to_string(), path.to_string());
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h)? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let h = h.trim_end_matches(['\r', '\n']);
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    let get = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _): &&(String, String)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let body =
+        if get("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
+            read_chunked(r)?
+        } else if let Some(len) = get("content-length") {
+            let len: usize = len
+                .parse()
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad Content-Length"))?;
+            let mut body = vec![0u8; len];
+            r.read_exact(&mut body)?;
+            body
+        } else {
+            Vec::new()
+        };
+    Ok(Some(Incoming {
+        method,
+        path,
+        headers,
+        body,
+    }))
+}
+
+fn read_chunked(r: &mut BufReader<TcpStream>) -> io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let mut size_line = String::new();
+        r.read_line(&mut size_line)?;
+        let size_hex = size_line.trim().split(';').next().unwrap_or("");
+        let size = usize::from_str_radix(size_hex, 16)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad chunk size"))?;
+        if size == 0 {
+            // Trailers until an empty line.
+            loop {
+                let mut t = String::new();
+                if r.read_line(&mut t)? == 0 || t.trim().is_empty() {
+                    return Ok(body);
+                }
+            }
+        }
+        let start = body.len();
+        body.resize(start + size, 0);
+        r.read_exact(&mut body[start..])?;
+        let mut crlf = [0u8; 2];
+        r.read_exact(&mut crlf)?;
+    }
+}
+
+/// Write `reply`; returns whether the connection may stay open.
+fn send_reply(w: &mut TcpStream, reply: &Reply, req: &RecordedRequest) -> io::Result<bool> {
+    match reply {
+        Reply::Delay(d, inner) => {
+            thread::sleep(*d);
+            send_reply(w, inner, req)
+        }
+        Reply::HangUp => Ok(false),
+        Reply::Truncated(inner) => {
+            let (code, headers, body) = render(inner, req);
+            let half = &body[..body.len() / 2];
+            write_head(w, code, &headers, body.len())?;
+            w.write_all(half)?;
+            w.flush()?;
+            Ok(false)
+        }
+        other => {
+            let (code, headers, body) = render(other, req);
+            write_head(w, code, &headers, body.len())?;
+            w.write_all(&body)?;
+            w.flush()?;
+            Ok(true)
+        }
+    }
+}
+
+fn write_head(
+    w: &mut TcpStream,
+    code: u16,
+    headers: &[(String, String)],
+    len: usize,
+) -> io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {code} {}\r\nContent-Length: {len}\r\n",
+        reason(code)
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    w.write_all(head.as_bytes())
+}
+
+fn reason(code: u16) -> &'static str {
+    match code {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        413 => "Payload Too Large",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Status",
+    }
+}
+
+/// (status, headers, body) of a non-delayed reply, shaped for the request's path.
+fn render(reply: &Reply, req: &RecordedRequest) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let json_ct = vec![("Content-Type".to_string(), "application/json".to_string())];
+    let ollama = req.path.starts_with("/api/");
+    let model = req
+        .body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("fake-model")
+        .to_string();
+    match reply {
+        Reply::Text { content, usage } => {
+            let msg = json!({"role": "assistant", "content": content});
+            (
+                200,
+                json_ct,
+                completion(ollama, &model, req.index, msg, "stop", *usage),
+            )
+        }
+        Reply::ToolCalls { calls, usage } => {
+            let msg = if ollama {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .map(|(_, name, args)| {
+                        let args: Value =
+                            serde_json::from_str(args).unwrap_or(Value::String(args.clone()));
+                        json!({"function": {"name": name, "arguments": args}})
+                    })
+                    .collect();
+                json!({"role": "assistant", "content": "", "tool_calls": calls})
+            } else {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .map(|(id, name, args)| {
+                        json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+                    })
+                    .collect();
+                json!({"role": "assistant", "content": null, "tool_calls": calls})
+            };
+            (
+                200,
+                json_ct,
+                completion(ollama, &model, req.index, msg, "tool_calls", *usage),
+            )
+        }
+        Reply::Status {
+            code,
+            body,
+            headers,
+        } => {
+            let mut h = headers.clone();
+            if !h
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+            {
+                let ct = if body.trim_start().starts_with('<') {
+                    "text/html"
+                } else {
+                    "application/json"
+                };
+                h.push(("Content-Type".into(), ct.into()));
+            }
+            (*code, h, body.clone().into_bytes())
+        }
+        Reply::Raw { body } => (200, json_ct, body.clone().into_bytes()),
+        Reply::Truncated(inner) | Reply::Delay(_, inner) => render(inner, req),
+        Reply::HangUp => (200, json_ct, Vec::new()),
+    }
+}
+
+fn completion(
+    ollama: bool,
+    model: &str,
+    index: usize,
+    message: Value,
+    finish: &str,
+    usage: Option<(u64, u64)>,
+) -> Vec<u8> {
+    let v = if ollama {
+        let mut v = json!({
+            "model": model,
+            "created_at": "2025-01-01T00:00:00Z",
+            "message": message,
+            "done": true,
+            "done_reason": if finish == "tool_calls" { "stop" } else { finish },
+        });
+        if let Some((p, c)) = usage {
+            v["prompt_eval_count"] = json!(p);
+            v["eval_count"] = json!(c);
+        }
+        v
+    } else {
+        let mut v = json!({
+            "id": format!("chatcmpl-fake-{index}"),
+            "object": "chat.completion",
+            "created": 1_735_689_600u64,
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        });
+        if let Some((p, c)) = usage {
+            v["usage"] = json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c});
+        }
+        v
+    };
+    v.to_string().into_bytes()
+}
