@@ -147,6 +147,7 @@ fn task_completes_with_exact_counters_and_clean_files() {
     assert_eq!(tools[0]["tool"], "read_text_file");
     assert_eq!(tools[0]["status"], "error");
     assert_eq!(tools[0]["args"]["path"], "src/main.rs");
+    assert_eq!(tools[0]["tool_call_id"], "call_1");
 
     // What the server saw: the system prompt first, then the tool result answering call_1.
     let reqs = llm.requests();
@@ -191,6 +192,11 @@ fn tokens_are_estimated_when_the_provider_reports_no_usage() {
     let expected: u64 = messages.iter().map(|m| m["tokens"].as_u64().unwrap()).sum();
     assert!(expected > 0);
     assert_eq!(r["total_tokens"].as_u64().unwrap(), expected);
+    let dir = env.contexts().join("completed").join(&uuid);
+    assert!(
+        !dir.join("tools.jsonl").exists(),
+        "no tool call, no tools.jsonl"
+    );
 }
 
 #[test]

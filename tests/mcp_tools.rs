@@ -723,7 +723,10 @@ fn prompted_tools_describes_the_real_tools_in_the_system_prompt_and_flattens_his
     );
     assert_eq!(
         messages[3],
-        json!({"role":"user","content":"Result of read_text_file:\nHello from the sample directory."})
+        json!({"role":"user","content":format!(
+            "Result of read_text_file:\nHello from the sample directory.\n{}",
+            ctxhost_format::prompted::RESULT_NUDGE
+        )})
     );
     assert!(
         messages

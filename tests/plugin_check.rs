@@ -187,8 +187,14 @@ fn the_cli_prints_json_and_sets_the_exit_code() {
         .args(["plugin", "check", "builtin:openai-chat", "--json"])
         .output()
         .unwrap();
-    assert!(ok.status.success(), "exit {:?}: {}", ok.status, String::from_utf8_lossy(&ok.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&ok.stdout).expect("stdout is one JSON document");
+    assert!(
+        ok.status.success(),
+        "exit {:?}: {}",
+        ok.status,
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&ok.stdout).expect("stdout is one JSON document");
     assert_eq!(v["component"], "builtin:openai-chat");
     assert_eq!(v["world"], "request-format-plugin");
     assert_eq!(v["version"], "0.1.0");
@@ -200,9 +206,20 @@ fn the_cli_prints_json_and_sets_the_exit_code() {
         .args(["plugin", "check", broken.to_str().unwrap()])
         .output()
         .unwrap();
-    assert_eq!(bad.status.code(), Some(1), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert_eq!(
+        bad.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
     let text = String::from_utf8_lossy(&bad.stdout);
-    assert!(text.contains("world message-store-plugin, WIT version 0.1.0"), "{text}");
-    assert!(text.contains("FAIL  count-messages: count-messages returned 4 after 3 appends"), "{text}");
+    assert!(
+        text.contains("world message-store-plugin, WIT version 0.1.0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("FAIL  count-messages: count-messages returned 4 after 3 appends"),
+        "{text}"
+    );
     assert!(text.contains("does NOT conform"), "{text}");
 }

@@ -249,9 +249,16 @@ fn absolute_paths_resolve_inside_the_task_directory() {
 struct SlowLlm(Duration);
 
 impl ctxhost::runtime::LlmImport for SlowLlm {
-    fn complete(&mut self, _messages_file: &str, _max: u32) -> Result<ctxhost::runtime::Completion, String> {
+    fn complete(
+        &mut self,
+        _messages_file: &str,
+        _max: u32,
+    ) -> Result<ctxhost::runtime::Completion, String> {
         std::thread::sleep(self.0);
-        Ok(ctxhost::runtime::Completion { message: ChatMessage::text("assistant", "short summary"), usage: None })
+        Ok(ctxhost::runtime::Completion {
+            message: ChatMessage::text("assistant", "short summary"),
+            usage: None,
+        })
     }
 }
 
@@ -263,14 +270,28 @@ fn time_in_the_llm_import_does_not_count_against_the_deadline() {
     let mut lines = vec![serde_json::to_string(&ChatMessage::text("system", "sys")).unwrap()];
     for i in 0..12 {
         let role = if i % 2 == 0 { "user" } else { "assistant" };
-        lines.push(serde_json::to_string(&ChatMessage::text(role, format!("message {i} {}", "words ".repeat(50)))).unwrap());
+        lines.push(
+            serde_json::to_string(&ChatMessage::text(
+                role,
+                format!("message {i} {}", "words ".repeat(50)),
+            ))
+            .unwrap(),
+        );
     }
     fs::write(task.join("current.jsonl"), lines.join("\n") + "\n").unwrap();
 
     let rt = Runtime::new(&tmp.path().join("cache"), limits(64, 300)).unwrap();
     let wasm = Path::new(env!("CTXHOST_GUEST_DIR")).join("tiny_summarizer.wasm");
-    let plugin = rt.load(&PluginSource::Path(wasm), PluginKind::Compressor).unwrap();
-    let mut compressor = rt.compressor(&plugin, &task, Box::new(SlowLlm(Duration::from_millis(900)))).unwrap();
+    let plugin = rt
+        .load(&PluginSource::Path(wasm), PluginKind::Compressor)
+        .unwrap();
+    let mut compressor = rt
+        .compressor(
+            &plugin,
+            &task,
+            Box::new(SlowLlm(Duration::from_millis(900))),
+        )
+        .unwrap();
     let config = ctxhost::runtime::CompressConfig {
         context_length: 4000,
         threshold: 0.5,
@@ -279,8 +300,14 @@ fn time_in_the_llm_import_does_not_count_against_the_deadline() {
         reserve_output_tokens: 200,
     };
     let started = Instant::now();
-    let result = compressor.compress(&config).expect("the 900 ms LLM call is not the component's time");
+    let result = compressor
+        .compress(&config)
+        .expect("the 900 ms LLM call is not the component's time");
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert_eq!(result.context_file, "compressed.jsonl");
-    assert!(fs::read_to_string(task.join("compressed.jsonl")).unwrap().contains("short summary"));
+    assert!(
+        fs::read_to_string(task.join("compressed.jsonl"))
+            .unwrap()
+            .contains("short summary")
+    );
 }

@@ -246,12 +246,14 @@ pub struct PluginsConfig {
 
 /// The `plugins.compressor` value that disables compression.
 pub const NO_COMPRESSOR: &str = "none";
+/// The default `plugins.compressor`: an LLM summary of the older messages (DESIGN §6).
+pub const DEFAULT_COMPRESSOR: &str = "builtin:llm-summarizer";
 
 impl Default for PluginsConfig {
     fn default() -> Self {
         PluginsConfig {
             message_store: "builtin:jsonl-store".to_string(),
-            compressor: NO_COMPRESSOR.to_string(),
+            compressor: DEFAULT_COMPRESSOR.to_string(),
             request_format: None,
         }
     }
@@ -545,7 +547,8 @@ impl Config {
                 format!("must be at least 10, got {}", self.worker.poll_interval_ms),
             );
         }
-        if let Err((key, message)) = crate::tools::config::validate(&self.mcp_servers, &self.tools) {
+        if let Err((key, message)) = crate::tools::config::validate(&self.mcp_servers, &self.tools)
+        {
             return bad(&key, message);
         }
         Ok(())
@@ -668,7 +671,8 @@ llm:
 plugins:
   # Each is builtin:NAME or a path to a .wasm component.
   message_store: {store}
-  # none disables compression.
+  # builtin:llm-summarizer (LLM summary of older messages), builtin:observation-masking
+  # (masks old tool results, no LLM), a path to a .wasm compressor, or none.
   compressor: {compressor}
   # Default from the provider: builtin:ollama-chat for ollama, builtin:openai-chat otherwise.
   # builtin:prompted-tools describes the tools in the prompt, for models without native tool calls.
@@ -851,9 +855,9 @@ mod tests {
 
     #[test]
     fn compressor_none_disables_compression() {
-        assert_eq!(Config::default().compressor(), None);
-        let c = Config::from_yaml("plugins:\n  compressor: builtin:llm-summarizer\n", "c").unwrap();
-        assert_eq!(c.compressor(), Some("builtin:llm-summarizer"));
+        assert_eq!(Config::default().compressor(), Some("builtin:llm-summarizer"));
+        let c = Config::from_yaml("plugins:\n  compressor: none\n", "c").unwrap();
+        assert_eq!(c.compressor(), None);
     }
 
     #[test]

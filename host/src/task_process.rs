@@ -226,6 +226,7 @@ fn execute(
         compressor: compressor.as_mut(),
         transport: &transport,
         tools: tools.as_mut(),
+        compaction_failures: 0,
     };
     agent.run(&TaskInput {
         uuid,

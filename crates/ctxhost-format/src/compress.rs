@@ -93,7 +93,11 @@ pub fn parse_summary_range(content: &str) -> Option<(u64, u64)> {
 pub fn is_summary_line(index: usize, message: &ChatMessage) -> bool {
     index == 1
         && message.role == "user"
-        && message.content.as_deref().and_then(parse_summary_range).is_some()
+        && message
+            .content
+            .as_deref()
+            .and_then(parse_summary_range)
+            .is_some()
 }
 
 /// Start of a masked tool result's content.
@@ -105,7 +109,9 @@ pub const MASK_PREFIX: &str = "[tool result masked: ";
 pub fn mask_placeholder(tools_seq: Option<u64>, tool_call_id: &str) -> String {
     match tools_seq {
         Some(seq) => format!("{MASK_PREFIX}full text in tools.jsonl seq {seq}]"),
-        None => format!("{MASK_PREFIX}full text not found in tools.jsonl (tool_call_id {tool_call_id})]"),
+        None => format!(
+            "{MASK_PREFIX}full text not found in tools.jsonl (tool_call_id {tool_call_id})]"
+        ),
     }
 }
 
@@ -165,7 +171,11 @@ pub fn cut_to_tokens(text: &str, max_tokens: u64) -> Cow<'_, str> {
     let head = head_end(text, keep / 2);
     let tail = tail_start(text, keep - keep / 2).max(head);
     let omitted = text[head..tail].chars().count();
-    Cow::Owned(format!("{}\n[... {omitted} characters cut ...]\n{}", &text[..head], &text[tail..]))
+    Cow::Owned(format!(
+        "{}\n[... {omitted} characters cut ...]\n{}",
+        &text[..head],
+        &text[tail..]
+    ))
 }
 
 /// The largest char-boundary byte index `i` with `text[..i]` weighing at most `quarters`.
@@ -220,7 +230,12 @@ pub struct Chunker {
 impl Chunker {
     /// A chunker for chunks of at most `budget` tokens (at least 1).
     pub fn new(budget: u64) -> Chunker {
-        Chunker { budget: budget.max(1), text: String::new(), tokens: 0, pieces: 0 }
+        Chunker {
+            budget: budget.max(1),
+            text: String::new(),
+            tokens: 0,
+            pieces: 0,
+        }
     }
 
     /// Add the next piece; returns the chunk it closed, if it did not fit in the current one.
@@ -251,7 +266,10 @@ impl Chunker {
         if self.pieces == 0 {
             return None;
         }
-        let chunk = Chunk { text: std::mem::take(&mut self.text), pieces: self.pieces };
+        let chunk = Chunk {
+            text: std::mem::take(&mut self.text),
+            pieces: self.pieces,
+        };
         self.tokens = 0;
         self.pieces = 0;
         Some(chunk)
@@ -267,7 +285,11 @@ pub const MIN_CHUNK_TOKENS: u64 = 64;
 /// overhead, minus 10 % for the estimate's error.
 ///
 /// Errors (a sentence naming the settings) when less than [`MIN_CHUNK_TOKENS`] remain.
-pub fn request_budget(context_length: u64, reserve_output_tokens: u64, prompt_tokens: u64) -> Result<u64, String> {
+pub fn request_budget(
+    context_length: u64,
+    reserve_output_tokens: u64,
+    prompt_tokens: u64,
+) -> Result<u64, String> {
     let fixed = reserve_output_tokens + prompt_tokens + 2 * MESSAGE_OVERHEAD_TOKENS;
     let available = context_length.saturating_sub(fixed);
     let budget = available - available / 10;
@@ -303,7 +325,11 @@ mod tests {
         // sys, user, assistant(calls x3), tool, tool, tool, assistant
         let kinds = [System, User, Assistant, Tool, Tool, Tool, Assistant];
         for keep in 1..=4 {
-            assert_eq!(cut_point(&kinds, keep), if keep == 1 { 6 } else { 2 }, "keep {keep}");
+            assert_eq!(
+                cut_point(&kinds, keep),
+                if keep == 1 { 6 } else { 2 },
+                "keep {keep}"
+            );
         }
         assert_eq!(cut_point(&kinds, 5), 2);
         assert_eq!(cut_point(&kinds, 6), 1);
@@ -316,9 +342,15 @@ mod tests {
     #[test]
     fn summary_content_round_trips() {
         let c = summary_content(2, 41, "did things\nmore");
-        assert_eq!(c, "Summary of the conversation so far (messages 2–41):\ndid things\nmore");
+        assert_eq!(
+            c,
+            "Summary of the conversation so far (messages 2–41):\ndid things\nmore"
+        );
         assert_eq!(parse_summary_range(&c), Some((2, 41)));
-        assert_eq!(parse_summary_range("Summary of the conversation so far (messages 2-41):\nx"), None);
+        assert_eq!(
+            parse_summary_range("Summary of the conversation so far (messages 2-41):\nx"),
+            None
+        );
         assert_eq!(parse_summary_range("hello"), None);
         let m = summary_message(3, 4, "s");
         assert!(is_summary_line(1, &m));
@@ -339,15 +371,27 @@ mod tests {
 
     #[test]
     fn rendering_is_plain_text() {
-        assert_eq!(render_message(&ChatMessage::text("user", "fix it")), "user: fix it");
+        assert_eq!(
+            render_message(&ChatMessage::text("user", "fix it")),
+            "user: fix it"
+        );
         let call = ChatMessage {
             role: "assistant".into(),
             content: Some("reading".into()),
-            tool_calls: Some(vec![ToolCall::new("c1", "read", r#"{"p":"a"}"#), ToolCall::new("c2", "ls", "{}")]),
+            tool_calls: Some(vec![
+                ToolCall::new("c1", "read", r#"{"p":"a"}"#),
+                ToolCall::new("c2", "ls", "{}"),
+            ]),
             ..Default::default()
         };
-        assert_eq!(render_message(&call), "assistant: reading\nassistant called read({\"p\":\"a\"})\nassistant called ls({})");
-        let only_calls = ChatMessage { content: None, ..call };
+        assert_eq!(
+            render_message(&call),
+            "assistant: reading\nassistant called read({\"p\":\"a\"})\nassistant called ls({})"
+        );
+        let only_calls = ChatMessage {
+            content: None,
+            ..call
+        };
         assert!(render_message(&only_calls).starts_with("assistant called read("));
         let result = ChatMessage {
             role: "tool".into(),
@@ -368,10 +412,16 @@ mod tests {
         let (head, rest) = cut.split_once("\n[... ").unwrap();
         let (count, tail) = rest.split_once(" characters cut ...]\n").unwrap();
         assert!(text.starts_with(head) && text.ends_with(tail));
-        assert_eq!(head.chars().count() + tail.chars().count() + count.parse::<usize>().unwrap(), 1000);
+        assert_eq!(
+            head.chars().count() + tail.chars().count() + count.parse::<usize>().unwrap(),
+            1000
+        );
         assert!(head.chars().count() >= 40 && tail.chars().count() >= 40);
         // Tiny budget: a head only.
-        assert_eq!(cut_to_tokens("ééééééééééééééééééééééééééééééééééé", 3), "éééééé");
+        assert_eq!(
+            cut_to_tokens("ééééééééééééééééééééééééééééééééééé", 3),
+            "éééééé"
+        );
     }
 
     #[test]
@@ -379,7 +429,11 @@ mod tests {
         let text: String = "aé上b".repeat(300);
         for max in 0..400 {
             let cut = cut_to_tokens(&text, max);
-            assert!(estimate_tokens(&cut) <= max, "max {max}: {}", estimate_tokens(&cut));
+            assert!(
+                estimate_tokens(&cut) <= max,
+                "max {max}: {}",
+                estimate_tokens(&cut)
+            );
         }
     }
 
@@ -393,14 +447,26 @@ mod tests {
         }
         chunks.extend(c.finish());
         assert_eq!(chunks.len(), 2);
-        assert_eq!(chunks[0], Chunk { text: "aaaaaaaa\n\nbbbbbbbb\n\ncccccccc".into(), pieces: 3 });
+        assert_eq!(
+            chunks[0],
+            Chunk {
+                text: "aaaaaaaa\n\nbbbbbbbb\n\ncccccccc".into(),
+                pieces: 3
+            }
+        );
         assert_eq!(chunks[1].pieces, 1);
         // An oversized piece is cut and stands alone.
         let mut c = Chunker::new(64);
         let head = "x".repeat(40); // 10 tokens: 10 + 1 + the cut piece (60 tokens) > 64
         assert!(c.push(&head).is_none());
         let closed = c.push(&"y".repeat(10_000)).unwrap();
-        assert_eq!(closed, Chunk { text: head, pieces: 1 });
+        assert_eq!(
+            closed,
+            Chunk {
+                text: head,
+                pieces: 1
+            }
+        );
         let last = c.finish().unwrap();
         assert!(estimate_tokens(&last.text) <= 64 && last.text.contains("characters cut"));
         assert!(Chunker::new(5).finish().is_none());

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 /// Longest tool description shown in the prompt, in characters (the rest is cut at a
 /// character boundary and marked with `…`).
-pub const MAX_DESCRIPTION_CHARS: usize = 240;
+pub const MAX_DESCRIPTION_CHARS: usize = 160;
 
 /// A tool call found in a reply: the tool name and its arguments as JSON text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +42,10 @@ pub struct ParsedReply {
 /// `{"type":"function","function":{"name","description","parameters"}}`) and the reply
 /// protocol. Definitions without a function name are skipped; an empty string when no tool
 /// remains.
+///
+/// Kept short for small models (measured with Qwen2.5-Coder-0.5B: with whole descriptions and
+/// every parameter in the signature it answered without calling; with this form it called the
+/// right tool): one line per tool, `name(required: type, ...): first sentence. Optional: x (type).`
 pub fn tools_prompt(tools: &[Value]) -> String {
     let functions: Vec<&Value> = tools
         .iter()
@@ -54,16 +58,7 @@ pub fn tools_prompt(tools: &[Value]) -> String {
     let mut s = String::from("# Tools\n\nYou can call these tools:\n");
     for f in &functions {
         s.push_str("- ");
-        s.push_str(&signature(f));
-        if let Some(d) = f
-            .get("description")
-            .and_then(Value::as_str)
-            .map(one_line)
-            .filter(|d| !d.is_empty())
-        {
-            s.push_str(": ");
-            s.push_str(&cut_chars(&d, MAX_DESCRIPTION_CHARS));
-        }
+        s.push_str(&tool_line(f));
         s.push('\n');
     }
     s.push_str(
@@ -73,40 +68,73 @@ pub fn tools_prompt(tools: &[Value]) -> String {
     s.push_str("For example:\n");
     s.push_str(&example_call(functions[0]));
     s.push_str(
-        "\nThe result comes back in the next message, starting with \"Result of TOOL_NAME:\". \
-         Call one tool at a time and wait for its result.\n\
+        "\nThe tool's result comes back in the next message. Call one tool at a time.\n\
          When you have the final answer, reply with plain text only, without any JSON object.",
     );
     s
 }
 
-/// `name(arg: type, optional?: type)` for one function definition.
-fn signature(f: &Value) -> String {
+/// `name(req: type, ...): First sentence. Optional: opt (type), ...` for one function.
+fn tool_line(f: &Value) -> String {
     let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
     let params = f.get("parameters");
+    let props = params
+        .and_then(|p| p.get("properties"))
+        .and_then(Value::as_object);
     let required: Vec<&str> = params
         .and_then(|p| p.get("required"))
         .and_then(Value::as_array)
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let args: Vec<String> = params
-        .and_then(|p| p.get("properties"))
-        .and_then(Value::as_object)
-        .map(|props| {
-            props
-                .iter()
-                .map(|(k, v)| {
-                    let opt = if required.contains(&k.as_str()) {
-                        ""
-                    } else {
-                        "?"
-                    };
-                    format!("{k}{opt}: {}", type_name(v))
-                })
-                .collect()
-        })
+    let type_of = |k: &str| {
+        props
+            .and_then(|p| p.get(k))
+            .map(type_name)
+            .unwrap_or_else(|| "any".into())
+    };
+    let req: Vec<String> = required
+        .iter()
+        .map(|k| format!("{k}: {}", type_of(k)))
+        .collect();
+    let opt: Vec<String> = props
+        .into_iter()
+        .flat_map(|p| p.keys())
+        .filter(|k| !required.contains(&k.as_str()))
+        .map(|k| format!("{k} ({})", type_of(k)))
+        .collect();
+    let mut line = format!("{name}({})", req.join(", "));
+    let description = f
+        .get("description")
+        .and_then(Value::as_str)
+        .map(first_sentence)
         .unwrap_or_default();
-    format!("{name}({})", args.join(", "))
+    if !description.is_empty() {
+        line.push_str(": ");
+        line.push_str(&description);
+    }
+    if !opt.is_empty() {
+        line.push_str(if description.is_empty() {
+            ": Optional: "
+        } else {
+            " Optional: "
+        });
+        line.push_str(&opt.join(", "));
+        line.push('.');
+    }
+    line
+}
+
+/// The first sentence of `text` on one line (up to the first `. `, or all of it), at most
+/// [`MAX_DESCRIPTION_CHARS`] characters, ending with `.` or `…`.
+fn first_sentence(text: &str) -> String {
+    let text = one_line(text);
+    let end = text.find(". ").map(|i| i + 1).unwrap_or(text.len());
+    let sentence = cut_chars(&text[..end], MAX_DESCRIPTION_CHARS);
+    if sentence.is_empty() || sentence.ends_with(['.', '…', '!', '?']) {
+        sentence
+    } else {
+        format!("{sentence}.")
+    }
 }
 
 /// A JSON Schema's type for the prompt: `string`, `number`, `array of string`, `string|null`, `any`.
@@ -186,12 +214,20 @@ pub fn call_text(name: &str, arguments: &str) -> String {
     call_json(name, args)
 }
 
-/// How a tool result is shown in the history (as a user message): `Result of NAME:\nCONTENT`.
+/// The nudge after a tool result. Measured with Qwen2.5-Coder-0.5B: a bare result made it call
+/// the same tool again and again; any mention of calling another tool did too; this wording made
+/// it answer from the result (a model that needs more can still call a tool).
+pub const RESULT_NUDGE: &str =
+    "Now, based on this result, answer my question in plain text if you can.";
+
+/// How a tool result is shown in the history (as a user message):
+/// `Result of NAME:\nCONTENT\n` followed by [`RESULT_NUDGE`].
 pub fn result_text(tool_name: Option<&str>, content: &str) -> String {
-    match tool_name {
-        Some(name) if !name.is_empty() => format!("Result of {name}:\n{content}"),
-        _ => format!("Result of the tool call:\n{content}"),
-    }
+    let name = tool_name
+        .filter(|n| !n.is_empty())
+        .unwrap_or("the tool call");
+    let sep = if content.ends_with('\n') { "" } else { "\n" };
+    format!("Result of {name}:\n{content}{sep}{RESULT_NUDGE}")
 }
 
 /// Parse a model reply for tool calls; see the module doc for what is accepted. A reply
@@ -467,28 +503,36 @@ mod tests {
     #[test]
     fn prompt_lists_tools_and_the_protocol() {
         let tools = vec![
-            json!({"type":"function","function":{"name":"read_text_file","description":"Read the complete\n contents of a file.",
-                "parameters":{"type":"object","properties":{"path":{"type":"string"},"head":{"type":"number"}},"required":["path"]}}}),
+            json!({"type":"function","function":{"name":"read_text_file",
+                "description":"Read the complete\n contents of a file. Handles encodings. Use it often.",
+                "parameters":{"type":"object","properties":{"tail":{"type":"number"},"path":{"type":"string"},"head":{"type":"number"}},"required":["path"]}}}),
             json!({"type":"function","function":{"name":"list_directory","description":"x".repeat(500),
                 "parameters":{"type":"object","properties":{"paths":{"type":"array","items":{"type":"string"}}}}}}),
+            json!({"type":"function","function":{"name":"ping","parameters":{"type":"object","properties":{}}}}),
             json!({"type":"function","function":{"description":"nameless"}}),
         ];
         let p = tools_prompt(&tools);
-        assert!(p.contains("- read_text_file(head?: number, path: string): Read the complete contents of a file.\n"), "{p}");
-        assert!(
-            p.contains("- list_directory(paths?: array of string): "),
-            "{p}"
-        );
-        assert!(
-            p.contains(&format!("{}…", "x".repeat(MAX_DESCRIPTION_CHARS))),
-            "{p}"
+        let lines: Vec<&str> = p.lines().filter(|l| l.starts_with("- ")).collect();
+        assert_eq!(
+            lines,
+            [
+                "- read_text_file(path: string): Read the complete contents of a file. Optional: head (number), tail (number).",
+                &format!(
+                    "- list_directory(): {}… Optional: paths (array of string).",
+                    "x".repeat(MAX_DESCRIPTION_CHARS)
+                ),
+                "- ping()",
+            ]
         );
         assert!(!p.contains("nameless"));
         assert!(
             p.contains(r#"{"tool": "read_text_file", "arguments": {"path":"..."}}"#),
             "{p}"
         );
-        assert!(p.contains("plain text"));
+        assert!(
+            p.ends_with("reply with plain text only, without any JSON object."),
+            "{p}"
+        );
         // The example parses back as the call it shows.
         let example = p
             .lines()

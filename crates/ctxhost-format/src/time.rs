@@ -23,7 +23,11 @@ pub fn rfc3339_utc(since_epoch: Duration) -> String {
 
 /// The current wall-clock time as [`rfc3339_utc`]; a clock before 1970 gives the epoch.
 pub fn now_rfc3339_utc() -> String {
-    rfc3339_utc(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default())
+    rfc3339_utc(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default(),
+    )
 }
 
 /// (year, month 1..=12, day 1..=31) of day `days` since 1970-01-01 (Howard Hinnant's
@@ -61,7 +65,10 @@ mod tests {
 
     #[test]
     fn sub_millisecond_digits_are_truncated() {
-        assert_eq!(rfc3339_utc(Duration::new(0, 1_999_999)), "1970-01-01T00:00:00.001Z");
+        assert_eq!(
+            rfc3339_utc(Duration::new(0, 1_999_999)),
+            "1970-01-01T00:00:00.001Z"
+        );
     }
 
     #[test]
@@ -79,8 +86,13 @@ mod tests {
                 _ if leap => 29,
                 _ => 28,
             };
-            let expected =
-                if day < len { (y, m, day + 1) } else if m < 12 { (y, m + 1, 1) } else { (y + 1, 1, 1) };
+            let expected = if day < len {
+                (y, m, day + 1)
+            } else if m < 12 {
+                (y, m + 1, 1)
+            } else {
+                (y + 1, 1, 1)
+            };
             assert_eq!(cur, expected, "day {d}");
             prev = cur;
         }

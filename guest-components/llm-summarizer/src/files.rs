@@ -60,7 +60,10 @@ impl LineWriter {
     /// Creates (or truncates) `file`.
     pub fn create(file: &'static str) -> Result<LineWriter, PluginError> {
         let f = File::create(file).map_err(|e| io_error(format!("creating {file}"), e))?;
-        Ok(LineWriter { file, out: BufWriter::new(f) })
+        Ok(LineWriter {
+            file,
+            out: BufWriter::new(f),
+        })
     }
 
     /// Writes `text` and a `\n`.
@@ -73,15 +76,18 @@ impl LineWriter {
 
     /// Writes `value` as one JSON line.
     pub fn json(&mut self, value: &impl serde::Serialize) -> Result<(), PluginError> {
-        let text = serde_json::to_string(value)
-            .map_err(|e| PluginError::Internal(format!("serialising a line of {}: {e}", self.file)))?;
+        let text = serde_json::to_string(value).map_err(|e| {
+            PluginError::Internal(format!("serialising a line of {}: {e}", self.file))
+        })?;
         self.line(&text)
     }
 
     /// Flushes and closes the file.
     pub fn finish(self) -> Result<(), PluginError> {
         let file = self.file;
-        self.out.into_inner().map_err(|e| io_error(format!("writing {file}"), e.into_error()))?;
+        self.out
+            .into_inner()
+            .map_err(|e| io_error(format!("writing {file}"), e.into_error()))?;
         Ok(())
     }
 }
@@ -97,7 +103,9 @@ pub fn copy_lines(from: &str, to: &mut LineWriter) -> Result<(), PluginError> {
 
 /// Non-blank lines of `file` (0 when it does not exist).
 pub fn count_lines(file: &str) -> Result<u64, PluginError> {
-    let Some(mut reader) = open_lines(file)? else { return Ok(0) };
+    let Some(mut reader) = open_lines(file)? else {
+        return Ok(0);
+    };
     let mut n = 0;
     while reader.next_line().map_err(jsonl_error)?.is_some() {
         n += 1;
@@ -115,8 +123,10 @@ pub fn append_json_line(file: &str, value: &impl serde::Serialize) -> Result<(),
         .create(true)
         .open(file)
         .map_err(|e| io_error(format!("opening {file}"), e))?;
-    f.write_all(line.as_bytes()).map_err(|e| io_error(format!("appending to {file}"), e))?;
-    f.sync_data().map_err(|e| io_error(format!("syncing {file}"), e))
+    f.write_all(line.as_bytes())
+        .map_err(|e| io_error(format!("appending to {file}"), e))?;
+    f.sync_data()
+        .map_err(|e| io_error(format!("syncing {file}"), e))
 }
 
 /// The first non-blank line of `file`, as written.
@@ -138,7 +148,10 @@ pub struct Cleanup {
 impl Cleanup {
     /// A guard for `temporaries` and `output`.
     pub fn new(temporaries: &'static [&'static str], output: &'static str) -> Cleanup {
-        Cleanup { temporaries, output: Some(output) }
+        Cleanup {
+            temporaries,
+            output: Some(output),
+        }
     }
 
     /// The output is handed to the host: keep it.

@@ -33,7 +33,10 @@ use ctxhost_format::{SummaryLine, estimate_message_tokens, estimate_tokens};
 use ctxhost::plugin::log::{Level, log};
 use ctxhost::plugin::types::PluginError;
 use exports::ctxhost::plugin::compressor::{CompressConfig, CompressResult, Guest, SummaryInfo};
-use files::{COMPRESSED, CURRENT, Cleanup, LineWriter, SUMMARIES, SUMMARY_REQUEST, TO_SUMMARIZE, UNSUMMARIZED};
+use files::{
+    COMPRESSED, CURRENT, Cleanup, LineWriter, SUMMARIES, SUMMARY_REQUEST, TO_SUMMARIZE,
+    UNSUMMARIZED,
+};
 
 /// Logs a warning to the host log.
 pub(crate) fn warn(message: &str) {
@@ -109,7 +112,11 @@ fn compress(config: &CompressConfig) -> Result<CompressResult, PluginError> {
             summary: summary.text.clone(),
             original_tokens,
             summary_tokens,
-            ratio: if original_tokens == 0 { 0.0 } else { summary_tokens as f64 / original_tokens as f64 },
+            ratio: if original_tokens == 0 {
+                0.0
+            } else {
+                summary_tokens as f64 / original_tokens as f64
+            },
             timestamp: now_rfc3339_utc(),
         },
     )?;

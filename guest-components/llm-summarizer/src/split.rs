@@ -19,7 +19,10 @@ pub struct Scan {
 impl Scan {
     /// Messages in `from..to` that are history lines (not the system prompt, not a summary).
     pub fn history_lines(&self, from: usize, to: usize) -> u64 {
-        self.kinds[from..to].iter().filter(|k| !matches!(k, LineKind::System | LineKind::Summary)).count() as u64
+        self.kinds[from..to]
+            .iter()
+            .filter(|k| !matches!(k, LineKind::System | LineKind::Summary))
+            .count() as u64
     }
 }
 
@@ -30,8 +33,9 @@ struct RoleOnly {
 }
 
 fn parse<'a, T: Deserialize<'a>>(line: u64, text: &'a str) -> Result<T, PluginError> {
-    serde_json::from_str(text)
-        .map_err(|e| PluginError::InvalidInput(format!("{CURRENT} line {line}: not a chat message: {e}")))
+    serde_json::from_str(text).map_err(|e| {
+        PluginError::InvalidInput(format!("{CURRENT} line {line}: not a chat message: {e}"))
+    })
 }
 
 /// The kinds of current.jsonl's lines. Errors: `invalid-input` when it is empty, a line does
@@ -64,7 +68,9 @@ pub fn scan() -> Result<Scan, PluginError> {
         Ok(())
     })?;
     if kinds.is_empty() {
-        return Err(PluginError::InvalidInput(format!("{CURRENT} is empty: there is no context to compress")));
+        return Err(PluginError::InvalidInput(format!(
+            "{CURRENT} is empty: there is no context to compress"
+        )));
     }
     Ok(Scan { kinds, previous })
 }
@@ -85,7 +91,11 @@ pub fn split(cut: usize) -> Result<Split, PluginError> {
     let mut reader = require_lines(CURRENT)?;
     let mut old = LineWriter::create(TO_SUMMARIZE)?;
     let mut kept = LineWriter::create(UNSUMMARIZED)?;
-    let mut parts = Split { system_tokens: 0, summarized_tokens: 0, kept_tokens: 0 };
+    let mut parts = Split {
+        system_tokens: 0,
+        summarized_tokens: 0,
+        kept_tokens: 0,
+    };
     let mut index = 0usize;
     for_each_raw(&mut reader, |line, text| {
         let tokens = estimate_message_tokens(&parse::<ChatMessage>(line, text)?);

@@ -31,7 +31,8 @@ coding agent, its user and its tools into one summary, so that the agent can con
 Answer with the summary only.";
 
 /// Put before the partial summaries in a merge request.
-const MERGE_HEADER: &str = "Partial summaries of consecutive parts of the conversation, oldest first:\n\n";
+const MERGE_HEADER: &str =
+    "Partial summaries of consecutive parts of the conversation, oldest first:\n\n";
 
 /// The placeholder of the summary prompt.
 const PLACEHOLDER: &str = "{messages}";
@@ -62,7 +63,9 @@ impl<'a> Summarizer<'a> {
     /// close to the whole window). Errors: `invalid-input` when the window leaves no room for a
     /// request.
     pub fn new(config: &'a CompressConfig) -> Result<Summarizer<'a>, PluginError> {
-        let reserve = config.reserve_output_tokens.min(u32::try_from(config.context_length / 2).unwrap_or(u32::MAX));
+        let reserve = config
+            .reserve_output_tokens
+            .min(u32::try_from(config.context_length / 2).unwrap_or(u32::MAX));
         if reserve < config.reserve_output_tokens {
             log(
                 Level::Info,
@@ -77,9 +80,14 @@ impl<'a> Summarizer<'a> {
             + estimate_tokens(SUMMARIZE_INSTRUCTION).max(estimate_tokens(MERGE_INSTRUCTION))
             + estimate_tokens(MERGE_HEADER)
             + 1;
-        let budget =
-            request_budget(config.context_length, reserve.into(), prompt_tokens).map_err(PluginError::InvalidInput)?;
-        Ok(Summarizer { config, budget, reserve, requests: 0 })
+        let budget = request_budget(config.context_length, reserve.into(), prompt_tokens)
+            .map_err(PluginError::InvalidInput)?;
+        Ok(Summarizer {
+            config,
+            budget,
+            reserve,
+            requests: 0,
+        })
     }
 
     /// Summarises the chat message lines of `file`.
@@ -104,8 +112,14 @@ impl<'a> Summarizer<'a> {
         while parts.len() > 1 {
             parts = self.merge_round(parts)?;
         }
-        let text = parts.pop().ok_or_else(|| PluginError::Internal(format!("{file} holds no message to summarise")))?;
-        Ok(Summary { text, requests: self.requests, chunks })
+        let text = parts.pop().ok_or_else(|| {
+            PluginError::Internal(format!("{file} holds no message to summarise"))
+        })?;
+        Ok(Summary {
+            text,
+            requests: self.requests,
+            chunks,
+        })
     }
 
     /// One round of merging: partial summaries packed into chunks (each cut to half the
@@ -154,7 +168,9 @@ impl<'a> Summarizer<'a> {
         let answer = completion.message.content.unwrap_or_default();
         let answer = answer.trim();
         if answer.is_empty() {
-            return Err(PluginError::Llm(format!("summary request {n}: the model answered with an empty summary")));
+            return Err(PluginError::Llm(format!(
+                "summary request {n}: the model answered with an empty summary"
+            )));
         }
         Ok(answer.to_string())
     }

@@ -52,7 +52,10 @@ impl LineWriter {
     /// Creates (or truncates) `file`.
     pub fn create(file: &'static str) -> Result<LineWriter, PluginError> {
         let f = File::create(file).map_err(|e| io_error(format!("creating {file}"), e))?;
-        Ok(LineWriter { file, out: BufWriter::new(f) })
+        Ok(LineWriter {
+            file,
+            out: BufWriter::new(f),
+        })
     }
 
     /// Writes `text` and a `\n`.
@@ -65,15 +68,18 @@ impl LineWriter {
 
     /// Writes `value` as one JSON line.
     pub fn json(&mut self, value: &impl serde::Serialize) -> Result<(), PluginError> {
-        let text = serde_json::to_string(value)
-            .map_err(|e| PluginError::Internal(format!("serialising a line of {}: {e}", self.file)))?;
+        let text = serde_json::to_string(value).map_err(|e| {
+            PluginError::Internal(format!("serialising a line of {}: {e}", self.file))
+        })?;
         self.line(&text)
     }
 
     /// Flushes and closes the file.
     pub fn finish(self) -> Result<(), PluginError> {
         let file = self.file;
-        self.out.into_inner().map_err(|e| io_error(format!("writing {file}"), e.into_error()))?;
+        self.out
+            .into_inner()
+            .map_err(|e| io_error(format!("writing {file}"), e.into_error()))?;
         Ok(())
     }
 }

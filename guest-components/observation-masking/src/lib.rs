@@ -44,13 +44,19 @@ impl Guest for ObservationMasking {
                 done.results,
                 done.tokens_saved,
                 if done.not_found > 0 {
-                    format!(" ({} without a tools.jsonl line, named by tool_call_id)", done.not_found)
+                    format!(
+                        " ({} without a tools.jsonl line, named by tool_call_id)",
+                        done.not_found
+                    )
                 } else {
                     String::new()
                 }
             ),
         );
-        Ok(CompressResult { context_file: COMPRESSED.to_string(), summary: None })
+        Ok(CompressResult {
+            context_file: COMPRESSED.to_string(),
+            summary: None,
+        })
     }
 }
 

@@ -17,7 +17,9 @@ use ctxhost_format::{ChatMessage, estimate_tokens};
 use serde::Deserialize;
 
 use crate::ctxhost::plugin::types::PluginError;
-use crate::files::{COMPRESSED, CURRENT, LineWriter, TOOLS, jsonl_error, open_lines, require_lines};
+use crate::files::{
+    COMPRESSED, CURRENT, LineWriter, TOOLS, jsonl_error, open_lines, require_lines,
+};
 
 /// What a masking did.
 pub struct Masked {
@@ -54,8 +56,9 @@ struct ToolRef {
 }
 
 fn parse<'a, T: Deserialize<'a>>(line: u64, text: &'a str) -> Result<T, PluginError> {
-    serde_json::from_str(text)
-        .map_err(|e| PluginError::InvalidInput(format!("{CURRENT} line {line}: not a chat message: {e}")))
+    serde_json::from_str(text).map_err(|e| {
+        PluginError::InvalidInput(format!("{CURRENT} line {line}: not a chat message: {e}"))
+    })
 }
 
 /// Writes compressed.jsonl: current.jsonl with the tool results older than the
@@ -77,7 +80,9 @@ pub fn mask(keep: usize) -> Result<Masked, PluginError> {
         kinds.push(kind);
     }
     if kinds.is_empty() {
-        return Err(PluginError::InvalidInput(format!("{CURRENT} is empty: there is no context to compress")));
+        return Err(PluginError::InvalidInput(format!(
+            "{CURRENT} is empty: there is no context to compress"
+        )));
     }
     let cut = cut_point(&kinds, keep);
 
@@ -105,7 +110,10 @@ pub fn mask(keep: usize) -> Result<Masked, PluginError> {
         }
         index += 1;
     }
-    let stale = kinds[1..cut].iter().filter(|k| **k == LineKind::Tool).count();
+    let stale = kinds[1..cut]
+        .iter()
+        .filter(|k| **k == LineKind::Tool)
+        .count();
     if candidates.is_empty() {
         return Err(nothing_to_mask(stale, keep));
     }
@@ -117,7 +125,9 @@ pub fn mask(keep: usize) -> Result<Masked, PluginError> {
     }
     if let Some(mut reader) = open_lines(TOOLS)? {
         while let Some((_, tool)) = reader.next_value::<ToolRef>().map_err(jsonl_error)? {
-            let Some(id) = tool.tool_call_id else { continue };
+            let Some(id) = tool.tool_call_id else {
+                continue;
+            };
             if let Some(ring) = seqs.get_mut(id.as_str()) {
                 if ring.len() == occurrences[&id] {
                     ring.pop_front();
@@ -129,7 +139,11 @@ pub fn mask(keep: usize) -> Result<Masked, PluginError> {
 
     // Placeholders that make a result smaller.
     let mut masks: Vec<(usize, String)> = Vec::new();
-    let mut done = Masked { results: 0, tokens_saved: 0, not_found: 0 };
+    let mut done = Masked {
+        results: 0,
+        tokens_saved: 0,
+        not_found: 0,
+    };
     for c in &candidates {
         let ring = &seqs[c.tool_call_id.as_str()];
         let missing = occurrences[&c.tool_call_id] - ring.len();

@@ -19,6 +19,7 @@ use std::path::Path;
 use anyhow::{Context, anyhow, bail};
 use ctxhost_format::ChatMessage;
 
+use crate::compaction::{CompactionError, CompactionOutcome, compact_if_needed};
 use crate::config::Config;
 use crate::db::{Db, now_rfc3339};
 use crate::llm::Transport;
@@ -63,6 +64,8 @@ pub struct Agent<'a> {
     pub compressor: Option<&'a mut Compressor>,
     pub transport: &'a Transport,
     pub tools: &'a mut dyn ToolRunner,
+    /// Compression failures in a row (reset by a successful compression).
+    pub compaction_failures: u32,
 }
 
 impl Agent<'_> {
@@ -230,9 +233,11 @@ impl Agent<'_> {
         Ok(message)
     }
 
-    /// The compression check before each LLM call. With no compressor configured this does
-    /// nothing. A failing compression leaves the context as it was (the error is logged);
-    /// a result that breaks the context invariants or is not smaller is rejected.
+    /// The compression check before each LLM call ([`crate::compaction`]). With no compressor
+    /// configured this does nothing. A failed compression leaves the context as it was and is
+    /// logged; the task goes on while the context still fits the window, and fails after
+    /// [`MAX_COMPACTION_FAILURES`] failures in a row. A context still over the threshold after
+    /// compressing fails the task at once (compressing again could not help).
     fn maybe_compress(&mut self, task: &TaskInput<'_>) -> anyhow::Result<()> {
         let Some(compressor) = self.compressor.as_deref_mut() else {
             return Ok(());
@@ -245,53 +250,38 @@ impl Agent<'_> {
             summary_prompt: cs.summary_prompt.clone(),
             reserve_output_tokens: self.config.llm.max_output_tokens.unwrap_or(1024),
         };
-        let tokens = self
-            .store
-            .current_token_count()
-            .context("message store: current-token-count")?;
-        if !compressor
-            .should_compress(tokens, &cfg)
-            .context("compressor: should-compress")?
-        {
-            return Ok(());
-        }
-        let result = match compressor.compress(&cfg) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(uuid = %task.uuid, "compression failed, context left as it was: {e}");
-                return Ok(());
+        match compact_if_needed(self.store, compressor, task.dir, &cfg, &now_rfc3339()) {
+            Ok(CompactionOutcome::NotNeeded) => Ok(()),
+            Ok(CompactionOutcome::Compressed { before_tokens, after_tokens, summary_id }) => {
+                self.compaction_failures = 0;
+                self.db.add_usage(task.uuid, 0, 0, 0, 1)?;
+                tracing::info!(uuid = %task.uuid, before_tokens, after_tokens, summary = ?summary_id, "context compressed");
+                Ok(())
             }
-        };
-        let file = task.dir.join(&result.context_file);
-        let checked = crate::invariants::check_context_file(&file, false);
-        let reject = match &checked {
-            Err(e) => Some(e.to_string()),
-            Ok(s) if s.tokens >= tokens => Some(format!(
-                "it is not smaller ({} tokens, the context has {tokens})",
-                s.tokens
-            )),
-            Ok(_) => None,
-        };
-        if let Some(why) = reject {
-            tracing::warn!(uuid = %task.uuid, "compression result {} rejected: {why}", result.context_file);
-            let _ = std::fs::remove_file(&file);
-            return Ok(());
+            Err(e @ CompactionError::StillOverThreshold { .. }) => {
+                // The smaller context is installed and valid; count it, then stop.
+                self.db.add_usage(task.uuid, 0, 0, 0, 1)?;
+                Err(e.into())
+            }
+            Err(e) => {
+                self.compaction_failures += 1;
+                let tokens = self.store.current_token_count().context("message store: current-token-count")?;
+                if self.compaction_failures >= MAX_COMPACTION_FAILURES || tokens >= cfg.context_length {
+                    return Err(anyhow!(e).context(format!(
+                        "compression failed {} time(s) in a row with the context at {tokens} of {} tokens",
+                        self.compaction_failures, cfg.context_length
+                    )));
+                }
+                tracing::warn!(uuid = %task.uuid, tokens, failures = self.compaction_failures, "{e}");
+                Ok(())
+            }
         }
-        if let Some(s) = &result.summary {
-            let summary = ChatMessage::text("assistant", s.summary.clone());
-            self.store
-                .record_summary(&summary, &s.id, &now_rfc3339())
-                .context("recording the summary")?;
-        }
-        let stats = self
-            .store
-            .recreate_current_context(&result.context_file)
-            .context("installing the compressed context")?;
-        self.db.add_usage(task.uuid, 0, 0, 0, 1)?;
-        tracing::info!(uuid = %task.uuid, before = tokens, after = stats.current_tokens, "context compressed");
-        Ok(())
     }
 }
+
+/// Compression failures in a row (the context left as it was each time) after which the task
+/// fails instead of calling the LLM with an over-threshold context again.
+pub const MAX_COMPACTION_FAILURES: u32 = 3;
 
 /// The host's rules for an assistant reply, whatever the format plugin returned: role
 /// `assistant`; every tool call has a non-empty id, unique within the reply

@@ -32,12 +32,13 @@ pub trait ToolRunner {
 /// The tool runner of a task without tools: every call gets a "no such tool" error result.
 pub struct NoTools {
     path: PathBuf,
-    file: File,
+    /// Opened on the first call, so a task without tool calls has no tools.jsonl.
+    file: Option<File>,
     next_seq: u64,
 }
 
 impl NoTools {
-    /// Open (create) `task_dir/tools.jsonl` for appending; seq continues after its lines.
+    /// For `task_dir/tools.jsonl` (created on the first call); seq continues after its lines.
     pub fn open(task_dir: &Path) -> anyhow::Result<NoTools> {
         let path = task_dir.join(TOOLS_FILE);
         let lines = match File::open(&path) {
@@ -54,14 +55,9 @@ impl NoTools {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
         };
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&path)
-            .with_context(|| format!("cannot open {} for appending", path.display()))?;
         Ok(NoTools {
             path,
-            file,
+            file: None,
             next_seq: lines + 1,
         })
     }
@@ -94,8 +90,16 @@ impl ToolRunner for NoTools {
         };
         let mut bytes = serde_json::to_vec(&line).context("serialize a tools.jsonl line")?;
         bytes.push(b'\n');
-        self.file
-            .write_all(&bytes)
+        if self.file.is_none() {
+            let f = OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&self.path)
+                .with_context(|| format!("cannot open {} for appending", self.path.display()))?;
+            self.file = Some(f);
+        }
+        let file = self.file.as_mut().expect("opened above");
+        file.write_all(&bytes)
             .with_context(|| format!("cannot append to {}", self.path.display()))?;
         self.next_seq += 1;
         Ok(ChatMessage {
@@ -108,9 +112,12 @@ impl ToolRunner for NoTools {
     }
 
     fn sync(&mut self) -> anyhow::Result<()> {
-        self.file
-            .sync_data()
-            .with_context(|| format!("cannot fsync {}", self.path.display()))
+        match &self.file {
+            Some(f) => f
+                .sync_data()
+                .with_context(|| format!("cannot fsync {}", self.path.display())),
+            None => Ok(()),
+        }
     }
 }
 

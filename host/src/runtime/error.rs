@@ -132,7 +132,8 @@ pub enum RuntimeError {
 }
 
 impl RuntimeError {
-    /// The component this error is about (`builtin:NAME` or a path).
+    /// The component this error is about: `builtin:NAME` or a path (for
+    /// [`RuntimeError::UnknownBuiltin`], the NAME alone).
     pub fn component(&self) -> &str {
         match self {
             RuntimeError::UnknownBuiltin { name, .. } => name,
@@ -167,7 +168,7 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
         format!("{ms} ms")
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{:.1} s", d.as_secs_f64())
@@ -178,11 +179,11 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
 pub(crate) fn fmt_bytes(n: usize) -> String {
     const KIB: usize = 1024;
     const MIB: usize = 1024 * 1024;
-    if n >= MIB && n % MIB == 0 {
+    if n >= MIB && n.is_multiple_of(MIB) {
         format!("{} MiB", n / MIB)
     } else if n >= MIB {
         format!("{:.1} MiB", n as f64 / MIB as f64)
-    } else if n >= KIB && n % KIB == 0 {
+    } else if n >= KIB && n.is_multiple_of(KIB) {
         format!("{} KiB", n / KIB)
     } else {
         format!("{n} bytes")

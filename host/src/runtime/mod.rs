@@ -490,6 +490,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn runtime_is_shareable_and_instances_can_move_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<Runtime>();
+        send_sync::<LoadedPlugin>();
+        send::<MessageStore>();
+        send::<RequestFormat>();
+        send::<Compressor>();
+    }
+
+    #[test]
     fn sources_parse_and_display() {
         let b: PluginSource = "builtin:jsonl-store".parse().unwrap();
         assert_eq!(b, PluginSource::Builtin("jsonl-store".into()));
