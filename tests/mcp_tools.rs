@@ -352,9 +352,7 @@ fn a_server_that_cannot_start_gives_a_clear_error() {
             cwd: None,
         },
     )]);
-    let err = ToolRegistry::start(&missing, &config(4000))
-        .err()
-        .expect("must fail");
+    let err = ToolRegistry::start(&missing, &config(4000)).expect_err("must fail");
     assert!(matches!(err, ToolError::Start { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("MCP server `broken`"), "{msg}");
@@ -378,8 +376,7 @@ fn a_server_that_cannot_start_gives_a_clear_error() {
         },
     )]);
     let msg = ToolRegistry::start(&dies, &config(4000))
-        .err()
-        .expect("must fail")
+        .expect_err("must fail")
         .to_string();
     assert!(
         msg.contains("MCP server `quitter`") && msg.contains("failed to start"),
@@ -400,8 +397,7 @@ fn a_server_that_cannot_start_gives_a_clear_error() {
         },
     )]);
     let msg = ToolRegistry::start(&bad_cwd, &config(4000))
-        .err()
-        .expect("must fail")
+        .expect_err("must fail")
         .to_string();
     assert!(
         msg.contains("mcp_servers.fs.cwd") && msg.contains("/nonexistent/ctxhost-dir"),
@@ -565,9 +561,7 @@ fn is_error_and_timeouts_are_error_results_a_crash_is_fatal() {
         (ToolStatus::Success, "still alive")
     );
 
-    let err = run(&mut journal, &mut registry, "crash", "{}")
-        .err()
-        .expect("a crash ends the task");
+    let err = run(&mut journal, &mut registry, "crash", "{}").expect_err("a crash ends the task");
     assert!(matches!(err, ToolError::Died { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(
@@ -579,8 +573,7 @@ fn is_error_and_timeouts_are_error_results_a_crash_is_fatal() {
     // Gone for good: the next call fails the same way, without hanging.
     let again = registry
         .call("echo", r#"{"text":"x"}"#)
-        .err()
-        .expect("server is gone");
+        .expect_err("server is gone");
     assert!(matches!(again, ToolError::Died { .. }), "{again:?}");
 
     let lines = tool_lines(task.path());
@@ -621,8 +614,7 @@ fn close_stops_the_servers() {
     registry.close();
     let err = registry
         .call("read_text_file", "{}")
-        .err()
-        .expect("no server after close");
+        .expect_err("no server after close");
     assert!(err.to_string().contains("already shut down"), "{err}");
 }
 
@@ -754,7 +746,9 @@ fn completion(text: &str) -> String {
 fn prompted_tools_turns_golden_replies_into_openai_tool_calls() {
     let task = tempfile::tempdir().unwrap();
     let mut format = prompted_tools(task.path());
-    let cases: [(&str, Option<(&str, &str)>, Option<&str>); 4] = [
+    // (reply text, expected call (name, arguments), expected content)
+    type Case<'a> = (&'a str, Option<(&'a str, &'a str)>, Option<&'a str>);
+    let cases: [Case; 4] = [
         (
             r#"{"tool": "read_text_file", "arguments": {"path": "hello.txt"}}"#,
             Some(("read_text_file", r#"{"path":"hello.txt"}"#)),

@@ -255,11 +255,10 @@ pub fn parse_reply(text: &str) -> ParsedReply {
                     .as_object()
                     .filter(|o| o.len() == 1)
                     .and_then(|o| o.get("answer"))
+                    .and_then(Value::as_str)
                 {
-                    if let Some(a) = a.as_str() {
-                        answer.get_or_insert_with(|| a.to_string());
-                        spans.push((i, end));
-                    }
+                    answer.get_or_insert_with(|| a.to_string());
+                    spans.push((i, end));
                 }
                 // Skip the whole value: braces inside it are not candidates.
                 i = end;
@@ -311,10 +310,10 @@ fn as_call(o: &Map<String, Value>) -> Option<PromptedCall> {
     if let Some(name) = o.get("tool").and_then(Value::as_str) {
         return Some(call(name, args_of(o)));
     }
-    if let Some(f) = o.get("function").and_then(Value::as_object) {
-        if let Some(name) = f.get("name").and_then(Value::as_str) {
-            return Some(call(name, args_of(f)));
-        }
+    if let Some(f) = o.get("function").and_then(Value::as_object)
+        && let Some(name) = f.get("name").and_then(Value::as_str)
+    {
+        return Some(call(name, args_of(f)));
     }
     if let (Some(name), Some(args)) = (o.get("name").and_then(Value::as_str), args_of(o)) {
         return Some(call(name, Some(args)));
@@ -563,8 +562,11 @@ mod tests {
         );
         assert_eq!(
             result_text(Some("read_text_file"), "hi"),
-            "Result of read_text_file:\nhi"
+            format!("Result of read_text_file:\nhi\n{RESULT_NUDGE}")
         );
-        assert_eq!(result_text(None, "hi"), "Result of the tool call:\nhi");
+        assert_eq!(
+            result_text(None, "hi\n"),
+            format!("Result of the tool call:\nhi\n{RESULT_NUDGE}")
+        );
     }
 }

@@ -259,6 +259,25 @@ impl ToolRegistry {
     }
 }
 
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field(
+                "servers",
+                &self.servers.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            )
+            .field(
+                "tools",
+                &self
+                    .tools
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
 impl Drop for ToolRegistry {
     fn drop(&mut self) {
         self.close();
@@ -332,9 +351,8 @@ mod tests {
                 cwd: None,
             },
         )]);
-        let err = ToolRegistry::start(&servers, &ToolsConfig::default())
-            .err()
-            .expect("start must fail");
+        let err =
+            ToolRegistry::start(&servers, &ToolsConfig::default()).expect_err("start must fail");
         let msg = err.to_string();
         assert!(
             msg.contains("`ghost`") && msg.contains("/nonexistent/ctxhost-no-such-server --flag"),

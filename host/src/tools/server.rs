@@ -321,10 +321,10 @@ pub fn result_text(result: &CallToolResult) -> String {
             _ => "[content of an unsupported kind]".to_string(),
         })
         .collect();
-    if parts.is_empty() {
-        if let Some(s) = &result.structured_content {
-            return s.to_string();
-        }
+    if parts.is_empty()
+        && let Some(s) = &result.structured_content
+    {
+        return s.to_string();
     }
     parts.join("\n")
 }
