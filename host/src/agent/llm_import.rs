@@ -12,6 +12,7 @@ use ctxhost_format::{ChatMessage, estimate_message_tokens};
 
 use crate::db::Db;
 use crate::llm::Transport;
+use super::exchange::{ExchangeError, exchange};
 use crate::runtime::{Completion, LlmImport, RequestConfig, RequestFormat};
 
 /// Request body of a compressor's completion, in the task directory.
@@ -86,39 +87,29 @@ impl LlmImport for HostLlm {
         max_output_tokens: u32,
     ) -> Result<Completion, String> {
         let prompt_tokens = self.estimate_file_tokens(messages_file)?;
-        let info = self
-            .format
-            .write_request(&RequestConfig {
-                model: self.model.clone(),
-                messages_file: messages_file.to_string(),
-                request_file: LLM_REQUEST_FILE.to_string(),
-                tools_file: None,
-                max_output_tokens: Some(max_output_tokens),
-                temperature: self.temperature,
-            })
-            .map_err(|e| format!("building {LLM_REQUEST_FILE} failed: {e}"))?;
-        let request = self.dir.join(LLM_REQUEST_FILE);
-        let response = self.dir.join(LLM_RESPONSE_FILE);
-        self.transport
-            .post_file(&info.endpoint_path, &request, &response)
-            .map_err(|e| format!("{e} ({LLM_REQUEST_FILE} kept for debugging)"))?;
-        let reply = self.format.read_response(LLM_RESPONSE_FILE);
-        let tokens = match &reply {
-            Ok(r) => match r.usage {
-                Some(u) if u.total_tokens > 0 => u.total_tokens,
-                _ => prompt_tokens + estimate_message_tokens(&r.message),
-            },
-            Err(_) => 0,
+        let config = RequestConfig {
+            model: self.model.clone(),
+            messages_file: messages_file.to_string(),
+            request_file: LLM_REQUEST_FILE.to_string(),
+            tools_file: None,
+            max_output_tokens: Some(max_output_tokens),
+            temperature: self.temperature,
         };
-        self.db
-            .add_usage(&self.uuid, 1, 0, tokens, 0)
-            .map_err(|e| e.to_string())?;
-        let reply = reply.map_err(|e| {
-            format!("the response could not be read: {e} ({LLM_REQUEST_FILE} and {LLM_RESPONSE_FILE} kept for debugging)")
-        })?;
-        for f in [&request, &response] {
-            let _ = std::fs::remove_file(f);
-        }
+        let reply = match exchange(&mut self.format, &self.transport, &self.dir, &config, LLM_RESPONSE_FILE) {
+            Ok(done) => done.reply,
+            Err(e) => {
+                if matches!(e, ExchangeError::Read { .. }) {
+                    // The provider answered: count the call (usage unknown).
+                    self.db.add_usage(&self.uuid, 1, 0, 0, 0).map_err(|e| e.to_string())?;
+                }
+                return Err(e.to_string());
+            }
+        };
+        let tokens = match reply.usage {
+            Some(u) if u.total_tokens > 0 => u.total_tokens,
+            _ => prompt_tokens + estimate_message_tokens(&reply.message),
+        };
+        self.db.add_usage(&self.uuid, 1, 0, tokens, 0).map_err(|e| e.to_string())?;
         Ok(Completion {
             message: reply.message,
             usage: reply.usage,

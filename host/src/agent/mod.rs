@@ -11,6 +11,7 @@
 //! 3. Every tool call of the reply gets a `tool` message through the [`ToolRunner`].
 //! 4. A reply without tool calls is the final answer: the task is complete.
 
+pub mod exchange;
 pub mod llm_import;
 pub mod tools;
 
@@ -23,6 +24,7 @@ use crate::compaction::{CompactionError, CompactionOutcome, compact_if_needed};
 use crate::config::Config;
 use crate::db::{Db, now_rfc3339};
 use crate::llm::Transport;
+use exchange::{ExchangeError, exchange};
 use crate::runtime::{CompressConfig, Compressor, MessageStore, RequestConfig, RequestFormat};
 pub use tools::{NoTools, ToolRunner};
 
@@ -159,38 +161,27 @@ impl Agent<'_> {
             .current_token_count()
             .context("message store: current-token-count")?;
         let llm = &self.config.llm;
-        let info = self
-            .format
-            .write_request(&RequestConfig {
-                model: llm.model.clone(),
-                messages_file: current.clone(),
-                request_file: REQUEST_FILE.to_string(),
-                tools_file: self.tools.tools_file(),
-                max_output_tokens: llm.max_output_tokens,
-                temperature: llm.temperature,
-            })
-            .map_err(|e| {
-                anyhow!("LLM call {step}: building {REQUEST_FILE} from {current} failed: {e}")
-            })?;
-        tracing::debug!(uuid = %task.uuid, step, bytes = info.bytes, messages = info.messages, tokens = tokens_before, "request written");
-
-        let request = dir.join(REQUEST_FILE);
-        let response = dir.join(RESPONSE_FILE);
-        let outcome = self.transport.post_file(&info.endpoint_path, &request, &response).map_err(|e| {
-            anyhow!("LLM call {step} failed: {e} ({REQUEST_FILE} kept in the task directory for debugging)")
-        })?;
-        tracing::debug!(uuid = %task.uuid, step, status = outcome.status, bytes = outcome.bytes, attempts = outcome.attempts, "response received");
-
-        let reply = match self.format.read_response(RESPONSE_FILE) {
-            Ok(r) => r,
+        let config = RequestConfig {
+            model: llm.model.clone(),
+            messages_file: current.clone(),
+            request_file: REQUEST_FILE.to_string(),
+            tools_file: self.tools.tools_file(),
+            max_output_tokens: llm.max_output_tokens,
+            temperature: llm.temperature,
+        };
+        let done = match exchange(self.format, self.transport, dir, &config, RESPONSE_FILE) {
+            Ok(done) => done,
             Err(e) => {
-                // The provider answered: count the call (usage unknown).
-                self.db.add_usage(task.uuid, 1, 0, 0, 0)?;
-                bail!(
-                    "LLM call {step}: the response could not be read: {e} ({REQUEST_FILE} and {RESPONSE_FILE} kept in the task directory for debugging)"
-                );
+                if matches!(e, ExchangeError::Read { .. }) {
+                    // The provider answered: count the call (usage unknown).
+                    self.db.add_usage(task.uuid, 1, 0, 0, 0)?;
+                }
+                bail!("LLM call {step} failed: {e}");
             }
         };
+        tracing::debug!(uuid = %task.uuid, step, bytes = done.request.bytes, messages = done.request.messages,
+            tokens = tokens_before, status = done.post.status, attempts = done.post.attempts, "LLM call done");
+        let reply = done.reply;
         let message = normalise_reply(reply.message, step);
         if message.calls().is_empty()
             && message
@@ -206,7 +197,7 @@ impl Agent<'_> {
                 0,
             )?;
             bail!(
-                "LLM call {step}: the model returned an empty answer (finish_reason: {}); {REQUEST_FILE} and {RESPONSE_FILE} kept in the task directory",
+                "LLM call {step}: the model returned an empty answer (no content and no tool calls; finish_reason: {})",
                 reply.finish_reason.as_deref().unwrap_or("none")
             );
         }
@@ -220,13 +211,6 @@ impl Agent<'_> {
             _ => tokens_before + added.tokens,
         };
         self.db.add_usage(task.uuid, 1, 0, tokens, 0)?;
-        for f in [&request, &response] {
-            if let Err(e) = std::fs::remove_file(f)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!("cannot delete {}: {e}", f.display());
-            }
-        }
         if reply.finish_reason.as_deref() == Some("length") {
             tracing::warn!(uuid = %task.uuid, step, "the model's answer was cut at llm.max_output_tokens");
         }

@@ -1,0 +1,69 @@
+//! One exchange with the provider: write the request file with the request-format component
+//! (streaming the messages file), POST it with the transport, parse the response file with the
+//! component. Shared by the agent loop (`request.json` / `response.json` from current.jsonl) and
+//! the compressor's `llm` import (`llm_request.json` / `llm_response.json`).
+//!
+//! Both files are deleted after a successful exchange and kept after a failed one, for
+//! debugging; every error says which files were kept.
+
+use std::path::Path;
+
+use crate::llm::{PostOutcome, Transport, TransportError};
+use crate::runtime::{Reply, RequestConfig, RequestFormat, RequestInfo, RuntimeError};
+
+/// Why an exchange failed. `Read` means the provider did answer (a call to count).
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// The request file could not be written.
+    #[error("building {request} from {messages} failed: {source}")]
+    Build { request: String, messages: String, source: RuntimeError },
+    /// The POST failed (after the transport's retries).
+    #[error("{source} ({request} kept in the task directory for debugging)")]
+    Post { request: String, source: TransportError },
+    /// The response could not be parsed.
+    #[error("the response could not be read: {source} ({request} and {response} kept in the task directory for debugging)")]
+    Read { request: String, response: String, source: RuntimeError },
+}
+
+/// A completed exchange.
+#[derive(Debug)]
+pub struct Exchange {
+    pub reply: Reply,
+    pub request: RequestInfo,
+    pub post: PostOutcome,
+}
+
+/// Run one exchange in `dir` (the task directory) for `config`, writing the response body to
+/// `response_file` (relative to `dir`). On success both files are deleted.
+pub fn exchange(
+    format: &mut RequestFormat,
+    transport: &Transport,
+    dir: &Path,
+    config: &RequestConfig,
+    response_file: &str,
+) -> Result<Exchange, ExchangeError> {
+    let request_name = config.request_file.clone();
+    let request = format.write_request(config).map_err(|source| ExchangeError::Build {
+        request: request_name.clone(),
+        messages: config.messages_file.clone(),
+        source,
+    })?;
+    let request_path = dir.join(&request_name);
+    let response_path = dir.join(response_file);
+    let post = transport
+        .post_file(&request.endpoint_path, &request_path, &response_path)
+        .map_err(|source| ExchangeError::Post { request: request_name.clone(), source })?;
+    let reply = format.read_response(response_file).map_err(|source| ExchangeError::Read {
+        request: request_name.clone(),
+        response: response_file.to_string(),
+        source,
+    })?;
+    for f in [&request_path, &response_path] {
+        if let Err(e) = std::fs::remove_file(f)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("cannot delete {}: {e}", f.display());
+        }
+    }
+    Ok(Exchange { reply, request, post })
+}
