@@ -24,6 +24,10 @@ use crate::runtime::{PluginKind, PluginSource, Runtime, RuntimeLimits};
 
 /// The transport settings of `config`'s `llm` section, with the API key read from the
 /// environment now (error naming `llm.api_key_env` if it is configured but unset).
+/// Environment variable naming a compiled-component cache directory to use instead of
+/// `<contexts>/.cache/` (shared between contexts trees; only ctxhost writes it).
+pub const CACHE_DIR_ENV: &str = "CTXHOST_CACHE_DIR";
+
 pub fn transport_config(config: &Config) -> anyhow::Result<TransportConfig> {
     let llm = &config.llm;
     Ok(TransportConfig {
@@ -162,8 +166,12 @@ fn execute(
     write_metadata_once(&dir, &metadata(config, row, pid, host))?;
 
     let (memory_bytes, call_timeout) = config.runtime_limits();
+    // CTXHOST_CACHE_DIR lets several contexts trees (or test runs) share compiled components.
+    let cache_dir = std::env::var_os(CACHE_DIR_ENV)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| layout.cache_dir());
     let runtime = Runtime::new(
-        &layout.cache_dir(),
+        &cache_dir,
         RuntimeLimits {
             memory_bytes,
             call_timeout,

@@ -55,7 +55,12 @@ impl TestEnv {
         TestEnv {
             dir: Some(dir),
             root,
-            env: Vec::new(),
+            // Compiled components are shared by every test run (a fresh contexts/.cache per
+            // test would recompile each component in every test).
+            env: vec![(
+                "CTXHOST_CACHE_DIR".to_string(),
+                concat!(env!("CARGO_TARGET_TMPDIR"), "/component-cache").to_string(),
+            )],
         }
     }
 
