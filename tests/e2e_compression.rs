@@ -122,3 +122,74 @@ fn llm_summarizer_compresses_several_times_and_the_task_completes() {
         assert!(tokens < 1500, "a request of ~{tokens} tokens was sent to a 1500-token window");
     }
 }
+
+/// The filesystem MCP server's launcher (installed by `npm ci`).
+fn filesystem_server_bin() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let bin = root.join("node_modules/.bin/mcp-server-filesystem");
+    assert!(bin.exists(), "{} is missing: run `npm ci` in {}", bin.display(), root.display());
+    bin
+}
+
+/// The same scripted task (the model reads a large file 8 times, then answers) with the
+/// compressor named in config: the binary is the same, only `plugins.compressor` changes.
+fn run_reading_task(compressor: &str) -> (TestEnv, Value, std::path::PathBuf, usize) {
+    let sample = tempfile::tempdir().unwrap();
+    std::fs::write(sample.path().join("big.txt"), "The quick brown fox. ".repeat(100)).unwrap();
+    let big = sample.path().join("big.txt").display().to_string();
+    let llm = FakeLlm::start(vec![]);
+    let loop_calls = Arc::new(AtomicUsize::new(0));
+    let summary_calls = Arc::new(AtomicUsize::new(0));
+    let (l, s) = (loop_calls.clone(), summary_calls.clone());
+    llm.set_handler(move |req| {
+        if is_summary_request(req) {
+            s.fetch_add(1, Ordering::SeqCst);
+            return Some(Reply::text("summary: the agent read big.txt several times.", Some((300, 12))));
+        }
+        let n = l.fetch_add(1, Ordering::SeqCst) + 1;
+        if n > 8 {
+            return Some(Reply::text("It is about a fox.", Some((400, 5))));
+        }
+        let args = serde_json::json!({ "path": big }).to_string();
+        Some(Reply::tool_calls(vec![(&format!("call_{n}"), "read_text_file", &args)], Some((400, 20))))
+    });
+    let env = TestEnv::new();
+    let yaml = config(&llm.base_url(), compressor).replace("context_length: 1500", "context_length: 4000")
+        + &format!(
+            "mcp_servers:\n  fs:\n    command: {:?}\n    args: [{:?}]\n",
+            filesystem_server_bin().display().to_string(),
+            sample.path().display().to_string()
+        );
+    env.write_config(&yaml);
+    let (row, dir) = run_task(&env);
+    assert_eq!(loop_calls.load(Ordering::SeqCst), 9, "{row}");
+    (env, row, dir, summary_calls.load(Ordering::SeqCst))
+}
+
+#[test]
+fn switching_compressors_is_a_config_change_on_the_same_binary() {
+    // Each read returns ~530 tokens; the threshold is 2,000 (0.5 × 4,000).
+    let (_env, row, dir, summaries) = run_reading_task("builtin:observation-masking");
+    assert_eq!(row["status"], "completed", "{row}");
+    assert!(row["compression_count"].as_u64().unwrap() >= 2, "{row}");
+    assert_eq!(summaries, 0, "observation masking never asks the LLM");
+    assert!(!dir.join("summaries.jsonl").exists());
+    let current = read_jsonl(&dir.join("current.jsonl"));
+    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false).unwrap();
+    let tool_results: Vec<&str> =
+        current.iter().filter(|m| m["role"] == "tool").map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(tool_results.len(), 8, "masking keeps every tool message");
+    let masked: Vec<&&str> = tool_results.iter().filter(|c| c.starts_with("[tool result masked: ")).collect();
+    assert!(!masked.is_empty() && masked.len() < 8, "old results masked, recent ones kept: {tool_results:?}");
+    // A placeholder names the tools.jsonl line holding the full text.
+    let tools = read_jsonl(&dir.join("tools.jsonl"));
+    assert!(masked[0].contains("tools.jsonl seq 1"), "{}", masked[0]);
+    assert!(tools[0]["result"].as_str().unwrap().contains("quick brown fox"));
+
+    let (_env2, row, dir, summaries) = run_reading_task("builtin:llm-summarizer");
+    assert_eq!(row["status"], "completed", "{row}");
+    assert!(summaries >= 1 && row["compression_count"].as_u64().unwrap() >= 1, "{row}");
+    let current = read_jsonl(&dir.join("current.jsonl"));
+    assert!(current[1]["content"].as_str().unwrap().starts_with("Summary of the conversation so far"));
+    assert!(!current.iter().any(|m| m["content"].as_str().is_some_and(|c| c.starts_with("[tool result masked"))));
+}
