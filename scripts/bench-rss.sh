@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# bench-rss.sh — peak memory of a real ctxhost task process vs an in-memory agent (issue 3).
+#
+# What it measures, for each history size (default: 1 MiB and 256 MiB of current.jsonl):
+#   1. ctxhost: peak RSS (/usr/bin/time -v, "Maximum resident set size") of the real task
+#      process `ctxhost task-exec UUID`, continuing a task whose directory holds a synthetic
+#      messages.jsonl + current.jsonl of that size. The process opens the message store
+#      (builtin:jsonl-store streams both files), builds request.json from current.jsonl through
+#      the format component (builtin:openai-chat, streaming), POSTs it (streamed from the file)
+#      to a fake OpenAI server, reads the reply ("Done.", no tool calls) and completes the task.
+#      Compression is off (plugins.compressor: none) and llm.context_length is huge, so the
+#      whole history is sent in that one call.
+#   2. in-memory baseline: peak RSS of `inmem_request` (host/examples/inmem_request.rs), which
+#      does what an agent holding its conversation in memory does: read every line of the same
+#      current.jsonl into a Vec<serde_json::Value>, build the request Value, serialise it,
+#      write it out.
+#   It prints both, their ratio, wall times, and checks that the fake server received a body
+#   of the size the format component reported.
+#
+# How the task is set up (the same path as a resumed task, DESIGN §3): `ctxhost submit` queues
+# a row; the synthetic history is written into contexts/paused/UUID/ (what a paused task leaves
+# behind); `ctxhost task-exec UUID` claims the row, moves the directory to running/, continues
+# from current.jsonl (no system prompt or prompt re-added), and ends in completed/.
+# One untimed warm-up task (1 MiB) runs first, so the measured runs load the components from
+# the compiled-component cache (contexts/.cache), as every task after the first on a machine.
+#
+# Run (from anywhere in the repository):
+#   scripts/bench-rss.sh                 # sizes 1 and 256 MiB, median of 3 runs each
+#   scripts/bench-rss.sh 1 64 256        # sizes in MiB
+#   BENCH_RUNS=1 scripts/bench-rss.sh    # one run per size (quicker)
+#   BENCH_PROFILE=release scripts/bench-rss.sh   # use a release build (slow to build here)
+# Needs: cargo, python3 (the fake OpenAI server), GNU time at /usr/bin/time
+# (Debian/Ubuntu: apt-get install -y time), ~3.5 x the largest size of free space in $TMPDIR.
+# Takes about 1.5 min per 256 MiB run with the debug build on 2 cores.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PROFILE=${BENCH_PROFILE:-dev}
+RUNS=${BENCH_RUNS:-3}
+SIZES=("$@")
+[[ ${#SIZES[@]} -gt 0 ]] || SIZES=(1 256)
+
+die() { echo "bench-rss: $*" >&2; exit 1; }
+[[ -x /usr/bin/time ]] || die "GNU time is needed at /usr/bin/time (apt-get install -y time)"
+command -v python3 >/dev/null || die "python3 is needed for the fake OpenAI server"
+[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "BENCH_RUNS must be a positive integer, got '$RUNS'"
+for s in "${SIZES[@]}"; do
+  [[ $s =~ ^[1-9][0-9]*$ ]] || die "sizes are whole MiB ≥ 1, got '$s'"
+done
+
+case $PROFILE in
+  dev) OUT=debug ;;
+  release | bench) OUT=release ;;
+  *) die "BENCH_PROFILE must be dev or release, got '$PROFILE'" ;;
+esac
+echo "building ctxhost, inmem_request and bench_context ($PROFILE profile)..." >&2
+(cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --bin ctxhost \
+  --example inmem_request --example bench_context)
+BIN="$ROOT/target/$OUT"
+CTXHOST="$BIN/ctxhost"
+INMEM="$BIN/examples/inmem_request"
+GEN="$BIN/examples/bench_context"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ctxhost-bench-rss.XXXXXX")
+SERVER_PID=
+cleanup() {
+  if [[ -n $SERVER_PID ]]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- fake OpenAI server: reads and discards the body in 1 MiB chunks, answers "Done." --------
+cat >"$WORK/sink_llm.py" <<'PY'
+import http.server, json, sys
+
+PORT_FILE, LOG_FILE = sys.argv[1], sys.argv[2]
+REPLY = json.dumps({
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "bench-model",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Done."},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+}).encode()
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        length = self.headers.get("Content-Length")
+        if length is None:
+            self.send_error(411, "Content-Length required")
+            return
+        left, got, head = int(length), 0, b""
+        while left > 0:
+            chunk = self.rfile.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            if len(head) < 16:
+                head += chunk[:16]
+            got += len(chunk)
+            left -= len(chunk)
+        with open(LOG_FILE, "a") as log:
+            log.write(f"{self.path} {got} {head[:16]!r}\n")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(REPLY)))
+        self.end_headers()
+        self.wfile.write(REPLY)
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+with open(PORT_FILE + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+import os; os.rename(PORT_FILE + ".tmp", PORT_FILE)
+server.serve_forever()
+PY
+: >"$WORK/llm.log"
+python3 "$WORK/sink_llm.py" "$WORK/port" "$WORK/llm.log" &
+SERVER_PID=$!
+for _ in $(seq 100); do [[ -s $WORK/port ]] && break; sleep 0.05; done
+[[ -s $WORK/port ]] || die "the fake OpenAI server did not start"
+PORT=$(cat "$WORK/port")
+
+cat >"$WORK/config.yaml" <<YAML
+llm:
+  provider: openai
+  base_url: http://127.0.0.1:$PORT
+  model: bench-model
+  api_key_env: ""
+  context_length: 4000000000
+  max_output_tokens: 1024
+  timeout_secs: 600
+  max_retries: 0
+plugins:
+  compressor: none
+runtime:
+  # Streaming a 256 MiB history through a component takes longer than the 30 s default
+  # in a debug build; the limit is not what is measured here.
+  call_timeout_secs: 600
+YAML
+CTX="$WORK/contexts"
+ctx() { "$CTXHOST" --config "$WORK/config.yaml" --contexts "$CTX" "$@"; }
+
+# field NAME FILE: a value from /usr/bin/time -v output.
+field() { grep -F "$1" "$2" | sed 's/.*: //'; }
+# wall FILE: elapsed wall clock in seconds.
+wall() {
+  field "Elapsed (wall clock)" "$1" | awk -F: '{ s = 0; for (i = 1; i <= NF; i++) s = s * 60 + $i; printf "%.1f", s }'
+}
+median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+
+# measure MIB TAG: a fresh task with a synthetic history of MIB MiB; runs the in-memory
+# baseline over its current.jsonl, then the real task process. Prints
+# "task_rss_kib task_wall_s inmem_rss_kib inmem_wall_s posted_bytes inmem_bytes".
+measure() {
+  local mib=$1 tag=$2 uuid dir before posted inmem_bytes
+  uuid=$(ctx submit "bench: continue the task" 2>"$WORK/submit.err") ||
+    die "submit failed: $(cat "$WORK/submit.err")"
+  dir="$CTX/paused/$uuid"
+  "$GEN" gen "$dir" --mib "$mib" >"$WORK/gen.$tag.out"
+
+  /usr/bin/time -v -o "$WORK/itime.$tag" "$INMEM" "$dir/current.jsonl" "$WORK/inmem.json" \
+    --model bench-model --max-tokens 1024 >"$WORK/inmem.$tag.out" ||
+    die "inmem_request failed on $dir/current.jsonl"
+  inmem_bytes=$(stat -c %s "$WORK/inmem.json")
+  rm -f "$WORK/inmem.json"
+
+  before=$(wc -l <"$WORK/llm.log")
+  if ! /usr/bin/time -v -o "$WORK/time.$tag" "$CTXHOST" --config "$WORK/config.yaml" \
+    --contexts "$CTX" task-exec "$uuid" 2>"$WORK/task.$tag.err"; then
+    cat "$WORK/task.$tag.err" >&2
+    ctx show "$uuid" >&2 || true
+    die "task-exec $uuid ($mib MiB) failed"
+  fi
+  [[ -d $CTX/completed/$uuid ]] || die "task $uuid did not end in completed/"
+  ctx show "$uuid" --json >"$WORK/show.json"
+  grep -q '"status": *"completed"' "$WORK/show.json" ||
+    die "task $uuid is not completed: $(ctx show "$uuid")"
+  posted=$(tail -n +"$((before + 1))" "$WORK/llm.log" | awk '{ s += $2 } END { print s + 0 }')
+  # The body is current.jsonl re-serialised (tool_name -> name, no newlines): about its size.
+  [[ $posted -ge $((mib * 1024 * 1024 * 9 / 10)) ]] ||
+    die "the fake server received $posted bytes for a $mib MiB history"
+  rm -rf "${CTX:?}/completed/$uuid"
+  echo "$(field "Maximum resident set size" "$WORK/time.$tag") $(wall "$WORK/time.$tag")" \
+    "$(field "Maximum resident set size" "$WORK/itime.$tag") $(wall "$WORK/itime.$tag")" \
+    "$posted $inmem_bytes"
+}
+
+echo "warm-up task (fills the compiled-component cache)..." >&2
+measure 1 warmup >/dev/null
+
+for mib in "${SIZES[@]}"; do
+  : >"$WORK/runs.$mib"
+  for r in $(seq "$RUNS"); do
+    echo "size $mib MiB, run $r/$RUNS..." >&2
+    measure "$mib" "$mib.$r" >>"$WORK/runs.$mib"
+  done
+done
+
+mib_of() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+printf '\n%-9s %-14s %-14s %-9s %-10s %-11s %s\n' "history" "ctxhost task" "in-memory" "ratio" \
+  "task wall" "inmem wall" "request body bytes"
+printf '%-9s %-14s %-14s %-9s %-10s %-11s %s\n' "MiB" "peak RSS MiB" "peak RSS MiB" "mem/ctx" \
+  "s" "s" "(ctxhost / in-memory)"
+for mib in "${SIZES[@]}"; do
+  task_rss=$(awk '{ print $1 }' "$WORK/runs.$mib" | median)
+  task_wall=$(awk '{ print $2 }' "$WORK/runs.$mib" | median)
+  inmem_rss=$(awk '{ print $3 }' "$WORK/runs.$mib" | median)
+  inmem_wall=$(awk '{ print $4 }' "$WORK/runs.$mib" | median)
+  read -r _ _ _ _ posted inmem_bytes < <(tail -n 1 "$WORK/runs.$mib")
+  printf '%-9s %-14s %-14s %-9s %-10s %-11s %s\n' "$mib" "$(mib_of "$task_rss")" \
+    "$(mib_of "$inmem_rss")" "$(awk -v a="$inmem_rss" -v b="$task_rss" 'BEGIN { printf "%.1fx", a / b }')" \
+    "$task_wall" "$inmem_wall" "$posted / $inmem_bytes"
+done
+echo
+echo "Medians of $RUNS run(s), $PROFILE build. Peak RSS: /usr/bin/time -v (Maximum resident set size)."
+echo "history = size of current.jsonl; messages.jsonl holds the same messages again (both are read)."
+echo "ratio = in-memory peak RSS / ctxhost task peak RSS."
