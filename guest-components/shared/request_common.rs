@@ -1,23 +1,25 @@
 //! The parts of a request format that do not depend on the provider: streaming the messages
-//! file into the request body, reading the tools and response files, WIT conversions and
-//! errors. Compiled into each request-format crate with
-//! `#[path = "../../shared/request_common.rs"] mod common;` (it uses that crate's bindings,
-//! which are the same for every `request-format-plugin` component).
+//! file into the request body, reading the tools and response files, token usage, WIT
+//! conversions.
+//! Compiled into each request-format crate with
+//! `#[path = "../../shared/request_common.rs"] mod common;`, next to
+//! `shared/plugin_error.rs` (as `mod plugin_error`); it uses that crate's bindings, which are
+//! the same for every `request-format-plugin` component.
 
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Write};
 
 use ctxhost_format::ChatMessage;
 use ctxhost_format::body::{self, MAX_RESPONSE_BYTES};
-use ctxhost_format::jsonl::JsonlError;
 use ctxhost_format::stream::{ArrayError, CountingWriter, write_chat_array};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::ctxhost::plugin::types::{
-    ChatMessage as WitMessage, PluginError, ToolCall as WitToolCall,
+    ChatMessage as WitMessage, PluginError, ToolCall as WitToolCall, Usage,
 };
 use crate::exports::ctxhost::plugin::request_format::{RequestConfig, RequestInfo};
+use crate::plugin_error::io_error;
 
 /// Writes the request body for `config` to `config.request_file`:
 /// `{"model":<model>,"messages":[<convert(m)>,...]<tail>}`, where `tail` writes the
@@ -168,34 +170,13 @@ pub fn to_wit(m: ChatMessage) -> WitMessage {
     }
 }
 
-impl From<JsonlError> for PluginError {
-    fn from(e: JsonlError) -> Self {
-        match e {
-            JsonlError::Io { .. } => PluginError::Io(e.to_string()),
-            JsonlError::Invalid { .. } => PluginError::InvalidInput(e.to_string()),
-        }
+/// Token usage from a provider's counts: a missing count is 0, a missing `total` is the sum
+/// of the other two.
+pub fn usage(prompt: Option<u64>, completion: Option<u64>, total: Option<u64>) -> Usage {
+    let (prompt, completion) = (prompt.unwrap_or(0), completion.unwrap_or(0));
+    Usage {
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        total_tokens: total.unwrap_or(prompt + completion),
     }
-}
-
-/// `io` error: `<what>: <OS error>`.
-pub fn io_error(what: impl std::fmt::Display, e: io::Error) -> PluginError {
-    PluginError::Io(format!("{what}: {e}"))
-}
-
-/// Tool-call ids for a reply: each call keeps its provider id when it has a non-empty one not
-/// used before in the reply; otherwise it gets `call_<n>` (the first n ≥ its 1-based position
-/// that is unused), so ids are unique within the reply.
-pub fn unique_call_ids(given: impl IntoIterator<Item = Option<String>>) -> Vec<String> {
-    let mut ids: Vec<String> = Vec::new();
-    for (i, id) in given.into_iter().enumerate() {
-        let id = match id.filter(|id| !id.is_empty() && !ids.contains(id)) {
-            Some(id) => id,
-            None => (i + 1..)
-                .map(|n| format!("call_{n}"))
-                .find(|c| !ids.contains(c))
-                .expect("unbounded range"),
-        };
-        ids.push(id);
-    }
-    ids
 }

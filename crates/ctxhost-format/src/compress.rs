@@ -1,6 +1,7 @@
 //! The pure rules of context compression (DESIGN.md §6), shared by the compressor components
 //! (`llm-summarizer`, `observation-masking`) and the host's tests:
 //!
+//! - [`over_threshold`]: when a context should be compressed;
 //! - [`cut_point`]: where the kept tail of a context starts (tool-call groups stay whole);
 //! - the summary message (`Summary of the conversation so far (messages S–E):\n…`) and the
 //!   masked tool result placeholder (`[tool result masked: …]`), written and recognised;
@@ -45,6 +46,13 @@ impl LineKind {
             _ => LineKind::Other,
         }
     }
+}
+
+/// `should-compress` of the builtin compressors: whether a context of `current_tokens`
+/// (estimated) exceeds `threshold` (a fraction, e.g. 0.7) of the model's `context_length`
+/// (tokens). Strictly greater: a context exactly at the threshold is not compressed.
+pub fn over_threshold(current_tokens: u64, context_length: u64, threshold: f64) -> bool {
+    current_tokens as f64 > context_length as f64 * threshold
 }
 
 /// Index of the first kept message of a context whose lines have `kinds` (index 0 is the
@@ -308,6 +316,15 @@ mod tests {
     use super::*;
     use crate::ToolCall;
     use LineKind::*;
+
+    #[test]
+    fn over_threshold_is_strictly_greater() {
+        assert!(!over_threshold(700, 1000, 0.7));
+        assert!(over_threshold(701, 1000, 0.7));
+        assert!(!over_threshold(0, 0, 0.5));
+        assert!(over_threshold(1, 0, 0.5));
+        assert!(over_threshold(u64::MAX, 128_000, 1.0));
+    }
 
     #[test]
     fn cut_keeps_the_most_recent_messages() {

@@ -6,7 +6,8 @@
 //! - [`lines`]: serde shapes of the JSONL lines; [`tokens`]: the token estimate.
 //! - [`jsonl`]: streaming, line-numbered JSONL reading.
 //! - [`stream`]: streaming a JSONL file of chat messages into a JSON array (request bodies).
-//! - [`body`]: reading a provider's response body (size cap, readable parse errors).
+//! - [`body`]: reading a provider's response body (size cap, readable parse errors);
+//!   [`reply`]: the assistant message of a reply (provider tool calls, unique ids).
 //! - [`compress`]: the pure rules of context compression (cut point, summary and mask markers,
 //!   summary request chunking); [`time`]: RFC 3339 timestamps from a wall clock.
 //! - [`prompted`]: tool calls for models without native tool calling (prompt text, reply parser).
@@ -16,6 +17,7 @@ pub mod compress;
 pub mod jsonl;
 pub mod lines;
 pub mod prompted;
+pub mod reply;
 pub mod stream;
 pub mod time;
 pub mod tokens;

@@ -1,9 +1,8 @@
-//! WIT chat messages → `ctxhost_format` line shapes, and errors → `plugin-error`.
+//! WIT chat messages → `ctxhost_format` line shapes.
 
-use ctxhost_format::jsonl::JsonlError;
 use ctxhost_format::{ChatMessage, ToolCall};
 
-use crate::ctxhost::plugin::types::{ChatMessage as WitMessage, PluginError};
+use crate::ctxhost::plugin::types::ChatMessage as WitMessage;
 
 /// The on-disk shape of a WIT message (an empty tool-call list is omitted).
 pub fn to_format(m: WitMessage) -> ChatMessage {
@@ -19,18 +18,4 @@ pub fn to_format(m: WitMessage) -> ChatMessage {
         tool_call_id: m.tool_call_id,
         tool_name: m.tool_name,
     }
-}
-
-impl From<JsonlError> for PluginError {
-    fn from(e: JsonlError) -> Self {
-        match e {
-            JsonlError::Io { .. } => PluginError::Io(e.to_string()),
-            JsonlError::Invalid { .. } => PluginError::InvalidInput(e.to_string()),
-        }
-    }
-}
-
-/// `io` error: `<what>: <OS error>`.
-pub fn io_error(what: impl std::fmt::Display, e: std::io::Error) -> PluginError {
-    PluginError::Io(format!("{what}: {e}"))
 }

@@ -10,6 +10,10 @@
 wit_bindgen::generate!({ world: "message-store-plugin", path: "../../wit" });
 
 mod convert;
+#[path = "../../shared/jsonl_files.rs"]
+mod jsonl_files;
+#[path = "../../shared/plugin_error.rs"]
+mod plugin_error;
 mod store;
 
 use ctxhost::plugin::types::{ChatMessage, PluginError};

@@ -1,18 +1,18 @@
 //! The store's state and operations on `messages.jsonl` / `current.jsonl` (paths relative to
 //! the preopened task directory).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Write};
 use std::sync::Mutex;
 
 use ctxhost_format::jsonl::for_each_line;
 use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
-use serde::Serialize;
 
-use crate::convert::io_error;
 use crate::ctxhost::plugin::log::{Level, log};
 use crate::ctxhost::plugin::types::PluginError;
 use crate::exports::ctxhost::plugin::message_store::{AddedMessage, StoreStats};
+use crate::jsonl_files::{append_json_line, open_if_exists};
+use crate::plugin_error::io_error;
 
 /// The full history, append-only.
 pub const MESSAGES: &str = "messages.jsonl";
@@ -99,7 +99,7 @@ impl Store {
         check_role(&message.role, "add-message")?;
         let tokens = estimate_message_tokens(&message);
         let added = self.append_history(&message, timestamp, tokens, None)?;
-        append_line(CURRENT, &message)?;
+        append_json_line(CURRENT, &message)?;
         self.current_count += 1;
         self.current_tokens += tokens;
         Ok(added)
@@ -188,7 +188,7 @@ impl Store {
             tool_call_id: message.tool_call_id.clone(),
             summary_id,
         };
-        append_line(MESSAGES, &line)?;
+        append_json_line(MESSAGES, &line)?;
         self.history_count = seq;
         Ok(AddedMessage { seq, tokens })
     }
@@ -201,15 +201,6 @@ fn check_role(role: &str, function: &str) -> Result<(), PluginError> {
         Err(PluginError::InvalidInput(format!(
             "{function}: role `{role}` is not one of system, user, assistant, tool"
         )))
-    }
-}
-
-/// A buffered reader of `file`, or `None` if it does not exist.
-fn open_if_exists(file: &str) -> Result<Option<BufReader<File>>, PluginError> {
-    match File::open(file) {
-        Ok(f) => Ok(Some(BufReader::new(f))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_error(format!("opening {file}"), e)),
     }
 }
 
@@ -249,19 +240,4 @@ fn write_context(reader: impl io::BufRead, source: &str) -> Result<(u64, u64), P
     file.sync_all()
         .map_err(|e| io_error(format!("syncing {CURRENT_TMP}"), e))?;
     Ok(counts)
-}
-
-/// Appends `value` as one whole JSON line to `file` (created if missing): the line is built
-/// in memory and written with one `write_all`.
-fn append_line(file: &str, value: &impl Serialize) -> Result<(), PluginError> {
-    let mut line = serde_json::to_string(value)
-        .map_err(|e| PluginError::Internal(format!("serialising a line of {file}: {e}")))?;
-    line.push('\n');
-    let mut f = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(file)
-        .map_err(|e| io_error(format!("opening {file}"), e))?;
-    f.write_all(line.as_bytes())
-        .map_err(|e| io_error(format!("appending to {file}"), e))
 }

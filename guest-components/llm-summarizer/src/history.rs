@@ -10,7 +10,8 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use crate::ctxhost::plugin::types::PluginError;
-use crate::files::{MESSAGES, jsonl_error, require_lines};
+use crate::files::MESSAGES;
+use crate::jsonl_files::require_lines;
 
 /// The fields of a history line needed here (serde skips the rest without keeping it).
 #[derive(Deserialize)]
@@ -30,7 +31,7 @@ pub fn tail_seqs(m: usize) -> Result<VecDeque<u64>, PluginError> {
         return Ok(ring);
     }
     let mut reader = require_lines(MESSAGES)?;
-    while let Some((_, line)) = reader.next_value::<SeqOnly>().map_err(jsonl_error)? {
+    while let Some((_, line)) = reader.next_value::<SeqOnly>()? {
         if line.summary_id.is_some() {
             continue;
         }

@@ -21,33 +21,33 @@
 
 wit_bindgen::generate!({ world: "compressor-plugin", path: "../../wit" });
 
+#[path = "../../shared/cleanup.rs"]
+mod cleanup;
 mod files;
 mod history;
+#[path = "../../shared/jsonl_files.rs"]
+mod jsonl_files;
+#[path = "../../shared/plugin_error.rs"]
+mod plugin_error;
 mod split;
 mod summarize;
 
-use ctxhost_format::compress::{cut_point, summary_message};
+use ctxhost_format::compress::{cut_point, over_threshold, summary_message};
 use ctxhost_format::time::now_rfc3339_utc;
 use ctxhost_format::{SummaryLine, estimate_message_tokens, estimate_tokens};
 
+use cleanup::Cleanup;
 use ctxhost::plugin::log::{Level, log};
 use ctxhost::plugin::types::PluginError;
 use exports::ctxhost::plugin::compressor::{CompressConfig, CompressResult, Guest, SummaryInfo};
-use files::{
-    COMPRESSED, CURRENT, Cleanup, LineWriter, SUMMARIES, SUMMARY_REQUEST, TO_SUMMARIZE,
-    UNSUMMARIZED,
-};
-
-/// Logs a warning to the host log.
-pub(crate) fn warn(message: &str) {
-    log(Level::Warn, message);
-}
+use files::{COMPRESSED, CURRENT, SUMMARIES, SUMMARY_REQUEST, TO_SUMMARIZE, UNSUMMARIZED};
+use jsonl_files::LineWriter;
 
 struct LlmSummarizer;
 
 impl Guest for LlmSummarizer {
     fn should_compress(current_tokens: u64, config: CompressConfig) -> bool {
-        current_tokens as f64 > config.context_length as f64 * config.threshold
+        over_threshold(current_tokens, config.context_length, config.threshold)
     }
 
     fn compress(config: CompressConfig) -> Result<CompressResult, PluginError> {
@@ -103,7 +103,7 @@ fn compress(config: &CompressConfig) -> Result<CompressResult, PluginError> {
 
     let id = format!("sum-{}", files::count_lines(SUMMARIES)? + 1);
     let original_tokens = parts.summarized_tokens;
-    files::append_json_line(
+    jsonl_files::append_json_line_synced(
         SUMMARIES,
         &SummaryLine {
             id: id.clone(),

@@ -6,7 +6,8 @@ use ctxhost_format::{ChatMessage, estimate_message_tokens};
 use serde::Deserialize;
 
 use crate::ctxhost::plugin::types::PluginError;
-use crate::files::{CURRENT, LineWriter, TO_SUMMARIZE, UNSUMMARIZED, for_each_raw, require_lines};
+use crate::files::{CURRENT, TO_SUMMARIZE, UNSUMMARIZED, for_each_raw};
+use crate::jsonl_files::{LineWriter, require_lines};
 
 /// What current.jsonl holds.
 pub struct Scan {

@@ -19,7 +19,8 @@ use crate::ctxhost::plugin::llm;
 use crate::ctxhost::plugin::log::{Level, log};
 use crate::ctxhost::plugin::types::PluginError;
 use crate::exports::ctxhost::plugin::compressor::CompressConfig;
-use crate::files::{LineWriter, SUMMARY_REQUEST, jsonl_error, require_lines};
+use crate::files::SUMMARY_REQUEST;
+use crate::jsonl_files::{LineWriter, require_lines};
 
 /// System instruction of a request that summarises messages.
 const SUMMARIZE_INSTRUCTION: &str = "You write the summary of a part of a conversation between a coding agent, \
@@ -99,7 +100,7 @@ impl<'a> Summarizer<'a> {
         let mut chunker = Chunker::new(self.budget);
         let mut parts = Vec::new();
         let mut chunks = 0u32;
-        while let Some((_, message)) = reader.next_value::<ChatMessage>().map_err(jsonl_error)? {
+        while let Some((_, message)) = reader.next_value::<ChatMessage>()? {
             if let Some(chunk) = chunker.push(&render_message(&message)) {
                 chunks += 1;
                 parts.push(self.ask(SUMMARIZE_INSTRUCTION, "", &chunk.text)?);

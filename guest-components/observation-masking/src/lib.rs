@@ -13,30 +13,34 @@
 
 wit_bindgen::generate!({ world: "compressor-plugin", path: "../../wit" });
 
+#[path = "../../shared/cleanup.rs"]
+mod cleanup;
 mod files;
+#[path = "../../shared/jsonl_files.rs"]
+mod jsonl_files;
 mod mask;
+#[path = "../../shared/plugin_error.rs"]
+mod plugin_error;
 
+use ctxhost_format::compress::over_threshold;
+
+use cleanup::Cleanup;
 use ctxhost::plugin::log::{Level, log};
 use ctxhost::plugin::types::PluginError;
 use exports::ctxhost::plugin::compressor::{CompressConfig, CompressResult, Guest};
-use files::{COMPRESSED, RemoveOnError};
-
-/// Logs a warning to the host log.
-pub(crate) fn warn(message: &str) {
-    log(Level::Warn, message);
-}
+use files::COMPRESSED;
 
 struct ObservationMasking;
 
 impl Guest for ObservationMasking {
     fn should_compress(current_tokens: u64, config: CompressConfig) -> bool {
-        current_tokens as f64 > config.context_length as f64 * config.threshold
+        over_threshold(current_tokens, config.context_length, config.threshold)
     }
 
     fn compress(config: CompressConfig) -> Result<CompressResult, PluginError> {
-        let mut guard = RemoveOnError::new(COMPRESSED);
+        let mut cleanup = Cleanup::new(&[], COMPRESSED);
         let done = mask::mask(config.keep_recent_messages as usize)?;
-        guard.keep();
+        cleanup.keep_output();
         log(
             Level::Info,
             &format!(

@@ -17,9 +17,8 @@ use ctxhost_format::{ChatMessage, estimate_tokens};
 use serde::Deserialize;
 
 use crate::ctxhost::plugin::types::PluginError;
-use crate::files::{
-    COMPRESSED, CURRENT, LineWriter, TOOLS, jsonl_error, open_lines, require_lines,
-};
+use crate::files::{COMPRESSED, CURRENT, TOOLS};
+use crate::jsonl_files::{LineWriter, open_lines, require_lines};
 
 /// What a masking did.
 pub struct Masked {
@@ -70,7 +69,7 @@ pub fn mask(keep: usize) -> Result<Masked, PluginError> {
     // Pass 1: kinds.
     let mut kinds = Vec::new();
     let mut reader = require_lines(CURRENT)?;
-    while let Some((line, text)) = reader.next_line().map_err(jsonl_error)? {
+    while let Some((line, text)) = reader.next_line()? {
         let kind = LineKind::from_role(&parse::<RoleOnly>(line, text)?.role);
         if (kinds.is_empty()) != (kind == LineKind::System) {
             return Err(PluginError::InvalidInput(format!(
@@ -91,7 +90,7 @@ pub fn mask(keep: usize) -> Result<Masked, PluginError> {
     let mut occurrences: HashMap<String, usize> = HashMap::new();
     let mut reader = require_lines(CURRENT)?;
     let mut index = 0usize;
-    while let Some((line, text)) = reader.next_line().map_err(jsonl_error)? {
+    while let Some((line, text)) = reader.next_line()? {
         if kinds[index] == LineKind::Tool {
             let m: ChatMessage = parse(line, text)?;
             if let Some(id) = m.tool_call_id {
@@ -124,7 +123,7 @@ pub fn mask(keep: usize) -> Result<Masked, PluginError> {
         seqs.entry(c.tool_call_id.as_str()).or_default();
     }
     if let Some(mut reader) = open_lines(TOOLS)? {
-        while let Some((_, tool)) = reader.next_value::<ToolRef>().map_err(jsonl_error)? {
+        while let Some((_, tool)) = reader.next_value::<ToolRef>()? {
             let Some(id) = tool.tool_call_id else {
                 continue;
             };
@@ -166,7 +165,7 @@ pub fn mask(keep: usize) -> Result<Masked, PluginError> {
     let mut next = masks.into_iter().peekable();
     let mut reader = require_lines(CURRENT)?;
     let mut index = 0usize;
-    while let Some((line, text)) = reader.next_line().map_err(jsonl_error)? {
+    while let Some((line, text)) = reader.next_line()? {
         match next.next_if(|(i, _)| *i == index) {
             Some((_, placeholder)) => {
                 let mut m: ChatMessage = parse(line, text)?;

@@ -11,6 +11,8 @@ wit_bindgen::generate!({ world: "request-format-plugin", path: "../../wit" });
 
 #[path = "../../shared/request_common.rs"]
 mod common;
+#[path = "../../shared/plugin_error.rs"]
+mod plugin_error;
 mod request;
 mod response;
 

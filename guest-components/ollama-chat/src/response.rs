@@ -7,12 +7,11 @@
 //! tools, else `done_reason`. Usage comes from `prompt_eval_count` / `eval_count` (either may
 //! be missing, e.g. when the prompt was cached).
 
-use ctxhost_format::{ChatMessage, ToolCall, body};
+use ctxhost_format::reply::{ProviderToolCall, assistant_message};
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::common::{self, bad_shape};
-use crate::ctxhost::plugin::types::{PluginError, Usage};
+use crate::ctxhost::plugin::types::PluginError;
 use crate::exports::ctxhost::plugin::request_format::Reply;
 
 #[derive(Deserialize)]
@@ -36,21 +35,7 @@ struct MessageIn {
     #[serde(default)]
     content: Option<String>,
     #[serde(default)]
-    tool_calls: Option<Vec<CallIn>>,
-}
-
-#[derive(Deserialize)]
-struct CallIn {
-    #[serde(default)]
-    id: Option<String>,
-    function: FunctionIn,
-}
-
-#[derive(Deserialize)]
-struct FunctionIn {
-    name: String,
-    #[serde(default)]
-    arguments: Option<Value>,
+    tool_calls: Option<Vec<ProviderToolCall>>,
 }
 
 /// Parses the response in `file`. Errors (`invalid-input`): see
@@ -75,43 +60,19 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     let Some(message) = response.message else {
         return Err(bad_shape(file, "the response has no message", &value));
     };
-    let calls = message.tool_calls.unwrap_or_default();
-    let ids = common::unique_call_ids(calls.iter().map(|c| c.id.clone()));
-    let tool_calls: Vec<ToolCall> = calls
-        .into_iter()
-        .zip(ids)
-        .map(|(c, id)| {
-            ToolCall::new(
-                id,
-                c.function.name,
-                body::arguments_text(c.function.arguments.as_ref()),
-            )
-        })
-        .collect();
-    let finish_reason = if tool_calls.is_empty() {
+    let message = assistant_message(
+        message.role,
+        message.content,
+        message.tool_calls.unwrap_or_default(),
+    );
+    let finish_reason = if message.calls().is_empty() {
         response.done_reason
     } else {
         Some("tool_calls".to_string())
     };
-    let message = ChatMessage {
-        role: message.role.unwrap_or_else(|| "assistant".to_string()),
-        content: message.content,
-        tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
-        tool_call_id: None,
-        tool_name: None,
-    };
+    let (prompt, completion) = (response.prompt_eval_count, response.eval_count);
     let usage =
-        (response.prompt_eval_count.is_some() || response.eval_count.is_some()).then(|| {
-            let (prompt, completion) = (
-                response.prompt_eval_count.unwrap_or(0),
-                response.eval_count.unwrap_or(0),
-            );
-            Usage {
-                prompt_tokens: prompt,
-                completion_tokens: completion,
-                total_tokens: prompt + completion,
-            }
-        });
+        (prompt.is_some() || completion.is_some()).then(|| common::usage(prompt, completion, None));
     Ok(Reply {
         message: common::to_wit(message),
         usage,

@@ -7,12 +7,12 @@
 //! missing or repeated (`call_<n>` is generated, unique within the reply); `total_tokens` defaults to the
 //! sum of the other two.
 
-use ctxhost_format::{ChatMessage, ToolCall, body};
+use ctxhost_format::reply::{ProviderToolCall, assistant_message};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::common::{self, bad_shape};
-use crate::ctxhost::plugin::types::{PluginError, Usage};
+use crate::ctxhost::plugin::types::PluginError;
 use crate::exports::ctxhost::plugin::request_format::Reply;
 
 #[derive(Deserialize)]
@@ -38,21 +38,7 @@ struct MessageIn {
     #[serde(default)]
     content: Option<Value>,
     #[serde(default)]
-    tool_calls: Option<Vec<CallIn>>,
-}
-
-#[derive(Deserialize)]
-struct CallIn {
-    #[serde(default)]
-    id: Option<String>,
-    function: FunctionIn,
-}
-
-#[derive(Deserialize)]
-struct FunctionIn {
-    name: String,
-    #[serde(default)]
-    arguments: Option<Value>,
+    tool_calls: Option<Vec<ProviderToolCall>>,
 }
 
 #[derive(Deserialize)]
@@ -77,37 +63,14 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     let Some(message) = choice.message else {
         return Err(bad_shape(file, "choice 0 has no message", &value));
     };
-    let calls = message.tool_calls.unwrap_or_default();
-    let ids = common::unique_call_ids(calls.iter().map(|c| c.id.clone()));
-    let tool_calls: Vec<ToolCall> = calls
-        .into_iter()
-        .zip(ids)
-        .map(|(c, id)| {
-            ToolCall::new(
-                id,
-                c.function.name,
-                body::arguments_text(c.function.arguments.as_ref()),
-            )
-        })
-        .collect();
-    let message = ChatMessage {
-        role: message.role.unwrap_or_else(|| "assistant".to_string()),
-        content: content_text(message.content),
-        tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
-        tool_call_id: None,
-        tool_name: None,
-    };
-    let usage = response.usage.map(|u| {
-        let (prompt, completion) = (
-            u.prompt_tokens.unwrap_or(0),
-            u.completion_tokens.unwrap_or(0),
-        );
-        Usage {
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            total_tokens: u.total_tokens.unwrap_or(prompt + completion),
-        }
-    });
+    let message = assistant_message(
+        message.role,
+        content_text(message.content),
+        message.tool_calls.unwrap_or_default(),
+    );
+    let usage = response
+        .usage
+        .map(|u| common::usage(u.prompt_tokens, u.completion_tokens, u.total_tokens));
     Ok(Reply {
         message: common::to_wit(message),
         usage,

@@ -7,8 +7,8 @@
 //! `finish_reason` becomes `tool_calls`, as with a native tool call.
 
 use ctxhost_format::prompted;
+use ctxhost_format::reply::unique_call_ids;
 
-use crate::common;
 use crate::ctxhost::plugin::types::{PluginError, ToolCall};
 use crate::exports::ctxhost::plugin::request_format::Reply;
 
@@ -28,12 +28,16 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     if parsed.calls.is_empty() {
         return Ok(reply);
     }
-    let ids = common::unique_call_ids(parsed.calls.iter().map(|_| None));
+    let ids = unique_call_ids(parsed.calls.iter().map(|_| None));
     reply.message.tool_calls = parsed
         .calls
         .into_iter()
         .zip(ids)
-        .map(|(c, id)| ToolCall { id, name: c.name, arguments: c.arguments })
+        .map(|(c, id)| ToolCall {
+            id,
+            name: c.name,
+            arguments: c.arguments,
+        })
         .collect();
     reply.message.content = parsed.content;
     reply.finish_reason = Some("tool_calls".to_string());

@@ -1,0 +1,141 @@
+//! The assistant message of a provider's reply, shared by the request-format components
+//! (`openai-chat`, `ollama-chat`, `prompted-tools`): tool calls as providers send them become
+//! OpenAI-shaped [`ToolCall`]s with ids unique within the reply.
+//!
+//! Both OpenAI's chat completions and Ollama's `/api/chat` send a tool call as
+//! `{"id"?, "function": {"name", "arguments"?}}` (Ollama without `id`; some servers repeat
+//! ids or send `arguments` as an object), which [`ProviderToolCall`] reads.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::body::arguments_text;
+use crate::{ChatMessage, ToolCall};
+
+/// A tool call as a provider sends it: `{"id"?, "function": {"name", "arguments"?}}`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ProviderToolCall {
+    /// The provider's id, if it sent one (may be empty or repeated).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The function called.
+    pub function: ProviderFunction,
+}
+
+/// The `function` of a [`ProviderToolCall`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ProviderFunction {
+    pub name: String,
+    /// JSON text (OpenAI), an object (Ollama, some OpenAI-compatible servers), or missing.
+    #[serde(default)]
+    pub arguments: Option<Value>,
+}
+
+/// The reply's chat message: `role` (`assistant` when missing), `content` as given, and
+/// `calls` as [`ToolCall`]s — ids from [`unique_call_ids`], arguments as JSON text
+/// ([`arguments_text`]: `{}` when missing) — or no `tool_calls` at all when `calls` is empty.
+pub fn assistant_message(
+    role: Option<String>,
+    content: Option<String>,
+    calls: Vec<ProviderToolCall>,
+) -> ChatMessage {
+    let ids = unique_call_ids(calls.iter().map(|c| c.id.clone()));
+    let tool_calls: Vec<ToolCall> = calls
+        .into_iter()
+        .zip(ids)
+        .map(|(c, id)| {
+            ToolCall::new(
+                id,
+                c.function.name,
+                arguments_text(c.function.arguments.as_ref()),
+            )
+        })
+        .collect();
+    ChatMessage {
+        role: role.unwrap_or_else(|| "assistant".to_string()),
+        content,
+        tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+        tool_call_id: None,
+        tool_name: None,
+    }
+}
+
+/// Tool-call ids for a reply: each call keeps its provider id when it has a non-empty one not
+/// used before in the reply; otherwise it gets `call_<n>` (the first n ≥ its 1-based position
+/// that is unused), so ids are unique within the reply.
+pub fn unique_call_ids(given: impl IntoIterator<Item = Option<String>>) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for (i, id) in given.into_iter().enumerate() {
+        let id = match id.filter(|id| !id.is_empty() && !ids.contains(id)) {
+            Some(id) => id,
+            None => (i + 1..)
+                .map(|n| format!("call_{n}"))
+                .find(|c| !ids.contains(c))
+                .expect("unbounded range"),
+        };
+        ids.push(id);
+    }
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(value: Value) -> ProviderToolCall {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn ids_are_kept_generated_and_unique() {
+        let given = [
+            Some("a".to_string()),
+            None,
+            Some(String::new()),
+            Some("a".to_string()),
+            Some("call_2".to_string()),
+        ];
+        // call_2 is taken by the generated id of the second call, so the last one gets call_5.
+        assert_eq!(
+            unique_call_ids(given),
+            ["a", "call_2", "call_3", "call_4", "call_5"]
+        );
+        assert_eq!(
+            unique_call_ids([None, Some("call_1".to_string())]),
+            ["call_1", "call_2"]
+        );
+        assert!(unique_call_ids(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn message_with_calls_of_both_shapes() {
+        let calls = vec![
+            call(json!({"id": "c1", "function": {"name": "read", "arguments": "{\"p\":1}"}})),
+            call(json!({"function": {"name": "list", "arguments": {"dir": "."}}})),
+            call(json!({"id": "c1", "function": {"name": "stat"}})),
+        ];
+        let m = assistant_message(None, None, calls);
+        assert_eq!(m.role, "assistant");
+        assert_eq!(m.content, None);
+        assert_eq!(
+            m.calls(),
+            [
+                ToolCall::new("c1", "read", "{\"p\":1}"),
+                ToolCall::new("call_2", "list", "{\"dir\":\".\"}"),
+                ToolCall::new("call_3", "stat", "{}"),
+            ]
+        );
+        assert_eq!((m.tool_call_id, m.tool_name), (None, None));
+    }
+
+    #[test]
+    fn message_without_calls_has_no_tool_calls() {
+        let m = assistant_message(Some("assistant".into()), Some("hi".into()), Vec::new());
+        assert_eq!(m, ChatMessage::text("assistant", "hi"));
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            r#"{"role":"assistant","content":"hi"}"#
+        );
+    }
+}
