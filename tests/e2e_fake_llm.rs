@@ -408,7 +408,9 @@ fn a_killed_task_process_fails_its_task_and_harms_no_other() {
             Reply::text("quick answer", Some((3, 2)))
         })
     });
-    let env = env_for(&llm, "");
+    // One crash fails the task (by default a killed task is repaired and run again, see
+    // tests/lifecycle.rs and tests/crash_torture.rs).
+    let env = env_for(&llm, "worker:\n  max_crashes: 1\n");
     let slow = submit(&env, "slow");
     let mut worker = env
         .ctxhost_cmd(&["run", "--once", "--poll-ms", "20", "--max-parallel", "2"])

@@ -8,7 +8,7 @@
 //! plugins: {message_store, compressor, request_format}
 //! runtime: {memory_limit_mib, call_timeout_secs}
 //! agent:   {system_prompt, max_steps}
-//! worker:  {max_parallel_tasks, poll_interval_ms}
+//! worker:  {max_parallel_tasks, poll_interval_ms, max_crashes}
 //! mcp_servers: {NAME: {command, args, env, cwd}}    # see crate::tools::config
 //! tools:   {max_tool_output_tokens, call_timeout_secs, start_timeout_secs}
 //! ```
@@ -312,6 +312,9 @@ pub struct WorkerConfig {
     pub max_parallel_tasks: u32,
     /// How often the worker looks at the queue and its children, milliseconds (≥ 10).
     pub poll_interval_ms: u64,
+    /// A task whose process dies this many times (crash, kill, power loss) is failed instead of
+    /// being repaired and run again (≥ 1).
+    pub max_crashes: u32,
 }
 
 impl Default for WorkerConfig {
@@ -319,6 +322,7 @@ impl Default for WorkerConfig {
         WorkerConfig {
             max_parallel_tasks: 2,
             poll_interval_ms: 500,
+            max_crashes: 3,
         }
     }
 }
@@ -541,6 +545,9 @@ impl Config {
                 "must be at least 1, got 0".into(),
             );
         }
+        if self.worker.max_crashes < 1 {
+            return bad("worker.max_crashes", "must be at least 1, got 0".into());
+        }
         if self.worker.poll_interval_ms < 10 {
             return bad(
                 "worker.poll_interval_ms",
@@ -693,6 +700,9 @@ worker:
   # Task processes run at once by `ctxhost run`.
   max_parallel_tasks: {par}
   poll_interval_ms: {poll}
+  # A task whose process dies (crash, kill -9, power loss) is repaired and run again; after this
+  # many deaths it is marked failed instead.
+  max_crashes: {crashes}
 
 # MCP servers started (over stdio) for every task; their tools are offered to the model. A server
 # gets only PATH, HOME and its own env. Tool names clashing between servers become SERVER__TOOL.
@@ -736,6 +746,7 @@ tools:
             system = indent(&system),
             par = d.worker.max_parallel_tasks,
             poll = d.worker.poll_interval_ms,
+            crashes = d.worker.max_crashes,
         )
     }
 }
@@ -855,7 +866,10 @@ mod tests {
 
     #[test]
     fn compressor_none_disables_compression() {
-        assert_eq!(Config::default().compressor(), Some("builtin:llm-summarizer"));
+        assert_eq!(
+            Config::default().compressor(),
+            Some("builtin:llm-summarizer")
+        );
         let c = Config::from_yaml("plugins:\n  compressor: none\n", "c").unwrap();
         assert_eq!(c.compressor(), None);
     }

@@ -17,8 +17,9 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
-/// Schema version stored in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 1;
+/// Schema version stored in `PRAGMA user_version`. Version 2 added `stop_requested`,
+/// `pause_reason` and `files_deleted_at` (an older database is upgraded when opened).
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Busy timeout per statement.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -167,9 +168,26 @@ pub struct TaskRow {
     pub error_message: Option<String>,
     pub user: Option<String>,
     pub prompt: String,
+    /// Times the task was resumed after a pause (set by the task process that resumes it).
     pub resume_count: i64,
+    /// Times a process running the task died (counted by recovery).
     pub crash_count: i64,
+    /// `ctxhost pause` asked the running task to pause at its next safe point.
     pub pause_requested: bool,
+    /// `ctxhost stop` asked the running task to stop at its next safe point.
+    pub stop_requested: bool,
+    /// The `--reason` given to `ctxhost pause`, until the task is resumed.
+    pub pause_reason: Option<String>,
+    /// When `ctxhost cleanup` deleted the task's directory (RFC 3339 UTC); the row stays.
+    pub files_deleted_at: Option<String>,
+}
+
+/// What a running task's process is asked to do at its next safe point ([`Db::control`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Control {
+    pub pause_requested: bool,
+    pub stop_requested: bool,
+    pub pause_reason: Option<String>,
 }
 
 /// Filter for [`Db::list`]. Rows come newest first.
@@ -252,10 +270,17 @@ CREATE INDEX IF NOT EXISTS idx_tasks_created_at ON tasks(created_at);
 CREATE INDEX IF NOT EXISTS idx_tasks_user ON tasks(user);
 ";
 
+/// Version 1 → 2: stop requests, pause reasons, cleanup marks.
+const MIGRATE_V2: &str = "
+ALTER TABLE tasks ADD COLUMN stop_requested INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN pause_reason TEXT;
+ALTER TABLE tasks ADD COLUMN files_deleted_at TEXT;
+";
+
 const COLUMNS: &str = "uuid, task_source, owner, repo, task_type, task_id, status, created_at, started_at, \
 completed_at, updated_at, process_id, hostname, llm_provider, model, context_length, llm_call_count, \
 tool_call_count, total_tokens, compression_count, error_message, user, prompt, resume_count, crash_count, \
-pause_requested";
+pause_requested, stop_requested, pause_reason, files_deleted_at";
 
 fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
@@ -291,11 +316,24 @@ impl Db {
             });
         }
         if version < SCHEMA_VERSION {
+            // Another process may be creating or upgrading the schema at the same moment: the
+            // version is read again inside the write transaction.
             db.retry(|c| {
-                c.execute_batch(&format!(
-                    "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-                ))
-                .inspect_err(|_| {
+                c.execute_batch("BEGIN IMMEDIATE")?;
+                let result = (|| {
+                    let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+                    if v < 1 {
+                        c.execute_batch(SCHEMA)?;
+                    }
+                    if v < 2 {
+                        c.execute_batch(MIGRATE_V2)?;
+                    }
+                    if v < SCHEMA_VERSION {
+                        c.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
+                    }
+                    c.execute_batch("COMMIT")
+                })();
+                result.inspect_err(|_| {
                     let _ = c.execute_batch("ROLLBACK");
                 })
             })?;
@@ -425,7 +463,8 @@ impl Db {
         let now = now_rfc3339();
         let n = self.retry(|c| {
             c.execute(
-                "UPDATE tasks SET status = ?2, error_message = ?3, completed_at = ?4, updated_at = ?4 \
+                "UPDATE tasks SET status = ?2, error_message = ?3, completed_at = ?4, updated_at = ?4, \
+                 pause_requested = 0, stop_requested = 0, pause_reason = NULL \
                  WHERE uuid = ?1",
                 params![uuid, status.as_str(), error_message, now],
             )
@@ -445,7 +484,7 @@ impl Db {
         let n = self.retry(|c| {
             c.execute(
                 "UPDATE tasks SET status = 'failed', error_message = ?3, completed_at = ?4, updated_at = ?4, \
-                 crash_count = crash_count + 1 \
+                 crash_count = crash_count + 1, pause_requested = 0, stop_requested = 0 \
                  WHERE uuid = ?1 AND status = 'running' AND process_id = ?2",
                 params![uuid, pid as i64, error_message, now],
             )
@@ -461,6 +500,198 @@ impl Db {
                 "UPDATE tasks SET status = 'failed', error_message = ?2, completed_at = ?3, updated_at = ?3 \
                  WHERE uuid = ?1 AND status = 'queued'",
                 params![uuid, error_message, now],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    /// Ask a `running` task to pause at its next safe point (`ctxhost pause`), with an optional
+    /// reason for task_state.json. Returns whether the task was running (nothing changes otherwise).
+    pub fn request_pause(&self, uuid: &str, reason: Option<&str>) -> Result<bool, DbError> {
+        let now = now_rfc3339();
+        let n = self.retry(|c| {
+            c.execute(
+                "UPDATE tasks SET pause_requested = 1, pause_reason = ?2, updated_at = ?3 \
+                 WHERE uuid = ?1 AND status = 'running'",
+                params![uuid, reason, now],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    /// Ask a `running` task to stop at its next safe point (`ctxhost stop`). Returns whether
+    /// the task was running.
+    pub fn request_stop(&self, uuid: &str) -> Result<bool, DbError> {
+        let now = now_rfc3339();
+        let n = self.retry(|c| {
+            c.execute(
+                "UPDATE tasks SET stop_requested = 1, updated_at = ?2 WHERE uuid = ?1 AND status = 'running'",
+                params![uuid, now],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    /// Stop a task that no process runs (`queued` or `paused`) at once: status `stopped`,
+    /// `completed_at` = now. One conditional UPDATE, so it never races a claim: either the
+    /// claim or the stop wins. Returns the status the task had, or `None` when it was neither
+    /// queued nor paused (running, finished or unknown).
+    pub fn stop_waiting(&self, uuid: &str) -> Result<Option<Status>, DbError> {
+        for _ in 0..8 {
+            let Some(row) = self.get(uuid)? else {
+                return Ok(None);
+            };
+            if !matches!(row.status, Status::Queued | Status::Paused) {
+                return Ok(None);
+            }
+            let now = now_rfc3339();
+            let n = self.retry(|c| {
+                c.execute(
+                    "UPDATE tasks SET status = 'stopped', completed_at = ?3, updated_at = ?3, \
+                     pause_requested = 0, stop_requested = 0, pause_reason = NULL \
+                     WHERE uuid = ?1 AND status = ?2",
+                    params![uuid, row.status.as_str(), now],
+                )
+            })?;
+            if n == 1 {
+                return Ok(Some(row.status));
+            }
+            // The status changed between the read and the update (a claim, a resume): look again.
+        }
+        Ok(None)
+    }
+
+    /// Put a `paused` task back in the queue (`ctxhost resume`) and clear its pause request.
+    /// Returns whether it was paused.
+    pub fn resume(&self, uuid: &str) -> Result<bool, DbError> {
+        let now = now_rfc3339();
+        let n = self.retry(|c| {
+            c.execute(
+                "UPDATE tasks SET status = 'queued', pause_requested = 0, updated_at = ?2 \
+                 WHERE uuid = ?1 AND status = 'paused'",
+                params![uuid, now],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    /// The pause/stop requests of a task (a task process asks at each safe point). `None`
+    /// when the row does not exist.
+    pub fn control(&self, uuid: &str) -> Result<Option<Control>, DbError> {
+        self.retry(|c| {
+            c.query_row(
+                "SELECT pause_requested, stop_requested, pause_reason FROM tasks WHERE uuid = ?1",
+                [uuid],
+                |r| {
+                    Ok(Control {
+                        pause_requested: r.get::<_, i64>(0)? != 0,
+                        stop_requested: r.get::<_, i64>(1)? != 0,
+                        pause_reason: r.get(2)?,
+                    })
+                },
+            )
+            .optional()
+        })
+    }
+
+    /// A task process honoured a pause: `running` under `pid` → `paused`, pause request
+    /// cleared (the reason stays until the task is resumed). Returns whether it changed.
+    pub fn mark_paused(&self, uuid: &str, pid: u32) -> Result<bool, DbError> {
+        let now = now_rfc3339();
+        let n = self.retry(|c| {
+            c.execute(
+                "UPDATE tasks SET status = 'paused', pause_requested = 0, updated_at = ?3 \
+                 WHERE uuid = ?1 AND status = 'running' AND process_id = ?2",
+                params![uuid, pid as i64, now],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    /// Record how many times the task was resumed (task_state.json holds the same number; the
+    /// one process that owns the task sets it, so this is not a shared counter) and drop the
+    /// pause reason.
+    pub fn set_resume_count(&self, uuid: &str, resume_count: u64) -> Result<(), DbError> {
+        let now = now_rfc3339();
+        self.retry(|c| {
+            c.execute(
+                "UPDATE tasks SET resume_count = ?2, pause_reason = NULL, updated_at = ?3 WHERE uuid = ?1",
+                params![uuid, resume_count as i64, now],
+            )
+        })?;
+        Ok(())
+    }
+
+    /// `(uuid, process_id)` of every `running` task recorded on `hostname` (process_id may be
+    /// missing in a damaged row).
+    pub fn running_on_host(&self, hostname: &str) -> Result<Vec<(String, Option<i64>)>, DbError> {
+        self.retry(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT uuid, process_id FROM tasks WHERE status = 'running' AND hostname = ?1 \
+                 ORDER BY started_at, rowid",
+            )?;
+            let rows = st.query_map([hostname], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect()
+        })
+    }
+
+    /// Settle a task whose process `pid` died while it was `running`: count the crash and set
+    /// `status` — `queued` (to run again), `paused` or `stopped` (a request that was pending),
+    /// or `failed` — with `error_message`. Final statuses get `completed_at`. Only changes a
+    /// row still `running` under `pid` (`None`: a row with no pid recorded); returns whether it did.
+    pub fn settle_crash(
+        &self,
+        uuid: &str,
+        pid: Option<i64>,
+        status: Status,
+        error_message: Option<&str>,
+    ) -> Result<bool, DbError> {
+        debug_assert!(status != Status::Running);
+        let now = now_rfc3339();
+        let n = self.retry(|c| {
+            c.execute(
+                "UPDATE tasks SET status = ?3, error_message = ?4, updated_at = ?5, \
+                 crash_count = crash_count + 1, \
+                 completed_at = CASE WHEN ?6 THEN ?5 ELSE completed_at END, \
+                 pause_requested = 0, \
+                 stop_requested = CASE WHEN ?6 THEN 0 ELSE stop_requested END \
+                 WHERE uuid = ?1 AND status = 'running' AND process_id IS ?2",
+                params![
+                    uuid,
+                    pid,
+                    status.as_str(),
+                    error_message,
+                    now,
+                    status.is_final()
+                ],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    /// Finished tasks (`completed`, `failed`, `stopped`) whose `completed_at` is at or before
+    /// `cutoff` (RFC 3339 UTC text) and whose files were not deleted yet, oldest first.
+    pub fn finished_before(&self, cutoff: &str) -> Result<Vec<TaskRow>, DbError> {
+        let raws = self.retry(|c| {
+            let mut st = c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM tasks WHERE status IN ('completed', 'failed', 'stopped') \
+                 AND completed_at IS NOT NULL AND completed_at <= ?1 AND files_deleted_at IS NULL \
+                 ORDER BY completed_at, rowid"
+            ))?;
+            let rows = st.query_map([cutoff], raw_row)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+        })?;
+        raws.into_iter().map(|r| self.finish_row(r)).collect()
+    }
+
+    /// Record that `ctxhost cleanup` deleted the task's directory (keeps an earlier mark).
+    pub fn mark_files_deleted(&self, uuid: &str) -> Result<bool, DbError> {
+        let now = now_rfc3339();
+        let n = self.retry(|c| {
+            c.execute(
+                "UPDATE tasks SET files_deleted_at = COALESCE(files_deleted_at, ?2), updated_at = ?2 \
+                 WHERE uuid = ?1",
+                params![uuid, now],
             )
         })?;
         Ok(n == 1)
@@ -614,6 +845,9 @@ fn raw_row(r: &Row<'_>) -> rusqlite::Result<(TaskRow, String)> {
             resume_count: r.get(23)?,
             crash_count: r.get(24)?,
             pause_requested: r.get::<_, i64>(25)? != 0,
+            stop_requested: r.get::<_, i64>(26)? != 0,
+            pause_reason: r.get(27)?,
+            files_deleted_at: r.get(28)?,
         },
         status,
     ))
@@ -775,6 +1009,126 @@ mod tests {
             (row.llm_call_count, row.tool_call_count, row.total_tokens),
             (400, 800, 1200)
         );
+    }
+
+    #[test]
+    fn a_version_1_database_is_upgraded_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let c = Connection::open(dir.path().join("tasks.db")).unwrap();
+            c.execute_batch(&format!("{SCHEMA} PRAGMA user_version = 1;"))
+                .unwrap();
+            c.execute(
+                "INSERT INTO tasks (uuid, status, created_at, updated_at) VALUES ('old', 'completed', 'x', 'x')",
+                [],
+            )
+            .unwrap();
+        }
+        let db = Db::open(dir.path()).unwrap();
+        let row = db.get("old").unwrap().unwrap();
+        assert_eq!(row.status, Status::Completed);
+        assert!(!row.stop_requested);
+        assert_eq!(row.files_deleted_at, None);
+        let v: i64 = db
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        // Opening again changes nothing.
+        drop(db);
+        Db::open(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn pause_resume_and_stop_requests_follow_the_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        db.insert_queued(&new_task("t")).unwrap();
+        // Only a running task can be asked to pause or stop.
+        assert!(!db.request_pause("t", Some("lunch")).unwrap());
+        assert!(!db.request_stop("t").unwrap());
+        db.claim("t", 5, "h", "p", "m", 1).unwrap();
+        assert!(db.request_pause("t", Some("lunch")).unwrap());
+        let c = db.control("t").unwrap().unwrap();
+        assert!(c.pause_requested && !c.stop_requested);
+        assert_eq!(c.pause_reason.as_deref(), Some("lunch"));
+        assert!(
+            !db.mark_paused("t", 6).unwrap(),
+            "another pid cannot pause it"
+        );
+        assert!(db.mark_paused("t", 5).unwrap());
+        let row = db.get("t").unwrap().unwrap();
+        assert_eq!(row.status, Status::Paused);
+        assert!(!row.pause_requested);
+        assert!(db.resume("t").unwrap());
+        assert!(!db.resume("t").unwrap(), "a queued task cannot be resumed");
+        assert_eq!(db.get("t").unwrap().unwrap().status, Status::Queued);
+        db.set_resume_count("t", 1).unwrap();
+        assert_eq!(db.get("t").unwrap().unwrap().resume_count, 1);
+        // A queued task stops at once; a finished one cannot be stopped again.
+        assert_eq!(db.stop_waiting("t").unwrap(), Some(Status::Queued));
+        let row = db.get("t").unwrap().unwrap();
+        assert_eq!(row.status, Status::Stopped);
+        assert!(row.completed_at.is_some());
+        assert_eq!(db.stop_waiting("t").unwrap(), None);
+        assert!(!db.claim("t", 9, "h", "p", "m", 1).unwrap());
+    }
+
+    #[test]
+    fn a_crash_is_settled_once_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        db.insert_queued(&new_task("t")).unwrap();
+        db.claim("t", 5, "host-a", "p", "m", 1).unwrap();
+        assert_eq!(
+            db.running_on_host("host-a").unwrap(),
+            vec![("t".to_string(), Some(5))]
+        );
+        assert!(db.running_on_host("host-b").unwrap().is_empty());
+        assert!(!db.settle_crash("t", Some(6), Status::Queued, Some("x")).unwrap());
+        assert!(
+            db.settle_crash("t", Some(5), Status::Queued, Some("died"))
+                .unwrap()
+        );
+        assert!(
+            !db.settle_crash("t", Some(5), Status::Queued, Some("died"))
+                .unwrap()
+        );
+        let row = db.get("t").unwrap().unwrap();
+        assert_eq!((row.status, row.crash_count), (Status::Queued, 1));
+        assert_eq!(row.completed_at, None);
+        db.claim("t", 7, "host-a", "p", "m", 1).unwrap();
+        assert!(
+            db.settle_crash("t", Some(7), Status::Failed, Some("gave up"))
+                .unwrap()
+        );
+        let row = db.get("t").unwrap().unwrap();
+        assert_eq!((row.status, row.crash_count), (Status::Failed, 2));
+        assert!(row.completed_at.is_some());
+    }
+
+    #[test]
+    fn finished_rows_are_listed_for_cleanup_until_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        for id in ["a", "b"] {
+            db.insert_queued(&new_task(id)).unwrap();
+        }
+        db.finish("a", Status::Completed, None).unwrap();
+        let later = "9999-01-01T00:00:00.000Z";
+        let rows = db.finished_before(later).unwrap();
+        assert_eq!(
+            rows.iter().map(|r| r.uuid.as_str()).collect::<Vec<_>>(),
+            ["a"]
+        );
+        assert!(
+            db.finished_before("2000-01-01T00:00:00.000Z")
+                .unwrap()
+                .is_empty()
+        );
+        assert!(db.mark_files_deleted("a").unwrap());
+        assert!(db.get("a").unwrap().unwrap().files_deleted_at.is_some());
+        assert!(db.finished_before(later).unwrap().is_empty());
     }
 
     #[test]

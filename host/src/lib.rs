@@ -1,14 +1,19 @@
 //! ctxhost: runs coding-agent tasks with file-based context and sandboxed WASI plugins.
 pub mod agent;
+pub mod cleanup;
 pub mod cli;
 pub mod compaction;
 pub mod config;
 pub mod db;
+pub mod fsck;
 pub mod invariants;
 pub mod layout;
 pub mod llm;
 pub mod plugin_check;
+pub mod recovery;
+pub mod repair;
 pub mod runtime;
 pub mod task_process;
+pub mod task_state;
 pub mod tools;
 pub mod worker;

@@ -2,9 +2,15 @@
 //!
 //! Claim the task (one atomic UPDATE; a lost claim ends the process quietly), create
 //! `running/{uuid}/` with metadata.json, load the plugins into a fresh wasmtime runtime, run the
-//! agent loop, then finish: directory renamed to `completed/{uuid}/`, status `completed` or
-//! `failed` with `error_message`, `completed_at` set. Every error — plugin load, runtime trap,
-//! transport, even a panic — ends as a `failed` task with a clear message.
+//! agent loop, then finish: directory renamed to `completed/{uuid}/`, status `completed`,
+//! `stopped` (a stop request honoured at a safe point) or `failed` with `error_message`,
+//! `completed_at` set. Every error — plugin load, runtime trap, transport, even a panic — ends
+//! as a `failed` task with a clear message. A pause request honoured at a safe point ends the
+//! process with the task `paused` and its directory in `paused/{uuid}/` (task_state.json written).
+//!
+//! A task whose directory already exists (resumed after a pause, or queued again by crash
+//! recovery) gets it back from `paused/`, repaired ([`crate::repair`]), and continues from
+//! current.jsonl; a resume after a pause counts in `resume_count`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::str::FromStr;
@@ -13,9 +19,9 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 
 use crate::agent::llm_import::HostLlm;
-use crate::agent::{Agent, NoTools, Outcome, TaskInput};
+use crate::agent::{Agent, Interrupt, NoTools, Outcome, TaskInput};
 use crate::config::Config;
-use crate::db::{Db, Status, TaskRow};
+use crate::db::{Db, Status, TaskRow, now_rfc3339};
 use crate::layout::{
     DirState, Layout, Metadata, MetadataConfig, MetadataTaskKey, hostname, write_metadata_once,
 };
@@ -82,6 +88,22 @@ pub fn run(config: &Config, layout: &Layout, uuid: &str) -> anyhow::Result<Optio
             tracing::info!(%uuid, chars = answer.chars().count(), "task completed");
             (Status::Completed, None)
         }
+        Ok(Ok(Outcome::Stopped)) => {
+            tracing::info!(%uuid, "task stopped as requested");
+            (Status::Stopped, None)
+        }
+        Ok(Ok(Outcome::Paused { reason })) => {
+            match pause(layout, &db, uuid, pid, reason.as_deref()) {
+                Ok(()) => {
+                    tracing::info!(%uuid, reason = reason.as_deref().unwrap_or(""), "task paused");
+                    return Ok(Some(Status::Paused));
+                }
+                Err(e) => (
+                    Status::Failed,
+                    Some(format!("pausing the task failed: {e:#}")),
+                ),
+            }
+        }
         Ok(Err(e)) => (Status::Failed, Some(format!("{e:#}"))),
         Err(panic) => {
             let what = panic
@@ -102,6 +124,32 @@ pub fn run(config: &Config, layout: &Layout, uuid: &str) -> anyhow::Result<Optio
     Ok(Some(status))
 }
 
+/// Honour a pause at a safe point (the loop has returned, so the task's tool servers are shut
+/// down and its plugins dropped): write task_state.json, move the directory to `paused/`, then
+/// set the status `paused` (in that order, so a resumed task's next process always finds the
+/// directory in `paused/`).
+fn pause(
+    layout: &Layout,
+    db: &Db,
+    uuid: &str,
+    pid: u32,
+    reason: Option<&str>,
+) -> anyhow::Result<()> {
+    let dir = layout.task_dir(DirState::Running, uuid);
+    let resume_count = db.get(uuid)?.map(|r| r.resume_count).unwrap_or(0);
+    crate::task_state::write_paused(
+        &dir,
+        &now_rfc3339(),
+        u64::try_from(resume_count).unwrap_or(0),
+        reason,
+    )?;
+    layout.move_task_dir(uuid, DirState::Running, DirState::Paused)?;
+    if !db.mark_paused(uuid, pid)? {
+        tracing::warn!(%uuid, pid, "the task's row was no longer running under this process when it paused");
+    }
+    Ok(())
+}
+
 /// Move the directory to `completed/` and record the final status. The directory moves first:
 /// a crash in between leaves a `running` row with a dead pid, which the worker or recovery
 /// fails; never a finished row with its directory still in `running/`.
@@ -118,6 +166,11 @@ fn finish(
     let moved = if running.is_dir() {
         layout
             .move_task_dir(uuid, DirState::Running, DirState::Completed)
+            .map(|_| ())
+    } else if layout.task_dir(DirState::Paused, uuid).is_dir() {
+        // Failed before its directory came back from paused/.
+        layout
+            .move_task_dir(uuid, DirState::Paused, DirState::Completed)
             .map(|_| ())
     } else if completed.is_dir() {
         Ok(())
@@ -156,14 +209,32 @@ fn execute(
 ) -> anyhow::Result<Outcome> {
     let uuid = row.uuid.as_str();
     let dir = layout.task_dir(DirState::Running, uuid);
-    // A resumed task brings its directory back from paused/; the loop then continues from
-    // current.jsonl (it never re-adds the system prompt or the first user message).
+    // A resumed (or recovered) task brings its directory back from paused/; the loop then
+    // continues from current.jsonl (it never re-adds the system prompt or the first user message).
     if !dir.exists() && layout.task_dir(DirState::Paused, uuid).is_dir() {
         layout.move_task_dir(uuid, DirState::Paused, DirState::Running)?;
+    }
+    if dir.is_dir() {
+        // Whatever stopped the previous process, the files are made whole before any component
+        // opens them (a no-op after a clean pause). Tool calls left unanswered by a pause stay:
+        // the loop makes them.
+        let report = crate::repair::repair_task_dir(&dir, false, &now_rfc3339())
+            .context("repairing the task directory before resuming")?;
+        for r in report.describe() {
+            tracing::warn!(%uuid, "repair: {r}");
+        }
+        if let Some(n) = crate::task_state::mark_resumed(&dir, &now_rfc3339())? {
+            db.set_resume_count(uuid, n)?;
+            tracing::info!(%uuid, resume_count = n, "task resumed");
+        }
     }
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the task directory {}", dir.display()))?;
     write_metadata_once(&dir, &metadata(config, row, pid, host))?;
+    // Steps of earlier runs count against agent.max_steps: the loop's answered LLM calls are
+    // the history's assistant messages that are not summaries (compressor calls do not count).
+    let steps_done =
+        crate::repair::history_stats(&dir.join(crate::repair::MESSAGES_FILE))?.agent_steps;
 
     let (memory_bytes, call_timeout) = config.runtime_limits();
     // CTXHOST_CACHE_DIR lets several contexts trees (or test runs) share compiled components.
@@ -226,6 +297,18 @@ fn execute(
             &dir,
         )?)
     };
+    let mut interrupts = || -> anyhow::Result<Option<Interrupt>> {
+        let control = db.control(uuid)?.unwrap_or_default();
+        Ok(if control.stop_requested {
+            Some(Interrupt::Stop)
+        } else if control.pause_requested {
+            Some(Interrupt::Pause {
+                reason: control.pause_reason,
+            })
+        } else {
+            None
+        })
+    };
     let mut agent = Agent {
         config,
         db,
@@ -235,13 +318,13 @@ fn execute(
         transport: &transport,
         tools: tools.as_mut(),
         compaction_failures: 0,
+        interrupts: Some(&mut interrupts),
     };
     agent.run(&TaskInput {
         uuid,
         prompt: &row.prompt,
         dir: &dir,
-        // LLM calls of earlier runs of this task count against agent.max_steps.
-        steps_done: u32::try_from(row.llm_call_count).unwrap_or(u32::MAX),
+        steps_done: u32::try_from(steps_done).unwrap_or(u32::MAX),
     })
 }
 

@@ -4,8 +4,14 @@
 //! The child claims its task atomically (a child that loses the claim exits 0 at once), so
 //! several workers may share one queue. A child that dies (non-zero exit or a signal) never
 //! harms the worker or the other children: if its task is still `running` under its pid, the
-//! worker marks it `failed` with an error naming the exit status or signal. A task whose child
-//! keeps exiting before it claims the task is failed after [`MAX_START_FAILURES`] attempts.
+//! worker recovers it ([`crate::recovery`]: directory repaired, task queued again, or failed
+//! with an error naming the exit status or signal after `worker.max_crashes` deaths). A task
+//! whose child keeps exiting before it claims the task is failed after [`MAX_START_FAILURES`]
+//! attempts.
+//!
+//! At start and every [`RECOVERY_INTERVAL`] the worker also recovers `running` tasks of this
+//! host whose process is gone and is not one of its children (a worker that died with its
+//! children, a machine that rebooted).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,6 +26,9 @@ use crate::layout::{DirState, Layout};
 
 /// Times a task's child may exit without having claimed it before the task is failed.
 pub const MAX_START_FAILURES: u32 = 3;
+
+/// How often the worker looks for `running` tasks whose process is gone.
+pub const RECOVERY_INTERVAL: Duration = Duration::from_secs(2);
 
 /// How the worker runs.
 #[derive(Debug, Clone)]
@@ -36,6 +45,8 @@ pub struct WorkerOptions {
     pub contexts: PathBuf,
     /// `-v` count passed to the children.
     pub verbose: u8,
+    /// `worker.max_crashes`: deaths of a task's process after which it is failed.
+    pub max_crashes: u32,
 }
 
 /// A child the worker started and has not reaped yet.
@@ -68,8 +79,24 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<()> {
     let max = opts.max_parallel.max(1) as usize;
     tracing::info!(max_parallel = max, contexts = %layout.root().display(), "worker started");
     let mut finished = 0u64;
+    let mut last_recovery: Option<Instant> = None;
 
     loop {
+        // Tasks left `running` by processes that are gone (not our children: those are
+        // settled when they exit).
+        if last_recovery.is_none_or(|t| t.elapsed() >= RECOVERY_INTERVAL) {
+            let ours: std::collections::HashSet<String> = children.keys().cloned().collect();
+            match crate::recovery::recover_dead_tasks(&db, &layout, &ours, opts.max_crashes) {
+                Ok(done) => {
+                    for r in done {
+                        tracing::info!(uuid = %r.uuid, status = %r.status, "recovered: {}", r.message);
+                    }
+                }
+                Err(e) => tracing::error!("recovery of dead tasks failed: {e:#}"),
+            }
+            last_recovery = Some(Instant::now());
+        }
+
         // Start children for queued tasks not already ours.
         if children.len() < max {
             let queued = db.list_queued((max * 2 + children.len()) as u32)?;
@@ -123,6 +150,7 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<()> {
                     status,
                     started,
                     &mut start_failures,
+                    opts.max_crashes,
                 )?,
                 Err(e) => {
                     tracing::error!(uuid = %exited.uuid, pid = exited.pid, "cannot wait for task process: {e}")
@@ -177,8 +205,9 @@ pub fn describe_exit(status: ExitStatus) -> String {
     format!("{status}")
 }
 
-/// After a child exits: make sure its task did not stay `running` under the dead pid, and count
-/// exits before a claim.
+/// After a child exits: a task left `running` under the dead pid is recovered (repaired and
+/// queued again, or failed after `max_crashes`); exits before a claim are counted.
+#[allow(clippy::too_many_arguments)]
 fn settle(
     db: &Db,
     layout: &Layout,
@@ -187,22 +216,29 @@ fn settle(
     status: ExitStatus,
     elapsed: Duration,
     start_failures: &mut HashMap<String, u32>,
+    max_crashes: u32,
 ) -> anyhow::Result<()> {
     let how = describe_exit(status);
     let row = db.get(uuid)?;
     match row.as_ref().map(|r| r.status) {
         Some(Status::Running) if row.as_ref().and_then(|r| r.process_id) == Some(pid as i64) => {
-            let msg = format!("task process {pid} died ({how}) while running the task");
-            if db.fail_if_running_by(uuid, pid, &msg)? {
-                tracing::error!(%uuid, pid, "{msg}; task marked failed");
-                // Status and directory agree: a failed task lives in completed/.
-                if layout.task_dir(DirState::Running, uuid).is_dir()
-                    && let Err(e) =
-                        layout.move_task_dir(uuid, DirState::Running, DirState::Completed)
-                {
-                    tracing::error!(%uuid, "{e:#}");
-                }
+            let cause = format!("task process {pid} died ({how}) while running the task");
+            tracing::error!(%uuid, pid, "{cause}");
+            if let Err(e) = crate::recovery::recover_task(
+                db,
+                layout,
+                uuid,
+                Some(pid as i64),
+                &cause,
+                max_crashes,
+            ) {
+                tracing::error!(%uuid, "recovery failed: {e:#}");
             }
+        }
+        // Claimed by this child, then recovered by someone else (another worker, `ctxhost
+        // recover`) before we reaped it: not a start failure.
+        Some(Status::Queued) if row.as_ref().and_then(|r| r.process_id) == Some(pid as i64) => {
+            tracing::info!(%uuid, pid, "task process exited ({how}); its task was already recovered");
         }
         Some(Status::Queued) => {
             // The child exited without claiming: count it, so a task whose process cannot

@@ -10,6 +10,12 @@
 //!    fails, and the error says so).
 //! 3. Every tool call of the reply gets a `tool` message through the [`ToolRunner`].
 //! 4. A reply without tool calls is the final answer: the task is complete.
+//!
+//! Safe points: before each LLM call and before each tool call (so after each tool result), the
+//! loop asks [`Agent::interrupts`] whether the task should pause or stop; if so it returns
+//! [`Outcome::Paused`] / [`Outcome::Stopped`] with every line written whole. A task paused
+//! between tool calls has an assistant message with unanswered calls at the end of
+//! current.jsonl: when it is resumed, the loop first makes those calls.
 
 pub mod exchange;
 pub mod llm_import;
@@ -24,8 +30,8 @@ use crate::compaction::{CompactionError, CompactionOutcome, compact_if_needed};
 use crate::config::Config;
 use crate::db::{Db, now_rfc3339};
 use crate::llm::Transport;
-use exchange::{ExchangeError, exchange};
 use crate::runtime::{CompressConfig, Compressor, MessageStore, RequestConfig, RequestFormat};
+use exchange::{ExchangeError, exchange};
 pub use tools::{NoTools, ToolRunner};
 
 /// Request body file of the current LLM call, in the task directory.
@@ -40,7 +46,24 @@ pub const MESSAGES_FILE: &str = "messages.jsonl";
 pub enum Outcome {
     /// The model gave a final answer (its text, also the last line of messages.jsonl).
     Completed { answer: String },
+    /// A pause was requested; the loop stopped at a safe point (`reason` from `ctxhost pause`).
+    Paused { reason: Option<String> },
+    /// A stop was requested; the loop stopped at a safe point.
+    Stopped,
 }
+
+/// What the task's owner asked for, as seen at a safe point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Interrupt {
+    /// Pause (`ctxhost pause`), with its reason.
+    Pause { reason: Option<String> },
+    /// Stop (`ctxhost stop`).
+    Stop,
+}
+
+/// Asked at every safe point: `Ok(None)` to go on. The task process answers from the task's
+/// row (`pause_requested`, `stop_requested`).
+pub type InterruptCheck<'a> = dyn FnMut() -> anyhow::Result<Option<Interrupt>> + 'a;
 
 /// The task being run.
 #[derive(Debug, Clone, Copy)]
@@ -51,7 +74,8 @@ pub struct TaskInput<'a> {
     pub prompt: &'a str,
     /// The task directory (`contexts/running/{uuid}/`).
     pub dir: &'a Path,
-    /// LLM calls the loop already made for this task in earlier processes (0 on a first run).
+    /// Steps (LLM calls of the loop that got an answer) made for this task by earlier
+    /// processes (0 on a first run); they count against `agent.max_steps`.
     pub steps_done: u32,
 }
 
@@ -68,6 +92,8 @@ pub struct Agent<'a> {
     pub tools: &'a mut dyn ToolRunner,
     /// Compression failures in a row (reset by a successful compression).
     pub compaction_failures: u32,
+    /// Pause/stop requests, asked at every safe point (`None`: never interrupted).
+    pub interrupts: Option<&'a mut InterruptCheck<'a>>,
 }
 
 impl Agent<'_> {
@@ -78,20 +104,27 @@ impl Agent<'_> {
         self.start(task)?;
         let max_steps = self.config.agent.max_steps;
         let mut steps = task.steps_done;
+        // A task paused between tool calls left some unanswered: make them first.
+        let current = task.dir.join(
+            self.store
+                .current_context_file()
+                .context("message store: current-context-file")?,
+        );
+        // A process that died after the final answer was appended: the task is done.
+        if let Some(answer) = crate::repair::final_answer(&current)? {
+            tracing::info!(uuid = %task.uuid, "the context already ends with the final answer");
+            return Ok(Outcome::Completed { answer });
+        }
+        let mut calls = crate::repair::pending_tool_calls(&current)?;
+        if !calls.is_empty() {
+            tracing::info!(uuid = %task.uuid, calls = calls.len(), "making the tool calls left unanswered when the task paused");
+        }
         loop {
-            if steps >= max_steps {
-                bail!("step limit of {max_steps} reached (agent.max_steps) without a final answer");
-            }
-            self.maybe_compress(task)?;
-            steps += 1;
-            let reply = self.llm_step(task, steps)?;
-            let calls = reply.calls().to_vec();
-            if calls.is_empty() {
-                let answer = reply.content.unwrap_or_default();
-                tracing::info!(uuid = %task.uuid, steps, "final answer received");
-                return Ok(Outcome::Completed { answer });
-            }
             for call in &calls {
+                // Safe point: before each tool call (after the previous result).
+                if let Some(outcome) = self.interrupted()? {
+                    return Ok(outcome);
+                }
                 let message = self
                     .tools
                     .run(call)
@@ -102,7 +135,35 @@ impl Agent<'_> {
                     .with_context(|| format!("appending the result of tool call {}", call.id))?;
                 self.db.add_usage(task.uuid, 0, 1, 0, 0)?;
             }
+            // Safe point: before the LLM call (and before a compression, which may call it too).
+            if let Some(outcome) = self.interrupted()? {
+                return Ok(outcome);
+            }
+            if steps >= max_steps {
+                bail!("step limit of {max_steps} reached (agent.max_steps) without a final answer");
+            }
+            self.maybe_compress(task)?;
+            steps += 1;
+            let reply = self.llm_step(task, steps)?;
+            calls = reply.calls().to_vec();
+            if calls.is_empty() {
+                let answer = reply.content.unwrap_or_default();
+                tracing::info!(uuid = %task.uuid, steps, "final answer received");
+                return Ok(Outcome::Completed { answer });
+            }
         }
+    }
+
+    /// The outcome to return at a safe point when a pause or stop was requested.
+    fn interrupted(&mut self) -> anyhow::Result<Option<Outcome>> {
+        let Some(check) = self.interrupts.as_deref_mut() else {
+            return Ok(None);
+        };
+        Ok(match check()? {
+            None => None,
+            Some(Interrupt::Stop) => Some(Outcome::Stopped),
+            Some(Interrupt::Pause { reason }) => Some(Outcome::Paused { reason }),
+        })
     }
 
     /// Step 1: a fresh context gets the system prompt, then the user's message. A resumed one
@@ -236,7 +297,11 @@ impl Agent<'_> {
         };
         match compact_if_needed(self.store, compressor, task.dir, &cfg, &now_rfc3339()) {
             Ok(CompactionOutcome::NotNeeded) => Ok(()),
-            Ok(CompactionOutcome::Compressed { before_tokens, after_tokens, summary_id }) => {
+            Ok(CompactionOutcome::Compressed {
+                before_tokens,
+                after_tokens,
+                summary_id,
+            }) => {
                 self.compaction_failures = 0;
                 self.db.add_usage(task.uuid, 0, 0, 0, 1)?;
                 tracing::info!(uuid = %task.uuid, before_tokens, after_tokens, summary = ?summary_id, "context compressed");
@@ -249,8 +314,13 @@ impl Agent<'_> {
             }
             Err(e) => {
                 self.compaction_failures += 1;
-                let tokens = self.store.current_token_count().context("message store: current-token-count")?;
-                if self.compaction_failures >= MAX_COMPACTION_FAILURES || tokens >= cfg.context_length {
+                let tokens = self
+                    .store
+                    .current_token_count()
+                    .context("message store: current-token-count")?;
+                if self.compaction_failures >= MAX_COMPACTION_FAILURES
+                    || tokens >= cfg.context_length
+                {
                     return Err(anyhow!(e).context(format!(
                         "compression failed {} time(s) in a row with the context at {tokens} of {} tokens",
                         self.compaction_failures, cfg.context_length

@@ -6,6 +6,8 @@
 //! with `--json`, as one JSON document.
 
 mod init;
+mod lifecycle;
+mod maintenance;
 mod report;
 mod submit;
 
@@ -50,7 +52,11 @@ Examples:
   ctxhost run --once                             run queued tasks, exit when all are done
   ctxhost tasks --status failed --json           list failed tasks as JSON
   ctxhost show 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b
+  ctxhost pause 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b --reason 'rate limit'
+  ctxhost resume 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b
   ctxhost stats
+  ctxhost cleanup --days 7 --dry-run
+  ctxhost fsck --repair
   ctxhost plugin check ./my-compressor.wasm
 
 Exit codes: 0 ok, 1 task/check failed, 2 usage or config error.";
@@ -106,6 +112,33 @@ pub enum Command {
     Show(report::ShowArgs),
     /// Statistics: counts by status, durations, tokens, LLM calls, compressions, by model.
     Stats(report::StatsArgs),
+    /// Pause a running task at its next safe point (its directory moves to paused/).
+    #[command(
+        after_help = "Examples:\n  ctxhost pause UUID --reason 'waiting for review'\n  ctxhost pause UUID --wait\n\n        Exit codes: 0 pause requested (or, with --wait, done); 1 the task is not running; 2 bad or unknown UUID."
+    )]
+    Pause(lifecycle::PauseArgs),
+    /// Queue a paused task again; it continues from its context.
+    #[command(
+        after_help = "Exit codes: 0 queued; 1 the task is not paused; 2 bad or unknown UUID."
+    )]
+    Resume(lifecycle::ResumeArgs),
+    /// Stop a task: at once if queued or paused, at its next safe point if running.
+    #[command(
+        after_help = "Exit codes: 0 stopped or stop requested; 1 the task already ended; 2 bad or unknown UUID."
+    )]
+    Stop(lifecycle::StopArgs),
+    /// Repair and requeue running tasks of this host whose process is gone (the worker does this
+    /// on its own at start and every few seconds).
+    Recover(lifecycle::RecoverArgs),
+    /// Delete the directories of tasks finished more than N days ago (rows stay in tasks.db).
+    #[command(
+        after_help = "Examples:\n  ctxhost cleanup --dry-run\n  ctxhost cleanup --days 7 --json"
+    )]
+    Cleanup(maintenance::CleanupArgs),
+    /// Check that tasks.db and contexts/ agree and every task file is sound; --repair fixes
+    /// what can be fixed without losing data.
+    #[command(after_help = "Exit codes: 0 no problem (left); 1 problems remain; 2 usage error.")]
+    Fsck(maintenance::FsckArgs),
     /// Plugin tools.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -253,6 +286,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 config_path: absolute(&env.config_path),
                 contexts: absolute(env.layout.root()),
                 verbose: env.verbose,
+                max_crashes: env.config.worker.max_crashes,
             };
             crate::worker::run(&opts)?;
             Ok(ExitCode::SUCCESS)
@@ -260,6 +294,12 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tasks(args) => report::tasks(&Env::load(&global)?, &args),
         Command::Show(args) => report::show(&Env::load(&global)?, &args),
         Command::Stats(args) => report::stats(&Env::load(&global)?, &args),
+        Command::Pause(args) => lifecycle::pause(&Env::load(&global)?, &args),
+        Command::Resume(args) => lifecycle::resume(&Env::load(&global)?, &args),
+        Command::Stop(args) => lifecycle::stop(&Env::load(&global)?, &args),
+        Command::Recover(args) => lifecycle::recover(&Env::load(&global)?, &args),
+        Command::Cleanup(args) => maintenance::cleanup(&Env::load(&global)?, &args),
+        Command::Fsck(args) => maintenance::fsck(&Env::load(&global)?, &args),
         Command::Plugin(PluginCommand::Check { spec, json }) => {
             let passed = crate::plugin_check::run(&spec, json)?;
             Ok(if passed {
@@ -272,10 +312,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let env = Env::load(&global)?;
             let uuid = crate::layout::parse_uuid(&uuid).map_err(|e| usage(e.to_string()))?;
             let status = crate::task_process::run(&env.config, &env.layout, &uuid)?;
+            // Completed, stopped and paused are what was asked for; only a failure is exit 1.
             Ok(match status {
-                Some(s) if s != crate::db::Status::Completed && s.is_final() => {
-                    ExitCode::from(EXIT_FAILED)
-                }
+                Some(crate::db::Status::Failed) => ExitCode::from(EXIT_FAILED),
                 _ => ExitCode::SUCCESS,
             })
         }

@@ -86,7 +86,11 @@ pub(super) fn tasks(env: &Env, args: &TasksArgs) -> anyhow::Result<ExitCode> {
     for r in &rows {
         table.push(vec![
             r.uuid.clone(),
-            r.status.to_string(),
+            if r.files_deleted_at.is_some() {
+                format!("{} (files deleted)", r.status)
+            } else {
+                r.status.to_string()
+            },
             r.created_at
                 .get(..19)
                 .unwrap_or(&r.created_at)
@@ -275,7 +279,29 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     if let (Some(pid), Some(host)) = (t.process_id, &t.hostname) {
         println!("process:       {pid} on {host}");
     }
-    println!("directory:     {}", report.dir.as_deref().unwrap_or("-"));
+    if t.resume_count > 0 || t.crash_count > 0 {
+        println!(
+            "lifecycle:     resumed {} time(s), {} crash(es) of its process",
+            t.resume_count, t.crash_count
+        );
+    }
+    if t.stop_requested {
+        println!("requested:     stop (at the next safe point)");
+    } else if t.pause_requested {
+        println!(
+            "requested:     pause (at the next safe point){}",
+            t.pause_reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        );
+    } else if let (crate::db::Status::Paused, Some(r)) = (t.status, &t.pause_reason) {
+        println!("paused:        {r}");
+    }
+    match (&report.dir, &t.files_deleted_at) {
+        (None, Some(at)) => println!("directory:     deleted by `ctxhost cleanup` at {at}"),
+        (dir, _) => println!("directory:     {}", dir.as_deref().unwrap_or("-")),
+    }
     if let Some(r) = &report.result {
         println!("\nresult:\n{r}");
     }

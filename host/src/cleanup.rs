@@ -1,0 +1,235 @@
+//! `ctxhost cleanup`: delete the directories of tasks that finished long ago (DESIGN §3).
+//!
+//! A task is eligible when its status is final (`completed`, `failed`, `stopped`), its
+//! `completed_at` is more than N days ago (`context_storage.cleanup_days` by default), its
+//! directory `completed/{uuid}/` exists, and its files were not deleted before. Its row stays in
+//! tasks.db for the statistics, with `files_deleted_at` set: `ctxhost show` and `tasks` read the
+//! column to say that the files are gone (the column, not the absence of the directory, so a
+//! directory lost by accident is still reported by `ctxhost fsck`).
+//!
+//! Deleting one directory: rename it to `completed/.deleting-{uuid}` (atomic), mark the row,
+//! then delete the renamed tree. A cleanup interrupted half-way leaves a `.deleting-` directory
+//! that the next cleanup finishes.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::db::{Db, Status};
+use crate::layout::{DirState, Layout, parse_uuid};
+
+/// Prefix of a directory being deleted, in `completed/`.
+pub const DELETING_PREFIX: &str = ".deleting-";
+
+/// One directory deleted (or that would be, in a dry run).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CleanupItem {
+    pub uuid: String,
+    pub status: Status,
+    /// RFC 3339 UTC.
+    pub completed_at: Option<String>,
+    /// The directory.
+    pub dir: String,
+    /// Bytes of its files (apparent size, symlinks not followed).
+    pub bytes: u64,
+}
+
+/// What `cleanup` did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CleanupReport {
+    /// The age limit, days.
+    pub days: u32,
+    /// Tasks completed before this moment (RFC 3339 UTC) are eligible.
+    pub cutoff: String,
+    /// Nothing was changed.
+    pub dry_run: bool,
+    /// Directories deleted (or to delete), oldest first.
+    pub deleted: Vec<CleanupItem>,
+    /// Their total size, bytes.
+    pub bytes: u64,
+    /// `.deleting-` directories left by an interrupted cleanup, finished now (or to finish).
+    pub leftovers: Vec<String>,
+}
+
+/// The cutoff `days` days before now, in the database's timestamp format.
+pub fn cutoff(days: u32) -> String {
+    let t = chrono::Utc::now() - chrono::Duration::days(i64::from(days));
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Delete (unless `dry_run`) the directories of tasks finished more than `days` days ago.
+pub fn cleanup(
+    db: &Db,
+    layout: &Layout,
+    days: u32,
+    dry_run: bool,
+) -> anyhow::Result<CleanupReport> {
+    let completed = layout.state_dir(DirState::Completed);
+    let mut report = CleanupReport {
+        days,
+        cutoff: cutoff(days),
+        dry_run,
+        deleted: Vec::new(),
+        bytes: 0,
+        leftovers: Vec::new(),
+    };
+
+    // Leftovers of an interrupted cleanup first.
+    let mut leftovers: Vec<PathBuf> = Vec::new();
+    if let Ok(entries) = fs::read_dir(&completed) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(DELETING_PREFIX) && entry.path().is_dir() {
+                leftovers.push(entry.path());
+            }
+        }
+    }
+    leftovers.sort();
+    for path in leftovers {
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if !dry_run {
+            if let Ok(uuid) = parse_uuid(&name[DELETING_PREFIX.len()..]) {
+                db.mark_files_deleted(&uuid)?;
+            }
+            fs::remove_dir_all(&path)
+                .with_context(|| format!("cannot delete {}", path.display()))?;
+        }
+        report.leftovers.push(path.display().to_string());
+    }
+
+    for row in db.finished_before(&report.cutoff)? {
+        let uuid = match parse_uuid(&row.uuid) {
+            Ok(u) if u == row.uuid => u,
+            _ => {
+                tracing::warn!(uuid = %row.uuid, "a row with an invalid UUID: skipped (see `ctxhost fsck`)");
+                continue;
+            }
+        };
+        let dir = layout.task_dir(DirState::Completed, &uuid);
+        if !dir.is_dir() {
+            // Never started, or its directory is elsewhere (`ctxhost fsck` reports that).
+            continue;
+        }
+        let bytes = tree_size(&dir);
+        if !dry_run {
+            let doomed = completed.join(format!("{DELETING_PREFIX}{uuid}"));
+            fs::rename(&dir, &doomed).with_context(|| {
+                format!("cannot move {} to {}", dir.display(), doomed.display())
+            })?;
+            db.mark_files_deleted(&uuid)?;
+            fs::remove_dir_all(&doomed)
+                .with_context(|| format!("cannot delete {}", doomed.display()))?;
+            tracing::info!(%uuid, bytes, "task directory deleted");
+        }
+        report.bytes += bytes;
+        report.deleted.push(CleanupItem {
+            uuid,
+            status: row.status,
+            completed_at: row.completed_at.clone(),
+            dir: dir.display().to_string(),
+            bytes,
+        });
+    }
+    if !dry_run && (!report.deleted.is_empty() || !report.leftovers.is_empty()) {
+        crate::layout::sync_dir(&completed)?;
+    }
+    Ok(report)
+}
+
+/// Total apparent size of the files under `path` (symlinks counted as themselves).
+pub fn tree_size(path: &Path) -> u64 {
+    let Ok(meta) = fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    fs::read_dir(path)
+        .map(|entries| entries.flatten().map(|e| tree_size(&e.path())).sum())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{NewTask, TaskKey};
+
+    fn task(db: &Db, layout: &Layout, n: u8, status: Status) -> String {
+        let uuid = format!("0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a{n:02x}");
+        db.insert_queued(&NewTask {
+            uuid: uuid.clone(),
+            key: TaskKey {
+                task_source: "local".into(),
+                ..Default::default()
+            },
+            prompt: "p".into(),
+            user: None,
+            llm_provider: "openai".into(),
+            model: "m".into(),
+            context_length: 1,
+        })
+        .unwrap();
+        if status.is_final() {
+            db.finish(&uuid, status, None).unwrap();
+            let dir = layout.task_dir(DirState::Completed, &uuid);
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("messages.jsonl"), "{}\n").unwrap();
+        }
+        uuid
+    }
+
+    #[test]
+    fn dry_run_lists_and_the_real_run_deletes_finished_dirs_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        layout.ensure().unwrap();
+        let db = Db::open(layout.root()).unwrap();
+        let done = task(&db, &layout, 1, Status::Completed);
+        let failed = task(&db, &layout, 2, Status::Failed);
+        let queued = task(&db, &layout, 3, Status::Queued);
+        // Not old enough.
+        let r = cleanup(&db, &layout, 1, false).unwrap();
+        assert!(r.deleted.is_empty());
+        // Dry run: listed, nothing changes.
+        let r = cleanup(&db, &layout, 0, true).unwrap();
+        assert_eq!(r.deleted.len(), 2);
+        assert_eq!(r.bytes, 6);
+        assert!(layout.task_dir(DirState::Completed, &done).is_dir());
+        assert!(db.get(&done).unwrap().unwrap().files_deleted_at.is_none());
+        // Real run.
+        let r = cleanup(&db, &layout, 0, false).unwrap();
+        let uuids: Vec<_> = r.deleted.iter().map(|i| i.uuid.clone()).collect();
+        assert_eq!(uuids, [done.clone(), failed.clone()]);
+        for u in [&done, &failed] {
+            assert!(!layout.task_dir(DirState::Completed, u).exists());
+            let row = db.get(u).unwrap().unwrap();
+            assert!(row.files_deleted_at.is_some());
+        }
+        assert_eq!(db.get(&queued).unwrap().unwrap().status, Status::Queued);
+        // Again: nothing left.
+        assert!(cleanup(&db, &layout, 0, false).unwrap().deleted.is_empty());
+    }
+
+    #[test]
+    fn an_interrupted_deletion_is_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        layout.ensure().unwrap();
+        let db = Db::open(layout.root()).unwrap();
+        let done = task(&db, &layout, 1, Status::Completed);
+        let doomed = layout
+            .state_dir(DirState::Completed)
+            .join(format!("{DELETING_PREFIX}{done}"));
+        fs::rename(layout.task_dir(DirState::Completed, &done), &doomed).unwrap();
+        let r = cleanup(&db, &layout, 30, false).unwrap();
+        assert_eq!(r.leftovers.len(), 1);
+        assert!(!doomed.exists());
+        assert!(db.get(&done).unwrap().unwrap().files_deleted_at.is_some());
+    }
+}

@@ -1,0 +1,154 @@
+//! `ctxhost cleanup` and `ctxhost fsck`: keeping the contexts/ tree small and sound.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::{EXIT_FAILED, Env};
+use crate::db::Db;
+
+/// `ctxhost cleanup` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct CleanupArgs {
+    /// Delete directories of tasks finished more than this many days ago
+    /// (default: context_storage.cleanup_days).
+    #[arg(long, value_name = "N")]
+    pub days: Option<u32>,
+    /// Only list what would be deleted; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON: {days, cutoff, dry_run, deleted: [{uuid, status, completed_at, dir, bytes}],
+    /// bytes, leftovers}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ctxhost fsck` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct FsckArgs {
+    /// Fix what can be fixed without losing data, then check again.
+    #[arg(long)]
+    pub repair: bool,
+    /// Print JSON: {tasks, dirs, problems: [{kind, uuid, path, line, message, fixable,
+    /// repaired}], remaining: [...]}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(super) fn cleanup(env: &Env, args: &CleanupArgs) -> anyhow::Result<ExitCode> {
+    env.require_tree()?;
+    let db = Db::open(env.layout.root())?;
+    let days = args.days.unwrap_or(env.config.context_storage.cleanup_days);
+    let report = crate::cleanup::cleanup(&db, &env.layout, days, args.dry_run)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if args.dry_run {
+        "would delete"
+    } else {
+        "deleted"
+    };
+    for l in &report.leftovers {
+        println!("{verb} {l} (left by an interrupted cleanup)");
+    }
+    for item in &report.deleted {
+        println!(
+            "{verb} {} ({}, completed {}, {})",
+            item.dir,
+            item.status,
+            item.completed_at.as_deref().unwrap_or("?"),
+            human_bytes(item.bytes)
+        );
+    }
+    println!(
+        "{} task director{} {verb}, {} (tasks finished before {}; rows kept in tasks.db)",
+        report.deleted.len(),
+        if report.deleted.len() == 1 {
+            "y"
+        } else {
+            "ies"
+        },
+        human_bytes(report.bytes),
+        report.cutoff
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `1234567` → `1.2 MiB`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+pub(super) fn fsck(env: &Env, args: &FsckArgs) -> anyhow::Result<ExitCode> {
+    env.require_tree()?;
+    let db = Db::open(env.layout.root())?;
+    let report = crate::fsck::fsck(&db, &env.layout, args.repair, env.config.worker.max_crashes)?;
+    let code = if report.remaining.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(code);
+    }
+    for p in &report.problems {
+        let tag = match (&p.repaired, p.fixable) {
+            (Some(_), _) => "repaired",
+            (None, true) => "fixable",
+            (None, false) => "problem",
+        };
+        println!("{tag:9} {:<20} {p}", format!("{:?}", p.kind));
+        if let Some(what) = &p.repaired {
+            println!("          → {what}");
+        }
+    }
+    let fixable = report.remaining.iter().filter(|p| p.fixable).count();
+    println!(
+        "{} task(s), {} director{} checked: {} problem(s) found, {} repaired, {} remaining{}",
+        report.tasks,
+        report.dirs,
+        if report.dirs == 1 { "y" } else { "ies" },
+        report.problems.len(),
+        report
+            .problems
+            .iter()
+            .filter(|p| p.repaired.is_some())
+            .count(),
+        report.remaining.len(),
+        if fixable > 0 && !args.repair {
+            format!(" ({fixable} fixable with --repair)")
+        } else {
+            String::new()
+        }
+    );
+    if args.repair {
+        for p in &report.remaining {
+            println!("remaining {p}");
+        }
+    }
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn sizes_are_readable() {
+        assert_eq!(human_bytes(5), "5 B");
+        assert_eq!(human_bytes(2048), "2.0 KiB");
+        assert_eq!(human_bytes(3 * 1024 * 1024 + 1), "3.0 MiB");
+    }
+}
