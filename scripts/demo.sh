@@ -5,14 +5,15 @@
 #
 # Usage: scripts/demo.sh [TASK_FILE]   (default demo/task.md; the model reads demo/workspace/ over MCP)
 #   CTXHOST_DEMO_DIR   working dir for config.yaml + contexts/ (default <repo>/.cache/demo, recreated)
-#   CTXHOST_DEMO_PORT  llama-server port (default 8089)
+#   CTXHOST_DEMO_PORT  llama-server port (default: the running server of scripts/local-llm.sh, else
+#                      the first free port from 8089 up)
 #   KEEP_SERVER=1      leave llama-server running afterwards (stop it with scripts/local-llm.sh stop)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LLM="$ROOT/scripts/local-llm.sh"
 DEMO_DIR="${CTXHOST_DEMO_DIR:-$ROOT/.cache/demo}"
-PORT="${CTXHOST_DEMO_PORT:-8089}"
+PORT="${CTXHOST_DEMO_PORT:-}"
 # The task: demo/task.md (a long message asking for a fact that is in demo/workspace/server.py).
 PROMPT_FILE="${1:-$ROOT/demo/task.md}"
 
@@ -37,6 +38,14 @@ FETCH_PID=$!
 wait "$FETCH_PID"
 BIN="$ROOT/target/debug/ctxhost"
 
+if [[ -z "$PORT" ]]; then
+    if "$LLM" status >/dev/null 2>&1 && [[ -f "${CTXHOST_LLM_CACHE:-$ROOT/.cache/llm}/server.port" ]]; then
+        PORT="$(cat "${CTXHOST_LLM_CACHE:-$ROOT/.cache/llm}/server.port")"   # reuse our running server
+    else
+        PORT=8089
+        while (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; do PORT=$((PORT + 1)); done
+    fi
+fi
 step "start llama-server on 127.0.0.1:$PORT"
 if ! "$LLM" status >/dev/null 2>&1; then STARTED_SERVER=1; fi
 URL="$("$LLM" start "$PORT")"
