@@ -94,13 +94,14 @@ pub enum CompactionError {
 }
 
 /// Run one compaction step for the task in `task_dir` (the directory both components see).
-/// `timestamp` (RFC 3339 UTC) stamps the summary's history line.
+/// `now` gives the RFC 3339 UTC timestamp of the summary's history line, taken when the
+/// summary is recorded (after the compressor's LLM calls).
 pub fn compact_if_needed(
     store: &mut MessageStore,
     compressor: &mut Compressor,
     task_dir: &Path,
     config: &CompressConfig,
-    timestamp: &str,
+    now: &dyn Fn() -> String,
 ) -> Result<CompactionOutcome, CompactionError> {
     let before_tokens = store.current_token_count()?;
     if !compressor.should_compress(before_tokens, config)? {
@@ -141,7 +142,7 @@ pub fn compact_if_needed(
             return reject(CompactionError::EmptySummary { component });
         }
         let message = ChatMessage::text("assistant", summary.summary.clone());
-        if let Err(e) = store.record_summary(&message, &summary.id, timestamp) {
+        if let Err(e) = store.record_summary(&message, &summary.id, &now()) {
             let _ = std::fs::remove_file(&new_path);
             return Err(e.into());
         }

@@ -295,7 +295,7 @@ impl Agent<'_> {
             summary_prompt: cs.summary_prompt.clone(),
             reserve_output_tokens: self.config.llm.max_output_tokens.unwrap_or(1024),
         };
-        match compact_if_needed(self.store, compressor, task.dir, &cfg, &now_rfc3339()) {
+        match compact_if_needed(self.store, compressor, task.dir, &cfg, &now_rfc3339) {
             Ok(CompactionOutcome::NotNeeded) => Ok(()),
             Ok(CompactionOutcome::Compressed {
                 before_tokens,
