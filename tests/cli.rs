@@ -374,3 +374,137 @@ fn help_lists_examples_and_bad_flags_exit_2() {
     let out = sb.run(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn an_explicit_config_must_exist_but_init_writes_it() {
+    let sb = Sandbox::new();
+    // The default ./config.yaml may be missing; a --config PATH may not.
+    let out = sb.run(&["--config", "nope.yaml", "tasks"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("nope.yaml") && err.contains("not found"),
+        "{err}"
+    );
+    let out = sb.run(&["--config", "nope.yaml", "submit", "--prompt", "x"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(!sb.contexts().exists(), "nothing is created");
+
+    // init writes the named file, and then it is used.
+    let out = sb.ok(&["--config", "conf/my.yaml", "init"]);
+    assert!(out.contains("conf/my.yaml (written)"), "{out}");
+    assert!(sb.path().join("conf/my.yaml").is_file());
+    sb.ok(&["--config", "conf/my.yaml", "submit", "--prompt", "x"]);
+    assert_eq!(
+        sb.json(&["--config", "conf/my.yaml", "tasks", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn a_base_url_with_the_endpoint_path_is_a_config_error() {
+    let sb = Sandbox::new();
+    sb.write(
+        "config.yaml",
+        "llm:\n  provider: lmstudio\n  base_url: http://127.0.0.1:1234/v1/chat/completions\n",
+    );
+    let out = sb.run(&["submit", "--prompt", "x"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("llm.base_url")
+            && err.contains("base URL only")
+            && err.contains("http://127.0.0.1:1234`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tasks_limit_0_is_rejected() {
+    let sb = Sandbox::new();
+    sb.ok(&["init"]);
+    let out = sb.run(&["tasks", "--limit", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("--limit must be at least 1"),
+        "{}",
+        stderr(&out)
+    );
+    let help = sb.ok(&["tasks", "--help"]);
+    assert!(help.contains("at least 1"), "{help}");
+    sb.ok(&["submit", "--prompt", "a"]);
+    sb.ok(&["submit", "--prompt", "b"]);
+    let rows = sb.json(&["tasks", "--limit", "1", "--json"]);
+    assert_eq!(rows.as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn show_reports_a_line_of_invalid_utf8_as_unreadable() {
+    let sb = Sandbox::new();
+    sb.ok(&["init"]);
+    let uuid = sb.ok(&["submit", "--prompt", "x"]).trim().to_string();
+    let dir = sb.contexts().join("paused").join(&uuid);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut bytes =
+        br#"{"seq":1,"timestamp":"2026-01-01T00:00:00Z","role":"user","content":"hi","tokens":1}"#
+            .to_vec();
+    bytes.extend_from_slice(b"\n{\"seq\":2,\"content\":\"\xff\xfe bad\"}\n");
+    bytes.extend_from_slice(
+        br#"{"seq":3,"timestamp":"2026-01-01T00:00:01Z","role":"assistant","content":"done","tokens":1}"#,
+    );
+    bytes.push(b'\n');
+    std::fs::write(dir.join("messages.jsonl"), bytes).unwrap();
+
+    let text = sb.ok(&["show", &uuid]);
+    assert!(text.contains("line 2: unreadable: not UTF-8"), "{text}");
+    assert!(text.contains("done"), "{text}");
+    let json = sb.json(&["show", &uuid, "--json"]);
+    let last = json["last_messages"].as_array().unwrap();
+    assert_eq!(last.len(), 3, "{json}");
+    assert_eq!(last[1]["line"], 2, "{json}");
+    assert!(
+        last[1]["error"].as_str().unwrap().contains("UTF-8"),
+        "{json}"
+    );
+    assert_eq!(last[2]["content"], "done", "{json}");
+}
+
+#[test]
+fn run_checks_plugins_and_the_api_key_before_touching_any_task() {
+    let sb = Sandbox::new();
+    sb.write(
+        "config.yaml",
+        "llm:\n  api_key_env: CTXHOST_TEST_SURELY_UNSET_KEY\n",
+    );
+    sb.ok(&["init"]);
+    let uuid = sb.ok(&["submit", "--prompt", "x"]).trim().to_string();
+    let out = sb.run(&["run", "--once", "--poll-ms", "20"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("llm.api_key_env") && err.contains("CTXHOST_TEST_SURELY_UNSET_KEY"),
+        "{err}"
+    );
+    assert_eq!(
+        sb.json(&["show", &uuid, "--json"])["task"]["status"],
+        "queued"
+    );
+
+    sb.write(
+        "config.yaml",
+        "llm:\n  api_key_env: \"\"\nplugins:\n  message_store: ./missing-store.wasm\n",
+    );
+    let out = sb.run(&["run", "--once", "--poll-ms", "20"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("plugins.message_store") && err.contains("missing-store.wasm"),
+        "{err}"
+    );
+    let row = &sb.json(&["show", &uuid, "--json"])["task"];
+    assert_eq!(row["status"], "queued", "{row}");
+    assert!(row["process_id"].is_null(), "{row}");
+}

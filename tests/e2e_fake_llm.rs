@@ -34,6 +34,15 @@ fn run_once(env: &TestEnv, extra_args: &[&str]) {
     env.ctxhost(&args).ok();
 }
 
+/// `run --once` when a task it runs fails: exit status 1, naming the failures on stderr.
+fn run_once_failing(env: &TestEnv, extra_args: &[&str]) {
+    let mut args = vec!["run", "--once", "--poll-ms", "20"];
+    args.extend_from_slice(extra_args);
+    let out = env.ctxhost(&args);
+    assert_eq!(out.code(), Some(1), "{}", out.stderr());
+    assert!(out.stderr().contains("failed"), "{}", out.stderr());
+}
+
 /// The first user message of a request (the task's prompt).
 fn prompt_of(req: &RecordedRequest) -> String {
     req.messages()
@@ -251,7 +260,7 @@ fn persistent_500_fails_the_task_and_keeps_request_and_history() {
     ));
     let env = env_for(&llm, "");
     let uuid = submit(&env, "Do something");
-    run_once(&env, &[]);
+    run_once_failing(&env, &[]);
 
     let r = row(&env, &uuid);
     assert_eq!(r["status"], "failed", "{r}");
@@ -293,7 +302,7 @@ fn unreadable_responses_fail_with_clear_messages() {
     let env = env_for(&llm, "");
     let cases = ["invalid json", "no choices", "html page", "html 502"];
     let uuids: Vec<String> = cases.iter().map(|c| submit(&env, c)).collect();
-    run_once(&env, &["--max-parallel", "2"]);
+    run_once_failing(&env, &["--max-parallel", "2"]);
 
     for (case, uuid) in cases.iter().zip(&uuids) {
         let r = row(&env, uuid);
@@ -337,7 +346,7 @@ fn step_limit_fails_the_task_after_answering_every_call() {
     ));
     let env = env_for(&llm, "agent:\n  max_steps: 3\n");
     let uuid = submit(&env, "never ends");
-    run_once(&env, &[]);
+    run_once_failing(&env, &[]);
     let r = row(&env, &uuid);
     assert_eq!(r["status"], "failed", "{r}");
     assert!(
@@ -435,10 +444,8 @@ fn a_killed_task_process_fails_its_task_and_harms_no_other() {
     assert!(killed.success());
 
     let status = worker.wait().unwrap();
-    assert!(
-        status.success(),
-        "the worker survived the crash of a child: {status}"
-    );
+    // The worker survived the crash of a child; it exits 1 because a task it ran failed.
+    assert_eq!(status.code(), Some(1), "the worker ended with {status}");
     let r = row(&env, &slow);
     assert_eq!(r["status"], "failed", "{r}");
     let err = r["error_message"].as_str().unwrap();
@@ -481,14 +488,26 @@ fn api_key_comes_from_the_environment_and_is_never_written() {
 }
 
 #[test]
-fn a_missing_api_key_fails_the_task_naming_the_variable() {
+fn a_missing_api_key_stops_run_before_any_task_naming_the_variable() {
     let llm = FakeLlm::start(vec![]);
     let env = TestEnv::new();
     let yaml = config_yaml(&llm.base_url(), "openai", "")
         .replace("api_key_env: \"\"", "api_key_env: CTXHOST_UNSET_KEY_VAR");
     env.write_config(&yaml);
     let uuid = submit(&env, "hello");
-    run_once(&env, &[]);
+    // `run` checks the key before starting any task process: exit 2, the task untouched.
+    let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    assert_eq!(out.code(), Some(2), "{}", out.stderr());
+    let err = out.stderr();
+    assert!(
+        err.contains("llm.api_key_env") && err.contains("CTXHOST_UNSET_KEY_VAR"),
+        "{err}"
+    );
+    assert_eq!(row(&env, &uuid)["status"], "queued");
+    assert_eq!(llm.request_count(), 0);
+
+    // A task process started some other way still fails the task naming the variable.
+    env.ctxhost(&["task-exec", &uuid]).fails();
     let r = row(&env, &uuid);
     assert_eq!(r["status"], "failed");
     let err = r["error_message"].as_str().unwrap();

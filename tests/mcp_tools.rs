@@ -820,8 +820,11 @@ fn run_task(env: &TestEnv, prompt: &str) -> (String, Value) {
         .stdout()
         .trim()
         .to_string();
-    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    let run = env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
     let row = env.ctxhost(&["show", &uuid, "--json"]).ok().json()["task"].clone();
+    // `run --once` exits 1 when the task failed, 0 otherwise.
+    let expected = if row["status"] == "failed" { 1 } else { 0 };
+    assert_eq!(run.code(), Some(expected), "{row}\n{}", run.stderr());
     (uuid, row)
 }
 

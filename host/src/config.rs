@@ -35,6 +35,11 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// A config file given explicitly (`--config PATH`) does not exist.
+    #[error(
+        "{file}: config file not found (--config must name an existing file; `ctxhost init --config {file}` writes one)"
+    )]
+    Missing { file: String },
     /// YAML syntax error, unknown key or wrong type (serde's message carries the key path and line).
     #[error("{file}: {message}")]
     Parse { file: String, message: String },
@@ -339,6 +344,19 @@ impl Config {
                 let cfg = Config::default();
                 cfg.validate(&file)?;
                 Ok(cfg)
+            }
+            Err(source) => Err(ConfigError::Read { file, source }),
+        }
+    }
+
+    /// Load `path`, which must exist (a config named explicitly): like [`Config::load`], but a
+    /// missing file is [`ConfigError::Missing`] naming `path`.
+    pub fn load_existing(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::from_yaml(&text, &file),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(ConfigError::Missing { file })
             }
             Err(source) => Err(ConfigError::Read { file, source }),
         }
@@ -784,6 +802,17 @@ fn check_base_url(url: &str) -> Result<(), String> {
             "must not contain credentials (use llm.api_key_env): `{url}`"
         ));
     }
+    // The request format appends the endpoint path (`/v1/chat/completions`, `/api/chat`).
+    let trimmed = url.trim_end_matches('/');
+    for endpoint in ["/chat/completions", "/api/chat"] {
+        if let Some(base) = trimmed.strip_suffix(endpoint) {
+            let base = base.strip_suffix("/v1").unwrap_or(base);
+            return Err(format!(
+                "must be the server's base URL only, without the endpoint path (the request format \
+                 adds it): got `{url}`, give `{base}`"
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -880,6 +909,42 @@ mod tests {
         assert_eq!(c.api_key_env(), None);
         assert_eq!(c.api_key().unwrap(), None);
         assert_eq!(Config::default().api_key_env(), Some("OPENAI_API_KEY"));
+    }
+
+    #[test]
+    fn base_url_with_the_endpoint_path_is_rejected() {
+        for (url, base) in [
+            (
+                "http://127.0.0.1:1234/v1/chat/completions",
+                "http://127.0.0.1:1234",
+            ),
+            (
+                "https://api.openai.com/v1/chat/completions/",
+                "https://api.openai.com",
+            ),
+            ("http://h:8080/chat/completions", "http://h:8080"),
+            ("http://127.0.0.1:11434/api/chat", "http://127.0.0.1:11434"),
+            ("http://proxy/ollama/api/chat", "http://proxy/ollama"),
+        ] {
+            let e = err(&format!("llm:\n  base_url: \"{url}\"\n"));
+            assert!(
+                e.contains("llm.base_url")
+                    && e.contains("base URL only")
+                    && e.contains(&format!("give `{base}`")),
+                "{url}: {e}"
+            );
+        }
+        // A base URL with a path prefix (a proxy) or with /v1 is still fine.
+        for url in ["http://h:1234/v1", "http://proxy/openai", "http://h/v1/"] {
+            Config::from_yaml(&format!("llm:\n  base_url: \"{url}\"\n"), "c").unwrap();
+        }
+    }
+
+    #[test]
+    fn explicit_missing_file_is_an_error_naming_it() {
+        let e = Config::load_existing(Path::new("/nonexistent/dir/my.yaml")).unwrap_err();
+        assert!(matches!(e, ConfigError::Missing { .. }));
+        assert!(e.to_string().contains("/nonexistent/dir/my.yaml"), "{e}");
     }
 
     #[test]

@@ -28,12 +28,66 @@ use crate::layout::{
 use crate::llm::{Transport, TransportConfig};
 use crate::runtime::{PluginKind, PluginSource, Runtime, RuntimeLimits};
 
-/// The transport settings of `config`'s `llm` section, with the API key read from the
-/// environment now (error naming `llm.api_key_env` if it is configured but unset).
 /// Environment variable naming a compiled-component cache directory to use instead of
 /// `<contexts>/.cache/` (shared between contexts trees; only ctxhost writes it).
 pub const CACHE_DIR_ENV: &str = "CTXHOST_CACHE_DIR";
 
+/// The compiled-component cache directory: `$CTXHOST_CACHE_DIR` if set, else
+/// `<contexts>/.cache/` of `layout`.
+pub fn cache_dir(layout: &Layout) -> std::path::PathBuf {
+    std::env::var_os(CACHE_DIR_ENV)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| layout.cache_dir())
+}
+
+/// A fresh runtime with `config`'s limits and the cache of [`cache_dir`].
+fn runtime_for(config: &Config, layout: &Layout) -> anyhow::Result<Runtime> {
+    let (memory_bytes, call_timeout) = config.runtime_limits();
+    Runtime::new(
+        &cache_dir(layout),
+        RuntimeLimits {
+            memory_bytes,
+            call_timeout,
+        },
+    )
+    .context("cannot start the WebAssembly runtime")
+}
+
+/// The checks `ctxhost run` makes before starting any task process, so a configuration
+/// mistake is reported once instead of failing every task: each configured plugin
+/// (`plugins.message_store`, `plugins.request_format`, `plugins.compressor` unless `none`)
+/// loads as its kind (which also compiles it into the cache once, instead of in every
+/// child), and the API-key variable named by `llm.api_key_env` is set. Errors name the
+/// config key.
+pub fn preflight(config: &Config, layout: &Layout) -> anyhow::Result<()> {
+    config.api_key()?;
+    let runtime = runtime_for(config, layout)?;
+    let mut plugins = vec![
+        (
+            "plugins.message_store",
+            config.plugins.message_store.as_str(),
+            PluginKind::MessageStore,
+        ),
+        (
+            "plugins.request_format",
+            config.request_format(),
+            PluginKind::RequestFormat,
+        ),
+    ];
+    if let Some(spec) = config.compressor() {
+        plugins.push(("plugins.compressor", spec, PluginKind::Compressor));
+    }
+    for (key, spec, kind) in plugins {
+        let src = load_source(key, spec)?;
+        runtime
+            .load(&src, kind)
+            .with_context(|| format!("config {key} (`{spec}`) cannot be loaded as a {kind}"))?;
+    }
+    Ok(())
+}
+
+/// The transport settings of `config`'s `llm` section, with the API key read from the
+/// environment now (error naming `llm.api_key_env` if it is configured but unset).
 pub fn transport_config(config: &Config) -> anyhow::Result<TransportConfig> {
     let llm = &config.llm;
     Ok(TransportConfig {
@@ -236,19 +290,8 @@ fn execute(
     let steps_done =
         crate::repair::history_stats(&dir.join(crate::repair::MESSAGES_FILE))?.agent_steps;
 
-    let (memory_bytes, call_timeout) = config.runtime_limits();
     // CTXHOST_CACHE_DIR lets several contexts trees (or test runs) share compiled components.
-    let cache_dir = std::env::var_os(CACHE_DIR_ENV)
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| layout.cache_dir());
-    let runtime = Runtime::new(
-        &cache_dir,
-        RuntimeLimits {
-            memory_bytes,
-            call_timeout,
-        },
-    )
-    .context("cannot start the WebAssembly runtime")?;
+    let runtime = runtime_for(config, layout)?;
 
     let store_src = load_source("plugins.message_store", &config.plugins.message_store)?;
     let store_plugin = runtime

@@ -39,14 +39,25 @@ pub struct WorkerOptions {
     pub max_parallel: u32,
     /// Pause between looks at the queue when nothing changed.
     pub poll_interval: Duration,
-    /// Config file passed to the children (`--config`).
-    pub config_path: PathBuf,
+    /// Config file passed to the children (`--config`); `None` when the default config.yaml
+    /// is missing (the children then use the defaults too).
+    pub config_path: Option<PathBuf>,
     /// contexts/ directory passed to the children (`--contexts`).
     pub contexts: PathBuf,
     /// `-v` count passed to the children.
     pub verbose: u8,
     /// `worker.max_crashes`: deaths of a task's process after which it is failed.
     pub max_crashes: u32,
+}
+
+/// What a worker that returned did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerSummary {
+    /// Task processes reaped.
+    pub finished: u64,
+    /// Tasks run by this worker's children that ended `failed` (including tasks failed after
+    /// their process crashed or could not start).
+    pub failed: u64,
 }
 
 /// A child the worker started and has not reaped yet.
@@ -62,12 +73,12 @@ struct Exited {
 }
 
 /// Run the worker until interrupted (or, with `once`, until the queue is empty and all children
-/// have finished). Errors only for problems of the worker itself (database, spawning).
+/// have finished), returning what was run. Errors only for problems of the worker itself (database, spawning).
 ///
 /// Each child gets a waiter thread that blocks in `wait()` and reports the exit on a channel,
 /// so an exit is handled at once; the queue is looked at after every exit and otherwise every
 /// `poll_interval`.
-pub fn run(opts: &WorkerOptions) -> anyhow::Result<()> {
+pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
     let layout = Layout::new(&opts.contexts);
     layout.ensure()?;
     let db = Db::open(layout.root())?;
@@ -78,7 +89,7 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<()> {
     let mut start_failures: HashMap<String, u32> = HashMap::new();
     let max = opts.max_parallel.max(1) as usize;
     tracing::info!(max_parallel = max, contexts = %layout.root().display(), "worker started");
-    let mut finished = 0u64;
+    let mut summary = WorkerSummary::default();
     let mut last_recovery: Option<Instant> = None;
 
     loop {
@@ -129,29 +140,38 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<()> {
         }
 
         if opts.once && children.is_empty() && db.list_queued(1)?.is_empty() {
-            tracing::info!(tasks = finished, "queue empty, all task processes finished");
-            return Ok(());
+            tracing::info!(
+                tasks = summary.finished,
+                failed = summary.failed,
+                "queue empty, all task processes finished"
+            );
+            return Ok(summary);
         }
 
         // Wait for an exit (or the next look at the queue), then reap every exit pending.
         let mut next = rx.recv_timeout(opts.poll_interval).ok();
         while let Some(exited) = next {
-            finished += 1;
+            summary.finished += 1;
             let started = children
                 .remove(&exited.uuid)
                 .map(|r| r.started.elapsed())
                 .unwrap_or_default();
             match exited.status {
-                Ok(status) => settle(
-                    &db,
-                    &layout,
-                    &exited.uuid,
-                    exited.pid,
-                    status,
-                    started,
-                    &mut start_failures,
-                    opts.max_crashes,
-                )?,
+                Ok(status) => {
+                    let failed = settle(
+                        &db,
+                        &layout,
+                        &exited.uuid,
+                        exited.pid,
+                        status,
+                        started,
+                        &mut start_failures,
+                        opts.max_crashes,
+                    )?;
+                    if failed {
+                        summary.failed += 1;
+                    }
+                }
                 Err(e) => {
                     tracing::error!(uuid = %exited.uuid, pid = exited.pid, "cannot wait for task process: {e}")
                 }
@@ -163,10 +183,10 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<()> {
 
 fn spawn(exe: &std::path::Path, opts: &WorkerOptions, uuid: &str) -> std::io::Result<Child> {
     let mut cmd = Command::new(exe);
-    cmd.arg("--config")
-        .arg(&opts.config_path)
-        .arg("--contexts")
-        .arg(&opts.contexts);
+    if let Some(config) = &opts.config_path {
+        cmd.arg("--config").arg(config);
+    }
+    cmd.arg("--contexts").arg(&opts.contexts);
     if opts.verbose > 0 {
         cmd.arg(format!("-{}", "v".repeat(opts.verbose as usize)));
     }
@@ -206,7 +226,8 @@ pub fn describe_exit(status: ExitStatus) -> String {
 }
 
 /// After a child exits: a task left `running` under the dead pid is recovered (repaired and
-/// queued again, or failed after `max_crashes`); exits before a claim are counted.
+/// queued again, or failed after `max_crashes`); exits before a claim are counted. Returns
+/// whether the task was this child's and ended `failed`.
 #[allow(clippy::too_many_arguments)]
 fn settle(
     db: &Db,
@@ -217,10 +238,11 @@ fn settle(
     elapsed: Duration,
     start_failures: &mut HashMap<String, u32>,
     max_crashes: u32,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let how = describe_exit(status);
     let row = db.get(uuid)?;
-    match row.as_ref().map(|r| r.status) {
+    let ours = row.as_ref().and_then(|r| r.process_id) == Some(pid as i64);
+    let failed = match row.as_ref().map(|r| r.status) {
         Some(Status::Running) if row.as_ref().and_then(|r| r.process_id) == Some(pid as i64) => {
             let cause = format!("task process {pid} died ({how}) while running the task");
             tracing::error!(%uuid, pid, "{cause}");
@@ -234,11 +256,13 @@ fn settle(
             ) {
                 tracing::error!(%uuid, "recovery failed: {e:#}");
             }
+            db.get(uuid)?.is_some_and(|r| r.status == Status::Failed)
         }
         // Claimed by this child, then recovered by someone else (another worker, `ctxhost
         // recover`) before we reaped it: not a start failure.
         Some(Status::Queued) if row.as_ref().and_then(|r| r.process_id) == Some(pid as i64) => {
             tracing::info!(%uuid, pid, "task process exited ({how}); its task was already recovered");
+            false
         }
         Some(Status::Queued) => {
             // The child exited without claiming: count it, so a task whose process cannot
@@ -250,7 +274,8 @@ fn settle(
                 let msg = format!(
                     "task process exited {n} times before starting the task (last: {how}); see the worker log"
                 );
-                if db.fail_if_queued(uuid, &msg)? {
+                let failed = db.fail_if_queued(uuid, &msg)?;
+                if failed {
                     tracing::error!(%uuid, "{msg}");
                     // Status and directory agree: a failed task has its directory in completed/.
                     let dir = layout.task_dir(DirState::Completed, uuid);
@@ -258,22 +283,97 @@ fn settle(
                         tracing::error!(%uuid, "cannot create {}: {e}", dir.display());
                     }
                 }
+                failed
+            } else {
+                false
             }
         }
+        Some(s) if ours => {
+            tracing::info!(%uuid, pid, status = %s, secs = elapsed.as_secs_f64(), "task process finished ({how})");
+            s == Status::Failed
+        }
         Some(s) => {
-            tracing::info!(%uuid, pid, status = %s, secs = elapsed.as_secs_f64(), "task process finished ({how})")
+            // The task was claimed by another process (another worker) before this child
+            // could: this child did not run it.
+            let other = row.as_ref().and_then(|r| r.process_id);
+            tracing::info!(
+                %uuid,
+                pid,
+                "task process exited ({how}) without running the task: it lost the claim to \
+                 another process ({}; task now {s})",
+                other.map_or_else(|| "pid unknown".to_string(), |p| format!("pid {p}"))
+            );
+            false
         }
         None => {
-            tracing::warn!(%uuid, pid, "task process exited ({how}) and its task is not in the database")
+            tracing::warn!(%uuid, pid, "task process exited ({how}) and its task is not in the database");
+            false
         }
-    }
-    Ok(())
+    };
+    Ok(failed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
+
+    fn db_with_task(dir: &std::path::Path, uuid: &str) -> Db {
+        let db = Db::open(dir).unwrap();
+        db.insert_queued(&crate::db::NewTask {
+            uuid: uuid.to_string(),
+            key: crate::db::TaskKey::default(),
+            prompt: "p".into(),
+            user: None,
+            llm_provider: "openai".into(),
+            model: "m".into(),
+            context_length: 4096,
+        })
+        .unwrap();
+        db
+    }
+
+    fn settle_exit0(db: &Db, layout: &Layout, uuid: &str, pid: u32) -> bool {
+        let mut starts = HashMap::new();
+        settle(
+            db,
+            layout,
+            uuid,
+            pid,
+            ExitStatus::from_raw(0),
+            Duration::ZERO,
+            &mut starts,
+            3,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_failed_task_counts_only_for_the_child_that_ran_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        layout.ensure().unwrap();
+        let db = db_with_task(dir.path(), "t");
+        assert!(db.claim("t", 100, "h", "openai", "m", 4096).unwrap());
+        db.finish("t", Status::Failed, Some("boom")).unwrap();
+        // The child that lost the claim (pid 200) did not run the failed task.
+        assert!(!settle_exit0(&db, &layout, "t", 200));
+        // The child that ran it did.
+        assert!(settle_exit0(&db, &layout, "t", 100));
+        db.insert_queued(&crate::db::NewTask {
+            uuid: "ok".into(),
+            key: crate::db::TaskKey::default(),
+            prompt: "p".into(),
+            user: None,
+            llm_provider: "openai".into(),
+            model: "m".into(),
+            context_length: 4096,
+        })
+        .unwrap();
+        assert!(db.claim("ok", 101, "h", "openai", "m", 4096).unwrap());
+        db.finish("ok", Status::Completed, None).unwrap();
+        assert!(!settle_exit0(&db, &layout, "ok", 101));
+    }
 
     #[test]
     fn exits_are_described_by_code_or_signal() {

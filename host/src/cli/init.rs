@@ -10,7 +10,8 @@ use crate::layout::Layout;
 /// Create what is missing, keep what exists. An existing config.yaml is loaded (and so
 /// validated) to find `context_storage.base_dir`; it is never overwritten.
 pub(super) fn run(global: &GlobalArgs) -> anyhow::Result<ExitCode> {
-    let config_path = &global.config;
+    // `--config PATH` names the file to write when absent (a missing path is not an error here).
+    let config_path = &global.config_path();
     let config = if config_path.exists() {
         let c = Config::load(config_path)?;
         println!("config:   {} (kept)", config_path.display());

@@ -74,20 +74,28 @@ pub struct Cli {
 /// Flags accepted by every subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
-    /// Config file (a missing file means all defaults).
-    #[arg(
-        long,
-        global = true,
-        value_name = "PATH",
-        default_value = "config.yaml"
-    )]
-    pub config: PathBuf,
+    /// Config file [default: config.yaml]. A missing ./config.yaml means all defaults; a
+    /// --config PATH that does not exist is an error (except for `init`, which writes it).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
     /// contexts/ directory (overrides context_storage.base_dir).
     #[arg(long, global = true, value_name = "DIR")]
     pub contexts: Option<PathBuf>,
     /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+/// The config file used when `--config` is not given (may be missing: then defaults apply).
+pub const DEFAULT_CONFIG: &str = "config.yaml";
+
+impl GlobalArgs {
+    /// The config file in effect: `--config PATH`, or [`DEFAULT_CONFIG`].
+    pub fn config_path(&self) -> PathBuf {
+        self.config
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG))
+    }
 }
 
 /// The subcommands.
@@ -103,7 +111,12 @@ pub enum Command {
     )]
     Submit(submit::SubmitArgs),
     /// Run the worker: start one process per queued task, up to the parallel limit.
-    #[command(after_help = "Examples:\n  ctxhost run --once\n  ctxhost run --max-parallel 4")]
+    #[command(
+        after_help = "Examples:\n  ctxhost run --once\n  ctxhost run --max-parallel 4\n\n\
+        Before starting any task, every configured plugin is loaded (and compiled into the cache)\n\
+        and the llm.api_key_env variable is checked; a failure is exit 2 and no task is touched.\n\
+        Exit codes (--once): 0 all tasks completed, paused or stopped; 1 a task failed; 2 config error."
+    )]
     Run(RunArgs),
     /// List tasks, newest first.
     #[command(after_help = "Examples:\n  ctxhost tasks\n  ctxhost tasks --status running --json")]
@@ -170,7 +183,8 @@ pub enum PluginCommand {
 /// `ctxhost run` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// Exit when the queue is empty and every started task has finished.
+    /// Exit when the queue is empty and every started task has finished: exit status 1 if a
+    /// task it ran ended failed, else 0.
     #[arg(long)]
     pub once: bool,
     /// Task processes at once (overrides worker.max_parallel_tasks).
@@ -213,15 +227,43 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
     }
 }
 
-fn init_logging(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
-    let default = match verbose {
+/// Log targets of the component compiler (cranelift, regalloc2, wasmtime's cranelift glue,
+/// wasm parsing). At debug/trace they log every instruction of every compiled function
+/// (gigabytes per component), so unless `RUST_LOG` says otherwise they stay at `warn`.
+pub const QUIET_TARGETS: &[&str] = &[
+    "cranelift_codegen",
+    "cranelift_frontend",
+    "cranelift_assembler_x64",
+    "cranelift_entity",
+    "regalloc2",
+    "wasmtime_cranelift",
+    "wasmtime_internal_cranelift",
+    "wasmtime_environ",
+    "wasmparser",
+];
+
+/// The log filter (EnvFilter directive syntax) used when `RUST_LOG` is not set, for a `-v`
+/// count: 0 `warn,ctxhost=info`, 1 `info`, 2 `debug`, 3+ `trace`, each followed by
+/// `TARGET=warn` for every [`QUIET_TARGETS`] entry.
+pub fn default_log_filter(verbose: u8) -> String {
+    let base = match verbose {
         0 => "warn,ctxhost=info",
         1 => "info",
-        2 => "debug,cranelift_codegen=info,wasmtime_cranelift=info",
+        2 => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let mut f = base.to_string();
+    for t in QUIET_TARGETS {
+        f.push_str(&format!(",{t}=warn"));
+    }
+    f
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    // An explicit RUST_LOG is taken as given (it may ask for cranelift's trace on purpose).
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(default_log_filter(verbose)));
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()
@@ -241,15 +283,21 @@ pub(crate) struct Env {
 }
 
 impl Env {
+    /// Load the config: an explicit `--config PATH` must exist; the default ./config.yaml
+    /// may be missing (defaults apply).
     fn load(global: &GlobalArgs) -> anyhow::Result<Env> {
-        let config = Config::load(&global.config)?;
+        let config_path = global.config_path();
+        let config = match &global.config {
+            Some(path) => Config::load_existing(path)?,
+            None => Config::load(&config_path)?,
+        };
         let root = global
             .contexts
             .clone()
             .unwrap_or_else(|| config.context_storage.base_dir.clone());
         Ok(Env {
             config,
-            config_path: global.config.clone(),
+            config_path,
             layout: Layout::new(root),
             verbose: global.verbose,
         })
@@ -275,6 +323,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => {
             let env = Env::load(&global)?;
             env.layout.ensure()?;
+            // Configuration mistakes (a plugin that does not load, an unset API key) are
+            // reported once here, before any task is touched.
+            crate::task_process::preflight(&env.config, &env.layout)
+                .map_err(|e| usage(format!("{e:#}")))?;
             let opts = crate::worker::WorkerOptions {
                 once: args.once,
                 max_parallel: args
@@ -283,13 +335,22 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 poll_interval: std::time::Duration::from_millis(
                     args.poll_ms.unwrap_or(env.config.worker.poll_interval_ms),
                 ),
-                config_path: absolute(&env.config_path),
+                config_path: env.config_path.exists().then(|| absolute(&env.config_path)),
                 contexts: absolute(env.layout.root()),
                 verbose: env.verbose,
                 max_crashes: env.config.worker.max_crashes,
             };
-            crate::worker::run(&opts)?;
-            Ok(ExitCode::SUCCESS)
+            let summary = crate::worker::run(&opts)?;
+            // With --once: exit 1 when a task this worker ran ended failed.
+            Ok(if summary.failed > 0 {
+                eprintln!(
+                    "{} task(s) failed (of {} task processes run); see `ctxhost tasks --status failed`",
+                    summary.failed, summary.finished
+                );
+                ExitCode::from(EXIT_FAILED)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::Tasks(args) => report::tasks(&Env::load(&global)?, &args),
         Command::Show(args) => report::show(&Env::load(&global)?, &args),
@@ -324,4 +385,58 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 /// `p` made absolute against the current directory (unchanged if that cannot be read).
 pub(crate) fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+    /// Records the target of every event that passes the filter.
+    struct Targets(Arc<Mutex<Vec<String>>>);
+
+    impl<S: tracing::Subscriber> Layer<S> for Targets {
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            let target = event.metadata().target().to_string();
+            self.0.lock().unwrap().push(target);
+        }
+    }
+
+    /// Which of a trace and a warn event from a compiler module and from ctxhost pass the
+    /// default filter at `verbose`.
+    fn passed(verbose: u8) -> Vec<String> {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let filter = tracing_subscriber::EnvFilter::new(default_log_filter(verbose));
+        let subscriber = tracing_subscriber::registry()
+            .with(Targets(seen.clone()))
+            .with(filter);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::trace!(target: "cranelift_codegen::machinst::lower", "trace-cg");
+            tracing::debug!(target: "regalloc2::ion", "debug-ra");
+            tracing::trace!(target: "wasmtime_internal_cranelift::compiler", "trace-wc");
+            tracing::warn!(target: "cranelift_codegen::isa", "warn-cg");
+            tracing::trace!(target: "ctxhost::agent", "trace-ours");
+            tracing::info!(target: "ctxhost::worker", "info-ours");
+        });
+        let v = seen.lock().unwrap().clone();
+        v
+    }
+
+    #[test]
+    fn compiler_logs_stay_at_warn_at_every_verbosity() {
+        assert_eq!(
+            passed(3),
+            [
+                "cranelift_codegen::isa",
+                "ctxhost::agent",
+                "ctxhost::worker"
+            ]
+        );
+        assert_eq!(passed(2), ["cranelift_codegen::isa", "ctxhost::worker"]);
+        assert_eq!(passed(0), ["cranelift_codegen::isa", "ctxhost::worker"]);
+        for t in QUIET_TARGETS {
+            assert!(default_log_filter(3).contains(&format!("{t}=warn")), "{t}");
+        }
+    }
 }

@@ -23,8 +23,8 @@ pub struct TasksArgs {
     /// Only tasks of this user.
     #[arg(long)]
     pub user: Option<String>,
-    /// At most this many tasks (newest first).
-    #[arg(long, default_value_t = 50)]
+    /// At most this many tasks, newest first (at least 1; 0 is rejected).
+    #[arg(long, default_value_t = 50, value_parser = parse_limit)]
     pub limit: u32,
     /// Print JSON (an array of task rows).
     #[arg(long)]
@@ -50,6 +50,15 @@ pub struct StatsArgs {
     /// Print JSON: {by_status, total, by_model}.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--limit N`: a whole number ≥ 1 (0 would list nothing, so it is rejected).
+fn parse_limit(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("--limit must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("--limit must be a whole number ≥ 1: {e}")),
+    }
 }
 
 fn parse_status(s: &str) -> Result<Status, String> {
@@ -190,12 +199,24 @@ fn tail_messages(path: &Path, n: usize) -> anyhow::Result<(Vec<ShownLine>, Optio
     };
     let mut last: VecDeque<ShownLine> = VecDeque::with_capacity(n + 1);
     let mut answer = None;
-    for (i, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|e| anyhow::anyhow!("{}: line {}: {e}", path.display(), i + 1))?;
-        if line.trim().is_empty() {
+    let mut reader = BufReader::new(f);
+    let mut buf = Vec::new();
+    for i in 0.. {
+        buf.clear();
+        let read = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| anyhow::anyhow!("{}: line {}: {e}", path.display(), i + 1))?;
+        if read == 0 {
+            break;
+        }
+        if buf.trim_ascii().is_empty() {
             continue;
         }
-        let shown = match serde_json::from_str::<HistoryLine>(&line) {
+        // A line that is not UTF-8 (garbage, a torn write) is shown like any unparsable line.
+        let parsed = std::str::from_utf8(&buf)
+            .map_err(|e| format!("not UTF-8: {e}"))
+            .and_then(|line| serde_json::from_str::<HistoryLine>(line).map_err(|e| e.to_string()));
+        let shown = match parsed {
             Ok(h) => {
                 if h.role == "assistant"
                     && h.summary_id.is_none()
@@ -207,9 +228,9 @@ fn tail_messages(path: &Path, n: usize) -> anyhow::Result<(Vec<ShownLine>, Optio
                 }
                 ShownLine::Message(h)
             }
-            Err(e) => ShownLine::Unreadable {
+            Err(error) => ShownLine::Unreadable {
                 line: i as u64 + 1,
-                error: e.to_string(),
+                error,
             },
         };
         if n > 0 {
