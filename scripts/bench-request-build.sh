@@ -18,7 +18,7 @@
 #   scripts/bench-request-build.sh              # 256 MiB
 #   scripts/bench-request-build.sh 64           # 64 MiB
 #   BENCH_RUNS=5 scripts/bench-request-build.sh
-#   BENCH_PROFILE=release scripts/bench-request-build.sh   # release build (slow to build here)
+#   BENCH_PROFILE=bench scripts/bench-request-build.sh   # optimised build, shared with `cargo bench` (~10 min to build)
 # Needs: cargo, python3, hyperfine (installed with apt-get when missing and run as root;
 # otherwise: apt-get install -y hyperfine, or cargo install hyperfine), ~2.2 x SIZE free in
 # $TMPDIR. Takes about 2.5 min at 256 MiB with the debug build on 2 cores.
@@ -47,7 +47,7 @@ fi
 case $PROFILE in
   dev) OUT=debug ;;
   release | bench) OUT=release ;;
-  *) die "BENCH_PROFILE must be dev or release, got '$PROFILE'" ;;
+  *) die "BENCH_PROFILE must be dev, bench or release, got '$PROFILE'" ;;
 esac
 echo "building bench_context ($PROFILE profile)..." >&2
 (cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --example bench_context)

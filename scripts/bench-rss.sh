@@ -28,7 +28,11 @@
 #   scripts/bench-rss.sh                 # sizes 1 and 256 MiB, median of 3 runs each
 #   scripts/bench-rss.sh 1 64 256        # sizes in MiB
 #   BENCH_RUNS=1 scripts/bench-rss.sh    # one run per size (quicker)
-#   BENCH_PROFILE=release scripts/bench-rss.sh   # use a release build (slow to build here)
+#   BENCH_PROFILE=bench scripts/bench-rss.sh   # optimised build, shared with `cargo bench` (~10 min to build)
+#   BENCH_KEEP=1 RUST_LOG=ctxhost=debug scripts/bench-rss.sh 64   # keep the work dir (logs:
+#                                        # task.SIZE.RUN.err, time.*, itime.*)
+#   BENCH_CALL_TIMEOUT_SECS=30 scripts/bench-rss.sh 256  # runtime.call_timeout_secs (default
+#                                        # here 600; ctxhost's own default is 30)
 # Needs: cargo, python3 (the fake OpenAI server), GNU time at /usr/bin/time
 # (Debian/Ubuntu: apt-get install -y time), ~3.5 x the largest size of free space in $TMPDIR.
 # Takes about 1.5 min per 256 MiB run with the debug build on 2 cores.
@@ -37,6 +41,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PROFILE=${BENCH_PROFILE:-dev}
 RUNS=${BENCH_RUNS:-3}
+CALL_TIMEOUT=${BENCH_CALL_TIMEOUT_SECS:-600}
 SIZES=("$@")
 [[ ${#SIZES[@]} -gt 0 ]] || SIZES=(1 256)
 
@@ -44,6 +49,8 @@ die() { echo "bench-rss: $*" >&2; exit 1; }
 [[ -x /usr/bin/time ]] || die "GNU time is needed at /usr/bin/time (apt-get install -y time)"
 command -v python3 >/dev/null || die "python3 is needed for the fake OpenAI server"
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "BENCH_RUNS must be a positive integer, got '$RUNS'"
+[[ $CALL_TIMEOUT =~ ^[1-9][0-9]*$ ]] ||
+  die "BENCH_CALL_TIMEOUT_SECS must be a positive integer, got '$CALL_TIMEOUT'"
 for s in "${SIZES[@]}"; do
   [[ $s =~ ^[1-9][0-9]*$ ]] || die "sizes are whole MiB ≥ 1, got '$s'"
 done
@@ -51,7 +58,7 @@ done
 case $PROFILE in
   dev) OUT=debug ;;
   release | bench) OUT=release ;;
-  *) die "BENCH_PROFILE must be dev or release, got '$PROFILE'" ;;
+  *) die "BENCH_PROFILE must be dev, bench or release, got '$PROFILE'" ;;
 esac
 echo "building ctxhost, inmem_request and bench_context ($PROFILE profile)..." >&2
 (cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --bin ctxhost \
@@ -65,7 +72,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/ctxhost-bench-rss.XXXXXX")
 SERVER_PID=
 cleanup() {
   if [[ -n $SERVER_PID ]]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
-  rm -rf "$WORK"
+  if [[ ${BENCH_KEEP:-0} == 1 ]]; then echo "bench-rss: kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -135,10 +142,13 @@ llm:
   max_retries: 0
 plugins:
   compressor: none
+agent:
+  # The synthetic history's assistant messages count as earlier steps of the task.
+  max_steps: 4000000000
 runtime:
-  # Streaming a 256 MiB history through a component takes longer than the 30 s default
+  # Streaming a 256 MiB history through a component can take longer than the 30 s default
   # in a debug build; the limit is not what is measured here.
-  call_timeout_secs: 600
+  call_timeout_secs: $CALL_TIMEOUT
 YAML
 CTX="$WORK/contexts"
 ctx() { "$CTXHOST" --config "$WORK/config.yaml" --contexts "$CTX" "$@"; }
