@@ -1472,8 +1472,13 @@ fn benchmark_compressing_a_100k_token_history() {
         let mut compressor = task.compressor(kind, &llm);
         let (read0, written0) = process_io();
         let started = Instant::now();
-        let outcome =
-            compact_if_needed(&mut task.store, &mut compressor, task.dir.path(), &cfg, &|| TS.to_string());
+        let outcome = compact_if_needed(
+            &mut task.store,
+            &mut compressor,
+            task.dir.path(),
+            &cfg,
+            &|| TS.to_string(),
+        );
         let wall = started.elapsed();
         let (read1, written1) = process_io();
         let llm_time = llm.state.lock().unwrap().time;

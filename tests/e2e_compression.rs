@@ -16,7 +16,9 @@ const MARK: &str = "SUMMARISE-THIS";
 const STEPS: usize = 14;
 
 fn is_summary_request(req: &RecordedRequest) -> bool {
-    req.messages().iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains(MARK)))
+    req.messages()
+        .iter()
+        .any(|m| m["content"].as_str().is_some_and(|c| c.contains(MARK)))
 }
 
 /// A fake LLM: summary requests get a short summary; the loop gets STEPS tool calls with long
@@ -29,14 +31,22 @@ fn scripted_llm() -> (FakeLlm, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     llm.set_handler(move |req| {
         if is_summary_request(req) {
             let n = s.fetch_add(1, Ordering::SeqCst) + 1;
-            return Some(Reply::text(format!("summary {n}: the agent read files."), Some((300, 12))));
+            return Some(Reply::text(
+                format!("summary {n}: the agent read files."),
+                Some((300, 12)),
+            ));
         }
         let n = l.fetch_add(1, Ordering::SeqCst) + 1;
         if n > STEPS {
             return Some(Reply::text("All done.", Some((400, 3))));
         }
-        let args = serde_json::json!({ "path": format!("src/file_{n}.rs"), "note": "x".repeat(800) }).to_string();
-        Some(Reply::tool_calls(vec![(&format!("call_{n}"), "read_text_file", &args)], Some((400, 200))))
+        let args =
+            serde_json::json!({ "path": format!("src/file_{n}.rs"), "note": "x".repeat(800) })
+                .to_string();
+        Some(Reply::tool_calls(
+            vec![(&format!("call_{n}"), "read_text_file", &args)],
+            Some((400, 200)),
+        ))
     });
     (llm, loop_calls, summary_calls)
 }
@@ -54,7 +64,12 @@ fn config(base_url: &str, compressor: &str) -> String {
 /// Runs one task to its end and returns (row, task dir).
 fn run_task(env: &TestEnv) -> (Value, std::path::PathBuf) {
     env.ctxhost(&["init"]).ok();
-    let uuid = env.ctxhost(&["submit", "--prompt", "Read every file and report."]).ok().stdout().trim().to_string();
+    let uuid = env
+        .ctxhost(&["submit", "--prompt", "Read every file and report."])
+        .ok()
+        .stdout()
+        .trim()
+        .to_string();
     env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
     let row = env.ctxhost(&["show", &uuid, "--json"]).ok().json()["task"].clone();
     let dir = find_task_dir(&env.contexts(), &uuid).expect("task directory");
@@ -64,16 +79,30 @@ fn run_task(env: &TestEnv) -> (Value, std::path::PathBuf) {
 /// Checks shared by both compressors: the context is valid, starts with the system prompt, and
 /// the history is complete (every loop message is in messages.jsonl, seq 1..n).
 fn check_context_and_history(dir: &std::path::Path) -> (Vec<Value>, Vec<Value>) {
-    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false).expect("current.jsonl keeps the invariants");
+    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false)
+        .expect("current.jsonl keeps the invariants");
     let current = read_jsonl(&dir.join("current.jsonl"));
     assert_eq!(current[0]["role"], "system");
     let history = read_jsonl(&dir.join("messages.jsonl"));
     let seqs: Vec<u64> = history.iter().map(|m| m["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=history.len() as u64).collect::<Vec<_>>());
-    let non_summary = history.iter().filter(|m| m.get("summary_id").is_none()).count();
+    let non_summary = history
+        .iter()
+        .filter(|m| m.get("summary_id").is_none())
+        .count();
     // system + user + STEPS × (assistant call + tool result) + final answer.
-    assert_eq!(non_summary, 2 + 2 * STEPS + 1, "nothing outside the summaries is lost from messages.jsonl");
-    for f in ["to_summarize.jsonl", "unsummarized.jsonl", "compressed.jsonl", "request.json", "llm_request.json"] {
+    assert_eq!(
+        non_summary,
+        2 + 2 * STEPS + 1,
+        "nothing outside the summaries is lost from messages.jsonl"
+    );
+    for f in [
+        "to_summarize.jsonl",
+        "unsummarized.jsonl",
+        "compressed.jsonl",
+        "request.json",
+        "llm_request.json",
+    ] {
         assert!(!dir.join(f).exists(), "{f} left behind");
     }
     (current, history)
@@ -88,11 +117,21 @@ fn llm_summarizer_compresses_several_times_and_the_task_completes() {
 
     assert_eq!(row["status"], "completed", "{row}");
     let compressions = row["compression_count"].as_u64().unwrap();
-    assert!(compressions >= 3, "expected the threshold to be crossed several times, got {compressions}");
+    assert!(
+        compressions >= 3,
+        "expected the threshold to be crossed several times, got {compressions}"
+    );
     let summaries = summary_calls.load(Ordering::SeqCst) as u64;
-    assert_eq!(summaries, compressions, "one summary request per compression (the parts fit the window)");
+    assert_eq!(
+        summaries, compressions,
+        "one summary request per compression (the parts fit the window)"
+    );
     assert_eq!(loop_calls.load(Ordering::SeqCst), STEPS + 1);
-    assert_eq!(row["llm_call_count"].as_u64().unwrap(), STEPS as u64 + 1 + summaries, "every LLM call counted");
+    assert_eq!(
+        row["llm_call_count"].as_u64().unwrap(),
+        STEPS as u64 + 1 + summaries,
+        "every LLM call counted"
+    );
     assert_eq!(
         row["total_tokens"].as_u64().unwrap(),
         (STEPS as u64) * 600 + 403 + summaries * 312,
@@ -101,33 +140,64 @@ fn llm_summarizer_compresses_several_times_and_the_task_completes() {
 
     let (current, history) = check_context_and_history(&dir);
     assert_eq!(current[1]["role"], "user");
-    assert!(current[1]["content"].as_str().unwrap().starts_with("Summary of the conversation so far"));
-    assert!(current[1]["content"].as_str().unwrap().contains(&format!("summary {summaries}")));
+    assert!(
+        current[1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Summary of the conversation so far")
+    );
+    assert!(
+        current[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("summary {summaries}"))
+    );
 
     let lines = read_jsonl(&dir.join("summaries.jsonl"));
     assert_eq!(lines.len() as u64, compressions);
     let mut last_end = 0;
     for (i, s) in lines.iter().enumerate() {
         assert_eq!(s["id"], format!("sum-{}", i + 1));
-        let (start, end) = (s["start_seq"].as_u64().unwrap(), s["end_seq"].as_u64().unwrap());
-        assert!(start <= end && end > last_end, "summary ranges move forward: {s}");
+        let (start, end) = (
+            s["start_seq"].as_u64().unwrap(),
+            s["end_seq"].as_u64().unwrap(),
+        );
+        assert!(
+            start <= end && end > last_end,
+            "summary ranges move forward: {s}"
+        );
         assert!(s["summary_tokens"].as_u64().unwrap() < s["original_tokens"].as_u64().unwrap());
         last_end = end;
         // The summary is also in the history, with its id.
-        assert!(history.iter().any(|m| m["summary_id"] == s["id"] && m["content"] == s["summary"]));
+        assert!(
+            history
+                .iter()
+                .any(|m| m["summary_id"] == s["id"] && m["content"] == s["summary"])
+        );
     }
     // Every agent-loop request the model saw fit the window (estimate, tokens ≈ bytes / 4).
     for req in llm.requests().iter().filter(|r| !is_summary_request(r)) {
-        let tokens = ctxhost_format::estimate_tokens(&serde_json::to_string(&req.messages()).unwrap());
-        assert!(tokens < 1500, "a request of ~{tokens} tokens was sent to a 1500-token window");
+        let tokens =
+            ctxhost_format::estimate_tokens(&serde_json::to_string(&req.messages()).unwrap());
+        assert!(
+            tokens < 1500,
+            "a request of ~{tokens} tokens was sent to a 1500-token window"
+        );
     }
 }
 
 /// The filesystem MCP server's launcher (installed by `npm ci`).
 fn filesystem_server_bin() -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
     let bin = root.join("node_modules/.bin/mcp-server-filesystem");
-    assert!(bin.exists(), "{} is missing: run `npm ci` in {}", bin.display(), root.display());
+    assert!(
+        bin.exists(),
+        "{} is missing: run `npm ci` in {}",
+        bin.display(),
+        root.display()
+    );
     bin
 }
 
@@ -135,7 +205,11 @@ fn filesystem_server_bin() -> std::path::PathBuf {
 /// compressor named in config: the binary is the same, only `plugins.compressor` changes.
 fn run_reading_task(compressor: &str) -> (TestEnv, Value, std::path::PathBuf, usize) {
     let sample = tempfile::tempdir().unwrap();
-    std::fs::write(sample.path().join("big.txt"), "The quick brown fox. ".repeat(100)).unwrap();
+    std::fs::write(
+        sample.path().join("big.txt"),
+        "The quick brown fox. ".repeat(100),
+    )
+    .unwrap();
     let big = sample.path().join("big.txt").display().to_string();
     let llm = FakeLlm::start(vec![]);
     let loop_calls = Arc::new(AtomicUsize::new(0));
@@ -144,17 +218,24 @@ fn run_reading_task(compressor: &str) -> (TestEnv, Value, std::path::PathBuf, us
     llm.set_handler(move |req| {
         if is_summary_request(req) {
             s.fetch_add(1, Ordering::SeqCst);
-            return Some(Reply::text("summary: the agent read big.txt several times.", Some((300, 12))));
+            return Some(Reply::text(
+                "summary: the agent read big.txt several times.",
+                Some((300, 12)),
+            ));
         }
         let n = l.fetch_add(1, Ordering::SeqCst) + 1;
         if n > 8 {
             return Some(Reply::text("It is about a fox.", Some((400, 5))));
         }
         let args = serde_json::json!({ "path": big }).to_string();
-        Some(Reply::tool_calls(vec![(&format!("call_{n}"), "read_text_file", &args)], Some((400, 20))))
+        Some(Reply::tool_calls(
+            vec![(&format!("call_{n}"), "read_text_file", &args)],
+            Some((400, 20)),
+        ))
     });
     let env = TestEnv::new();
-    let yaml = config(&llm.base_url(), compressor).replace("context_length: 1500", "context_length: 4000")
+    let yaml = config(&llm.base_url(), compressor)
+        .replace("context_length: 1500", "context_length: 4000")
         + &format!(
             "mcp_servers:\n  fs:\n    command: {:?}\n    args: [{:?}]\n",
             filesystem_server_bin().display().to_string(),
@@ -176,20 +257,46 @@ fn switching_compressors_is_a_config_change_on_the_same_binary() {
     assert!(!dir.join("summaries.jsonl").exists());
     let current = read_jsonl(&dir.join("current.jsonl"));
     ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false).unwrap();
-    let tool_results: Vec<&str> =
-        current.iter().filter(|m| m["role"] == "tool").map(|m| m["content"].as_str().unwrap()).collect();
+    let tool_results: Vec<&str> = current
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
     assert_eq!(tool_results.len(), 8, "masking keeps every tool message");
-    let masked: Vec<&&str> = tool_results.iter().filter(|c| c.starts_with("[tool result masked: ")).collect();
-    assert!(!masked.is_empty() && masked.len() < 8, "old results masked, recent ones kept: {tool_results:?}");
+    let masked: Vec<&&str> = tool_results
+        .iter()
+        .filter(|c| c.starts_with("[tool result masked: "))
+        .collect();
+    assert!(
+        !masked.is_empty() && masked.len() < 8,
+        "old results masked, recent ones kept: {tool_results:?}"
+    );
     // A placeholder names the tools.jsonl line holding the full text.
     let tools = read_jsonl(&dir.join("tools.jsonl"));
     assert!(masked[0].contains("tools.jsonl seq 1"), "{}", masked[0]);
-    assert!(tools[0]["result"].as_str().unwrap().contains("quick brown fox"));
+    assert!(
+        tools[0]["result"]
+            .as_str()
+            .unwrap()
+            .contains("quick brown fox")
+    );
 
     let (_env2, row, dir, summaries) = run_reading_task("builtin:llm-summarizer");
     assert_eq!(row["status"], "completed", "{row}");
-    assert!(summaries >= 1 && row["compression_count"].as_u64().unwrap() >= 1, "{row}");
+    assert!(
+        summaries >= 1 && row["compression_count"].as_u64().unwrap() >= 1,
+        "{row}"
+    );
     let current = read_jsonl(&dir.join("current.jsonl"));
-    assert!(current[1]["content"].as_str().unwrap().starts_with("Summary of the conversation so far"));
-    assert!(!current.iter().any(|m| m["content"].as_str().is_some_and(|c| c.starts_with("[tool result masked"))));
+    assert!(
+        current[1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Summary of the conversation so far")
+    );
+    assert!(!current.iter().any(|m| {
+        m["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("[tool result masked"))
+    }));
 }

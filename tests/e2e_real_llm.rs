@@ -51,14 +51,24 @@ fn real_task_completes_with_valid_files_and_usage() {
     // The README's demo: demo/config.template.yaml (prompted tool calls over a real MCP
     // filesystem server, a 940-token window so the context is compressed during the run),
     // demo/task.md and demo/workspace/.
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
     let fs_server = root.join("node_modules/.bin/mcp-server-filesystem");
-    assert!(fs_server.exists(), "{} is missing: run `npm ci`", fs_server.display());
+    assert!(
+        fs_server.exists(),
+        "{} is missing: run `npm ci`",
+        fs_server.display()
+    );
     let template = fs::read_to_string(root.join("demo/config.template.yaml")).unwrap();
     let config = template
         .replace("@LLM_URL@", &url)
         .replace("@ROOT@", &root.display().to_string())
-        .replace("model: qwen2.5-coder-0.5b-instruct", &format!("model: {model}"));
+        .replace(
+            "model: qwen2.5-coder-0.5b-instruct",
+            &format!("model: {model}"),
+        );
     let env = TestEnv::new();
     env.write_config(&config);
     env.ctxhost(&["init"]).ok();
@@ -83,8 +93,14 @@ fn real_task_completes_with_valid_files_and_usage() {
     run.ok();
     // The model called the tool, the context was compressed with a summary written by the
     // model, and the loop went on to a final answer: tool call, summary, answer = 3 calls.
-    assert!(task["tool_call_count"].as_i64().unwrap() >= 1, "the model read a file: {task:#}");
-    assert!(task["compression_count"].as_i64().unwrap() >= 1, "a real summary was made: {task:#}");
+    assert!(
+        task["tool_call_count"].as_i64().unwrap() >= 1,
+        "the model read a file: {task:#}"
+    );
+    assert!(
+        task["compression_count"].as_i64().unwrap() >= 1,
+        "a real summary was made: {task:#}"
+    );
     assert!(task["llm_call_count"].as_i64().unwrap() >= 3, "{task:#}");
     assert!(task["total_tokens"].as_i64().unwrap() > 0, "{task:#}");
     assert_eq!(task["model"], model.as_str());
@@ -124,14 +140,24 @@ fn real_task_completes_with_valid_files_and_usage() {
     assert_eq!(last["role"], "assistant", "{last}");
 
     let tools = read_jsonl(&dir.join("tools.jsonl"));
-    assert!(tools.iter().any(|t| t["status"] == "success"), "a tool call succeeded: {tools:#?}");
+    assert!(
+        tools.iter().any(|t| t["status"] == "success"),
+        "a tool call succeeded: {tools:#?}"
+    );
     let summaries = read_jsonl(&dir.join("summaries.jsonl"));
     assert!(!summaries.is_empty());
     for s in &summaries {
-        assert!(s["summary"].as_str().is_some_and(|t| !t.trim().is_empty()), "{s}");
-        assert!(history.iter().any(|h| h["summary_id"] == s["id"]), "summary {s} is in messages.jsonl");
+        assert!(
+            s["summary"].as_str().is_some_and(|t| !t.trim().is_empty()),
+            "{s}"
+        );
+        assert!(
+            history.iter().any(|h| h["summary_id"] == s["id"]),
+            "summary {s} is in messages.jsonl"
+        );
     }
-    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false).expect("current.jsonl invariants");
+    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false)
+        .expect("current.jsonl invariants");
     let current = read_jsonl(&dir.join("current.jsonl"));
     assert_eq!(current[0]["role"], "system");
     assert!(

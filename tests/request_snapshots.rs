@@ -422,7 +422,8 @@ fn missing_response_file_is_an_io_error() {
 /// A 20 MB context is streamed: the component's memory stays far below the file's size.
 #[test]
 fn large_context_is_streamed_in_bounded_memory() {
-    let line = serde_json::to_string(&ChatMessage::text("user", "x".repeat(10_000))).unwrap() + "\n";
+    let line =
+        serde_json::to_string(&ChatMessage::text("user", "x".repeat(10_000))).unwrap() + "\n";
     for name in ["openai-chat", "ollama-chat"] {
         let (task, mut f) = format(name);
         let file = fs::File::create(task.path().join("big.jsonl")).unwrap();
@@ -431,12 +432,23 @@ fn large_context_is_streamed_in_bounded_memory() {
             std::io::Write::write_all(&mut out, line.as_bytes()).unwrap();
         }
         drop(out);
-        let cfg = RequestConfig { messages_file: "big.jsonl".into(), ..config("m") };
+        let cfg = RequestConfig {
+            messages_file: "big.jsonl".into(),
+            ..config("m")
+        };
         let info = f.write_request(&cfg).unwrap();
         let peak = f.memory_peak_bytes();
-        println!("{name}: {} messages, {} request bytes, guest memory peak {} KiB", info.messages, info.bytes, peak / 1024);
+        println!(
+            "{name}: {} messages, {} request bytes, guest memory peak {} KiB",
+            info.messages,
+            info.bytes,
+            peak / 1024
+        );
         assert_eq!(info.messages, 2_000);
         assert!(info.bytes > 20_000_000);
-        assert!(peak < 4 * 1024 * 1024, "{name}: guest memory grew to {peak} bytes for a 20 MB context");
+        assert!(
+            peak < 4 * 1024 * 1024,
+            "{name}: guest memory grew to {peak} bytes for a 20 MB context"
+        );
     }
 }

@@ -1085,7 +1085,10 @@ mod tests {
             vec![("t".to_string(), Some(5))]
         );
         assert!(db.running_on_host("host-b").unwrap().is_empty());
-        assert!(!db.settle_crash("t", Some(6), Status::Queued, Some("x")).unwrap());
+        assert!(
+            !db.settle_crash("t", Some(6), Status::Queued, Some("x"))
+                .unwrap()
+        );
         assert!(
             db.settle_crash("t", Some(5), Status::Queued, Some("died"))
                 .unwrap()

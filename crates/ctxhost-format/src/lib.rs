@@ -22,5 +22,7 @@ pub mod stream;
 pub mod time;
 pub mod tokens;
 
-pub use lines::{ChatMessage, FunctionCall, HistoryLine, SummaryLine, ToolCall, ToolLine, ToolStatus};
+pub use lines::{
+    ChatMessage, FunctionCall, HistoryLine, SummaryLine, ToolCall, ToolLine, ToolStatus,
+};
 pub use tokens::{estimate_message_tokens, estimate_tokens};

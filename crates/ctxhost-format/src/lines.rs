@@ -31,7 +31,11 @@ pub struct ChatMessage {
 impl ChatMessage {
     /// A message with `role` and text `content` and nothing else.
     pub fn text(role: &str, content: impl Into<String>) -> Self {
-        ChatMessage { role: role.to_string(), content: Some(content.into()), ..Default::default() }
+        ChatMessage {
+            role: role.to_string(),
+            content: Some(content.into()),
+            ..Default::default()
+        }
     }
 
     /// The tool calls of this message (empty when it has none).
@@ -58,11 +62,18 @@ fn function_type() -> String {
 
 impl ToolCall {
     /// A `function` tool call.
-    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
         ToolCall {
             id: id.into(),
             kind: function_type(),
-            function: FunctionCall { name: name.into(), arguments: arguments.into() },
+            function: FunctionCall {
+                name: name.into(),
+                arguments: arguments.into(),
+            },
         }
     }
 }
@@ -165,7 +176,11 @@ mod tests {
         let m = ChatMessage {
             role: "assistant".into(),
             content: None,
-            tool_calls: Some(vec![ToolCall::new("call_1", "read_text_file", r#"{"path":"a"}"#)]),
+            tool_calls: Some(vec![ToolCall::new(
+                "call_1",
+                "read_text_file",
+                r#"{"path":"a"}"#,
+            )]),
             ..Default::default()
         };
         let s = serde_json::to_string(&m).unwrap();

@@ -45,10 +45,17 @@ impl Converter {
                 "user".to_string()
             }
             "assistant" if !m.calls().is_empty() => {
-                let calls: Vec<String> =
-                    m.calls().iter().map(|c| prompted::call_text(&c.function.name, &c.function.arguments)).collect();
+                let calls: Vec<String> = m
+                    .calls()
+                    .iter()
+                    .map(|c| prompted::call_text(&c.function.name, &c.function.arguments))
+                    .collect();
                 let calls = calls.join("\n");
-                content = if content.trim().is_empty() { calls } else { format!("{}\n{calls}", content.trim_end()) };
+                content = if content.trim().is_empty() {
+                    calls
+                } else {
+                    format!("{}\n{calls}", content.trim_end())
+                };
                 m.role
             }
             _ => m.role,
@@ -69,22 +76,35 @@ impl Converter {
 /// objects (`invalid-input`).
 pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError> {
     let tools = match &config.tools_file {
-        Some(file) => body::parse_tools(&common::read_file(file)?, file).map_err(PluginError::InvalidInput)?,
+        Some(file) => {
+            body::parse_tools(&common::read_file(file)?, file).map_err(PluginError::InvalidInput)?
+        }
         None => Vec::new(),
     };
-    let mut converter = Converter { prompt: prompted::tools_prompt(&tools), first: true };
+    let mut converter = Converter {
+        prompt: prompted::tools_prompt(&tools),
+        first: true,
+    };
     // The tools go into the prompt, never into a `tools` field.
-    let config = RequestConfig { tools_file: None, ..config.clone() };
+    let config = RequestConfig {
+        tools_file: None,
+        ..config.clone()
+    };
     let (max_tokens, temperature) = (config.max_output_tokens, config.temperature);
-    common::write_request(&config, ENDPOINT_PATH, |m| converter.convert(m), |out, _| {
-        out.write_all(b",\"stream\":false")?;
-        if let Some(n) = max_tokens {
-            write!(out, ",\"max_tokens\":{n}")?;
-        }
-        if let Some(t) = temperature {
-            out.write_all(b",\"temperature\":")?;
-            serde_json::to_writer(&mut *out, &t).map_err(io::Error::from)?;
-        }
-        Ok(())
-    })
+    common::write_request(
+        &config,
+        ENDPOINT_PATH,
+        |m| converter.convert(m),
+        |out, _| {
+            out.write_all(b",\"stream\":false")?;
+            if let Some(n) = max_tokens {
+                write!(out, ",\"max_tokens\":{n}")?;
+            }
+            if let Some(t) = temperature {
+                out.write_all(b",\"temperature\":")?;
+                serde_json::to_writer(&mut *out, &t).map_err(io::Error::from)?;
+            }
+            Ok(())
+        },
+    )
 }

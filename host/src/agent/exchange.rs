@@ -16,13 +16,26 @@ use crate::runtime::{Reply, RequestConfig, RequestFormat, RequestInfo, RuntimeEr
 pub enum ExchangeError {
     /// The request file could not be written.
     #[error("building {request} from {messages} failed: {source}")]
-    Build { request: String, messages: String, source: RuntimeError },
+    Build {
+        request: String,
+        messages: String,
+        source: RuntimeError,
+    },
     /// The POST failed (after the transport's retries).
     #[error("{source} ({request} kept in the task directory for debugging)")]
-    Post { request: String, source: TransportError },
+    Post {
+        request: String,
+        source: TransportError,
+    },
     /// The response could not be parsed.
-    #[error("the response could not be read: {source} ({request} and {response} kept in the task directory for debugging)")]
-    Read { request: String, response: String, source: RuntimeError },
+    #[error(
+        "the response could not be read: {source} ({request} and {response} kept in the task directory for debugging)"
+    )]
+    Read {
+        request: String,
+        response: String,
+        source: RuntimeError,
+    },
 }
 
 /// A completed exchange.
@@ -43,21 +56,28 @@ pub fn exchange(
     response_file: &str,
 ) -> Result<Exchange, ExchangeError> {
     let request_name = config.request_file.clone();
-    let request = format.write_request(config).map_err(|source| ExchangeError::Build {
-        request: request_name.clone(),
-        messages: config.messages_file.clone(),
-        source,
-    })?;
+    let request = format
+        .write_request(config)
+        .map_err(|source| ExchangeError::Build {
+            request: request_name.clone(),
+            messages: config.messages_file.clone(),
+            source,
+        })?;
     let request_path = dir.join(&request_name);
     let response_path = dir.join(response_file);
     let post = transport
         .post_file(&request.endpoint_path, &request_path, &response_path)
-        .map_err(|source| ExchangeError::Post { request: request_name.clone(), source })?;
-    let reply = format.read_response(response_file).map_err(|source| ExchangeError::Read {
-        request: request_name.clone(),
-        response: response_file.to_string(),
-        source,
-    })?;
+        .map_err(|source| ExchangeError::Post {
+            request: request_name.clone(),
+            source,
+        })?;
+    let reply = format
+        .read_response(response_file)
+        .map_err(|source| ExchangeError::Read {
+            request: request_name.clone(),
+            response: response_file.to_string(),
+            source,
+        })?;
     for f in [&request_path, &response_path] {
         if let Err(e) = std::fs::remove_file(f)
             && e.kind() != std::io::ErrorKind::NotFound
@@ -65,5 +85,9 @@ pub fn exchange(
             tracing::warn!("cannot delete {}: {e}", f.display());
         }
     }
-    Ok(Exchange { reply, request, post })
+    Ok(Exchange {
+        reply,
+        request,
+        post,
+    })
 }

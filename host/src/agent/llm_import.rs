@@ -10,9 +10,9 @@ use std::path::{Component, Path, PathBuf};
 
 use ctxhost_format::{ChatMessage, estimate_message_tokens};
 
+use super::exchange::{ExchangeError, exchange};
 use crate::db::Db;
 use crate::llm::Transport;
-use super::exchange::{ExchangeError, exchange};
 use crate::runtime::{Completion, LlmImport, RequestConfig, RequestFormat};
 
 /// Request body of a compressor's completion, in the task directory.
@@ -95,12 +95,20 @@ impl LlmImport for HostLlm {
             max_output_tokens: Some(max_output_tokens),
             temperature: self.temperature,
         };
-        let reply = match exchange(&mut self.format, &self.transport, &self.dir, &config, LLM_RESPONSE_FILE) {
+        let reply = match exchange(
+            &mut self.format,
+            &self.transport,
+            &self.dir,
+            &config,
+            LLM_RESPONSE_FILE,
+        ) {
             Ok(done) => done.reply,
             Err(e) => {
                 if matches!(e, ExchangeError::Read { .. }) {
                     // The provider answered: count the call (usage unknown).
-                    self.db.add_usage(&self.uuid, 1, 0, 0, 0).map_err(|e| e.to_string())?;
+                    self.db
+                        .add_usage(&self.uuid, 1, 0, 0, 0)
+                        .map_err(|e| e.to_string())?;
                 }
                 return Err(e.to_string());
             }
@@ -109,7 +117,9 @@ impl LlmImport for HostLlm {
             Some(u) if u.total_tokens > 0 => u.total_tokens,
             _ => prompt_tokens + estimate_message_tokens(&reply.message),
         };
-        self.db.add_usage(&self.uuid, 1, 0, tokens, 0).map_err(|e| e.to_string())?;
+        self.db
+            .add_usage(&self.uuid, 1, 0, tokens, 0)
+            .map_err(|e| e.to_string())?;
         Ok(Completion {
             message: reply.message,
             usage: reply.usage,
