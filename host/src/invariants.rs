@@ -232,25 +232,14 @@ mod tests {
         ChatMessage::text("user", t)
     }
     fn call(ids: &[&str]) -> ChatMessage {
-        ChatMessage {
-            role: "assistant".into(),
-            content: None,
-            tool_calls: Some(
-                ids.iter()
-                    .map(|id| ToolCall::new(*id, "read", "{}"))
-                    .collect(),
-            ),
-            ..Default::default()
-        }
+        ChatMessage::assistant_calls(
+            ids.iter()
+                .map(|id| ToolCall::new(*id, "read", "{}"))
+                .collect(),
+        )
     }
     fn result(id: &str) -> ChatMessage {
-        ChatMessage {
-            role: "tool".into(),
-            content: Some("ok".into()),
-            tool_call_id: Some(id.into()),
-            tool_name: Some("read".into()),
-            ..Default::default()
-        }
+        ChatMessage::tool_result(&ToolCall::new(id, "read", "{}"), "ok")
     }
 
     #[test]

@@ -462,13 +462,7 @@ pub fn close_pending_calls(dir: &Path, timestamp: &str) -> anyhow::Result<Vec<St
     let last_seq = history_stats(&messages)?.last_seq;
     let mut ids = Vec::new();
     for (seq, call) in (last_seq + 1..).zip(pending) {
-        let message = ChatMessage {
-            role: "tool".to_string(),
-            content: Some(INTERRUPTED_TEXT.to_string()),
-            tool_calls: None,
-            tool_call_id: Some(call.id.clone()),
-            tool_name: Some(call.function.name.clone()),
-        };
+        let message = ChatMessage::tool_result(&call, INTERRUPTED_TEXT);
         let line = HistoryLine {
             seq,
             role: message.role.clone(),
@@ -607,24 +601,14 @@ mod tests {
         ChatMessage::text("system", "be brief")
     }
     fn call(ids: &[&str]) -> ChatMessage {
-        ChatMessage {
-            role: "assistant".into(),
-            tool_calls: Some(
-                ids.iter()
-                    .map(|i| ToolCall::new(*i, "read", "{}"))
-                    .collect(),
-            ),
-            ..Default::default()
-        }
+        ChatMessage::assistant_calls(
+            ids.iter()
+                .map(|i| ToolCall::new(*i, "read", "{}"))
+                .collect(),
+        )
     }
     fn result(id: &str) -> ChatMessage {
-        ChatMessage {
-            role: "tool".into(),
-            content: Some("ok".into()),
-            tool_call_id: Some(id.into()),
-            tool_name: Some("read".into()),
-            ..Default::default()
-        }
+        ChatMessage::tool_result(&ToolCall::new(id, "read", "{}"), "ok")
     }
 
     /// Write messages.jsonl with `history` (seq 1..) and current.jsonl with `current`.

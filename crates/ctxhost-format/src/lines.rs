@@ -38,6 +38,28 @@ impl ChatMessage {
         }
     }
 
+    /// An assistant message that only calls tools (`content: null`).
+    pub fn assistant_calls(calls: Vec<ToolCall>) -> Self {
+        ChatMessage {
+            role: "assistant".to_string(),
+            content: None,
+            tool_calls: Some(calls),
+            ..Default::default()
+        }
+    }
+
+    /// The `tool` message answering `call` with `content` (`tool_call_id` and `tool_name` from
+    /// the call).
+    pub fn tool_result(call: &ToolCall, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: "tool".to_string(),
+            content: Some(content.into()),
+            tool_calls: None,
+            tool_call_id: Some(call.id.clone()),
+            tool_name: Some(call.function.name.clone()),
+        }
+    }
+
     /// The tool calls of this message (empty when it has none).
     pub fn calls(&self) -> &[ToolCall] {
         self.tool_calls.as_deref().unwrap_or(&[])

@@ -102,13 +102,7 @@ impl ToolRunner for NoTools {
         file.write_all(&bytes)
             .with_context(|| format!("cannot append to {}", self.path.display()))?;
         self.next_seq += 1;
-        Ok(ChatMessage {
-            role: "tool".to_string(),
-            content: Some(text),
-            tool_calls: None,
-            tool_call_id: Some(call.id.clone()),
-            tool_name: Some(name.clone()),
-        })
+        Ok(ChatMessage::tool_result(call, text))
     }
 
     fn sync(&mut self) -> anyhow::Result<()> {

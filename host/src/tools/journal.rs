@@ -38,13 +38,7 @@ pub struct RecordedCall {
 impl RecordedCall {
     /// The `tool` message answering `call`: `{role: tool, content, tool_call_id, tool_name}`.
     pub fn to_message(&self, call: &ToolCall) -> ChatMessage {
-        ChatMessage {
-            role: "tool".to_string(),
-            content: Some(self.content.clone()),
-            tool_calls: None,
-            tool_call_id: Some(call.id.clone()),
-            tool_name: Some(call.function.name.clone()),
-        }
+        ChatMessage::tool_result(call, self.content.clone())
     }
 }
 
