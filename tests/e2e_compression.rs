@@ -186,21 +186,6 @@ fn llm_summarizer_compresses_several_times_and_the_task_completes() {
     }
 }
 
-/// The filesystem MCP server's launcher (installed by `npm ci`).
-fn filesystem_server_bin() -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap();
-    let bin = root.join("node_modules/.bin/mcp-server-filesystem");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `npm ci` in {}",
-        bin.display(),
-        root.display()
-    );
-    bin
-}
-
 /// The same scripted task (the model reads a large file 8 times, then answers) with the
 /// compressor named in config: the binary is the same, only `plugins.compressor` changes.
 fn run_reading_task(compressor: &str) -> (TestEnv, Value, std::path::PathBuf, usize) {
@@ -238,7 +223,7 @@ fn run_reading_task(compressor: &str) -> (TestEnv, Value, std::path::PathBuf, us
         .replace("context_length: 1500", "context_length: 4000")
         + &format!(
             "mcp_servers:\n  fs:\n    command: {:?}\n    args: [{:?}]\n",
-            filesystem_server_bin().display().to_string(),
+            support::filesystem_server_bin().display().to_string(),
             sample.path().display().to_string()
         );
     env.write_config(&yaml);

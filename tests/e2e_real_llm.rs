@@ -51,16 +51,9 @@ fn real_task_completes_with_valid_files_and_usage() {
     // The README's demo: demo/config.template.yaml (prompted tool calls over a real MCP
     // filesystem server, a 940-token window so the context is compressed during the run),
     // demo/task.md and demo/workspace/.
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let fs_server = root.join("node_modules/.bin/mcp-server-filesystem");
-    assert!(
-        fs_server.exists(),
-        "{} is missing: run `npm ci`",
-        fs_server.display()
-    );
+    let root = support::repo_root();
+    // The template starts this server; fail early with the fix when it is not installed.
+    support::filesystem_server_bin();
     let template = fs::read_to_string(root.join("demo/config.template.yaml")).unwrap();
     let config = template
         .replace("@LLM_URL@", &url)

@@ -662,39 +662,11 @@ fn fsck_finds_planted_faults_and_repairs_the_fixable_ones() {
     assert!(dir(moved).is_dir());
 }
 
-/// Pids of processes whose command line mentions `marker` and the MCP filesystem server.
-fn mcp_server_pids(marker: &Path) -> Vec<u32> {
-    let marker = marker.display().to_string();
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(&marker) && cmdline.contains("mcp-server-filesystem") {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
 /// A task with a real MCP server pauses before its tool call: the server is shut down with the
 /// pause, and the call is made (by a new server) when the task is resumed.
 #[test]
 fn pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let server = root.join("node_modules/.bin/mcp-server-filesystem");
-    assert!(
-        server.exists(),
-        "{} is missing: run `npm ci`",
-        server.display()
-    );
+    let server = support::filesystem_server_bin();
     let sample = tempfile::tempdir().unwrap();
     let sample_path = sample.path().canonicalize().unwrap();
     std::fs::write(sample_path.join("hello.txt"), "hello from the sample\n").unwrap();
@@ -729,13 +701,15 @@ fn pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call() {
     let w = worker(&env, &[]);
     assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
     assert!(
-        !mcp_server_pids(&sample_path).is_empty(),
+        !support::filesystem_server_pids(&sample_path).is_empty(),
         "the task's MCP server runs"
     );
     env.ctxhost(&["pause", &uuid, "--wait"]).ok();
     assert!(
-        wait_until(Duration::from_secs(10), || mcp_server_pids(&sample_path)
-            .is_empty()),
+        wait_until(Duration::from_secs(10), || support::filesystem_server_pids(
+            &sample_path
+        )
+        .is_empty()),
         "the MCP server outlived the pause"
     );
     wait_ok(w);
@@ -765,5 +739,5 @@ fn pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call() {
         "{result}"
     );
     assert_eq!(read_jsonl(&dir.join("tools.jsonl")).len(), 1);
-    assert!(mcp_server_pids(&sample_path).is_empty());
+    assert!(support::filesystem_server_pids(&sample_path).is_empty());
 }

@@ -7,7 +7,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use ctxhost::tools::{
@@ -16,25 +16,6 @@ use ctxhost::tools::{
 };
 use ctxhost_format::{ToolCall, ToolLine, ToolStatus, estimate_tokens};
 use serde_json::{Value, json};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The filesystem server's launcher; panics with the fix when `npm ci` has not been run.
-fn filesystem_server_bin() -> PathBuf {
-    let bin = repo_root().join("node_modules/.bin/mcp-server-filesystem");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `npm ci` in {} (installs the MCP servers of package.json)",
-        bin.display(),
-        repo_root().display()
-    );
-    bin
-}
 
 /// A sample directory: hello.txt, src/main.rs, docs/ (empty).
 fn sample_dir() -> tempfile::TempDir {
@@ -58,7 +39,7 @@ fn fs_servers(sample: &Path) -> BTreeMap<String, McpServerConfig> {
     BTreeMap::from([(
         "fs".to_string(),
         McpServerConfig {
-            command: filesystem_server_bin().display().to_string(),
+            command: support::filesystem_server_bin().display().to_string(),
             args: vec![sample.display().to_string()],
             env: BTreeMap::new(),
             cwd: None,
@@ -599,11 +580,11 @@ fn is_error_and_timeouts_are_error_results_a_crash_is_fatal() {
 fn close_stops_the_servers() {
     let sample = sample_dir();
     let mut registry = ToolRegistry::start(&fs_servers(sample.path()), &config(4000)).unwrap();
-    let pids_before = server_pids(sample.path());
+    let pids_before = support::filesystem_server_pids(sample.path());
     assert!(!pids_before.is_empty(), "the filesystem server runs");
     registry.close();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !server_pids(sample.path()).is_empty() {
+    while !support::filesystem_server_pids(sample.path()).is_empty() {
         assert!(
             std::time::Instant::now() < deadline,
             "server still running after close"
@@ -616,25 +597,6 @@ fn close_stops_the_servers() {
         .call("read_text_file", "{}")
         .expect_err("no server after close");
     assert!(err.to_string().contains("already shut down"), "{err}");
-}
-
-/// Pids of processes whose command line mentions `marker` (from /proc).
-fn server_pids(marker: &Path) -> Vec<u32> {
-    let marker = marker.display().to_string();
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(&marker) && cmdline.contains("mcp-server-filesystem") {
-            pids.push(pid);
-        }
-    }
-    pids
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -803,7 +765,7 @@ use support::{TestEnv, config_yaml, read_jsonl};
 fn e2e_env(llm: &FakeLlm, sample: &Path, extra: &str) -> TestEnv {
     let yaml = format!(
         "mcp_servers:\n  fs:\n    command: {:?}\n    args: [{:?}]\n{extra}",
-        filesystem_server_bin().display().to_string(),
+        support::filesystem_server_bin().display().to_string(),
         sample.display().to_string()
     );
     let env = TestEnv::new();
@@ -1102,8 +1064,11 @@ fn e2e_a_server_that_cannot_start_fails_the_task_with_its_name() {
 /// The filesystem servers of `sample` have exited (the task process stops them when it ends).
 fn assert_no_server_left(sample: &Path) {
     assert!(
-        support::wait_until(Duration::from_secs(10), || server_pids(sample).is_empty()),
+        support::wait_until(Duration::from_secs(10), || support::filesystem_server_pids(
+            sample
+        )
+        .is_empty()),
         "filesystem server still running after the task ended: {:?}",
-        server_pids(sample)
+        support::filesystem_server_pids(sample)
     );
 }

@@ -303,3 +303,44 @@ pub fn unused_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
 }
+
+/// The repository root (the folder holding `host/`, `tests/`, `node_modules/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
+}
+
+/// The MCP filesystem server's launcher, installed by `npm ci` (package.json); panics with that
+/// fix when it is missing.
+pub fn filesystem_server_bin() -> PathBuf {
+    let bin = repo_root().join("node_modules/.bin/mcp-server-filesystem");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `npm ci` in {} (installs the MCP servers of package.json)",
+        bin.display(),
+        repo_root().display()
+    );
+    bin
+}
+
+/// Pids of MCP filesystem server processes whose command line mentions `marker` (read from
+/// /proc; Linux only).
+pub fn filesystem_server_pids(marker: &Path) -> Vec<u32> {
+    let marker = marker.display().to_string();
+    let mut pids = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&marker) && cmdline.contains("mcp-server-filesystem") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
