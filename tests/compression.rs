@@ -600,11 +600,7 @@ fn check_step(
                 old_count + 1
             );
             let s = sums.last().unwrap();
-            ensure!(
-                s.id == format!("sum-{}", old_count + 1),
-                "summary id {}",
-                s.id
-            );
+            ensure!(s.id == old_count as u64 + 1, "summary id {}", s.id);
             ensure!(
                 (s.start_seq, s.end_seq) == (start, end) && s.summary == text,
                 "summaries.jsonl line {s:?}"
@@ -629,8 +625,7 @@ fn check_step(
             );
             let h = history.last().unwrap();
             ensure!(
-                h.summary_id.as_deref() == Some(s.id.as_str())
-                    && h.content.as_deref() == Some(text.as_str()),
+                h.summary_id == Some(s.id) && h.content.as_deref() == Some(text.as_str()),
                 "history line {h:?}"
             );
             ensure!(h.seq == old_lines as u64 + 1, "summary seq {}", h.seq);
@@ -1057,7 +1052,13 @@ fn threshold_and_keep_recent_are_honoured() {
     over.context_length = tokens * 2 - 2;
     let outcome = task.compact(Kind::Summarizer, &over, &llm).unwrap();
     assert!(
-        matches!(outcome, CompactionOutcome::Compressed { summary_id: Some(ref id), .. } if id == "sum-1"),
+        matches!(
+            outcome,
+            CompactionOutcome::Compressed {
+                summary_id: Some(1),
+                ..
+            }
+        ),
         "{outcome:?}"
     );
     let after = task.context();
@@ -1183,9 +1184,9 @@ fn a_second_summary_covers_the_first_one_and_carries_its_range() {
     let sums: Vec<SummaryLine> = read_jsonl(&task.path("summaries.jsonl"));
     assert_eq!(
         sums.iter()
-            .map(|s| (s.id.as_str(), s.start_seq, s.end_seq))
+            .map(|s| (s.id, s.start_seq, s.end_seq))
             .collect::<Vec<_>>(),
-        [("sum-1", 2, 21), ("sum-2", 2, 46)]
+        [(1, 2, 21), (2, 2, 46)]
     );
     // The component's wall clock (WASI) stamps the line: RFC 3339 UTC with milliseconds.
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);

@@ -152,10 +152,10 @@ fn calls_before_open_and_bad_arguments_are_refused() {
             "add-message: role `robot` is not one of system, user, assistant, tool".into()
         )
     );
-    let err = plugin_error(s.record_summary(&ChatMessage::text("assistant", "sum"), "", TS));
+    let err = plugin_error(s.record_summary(&ChatMessage::text("assistant", "sum"), 0, TS));
     assert_eq!(
         err,
-        PluginError::InvalidInput("record-summary: summary-id is empty".into())
+        PluginError::InvalidInput("record-summary: summary-id 0 (summary ids count from 1)".into())
     );
     for source in ["current.jsonl", "messages.jsonl", "current.jsonl.tmp", ""] {
         let err = plugin_error(s.recreate_current_context(source));

@@ -293,7 +293,36 @@ fn usage(prompt_tokens: u64, completion_tokens: u64, total_tokens: u64) -> Optio
         prompt_tokens,
         completion_tokens,
         total_tokens,
+        ..Usage::default()
     })
+}
+
+#[test]
+fn openai_cached_prompt_tokens_become_cache_read_tokens() {
+    // OpenAI reports prompt-cache hits as `usage.prompt_tokens_details.cached_tokens` (part of
+    // `prompt_tokens`); servers without a cache send no details (or `null`): 0.
+    let reply = read("openai-chat", "openai_cached.json").unwrap();
+    assert_eq!(
+        reply.usage,
+        Some(Usage {
+            prompt_tokens: 2006,
+            completion_tokens: 300,
+            total_tokens: 2306,
+            cache_read_tokens: 1920,
+            cache_creation_tokens: 0,
+        })
+    );
+    let plain = read("openai-chat", "openai_text.json")
+        .unwrap()
+        .usage
+        .unwrap();
+    assert_eq!(
+        (plain.cache_read_tokens, plain.cache_creation_tokens),
+        (0, 0)
+    );
+    // prompted-tools parses OpenAI bodies with the same code.
+    let prompted = read("prompted-tools", "openai_cached.json").unwrap();
+    assert_eq!(prompted.usage.map(|u| u.cache_read_tokens), Some(1920));
 }
 
 #[test]

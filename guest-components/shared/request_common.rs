@@ -171,12 +171,15 @@ pub fn to_wit(m: ChatMessage) -> WitMessage {
 }
 
 /// Token usage from a provider's counts: a missing count is 0, a missing `total` is the sum
-/// of the other two.
+/// of the other two. The prompt-cache counts are 0; a format whose provider reports them sets
+/// them on the result.
 pub fn usage(prompt: Option<u64>, completion: Option<u64>, total: Option<u64>) -> Usage {
     let (prompt, completion) = (prompt.unwrap_or(0), completion.unwrap_or(0));
     Usage {
         prompt_tokens: prompt,
         completion_tokens: completion,
         total_tokens: total.unwrap_or(prompt + completion),
+        cache_read_tokens: 0,
+        cache_creation_tokens: 0,
     }
 }

@@ -31,8 +31,8 @@ pub enum CompactionOutcome {
         /// Tokens of current.jsonl before and after (estimates).
         before_tokens: u64,
         after_tokens: u64,
-        /// The summary's id, when the strategy made one.
-        summary_id: Option<String>,
+        /// The summary's id (an integer from 1), when the strategy made one.
+        summary_id: Option<u64>,
     },
 }
 
@@ -142,7 +142,7 @@ pub fn compact_if_needed(
             return reject(CompactionError::EmptySummary { component });
         }
         let message = ChatMessage::text("assistant", summary.summary.clone());
-        if let Err(e) = store.record_summary(&message, &summary.id, &now()) {
+        if let Err(e) = store.record_summary(&message, summary.id, &now()) {
             let _ = std::fs::remove_file(&new_path);
             return Err(e.into());
         }

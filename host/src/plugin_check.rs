@@ -30,13 +30,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ctxhost_format::{ChatMessage, HistoryLine, SummaryLine, ToolCall, estimate_message_tokens};
+use ctxhost_format::summary_id::OnDisk;
+use ctxhost_format::{ChatMessage, HistoryLine, ToolCall, estimate_message_tokens};
 use serde_json::{Value, json};
 
 use crate::invariants::check_context_file;
 use crate::runtime::{
     Completion, CompressConfig, LlmImport, LoadedPlugin, PluginError, PluginKind, PluginSource,
-    RequestConfig, Runtime, RuntimeError, RuntimeLimits, Usage,
+    RequestConfig, Runtime, RuntimeError, RuntimeLimits, Usage, WitVersion,
 };
 
 /// One check's outcome.
@@ -646,7 +647,7 @@ fn message_store_suite(
             let before = fs::read(dir.join("current.jsonl")).map_err(e)?;
             let summary = ChatMessage::text("assistant", "Summary: the agent read src/main.rs.");
             let a = store
-                .record_summary(&summary, "sum-1", "2026-01-02T03:05:00Z")
+                .record_summary(&summary, 1, "2026-01-02T03:05:00Z")
                 .map_err(e)?;
             ensure!(a.seq == 4, "seq {}, expected 4", a.seq);
             let lines: Vec<HistoryLine> = read_lines(&dir.join("messages.jsonl"))?;
@@ -661,10 +662,25 @@ fn message_store_suite(
                 "last line {last:?}"
             );
             ensure!(
-                last.summary_id.as_deref() == Some("sum-1"),
-                "summary_id {:?}, expected \"sum-1\"",
+                last.summary_id == Some(1),
+                "summary_id {:?}, expected 1",
                 last.summary_id
             );
+            // The spec's form is a JSON number; a 0.1.0 store was given (and writes) `"sum-1"`.
+            let raw: Vec<Value> = read_lines(&dir.join("messages.jsonl"))?;
+            let written = raw[3].get("summary_id").and_then(OnDisk::classify);
+            match plugin.wit() {
+                WitVersion::V0_1_0 => ensure!(
+                    matches!(written, Some(OnDisk::Number(1) | OnDisk::Legacy(_, 1))),
+                    "summary_id written as {}, expected 1 or \"sum-1\"",
+                    raw[3]["summary_id"]
+                ),
+                WitVersion::V0_2_0 => ensure!(
+                    written == Some(OnDisk::Number(1)),
+                    "summary_id written as {}, expected the JSON number 1",
+                    raw[3]["summary_id"]
+                ),
+            }
             ensure!(
                 last.content == summary.content,
                 "content {:?}",
@@ -964,7 +980,7 @@ fn request_format_suite(
         }
     })());
 
-    let samples = response_samples(&endpoint);
+    let samples = response_samples(&endpoint, plugin.wit());
     if samples.is_empty() {
         suite.record(
             "read-response",
@@ -991,7 +1007,14 @@ struct ResponseSample {
     expect: Box<dyn Fn(Result<crate::runtime::Reply, RuntimeError>) -> Outcome>,
 }
 
-fn response_samples(endpoint: &str) -> Vec<ResponseSample> {
+/// Sample responses for the provider behind `endpoint`. The OpenAI text reply reports 8 cached
+/// prompt tokens (`prompt_tokens_details.cached_tokens`), expected as `cache-read-tokens` from a
+/// 0.2.0 component; a 0.1.0 component cannot report them (0).
+fn response_samples(endpoint: &str, wit: WitVersion) -> Vec<ResponseSample> {
+    let openai_cached = match wit {
+        WitVersion::V0_1_0 => 0,
+        WitVersion::V0_2_0 => 8,
+    };
     const TEXT: &str = "Hello 世界 \"x\" \\ 😀";
     let text_reply =
         |usage: Usage| -> Box<dyn Fn(Result<crate::runtime::Reply, RuntimeError>) -> Outcome> {
@@ -1019,8 +1042,11 @@ fn response_samples(endpoint: &str) -> Vec<ResponseSample> {
                     r.finish_reason
                 );
                 Ok(format!(
-                    "assistant text, usage {}/{}/{}",
-                    usage.prompt_tokens, usage.completion_tokens, usage.total_tokens
+                    "assistant text, usage {}/{}/{} (cache read {})",
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    usage.total_tokens,
+                    usage.cache_read_tokens
                 ))
             })
         };
@@ -1061,10 +1087,11 @@ fn response_samples(endpoint: &str) -> Vec<ResponseSample> {
                 body: json!({
                     "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": TEXT}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
+                    "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17,
+                              "prompt_tokens_details": {"cached_tokens": 8}}
                 })
                 .to_string(),
-                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 }),
+                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17, cache_read_tokens: openai_cached, cache_creation_tokens: 0 }),
             },
             ResponseSample {
                 name: "read-response: OpenAI tool call reply",
@@ -1092,7 +1119,7 @@ fn response_samples(endpoint: &str) -> Vec<ResponseSample> {
                     "done": true, "done_reason": "stop", "prompt_eval_count": 12, "eval_count": 5
                 })
                 .to_string(),
-                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 }),
+                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17, ..Usage::default() }),
             },
             ResponseSample {
                 name: "read-response: Ollama tool call reply",
@@ -1165,6 +1192,7 @@ impl LlmImport for FakeLlm {
                 prompt_tokens: 100,
                 completion_tokens: 20,
                 total_tokens: 120,
+                ..Usage::default()
             }),
         })
     }
@@ -1374,8 +1402,16 @@ fn compressor_suite(
         if let Some(s) = &result.summary {
             ensure!(s.start_seq >= 1 && s.start_seq <= s.end_seq, "summary covers seq {}..{}", s.start_seq, s.end_seq);
             ensure!(s.summary.contains("SUMMARY: the agent listed"), "summary text {:?}", s.summary);
-            let lines: Vec<SummaryLine> = read_lines(&dir.join("summaries.jsonl"))?;
-            ensure!(lines.iter().any(|l| l.id == s.id), "summaries.jsonl has no line with id {:?}", s.id);
+            // The spec's form is a JSON number; a 0.1.0 compressor writes strings (`sum-N`, or its
+            // own scheme, which the host's shim numbered).
+            let lines: Vec<Value> = read_lines(&dir.join("summaries.jsonl"))?;
+            let legacy = plugin.wit() == WitVersion::V0_1_0;
+            let found = lines.iter().filter_map(|l| l.get("id").and_then(OnDisk::classify)).any(|id| match id {
+                OnDisk::Number(n) => n == s.id,
+                OnDisk::Legacy(_, n) => legacy && n == s.id,
+                OnDisk::Unreadable(_) => legacy,
+            });
+            ensure!(found, "summaries.jsonl has no line with id {} (a JSON number)", s.id);
         }
         Ok(format!("{} llm.complete call(s), each fits the window; summary in the new context", calls.len()))
     })());

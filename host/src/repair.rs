@@ -753,7 +753,7 @@ mod tests {
             tool_name: None,
             tool_calls: None,
             tool_call_id: None,
-            summary_id: Some("sum-1".into()),
+            summary_id: Some(1),
         };
         let new = HistoryLine {
             seq: 6,

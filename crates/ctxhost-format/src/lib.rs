@@ -11,6 +11,7 @@
 //! - [`compress`]: the pure rules of context compression (cut point, summary and mask markers,
 //!   summary request chunking); [`time`]: RFC 3339 timestamps from a wall clock.
 //! - [`prompted`]: tool calls for models without native tool calling (prompt text, reply parser).
+//! - [`summary_id`]: summary ids (numbers from 1; the old `"sum-N"` strings still read).
 
 pub mod body;
 pub mod compress;
@@ -19,6 +20,7 @@ pub mod lines;
 pub mod prompted;
 pub mod reply;
 pub mod stream;
+pub mod summary_id;
 pub mod time;
 pub mod tokens;
 

@@ -125,9 +125,14 @@ pub struct HistoryLine {
     pub tool_calls: Option<Vec<ToolCall>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
-    /// Set on summaries appended by a compression (role `assistant`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary_id: Option<String>,
+    /// Set on summaries appended by a compression (role `assistant`): the summary's id in
+    /// summaries.jsonl, a JSON number from 1. Reads the old string form `"sum-N"` too.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::summary_id::deserialize_opt"
+    )]
+    pub summary_id: Option<u64>,
 }
 
 impl HistoryLine {
@@ -143,12 +148,17 @@ impl HistoryLine {
     }
 }
 
-/// One line of `summaries.jsonl`.
+/// One line of `summaries.jsonl`:
+/// `{id, start_seq, end_seq, summary, original_tokens, summary_tokens, ratio, timestamp}`.
 ///
-/// `ratio` is `summary_tokens / original_tokens` (0 when nothing was summarised).
+/// `id` counts from 1 within the task (a JSON number; the old string form `"sum-N"` is read
+/// too, see [`crate::summary_id`]); `start_seq..=end_seq` are the messages.jsonl seqs covered;
+/// tokens are estimates; `ratio` is `summary_tokens / original_tokens` (0 when nothing was
+/// summarised); `timestamp` is RFC 3339 UTC.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SummaryLine {
-    pub id: String,
+    #[serde(deserialize_with = "crate::summary_id::deserialize")]
+    pub id: u64,
     pub start_seq: u64,
     pub end_seq: u64,
     pub summary: String,

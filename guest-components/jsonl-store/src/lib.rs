@@ -32,10 +32,10 @@ impl Guest for JsonlStore {
 
     fn record_summary(
         summary: ChatMessage,
-        summary_id: String,
+        summary_id: u64,
         timestamp: String,
     ) -> Result<AddedMessage, PluginError> {
-        store::with(|s| s.record_summary(convert::to_format(summary), &summary_id, &timestamp))
+        store::with(|s| s.record_summary(convert::to_format(summary), summary_id, &timestamp))
     }
 
     fn current_token_count() -> u64 {

@@ -105,22 +105,22 @@ impl Store {
         Ok(added)
     }
 
-    /// Appends a summary to messages.jsonl only, with its `summary_id`.
+    /// Appends a summary to messages.jsonl only, with its `summary_id` (a JSON number from 1).
     pub fn record_summary(
         &mut self,
         summary: ChatMessage,
-        summary_id: &str,
+        summary_id: u64,
         timestamp: &str,
     ) -> Result<AddedMessage, PluginError> {
         self.require_open("record-summary")?;
         check_role(&summary.role, "record-summary")?;
-        if summary_id.is_empty() {
+        if summary_id == 0 {
             return Err(PluginError::InvalidInput(
-                "record-summary: summary-id is empty".to_string(),
+                "record-summary: summary-id 0 (summary ids count from 1)".to_string(),
             ));
         }
         let tokens = estimate_message_tokens(&summary);
-        self.append_history(&summary, timestamp, tokens, Some(summary_id.to_string()))
+        self.append_history(&summary, timestamp, tokens, Some(summary_id))
     }
 
     /// Replaces current.jsonl with the chat message lines of `source` (streamed through
@@ -174,7 +174,7 @@ impl Store {
         message: &ChatMessage,
         timestamp: &str,
         tokens: u64,
-        summary_id: Option<String>,
+        summary_id: Option<u64>,
     ) -> Result<AddedMessage, PluginError> {
         let seq = self.history_count + 1;
         let line = HistoryLine {

@@ -5,9 +5,10 @@
 use std::io::BufRead;
 
 use ctxhost_format::jsonl::LineReader;
+use ctxhost_format::summary_id;
 
 use crate::ctxhost::plugin::types::PluginError;
-use crate::jsonl_files::{LineWriter, open_lines, require_lines};
+use crate::jsonl_files::{LineWriter, require_lines};
 
 /// The live context (read only).
 pub const CURRENT: &str = "current.jsonl";
@@ -33,16 +34,15 @@ pub fn copy_lines(from: &str, to: &mut LineWriter) -> Result<(), PluginError> {
     Ok(())
 }
 
-/// Non-blank lines of `file` (0 when it does not exist).
-pub fn count_lines(file: &str) -> Result<u64, PluginError> {
-    let Some(mut reader) = open_lines(file)? else {
-        return Ok(0);
-    };
-    let mut n = 0;
-    while reader.next_line()?.is_some() {
-        n += 1;
+/// The id of the next summary: one more than the largest id in summaries.jsonl (numbers, or
+/// the old `"sum-N"` strings) and than its line count; 1 when the file does not exist.
+pub fn next_summary_id() -> Result<u64, PluginError> {
+    let io = |e: std::io::Error| PluginError::Io(format!("reading {SUMMARIES}: {e}"));
+    match std::fs::File::open(SUMMARIES) {
+        Ok(f) => summary_id::next_id(std::io::BufReader::new(f), None).map_err(io),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(1),
+        Err(e) => Err(io(e)),
     }
-    Ok(n)
 }
 
 /// The first non-blank line of `file`, as written.

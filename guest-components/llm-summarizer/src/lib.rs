@@ -101,12 +101,12 @@ fn compress(config: &CompressConfig) -> Result<CompressResult, PluginError> {
     files::copy_lines(UNSUMMARIZED, &mut out)?;
     out.finish()?;
 
-    let id = format!("sum-{}", files::count_lines(SUMMARIES)? + 1);
+    let id = files::next_summary_id()?;
     let original_tokens = parts.summarized_tokens;
     jsonl_files::append_json_line_synced(
         SUMMARIES,
         &SummaryLine {
-            id: id.clone(),
+            id,
             start_seq,
             end_seq,
             summary: summary.text.clone(),
@@ -123,7 +123,7 @@ fn compress(config: &CompressConfig) -> Result<CompressResult, PluginError> {
     log(
         Level::Info,
         &format!(
-            "{id}: summarised messages {start_seq}–{end_seq} ({original_tokens} tokens, {} chunk(s), {} \
+            "summary {id}: summarised messages {start_seq}–{end_seq} ({original_tokens} tokens, {} chunk(s), {} \
              request(s)) into {summary_tokens} tokens; context {} → {} tokens",
             summary.chunks,
             summary.requests,

@@ -1,7 +1,9 @@
 //! `read-response`: an OpenAI chat-completions response body → reply.
 //!
 //! Accepts `{"choices":[{"message":{"role","content","tool_calls"?},"finish_reason"?}],
-//! "usage"?:{"prompt_tokens","completion_tokens","total_tokens"}}`. Lenient where servers
+//! "usage"?:{"prompt_tokens","completion_tokens","total_tokens",
+//! "prompt_tokens_details"?:{"cached_tokens"?}}}` (`cached_tokens`, the prompt tokens served from
+//! OpenAI's prompt cache, becomes `cache-read-tokens`). Lenient where servers
 //! differ: `content` may be `null`, a string or an array of `{"type":"text","text"}` parts; a
 //! tool call's `arguments` may be an object (serialised to JSON text) and its `id` may be
 //! missing or repeated (`call_<n>` is generated, unique within the reply); `total_tokens` defaults to the
@@ -12,7 +14,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::common::{self, bad_shape};
-use crate::ctxhost::plugin::types::PluginError;
+use crate::ctxhost::plugin::types::{PluginError, Usage};
 use crate::exports::ctxhost::plugin::request_format::Reply;
 
 #[derive(Deserialize)]
@@ -49,6 +51,15 @@ struct UsageIn {
     completion_tokens: Option<u64>,
     #[serde(default)]
     total_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// OpenAI `usage.prompt_tokens_details` (`null` or absent on servers that do not cache).
+#[derive(Deserialize)]
+struct PromptTokensDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 /// Parses the response in `file`. Errors (`invalid-input`): see [`common::read_response_json`],
@@ -68,9 +79,13 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
         content_text(message.content),
         message.tool_calls.unwrap_or_default(),
     );
-    let usage = response
-        .usage
-        .map(|u| common::usage(u.prompt_tokens, u.completion_tokens, u.total_tokens));
+    let usage = response.usage.map(|u| {
+        let cached = u.prompt_tokens_details.and_then(|d| d.cached_tokens);
+        Usage {
+            cache_read_tokens: cached.unwrap_or(0),
+            ..common::usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
+        }
+    });
     Ok(Reply {
         message: common::to_wit(message),
         usage,

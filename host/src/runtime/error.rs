@@ -51,16 +51,18 @@ pub enum RuntimeError {
         expected: String,
         world: String,
     },
-    /// The component exports the expected interface at an incompatible WIT version.
+    /// The component exports the expected interface at a WIT version this host does not load
+    /// (`supported` lists those it does, e.g. `ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0`;
+    /// `current` is the version of `wit/plugin.wit`).
     #[error(
-        "component {component}: exports {found}, expected {expected} (WIT version {version} of world {world}); rebuild it against wit/plugin.wit {version}"
+        "component {component}: exports {found}, a WIT version this host does not load; it loads {supported} (world {world}): rebuild it against wit/plugin.wit ({current})"
     )]
     IncompatibleVersion {
         component: String,
         found: String,
-        expected: String,
-        version: String,
+        supported: String,
         world: String,
+        current: String,
     },
     /// Compiling the component failed.
     #[error("component {component}: compiling failed: {reason}")]

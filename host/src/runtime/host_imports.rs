@@ -1,4 +1,6 @@
-//! The host side of the component imports `ctxhost:plugin/log` and `ctxhost:plugin/llm`.
+//! The host side of the component imports `ctxhost:plugin/log` and `ctxhost:plugin/llm`, for
+//! every supported WIT version (each version's bindings call these from their `Host` impls,
+//! see [`super::wit`]).
 //!
 //! `log` goes to `tracing` (target `ctxhost::plugin`, field `component`). `llm.complete` calls
 //! the instance's [`super::LlmImport`] (compressors only; other worlds cannot import `llm`);
@@ -7,62 +9,52 @@
 
 use std::time::Instant;
 
-use super::bindings::{wit_llm, wit_log, wit_types};
 use super::sandbox::StoreState;
+use super::types::Completion;
 
 /// Longest log message forwarded (bytes); longer ones are cut at a character boundary.
 const MAX_LOG_BYTES: usize = 16 * 1024;
 
-impl wit_types::Host for StoreState {}
+/// WIT `log.level`, the same in every supported WIT version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
 
-impl wit_log::Host for StoreState {
-    fn log(&mut self, level: wit_log::Level, message: String) {
-        let message = truncate(&message, MAX_LOG_BYTES);
-        let component = &*self.component;
-        match level {
-            wit_log::Level::Trace => {
-                tracing::trace!(target: "ctxhost::plugin", component, "{message}")
-            }
-            wit_log::Level::Debug => {
-                tracing::debug!(target: "ctxhost::plugin", component, "{message}")
-            }
-            wit_log::Level::Info => {
-                tracing::info!(target: "ctxhost::plugin", component, "{message}")
-            }
-            wit_log::Level::Warn => {
-                tracing::warn!(target: "ctxhost::plugin", component, "{message}")
-            }
-            wit_log::Level::Error => {
-                tracing::error!(target: "ctxhost::plugin", component, "{message}")
-            }
-        }
+/// `log.log`: `message` (cut at [`MAX_LOG_BYTES`]) to `tracing` at `level`.
+pub(crate) fn log(state: &mut StoreState, level: LogLevel, message: &str) {
+    let message = truncate(message, MAX_LOG_BYTES);
+    let component = &*state.component;
+    match level {
+        LogLevel::Trace => tracing::trace!(target: "ctxhost::plugin", component, "{message}"),
+        LogLevel::Debug => tracing::debug!(target: "ctxhost::plugin", component, "{message}"),
+        LogLevel::Info => tracing::info!(target: "ctxhost::plugin", component, "{message}"),
+        LogLevel::Warn => tracing::warn!(target: "ctxhost::plugin", component, "{message}"),
+        LogLevel::Error => tracing::error!(target: "ctxhost::plugin", component, "{message}"),
     }
 }
 
-impl wit_llm::Host for StoreState {
-    fn complete(
-        &mut self,
-        messages_file: String,
-        max_output_tokens: u32,
-    ) -> Result<wit_llm::Completion, wit_types::PluginError> {
-        let started = Instant::now();
-        let result = match self.llm.as_mut() {
-            Some(llm) => llm.complete(&messages_file, max_output_tokens),
-            None => Err("no LLM is available to this component".to_string()),
-        };
-        self.host_time += started.elapsed();
-        match result {
-            Ok(completion) => Ok(completion.into()),
-            Err(reason) => {
-                tracing::debug!(target: "ctxhost::plugin", component = &*self.component, "llm.complete failed: {reason}");
-                Err(wit_types::PluginError::Llm(reason))
-            }
-        }
+/// `llm.complete`: the instance's [`super::LlmImport`] (an error when it has none), its time
+/// credited back to the call's deadline. `Err(text)` becomes WIT `plugin-error::llm(text)`.
+pub(crate) fn complete(
+    state: &mut StoreState,
+    messages_file: &str,
+    max_output_tokens: u32,
+) -> Result<Completion, String> {
+    let started = Instant::now();
+    let result = match state.llm.as_mut() {
+        Some(llm) => llm.complete(messages_file, max_output_tokens),
+        None => Err("no LLM is available to this component".to_string()),
+    };
+    state.host_time += started.elapsed();
+    if let Err(reason) = &result {
+        tracing::debug!(target: "ctxhost::plugin", component = &*state.component, "llm.complete failed: {reason}");
     }
-
-    fn estimate_tokens(&mut self, text: String) -> u64 {
-        ctxhost_format::estimate_tokens(&text)
-    }
+    result
 }
 
 fn truncate(s: &str, max: usize) -> &str {

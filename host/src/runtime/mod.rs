@@ -8,18 +8,18 @@
 //!      .open() / .add_message(..) / ...                              -> Result<_, RuntimeError>
 //! ```
 //!
-//! - [`world`]: which world a component implements (from its exports), WIT version checks.
+//! - [`world`]: which world and WIT version a component implements (from its exports).
+//! - [`wit`]: one module per supported WIT version (0.1.0, 0.2.0): generated bindings and the
+//!   shim to the host's types in [`types`].
 //! - [`cache`]: precompiled artefacts under `contexts/.cache/`.
 //! - [`sandbox`]: per-instance `Store`, WASI (task directory only), limits, deadlines, error
 //!   mapping. [`output`]: component stdout/stderr → `tracing`.
-//! - [`bindings`] (generated) and `convert` (the shim to host types in [`types`]).
-//! - [`MessageStore`], [`RequestFormat`], [`Compressor`]: the typed instances.
+//! - [`MessageStore`], [`RequestFormat`], [`Compressor`]: the typed instances, holding either
+//!   version's bindings.
 
-mod bindings;
 mod builtin;
 pub mod cache;
 mod compressor;
-mod convert;
 mod epoch;
 mod error;
 mod host_imports;
@@ -28,6 +28,7 @@ pub mod output;
 mod request_format;
 mod sandbox;
 pub mod types;
+pub mod wit;
 pub mod world;
 
 use std::borrow::Cow;
@@ -40,11 +41,9 @@ use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
-use bindings::compressor::{CompressorPlugin, CompressorPluginPre};
-use bindings::message_store::{MessageStorePlugin, MessageStorePluginPre};
-use bindings::request_format::{RequestFormatPlugin, RequestFormatPluginPre};
 use epoch::EpochTicker;
 use sandbox::{Sandbox, StoreState};
+use wit::{Versioned, v0_1_0, v0_2_0};
 
 pub use cache::CacheOutcome;
 pub use compressor::Compressor;
@@ -55,6 +54,7 @@ pub use types::{
     AddedMessage, Completion, CompressConfig, CompressResult, LlmImport, NoLlm, Reply,
     RequestConfig, RequestInfo, StoreStats, SummaryInfo, Usage,
 };
+pub use wit::WitVersion;
 pub use world::{PluginKind, WIT_PACKAGE, WIT_VERSION};
 
 /// Per-instance resource limits (config `runtime.memory_limit_mib`, `runtime.call_timeout_secs`).
@@ -140,6 +140,7 @@ pub struct LoadedPlugin {
     name: Arc<str>,
     kind: PluginKind,
     version: String,
+    wit: WitVersion,
     exports: Vec<String>,
     cache: CacheOutcome,
     pre: Pre,
@@ -147,9 +148,9 @@ pub struct LoadedPlugin {
 
 #[derive(Clone)]
 enum Pre {
-    MessageStore(MessageStorePluginPre<StoreState>),
-    Compressor(CompressorPluginPre<StoreState>),
-    RequestFormat(RequestFormatPluginPre<StoreState>),
+    MessageStore(message_store::Pre),
+    Compressor(compressor::Pre),
+    RequestFormat(request_format::Pre),
 }
 
 impl LoadedPlugin {
@@ -163,9 +164,15 @@ impl LoadedPlugin {
         self.kind
     }
 
-    /// The WIT version of the exported plugin interface, e.g. `0.1.0`.
+    /// The WIT version of the exported plugin interface as the component names it, e.g.
+    /// `0.1.0`.
     pub fn wit_version(&self) -> &str {
         &self.version
+    }
+
+    /// The supported WIT version the component runs as (its shim).
+    pub fn wit(&self) -> WitVersion {
+        self.wit
     }
 
     /// Every export name of the component.
@@ -189,14 +196,41 @@ impl fmt::Debug for LoadedPlugin {
     }
 }
 
+/// The linkers of one WIT version: one per world (WASI p2 + `log`, and `llm` for compressors).
+struct WorldLinkers {
+    message_store: Linker<StoreState>,
+    compressor: Linker<StoreState>,
+    request_format: Linker<StoreState>,
+}
+
+impl WorldLinkers {
+    fn get(&self, kind: PluginKind) -> &Linker<StoreState> {
+        match kind {
+            PluginKind::MessageStore => &self.message_store,
+            PluginKind::Compressor => &self.compressor,
+            PluginKind::RequestFormat => &self.request_format,
+        }
+    }
+}
+
+/// A linker with WASI p2 and what `add` defines (a world's `ctxhost:plugin` imports).
+fn linker(
+    engine: &Engine,
+    add: impl FnOnce(&mut Linker<StoreState>) -> wasmtime::Result<()>,
+) -> anyhow::Result<Linker<StoreState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(wasmtime_error)?;
+    add(&mut linker).map_err(wasmtime_error)?;
+    Ok(linker)
+}
+
 /// The component runtime of one process: one `Engine` (epoch interruption, ticked every 10 ms
-/// by a background thread), a `Linker` per world (WASI p2 + `log`, and `llm` for compressors),
-/// the compiled-component cache and the per-instance limits. `Send + Sync`.
+/// by a background thread), a `Linker` per world and supported WIT version, the
+/// compiled-component cache and the per-instance limits. `Send + Sync`.
 pub struct Runtime {
     engine: Engine,
-    message_store_linker: Linker<StoreState>,
-    compressor_linker: Linker<StoreState>,
-    request_format_linker: Linker<StoreState>,
+    linkers_v0_1_0: WorldLinkers,
+    linkers_v0_2_0: WorldLinkers,
     cache: cache::ComponentCache,
     limits: RuntimeLimits,
     ticker: Arc<EpochTicker>,
@@ -212,38 +246,35 @@ impl Runtime {
         config.epoch_interruption(true);
         let engine = Engine::new(&config).map_err(wasmtime_error)?;
 
-        let mut message_store_linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut message_store_linker).map_err(wasmtime_error)?;
-        MessageStorePlugin::add_to_linker::<StoreState, HasSelf<StoreState>>(
-            &mut message_store_linker,
-            |s| s,
-        )
-        .map_err(wasmtime_error)?;
-
-        let mut compressor_linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut compressor_linker).map_err(wasmtime_error)?;
-        CompressorPlugin::add_to_linker::<StoreState, HasSelf<StoreState>>(
-            &mut compressor_linker,
-            |s| s,
-        )
-        .map_err(wasmtime_error)?;
-
-        let mut request_format_linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut request_format_linker)
-            .map_err(wasmtime_error)?;
-        RequestFormatPlugin::add_to_linker::<StoreState, HasSelf<StoreState>>(
-            &mut request_format_linker,
-            |s| s,
-        )
-        .map_err(wasmtime_error)?;
+        let linkers_v0_1_0 = WorldLinkers {
+            message_store: linker(&engine, |l| {
+                v0_1_0::MessageStorePlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+            compressor: linker(&engine, |l| {
+                v0_1_0::CompressorPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+            request_format: linker(&engine, |l| {
+                v0_1_0::RequestFormatPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+        };
+        let linkers_v0_2_0 = WorldLinkers {
+            message_store: linker(&engine, |l| {
+                v0_2_0::MessageStorePlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+            compressor: linker(&engine, |l| {
+                v0_2_0::CompressorPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+            request_format: linker(&engine, |l| {
+                v0_2_0::RequestFormatPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+        };
 
         let cache = cache::ComponentCache::new(cache_dir, &engine);
         let ticker = EpochTicker::start(&engine)?;
         Ok(Runtime {
             engine,
-            message_store_linker,
-            compressor_linker,
-            request_format_linker,
+            linkers_v0_1_0,
+            linkers_v0_2_0,
             cache,
             limits,
             ticker,
@@ -261,13 +292,15 @@ impl Runtime {
     }
 
     /// Load `source` as a plugin of `kind`: read it, compile it (or load it from the cache),
-    /// check it exports `kind`'s interface at WIT version 0.1.x, and pre-link it.
+    /// check it exports `kind`'s interface at a supported WIT version ([`WitVersion::SUPPORTED`]:
+    /// 0.1.x or 0.2.x), and pre-link it with that version's linker.
     ///
     /// Errors name the component: [`RuntimeError::NotFound`], [`RuntimeError::Read`],
     /// [`RuntimeError::NotAComponent`], [`RuntimeError::UnknownBuiltin`],
     /// [`RuntimeError::WrongWorld`] (e.g. `component x.wasm: exports
-    /// ctxhost:plugin/request-format@0.1.0, expected ctxhost:plugin/message-store@0.1.0 (world
-    /// message-store-plugin)`), [`RuntimeError::IncompatibleVersion`], [`RuntimeError::Compile`],
+    /// ctxhost:plugin/request-format@0.2.0, expected ctxhost:plugin/message-store@0.2.0 (world
+    /// message-store-plugin)`), [`RuntimeError::IncompatibleVersion`] (another WIT version; the message lists the
+    /// versions this host loads), [`RuntimeError::Compile`],
     /// [`RuntimeError::Link`] (imports the world does not provide, or export signatures that do
     /// not match the WIT).
     pub fn load(
@@ -277,8 +310,8 @@ impl Runtime {
     ) -> Result<LoadedPlugin, RuntimeError> {
         let (name, component, outcome) = self.compile(source)?;
         let exports = world::export_names(&self.engine, &component);
-        let version = world::expect_kind(&name, &exports, kind)?;
-        self.prepare(name, component, outcome, kind, version, exports)
+        let (version, wit) = world::expect_kind(&name, &exports, kind)?;
+        self.prepare(name, component, outcome, kind, (version, wit), exports)
     }
 
     /// Load `source` as whichever plugin kind it exports (for `ctxhost plugin check`).
@@ -287,8 +320,8 @@ impl Runtime {
     pub fn load_any(&self, source: &PluginSource) -> Result<LoadedPlugin, RuntimeError> {
         let (name, component, outcome) = self.compile(source)?;
         let exports = world::export_names(&self.engine, &component);
-        let (kind, version) = world::detect(&name, &exports)?;
-        self.prepare(name, component, outcome, kind, version, exports)
+        let (kind, version, wit) = world::detect(&name, &exports)?;
+        self.prepare(name, component, outcome, kind, (version, wit), exports)
     }
 
     /// A new message store instance of `plugin` on `task_dir` (which must exist).
@@ -300,9 +333,7 @@ impl Runtime {
         let Pre::MessageStore(pre) = &plugin.pre else {
             return Err(self.kind_mismatch(plugin, PluginKind::MessageStore));
         };
-        let mut sandbox = self.sandbox(plugin, task_dir, None)?;
-        let bindings = sandbox.call("instantiation", |s| pre.instantiate(s))?;
-        Ok(MessageStore::new(sandbox, bindings))
+        MessageStore::instantiate(self.sandbox(plugin, task_dir, None)?, pre)
     }
 
     /// A new request format instance of `plugin` on `task_dir`.
@@ -314,9 +345,7 @@ impl Runtime {
         let Pre::RequestFormat(pre) = &plugin.pre else {
             return Err(self.kind_mismatch(plugin, PluginKind::RequestFormat));
         };
-        let mut sandbox = self.sandbox(plugin, task_dir, None)?;
-        let bindings = sandbox.call("instantiation", |s| pre.instantiate(s))?;
-        Ok(RequestFormat::new(sandbox, bindings))
+        RequestFormat::instantiate(self.sandbox(plugin, task_dir, None)?, pre)
     }
 
     /// A new compressor instance of `plugin` on `task_dir`; its `llm` import calls `llm`.
@@ -329,9 +358,8 @@ impl Runtime {
         let Pre::Compressor(pre) = &plugin.pre else {
             return Err(self.kind_mismatch(plugin, PluginKind::Compressor));
         };
-        let mut sandbox = self.sandbox(plugin, task_dir, Some(llm))?;
-        let bindings = sandbox.call("instantiation", |s| pre.instantiate(s))?;
-        Ok(Compressor::new(sandbox, bindings))
+        let sandbox = self.sandbox(plugin, task_dir, Some(llm))?;
+        Compressor::instantiate(sandbox, pre, task_dir.to_path_buf())
     }
 
     fn sandbox(
@@ -353,8 +381,8 @@ impl Runtime {
     fn kind_mismatch(&self, plugin: &LoadedPlugin, wanted: PluginKind) -> RuntimeError {
         RuntimeError::WrongWorld {
             component: plugin.name.to_string(),
-            found: plugin.kind.export_name(),
-            expected: wanted.export_name(),
+            found: plugin.kind.export_name_at(plugin.wit),
+            expected: wanted.export_name_at(plugin.wit),
             world: wanted.world().to_string(),
         }
     }
@@ -396,41 +424,47 @@ impl Runtime {
         component: Component,
         cache: CacheOutcome,
         kind: PluginKind,
-        version: String,
+        (version, wit): (String, WitVersion),
         exports: Vec<String>,
     ) -> Result<LoadedPlugin, RuntimeError> {
         let link_error = |e: wasmtime::Error| RuntimeError::Link {
             component: name.to_string(),
-            world: kind.world().to_string(),
+            world: format!("{} ({WIT_PACKAGE}@{wit})", kind.world()),
             reason: format!("{e:#}"),
         };
-        let pre = match kind {
-            PluginKind::MessageStore => {
-                let ip = self
-                    .message_store_linker
-                    .instantiate_pre(&component)
-                    .map_err(link_error)?;
-                Pre::MessageStore(MessageStorePluginPre::new(ip).map_err(link_error)?)
-            }
-            PluginKind::Compressor => {
-                let ip = self
-                    .compressor_linker
-                    .instantiate_pre(&component)
-                    .map_err(link_error)?;
-                Pre::Compressor(CompressorPluginPre::new(ip).map_err(link_error)?)
-            }
-            PluginKind::RequestFormat => {
-                let ip = self
-                    .request_format_linker
-                    .instantiate_pre(&component)
-                    .map_err(link_error)?;
-                Pre::RequestFormat(RequestFormatPluginPre::new(ip).map_err(link_error)?)
-            }
+        let linkers = match wit {
+            WitVersion::V0_1_0 => &self.linkers_v0_1_0,
+            WitVersion::V0_2_0 => &self.linkers_v0_2_0,
+        };
+        let ip = linkers
+            .get(kind)
+            .instantiate_pre(&component)
+            .map_err(link_error)?;
+        let pre = match (kind, wit) {
+            (PluginKind::MessageStore, WitVersion::V0_1_0) => Pre::MessageStore(Versioned::V0_1_0(
+                v0_1_0::MessageStorePluginPre::new(ip).map_err(link_error)?,
+            )),
+            (PluginKind::MessageStore, WitVersion::V0_2_0) => Pre::MessageStore(Versioned::V0_2_0(
+                v0_2_0::MessageStorePluginPre::new(ip).map_err(link_error)?,
+            )),
+            (PluginKind::Compressor, WitVersion::V0_1_0) => Pre::Compressor(Versioned::V0_1_0(
+                v0_1_0::CompressorPluginPre::new(ip).map_err(link_error)?,
+            )),
+            (PluginKind::Compressor, WitVersion::V0_2_0) => Pre::Compressor(Versioned::V0_2_0(
+                v0_2_0::CompressorPluginPre::new(ip).map_err(link_error)?,
+            )),
+            (PluginKind::RequestFormat, WitVersion::V0_1_0) => Pre::RequestFormat(
+                Versioned::V0_1_0(v0_1_0::RequestFormatPluginPre::new(ip).map_err(link_error)?),
+            ),
+            (PluginKind::RequestFormat, WitVersion::V0_2_0) => Pre::RequestFormat(
+                Versioned::V0_2_0(v0_2_0::RequestFormatPluginPre::new(ip).map_err(link_error)?),
+            ),
         };
         Ok(LoadedPlugin {
             name,
             kind,
             version,
+            wit,
             exports,
             cache,
             pre,

@@ -1,22 +1,38 @@
 //! [`RequestFormat`]: a `request-format-plugin` instance (WIT interface
-//! `ctxhost:plugin/request-format@0.1.0`) turning `current.jsonl` into a provider request body
-//! and a provider response body into an assistant message.
+//! `ctxhost:plugin/request-format`, any supported version) turning `current.jsonl` into a
+//! provider request body and a provider response body into an assistant message.
 
-use super::bindings::request_format::RequestFormatPlugin;
 use super::error::RuntimeError;
-use super::sandbox::Sandbox;
+use super::sandbox::{Sandbox, StoreState};
 use super::types::{Reply, RequestConfig, RequestInfo};
+use super::wit::{Versioned, dispatch, v0_1_0, v0_2_0};
+
+/// A pre-linked request format component of either WIT version.
+pub(crate) type Pre = Versioned<
+    v0_1_0::RequestFormatPluginPre<StoreState>,
+    v0_2_0::RequestFormatPluginPre<StoreState>,
+>;
+type Bindings = Versioned<v0_1_0::RequestFormatPlugin, v0_2_0::RequestFormatPlugin>;
 
 /// One request format instance on one task directory. A trap, deadline or memory-limit error
 /// leaves the instance unusable ([`RuntimeError::Poisoned`] afterwards).
 pub struct RequestFormat {
     sandbox: Sandbox,
-    bindings: RequestFormatPlugin,
+    bindings: Bindings,
 }
 
 impl RequestFormat {
-    pub(crate) fn new(sandbox: Sandbox, bindings: RequestFormatPlugin) -> Self {
-        RequestFormat { sandbox, bindings }
+    /// Instantiate `pre` in `sandbox`.
+    pub(crate) fn instantiate(mut sandbox: Sandbox, pre: &Pre) -> Result<Self, RuntimeError> {
+        let bindings = match pre {
+            Versioned::V0_1_0(p) => {
+                Versioned::V0_1_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
+            }
+            Versioned::V0_2_0(p) => {
+                Versioned::V0_2_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
+            }
+        };
+        Ok(RequestFormat { sandbox, bindings })
     }
 
     /// The component's name (`builtin:NAME` or its path).
@@ -31,21 +47,26 @@ impl RequestFormat {
 
     /// `write-request`: stream `config.messages_file` into `config.request_file`.
     pub fn write_request(&mut self, config: &RequestConfig) -> Result<RequestInfo, RuntimeError> {
-        let b = &self.bindings;
-        let c = config.into();
-        let r = self.sandbox.call("write-request", |s| {
-            b.ctxhost_plugin_request_format().call_write_request(s, &c)
-        })?;
-        self.sandbox.plugin_result("write-request", r)
+        let sandbox = &mut self.sandbox;
+        dispatch!(&self.bindings, b => {
+            let c = config.into();
+            let r = sandbox.call("write-request", |s| {
+                b.ctxhost_plugin_request_format().call_write_request(s, &c)
+            })?;
+            sandbox.plugin_result("write-request", r)
+        })
     }
 
-    /// `read-response`: parse the provider's response body in `response_file`.
+    /// `read-response`: parse the provider's response body in `response_file`. A 0.1.0
+    /// component's usage has 0 prompt-cache tokens.
     pub fn read_response(&mut self, response_file: &str) -> Result<Reply, RuntimeError> {
-        let b = &self.bindings;
-        let r = self.sandbox.call("read-response", |s| {
-            b.ctxhost_plugin_request_format()
-                .call_read_response(s, response_file)
-        })?;
-        self.sandbox.plugin_result("read-response", r)
+        let sandbox = &mut self.sandbox;
+        dispatch!(&self.bindings, b => {
+            let r = sandbox.call("read-response", |s| {
+                b.ctxhost_plugin_request_format()
+                    .call_read_response(s, response_file)
+            })?;
+            sandbox.plugin_result("read-response", r)
+        })
     }
 }

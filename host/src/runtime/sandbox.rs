@@ -28,7 +28,6 @@ use wasmtime::{
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::RuntimeLimits;
-use super::bindings::wit_types;
 use super::epoch::{EpochTicker, ticks_for};
 use super::error::{PluginError, RuntimeError};
 use super::output::{GuestOutput, Stream};
@@ -266,12 +265,16 @@ impl Sandbox {
         })
     }
 
-    /// Map a component's own `plugin-error` result for `function`.
-    pub fn plugin_result<T, U: From<T>>(
+    /// Map a component's own `plugin-error` result for `function` (`E` is the `plugin-error` of
+    /// the component's WIT version), converting the value with `From`.
+    pub fn plugin_result<T, U: From<T>, E>(
         &self,
         function: &str,
-        result: Result<T, wit_types::PluginError>,
-    ) -> Result<U, RuntimeError> {
+        result: Result<T, E>,
+    ) -> Result<U, RuntimeError>
+    where
+        PluginError: From<E>,
+    {
         result.map(U::from).map_err(|e| RuntimeError::Plugin {
             component: self.name.to_string(),
             function: function.to_string(),

@@ -1,4 +1,5 @@
-//! Host-side mirrors of the WIT records of `wit/plugin.wit` (`ctxhost:plugin@0.1.0`).
+//! Host-side mirrors of the WIT records of `wit/plugin.wit` (`ctxhost:plugin@0.2.0`); components
+//! of every supported WIT version are converted to these ([`super::wit`]).
 //!
 //! Messages are [`ctxhost_format::ChatMessage`] (the OpenAI line shape of `current.jsonl`), so
 //! the rest of the host never sees a generated binding type. Every path is relative to the task
@@ -10,9 +11,19 @@ use ctxhost_format::ChatMessage;
 /// Token usage of one LLM call as reported by the provider (WIT `usage`), in tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
+    /// Prompt (input) tokens, those served from the prompt cache included.
     pub prompt_tokens: u64,
+    /// Generated (output) tokens.
     pub completion_tokens: u64,
+    /// Prompt + completion, as the provider reports it.
     pub total_tokens: u64,
+    /// Prompt tokens served from the provider's prompt cache (OpenAI
+    /// `usage.prompt_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`); 0 when
+    /// not reported and for WIT 0.1.0 components.
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's prompt cache (Anthropic
+    /// `cache_creation_input_tokens`); 0 when not reported and for WIT 0.1.0 components.
+    pub cache_creation_tokens: u64,
 }
 
 /// The answer to a compressor's `llm.complete` request (WIT `llm.completion`).
@@ -132,8 +143,9 @@ pub struct CompressConfig {
 /// A summary produced by a compression (WIT `summary-info`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SummaryInfo {
-    /// Unique id (e.g. `sum-3`), also `summary_id` in messages.jsonl.
-    pub id: String,
+    /// The summary's id, an integer counting from 1 within the task: `id` in summaries.jsonl and
+    /// `summary_id` in messages.jsonl (JSON numbers).
+    pub id: u64,
     /// First and last messages.jsonl seq covered.
     pub start_seq: u64,
     pub end_seq: u64,

@@ -1,9 +1,11 @@
 //! Which plugin world a component implements, read from its exports.
 //!
 //! A plugin component exports exactly one interface of `ctxhost:plugin` (see `wit/plugin.wit`):
-//! `ctxhost:plugin/message-store@0.1.0`, `…/compressor@0.1.0` or `…/request-format@0.1.0`.
+//! `ctxhost:plugin/message-store@0.2.0`, `…/compressor@0.2.0` or `…/request-format@0.2.0`, or
+//! the same at another version this host loads ([`WitVersion::SUPPORTED`], e.g. `@0.1.0`).
 //! The export names come from the component's type (`Component::component_type().exports`),
-//! so a wrong or outdated component is named precisely before any instantiation is tried.
+//! so a wrong or outdated component is named precisely before any instantiation is tried, and
+//! the version after `@` picks the bindings and shim that run it ([`super::wit`]).
 
 use std::fmt;
 
@@ -11,11 +13,13 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::error::RuntimeError;
+use super::wit::WitVersion;
 
 /// The WIT package the host implements.
 pub const WIT_PACKAGE: &str = "ctxhost:plugin";
-/// Its version; components built against another minor version (0.x) are refused.
-pub const WIT_VERSION: &str = "0.1.0";
+/// Its current version (`wit/plugin.wit`); components of the other versions in
+/// [`WitVersion::SUPPORTED`] load too, any other version is refused.
+pub const WIT_VERSION: &str = WitVersion::CURRENT.as_str();
 
 /// The three kinds of plugin, one per WIT world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,9 +55,15 @@ impl PluginKind {
         }
     }
 
-    /// The fully qualified export the host looks for, e.g. `ctxhost:plugin/message-store@0.1.0`.
+    /// The fully qualified export at the current WIT version, e.g.
+    /// `ctxhost:plugin/message-store@0.2.0`.
     pub fn export_name(self) -> String {
-        format!("{WIT_PACKAGE}/{}@{WIT_VERSION}", self.interface())
+        self.export_name_at(WitVersion::CURRENT)
+    }
+
+    /// The fully qualified export at `version`, e.g. `ctxhost:plugin/message-store@0.1.0`.
+    pub fn export_name_at(self, version: WitVersion) -> String {
+        format!("{WIT_PACKAGE}/{}@{version}", self.interface())
     }
 
     fn from_interface(name: &str) -> Option<PluginKind> {
@@ -103,39 +113,27 @@ pub(crate) fn plugin_exports(names: &[String]) -> Vec<PluginExport> {
         .collect()
 }
 
-/// Whether a component built against WIT `version` can be used by this host (semver rules:
-/// same major, and for 0.x the same minor).
+/// Whether a component built against WIT `version` can be used by this host: it maps to one of
+/// [`WitVersion::SUPPORTED`] (semver: same major, and for 0.x the same minor).
 pub fn version_compatible(version: &str) -> bool {
-    fn parts(v: &str) -> Option<(u64, u64)> {
-        let core = v.split(['-', '+']).next()?;
-        let mut it = core.split('.');
-        let major = it.next()?.parse().ok()?;
-        let minor = it.next()?.parse().ok()?;
-        Some((major, minor))
-    }
-    match (parts(version), parts(WIT_VERSION)) {
-        (Some((maj, min)), Some((our_maj, our_min))) => {
-            maj == our_maj && (our_maj != 0 || min == our_min)
-        }
-        _ => false,
-    }
+    WitVersion::for_export(version).is_some()
 }
 
 /// The plugin kind and WIT version a component implements, for `plugin check`: exactly one
-/// `ctxhost:plugin` plugin interface at a compatible version.
+/// `ctxhost:plugin` plugin interface at a supported version. Returns the kind, the version as
+/// the export names it, and the supported version that runs it.
 pub(crate) fn detect(
     component: &str,
     names: &[String],
-) -> Result<(PluginKind, String), RuntimeError> {
+) -> Result<(PluginKind, String, WitVersion), RuntimeError> {
     let exports = plugin_exports(names);
     let kinds: Vec<&PluginExport> = exports.iter().filter(|e| e.kind.is_some()).collect();
     match kinds.as_slice() {
         [one] => {
             let kind = one.kind.expect("filtered on kind");
-            if version_compatible(&one.version) {
-                Ok((kind, one.version.clone()))
-            } else {
-                Err(incompatible(component, kind, &one.name))
+            match WitVersion::for_export(&one.version) {
+                Some(wit) => Ok((kind, one.version.clone(), wit)),
+                None => Err(incompatible(component, kind, &one.name)),
             }
         }
         [] => Err(RuntimeError::WrongWorld {
@@ -172,18 +170,18 @@ pub(crate) fn detect(
     }
 }
 
-/// Check that a component implements `kind`; returns its WIT version.
+/// Check that a component implements `kind` at a supported version; returns the version as
+/// its export names it and the supported version that runs it.
 pub(crate) fn expect_kind(
     component: &str,
     names: &[String],
     kind: PluginKind,
-) -> Result<String, RuntimeError> {
+) -> Result<(String, WitVersion), RuntimeError> {
     let exports = plugin_exports(names);
     if let Some(found) = exports.iter().find(|e| e.kind == Some(kind)) {
-        return if version_compatible(&found.version) {
-            Ok(found.version.clone())
-        } else {
-            Err(incompatible(component, kind, &found.name))
+        return match WitVersion::for_export(&found.version) {
+            Some(wit) => Ok((found.version.clone(), wit)),
+            None => Err(incompatible(component, kind, &found.name)),
         };
     }
     Err(RuntimeError::WrongWorld {
@@ -198,9 +196,13 @@ fn incompatible(component: &str, kind: PluginKind, found: &str) -> RuntimeError 
     RuntimeError::IncompatibleVersion {
         component: component.to_string(),
         found: found.to_string(),
-        expected: kind.export_name(),
-        version: WIT_VERSION.to_string(),
+        supported: WitVersion::SUPPORTED
+            .iter()
+            .map(|v| format!("{WIT_PACKAGE}@{v}"))
+            .collect::<Vec<_>>()
+            .join(" and "),
         world: kind.world().to_string(),
+        current: WIT_VERSION.to_string(),
     }
 }
 
@@ -223,43 +225,61 @@ mod tests {
 
     #[test]
     fn finds_the_kind_and_version() {
-        let n = names(&["ctxhost:plugin/message-store@0.1.0"]);
+        let n = names(&["ctxhost:plugin/message-store@0.2.0"]);
         assert_eq!(
             detect("x.wasm", &n).unwrap(),
-            (PluginKind::MessageStore, "0.1.0".to_string())
+            (
+                PluginKind::MessageStore,
+                "0.2.0".to_string(),
+                WitVersion::V0_2_0
+            )
         );
         assert_eq!(
             expect_kind("x.wasm", &n, PluginKind::MessageStore).unwrap(),
-            "0.1.0"
+            ("0.2.0".to_string(), WitVersion::V0_2_0)
+        );
+        let old = names(&["ctxhost:plugin/compressor@0.1.0"]);
+        assert_eq!(
+            detect("x.wasm", &old).unwrap(),
+            (
+                PluginKind::Compressor,
+                "0.1.0".to_string(),
+                WitVersion::V0_1_0
+            )
         );
     }
 
     #[test]
     fn wrong_world_names_both_sides() {
-        let n = names(&["ctxhost:plugin/request-format@0.1.0"]);
+        let n = names(&["ctxhost:plugin/request-format@0.2.0"]);
         let e = expect_kind("/x/y.wasm", &n, PluginKind::MessageStore).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "component /x/y.wasm: exports ctxhost:plugin/request-format@0.1.0, expected \
-             ctxhost:plugin/message-store@0.1.0 (world message-store-plugin)"
+            "component /x/y.wasm: exports ctxhost:plugin/request-format@0.2.0, expected \
+             ctxhost:plugin/message-store@0.2.0 (world message-store-plugin)"
         );
     }
 
     #[test]
-    fn other_minor_versions_are_incompatible() {
-        let n = names(&["ctxhost:plugin/message-store@0.2.0"]);
-        let e = expect_kind("x.wasm", &n, PluginKind::MessageStore).unwrap_err();
-        assert!(matches!(e, RuntimeError::IncompatibleVersion { .. }), "{e}");
-        assert!(
-            e.to_string()
-                .contains("expected ctxhost:plugin/message-store@0.1.0"),
-            "{e}"
-        );
+    fn unknown_versions_are_refused_naming_the_versions_this_host_loads() {
+        for v in ["0.3.0", "1.0.0", "0.0.1"] {
+            let n = names(&[&format!("ctxhost:plugin/message-store@{v}")]);
+            let e = expect_kind("x.wasm", &n, PluginKind::MessageStore).unwrap_err();
+            assert!(matches!(e, RuntimeError::IncompatibleVersion { .. }), "{e}");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "component x.wasm: exports ctxhost:plugin/message-store@{v}, a WIT version this \
+                     host does not load; it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 \
+                     (world message-store-plugin): rebuild it against wit/plugin.wit (0.2.0)"
+                )
+            );
+        }
         assert!(version_compatible("0.1.3"));
-        assert!(!version_compatible("0.2.0"));
+        assert!(version_compatible("0.2.0"));
+        assert!(!version_compatible("0.3.0"));
         assert!(!version_compatible(""));
     }
-
     #[test]
     fn a_command_component_is_no_plugin() {
         let n = names(&["wasi:cli/run@0.2.6"]);

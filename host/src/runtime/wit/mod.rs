@@ -1,0 +1,308 @@
+//! The WIT versions of `ctxhost:plugin` this host loads, one module per version (Zed's
+//! `extension_api` style): each holds the bindings `bindgen!` generates from that version's WIT
+//! and the thin shim converting them to the host's own types ([`super::types`],
+//! [`ctxhost_format::ChatMessage`]), so nothing outside `runtime/` ever sees a generated type.
+//!
+//! | module | WIT | file |
+//! |---|---|---|
+//! | [`v0_2_0`] | `ctxhost:plugin@0.2.0` (current) | `wit/plugin.wit` |
+//! | [`v0_1_0`] | `ctxhost:plugin@0.1.0` (frozen) | `wit/v0.1.0/plugin.wit` |
+//!
+//! A component's version is read from its export names (`ctxhost:plugin/compressor@0.1.0`,
+//! [`super::world`]); [`WitVersion::for_export`] maps it to the module that runs it (semver:
+//! same major, and for 0.x the same minor). The typed instances ([`super::MessageStore`], ...)
+//! hold the bindings of either version and convert at each call.
+//!
+//! Adding a version: freeze the current `wit/plugin.wit` as `wit/vX.Y.Z/plugin.wit`, add a
+//! module generating bindings from it with its shim, a [`WitVersion`] variant, and an arm in the
+//! instances' dispatch; then change `wit/plugin.wit`.
+
+pub(crate) mod v0_1_0;
+pub(crate) mod v0_2_0;
+
+use std::fmt;
+
+/// A version of the WIT package `ctxhost:plugin` that this host loads components of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WitVersion {
+    /// `ctxhost:plugin@0.1.0` (ctxhost 0.1): string summary ids, no prompt-cache usage.
+    V0_1_0,
+    /// `ctxhost:plugin@0.2.0`: integer summary ids from 1, `usage.cache-read-tokens` and
+    /// `usage.cache-creation-tokens`.
+    V0_2_0,
+}
+
+impl WitVersion {
+    /// Every version this host loads, oldest first.
+    pub const SUPPORTED: [WitVersion; 2] = [WitVersion::V0_1_0, WitVersion::V0_2_0];
+    /// The version of `wit/plugin.wit`, which the builtins and new components are built against.
+    pub const CURRENT: WitVersion = WitVersion::V0_2_0;
+
+    /// `0.1.0`, `0.2.0`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WitVersion::V0_1_0 => "0.1.0",
+            WitVersion::V0_2_0 => "0.2.0",
+        }
+    }
+
+    /// The supported version that runs a component whose export carries `version` (the text
+    /// after `@`, e.g. `0.1.0`): same major and, for 0.x, same minor (semver; `0.1.3` runs as
+    /// 0.1.0). `None` for any other version, an unversioned export or text that is no version.
+    pub fn for_export(version: &str) -> Option<WitVersion> {
+        let (major, minor) = major_minor(version)?;
+        WitVersion::SUPPORTED.into_iter().find(|v| {
+            let (our_major, our_minor) = major_minor(v.as_str()).expect("valid constant");
+            major == our_major && (our_major != 0 || minor == our_minor)
+        })
+    }
+
+    /// `0.1.0, 0.2.0`: the supported versions, for messages.
+    pub fn supported_list() -> String {
+        WitVersion::SUPPORTED
+            .iter()
+            .map(|v| v.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl fmt::Display for WitVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One value per supported WIT version: the bindings (or pre-linked component) of an
+/// instance, whichever version the component was built against.
+pub(crate) enum Versioned<A, B> {
+    /// Built against `ctxhost:plugin@0.1.0`.
+    V0_1_0(A),
+    /// Built against `ctxhost:plugin@0.2.0`.
+    V0_2_0(B),
+}
+
+impl<A: Clone, B: Clone> Clone for Versioned<A, B> {
+    fn clone(&self) -> Self {
+        match self {
+            Versioned::V0_1_0(a) => Versioned::V0_1_0(a.clone()),
+            Versioned::V0_2_0(b) => Versioned::V0_2_0(b.clone()),
+        }
+    }
+}
+
+/// `dispatch!(versioned, b => body)`: `body` once per version, with `b` bound to that
+/// version's value. The conversions in `body` (`.into()`, `From`) resolve to that version's
+/// shim, so one text serves every version whose signature did not change.
+macro_rules! dispatch {
+    ($versioned:expr, $b:ident => $body:expr) => {
+        match $versioned {
+            $crate::runtime::wit::Versioned::V0_1_0($b) => $body,
+            $crate::runtime::wit::Versioned::V0_2_0($b) => $body,
+        }
+    };
+}
+pub(crate) use dispatch;
+
+/// `(major, minor)` of a semver text (pre-release and build suffixes ignored).
+fn major_minor(version: &str) -> Option<(u64, u64)> {
+    let core = version.split(['-', '+']).next()?;
+    let mut it = core.split('.');
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    let _patch: u64 = it.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// The parts of the shim that are the same in every supported version, because the WIT
+/// records and interfaces they convert did not change: chat messages, plugin errors, store
+/// stats, added messages, request config/info, compress config, reply, completion, and the host
+/// side of the `types`, `log` and `llm` imports. A version module brings its generated modules
+/// into scope as `wit_types`, `wit_log`, `wit_llm`, `wit_store`, `wit_format` and
+/// `wit_compressor`, implements `From` for `usage` in both directions (which changed in
+/// 0.2.0), and invokes this macro.
+///
+/// When a later version changes one of these records, move its conversion out of the macro into
+/// each version module.
+macro_rules! unchanged_conversions {
+    () => {
+        impl From<&::ctxhost_format::ChatMessage> for wit_types::ChatMessage {
+            fn from(m: &::ctxhost_format::ChatMessage) -> Self {
+                wit_types::ChatMessage {
+                    role: m.role.clone(),
+                    content: m.content.clone(),
+                    tool_calls: m
+                        .calls()
+                        .iter()
+                        .map(|c| wit_types::ToolCall {
+                            id: c.id.clone(),
+                            name: c.function.name.clone(),
+                            arguments: c.function.arguments.clone(),
+                        })
+                        .collect(),
+                    tool_call_id: m.tool_call_id.clone(),
+                    tool_name: m.tool_name.clone(),
+                }
+            }
+        }
+
+        /// WIT `tool-calls: list<tool-call>` → `Option<Vec<ToolCall>>` (an empty list is `None`,
+        /// so a message without calls serializes without `tool_calls`); `type` is `function`.
+        impl From<wit_types::ChatMessage> for ::ctxhost_format::ChatMessage {
+            fn from(m: wit_types::ChatMessage) -> Self {
+                let calls: Vec<::ctxhost_format::ToolCall> = m
+                    .tool_calls
+                    .into_iter()
+                    .map(|c| ::ctxhost_format::ToolCall::new(c.id, c.name, c.arguments))
+                    .collect();
+                ::ctxhost_format::ChatMessage {
+                    role: m.role,
+                    content: m.content,
+                    tool_calls: if calls.is_empty() { None } else { Some(calls) },
+                    tool_call_id: m.tool_call_id,
+                    tool_name: m.tool_name,
+                }
+            }
+        }
+
+        impl From<wit_types::PluginError> for $crate::runtime::PluginError {
+            fn from(e: wit_types::PluginError) -> Self {
+                use $crate::runtime::PluginError as E;
+                match e {
+                    wit_types::PluginError::Io(s) => E::Io(s),
+                    wit_types::PluginError::InvalidInput(s) => E::InvalidInput(s),
+                    wit_types::PluginError::Llm(s) => E::Llm(s),
+                    wit_types::PluginError::Unsupported(s) => E::Unsupported(s),
+                    wit_types::PluginError::Internal(s) => E::Internal(s),
+                }
+            }
+        }
+
+        impl From<$crate::runtime::Completion> for wit_llm::Completion {
+            fn from(c: $crate::runtime::Completion) -> Self {
+                wit_llm::Completion {
+                    message: (&c.message).into(),
+                    usage: c.usage.map(Into::into),
+                }
+            }
+        }
+
+        impl From<wit_store::StoreStats> for $crate::runtime::StoreStats {
+            fn from(s: wit_store::StoreStats) -> Self {
+                $crate::runtime::StoreStats {
+                    history_count: s.history_count,
+                    current_count: s.current_count,
+                    current_tokens: s.current_tokens,
+                }
+            }
+        }
+
+        impl From<wit_store::AddedMessage> for $crate::runtime::AddedMessage {
+            fn from(a: wit_store::AddedMessage) -> Self {
+                $crate::runtime::AddedMessage {
+                    seq: a.seq,
+                    tokens: a.tokens,
+                }
+            }
+        }
+
+        impl From<&$crate::runtime::RequestConfig> for wit_format::RequestConfig {
+            fn from(c: &$crate::runtime::RequestConfig) -> Self {
+                wit_format::RequestConfig {
+                    model: c.model.clone(),
+                    messages_file: c.messages_file.clone(),
+                    request_file: c.request_file.clone(),
+                    tools_file: c.tools_file.clone(),
+                    max_output_tokens: c.max_output_tokens,
+                    temperature: c.temperature,
+                }
+            }
+        }
+
+        impl From<wit_format::RequestInfo> for $crate::runtime::RequestInfo {
+            fn from(i: wit_format::RequestInfo) -> Self {
+                $crate::runtime::RequestInfo {
+                    endpoint_path: i.endpoint_path,
+                    bytes: i.bytes,
+                    messages: i.messages,
+                }
+            }
+        }
+
+        impl From<wit_format::Reply> for $crate::runtime::Reply {
+            fn from(r: wit_format::Reply) -> Self {
+                $crate::runtime::Reply {
+                    message: r.message.into(),
+                    usage: r.usage.map(Into::into),
+                    finish_reason: r.finish_reason,
+                }
+            }
+        }
+
+        impl From<&$crate::runtime::CompressConfig> for wit_compressor::CompressConfig {
+            fn from(c: &$crate::runtime::CompressConfig) -> Self {
+                wit_compressor::CompressConfig {
+                    context_length: c.context_length,
+                    threshold: c.threshold,
+                    keep_recent_messages: c.keep_recent_messages,
+                    summary_prompt: c.summary_prompt.clone(),
+                    reserve_output_tokens: c.reserve_output_tokens,
+                }
+            }
+        }
+
+        impl wit_types::Host for $crate::runtime::sandbox::StoreState {}
+
+        impl wit_log::Host for $crate::runtime::sandbox::StoreState {
+            fn log(&mut self, level: wit_log::Level, message: String) {
+                use $crate::runtime::host_imports::LogLevel as L;
+                let level = match level {
+                    wit_log::Level::Trace => L::Trace,
+                    wit_log::Level::Debug => L::Debug,
+                    wit_log::Level::Info => L::Info,
+                    wit_log::Level::Warn => L::Warn,
+                    wit_log::Level::Error => L::Error,
+                };
+                $crate::runtime::host_imports::log(self, level, &message)
+            }
+        }
+
+        impl wit_llm::Host for $crate::runtime::sandbox::StoreState {
+            fn complete(
+                &mut self,
+                messages_file: String,
+                max_output_tokens: u32,
+            ) -> Result<wit_llm::Completion, wit_types::PluginError> {
+                $crate::runtime::host_imports::complete(self, &messages_file, max_output_tokens)
+                    .map(Into::into)
+                    .map_err(wit_types::PluginError::Llm)
+            }
+
+            fn estimate_tokens(&mut self, text: String) -> u64 {
+                ::ctxhost_format::estimate_tokens(&text)
+            }
+        }
+    };
+}
+pub(crate) use unchanged_conversions;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_map_by_semver() {
+        assert_eq!(WitVersion::for_export("0.1.0"), Some(WitVersion::V0_1_0));
+        assert_eq!(WitVersion::for_export("0.1.3"), Some(WitVersion::V0_1_0));
+        assert_eq!(WitVersion::for_export("0.2.0"), Some(WitVersion::V0_2_0));
+        assert_eq!(
+            WitVersion::for_export("0.2.1-rc.1"),
+            Some(WitVersion::V0_2_0)
+        );
+        for other in ["0.3.0", "1.0.0", "0.0.9", "", "0.2", "x.y.z"] {
+            assert_eq!(WitVersion::for_export(other), None, "{other}");
+        }
+        assert_eq!(WitVersion::supported_list(), "0.1.0, 0.2.0");
+        assert_eq!(WitVersion::CURRENT.to_string(), "0.2.0");
+    }
+}
