@@ -14,7 +14,8 @@
 //!   current.jsonl keeps the context invariants ([`crate::invariants`]; unanswered tool calls at
 //!   its end are allowed except for a completed task: a paused task makes them when resumed)
 //!   and is not behind messages.jsonl; no step temporaries are left (a failed task may keep its
-//!   request/response for debugging).
+//!   request/response for debugging); summary ids are JSON numbers (the old string form
+//!   `"sum-N"` of ctxhost 0.1 is reported).
 //!
 //! A task whose process is alive is checked read-only and its last line is not judged (it may
 //! be being written). Every problem names the file and, where there is one, the line.
@@ -23,7 +24,8 @@
 //! repaired, requeued or failed); a directory in the wrong state folder for a task that no
 //! process runs (moved to agree with the status); torn last lines (cut, the bytes kept in
 //! `<file>.torn`; a complete line only missing its newline gets it); current.jsonl behind
-//! messages.jsonl (the missing lines appended); leftover temporaries (deleted). Everything
+//! messages.jsonl (the missing lines appended); leftover temporaries (deleted); string summary
+//! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]). Everything
 //! else (a bad line in the middle, a seq gap, an orphan tool result, a missing directory) is
 //! reported for a human. After repairing, the tree is checked again and what remains is reported.
 
@@ -44,6 +46,7 @@ use crate::repair::{
     CURRENT_FILE, DEBUG_FILES, MESSAGES_FILE, fix_torn_tail, is_temporary, jsonl_files,
     reconcile_current, remove_temporaries,
 };
+use crate::summary_ids::{self, OldId, split_old_id};
 
 /// What kind of problem (`kebab-case` in JSON).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -77,6 +80,9 @@ pub enum ProblemKind {
     Unreconcilable,
     /// A step temporary left behind.
     TemporaryFile,
+    /// A summary id written as a string (`"sum-3"`, ctxhost 0.1 / WIT 0.1.0) where the spec
+    /// has a number.
+    OldSummaryId,
     /// metadata.json or task_state.json does not parse.
     BadFile,
     /// A file or folder could not be read.
@@ -238,6 +244,11 @@ fn repair_task(
         if !appended.is_empty() {
             done.push(format!("appended seq {appended:?} to {CURRENT_FILE}"));
         }
+    }
+    if kinds.contains(&ProblemKind::OldSummaryId)
+        && let Some((_, dir)) = layout.find_task_dir(uuid)
+    {
+        done.push(summary_ids::rewrite(&dir)?.to_string());
     }
     Ok(if done.is_empty() {
         "nothing left to do".to_string()
@@ -683,8 +694,23 @@ fn check_jsonl(
                         true,
                     ));
                 }
+                let old_id = match &parsed {
+                    Parsed::History(_, old) => old.as_ref().map(|o| o.describe("summary_id")),
+                    Parsed::Summary(old) => old.as_ref().map(|o| o.describe("id")),
+                    _ => None,
+                };
+                if let Some(message) = old_id {
+                    problems.push(problem(
+                        ProblemKind::OldSummaryId,
+                        uuid,
+                        Some(path),
+                        Some(line_no),
+                        message,
+                        !live,
+                    ));
+                }
                 match parsed {
-                    Parsed::History(seq) if expected_seq != 0 => {
+                    Parsed::History(seq, _) if expected_seq != 0 => {
                         if seq != expected_seq {
                             let what = if seq < expected_seq {
                                 "repeated or out of order"
@@ -742,23 +768,34 @@ fn check_jsonl(
 }
 
 enum Parsed {
-    History(u64),
+    /// A history line: its seq, and its `summary_id` if written in an old string form.
+    History(u64, Option<OldId>),
     Message(ChatMessage),
+    /// A summaries.jsonl line, with its `id` if written in an old string form.
+    Summary(Option<OldId>),
     Other,
 }
 
 fn parse_line(format: LineFormat, text: &str) -> Result<Parsed, String> {
     let e = |e: serde_json::Error| e.to_string();
     Ok(match format {
-        LineFormat::History => {
-            Parsed::History(serde_json::from_str::<HistoryLine>(text).map_err(e)?.seq)
+        // Only summary lines carry a `summary_id`: the others take the direct path.
+        LineFormat::History if text.contains("\"summary_id\"") => {
+            let (value, old) = split_old_id(text, "summary_id").map_err(e)?;
+            let line: HistoryLine = serde_json::from_value(value).map_err(e)?;
+            Parsed::History(line.seq, old)
         }
+        LineFormat::History => Parsed::History(
+            serde_json::from_str::<HistoryLine>(text).map_err(e)?.seq,
+            None,
+        ),
         LineFormat::Context => {
             Parsed::Message(serde_json::from_str::<ChatMessage>(text).map_err(e)?)
         }
         LineFormat::Summary => {
-            serde_json::from_str::<SummaryLine>(text).map_err(e)?;
-            Parsed::Other
+            let (value, old) = split_old_id(text, "id").map_err(e)?;
+            serde_json::from_value::<SummaryLine>(value).map_err(e)?;
+            Parsed::Summary(old)
         }
         LineFormat::Tool => {
             serde_json::from_str::<ToolLine>(text).map_err(e)?;

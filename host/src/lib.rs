@@ -13,6 +13,7 @@ pub mod plugin_check;
 pub mod recovery;
 pub mod repair;
 pub mod runtime;
+pub mod summary_ids;
 pub mod task_process;
 pub mod task_state;
 pub mod tools;
