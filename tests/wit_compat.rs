@@ -84,6 +84,16 @@ fn a_0_1_0_compressor_passes_plugin_check() {
     assert!(report.passed(), "{}", report.to_text());
     assert_eq!(report.world.as_deref(), Some("compressor-plugin"));
     assert_eq!(report.version.as_deref(), Some("0.1.0"));
+    let load = &report.checks[0];
+    assert_eq!(load.name, "load");
+    assert!(
+        load.detail.starts_with(
+            "exports ctxhost:plugin/compressor@0.1.0 (an older WIT version, run through the \
+             host's 0.1.0 shim; the current one is 0.2.0)"
+        ),
+        "{}",
+        load.detail
+    );
     let compress = report
         .checks
         .iter()

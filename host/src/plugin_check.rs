@@ -177,8 +177,17 @@ pub fn check(runtime: &Runtime, source: &str, options: &CheckOptions) -> CheckRe
     suite.record(
         "load",
         Ok(format!(
-            "exports {}; compiled for this host ({:?})",
-            plugin.kind().export_name(),
+            "exports {}{}; compiled for this host ({:?})",
+            plugin.kind().export_name_at(plugin.wit()),
+            if plugin.wit() == WitVersion::CURRENT {
+                String::new()
+            } else {
+                format!(
+                    " (an older WIT version, run through the host's {} shim; the current one is {})",
+                    plugin.wit(),
+                    WitVersion::CURRENT
+                )
+            },
             plugin.cache_outcome()
         )),
     );
