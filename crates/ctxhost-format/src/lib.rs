@@ -12,7 +12,10 @@
 //!   summary request chunking); [`time`]: RFC 3339 timestamps from a wall clock.
 //! - [`prompted`]: tool calls for models without native tool calling (prompt text, reply parser).
 //! - [`summary_id`]: summary ids (numbers from 1; the old `"sum-N"` strings still read).
+//! - [`anthropic`]: Anthropic's Messages API (request body with prompt-cache breakpoints,
+//!   response), for the `anthropic-messages` request format.
 
+pub mod anthropic;
 pub mod body;
 pub mod compress;
 pub mod jsonl;

@@ -1,0 +1,473 @@
+//! Chat messages (OpenAI shape, one per line of current.jsonl) → Anthropic turns of content
+//! blocks, one message at a time.
+//!
+//! The mapping ([`TurnBuilder::push`]):
+//! - `user` (and a `system` message after the first, which the API has no place for): a `text`
+//!   block; the summary of an earlier compression is marked [`Origin::Summary`];
+//! - `assistant`: a `text` block for its content, then one `tool_use` block per tool call
+//!   (`input` = the arguments parsed as a JSON object);
+//! - `tool`: a `tool_result` block in a user turn, answering the `tool_use` of the same id;
+//! - consecutive blocks of the same role form one turn (the sink merges them), so the turns
+//!   alternate user / assistant as the API expects;
+//! - text that is empty or only whitespace is left out (the API rejects such blocks).
+//!
+//! The API requires every `tool_use` to be answered by exactly one `tool_result` in the very next
+//! user turn, before any text of that turn, and every `tool_result` to answer a `tool_use` of the
+//! turn before. The host's invariants make a context keep this rule, but the request is built to
+//! keep it whatever the file holds (each repair is counted in [`Repairs`]):
+//! - a tool call still unanswered when a non-tool message (or the end) comes gets a
+//!   `tool_result` with `is_error: true` and [`MISSING_RESULT`];
+//! - a `tool` message that answers no waiting call (an orphan, or a second answer) is left out;
+//! - tool-call ids are sent as the API accepts them (`[A-Za-z0-9_-]+`, unique in the request):
+//!   other characters become `_`, a repeated id gets `_2`, `_3`, ... (the same way every time,
+//!   so a cached prefix stays identical);
+//! - a conversation whose first turn would be the assistant's starts with a user turn
+//!   [`CONTINUED_TEXT`] (the API wants a user turn first).
+//!
+//! Memory: the message being converted, the ids of the calls waiting for an answer, and 8 bytes
+//! per tool call of the context (the hashes that keep ids unique).
+
+use std::collections::HashSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io;
+
+use serde_json::{Map, Value};
+
+use crate::ChatMessage;
+use crate::compress::is_summary_line;
+
+/// The role of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+impl Role {
+    /// `user` or `assistant`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// One content block of a turn.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Block {
+    /// `{"type":"text","text"}`; never empty or only whitespace.
+    Text(String),
+    /// `{"type":"tool_use","id","name","input"}`: a tool call; `input` is a JSON object.
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    /// `{"type":"tool_result","tool_use_id","content"?,"is_error"?}`: a tool's result; `content`
+    /// is left out of the JSON when it is empty or only whitespace.
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+/// Where a block comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A message of the context.
+    Message,
+    /// The summary message of an earlier compression (the end of the stable prefix).
+    Summary,
+    /// Added by the builder to keep the API's rules (see the module doc).
+    Repair,
+}
+
+/// Receives the blocks of a request in order; consecutive blocks of one role belong to one turn.
+pub trait BlockSink {
+    /// The next block, of a turn with `role`.
+    fn block(&mut self, role: Role, block: &Block, origin: Origin) -> io::Result<()>;
+}
+
+/// What the builder changed so that the request keeps the API's rules (all 0 for a context that
+/// keeps the host's invariants).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Repairs {
+    /// Tool calls without a result, answered with [`MISSING_RESULT`].
+    pub missing_results: u64,
+    /// `tool` messages that answer no waiting tool call, left out.
+    pub dropped_results: u64,
+    /// Tool-call ids sent differently (characters the API refuses, or used before).
+    pub renamed_ids: u64,
+    /// `system` messages after the first, sent as user text.
+    pub late_system: u64,
+    /// A [`CONTINUED_TEXT`] user turn put before a first assistant turn.
+    pub leading_user_turn: u64,
+}
+
+impl Repairs {
+    /// Whether nothing was changed.
+    pub fn is_empty(&self) -> bool {
+        *self == Repairs::default()
+    }
+}
+
+/// Content of the `tool_result` given to a tool call that has no result in the context.
+pub const MISSING_RESULT: &str = "(no result was recorded for this tool call)";
+
+/// Text of the user turn put before a conversation that would start with the assistant.
+pub const CONTINUED_TEXT: &str = "(conversation continues)";
+
+/// Turns chat messages into blocks, one message at a time (see the module doc).
+#[derive(Debug, Default)]
+pub struct TurnBuilder {
+    /// Calls of the last assistant message(s) waiting for a result: (id in the context, id sent).
+    pending: Vec<(String, String)>,
+    /// Hashes of every `tool_use` id sent so far.
+    used_ids: HashSet<u64>,
+    /// Whether a block was sent yet.
+    started: bool,
+    repairs: Repairs,
+}
+
+impl TurnBuilder {
+    /// A builder that has seen nothing.
+    pub fn new() -> TurnBuilder {
+        TurnBuilder::default()
+    }
+
+    /// Converts `message`, found at 0-based `index` of the context (the top-level system prompt,
+    /// taken by the caller, is index 0), and hands its blocks to `sink`.
+    pub fn push(
+        &mut self,
+        index: usize,
+        message: ChatMessage,
+        sink: &mut impl BlockSink,
+    ) -> io::Result<()> {
+        if message.role == "tool" {
+            let id = message.tool_call_id.as_deref().unwrap_or_default();
+            let Some(i) = self.pending.iter().position(|(given, _)| given == id) else {
+                self.repairs.dropped_results += 1;
+                return Ok(());
+            };
+            let (_, sent) = self.pending.remove(i);
+            let block = Block::ToolResult {
+                tool_use_id: sent,
+                content: message.content.unwrap_or_default(),
+                is_error: false,
+            };
+            return self.emit(Role::User, &block, Origin::Message, sink);
+        }
+        self.answer_pending(sink)?;
+        if message.role == "assistant" {
+            if let Some(text) = non_blank(message.content) {
+                self.emit(Role::Assistant, &Block::Text(text), Origin::Message, sink)?;
+            }
+            for call in message.tool_calls.unwrap_or_default() {
+                let sent = self.unique_id(&call.id);
+                let block = Block::ToolUse {
+                    id: sent.clone(),
+                    name: call.function.name,
+                    input: tool_input(&call.function.arguments),
+                };
+                self.pending.push((call.id, sent));
+                self.emit(Role::Assistant, &block, Origin::Message, sink)?;
+            }
+            return Ok(());
+        }
+        if message.role == "system" {
+            self.repairs.late_system += 1;
+        }
+        let origin = if is_summary_line(index, &message) {
+            Origin::Summary
+        } else {
+            Origin::Message
+        };
+        match non_blank(message.content) {
+            Some(text) => self.emit(Role::User, &Block::Text(text), origin, sink),
+            None => Ok(()),
+        }
+    }
+
+    /// Answers the calls still waiting (the context ended) and returns what was repaired.
+    pub fn finish(mut self, sink: &mut impl BlockSink) -> io::Result<Repairs> {
+        self.answer_pending(sink)?;
+        Ok(self.repairs)
+    }
+
+    /// A [`MISSING_RESULT`] `tool_result` for every call still waiting.
+    fn answer_pending(&mut self, sink: &mut impl BlockSink) -> io::Result<()> {
+        for (_, sent) in std::mem::take(&mut self.pending) {
+            self.repairs.missing_results += 1;
+            let block = Block::ToolResult {
+                tool_use_id: sent,
+                content: MISSING_RESULT.to_string(),
+                is_error: true,
+            };
+            self.emit(Role::User, &block, Origin::Repair, sink)?;
+        }
+        Ok(())
+    }
+
+    fn emit(
+        &mut self,
+        role: Role,
+        block: &Block,
+        origin: Origin,
+        sink: &mut impl BlockSink,
+    ) -> io::Result<()> {
+        if !self.started && role == Role::Assistant {
+            self.repairs.leading_user_turn += 1;
+            sink.block(
+                Role::User,
+                &Block::Text(CONTINUED_TEXT.to_string()),
+                Origin::Repair,
+            )?;
+        }
+        self.started = true;
+        sink.block(role, block, origin)
+    }
+
+    /// The id to send for a call whose id in the context is `id`: [`valid_id`], then `_2`, `_3`,
+    /// ... until it was not sent before in this request.
+    fn unique_id(&mut self, id: &str) -> String {
+        let base = valid_id(id);
+        let mut sent = base.clone();
+        let mut n = 1u64;
+        while !self.used_ids.insert(hash(&sent)) {
+            n += 1;
+            sent = format!("{base}_{n}");
+        }
+        if sent != id {
+            self.repairs.renamed_ids += 1;
+        }
+        sent
+    }
+}
+
+/// `id` with every character outside `[A-Za-z0-9_-]` replaced by `_` (`call` for an empty id).
+pub fn valid_id(id: &str) -> String {
+    if id.is_empty() {
+        return "call".to_string();
+    }
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The `input` of a `tool_use`: the arguments text parsed as a JSON object; `{}` when empty; an
+/// object `{"arguments": ...}` holding the value (or, when it is not JSON, the text) otherwise.
+pub fn tool_input(arguments: &str) -> Value {
+    if arguments.trim().is_empty() {
+        return Value::Object(Map::new());
+    }
+    let value = match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(map)) => return Value::Object(map),
+        Ok(other) => other,
+        Err(_) => Value::String(arguments.to_string()),
+    };
+    let mut map = Map::new();
+    map.insert("arguments".to_string(), value);
+    Value::Object(map)
+}
+
+/// `content` unless it is missing, empty or only whitespace.
+fn non_blank(content: Option<String>) -> Option<String> {
+    content.filter(|c| !c.trim().is_empty())
+}
+
+fn hash(id: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ToolCall;
+    use crate::compress::summary_message;
+    use serde_json::json;
+
+    /// Records (role, block, origin).
+    #[derive(Default)]
+    struct Record(Vec<(Role, Block, Origin)>);
+
+    impl BlockSink for Record {
+        fn block(&mut self, role: Role, block: &Block, origin: Origin) -> io::Result<()> {
+            self.0.push((role, block.clone(), origin));
+            Ok(())
+        }
+    }
+
+    fn build(messages: Vec<ChatMessage>) -> (Vec<(Role, Block, Origin)>, Repairs) {
+        let mut sink = Record::default();
+        let mut b = TurnBuilder::new();
+        for (i, m) in messages.into_iter().enumerate() {
+            b.push(i + 1, m, &mut sink).unwrap();
+        }
+        let repairs = b.finish(&mut sink).unwrap();
+        (sink.0, repairs)
+    }
+
+    fn text(s: &str) -> Block {
+        Block::Text(s.to_string())
+    }
+
+    fn result(id: &str, content: &str) -> Block {
+        Block::ToolResult {
+            tool_use_id: id.into(),
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    #[test]
+    fn parallel_calls_and_their_results() {
+        let calls = vec![
+            ToolCall::new("call_a", "read", r#"{"path":"a"}"#),
+            ToolCall::new("call_b", "list", ""),
+        ];
+        let (blocks, repairs) = build(vec![
+            ChatMessage::text("user", "go"),
+            ChatMessage {
+                content: Some("Reading.".into()),
+                ..ChatMessage::assistant_calls(calls.clone())
+            },
+            ChatMessage::tool_result(&calls[1], "B"),
+            ChatMessage::tool_result(&calls[0], "A"),
+            ChatMessage::text("user", "thanks"),
+        ]);
+        assert!(repairs.is_empty(), "{repairs:?}");
+        let roles: Vec<Role> = blocks.iter().map(|b| b.0).collect();
+        use Role::*;
+        assert_eq!(
+            roles,
+            [User, Assistant, Assistant, Assistant, User, User, User]
+        );
+        assert_eq!(blocks[1].1, text("Reading."));
+        assert_eq!(
+            blocks[2].1,
+            Block::ToolUse {
+                id: "call_a".into(),
+                name: "read".into(),
+                input: json!({"path": "a"})
+            }
+        );
+        assert_eq!(
+            blocks[3].1,
+            Block::ToolUse {
+                id: "call_b".into(),
+                name: "list".into(),
+                input: json!({})
+            }
+        );
+        assert_eq!(blocks[4].1, result("call_b", "B"));
+        assert_eq!(blocks[5].1, result("call_a", "A"));
+        assert_eq!(blocks[6].1, text("thanks"));
+    }
+
+    #[test]
+    fn broken_pairings_are_repaired_and_counted() {
+        let a = ToolCall::new("call_A", "read", "{}");
+        let x = ToolCall::new("call_X", "read", "{}");
+        let (blocks, repairs) = build(vec![
+            ChatMessage::text("user", "go"),
+            ChatMessage::assistant_calls(vec![a.clone()]),
+            ChatMessage::tool_result(&a, "first"),
+            ChatMessage::tool_result(&a, "second answer"),
+            ChatMessage::tool_result(&ToolCall::new("call_Z", "read", "{}"), "orphan"),
+            ChatMessage::assistant_calls(vec![x.clone()]),
+            ChatMessage::text("user", "never mind"),
+            ChatMessage::assistant_calls(vec![ToolCall::new("call_Y", "read", "{}")]),
+        ]);
+        assert_eq!(
+            repairs,
+            Repairs {
+                missing_results: 2,
+                dropped_results: 2,
+                ..Repairs::default()
+            }
+        );
+        let missing = |id: &str| Block::ToolResult {
+            tool_use_id: id.into(),
+            content: MISSING_RESULT.into(),
+            is_error: true,
+        };
+        let kinds: Vec<(Role, Block)> = blocks.into_iter().map(|(r, b, _)| (r, b)).collect();
+        assert_eq!(kinds[2], (Role::User, result("call_A", "first")));
+        assert_eq!(kinds[4], (Role::User, missing("call_X")));
+        assert_eq!(kinds[5], (Role::User, text("never mind")));
+        assert_eq!(kinds[7], (Role::User, missing("call_Y")));
+        assert_eq!(kinds.len(), 8);
+    }
+
+    #[test]
+    fn ids_are_made_valid_and_unique_the_same_way_every_time() {
+        let c1 = ToolCall::new("call_1", "f", "{}");
+        let odd = ToolCall::new("fc.9/x", "f", "{}");
+        let messages = vec![
+            ChatMessage::text("user", "go"),
+            ChatMessage::assistant_calls(vec![c1.clone(), odd.clone()]),
+            ChatMessage::tool_result(&odd, "o"),
+            ChatMessage::tool_result(&c1, "1"),
+            // A second step reusing `call_1` (as a context written with Ollama has).
+            ChatMessage::assistant_calls(vec![c1.clone()]),
+            ChatMessage::tool_result(&c1, "again"),
+        ];
+        let (blocks, repairs) = build(messages.clone());
+        let ids: Vec<String> = blocks
+            .iter()
+            .filter_map(|(_, b, _)| match b {
+                Block::ToolUse { id, .. } => Some(id.clone()),
+                Block::ToolResult { tool_use_id, .. } => Some(tool_use_id.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                "call_1", "fc_9_x", "fc_9_x", "call_1", "call_1_2", "call_1_2"
+            ]
+        );
+        assert_eq!(repairs.renamed_ids, 2);
+        assert_eq!(build(messages).0, blocks);
+    }
+
+    #[test]
+    fn summary_blank_text_late_system_and_leading_assistant() {
+        let (blocks, repairs) = build(vec![
+            summary_message(2, 9, "did things"),
+            ChatMessage::text("assistant", "  \n"),
+            ChatMessage::text("system", "be brief"),
+            ChatMessage::text("user", ""),
+        ]);
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(blocks[0].2, Origin::Summary);
+        assert_eq!(blocks[1], (Role::User, text("be brief"), Origin::Message));
+        assert_eq!(repairs.late_system, 1);
+
+        let (blocks, repairs) = build(vec![ChatMessage::text("assistant", "hello")]);
+        assert_eq!(repairs.leading_user_turn, 1);
+        assert_eq!(
+            blocks[0],
+            (Role::User, text(CONTINUED_TEXT), Origin::Repair)
+        );
+        assert_eq!(blocks[1].0, Role::Assistant);
+    }
+
+    #[test]
+    fn tool_input_is_always_an_object() {
+        assert_eq!(tool_input(r#"{"a":1}"#), json!({"a": 1}));
+        assert_eq!(tool_input("  "), json!({}));
+        assert_eq!(tool_input("[1,2]"), json!({"arguments": [1, 2]}));
+        assert_eq!(tool_input("{broken"), json!({"arguments": "{broken"}));
+    }
+}

@@ -1,0 +1,466 @@
+//! The Messages API request body, streamed from a JSONL file of chat messages:
+//!
+//! ```text
+//! {"model","max_tokens","temperature"?,
+//!  "system"?:[{"type":"text","text","cache_control"}],
+//!  "tools"?:[{"name","description"?,"input_schema"}],
+//!  "messages":[{"role":"user"|"assistant","content":[block,...]},...]}
+//! ```
+//!
+//! The first message, when it is a system message, becomes the top-level `system`; the others
+//! become turns of content blocks ([`super::blocks`]). The file is read twice, one line at a time:
+//! the first pass only counts blocks and turns to place the cache breakpoints
+//! ([`super::cache`]), the second writes the body. Memory stays that of one message (see
+//! [`super::blocks`] for the little more).
+
+use std::fmt;
+use std::io::{self, BufRead, Write};
+
+use serde_json::{Map, Value, json};
+
+use super::MAX_TEMPERATURE;
+use super::blocks::{Block, BlockSink, Origin, Repairs, Role, TurnBuilder};
+use super::cache::{CachePlan, Planner};
+use crate::ChatMessage;
+use crate::jsonl::{JsonlError, LineReader};
+
+/// The settings of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestSettings<'a> {
+    /// Model name, written as given (escaped).
+    pub model: &'a str,
+    /// `max_tokens`, required by the API.
+    pub max_tokens: u32,
+    /// `temperature` in [0, [`MAX_TEMPERATURE`]], if set.
+    pub temperature: Option<f32>,
+    /// Tool definitions, OpenAI's `{"type":"function","function":{...}}` or Anthropic's shape
+    /// ([`anthropic_tool`]); `tools` is left out when none remains.
+    pub tools: &'a [Value],
+}
+
+/// What [`write_request`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Chat messages read from the file (the system prompt included).
+    pub messages: u64,
+    /// Blocks marked with `cache_control` (system prompt or last tool included).
+    pub breakpoints: u32,
+    /// What was changed so the request keeps the API's rules.
+    pub repairs: Repairs,
+}
+
+/// Why [`write_request`] failed.
+#[derive(Debug)]
+pub enum BodyError {
+    /// The messages file could not be opened.
+    Open(io::Error),
+    /// A line could not be read or is not a chat message (names file and line).
+    Read(JsonlError),
+    /// Writing the body failed.
+    Write(io::Error),
+    /// The file holds no message to send besides the system prompt (the API needs one).
+    NoMessages,
+    /// A setting the API does not accept (e.g. `temperature 1.5`).
+    Setting(String),
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BodyError::Open(e) | BodyError::Write(e) => write!(f, "{e}"),
+            BodyError::Read(e) => write!(f, "{e}"),
+            BodyError::NoMessages => {
+                f.write_str("holds no user or assistant message to send (the API needs one)")
+            }
+            BodyError::Setting(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+impl From<JsonlError> for BodyError {
+    fn from(e: JsonlError) -> Self {
+        BodyError::Read(e)
+    }
+}
+
+/// Writes the request body for the chat messages of `file` to `out`. `open` opens the file from
+/// its start; it is called twice (see the module doc), and must give the same content both
+/// times.
+///
+/// Errors: [`BodyError::Setting`] before anything is read, [`BodyError::Open`],
+/// [`BodyError::Read`] naming file and line, [`BodyError::NoMessages`], [`BodyError::Write`].
+pub fn write_request<R: BufRead, W: Write>(
+    mut open: impl FnMut() -> io::Result<R>,
+    file: &str,
+    out: &mut W,
+    settings: &RequestSettings<'_>,
+) -> Result<Written, BodyError> {
+    if let Some(t) = settings
+        .temperature
+        .filter(|t| !t.is_finite() || *t < 0.0 || *t > MAX_TEMPERATURE)
+    {
+        return Err(BodyError::Setting(format!(
+            "temperature {t} is outside 0–{MAX_TEMPERATURE}, the range Anthropic accepts"
+        )));
+    }
+    let tools: Vec<Value> = settings.tools.iter().filter_map(anthropic_tool).collect();
+
+    let mut planner = Planner::new();
+    stream(
+        open().map_err(BodyError::Open)?,
+        file,
+        &mut planner,
+        |_, _| Ok(()),
+    )?;
+    if planner.blocks() == 0 {
+        return Err(BodyError::NoMessages);
+    }
+    let plan = planner.finish();
+
+    let write = |e: io::Error| BodyError::Write(e);
+    out.write_all(b"{\"model\":").map_err(write)?;
+    write_json(out, settings.model).map_err(write)?;
+    write!(out, ",\"max_tokens\":{}", settings.max_tokens).map_err(write)?;
+    if let Some(t) = settings.temperature {
+        out.write_all(b",\"temperature\":").map_err(write)?;
+        write_json(out, &t).map_err(write)?;
+    }
+    let mut sink = TurnWriter {
+        out,
+        plan: &plan,
+        role: None,
+        next_block: 0,
+        marked: 0,
+    };
+    let (messages, repairs) = stream(
+        open().map_err(BodyError::Open)?,
+        file,
+        &mut sink,
+        |system, sink| sink.head(system, &tools),
+    )?;
+    if sink.role.is_some() {
+        sink.out.write_all(b"]}").map_err(write)?;
+    }
+    sink.out.write_all(b"]}").map_err(write)?;
+    Ok(Written {
+        messages,
+        breakpoints: sink.marked,
+        repairs,
+    })
+}
+
+/// Reads the messages of `reader` into `sink`: `head(system prompt, sink)` is called once,
+/// before the first block, with the first message's content when that message is a system
+/// message (`None` otherwise, or when the prompt is blank). Returns (messages read, repairs).
+fn stream<R: BufRead, S: BlockSink>(
+    reader: R,
+    file: &str,
+    sink: &mut S,
+    mut head: impl FnMut(Option<&str>, &mut S) -> io::Result<()>,
+) -> Result<(u64, Repairs), BodyError> {
+    let mut lines = LineReader::new(reader, file);
+    let mut builder = TurnBuilder::new();
+    let mut index = 0usize;
+    let mut head_done = false;
+    while let Some((_, message)) = lines.next_value::<ChatMessage>()? {
+        if index == 0 && message.role == "system" {
+            let system = message.content.as_deref().filter(|s| !s.trim().is_empty());
+            head(system, sink).map_err(BodyError::Write)?;
+            head_done = true;
+        } else {
+            if !head_done {
+                head(None, sink).map_err(BodyError::Write)?;
+                head_done = true;
+            }
+            builder
+                .push(index, message, sink)
+                .map_err(BodyError::Write)?;
+        }
+        index += 1;
+    }
+    if !head_done {
+        head(None, sink).map_err(BodyError::Write)?;
+    }
+    let repairs = builder.finish(sink).map_err(BodyError::Write)?;
+    Ok((index as u64, repairs))
+}
+
+/// An Anthropic tool definition `{"name","description"?,"input_schema"}` from OpenAI's
+/// `{"type":"function","function":{"name","description"?,"parameters"?}}` (a missing
+/// `parameters` becomes an empty object schema). A definition that already has `input_schema`
+/// is kept as it is; one without a name is left out (`None`).
+pub fn anthropic_tool(tool: &Value) -> Option<Value> {
+    if tool.get("input_schema").is_some() {
+        return Some(tool.clone());
+    }
+    let f = tool.get("function").unwrap_or(tool);
+    let name = f.get("name").and_then(Value::as_str)?;
+    let mut out = Map::new();
+    out.insert("name".into(), Value::from(name));
+    if let Some(d) = f.get("description").filter(|d| d.is_string()) {
+        out.insert("description".into(), d.clone());
+    }
+    let schema = f
+        .get("parameters")
+        .filter(|p| p.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+    out.insert("input_schema".into(), schema);
+    Some(Value::Object(out))
+}
+
+const CACHE_CONTROL: &[u8] = b",\"cache_control\":{\"type\":\"ephemeral\"}";
+
+/// The second pass's sink: writes `system`, `tools`, then the turns.
+struct TurnWriter<'a, W> {
+    out: &'a mut W,
+    plan: &'a CachePlan,
+    /// Role of the open turn (`None` before the first block).
+    role: Option<Role>,
+    next_block: u64,
+    marked: u32,
+}
+
+impl<W: Write> TurnWriter<'_, W> {
+    /// `,"system":[...]`, `,"tools":[...]`, `,"messages":[`: the system prompt carries a
+    /// breakpoint, or else the last tool does.
+    fn head(&mut self, system: Option<&str>, tools: &[Value]) -> io::Result<()> {
+        if let Some(system) = system {
+            self.out
+                .write_all(b",\"system\":[{\"type\":\"text\",\"text\":")?;
+            write_json(self.out, system)?;
+            self.out.write_all(CACHE_CONTROL)?;
+            self.out.write_all(b"}]")?;
+            self.marked += 1;
+        }
+        if !tools.is_empty() {
+            self.out.write_all(b",\"tools\":[")?;
+            for (i, tool) in tools.iter().enumerate() {
+                if i > 0 {
+                    self.out.write_all(b",")?;
+                }
+                if system.is_none() && i == tools.len() - 1 {
+                    let mut marked = tool.clone();
+                    if let Some(map) = marked.as_object_mut() {
+                        map.insert("cache_control".into(), json!({"type": "ephemeral"}));
+                        self.marked += 1;
+                    }
+                    write_json(self.out, &marked)?;
+                } else {
+                    write_json(self.out, tool)?;
+                }
+            }
+            self.out.write_all(b"]")?;
+        }
+        self.out.write_all(b",\"messages\":[")
+    }
+}
+
+impl<W: Write> BlockSink for TurnWriter<'_, W> {
+    fn block(&mut self, role: Role, block: &Block, _origin: Origin) -> io::Result<()> {
+        if self.role == Some(role) {
+            self.out.write_all(b",")?;
+        } else {
+            if self.role.is_some() {
+                self.out.write_all(b"]},")?;
+            }
+            write!(self.out, "{{\"role\":\"{}\",\"content\":[", role.as_str())?;
+            self.role = Some(role);
+        }
+        let cache = self.plan.marks(self.next_block);
+        self.next_block += 1;
+        if cache {
+            self.marked += 1;
+        }
+        write_block(self.out, block, cache)
+    }
+}
+
+/// One block as JSON, with `cache_control` when `cache`.
+fn write_block(out: &mut impl Write, block: &Block, cache: bool) -> io::Result<()> {
+    match block {
+        Block::Text(text) => {
+            out.write_all(b"{\"type\":\"text\",\"text\":")?;
+            write_json(out, text)?;
+        }
+        Block::ToolUse { id, name, input } => {
+            out.write_all(b"{\"type\":\"tool_use\",\"id\":")?;
+            write_json(out, id)?;
+            out.write_all(b",\"name\":")?;
+            write_json(out, name)?;
+            out.write_all(b",\"input\":")?;
+            write_json(out, input)?;
+        }
+        Block::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+        } => {
+            out.write_all(b"{\"type\":\"tool_result\",\"tool_use_id\":")?;
+            write_json(out, tool_use_id)?;
+            if !content.trim().is_empty() {
+                out.write_all(b",\"content\":")?;
+                write_json(out, content)?;
+            }
+            if *is_error {
+                out.write_all(b",\"is_error\":true")?;
+            }
+        }
+    }
+    if cache {
+        out.write_all(CACHE_CONTROL)?;
+    }
+    out.write_all(b"}")
+}
+
+fn write_json(out: &mut impl Write, value: &(impl serde::Serialize + ?Sized)) -> io::Result<()> {
+    serde_json::to_writer(out, value).map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ToolCall;
+    use crate::compress::summary_message;
+
+    fn lines(messages: &[ChatMessage]) -> String {
+        messages
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap() + "\n")
+            .collect()
+    }
+
+    fn body(text: &str, settings: &RequestSettings<'_>) -> (Value, Written) {
+        let mut out = Vec::new();
+        let written =
+            write_request(|| Ok(text.as_bytes()), "current.jsonl", &mut out, settings).unwrap();
+        let value = serde_json::from_slice(&out)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out)));
+        (value, written)
+    }
+
+    fn settings(tools: &[Value]) -> RequestSettings<'_> {
+        RequestSettings {
+            model: "claude-x",
+            max_tokens: 1000,
+            temperature: None,
+            tools,
+        }
+    }
+
+    fn cache() -> Value {
+        json!({"type": "ephemeral"})
+    }
+
+    #[test]
+    fn system_tools_and_turns() {
+        let call = ToolCall::new("call_1", "read", r#"{"path":"a"}"#);
+        let text = lines(&[
+            ChatMessage::text("system", "Be careful."),
+            ChatMessage::text("user", "go"),
+            ChatMessage::assistant_calls(vec![call.clone()]),
+            ChatMessage::tool_result(&call, "A"),
+        ]) + "\n\n";
+        let tools = [
+            json!({"type": "function", "function": {"name": "read", "description": "Read.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}),
+        ];
+        let (b, w) = body(&text, &settings(&tools));
+        assert_eq!(w.messages, 4);
+        assert_eq!(b["model"], "claude-x");
+        assert_eq!(b["max_tokens"], 1000);
+        assert!(b.get("temperature").is_none());
+        assert_eq!(
+            b["system"],
+            json!([{"type": "text", "text": "Be careful.", "cache_control": cache()}])
+        );
+        assert_eq!(
+            b["tools"],
+            json!([{"name": "read", "description": "Read.",
+                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}])
+        );
+        assert_eq!(
+            b["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "go", "cache_control": cache()}]},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1", "name": "read", "input": {"path": "a"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "A", "cache_control": cache()}]},
+            ])
+        );
+        assert_eq!(w.breakpoints, 3);
+    }
+
+    #[test]
+    fn summary_is_a_breakpoint_and_single_turns_get_no_tail() {
+        let text = lines(&[
+            ChatMessage::text("system", "S"),
+            summary_message(2, 5, "earlier work"),
+            ChatMessage::text("user", "continue"),
+        ]);
+        let (b, w) = body(&text, &settings(&[]));
+        let content = &b["messages"][0]["content"];
+        assert_eq!(content[0]["cache_control"], cache());
+        assert!(content[1].get("cache_control").is_none());
+        assert_eq!(w.breakpoints, 2);
+        assert!(b.get("tools").is_none());
+    }
+
+    #[test]
+    fn without_system_the_last_tool_is_a_breakpoint() {
+        let text = lines(&[ChatMessage::text("user", "hi")]);
+        let tools = [
+            json!({"type": "function", "function": {"name": "a"}}),
+            json!({"name": "b", "input_schema": {"type": "object"}}),
+            json!({"type": "function", "function": {"description": "nameless"}}),
+        ];
+        let (b, w) = body(&text, &settings(&tools));
+        assert!(b.get("system").is_none());
+        assert_eq!(
+            b["tools"],
+            json!([
+                {"name": "a", "input_schema": {"type": "object", "properties": {}}},
+                {"name": "b", "input_schema": {"type": "object"}, "cache_control": cache()},
+            ])
+        );
+        assert_eq!(w.breakpoints, 1);
+    }
+
+    #[test]
+    fn settings_and_empty_contexts_are_checked() {
+        let text = lines(&[ChatMessage::text("user", "hi")]);
+        let mut s = settings(&[]);
+        s.temperature = Some(0.25);
+        let (b, _) = body(&text, &s);
+        assert_eq!(b["temperature"].to_string(), "0.25");
+        s.temperature = Some(1.5);
+        let e = write_request(|| Ok(text.as_bytes()), "c", &mut Vec::new(), &s).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "temperature 1.5 is outside 0–1, the range Anthropic accepts"
+        );
+        let only_system = lines(&[ChatMessage::text("system", "S")]);
+        let e = write_request(
+            || Ok(only_system.as_bytes()),
+            "c",
+            &mut Vec::new(),
+            &settings(&[]),
+        )
+        .unwrap_err();
+        assert!(matches!(e, BodyError::NoMessages), "{e}");
+        let torn = "{\"role\":\"user\",\"content\":\"a\"}\n{\"role\":";
+        let e = write_request(
+            || Ok(torn.as_bytes()),
+            "current.jsonl",
+            &mut Vec::new(),
+            &settings(&[]),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("current.jsonl line 2: not valid:"),
+            "{e}"
+        );
+    }
+}

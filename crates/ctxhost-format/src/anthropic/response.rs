@@ -1,0 +1,234 @@
+//! A Messages API response → the OpenAI-shaped assistant message, usage and finish reason.
+//!
+//! Accepts `{"type":"message","role":"assistant","content":[block,...],"stop_reason"?,
+//! "usage"?:{"input_tokens","output_tokens","cache_creation_input_tokens"?,
+//! "cache_read_input_tokens"?}}`:
+//! - `text` blocks are joined (in order, nothing between them: the API splits one text into
+//!   several blocks, e.g. around citations) into the message content, `None` when there is none;
+//! - `tool_use` blocks `{"id","name","input"}` become OpenAI tool calls with `input` as the
+//!   arguments' JSON text (ids kept; missing or repeated ones made unique, see
+//!   [`crate::reply::unique_call_ids`]);
+//! - other blocks (`thinking`, `redacted_thinking`, server tool blocks) are left out: ctxhost asks
+//!   for none of them.
+//!
+//! Error bodies (`{"type":"error","error":{"type","message"}}`) are recognised by
+//! [`crate::body::provider_error`] before this parser runs.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::ChatMessage;
+use crate::reply::{ProviderFunction, ProviderToolCall, assistant_message};
+
+/// The `usage` of a response (tokens). The API counts a request's input in three parts:
+/// `input_tokens` (after the last cache breakpoint, billed at the input price),
+/// `cache_creation_input_tokens` (written to the cache, 1.25 × the input price) and
+/// `cache_read_input_tokens` (read from the cache, 0.1 × the input price).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AnthropicUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub cache_read_input_tokens: u64,
+}
+
+impl AnthropicUsage {
+    /// All input tokens of the request (OpenAI's `prompt_tokens`): the three parts together.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+    }
+}
+
+/// A parsed response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedReply {
+    /// The assistant message (OpenAI shape).
+    pub message: ChatMessage,
+    /// The usage, when the response has one.
+    pub usage: Option<AnthropicUsage>,
+    /// `stop_reason` as an OpenAI `finish_reason` ([`finish_reason`]).
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct UsageIn {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+}
+
+/// Parses a response body (already parsed as JSON and checked not to be an error object).
+///
+/// Errors (a text saying what is wrong): a `type` other than `message`, `content` missing or
+/// not an array, a block that is not an object, a `tool_use` without a name, a malformed
+/// `usage`.
+pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
+    if let Some(kind) = body.get("type").and_then(Value::as_str)
+        && kind != "message"
+    {
+        return Err(format!("not a Messages API response (type `{kind}`)"));
+    }
+    let Some(blocks) = body.get("content").and_then(Value::as_array) else {
+        return Err("the response has no content array".to_string());
+    };
+    let mut text: Option<String> = None;
+    let mut calls = Vec::new();
+    for (i, block) in blocks.iter().enumerate() {
+        let Some(kind) = block.get("type").and_then(Value::as_str) else {
+            return Err(format!("content block {i} has no type"));
+        };
+        match kind {
+            "text" => {
+                let t = block.get("text").and_then(Value::as_str).unwrap_or("");
+                text.get_or_insert_with(String::new).push_str(t);
+            }
+            "tool_use" => {
+                let Some(name) = block.get("name").and_then(Value::as_str) else {
+                    return Err(format!("tool_use block {i} has no name"));
+                };
+                calls.push(ProviderToolCall {
+                    id: block.get("id").and_then(Value::as_str).map(str::to_string),
+                    function: ProviderFunction {
+                        name: name.to_string(),
+                        arguments: block.get("input").cloned(),
+                    },
+                });
+            }
+            _ => {}
+        }
+    }
+    let role = body.get("role").and_then(Value::as_str).map(str::to_string);
+    let usage = match body.get("usage").filter(|u| !u.is_null()) {
+        Some(u) => {
+            let u: UsageIn = serde_json::from_value(u.clone())
+                .map_err(|e| format!("the usage is not valid ({e})"))?;
+            Some(AnthropicUsage {
+                input_tokens: u.input_tokens.unwrap_or(0),
+                output_tokens: u.output_tokens.unwrap_or(0),
+                cache_creation_input_tokens: u.cache_creation_input_tokens.unwrap_or(0),
+                cache_read_input_tokens: u.cache_read_input_tokens.unwrap_or(0),
+            })
+        }
+        None => None,
+    };
+    Ok(ParsedReply {
+        message: assistant_message(role, text, calls),
+        usage,
+        finish_reason: body
+            .get("stop_reason")
+            .and_then(Value::as_str)
+            .map(finish_reason),
+    })
+}
+
+/// OpenAI's `finish_reason` for a `stop_reason`: `end_turn` and `stop_sequence` → `stop`,
+/// `tool_use` → `tool_calls`, `max_tokens` and `model_context_window_exceeded` → `length`,
+/// `refusal` → `content_filter`; anything else (`pause_turn`, ...) as given.
+pub fn finish_reason(stop_reason: &str) -> String {
+    match stop_reason {
+        "end_turn" | "stop_sequence" => "stop",
+        "tool_use" => "tool_calls",
+        "max_tokens" | "model_context_window_exceeded" => "length",
+        "refusal" => "content_filter",
+        other => other,
+    }
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ToolCall;
+    use serde_json::json;
+
+    #[test]
+    fn text_and_tool_use_blocks() {
+        let body = json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+            "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "s"},
+                {"type": "text", "text": "Reading "},
+                {"type": "text", "text": "both. 上下文"},
+                {"type": "tool_use", "id": "toolu_01", "name": "read", "input": {"path": "a"}},
+                {"type": "tool_use", "id": "toolu_01", "name": "list", "input": {}},
+            ],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 12, "output_tokens": 30,
+                "cache_creation_input_tokens": 100, "cache_read_input_tokens": 2000}
+        });
+        let r = parse_response(&body).unwrap();
+        assert_eq!(r.message.content.as_deref(), Some("Reading both. 上下文"));
+        assert_eq!(
+            r.message.calls(),
+            [
+                ToolCall::new("toolu_01", "read", r#"{"path":"a"}"#),
+                ToolCall::new("call_2", "list", "{}"),
+            ]
+        );
+        assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
+        let u = r.usage.unwrap();
+        assert_eq!(u.prompt_tokens(), 2112);
+        assert_eq!(u.output_tokens, 30);
+    }
+
+    #[test]
+    fn plain_answer_without_usage_details() {
+        let body = json!({"type": "message", "role": "assistant",
+            "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": 5, "output_tokens": 2, "cache_creation_input_tokens": null}});
+        let r = parse_response(&body).unwrap();
+        assert_eq!(r.message, ChatMessage::text("assistant", "Done."));
+        assert_eq!(
+            r.usage,
+            Some(AnthropicUsage {
+                input_tokens: 5,
+                output_tokens: 2,
+                ..AnthropicUsage::default()
+            })
+        );
+        assert_eq!(r.finish_reason.as_deref(), Some("stop"));
+        let empty = parse_response(&json!({"type": "message", "content": []})).unwrap();
+        assert_eq!(empty.message.content, None);
+        assert_eq!((empty.usage, empty.finish_reason), (None, None));
+    }
+
+    #[test]
+    fn wrong_shapes_say_what_is_wrong() {
+        assert_eq!(
+            parse_response(&json!({"choices": []})).unwrap_err(),
+            "the response has no content array"
+        );
+        assert_eq!(
+            parse_response(&json!({"type": "completion", "content": []})).unwrap_err(),
+            "not a Messages API response (type `completion`)"
+        );
+        assert_eq!(
+            parse_response(&json!({"content": [{"type": "tool_use", "input": {}}]})).unwrap_err(),
+            "tool_use block 0 has no name"
+        );
+        assert!(
+            parse_response(&json!({"content": [], "usage": {"input_tokens": "x"}}))
+                .unwrap_err()
+                .starts_with("the usage is not valid")
+        );
+    }
+
+    #[test]
+    fn stop_reasons() {
+        for (s, f) in [
+            ("end_turn", "stop"),
+            ("stop_sequence", "stop"),
+            ("tool_use", "tool_calls"),
+            ("max_tokens", "length"),
+            ("refusal", "content_filter"),
+            ("pause_turn", "pause_turn"),
+        ] {
+            assert_eq!(finish_reason(s), f);
+        }
+    }
+}

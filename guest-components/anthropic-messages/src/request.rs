@@ -1,0 +1,91 @@
+//! `write-request`: the Messages API request body (`ctxhost_format::anthropic::write_request`),
+//! written to the request file; repairs made to keep the API's rules are logged as a warning.
+
+use std::fs::{self, File};
+use std::io::{BufReader, BufWriter, Write};
+
+use ctxhost_format::anthropic::{
+    self, BodyError, DEFAULT_MAX_TOKENS, ENDPOINT_PATH, Repairs, RequestSettings,
+};
+use ctxhost_format::body;
+use ctxhost_format::stream::CountingWriter;
+
+use crate::common;
+use crate::ctxhost::plugin::log::{Level, log};
+use crate::ctxhost::plugin::types::PluginError;
+use crate::exports::ctxhost::plugin::request_format::{RequestConfig, RequestInfo};
+use crate::plugin_error::io_error;
+
+/// Writes the body for `config` (`max_tokens` is `max-output-tokens`, or
+/// [`DEFAULT_MAX_TOKENS`]). Errors: `invalid-input` for a messages line that is not a chat
+/// message (file:line), a file with no user or assistant message, a bad tools file, a
+/// temperature outside 0–1; `io`. On error the request file is removed.
+pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError> {
+    let tools = match &config.tools_file {
+        Some(file) => {
+            body::parse_tools(&common::read_file(file)?, file).map_err(PluginError::InvalidInput)?
+        }
+        None => Vec::new(),
+    };
+    let settings = RequestSettings {
+        model: &config.model,
+        max_tokens: config.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        temperature: config.temperature,
+        tools: &tools,
+    };
+    let (messages_file, request_file) = (&config.messages_file, &config.request_file);
+    let out =
+        File::create(request_file).map_err(|e| io_error(format!("creating {request_file}"), e))?;
+    let mut out = CountingWriter::new(BufWriter::new(out));
+    let written = anthropic::write_request(
+        || File::open(messages_file).map(BufReader::new),
+        messages_file,
+        &mut out,
+        &settings,
+    )
+    .and_then(|w| out.flush().map(|()| w).map_err(BodyError::Write));
+    match written {
+        Ok(w) => {
+            if !w.repairs.is_empty() {
+                log(Level::Warn, &repairs_text(messages_file, &w.repairs));
+            }
+            Ok(RequestInfo {
+                endpoint_path: ENDPOINT_PATH.to_string(),
+                bytes: out.bytes(),
+                messages: w.messages,
+            })
+        }
+        Err(e) => {
+            drop(out);
+            let _ = fs::remove_file(request_file);
+            Err(match e {
+                BodyError::Open(e) => io_error(format!("opening {messages_file}"), e),
+                BodyError::Read(e) => e.into(),
+                BodyError::Write(e) => io_error(format!("writing {request_file}"), e),
+                e @ BodyError::NoMessages => {
+                    PluginError::InvalidInput(format!("{messages_file} {e}"))
+                }
+                BodyError::Setting(s) => PluginError::InvalidInput(s),
+            })
+        }
+    }
+}
+
+/// `<file>: changed in the request to keep the Anthropic API's rules: ...`.
+fn repairs_text(file: &str, r: &Repairs) -> String {
+    let parts: Vec<String> = [
+        (r.missing_results, "tool call(s) without a result answered as missing"),
+        (r.dropped_results, "tool result(s) answering no waiting call left out"),
+        (r.renamed_ids, "tool-call id(s) sent renamed"),
+        (r.late_system, "later system message(s) sent as user text"),
+        (r.leading_user_turn, "user turn put before a first assistant turn"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    format!(
+        "{file}: changed in the request to keep the Anthropic API's rules: {}",
+        parts.join(", ")
+    )
+}
