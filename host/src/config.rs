@@ -66,16 +66,20 @@ pub enum Provider {
     Llamacpp,
     /// vLLM (OpenAI-compatible), default `http://127.0.0.1:8000`.
     Vllm,
+    /// Anthropic's Messages API (`/v1/messages`, key from `ANTHROPIC_API_KEY` sent as
+    /// `x-api-key`), default `https://api.anthropic.com`.
+    Anthropic,
 }
 
 impl Provider {
     /// All providers, in the order shown in messages.
-    pub const ALL: [Provider; 5] = [
+    pub const ALL: [Provider; 6] = [
         Provider::Openai,
         Provider::Ollama,
         Provider::Lmstudio,
         Provider::Llamacpp,
         Provider::Vllm,
+        Provider::Anthropic,
     ];
 
     /// The config spelling (`openai`, `ollama`, ...).
@@ -86,6 +90,7 @@ impl Provider {
             Provider::Lmstudio => "lmstudio",
             Provider::Llamacpp => "llamacpp",
             Provider::Vllm => "vllm",
+            Provider::Anthropic => "anthropic",
         }
     }
 
@@ -97,6 +102,7 @@ impl Provider {
             Provider::Lmstudio => "http://127.0.0.1:1234",
             Provider::Llamacpp => "http://127.0.0.1:8080",
             Provider::Vllm => "http://127.0.0.1:8000",
+            Provider::Anthropic => "https://api.anthropic.com",
         }
     }
 
@@ -104,6 +110,7 @@ impl Provider {
     pub fn default_request_format(self) -> &'static str {
         match self {
             Provider::Ollama => "builtin:ollama-chat",
+            Provider::Anthropic => "builtin:anthropic-messages",
             _ => "builtin:openai-chat",
         }
     }
@@ -112,7 +119,25 @@ impl Provider {
     pub fn default_api_key_env(self) -> Option<&'static str> {
         match self {
             Provider::Openai => Some("OPENAI_API_KEY"),
+            Provider::Anthropic => Some("ANTHROPIC_API_KEY"),
             _ => None,
+        }
+    }
+
+    /// How the transport sends the API key: `x-api-key` + `anthropic-version` for Anthropic,
+    /// `Authorization: Bearer` for the OpenAI-compatible servers and Ollama.
+    pub fn auth_scheme(self) -> crate::llm::AuthScheme {
+        match self {
+            Provider::Anthropic => crate::llm::AuthScheme::Anthropic,
+            _ => crate::llm::AuthScheme::Bearer,
+        }
+    }
+
+    /// Highest `llm.temperature` the provider accepts (Anthropic 1, others 2).
+    pub fn max_temperature(self) -> f32 {
+        match self {
+            Provider::Anthropic => 1.0,
+            _ => 2.0,
         }
     }
 }
@@ -202,9 +227,10 @@ pub struct LlmConfig {
     pub api_key_env: Option<String>,
     /// The model's context window, tokens (≥ 256).
     pub context_length: u64,
-    /// Upper bound on output tokens per call (`None`: provider default).
+    /// Upper bound on output tokens per call (`None`: provider default; Anthropic, which
+    /// requires a bound, gets 4096).
     pub max_output_tokens: Option<u32>,
-    /// Sampling temperature in [0, 2] (`None`: provider default).
+    /// Sampling temperature in [0, 2] ([0, 1] for Anthropic) (`None`: provider default).
     pub temperature: Option<f32>,
     /// Whole-request timeout, seconds (≥ 1).
     pub timeout_secs: u64,
@@ -469,10 +495,17 @@ impl Config {
                 );
             }
         }
+        let max_temperature = llm.provider.max_temperature();
         if let Some(t) = llm.temperature
-            && !(0.0..=2.0).contains(&t)
+            && !(0.0..=max_temperature).contains(&t)
         {
-            return bad("llm.temperature", format!("must be in [0, 2], got {t}"));
+            return bad(
+                "llm.temperature",
+                format!(
+                    "must be in [0, {max_temperature}] for provider {}, got {t}",
+                    llm.provider
+                ),
+            );
         }
         for (key, v) in [
             ("llm.timeout_secs", llm.timeout_secs),
@@ -670,21 +703,22 @@ context_storage:
 {summary}
 
 llm:
-  # openai | ollama | lmstudio | llamacpp | vllm
+  # openai | ollama | lmstudio | llamacpp | vllm | anthropic
   provider: openai
   # Without the endpoint path. Default per provider: openai https://api.openai.com,
   # ollama http://127.0.0.1:11434, lmstudio http://127.0.0.1:1234, llamacpp http://127.0.0.1:8080,
-  # vllm http://127.0.0.1:8000.
+  # vllm http://127.0.0.1:8000, anthropic https://api.anthropic.com.
   # base_url: https://api.openai.com
   model: {model}
   # Name of the environment variable that holds the API key (read at run time, never stored).
-  # Default: OPENAI_API_KEY for openai, none otherwise; "" sends no key.
+  # Default: OPENAI_API_KEY for openai, ANTHROPIC_API_KEY for anthropic, none otherwise;
+  # "" sends no key. Sent as Authorization: Bearer, or x-api-key for anthropic.
   # api_key_env: OPENAI_API_KEY
   # The model's context window, tokens.
   context_length: {ctx}
-  # Upper bound on output tokens per call (null: provider default).
+  # Upper bound on output tokens per call (null: provider default; 4096 for anthropic).
   max_output_tokens: {max_out}
-  # Sampling temperature (null: provider default).
+  # Sampling temperature, 0-2 (0-1 for anthropic) (null: provider default).
   temperature: null
   timeout_secs: {timeout}
   connect_timeout_secs: {connect}
@@ -699,7 +733,8 @@ plugins:
   # builtin:llm-summarizer (LLM summary of older messages), builtin:observation-masking
   # (masks old tool results, no LLM), a path to a .wasm compressor, or none.
   compressor: {compressor}
-  # Default from the provider: builtin:ollama-chat for ollama, builtin:openai-chat otherwise.
+  # Default from the provider: builtin:ollama-chat for ollama, builtin:anthropic-messages for
+  # anthropic (with prompt caching), builtin:openai-chat otherwise.
   # builtin:prompted-tools describes the tools in the prompt, for models without native tool calls.
   # request_format: builtin:openai-chat
 
@@ -802,9 +837,10 @@ fn check_base_url(url: &str) -> Result<(), String> {
             "must not contain credentials (use llm.api_key_env): `{url}`"
         ));
     }
-    // The request format appends the endpoint path (`/v1/chat/completions`, `/api/chat`).
+    // The request format appends the endpoint path (`/v1/chat/completions`, `/api/chat`,
+    // `/v1/messages`).
     let trimmed = url.trim_end_matches('/');
-    for endpoint in ["/chat/completions", "/api/chat"] {
+    for endpoint in ["/chat/completions", "/api/chat", "/v1/messages"] {
         if let Some(base) = trimmed.strip_suffix(endpoint) {
             let base = base.strip_suffix("/v1").unwrap_or(base);
             return Err(format!(
@@ -901,6 +937,31 @@ mod tests {
         );
         let c = Config::from_yaml("plugins:\n  compressor: none\n", "c").unwrap();
         assert_eq!(c.compressor(), None);
+    }
+
+    #[test]
+    fn anthropic_provider_defaults() {
+        let c = Config::from_yaml("llm:\n  provider: anthropic\n  model: claude-x\n", "c").unwrap();
+        assert_eq!(c.request_format(), "builtin:anthropic-messages");
+        assert_eq!(c.base_url(), "https://api.anthropic.com");
+        assert_eq!(c.api_key_env(), Some("ANTHROPIC_API_KEY"));
+        assert_eq!(
+            c.llm.provider.auth_scheme(),
+            crate::llm::AuthScheme::Anthropic
+        );
+        assert_eq!(
+            Provider::Openai.auth_scheme(),
+            crate::llm::AuthScheme::Bearer
+        );
+        let e = err("llm:\n  provider: anthropic\n  temperature: 1.5\n");
+        assert!(
+            e.contains("llm.temperature: must be in [0, 1] for provider anthropic, got 1.5"),
+            "{e}"
+        );
+        assert!(Config::from_yaml("llm:\n  temperature: 1.5\n", "c").is_ok());
+        let e =
+            err("llm:\n  provider: anthropic\n  base_url: https://api.anthropic.com/v1/messages\n");
+        assert!(e.contains("give `https://api.anthropic.com`"), "{e}");
     }
 
     #[test]

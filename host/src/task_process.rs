@@ -93,6 +93,7 @@ pub fn transport_config(config: &Config) -> anyhow::Result<TransportConfig> {
     Ok(TransportConfig {
         base_url: config.base_url(),
         api_key: config.api_key()?,
+        auth: llm.provider.auth_scheme(),
         connect_timeout: Duration::from_secs(llm.connect_timeout_secs),
         request_timeout: Duration::from_secs(llm.timeout_secs),
         max_retries: llm.max_retries,

@@ -3,6 +3,17 @@
 use std::fmt;
 use std::time::Duration;
 
+/// How the transport sends the API key, and the headers a provider requires with it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AuthScheme {
+    /// `Authorization: Bearer <key>` (OpenAI and OpenAI-compatible servers, Ollama).
+    #[default]
+    Bearer,
+    /// `x-api-key: <key>` and `anthropic-version: 2023-06-01` (Anthropic's Messages API; the
+    /// version header is sent even when no key is configured).
+    Anthropic,
+}
+
 /// Settings of a [`crate::llm::Transport`]. Built by the caller from `config.yaml`'s `llm`
 /// section; the API key is read by the caller from the environment variable named by
 /// `llm.api_key_env` and is never written anywhere.
@@ -12,8 +23,10 @@ pub struct TransportConfig {
     /// `/` is ignored; a trailing `/v1` is tolerated when the endpoint path starts with `/v1/`
     /// (see [`TransportConfig::url_for`]).
     pub base_url: String,
-    /// Sent as `Authorization: Bearer <key>` when `Some`. Never logged or shown in errors.
+    /// Sent as [`TransportConfig::auth`] says when `Some`. Never logged or shown in errors.
     pub api_key: Option<String>,
+    /// How the key is sent (from `llm.provider`).
+    pub auth: AuthScheme,
     /// Time allowed to establish the TCP (and TLS) connection, per attempt.
     pub connect_timeout: Duration,
     /// Time allowed for one whole attempt: sending the request and reading the full response.
@@ -28,11 +41,12 @@ pub struct TransportConfig {
 
 impl TransportConfig {
     /// Defaults for `base_url`: connect 10 s, request 300 s (a small local model on a CPU is
-    /// slow), 3 retries, backoff ≤ 60 s, responses ≤ 64 MiB, no API key.
+    /// slow), 3 retries, backoff ≤ 60 s, responses ≤ 64 MiB, no API key, [`AuthScheme::Bearer`].
     pub fn new(base_url: impl Into<String>) -> TransportConfig {
         TransportConfig {
             base_url: base_url.into(),
             api_key: None,
+            auth: AuthScheme::Bearer,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(300),
             max_retries: 3,
@@ -72,6 +86,7 @@ impl fmt::Debug for TransportConfig {
         f.debug_struct("TransportConfig")
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("auth", &self.auth)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("max_retries", &self.max_retries)

@@ -12,14 +12,19 @@ pub const BODY_SNIPPET_BYTES: usize = 500;
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
     /// The provider answered with a non-2xx status (after retries, when retryable).
-    /// `body` is the first [`BODY_SNIPPET_BYTES`] bytes of the response body (lossy UTF-8).
-    #[error("POST {url}: HTTP {status}{reason} after {attempts} attempt(s); response body: {body}",
-        reason = if status_text.is_empty() { String::new() } else { format!(" {status_text}") })]
+    /// `body` is the first [`BODY_SNIPPET_BYTES`] bytes of the response body (lossy UTF-8);
+    /// `provider_error` the error message of a JSON error body (e.g. `Overloaded (type:
+    /// overloaded_error)`), `request_id` the provider's id of the request, for its support.
+    #[error("POST {url}: HTTP {status}{reason} after {attempts} attempt(s){detail}; response body: {body}",
+        reason = if status_text.is_empty() { String::new() } else { format!(" {status_text}") },
+        detail = http_detail(provider_error.as_deref(), request_id.as_deref()))]
     Http {
         url: String,
         status: u16,
         status_text: String,
         attempts: u32,
+        provider_error: Option<String>,
+        request_id: Option<String>,
         body: String,
     },
     /// Each attempt ran longer than `request_timeout` (or connecting took longer than
@@ -86,15 +91,33 @@ impl TransportError {
     }
 }
 
+/// `: <provider error>` and ` (request id <id>)`, each when known.
+fn http_detail(provider_error: Option<&str>, request_id: Option<&str>) -> String {
+    let mut s = String::new();
+    if let Some(e) = provider_error {
+        s.push_str(": ");
+        s.push_str(e);
+    }
+    if let Some(id) = request_id {
+        s.push_str(&format!(" (request id {id})"));
+    }
+    s
+}
+
+/// `text` with every occurrence of `secret` replaced by `[redacted]` (unchanged without a
+/// secret or for an empty one).
+pub fn redact(text: &str, secret: Option<&str>) -> String {
+    match secret {
+        Some(s) if !s.is_empty() => text.replace(s, "[redacted]"),
+        _ => text.to_string(),
+    }
+}
+
 /// The first `max` bytes of `bytes` as text (lossy UTF-8, cut at a char boundary, `…` appended
 /// when cut), with `secret` replaced by `[redacted]` and every run of whitespace or control
 /// characters shown as one space, so the snippet fits on one log line.
 pub fn body_snippet(bytes: &[u8], max: usize, secret: Option<&str>) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let mut text = match secret {
-        Some(s) if !s.is_empty() => text.replace(s, "[redacted]"),
-        _ => text.into_owned(),
-    };
+    let mut text = redact(&String::from_utf8_lossy(bytes), secret);
     let trimmed_len = text.trim_end().len();
     text.truncate(trimmed_len);
     let mut cut = false;
@@ -148,6 +171,8 @@ mod tests {
             status: 502,
             status_text: "Bad Gateway".into(),
             attempts: 4,
+            provider_error: None,
+            request_id: None,
             body: "<html>bad gateway</html>".into(),
         };
         let s = e.to_string();
@@ -157,5 +182,19 @@ mod tests {
         assert!(s.contains("<html>bad gateway</html>"), "{s}");
         assert_eq!(e.attempts(), 4);
         assert_eq!(e.status(), Some(502));
+        let e = TransportError::Http {
+            url: "https://api.anthropic.com/v1/messages".into(),
+            status: 529,
+            status_text: String::new(),
+            attempts: 4,
+            provider_error: Some("Overloaded (type: overloaded_error)".into()),
+            request_id: Some("req_011".into()),
+            body: "{}".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "POST https://api.anthropic.com/v1/messages: HTTP 529 after 4 attempt(s): Overloaded \
+             (type: overloaded_error) (request id req_011); response body: {}"
+        );
     }
 }

@@ -3,11 +3,12 @@
 //! The host never holds a request or a response body in memory: [`Transport::post_file`] streams
 //! the request file (written by a request-format plugin, e.g. `request.json` in the task
 //! directory) to `base_url + endpoint_path` and streams the response body into a file, which the
-//! plugin then parses. Transient failures (429, 408, 409, 500/502/503/504, refused or reset
-//! connections, timeouts, truncated bodies) are retried with exponential backoff and jitter,
-//! honouring `Retry-After`.
+//! plugin then parses. Transient failures (429, 408, 409, 500/502/503/504, Anthropic's 529
+//! overloaded, refused or reset connections, timeouts, truncated bodies) are retried with
+//! exponential backoff and jitter, honouring `Retry-After` and `x-should-retry`.
 //!
-//! - [`config`]: [`TransportConfig`] (URL, optional API key, timeouts, retry budget, size cap)
+//! - [`config`]: [`TransportConfig`] (URL, optional API key and how it is sent, timeouts, retry
+//!   budget, size cap)
 //! - [`retry`]: which failures are retried, backoff delays, `Retry-After` parsing
 //! - [`error`]: [`TransportError`] (names the URL and attempts, never the key)
 //! - [`transport`]: [`Transport`] and [`PostOutcome`]
@@ -17,6 +18,6 @@ pub mod error;
 pub mod retry;
 pub mod transport;
 
-pub use config::TransportConfig;
+pub use config::{AuthScheme, TransportConfig};
 pub use error::TransportError;
 pub use transport::{PostOutcome, Transport};

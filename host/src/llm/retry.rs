@@ -8,9 +8,21 @@ use std::time::{Duration, SystemTime};
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 
 /// Whether an HTTP status is worth another attempt: 408 Request Timeout, 409 Conflict,
-/// 429 Too Many Requests, 500, 502, 503, 504. Every other 4xx/5xx is final.
+/// 429 Too Many Requests, 500, 502, 503, 504, and 529 (Anthropic's `overloaded_error`). Every
+/// other 4xx/5xx is final.
 pub fn is_retryable_status(status: u16) -> bool {
-    matches!(status, 408 | 409 | 429 | 500 | 502 | 503 | 504)
+    matches!(status, 408 | 409 | 429 | 500 | 502 | 503 | 504 | 529)
+}
+
+/// Whether a failed response should be retried: the server's `x-should-retry` header when it
+/// says `true` or `false` (Anthropic and OpenAI send it; their SDKs obey it), otherwise
+/// [`is_retryable_status`].
+pub fn should_retry(status: u16, x_should_retry: Option<&str>) -> bool {
+    match x_should_retry.map(str::trim) {
+        Some(v) if v.eq_ignore_ascii_case("true") => true,
+        Some(v) if v.eq_ignore_ascii_case("false") => false,
+        _ => is_retryable_status(status),
+    }
 }
 
 /// Delay before retry number `retry` (1 = the first retry): exponential from `initial`
@@ -158,11 +170,21 @@ mod tests {
 
     #[test]
     fn retryable_statuses() {
-        for s in [408, 409, 429, 500, 502, 503, 504] {
+        for s in [408, 409, 429, 500, 502, 503, 504, 529] {
             assert!(is_retryable_status(s), "{s}");
         }
         for s in [400, 401, 403, 404, 413, 422, 501, 505] {
             assert!(!is_retryable_status(s), "{s}");
         }
+    }
+
+    #[test]
+    fn x_should_retry_overrides_the_status() {
+        assert!(should_retry(400, Some("true")));
+        assert!(!should_retry(529, Some("false")));
+        assert!(!should_retry(503, Some(" FALSE ")));
+        assert!(should_retry(529, None));
+        assert!(should_retry(503, Some("maybe")));
+        assert!(!should_retry(401, None));
     }
 }

@@ -6,9 +6,12 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::config::TransportConfig;
-use super::error::{BODY_SNIPPET_BYTES, TransportError, body_snippet};
-use super::retry::{INITIAL_BACKOFF, is_retryable_status, next_delay, parse_retry_after};
+use super::config::{AuthScheme, TransportConfig};
+use super::error::{BODY_SNIPPET_BYTES, TransportError, body_snippet, redact};
+use super::retry::{INITIAL_BACKOFF, next_delay, parse_retry_after, should_retry};
+
+/// Most bytes of an error response read to find the provider's error message in it.
+const ERROR_BODY_BYTES: u64 = 64 * 1024;
 
 /// The result of a successful [`Transport::post_file`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +40,13 @@ enum AttemptError {
         status: u16,
         status_text: String,
         body: String,
+        /// The provider's error message, from a JSON error body.
+        provider_error: Option<String>,
+        /// The provider's id of the request (`request-id`, `x-request-id`).
+        request_id: Option<String>,
         retry_after: Option<Duration>,
+        /// From the status and the `x-should-retry` header.
+        retryable: bool,
     },
     Timeout {
         limit: Duration,
@@ -53,7 +62,7 @@ enum AttemptError {
 impl AttemptError {
     fn retryable(&self) -> bool {
         match self {
-            AttemptError::Status { status, .. } => is_retryable_status(*status),
+            AttemptError::Status { retryable, .. } => *retryable,
             AttemptError::Timeout { .. } | AttemptError::Connection(_) => true,
             AttemptError::TooLarge
             | AttemptError::InvalidUrl(_)
@@ -75,8 +84,12 @@ impl AttemptError {
             AttemptError::Status {
                 status,
                 status_text,
+                provider_error,
                 ..
-            } => format!("HTTP {status} {status_text}"),
+            } => match provider_error {
+                Some(e) => format!("HTTP {status} {status_text}: {e}"),
+                None => format!("HTTP {status} {status_text}"),
+            },
             AttemptError::Timeout { detail, .. } => format!("timeout: {detail}"),
             AttemptError::Connection(d) => d.clone(),
             AttemptError::TooLarge => "response too large".into(),
@@ -100,12 +113,16 @@ impl AttemptError {
                 status,
                 status_text,
                 body,
+                provider_error,
+                request_id,
                 ..
             } => TransportError::Http {
                 url,
                 status,
                 status_text,
                 attempts,
+                provider_error,
+                request_id,
                 body,
             },
             AttemptError::Timeout { limit, detail } => TransportError::Timeout {
@@ -167,10 +184,12 @@ impl Transport {
     }
 
     /// POST the file `request_file` (streamed from disk with its size as Content-Length,
-    /// `Content-Type: application/json`) to [`TransportConfig::url_for`]`(endpoint_path)`, and
+    /// `Content-Type: application/json`, the API key as [`TransportConfig::auth`] says) to
+    /// [`TransportConfig::url_for`]`(endpoint_path)`, and
     /// write the response body to `response_file` (via `<response_file>.partial`, renamed into
     /// place only once the whole body was read). Retries up to `max_retries` times on 408, 409,
-    /// 429, 500, 502, 503, 504, connection failures, timeouts and truncated bodies, waiting
+    /// 429, 500, 502, 503, 504, 529, connection failures, timeouts and truncated bodies (a
+    /// server's `x-should-retry: true|false` decides instead of the status), waiting
     /// `Retry-After` (capped at `max_backoff`) or an exponential backoff with jitter.
     ///
     /// Ok only for a 2xx whose body was fully read. The request file is never modified. On
@@ -253,8 +272,17 @@ impl Transport {
             .set("Content-Type", "application/json")
             .set("Accept", "application/json")
             .set("Content-Length", &len.to_string());
-        if let Some(key) = &self.cfg.api_key {
-            req = req.set("Authorization", &format!("Bearer {key}"));
+        match (self.cfg.auth, &self.cfg.api_key) {
+            (AuthScheme::Bearer, Some(key)) => {
+                req = req.set("Authorization", &format!("Bearer {key}"));
+            }
+            (AuthScheme::Bearer, None) => {}
+            (AuthScheme::Anthropic, key) => {
+                req = req.set("anthropic-version", ctxhost_format::anthropic::API_VERSION);
+                if let Some(key) = key {
+                    req = req.set("x-api-key", key);
+                }
+            }
         }
         // `take(len)`: never send more than announced, even if the file grew meanwhile.
         let body = BufReader::with_capacity(64 * 1024, file).take(len);
@@ -272,21 +300,34 @@ impl Transport {
         Ok((status, bytes))
     }
 
-    /// Build the error for a non-2xx response: snippet of its body, `Retry-After`, and for a
-    /// redirect the `Location` it pointed to.
+    /// Build the error for a non-2xx response: snippet of its body, the provider's error
+    /// message when the body is a JSON error object (OpenAI's `{"error":{"message","type"}}`,
+    /// Anthropic's `{"type":"error","error":{"type","message"}}`, `{"error":"text"}`), the
+    /// request id, `Retry-After`, `x-should-retry`, and for a redirect the `Location` it
+    /// pointed to. The key is redacted from all of it.
     fn status_error(&self, status: u16, resp: ureq::Response) -> AttemptError {
         let status_text = resp.status_text().to_string();
         let retry_after = resp
             .header("Retry-After")
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let retryable = should_retry(status, resp.header("x-should-retry"));
+        let request_id = resp
+            .header("request-id")
+            .or_else(|| resp.header("x-request-id"))
+            .map(|id| body_snippet(id.as_bytes(), 100, self.cfg.api_key.as_deref()));
         let location = resp.header("Location").map(str::to_string);
         let mut buf = Vec::with_capacity(BODY_SNIPPET_BYTES + 4);
         // A body that breaks off is fine here: we only want its beginning.
         let _ = resp
             .into_reader()
-            .take(BODY_SNIPPET_BYTES as u64 + 4)
+            .take(ERROR_BODY_BYTES)
             .read_to_end(&mut buf);
-        let mut body = body_snippet(&buf, BODY_SNIPPET_BYTES, self.cfg.api_key.as_deref());
+        let key = self.cfg.api_key.as_deref();
+        let provider_error = serde_json::from_slice::<serde_json::Value>(&buf)
+            .ok()
+            .and_then(|v| ctxhost_format::body::provider_error(&v))
+            .map(|e| body_snippet(redact(&e, key).as_bytes(), BODY_SNIPPET_BYTES, None));
+        let mut body = body_snippet(&buf, BODY_SNIPPET_BYTES, key);
         if let Some(loc) = location {
             body = format!("(redirect to {loc}; set llm.base_url to the final URL) {body}");
         }
@@ -294,7 +335,10 @@ impl Transport {
             status,
             status_text,
             body,
+            provider_error,
+            request_id,
             retry_after,
+            retryable,
         }
     }
 

@@ -33,6 +33,13 @@ const BUILTINS: &[(&str, &[u8])] = &[
         "prompted-tools",
         include_bytes!(concat!(env!("CTXHOST_GUEST_DIR"), "/prompted_tools.wasm")),
     ),
+    (
+        "anthropic-messages",
+        include_bytes!(concat!(
+            env!("CTXHOST_GUEST_DIR"),
+            "/anthropic_messages.wasm"
+        )),
+    ),
 ];
 
 /// The bytes of builtin `name` (without the `builtin:` prefix).
