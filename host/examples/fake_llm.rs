@@ -1,4 +1,5 @@
-//! The tests' fake OpenAI/Ollama server as a standalone program, for benchmarks and scripts.
+//! The tests' fake OpenAI/Ollama/Anthropic server as a standalone program, for benchmarks and
+//! scripts.
 //!
 //! ```text
 //! cargo run -p ctxhost --example fake_llm -- [--port 8090] [--reply "Done."] [--delay-ms 0]
@@ -7,6 +8,9 @@
 //! after `--delay-ms`; prints `http://127.0.0.1:PORT` (the `llm.base_url` value) on stdout once
 //! listening, then runs until killed. Per-request lines go to stderr.
 
+#[allow(dead_code)]
+#[path = "../../tests/support/anthropic_api.rs"]
+mod anthropic_api;
 #[allow(dead_code)]
 #[path = "../../tests/support/fake_llm.rs"]
 mod fake_llm;

@@ -21,7 +21,9 @@
 //!   with [`FakeLlm::set_handler`] is asked first and may pick a reply from the request.
 //! - Reply bodies take the shape of the request path: `/api/chat` gets Ollama's `/api/chat` shape
 //!   (`{"model","created_at","message":{..},"done":true,"prompt_eval_count","eval_count"}`,
-//!   tool arguments as JSON objects); every other path gets OpenAI's chat completion shape
+//!   tool arguments as JSON objects); `/v1/messages` gets Anthropic's Messages API shape, after
+//!   the API's checks, with usage from a prompt-cache accounting
+//!   ([`super::anthropic_api`]); every other path gets OpenAI's chat completion shape
 //!   (`{"id","object":"chat.completion","choices":[{"message":{..},"finish_reason"}],"usage"}`).
 //! - Every request is recorded ([`RecordedRequest`]: method, path, headers, JSON body, arrival
 //!   time) before it is answered.
@@ -39,6 +41,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+use super::anthropic_api::{self, Accounting, CacheUsage, MESSAGES_PATH};
 
 /// One scripted answer. Build with the constructor functions.
 #[derive(Clone, Debug)]
@@ -181,6 +185,7 @@ struct State {
     default: Reply,
     handler: Option<Handler>,
     requests: Vec<RecordedRequest>,
+    anthropic: Accounting,
 }
 
 /// A running fake server. Stops accepting when dropped (connections already open finish).
@@ -206,6 +211,7 @@ impl FakeLlm {
             default: Reply::text("Done.", Some((10, 2))),
             handler: None,
             requests: Vec::new(),
+            anthropic: Accounting::default(),
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (st, sp) = (state.clone(), stop.clone());
@@ -262,6 +268,26 @@ impl FakeLlm {
     /// Number of requests received so far.
     pub fn request_count(&self) -> usize {
         self.lock().requests.len()
+    }
+
+    /// Anthropic requests must carry `x-api-key: key` (else 401 `authentication_error`).
+    pub fn expect_anthropic_key(&self, key: &str) {
+        self.lock().anthropic.expected_key = Some(key.to_string());
+    }
+
+    /// The smallest prefix the fake prompt cache stores (tokens; default 1024).
+    pub fn set_anthropic_min_cache_tokens(&self, tokens: u64) {
+        self.lock().anthropic.cache.min_tokens = tokens;
+    }
+
+    /// The input usage of every Anthropic request answered with a message, in order.
+    pub fn anthropic_usage(&self) -> Vec<CacheUsage> {
+        self.lock().anthropic.usage.clone()
+    }
+
+    /// The errors of the Anthropic requests refused by the API's checks.
+    pub fn anthropic_rejections(&self) -> Vec<String> {
+        self.lock().anthropic.rejections.clone()
     }
 
     /// Scripted replies not yet used.
@@ -323,6 +349,7 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
             .iter()
             .any(|(k, v)| k.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close"));
         let recorded;
+        let mut usage = None;
         let reply = {
             let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
             recorded = RecordedRequest {
@@ -336,13 +363,33 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
                 connection: conn,
             };
             s.requests.push(recorded.clone());
-            let from_handler = s.handler.as_ref().and_then(|h| h(&recorded));
-            match from_handler {
-                Some(r) => r,
-                None => s.script.pop_front().unwrap_or_else(|| s.default.clone()),
+            let checked = if recorded.path == MESSAGES_PATH {
+                anthropic_api::check_request(&recorded, s.anthropic.expected_key.as_deref())
+            } else {
+                Ok(())
+            };
+            match checked {
+                Err((code, kind, message)) => {
+                    s.anthropic.rejections.push(message.clone());
+                    anthropic_api::error_reply(code, kind, &message)
+                }
+                Ok(()) => {
+                    let from_handler = s.handler.as_ref().and_then(|h| h(&recorded));
+                    let reply = match from_handler {
+                        Some(r) => r,
+                        None => s.script.pop_front().unwrap_or_else(|| s.default.clone()),
+                    };
+                    if recorded.path == MESSAGES_PATH && anthropic_api::content_of(&reply).is_some()
+                    {
+                        let u = s.anthropic.cache.account(&recorded.body);
+                        s.anthropic.usage.push(u);
+                        usage = Some(u);
+                    }
+                    reply
+                }
             }
         };
-        let keep_open = send_reply(&mut writer, &reply, &recorded)?;
+        let keep_open = send_reply(&mut writer, &reply, &recorded, usage)?;
         if !keep_open || close_requested {
             let _ = writer.shutdown(Shutdown::Both);
             return Ok(());
@@ -431,15 +478,20 @@ fn read_chunked(r: &mut BufReader<TcpStream>) -> io::Result<Vec<u8>> {
 }
 
 /// Write `reply`; returns whether the connection may stay open.
-fn send_reply(w: &mut TcpStream, reply: &Reply, req: &RecordedRequest) -> io::Result<bool> {
+fn send_reply(
+    w: &mut TcpStream,
+    reply: &Reply,
+    req: &RecordedRequest,
+    usage: Option<CacheUsage>,
+) -> io::Result<bool> {
     match reply {
         Reply::Delay(d, inner) => {
             thread::sleep(*d);
-            send_reply(w, inner, req)
+            send_reply(w, inner, req, usage)
         }
         Reply::HangUp => Ok(false),
         Reply::Truncated(inner) => {
-            let (code, headers, body) = render(inner, req);
+            let (code, headers, body) = render(inner, req, usage);
             let half = &body[..body.len() / 2];
             write_head(w, code, &headers, body.len())?;
             w.write_all(half)?;
@@ -447,7 +499,7 @@ fn send_reply(w: &mut TcpStream, reply: &Reply, req: &RecordedRequest) -> io::Re
             Ok(false)
         }
         other => {
-            let (code, headers, body) = render(other, req);
+            let (code, headers, body) = render(other, req, usage);
             write_head(w, code, &headers, body.len())?;
             w.write_all(&body)?;
             w.flush()?;
@@ -489,13 +541,36 @@ fn reason(code: u16) -> &'static str {
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
+        529 => "Overloaded",
         _ => "Status",
     }
 }
 
-/// (status, headers, body) of a non-delayed reply, shaped for the request's path.
-fn render(reply: &Reply, req: &RecordedRequest) -> (u16, Vec<(String, String)>, Vec<u8>) {
+/// (status, headers, body) of a non-delayed reply, shaped for the request's path. `usage`: the
+/// input side of an Anthropic message's usage.
+fn render(
+    reply: &Reply,
+    req: &RecordedRequest,
+    usage: Option<CacheUsage>,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let json_ct = vec![("Content-Type".to_string(), "application/json".to_string())];
+    if req.path == MESSAGES_PATH
+        && let Some((content, stop, output)) = anthropic_api::content_of(reply)
+    {
+        let model = req.body["model"].as_str().unwrap_or("fake-model");
+        let output = output.unwrap_or_else(|| {
+            ctxhost_format::estimate_tokens(&Value::Array(content.clone()).to_string())
+        });
+        let body = anthropic_api::message_body(
+            req.index,
+            model,
+            content,
+            stop,
+            usage.unwrap_or_default(),
+            output,
+        );
+        return (200, json_ct, body.to_string().into_bytes());
+    }
     let ollama = req.path.starts_with("/api/");
     let model = req
         .body
@@ -558,7 +633,7 @@ fn render(reply: &Reply, req: &RecordedRequest) -> (u16, Vec<(String, String)>, 
             (*code, h, body.clone().into_bytes())
         }
         Reply::Raw { body } => (200, json_ct, body.clone().into_bytes()),
-        Reply::Truncated(inner) | Reply::Delay(_, inner) => render(inner, req),
+        Reply::Truncated(inner) | Reply::Delay(_, inner) => render(inner, req, usage),
         Reply::HangUp => (200, json_ct, Vec::new()),
     }
 }

@@ -1,6 +1,7 @@
 //! Shared helpers for the integration and end-to-end tests in `tests/` (include with `mod support;`).
 //!
-//! - [`fake_llm`]: a fake OpenAI/Ollama server on 127.0.0.1 with scripted replies.
+//! - [`fake_llm`]: a fake OpenAI/Ollama/Anthropic server on 127.0.0.1 with scripted replies;
+//!   [`anthropic_api`]: its Anthropic side (the API's checks, prompt-cache accounting).
 //! - [`TestEnv`]: a temporary working directory with a `config.yaml` and a `contexts/` dir, and
 //!   [`TestEnv::ctxhost`] to run the `ctxhost` binary in it and capture its output.
 //! - [`read_jsonl`], [`find_task_dir`], [`wait_until`]: inspecting what ctxhost wrote.
@@ -19,6 +20,7 @@
 //! ```
 #![allow(dead_code)]
 
+pub mod anthropic_api;
 pub mod fake_llm;
 
 use std::fmt::Write as _;

@@ -1,0 +1,386 @@
+//! What the fake LLM server ([`super::fake_llm`]) knows of Anthropic's Messages API, used for
+//! requests to `POST /v1/messages`:
+//!
+//! - [`check_request`]: the API's rules on headers and body (`anthropic-version`, the key,
+//!   `max_tokens`, alternating turns starting with the user, no blank text, `tool_use` ids of the
+//!   accepted form and unique, every `tool_use` answered by exactly one `tool_result` at the start
+//!   of the next user turn, at most 4 `cache_control` blocks, temperature 0–1). A broken request
+//!   gets the API's 400 (or 401) error body instead of the scripted reply, and is counted in
+//!   [`Accounting::rejections`].
+//! - [`PromptCache`]: the prompt cache as the API documents it, to account the tokens of each
+//!   request: the prefix (tools, then system, then messages, block by block) up to each
+//!   `cache_control` block is written to the cache when it has at least
+//!   [`PromptCache::min_tokens`] tokens; a request reads the longest cached prefix ending at one
+//!   of its breakpoints or up to 20 blocks before one. `input_tokens` is what follows the read
+//!   prefix and the last written breakpoint, `cache_creation_input_tokens` what was written,
+//!   `cache_read_input_tokens` what was read. Tokens are `ctxhost_format::estimate_tokens` of
+//!   each block's JSON (without its `cache_control`). Entries never expire (the API's 5-minute
+//!   lifetime is far longer than a test).
+//! - [`message_body`], [`error_reply`]: response bodies of the API's shape.
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use serde_json::{Value, json};
+
+use super::fake_llm::{RecordedRequest, Reply};
+
+/// The path of the Messages API.
+pub const MESSAGES_PATH: &str = "/v1/messages";
+
+/// How far before a breakpoint the API looks for an earlier cached prefix (blocks).
+pub const LOOKBACK_BLOCKS: usize = 20;
+
+/// Price of cache writes and reads relative to plain input tokens (5-minute cache).
+pub const CACHE_WRITE_PRICE: f64 = 1.25;
+pub const CACHE_READ_PRICE: f64 = 0.1;
+
+/// The input side of one request's `usage` (tokens).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheUsage {
+    pub input_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub cache_read_input_tokens: u64,
+}
+
+impl CacheUsage {
+    /// All input tokens of the request.
+    pub fn total(&self) -> u64 {
+        self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+    }
+
+    /// What the input costs, in plain-input-token equivalents: input × 1 + writes × 1.25 +
+    /// reads × 0.1.
+    pub fn billed(&self) -> f64 {
+        self.input_tokens as f64
+            + self.cache_creation_input_tokens as f64 * CACHE_WRITE_PRICE
+            + self.cache_read_input_tokens as f64 * CACHE_READ_PRICE
+    }
+}
+
+/// The prompt cache of the fake server.
+#[derive(Debug)]
+pub struct PromptCache {
+    /// Smallest prefix that is cached (tokens; the API's minimum is 1024 for most models).
+    pub min_tokens: u64,
+    /// Prefix hash → prefix tokens.
+    entries: HashMap<u64, u64>,
+}
+
+impl Default for PromptCache {
+    fn default() -> Self {
+        PromptCache {
+            min_tokens: 1024,
+            entries: HashMap::new(),
+        }
+    }
+}
+
+impl PromptCache {
+    /// Accounts a (valid) request body and updates the cache.
+    pub fn account(&mut self, body: &Value) -> CacheUsage {
+        let blocks = cache_blocks(body);
+        let mut hasher = DefaultHasher::new();
+        body["model"].to_string().hash(&mut hasher);
+        let mut cumulative = Vec::with_capacity(blocks.len());
+        let mut hashes = Vec::with_capacity(blocks.len());
+        let mut tokens = 0u64;
+        for (text, _) in &blocks {
+            text.hash(&mut hasher);
+            hashes.push(hasher.finish());
+            tokens += ctxhost_format::estimate_tokens(text);
+            cumulative.push(tokens);
+        }
+        let breakpoints: Vec<usize> = (0..blocks.len()).filter(|&i| blocks[i].1).collect();
+        let mut read = 0u64;
+        for &b in &breakpoints {
+            for j in b.saturating_sub(LOOKBACK_BLOCKS)..=b {
+                if let Some(&t) = self.entries.get(&hashes[j]) {
+                    read = read.max(t);
+                }
+            }
+        }
+        let mut written_to = read;
+        for &b in &breakpoints {
+            if cumulative[b] >= self.min_tokens {
+                self.entries.insert(hashes[b], cumulative[b]);
+                written_to = written_to.max(cumulative[b]);
+            }
+        }
+        CacheUsage {
+            input_tokens: tokens - written_to,
+            cache_creation_input_tokens: written_to - read,
+            cache_read_input_tokens: read,
+        }
+    }
+}
+
+/// The blocks of a request in cache order (tools, system, messages), each as (JSON text without
+/// `cache_control`, whether it has `cache_control`).
+fn cache_blocks(body: &Value) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    let mut push = |b: &Value| {
+        let mut b = b.clone();
+        let marked = b
+            .as_object_mut()
+            .is_some_and(|o| o.remove("cache_control").is_some());
+        out.push((b.to_string(), marked));
+    };
+    for t in body["tools"].as_array().into_iter().flatten() {
+        push(t);
+    }
+    match &body["system"] {
+        Value::String(s) => push(&json!({"type": "text", "text": s})),
+        Value::Array(blocks) => blocks.iter().for_each(&mut push),
+        _ => {}
+    }
+    for m in body["messages"].as_array().into_iter().flatten() {
+        match &m["content"] {
+            Value::String(s) => push(&json!({"type": "text", "text": s})),
+            Value::Array(blocks) => blocks.iter().for_each(&mut push),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What the server saw of Anthropic requests.
+#[derive(Debug, Default)]
+pub struct Accounting {
+    pub cache: PromptCache,
+    /// The key `x-api-key` must carry (`None`: any, or none).
+    pub expected_key: Option<String>,
+    /// Usage of every request answered with a message, in order.
+    pub usage: Vec<CacheUsage>,
+    /// Every request refused by [`check_request`]: its error message.
+    pub rejections: Vec<String>,
+}
+
+/// An error the API would answer: (status, error type, message).
+pub type ApiError = (u16, &'static str, String);
+
+/// The API's checks on a request (see the module doc). `Err` holds the error it answers with.
+pub fn check_request(req: &RecordedRequest, expected_key: Option<&str>) -> Result<(), ApiError> {
+    let bad = |m: String| Err((400, "invalid_request_error", m));
+    match (req.header("x-api-key"), expected_key) {
+        (None, Some(_)) => {
+            return Err((
+                401,
+                "authentication_error",
+                "x-api-key header is required".into(),
+            ));
+        }
+        (Some(k), Some(e)) if k != e => {
+            return Err((401, "authentication_error", "invalid x-api-key".into()));
+        }
+        _ => {}
+    }
+    if req.header("anthropic-version").is_none() {
+        return bad("anthropic-version: header is required".into());
+    }
+    let body = &req.body;
+    if !body.is_object() {
+        return bad("the request body is not a JSON object".into());
+    }
+    if !body["model"].is_string() {
+        return bad("model: Field required".into());
+    }
+    if !body["max_tokens"].as_u64().is_some_and(|n| n > 0) {
+        return bad("max_tokens: Field required".into());
+    }
+    if let Some(t) = body.get("temperature")
+        && !t.as_f64().is_some_and(|t| (0.0..=1.0).contains(&t))
+    {
+        return bad(format!(
+            "temperature: Input should be less than or equal to 1, got {t}"
+        ));
+    }
+    for (i, t) in body["tools"].as_array().into_iter().flatten().enumerate() {
+        if !t["name"].is_string() || !t["input_schema"].is_object() {
+            return bad(format!("tools.{i}: name and input_schema are required"));
+        }
+    }
+    let breakpoints = cache_blocks(body).iter().filter(|b| b.1).count();
+    if let Some(s) = body.get("system")
+        && !s.is_string()
+        && !s
+            .as_array()
+            .is_some_and(|a| a.iter().all(|b| b["type"] == "text"))
+    {
+        return bad("system: must be a string or a list of text blocks".into());
+    }
+    let Some(turns) = body["messages"].as_array().filter(|m| !m.is_empty()) else {
+        return bad("messages: at least one message is required".into());
+    };
+    if breakpoints > 4 {
+        return bad(format!(
+            "A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
+        ));
+    }
+    let mut ids = HashSet::new();
+    let mut open_uses: Vec<String> = Vec::new();
+    for (i, turn) in turns.iter().enumerate() {
+        let role = turn["role"].as_str().unwrap_or("");
+        if role != "user" && role != "assistant" {
+            return bad(format!("messages.{i}.role: must be user or assistant"));
+        }
+        if i == 0 && role != "user" {
+            return bad("messages: first message must use the \"user\" role".into());
+        }
+        if i > 0 && turns[i - 1]["role"] == turn["role"] {
+            // The API merges these; ctxhost must not send them.
+            return bad(format!("messages.{i}: consecutive {role} turns"));
+        }
+        let blocks: Vec<Value> = match &turn["content"] {
+            Value::String(s) => vec![json!({"type": "text", "text": s})],
+            Value::Array(b) => b.clone(),
+            _ => return bad(format!("messages.{i}.content: Field required")),
+        };
+        if blocks.is_empty() {
+            return bad(format!(
+                "messages.{i}: all messages must have non-empty content"
+            ));
+        }
+        let mut answered: Vec<String> = Vec::new();
+        let mut seen_text = false;
+        for (j, b) in blocks.iter().enumerate() {
+            match b["type"].as_str().unwrap_or("") {
+                "text" => {
+                    if b["text"].as_str().is_none_or(|t| t.trim().is_empty()) {
+                        return bad(format!(
+                            "messages.{i}.content.{j}: text content blocks must contain non-whitespace text"
+                        ));
+                    }
+                    seen_text = true;
+                }
+                "tool_use" if role == "assistant" => {
+                    let id = b["id"].as_str().unwrap_or("");
+                    if id.is_empty()
+                        || !id
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                    {
+                        return bad(format!(
+                            "messages.{i}.content.{j}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+                        ));
+                    }
+                    if !ids.insert(id.to_string()) {
+                        return bad(format!(
+                            "messages.{i}.content.{j}: `tool_use` ids must be unique"
+                        ));
+                    }
+                    if !b["input"].is_object() {
+                        return bad(format!(
+                            "messages.{i}.content.{j}.tool_use.input: Input should be a valid dictionary"
+                        ));
+                    }
+                }
+                "tool_result" if role == "user" => {
+                    let id = b["tool_use_id"].as_str().unwrap_or("").to_string();
+                    if seen_text {
+                        return bad(format!(
+                            "messages.{i}.content.{j}: tool_result blocks must come before any other content"
+                        ));
+                    }
+                    if !open_uses.contains(&id) || answered.contains(&id) {
+                        return bad(format!(
+                            "messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. \
+                             Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                        ));
+                    }
+                    answered.push(id);
+                }
+                other => {
+                    return bad(format!(
+                        "messages.{i}.content.{j}: block type `{other}` is not allowed in a {role} turn"
+                    ));
+                }
+            }
+        }
+        if role == "user" {
+            if let Some(missing) = open_uses.iter().find(|id| !answered.contains(id)) {
+                return bad(format!(
+                    "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {missing}"
+                ));
+            }
+            open_uses.clear();
+        } else {
+            if !open_uses.is_empty() {
+                return bad(format!(
+                    "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {}",
+                    open_uses[0]
+                ));
+            }
+            open_uses = blocks
+                .iter()
+                .filter(|b| b["type"] == "tool_use")
+                .map(|b| b["id"].as_str().unwrap_or("").to_string())
+                .collect();
+        }
+    }
+    Ok(())
+}
+
+/// A 200 Messages API body for `content` blocks, with `usage` (input side from the cache
+/// accounting, `output_tokens` given).
+pub fn message_body(
+    index: usize,
+    model: &str,
+    content: Vec<Value>,
+    stop_reason: &str,
+    usage: CacheUsage,
+    output_tokens: u64,
+) -> Value {
+    json!({
+        "id": format!("msg_fake_{index}"),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": null,
+        "usage": {
+            "input_tokens": usage.input_tokens,
+            "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+            "cache_read_input_tokens": usage.cache_read_input_tokens,
+            "output_tokens": output_tokens,
+        }
+    })
+}
+
+/// The `content` blocks and `stop_reason` for a scripted text or tool-call reply (tool calls
+/// become `tool_use` blocks whose `input` is the arguments parsed as JSON).
+pub fn content_of(reply: &Reply) -> Option<(Vec<Value>, &'static str, Option<u64>)> {
+    match reply {
+        Reply::Text { content, usage } => Some((
+            vec![json!({"type": "text", "text": content})],
+            "end_turn",
+            usage.map(|u| u.1),
+        )),
+        Reply::ToolCalls { calls, usage } => Some((
+            calls
+                .iter()
+                .map(|(id, name, args)| {
+                    let input: Value = serde_json::from_str(args).unwrap_or_else(|_| json!({}));
+                    json!({"type": "tool_use", "id": id, "name": name, "input": input})
+                })
+                .collect(),
+            "tool_use",
+            usage.map(|u| u.1),
+        )),
+        Reply::Delay(_, inner) | Reply::Truncated(inner) => content_of(inner),
+        _ => None,
+    }
+}
+
+/// An error reply of the API's shape: `{"type":"error","error":{"type","message"},"request_id"}`
+/// with a `request-id` header (e.g. `error_reply(529, "overloaded_error", "Overloaded")`).
+pub fn error_reply(status: u16, kind: &str, message: &str) -> Reply {
+    Reply::status(
+        status,
+        json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake"})
+            .to_string(),
+        &[("request-id", "req_fake")],
+    )
+}
