@@ -18,8 +18,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
 /// Schema version stored in `PRAGMA user_version`. Version 2 added `stop_requested`,
-/// `pause_reason` and `files_deleted_at` (an older database is upgraded when opened).
-pub const SCHEMA_VERSION: i64 = 2;
+/// `pause_reason` and `files_deleted_at`; version 3 `cache_read_tokens` and
+/// `cache_creation_tokens` (an older database is upgraded when opened).
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Busy timeout per statement.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -180,6 +181,12 @@ pub struct TaskRow {
     pub pause_reason: Option<String>,
     /// When `ctxhost cleanup` deleted the task's directory (RFC 3339 UTC); the row stays.
     pub files_deleted_at: Option<String>,
+    /// Prompt tokens the provider served from its prompt cache (part of `total_tokens`):
+    /// Anthropic `cache_read_input_tokens`, OpenAI `prompt_tokens_details.cached_tokens`.
+    pub cache_read_tokens: i64,
+    /// Prompt tokens the provider wrote to its prompt cache (part of `total_tokens`):
+    /// Anthropic `cache_creation_input_tokens`.
+    pub cache_creation_tokens: i64,
 }
 
 /// What a running task's process is asked to do at its next safe point ([`Db::control`]).
@@ -212,6 +219,10 @@ pub struct ModelStats {
     pub llm_calls: i64,
     pub tool_calls: i64,
     pub compressions: i64,
+    /// Prompt tokens read from the provider's prompt cache (part of `total_tokens`).
+    pub cache_read_tokens: i64,
+    /// Prompt tokens written to the provider's prompt cache (part of `total_tokens`).
+    pub cache_creation_tokens: i64,
 }
 
 /// What `ctxhost stats` reports.
@@ -277,10 +288,16 @@ ALTER TABLE tasks ADD COLUMN pause_reason TEXT;
 ALTER TABLE tasks ADD COLUMN files_deleted_at TEXT;
 ";
 
+/// Version 2 → 3: prompt-cache token counters.
+const MIGRATE_V3: &str = "
+ALTER TABLE tasks ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN cache_creation_tokens INTEGER NOT NULL DEFAULT 0;
+";
+
 const COLUMNS: &str = "uuid, task_source, owner, repo, task_type, task_id, status, created_at, started_at, \
 completed_at, updated_at, process_id, hostname, llm_provider, model, context_length, llm_call_count, \
 tool_call_count, total_tokens, compression_count, error_message, user, prompt, resume_count, crash_count, \
-pause_requested, stop_requested, pause_reason, files_deleted_at";
+pause_requested, stop_requested, pause_reason, files_deleted_at, cache_read_tokens, cache_creation_tokens";
 
 fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
@@ -327,6 +344,9 @@ impl Db {
                     }
                     if v < 2 {
                         c.execute_batch(MIGRATE_V2)?;
+                    }
+                    if v < 3 {
+                        c.execute_batch(MIGRATE_V3)?;
                     }
                     if v < SCHEMA_VERSION {
                         c.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
@@ -718,6 +738,27 @@ impl Db {
         Ok(())
     }
 
+    /// Add prompt-cache tokens to the counters in SQL (`col = col + ?`): tokens read from and
+    /// written to the provider's prompt cache, both already counted in `total_tokens`.
+    pub fn add_cache_tokens(
+        &self,
+        uuid: &str,
+        cache_read_tokens: u64,
+        cache_creation_tokens: u64,
+    ) -> Result<(), DbError> {
+        if cache_read_tokens == 0 && cache_creation_tokens == 0 {
+            return Ok(());
+        }
+        self.retry(|c| {
+            c.execute(
+                "UPDATE tasks SET cache_read_tokens = cache_read_tokens + ?2, \
+                 cache_creation_tokens = cache_creation_tokens + ?3 WHERE uuid = ?1",
+                params![uuid, cache_read_tokens as i64, cache_creation_tokens as i64],
+            )
+        })?;
+        Ok(())
+    }
+
     /// The row of `uuid`, if any.
     pub fn get(&self, uuid: &str) -> Result<Option<TaskRow>, DbError> {
         let rows = self.retry(|c| {
@@ -773,7 +814,8 @@ impl Db {
             AVG(CASE WHEN completed_at IS NOT NULL AND started_at IS NOT NULL \
                 THEN (julianday(completed_at) - julianday(started_at)) * 86400.0 END), \
             COALESCE(SUM(total_tokens), 0), COALESCE(SUM(llm_call_count), 0), \
-            COALESCE(SUM(tool_call_count), 0), COALESCE(SUM(compression_count), 0)";
+            COALESCE(SUM(tool_call_count), 0), COALESCE(SUM(compression_count), 0), \
+            COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_creation_tokens), 0)";
         fn agg(r: &Row<'_>, first: usize, model: Option<String>) -> rusqlite::Result<ModelStats> {
             Ok(ModelStats {
                 model,
@@ -785,6 +827,8 @@ impl Db {
                 llm_calls: r.get(first + 5)?,
                 tool_calls: r.get(first + 6)?,
                 compressions: r.get(first + 7)?,
+                cache_read_tokens: r.get(first + 8)?,
+                cache_creation_tokens: r.get(first + 9)?,
             })
         }
         let total = self
@@ -848,6 +892,8 @@ fn raw_row(r: &Row<'_>) -> rusqlite::Result<(TaskRow, String)> {
             stop_requested: r.get::<_, i64>(26)? != 0,
             pause_reason: r.get(27)?,
             files_deleted_at: r.get(28)?,
+            cache_read_tokens: r.get(29)?,
+            cache_creation_tokens: r.get(30)?,
         },
         status,
     ))
@@ -911,6 +957,8 @@ mod tests {
         db.claim("t", 1, "h", "p", "m", 1).unwrap();
         db.add_usage("t", 1, 2, 30, 0).unwrap();
         db.add_usage("t", 1, 0, 12, 1).unwrap();
+        db.add_cache_tokens("t", 20, 5).unwrap();
+        db.add_cache_tokens("t", 7, 0).unwrap();
         db.finish("t", Status::Completed, None).unwrap();
         let row = db.get("t").unwrap().unwrap();
         assert_eq!(
@@ -922,11 +970,19 @@ mod tests {
             ),
             (2, 2, 42, 1)
         );
+        assert_eq!((row.cache_read_tokens, row.cache_creation_tokens), (27, 5));
         assert_eq!(row.status, Status::Completed);
         assert!(row.completed_at.is_some());
         let stats = db.stats().unwrap();
         assert_eq!(stats.total.tasks, 1);
         assert_eq!(stats.total.total_tokens, 42);
+        assert_eq!(
+            (
+                stats.by_model[0].cache_read_tokens,
+                stats.by_model[0].cache_creation_tokens
+            ),
+            (27, 5)
+        );
         assert!(stats.total.avg_duration_secs.unwrap() >= 0.0);
         assert_eq!(
             stats
@@ -1029,6 +1085,7 @@ mod tests {
         assert_eq!(row.status, Status::Completed);
         assert!(!row.stop_requested);
         assert_eq!(row.files_deleted_at, None);
+        assert_eq!((row.cache_read_tokens, row.cache_creation_tokens), (0, 0));
         let v: i64 = db
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))

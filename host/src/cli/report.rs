@@ -297,6 +297,12 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         "counters:      {} LLM calls, {} tool calls, {} tokens, {} compressions",
         t.llm_call_count, t.tool_call_count, t.total_tokens, t.compression_count
     );
+    if t.cache_read_tokens > 0 || t.cache_creation_tokens > 0 {
+        println!(
+            "prompt cache:  {} tokens read, {} written (of the {} tokens)",
+            t.cache_read_tokens, t.cache_creation_tokens, t.total_tokens
+        );
+    }
     if let (Some(pid), Some(host)) = (t.process_id, &t.hostname) {
         println!("process:       {pid} on {host}");
     }
@@ -391,6 +397,8 @@ pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
             "LLM_CALLS",
             "TOOL_CALLS",
             "COMPRESSIONS",
+            "CACHE_READ",
+            "CACHE_WRITE",
         ]
         .map(String::from)
         .to_vec(),
@@ -408,6 +416,8 @@ pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
             m.llm_calls.to_string(),
             m.tool_calls.to_string(),
             m.compressions.to_string(),
+            m.cache_read_tokens.to_string(),
+            m.cache_creation_tokens.to_string(),
         ]
     };
     for m in &stats.by_model {
