@@ -13,7 +13,9 @@
 //! - request format: a golden current.jsonl (unicode, escapes, blank lines, a tool call) and a
 //!   model name with a quote → request.json that is JSON with the model and every message;
 //!   malformed input; sample responses for the format's endpoint (`/v1/chat/completions`:
-//!   OpenAI bodies, `/api/chat`: Ollama bodies), an HTML error page, a provider error object;
+//!   OpenAI bodies, `/api/chat`: Ollama bodies, `/v1/messages`: Anthropic bodies), an HTML error
+//!   page, a provider error object; a request in Anthropic's shape (top-level `system`, content
+//!   blocks) is read as the equivalent list of messages;
 //! - compressor: `should-compress` around its threshold; `compress` of an over-threshold
 //!   context with a fake LLM returning a fixed summary (system prompt first, tool pairs intact,
 //!   fewer tokens, recent messages kept, current.jsonl untouched, temporaries removed), and with
@@ -903,17 +905,16 @@ fn request_format_suite(
         (|| {
             let raw = fs::read_to_string(dir.join("request.json"))
                 .map_err(|err| format!("request.json: {err}"))?;
-            let v: Value = serde_json::from_str(&raw)
+            let mut v: Value = serde_json::from_str(&raw)
                 .map_err(|err| format!("request.json is not JSON: {err}"))?;
             ensure!(
                 v.get("model").and_then(Value::as_str) == Some(MODEL),
                 "model is {:?}, expected {MODEL:?}",
                 v.get("model")
             );
-            let msgs = v
-                .get("messages")
-                .and_then(Value::as_array)
-                .ok_or("no \"messages\" array")?;
+            let view = message_view(&v).ok_or("no \"messages\" array")?;
+            v["messages"] = Value::Array(view);
+            let msgs = v["messages"].as_array().ok_or("no \"messages\" array")?;
             ensure!(
                 msgs.len() == 5,
                 "{} messages, expected 5 (blank lines skipped)",
@@ -1008,6 +1009,36 @@ fn request_format_suite(
             });
         suite.record(sample.name, outcome);
     }
+}
+
+/// The messages of a request body as one list in OpenAI's shape, whatever the provider's: a
+/// top-level `system` (Anthropic's Messages API, a string or text blocks) becomes a first
+/// `system` message, and content given as a list of blocks gets its text blocks joined as
+/// `content` (the blocks are kept under `blocks`). `None` without a `messages` array.
+fn message_view(body: &Value) -> Option<Vec<Value>> {
+    let joined = |blocks: &[Value]| -> String {
+        blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect()
+    };
+    let mut out = Vec::new();
+    match body.get("system") {
+        Some(Value::String(s)) => out.push(json!({"role": "system", "content": s})),
+        Some(Value::Array(blocks)) => {
+            out.push(json!({"role": "system", "content": joined(blocks)}))
+        }
+        _ => {}
+    }
+    for m in body.get("messages")?.as_array()? {
+        let mut m = m.clone();
+        if let Some(blocks) = m.get("content").and_then(Value::as_array).cloned() {
+            m["content"] = Value::from(joined(&blocks));
+            m["blocks"] = Value::Array(blocks);
+        }
+        out.push(m);
+    }
+    Some(out)
 }
 
 struct ResponseSample {
@@ -1144,6 +1175,33 @@ fn response_samples(endpoint: &str, wit: WitVersion) -> Vec<ResponseSample> {
                 name: "read-response: provider error object",
                 body: json!({"error": "model 'qwen' not found"}).to_string(),
                 expect: rejected(Some("model 'qwen' not found")),
+            },
+            ResponseSample { name: "read-response: HTML error page", body: html, expect: rejected(None) },
+        ],
+        "/v1/messages" => vec![
+            ResponseSample {
+                name: "read-response: Anthropic text reply with usage (cache tokens in the prompt)",
+                body: json!({
+                    "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                    "content": [{"type": "text", "text": TEXT}], "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 2, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 7, "output_tokens": 5}
+                })
+                .to_string(),
+                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 }),
+            },
+            ResponseSample {
+                name: "read-response: Anthropic tool_use reply",
+                body: json!({
+                    "type": "message", "role": "assistant", "stop_reason": "tool_use",
+                    "content": [{"type": "tool_use", "id": "toolu_9", "name": "list_directory", "input": {"path": "."}}]
+                })
+                .to_string(),
+                expect: tool_reply(Some("toolu_9")),
+            },
+            ResponseSample {
+                name: "read-response: provider error object",
+                body: json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}).to_string(),
+                expect: rejected(Some("Overloaded")),
             },
             ResponseSample { name: "read-response: HTML error page", body: html, expect: rejected(None) },
         ],
