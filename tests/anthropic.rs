@@ -264,15 +264,18 @@ fn bad_inputs_and_settings_are_named_and_leave_no_request() {
     assert!(!task.path().join("request.json").exists());
 }
 
-/// Parses the golden response body `file`.
-fn read(file: &str) -> Result<FormatReply, RuntimeError> {
+/// Parses the golden response body `file`; `Err` is the component's error.
+fn read(file: &str) -> Result<FormatReply, PluginError> {
     let (task, mut f) = format("current.jsonl");
     fs::copy(
         golden(&format!("responses/{file}")),
         task.path().join("response.json"),
     )
     .unwrap();
-    f.read_response("response.json")
+    match f.read_response("response.json") {
+        Ok(reply) => Ok(reply),
+        Err(e) => Err(plugin_error::<()>(Err(e))),
+    }
 }
 
 fn usage(prompt_tokens: u64, completion_tokens: u64) -> Option<Usage> {
@@ -327,7 +330,7 @@ fn replies_are_mapped_back_to_the_openai_shape() {
 
 #[test]
 fn error_and_foreign_bodies_say_what_is_wrong() {
-    let invalid = |file: &str| match plugin_error(read(file)) {
+    let invalid = |file: &str| match read(file).unwrap_err() {
         PluginError::InvalidInput(text) => text,
         other => panic!("{file}: {other:?}"),
     };

@@ -8,7 +8,6 @@
 //! after `--delay-ms`; prints `http://127.0.0.1:PORT` (the `llm.base_url` value) on stdout once
 //! listening, then runs until killed. Per-request lines go to stderr.
 
-#[allow(dead_code)]
 #[path = "../../tests/support/anthropic_api.rs"]
 mod anthropic_api;
 #[allow(dead_code)]

@@ -95,8 +95,8 @@ impl PromptCache {
         let breakpoints: Vec<usize> = (0..blocks.len()).filter(|&i| blocks[i].1).collect();
         let mut read = 0u64;
         for &b in &breakpoints {
-            for j in b.saturating_sub(LOOKBACK_BLOCKS)..=b {
-                if let Some(&t) = self.entries.get(&hashes[j]) {
+            for hash in &hashes[b.saturating_sub(LOOKBACK_BLOCKS)..=b] {
+                if let Some(&t) = self.entries.get(hash) {
                     read = read.max(t);
                 }
             }
@@ -186,7 +186,7 @@ pub fn check_request(req: &RecordedRequest, expected_key: Option<&str>) -> Resul
     if !body["model"].is_string() {
         return bad("model: Field required".into());
     }
-    if !body["max_tokens"].as_u64().is_some_and(|n| n > 0) {
+    if body["max_tokens"].as_u64().unwrap_or(0) == 0 {
         return bad("max_tokens: Field required".into());
     }
     if let Some(t) = body.get("temperature")
