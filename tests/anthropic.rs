@@ -278,11 +278,14 @@ fn read(file: &str) -> Result<FormatReply, PluginError> {
     }
 }
 
-fn usage(prompt_tokens: u64, completion_tokens: u64) -> Option<Usage> {
+/// Usage with `prompt` input tokens of which `cache` = (read, written).
+fn usage(prompt: u64, completion: u64, cache: (u64, u64)) -> Option<Usage> {
     Some(Usage {
-        prompt_tokens,
-        completion_tokens,
-        total_tokens: prompt_tokens + completion_tokens,
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        total_tokens: prompt + completion,
+        cache_read_tokens: cache.0,
+        cache_creation_tokens: cache.1,
     })
 }
 
@@ -296,7 +299,7 @@ fn replies_are_mapped_back_to_the_openai_shape() {
                 "Done: the path now reads \"C:/temp/new\". 上下文 ✅"
             ),
             // input 21 + cache creation 188 + cache read 1803.
-            usage: usage(2012, 17),
+            usage: usage(2012, 17, (1803, 188)),
             finish_reason: Some("stop".into()),
         }
     );
@@ -322,7 +325,7 @@ fn replies_are_mapped_back_to_the_openai_shape() {
     );
     assert_eq!(
         (reply.usage, reply.finish_reason.as_deref()),
-        (usage(2095, 91), Some("tool_calls"))
+        (usage(2095, 91, (0, 0)), Some("tool_calls"))
     );
     let reply = read("anthropic_max_tokens.json").unwrap();
     assert_eq!(reply.finish_reason.as_deref(), Some("length"));
@@ -664,6 +667,29 @@ fn a_task_with_tool_calls_and_a_compression_runs_against_the_fake_anthropic_serv
     let outputs: u64 = 40 + 4 * 30 + 12 + 20 * summaries;
     let inputs: u64 = usage.iter().map(CacheUsage::total).sum();
     assert_eq!(row["total_tokens"].as_u64().unwrap(), inputs + outputs);
+    let read: u64 = usage.iter().map(|u| u.cache_read_input_tokens).sum();
+    let written: u64 = usage.iter().map(|u| u.cache_creation_input_tokens).sum();
+    assert_eq!(row["cache_read_tokens"].as_u64(), Some(read));
+    assert_eq!(row["cache_creation_tokens"].as_u64(), Some(written));
+    // `stats` shows them per model.
+    let stats = env.ctxhost(&["stats", "--json"]).ok().json();
+    let model = &stats["by_model"][0];
+    assert_eq!(model["model"], "claude-fake");
+    assert_eq!(model["cache_read_tokens"].as_u64(), Some(read));
+    assert_eq!(model["cache_creation_tokens"].as_u64(), Some(written));
+    let table = env.ctxhost(&["stats"]).ok().stdout();
+    assert!(
+        table.contains("CACHE_READ") && table.contains(&read.to_string()),
+        "{table}"
+    );
+    let uuid = row["uuid"].as_str().unwrap();
+    let show = env.ctxhost(&["show", uuid]).ok().stdout();
+    assert!(
+        show.contains(&format!(
+            "prompt cache:  {read} tokens read, {written} written"
+        )),
+        "{show}"
+    );
 
     // The history is whole and the answer is the last message; the key is nowhere.
     let history = read_jsonl(&dir.join("messages.jsonl"));

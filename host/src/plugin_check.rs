@@ -1049,11 +1049,12 @@ struct ResponseSample {
 
 /// Sample responses for the provider behind `endpoint`. The OpenAI text reply reports 8 cached
 /// prompt tokens (`prompt_tokens_details.cached_tokens`), expected as `cache-read-tokens` from a
-/// 0.2.0 component; a 0.1.0 component cannot report them (0).
+/// 0.2.0 component, the Anthropic one 7 read and 3 written (`cache_read_input_tokens`,
+/// `cache_creation_input_tokens`); a 0.1.0 component cannot report them (0).
 fn response_samples(endpoint: &str, wit: WitVersion) -> Vec<ResponseSample> {
-    let openai_cached = match wit {
-        WitVersion::V0_1_0 => 0,
-        WitVersion::V0_2_0 => 8,
+    let (openai_cached, anthropic_cache) = match wit {
+        WitVersion::V0_1_0 => (0, (0, 0)),
+        WitVersion::V0_2_0 => (8, (7, 3)),
     };
     const TEXT: &str = "Hello 世界 \"x\" \\ 😀";
     let text_reply =
@@ -1187,7 +1188,7 @@ fn response_samples(endpoint: &str, wit: WitVersion) -> Vec<ResponseSample> {
                     "usage": {"input_tokens": 2, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 7, "output_tokens": 5}
                 })
                 .to_string(),
-                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 }),
+                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17, cache_read_tokens: anthropic_cache.0, cache_creation_tokens: anthropic_cache.1 }),
             },
             ResponseSample {
                 name: "read-response: Anthropic tool_use reply",

@@ -1,12 +1,13 @@
 //! `read-response`: a Messages API response body → reply
 //! (`ctxhost_format::anthropic::parse_response`). Usage: `prompt-tokens` is all input tokens
 //! (`input_tokens` + `cache_creation_input_tokens` + `cache_read_input_tokens`),
-//! `completion-tokens` is `output_tokens`.
+//! `completion-tokens` is `output_tokens`, `cache-read-tokens` and `cache-creation-tokens` are
+//! `cache_read_input_tokens` and `cache_creation_input_tokens`.
 
 use ctxhost_format::anthropic::parse_response;
 
 use crate::common::{self, bad_shape};
-use crate::ctxhost::plugin::types::PluginError;
+use crate::ctxhost::plugin::types::{PluginError, Usage};
 use crate::exports::ctxhost::plugin::request_format::Reply;
 
 /// Parses the response in `file`. Errors (`invalid-input`): see
@@ -15,9 +16,11 @@ use crate::exports::ctxhost::plugin::request_format::Reply;
 pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     let value = common::read_response_json(file)?;
     let parsed = parse_response(&value).map_err(|what| bad_shape(file, what, &value))?;
-    let usage = parsed
-        .usage
-        .map(|u| common::usage(Some(u.prompt_tokens()), Some(u.output_tokens), None));
+    let usage = parsed.usage.map(|u| Usage {
+        cache_read_tokens: u.cache_read_input_tokens,
+        cache_creation_tokens: u.cache_creation_input_tokens,
+        ..common::usage(Some(u.prompt_tokens()), Some(u.output_tokens), None)
+    });
     Ok(Reply {
         message: common::to_wit(parsed.message),
         usage,

@@ -3,7 +3,8 @@
 //!
 //! The component names a JSONL file of chat messages in the task directory; the host writes
 //! `llm_request.json` from it with its own request-format instance, POSTs it, parses
-//! `llm_response.json`, and counts the call and its tokens on the task's row. Both files are
+//! `llm_response.json`, and counts the call and its tokens (prompt-cache reads and writes too)
+//! on the task's row. Both files are
 //! deleted after a successful call and kept after a failed one (the error says so).
 
 use std::path::{Component, Path, PathBuf};
@@ -117,6 +118,11 @@ impl LlmImport for HostLlm {
             Some(u) if u.total_tokens > 0 => u.total_tokens,
             _ => prompt_tokens + estimate_message_tokens(&reply.message),
         };
+        if let Some(u) = reply.usage {
+            self.db
+                .add_cache_tokens(&self.uuid, u.cache_read_tokens, u.cache_creation_tokens)
+                .map_err(|e| e.to_string())?;
+        }
         self.db
             .add_usage(&self.uuid, 1, 0, tokens, 0)
             .map_err(|e| e.to_string())?;

@@ -6,7 +6,7 @@
 //!    context files (step boundary); write request.json from current.jsonl with the request
 //!    format plugin; POST it; parse response.json with the plugin; append the assistant
 //!    message; add the call and its tokens to the task's row (provider usage when given,
-//!    estimate otherwise); delete request.json and response.json (both are kept when the call
+//!    estimate otherwise; prompt-cache reads and writes counted apart too); delete request.json and response.json (both are kept when the call
 //!    fails, and the error says so).
 //! 3. Every tool call of the reply gets a `tool` message through the [`ToolRunner`].
 //! 4. A reply without tool calls is the final answer: the task is complete.
@@ -243,6 +243,11 @@ impl Agent<'_> {
         tracing::debug!(uuid = %task.uuid, step, bytes = done.request.bytes, messages = done.request.messages,
             tokens = tokens_before, status = done.post.status, attempts = done.post.attempts, "LLM call done");
         let reply = done.reply;
+        if let Some(u) = reply.usage {
+            // Parts of the call's tokens, counted with them below.
+            self.db
+                .add_cache_tokens(task.uuid, u.cache_read_tokens, u.cache_creation_tokens)?;
+        }
         let message = normalise_reply(reply.message, step);
         if message.calls().is_empty()
             && message
