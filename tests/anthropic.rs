@@ -8,6 +8,8 @@
 //! - end to end against the fake server's Anthropic side (`tests/support/anthropic_api.rs`, which
 //!   refuses what the API refuses and accounts the prompt cache): a task with parallel tool calls
 //!   and a compression, overload (529) and error replies, the key sent as `x-api-key`;
+//! - prompt-cache tokens in the task's row, `show` and `stats` (Anthropic's reads and writes,
+//!   OpenAI's `cached_tokens`);
 //! - the closing figure: the input tokens a scripted 30-step task is billed with and without the
 //!   cache breakpoints (`cargo test -p ctxhost --test anthropic -- --nocapture billing`).
 
@@ -730,6 +732,37 @@ fn overload_is_retried_and_a_refused_request_fails_the_task_with_the_api_message
     assert_eq!(llm.request_count(), 3, "a 400 is not retried");
     assert!(dir.join("request.json").exists(), "kept for debugging");
     assert_no_secret(&env.contexts(), KEY);
+}
+
+#[test]
+fn openai_cached_tokens_are_counted_in_the_stats_too() {
+    let completion = |content: Value, cached: u64| {
+        Reply::json(json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-x",
+            "choices": [{"index": 0, "message": content, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 2000, "completion_tokens": 10, "total_tokens": 2010,
+                      "prompt_tokens_details": {"cached_tokens": cached}}
+        }))
+    };
+    let llm = FakeLlm::start(vec![
+        completion(
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "nope", "arguments": "{}"}}]}),
+            0,
+        ),
+        completion(json!({"role": "assistant", "content": "Done."}), 1920),
+    ]);
+    let env = TestEnv::new();
+    env.write_config(&support::config_yaml(&llm.base_url(), "openai", ""));
+    env.ctxhost(&["init"]).ok();
+    let (row, _) = run_task(&env, "Do it.");
+    assert_eq!(row["status"], "completed", "{row}");
+    assert_eq!(row["total_tokens"], 4020);
+    assert_eq!(row["cache_read_tokens"], 1920);
+    assert_eq!(row["cache_creation_tokens"], 0);
+    let stats = env.ctxhost(&["stats", "--json"]).ok().json();
+    assert_eq!(stats["by_model"][0]["cache_read_tokens"], 1920);
+    assert_eq!(stats["total"]["cache_read_tokens"], 1920);
 }
 
 // ---------------------------------------------------------------------------------------------
