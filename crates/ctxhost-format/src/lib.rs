@@ -3,6 +3,7 @@
 //! Shared by the native host and the `wasm32-wasip2` components, so both sides read and write
 //! exactly the same shapes. Pure code: no I/O beyond the readers and writers callers hand in.
 //!
+//! - [`files`]: the names of the task directory's files, their owners and the temporaries.
 //! - [`lines`]: serde shapes of the JSONL lines; [`tokens`]: the token estimate.
 //! - [`jsonl`]: streaming, line-numbered JSONL reading.
 //! - [`stream`]: streaming a JSONL file of chat messages into a JSON array (request bodies).
@@ -18,6 +19,7 @@
 pub mod anthropic;
 pub mod body;
 pub mod compress;
+pub mod files;
 pub mod jsonl;
 pub mod lines;
 pub mod prompted;

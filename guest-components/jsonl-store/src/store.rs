@@ -15,11 +15,11 @@ use crate::jsonl_files::{append_json_line, open_if_exists};
 use crate::plugin_error::io_error;
 
 /// The full history, append-only.
-pub const MESSAGES: &str = "messages.jsonl";
+pub const MESSAGES: &str = ctxhost_format::files::MESSAGES;
 /// The live context.
-pub const CURRENT: &str = "current.jsonl";
+pub const CURRENT: &str = ctxhost_format::files::CURRENT;
 /// Where `recreate-current-context` builds the new context before renaming it over [`CURRENT`].
-pub const CURRENT_TMP: &str = "current.jsonl.tmp";
+pub const CURRENT_TMP: &str = ctxhost_format::files::CURRENT_TMP;
 
 /// Roles a chat message may have.
 const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];

@@ -11,19 +11,19 @@ use crate::ctxhost::plugin::types::PluginError;
 use crate::jsonl_files::{LineWriter, require_lines};
 
 /// The live context (read only).
-pub const CURRENT: &str = "current.jsonl";
+pub const CURRENT: &str = ctxhost_format::files::CURRENT;
 /// The full history (read only): seqs of the summarised messages.
-pub const MESSAGES: &str = "messages.jsonl";
+pub const MESSAGES: &str = ctxhost_format::files::MESSAGES;
 /// Summaries of every compression (appended).
-pub const SUMMARIES: &str = "summaries.jsonl";
+pub const SUMMARIES: &str = ctxhost_format::files::SUMMARIES;
 /// Temporary: the messages being summarised (raw lines of current.jsonl).
-pub const TO_SUMMARIZE: &str = "to_summarize.jsonl";
+pub const TO_SUMMARIZE: &str = ctxhost_format::files::TO_SUMMARIZE;
 /// Temporary: the kept messages (raw lines of current.jsonl).
-pub const UNSUMMARIZED: &str = "unsummarized.jsonl";
+pub const UNSUMMARIZED: &str = ctxhost_format::files::UNSUMMARIZED;
 /// Temporary: one summary request (system instruction + user message), for `llm.complete`.
-pub const SUMMARY_REQUEST: &str = "summary_request.jsonl";
+pub const SUMMARY_REQUEST: &str = ctxhost_format::files::SUMMARY_REQUEST;
 /// The new context handed to the host.
-pub const COMPRESSED: &str = "compressed.jsonl";
+pub const COMPRESSED: &str = ctxhost_format::files::COMPRESSED;
 
 /// Copies every non-blank line of `from` to `to`, unchanged.
 pub fn copy_lines(from: &str, to: &mut LineWriter) -> Result<(), PluginError> {

@@ -2,8 +2,8 @@
 //! task directory); they are read and written with `shared/jsonl_files.rs`.
 
 /// The live context (read only).
-pub const CURRENT: &str = "current.jsonl";
+pub const CURRENT: &str = ctxhost_format::files::CURRENT;
 /// The tool call log (read only): where the full text of a masked result stays.
-pub const TOOLS: &str = "tools.jsonl";
+pub const TOOLS: &str = ctxhost_format::files::TOOLS;
 /// The new context handed to the host.
-pub const COMPRESSED: &str = "compressed.jsonl";
+pub const COMPRESSED: &str = ctxhost_format::files::COMPRESSED;

@@ -1,0 +1,191 @@
+//! The names of the files in a task directory (DESIGN.md §2), which component owns each, and
+//! which are temporaries of one step. The one place these names are spelled: the host, the
+//! builtin components, `ctxhost fsck` and crash repair all use these constants.
+//!
+//! ```text
+//! contexts/{running,paused,completed}/{uuid}/
+//!   metadata.json      host (task context)      written once when the task first runs
+//!   task_state.json    host (lifecycle)         pause/resume state
+//!   messages.jsonl     message store            full history, append-only
+//!   current.jsonl      message store            the live context (replaced atomically)
+//!   summaries.jsonl    compressor               one line per summary
+//!   tools.jsonl        host (tool store)        one line per tool call
+//!   tool-results/      host (tool store)        full outputs cut for the context
+//!   tools.json         host (tool registry)     tool definitions offered in requests
+//!   planning/          host (planning store)    planning history (a later issue)
+//!   temporaries        see TEMPORARY_FILES      deleted after their step or by repair
+//! ```
+//!
+//! Every name is a plain relative path inside the task directory (no `/` except under a
+//! folder given here), so a component, which sees the task directory as `.`, opens the same
+//! name the host joins onto the directory's path.
+
+/// Who writes a task-directory file (everyone else only reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// The host's task context (metadata.json) and lifecycle (task_state.json).
+    Host,
+    /// The host's tool store: tools.jsonl and tool-results/ (and the tool registry's tools.json).
+    ToolStore,
+    /// The message-store component (messages.jsonl, current.jsonl).
+    MessageStore,
+    /// The compressor component (summaries.jsonl, its work files, its new context).
+    Compressor,
+    /// The request-format component (request bodies) together with the host's transport
+    /// (response bodies).
+    RequestFormat,
+}
+
+/// One file (or folder) of a task directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskFile {
+    /// Its name, relative to the task directory.
+    pub name: &'static str,
+    /// Who writes it.
+    pub owner: Owner,
+    /// Lives only during one step (deleted after it; stale after a crash).
+    pub temporary: bool,
+}
+
+/// `metadata.json`: `{uuid, task_key, created_at, process_id, hostname, config, user}`, written
+/// once (atomically) by the task context.
+pub const METADATA: &str = "metadata.json";
+/// `task_state.json`: `{paused_at, resume_count, reason, resumed_at}`, written by the lifecycle
+/// when the task pauses and by the task context when it resumes.
+pub const TASK_STATE: &str = "task_state.json";
+/// `messages.jsonl`: the full history ([`crate::HistoryLine`] per line), message store.
+pub const MESSAGES: &str = "messages.jsonl";
+/// `current.jsonl`: the live context ([`crate::ChatMessage`] per line), message store.
+pub const CURRENT: &str = "current.jsonl";
+/// Where the message store builds a new `current.jsonl` before renaming it over the old one.
+pub const CURRENT_TMP: &str = "current.jsonl.tmp";
+/// `summaries.jsonl`: one [`crate::SummaryLine`] per compression, compressor.
+pub const SUMMARIES: &str = "summaries.jsonl";
+/// `tools.jsonl`: one [`crate::ToolLine`] per tool call, host tool store.
+pub const TOOLS: &str = "tools.jsonl";
+/// `tool-results/`: `{seq}.txt`, the full output of a tool call cut for the context.
+pub const TOOL_RESULTS_DIR: &str = "tool-results";
+/// `tools.json`: a JSON array of OpenAI tool definitions offered in every request.
+pub const TOOL_DEFINITIONS: &str = "tools.json";
+/// `planning/`: the planning history (DESIGN.md §9).
+pub const PLANNING_DIR: &str = "planning";
+/// `request.json`: the body of the agent loop's current LLM request (request format).
+pub const REQUEST: &str = "request.json";
+/// `response.json`: the body of the provider's answer to [`REQUEST`] (host transport).
+pub const RESPONSE: &str = "response.json";
+/// `llm_request.json`: the body of a compressor's completion request (host `llm` import).
+pub const LLM_REQUEST: &str = "llm_request.json";
+/// `llm_response.json`: the provider's answer to [`LLM_REQUEST`].
+pub const LLM_RESPONSE: &str = "llm_response.json";
+/// Compressor work file: the messages being summarised.
+pub const TO_SUMMARIZE: &str = "to_summarize.jsonl";
+/// Compressor work file: the messages kept verbatim.
+pub const UNSUMMARIZED: &str = "unsummarized.jsonl";
+/// Compressor work file: one summary request (instruction + messages) for `llm.complete`.
+pub const SUMMARY_REQUEST: &str = "summary_request.jsonl";
+/// The new context a compressor hands to the host (validated, then installed as current.jsonl).
+pub const COMPRESSED: &str = "compressed.jsonl";
+/// Suffix of the file that keeps the bytes crash repair cut from a torn line
+/// (`messages.jsonl.torn`).
+pub const TORN_SUFFIX: &str = ".torn";
+
+/// Every named file and folder of a task directory, with its owner.
+pub const TASK_FILES: &[TaskFile] = &[
+    file(METADATA, Owner::Host, false),
+    file(TASK_STATE, Owner::Host, false),
+    file(MESSAGES, Owner::MessageStore, false),
+    file(CURRENT, Owner::MessageStore, false),
+    file(CURRENT_TMP, Owner::MessageStore, true),
+    file(SUMMARIES, Owner::Compressor, false),
+    file(TOOLS, Owner::ToolStore, false),
+    file(TOOL_RESULTS_DIR, Owner::ToolStore, false),
+    file(TOOL_DEFINITIONS, Owner::ToolStore, false),
+    file(PLANNING_DIR, Owner::Host, false),
+    file(REQUEST, Owner::RequestFormat, true),
+    file(RESPONSE, Owner::RequestFormat, true),
+    file(LLM_REQUEST, Owner::RequestFormat, true),
+    file(LLM_RESPONSE, Owner::RequestFormat, true),
+    file(TO_SUMMARIZE, Owner::Compressor, true),
+    file(UNSUMMARIZED, Owner::Compressor, true),
+    file(SUMMARY_REQUEST, Owner::Compressor, true),
+    file(COMPRESSED, Owner::Compressor, true),
+];
+
+const fn file(name: &'static str, owner: Owner, temporary: bool) -> TaskFile {
+    TaskFile {
+        name,
+        owner,
+        temporary,
+    }
+}
+
+/// Files that only exist during one step (request/response bodies, compression work files, the
+/// message store's replacement file). After a crash they are stale: the step is redone from
+/// current.jsonl.
+pub const TEMPORARY_FILES: &[&str] = &[
+    REQUEST,
+    RESPONSE,
+    LLM_REQUEST,
+    LLM_RESPONSE,
+    CURRENT_TMP,
+    TO_SUMMARIZE,
+    UNSUMMARIZED,
+    SUMMARY_REQUEST,
+    COMPRESSED,
+];
+
+/// Request/response bodies a failed task keeps for debugging (not temporaries once it failed).
+pub const DEBUG_FILES: &[&str] = &[REQUEST, RESPONSE, LLM_REQUEST, LLM_RESPONSE];
+
+/// Whether `name` is a temporary of a step: one of [`TEMPORARY_FILES`], or a temporary of an
+/// atomic replace (`*.tmp`, `.NAME.tmp-PID`).
+pub fn is_temporary(name: &str) -> bool {
+    TEMPORARY_FILES.contains(&name)
+        || name.ends_with(".tmp")
+        || (name.starts_with('.') && name.contains(".tmp-"))
+}
+
+/// The owner of the task-directory file `name` (a top-level name, or the first component of a
+/// path under a folder such as `tool-results/3.txt`); `None` for a name this table does not
+/// know (a component's own file).
+pub fn owner_of(name: &str) -> Option<Owner> {
+    let top = name.split('/').next().unwrap_or(name);
+    TASK_FILES.iter().find(|f| f.name == top).map(|f| f.owner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporaries_are_recognised() {
+        for t in [
+            REQUEST,
+            CURRENT_TMP,
+            "x.tmp",
+            ".metadata.json.tmp-42",
+            TO_SUMMARIZE,
+        ] {
+            assert!(is_temporary(t), "{t}");
+        }
+        for f in [MESSAGES, METADATA, TASK_STATE, TOOLS, "messages.jsonl.torn"] {
+            assert!(!is_temporary(f), "{f}");
+        }
+    }
+
+    #[test]
+    fn the_table_agrees_with_the_temporaries_and_has_one_entry_per_name() {
+        for f in TASK_FILES {
+            assert_eq!(f.temporary, TEMPORARY_FILES.contains(&f.name), "{}", f.name);
+            assert_eq!(
+                TASK_FILES.iter().filter(|g| g.name == f.name).count(),
+                1,
+                "{}",
+                f.name
+            );
+        }
+        assert_eq!(owner_of("tool-results/3.txt"), Some(Owner::ToolStore));
+        assert_eq!(owner_of(CURRENT), Some(Owner::MessageStore));
+        assert_eq!(owner_of("notes.md"), None);
+    }
+}
