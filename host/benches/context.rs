@@ -15,6 +15,7 @@
 //! `cargo bench -p ctxhost --profile dev --bench context` (quick to build; the unoptimised
 //! host glue then dominates write_request). `CTXHOST_BENCH_MIB=64 cargo bench ...` for a
 //! larger file. scripts/bench-request-build.sh measures the same at 256 MiB.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[allow(dead_code)]
 #[path = "../examples/bench_support/history.rs"]

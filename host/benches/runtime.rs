@@ -9,6 +9,7 @@
 //!   appends to messages.jsonl and current.jsonl.
 //!
 //! Run: `cargo bench -p ctxhost --bench runtime` (figures are medians per iteration).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::time::Duration;

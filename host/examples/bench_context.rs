@@ -18,6 +18,7 @@
 //! ```
 //! Run with `cargo run -p ctxhost --example bench_context -- ...` (debug profile: the
 //! dependencies, wasmtime included, are built at opt-level 1, the guests in release).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "bench_support/history.rs"]
 mod history;

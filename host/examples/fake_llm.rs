@@ -7,11 +7,11 @@
 //! Answers every chat request with `--reply` as the assistant's text (usage 10 + 2 tokens),
 //! after `--delay-ms`; prints `http://127.0.0.1:PORT` (the `llm.base_url` value) on stdout once
 //! listening, then runs until killed. Per-request lines go to stderr.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../tests/support/anthropic_api.rs"]
+#[path = "../../tests/all/support/anthropic_api.rs"]
 mod anthropic_api;
-#[allow(dead_code)]
-#[path = "../../tests/support/fake_llm.rs"]
+#[path = "../../tests/all/support/fake_llm.rs"]
 mod fake_llm;
 
 use std::time::Duration;

@@ -9,6 +9,7 @@
 //! shape) into a `Vec<serde_json::Value>`, builds the request body as a `Value`, serialises it
 //! and writes it to REQUEST_JSON. Prints `messages=N bytes=B seconds=S` on stdout. Measure
 //! its memory with `/usr/bin/time -v` (Maximum resident set size).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "bench_support/inmem.rs"]
 mod inmem;

@@ -7,26 +7,28 @@
 //! column to say that the files are gone (the column, not the absence of the directory, so a
 //! directory lost by accident is still reported by `ctxhost fsck`).
 //!
-//! Deleting one directory: rename it to `completed/.deleting-{uuid}` (atomic), mark the row,
-//! then delete the renamed tree. A cleanup interrupted half-way leaves a `.deleting-` directory
-//! that the next cleanup finishes.
+//! Deleting one directory is a lifecycle transition ([`Transition::DeleteFiles`]): the row is
+//! marked first, then the directory is renamed to `completed/.deleting-{uuid}` (atomic) and
+//! that tree deleted. A cleanup interrupted half-way leaves a marked row whose directory is
+//! still in `completed/`, or a `.deleting-` directory; the next cleanup finishes both.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use serde::Serialize;
 
 use crate::db::{Db, Status};
 use crate::layout::{DirState, Layout, parse_uuid};
+use crate::lifecycle::{self, DirFix, Transition};
 
-/// Prefix of a directory being deleted, in `completed/`.
-pub const DELETING_PREFIX: &str = ".deleting-";
+pub use crate::layout::DELETING_PREFIX;
 
 /// One directory deleted (or that would be, in a dry run).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CleanupItem {
+    /// The task.
     pub uuid: String,
+    /// Its (final) status.
     pub status: Status,
     /// RFC 3339 UTC.
     pub completed_at: Option<String>,
@@ -49,7 +51,8 @@ pub struct CleanupReport {
     pub deleted: Vec<CleanupItem>,
     /// Their total size, bytes.
     pub bytes: u64,
-    /// `.deleting-` directories left by an interrupted cleanup, finished now (or to finish).
+    /// Directories left by an interrupted cleanup (`.deleting-` trees, directories of rows
+    /// already marked deleted), finished now (or to finish).
     pub leftovers: Vec<String>,
 }
 
@@ -76,29 +79,38 @@ pub fn cleanup(
         leftovers: Vec::new(),
     };
 
-    // Leftovers of an interrupted cleanup first.
-    let mut leftovers: Vec<PathBuf> = Vec::new();
+    // Leftovers of an interrupted cleanup first: `.deleting-` trees, and directories of rows
+    // already marked deleted.
+    let mut leftovers: Vec<(PathBuf, String)> = Vec::new();
     if let Ok(entries) = fs::read_dir(&completed) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(DELETING_PREFIX) && entry.path().is_dir() {
-                leftovers.push(entry.path());
+            let path = entry.path();
+            if !path.is_dir() {
+                continue;
+            }
+            if let Some(rest) = name.strip_prefix(DELETING_PREFIX) {
+                if let Ok(uuid) = parse_uuid(rest) {
+                    leftovers.push((path, uuid));
+                }
+            } else if parse_uuid(&name).ok().as_deref() == Some(name.as_str())
+                && db.get(&name)?.is_some_and(|r| {
+                    let found = [DirState::Completed];
+                    matches!(
+                        lifecycle::dir_fix(r.status, r.files_deleted_at.is_some(), &found),
+                        DirFix::Delete { .. }
+                    )
+                })
+            {
+                leftovers.push((path, name));
             }
         }
     }
     leftovers.sort();
-    for path in leftovers {
-        let name = path
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
+    for (path, uuid) in leftovers {
         if !dry_run {
-            if let Ok(uuid) = parse_uuid(&name[DELETING_PREFIX.len()..]) {
-                db.mark_files_deleted(&uuid)?;
-            }
-            fs::remove_dir_all(&path)
-                .with_context(|| format!("cannot delete {}", path.display()))?;
+            // Marks the row (if an old cleanup had not) and deletes what is left.
+            lifecycle::apply(db, layout, &uuid, &Transition::DeleteFiles)?;
         }
         report.leftovers.push(path.display().to_string());
     }
@@ -118,13 +130,9 @@ pub fn cleanup(
         }
         let bytes = tree_size(&dir);
         if !dry_run {
-            let doomed = completed.join(format!("{DELETING_PREFIX}{uuid}"));
-            fs::rename(&dir, &doomed).with_context(|| {
-                format!("cannot move {} to {}", dir.display(), doomed.display())
-            })?;
-            db.mark_files_deleted(&uuid)?;
-            fs::remove_dir_all(&doomed)
-                .with_context(|| format!("cannot delete {}", doomed.display()))?;
+            if lifecycle::apply(db, layout, &uuid, &Transition::DeleteFiles)?.is_none() {
+                continue;
+            }
             tracing::info!(%uuid, bytes, "task directory deleted");
         }
         report.bytes += bytes;
@@ -135,9 +143,6 @@ pub fn cleanup(
             dir: dir.display().to_string(),
             bytes,
         });
-    }
-    if !dry_run && (!report.deleted.is_empty() || !report.leftovers.is_empty()) {
-        crate::layout::sync_dir(&completed)?;
     }
     Ok(report)
 }
@@ -176,9 +181,15 @@ mod tests {
         })
         .unwrap();
         if status.is_final() {
-            db.finish(&uuid, status, None).unwrap();
+            use crate::lifecycle::{Claim, apply};
+            apply(db, layout, &uuid, &Transition::Claim(&Claim::test(1))).unwrap();
+            let t = Transition::Finish {
+                pid: 1,
+                status,
+                error: None,
+            };
+            apply(db, layout, &uuid, &t).unwrap();
             let dir = layout.task_dir(DirState::Completed, &uuid);
-            fs::create_dir_all(&dir).unwrap();
             fs::write(dir.join("messages.jsonl"), "{}\n").unwrap();
         }
         uuid
@@ -214,6 +225,23 @@ mod tests {
         assert_eq!(db.get(&queued).unwrap().unwrap().status, Status::Queued);
         // Again: nothing left.
         assert!(cleanup(&db, &layout, 0, false).unwrap().deleted.is_empty());
+    }
+
+    #[test]
+    fn a_deletion_interrupted_after_its_row_is_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        layout.ensure().unwrap();
+        let db = Db::open(layout.root()).unwrap();
+        let done = task(&db, &layout, 1, Status::Completed);
+        // The row half of the deletion, without its directory half.
+        crate::lifecycle::row::mark_files_deleted(&db, &done).unwrap();
+        let r = cleanup(&db, &layout, 30, true).unwrap();
+        assert_eq!(r.leftovers.len(), 1, "listed by a dry run");
+        assert!(layout.task_dir(DirState::Completed, &done).is_dir());
+        let r = cleanup(&db, &layout, 30, false).unwrap();
+        assert_eq!(r.leftovers.len(), 1);
+        assert!(!layout.task_dir(DirState::Completed, &done).exists());
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub enum CompactionOutcome {
     Compressed {
         /// Tokens of current.jsonl before and after (estimates).
         before_tokens: u64,
+        /// Tokens of current.jsonl after (estimate).
         after_tokens: u64,
         /// The summary's id (an integer from 1), when the strategy made one.
         summary_id: Option<u64>,
@@ -47,48 +48,70 @@ pub enum CompactionError {
     #[error(
         "compressor {component} returned context file {file:?}: it must be a new file inside the task directory; rejected, the context was left as it was"
     )]
-    BadPath { component: String, file: String },
+    BadPath {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+        /// current.jsonl.
+        file: String,
+    },
     /// The new context breaks an invariant.
     #[error(
         "compressor {component} returned a context that breaks an invariant ({source}); rejected, the context was left as it was"
     )]
     Invalid {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// The I/O error.
         source: ContextFileError,
     },
     /// The new context does not start with the same system prompt.
     #[error(
         "compressor {component} changed or dropped the system prompt; rejected, the context was left as it was"
     )]
-    SystemPromptChanged { component: String },
+    SystemPromptChanged {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+    },
     /// The new context is not smaller.
     #[error(
         "compressor {component} returned {after} tokens for a context of {before}: a compression must make the context smaller; rejected, the context was left as it was"
     )]
     NotSmaller {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// Tokens of the context before.
         before: u64,
+        /// Tokens of the context returned.
         after: u64,
     },
     /// The summary text is empty.
     #[error(
         "compressor {component} returned an empty summary; rejected, the context was left as it was"
     )]
-    EmptySummary { component: String },
+    EmptySummary {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+    },
     /// Still over the threshold after compressing.
     #[error(
         "the context is still {tokens} tokens after compression, over the threshold of {limit} ({threshold} × context_length {context_length}): the kept messages alone are too large for the window; lower keep_recent_messages or raise context_length"
     )]
     StillOverThreshold {
+        /// Tokens of the context after compressing.
         tokens: u64,
+        /// The threshold in tokens.
         limit: u64,
+        /// `context_storage.compression_threshold`.
         threshold: f64,
+        /// `llm.context_length`, tokens.
         context_length: u64,
     },
     /// Reading current.jsonl's first line failed.
     #[error("reading {file}: {source}")]
     Io {
+        /// current.jsonl.
         file: String,
+        /// The I/O error.
         source: std::io::Error,
     },
 }

@@ -5,8 +5,8 @@
 //! ```
 //! Task directories are named only by canonical UUIDs ([`parse_uuid`]), so no user input can
 //! reach a path outside the tree. Files are replaced atomically ([`atomic_write`]: temp file in
-//! the same directory, fsync, rename, fsync the directory) and task directories move between
-//! states by one `rename` on the same filesystem ([`Layout::move_task_dir`]).
+//! the same directory, fsync, rename, fsync the directory). Task directories move between the
+//! state folders only through [`crate::lifecycle`] (one `rename` on the same filesystem).
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -14,7 +14,9 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use serde::{Deserialize, Serialize};
+
+/// Prefix of a directory `ctxhost cleanup` is deleting, in `completed/` (`.deleting-{uuid}`).
+pub const DELETING_PREFIX: &str = ".deleting-";
 
 /// Where a task directory lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,7 +81,7 @@ impl Layout {
 
     /// `contexts/tasks.db`.
     pub fn db_path(&self) -> PathBuf {
-        self.root.join("tasks.db")
+        self.root.join(crate::db::DB_FILE)
     }
 
     /// `contexts/.cache/`: compiled components.
@@ -127,42 +129,6 @@ impl Layout {
             .into_iter()
             .map(|s| (s, self.task_dir(s, uuid)))
             .find(|(_, p)| p.is_dir())
-    }
-
-    /// Move the directory of `uuid` from `from/` to `to/` with one rename (atomic on one
-    /// filesystem), then fsync both parent folders. Errors if the source is missing or the
-    /// destination already exists.
-    pub fn move_task_dir(
-        &self,
-        uuid: &str,
-        from: DirState,
-        to: DirState,
-    ) -> anyhow::Result<PathBuf> {
-        let src = self.task_dir(from, uuid);
-        let dst = self.task_dir(to, uuid);
-        if !src.is_dir() {
-            bail!(
-                "cannot move task directory {}: it does not exist",
-                src.display()
-            );
-        }
-        if dst.exists() {
-            bail!(
-                "cannot move task directory {} to {}: the destination exists",
-                src.display(),
-                dst.display()
-            );
-        }
-        fs::rename(&src, &dst).with_context(|| {
-            format!(
-                "cannot move task directory {} to {}",
-                src.display(),
-                dst.display()
-            )
-        })?;
-        sync_dir(&self.state_dir(from))?;
-        sync_dir(&self.state_dir(to))?;
-        Ok(dst)
     }
 }
 
@@ -237,57 +203,6 @@ pub fn append_line(path: &Path, line: &str) -> anyhow::Result<()> {
         .with_context(|| format!("cannot append to {}", path.display()))
 }
 
-/// The task key in metadata.json (DESIGN §2).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MetadataTaskKey {
-    pub task_source: String,
-    pub owner: Option<String>,
-    pub repo: Option<String>,
-    pub task_type: Option<String>,
-    pub task_id: Option<String>,
-}
-
-/// The settings in metadata.json (DESIGN §2). Never holds the API key.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MetadataConfig {
-    pub llm_provider: String,
-    pub model: String,
-    pub context_length: u64,
-    pub compression_threshold: f64,
-}
-
-/// `metadata.json` of a task directory:
-/// `{uuid, task_key{task_source, owner, repo, task_type, task_id}, created_at, process_id,
-///   hostname, config{llm_provider, model, context_length, compression_threshold}, user}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Metadata {
-    pub uuid: String,
-    pub task_key: MetadataTaskKey,
-    /// RFC 3339 UTC, the task's submit time.
-    pub created_at: String,
-    /// The process that first ran the task.
-    pub process_id: u32,
-    pub hostname: String,
-    pub config: MetadataConfig,
-    pub user: Option<String>,
-}
-
-/// File name of the metadata file in a task directory.
-pub const METADATA_FILE: &str = "metadata.json";
-
-/// Write `task_dir/metadata.json` atomically unless it exists (it is written once; a resumed
-/// task keeps the original). Returns whether it was written.
-pub fn write_metadata_once(task_dir: &Path, meta: &Metadata) -> anyhow::Result<bool> {
-    let path = task_dir.join(METADATA_FILE);
-    if path.exists() {
-        return Ok(false);
-    }
-    let mut json = serde_json::to_vec_pretty(meta).context("serialize metadata.json")?;
-    json.push(b'\n');
-    atomic_write(&path, &json)?;
-    Ok(true)
-}
-
 /// This machine's host name (from the kernel), or `localhost` if it cannot be read.
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
@@ -325,25 +240,16 @@ mod tests {
     }
 
     #[test]
-    fn tree_and_moves() {
+    fn tree_is_created_and_directories_are_found() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path().join("contexts"));
         assert!(!layout.exists());
         layout.ensure().unwrap();
         assert!(layout.exists());
         let uuid = parse_uuid("0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b").unwrap();
-        fs::create_dir(layout.task_dir(DirState::Running, &uuid)).unwrap();
-        fs::write(layout.task_dir(DirState::Running, &uuid).join("x"), "1").unwrap();
-        let dst = layout
-            .move_task_dir(&uuid, DirState::Running, DirState::Completed)
-            .unwrap();
-        assert_eq!(fs::read_to_string(dst.join("x")).unwrap(), "1");
-        assert_eq!(layout.find_task_dir(&uuid).unwrap().0, DirState::Completed);
-        assert!(
-            layout
-                .move_task_dir(&uuid, DirState::Running, DirState::Completed)
-                .is_err()
-        );
+        assert_eq!(layout.find_task_dir(&uuid), None);
+        fs::create_dir(layout.task_dir(DirState::Paused, &uuid)).unwrap();
+        assert_eq!(layout.find_task_dir(&uuid).unwrap().0, DirState::Paused);
     }
 
     #[test]
@@ -354,38 +260,6 @@ mod tests {
         atomic_write(&p, b"two").unwrap();
         assert_eq!(fs::read_to_string(&p).unwrap(), "two");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
-    }
-
-    #[test]
-    fn metadata_is_written_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut meta = Metadata {
-            uuid: "u".into(),
-            task_key: MetadataTaskKey {
-                task_source: "local".into(),
-                owner: None,
-                repo: None,
-                task_type: None,
-                task_id: None,
-            },
-            created_at: "2025-01-01T00:00:00.000Z".into(),
-            process_id: 1,
-            hostname: "h".into(),
-            config: MetadataConfig {
-                llm_provider: "openai".into(),
-                model: "m".into(),
-                context_length: 4096,
-                compression_threshold: 0.7,
-            },
-            user: None,
-        };
-        assert!(write_metadata_once(dir.path(), &meta).unwrap());
-        meta.process_id = 2;
-        assert!(!write_metadata_once(dir.path(), &meta).unwrap());
-        let back: Metadata =
-            serde_json::from_str(&fs::read_to_string(dir.path().join(METADATA_FILE)).unwrap())
-                .unwrap();
-        assert_eq!(back.process_id, 1);
     }
 
     #[test]

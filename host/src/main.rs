@@ -1,3 +1,4 @@
+//! The `ctxhost` binary: see [`ctxhost::cli`].
 fn main() -> std::process::ExitCode {
     ctxhost::cli::main()
 }

@@ -5,31 +5,28 @@
 //! pid is not alive, or it is alive but is not a ctxhost task process for that task (its
 //! `/proc/PID/cmdline` lacks `task-exec` or the UUID — the pid was reused).
 //!
-//! Recovering one task ([`recover_task`]), under a lock shared by every ctxhost process on the
-//! tree (a `flock` on `contexts/running/`), after reading the row again:
-//! 1. repair its directory ([`crate::repair::repair_task_dir`]: temporaries deleted, torn last
-//!    lines cut, current.jsonl reconciled with messages.jsonl, unanswered tool calls answered
-//!    as interrupted); the changes are logged;
+//! Recovering one task ([`recover_task`]), under the tree lock shared by every ctxhost process
+//! on the tree ([`lifecycle::lock_tree`]), after reading the row again:
+//! 1. repair its directory where it is ([`crate::repair::repair_task_dir`]: temporaries
+//!    deleted, torn last lines cut, current.jsonl reconciled with messages.jsonl, unanswered
+//!    tool calls answered as interrupted); the changes are logged;
 //! 2. choose the new status: `stopped` if a stop was requested, else `failed` when this was
 //!    crash number `max_crashes`, else `paused` if a pause was requested, else `queued`;
-//! 3. move the directory where that status keeps it — `paused/` for queued and paused tasks
-//!    (the next task process moves it back to `running/`), `completed/` for final ones — and
-//!    write task_state.json for a pause;
-//! 4. update the row with one conditional UPDATE (still `running` under the dead pid),
-//!    counting the crash.
+//! 3. apply it ([`lifecycle::Transition::Recover`]): task_state.json for a pause, the row (one
+//!    conditional UPDATE: still `running` under the dead pid; counts the crash), then the
+//!    directory to where the status keeps it — `paused/` for queued and paused tasks (the next
+//!    task process moves it back to `running/`), `completed/` for final ones.
 //!
-//! The directory moves before the row changes, so the next process never finds a queued task
-//! whose directory is still being repaired.
+//! Recovery also finishes transitions a crash interrupted between their row and their
+//! directory ([`lifecycle::complete_all_interrupted`]).
 
 use std::collections::HashSet;
-use std::fs::File;
-use std::os::fd::AsRawFd;
 
-use anyhow::Context;
 use serde::Serialize;
 
 use crate::db::{Db, Status, now_rfc3339};
-use crate::layout::{DirState, Layout, hostname};
+use crate::layout::{Layout, hostname};
+use crate::lifecycle::{self, Transition};
 use crate::repair::repair_task_dir;
 
 /// Whether process `pid` is alive and is a ctxhost task process for `uuid` (its command line
@@ -54,32 +51,10 @@ pub fn process_runs_task(pid: i64, uuid: &str) -> bool {
     rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
-/// The recovery lock of a contexts tree: an exclusive `flock` on `contexts/running/`, released
-/// when dropped (or when the process dies).
-pub struct RecoveryLock {
-    _dir: File,
-}
-
-/// Take the recovery lock of `layout` (waits for another holder).
-pub fn lock(layout: &Layout) -> anyhow::Result<RecoveryLock> {
-    let path = layout.state_dir(DirState::Running);
-    let dir = File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-    loop {
-        // SAFETY: a valid open file descriptor; flock has no memory effects.
-        let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) };
-        if rc == 0 {
-            return Ok(RecoveryLock { _dir: dir });
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e).with_context(|| format!("cannot lock {}", path.display()));
-        }
-    }
-}
-
 /// What recovery did to one task.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Recovered {
+    /// The task.
     pub uuid: String,
     /// The dead process, as recorded in the row.
     pub pid: Option<i64>,
@@ -104,7 +79,7 @@ pub fn recover_task(
     cause: &str,
     max_crashes: u32,
 ) -> anyhow::Result<Option<Recovered>> {
-    let _lock = lock(layout)?;
+    let lock = lifecycle::lock_tree(layout)?;
     let Some(row) = db.get(uuid)? else {
         return Ok(None);
     };
@@ -112,12 +87,9 @@ pub fn recover_task(
         return Ok(None);
     }
     let crash_count = row.crash_count + 1;
-    // running/ normally; paused/ if it died while pausing or before taking the directory
-    // back; completed/ if it died while finishing (its next run sees the final answer and
-    // completes at once).
-    let found = DirState::ALL
-        .into_iter()
-        .find(|s| layout.task_dir(*s, uuid).is_dir());
+    // running/ normally; paused/ if it died between the row and the directory of its claim;
+    // none if it never had one.
+    let found = lifecycle::find_dirs(layout, uuid).first().copied();
 
     let mut repairs = Vec::new();
     let mut repair_error = None;
@@ -162,25 +134,12 @@ pub fn recover_task(
         )
     };
 
-    let target = if status.is_final() {
-        DirState::Completed
-    } else {
-        DirState::Paused
+    let t = Transition::Recover {
+        pid,
+        status,
+        message: &message,
     };
-    if let Some(state) = found
-        && state != target
-    {
-        layout.move_task_dir(uuid, state, target)?;
-    }
-    if status == Status::Paused && found.is_some() {
-        crate::task_state::write_paused(
-            &layout.task_dir(target, uuid),
-            &now_rfc3339(),
-            u64::try_from(row.resume_count).unwrap_or(0),
-            row.pause_reason.as_deref(),
-        )?;
-    }
-    if !db.settle_crash(uuid, pid, status, Some(&message))? {
+    if lifecycle::apply_locked(db, layout, uuid, &t, &lock)?.is_none() {
         // Unreachable under the lock unless the row was edited by hand.
         tracing::warn!(%uuid, "recovery: the row changed while the task was being recovered");
         return Ok(None);
@@ -200,7 +159,8 @@ pub fn recover_task(
 }
 
 /// Recover every `running` task recorded on this host whose process is gone, except those in
-/// `skip` (the caller's own children, which it settles itself).
+/// `skip` (the caller's own children, which it settles itself); then finish the transitions a
+/// crash interrupted between their row and their directory (logged).
 pub fn recover_dead_tasks(
     db: &Db,
     layout: &Layout,
@@ -225,6 +185,9 @@ pub fn recover_dead_tasks(
             out.push(r);
         }
     }
+    for (uuid, what) in lifecycle::complete_all_interrupted(db, layout, None)? {
+        tracing::warn!(%uuid, "recovery: finished an interrupted transition: {what}");
+    }
     Ok(out)
 }
 
@@ -232,6 +195,16 @@ pub fn recover_dead_tasks(
 mod tests {
     use super::*;
     use crate::db::{NewTask, TaskKey};
+    use crate::layout::DirState;
+    use crate::lifecycle::{Claim, apply};
+
+    fn claim(db: &Db, layout: &Layout, pid: u32) -> bool {
+        let mut c = Claim::test(pid);
+        c.hostname = hostname();
+        apply(db, layout, U, &Transition::Claim(&c))
+            .unwrap()
+            .is_some()
+    }
 
     const U: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
 
@@ -271,18 +244,12 @@ mod tests {
     #[test]
     fn a_dead_task_is_repaired_requeued_then_failed_after_max_crashes() {
         let (_d, layout, db) = setup();
-        let host = hostname();
         for round in 1..=2 {
-            assert!(db.claim(U, 999_999, &host, "openai", "m", 1).unwrap());
+            assert!(claim(&db, &layout, 999_999));
             let dir = layout.task_dir(DirState::Running, U);
             if round == 1 {
-                std::fs::create_dir_all(&dir).unwrap();
                 std::fs::write(dir.join("messages.jsonl"), "{\"seq\":1,\"ro").unwrap();
                 std::fs::write(dir.join("request.json"), "{}").unwrap();
-            } else {
-                layout
-                    .move_task_dir(U, DirState::Paused, DirState::Running)
-                    .unwrap();
             }
             let got = recover_dead_tasks(&db, &layout, &HashSet::new(), 2).unwrap();
             assert_eq!(got.len(), 1);
@@ -318,9 +285,7 @@ mod tests {
     #[test]
     fn pending_requests_are_honoured_and_skipped_tasks_left_alone() {
         let (_d, layout, db) = setup();
-        let host = hostname();
-        db.claim(U, 999_998, &host, "openai", "m", 1).unwrap();
-        std::fs::create_dir_all(layout.task_dir(DirState::Running, U)).unwrap();
+        claim(&db, &layout, 999_998);
         let skip: HashSet<String> = [U.to_string()].into();
         assert!(
             recover_dead_tasks(&db, &layout, &skip, 3)
@@ -334,7 +299,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(r.status, Status::Paused);
-        let state = crate::task_state::read(&layout.task_dir(DirState::Paused, U))
+        let state = crate::task::state::read(&layout.task_dir(DirState::Paused, U))
             .unwrap()
             .unwrap();
         assert_eq!(state.reason.as_deref(), Some("later"));
@@ -344,11 +309,9 @@ mod tests {
             None
         );
 
-        db.resume(U).unwrap();
-        db.claim(U, 999_997, &host, "openai", "m", 1).unwrap();
-        layout
-            .move_task_dir(U, DirState::Paused, DirState::Running)
-            .unwrap();
+        apply(&db, &layout, U, &Transition::Resume).unwrap();
+        claim(&db, &layout, 999_997);
+        assert!(layout.task_dir(DirState::Running, U).is_dir());
         db.request_stop(U).unwrap();
         let r = recover_task(&db, &layout, U, Some(999_997), "gone", 3)
             .unwrap()

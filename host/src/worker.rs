@@ -21,8 +21,21 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use crate::config::Config;
 use crate::db::{Db, Status};
-use crate::layout::{DirState, Layout};
+use crate::layout::Layout;
+use crate::lifecycle::{self, Transition};
+
+/// The checks `ctxhost run` makes before starting any task process, so a configuration
+/// mistake is reported once instead of failing every task: the API-key variable named by
+/// `llm.api_key_env` is set, and every configured plugin loads as its kind
+/// ([`crate::plugins::PluginSet::load`], which also compiles it into the cache once, instead of
+/// in every child). Errors name the config key.
+pub fn preflight(config: &Config, layout: &Layout) -> anyhow::Result<()> {
+    config.api_key()?;
+    crate::plugins::PluginSet::load(config, layout)?;
+    Ok(())
+}
 
 /// Times a task's child may exit without having claimed it before the task is failed.
 pub const MAX_START_FAILURES: u32 = 3;
@@ -274,14 +287,11 @@ fn settle(
                 let msg = format!(
                     "task process exited {n} times before starting the task (last: {how}); see the worker log"
                 );
-                let failed = db.fail_if_queued(uuid, &msg)?;
+                // A resumed task's directory goes from paused/ to completed/ with it.
+                let t = Transition::FailStart { message: &msg };
+                let failed = lifecycle::apply(db, layout, uuid, &t)?.is_some();
                 if failed {
                     tracing::error!(%uuid, "{msg}");
-                    // Status and directory agree: a failed task has its directory in completed/.
-                    let dir = layout.task_dir(DirState::Completed, uuid);
-                    if let Err(e) = std::fs::create_dir_all(&dir) {
-                        tracing::error!(%uuid, "cannot create {}: {e}", dir.display());
-                    }
                 }
                 failed
             } else {
@@ -350,12 +360,13 @@ mod tests {
 
     #[test]
     fn a_failed_task_counts_only_for_the_child_that_ran_it() {
+        use crate::lifecycle::{Claim, row};
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
         layout.ensure().unwrap();
         let db = db_with_task(dir.path(), "t");
-        assert!(db.claim("t", 100, "h", "openai", "m", 4096).unwrap());
-        db.finish("t", Status::Failed, Some("boom")).unwrap();
+        assert!(row::claim(&db, "t", &Claim::test(100)).unwrap());
+        row::finish(&db, "t", 100, Status::Failed, Some("boom")).unwrap();
         // The child that lost the claim (pid 200) did not run the failed task.
         assert!(!settle_exit0(&db, &layout, "t", 200));
         // The child that ran it did.
@@ -370,8 +381,8 @@ mod tests {
             context_length: 4096,
         })
         .unwrap();
-        assert!(db.claim("ok", 101, "h", "openai", "m", 4096).unwrap());
-        db.finish("ok", Status::Completed, None).unwrap();
+        assert!(row::claim(&db, "ok", &Claim::test(101)).unwrap());
+        row::finish(&db, "ok", 101, Status::Completed, None).unwrap();
         assert!(!settle_exit0(&db, &layout, "ok", 101));
     }
 

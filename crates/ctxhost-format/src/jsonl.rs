@@ -15,14 +15,20 @@ use serde::de::DeserializeOwned;
 pub enum JsonlError {
     /// Reading failed (OS error text); `line` is the line being read, if any.
     Io {
+        /// The file, as shown in messages.
         file: String,
+        /// 1-based line number.
         line: Option<u64>,
+        /// What is wrong.
         message: String,
     },
     /// Line `line` is not UTF-8 or not the expected JSON shape.
     Invalid {
+        /// The file, as shown in messages.
         file: String,
+        /// 1-based line number.
         line: u64,
+        /// What is wrong.
         message: String,
     },
 }

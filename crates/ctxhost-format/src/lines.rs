@@ -103,7 +103,9 @@ impl ToolCall {
 /// OpenAI `function` of a tool call. `arguments` is JSON text, as the model wrote it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FunctionCall {
+    /// The function name.
     pub name: String,
+    /// Its arguments: a JSON text.
     pub arguments: String,
 }
 
@@ -113,17 +115,25 @@ pub struct FunctionCall {
 /// `seq` runs from 1 without gaps; `timestamp` is RFC 3339 UTC; `tokens` is the estimate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryLine {
+    /// Position in the file, from 1, gap-free.
     pub seq: u64,
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     #[serde(default)]
+    /// The text (`None` for an assistant message with only tool calls).
     pub content: Option<String>,
+    /// RFC 3339 UTC with milliseconds.
     pub timestamp: String,
+    /// Estimated tokens of the message.
     pub tokens: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// For a `tool` message: the tool that produced it.
     pub tool_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// For an assistant message: the tool calls it makes.
     pub tool_calls: Option<Vec<ToolCall>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// For a `tool` message: the call it answers.
     pub tool_call_id: Option<String>,
     /// Set on summaries appended by a compression (role `assistant`): the summary's id in
     /// summaries.jsonl, a JSON number from 1. Reads the old string form `"sum-N"` too.
@@ -157,14 +167,22 @@ impl HistoryLine {
 /// summarised); `timestamp` is RFC 3339 UTC.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SummaryLine {
+    /// The summary id: an integer from 1 (the old string form `"sum-N"` reads as N).
     #[serde(deserialize_with = "crate::summary_id::deserialize")]
     pub id: u64,
+    /// Seq of the first message summarised (messages.jsonl).
     pub start_seq: u64,
+    /// Seq of the last message summarised.
     pub end_seq: u64,
+    /// The summary text.
     pub summary: String,
+    /// Estimated tokens of the messages summarised.
     pub original_tokens: u64,
+    /// Estimated tokens of the summary.
     pub summary_tokens: u64,
+    /// `summary_tokens / original_tokens`.
     pub ratio: f64,
+    /// RFC 3339 UTC with milliseconds.
     pub timestamp: String,
 }
 
@@ -172,7 +190,9 @@ pub struct SummaryLine {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolStatus {
+    /// The tool returned a result.
     Success,
+    /// The call failed (the model got the error text).
     Error,
 }
 
@@ -185,17 +205,26 @@ pub enum ToolStatus {
 /// milliseconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolLine {
+    /// Position in the file, from 1, gap-free.
     pub seq: u64,
+    /// The tool called (the name offered to the model).
     pub tool: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// For a `tool` message: the call it answers.
     pub tool_call_id: Option<String>,
+    /// Its arguments (a JSON value; the raw text when it was not JSON).
     pub args: serde_json::Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What the model was given, on success.
     pub result: Option<String>,
+    /// `success` or `error`.
     pub status: ToolStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What the model was given, on error.
     pub error: Option<String>,
+    /// Wall time of the call, milliseconds.
     pub duration_ms: u64,
+    /// RFC 3339 UTC with milliseconds.
     pub timestamp: String,
 }
 

@@ -22,6 +22,7 @@ pub const MAX_DESCRIPTION_CHARS: usize = 160;
 /// A tool call found in a reply: the tool name and its arguments as JSON text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromptedCall {
+    /// The tool name.
     pub name: String,
     /// JSON text of the arguments (`{}` when the model gave none); a string argument value
     /// that is not JSON is passed on as written, for the host to reject with a clear message.

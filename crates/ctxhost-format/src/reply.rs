@@ -25,6 +25,7 @@ pub struct ProviderToolCall {
 /// The `function` of a [`ProviderToolCall`].
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ProviderFunction {
+    /// The function name.
     pub name: String,
     /// JSON text (OpenAI), an object (Ollama, some OpenAI-compatible servers), or missing.
     #[serde(default)]
@@ -68,10 +69,13 @@ pub fn unique_call_ids(given: impl IntoIterator<Item = Option<String>>) -> Vec<S
     for (i, id) in given.into_iter().enumerate() {
         let id = match id.filter(|id| !id.is_empty() && !ids.contains(id)) {
             Some(id) => id,
-            None => (i + 1..)
-                .map(|n| format!("call_{n}"))
-                .find(|c| !ids.contains(c))
-                .expect("unbounded range"),
+            None => {
+                let mut n = i + 1;
+                while ids.contains(&format!("call_{n}")) {
+                    n += 1;
+                }
+                format!("call_{n}")
+            }
         };
         ids.push(id);
     }

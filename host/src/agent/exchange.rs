@@ -17,14 +17,19 @@ pub enum ExchangeError {
     /// The request file could not be written.
     #[error("building {request} from {messages} failed: {source}")]
     Build {
+        /// The request file (relative to the task directory).
         request: String,
+        /// The messages file it was built from.
         messages: String,
+        /// The underlying error.
         source: RuntimeError,
     },
     /// The POST failed (after the transport's retries).
     #[error("{source} ({request} kept in the task directory for debugging)")]
     Post {
+        /// The request file (relative to the task directory).
         request: String,
+        /// The underlying error.
         source: TransportError,
     },
     /// The response could not be parsed.
@@ -32,8 +37,11 @@ pub enum ExchangeError {
         "the response could not be read: {source} ({request} and {response} kept in the task directory for debugging)"
     )]
     Read {
+        /// The request file (relative to the task directory).
         request: String,
+        /// The response file.
         response: String,
+        /// The underlying error.
         source: RuntimeError,
     },
 }
@@ -41,8 +49,11 @@ pub enum ExchangeError {
 /// A completed exchange.
 #[derive(Debug)]
 pub struct Exchange {
+    /// The parsed reply.
     pub reply: Reply,
+    /// What the request format wrote.
     pub request: RequestInfo,
+    /// How the POST went (status, attempts).
     pub post: PostOutcome,
 }
 

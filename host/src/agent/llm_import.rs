@@ -12,14 +12,14 @@ use std::path::{Component, Path, PathBuf};
 use ctxhost_format::{ChatMessage, estimate_message_tokens};
 
 use super::exchange::{ExchangeError, exchange};
-use crate::db::Db;
 use crate::llm::Transport;
 use crate::runtime::{Completion, LlmImport, RequestConfig, RequestFormat};
+use crate::task::{UsageDelta, UsageMeter};
 
 /// Request body of a compressor's completion, in the task directory.
-pub const LLM_REQUEST_FILE: &str = "llm_request.json";
+pub const LLM_REQUEST_FILE: &str = ctxhost_format::files::LLM_REQUEST;
 /// Response body of a compressor's completion, in the task directory.
-pub const LLM_RESPONSE_FILE: &str = "llm_response.json";
+pub const LLM_RESPONSE_FILE: &str = ctxhost_format::files::LLM_RESPONSE;
 
 /// [`LlmImport`] backed by the task's request format and transport.
 pub struct HostLlm {
@@ -28,21 +28,19 @@ pub struct HostLlm {
     dir: PathBuf,
     model: String,
     temperature: Option<f32>,
-    db: Db,
-    uuid: String,
+    usage: UsageMeter,
 }
 
 impl HostLlm {
-    /// For the task `uuid` in `dir`. `format` is a request-format instance of its own (not the
-    /// agent loop's); `db` a connection of its own.
+    /// For the task in `dir`, counting its calls with `usage`. `format` is a request-format
+    /// instance of its own (not the agent loop's).
     pub fn new(
         format: RequestFormat,
         transport: Transport,
         dir: &Path,
         model: &str,
         temperature: Option<f32>,
-        db: Db,
-        uuid: &str,
+        usage: UsageMeter,
     ) -> HostLlm {
         HostLlm {
             format,
@@ -50,8 +48,7 @@ impl HostLlm {
             dir: dir.to_path_buf(),
             model: model.to_string(),
             temperature,
-            db,
-            uuid: uuid.to_string(),
+            usage,
         }
     }
 
@@ -107,8 +104,8 @@ impl LlmImport for HostLlm {
             Err(e) => {
                 if matches!(e, ExchangeError::Read { .. }) {
                     // The provider answered: count the call (usage unknown).
-                    self.db
-                        .add_usage(&self.uuid, 1, 0, 0, 0)
+                    self.usage
+                        .add(UsageDelta::llm_call(0))
                         .map_err(|e| e.to_string())?;
                 }
                 return Err(e.to_string());
@@ -119,12 +116,16 @@ impl LlmImport for HostLlm {
             _ => prompt_tokens + estimate_message_tokens(&reply.message),
         };
         if let Some(u) = reply.usage {
-            self.db
-                .add_cache_tokens(&self.uuid, u.cache_read_tokens, u.cache_creation_tokens)
+            self.usage
+                .add(UsageDelta {
+                    cache_read_tokens: u.cache_read_tokens,
+                    cache_creation_tokens: u.cache_creation_tokens,
+                    ..UsageDelta::default()
+                })
                 .map_err(|e| e.to_string())?;
         }
-        self.db
-            .add_usage(&self.uuid, 1, 0, tokens, 0)
+        self.usage
+            .add(UsageDelta::llm_call(tokens))
             .map_err(|e| e.to_string())?;
         Ok(Completion {
             message: reply.message,

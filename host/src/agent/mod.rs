@@ -1,4 +1,5 @@
-//! The agent loop of one task (DESIGN §4), run inside the task's own process.
+//! The agent loop of one task (DESIGN §4), run inside the task's own process on its
+//! [`TaskContext`].
 //!
 //! 1. If current.jsonl is empty: add the system prompt, then the task's user message (a resumed
 //!    task already has them and never gets them again).
@@ -6,14 +7,15 @@
 //!    context files (step boundary); write request.json from current.jsonl with the request
 //!    format plugin; POST it; parse response.json with the plugin; append the assistant
 //!    message; add the call and its tokens to the task's row (provider usage when given,
-//!    estimate otherwise; prompt-cache reads and writes counted apart too); delete request.json and response.json (both are kept when the call
-//!    fails, and the error says so).
-//! 3. Every tool call of the reply gets a `tool` message through the [`ToolRunner`].
+//!    estimate otherwise; prompt-cache reads and writes counted apart too); delete request.json
+//!    and response.json (both are kept when the call fails, and the error says so).
+//! 3. Every tool call of the reply is made by the [`ToolRunner`], recorded by the task's
+//!    [`crate::task::ToolStore`], and answered with a `tool` message.
 //! 4. A reply without tool calls is the final answer: the task is complete.
 //!
 //! Safe points: before each LLM call and before each tool call (so after each tool result), the
-//! loop asks [`Agent::interrupts`] whether the task should pause or stop; if so it returns
-//! [`Outcome::Paused`] / [`Outcome::Stopped`] with every line written whole. A task paused
+//! loop asks the task's row ([`TaskContext::interrupt`]) whether the task should pause or stop;
+//! if so it returns [`Outcome::Paused`] / [`Outcome::Stopped`] with every line written whole. A task paused
 //! between tool calls has an assistant message with unanswered calls at the end of
 //! current.jsonl: when it is resumed, the loop first makes those calls.
 
@@ -21,145 +23,107 @@ pub mod exchange;
 pub mod llm_import;
 pub mod tools;
 
-use std::path::Path;
-
 use anyhow::{Context, anyhow, bail};
 use ctxhost_format::ChatMessage;
+use ctxhost_format::files::{MESSAGES, REQUEST, RESPONSE};
 
 use crate::compaction::{CompactionError, CompactionOutcome, compact_if_needed};
 use crate::config::Config;
-use crate::db::{Db, now_rfc3339};
-use crate::llm::Transport;
-use crate::runtime::{CompressConfig, Compressor, MessageStore, RequestConfig, RequestFormat};
+use crate::db::now_rfc3339;
+use crate::runtime::{CompressConfig, Compressor, RequestConfig, RequestFormat};
+use crate::task::{Interrupt, TaskContext, UsageDelta};
 use exchange::{ExchangeError, exchange};
 pub use tools::{NoTools, ToolRunner};
-
-/// Request body file of the current LLM call, in the task directory.
-pub const REQUEST_FILE: &str = "request.json";
-/// Response body file of the current LLM call, in the task directory.
-pub const RESPONSE_FILE: &str = "response.json";
-/// History file of the message store (fsynced at step boundaries).
-pub const MESSAGES_FILE: &str = "messages.jsonl";
 
 /// How a task's loop ended (errors are `Err`, and fail the task).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The model gave a final answer (its text, also the last line of messages.jsonl).
-    Completed { answer: String },
+    Completed {
+        /// The answer's text.
+        answer: String,
+    },
     /// A pause was requested; the loop stopped at a safe point (`reason` from `ctxhost pause`).
-    Paused { reason: Option<String> },
+    Paused {
+        /// The `--reason` given.
+        reason: Option<String>,
+    },
     /// A stop was requested; the loop stopped at a safe point.
     Stopped,
 }
 
-/// What the task's owner asked for, as seen at a safe point.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Interrupt {
-    /// Pause (`ctxhost pause`), with its reason.
-    Pause { reason: Option<String> },
-    /// Stop (`ctxhost stop`).
-    Stop,
-}
-
-/// Asked at every safe point: `Ok(None)` to go on. The task process answers from the task's
-/// row (`pause_requested`, `stop_requested`).
-pub type InterruptCheck<'a> = dyn FnMut() -> anyhow::Result<Option<Interrupt>> + 'a;
-
-/// The task being run.
-#[derive(Debug, Clone, Copy)]
-pub struct TaskInput<'a> {
-    /// Canonical UUID (the `tasks` row).
-    pub uuid: &'a str,
-    /// The user message that starts the task.
-    pub prompt: &'a str,
-    /// The task directory (`contexts/running/{uuid}/`).
-    pub dir: &'a Path,
-    /// Steps (LLM calls of the loop that got an answer) made for this task by earlier
-    /// processes (0 on a first run); they count against `agent.max_steps`.
-    pub steps_done: u32,
-}
-
-/// What the loop works with: settings, the task's row, its plugins, transport and tools.
+/// What the loop works with besides the task's context: settings, the request format, the
+/// compressor and the tools.
 pub struct Agent<'a> {
+    /// The config in effect.
     pub config: &'a Config,
-    pub db: &'a Db,
-    /// Opened message store (its `open` has been called).
-    pub store: &'a mut MessageStore,
+    /// The agent loop's request format instance.
     pub format: &'a mut RequestFormat,
     /// `None` when `plugins.compressor` is `none`.
     pub compressor: Option<&'a mut Compressor>,
-    pub transport: &'a Transport,
+    /// Runs the model's tool calls.
     pub tools: &'a mut dyn ToolRunner,
     /// Compression failures in a row (reset by a successful compression).
     pub compaction_failures: u32,
-    /// Pause/stop requests, asked at every safe point (`None`: never interrupted).
-    pub interrupts: Option<&'a mut InterruptCheck<'a>>,
 }
 
 impl Agent<'_> {
-    /// Run the loop of `task` to its end. `Err` fails the task; the message says which step
-    /// and what (transport error with status and URL, unreadable response, plugin error,
-    /// step limit).
-    pub fn run(&mut self, task: &TaskInput<'_>) -> anyhow::Result<Outcome> {
-        self.start(task)?;
+    /// Run the loop of the task in `ctx` to its end. `Err` fails the task; the message says
+    /// which step and what (transport error with status and URL, unreadable response, plugin
+    /// error, step limit).
+    pub fn run(&mut self, ctx: &mut TaskContext) -> anyhow::Result<Outcome> {
+        self.start(ctx)?;
         let max_steps = self.config.agent.max_steps;
-        let mut steps = task.steps_done;
-        // A task paused between tool calls left some unanswered: make them first.
-        let current = task.dir.join(
-            self.store
-                .current_context_file()
-                .context("message store: current-context-file")?,
-        );
+        let mut steps = ctx.steps_done();
         // A process that died after the final answer was appended: the task is done.
-        if let Some(answer) = crate::repair::final_answer(&current)? {
-            tracing::info!(uuid = %task.uuid, "the context already ends with the final answer");
+        if let Some(answer) = ctx.final_answer()? {
+            tracing::info!(uuid = %ctx.uuid(), "the context already ends with the final answer");
             return Ok(Outcome::Completed { answer });
         }
-        let mut calls = crate::repair::pending_tool_calls(&current)?;
+        // A task paused between tool calls left some unanswered: make them first.
+        let mut calls = ctx.pending_tool_calls()?;
         if !calls.is_empty() {
-            tracing::info!(uuid = %task.uuid, calls = calls.len(), "making the tool calls left unanswered when the task paused");
+            tracing::info!(uuid = %ctx.uuid(), calls = calls.len(), "making the tool calls left unanswered when the task paused");
         }
         loop {
             for call in &calls {
                 // Safe point: before each tool call (after the previous result).
-                if let Some(outcome) = self.interrupted()? {
+                if let Some(outcome) = self.interrupted(ctx)? {
                     return Ok(outcome);
                 }
-                let message = self
-                    .tools
-                    .run(call)
+                let tools = &mut *self.tools;
+                let recorded = ctx
+                    .tools()
+                    .run(call, |c| tools.call(c))
                     .with_context(|| format!("tool call {} ({})", call.id, call.function.name))?;
-                debug_assert_eq!(message.tool_call_id.as_deref(), Some(call.id.as_str()));
-                self.store
+                let message = recorded.to_message(call);
+                ctx.store()
                     .add_message(&message, &now_rfc3339())
                     .with_context(|| format!("appending the result of tool call {}", call.id))?;
-                self.db.add_usage(task.uuid, 0, 1, 0, 0)?;
+                ctx.update_statistics(UsageDelta::tool_call())?;
             }
             // Safe point: before the LLM call (and before a compression, which may call it too).
-            if let Some(outcome) = self.interrupted()? {
+            if let Some(outcome) = self.interrupted(ctx)? {
                 return Ok(outcome);
             }
             if steps >= max_steps {
                 bail!("step limit of {max_steps} reached (agent.max_steps) without a final answer");
             }
-            self.maybe_compress(task)?;
+            self.maybe_compress(ctx)?;
             steps += 1;
-            let reply = self.llm_step(task, steps)?;
+            let reply = self.llm_step(ctx, steps)?;
             calls = reply.calls().to_vec();
             if calls.is_empty() {
                 let answer = reply.content.unwrap_or_default();
-                tracing::info!(uuid = %task.uuid, steps, "final answer received");
+                tracing::info!(uuid = %ctx.uuid(), steps, "final answer received");
                 return Ok(Outcome::Completed { answer });
             }
         }
     }
 
     /// The outcome to return at a safe point when a pause or stop was requested.
-    fn interrupted(&mut self) -> anyhow::Result<Option<Outcome>> {
-        let Some(check) = self.interrupts.as_deref_mut() else {
-            return Ok(None);
-        };
-        Ok(match check()? {
+    fn interrupted(&mut self, ctx: &TaskContext) -> anyhow::Result<Option<Outcome>> {
+        Ok(match ctx.interrupt()? {
             None => None,
             Some(Interrupt::Stop) => Some(Outcome::Stopped),
             Some(Interrupt::Pause { reason }) => Some(Outcome::Paused { reason }),
@@ -168,85 +132,89 @@ impl Agent<'_> {
 
     /// Step 1: a fresh context gets the system prompt, then the user's message. A resumed one
     /// is left as it is.
-    fn start(&mut self, task: &TaskInput<'_>) -> anyhow::Result<()> {
-        let stats_count = self
-            .store
+    fn start(&mut self, ctx: &mut TaskContext) -> anyhow::Result<()> {
+        let stats_count = ctx
+            .store()
             .count_messages()
             .context("message store: count-messages")?;
-        let current_tokens = self
-            .store
+        let current_tokens = ctx
+            .store()
             .current_token_count()
             .context("message store: current-token-count")?;
-        let current_file = task
-            .dir
-            .join(self.store.current_context_file().context("message store")?);
+        let current_file = ctx.current_file()?;
+        let current_file = ctx.dir().join(current_file);
         let current_empty = std::fs::metadata(&current_file)
             .map(|m| m.len() == 0)
             .unwrap_or(true);
+        if !current_empty && stats_count == 1 {
+            // A process killed between the system prompt and the task's prompt: add the latter.
+            let user = ChatMessage::text("user", ctx.prompt().to_string());
+            ctx.store()
+                .add_message(&user, &now_rfc3339())
+                .context("adding the task's prompt")?;
+            return Ok(());
+        }
         if !current_empty {
-            tracing::info!(uuid = %task.uuid, messages = stats_count, tokens = current_tokens, "continuing the context");
+            tracing::info!(uuid = %ctx.uuid(), messages = stats_count, tokens = current_tokens, "continuing the context");
             return Ok(());
         }
         if stats_count > 0 {
             bail!(
                 "{} is empty but {} holds {stats_count} messages: the context must be repaired before the task can go on",
                 current_file.display(),
-                task.dir.join(MESSAGES_FILE).display()
+                ctx.dir().join(MESSAGES).display()
             );
         }
         let system = ChatMessage::text("system", self.config.agent.system_prompt.clone());
-        self.store
+        ctx.store()
             .add_message(&system, &now_rfc3339())
             .context("adding the system prompt")?;
-        let user = ChatMessage::text("user", task.prompt.to_string());
-        self.store
+        let user = ChatMessage::text("user", ctx.prompt().to_string());
+        ctx.store()
             .add_message(&user, &now_rfc3339())
             .context("adding the task's prompt")?;
         Ok(())
     }
 
     /// One LLM call; returns the assistant message as appended.
-    fn llm_step(&mut self, task: &TaskInput<'_>, step: u32) -> anyhow::Result<ChatMessage> {
-        let dir = task.dir;
-        let current = self
-            .store
-            .current_context_file()
-            .context("message store: current-context-file")?;
+    fn llm_step(&mut self, ctx: &mut TaskContext, step: u32) -> anyhow::Result<ChatMessage> {
+        let current = ctx.current_file()?;
         // Step boundary: what was appended so far is on disk before we wait on the network.
-        crate::layout::sync_file(&dir.join(MESSAGES_FILE))?;
-        crate::layout::sync_file(&dir.join(&current))?;
-        self.tools.sync()?;
+        ctx.sync()?;
 
-        let tokens_before = self
-            .store
+        let tokens_before = ctx
+            .store()
             .current_token_count()
             .context("message store: current-token-count")?;
         let llm = &self.config.llm;
         let config = RequestConfig {
             model: llm.model.clone(),
             messages_file: current.clone(),
-            request_file: REQUEST_FILE.to_string(),
+            request_file: REQUEST.to_string(),
             tools_file: self.tools.tools_file(),
             max_output_tokens: llm.max_output_tokens,
             temperature: llm.temperature,
         };
-        let done = match exchange(self.format, self.transport, dir, &config, RESPONSE_FILE) {
+        let done = match exchange(self.format, ctx.transport(), ctx.dir(), &config, RESPONSE) {
             Ok(done) => done,
             Err(e) => {
                 if matches!(e, ExchangeError::Read { .. }) {
                     // The provider answered: count the call (usage unknown).
-                    self.db.add_usage(task.uuid, 1, 0, 0, 0)?;
+                    ctx.update_statistics(UsageDelta::llm_call(0))?;
                 }
                 bail!("LLM call {step} failed: {e}");
             }
         };
-        tracing::debug!(uuid = %task.uuid, step, bytes = done.request.bytes, messages = done.request.messages,
+        tracing::debug!(uuid = %ctx.uuid(), step, bytes = done.request.bytes, messages = done.request.messages,
             tokens = tokens_before, status = done.post.status, attempts = done.post.attempts, "LLM call done");
         let reply = done.reply;
         if let Some(u) = reply.usage {
             // Parts of the call's tokens, counted with them below.
-            self.db
-                .add_cache_tokens(task.uuid, u.cache_read_tokens, u.cache_creation_tokens)?;
+            ctx.update_statistics(UsageDelta {
+                cache_read_tokens: u.cache_read_tokens,
+                cache_creation_tokens: u.cache_creation_tokens,
+                ..UsageDelta::default()
+            })?;
         }
         let message = normalise_reply(reply.message, step);
         if message.calls().is_empty()
@@ -255,20 +223,16 @@ impl Agent<'_> {
                 .as_deref()
                 .is_none_or(|c| c.trim().is_empty())
         {
-            self.db.add_usage(
-                task.uuid,
-                1,
-                0,
+            ctx.update_statistics(UsageDelta::llm_call(
                 reply.usage.map(|u| u.total_tokens).unwrap_or(0),
-                0,
-            )?;
+            ))?;
             bail!(
                 "LLM call {step}: the model returned an empty answer (no content and no tool calls; finish_reason: {})",
                 reply.finish_reason.as_deref().unwrap_or("none")
             );
         }
-        let added = self
-            .store
+        let added = ctx
+            .store()
             .add_message(&message, &now_rfc3339())
             .context("appending the assistant message")?;
         let tokens = match reply.usage {
@@ -276,9 +240,9 @@ impl Agent<'_> {
             // Estimate: what was sent plus what came back.
             _ => tokens_before + added.tokens,
         };
-        self.db.add_usage(task.uuid, 1, 0, tokens, 0)?;
+        ctx.update_statistics(UsageDelta::llm_call(tokens))?;
         if reply.finish_reason.as_deref() == Some("length") {
-            tracing::warn!(uuid = %task.uuid, step, "the model's answer was cut at llm.max_output_tokens");
+            tracing::warn!(uuid = %ctx.uuid(), step, "the model's answer was cut at llm.max_output_tokens");
         }
         Ok(message)
     }
@@ -288,7 +252,7 @@ impl Agent<'_> {
     /// logged; the task goes on while the context still fits the window, and fails after
     /// [`MAX_COMPACTION_FAILURES`] failures in a row. A context still over the threshold after
     /// compressing fails the task at once (compressing again could not help).
-    fn maybe_compress(&mut self, task: &TaskInput<'_>) -> anyhow::Result<()> {
+    fn maybe_compress(&mut self, ctx: &mut TaskContext) -> anyhow::Result<()> {
         let Some(compressor) = self.compressor.as_deref_mut() else {
             return Ok(());
         };
@@ -300,7 +264,8 @@ impl Agent<'_> {
             summary_prompt: cs.summary_prompt.clone(),
             reserve_output_tokens: self.config.llm.max_output_tokens.unwrap_or(1024),
         };
-        match compact_if_needed(self.store, compressor, task.dir, &cfg, &now_rfc3339) {
+        let dir = ctx.dir().to_path_buf();
+        match compact_if_needed(ctx.store(), compressor, &dir, &cfg, &now_rfc3339) {
             Ok(CompactionOutcome::NotNeeded) => Ok(()),
             Ok(CompactionOutcome::Compressed {
                 before_tokens,
@@ -308,19 +273,20 @@ impl Agent<'_> {
                 summary_id,
             }) => {
                 self.compaction_failures = 0;
-                self.db.add_usage(task.uuid, 0, 0, 0, 1)?;
-                tracing::info!(uuid = %task.uuid, before_tokens, after_tokens, summary = ?summary_id, "context compressed");
+                ctx.update_statistics(UsageDelta::compression())?;
+                let summaries = ctx.summaries().count().unwrap_or(0);
+                tracing::info!(uuid = %ctx.uuid(), before_tokens, after_tokens, summary = ?summary_id, summaries, "context compressed");
                 Ok(())
             }
             Err(e @ CompactionError::StillOverThreshold { .. }) => {
                 // The smaller context is installed and valid; count it, then stop.
-                self.db.add_usage(task.uuid, 0, 0, 0, 1)?;
+                ctx.update_statistics(UsageDelta::compression())?;
                 Err(e.into())
             }
             Err(e) => {
                 self.compaction_failures += 1;
-                let tokens = self
-                    .store
+                let tokens = ctx
+                    .store()
                     .current_token_count()
                     .context("message store: current-token-count")?;
                 if self.compaction_failures >= MAX_COMPACTION_FAILURES
@@ -331,7 +297,7 @@ impl Agent<'_> {
                         self.compaction_failures, cfg.context_length
                     )));
                 }
-                tracing::warn!(uuid = %task.uuid, tokens, failures = self.compaction_failures, "{e}");
+                tracing::warn!(uuid = %ctx.uuid(), tokens, failures = self.compaction_failures, "{e}");
                 Ok(())
             }
         }

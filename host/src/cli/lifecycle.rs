@@ -12,7 +12,8 @@ use clap::Args;
 
 use super::{Env, usage};
 use crate::db::{Db, Status, TaskRow};
-use crate::layout::{DirState, parse_uuid};
+use crate::layout::parse_uuid;
+use crate::lifecycle::{self, Transition};
 
 /// `ctxhost pause` arguments.
 #[derive(Debug, Clone, Args)]
@@ -137,7 +138,7 @@ pub(super) fn resume(env: &Env, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     let (db, row) = open_task(env, &args.uuid)?;
     let uuid = row.uuid.clone();
     let uuid = uuid.as_str();
-    if db.resume(uuid)? {
+    if lifecycle::apply(&db, &env.layout, uuid, &Transition::Resume)?.is_some() {
         println!("task {uuid} queued again; `ctxhost run` continues it from its context");
         return Ok(ExitCode::SUCCESS);
     }
@@ -170,13 +171,8 @@ pub(super) fn stop(env: &Env, args: &StopArgs) -> anyhow::Result<ExitCode> {
             println!("task {uuid} {status}");
             return Ok(ExitCode::SUCCESS);
         }
-        if let Some(was) = db.stop_waiting(&uuid)? {
-            // No process has the task: its directory (if any) goes to completed/ now.
-            for from in [DirState::Paused, DirState::Running] {
-                if env.layout.task_dir(from, &uuid).is_dir() {
-                    env.layout.move_task_dir(&uuid, from, DirState::Completed)?;
-                }
-            }
+        // No process has the task: its directory (if any) goes to completed/ now.
+        if let Some(was) = lifecycle::apply(&db, &env.layout, &uuid, &Transition::StopWaiting)? {
             println!("task {uuid} stopped (it was {was})");
             return Ok(ExitCode::SUCCESS);
         }

@@ -16,23 +16,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
+use crate::error::exit_code_of;
+pub use crate::error::{EXIT_FAILED, EXIT_USAGE, UsageError, usage};
 use crate::layout::Layout;
-
-/// Exit code: a task or check failed, or an operation failed.
-pub const EXIT_FAILED: u8 = 1;
-/// Exit code: usage or configuration error.
-pub const EXIT_USAGE: u8 = 2;
-
-/// An error caused by how ctxhost was called (exit code 2). Anything else is exit code 1.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-/// Shorthand for a [`UsageError`] as `anyhow::Error`.
-pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
-    UsageError(msg.into()).into()
-}
 
 const ABOUT: &str =
     "Run coding-agent tasks with file-based context and sandboxed WebAssembly plugins";
@@ -66,8 +53,10 @@ Exit codes: 0 ok, 1 task/check failed, 2 usage or config error.";
 #[command(name = "ctxhost", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(flatten)]
+    /// Flags accepted by every subcommand.
     pub global: GlobalArgs,
     #[command(subcommand)]
+    /// The subcommand.
     pub command: Command,
 }
 
@@ -218,15 +207,6 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// 2 for usage and config errors, 1 otherwise.
-fn exit_code_of(e: &anyhow::Error) -> u8 {
-    if e.downcast_ref::<UsageError>().is_some() || e.downcast_ref::<ConfigError>().is_some() {
-        EXIT_USAGE
-    } else {
-        EXIT_FAILED
-    }
-}
-
 /// Log targets of the component compiler (cranelift, regalloc2, wasmtime's cranelift glue,
 /// wasm parsing). At debug/trace they log every instruction of every compiled function
 /// (gigabytes per component), so unless `RUST_LOG` says otherwise they stay at `warn`.
@@ -325,7 +305,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             env.layout.ensure()?;
             // Configuration mistakes (a plugin that does not load, an unset API key) are
             // reported once here, before any task is touched.
-            crate::task_process::preflight(&env.config, &env.layout)
+            crate::worker::preflight(&env.config, &env.layout)
                 .map_err(|e| usage(format!("{e:#}")))?;
             let opts = crate::worker::WorkerOptions {
                 once: args.once,
@@ -419,8 +399,8 @@ mod tests {
             tracing::trace!(target: "ctxhost::agent", "trace-ours");
             tracing::info!(target: "ctxhost::worker", "info-ours");
         });
-        let v = seen.lock().unwrap().clone();
-        v
+        let seen = seen.lock().unwrap();
+        seen.clone()
     }
 
     #[test]

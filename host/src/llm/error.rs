@@ -19,12 +19,19 @@ pub enum TransportError {
         reason = if status_text.is_empty() { String::new() } else { format!(" {status_text}") },
         detail = http_detail(provider_error.as_deref(), request_id.as_deref()))]
     Http {
+        /// The request URL.
         url: String,
+        /// HTTP status code.
         status: u16,
+        /// HTTP reason phrase.
         status_text: String,
+        /// Attempts made (the first one and the retries).
         attempts: u32,
+        /// The provider's own error message, when the body has one.
         provider_error: Option<String>,
+        /// The provider's request id, when it sent one.
         request_id: Option<String>,
+        /// The start of the response body.
         body: String,
     },
     /// Each attempt ran longer than `request_timeout` (or connecting took longer than
@@ -33,39 +40,60 @@ pub enum TransportError {
         "POST {url}: timed out after {attempts} attempt(s) (limit {timeout:?} per attempt): {detail}"
     )]
     Timeout {
+        /// The request URL.
         url: String,
+        /// Attempts made (the first one and the retries).
         attempts: u32,
+        /// The limit that passed.
         timeout: Duration,
+        /// What went wrong.
         detail: String,
     },
     /// Connecting failed or the connection broke (refused, reset, DNS, closed mid-response,
     /// body shorter than its Content-Length), on every attempt.
     #[error("POST {url}: {detail} (after {attempts} attempt(s))")]
     Connection {
+        /// The request URL.
         url: String,
+        /// Attempts made (the first one and the retries).
         attempts: u32,
+        /// What went wrong.
         detail: String,
     },
     /// The response body exceeded `max_response_bytes`; not retried.
     #[error(
         "POST {url}: response body larger than the limit of {limit} bytes (llm.max_response_mib)"
     )]
-    TooLarge { url: String, limit: u64 },
+    TooLarge {
+        /// The request URL.
+        url: String,
+        /// `llm.max_response_mib` in bytes.
+        limit: u64,
+    },
     /// The URL is malformed or uses an unsupported scheme; not retried.
     #[error("POST {url}: invalid URL: {detail}")]
-    InvalidUrl { url: String, detail: String },
+    InvalidUrl {
+        /// The request URL.
+        url: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// The request file could not be opened or read.
     #[error("request file {}: {source}", path.display())]
     RequestFile {
+        /// The body file.
         path: PathBuf,
         #[source]
+        /// The I/O error.
         source: std::io::Error,
     },
     /// The response file could not be created, written or renamed into place.
     #[error("response file {}: {source}", path.display())]
     ResponseFile {
+        /// The body file.
         path: PathBuf,
         #[source]
+        /// The I/O error.
         source: std::io::Error,
     },
 }

@@ -7,10 +7,10 @@
 //! overloaded, refused or reset connections, timeouts, truncated bodies) are retried with
 //! exponential backoff and jitter, honouring `Retry-After` and `x-should-retry`.
 //!
-//! - [`config`]: [`TransportConfig`] (URL, optional API key and how it is sent, timeouts, retry
+//! - [`config`] — [`TransportConfig`] (URL, optional API key and how it is sent, timeouts, retry
 //!   budget, size cap)
 //! - [`retry`]: which failures are retried, backoff delays, `Retry-After` parsing
-//! - [`error`]: [`TransportError`] (names the URL and attempts, never the key)
+//! - [`error`] — [`TransportError`] (names the URL and attempts, never the key)
 //! - [`transport`]: [`Transport`] and [`PostOutcome`]
 
 pub mod config;

@@ -189,7 +189,9 @@ struct ShaHasher(Sha256);
 impl Hasher for ShaHasher {
     fn finish(&self) -> u64 {
         let d = self.0.clone().finalize();
-        u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&d[..8]);
+        u64::from_le_bytes(first)
     }
 
     fn write(&mut self, bytes: &[u8]) {

@@ -32,23 +32,45 @@ pub enum PluginError {
 pub enum RuntimeError {
     /// `builtin:NAME` names no embedded component.
     #[error("component builtin:{name}: no such builtin component (available: {available})")]
-    UnknownBuiltin { name: String, available: String },
+    UnknownBuiltin {
+        /// The builtin name asked for.
+        name: String,
+        /// The builtins there are, `builtin:NAME` comma-separated.
+        available: String,
+    },
     /// The `.wasm` file does not exist.
     #[error("component {component}: file not found")]
-    NotFound { component: String },
+    NotFound {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+    },
     /// The `.wasm` file exists but cannot be read.
     #[error("component {component}: cannot read the file: {reason}")]
-    Read { component: String, reason: String },
+    Read {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+        /// Why, as the runtime or the component said.
+        reason: String,
+    },
     /// The file is not a WebAssembly component (random bytes, a core module, a precompiled
     /// artefact).
     #[error("component {component}: not a WebAssembly component: {reason}")]
-    NotAComponent { component: String, reason: String },
+    NotAComponent {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+        /// Why, as the runtime or the component said.
+        reason: String,
+    },
     /// The component exports none of the expected plugin interface.
     #[error("component {component}: exports {found}, expected {expected} (world {world})")]
     WrongWorld {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// What it exports.
         found: String,
+        /// What the kind needs.
         expected: String,
+        /// The world of the expected plugin kind.
         world: String,
     },
     /// The component exports the expected interface at a WIT version this host does not load
@@ -58,41 +80,63 @@ pub enum RuntimeError {
         "component {component}: exports {found}, a WIT version this host does not load; it loads {supported} (world {world}): rebuild it against wit/plugin.wit ({current})"
     )]
     IncompatibleVersion {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// What it exports.
         found: String,
+        /// The interface versions this host loads for the kind.
         supported: String,
+        /// The world of the expected plugin kind.
         world: String,
+        /// The current interface version (wit/plugin.wit).
         current: String,
     },
     /// Compiling the component failed.
     #[error("component {component}: compiling failed: {reason}")]
-    Compile { component: String, reason: String },
+    Compile {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+        /// Why, as the runtime or the component said.
+        reason: String,
+    },
     /// The component's imports or export signatures do not fit the world.
     #[error("component {component}: does not fit world {world}: {reason}")]
     Link {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// The world of the expected plugin kind.
         world: String,
+        /// Why, as the runtime or the component said.
         reason: String,
     },
     /// The sandbox (WASI context, task directory preopen) could not be set up.
     #[error("component {component}: cannot set up its sandbox on {task_dir}: {reason}")]
     Sandbox {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// The task directory.
         task_dir: String,
+        /// Why, as the runtime or the component said.
         reason: String,
     },
     /// A call ran past the call timeout (epoch deadline).
     #[error("component {component}: {function} exceeded its {} deadline", fmt_duration(*timeout))]
     Deadline {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// The component function called.
         function: String,
+        /// The limit that passed.
         timeout: Duration,
     },
     /// The component tried to grow its memory past the limit.
     #[error("component {component}: memory limit of {} reached in {function}", fmt_bytes(*limit_bytes))]
     MemoryLimit {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// The component function called.
         function: String,
+        /// The memory limit, bytes.
         limit_bytes: usize,
     },
     /// The component trapped (a panic, `unreachable`, out-of-bounds access, ...).
@@ -102,17 +146,25 @@ pub enum RuntimeError {
         stderr_tail(stderr)
     )]
     Trap {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// The component function called.
         function: String,
+        /// The trap.
         trap: String,
+        /// The innermost guest function, when known.
         frame: Option<String>,
+        /// The component's last stderr lines, if any.
         stderr: Option<String>,
     },
     /// The component returned its own error (WIT `plugin-error`).
     #[error("component {component}: {function} failed: {error}")]
     Plugin {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// The component function called.
         function: String,
+        /// The component's own error.
         error: PluginError,
     },
     /// An earlier trap left the instance unusable.
@@ -120,15 +172,21 @@ pub enum RuntimeError {
         "component {component}: cannot call {function}: the instance is unusable after an earlier failure ({cause}); a new instance is needed"
     )]
     Poisoned {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// The component function called.
         function: String,
+        /// What happened.
         cause: String,
     },
     /// The host side of a call failed (e.g. a WASI or import error that is not a guest trap).
     #[error("component {component}: {function} failed in the host: {reason}")]
     Host {
+        /// The component: `builtin:NAME` or its path.
         component: String,
+        /// The component function called.
         function: String,
+        /// Why, as the runtime or the component said.
         reason: String,
     },
 }

@@ -519,20 +519,21 @@ fn check_header(name: &str, bytes: &[u8]) -> Result<(), RuntimeError> {
     }
 }
 
+// The runtime is shared between threads and instances can move between them: checked when
+// the crate compiles.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    const fn send<T: Send>() {}
+    send_sync::<Runtime>();
+    send_sync::<LoadedPlugin>();
+    send::<MessageStore>();
+    send::<RequestFormat>();
+    send::<Compressor>();
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn runtime_is_shareable_and_instances_can_move_between_threads() {
-        fn send_sync<T: Send + Sync>() {}
-        fn send<T: Send>() {}
-        send_sync::<Runtime>();
-        send_sync::<LoadedPlugin>();
-        send::<MessageStore>();
-        send::<RequestFormat>();
-        send::<Compressor>();
-    }
 
     #[test]
     fn sources_parse_and_display() {

@@ -25,7 +25,9 @@ const WRITE_PERMIT: usize = 64 * 1024;
 /// Which standard stream a [`GuestOutput`] stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
+    /// The component wrote to stdout.
     Stdout,
+    /// The component wrote to stderr.
     Stderr,
 }
 

@@ -43,6 +43,7 @@ pub struct Completion {
 /// where (URL, status), never an API key. Time spent here does not count against the
 /// component's call deadline.
 pub trait LlmImport: Send {
+    /// Complete the chat of `messages_file` with at most `max_output_tokens` tokens.
     fn complete(
         &mut self,
         messages_file: &str,
@@ -148,11 +149,13 @@ pub struct SummaryInfo {
     pub id: u64,
     /// First and last messages.jsonl seq covered.
     pub start_seq: u64,
+    /// Seq of the last message summarised.
     pub end_seq: u64,
     /// The summary text.
     pub summary: String,
     /// Tokens of the summarised messages and of the summary.
     pub original_tokens: u64,
+    /// Estimated tokens of the summary.
     pub summary_tokens: u64,
 }
 

@@ -24,8 +24,11 @@ pub const WIT_VERSION: &str = WitVersion::CURRENT.as_str();
 /// The three kinds of plugin, one per WIT world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PluginKind {
+    /// `message-store-plugin`: keeps messages.jsonl and current.jsonl.
     MessageStore,
+    /// `compressor-plugin`: compacts the context.
     Compressor,
+    /// `request-format-plugin`: writes requests, reads responses.
     RequestFormat,
 }
 
@@ -127,10 +130,13 @@ pub(crate) fn detect(
     names: &[String],
 ) -> Result<(PluginKind, String, WitVersion), RuntimeError> {
     let exports = plugin_exports(names);
-    let kinds: Vec<&PluginExport> = exports.iter().filter(|e| e.kind.is_some()).collect();
+    let kinds: Vec<(PluginKind, &PluginExport)> = exports
+        .iter()
+        .filter_map(|e| e.kind.map(|k| (k, e)))
+        .collect();
     match kinds.as_slice() {
-        [one] => {
-            let kind = one.kind.expect("filtered on kind");
+        [(kind, one)] => {
+            let kind = *kind;
             match WitVersion::for_export(&one.version) {
                 Some(wit) => Ok((kind, one.version.clone(), wit)),
                 None => Err(incompatible(component, kind, &one.name)),
@@ -157,7 +163,7 @@ pub(crate) fn detect(
             component: component.to_string(),
             found: several
                 .iter()
-                .map(|e| e.name.as_str())
+                .map(|(_, e)| e.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", "),
             expected: "exactly one plugin interface".to_string(),

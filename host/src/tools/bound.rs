@@ -16,9 +16,11 @@ pub struct Cut {
     pub kept_bytes: usize,
     /// Characters kept and in total.
     pub kept_chars: u64,
+    /// Characters of the whole text.
     pub total_chars: u64,
     /// Estimated tokens kept and in total.
     pub kept_tokens: u64,
+    /// Estimated tokens of the whole text.
     pub total_tokens: u64,
 }
 
@@ -55,13 +57,8 @@ pub fn cut_point(text: &str, max_tokens: u64) -> Option<Cut> {
 /// Weight of one character in quarter tokens, as `estimate_tokens` counts it: the estimate of
 /// four copies of it is exactly its weight (1, 2 or 4 quarters).
 fn char_quarters(c: char) -> u64 {
-    let mut buf = [0u8; 16];
-    let mut len = 0;
-    for _ in 0..4 {
-        len += c.encode_utf8(&mut buf[len..]).len();
-    }
-    let four = std::str::from_utf8(&buf[..len]).expect("encode_utf8 writes UTF-8");
-    estimate_tokens(four)
+    let four: String = std::iter::repeat_n(c, 4).collect();
+    estimate_tokens(&four)
 }
 
 #[cfg(test)]

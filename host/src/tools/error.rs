@@ -11,24 +11,41 @@ pub enum ToolError {
     /// `tools/list` (bad command, crash on start, timeout).
     #[error("MCP server `{server}` (command `{command}`) failed to start: {message}")]
     Start {
+        /// The server (its key under `mcp_servers`).
         server: String,
+        /// Its command line.
         command: String,
+        /// What happened.
         message: String,
     },
     /// A running server exited or broke the connection; its tools are gone.
     #[error("MCP server `{server}` (command `{command}`) stopped working{during}: {message}")]
     Died {
+        /// The server (its key under `mcp_servers`).
         server: String,
+        /// Its command line.
         command: String,
+        /// What it was doing, e.g. ` during a call of read_file`.
         during: String,
+        /// What happened.
         message: String,
     },
     /// The configuration cannot be used (names the config key).
     #[error("config key `{key}`: {message}")]
-    Config { key: String, message: String },
+    Config {
+        /// The config key.
+        key: String,
+        /// What happened.
+        message: String,
+    },
     /// Reading or writing a file of the task directory failed.
     #[error("{}: {message}", path.display())]
-    Io { path: PathBuf, message: String },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What happened.
+        message: String,
+    },
     /// The async runtime that drives the servers could not be created.
     #[error("cannot start the runtime for MCP servers: {0}")]
     Runtime(String),

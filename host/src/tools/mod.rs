@@ -1,22 +1,21 @@
 //! Tools over MCP (DESIGN §4 step 3): the task's MCP servers, the tool definitions offered to the
-//! model, calling a tool, and recording it in tools.jsonl.
+//! model, and calling a tool (recording it in tools.jsonl is the task's
+//! [`crate::task::ToolStore`]).
 //!
 //! - [`config`]: `mcp_servers` / `tools` config sections.
 //! - [`server`]: one MCP server over stdio (rmcp client).
 //! - [`registry`]: all servers of a task, tool naming and routing, `tools.json` for the request.
 //! - [`naming`]: unique OpenAI names for tools of several servers.
-//! - [`journal`]: tools.jsonl and `tool-results/` spill files.
 //! - [`bound`]: cutting long output on a character boundary.
 //! - [`runner`]: [`McpTools`], the agent loop's `ToolRunner` over all of the above.
 //!
 //! The task process creates one [`McpTools`] when `mcp_servers` is configured: it starts the
-//! servers, writes `tools.json` for the request format, runs and records each call, and stops
-//! the servers when dropped.
+//! servers, writes `tools.json` for the request format, runs each call, and stops the servers
+//! when dropped.
 
 pub mod bound;
 pub mod config;
 pub mod error;
-pub mod journal;
 pub mod naming;
 pub mod registry;
 pub mod runner;
@@ -24,7 +23,6 @@ pub mod server;
 
 pub use config::{McpServerConfig, ToolsConfig};
 pub use error::ToolError;
-pub use journal::{RecordedCall, TOOL_RESULTS_DIR, TOOLS_JOURNAL_FILE, ToolJournal};
 pub use registry::{TOOL_DEFINITIONS_FILE, ToolInfo, ToolRegistry};
 pub use runner::McpTools;
 

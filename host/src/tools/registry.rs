@@ -16,7 +16,7 @@ use super::{CallOutcome, McpServerConfig, ToolError, ToolsConfig, naming};
 
 /// File (in the task directory) holding the OpenAI tool definitions, for the request format's
 /// `tools-file`.
-pub const TOOL_DEFINITIONS_FILE: &str = "tools.json";
+pub const TOOL_DEFINITIONS_FILE: &str = ctxhost_format::files::TOOL_DEFINITIONS;
 
 /// One tool as offered to the model.
 #[derive(Debug, Clone, PartialEq)]

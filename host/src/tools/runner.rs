@@ -3,23 +3,21 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use ctxhost_format::{ChatMessage, ToolCall};
+use ctxhost_format::ToolCall;
 
-use super::{McpServerConfig, ToolError, ToolJournal, ToolRegistry, ToolsConfig};
+use super::{CallOutcome, McpServerConfig, ToolError, ToolRegistry, ToolsConfig};
 use crate::agent::ToolRunner;
 
-/// The task's MCP servers and its tools.jsonl. Dropping it stops the servers (task end,
-/// failure, pause).
+/// The task's MCP servers. Dropping it stops the servers (task end, failure, pause).
 pub struct McpTools {
     registry: ToolRegistry,
-    journal: ToolJournal,
     tools_file: Option<String>,
 }
 
 impl McpTools {
-    /// Start `servers`, write their tool definitions to `task_dir/tools.json` and open
-    /// `task_dir/tools.jsonl`. Errors: a server that does not start ([`ToolError::Start`],
-    /// naming it and its command), files of the task directory ([`ToolError::Io`]).
+    /// Start `servers` and write their tool definitions to `task_dir/tools.json`. Errors: a
+    /// server that does not start ([`ToolError::Start`], naming it and its command), files of
+    /// the task directory ([`ToolError::Io`]).
     pub fn start(
         servers: &BTreeMap<String, McpServerConfig>,
         config: &ToolsConfig,
@@ -27,7 +25,6 @@ impl McpTools {
     ) -> Result<McpTools, ToolError> {
         let registry = ToolRegistry::start(servers, config)?;
         let tools_file = registry.write_tools_file(task_dir)?;
-        let journal = ToolJournal::open(task_dir, config.max_tool_output_tokens)?;
         tracing::info!(
             servers = servers.len(),
             tools = registry.tools().len(),
@@ -35,7 +32,6 @@ impl McpTools {
         );
         Ok(McpTools {
             registry,
-            journal,
             tools_file,
         })
     }
@@ -51,12 +47,8 @@ impl ToolRunner for McpTools {
         self.tools_file.clone()
     }
 
-    fn run(&mut self, call: &ToolCall) -> anyhow::Result<ChatMessage> {
-        let recorded = self.journal.run(&mut self.registry, call)?;
-        Ok(recorded.to_message(call))
-    }
-
-    fn sync(&mut self) -> anyhow::Result<()> {
-        Ok(self.journal.sync()?)
+    fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError> {
+        self.registry
+            .call(&call.function.name, &call.function.arguments)
     }
 }

@@ -39,7 +39,9 @@ use crate::compress::is_summary_line;
 /// The role of a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// `user`: the task's messages and tool results.
     User,
+    /// `assistant`: the model's replies.
     Assistant,
 }
 
@@ -60,15 +62,21 @@ pub enum Block {
     Text(String),
     /// `{"type":"tool_use","id","name","input"}`: a tool call; `input` is a JSON object.
     ToolUse {
+        /// The call's id.
         id: String,
+        /// The tool's name.
         name: String,
+        /// Its arguments, a JSON object.
         input: Value,
     },
     /// `{"type":"tool_result","tool_use_id","content"?,"is_error"?}`: a tool's result; `content`
     /// is left out of the JSON when it is empty or only whitespace.
     ToolResult {
+        /// The id of the call it answers.
         tool_use_id: String,
+        /// The result text.
         content: String,
+        /// The tool failed.
         is_error: bool,
     },
 }

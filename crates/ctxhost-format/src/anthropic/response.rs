@@ -26,9 +26,13 @@ use crate::reply::{ProviderFunction, ProviderToolCall, assistant_message};
 /// `cache_read_input_tokens` (read from the cache, 0.1 × the input price).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AnthropicUsage {
+    /// Prompt tokens after the last cache breakpoint.
     pub input_tokens: u64,
+    /// Generated tokens.
     pub output_tokens: u64,
+    /// Prompt tokens written to the cache.
     pub cache_creation_input_tokens: u64,
+    /// Prompt tokens read from the cache.
     pub cache_read_input_tokens: u64,
 }
 

@@ -1,0 +1,81 @@
+//! `context_storage`: where task contexts live and when they are compressed.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::Invalid;
+
+/// `context_storage`: where task contexts live and when they are compressed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContextStorage {
+    /// Keep file-based contexts (always true for now; `false` is rejected).
+    pub enabled: bool,
+    /// The `contexts/` directory (relative paths are relative to the current directory).
+    pub base_dir: PathBuf,
+    /// Compress when current tokens > context_length × threshold; in (0, 1].
+    pub compression_threshold: f64,
+    /// Most recent messages kept verbatim by a compression (≥ 1).
+    pub keep_recent_messages: u32,
+    /// Completed task directories older than this many days may be deleted (≥ 1).
+    pub cleanup_days: u32,
+    /// Prompt for summaries; must contain `{messages}`.
+    pub summary_prompt: String,
+}
+
+/// Default summary prompt (contains the `{messages}` placeholder).
+pub const DEFAULT_SUMMARY_PROMPT: &str = "Summarize the following conversation between a coding agent and its tools. \
+Keep every fact needed to continue the task: the goal, decisions made, files and commands involved, \
+results of tool calls, errors seen and what remains to be done. Be concise.\n\n{messages}";
+
+impl Default for ContextStorage {
+    fn default() -> Self {
+        ContextStorage {
+            enabled: true,
+            base_dir: PathBuf::from("./contexts"),
+            compression_threshold: 0.7,
+            keep_recent_messages: 5,
+            cleanup_days: 30,
+            summary_prompt: DEFAULT_SUMMARY_PROMPT.to_string(),
+        }
+    }
+}
+
+impl ContextStorage {
+    /// Check value ranges; the error names the key.
+    pub(super) fn validate(&self) -> Result<(), Invalid> {
+        if !self.enabled {
+            return Invalid::err(
+                "context_storage.enabled",
+                "must be true: ctxhost always keeps file-based contexts",
+            );
+        }
+        if self.base_dir.as_os_str().is_empty() {
+            return Invalid::err("context_storage.base_dir", "must not be empty");
+        }
+        let t = self.compression_threshold;
+        if !(t > 0.0 && t <= 1.0) {
+            return Invalid::err(
+                "context_storage.compression_threshold",
+                format!("must be in (0, 1], got {t}"),
+            );
+        }
+        if self.keep_recent_messages < 1 {
+            return Invalid::err(
+                "context_storage.keep_recent_messages",
+                "must be at least 1, got 0",
+            );
+        }
+        if self.cleanup_days < 1 {
+            return Invalid::err("context_storage.cleanup_days", "must be at least 1, got 0");
+        }
+        if !self.summary_prompt.contains("{messages}") {
+            return Invalid::err(
+                "context_storage.summary_prompt",
+                "must contain the `{messages}` placeholder",
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,343 @@
+//! `llm`: the provider ([`Provider`]) and how to reach it ([`LlmConfig`]).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Config, Invalid};
+use crate::llm::TransportConfig;
+
+/// The LLM provider. Decides the default base URL, request format and API-key variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    /// api.openai.com (`/v1/chat/completions`, key from `OPENAI_API_KEY`).
+    Openai,
+    /// Ollama (`/api/chat`), default `http://127.0.0.1:11434`.
+    Ollama,
+    /// LM Studio (OpenAI-compatible), default `http://127.0.0.1:1234`.
+    Lmstudio,
+    /// llama.cpp `llama-server` (OpenAI-compatible), default `http://127.0.0.1:8080`.
+    Llamacpp,
+    /// vLLM (OpenAI-compatible), default `http://127.0.0.1:8000`.
+    Vllm,
+    /// Anthropic's Messages API (`/v1/messages`, key from `ANTHROPIC_API_KEY` sent as
+    /// `x-api-key`), default `https://api.anthropic.com`.
+    Anthropic,
+}
+
+impl Provider {
+    /// All providers, in the order shown in messages.
+    pub const ALL: [Provider; 6] = [
+        Provider::Openai,
+        Provider::Ollama,
+        Provider::Lmstudio,
+        Provider::Llamacpp,
+        Provider::Vllm,
+        Provider::Anthropic,
+    ];
+
+    /// The config spelling (`openai`, `ollama`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Openai => "openai",
+            Provider::Ollama => "ollama",
+            Provider::Lmstudio => "lmstudio",
+            Provider::Llamacpp => "llamacpp",
+            Provider::Vllm => "vllm",
+            Provider::Anthropic => "anthropic",
+        }
+    }
+
+    /// Base URL used when `llm.base_url` is not set (no trailing slash, no `/v1`).
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            Provider::Openai => "https://api.openai.com",
+            Provider::Ollama => "http://127.0.0.1:11434",
+            Provider::Lmstudio => "http://127.0.0.1:1234",
+            Provider::Llamacpp => "http://127.0.0.1:8080",
+            Provider::Vllm => "http://127.0.0.1:8000",
+            Provider::Anthropic => "https://api.anthropic.com",
+        }
+    }
+
+    /// Request format plugin used when `plugins.request_format` is not set.
+    pub fn default_request_format(self) -> &'static str {
+        match self {
+            Provider::Ollama => "builtin:ollama-chat",
+            Provider::Anthropic => "builtin:anthropic-messages",
+            _ => "builtin:openai-chat",
+        }
+    }
+
+    /// API-key variable used when `llm.api_key_env` is not set (`None`: no key sent).
+    pub fn default_api_key_env(self) -> Option<&'static str> {
+        match self {
+            Provider::Openai => Some("OPENAI_API_KEY"),
+            Provider::Anthropic => Some("ANTHROPIC_API_KEY"),
+            _ => None,
+        }
+    }
+
+    /// How the transport sends the API key: `x-api-key` + `anthropic-version` for Anthropic,
+    /// `Authorization: Bearer` for the OpenAI-compatible servers and Ollama.
+    pub fn auth_scheme(self) -> crate::llm::AuthScheme {
+        match self {
+            Provider::Anthropic => crate::llm::AuthScheme::Anthropic,
+            _ => crate::llm::AuthScheme::Bearer,
+        }
+    }
+
+    /// Highest `llm.temperature` the provider accepts (Anthropic 1, others 2).
+    pub fn max_temperature(self) -> f32 {
+        match self {
+            Provider::Anthropic => 1.0,
+            _ => 2.0,
+        }
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Provider {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Provider::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                let known: Vec<_> = Provider::ALL.iter().map(|p| p.as_str()).collect();
+                format!("unknown provider `{s}` (known: {})", known.join(", "))
+            })
+    }
+}
+
+/// `llm`: the provider and how to reach it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmConfig {
+    /// The provider (decides the defaults of the other keys).
+    pub provider: Provider,
+    /// Provider base URL without the endpoint path (`None`: the provider's default).
+    pub base_url: Option<String>,
+    /// Model name sent in every request.
+    pub model: String,
+    /// Name of the environment variable holding the API key (`None`: the provider's default;
+    /// empty string: send no key).
+    pub api_key_env: Option<String>,
+    /// The model's context window, tokens (≥ 256).
+    pub context_length: u64,
+    /// Upper bound on output tokens per call (`None`: provider default; Anthropic, which
+    /// requires a bound, gets 4096).
+    pub max_output_tokens: Option<u32>,
+    /// Sampling temperature in [0, 2] ([0, 1] for Anthropic) (`None`: provider default).
+    pub temperature: Option<f32>,
+    /// Whole-request timeout, seconds (≥ 1).
+    pub timeout_secs: u64,
+    /// Connect timeout, seconds (≥ 1).
+    pub connect_timeout_secs: u64,
+    /// Retries after the first attempt on 429/5xx/connection errors/timeouts.
+    pub max_retries: u32,
+    /// Longest wait between retries, seconds (≥ 1); Retry-After is honoured up to this.
+    pub max_backoff_secs: u64,
+    /// Largest response body accepted, MiB (≥ 1).
+    pub max_response_mib: u64,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            provider: Provider::Openai,
+            base_url: None,
+            model: "gpt-4o-mini".to_string(),
+            api_key_env: None,
+            context_length: 8192,
+            max_output_tokens: Some(1024),
+            temperature: None,
+            timeout_secs: 300,
+            connect_timeout_secs: 10,
+            max_retries: 3,
+            max_backoff_secs: 30,
+            max_response_mib: 16,
+        }
+    }
+}
+
+impl LlmConfig {
+    /// Check value ranges and formats; the error names the key.
+    pub(super) fn validate(&self) -> Result<(), Invalid> {
+        if let Some(url) = &self.base_url
+            && let Err(msg) = check_base_url(url)
+        {
+            return Invalid::err("llm.base_url", msg);
+        }
+        if self.model.trim().is_empty() {
+            return Invalid::err("llm.model", "must not be empty");
+        }
+        if let Some(var) = &self.api_key_env
+            && !var.is_empty()
+            && !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Invalid::err(
+                "llm.api_key_env",
+                format!("must be an environment variable name (letters, digits, _), got `{var}`"),
+            );
+        }
+        if self.context_length < 256 {
+            return Invalid::err(
+                "llm.context_length",
+                format!("must be at least 256, got {}", self.context_length),
+            );
+        }
+        if let Some(n) = self.max_output_tokens {
+            if n == 0 {
+                return Invalid::err("llm.max_output_tokens", "must be at least 1, got 0");
+            }
+            if u64::from(n) >= self.context_length {
+                return Invalid::err(
+                    "llm.max_output_tokens",
+                    format!(
+                        "must be less than llm.context_length ({}), got {n}",
+                        self.context_length
+                    ),
+                );
+            }
+        }
+        let max_temperature = self.provider.max_temperature();
+        if let Some(t) = self.temperature
+            && !(0.0..=max_temperature).contains(&t)
+        {
+            return Invalid::err(
+                "llm.temperature",
+                format!(
+                    "must be in [0, {max_temperature}] for provider {}, got {t}",
+                    self.provider
+                ),
+            );
+        }
+        for (key, v) in [
+            ("llm.timeout_secs", self.timeout_secs),
+            ("llm.connect_timeout_secs", self.connect_timeout_secs),
+            ("llm.max_backoff_secs", self.max_backoff_secs),
+            ("llm.max_response_mib", self.max_response_mib),
+        ] {
+            if v < 1 {
+                return Invalid::err(key, "must be at least 1, got 0");
+            }
+        }
+        if self.max_retries > 20 {
+            return Invalid::err(
+                "llm.max_retries",
+                format!("must be at most 20, got {}", self.max_retries),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// The provider base URL in effect (config or provider default), without a trailing `/`.
+    pub fn base_url(&self) -> String {
+        let url = self
+            .llm
+            .base_url
+            .as_deref()
+            .unwrap_or(self.llm.provider.default_base_url());
+        url.trim_end_matches('/').to_string()
+    }
+
+    /// The API-key environment variable in effect (`None`: send no key).
+    pub fn api_key_env(&self) -> Option<&str> {
+        match self.llm.api_key_env.as_deref() {
+            Some("") => None,
+            Some(v) => Some(v),
+            None => self.llm.provider.default_api_key_env(),
+        }
+    }
+
+    /// Read the API key from the environment at run time. `Ok(None)` when no variable is
+    /// configured. Error (naming the key and the variable, never a value) when the variable
+    /// is configured but unset or empty.
+    pub fn api_key(&self) -> anyhow::Result<Option<String>> {
+        let Some(var) = self.api_key_env() else {
+            return Ok(None);
+        };
+        match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_string())),
+            _ => anyhow::bail!(
+                "llm.api_key_env: environment variable {var} is not set (set it, or set llm.api_key_env: \"\" \
+                 for a server that needs no key)"
+            ),
+        }
+    }
+
+    /// The transport settings of the `llm` section, with the API key read from the
+    /// environment now (error naming `llm.api_key_env` if it is configured but unset).
+    pub fn transport_config(&self) -> anyhow::Result<TransportConfig> {
+        let llm = &self.llm;
+        Ok(TransportConfig {
+            base_url: self.base_url(),
+            api_key: self.api_key()?,
+            auth: llm.provider.auth_scheme(),
+            connect_timeout: Duration::from_secs(llm.connect_timeout_secs),
+            request_timeout: Duration::from_secs(llm.timeout_secs),
+            max_retries: llm.max_retries,
+            max_backoff: Duration::from_secs(llm.max_backoff_secs),
+            max_response_bytes: llm.max_response_mib.saturating_mul(1024 * 1024),
+        })
+    }
+}
+
+/// Check that `url` is an absolute http(s) URL with a host and no query or fragment.
+fn check_base_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("must start with http:// or https://, got `{url}`"))?;
+    let host_port = rest.split('/').next().unwrap_or("");
+    if host_port.is_empty() {
+        return Err(format!("has no host: `{url}`"));
+    }
+    if url.contains(char::is_whitespace) {
+        return Err(format!("must not contain spaces: `{url}`"));
+    }
+    if url.contains('?') || url.contains('#') {
+        return Err(format!("must not have a query or fragment: `{url}`"));
+    }
+    let host = match host_port.rsplit_once(':') {
+        Some((host, port)) if !host_port.ends_with(']') => {
+            if port.parse::<u16>().is_err() {
+                return Err(format!("has an invalid port `{port}`: `{url}`"));
+            }
+            host
+        }
+        _ => host_port,
+    };
+    if host.is_empty() {
+        return Err(format!("has no host: `{url}`"));
+    }
+    if host_port.contains('@') {
+        return Err(format!(
+            "must not contain credentials (use llm.api_key_env): `{url}`"
+        ));
+    }
+    // The request format appends the endpoint path (`/v1/chat/completions`, `/api/chat`,
+    // `/v1/messages`).
+    let trimmed = url.trim_end_matches('/');
+    for endpoint in ["/chat/completions", "/api/chat", "/v1/messages"] {
+        if let Some(base) = trimmed.strip_suffix(endpoint) {
+            let base = base.strip_suffix("/v1").unwrap_or(base);
+            return Err(format!(
+                "must be the server's base URL only, without the endpoint path (the request format \
+                 adds it): got `{url}`, give `{base}`"
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,355 @@
+//! `config.yaml`: every setting of ctxhost, with a default for every key.
+//!
+//! Shape (all sections and keys optional; unknown keys are errors):
+//! ```yaml
+//! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, cleanup_days, summary_prompt}
+//! llm:     {provider, base_url, model, api_key_env, context_length, max_output_tokens, temperature,
+//!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib}
+//! plugins: {message_store, compressor, request_format}
+//! runtime: {memory_limit_mib, call_timeout_secs}
+//! agent:   {system_prompt, max_steps}
+//! worker:  {max_parallel_tasks, poll_interval_ms, max_crashes}
+//! mcp_servers: {NAME: {command, args, env, cwd}}    # see crate::tools::config
+//! tools:   {max_tool_output_tokens, call_timeout_secs, start_timeout_secs}
+//! ```
+//! One module per section, each with its own validation: `context_storage`, `llm`, `plugins`,
+//! `process` (`runtime`, `agent`, `worker`); `mcp_servers` and `tools` in
+//! [`crate::tools::config`]. [`Config::default_yaml`] is the commented file `ctxhost init` writes. Errors name the file and
+//! the key, e.g. `config.yaml: llm.context_length: must be at least 256, got 12`.
+//!
+//! The API key is never part of the config: `llm.api_key_env` names the environment variable
+//! that holds it, read at run time by [`Config::api_key`].
+
+mod context_storage;
+mod llm;
+mod plugins;
+mod process;
+mod template;
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a config could not be loaded. The message names the file and, where known, the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        /// The file, as shown in messages.
+        file: String,
+        #[source]
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A config file given explicitly (`--config PATH`) does not exist.
+    #[error(
+        "{file}: config file not found (--config must name an existing file; `ctxhost init --config {file}` writes one)"
+    )]
+    Missing {
+        /// The file, as shown in messages.
+        file: String,
+    },
+    /// YAML syntax error, unknown key or wrong type (serde's message carries the key path and line).
+    #[error("{file}: {message}")]
+    Parse {
+        /// The file, as shown in messages.
+        file: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value parsed but is out of range or otherwise invalid.
+    #[error("{file}: {key}: {message}")]
+    Invalid {
+        /// The file, as shown in messages.
+        file: String,
+        /// The config key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+pub use context_storage::{ContextStorage, DEFAULT_SUMMARY_PROMPT};
+pub use llm::{LlmConfig, Provider};
+pub use plugins::{DEFAULT_COMPRESSOR, NO_COMPRESSOR, PluginsConfig};
+pub use process::{AgentConfig, DEFAULT_SYSTEM_PROMPT, RuntimeConfig, WorkerConfig};
+
+/// A value out of range: the key and what is wrong (the file is added by [`Config::validate`]).
+#[derive(Debug)]
+pub(crate) struct Invalid {
+    key: String,
+    message: String,
+}
+
+impl Invalid {
+    /// `Err` naming `key`.
+    pub(crate) fn err(key: &str, message: impl Into<String>) -> Result<(), Invalid> {
+        Err(Invalid {
+            key: key.to_string(),
+            message: message.into(),
+        })
+    }
+}
+
+/// The whole config file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `context_storage`: where contexts live, compression.
+    pub context_storage: ContextStorage,
+    /// `llm`: the provider and how to reach it.
+    pub llm: LlmConfig,
+    /// `plugins`: the components.
+    pub plugins: PluginsConfig,
+    /// `runtime`: limits of every component instance.
+    pub runtime: RuntimeConfig,
+    /// `agent`: the agent loop.
+    pub agent: AgentConfig,
+    /// `worker`: the `ctxhost run` process.
+    pub worker: WorkerConfig,
+    /// MCP servers started for every task (stdio); their tools are offered to the model.
+    pub mcp_servers: std::collections::BTreeMap<String, crate::tools::McpServerConfig>,
+    /// Tool call limits: output size, deadlines.
+    pub tools: crate::tools::ToolsConfig,
+}
+
+impl Config {
+    /// Load `path`. A missing file gives the defaults (validated like any other config).
+    /// Errors: unreadable file, YAML syntax, unknown key, wrong type, invalid value — each
+    /// naming `path` and the key.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::from_yaml(&text, &file),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let cfg = Config::default();
+                cfg.validate(&file)?;
+                Ok(cfg)
+            }
+            Err(source) => Err(ConfigError::Read { file, source }),
+        }
+    }
+
+    /// Load `path`, which must exist (a config named explicitly): like [`Config::load`], but a
+    /// missing file is [`ConfigError::Missing`] naming `path`.
+    pub fn load_existing(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::from_yaml(&text, &file),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(ConfigError::Missing { file })
+            }
+            Err(source) => Err(ConfigError::Read { file, source }),
+        }
+    }
+
+    /// Parse and validate YAML `text`; `file` names it in errors. An empty document gives the defaults.
+    pub fn from_yaml(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            // An all-comments document parses as null: treat like empty.
+            let value: serde_norway::Value =
+                serde_norway::from_str(text).map_err(|e| ConfigError::Parse {
+                    file: file.to_string(),
+                    message: e.to_string(),
+                })?;
+            if value.is_null() {
+                Config::default()
+            } else {
+                serde_norway::from_str(text).map_err(|e| ConfigError::Parse {
+                    file: file.to_string(),
+                    message: e.to_string(),
+                })?
+            }
+        };
+        cfg.validate(file)?;
+        Ok(cfg)
+    }
+
+    /// Check value ranges and formats, section by section. Errors name `file` and the key.
+    pub fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let checks = [
+            self.context_storage.validate(),
+            self.llm.validate(),
+            self.plugins.validate(),
+            self.runtime.validate(),
+            self.agent.validate(),
+            self.worker.validate(),
+            crate::tools::config::validate(&self.mcp_servers, &self.tools)
+                .map_err(|(key, message)| Invalid { key, message }),
+        ];
+        match checks.into_iter().find_map(Result::err) {
+            None => Ok(()),
+            Some(Invalid { key, message }) => Err(ConfigError::Invalid {
+                file: file.to_string(),
+                key,
+                message,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(yaml: &str) -> String {
+        Config::from_yaml(yaml, "config.yaml")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn empty_and_comment_only_documents_give_defaults() {
+        assert_eq!(Config::from_yaml("", "c").unwrap(), Config::default());
+        assert_eq!(
+            Config::from_yaml("# nothing\n", "c").unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn default_yaml_parses_to_the_defaults() {
+        let yaml = Config::default_yaml();
+        let parsed = Config::from_yaml(&yaml, "default").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn values_override_defaults() {
+        let c = Config::from_yaml(
+            "llm:\n  provider: ollama\n  model: qwen\n  context_length: 4096\nworker:\n  max_parallel_tasks: 3\n",
+            "c",
+        )
+        .unwrap();
+        assert_eq!(c.llm.provider, Provider::Ollama);
+        assert_eq!(c.request_format(), "builtin:ollama-chat");
+        assert_eq!(c.base_url(), "http://127.0.0.1:11434");
+        assert_eq!(c.api_key_env(), None);
+        assert_eq!(c.llm.context_length, 4096);
+        assert_eq!(c.worker.max_parallel_tasks, 3);
+        assert_eq!(c.context_storage.keep_recent_messages, 5);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        assert_eq!(
+            err("llm:\n  context_length: 12\n"),
+            "config.yaml: llm.context_length: must be at least 256, got 12"
+        );
+        assert!(
+            err("context_storage:\n  compression_threshold: 1.5\n").starts_with(
+                "config.yaml: context_storage.compression_threshold: must be in (0, 1]"
+            )
+        );
+        assert!(
+            err("context_storage:\n  compression_threshold: 0\n").contains("compression_threshold")
+        );
+        assert!(
+            err("context_storage:\n  keep_recent_messages: 0\n").contains("keep_recent_messages")
+        );
+        assert!(err("llm:\n  base_url: ftp://x\n").contains("llm.base_url: must start with http"));
+        assert!(err("llm:\n  base_url: http://:80\n").contains("llm.base_url"));
+        assert!(err("context_storage:\n  summary_prompt: hi\n").contains("{messages}"));
+        assert!(err("agent:\n  max_steps: 0\n").contains("agent.max_steps"));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_types_name_the_key() {
+        let e = err("llm:\n  modle: x\n");
+        assert!(e.contains("llm") && e.contains("modle"), "{e}");
+        let e = err("bogus: 1\n");
+        assert!(e.contains("bogus"), "{e}");
+        let e = err("llm:\n  context_length: lots\n");
+        assert!(e.contains("llm.context_length"), "{e}");
+        let e = err("llm:\n  provider: gemini\n");
+        assert!(e.contains("llm.provider") && e.contains("gemini"), "{e}");
+    }
+
+    #[test]
+    fn compressor_none_disables_compression() {
+        assert_eq!(
+            Config::default().compressor(),
+            Some("builtin:llm-summarizer")
+        );
+        let c = Config::from_yaml("plugins:\n  compressor: none\n", "c").unwrap();
+        assert_eq!(c.compressor(), None);
+    }
+
+    #[test]
+    fn anthropic_provider_defaults() {
+        let c = Config::from_yaml("llm:\n  provider: anthropic\n  model: claude-x\n", "c").unwrap();
+        assert_eq!(c.request_format(), "builtin:anthropic-messages");
+        assert_eq!(c.base_url(), "https://api.anthropic.com");
+        assert_eq!(c.api_key_env(), Some("ANTHROPIC_API_KEY"));
+        assert_eq!(
+            c.llm.provider.auth_scheme(),
+            crate::llm::AuthScheme::Anthropic
+        );
+        assert_eq!(
+            Provider::Openai.auth_scheme(),
+            crate::llm::AuthScheme::Bearer
+        );
+        let e = err("llm:\n  provider: anthropic\n  temperature: 1.5\n");
+        assert!(
+            e.contains("llm.temperature: must be in [0, 1] for provider anthropic, got 1.5"),
+            "{e}"
+        );
+        assert!(Config::from_yaml("llm:\n  temperature: 1.5\n", "c").is_ok());
+        let e =
+            err("llm:\n  provider: anthropic\n  base_url: https://api.anthropic.com/v1/messages\n");
+        assert!(e.contains("give `https://api.anthropic.com`"), "{e}");
+    }
+
+    #[test]
+    fn api_key_env_empty_string_means_no_key() {
+        let c = Config::from_yaml("llm:\n  api_key_env: \"\"\n", "c").unwrap();
+        assert_eq!(c.api_key_env(), None);
+        assert_eq!(c.api_key().unwrap(), None);
+        assert_eq!(Config::default().api_key_env(), Some("OPENAI_API_KEY"));
+    }
+
+    #[test]
+    fn base_url_with_the_endpoint_path_is_rejected() {
+        for (url, base) in [
+            (
+                "http://127.0.0.1:1234/v1/chat/completions",
+                "http://127.0.0.1:1234",
+            ),
+            (
+                "https://api.openai.com/v1/chat/completions/",
+                "https://api.openai.com",
+            ),
+            ("http://h:8080/chat/completions", "http://h:8080"),
+            ("http://127.0.0.1:11434/api/chat", "http://127.0.0.1:11434"),
+            ("http://proxy/ollama/api/chat", "http://proxy/ollama"),
+        ] {
+            let e = err(&format!("llm:\n  base_url: \"{url}\"\n"));
+            assert!(
+                e.contains("llm.base_url")
+                    && e.contains("base URL only")
+                    && e.contains(&format!("give `{base}`")),
+                "{url}: {e}"
+            );
+        }
+        // A base URL with a path prefix (a proxy) or with /v1 is still fine.
+        for url in ["http://h:1234/v1", "http://proxy/openai", "http://h/v1/"] {
+            Config::from_yaml(&format!("llm:\n  base_url: \"{url}\"\n"), "c").unwrap();
+        }
+    }
+
+    #[test]
+    fn explicit_missing_file_is_an_error_naming_it() {
+        let e = Config::load_existing(Path::new("/nonexistent/dir/my.yaml")).unwrap_err();
+        assert!(matches!(e, ConfigError::Missing { .. }));
+        assert!(e.to_string().contains("/nonexistent/dir/my.yaml"), "{e}");
+    }
+
+    #[test]
+    fn missing_file_gives_defaults() {
+        let c = Config::load(Path::new("/nonexistent/dir/config.yaml")).unwrap();
+        assert_eq!(c, Config::default());
+    }
+}

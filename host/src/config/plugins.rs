@@ -1,0 +1,94 @@
+//! `plugins`: which components implement the message store, compressor and request format.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Config, Invalid};
+
+/// `plugins`: which components implement the message store, compressor and request format.
+/// Each is `builtin:NAME` or a path to a `.wasm` component file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginsConfig {
+    /// The message store (`builtin:NAME` or a path).
+    pub message_store: String,
+    /// `none` disables compression.
+    pub compressor: String,
+    /// `None`: from the provider (ollama → `builtin:ollama-chat`, else `builtin:openai-chat`).
+    pub request_format: Option<String>,
+}
+
+/// The `plugins.compressor` value that disables compression.
+pub const NO_COMPRESSOR: &str = "none";
+/// The default `plugins.compressor`: an LLM summary of the older messages (DESIGN §6).
+pub const DEFAULT_COMPRESSOR: &str = "builtin:llm-summarizer";
+
+impl Default for PluginsConfig {
+    fn default() -> Self {
+        PluginsConfig {
+            message_store: "builtin:jsonl-store".to_string(),
+            compressor: DEFAULT_COMPRESSOR.to_string(),
+            request_format: None,
+        }
+    }
+}
+
+impl PluginsConfig {
+    /// Check that every spec is `none` (compressor only), `builtin:NAME` or a path; the error
+    /// names the key.
+    pub(super) fn validate(&self) -> Result<(), Invalid> {
+        if self.message_store.trim().is_empty() {
+            return Invalid::err(
+                "plugins.message_store",
+                "must be `builtin:NAME` or a path to a .wasm file",
+            );
+        }
+        if self.compressor.trim().is_empty() {
+            return Invalid::err(
+                "plugins.compressor",
+                "must be `none`, `builtin:NAME` or a path to a .wasm file",
+            );
+        }
+        if let Some(f) = &self.request_format
+            && f.trim().is_empty()
+        {
+            return Invalid::err(
+                "plugins.request_format",
+                "must be `builtin:NAME` or a path to a .wasm file",
+            );
+        }
+        for (key, spec) in [
+            ("plugins.message_store", Some(self.message_store.as_str())),
+            ("plugins.compressor", Some(self.compressor.as_str())),
+            ("plugins.request_format", self.request_format.as_deref()),
+        ] {
+            if let Some(name) = spec.and_then(|s| s.strip_prefix("builtin:"))
+                && (name.is_empty()
+                    || !name
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+            {
+                return Invalid::err(
+                    key,
+                    format!("builtin name must be lowercase letters, digits and -, got `{name}`"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// The request format plugin spec in effect (config or provider default).
+    pub fn request_format(&self) -> &str {
+        self.plugins
+            .request_format
+            .as_deref()
+            .unwrap_or(self.llm.provider.default_request_format())
+    }
+
+    /// The compressor plugin spec, or `None` when compression is disabled (`none`).
+    pub fn compressor(&self) -> Option<&str> {
+        let c = self.plugins.compressor.trim();
+        (c != NO_COMPRESSOR).then_some(c)
+    }
+}

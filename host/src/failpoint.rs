@@ -1,0 +1,42 @@
+//! Failpoints for crash tests: the environment variable [`FAILPOINT_ENV`] names points,
+//! comma-separated; code asks [`is_set`] at a point and misbehaves on purpose there. Off (one
+//! `getenv`) unless the variable is set. Points:
+//! - `lifecycle:NAME` (NAME a transition name, or `*`): the process kills itself with SIGKILL
+//!   between the row and the directory of that transition ([`kill_if_set`]);
+//! - `task-exec:exit`: a task process exits with status 3 before claiming its task (a child
+//!   that cannot start).
+//!
+//! Hand-written rather than the `fail` crate: its actions cannot kill the process, and it needs
+//! a cargo feature, i.e. a second build of the host for the tests.
+
+/// Environment variable naming the failpoints that are on.
+pub const FAILPOINT_ENV: &str = "CTXHOST_FAILPOINT";
+
+/// Whether failpoint `name` is on (`group:*` turns on every point of `group`).
+pub fn is_set(name: &str) -> bool {
+    let Some(points) = std::env::var_os(FAILPOINT_ENV) else {
+        return false;
+    };
+    let points = points.to_string_lossy();
+    let group = name.split(':').next().unwrap_or(name);
+    points
+        .split(',')
+        .map(str::trim)
+        .any(|p| p == name || p.strip_suffix(":*") == Some(group))
+}
+
+/// Kill this process with SIGKILL if failpoint `name` is on.
+pub fn kill_if_set(name: &str) {
+    if !is_set(name) {
+        return;
+    }
+    eprintln!("failpoint {name}: killing process {}", std::process::id());
+    // SAFETY: kill with our own pid and a valid signal number; no memory is involved.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    // SIGKILL cannot be caught; this is never reached.
+    loop {
+        std::thread::park();
+    }
+}

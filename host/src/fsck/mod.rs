@@ -1,0 +1,413 @@
+//! `ctxhost fsck`: check that tasks.db and the `contexts/` tree agree and that every task
+//! directory's files are sound; with `--repair`, fix what can be fixed without losing data.
+//!
+//! Checks ([`tree`] for the rows and the tree, [`files`] for the files of each task directory):
+//! - every row's status agrees with where its directory is ([`crate::lifecycle::dir_rule`]):
+//!   `queued` → none yet or `paused/` (a resumed or recovered task waiting for its process),
+//!   `running` → `running/` (a task whose process is gone is reported), `paused` → `paused/`,
+//!   `completed`/`failed`/`stopped` → `completed/` (none when `ctxhost cleanup` deleted it, or
+//!   the task never started). A directory where the status it had before keeps it is the
+//!   in-between state of a transition a crash interrupted ([`crate::lifecycle::dir_fix`]); one
+//!   that no transition explains is a mismatch; a directory in two places; a directory with no
+//!   row; an entry that is not a task directory; a cleanup interrupted half-way;
+//! - in each task directory: metadata.json and task_state.json parse; every line of every JSONL
+//!   file parses as its format (messages.jsonl → history lines, current.jsonl → chat messages,
+//!   summaries.jsonl, tools.jsonl; others as JSON objects), the last line included (a torn
+//!   last line is reported); messages.jsonl seq runs 1..n without gaps or duplicates;
+//!   current.jsonl keeps the context invariants ([`crate::invariants`]; unanswered tool calls at
+//!   its end are allowed except for a completed task: a paused task makes them when resumed)
+//!   and is not behind messages.jsonl; no step temporaries are left (a failed task may keep its
+//!   request/response for debugging); summary ids are JSON numbers (the old string form
+//!   `"sum-N"` of ctxhost 0.1 is reported).
+//!
+//! A task whose process is alive is checked read-only and its last line is not judged (it may
+//! be being written). Every problem names the file and, where there is one, the line.
+//!
+//! `--repair` fixes ([`fixes`], reusing the crash-repair readers and fixes of
+//! [`crate::repair`]): a running task whose process is gone (crash recovery, as the worker does:
+//! repaired, requeued or failed); an interrupted transition or cleanup (finished, as recovery
+//! does); a directory in the wrong state folder for a task that no process runs (moved to agree
+//! with the status); torn last lines (cut, the bytes kept in
+//! `<file>.torn`; a complete line only missing its newline gets it); current.jsonl behind
+//! messages.jsonl (the missing lines appended); leftover temporaries (deleted); string summary
+//! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]). Everything
+//! else (a bad line in the middle, a seq gap, an orphan tool result, a missing directory) is
+//! reported for a human. After repairing, the tree is checked again and what remains is reported.
+
+mod files;
+pub mod fixes;
+pub mod tree;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::db::Db;
+use crate::layout::Layout;
+
+/// What kind of problem (`kebab-case` in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProblemKind {
+    /// A `running` task whose process is gone (this host).
+    DeadProcess,
+    /// The row has its new status but the directory is still where the old status kept it: a
+    /// transition interrupted between its two halves (recovery finishes it).
+    InterruptedTransition,
+    /// The directory is in a state folder no transition into the status leaves it in.
+    DirMismatch,
+    /// The task has a directory in more than one state folder.
+    DuplicateDir,
+    /// The status needs a directory and there is none.
+    MissingDir,
+    /// A task directory with no row in tasks.db.
+    DirWithoutRow,
+    /// An entry of a state folder that is not a task directory.
+    NotATaskDir,
+    /// A `.deleting-` directory of an interrupted `ctxhost cleanup`.
+    InterruptedCleanup,
+    /// The last line of a JSONL file is torn (or lacks its newline).
+    TornLine,
+    /// A line (not the last) that does not parse.
+    BadLine,
+    /// messages.jsonl seq is not 1..n.
+    SeqGap,
+    /// current.jsonl breaks a context invariant.
+    ContextInvariant,
+    /// current.jsonl lacks the last line(s) of messages.jsonl.
+    CurrentBehind,
+    /// current.jsonl and messages.jsonl cannot be matched up.
+    Unreconcilable,
+    /// A step temporary left behind.
+    TemporaryFile,
+    /// A summary id written as a string (`"sum-3"`, ctxhost 0.1 / WIT 0.1.0) where the spec
+    /// has a number.
+    OldSummaryId,
+    /// metadata.json or task_state.json does not parse.
+    BadFile,
+    /// A file or folder could not be read.
+    Unreadable,
+}
+
+/// One problem found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Problem {
+    /// What kind of problem.
+    pub kind: ProblemKind,
+    /// The task, when the problem belongs to one.
+    pub uuid: Option<String>,
+    /// The file or directory.
+    pub path: Option<String>,
+    /// 1-based line of the file, when the problem is at a line.
+    pub line: Option<u64>,
+    /// What is wrong, for a human.
+    pub message: String,
+    /// `--repair` can fix it without losing data.
+    pub fixable: bool,
+    /// What `--repair` did about it (`None`: not repaired).
+    pub repaired: Option<String>,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.path, self.line) {
+            (Some(p), Some(l)) => write!(f, "{p}:{l}: {}", self.message),
+            (Some(p), None) => write!(f, "{p}: {}", self.message),
+            _ => match &self.uuid {
+                Some(u) => write!(f, "task {u}: {}", self.message),
+                None => f.write_str(&self.message),
+            },
+        }
+    }
+}
+
+/// What `fsck` found and did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FsckReport {
+    /// Rows checked.
+    pub tasks: usize,
+    /// Task directories checked.
+    pub dirs: usize,
+    /// Every problem found by the first pass (with `repaired` set by `--repair`).
+    pub problems: Vec<Problem>,
+    /// Problems still there at the end (after `--repair`, from a second pass).
+    pub remaining: Vec<Problem>,
+}
+/// Check `layout` against `db`; with `repair`, fix what can be fixed (recovering a dead task
+/// uses `max_crashes`, as the worker does), then check again.
+pub fn fsck(
+    db: &Db,
+    layout: &Layout,
+    repair: bool,
+    max_crashes: u32,
+) -> anyhow::Result<FsckReport> {
+    let mut first = tree::check(db, layout)?;
+    if !repair {
+        let remaining = first.problems.clone();
+        return Ok(FsckReport {
+            tasks: first.tasks,
+            dirs: first.dirs,
+            problems: first.problems,
+            remaining,
+        });
+    }
+    let mut by_task: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, p) in first.problems.iter().enumerate() {
+        if p.fixable
+            && let Some(u) = &p.uuid
+        {
+            by_task.entry(u.clone()).or_default().push(i);
+        }
+    }
+    for (uuid, indexes) in by_task {
+        let outcome = fixes::repair_task(db, layout, &uuid, &indexes, &first.problems, max_crashes);
+        for i in indexes {
+            first.problems[i].repaired = Some(match &outcome {
+                Ok(what) => what.clone(),
+                Err(e) => {
+                    first.problems[i]
+                        .message
+                        .push_str(&format!(" (repair failed: {e:#})"));
+                    continue;
+                }
+            });
+        }
+    }
+    let second = tree::check(db, layout)?;
+    Ok(FsckReport {
+        tasks: first.tasks,
+        dirs: first.dirs,
+        problems: first.problems,
+        remaining: second.problems,
+    })
+}
+
+/// One read-only pass.
+pub(crate) struct Pass {
+    pub(crate) tasks: usize,
+    pub(crate) dirs: usize,
+    pub(crate) problems: Vec<Problem>,
+}
+
+pub(crate) fn problem(
+    kind: ProblemKind,
+    uuid: Option<&str>,
+    path: Option<&Path>,
+    line: Option<u64>,
+    message: impl Into<String>,
+    fixable: bool,
+) -> Problem {
+    Problem {
+        kind,
+        uuid: uuid.map(str::to_string),
+        path: path.map(|p| p.display().to_string()),
+        line,
+        message: message.into(),
+        fixable,
+        repaired: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{NewTask, Status, TaskKey};
+    use crate::layout::DirState;
+    use crate::lifecycle::{Claim, Transition, apply};
+    use ctxhost_format::files::{CURRENT, MESSAGES};
+    use ctxhost_format::{ChatMessage, HistoryLine, ToolCall};
+    use std::fs;
+    use std::path::PathBuf;
+
+    const A: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a01";
+
+    fn history_line(seq: u64, m: &ChatMessage) -> String {
+        serde_json::to_string(&HistoryLine {
+            seq,
+            role: m.role.clone(),
+            content: m.content.clone(),
+            timestamp: "2025-01-01T00:00:00.000Z".into(),
+            tokens: 1,
+            tool_name: m.tool_name.clone(),
+            tool_calls: m.tool_calls.clone(),
+            tool_call_id: m.tool_call_id.clone(),
+            summary_id: None,
+        })
+        .unwrap()
+    }
+
+    /// A completed task with a sound directory in completed/.
+    fn completed_task(layout: &Layout, db: &Db, uuid: &str) -> PathBuf {
+        db.insert_queued(&NewTask {
+            uuid: uuid.into(),
+            key: TaskKey {
+                task_source: "local".into(),
+                ..Default::default()
+            },
+            prompt: "go".into(),
+            user: None,
+            llm_provider: "openai".into(),
+            model: "m".into(),
+            context_length: 1,
+        })
+        .unwrap();
+        let mut claim = Claim::test(1);
+        claim.hostname = "elsewhere".into();
+        apply(db, layout, uuid, &Transition::Claim(&claim)).unwrap();
+        let t = Transition::Finish {
+            pid: 1,
+            status: Status::Completed,
+            error: None,
+        };
+        apply(db, layout, uuid, &t).unwrap();
+        let dir = layout.task_dir(DirState::Completed, uuid);
+        let msgs = [
+            ChatMessage::text("system", "s"),
+            ChatMessage::text("user", "go"),
+            ChatMessage {
+                role: "assistant".into(),
+                tool_calls: Some(vec![ToolCall::new("c1", "read", "{}")]),
+                ..Default::default()
+            },
+            ChatMessage {
+                role: "tool".into(),
+                content: Some("ok".into()),
+                tool_call_id: Some("c1".into()),
+                ..Default::default()
+            },
+            ChatMessage::text("assistant", "done"),
+        ];
+        let h: String = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, m)| history_line(i as u64 + 1, m) + "\n")
+            .collect();
+        let c: String = msgs
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap() + "\n")
+            .collect();
+        fs::write(dir.join(MESSAGES), h).unwrap();
+        fs::write(dir.join(CURRENT), c).unwrap();
+        dir
+    }
+
+    fn setup() -> (tempfile::TempDir, Layout, Db) {
+        let d = tempfile::tempdir().unwrap();
+        let layout = Layout::new(d.path().join("contexts"));
+        layout.ensure().unwrap();
+        let db = Db::open(layout.root()).unwrap();
+        (d, layout, db)
+    }
+
+    #[test]
+    fn a_sound_tree_has_no_problem() {
+        let (_d, layout, db) = setup();
+        completed_task(&layout, &db, A);
+        let r = fsck(&db, &layout, false, 3).unwrap();
+        assert_eq!((r.tasks, r.dirs), (1, 1));
+        assert!(r.problems.is_empty(), "{:#?}", r.problems);
+    }
+
+    #[test]
+    fn each_fault_is_named_with_file_and_line_and_the_fixable_ones_repaired() {
+        let (_d, layout, db) = setup();
+        let dir = completed_task(&layout, &db, A);
+        // Torn last line of messages.jsonl, a temporary, a seq gap is planted in a second task.
+        let mut m = fs::read_to_string(dir.join(MESSAGES)).unwrap();
+        m.push_str("{\"seq\":6,\"ro");
+        fs::write(dir.join(MESSAGES), &m).unwrap();
+        fs::write(dir.join("response.json"), "{}").unwrap();
+        fs::write(layout.state_dir(DirState::Paused).join("notes.txt"), "x").unwrap();
+        let r = fsck(&db, &layout, false, 3).unwrap();
+        let kinds: Vec<ProblemKind> = r.problems.iter().map(|p| p.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                ProblemKind::NotATaskDir,
+                ProblemKind::TemporaryFile,
+                ProblemKind::TornLine
+            ],
+            "{:#?}",
+            r.problems
+        );
+        let torn = &r.problems[2];
+        assert_eq!(torn.line, Some(6));
+        assert!(
+            torn.to_string()
+                .contains("messages.jsonl:6: torn last line"),
+            "{torn}"
+        );
+        let r = fsck(&db, &layout, true, 3).unwrap();
+        assert!(r.problems[1].repaired.is_some() && r.problems[2].repaired.is_some());
+        assert_eq!(r.remaining.len(), 1, "{:#?}", r.remaining);
+        assert_eq!(r.remaining[0].kind, ProblemKind::NotATaskDir);
+        assert!(dir.join("messages.jsonl.torn").exists());
+    }
+
+    #[test]
+    fn seq_gaps_orphans_and_mismatches() {
+        let (_d, layout, db) = setup();
+        let dir = completed_task(&layout, &db, A);
+        // Seq gap: drop line 2 of messages.jsonl.
+        let m = fs::read_to_string(dir.join(MESSAGES)).unwrap();
+        let lines: Vec<&str> = m.lines().collect();
+        let gap: String = [lines[0], lines[2], lines[3], lines[4]]
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect();
+        fs::write(dir.join(MESSAGES), gap).unwrap();
+        // Orphan tool result in current.jsonl at line 3.
+        let c = fs::read_to_string(dir.join(CURRENT)).unwrap();
+        let mut cl: Vec<String> = c.lines().map(str::to_string).collect();
+        let orphan = ChatMessage {
+            role: "tool".into(),
+            content: Some("?".into()),
+            tool_call_id: Some("nobody".into()),
+            ..Default::default()
+        };
+        cl.insert(2, serde_json::to_string(&orphan).unwrap());
+        fs::write(dir.join(CURRENT), cl.join("\n") + "\n").unwrap();
+        // A finish interrupted between its row and its directory: the completed task's
+        // directory still in running/.
+        fs::rename(
+            layout.task_dir(DirState::Completed, A),
+            layout.task_dir(DirState::Running, A),
+        )
+        .unwrap();
+        let r = fsck(&db, &layout, false, 3).unwrap();
+        let got: Vec<(ProblemKind, Option<u64>)> =
+            r.problems.iter().map(|p| (p.kind, p.line)).collect();
+        assert_eq!(
+            got,
+            [
+                (ProblemKind::InterruptedTransition, None),
+                (ProblemKind::ContextInvariant, Some(3)),
+                (ProblemKind::SeqGap, Some(2)),
+            ],
+            "{:#?}",
+            r.problems
+        );
+        let r = fsck(&db, &layout, true, 3).unwrap();
+        assert!(r.problems[0].repaired.is_some());
+        assert!(layout.task_dir(DirState::Completed, A).is_dir());
+        let left: Vec<ProblemKind> = r.remaining.iter().map(|p| p.kind).collect();
+        assert_eq!(left, [ProblemKind::ContextInvariant, ProblemKind::SeqGap]);
+    }
+
+    #[test]
+    fn dirs_without_rows_and_missing_dirs_are_reported() {
+        let (_d, layout, db) = setup();
+        completed_task(&layout, &db, A);
+        fs::remove_dir_all(layout.task_dir(DirState::Completed, A)).unwrap();
+        let stray = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a02";
+        fs::create_dir_all(layout.task_dir(DirState::Paused, stray)).unwrap();
+        let r = fsck(&db, &layout, true, 3).unwrap();
+        let kinds: Vec<ProblemKind> = r.remaining.iter().map(|p| p.kind).collect();
+        assert_eq!(kinds, [ProblemKind::MissingDir, ProblemKind::DirWithoutRow]);
+        // Once cleanup marked it, a missing directory is expected.
+        crate::lifecycle::row::mark_files_deleted(&db, A).unwrap();
+        let r = fsck(&db, &layout, false, 3).unwrap();
+        assert_eq!(r.problems.len(), 1);
+    }
+}

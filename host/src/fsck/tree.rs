@@ -1,0 +1,213 @@
+//! The rows against the tree: every task directory found, where each row's status keeps it
+//! ([`crate::lifecycle::dir_fix`]), processes that are gone, directories without a row, entries
+//! that are not task directories, interrupted cleanups.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::PathBuf;
+
+use super::{Pass, Problem, ProblemKind, files, problem};
+use crate::db::{Db, Status, TaskRow};
+use crate::layout::{DELETING_PREFIX, DirState, Layout, hostname, parse_uuid};
+use crate::lifecycle::{self, DirFix};
+use crate::recovery::process_runs_task;
+
+/// One read-only pass over the rows and the tree.
+pub(crate) fn check(db: &Db, layout: &Layout) -> anyhow::Result<Pass> {
+    let host = hostname();
+    let rows: Vec<TaskRow> = db.list(&Default::default())?;
+    let mut problems = Vec::new();
+
+    // Where each task directory is.
+    let mut found: BTreeMap<String, Vec<DirState>> = BTreeMap::new();
+    for state in DirState::ALL {
+        let folder = layout.state_dir(state);
+        let entries = match fs::read_dir(&folder) {
+            Ok(e) => e,
+            Err(e) => {
+                problems.push(problem(
+                    ProblemKind::Unreadable,
+                    None,
+                    Some(&folder),
+                    None,
+                    format!("cannot list: {e}"),
+                    false,
+                ));
+                continue;
+            }
+        };
+        let mut names: Vec<(String, PathBuf)> = entries
+            .flatten()
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+            .collect();
+        names.sort();
+        for (name, path) in names {
+            if state == DirState::Completed && name.starts_with(DELETING_PREFIX) {
+                let uuid = parse_uuid(&name[DELETING_PREFIX.len()..]).ok();
+                problems.push(problem(
+                    ProblemKind::InterruptedCleanup,
+                    uuid.as_deref(),
+                    Some(&path),
+                    None,
+                    "left by an interrupted `ctxhost cleanup`; run it again (or `ctxhost fsck --repair`) to finish deleting it",
+                    uuid.is_some(),
+                ));
+            } else if parse_uuid(&name).ok().as_deref() == Some(name.as_str()) && path.is_dir() {
+                found.entry(name).or_default().push(state);
+            } else {
+                problems.push(problem(
+                    ProblemKind::NotATaskDir,
+                    None,
+                    Some(&path),
+                    None,
+                    "not a task directory (task directories are named by their UUID)",
+                    false,
+                ));
+            }
+        }
+    }
+    let dirs = found.values().map(Vec::len).sum();
+
+    let mut with_row = BTreeSet::new();
+    for row in &rows {
+        let uuid = row.uuid.as_str();
+        with_row.insert(uuid.to_string());
+        let states = found.get(uuid).cloned().unwrap_or_default();
+        let on_this_host = row.hostname.as_deref() == Some(host.as_str());
+        let alive = row.status == Status::Running
+            && (!on_this_host || row.process_id.is_some_and(|p| process_runs_task(p, uuid)));
+        if row.status == Status::Running && !alive {
+            problems.push(problem(
+                ProblemKind::DeadProcess,
+                Some(uuid),
+                None,
+                None,
+                format!(
+                    "running, but its process {} on {host} is gone (the worker or `ctxhost recover` repairs and requeues it)",
+                    row.process_id.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+                ),
+                true,
+            ));
+        }
+        if states.len() > 1 {
+            let list: Vec<String> = states.iter().map(|s| format!("{s}/")).collect();
+            problems.push(problem(
+                ProblemKind::DuplicateDir,
+                Some(uuid),
+                None,
+                None,
+                format!(
+                    "has a directory in more than one place: {}",
+                    list.join(", ")
+                ),
+                false,
+            ));
+            continue;
+        }
+        let here = states.first().copied();
+        let rule = lifecycle::dir_rule(row.status);
+        let deleted = row.files_deleted_at.is_some();
+        match lifecycle::dir_fix(row.status, deleted, &states) {
+            // A running task: its process owns the directory (it may not have created it
+            // yet, or be taking it back from paused/).
+            _ if row.status == Status::Running => {
+                if alive && here == Some(DirState::Completed) {
+                    problems.push(problem(
+                        ProblemKind::DirMismatch,
+                        Some(uuid),
+                        Some(&layout.task_dir(DirState::Completed, uuid)),
+                        None,
+                        "status running but the directory is in completed/",
+                        false,
+                    ));
+                }
+            }
+            DirFix::InPlace => {
+                // A task that ran had a directory: only cleanup removes a finished one.
+                if here.is_none() && row.status.is_final() && row.started_at.is_some() && !deleted
+                {
+                    problems.push(missing(uuid, row.status, rule.folder));
+                }
+            }
+            DirFix::Missing | DirFix::Create => {
+                problems.push(missing(uuid, row.status, rule.folder));
+            }
+            DirFix::Move { from, to } => problems.push(problem(
+                ProblemKind::InterruptedTransition,
+                Some(uuid),
+                Some(&layout.task_dir(from, uuid)),
+                None,
+                format!(
+                    "status {} but the directory is still in {from}/ (expected {to}/): a transition interrupted between writing the row and moving the directory; recovery finishes it",
+                    row.status
+                ),
+                true,
+            )),
+            DirFix::Delete { from } => problems.push(problem(
+                ProblemKind::InterruptedCleanup,
+                Some(uuid),
+                Some(&layout.task_dir(from, uuid)),
+                None,
+                "its files are marked deleted but the directory is still there: a `ctxhost cleanup` interrupted half-way; run it again to finish deleting it",
+                true,
+            )),
+            DirFix::Unexplained { at } => problems.push(problem(
+                ProblemKind::DirMismatch,
+                Some(uuid),
+                Some(&layout.task_dir(at, uuid)),
+                None,
+                format!(
+                    "status {} but the directory is in {at}/ (expected {}/), where no transition into {} leaves it",
+                    row.status, rule.folder, row.status
+                ),
+                true,
+            )),
+            DirFix::Duplicate => {}
+        }
+        if let Some(state) = here {
+            let dir = layout.task_dir(state, uuid);
+            files::check_dir(
+                &dir,
+                Some(uuid),
+                alive,
+                row.status != Status::Completed,
+                row.status == Status::Failed,
+                &mut problems,
+            );
+        }
+    }
+    for (uuid, states) in &found {
+        if with_row.contains(uuid) {
+            continue;
+        }
+        for state in states {
+            let dir = layout.task_dir(*state, uuid);
+            problems.push(problem(
+                ProblemKind::DirWithoutRow,
+                Some(uuid),
+                Some(&dir),
+                None,
+                format!("no row in {}", db.path().display()),
+                false,
+            ));
+            files::check_dir(&dir, Some(uuid), false, true, true, &mut problems);
+        }
+    }
+    Ok(Pass {
+        tasks: rows.len(),
+        dirs,
+        problems,
+    })
+}
+
+/// A [`ProblemKind::MissingDir`] of task `uuid` with `status`, expected in `folder/`.
+fn missing(uuid: &str, status: Status, folder: DirState) -> Problem {
+    problem(
+        ProblemKind::MissingDir,
+        Some(uuid),
+        None,
+        None,
+        format!("status {status} but its directory is missing (expected {folder}/)"),
+        false,
+    )
+}

@@ -1,0 +1,436 @@
+//! The context invariants the host enforces whatever a component returns (DESIGN.md §5).
+//!
+//! Pure checks over chat message lists, fed one message at a time so a context file of any size
+//! is checked in constant memory (plus the ids of the tool calls still waiting for an answer):
+//!
+//! 1. the first message is the system prompt, and no other message is a system message;
+//! 2. every `tool` message answers a tool call of the assistant message right before its run of
+//!    tool messages (OpenAI's rule), each id at most once;
+//! 3. every tool call is answered before the next non-tool message (and, unless the caller allows
+//!    a pending tail, before the end).
+//!
+//! [`check_context_file`] streams a JSONL file through the checker and names file and line.
+//! [`queries`] answers what the host asks about a context (final answer, pending tool calls).
+
+pub mod queries;
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use ctxhost_format::{ChatMessage, estimate_message_tokens};
+
+/// A broken invariant, naming the 1-based message index (= line number in a JSONL file without
+/// blank lines) where it was found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    /// The context holds no message at all.
+    #[error("the context is empty (it must start with the system prompt)")]
+    Empty,
+    /// The first message is not a system message.
+    #[error("message {index}: the first message must be the system prompt, found role {role:?}")]
+    SystemNotFirst {
+        /// 1-based index of the message (its line in a JSONL file without blank lines).
+        index: u64,
+        /// The role found.
+        role: String,
+    },
+    /// A system message after the first.
+    #[error(
+        "message {index}: a second system message (only the first message may be a system prompt)"
+    )]
+    ExtraSystem {
+        /// 1-based index of the message (its line in a JSONL file without blank lines).
+        index: u64,
+    },
+    /// A role other than system/user/assistant/tool.
+    #[error("message {index}: unknown role {role:?}")]
+    UnknownRole {
+        /// 1-based index of the message (its line in a JSONL file without blank lines).
+        index: u64,
+        /// The role found.
+        role: String,
+    },
+    /// A tool message whose id answers no pending tool call.
+    #[error(
+        "message {index}: tool result for {id:?} answers no tool call of the assistant message before it"
+    )]
+    OrphanToolResult {
+        /// 1-based index of the message (its line in a JSONL file without blank lines).
+        index: u64,
+        /// The tool call id.
+        id: String,
+    },
+    /// A tool message without `tool_call_id`.
+    #[error("message {index}: tool message without tool_call_id")]
+    MissingToolCallId {
+        /// 1-based index of the message (its line in a JSONL file without blank lines).
+        index: u64,
+    },
+    /// Tool calls left unanswered when a non-tool message (or the end) came.
+    #[error("message {index}: tool call(s) {ids:?} of an earlier assistant message have no result")]
+    UnansweredToolCalls {
+        /// 1-based index of the message (its line in a JSONL file without blank lines).
+        index: u64,
+        /// The tool call ids.
+        ids: Vec<String>,
+    },
+    /// Two tool calls of one assistant message share an id.
+    #[error("message {index}: duplicate tool call id {id:?}")]
+    DuplicateToolCallId {
+        /// 1-based index of the message (its line in a JSONL file without blank lines).
+        index: u64,
+        /// The tool call id.
+        id: String,
+    },
+}
+
+/// What a successful check saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContextSummary {
+    /// Messages checked.
+    pub messages: u64,
+    /// Their estimated tokens ([`estimate_message_tokens`]).
+    pub tokens: u64,
+}
+
+/// Streaming checker: feed messages in order with [`ContextChecker::push`], then call
+/// [`ContextChecker::finish`].
+#[derive(Debug, Default)]
+pub struct ContextChecker {
+    summary: ContextSummary,
+    /// Ids of the last assistant message's tool calls not yet answered.
+    pending: BTreeSet<String>,
+}
+
+impl ContextChecker {
+    /// A checker that has seen nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Check the next message.
+    pub fn push(&mut self, message: &ChatMessage) -> Result<(), Violation> {
+        let index = self.summary.messages + 1;
+        match message.role.as_str() {
+            "system" if index == 1 => {}
+            "system" => return Err(Violation::ExtraSystem { index }),
+            role if index == 1 => {
+                return Err(Violation::SystemNotFirst {
+                    index,
+                    role: role.to_string(),
+                });
+            }
+            "tool" => {
+                let Some(id) = &message.tool_call_id else {
+                    return Err(Violation::MissingToolCallId { index });
+                };
+                if !self.pending.remove(id) {
+                    return Err(Violation::OrphanToolResult {
+                        index,
+                        id: id.clone(),
+                    });
+                }
+            }
+            "user" | "assistant" => {
+                self.expect_no_pending(index)?;
+                for call in message.calls() {
+                    if !self.pending.insert(call.id.clone()) {
+                        return Err(Violation::DuplicateToolCallId {
+                            index,
+                            id: call.id.clone(),
+                        });
+                    }
+                }
+            }
+            role => {
+                return Err(Violation::UnknownRole {
+                    index,
+                    role: role.to_string(),
+                });
+            }
+        }
+        self.summary.messages = index;
+        self.summary.tokens += estimate_message_tokens(message);
+        Ok(())
+    }
+
+    /// End of the context. With `allow_pending_tail`, the last assistant message's tool calls
+    /// may still be waiting for results (a context saved between a tool call and its results).
+    pub fn finish(self, allow_pending_tail: bool) -> Result<ContextSummary, Violation> {
+        if self.summary.messages == 0 {
+            return Err(Violation::Empty);
+        }
+        if !allow_pending_tail {
+            self.expect_no_pending(self.summary.messages + 1)?;
+        }
+        Ok(self.summary)
+    }
+
+    fn expect_no_pending(&self, index: u64) -> Result<(), Violation> {
+        if self.pending.is_empty() {
+            Ok(())
+        } else {
+            Err(Violation::UnansweredToolCalls {
+                index,
+                ids: self.pending.iter().cloned().collect(),
+            })
+        }
+    }
+}
+
+/// Check a list of messages (all tool calls answered).
+pub fn check_messages<'a>(
+    messages: impl IntoIterator<Item = &'a ChatMessage>,
+) -> Result<ContextSummary, Violation> {
+    let mut checker = ContextChecker::new();
+    for m in messages {
+        checker.push(m)?;
+    }
+    checker.finish(false)
+}
+
+/// Why a context file failed its check.
+#[derive(Debug, thiserror::Error)]
+pub enum ContextFileError {
+    /// The file could not be read.
+    #[error("{file}: {source}")]
+    Io {
+        /// The file.
+        file: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A line is not a chat message.
+    #[error("{file}:{line}: not a chat message line: {reason}")]
+    Parse {
+        /// The file.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+        /// The parse error.
+        reason: String,
+    },
+    /// A message breaks an invariant.
+    #[error("{file}:{line}: {violation}")]
+    Violation {
+        /// The file.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+        /// Which invariant.
+        violation: Violation,
+    },
+    /// The end of the file breaks an invariant (empty, or tool calls left unanswered).
+    #[error("{file}: {violation}")]
+    AtEnd {
+        /// The file.
+        file: String,
+        /// Which invariant.
+        violation: Violation,
+    },
+}
+
+/// Stream a JSONL file of chat message lines through [`ContextChecker`]. Blank lines are
+/// skipped; errors name the file and its 1-based line number.
+pub fn check_context_file(
+    path: &Path,
+    allow_pending_tail: bool,
+) -> Result<ContextSummary, ContextFileError> {
+    let file = path.display().to_string();
+    let io = |source| ContextFileError::Io {
+        file: file.clone(),
+        source,
+    };
+    let reader = BufReader::new(File::open(path).map_err(io)?);
+    let mut checker = ContextChecker::new();
+    for (i, line) in reader.lines().enumerate() {
+        let line_no = i as u64 + 1;
+        let line = line.map_err(io)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let message: ChatMessage =
+            serde_json::from_str(&line).map_err(|e| ContextFileError::Parse {
+                file: file.clone(),
+                line: line_no,
+                reason: e.to_string(),
+            })?;
+        checker
+            .push(&message)
+            .map_err(|violation| ContextFileError::Violation {
+                file: file.clone(),
+                line: line_no,
+                violation,
+            })?;
+    }
+    checker
+        .finish(allow_pending_tail)
+        .map_err(|violation| ContextFileError::AtEnd { file, violation })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxhost_format::ToolCall;
+    use proptest::prelude::*;
+
+    fn sys() -> ChatMessage {
+        ChatMessage::text("system", "you are an agent")
+    }
+    fn user(t: &str) -> ChatMessage {
+        ChatMessage::text("user", t)
+    }
+    fn call(ids: &[&str]) -> ChatMessage {
+        ChatMessage::assistant_calls(
+            ids.iter()
+                .map(|id| ToolCall::new(*id, "read", "{}"))
+                .collect(),
+        )
+    }
+    fn result(id: &str) -> ChatMessage {
+        ChatMessage::tool_result(&ToolCall::new(id, "read", "{}"), "ok")
+    }
+
+    #[test]
+    fn a_well_formed_context_passes_and_counts_tokens() {
+        let ctx = vec![
+            sys(),
+            user("hi"),
+            call(&["a", "b"]),
+            result("b"),
+            result("a"),
+            user("ok"),
+        ];
+        let s = check_messages(&ctx).unwrap();
+        assert_eq!(s.messages, 6);
+        assert_eq!(
+            s.tokens,
+            ctx.iter().map(estimate_message_tokens).sum::<u64>()
+        );
+    }
+
+    #[test]
+    fn system_prompt_must_be_first_and_alone() {
+        assert_eq!(check_messages(&[]), Err(Violation::Empty));
+        assert!(matches!(
+            check_messages(&[user("hi")]),
+            Err(Violation::SystemNotFirst { index: 1, .. })
+        ));
+        assert_eq!(
+            check_messages(&[sys(), sys()]),
+            Err(Violation::ExtraSystem { index: 2 })
+        );
+    }
+
+    #[test]
+    fn orphan_and_unanswered_tool_messages_are_named() {
+        assert_eq!(
+            check_messages(&[sys(), result("x")]),
+            Err(Violation::OrphanToolResult {
+                index: 2,
+                id: "x".into()
+            })
+        );
+        assert_eq!(
+            check_messages(&[sys(), call(&["a", "b"]), result("a"), user("next")]),
+            Err(Violation::UnansweredToolCalls {
+                index: 4,
+                ids: vec!["b".into()]
+            })
+        );
+        assert_eq!(
+            check_messages(&[sys(), call(&["a"]), result("a"), result("a")]),
+            Err(Violation::OrphanToolResult {
+                index: 4,
+                id: "a".into()
+            })
+        );
+        assert_eq!(
+            check_messages(&[sys(), call(&["a", "a"])]),
+            Err(Violation::DuplicateToolCallId {
+                index: 2,
+                id: "a".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_pending_tail_is_allowed_only_when_asked() {
+        let mut c = ContextChecker::new();
+        for m in [sys(), call(&["a"])] {
+            c.push(&m).unwrap();
+        }
+        assert_eq!(c.finish(true).unwrap().messages, 2);
+        assert!(matches!(
+            check_messages(&[sys(), call(&["a"])]),
+            Err(Violation::UnansweredToolCalls { index: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn file_check_names_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("current.jsonl");
+        let lines = [
+            serde_json::to_string(&sys()).unwrap(),
+            String::new(),
+            serde_json::to_string(&result("zz")).unwrap(),
+        ];
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let err = check_context_file(&path, false).unwrap_err().to_string();
+        assert!(err.ends_with("current.jsonl:3: message 2: tool result for \"zz\" answers no tool call of the assistant message before it"), "{err}");
+
+        std::fs::write(&path, "{\"role\":\"system\",\"content\":\"s\"}\n{torn").unwrap();
+        let err = check_context_file(&path, false).unwrap_err().to_string();
+        assert!(
+            err.contains("current.jsonl:2: not a chat message line"),
+            "{err}"
+        );
+    }
+
+    /// A random well-formed context: system prompt, then user turns and assistant turns, some
+    /// with (parallel) tool calls answered in a random order.
+    fn arb_context() -> impl Strategy<Value = Vec<ChatMessage>> {
+        let turn = prop_oneof![
+            "[a-z 上下文]{0,20}".prop_map(|t| vec![user(&t)]),
+            (1usize..4, any::<u64>()).prop_map(|(n, seed)| {
+                let ids: Vec<String> = (0..n).map(|i| format!("c{seed}_{i}")).collect();
+                let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+                let mut turn = vec![call(&refs)];
+                let mut answers: Vec<ChatMessage> = ids.iter().map(|id| result(id)).collect();
+                answers.rotate_left((seed % n as u64) as usize);
+                turn.extend(answers);
+                turn
+            }),
+        ];
+        proptest::collection::vec(turn, 0..20).prop_map(|turns| {
+            let mut ctx = vec![sys()];
+            ctx.extend(turns.into_iter().flatten());
+            ctx
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn well_formed_contexts_pass(ctx in arb_context()) {
+            prop_assert_eq!(check_messages(&ctx).unwrap().messages, ctx.len() as u64);
+        }
+
+        #[test]
+        fn dropping_any_tool_message_or_its_call_is_caught(ctx in arb_context(), pick in any::<prop::sample::Index>()) {
+            let tool_positions: Vec<usize> = ctx.iter().enumerate().filter(|(_, m)| m.role == "tool").map(|(i, _)| i).collect();
+            prop_assume!(!tool_positions.is_empty());
+            let i = *pick.get(&tool_positions);
+            let mut without_result = ctx.clone();
+            without_result.remove(i);
+            prop_assert!(check_messages(&without_result).is_err());
+            // Remove the assistant message that made the call instead: its results become orphans.
+            let call_at = (0..i).rev().find(|&j| ctx[j].role == "assistant").unwrap();
+            let mut without_call = ctx.clone();
+            without_call.remove(call_at);
+            prop_assert!(check_messages(&without_call).is_err());
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Questions the host asks about a context, next to the invariants they rely on: is its last
+//! message a final answer, which tool calls at its end still wait for a result. Pure functions
+//! over messages ([`pending_tool_calls`], [`final_answer`]), and their streaming versions over
+//! a context file (`current.jsonl`: one chat message per line, one line in memory).
+
+use std::fs::File;
+use std::io::{self, BufReader};
+use std::path::Path;
+
+use anyhow::Context;
+use ctxhost_format::jsonl::LineReader;
+use ctxhost_format::{ChatMessage, ToolCall};
+
+/// The tool calls of the last assistant message that have no `tool` message after it, in the
+/// order the model made them. Empty when the context ends with every call answered (or has
+/// none). Feed the context's messages in order.
+pub fn pending_tool_calls(messages: impl IntoIterator<Item = ChatMessage>) -> Vec<ToolCall> {
+    let mut pending: Vec<ToolCall> = Vec::new();
+    for m in messages {
+        track_pending(&mut pending, m);
+    }
+    pending
+}
+
+/// One step of [`pending_tool_calls`]: `m` answers a pending call, or starts a new list.
+fn track_pending(pending: &mut Vec<ToolCall>, m: ChatMessage) {
+    match m.role.as_str() {
+        "tool" => {
+            if let Some(id) = &m.tool_call_id
+                && let Some(i) = pending.iter().position(|c| &c.id == id)
+            {
+                pending.remove(i);
+            }
+        }
+        _ => *pending = m.calls().to_vec(),
+    }
+}
+
+/// The final answer `last` (a context's last message) is, if it is one: the text of an
+/// assistant message without tool calls (the agent loop's definition of a final answer).
+pub fn final_answer(last: &ChatMessage) -> Option<String> {
+    (last.role == "assistant" && last.calls().is_empty())
+        .then(|| last.content.clone())
+        .flatten()
+        .filter(|c| !c.trim().is_empty())
+}
+
+/// A line reader over `path`, or `None` when the file does not exist. Errors name the file.
+pub fn open_lines(path: &Path) -> anyhow::Result<Option<LineReader<BufReader<File>>>> {
+    match File::open(path) {
+        Ok(f) => Ok(Some(LineReader::new(
+            BufReader::new(f),
+            path.display().to_string(),
+        ))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", path.display())),
+    }
+}
+
+/// The last message of the context file `path` (`None` when empty or missing). Errors name
+/// the file and line of a line that is not a chat message.
+pub fn last_message_in(path: &Path) -> anyhow::Result<Option<ChatMessage>> {
+    let Some(mut lines) = open_lines(path)? else {
+        return Ok(None);
+    };
+    let mut last = None;
+    while let Some((_, m)) = lines.next_value::<ChatMessage>()? {
+        last = Some(m);
+    }
+    Ok(last)
+}
+
+/// [`pending_tool_calls`] of the context file `path` (streamed).
+pub fn pending_tool_calls_in(path: &Path) -> anyhow::Result<Vec<ToolCall>> {
+    let mut pending = Vec::new();
+    let Some(mut lines) = open_lines(path)? else {
+        return Ok(pending);
+    };
+    while let Some((_, m)) = lines.next_value::<ChatMessage>()? {
+        track_pending(&mut pending, m);
+    }
+    Ok(pending)
+}
+
+/// The final answer the context file `path` already ends with ([`final_answer`] of its last
+/// message). A process that died after appending it, before the task was marked completed,
+/// leaves such a context; the next run completes the task without asking the model again.
+pub fn final_answer_in(path: &Path) -> anyhow::Result<Option<String>> {
+    Ok(last_message_in(path)?.as_ref().and_then(final_answer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(ids: &[&str]) -> ChatMessage {
+        ChatMessage::assistant_calls(
+            ids.iter()
+                .map(|i| ToolCall::new(*i, "read", "{}"))
+                .collect(),
+        )
+    }
+    fn result(id: &str) -> ChatMessage {
+        ChatMessage::tool_result(&ToolCall::new(id, "read", "{}"), "ok")
+    }
+
+    #[test]
+    fn pending_calls_are_the_unanswered_calls_of_the_last_assistant_message() {
+        let ids = |v: Vec<ToolCall>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
+        let sys = ChatMessage::text("system", "s");
+        assert!(pending_tool_calls([sys.clone()]).is_empty());
+        assert_eq!(
+            ids(pending_tool_calls([
+                sys.clone(),
+                call(&["a", "b", "c"]),
+                result("b")
+            ])),
+            ["a", "c"]
+        );
+        assert!(pending_tool_calls([call(&["a"]), result("a")]).is_empty());
+        // An earlier message's calls no longer count once a new message comes.
+        assert!(pending_tool_calls([call(&["a"]), ChatMessage::text("user", "u")]).is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("current.jsonl");
+        let text: String = [sys, call(&["x", "y"]), result("x")]
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap() + "\n")
+            .collect();
+        std::fs::write(&p, text).unwrap();
+        assert_eq!(ids(pending_tool_calls_in(&p).unwrap()), ["y"]);
+    }
+
+    #[test]
+    fn a_final_answer_is_an_assistant_text_without_calls() {
+        assert_eq!(
+            final_answer(&ChatMessage::text("assistant", "the end")).as_deref(),
+            Some("the end")
+        );
+        assert_eq!(final_answer(&ChatMessage::text("assistant", "  ")), None);
+        assert_eq!(final_answer(&ChatMessage::text("user", "hi")), None);
+        assert_eq!(final_answer(&call(&["a"])), None);
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            final_answer_in(&dir.path().join("none.jsonl")).unwrap(),
+            None
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! What every suite uses: the results collector ([`Suite`]), a scratch task directory removed on
+//! drop ([`Scratch`]), JSONL readers and writers, and sample messages.
+
+use std::fmt::Display;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use ctxhost_format::{ChatMessage, ToolCall};
+
+use super::report::Check;
+use crate::runtime::RuntimeError;
+
+/// Collects check results.
+pub(super) struct Suite {
+    pub(super) checks: Vec<Check>,
+}
+
+pub(super) type Outcome = Result<String, String>;
+
+impl Suite {
+    pub(super) fn record(&mut self, name: &str, outcome: Outcome) {
+        let (passed, detail) = match outcome {
+            Ok(d) => (true, d),
+            Err(d) => (false, d),
+        };
+        self.checks.push(Check {
+            name: name.to_string(),
+            passed,
+            detail,
+        });
+    }
+}
+
+pub(super) fn e(err: impl Display) -> String {
+    err.to_string()
+}
+
+/// A directory under the system temp dir, removed on drop.
+pub(super) struct Scratch {
+    path: PathBuf,
+}
+
+impl Scratch {
+    pub(super) fn new(what: &str) -> std::io::Result<Scratch> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let path =
+            std::env::temp_dir().join(format!("ctxhost-{what}-{}-{nanos}", std::process::id()));
+        fs::create_dir(&path)?;
+        Ok(Scratch { path })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A new, empty task directory `name` inside.
+    pub(super) fn task(&self, name: &str) -> Result<PathBuf, String> {
+        let dir = self.path.join(name);
+        fs::create_dir(&dir).map_err(|err| format!("creating {}: {err}", dir.display()))?;
+        Ok(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared helpers
+
+/// Every non-blank line of `path` parsed as `T`, naming file and line on error.
+pub(super) fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, String> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let file = fs::File::open(path).map_err(|err| format!("{name}: {err}"))?;
+    let mut out = Vec::new();
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|err| format!("{name} line {}: {err}", i + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        out.push(
+            serde_json::from_str(&line)
+                .map_err(|err| format!("{name} line {}: {err}: {line}", i + 1))?,
+        );
+    }
+    Ok(out)
+}
+
+pub(super) fn write_lines<T: serde::Serialize>(path: &Path, items: &[T]) -> Result<(), String> {
+    let mut text = String::new();
+    for item in items {
+        text.push_str(&serde_json::to_string(item).map_err(e)?);
+        text.push('\n');
+    }
+    fs::write(path, text).map_err(|err| format!("writing {}: {err}", path.display()))
+}
+
+/// `m` with `tool_calls: Some(vec![])` read as `None`, for comparisons.
+pub(super) fn normalized(m: &ChatMessage) -> ChatMessage {
+    let mut m = m.clone();
+    if m.tool_calls.as_ref().is_some_and(|c| c.is_empty()) {
+        m.tool_calls = None;
+    }
+    m
+}
+
+pub(super) fn tool_call_message(id: &str, name: &str, arguments: &str) -> ChatMessage {
+    ChatMessage {
+        role: "assistant".into(),
+        content: None,
+        tool_calls: Some(vec![ToolCall::new(id, name, arguments)]),
+        ..Default::default()
+    }
+}
+
+pub(super) fn tool_result(id: &str, name: &str, content: &str) -> ChatMessage {
+    ChatMessage {
+        role: "tool".into(),
+        content: Some(content.into()),
+        tool_call_id: Some(id.into()),
+        tool_name: Some(name.into()),
+        ..Default::default()
+    }
+}
+
+pub(super) fn is_plugin_error(err: &RuntimeError) -> bool {
+    matches!(err, RuntimeError::Plugin { .. })
+}
+
+pub(super) fn names_line(message: &str, line: u64) -> bool {
+    message.contains(&format!("line {line}")) || message.contains(&format!(":{line}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Message store
+
+pub(super) const CJK_TEXT: &str =
+    "请总结上下文压缩的设计。\"quoted\" back\\slash\nnew line 😀 — こんにちは";
+
+pub(super) fn sample_messages() -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::text("user", CJK_TEXT),
+        tool_call_message("call_1", "read_text_file", r#"{"path":"src/main.rs"}"#),
+        tool_result(
+            "call_1",
+            "read_text_file",
+            "fn main() {\n    println!(\"hi\");\n}\n",
+        ),
+    ]
+}
+
+pub(super) const TIMESTAMPS: [&str; 3] = [
+    "2026-01-02T03:04:05Z",
+    "2026-01-02T03:04:06Z",
+    "2026-01-02T03:04:07Z",
+];

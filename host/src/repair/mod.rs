@@ -1,0 +1,305 @@
+//! Repairs of a task directory whose process died (DESIGN §7), as plain file operations done by
+//! the host before any component opens the files.
+//!
+//! - [`tail`]: a JSONL file whose last line was cut by a crash loses that line (kept in
+//!   `<file>.torn`); a complete last line missing its `\n` gets it.
+//! - [`reconcile`]: current.jsonl gets the history lines it lacks at its end.
+//! - [`close_pending_calls`]: an assistant message at the end of current.jsonl whose tool calls
+//!   have no result gets an [`INTERRUPTED_TEXT`] `tool` message for each missing id, appended to
+//!   messages.jsonl (next seq) and current.jsonl, so the context can be sent again.
+//! - [`remove_temporaries`]: request/response bodies and the compressors' work files
+//!   ([`ctxhost_format::files::TEMPORARY_FILES`]).
+//! - [`readers`]: the directory's JSONL files and history counts (shared with `ctxhost fsck`).
+//!
+//! [`repair_task_dir`] runs them in that order and returns what it did ([`RepairReport`]).
+//! Every function streams its files (one line, or a bounded window of lines, in memory).
+
+pub mod readers;
+pub mod reconcile;
+pub mod tail;
+
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use anyhow::Context;
+use ctxhost_format::files::{CURRENT, DEBUG_FILES, MESSAGES, is_temporary};
+use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
+
+use crate::invariants::queries::pending_tool_calls_in;
+use crate::layout::{append_line, sync_file};
+
+pub use readers::{HistoryStats, history_stats, jsonl_files};
+pub use reconcile::{RECONCILE_WINDOW, reconcile_current};
+pub use tail::{Tail, TailAction, TailFix, fix_torn_tail, inspect_tail, torn_path};
+
+/// Content of the `tool` message that answers a tool call whose result was lost in a crash.
+pub const INTERRUPTED_TEXT: &str = "error: interrupted: the task process stopped before this tool call's result was recorded; \
+call the tool again if you still need its result";
+
+/// Answer every pending tool call at the end of current.jsonl ([`crate::invariants::queries::pending_tool_calls`]) with an
+/// [`INTERRUPTED_TEXT`] `tool` message, appended to messages.jsonl (next seq, `timestamp`)
+/// and then to current.jsonl, like the message store does. Returns the ids answered.
+pub fn close_pending_calls(dir: &Path, timestamp: &str) -> anyhow::Result<Vec<String>> {
+    let current = dir.join(CURRENT);
+    let messages = dir.join(MESSAGES);
+    let pending = pending_tool_calls_in(&current)?;
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    let last_seq = history_stats(&messages)?.last_seq;
+    let mut ids = Vec::new();
+    for (seq, call) in (last_seq + 1..).zip(pending) {
+        let message = ChatMessage::tool_result(&call, INTERRUPTED_TEXT);
+        let line = HistoryLine {
+            seq,
+            role: message.role.clone(),
+            content: message.content.clone(),
+            timestamp: timestamp.to_string(),
+            tokens: estimate_message_tokens(&message),
+            tool_name: message.tool_name.clone(),
+            tool_calls: None,
+            tool_call_id: message.tool_call_id.clone(),
+            summary_id: None,
+        };
+        append_line(&messages, &serde_json::to_string(&line)?)?;
+        append_line(&current, &serde_json::to_string(&message)?)?;
+        ids.push(call.id);
+    }
+    sync_file(&messages)?;
+    sync_file(&current)?;
+    Ok(ids)
+}
+
+/// Delete the step temporaries of `dir` ([`is_temporary`]); with `keep_debug`, the
+/// request/response bodies ([`DEBUG_FILES`]) stay. Returns the names deleted.
+pub fn remove_temporaries(dir: &Path, keep_debug: bool) -> anyhow::Result<Vec<String>> {
+    let mut removed = Vec::new();
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
+        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+    };
+    let mut names: Vec<String> = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_temporary(&name)
+            && !(keep_debug && DEBUG_FILES.contains(&name.as_str()))
+            && entry.path().is_file()
+        {
+            names.push(name);
+        }
+    }
+    names.sort();
+    for name in names {
+        let p = dir.join(&name);
+        fs::remove_file(&p).with_context(|| format!("cannot delete {}", p.display()))?;
+        removed.push(name);
+    }
+    Ok(removed)
+}
+
+/// What [`repair_task_dir`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Temporaries deleted (names).
+    pub removed: Vec<String>,
+    /// Last lines cut or terminated.
+    pub tails: Vec<TailFix>,
+    /// Seqs of history lines appended to current.jsonl.
+    pub appended_to_current: Vec<u64>,
+    /// Tool call ids answered with an interrupted result.
+    pub interrupted: Vec<String>,
+}
+
+impl RepairReport {
+    /// Nothing was changed.
+    pub fn is_empty(&self) -> bool {
+        self.removed.is_empty()
+            && self.tails.is_empty()
+            && self.appended_to_current.is_empty()
+            && self.interrupted.is_empty()
+    }
+
+    /// One sentence per change, for logs and reports.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.tails.iter().map(|t| t.to_string()).collect();
+        if !self.removed.is_empty() {
+            out.push(format!(
+                "deleted leftover temporaries: {}",
+                self.removed.join(", ")
+            ));
+        }
+        if !self.appended_to_current.is_empty() {
+            out.push(format!(
+                "appended to {CURRENT} the messages.jsonl line(s) it lacked: seq {:?}",
+                self.appended_to_current
+            ));
+        }
+        if !self.interrupted.is_empty() {
+            out.push(format!(
+                "answered tool call(s) {:?} with an interrupted result",
+                self.interrupted
+            ));
+        }
+        out
+    }
+}
+
+/// Repair the task directory `dir` (no process may be using it): delete temporaries, fix torn
+/// last lines of every JSONL file (cut bytes kept in `*.torn`), append to current.jsonl the
+/// history lines it lacks, and, with `close_pending`, answer unanswered tool calls at its end
+/// as interrupted (a paused task keeps them: the next run makes those calls).
+pub fn repair_task_dir(
+    dir: &Path,
+    close_pending: bool,
+    timestamp: &str,
+) -> anyhow::Result<RepairReport> {
+    let mut report = RepairReport {
+        removed: remove_temporaries(dir, false)?,
+        ..Default::default()
+    };
+    for file in jsonl_files(dir)? {
+        if let Some(fix) = fix_torn_tail(&file, true)? {
+            report.tails.push(fix);
+        }
+    }
+    report.appended_to_current = reconcile_current(dir, true)?;
+    if close_pending {
+        report.interrupted = close_pending_calls(dir, timestamp)?;
+    }
+    Ok(report)
+}
+
+/// Helpers of the repair tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::fs::{self, File};
+    use std::io::{BufRead, BufReader};
+    use std::path::Path;
+
+    use ctxhost_format::files::{CURRENT, MESSAGES};
+    use ctxhost_format::{ChatMessage, HistoryLine, ToolCall, estimate_message_tokens};
+
+    /// A small file's lines.
+    pub fn lines_of(path: &Path) -> Vec<String> {
+        BufReader::new(File::open(path).unwrap())
+            .lines()
+            .map(|l| l.unwrap())
+            .collect()
+    }
+
+    pub fn sys() -> ChatMessage {
+        ChatMessage::text("system", "be brief")
+    }
+    pub fn call(ids: &[&str]) -> ChatMessage {
+        ChatMessage::assistant_calls(
+            ids.iter()
+                .map(|i| ToolCall::new(*i, "read", "{}"))
+                .collect(),
+        )
+    }
+    pub fn result(id: &str) -> ChatMessage {
+        ChatMessage::tool_result(&ToolCall::new(id, "read", "{}"), "ok")
+    }
+
+    /// Write messages.jsonl with `history` (seq 1..) and current.jsonl with `current`.
+    pub fn write_task(dir: &Path, history: &[ChatMessage], current: &[ChatMessage]) {
+        let mut h = String::new();
+        for (i, m) in history.iter().enumerate() {
+            let line = HistoryLine {
+                seq: i as u64 + 1,
+                role: m.role.clone(),
+                content: m.content.clone(),
+                timestamp: "2025-01-01T00:00:00.000Z".into(),
+                tokens: estimate_message_tokens(m),
+                tool_name: m.tool_name.clone(),
+                tool_calls: m.tool_calls.clone(),
+                tool_call_id: m.tool_call_id.clone(),
+                summary_id: None,
+            };
+            h.push_str(&serde_json::to_string(&line).unwrap());
+            h.push('\n');
+        }
+        fs::write(dir.join(MESSAGES), h).unwrap();
+        let mut c = String::new();
+        for m in current {
+            c.push_str(&serde_json::to_string(m).unwrap());
+            c.push('\n');
+        }
+        fs::write(dir.join(CURRENT), c).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+    use std::fs::OpenOptions;
+    use std::io::Write;
+
+    #[test]
+    fn unanswered_calls_get_interrupted_results_in_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = [
+            sys(),
+            ChatMessage::text("user", "go"),
+            call(&["a", "b", "c"]),
+            result("b"),
+        ];
+        write_task(dir.path(), &history, &history);
+        let pending = pending_tool_calls_in(&dir.path().join(CURRENT)).unwrap();
+        assert_eq!(
+            pending.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+            ["a", "c"]
+        );
+        let ids = close_pending_calls(dir.path(), "2025-01-01T00:00:01.000Z").unwrap();
+        assert_eq!(ids, ["a", "c"]);
+        crate::invariants::check_context_file(&dir.path().join(CURRENT), false).unwrap();
+        let h: Vec<HistoryLine> = lines_of(&dir.path().join(MESSAGES))
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            h.iter().map(|l| l.seq).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5, 6]
+        );
+        assert_eq!(h[4].tool_call_id.as_deref(), Some("a"));
+        assert_eq!(h[5].content.as_deref(), Some(INTERRUPTED_TEXT));
+        assert!(close_pending_calls(dir.path(), "t").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_whole_directory_is_repaired_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let history = [sys(), ChatMessage::text("user", "go"), call(&["a"])];
+        // Crash: the assistant line reached messages.jsonl, current.jsonl got half of it.
+        write_task(d, &history, &history[..2]);
+        let half = serde_json::to_string(&history[2]).unwrap();
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(d.join(CURRENT))
+            .unwrap();
+        f.write_all(&half.as_bytes()[..half.len() / 2]).unwrap();
+        fs::write(d.join("request.json"), "{}").unwrap();
+        fs::write(d.join("compressed.jsonl"), "{").unwrap();
+        fs::write(d.join(".metadata.json.tmp-12"), "{").unwrap();
+        fs::write(d.join("tools.jsonl"), "{\"seq\":1").unwrap();
+        let report = repair_task_dir(d, true, "2025-01-01T00:00:02.000Z").unwrap();
+        assert_eq!(
+            report.removed,
+            [".metadata.json.tmp-12", "compressed.jsonl", "request.json"]
+        );
+        assert_eq!(report.tails.len(), 2, "{report:?}");
+        assert_eq!(report.appended_to_current, [3]);
+        assert_eq!(report.interrupted, ["a"]);
+        assert_eq!(report.describe().len(), 5);
+        crate::invariants::check_context_file(&d.join(CURRENT), false).unwrap();
+        assert_eq!(history_stats(&d.join(MESSAGES)).unwrap().last_seq, 4);
+        assert_eq!(fs::read(d.join("tools.jsonl")).unwrap(), b"");
+        // A second pass finds nothing.
+        assert!(repair_task_dir(d, true, "t").unwrap().is_empty());
+    }
+}

@@ -1,0 +1,217 @@
+//! current.jsonl behind messages.jsonl: the message store appends to messages.jsonl first, then
+//! to current.jsonl, so a crash in between leaves current.jsonl without the last history
+//! line(s); [`reconcile_current`] finds them (and appends them).
+
+use std::collections::VecDeque;
+use std::path::Path;
+
+use anyhow::bail;
+use ctxhost_format::HistoryLine;
+use ctxhost_format::compress::parse_summary_range;
+use ctxhost_format::files::{CURRENT, MESSAGES};
+
+use crate::invariants::queries::{last_message_in, open_lines};
+use crate::layout::{append_line, atomic_write, sync_file};
+
+/// History lines kept in memory while looking for the lines current.jsonl lacks.
+pub const RECONCILE_WINDOW: usize = 256;
+
+/// The history lines current.jsonl lacks at its end (see the module docs), by seq, and
+/// whether current.jsonl must be rebuilt from the whole history (it is empty or missing while
+/// messages.jsonl holds messages and no summary). With `apply`, they are appended (or
+/// current.jsonl rebuilt atomically). Errors when the two files cannot be matched up (the
+/// last message of current.jsonl is not among the last [`RECONCILE_WINDOW`] history lines).
+pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
+    let messages = dir.join(MESSAGES);
+    let current = dir.join(CURRENT);
+    // The last RECONCILE_WINDOW non-summary history lines, and the seq of the last summary.
+    let mut window: VecDeque<HistoryLine> = VecDeque::with_capacity(RECONCILE_WINDOW + 1);
+    let mut last_summary_seq: Option<u64> = None;
+    let mut non_summary_total = 0u64;
+    if let Some(mut lines) = open_lines(&messages)? {
+        while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
+            if h.summary_id.is_some() {
+                last_summary_seq = Some(h.seq);
+                continue;
+            }
+            non_summary_total += 1;
+            if window.len() == RECONCILE_WINDOW {
+                window.pop_front();
+            }
+            window.push_back(h);
+        }
+    }
+    let Some(last) = last_message_in(&current)? else {
+        if non_summary_total == 0 {
+            return Ok(Vec::new());
+        }
+        if last_summary_seq.is_some() {
+            bail!(
+                "{} is empty but {} holds a compressed history: the context cannot be rebuilt",
+                current.display(),
+                messages.display()
+            );
+        }
+        // The first history line(s) were written, current.jsonl never: rebuild it from them.
+        let mut seqs = Vec::new();
+        let mut text = String::new();
+        if let Some(mut lines) = open_lines(&messages)? {
+            while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
+                seqs.push(h.seq);
+                text.push_str(&serde_json::to_string(&h.to_chat())?);
+                text.push('\n');
+            }
+        }
+        if apply {
+            atomic_write(&current, text.as_bytes())?;
+        }
+        return Ok(seqs);
+    };
+    let lines: Vec<&HistoryLine> = window.iter().collect();
+    // Fewest missing lines first: the last history line equal to current's last message.
+    let matched = (0..lines.len())
+        .map(|k| lines.len() - 1 - k)
+        .find(|&i| lines[i].to_chat() == last);
+    let missing: Vec<&HistoryLine> = match matched {
+        Some(i) => lines[i + 1..].to_vec(),
+        None => {
+            // Right after a compression that kept no message, current.jsonl ends with the
+            // summary message: what follows the summary line in the history is missing.
+            let is_summary = last.role == "user"
+                && last
+                    .content
+                    .as_deref()
+                    .and_then(parse_summary_range)
+                    .is_some();
+            match (is_summary, last_summary_seq) {
+                (true, Some(s)) if lines.first().is_none_or(|f| f.seq < s) => {
+                    lines.iter().copied().filter(|h| h.seq > s).collect()
+                }
+                _ => bail!(
+                    "{}: its last message is not among the last {RECONCILE_WINDOW} messages of {}; cannot tell which lines it lacks",
+                    current.display(),
+                    messages.display()
+                ),
+            }
+        }
+    };
+    if apply {
+        for h in &missing {
+            append_line(&current, &serde_json::to_string(&h.to_chat())?)?;
+        }
+        if !missing.is_empty() {
+            sync_file(&current)?;
+        }
+    }
+    Ok(missing.iter().map(|h| h.seq).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repair::testing::*;
+    use ctxhost_format::ChatMessage;
+    use std::fs;
+
+    #[test]
+    fn current_gets_the_history_lines_it_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = [
+            sys(),
+            ChatMessage::text("user", "go"),
+            call(&["a"]),
+            result("a"),
+        ];
+        write_task(dir.path(), &history, &history[..3]);
+        assert_eq!(reconcile_current(dir.path(), false).unwrap(), [4]);
+        assert_eq!(lines_of(&dir.path().join(CURRENT)).len(), 3, "dry run");
+        assert_eq!(reconcile_current(dir.path(), true).unwrap(), [4]);
+        assert_eq!(
+            reconcile_current(dir.path(), true).unwrap(),
+            Vec::<u64>::new()
+        );
+        crate::invariants::check_context_file(&dir.path().join(CURRENT), false).unwrap();
+    }
+
+    #[test]
+    fn an_empty_current_is_rebuilt_from_an_uncompressed_history() {
+        let dir = tempfile::tempdir().unwrap();
+        write_task(dir.path(), &[sys()], &[]);
+        assert_eq!(reconcile_current(dir.path(), true).unwrap(), [1]);
+        let lines = lines_of(&dir.path().join(CURRENT));
+        assert_eq!(
+            serde_json::from_str::<ChatMessage>(&lines[0]).unwrap(),
+            sys()
+        );
+        // Both empty: nothing to do.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(reconcile_current(empty.path(), true).unwrap().is_empty());
+    }
+
+    #[test]
+    fn after_a_compression_the_lines_after_the_summary_are_matched() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = [
+            sys(),
+            ChatMessage::text("user", "go"),
+            ChatMessage::text("assistant", "thinking"),
+            ChatMessage::text("user", "more"),
+        ];
+        write_task(dir.path(), &history, &[]);
+        // A summary line (seq 5), then one new message (seq 6) that current lacks; current is
+        // system + summary message only (nothing kept).
+        let summary = HistoryLine {
+            seq: 5,
+            role: "assistant".into(),
+            content: Some("they talked".into()),
+            timestamp: "t".into(),
+            tokens: 3,
+            tool_name: None,
+            tool_calls: None,
+            tool_call_id: None,
+            summary_id: Some(1),
+        };
+        let new = HistoryLine {
+            seq: 6,
+            summary_id: None,
+            role: "assistant".into(),
+            content: Some("next".into()),
+            ..summary.clone()
+        };
+        let mut text = fs::read_to_string(dir.path().join(MESSAGES)).unwrap();
+        for h in [&summary, &new] {
+            text.push_str(&serde_json::to_string(h).unwrap());
+            text.push('\n');
+        }
+        fs::write(dir.path().join(MESSAGES), text).unwrap();
+        let current = [
+            sys(),
+            ctxhost_format::compress::summary_message(1, 4, "they talked"),
+        ];
+        let body: String = current
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap() + "\n")
+            .collect();
+        fs::write(dir.path().join(CURRENT), body).unwrap();
+        assert_eq!(reconcile_current(dir.path(), true).unwrap(), [6]);
+        assert_eq!(
+            reconcile_current(dir.path(), true).unwrap(),
+            Vec::<u64>::new()
+        );
+    }
+
+    #[test]
+    fn an_unmatched_current_is_an_error_naming_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        write_task(
+            dir.path(),
+            &[sys(), ChatMessage::text("user", "go")],
+            &[sys(), ChatMessage::text("user", "something else")],
+        );
+        let e = reconcile_current(dir.path(), true).unwrap_err().to_string();
+        assert!(
+            e.contains("current.jsonl") && e.contains("messages.jsonl"),
+            "{e}"
+        );
+    }
+}

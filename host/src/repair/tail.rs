@@ -1,0 +1,266 @@
+//! Torn last lines: a JSONL file whose last line was cut by a crash (no `\n`, or not JSON)
+//! loses that line, its bytes kept in `<file>.torn`; a last line that is complete JSON but lacks
+//! its `\n` only gets the `\n`. The file is read backwards, so its size does not matter.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use ctxhost_format::files::TORN_SUFFIX;
+
+/// Chunk size for reading a file backwards to its last line.
+const BACK_CHUNK: u64 = 64 * 1024;
+
+/// What [`fix_torn_tail`] did to a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TailAction {
+    /// The last line was cut at `offset`: `bytes` bytes, saved to `saved_to` when asked.
+    Cut {
+        /// Bytes cut.
+        bytes: u64,
+        /// Where they were kept, when asked.
+        saved_to: Option<PathBuf>,
+    },
+    /// The last line was complete JSON without its `\n`: the `\n` was added.
+    Terminated,
+}
+
+/// A repaired last line: the file, the byte offset where the last line starts, and what was done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailFix {
+    /// The file, as shown in messages.
+    pub file: PathBuf,
+    /// Byte offset where the last line starts.
+    pub offset: u64,
+    /// What was done.
+    pub action: TailAction,
+}
+
+impl std::fmt::Display for TailFix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.action {
+            TailAction::Cut { bytes, saved_to } => {
+                write!(
+                    f,
+                    "{}: cut a torn last line of {bytes} bytes at byte offset {}",
+                    self.file.display(),
+                    self.offset
+                )?;
+                if let Some(p) = saved_to {
+                    write!(f, " (kept in {})", p.display())?;
+                }
+                Ok(())
+            }
+            TailAction::Terminated => write!(
+                f,
+                "{}: added the missing newline to the last line (byte offset {})",
+                self.file.display(),
+                self.offset
+            ),
+        }
+    }
+}
+
+/// The state of a file's last line, as [`inspect_tail`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tail {
+    /// Empty file, or the last line ends with `\n` and is a JSON object.
+    Sound,
+    /// The last line (starting at `offset`, `len` bytes without any `\n`) is not a JSON object.
+    Torn {
+        /// Byte offset where the last line starts.
+        offset: u64,
+        /// Its length, bytes, without a newline.
+        len: u64,
+    },
+    /// The last line is a JSON object but has no `\n` (starts at `offset`).
+    Unterminated {
+        /// Byte offset where the last line starts.
+        offset: u64,
+    },
+}
+
+/// Look at the last line of `path` (read backwards, so the size of the file does not matter).
+pub fn inspect_tail(path: &Path) -> io::Result<Tail> {
+    let mut f = File::open(path)?;
+    let len = f.metadata()?.len();
+    if len == 0 {
+        return Ok(Tail::Sound);
+    }
+    let mut last = [0u8; 1];
+    f.seek(SeekFrom::Start(len - 1))?;
+    f.read_exact(&mut last)?;
+    let terminated = last[0] == b'\n';
+    let end = if terminated { len - 1 } else { len };
+    let start = last_line_start(&mut f, end)?;
+    let mut line = vec![0u8; (end - start) as usize];
+    f.seek(SeekFrom::Start(start))?;
+    f.read_exact(&mut line)?;
+    let is_object = serde_json::from_slice::<serde_json::Value>(&line).is_ok_and(|v| v.is_object());
+    let blank = line.iter().all(u8::is_ascii_whitespace);
+    Ok(if is_object && terminated {
+        Tail::Sound
+    } else if is_object {
+        Tail::Unterminated { offset: start }
+    } else if blank && terminated {
+        // A blank last line is skipped by every reader.
+        Tail::Sound
+    } else {
+        Tail::Torn {
+            offset: start,
+            len: len - start,
+        }
+    })
+}
+
+/// Offset of the first byte after the last `\n` before `end` (0 when there is none).
+fn last_line_start(f: &mut File, end: u64) -> io::Result<u64> {
+    let mut pos = end;
+    let mut buf = vec![0u8; BACK_CHUNK as usize];
+    while pos > 0 {
+        let n = pos.min(BACK_CHUNK);
+        let from = pos - n;
+        f.seek(SeekFrom::Start(from))?;
+        f.read_exact(&mut buf[..n as usize])?;
+        if let Some(i) = buf[..n as usize].iter().rposition(|b| *b == b'\n') {
+            return Ok(from + i as u64 + 1);
+        }
+        pos = from;
+    }
+    Ok(0)
+}
+
+/// Repair the last line of the JSONL file `path` if a crash tore it (see [`Tail`]): a torn line
+/// is cut (its bytes appended to `<path>.torn` when `save_torn`), an unterminated complete line
+/// gets its `\n`. A missing file is fine. Returns what was done, `None` when nothing was needed.
+pub fn fix_torn_tail(path: &Path, save_torn: bool) -> anyhow::Result<Option<TailFix>> {
+    let tail = match inspect_tail(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let ctx = || format!("cannot repair {}", path.display());
+    match tail {
+        Tail::Sound => Ok(None),
+        Tail::Unterminated { offset } => {
+            let mut f = OpenOptions::new()
+                .append(true)
+                .open(path)
+                .with_context(ctx)?;
+            f.write_all(b"\n").with_context(ctx)?;
+            f.sync_all().with_context(ctx)?;
+            Ok(Some(TailFix {
+                file: path.to_path_buf(),
+                offset,
+                action: TailAction::Terminated,
+            }))
+        }
+        Tail::Torn { offset, len } => {
+            let mut saved_to = None;
+            if save_torn {
+                let mut cut = vec![0u8; len as usize];
+                let mut f = File::open(path).with_context(ctx)?;
+                f.seek(SeekFrom::Start(offset)).with_context(ctx)?;
+                f.read_exact(&mut cut).with_context(ctx)?;
+                let torn = torn_path(path);
+                let mut out = OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(&torn)
+                    .with_context(|| format!("cannot write {}", torn.display()))?;
+                out.write_all(&cut)
+                    .and_then(|_| out.write_all(b"\n"))
+                    .and_then(|_| out.sync_all())
+                    .with_context(|| format!("cannot write {}", torn.display()))?;
+                saved_to = Some(torn);
+            }
+            let f = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .with_context(ctx)?;
+            f.set_len(offset).with_context(ctx)?;
+            f.sync_all().with_context(ctx)?;
+            Ok(Some(TailFix {
+                file: path.to_path_buf(),
+                offset,
+                action: TailAction::Cut {
+                    bytes: len,
+                    saved_to,
+                },
+            }))
+        }
+    }
+}
+
+/// `<path>.torn`: where the bytes of a cut line are kept.
+pub fn torn_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(TORN_SUFFIX);
+    path.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn a_torn_last_line_is_cut_and_kept_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.jsonl");
+        fs::write(&p, "{\"a\":1}\n{\"a\":2}\n{\"a\":").unwrap();
+        let fix = fix_torn_tail(&p, true).unwrap().unwrap();
+        assert_eq!(fix.offset, 16);
+        assert_eq!(
+            fix.action,
+            TailAction::Cut {
+                bytes: 5,
+                saved_to: Some(torn_path(&p))
+            }
+        );
+        assert!(fix.to_string().contains("byte offset 16"), "{fix}");
+        assert_eq!(fs::read_to_string(&p).unwrap(), "{\"a\":1}\n{\"a\":2}\n");
+        assert_eq!(fs::read_to_string(torn_path(&p)).unwrap(), "{\"a\":\n");
+        // Sound now: nothing more to do.
+        assert_eq!(fix_torn_tail(&p, true).unwrap(), None);
+    }
+
+    #[test]
+    fn a_complete_line_without_newline_is_terminated_not_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.jsonl");
+        fs::write(&p, "{\"a\":1}\n{\"a\":2}").unwrap();
+        let fix = fix_torn_tail(&p, false).unwrap().unwrap();
+        assert_eq!(fix.action, TailAction::Terminated);
+        assert_eq!(fs::read_to_string(&p).unwrap(), "{\"a\":1}\n{\"a\":2}\n");
+    }
+
+    #[test]
+    fn a_terminated_garbage_last_line_is_cut_and_a_single_torn_line_empties_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.jsonl");
+        fs::write(&p, "{\"a\":1}\n{\"a\":{\"a\":1}\n").unwrap();
+        let fix = fix_torn_tail(&p, false).unwrap().unwrap();
+        assert_eq!(fix.offset, 8);
+        assert_eq!(fs::read_to_string(&p).unwrap(), "{\"a\":1}\n");
+        fs::write(&p, "{\"se").unwrap();
+        fix_torn_tail(&p, false).unwrap().unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"");
+        assert_eq!(
+            fix_torn_tail(&dir.path().join("none.jsonl"), true).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_long_last_line_is_found_across_read_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.jsonl");
+        let long = format!("{{\"a\":\"{}\"}}", "x".repeat(200_000));
+        fs::write(&p, format!("{long}\n{}", &long[..150_000])).unwrap();
+        let fix = fix_torn_tail(&p, false).unwrap().unwrap();
+        assert_eq!(fix.offset, long.len() as u64 + 1);
+        assert_eq!(fs::read_to_string(&p).unwrap(), format!("{long}\n"));
+    }
+}

@@ -1,0 +1,741 @@
+//! Task lifecycle end to end (real binary, fake LLM): pause / resume mid-run, stop, recovery of
+//! a killed task process, 100 tasks on 8 parallel processes, cleanup, and fsck finding (and
+//! repairing) planted faults.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::support::fake_llm::{FakeLlm, RecordedRequest, Reply};
+use crate::support::{TestEnv, config_yaml, find_task_dir, read_json, read_jsonl, wait_until};
+use serde_json::Value;
+
+fn env_for(llm: &FakeLlm, extra: &str) -> TestEnv {
+    let env = TestEnv::new();
+    env.write_config(&config_yaml(&llm.base_url(), "openai", extra));
+    env.ctxhost(&["init"]).ok();
+    env
+}
+
+fn submit(env: &TestEnv, prompt: &str) -> String {
+    env.ctxhost(&["submit", "--prompt", prompt])
+        .ok()
+        .stdout()
+        .trim()
+        .to_string()
+}
+
+fn row(env: &TestEnv, uuid: &str) -> Value {
+    env.ctxhost(&["show", uuid, "--json"]).ok().json()["task"].clone()
+}
+
+/// A worker (`run --once`) in the background. Its log (and its children's) goes to a file in
+/// the test directory: a pipe nobody reads would fill up and block the processes.
+struct Worker {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+fn worker(env: &TestEnv, extra: &[&str]) -> Worker {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let mut args = vec!["run", "--once", "--poll-ms", "20"];
+    args.extend_from_slice(extra);
+    let log = env
+        .root()
+        .join(format!("worker-{}.log", N.fetch_add(1, Ordering::SeqCst)));
+    let mut cmd = env.ctxhost_cmd(&args).cmd;
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    Worker {
+        child: cmd.spawn().expect("start the worker"),
+        log,
+    }
+}
+
+fn wait_ok(mut w: Worker) {
+    let out = w.child.wait().unwrap();
+    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+    assert!(out.success(), "worker failed ({out}):\n{log}");
+}
+
+/// The first user message of a request (the task's prompt).
+fn prompt_of(req: &RecordedRequest) -> String {
+    req.messages()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Messages of `role` in a list of JSON messages.
+fn count_role(lines: &[Value], role: &str) -> usize {
+    lines.iter().filter(|m| m["role"] == role).count()
+}
+
+/// messages.jsonl seq is exactly 1..n.
+fn assert_seq(history: &[Value]) {
+    let seqs: Vec<u64> = history.iter().map(|m| m["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=history.len() as u64).collect::<Vec<_>>(),
+        "seq not 1..n"
+    );
+}
+
+fn tool_calls(ids: &[&str]) -> Reply {
+    Reply::tool_calls(
+        ids.iter()
+            .map(|id| (*id, "read_file", r#"{"path":"a.txt"}"#))
+            .collect(),
+        Some((20, 5)),
+    )
+}
+
+/// Pause lands while an LLM call is in flight (twice: once with tool calls left to make, once
+/// at an LLM boundary), resume continues from current.jsonl; two workers race for the resumed
+/// task and exactly one process runs it.
+#[test]
+fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
+    let llm = FakeLlm::start(vec![]);
+    let loop_requests = Arc::new(AtomicUsize::new(0));
+    let n = loop_requests.clone();
+    llm.set_handler(move |_req| {
+        let i = n.fetch_add(1, Ordering::SeqCst) + 1;
+        Some(match i {
+            // Slow replies: the pause request lands while they are in flight.
+            1 => Reply::delay(
+                Duration::from_millis(1500),
+                tool_calls(&["call_1", "call_2"]),
+            ),
+            2 => Reply::delay(Duration::from_millis(1500), tool_calls(&["call_3"])),
+            _ => Reply::text("All done.", Some((30, 3))),
+        })
+    });
+    let env = env_for(&llm, "");
+    let uuid = submit(&env, "read a.txt twice");
+
+    // Run 1: paused after the first reply, before its two tool calls.
+    let w = worker(&env, &[]);
+    assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
+    let out = env
+        .ctxhost(&["pause", &uuid, "--reason", "operator break"])
+        .ok();
+    assert!(out.stdout().contains("pause requested"), "{}", out.stdout());
+    wait_ok(w);
+    let r = row(&env, &uuid);
+    assert_eq!(r["status"], "paused", "{r}");
+    assert_eq!(r["pause_requested"], false);
+    let paused = env.contexts().join("paused").join(&uuid);
+    assert_eq!(find_task_dir(&env.contexts(), &uuid), Some(paused.clone()));
+    let state = read_json(&paused.join("task_state.json"));
+    assert_eq!(state["reason"], "operator break");
+    assert_eq!(state["resume_count"], 0);
+    assert_eq!(state["resumed_at"], Value::Null);
+    assert!(state["paused_at"].as_str().unwrap().ends_with('Z'));
+    let current = read_jsonl(&paused.join("current.jsonl"));
+    assert_eq!(
+        current.last().unwrap()["tool_calls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "paused with both calls unanswered"
+    );
+    assert!(
+        !paused.join("tools.jsonl").exists(),
+        "no tool ran before the pause"
+    );
+
+    // Wrong states get clear errors (exit 1).
+    let e = env.ctxhost(&["pause", &uuid]).fails();
+    assert_eq!(e.code(), Some(1));
+    assert!(e.stderr().contains("already paused"), "{}", e.stderr());
+    env.ctxhost(&["resume", &uuid]).ok();
+    assert_eq!(row(&env, &uuid)["status"], "queued");
+    let e = env.ctxhost(&["resume", &uuid]).fails();
+    assert_eq!(e.code(), Some(1));
+    assert!(e.stderr().contains("already queued"), "{}", e.stderr());
+    let e = env.ctxhost(&["pause", &uuid]).fails();
+    assert_eq!(e.code(), Some(1));
+    assert!(
+        e.stderr().contains("is queued, not running"),
+        "{}",
+        e.stderr()
+    );
+
+    // Run 2: the two calls are made, then paused again while the second LLM call is in flight.
+    let w = worker(&env, &[]);
+    assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 2));
+    env.ctxhost(&["pause", &uuid, "--wait", "--timeout", "60"])
+        .ok();
+    wait_ok(w);
+    let r = row(&env, &uuid);
+    assert_eq!(
+        (r["status"].as_str(), r["resume_count"].as_i64()),
+        (Some("paused"), Some(1)),
+        "{r}"
+    );
+    let state = read_json(&paused.join("task_state.json"));
+    assert_eq!(
+        (state["resume_count"].as_i64(), state["reason"].clone()),
+        (Some(1), Value::Null)
+    );
+
+    // Run 3: two workers race for the resumed task; one process runs it to the end.
+    env.ctxhost(&["resume", &uuid]).ok();
+    let (a, b) = (worker(&env, &[]), worker(&env, &[]));
+    wait_ok(a);
+    wait_ok(b);
+    let r = row(&env, &uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["resume_count"], 2);
+    assert_eq!(r["llm_call_count"], 3);
+    assert_eq!(r["tool_call_count"], 3);
+    assert_eq!(llm.request_count(), 3, "every LLM call made once");
+    let dir = env.contexts().join("completed").join(&uuid);
+    let state = read_json(&dir.join("task_state.json"));
+    assert_eq!(state["resume_count"], 2);
+    assert!(state["resumed_at"].is_string());
+
+    let history = read_jsonl(&dir.join("messages.jsonl"));
+    let current = read_jsonl(&dir.join("current.jsonl"));
+    assert_seq(&history);
+    for lines in [&history, &current] {
+        assert_eq!(count_role(lines, "system"), 1, "one system prompt");
+        assert_eq!(count_role(lines, "user"), 1, "one task message");
+        assert_eq!(count_role(lines, "assistant"), 3);
+        assert_eq!(count_role(lines, "tool"), 3);
+    }
+    let answered: Vec<&str> = history
+        .iter()
+        .filter_map(|m| m["tool_call_id"].as_str())
+        .collect();
+    assert_eq!(
+        answered,
+        ["call_1", "call_2", "call_3"],
+        "each call answered once, in order"
+    );
+    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false).unwrap();
+    // Each request continued the previous context (no restart from the system prompt).
+    let reqs = llm.requests();
+    let lens: Vec<usize> = reqs.iter().map(|r| r.messages().len()).collect();
+    assert_eq!(lens, [2, 5, 7]);
+    for r in &reqs {
+        assert_eq!(count_role(&r.messages(), "system"), 1);
+        assert_eq!(count_role(&r.messages(), "user"), 1);
+    }
+    env.ctxhost(&["fsck"]).ok();
+}
+
+/// `stop` on a queued task (at once), a running one (at its next safe point) and a paused one.
+#[test]
+fn stop_ends_queued_running_and_paused_tasks() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_handler(|req| {
+        Some(if prompt_of(req).starts_with("slow") {
+            Reply::delay(Duration::from_millis(1200), tool_calls(&["call_1"]))
+        } else {
+            Reply::text("ok", Some((1, 1)))
+        })
+    });
+    let env = env_for(&llm, "");
+
+    let queued = submit(&env, "never runs");
+    let out = env.ctxhost(&["stop", &queued]).ok();
+    assert!(
+        out.stdout().contains("stopped (it was queued)"),
+        "{}",
+        out.stdout()
+    );
+    let r = row(&env, &queued);
+    assert_eq!(r["status"], "stopped");
+    assert!(r["completed_at"].is_string());
+    let e = env.ctxhost(&["stop", &queued]).fails();
+    assert_eq!(e.code(), Some(1));
+    assert!(e.stderr().contains("already stopped"), "{}", e.stderr());
+
+    // Running: the stop lands during the slow call and is honoured before the tool call.
+    let running = submit(&env, "slow one");
+    let w = worker(&env, &[]);
+    assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
+    env.ctxhost(&["stop", &running, "--wait", "--timeout", "60"])
+        .ok();
+    wait_ok(w);
+    let r = row(&env, &running);
+    assert_eq!(r["status"], "stopped", "{r}");
+    assert_eq!(r["error_message"], Value::Null);
+    assert_eq!(r["tool_call_count"], 0, "stopped before the tool call");
+    let dir = env.contexts().join("completed").join(&running);
+    assert_eq!(find_task_dir(&env.contexts(), &running), Some(dir.clone()));
+    let current = read_jsonl(&dir.join("current.jsonl"));
+    assert_eq!(current.len(), 3, "system, user, the reply");
+
+    // Paused: pause it first, then stop → stopped at once, directory to completed/.
+    let paused = submit(&env, "slow two");
+    let w = worker(&env, &[]);
+    assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 2));
+    env.ctxhost(&["pause", &paused, "--wait"]).ok();
+    wait_ok(w);
+    assert!(env.contexts().join("paused").join(&paused).is_dir());
+    let out = env.ctxhost(&["stop", &paused]).ok();
+    assert!(out.stdout().contains("it was paused"), "{}", out.stdout());
+    assert_eq!(row(&env, &paused)["status"], "stopped");
+    assert_eq!(
+        find_task_dir(&env.contexts(), &paused),
+        Some(env.contexts().join("completed").join(&paused))
+    );
+    // Resuming a stopped task is refused.
+    let e = env.ctxhost(&["resume", &paused]).fails();
+    assert_eq!(e.code(), Some(1));
+    assert!(e.stderr().contains("is stopped"), "{}", e.stderr());
+    env.ctxhost(&["fsck"]).ok();
+}
+
+/// Bad UUIDs are usage errors (exit 2) for every lifecycle command; so are unknown ones.
+#[test]
+fn lifecycle_commands_validate_uuids() {
+    let llm = FakeLlm::start(vec![]);
+    let env = env_for(&llm, "");
+    for cmd in ["pause", "resume", "stop"] {
+        for bad in [
+            "../../etc",
+            "0193a4b2",
+            "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b/..",
+        ] {
+            let e = env.ctxhost(&[cmd, bad]).fails();
+            assert_eq!(e.code(), Some(2), "{cmd} {bad}: {}", e.stderr());
+            assert!(e.stderr().contains("is not a task UUID"), "{}", e.stderr());
+        }
+        let e = env
+            .ctxhost(&[cmd, "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b"])
+            .fails();
+        assert_eq!(e.code(), Some(2));
+        assert!(e.stderr().contains("no task with UUID"), "{}", e.stderr());
+    }
+    // A finished task can be neither paused nor resumed.
+    let done = submit(&env, "quick");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert_eq!(row(&env, &done)["status"], "completed");
+    for cmd in ["pause", "resume"] {
+        let e = env.ctxhost(&[cmd, &done]).fails();
+        assert_eq!(e.code(), Some(1));
+        assert!(e.stderr().contains("is completed"), "{}", e.stderr());
+    }
+}
+
+/// A task process killed mid-call is repaired and run again by the worker, which completes it;
+/// `ctxhost recover` does the same for a task whose process died with no worker around.
+#[test]
+fn a_killed_task_is_recovered_and_completed() {
+    let llm = FakeLlm::start(vec![]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let n = calls.clone();
+    llm.set_handler(move |req| {
+        let last_tool = req.messages().last().is_some_and(|m| m["role"] == "tool");
+        let i = n.fetch_add(1, Ordering::SeqCst) + 1;
+        Some(match (i, last_tool) {
+            (1, _) => Reply::delay(Duration::from_secs(30), Reply::text("too late", None)),
+            (_, false) => tool_calls(&["call_1"]),
+            (_, true) => Reply::text("finished after a crash", Some((5, 5))),
+        })
+    });
+    let env = env_for(&llm, "");
+    let uuid = submit(&env, "crash me");
+    let w = worker(&env, &[]);
+    let mut pid = 0;
+    assert!(wait_until(Duration::from_secs(60), || {
+        let r = row(&env, &uuid);
+        pid = r["process_id"].as_i64().unwrap_or(0);
+        r["status"] == "running" && llm.request_count() >= 1
+    }));
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_ok(w);
+    let r = row(&env, &uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["crash_count"], 1);
+    assert_ne!(r["process_id"].as_i64(), Some(pid));
+    let dir = env.contexts().join("completed").join(&uuid);
+    let history = read_jsonl(&dir.join("messages.jsonl"));
+    assert_seq(&history);
+    assert_eq!(count_role(&history, "system"), 1);
+    assert_eq!(count_role(&history, "user"), 1);
+    assert!(!history.iter().any(|m| m["content"] == "too late"));
+    assert_eq!(history.last().unwrap()["content"], "finished after a crash");
+
+    // No worker: kill a task process started by hand, then `recover`.
+    let llm2 = FakeLlm::start(vec![]);
+    llm2.set_handler(|req| {
+        Some(if req.messages().len() == 2 {
+            Reply::delay(Duration::from_secs(30), Reply::text("too late", None))
+        } else {
+            Reply::text("x", None)
+        })
+    });
+    let env2 = env_for(&llm2, "");
+    let uuid2 = submit(&env2, "orphaned");
+    let mut cmd = env2.ctxhost_cmd(&["task-exec", &uuid2]).cmd;
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    assert!(wait_until(Duration::from_secs(60), || llm2.request_count() >= 1));
+    assert_eq!(
+        row(&env2, &uuid2)["process_id"].as_i64(),
+        Some(child.id() as i64)
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let e = env2.ctxhost(&["fsck", "--json"]).fails();
+    assert_eq!(e.json()["problems"][0]["kind"], "dead-process");
+    let rec = env2.ctxhost(&["recover", "--json"]).ok().json();
+    assert_eq!(rec.as_array().unwrap().len(), 1, "{rec}");
+    assert_eq!(rec[0]["status"], "queued");
+    assert_eq!(rec[0]["crash_count"], 1);
+    assert!(env2.contexts().join("paused").join(&uuid2).is_dir());
+    assert_eq!(row(&env2, &uuid2)["status"], "queued");
+    env2.ctxhost(&["fsck"]).ok();
+    let again = env2.ctxhost(&["recover", "--json"]).ok().json();
+    assert_eq!(again.as_array().unwrap().len(), 0);
+}
+
+/// 100 short tasks (a tool call, then an answer) on 8 parallel processes: all complete, no
+/// "database is locked", every counter exact.
+#[test]
+fn a_hundred_tasks_on_eight_processes_keep_exact_counters() {
+    const TASKS: usize = 100;
+    let llm = FakeLlm::start(vec![]);
+    llm.set_handler(|req| {
+        let last_tool = req.messages().last().is_some_and(|m| m["role"] == "tool");
+        Some(if last_tool {
+            Reply::text("done", Some((7, 3)))
+        } else {
+            tool_calls(&["call_1"])
+        })
+    });
+    let env = env_for(&llm, "");
+    let started = Instant::now();
+    let uuids: Vec<String> = (0..TASKS)
+        .map(|i| submit(&env, &format!("task {i}")))
+        .collect();
+    let submitted = started.elapsed();
+    let w = worker(&env, &["--max-parallel", "8"]);
+    wait_ok(w);
+    let ran = started.elapsed() - submitted;
+    println!("{TASKS} tasks: submitted in {submitted:.1?}, run on 8 processes in {ran:.1?}");
+
+    let rows = env
+        .ctxhost(&["tasks", "--json", "--limit", "1000"])
+        .ok()
+        .json();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), TASKS);
+    for r in rows {
+        assert!(
+            !r["error_message"].as_str().unwrap_or("").contains("locked"),
+            "{r}"
+        );
+        assert_eq!(r["status"], "completed", "{r}");
+        assert_eq!(
+            (
+                r["llm_call_count"].as_i64(),
+                r["tool_call_count"].as_i64(),
+                r["total_tokens"].as_i64()
+            ),
+            (Some(2), Some(1), Some(25 + 10)),
+            "{r}"
+        );
+        assert_eq!(r["crash_count"], 0);
+    }
+    let stats = env.ctxhost(&["stats", "--json"]).ok().json();
+    assert_eq!(stats["by_status"]["completed"], TASKS);
+    assert_eq!(stats["total"]["llm_calls"], 2 * TASKS);
+    assert_eq!(stats["total"]["tool_calls"], TASKS);
+    assert_eq!(stats["total"]["total_tokens"], 35 * TASKS);
+    assert_eq!(llm.request_count(), 2 * TASKS);
+    for u in &uuids {
+        assert!(env.contexts().join("completed").join(u).is_dir());
+    }
+    env.ctxhost(&["fsck"]).ok();
+}
+
+/// `cleanup --dry-run` changes nothing; `cleanup` deletes finished directories and keeps rows.
+#[test]
+fn cleanup_deletes_old_directories_and_keeps_rows() {
+    let llm = FakeLlm::start(vec![]);
+    let env = env_for(&llm, "");
+    let a = submit(&env, "one");
+    let b = submit(&env, "two");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    let waiting = submit(&env, "still queued");
+    let snapshot = || -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = ["running", "paused", "completed"]
+            .iter()
+            .flat_map(|s| std::fs::read_dir(env.contexts().join(s)).unwrap())
+            .map(|e| e.unwrap().path())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = snapshot();
+    assert_eq!(before.len(), 2);
+
+    // Too young for the default (30 days) and for --days 1.
+    let r = env.ctxhost(&["cleanup", "--json"]).ok().json();
+    assert_eq!(r["days"], 30);
+    assert_eq!(r["deleted"].as_array().unwrap().len(), 0);
+    env.ctxhost(&["cleanup", "--days", "1"]).ok();
+    assert_eq!(snapshot(), before);
+
+    let r = env
+        .ctxhost(&["cleanup", "--days", "0", "--dry-run", "--json"])
+        .ok()
+        .json();
+    assert_eq!(r["dry_run"], true);
+    let listed: Vec<&str> = r["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["uuid"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.contains(&a.as_str()) && listed.contains(&b.as_str()));
+    assert!(r["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(snapshot(), before, "--dry-run changed nothing");
+    assert_eq!(row(&env, &a)["files_deleted_at"], Value::Null);
+
+    let out = env.ctxhost(&["cleanup", "--days", "0"]).ok();
+    assert!(
+        out.stdout().contains("2 task directories deleted"),
+        "{}",
+        out.stdout()
+    );
+    assert!(snapshot().is_empty());
+    let tasks = env.ctxhost(&["tasks", "--json"]).ok().json();
+    assert_eq!(tasks.as_array().unwrap().len(), 3, "rows stay");
+    for u in [&a, &b] {
+        let r = row(&env, u);
+        assert_eq!(r["status"], "completed");
+        assert!(r["files_deleted_at"].is_string());
+        let show = env.ctxhost(&["show", u]).ok().stdout();
+        assert!(show.contains("deleted by `ctxhost cleanup`"), "{show}");
+    }
+    assert!(
+        env.ctxhost(&["tasks"])
+            .ok()
+            .stdout()
+            .contains("completed (files deleted)")
+    );
+    assert_eq!(row(&env, &waiting)["status"], "queued");
+    let stats = env.ctxhost(&["stats", "--json"]).ok().json();
+    assert_eq!(stats["by_status"]["completed"], 2);
+    env.ctxhost(&["fsck"]).ok();
+}
+
+/// Replace line `n` (1-based) of a file with `f(line)` (`None` deletes it).
+fn edit_line(path: &Path, n: usize, f: impl FnOnce(&str) -> Option<String>) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    match f(&lines[n - 1]) {
+        Some(l) => lines[n - 1] = l,
+        None => {
+            lines.remove(n - 1);
+        }
+    }
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+/// fsck finds each planted fault, naming file and line, and `--repair` fixes the fixable ones.
+#[test]
+fn fsck_finds_planted_faults_and_repairs_the_fixable_ones() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_handler(|req| {
+        let last_tool = req.messages().last().is_some_and(|m| m["role"] == "tool");
+        Some(if last_tool {
+            Reply::text("done", Some((7, 3)))
+        } else {
+            tool_calls(&["call_1"])
+        })
+    });
+    let env = env_for(&llm, "");
+    let ids: Vec<String> = (0..4).map(|i| submit(&env, &format!("task {i}"))).collect();
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    env.ctxhost(&["fsck"]).ok();
+    let dir = |u: &str| env.contexts().join("completed").join(u);
+    let (torn, gap, orphan, moved) = (&ids[0], &ids[1], &ids[2], &ids[3]);
+
+    // 1. torn last line of messages.jsonl (history: sys, user, call, result, answer → line 6)
+    let m = dir(torn).join("messages.jsonl");
+    let mut text = std::fs::read_to_string(&m).unwrap();
+    text.push_str("{\"seq\":6,\"role\":\"assi");
+    std::fs::write(&m, text).unwrap();
+    // 2. seq gap: line 3 of messages.jsonl removed
+    edit_line(&dir(gap).join("messages.jsonl"), 3, |_| None);
+    // 3. orphan tool message: current.jsonl line 4 (the tool result) answers an unknown id
+    edit_line(&dir(orphan).join("current.jsonl"), 4, |l| {
+        Some(l.replace("call_1", "call_nobody"))
+    });
+    // 4. a finish interrupted between its row and its directory: a completed task's directory
+    //    still in running/
+    std::fs::rename(dir(moved), env.contexts().join("running").join(moved)).unwrap();
+
+    let e = env.ctxhost(&["fsck", "--json"]).fails();
+    assert_eq!(e.code(), Some(1));
+    let report = e.json();
+    let problems = report["problems"].as_array().unwrap();
+    let find = |kind: &str, uuid: &str| -> Value {
+        problems
+            .iter()
+            .find(|p| p["kind"] == kind && p["uuid"] == uuid)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} for {uuid} in {report:#}"))
+    };
+    let p = find("torn-line", torn);
+    assert!(p["path"].as_str().unwrap().ends_with("messages.jsonl"));
+    assert_eq!(
+        (p["line"].as_u64(), p["fixable"].as_bool()),
+        (Some(6), Some(true))
+    );
+    let p = find("seq-gap", gap);
+    assert!(p["path"].as_str().unwrap().ends_with("messages.jsonl"));
+    assert_eq!(
+        (p["line"].as_u64(), p["fixable"].as_bool()),
+        (Some(3), Some(false))
+    );
+    assert!(
+        p["message"]
+            .as_str()
+            .unwrap()
+            .contains("seq 4 where 3 was expected"),
+        "{p}"
+    );
+    let p = find("context-invariant", orphan);
+    assert!(p["path"].as_str().unwrap().ends_with("current.jsonl"));
+    assert_eq!(p["line"].as_u64(), Some(4));
+    assert!(
+        p["message"].as_str().unwrap().contains("call_nobody"),
+        "{p}"
+    );
+    let p = find("interrupted-transition", moved);
+    assert!(p["message"].as_str().unwrap().contains("running/"), "{p}");
+    assert_eq!(problems.len(), 4, "{report:#}");
+    // The text report names file and line too.
+    let text = env.ctxhost(&["fsck"]).fails().stdout();
+    assert!(
+        text.contains(&format!("{torn}/messages.jsonl:6: torn last line")),
+        "{text}"
+    );
+
+    let e = env.ctxhost(&["fsck", "--repair", "--json"]).fails();
+    let report = e.json();
+    let repaired: Vec<&str> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["repaired"].is_string())
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(repaired.len(), 2, "{report:#}");
+    assert!(repaired.contains(&"torn-line") && repaired.contains(&"interrupted-transition"));
+    let mut left: Vec<&str> = report["remaining"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["context-invariant", "seq-gap"], "{report:#}");
+    // The torn bytes are kept; the history is whole again; the directory is back.
+    assert_eq!(read_jsonl(&m).len(), 5);
+    assert!(
+        std::fs::read_to_string(dir(torn).join("messages.jsonl.torn"))
+            .unwrap()
+            .contains("\"assi")
+    );
+    assert!(dir(moved).is_dir());
+}
+
+/// A task with a real MCP server pauses before its tool call: the server is shut down with the
+/// pause, and the call is made (by a new server) when the task is resumed.
+#[test]
+fn pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call() {
+    let server = crate::support::filesystem_server_bin();
+    let sample = tempfile::tempdir().unwrap();
+    let sample_path = sample.path().canonicalize().unwrap();
+    std::fs::write(sample_path.join("hello.txt"), "hello from the sample\n").unwrap();
+    let args = serde_json::json!({ "path": sample_path.join("hello.txt") }).to_string();
+
+    let llm = FakeLlm::start(vec![]);
+    let first = Arc::new(AtomicUsize::new(0));
+    let n = first.clone();
+    llm.set_handler(move |req| {
+        let last_tool = req.messages().last().is_some_and(|m| m["role"] == "tool");
+        Some(if last_tool {
+            Reply::text("The file says hello.", Some((9, 4)))
+        } else if n.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::delay(
+                Duration::from_millis(1500),
+                Reply::tool_calls(vec![("call_1", "read_text_file", &args)], Some((9, 4))),
+            )
+        } else {
+            panic!("the call was asked for twice")
+        })
+    });
+    let env = TestEnv::new();
+    let yaml = format!(
+        "mcp_servers:\n  fs:\n    command: {:?}\n    args: [{:?}]\n",
+        server.display().to_string(),
+        sample_path.display().to_string()
+    );
+    env.write_config(&config_yaml(&llm.base_url(), "openai", &yaml));
+    env.ctxhost(&["init"]).ok();
+    let uuid = submit(&env, "read hello.txt");
+
+    let w = worker(&env, &[]);
+    assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
+    assert!(
+        !crate::support::filesystem_server_pids(&sample_path).is_empty(),
+        "the task's MCP server runs"
+    );
+    env.ctxhost(&["pause", &uuid, "--wait"]).ok();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            crate::support::filesystem_server_pids(&sample_path).is_empty()
+        }),
+        "the MCP server outlived the pause"
+    );
+    wait_ok(w);
+    assert_eq!(row(&env, &uuid)["status"], "paused");
+    let paused = env.contexts().join("paused").join(&uuid);
+    assert!(
+        !paused.join("tools.jsonl").exists() || read_jsonl(&paused.join("tools.jsonl")).is_empty()
+    );
+
+    env.ctxhost(&["resume", &uuid]).ok();
+    wait_ok(worker(&env, &[]));
+    let r = row(&env, &uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(
+        (r["tool_call_count"].as_i64(), r["resume_count"].as_i64()),
+        (Some(1), Some(1))
+    );
+    let dir = env.contexts().join("completed").join(&uuid);
+    let history = read_jsonl(&dir.join("messages.jsonl"));
+    let result = history.iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(result["tool_call_id"], "call_1");
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("hello from the sample"),
+        "{result}"
+    );
+    assert_eq!(read_jsonl(&dir.join("tools.jsonl")).len(), 1);
+    assert!(crate::support::filesystem_server_pids(&sample_path).is_empty());
+}

@@ -1,0 +1,29 @@
+//! The integration and end-to-end tests of ctxhost: one test binary (as wasmtime's
+//! `tests/all`), so the host and wasmtime are linked once instead of once per file.
+//!
+//! `cargo test -p ctxhost --test all` runs them; `cargo test -p ctxhost --test all -- lifecycle::`
+//! runs one module. The real-LLM test is `#[ignore]`d unless asked for
+//! (`-- --include-ignored`, as `.ci/run` does, with `CTXHOST_TEST_LLM_URL` set).
+//!
+//! - [`support`]: the fake LLM server, `TestEnv` (runs the binary), a task builder and JSONL readers.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod support;
+
+mod anthropic;
+mod cli;
+mod compression;
+mod crash_torture;
+mod e2e_compression;
+mod e2e_fake_llm;
+mod e2e_real_llm;
+mod jsonl_store;
+mod lifecycle;
+mod lifecycle_crash;
+mod mcp_tools;
+mod plugin_check;
+mod plugin_select;
+mod request_snapshots;
+mod runtime_sandbox;
+mod transport_faults;
+mod wit_compat;

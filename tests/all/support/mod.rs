@@ -1,0 +1,367 @@
+//! Shared fixtures of the integration tests (`tests/all/`, one test binary).
+//!
+//! - [`fake_llm`]: a fake OpenAI/Ollama/Anthropic server on 127.0.0.1 with scripted replies;
+//!   [`anthropic_api`]: its Anthropic side (the API's checks, prompt-cache accounting).
+//! - [`TestEnv`]: a temporary working directory with a `config.yaml` and a `contexts/` dir, and
+//!   [`TestEnv::ctxhost`] to run the `ctxhost` binary in it and capture its output.
+//! - [`task::TaskBuilder`]: a task put in a given state through the library (no process).
+//! - [`read_jsonl`], [`read_lines`], [`find_task_dir`], [`wait_until`]: inspecting what ctxhost
+//!   wrote.
+//!
+//! ```ignore
+//! use crate::support::{TestEnv, fake_llm::{FakeLlm, Reply}};
+//!
+//! let llm = FakeLlm::start(vec![Reply::text("hi", Some((12, 3)))]);
+//! let env = TestEnv::new().with_llm(&llm.base_url());
+//! env.ctxhost(&["init"]).ok();
+//! let uuid = env.ctxhost(&["submit", "--json", "say hi"]).ok().json()["uuid"].as_str().unwrap().to_string();
+//! env.ctxhost(&["run", "--once"]).ok();
+//! let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+//! let lines = read_jsonl(&dir.join("messages.jsonl"));
+//! ```
+
+pub mod anthropic_api;
+pub mod fake_llm;
+pub mod task;
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Path of the `ctxhost` binary built for these tests.
+pub fn ctxhost_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ctxhost"))
+}
+
+/// A temporary directory that ctxhost runs in: `config.yaml` at its root, `contexts/` below it.
+/// Removed when dropped, unless the env var `CTXHOST_KEEP_TEST_DIRS` is set (then its path is
+/// printed, for debugging a failed test).
+pub struct TestEnv {
+    dir: Option<tempfile::TempDir>,
+    root: PathBuf,
+    /// Extra environment variables for every [`TestEnv::ctxhost`] run.
+    pub env: Vec<(String, String)>,
+}
+
+impl TestEnv {
+    /// A fresh empty directory (no config.yaml yet: ctxhost's defaults apply until one is written).
+    pub fn new() -> TestEnv {
+        let dir = tempfile::Builder::new()
+            .prefix("ctxhost-test-")
+            .tempdir()
+            .expect("create temp dir");
+        let root = dir.path().to_path_buf();
+        TestEnv {
+            dir: Some(dir),
+            root,
+            // Compiled components are shared by every test run (a fresh contexts/.cache per
+            // test would recompile each component in every test).
+            env: vec![(
+                "CTXHOST_CACHE_DIR".to_string(),
+                concat!(env!("CARGO_TARGET_TMPDIR"), "/component-cache").to_string(),
+            )],
+        }
+    }
+
+    /// Write a config.yaml for an OpenAI-compatible server at `base_url` (see [`config_yaml`]).
+    pub fn with_llm(self, base_url: &str) -> TestEnv {
+        self.write_config(&config_yaml(base_url, "openai", ""));
+        self
+    }
+
+    /// The working directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<root>/contexts` (the `context_storage.base_dir` the configs written here use).
+    pub fn contexts(&self) -> PathBuf {
+        self.root.join("contexts")
+    }
+
+    /// `<root>/config.yaml`.
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join("config.yaml")
+    }
+
+    /// Replace config.yaml with `yaml`.
+    pub fn write_config(&self, yaml: &str) {
+        fs::write(self.config_path(), yaml).expect("write config.yaml");
+    }
+
+    /// Add an environment variable for later runs.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.push((key.to_string(), value.to_string()));
+    }
+
+    /// Run `ctxhost ARGS` in the working directory, wait, and capture its output.
+    /// `RUST_LOG` is passed through; `NO_COLOR=1` is set.
+    pub fn ctxhost(&self, args: &[&str]) -> CmdOutput {
+        self.ctxhost_cmd(args).run()
+    }
+
+    /// The `Command` for `ctxhost ARGS` (cwd and env set) for callers that need to spawn it
+    /// themselves (e.g. a worker in the background, to pause it).
+    pub fn ctxhost_cmd(&self, args: &[&str]) -> Cmd {
+        let mut c = Command::new(ctxhost_bin());
+        c.args(args)
+            .current_dir(&self.root)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        Cmd {
+            cmd: c,
+            describe: format!("ctxhost {}", args.join(" ")),
+        }
+    }
+}
+
+impl Default for TestEnv {
+    fn default() -> Self {
+        TestEnv::new()
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if std::env::var_os("CTXHOST_KEEP_TEST_DIRS").is_some()
+            && let Some(d) = self.dir.take()
+        {
+            eprintln!("keeping test dir {}", d.keep().display());
+        }
+    }
+}
+
+/// A config.yaml for tests: provider `provider` at `base_url`, contexts in `./contexts`, short
+/// timeouts and few retries so failures are quick, then `extra` appended verbatim (YAML top-level
+/// sections, e.g. `"agent:\n  max_steps: 3\n"` — a section given in `extra` must not also be
+/// one written here: `llm`, `context_storage`).
+pub fn config_yaml(base_url: &str, provider: &str, extra: &str) -> String {
+    let mut y = String::new();
+    writeln!(y, "context_storage:\n  base_dir: ./contexts").unwrap();
+    writeln!(
+        y,
+        "llm:\n  provider: {provider}\n  base_url: \"{base_url}\"\n  model: fake-model\n  \
+         api_key_env: \"\"\n  context_length: 8192\n  timeout_secs: 20\n  max_retries: 2\n  max_backoff_secs: 2"
+    )
+    .unwrap();
+    y.push_str(extra);
+    y
+}
+
+/// A command to run, with a description for error messages.
+pub struct Cmd {
+    /// The command (change args/env freely before running).
+    pub cmd: Command,
+    describe: String,
+}
+
+impl Cmd {
+    /// Run to completion, capturing stdout and stderr.
+    pub fn run(mut self) -> CmdOutput {
+        let out = self
+            .cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.describe));
+        CmdOutput {
+            describe: self.describe,
+            output: out,
+        }
+    }
+
+    /// Spawn in the background (stdout/stderr piped).
+    pub fn spawn(mut self) -> std::process::Child {
+        self.cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.describe))
+    }
+}
+
+/// The captured result of a ctxhost run.
+pub struct CmdOutput {
+    describe: String,
+    /// Raw process output.
+    pub output: Output,
+}
+
+impl CmdOutput {
+    /// stdout as text (lossy).
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    /// stderr as text (lossy).
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    /// Exit code (`None` when killed by a signal).
+    pub fn code(&self) -> Option<i32> {
+        self.output.status.code()
+    }
+
+    /// Assert exit status 0 (the panic message shows both streams); returns self.
+    #[track_caller]
+    pub fn ok(self) -> CmdOutput {
+        assert!(
+            self.output.status.success(),
+            "{} failed with {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.describe,
+            self.output.status,
+            self.stdout(),
+            self.stderr()
+        );
+        self
+    }
+
+    /// Assert a non-zero exit status; returns self.
+    #[track_caller]
+    pub fn fails(self) -> CmdOutput {
+        assert!(
+            !self.output.status.success(),
+            "{} unexpectedly succeeded\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.describe,
+            self.stdout(),
+            self.stderr()
+        );
+        self
+    }
+
+    /// stdout parsed as one JSON value (panics with the text when it is not JSON).
+    #[track_caller]
+    pub fn json(&self) -> Value {
+        let s = self.stdout();
+        serde_json::from_str(s.trim()).unwrap_or_else(|e| {
+            panic!(
+                "{}: stdout is not JSON ({e}):\n{s}\n--- stderr ---\n{}",
+                self.describe,
+                self.stderr()
+            )
+        })
+    }
+}
+
+/// Every line of a JSONL file parsed as JSON. Panics (naming file and line) when the file is
+/// missing, a line is not JSON, or the last line lacks its `\n` (a torn line).
+#[track_caller]
+pub fn read_jsonl(path: &Path) -> Vec<Value> {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    if !text.is_empty() {
+        assert!(
+            text.ends_with('\n'),
+            "{}: last line is not newline-terminated",
+            path.display()
+        );
+    }
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).unwrap_or_else(|e| {
+                panic!("{} line {}: not JSON ({e}): {l}", path.display(), i + 1)
+            })
+        })
+        .collect()
+}
+
+/// Every line of a JSONL file parsed as `T` (panics naming file and line, like [`read_jsonl`]).
+#[track_caller]
+pub fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Vec<T> {
+    read_jsonl(path)
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            serde_json::from_value(v).unwrap_or_else(|e| {
+                panic!(
+                    "{} line {}: not the expected shape ({e})",
+                    path.display(),
+                    i + 1
+                )
+            })
+        })
+        .collect()
+}
+
+/// A JSON file parsed (panics naming the file).
+#[track_caller]
+pub fn read_json(path: &Path) -> Value {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON ({e})", path.display()))
+}
+
+/// The task directory of `uuid` under `contexts` (`running/`, `paused/` or `completed/`), if any.
+pub fn find_task_dir(contexts: &Path, uuid: &str) -> Option<PathBuf> {
+    ["running", "paused", "completed"]
+        .iter()
+        .map(|s| contexts.join(s).join(uuid))
+        .find(|p| p.is_dir())
+}
+
+/// Poll `cond` every 20 ms until it returns true or `timeout` passes; returns whether it did.
+/// For waiting on background processes; not a timing assertion.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `127.0.0.1` port with nothing listening (bound, then released), for connection-refused tests.
+pub fn unused_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// The repository root (the folder holding `host/`, `tests/`, `node_modules/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
+}
+
+/// The MCP filesystem server's launcher, installed by `npm ci` (package.json); panics with that
+/// fix when it is missing.
+pub fn filesystem_server_bin() -> PathBuf {
+    let bin = repo_root().join("node_modules/.bin/mcp-server-filesystem");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `npm ci` in {} (installs the MCP servers of package.json)",
+        bin.display(),
+        repo_root().display()
+    );
+    bin
+}
+
+/// Pids of MCP filesystem server processes whose command line mentions `marker` (read from
+/// /proc; Linux only).
+pub fn filesystem_server_pids(marker: &Path) -> Vec<u32> {
+    let marker = marker.display().to_string();
+    let mut pids = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&marker) && cmdline.contains("mcp-server-filesystem") {
+            pids.push(pid);
+        }
+    }
+    pids
+}

@@ -1,0 +1,135 @@
+//! [`TaskBuilder`]: a task in a contexts tree, put in the state a test needs through the real
+//! database and lifecycle (no `ctxhost` process): queued, paused, running under a dead process,
+//! finished; with a small valid context (system prompt + user message) in its directory.
+
+use std::path::{Path, PathBuf};
+
+use ctxhost::db::{Db, NewTask, Status, TaskKey};
+use ctxhost::layout::{Layout, hostname};
+use ctxhost::lifecycle::{self, Claim, Transition};
+use ctxhost_format::files::{CURRENT, MESSAGES};
+use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
+
+/// A pid no process has (above the kernel's pid_max).
+pub const DEAD_PID: u32 = 4_999_999;
+
+/// Builds one task in the contexts tree `contexts`.
+pub struct TaskBuilder {
+    layout: Layout,
+    prompt: String,
+}
+
+impl TaskBuilder {
+    /// A task of the tree at `contexts` (created if missing).
+    pub fn new(contexts: &Path) -> TaskBuilder {
+        let layout = Layout::new(contexts);
+        layout.ensure().unwrap();
+        TaskBuilder {
+            layout,
+            prompt: "say hi".to_string(),
+        }
+    }
+
+    /// The database of the tree.
+    pub fn db(&self) -> Db {
+        Db::open(self.layout.root()).unwrap()
+    }
+
+    /// A queued task that never ran (no directory). Returns its UUID.
+    pub fn queued(&self) -> String {
+        let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+        self.db()
+            .insert_queued(&NewTask {
+                uuid: uuid.clone(),
+                key: TaskKey {
+                    task_source: "local".into(),
+                    ..TaskKey::default()
+                },
+                prompt: self.prompt.clone(),
+                user: None,
+                llm_provider: "openai".into(),
+                model: "fake-model".into(),
+                context_length: 8192,
+            })
+            .unwrap();
+        uuid
+    }
+
+    /// A task running under [`DEAD_PID`] on this host (its process is gone), with a context in
+    /// `running/`.
+    pub fn running_dead(&self) -> String {
+        let uuid = self.queued();
+        let claim = Claim {
+            pid: DEAD_PID,
+            hostname: hostname(),
+            llm_provider: "openai".into(),
+            model: "fake-model".into(),
+            context_length: 8192,
+        };
+        let db = self.db();
+        lifecycle::apply(&db, &self.layout, &uuid, &Transition::Claim(&claim)).unwrap();
+        write_context(&self.dir_of(&uuid), &self.prompt);
+        uuid
+    }
+
+    /// A task paused (by its process, now gone) with its context in `paused/`.
+    pub fn paused(&self) -> String {
+        let uuid = self.running_dead();
+        let db = self.db();
+        db.request_pause(&uuid, Some("test")).unwrap();
+        lifecycle::apply(
+            &db,
+            &self.layout,
+            &uuid,
+            &Transition::Pause { pid: DEAD_PID },
+        )
+        .unwrap();
+        uuid
+    }
+
+    /// A task that ended with `status` (final) with its context in `completed/`.
+    pub fn finished(&self, status: Status) -> String {
+        let uuid = self.running_dead();
+        let t = Transition::Finish {
+            pid: DEAD_PID,
+            status,
+            error: None,
+        };
+        lifecycle::apply(&self.db(), &self.layout, &uuid, &t).unwrap();
+        uuid
+    }
+
+    /// The task's directory, wherever it is.
+    pub fn dir_of(&self, uuid: &str) -> PathBuf {
+        self.layout.find_task_dir(uuid).unwrap().1
+    }
+}
+
+/// Write messages.jsonl and current.jsonl of `dir`: the system prompt, then `prompt`.
+pub fn write_context(dir: &Path, prompt: &str) {
+    let messages = [
+        ChatMessage::text("system", "You are a coding agent."),
+        ChatMessage::text("user", prompt),
+    ];
+    let mut history = String::new();
+    let mut current = String::new();
+    for (i, m) in messages.iter().enumerate() {
+        let line = HistoryLine {
+            seq: i as u64 + 1,
+            role: m.role.clone(),
+            content: m.content.clone(),
+            timestamp: "2025-01-01T00:00:00.000Z".into(),
+            tokens: estimate_message_tokens(m),
+            tool_name: None,
+            tool_calls: None,
+            tool_call_id: None,
+            summary_id: None,
+        };
+        history.push_str(&serde_json::to_string(&line).unwrap());
+        history.push('\n');
+        current.push_str(&serde_json::to_string(m).unwrap());
+        current.push('\n');
+    }
+    std::fs::write(dir.join(MESSAGES), history).unwrap();
+    std::fs::write(dir.join(CURRENT), current).unwrap();
+}

@@ -1,0 +1,461 @@
+//! WIT versioning (issue 19, issue 12's compatibility rule): components built against the frozen
+//! `ctxhost:plugin@0.1.0` (`wit/v0.1.0/plugin.wit`; fixtures in `guest-components/fixtures/
+//! wit-0.1.0/`) still load, pass `plugin check` and run in a task through the host's 0.1.0 shim;
+//! a component of a WIT version this host does not know is refused with a message naming the
+//! versions it loads; string summary ids written by 0.1.0 components are reported by `fsck`
+//! and rewritten as numbers by `fsck --repair`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::support::fake_llm::{FakeLlm, RecordedRequest, Reply};
+use crate::support::{TestEnv, find_task_dir, read_jsonl};
+use ctxhost::plugin_check::{CheckOptions, CheckReport, check};
+use ctxhost::runtime::{
+    PluginKind, PluginSource, Runtime, RuntimeError, RuntimeLimits, WitVersion,
+};
+use serde_json::Value;
+
+const SUMMARIZER_0_1_0: &str = "v0_1_0_summarizer.wasm";
+const REQUEST_FORMAT_0_1_0: &str = "v0_1_0_request_format.wasm";
+
+fn guest(file: &str) -> PathBuf {
+    Path::new(env!("CTXHOST_GUEST_DIR")).join(file)
+}
+
+fn runtime(dir: &Path) -> Runtime {
+    Runtime::new(dir, RuntimeLimits::default()).unwrap()
+}
+
+fn run_check(source: &Path) -> CheckReport {
+    let tmp = tempfile::tempdir().unwrap();
+    check(
+        &runtime(tmp.path()),
+        source.to_str().unwrap(),
+        &CheckOptions::default(),
+    )
+}
+
+fn failures(report: &CheckReport) -> Vec<String> {
+    report
+        .checks
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| format!("{}: {}", c.name, c.detail))
+        .collect()
+}
+
+#[test]
+fn the_fixtures_really_are_0_1_0_components_and_load_as_such() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = runtime(tmp.path());
+    for (file, kind) in [
+        (SUMMARIZER_0_1_0, PluginKind::Compressor),
+        (REQUEST_FORMAT_0_1_0, PluginKind::RequestFormat),
+    ] {
+        let source = PluginSource::Path(guest(file));
+        let plugin = rt.load(&source, kind).unwrap();
+        assert_eq!(plugin.wit_version(), "0.1.0", "{file}");
+        assert_eq!(plugin.wit(), WitVersion::V0_1_0, "{file}");
+        assert!(
+            plugin
+                .exports()
+                .contains(&format!("ctxhost:plugin/{}@0.1.0", kind.interface())),
+            "{file}: {:?}",
+            plugin.exports()
+        );
+    }
+    // The builtins are built against the current WIT.
+    let plugin = rt
+        .load(
+            &"builtin:llm-summarizer".parse().unwrap(),
+            PluginKind::Compressor,
+        )
+        .unwrap();
+    assert_eq!(plugin.wit(), WitVersion::V0_2_0);
+}
+
+#[test]
+fn a_0_1_0_compressor_passes_plugin_check() {
+    let report = run_check(&guest(SUMMARIZER_0_1_0));
+    assert!(report.passed(), "{}", report.to_text());
+    assert_eq!(report.world.as_deref(), Some("compressor-plugin"));
+    assert_eq!(report.version.as_deref(), Some("0.1.0"));
+    let load = &report.checks[0];
+    assert_eq!(load.name, "load");
+    assert!(
+        load.detail.starts_with(
+            "exports ctxhost:plugin/compressor@0.1.0 (an older WIT version, run through the \
+             host's 0.1.0 shim; the current one is 0.2.0)"
+        ),
+        "{}",
+        load.detail
+    );
+    let compress = report
+        .checks
+        .iter()
+        .find(|c| c.name.starts_with("compress"))
+        .expect("a compress check");
+    assert!(compress.passed, "{}", compress.detail);
+}
+
+#[test]
+fn a_0_1_0_request_format_passes_plugin_check_with_zero_cache_tokens() {
+    let report = run_check(&guest(REQUEST_FORMAT_0_1_0));
+    assert!(
+        report.passed(),
+        "{}\n{:?}",
+        report.to_text(),
+        failures(&report)
+    );
+    assert_eq!(report.world.as_deref(), Some("request-format-plugin"));
+    assert_eq!(report.version.as_deref(), Some("0.1.0"));
+    let usage = report
+        .checks
+        .iter()
+        .find(|c| c.name == "read-response: OpenAI text reply with usage")
+        .expect("usage check");
+    // The sample reports 8 cached tokens; 0.1.0 has no field for them.
+    assert_eq!(usage.detail, "assistant text, usage 12/5/17 (cache read 0)");
+    // The builtin (0.2.0) reports them.
+    let builtin = {
+        let tmp = tempfile::tempdir().unwrap();
+        check(
+            &runtime(tmp.path()),
+            "builtin:openai-chat",
+            &CheckOptions::default(),
+        )
+    };
+    let usage = builtin
+        .checks
+        .iter()
+        .find(|c| c.name == "read-response: OpenAI text reply with usage")
+        .expect("usage check");
+    assert_eq!(usage.detail, "assistant text, usage 12/5/17 (cache read 8)");
+}
+
+/// The 0.1.0 fixture with its package version rewritten in place (`@0.1.0` → `@{version}`,
+/// same length, in every name and in the embedded WIT), i.e. a component of that version.
+fn component_of_version(dir: &Path, version: &str) -> PathBuf {
+    assert_eq!(version.len(), "0.1.0".len());
+    let mut out = std::fs::read(guest(SUMMARIZER_0_1_0)).unwrap();
+    let (from, to) = (b"@0.1.0".as_slice(), format!("@{version}"));
+    let mut replaced = 0;
+    let mut i = 0;
+    while i + from.len() <= out.len() {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to.as_bytes());
+            replaced += 1;
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    assert!(replaced > 0, "no version string found in the fixture");
+    let path = dir.join(format!("compressor-{version}.wasm"));
+    std::fs::write(&path, out).unwrap();
+    path
+}
+
+#[test]
+fn an_unknown_wit_version_is_refused_naming_the_versions_this_host_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = runtime(&tmp.path().join("cache"));
+    for version in ["0.3.0", "1.0.0"] {
+        let path = component_of_version(tmp.path(), version);
+        let source = PluginSource::Path(path.clone());
+        let err = rt.load(&source, PluginKind::Compressor).unwrap_err();
+        assert!(
+            matches!(err, RuntimeError::IncompatibleVersion { .. }),
+            "{version}: {err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "component {}: exports ctxhost:plugin/compressor@{version}, a WIT version this host \
+                 does not load; it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 (world \
+                 compressor-plugin): rebuild it against wit/plugin.wit (0.2.0)",
+                path.display()
+            )
+        );
+        // `plugin check` fails at load with the same message, no crash.
+        let report = run_check(&path);
+        assert!(!report.passed());
+        assert_eq!(report.checks.len(), 1, "{}", report.to_text());
+        assert_eq!(report.checks[0].name, "load");
+        assert!(
+            report.checks[0]
+                .detail
+                .contains("it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0"),
+            "{}",
+            report.checks[0].detail
+        );
+    }
+}
+
+/// Marker of the summary prompt, to tell summary requests from agent-loop requests.
+const MARK: &str = "SUMMARISE-THIS";
+const STEPS: usize = 10;
+
+fn is_summary_request(req: &RecordedRequest) -> bool {
+    req.messages()
+        .iter()
+        .any(|m| m["content"].as_str().is_some_and(|c| c.contains(MARK)))
+}
+
+/// Summary requests get a short summary; the loop gets STEPS tool calls with long arguments,
+/// then a final answer whose usage reports cached prompt tokens.
+fn scripted_llm() -> (FakeLlm, Arc<AtomicUsize>) {
+    let llm = FakeLlm::start(vec![]);
+    let summaries = Arc::new(AtomicUsize::new(0));
+    let loop_calls = AtomicUsize::new(0);
+    let s = summaries.clone();
+    llm.set_handler(move |req| {
+        if is_summary_request(req) {
+            let n = s.fetch_add(1, Ordering::SeqCst) + 1;
+            return Some(Reply::text(
+                format!("summary {n}: the agent read files."),
+                Some((300, 12)),
+            ));
+        }
+        let n = loop_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if n > STEPS {
+            return Some(Reply::json(serde_json::json!({
+                "choices": [{"message": {"role": "assistant", "content": "All done."}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 400, "completion_tokens": 3, "total_tokens": 403,
+                          "prompt_tokens_details": {"cached_tokens": 256}}
+            })));
+        }
+        let args =
+            serde_json::json!({ "path": format!("src/file_{n}.rs"), "note": "x".repeat(800) })
+                .to_string();
+        Some(Reply::tool_calls(
+            vec![(&format!("call_{n}"), "read_text_file", &args)],
+            Some((400, 200)),
+        ))
+    });
+    (llm, summaries)
+}
+
+fn config(base_url: &str, compressor: &Path, request_format: &Path) -> String {
+    format!(
+        "context_storage:\n  base_dir: ./contexts\n  compression_threshold: 0.5\n  keep_recent_messages: 3\n  \
+         summary_prompt: \"{MARK}\\n{{messages}}\"\n\
+         llm:\n  provider: openai\n  base_url: \"{base_url}\"\n  model: fake-model\n  api_key_env: \"\"\n  \
+         context_length: 1500\n  max_output_tokens: 200\n  timeout_secs: 20\n  max_retries: 1\n  max_backoff_secs: 1\n\
+         plugins:\n  compressor: \"{}\"\n  request_format: \"{}\"\n",
+        compressor.display(),
+        request_format.display(),
+    )
+}
+
+/// Submit one task and run it to its end; returns (row, task directory).
+fn run_task(env: &TestEnv) -> (Value, PathBuf) {
+    env.ctxhost(&["init"]).ok();
+    let uuid = env
+        .ctxhost(&["submit", "--prompt", "Read every file and report."])
+        .ok()
+        .stdout()
+        .trim()
+        .to_string();
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    let row = env.ctxhost(&["show", &uuid, "--json"]).ok().json()["task"].clone();
+    let dir = find_task_dir(&env.contexts(), &uuid).expect("task directory");
+    (row, dir)
+}
+
+#[test]
+fn a_task_runs_on_0_1_0_components_and_fsck_repair_numbers_their_summary_ids() {
+    let (llm, summaries) = scripted_llm();
+    let env = TestEnv::new();
+    env.write_config(&config(
+        &llm.base_url(),
+        &guest(SUMMARIZER_0_1_0),
+        &guest(REQUEST_FORMAT_0_1_0),
+    ));
+    let (row, dir) = run_task(&env);
+    assert_eq!(row["status"], "completed", "{row}");
+    let compressions = row["compression_count"].as_u64().unwrap();
+    assert!(compressions >= 2, "{row}");
+    assert_eq!(summaries.load(Ordering::SeqCst) as u64, compressions);
+    // Every LLM call went through the 0.1.0 request format and was counted.
+    assert_eq!(
+        row["llm_call_count"].as_u64().unwrap(),
+        STEPS as u64 + 1 + compressions
+    );
+    assert_eq!(
+        row["total_tokens"].as_u64().unwrap(),
+        STEPS as u64 * 600 + 403 + compressions * 312
+    );
+
+    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false)
+        .expect("current.jsonl keeps the invariants");
+    // The 0.1.0 compressor wrote its own (string) ids; the host recorded each summary in
+    // messages.jsonl with the integer the shim made of it (sum-N → N).
+    let sums = read_jsonl(&dir.join("summaries.jsonl"));
+    assert_eq!(sums.len() as u64, compressions);
+    for (i, s) in sums.iter().enumerate() {
+        assert_eq!(s["id"], format!("sum-{}", i + 1), "{s}");
+    }
+    let history = read_jsonl(&dir.join("messages.jsonl"));
+    let recorded: Vec<&Value> = history.iter().filter_map(|h| h.get("summary_id")).collect();
+    let expected: Vec<Value> = (1..=compressions).map(Value::from).collect();
+    assert_eq!(recorded, expected.iter().collect::<Vec<_>>());
+
+    // fsck reports the string ids (fixable), --repair rewrites them, and then all is clean.
+    let out = env.ctxhost(&["fsck", "--json"]).fails();
+    let report = out.json();
+    let old: Vec<&Value> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "old-summary-id")
+        .collect();
+    assert_eq!(old.len() as u64, compressions, "{report:#}");
+    assert!(
+        old.iter().all(|p| p["fixable"] == true
+            && p["path"].as_str().unwrap().ends_with("summaries.jsonl")
+            && p["message"]
+                .as_str()
+                .unwrap()
+                .contains("is the old string form")),
+        "{report:#}"
+    );
+    assert_eq!(
+        report["problems"].as_array().unwrap().len(),
+        old.len(),
+        "only the ids: {report:#}"
+    );
+    let history_before = std::fs::read(dir.join("messages.jsonl")).unwrap();
+    let repaired = env.ctxhost(&["fsck", "--repair", "--json"]).ok().json();
+    assert_eq!(
+        repaired["remaining"].as_array().unwrap().len(),
+        0,
+        "{repaired:#}"
+    );
+    let sums = read_jsonl(&dir.join("summaries.jsonl"));
+    for (i, s) in sums.iter().enumerate() {
+        assert_eq!(s["id"], Value::from(i as u64 + 1), "{s}");
+    }
+    // messages.jsonl already had numbers: untouched.
+    assert_eq!(
+        std::fs::read(dir.join("messages.jsonl")).unwrap(),
+        history_before
+    );
+    env.ctxhost(&["fsck"]).ok();
+}
+
+/// Rewrite a task's summary ids into ctxhost 0.1's string form (`N` → `"sum-N"`) in
+/// summaries.jsonl (`id`) and messages.jsonl (`summary_id`); returns how many of each.
+fn make_ids_old(dir: &Path) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for (file, key) in [("summaries.jsonl", "id"), ("messages.jsonl", "summary_id")] {
+        let path = dir.join(file);
+        let mut out = String::new();
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let mut v: Value = serde_json::from_str(line).unwrap();
+            if let Some(n) = v.get(key).and_then(Value::as_u64) {
+                v[key] = Value::from(format!("sum-{n}"));
+                if key == "id" {
+                    counts.0 += 1;
+                } else {
+                    counts.1 += 1;
+                }
+            }
+            out.push_str(&v.to_string());
+            out.push('\n');
+        }
+        std::fs::write(&path, out).unwrap();
+    }
+    counts
+}
+
+#[test]
+fn a_task_directory_with_old_string_ids_still_reads_and_fsck_repair_rewrites_it() {
+    let (llm, _) = scripted_llm();
+    let env = TestEnv::new();
+    let cfg = config(
+        &llm.base_url(),
+        Path::new("builtin:llm-summarizer"),
+        Path::new("builtin:openai-chat"),
+    );
+    env.write_config(&cfg);
+    let (row, dir) = run_task(&env);
+    assert_eq!(row["status"], "completed", "{row}");
+    let uuid = row["uuid"].as_str().unwrap().to_string();
+    // Written by this host: numbers.
+    let sums = read_jsonl(&dir.join("summaries.jsonl"));
+    assert!(sums.len() >= 2);
+    assert!(
+        sums.iter()
+            .enumerate()
+            .all(|(i, s)| s["id"] == i as u64 + 1),
+        "{sums:?}"
+    );
+
+    let (in_summaries, in_messages) = make_ids_old(&dir);
+    assert_eq!(in_summaries, sums.len());
+    assert_eq!(in_messages, sums.len());
+
+    // Read both: show works, and the message store opens the history with its string ids.
+    env.ctxhost(&["show", &uuid]).ok();
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = runtime(tmp.path());
+    let store = rt
+        .load(
+            &"builtin:jsonl-store".parse().unwrap(),
+            PluginKind::MessageStore,
+        )
+        .unwrap();
+    let lines = read_jsonl(&dir.join("messages.jsonl")).len() as u64;
+    let stats = rt.message_store(&store, &dir).unwrap().open().unwrap();
+    assert_eq!(stats.history_count, lines);
+
+    // fsck reports every string id; --repair rewrites them as numbers, nothing else changes.
+    let report = env.ctxhost(&["fsck", "--json"]).fails().json();
+    let old: Vec<&Value> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "old-summary-id")
+        .collect();
+    assert_eq!(old.len(), 2 * sums.len(), "{report:#}");
+    assert_eq!(
+        report["problems"].as_array().unwrap().len(),
+        old.len(),
+        "{report:#}"
+    );
+    let before = std::fs::read_to_string(dir.join("messages.jsonl")).unwrap();
+    let repaired = env.ctxhost(&["fsck", "--repair", "--json"]).ok().json();
+    assert_eq!(
+        repaired["remaining"].as_array().unwrap().len(),
+        0,
+        "{repaired:#}"
+    );
+    let after = std::fs::read_to_string(dir.join("messages.jsonl")).unwrap();
+    assert_eq!(before.lines().count(), after.lines().count());
+    for (b, a) in before.lines().zip(after.lines()) {
+        if b.contains("\"summary_id\"") {
+            let (b, a): (Value, Value) = (
+                serde_json::from_str(b).unwrap(),
+                serde_json::from_str(a).unwrap(),
+            );
+            let n: u64 = b["summary_id"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("sum-")
+                .parse()
+                .unwrap();
+            assert_eq!(a["summary_id"], Value::from(n));
+        } else {
+            assert_eq!(a, b, "a line without a summary id changed");
+        }
+    }
+    let sums_after = read_jsonl(&dir.join("summaries.jsonl"));
+    assert_eq!(
+        sums_after, sums,
+        "summaries.jsonl is back to the numbers this host wrote"
+    );
+    env.ctxhost(&["fsck"]).ok();
+}
