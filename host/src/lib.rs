@@ -12,6 +12,7 @@ pub mod invariants;
 pub mod layout;
 pub mod lifecycle;
 pub mod llm;
+pub mod ops;
 pub mod plugin_check;
 pub mod plugins;
 pub mod recovery;

@@ -3,36 +3,18 @@
 use std::process::ExitCode;
 
 use super::GlobalArgs;
-use crate::config::Config;
-use crate::db::Db;
-use crate::layout::Layout;
 
-/// Create what is missing, keep what exists. An existing config.yaml is loaded (and so
-/// validated) to find `context_storage.base_dir`; it is never overwritten.
+/// Parse → [`crate::ops::init::init`] → print. `--config PATH` names the file to write when
+/// absent (a missing path is not an error here).
 pub(super) fn run(global: &GlobalArgs) -> anyhow::Result<ExitCode> {
-    // `--config PATH` names the file to write when absent (a missing path is not an error here).
-    let config_path = &global.config_path();
-    let config = if config_path.exists() {
-        let c = Config::load(config_path)?;
-        println!("config:   {} (kept)", config_path.display());
-        c
+    let done = crate::ops::init::init(&global.config_path(), global.contexts.as_deref())?;
+    let how = if done.config_written {
+        "written"
     } else {
-        let yaml = Config::default_yaml();
-        if let Some(dir) = config_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        crate::layout::atomic_write(config_path, yaml.as_bytes())?;
-        println!("config:   {} (written)", config_path.display());
-        Config::from_yaml(&yaml, &config_path.display().to_string())?
+        "kept"
     };
-    let root = global
-        .contexts
-        .clone()
-        .unwrap_or_else(|| config.context_storage.base_dir.clone());
-    let layout = Layout::new(root);
-    layout.ensure()?;
-    let db = Db::open(layout.root())?;
-    println!("contexts: {}", layout.root().display());
-    println!("database: {}", db.path().display());
+    println!("config:   {} ({how})", done.config_path.display());
+    println!("contexts: {}", done.contexts.display());
+    println!("database: {}", done.database.display());
     Ok(ExitCode::SUCCESS)
 }

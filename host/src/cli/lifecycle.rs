@@ -1,11 +1,12 @@
-//! `ctxhost pause`, `resume`, `stop` and `recover`: changing a task's lifecycle from outside.
+//! `ctxhost pause`, `resume`, `stop` and `recover`: parse, call [`crate::ops::control`] (or
+//! recovery), print.
 //!
 //! Exit codes: 0 done; 1 the task is not in a state that allows it (e.g. pausing a queued
 //! task, resuming a running one) — the message says which state it is in and what to do;
 //! 2 an invalid or unknown UUID.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::bail;
 use clap::Args;
@@ -13,7 +14,7 @@ use clap::Args;
 use super::{Env, usage};
 use crate::db::{Db, Status, TaskRow};
 use crate::layout::parse_uuid;
-use crate::lifecycle::{self, Transition};
+use crate::ops::control::{self, Stopped};
 
 /// `ctxhost pause` arguments.
 #[derive(Debug, Clone, Args)]
@@ -73,32 +74,6 @@ fn open_task(env: &Env, given: &str) -> anyhow::Result<(Db, TaskRow)> {
     Ok((db, row))
 }
 
-/// Poll the row every 50 ms until `done(status)` or `timeout`; returns the last status.
-fn wait_for(
-    db: &Db,
-    uuid: &str,
-    timeout: Duration,
-    done: impl Fn(Status) -> bool,
-) -> anyhow::Result<Status> {
-    let end = Instant::now() + timeout;
-    loop {
-        let status = db
-            .get(uuid)?
-            .map(|r| r.status)
-            .ok_or_else(|| anyhow::anyhow!("task {uuid} disappeared from the database"))?;
-        if done(status) {
-            return Ok(status);
-        }
-        if Instant::now() >= end {
-            bail!(
-                "task {uuid} is still {status} after {} s; its process honours the request at its next safe point (between steps)",
-                timeout.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 pub(super) fn pause(env: &Env, args: &PauseArgs) -> anyhow::Result<ExitCode> {
     let (db, row) = open_task(env, &args.uuid)?;
     let uuid = row.uuid.as_str();
@@ -107,25 +82,13 @@ pub(super) fn pause(env: &Env, args: &PauseArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(str::trim)
         .filter(|r| !r.is_empty());
-    if !db.request_pause(uuid, reason)? {
-        let now = db.get(uuid)?.map(|r| r.status).unwrap_or(row.status);
-        match now {
-            Status::Queued => bail!(
-                "task {uuid} is queued, not running: only a running task can be paused (`ctxhost stop {uuid}` takes it out of the queue)"
-            ),
-            Status::Paused => {
-                bail!("task {uuid} is already paused (`ctxhost resume {uuid}` queues it again)")
-            }
-            s => bail!("task {uuid} is {s}: only a running task can be paused"),
-        }
-    }
+    control::pause(&db, uuid, reason)?;
     if !args.wait {
         println!("pause requested: task {uuid} pauses at its next safe point");
         return Ok(ExitCode::SUCCESS);
     }
-    let status = wait_for(&db, uuid, Duration::from_secs(args.timeout), |s| {
-        s != Status::Running
-    })?;
+    let timeout = Duration::from_secs(args.timeout);
+    let status = control::wait_for(&db, uuid, timeout, |s| s != Status::Running)?;
     if status == Status::Paused {
         println!("task {uuid} paused");
         Ok(ExitCode::SUCCESS)
@@ -136,52 +99,29 @@ pub(super) fn pause(env: &Env, args: &PauseArgs) -> anyhow::Result<ExitCode> {
 
 pub(super) fn resume(env: &Env, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     let (db, row) = open_task(env, &args.uuid)?;
-    let uuid = row.uuid.clone();
-    let uuid = uuid.as_str();
-    if lifecycle::apply(&db, &env.layout, uuid, &Transition::Resume)?.is_some() {
-        println!("task {uuid} queued again; `ctxhost run` continues it from its context");
-        return Ok(ExitCode::SUCCESS);
-    }
-    let now = db.get(uuid)?.unwrap_or(row);
-    match now.status {
-        Status::Running if now.pause_requested => bail!(
-            "task {uuid} is running (a pause was requested and not honoured yet): only a paused task can be resumed"
-        ),
-        Status::Queued => bail!("task {uuid} is already queued"),
-        s => bail!("task {uuid} is {s}: only a paused task can be resumed"),
-    }
+    control::resume(&db, &env.layout, &row.uuid)?;
+    println!(
+        "task {} queued again; `ctxhost run` continues it from its context",
+        row.uuid
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(super) fn stop(env: &Env, args: &StopArgs) -> anyhow::Result<ExitCode> {
     let (db, row) = open_task(env, &args.uuid)?;
-    let uuid = row.uuid.clone();
-    // A claim or a resume may change the status between two statements: try each way a few times.
-    for _ in 0..4 {
-        if db.request_stop(&uuid)? {
-            if !args.wait {
-                println!("stop requested: task {uuid} stops at its next safe point");
-                return Ok(ExitCode::SUCCESS);
-            }
-            let status = wait_for(
-                &db,
-                &uuid,
-                Duration::from_secs(args.timeout),
-                Status::is_final,
-            )?;
+    let uuid = row.uuid.as_str();
+    match control::stop(&db, &env.layout, uuid)? {
+        Stopped::Requested if args.wait => {
+            let timeout = Duration::from_secs(args.timeout);
+            let status = control::wait_for(&db, uuid, timeout, Status::is_final)?;
             println!("task {uuid} {status}");
-            return Ok(ExitCode::SUCCESS);
         }
-        // No process has the task: its directory (if any) goes to completed/ now.
-        if let Some(was) = lifecycle::apply(&db, &env.layout, &uuid, &Transition::StopWaiting)? {
-            println!("task {uuid} stopped (it was {was})");
-            return Ok(ExitCode::SUCCESS);
+        Stopped::Requested => {
+            println!("stop requested: task {uuid} stops at its next safe point")
         }
-        let status = db.get(&uuid)?.map(|r| r.status).unwrap_or(row.status);
-        if status.is_final() {
-            bail!("task {uuid} is already {status}");
-        }
+        Stopped::Now { was } => println!("task {uuid} stopped (it was {was})"),
     }
-    bail!("task {uuid} kept changing state; try again")
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(super) fn recover(env: &Env, args: &RecoverArgs) -> anyhow::Result<ExitCode> {

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 
 use super::{Env, usage};
-use crate::db::{Db, NewTask, TaskKey};
+use crate::db::TaskKey;
+use crate::ops::submit::Submission;
 
 /// Largest prompt accepted, bytes.
 pub const MAX_PROMPT_BYTES: usize = 1024 * 1024;
@@ -152,26 +153,12 @@ pub(super) fn run(env: &Env, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         Some(u) => Some(u.trim().to_string()),
         None => std::env::var("USER").ok().filter(|u| !u.is_empty()),
     };
-    env.layout.ensure()?;
-    let db = Db::open(env.layout.root())?;
-    let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
-    db.insert_queued(&NewTask {
-        uuid: uuid.clone(),
-        key,
-        prompt,
-        user,
-        llm_provider: env.config.llm.provider.to_string(),
-        model: env.config.llm.model.clone(),
-        context_length: env.config.llm.context_length,
-    })?;
-    tracing::debug!(%uuid, "task queued");
+    let submission = Submission { prompt, key, user };
+    let row = crate::ops::submit::submit(&env.config, &env.layout, submission)?;
     if args.json {
-        let row = db
-            .get(&uuid)?
-            .ok_or_else(|| anyhow::anyhow!("task {uuid} vanished after insert"))?;
         println!("{}", serde_json::to_string_pretty(&row)?);
     } else {
-        println!("{uuid}");
+        println!("{}", row.uuid);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,104 @@
+//! Changing a task's lifecycle from outside: `pause`, `resume`, `stop`, `recover`. A refusal
+//! (the task is not in a state that allows it) is an error saying which state it is in and
+//! what to do.
+
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+
+use crate::db::{Db, Status};
+use crate::layout::Layout;
+use crate::lifecycle::{self, Transition};
+
+/// Ask running task `uuid` to pause at its next safe point, with an optional `reason`.
+pub fn pause(db: &Db, uuid: &str, reason: Option<&str>) -> anyhow::Result<()> {
+    if db.request_pause(uuid, reason)? {
+        return Ok(());
+    }
+    match db.get(uuid)?.map(|r| r.status) {
+        Some(Status::Queued) => bail!(
+            "task {uuid} is queued, not running: only a running task can be paused (`ctxhost stop {uuid}` takes it out of the queue)"
+        ),
+        Some(Status::Paused) => {
+            bail!("task {uuid} is already paused (`ctxhost resume {uuid}` queues it again)")
+        }
+        Some(s) => bail!("task {uuid} is {s}: only a running task can be paused"),
+        None => bail!("task {uuid} disappeared from the database"),
+    }
+}
+
+/// Queue paused task `uuid` again (its directory stays in `paused/` until a process claims it).
+pub fn resume(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
+    if lifecycle::apply(db, layout, uuid, &Transition::Resume)?.is_some() {
+        return Ok(());
+    }
+    let Some(now) = db.get(uuid)? else {
+        bail!("task {uuid} disappeared from the database")
+    };
+    match now.status {
+        Status::Running if now.pause_requested => bail!(
+            "task {uuid} is running (a pause was requested and not honoured yet): only a paused task can be resumed"
+        ),
+        Status::Queued => bail!("task {uuid} is already queued"),
+        s => bail!("task {uuid} is {s}: only a paused task can be resumed"),
+    }
+}
+
+/// What [`stop`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// The task was running: its process stops at its next safe point.
+    Requested,
+    /// No process had the task: it is `stopped` now (it was `queued` or `paused`), its
+    /// directory in `completed/`.
+    Now {
+        /// The status it had.
+        was: Status,
+    },
+}
+
+/// Stop task `uuid`: at once if no process runs it, else at its next safe point.
+pub fn stop(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<Stopped> {
+    // A claim or a resume may change the status between two statements: try each way a few times.
+    for _ in 0..4 {
+        if db.request_stop(uuid)? {
+            return Ok(Stopped::Requested);
+        }
+        if let Some(was) = lifecycle::apply(db, layout, uuid, &Transition::StopWaiting)? {
+            return Ok(Stopped::Now { was });
+        }
+        if let Some(status) = db.get(uuid)?.map(|r| r.status)
+            && status.is_final()
+        {
+            bail!("task {uuid} is already {status}");
+        }
+    }
+    bail!("task {uuid} kept changing state; try again")
+}
+
+/// Poll the row of `uuid` every 50 ms until `done(status)` or `timeout`; returns the last
+/// status. Errors when the timeout passes, saying the status it is still in.
+pub fn wait_for(
+    db: &Db,
+    uuid: &str,
+    timeout: Duration,
+    done: impl Fn(Status) -> bool,
+) -> anyhow::Result<Status> {
+    let end = Instant::now() + timeout;
+    loop {
+        let status = db
+            .get(uuid)?
+            .map(|r| r.status)
+            .ok_or_else(|| anyhow::anyhow!("task {uuid} disappeared from the database"))?;
+        if done(status) {
+            return Ok(status);
+        }
+        if Instant::now() >= end {
+            bail!(
+                "task {uuid} is still {status} after {} s; its process honours the request at its next safe point (between steps)",
+                timeout.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

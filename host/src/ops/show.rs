@@ -1,0 +1,126 @@
+//! `show`: one task's row, where its directory is, its result and last messages.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use ctxhost_format::HistoryLine;
+use ctxhost_format::files::MESSAGES;
+use serde::Serialize;
+
+use crate::db::{Db, Status, TaskRow};
+use crate::error::usage;
+use crate::layout::Layout;
+
+/// A message of messages.jsonl as `show` reports it (or the error for a line that does not parse).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum ShownLine {
+    /// A history line.
+    Message(HistoryLine),
+    /// A line that does not parse.
+    Unreadable {
+        /// 1-based line number.
+        line: u64,
+        /// Why it does not parse.
+        error: String,
+    },
+}
+
+/// What `show --json` prints.
+#[derive(Debug, Serialize)]
+pub struct ShowReport {
+    /// The task's row.
+    pub task: TaskRow,
+    /// The task directory, if it exists.
+    pub dir: Option<String>,
+    /// `running`, `paused` or `completed`.
+    pub dir_state: Option<String>,
+    /// The final assistant answer of a completed task.
+    pub result: Option<String>,
+    /// The last lines of messages.jsonl.
+    pub last_messages: Vec<ShownLine>,
+}
+
+/// The last `n` lines of `messages.jsonl`, streamed (memory bounded by `n` lines), and the
+/// last assistant text message without tool calls (the task's answer).
+fn tail_messages(path: &Path, n: usize) -> anyhow::Result<(Vec<ShownLine>, Option<String>)> {
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), None)),
+        Err(e) => return Err(anyhow::anyhow!("cannot open {}: {e}", path.display())),
+    };
+    let mut last: VecDeque<ShownLine> = VecDeque::with_capacity(n + 1);
+    let mut answer = None;
+    let mut reader = BufReader::new(f);
+    let mut buf = Vec::new();
+    for i in 0.. {
+        buf.clear();
+        let read = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| anyhow::anyhow!("{}: line {}: {e}", path.display(), i + 1))?;
+        if read == 0 {
+            break;
+        }
+        if buf.trim_ascii().is_empty() {
+            continue;
+        }
+        // A line that is not UTF-8 (garbage, a torn write) is shown like any unparsable line.
+        let parsed = std::str::from_utf8(&buf)
+            .map_err(|e| format!("not UTF-8: {e}"))
+            .and_then(|line| serde_json::from_str::<HistoryLine>(line).map_err(|e| e.to_string()));
+        let shown = match parsed {
+            Ok(h) => {
+                if h.role == "assistant"
+                    && h.summary_id.is_none()
+                    && h.tool_calls.as_ref().is_none_or(|c| c.is_empty())
+                {
+                    answer = h.content.clone();
+                } else if h.role != "assistant" {
+                    answer = None;
+                }
+                ShownLine::Message(h)
+            }
+            Err(error) => ShownLine::Unreadable {
+                line: i as u64 + 1,
+                error,
+            },
+        };
+        if n > 0 {
+            if last.len() == n {
+                last.pop_front();
+            }
+            last.push_back(shown);
+        }
+    }
+    Ok((last.into(), answer))
+}
+
+/// The report of task `uuid` (canonical) with its last `n` history lines. A UUID with no row is
+/// a usage error.
+pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<ShowReport> {
+    let task = db.get(uuid)?.ok_or_else(|| {
+        usage(format!(
+            "no task with UUID {uuid} in {}",
+            db.path().display()
+        ))
+    })?;
+    let found = layout.find_task_dir(uuid);
+    let (last_messages, answer) = match &found {
+        Some((_, dir)) => tail_messages(&dir.join(MESSAGES), n)?,
+        None => (Vec::new(), None),
+    };
+    let result = if task.status == Status::Completed {
+        answer
+    } else {
+        None
+    };
+    Ok(ShowReport {
+        dir: found.as_ref().map(|(_, d)| d.display().to_string()),
+        dir_state: found.as_ref().map(|(s, _)| s.to_string()),
+        task,
+        result,
+        last_messages,
+    })
+}

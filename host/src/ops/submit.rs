@@ -1,0 +1,36 @@
+//! `submit`: queue a task.
+
+use crate::config::Config;
+use crate::db::{Db, NewTask, TaskKey, TaskRow};
+use crate::layout::Layout;
+
+/// A task to queue, validated by the caller.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    /// The user message that starts the task (non-empty).
+    pub prompt: String,
+    /// Where it comes from.
+    pub key: TaskKey,
+    /// Who submits it.
+    pub user: Option<String>,
+}
+
+/// Queue `task` in the tree of `layout` (created if missing) with a new UUID and `config`'s
+/// provider, model and context length; returns its row.
+pub fn submit(config: &Config, layout: &Layout, task: Submission) -> anyhow::Result<TaskRow> {
+    layout.ensure()?;
+    let db = Db::open(layout.root())?;
+    let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+    db.insert_queued(&NewTask {
+        uuid: uuid.clone(),
+        key: task.key,
+        prompt: task.prompt,
+        user: task.user,
+        llm_provider: config.llm.provider.to_string(),
+        model: config.llm.model.clone(),
+        context_length: config.llm.context_length,
+    })?;
+    tracing::debug!(%uuid, "task queued");
+    db.get(&uuid)?
+        .ok_or_else(|| anyhow::anyhow!("task {uuid} vanished after insert"))
+}
