@@ -13,6 +13,7 @@
 //! content is streamed to `.NAME.tmp-PID` in the same directory, fsynced, renamed over the file,
 //! and the directory fsynced (DESIGN.md §7). A file with nothing to rewrite is not touched.
 
+use ctxhost_format::files::{MESSAGES, SUMMARIES};
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -25,9 +26,9 @@ use serde_json::Value;
 use crate::layout::sync_dir;
 
 /// The summaries file of a task directory.
-pub const SUMMARIES_FILE: &str = "summaries.jsonl";
+pub const SUMMARIES_FILE: &str = SUMMARIES;
 /// The history file of a task directory.
-const MESSAGES_FILE: &str = "messages.jsonl";
+const MESSAGES_FILE: &str = MESSAGES;
 
 /// A summary id found in a string form.
 #[derive(Debug, Clone, PartialEq, Eq)]

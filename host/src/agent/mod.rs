@@ -21,7 +21,6 @@
 
 pub mod exchange;
 pub mod llm_import;
-pub mod tools;
 
 use anyhow::{Context, anyhow, bail};
 use ctxhost_format::ChatMessage;
@@ -33,7 +32,7 @@ use crate::db::now_rfc3339;
 use crate::runtime::{CompressConfig, Compressor, RequestConfig, RequestFormat};
 use crate::task::{Interrupt, TaskContext, UsageDelta};
 use exchange::{ExchangeError, exchange};
-pub use tools::{NoTools, ToolRunner};
+pub use crate::tools::{NoTools, ToolRunner};
 
 /// How a task's loop ended (errors are `Err`, and fail the task).
 #[derive(Debug, Clone, PartialEq, Eq)]

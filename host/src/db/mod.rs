@@ -19,6 +19,7 @@ pub mod control;
 pub mod queue;
 pub mod schema;
 pub mod stats;
+mod status;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,7 +27,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
-pub use crate::lifecycle::Status;
+pub use status::Status;
 pub use control::Control;
 pub use schema::SCHEMA_VERSION;
 pub use stats::{ModelStats, Stats, UsageDelta};

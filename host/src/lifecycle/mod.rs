@@ -25,6 +25,8 @@
 //!    fsynced), created (a claimed task without a directory) or deleted (cleanup), to where
 //!    [`dir_rule`] keeps it for the new status.
 //!
+//! [`task_state`] is the pause record (task_state.json) step 1 writes.
+//!
 //! A crash between 2 and 3 leaves exactly one kind of in-between state: **the row has the new
 //! status and the directory is still where a status that can change into it keeps it** (or,
 //! for cleanup, the row marks the files deleted and the directory is still there). [`dir_fix`]
@@ -38,14 +40,14 @@
 
 pub mod dir;
 pub mod row;
-mod status;
+pub mod task_state;
 
 use std::path::Path;
 
 use anyhow::{Context, bail};
 
 pub use dir::{TreeLock, lock_tree};
-pub use status::Status;
+pub use crate::db::Status;
 
 use crate::db::{Db, now_rfc3339};
 use crate::layout::{DirState, Layout};
@@ -525,7 +527,7 @@ fn write_pause_state(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()>
     let Some((_, dir)) = layout.find_task_dir(uuid) else {
         return Ok(());
     };
-    crate::task::state::write_paused(
+    task_state::write_paused(
         &dir,
         &now_rfc3339(),
         u64::try_from(row.resume_count).unwrap_or(0),
@@ -654,7 +656,7 @@ mod tests {
         db.request_pause(U, Some("lunch")).unwrap();
         apply(&db, &layout, U, &Transition::Pause { pid: 7 }).unwrap();
         assert_eq!(find_dirs(&layout, U), [DirState::Paused]);
-        let state = crate::task::state::read(&layout.task_dir(DirState::Paused, U))
+        let state = task_state::read(&layout.task_dir(DirState::Paused, U))
             .unwrap()
             .unwrap();
         assert_eq!(state.reason.as_deref(), Some("lunch"));

@@ -1,6 +1,7 @@
 //! The compressor suite: `should-compress` around its threshold; `compress` of an over-threshold
 //! context with a fake LLM returning a fixed summary, and with a failing LLM.
 
+use ctxhost_format::files::{CURRENT, MESSAGES, SUMMARIES, TOOLS};
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -118,8 +119,8 @@ pub(super) fn write_synthetic_task(dir: &Path, turns: usize) -> Result<Vec<ChatM
             summary_id: None,
         })
         .collect();
-    write_lines(&dir.join("current.jsonl"), &context)?;
-    write_lines(&dir.join("messages.jsonl"), &history)?;
+    write_lines(&dir.join(CURRENT), &context)?;
+    write_lines(&dir.join(MESSAGES), &history)?;
     Ok(context)
 }
 
@@ -179,7 +180,7 @@ pub(super) fn compressor_suite(
     };
     let original_tokens: u64 = context.iter().map(estimate_message_tokens).sum();
     let config = compress_config(original_tokens);
-    let current_before = fs::read(dir.join("current.jsonl")).unwrap_or_default();
+    let current_before = fs::read(dir.join(CURRENT)).unwrap_or_default();
 
     let result = compressor.compress(&config);
     let result = match result {
@@ -204,7 +205,7 @@ pub(super) fn compressor_suite(
         (|| {
             let name = result.context_file.trim_start_matches("./");
             ensure!(
-                name != "current.jsonl",
+                name != CURRENT,
                 "compress wrote current.jsonl itself (it must write a new file)"
             );
             ensure!(
@@ -275,7 +276,7 @@ pub(super) fn compressor_suite(
             ensure!(s.summary.contains("SUMMARY: the agent listed"), "summary text {:?}", s.summary);
             // The spec's form is a JSON number; a 0.1.0 compressor writes strings (`sum-N`, or its
             // own scheme, which the host's shim numbered).
-            let lines: Vec<Value> = read_lines(&dir.join("summaries.jsonl"))?;
+            let lines: Vec<Value> = read_lines(&dir.join(SUMMARIES))?;
             let legacy = plugin.wit() == WitVersion::V0_1_0;
             let found = lines.iter().filter_map(|l| l.get("id").and_then(OnDisk::classify)).any(|id| match id {
                 OnDisk::Number(n) => n == s.id,
@@ -291,14 +292,14 @@ pub(super) fn compressor_suite(
         "current.jsonl untouched, temporaries removed",
         (|| {
             ensure!(
-                fs::read(dir.join("current.jsonl")).map_err(e)? == current_before,
+                fs::read(dir.join(CURRENT)).map_err(e)? == current_before,
                 "current.jsonl was modified"
             );
             let allowed: BTreeSet<&str> = [
-                "current.jsonl",
-                "messages.jsonl",
-                "summaries.jsonl",
-                "tools.jsonl",
+                CURRENT,
+                MESSAGES,
+                SUMMARIES,
+                TOOLS,
                 result.context_file.trim_start_matches("./"),
             ]
             .into_iter()
@@ -321,7 +322,7 @@ pub(super) fn compressor_suite(
         (|| {
             let dir = scratch.task("compress-fail")?;
             let context = write_synthetic_task(&dir, 12)?;
-            let before = fs::read(dir.join("current.jsonl")).map_err(e)?;
+            let before = fs::read(dir.join(CURRENT)).map_err(e)?;
             let calls = Arc::new(Mutex::new(Vec::new()));
             let llm = FakeLlm {
                 dir: dir.clone(),
@@ -333,7 +334,7 @@ pub(super) fn compressor_suite(
             let outcome = compressor.compress(&compress_config(tokens));
             let called = !calls.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
             ensure!(
-                fs::read(dir.join("current.jsonl")).map_err(e)? == before,
+                fs::read(dir.join(CURRENT)).map_err(e)? == before,
                 "current.jsonl was modified"
             );
             match outcome {

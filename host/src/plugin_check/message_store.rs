@@ -3,6 +3,7 @@
 //! `recreate-current-context`, `record-summary`, reopening, and a large history with bounded
 //! linear memory.
 
+use ctxhost_format::files::{CURRENT, MESSAGES};
 use std::fs;
 use std::time::Instant;
 
@@ -42,11 +43,11 @@ pub(super) fn message_store_suite(
                 "expected all-zero stats, got {stats:?}"
             );
             ensure!(
-                !dir.join("messages.jsonl").exists(),
+                !dir.join(MESSAGES).exists(),
                 "open created messages.jsonl (it must create no file)"
             );
             ensure!(
-                !dir.join("current.jsonl").exists(),
+                !dir.join(CURRENT).exists(),
                 "open created current.jsonl (it must create no file)"
             );
             Ok("history 0, current 0, tokens 0; no file created".to_string())
@@ -84,7 +85,7 @@ pub(super) fn message_store_suite(
     suite.record(
         "messages.jsonl lines",
         (|| {
-            let lines: Vec<HistoryLine> = read_lines(&dir.join("messages.jsonl"))?;
+            let lines: Vec<HistoryLine> = read_lines(&dir.join(MESSAGES))?;
             ensure!(lines.len() == 3, "{} lines, expected 3", lines.len());
             for (i, (line, m)) in lines.iter().zip(&messages).enumerate() {
                 let n = i as u64 + 1;
@@ -115,7 +116,7 @@ pub(super) fn message_store_suite(
                 }
                 ensure!(line.summary_id.is_none(), "line {n}: unexpected summary_id");
             }
-            let raw = fs::read(dir.join("messages.jsonl")).map_err(e)?;
+            let raw = fs::read(dir.join(MESSAGES)).map_err(e)?;
             ensure!(
                 raw.ends_with(b"\n"),
                 "the last line is not newline-terminated"
@@ -127,7 +128,7 @@ pub(super) fn message_store_suite(
     suite.record(
         "current.jsonl lines",
         (|| {
-            let lines: Vec<ChatMessage> = read_lines(&dir.join("current.jsonl"))?;
+            let lines: Vec<ChatMessage> = read_lines(&dir.join(CURRENT))?;
             ensure!(lines.len() == 3, "{} lines, expected 3", lines.len());
             for (i, (line, m)) in lines.iter().zip(&messages).enumerate() {
                 ensure!(
@@ -136,7 +137,7 @@ pub(super) fn message_store_suite(
                     i + 1
                 );
             }
-            let raw = fs::read_to_string(dir.join("current.jsonl")).map_err(e)?;
+            let raw = fs::read_to_string(dir.join(CURRENT)).map_err(e)?;
             ensure!(
                 raw.contains("\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\""),
                 "tool calls are not in OpenAI shape: {raw}"
@@ -150,7 +151,7 @@ pub(super) fn message_store_suite(
         (|| {
             let f = store.current_context_file().map_err(e)?;
             ensure!(
-                f.trim_start_matches("./") == "current.jsonl",
+                f.trim_start_matches("./") == CURRENT,
                 "returned {f:?}, expected \"current.jsonl\""
             );
             Ok(f)
@@ -176,7 +177,7 @@ pub(super) fn message_store_suite(
     suite.record(
         "recreate-current-context from a copy of current.jsonl",
         (|| {
-            fs::copy(dir.join("current.jsonl"), dir.join("recreate_src.jsonl")).map_err(e)?;
+            fs::copy(dir.join(CURRENT), dir.join("recreate_src.jsonl")).map_err(e)?;
             let stats = store
                 .recreate_current_context("recreate_src.jsonl")
                 .map_err(e)?;
@@ -205,7 +206,7 @@ pub(super) fn message_store_suite(
                 !dir.join("recreate_src.jsonl").exists(),
                 "the source file was not deleted"
             );
-            let lines: Vec<ChatMessage> = read_lines(&dir.join("current.jsonl"))?;
+            let lines: Vec<ChatMessage> = read_lines(&dir.join(CURRENT))?;
             ensure!(
                 lines
                     .iter()
@@ -253,7 +254,7 @@ pub(super) fn message_store_suite(
                 t < tokens_before,
                 "{t} tokens for 2 short messages, not fewer than the {tokens_before} before"
             );
-            let lines: Vec<ChatMessage> = read_lines(&dir.join("current.jsonl"))?;
+            let lines: Vec<ChatMessage> = read_lines(&dir.join(CURRENT))?;
             ensure!(
                 lines
                     .iter()
@@ -261,7 +262,7 @@ pub(super) fn message_store_suite(
                     .eq(short.iter().map(normalized)),
                 "current.jsonl is not the source's messages"
             );
-            let history: Vec<HistoryLine> = read_lines(&dir.join("messages.jsonl"))?;
+            let history: Vec<HistoryLine> = read_lines(&dir.join(MESSAGES))?;
             ensure!(
                 history.len() == 3,
                 "messages.jsonl changed to {} lines",
@@ -275,7 +276,7 @@ pub(super) fn message_store_suite(
     );
 
     suite.record("recreate-current-context rejects a malformed source", (|| {
-        let before = fs::read(dir.join("current.jsonl")).map_err(e)?;
+        let before = fs::read(dir.join(CURRENT)).map_err(e)?;
         let text = format!("{}\n{{\"role\": \"user\", \"content\n", serde_json::to_string(&short[0]).map_err(e)?);
         fs::write(dir.join("recreate_bad.jsonl"), text).map_err(e)?;
         match store.recreate_current_context("recreate_bad.jsonl") {
@@ -288,7 +289,7 @@ pub(super) fn message_store_suite(
                 );
             }
         }
-        ensure!(fs::read(dir.join("current.jsonl")).map_err(e)? == before, "current.jsonl changed");
+        ensure!(fs::read(dir.join(CURRENT)).map_err(e)? == before, "current.jsonl changed");
         let t = store.current_token_count().map_err(e)?;
         ensure!(t == short_tokens, "current-token-count {t} changed (was {short_tokens})");
         Ok("invalid-input naming line 2; current.jsonl and counts unchanged".to_string())
@@ -297,13 +298,13 @@ pub(super) fn message_store_suite(
     suite.record(
         "record-summary",
         (|| {
-            let before = fs::read(dir.join("current.jsonl")).map_err(e)?;
+            let before = fs::read(dir.join(CURRENT)).map_err(e)?;
             let summary = ChatMessage::text("assistant", "Summary: the agent read src/main.rs.");
             let a = store
                 .record_summary(&summary, 1, "2026-01-02T03:05:00Z")
                 .map_err(e)?;
             ensure!(a.seq == 4, "seq {}, expected 4", a.seq);
-            let lines: Vec<HistoryLine> = read_lines(&dir.join("messages.jsonl"))?;
+            let lines: Vec<HistoryLine> = read_lines(&dir.join(MESSAGES))?;
             ensure!(
                 lines.len() == 4,
                 "messages.jsonl has {} lines, expected 4",
@@ -320,7 +321,7 @@ pub(super) fn message_store_suite(
                 last.summary_id
             );
             // The spec's form is a JSON number; a 0.1.0 store was given (and writes) `"sum-1"`.
-            let raw: Vec<Value> = read_lines(&dir.join("messages.jsonl"))?;
+            let raw: Vec<Value> = read_lines(&dir.join(MESSAGES))?;
             let written = raw[3].get("summary_id").and_then(OnDisk::classify);
             match plugin.wit() {
                 WitVersion::V0_1_0 => ensure!(
@@ -340,7 +341,7 @@ pub(super) fn message_store_suite(
                 last.content
             );
             ensure!(
-                fs::read(dir.join("current.jsonl")).map_err(e)? == before,
+                fs::read(dir.join(CURRENT)).map_err(e)? == before,
                 "current.jsonl changed (summaries go to messages.jsonl only)"
             );
             Ok("seq 4 with summary_id in messages.jsonl; current.jsonl unchanged".to_string())
@@ -428,7 +429,7 @@ pub(super) fn large_history(
         stats.current_tokens
     );
     let open_peak = again.memory_peak_bytes();
-    let size = fs::metadata(dir.join("messages.jsonl"))
+    let size = fs::metadata(dir.join(MESSAGES))
         .map(|m| m.len())
         .unwrap_or(0);
     let mib = |b: usize| b as f64 / (1024.0 * 1024.0);

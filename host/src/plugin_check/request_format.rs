@@ -3,6 +3,7 @@
 //! malformed input; sample responses of the format's endpoint, an HTML error page, a provider
 //! error object.
 
+use ctxhost_format::files::{CURRENT, REQUEST, TOOL_DEFINITIONS};
 use std::fs;
 
 use ctxhost_format::ChatMessage;
@@ -62,8 +63,8 @@ pub(super) fn request_format_suite(
                     text.push_str("   \n");
                 }
             }
-            fs::write(dir.join("current.jsonl"), text).map_err(e)?;
-            fs::write(dir.join("tools.json"), TOOLS_JSON).map_err(e)?;
+            fs::write(dir.join(CURRENT), text).map_err(e)?;
+            fs::write(dir.join(TOOL_DEFINITIONS), TOOLS_JSON).map_err(e)?;
             let config = RequestConfig {
                 model: MODEL.into(),
                 messages_file: "current.jsonl".into(),
@@ -73,7 +74,7 @@ pub(super) fn request_format_suite(
                 temperature: Some(0.2),
             };
             let info = format.write_request(&config).map_err(e)?;
-            let size = fs::metadata(dir.join("request.json"))
+            let size = fs::metadata(dir.join(REQUEST))
                 .map_err(|err| format!("request.json: {err}"))?
                 .len();
             ensure!(
@@ -102,7 +103,7 @@ pub(super) fn request_format_suite(
     suite.record(
         "request.json is JSON with the model and every message",
         (|| {
-            let raw = fs::read_to_string(dir.join("request.json"))
+            let raw = fs::read_to_string(dir.join(REQUEST))
                 .map_err(|err| format!("request.json: {err}"))?;
             let mut v: Value = serde_json::from_str(&raw)
                 .map_err(|err| format!("request.json is not JSON: {err}"))?;

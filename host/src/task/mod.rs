@@ -9,11 +9,11 @@
 //! - its status, changed only through [`crate::lifecycle`]: [`TaskContext::update_status`],
 //!   [`TaskContext::complete`], [`TaskContext::fail`], [`TaskContext::pause`].
 //!
-//! Also here: [`metadata`] (metadata.json) and [`state`] (task_state.json).
+//! Also here: [`metadata`] (metadata.json); [`state`] (task_state.json) is the lifecycle's.
 
 pub mod metadata;
 pub mod planning;
-pub mod state;
+pub use crate::lifecycle::task_state as state;
 pub mod summaries;
 pub mod tools;
 pub mod usage;

@@ -7,7 +7,8 @@
 //! - [`registry`]: all servers of a task, tool naming and routing, `tools.json` for the request.
 //! - [`naming`]: unique OpenAI names for tools of several servers.
 //! - [`bound`]: cutting long output on a character boundary.
-//! - [`runner`]: [`McpTools`], the agent loop's `ToolRunner` over all of the above.
+//! - [`runner`]: [`ToolRunner`], the agent loop's seam for tools: [`McpTools`] over all of the
+//!   above, or [`NoTools`].
 //!
 //! The task process creates one [`McpTools`] when `mcp_servers` is configured: it starts the
 //! servers, writes `tools.json` for the request format, runs each call, and stops the servers
@@ -24,7 +25,7 @@ pub mod server;
 pub use config::{McpServerConfig, ToolsConfig};
 pub use error::ToolError;
 pub use registry::{TOOL_DEFINITIONS_FILE, ToolInfo, ToolRegistry};
-pub use runner::McpTools;
+pub use runner::{McpTools, NoTools, ToolRunner, no_such_tool_text};
 
 /// What a tool call produced, before it is bounded and recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]

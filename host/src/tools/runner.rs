@@ -1,4 +1,8 @@
-//! [`McpTools`]: the agent loop's [`ToolRunner`] for a task with `mcp_servers` configured.
+//! [`ToolRunner`]: the agent loop's seam for tools (it makes one tool call; the task's
+//! [`crate::task::ToolStore`] records it). [`McpTools`] runs the calls of a task with
+//! `mcp_servers` configured; a task without gets [`NoTools`]: every call is answered with an
+//! error result (`error: no such tool "X" (no tools are configured)`), recorded in tools.jsonl
+//! with status `error`, so the model learns the tool does not exist and the task goes on.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -6,7 +10,37 @@ use std::path::Path;
 use ctxhost_format::ToolCall;
 
 use super::{CallOutcome, McpServerConfig, ToolError, ToolRegistry, ToolsConfig};
-use crate::agent::ToolRunner;
+
+/// Makes the model's tool calls for the agent loop.
+pub trait ToolRunner {
+    /// Path (relative to the task directory) of a JSON array of OpenAI tool definitions to
+    /// offer in every request, or `None` when no tools are offered.
+    fn tools_file(&self) -> Option<String>;
+
+    /// Make `call` and return what it produced. A failing tool is not an error: its
+    /// [`CallOutcome::Error`] says what failed. `Err` only when the task cannot go on (e.g. the
+    /// tool's server is gone).
+    fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError>;
+}
+
+/// The tool runner of a task without tools: every call gets a "no such tool" error result.
+#[derive(Debug, Default)]
+pub struct NoTools;
+
+/// The result text given to the model for a call of an unknown tool.
+pub fn no_such_tool_text(name: &str) -> String {
+    format!("error: no such tool {name:?} (no tools are configured)")
+}
+
+impl ToolRunner for NoTools {
+    fn tools_file(&self) -> Option<String> {
+        None
+    }
+
+    fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError> {
+        Ok(CallOutcome::Error(no_such_tool_text(&call.function.name)))
+    }
+}
 
 /// The task's MCP servers. Dropping it stops the servers (task end, failure, pause).
 pub struct McpTools {
@@ -50,5 +84,46 @@ impl ToolRunner for McpTools {
     fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError> {
         self.registry
             .call(&call.function.name, &call.function.arguments)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::ToolStore;
+    use ctxhost_format::files::TOOLS;
+    use ctxhost_format::{ToolLine, ToolStatus};
+
+    #[test]
+    fn no_tools_answers_and_each_call_is_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = ToolStore::open(dir.path(), 1000).unwrap();
+        let mut tools = NoTools;
+        let call = ToolCall::new("call_1", "read_file", r#"{"path":"a"}"#);
+        let m = store
+            .run(&call, |c| tools.call(c))
+            .unwrap()
+            .to_message(&call);
+        assert_eq!(m.role, "tool");
+        assert_eq!(m.tool_call_id.as_deref(), Some("call_1"));
+        assert_eq!(
+            m.content.as_deref(),
+            Some(r#"error: no such tool "read_file" (no tools are configured)"#)
+        );
+        let call = ToolCall::new("call_2", "x", "not json");
+        store.run(&call, |c| tools.call(c)).unwrap();
+        drop(store);
+        let mut again = ToolStore::open(dir.path(), 1000).unwrap();
+        let call = ToolCall::new("call_3", "y", "{}");
+        again.run(&call, |c| tools.call(c)).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(TOOLS)).unwrap();
+        let lines: Vec<ToolLine> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.iter().map(|l| l.seq).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(lines[0].args, serde_json::json!({"path": "a"}));
+        assert_eq!(lines[1].args, serde_json::Value::String("not json".into()));
+        assert!(lines.iter().all(|l| l.status == ToolStatus::Error));
     }
 }

@@ -52,8 +52,9 @@ impl WitVersion {
     pub fn for_export(version: &str) -> Option<WitVersion> {
         let (major, minor) = major_minor(version)?;
         WitVersion::SUPPORTED.into_iter().find(|v| {
-            let (our_major, our_minor) = major_minor(v.as_str()).expect("valid constant");
-            major == our_major && (our_major != 0 || minor == our_minor)
+            major_minor(v.as_str()).is_some_and(|(our_major, our_minor)| {
+                major == our_major && (our_major != 0 || minor == our_minor)
+            })
         })
     }
 

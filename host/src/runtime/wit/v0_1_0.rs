@@ -46,6 +46,7 @@ pub use compressor::{CompressorPlugin, CompressorPluginPre};
 pub use message_store::{MessageStorePlugin, MessageStorePluginPre};
 pub use request_format::{RequestFormatPlugin, RequestFormatPluginPre};
 
+use ctxhost_format::files::SUMMARIES;
 use std::fs::{File, OpenOptions};
 use std::io::BufReader;
 use std::os::unix::fs::OpenOptionsExt;
@@ -126,7 +127,7 @@ pub fn compress_result(
 }
 
 fn next_free_id(task_dir: &Path, own: &str) -> Result<u64, String> {
-    let path = task_dir.join("summaries.jsonl");
+    let path = task_dir.join(SUMMARIES);
     let fail = |e: std::io::Error| {
         format!(
             "choosing an integer id for the 0.1.0 summary id {own:?}: reading {}: {e}",

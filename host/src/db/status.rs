@@ -6,8 +6,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// A task's status. Text in the database: `queued`, `running`, `paused`, `completed`, `failed`,
-/// `stopped`. Which directory each keeps and which changes are allowed: [`super::dir_rule`],
-/// [`super::allowed`].
+/// `stopped`. Which directory each keeps and which changes are allowed:
+/// [`crate::lifecycle::dir_rule`], [`crate::lifecycle::allowed`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {

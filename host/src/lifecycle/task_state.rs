@@ -1,4 +1,5 @@
-//! `task_state.json` in a task directory: the pause/resume state (DESIGN §2).
+//! `task_state.json` in a task directory: the pause/resume state (DESIGN §2), the record a
+//! pause writes before its row changes (also `crate::task::state`).
 //!
 //! `{"paused_at": RFC 3339, "resume_count": N, "reason": text|null, "resumed_at": RFC 3339|null}`.
 //! Written (atomically) by the lifecycle when the task pauses, with `resumed_at: null`; the task
