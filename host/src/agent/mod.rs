@@ -31,8 +31,8 @@ use crate::config::Config;
 use crate::db::now_rfc3339;
 use crate::runtime::{CompressConfig, Compressor, RequestConfig, RequestFormat};
 use crate::task::{Interrupt, TaskContext, UsageDelta};
-use exchange::{ExchangeError, exchange};
 pub use crate::tools::{NoTools, ToolRunner};
+use exchange::{ExchangeError, exchange};
 
 /// How a task's loop ended (errors are `Err`, and fail the task).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -27,10 +27,10 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
-pub use status::Status;
 pub use control::Control;
 pub use schema::SCHEMA_VERSION;
 pub use stats::{ModelStats, Stats, UsageDelta};
+pub use status::Status;
 
 /// Busy timeout per statement.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -46,8 +46,8 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 
-pub use dir::{TreeLock, lock_tree};
 pub use crate::db::Status;
+pub use dir::{TreeLock, lock_tree};
 
 use crate::db::{Db, now_rfc3339};
 use crate::layout::{DirState, Layout};
