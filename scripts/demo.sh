@@ -31,7 +31,7 @@ if command -v rustup >/dev/null; then rustup target add wasm32-wasip2 >&2; fi
 step "MCP filesystem server (npm ci) for the demo's tool"
 [[ -x "$ROOT/node_modules/.bin/mcp-server-filesystem" ]] || (cd "$ROOT" && npm ci --no-audit --no-fund >&2)
 
-step "fetch the local LLM (first time: ~0.6 GB download) while building ctxhost"
+step "fetch the local LLM (first time: ~0.5 GB download) while building ctxhost"
 "$LLM" fetch &
 FETCH_PID=$!
 (cd "$ROOT" && cargo build -p ctxhost)

