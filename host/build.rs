@@ -23,6 +23,7 @@ fn main() {
         let p = root.join(watched);
         println!("cargo:rerun-if-changed={}", p.display());
     }
+    browser_test_cfg();
 
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     // OUT_DIR = <target>/<profile>/build/ctxhost-<hash>/out
@@ -62,4 +63,23 @@ fn main() {
     }
     let wasm_dir = guest_target.join("wasm32-wasip2").join("release");
     println!("cargo:rustc-env=CTXHOST_GUEST_DIR={}", wasm_dir.display());
+}
+
+/// `cfg(ctxhost_browser_test)` for the dashboard's browser test (tests/web_browser.rs): set when
+/// Chromium is installed (`/usr/bin/chromium`, or the file `CTXHOST_CHROMIUM` names) or when
+/// running in CI (`CI` set, not `false`/`0`: there a missing browser must fail the test, not skip
+/// it). Without it the test is `#[ignore]`d. `/usr/bin` is watched (not the absent file, which
+/// would rerun this script on every build), so installing Chromium flips it.
+fn browser_test_cfg() {
+    println!("cargo:rustc-check-cfg=cfg(ctxhost_browser_test)");
+    println!("cargo:rerun-if-env-changed=CI");
+    println!("cargo:rerun-if-env-changed=CTXHOST_CHROMIUM");
+    println!("cargo:rerun-if-changed=/usr/bin");
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    let browser = std::env::var_os("CTXHOST_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    if ci || browser.is_file() {
+        println!("cargo:rustc-cfg=ctxhost_browser_test");
+    }
 }

@@ -22,4 +22,5 @@ pub mod summary_ids;
 pub mod task;
 pub mod task_process;
 pub mod tools;
+pub mod web;
 pub mod worker;

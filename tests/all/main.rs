@@ -26,4 +26,6 @@ mod plugin_select;
 mod request_snapshots;
 mod runtime_sandbox;
 mod transport_faults;
+mod web;
+mod web_browser;
 mod wit_compat;

@@ -23,7 +23,7 @@
 /// Who writes a task-directory file (everyone else only reads it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Owner {
-    /// The host's task context (metadata.json) and lifecycle (task_state.json).
+    /// The host's task context (metadata.json, llm_calls.jsonl) and lifecycle (task_state.json).
     Host,
     /// The host's tool store: tools.jsonl and tool-results/ (and the tool registry's tools.json).
     ToolStore,
@@ -69,6 +69,9 @@ pub const TOOL_RESULTS_DIR: &str = "tool-results";
 pub const TOOL_DEFINITIONS: &str = "tools.json";
 /// `planning/`: the planning history (DESIGN.md §9).
 pub const PLANNING_DIR: &str = "planning";
+/// `llm_calls.jsonl`: one line per LLM call and per compression
+/// ([`crate::CallLogLine`]), appended by the host's task context (the dashboard's chart reads it).
+pub const LLM_CALLS: &str = "llm_calls.jsonl";
 /// `request.json`: the body of the agent loop's current LLM request (request format).
 pub const REQUEST: &str = "request.json";
 /// `response.json`: the body of the provider's answer to [`REQUEST`] (host transport).
@@ -101,6 +104,7 @@ pub const TASK_FILES: &[TaskFile] = &[
     file(TOOL_RESULTS_DIR, Owner::ToolStore, false),
     file(TOOL_DEFINITIONS, Owner::ToolStore, false),
     file(PLANNING_DIR, Owner::Host, false),
+    file(LLM_CALLS, Owner::Host, false),
     file(REQUEST, Owner::RequestFormat, true),
     file(RESPONSE, Owner::RequestFormat, true),
     file(LLM_REQUEST, Owner::RequestFormat, true),

@@ -30,6 +30,7 @@ pub mod time;
 pub mod tokens;
 
 pub use lines::{
-    ChatMessage, FunctionCall, HistoryLine, SummaryLine, ToolCall, ToolLine, ToolStatus,
+    CallLogLine, CallStatus, ChatMessage, CompressionLine, FunctionCall, HistoryLine, LlmCallLine,
+    SummaryCallLine, SummaryLine, ToolCall, ToolLine, ToolStatus,
 };
 pub use tokens::{estimate_message_tokens, estimate_tokens};

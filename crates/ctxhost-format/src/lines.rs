@@ -228,6 +228,129 @@ pub struct ToolLine {
     pub timestamp: String,
 }
 
+/// One line of `llm_calls.jsonl`: the record of a task's LLM calls and of the compressions
+/// between them, written by the host (append-only, whole lines), read by the web dashboard
+/// (its context chart draws the `call` lines and the `compression` markers). Tagged by `type`:
+///
+/// - `{"type":"call", n, timestamp, context_tokens, context_length, threshold_tokens?,
+///   request_bytes, duration_ms, status: ok|error, prompt_tokens?, completion_tokens?,
+///   total_tokens?, cache_read_tokens?, error?}` — a call of the agent loop
+/// - `{"type":"summary_call", timestamp, input_tokens, request_bytes, duration_ms, status,
+///   prompt_tokens?, completion_tokens?, total_tokens?, error?}` — a compressor's request
+///   through the host's `llm` import (it sends the part being summarised, not the context)
+/// - `{"type":"compression", timestamp, before_tokens, after_tokens, summary_id?}`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CallLogLine {
+    /// One LLM call of the agent loop.
+    Call(LlmCallLine),
+    /// One request of a compressor (a summary).
+    SummaryCall(SummaryCallLine),
+    /// One compression of the context (before the call that follows it).
+    Compression(CompressionLine),
+}
+
+/// A compressor's LLM request (`type: summary_call` in `llm_calls.jsonl`): `input_tokens` is the
+/// estimate of the messages it sent; the rest as in [`LlmCallLine`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryCallLine {
+    /// When the request ended, RFC 3339 UTC.
+    pub timestamp: String,
+    /// Estimated tokens of the messages the compressor sent.
+    pub input_tokens: u64,
+    /// Size of its request body (llm_request.json), bytes.
+    #[serde(default)]
+    pub request_bytes: u64,
+    /// Wall time of the exchange, milliseconds.
+    pub duration_ms: u64,
+    /// Whether it got an answer.
+    pub status: CallStatus,
+    /// Provider-reported prompt tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// Provider-reported completion tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
+    /// Provider-reported total tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Outcome of an LLM call in `llm_calls.jsonl`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallStatus {
+    /// The provider answered and the reply was read.
+    Ok,
+    /// The call failed (transport error, unreadable reply, empty answer); request.json and
+    /// response.json are kept in the task directory.
+    Error,
+}
+
+/// An LLM call of the agent loop (`type: call` in `llm_calls.jsonl`).
+///
+/// `n` is the task's step number (1 for the first call, continuing after a resume);
+/// `context_tokens` is the estimate of current.jsonl sent with the call (what the compression
+/// threshold is checked against); `threshold_tokens` is `context_length ×
+/// compression_threshold` when a compressor is configured; usage fields are the provider's,
+/// when it reported them (`cache_read_tokens`: prompt tokens served from the provider's prompt
+/// cache, when not 0); `duration_ms` is the wall time of the exchange (request build, POST
+/// with retries, reply parse), milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmCallLine {
+    /// The task's step number.
+    pub n: u64,
+    /// When the call ended, RFC 3339 UTC.
+    pub timestamp: String,
+    /// Estimated tokens of the context (current.jsonl) sent.
+    pub context_tokens: u64,
+    /// `llm.context_length`, tokens.
+    pub context_length: u64,
+    /// `context_length × compression_threshold`, tokens, when a compressor is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_tokens: Option<u64>,
+    /// Size of request.json, bytes.
+    #[serde(default)]
+    pub request_bytes: u64,
+    /// Wall time of the exchange, milliseconds.
+    pub duration_ms: u64,
+    /// Whether it got a usable answer.
+    pub status: CallStatus,
+    /// Provider-reported prompt tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// Provider-reported completion tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
+    /// Provider-reported total tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
+    /// Prompt tokens served from the provider's prompt cache (absent when 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_tokens: Option<u64>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A compression (`type: compression` in `llm_calls.jsonl`): the context's token estimate
+/// before and after; `summary_id` names the summaries.jsonl line when the strategy made one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompressionLine {
+    /// When the new context was installed, RFC 3339 UTC.
+    pub timestamp: String,
+    /// Estimated tokens of the context before.
+    pub before_tokens: u64,
+    /// Estimated tokens of the context after.
+    pub after_tokens: u64,
+    /// The summary's id in summaries.jsonl, when the strategy made one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_id: Option<u64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +373,31 @@ mod tests {
             r#"{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"read_text_file","arguments":"{\"path\":\"a\"}"}}]}"#
         );
         assert_eq!(serde_json::from_str::<ChatMessage>(&s).unwrap(), m);
+    }
+
+    #[test]
+    fn call_log_lines_are_tagged_by_type() {
+        let c = CallLogLine::Compression(CompressionLine {
+            timestamp: "t".into(),
+            before_tokens: 900,
+            after_tokens: 300,
+            summary_id: None,
+        });
+        let s = serde_json::to_string(&c).unwrap();
+        assert_eq!(
+            s,
+            r#"{"type":"compression","timestamp":"t","before_tokens":900,"after_tokens":300}"#
+        );
+        assert_eq!(serde_json::from_str::<CallLogLine>(&s).unwrap(), c);
+        let call: CallLogLine = serde_json::from_str(
+            r#"{"type":"call","n":2,"timestamp":"t","context_tokens":10,"context_length":100,"duration_ms":5,"status":"error","error":"boom"}"#,
+        )
+        .unwrap();
+        let CallLogLine::Call(call) = call else {
+            panic!("not a call")
+        };
+        assert_eq!((call.n, call.status), (2, CallStatus::Error));
+        assert_eq!(call.threshold_tokens, None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use ctxhost_format::{ChatMessage, estimate_message_tokens};
 use super::exchange::{ExchangeError, exchange};
 use crate::llm::Transport;
 use crate::runtime::{Completion, LlmImport, RequestConfig, RequestFormat};
-use crate::task::{UsageDelta, UsageMeter};
+use crate::task::{CallLog, UsageDelta, UsageMeter};
 
 /// Request body of a compressor's completion, in the task directory.
 pub const LLM_REQUEST_FILE: &str = ctxhost_format::files::LLM_REQUEST;
@@ -93,15 +93,39 @@ impl LlmImport for HostLlm {
             max_output_tokens: Some(max_output_tokens),
             temperature: self.temperature,
         };
-        let reply = match exchange(
+        let started = std::time::Instant::now();
+        let result = exchange(
             &mut self.format,
             &self.transport,
             &self.dir,
             &config,
             LLM_RESPONSE_FILE,
-        ) {
-            Ok(done) => done.reply,
+        );
+        let ms = started.elapsed().as_millis() as u64;
+        let now = crate::db::now_rfc3339();
+        let reply = match result {
+            Ok(done) => {
+                CallLog::new(&self.dir).record_summary_call(
+                    prompt_tokens,
+                    done.request.bytes,
+                    ms,
+                    done.reply.usage,
+                    None,
+                    &now,
+                );
+                done.reply
+            }
             Err(e) => {
+                let bytes =
+                    std::fs::metadata(self.dir.join(LLM_REQUEST_FILE)).map_or(0, |m| m.len());
+                CallLog::new(&self.dir).record_summary_call(
+                    prompt_tokens,
+                    bytes,
+                    ms,
+                    None,
+                    Some(&e.to_string()),
+                    &now,
+                );
                 if matches!(e, ExchangeError::Read { .. }) {
                     // The provider answered: count the call (usage unknown).
                     self.usage

@@ -30,7 +30,7 @@ use crate::compaction::{CompactionError, CompactionOutcome, compact_if_needed};
 use crate::config::Config;
 use crate::db::now_rfc3339;
 use crate::runtime::{CompressConfig, Compressor, RequestConfig, RequestFormat};
-use crate::task::{Interrupt, TaskContext, UsageDelta};
+use crate::task::{CallRecord, Interrupt, TaskContext, UsageDelta};
 pub use crate::tools::{NoTools, ToolRunner};
 use exchange::{ExchangeError, exchange};
 
@@ -194,16 +194,39 @@ impl Agent<'_> {
             max_output_tokens: llm.max_output_tokens,
             temperature: llm.temperature,
         };
-        let done = match exchange(self.format, ctx.transport(), ctx.dir(), &config, RESPONSE) {
+        let started = std::time::Instant::now();
+        let result = exchange(self.format, ctx.transport(), ctx.dir(), &config, RESPONSE);
+        let mut record = CallRecord {
+            step,
+            context_tokens: tokens_before,
+            context_length: llm.context_length,
+            threshold_tokens: self.compressor.as_ref().map(|_| {
+                (llm.context_length as f64 * self.config.context_storage.compression_threshold)
+                    as u64
+            }),
+            request_bytes: 0,
+            duration_ms: started.elapsed().as_millis() as u64,
+            usage: None,
+            error: None,
+        };
+        let done = match result {
             Ok(done) => done,
             Err(e) => {
+                let error = format!("LLM call {step} failed: {e}");
+                // request.json is kept after a failed call: its size is known.
+                record.request_bytes =
+                    std::fs::metadata(ctx.dir().join(REQUEST)).map_or(0, |m| m.len());
+                record.error = Some(&error);
+                ctx.calls().record_call(&record, &now_rfc3339());
                 if matches!(e, ExchangeError::Read { .. }) {
                     // The provider answered: count the call (usage unknown).
                     ctx.update_statistics(UsageDelta::llm_call(0))?;
                 }
-                bail!("LLM call {step} failed: {e}");
+                bail!("{error}");
             }
         };
+        record.request_bytes = done.request.bytes;
+        record.usage = done.reply.usage;
         tracing::debug!(uuid = %ctx.uuid(), step, bytes = done.request.bytes, messages = done.request.messages,
             tokens = tokens_before, status = done.post.status, attempts = done.post.attempts, "LLM call done");
         let reply = done.reply;
@@ -222,6 +245,9 @@ impl Agent<'_> {
                 .as_deref()
                 .is_none_or(|c| c.trim().is_empty())
         {
+            let error = format!("LLM call {step}: the model returned an empty answer");
+            record.error = Some(&error);
+            ctx.calls().record_call(&record, &now_rfc3339());
             ctx.update_statistics(UsageDelta::llm_call(
                 reply.usage.map(|u| u.total_tokens).unwrap_or(0),
             ))?;
@@ -230,6 +256,7 @@ impl Agent<'_> {
                 reply.finish_reason.as_deref().unwrap_or("none")
             );
         }
+        ctx.calls().record_call(&record, &now_rfc3339());
         let added = ctx
             .store()
             .add_message(&message, &now_rfc3339())
@@ -271,6 +298,12 @@ impl Agent<'_> {
                 after_tokens,
                 summary_id,
             }) => {
+                ctx.calls().record_compression(
+                    before_tokens,
+                    after_tokens,
+                    summary_id,
+                    &now_rfc3339(),
+                );
                 self.compaction_failures = 0;
                 ctx.update_statistics(UsageDelta::compression())?;
                 let summaries = ctx.summaries().count().unwrap_or(0);

@@ -9,6 +9,7 @@ mod init;
 mod lifecycle;
 mod maintenance;
 mod report;
+mod serve;
 mod submit;
 
 use std::path::{Path, PathBuf};
@@ -44,6 +45,7 @@ Examples:
   ctxhost stats
   ctxhost cleanup --days 7 --dry-run
   ctxhost fsck --repair
+  ctxhost serve                                  web dashboard on http://127.0.0.1:7878/
   ctxhost plugin check ./my-compressor.wasm
 
 Exit codes: 0 ok, 1 task/check failed, 2 usage or config error.";
@@ -141,6 +143,14 @@ pub enum Command {
     /// what can be fixed without losing data.
     #[command(after_help = "Exit codes: 0 no problem (left); 1 problems remain; 2 usage error.")]
     Fsck(maintenance::FsckArgs),
+    /// Serve the web dashboard: watch, inspect and steer tasks in a browser.
+    #[command(
+        after_help = "Examples:\n  ctxhost serve                                 http://127.0.0.1:7878/\n  \
+        ctxhost serve --bind 127.0.0.1:0              any free port (printed)\n  \
+        CTXHOST_TOKEN=$(openssl rand -hex 16) ctxhost serve --bind 0.0.0.0:7878 --token-env CTXHOST_TOKEN\n\n\
+        Only loopback addresses are served without an access token. Stop with Ctrl-C."
+    )]
+    Serve(serve::ServeArgs),
     /// Plugin tools.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -341,6 +351,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Recover(args) => lifecycle::recover(&Env::load(&global)?, &args),
         Command::Cleanup(args) => maintenance::cleanup(&Env::load(&global)?, &args),
         Command::Fsck(args) => maintenance::fsck(&Env::load(&global)?, &args),
+        Command::Serve(args) => serve::run(&Env::load(&global)?, &args),
         Command::Plugin(PluginCommand::Check { spec, json }) => {
             let passed = crate::plugin_check::run(&spec, json)?;
             Ok(if passed {

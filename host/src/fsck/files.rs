@@ -7,8 +7,10 @@ use std::fs::{self, File};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-use ctxhost_format::files::{CURRENT, DEBUG_FILES, MESSAGES, SUMMARIES, TOOLS, is_temporary};
-use ctxhost_format::{ChatMessage, HistoryLine, SummaryLine, ToolLine};
+use ctxhost_format::files::{
+    CURRENT, DEBUG_FILES, LLM_CALLS, MESSAGES, SUMMARIES, TOOLS, is_temporary,
+};
+use ctxhost_format::{CallLogLine, ChatMessage, HistoryLine, SummaryLine, ToolLine};
 
 use super::{Problem, ProblemKind, problem};
 use crate::invariants::{ContextChecker, Violation};
@@ -23,6 +25,7 @@ enum LineFormat {
     Context,
     Summary,
     Tool,
+    CallLog,
     Object,
 }
 
@@ -32,6 +35,7 @@ fn format_of(path: &Path) -> LineFormat {
         Some(CURRENT) => LineFormat::Context,
         Some(SUMMARIES) => LineFormat::Summary,
         Some(TOOLS) => LineFormat::Tool,
+        Some(LLM_CALLS) => LineFormat::CallLog,
         _ => LineFormat::Object,
     }
 }
@@ -355,6 +359,10 @@ fn parse_line(format: LineFormat, text: &str) -> Result<Parsed, String> {
         }
         LineFormat::Tool => {
             serde_json::from_str::<ToolLine>(text).map_err(e)?;
+            Parsed::Other
+        }
+        LineFormat::CallLog => {
+            serde_json::from_str::<CallLogLine>(text).map_err(e)?;
             Parsed::Other
         }
         LineFormat::Object => {

@@ -396,6 +396,24 @@ mod tests {
     }
 
     #[test]
+    fn llm_calls_lines_are_checked() {
+        let (_d, layout, db) = setup();
+        let dir = completed_task(&layout, &db, A);
+        let log = crate::task::CallLog::new(&dir);
+        log.record_compression(900, 300, Some(1), "2026-01-01T00:00:00.000Z");
+        let r = fsck(&db, &layout, false, 3).unwrap();
+        assert!(r.problems.is_empty(), "{:#?}", r.problems);
+        let mut text = fs::read_to_string(log.path()).unwrap();
+        text.push_str("{\"type\":\"call\",\"n\":\"x\"}\n");
+        fs::write(log.path(), text).unwrap();
+        log.record_compression(800, 200, Some(2), "2026-01-01T00:00:01.000Z");
+        let r = fsck(&db, &layout, false, 3).unwrap();
+        let got: Vec<(ProblemKind, Option<u64>)> =
+            r.problems.iter().map(|p| (p.kind, p.line)).collect();
+        assert_eq!(got, [(ProblemKind::BadLine, Some(2))], "{:#?}", r.problems);
+    }
+
+    #[test]
     fn dirs_without_rows_and_missing_dirs_are_reported() {
         let (_d, layout, db) = setup();
         completed_task(&layout, &db, A);

@@ -1,6 +1,6 @@
 //! Changing a task's lifecycle from outside: `pause`, `resume`, `stop`, `recover`. A refusal
-//! (the task is not in a state that allows it) is an error saying which state it is in and
-//! what to do.
+//! (the task is not in a state that allows it) is a [`Refused`] error saying which state it is
+//! in and what to do (the CLI exits 1 with it; the web dashboard answers 409).
 
 use std::time::{Duration, Instant};
 
@@ -10,19 +10,32 @@ use crate::db::{Db, Status};
 use crate::layout::Layout;
 use crate::lifecycle::{self, Transition};
 
+/// The task's state does not allow the operation; the text says which state it is in and what
+/// to do instead.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// Return early with a [`Refused`] error (the arguments of `format!`).
+macro_rules! refuse {
+    ($($arg:tt)*) => {
+        return Err(Refused(format!($($arg)*)).into())
+    };
+}
+
 /// Ask running task `uuid` to pause at its next safe point, with an optional `reason`.
 pub fn pause(db: &Db, uuid: &str, reason: Option<&str>) -> anyhow::Result<()> {
     if db.request_pause(uuid, reason)? {
         return Ok(());
     }
     match db.get(uuid)?.map(|r| r.status) {
-        Some(Status::Queued) => bail!(
+        Some(Status::Queued) => refuse!(
             "task {uuid} is queued, not running: only a running task can be paused (`ctxhost stop {uuid}` takes it out of the queue)"
         ),
         Some(Status::Paused) => {
-            bail!("task {uuid} is already paused (`ctxhost resume {uuid}` queues it again)")
+            refuse!("task {uuid} is already paused (`ctxhost resume {uuid}` queues it again)")
         }
-        Some(s) => bail!("task {uuid} is {s}: only a running task can be paused"),
+        Some(s) => refuse!("task {uuid} is {s}: only a running task can be paused"),
         None => bail!("task {uuid} disappeared from the database"),
     }
 }
@@ -36,11 +49,11 @@ pub fn resume(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
         bail!("task {uuid} disappeared from the database")
     };
     match now.status {
-        Status::Running if now.pause_requested => bail!(
+        Status::Running if now.pause_requested => refuse!(
             "task {uuid} is running (a pause was requested and not honoured yet): only a paused task can be resumed"
         ),
-        Status::Queued => bail!("task {uuid} is already queued"),
-        s => bail!("task {uuid} is {s}: only a paused task can be resumed"),
+        Status::Queued => refuse!("task {uuid} is already queued"),
+        s => refuse!("task {uuid} is {s}: only a paused task can be resumed"),
     }
 }
 
@@ -70,10 +83,10 @@ pub fn stop(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<Stopped> {
         if let Some(status) = db.get(uuid)?.map(|r| r.status)
             && status.is_final()
         {
-            bail!("task {uuid} is already {status}");
+            refuse!("task {uuid} is already {status}");
         }
     }
-    bail!("task {uuid} kept changing state; try again")
+    refuse!("task {uuid} kept changing state; try again")
 }
 
 /// Poll the row of `uuid` every 50 ms until `done(status)` or `timeout`; returns the last

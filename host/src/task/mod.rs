@@ -4,13 +4,15 @@
 //!
 //! - the message store component (messages.jsonl, current.jsonl);
 //! - a [`SummaryStore`] (summaries.jsonl, read only), a [`ToolStore`] (the only writer of
-//!   tools.jsonl and tool-results/), a [`PlanningStore`] slot (planning/);
+//!   tools.jsonl and tool-results/), a [`PlanningStore`] slot (planning/), a [`CallLog`]
+//!   (llm_calls.jsonl: each LLM call's context size, each compression);
 //! - the LLM transport and a [`UsageMeter`] (the row's counters);
 //! - its status, changed only through [`crate::lifecycle`]: [`TaskContext::update_status`],
 //!   [`TaskContext::complete`], [`TaskContext::fail`], [`TaskContext::pause`].
 //!
 //! Also here: [`metadata`] (metadata.json); [`state`] (task_state.json) is the lifecycle's.
 
+pub mod calls;
 pub mod metadata;
 pub mod planning;
 pub use crate::lifecycle::task_state as state;
@@ -33,6 +35,7 @@ use crate::llm::Transport;
 use crate::plugins::PluginSet;
 use crate::runtime::MessageStore;
 
+pub use calls::{CallLog, CallRecord};
 pub use metadata::{Metadata, MetadataConfig, MetadataTaskKey, write_metadata_once};
 pub use planning::PlanningStore;
 pub use summaries::SummaryStore;
@@ -63,6 +66,7 @@ pub struct TaskContext {
     summaries: SummaryStore,
     tools: ToolStore,
     planning: Option<PlanningStore>,
+    calls: CallLog,
     transport: Transport,
     usage: UsageMeter,
 }
@@ -116,6 +120,7 @@ impl TaskContext {
             summaries: SummaryStore::new(&dir),
             tools: ToolStore::open(&dir, config.tools.max_tool_output_tokens)?,
             planning: PlanningStore::existing(&dir),
+            calls: CallLog::new(&dir),
             transport: Transport::new(config.transport_config()?),
             usage: UsageMeter::open(layout, &uuid)?,
             db,
@@ -163,6 +168,11 @@ impl TaskContext {
     /// The planning history, when the task has one.
     pub fn planning(&self) -> Option<&PlanningStore> {
         self.planning.as_ref()
+    }
+
+    /// The record of the task's LLM calls and compressions (llm_calls.jsonl).
+    pub fn calls(&self) -> &CallLog {
+        &self.calls
     }
 
     /// The LLM transport.

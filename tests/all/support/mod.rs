@@ -21,6 +21,7 @@
 //! ```
 
 pub mod anthropic_api;
+pub mod dashboard;
 pub mod fake_llm;
 pub mod task;
 

@@ -1,0 +1,88 @@
+//! `ctxhost serve`: parse the flags, apply the bind policy, start the web dashboard
+//! ([`crate::web`]) and print where it listens.
+
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::{Env, usage};
+use crate::web::{self, ServeOptions, security};
+
+/// The address `serve` listens on by default.
+pub const DEFAULT_BIND: &str = "127.0.0.1:7878";
+
+/// `ctxhost serve` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on, `IP:PORT` (port 0: any free port). Anything but a loopback
+    /// address needs --token-env.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_BIND)]
+    pub bind: String,
+    /// Name of the environment variable that holds the access token (at least 16
+    /// characters). Required for a non-loopback --bind; with it, every request must present
+    /// the token (login form, `?token=`, or `Authorization: Bearer`).
+    #[arg(long, value_name = "NAME")]
+    pub token_env: Option<String>,
+}
+
+fn resolve(bind: &str) -> anyhow::Result<SocketAddr> {
+    if let Ok(a) = bind.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    // `localhost:PORT` and other names: the first address they resolve to.
+    bind.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            usage(format!(
+                "--bind {bind}: not an address (expected IP:PORT, e.g. {DEFAULT_BIND})"
+            ))
+        })
+}
+
+pub(super) fn run(env: &Env, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    env.require_tree()?;
+    // Opened once first: an old schema is upgraded (and a newer one refused) before serving.
+    crate::db::Db::open(env.layout.root())?;
+    let bind = resolve(&args.bind)?;
+    let token = security::check_bind(bind, args.token_env.as_deref(), |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(|e| usage(e.to_string()))?;
+    // The LLM API key is never written to contexts/; should a provider have echoed it into a
+    // file anyway, the dashboard does not show it.
+    let secrets = env
+        .config
+        .api_key_env()
+        .and_then(|n| std::env::var(n).ok())
+        .into_iter()
+        .collect();
+    let server = web::bind(ServeOptions {
+        bind,
+        token: token.clone(),
+        layout: env.layout.clone(),
+        secrets,
+    })?;
+    let addr = server.local_addr()?;
+    let host = if addr.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else if addr.is_ipv6() {
+        format!("[{}]", addr.ip())
+    } else {
+        addr.ip().to_string()
+    };
+    println!(
+        "ctxhost dashboard: http://{host}:{}/ (contexts {}){}",
+        addr.port(),
+        env.layout.root().display(),
+        match &args.token_env {
+            Some(name) => format!("; access token: the value of ${name}"),
+            None => String::new(),
+        }
+    );
+    let _ = std::io::stdout().flush();
+    server.run()?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,189 @@
+//! [`CallLog`]: the task's `llm_calls.jsonl`, one line per LLM call (of the agent loop, or of
+//! a compressor) and per compression
+//! (`ctxhost_format::CallLogLine`), so the context's size at every call can be shown without
+//! replaying the history (the web dashboard's chart reads it).
+//!
+//! Appended as whole lines ([`crate::layout::append_line`]); a failure to write it is logged
+//! and never fails the task (it is a record for people, not state the task needs). A torn last
+//! line after a crash is skipped by readers.
+
+use std::path::{Path, PathBuf};
+
+use ctxhost_format::files::LLM_CALLS;
+use ctxhost_format::{CallLogLine, CallStatus, CompressionLine, LlmCallLine, SummaryCallLine};
+
+use crate::runtime::Usage;
+
+/// What is known about one LLM call of the agent loop when it ends.
+#[derive(Debug, Clone)]
+pub struct CallRecord<'a> {
+    /// The task's step number (1-based, continuing after a resume).
+    pub step: u32,
+    /// Estimated tokens of current.jsonl sent with the call.
+    pub context_tokens: u64,
+    /// `llm.context_length`.
+    pub context_length: u64,
+    /// `context_length × compression_threshold`, when a compressor is configured.
+    pub threshold_tokens: Option<u64>,
+    /// Size of request.json, bytes (0 when it was not written).
+    pub request_bytes: u64,
+    /// Wall time of the exchange, milliseconds.
+    pub duration_ms: u64,
+    /// Provider usage, when reported.
+    pub usage: Option<Usage>,
+    /// `None` for a call that succeeded; the error text otherwise.
+    pub error: Option<&'a str>,
+}
+
+/// The task's `llm_calls.jsonl` (the host is its only writer).
+#[derive(Debug, Clone)]
+pub struct CallLog {
+    path: PathBuf,
+}
+
+impl CallLog {
+    /// The log of the task in `task_dir` (created by the first line).
+    pub fn new(task_dir: &Path) -> CallLog {
+        CallLog {
+            path: task_dir.join(LLM_CALLS),
+        }
+    }
+
+    /// Path of llm_calls.jsonl.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append the line of one agent-loop call, at `timestamp` (RFC 3339).
+    pub fn record_call(&self, call: &CallRecord<'_>, timestamp: &str) {
+        self.append(&CallLogLine::Call(LlmCallLine {
+            n: u64::from(call.step),
+            timestamp: timestamp.to_string(),
+            context_tokens: call.context_tokens,
+            context_length: call.context_length,
+            threshold_tokens: call.threshold_tokens,
+            request_bytes: call.request_bytes,
+            duration_ms: call.duration_ms,
+            status: status_of(call.error),
+            prompt_tokens: call.usage.map(|u| u.prompt_tokens),
+            completion_tokens: call.usage.map(|u| u.completion_tokens),
+            total_tokens: call.usage.map(|u| u.total_tokens),
+            cache_read_tokens: call.usage.map(|u| u.cache_read_tokens).filter(|n| *n > 0),
+            error: call.error.map(str::to_string),
+        }));
+    }
+
+    /// Append the line of one compressor request (`input_tokens`: estimate of what it sent;
+    /// `request_bytes` of its request body; `duration_ms` of the exchange).
+    pub fn record_summary_call(
+        &self,
+        input_tokens: u64,
+        request_bytes: u64,
+        duration_ms: u64,
+        usage: Option<Usage>,
+        error: Option<&str>,
+        timestamp: &str,
+    ) {
+        self.append(&CallLogLine::SummaryCall(SummaryCallLine {
+            timestamp: timestamp.to_string(),
+            input_tokens,
+            request_bytes,
+            duration_ms,
+            status: status_of(error),
+            prompt_tokens: usage.map(|u| u.prompt_tokens),
+            completion_tokens: usage.map(|u| u.completion_tokens),
+            total_tokens: usage.map(|u| u.total_tokens),
+            error: error.map(str::to_string),
+        }));
+    }
+
+    /// Append the line of one compression (the context's tokens before and after, the
+    /// summary's id if the strategy made one).
+    pub fn record_compression(
+        &self,
+        before_tokens: u64,
+        after_tokens: u64,
+        summary_id: Option<u64>,
+        timestamp: &str,
+    ) {
+        self.append(&CallLogLine::Compression(CompressionLine {
+            timestamp: timestamp.to_string(),
+            before_tokens,
+            after_tokens,
+            summary_id,
+        }));
+    }
+
+    fn append(&self, line: &CallLogLine) {
+        let result = serde_json::to_string(line)
+            .map_err(anyhow::Error::from)
+            .and_then(|text| crate::layout::append_line(&self.path, &text));
+        if let Err(e) = result {
+            tracing::warn!("{}: cannot record the LLM call: {e:#}", self.path.display());
+        }
+    }
+}
+
+fn status_of(error: Option<&str>) -> CallStatus {
+    if error.is_some() {
+        CallStatus::Error
+    } else {
+        CallStatus::Ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_and_compressions_are_appended_as_tagged_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = CallLog::new(dir.path());
+        log.record_call(
+            &CallRecord {
+                step: 1,
+                context_tokens: 900,
+                context_length: 1000,
+                threshold_tokens: Some(700),
+                request_bytes: 4000,
+                duration_ms: 12,
+                usage: Some(Usage {
+                    prompt_tokens: 800,
+                    completion_tokens: 20,
+                    total_tokens: 820,
+                    ..Default::default()
+                }),
+                error: None,
+            },
+            "t1",
+        );
+        log.record_summary_call(600, 2500, 40, None, Some("boom"), "t2");
+        log.record_compression(900, 300, Some(1), "t3");
+        let text = std::fs::read_to_string(log.path()).unwrap();
+        let lines: Vec<CallLogLine> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3);
+        let CallLogLine::SummaryCall(s) = &lines[1] else {
+            panic!("{lines:?}")
+        };
+        assert_eq!((s.input_tokens, s.status), (600, CallStatus::Error));
+        let CallLogLine::Call(c) = &lines[0] else {
+            panic!("{lines:?}")
+        };
+        assert_eq!(
+            (c.n, c.context_tokens, c.threshold_tokens, c.total_tokens),
+            (1, 900, Some(700), Some(820))
+        );
+        assert_eq!(c.status, CallStatus::Ok);
+        let CallLogLine::Compression(k) = &lines[2] else {
+            panic!("{lines:?}")
+        };
+        assert_eq!(
+            (k.before_tokens, k.after_tokens, k.summary_id),
+            (900, 300, Some(1))
+        );
+    }
+}

@@ -1,0 +1,61 @@
+// ctxhost dashboard: live updates and confirmations. No framework, no build step.
+// Pages whose <body> has class "live" listen to /events (server-sent events); on each change
+// they fetch the same URL again and swap every element marked data-live="…" for the fresh one.
+// Everything swapped in was rendered (and escaped) by the server; no script runs from it.
+(function () {
+  "use strict";
+
+  function confirmForms() {
+    document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+      if (form.dataset.bound) return;
+      form.dataset.bound = "1";
+      form.addEventListener("submit", function (ev) {
+        if (!window.confirm(form.dataset.confirm)) ev.preventDefault();
+      });
+    });
+  }
+
+  var refreshing = false;
+  var again = false;
+
+  function refresh() {
+    if (refreshing) { again = true; return; }
+    refreshing = true;
+    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Live-Refresh": "1" } })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (html === null) return;
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        document.querySelectorAll("[data-live]").forEach(function (old) {
+          // Leave a region alone while the user types in it.
+          if (old.contains(document.activeElement) && document.activeElement.tagName === "INPUT") return;
+          var repl = fresh.querySelector('[data-live="' + old.dataset.live + '"]');
+          if (repl) old.replaceWith(document.importNode(repl, true));
+        });
+        confirmForms();
+        document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
+      })
+      .catch(function () {})
+      .finally(function () {
+        refreshing = false;
+        if (again) { again = false; setTimeout(refresh, 300); }
+      });
+  }
+
+  function listen() {
+    var state = document.getElementById("live-state");
+    if (!document.body.classList.contains("live") || !window.EventSource) {
+      if (state) state.hidden = true;
+      return;
+    }
+    var es = new EventSource("/events");
+    es.addEventListener("hello", function () { if (state) state.className = "live-state on"; });
+    es.addEventListener("change", refresh);
+    es.onerror = function () { if (state) state.className = "live-state off"; };
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    confirmForms();
+    listen();
+  });
+})();

@@ -1,0 +1,85 @@
+//! Live updates: one watcher per server notices every commit to tasks.db (SQLite's
+//! `PRAGMA data_version`, polled every [`POLL`] on a read-only connection) and
+//! `GET /events` streams them to browsers as server-sent events (`event: change`,
+//! `data: <version>`). The page's script then reloads the parts of the page marked live.
+//! Costs one cheap pragma per interval, whatever the number of browsers.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::stream::{self, Stream, StreamExt};
+
+use super::AppState;
+use super::queries::ReadOnlyDb;
+use crate::layout::Layout;
+
+/// How often the watcher looks at the database.
+pub const POLL: Duration = Duration::from_millis(500);
+
+/// Start the watcher thread for `layout`'s tasks.db; the receiver sees its `data_version`.
+pub fn watch(layout: &Layout) -> anyhow::Result<tokio::sync::watch::Receiver<i64>> {
+    let db = ReadOnlyDb::open(layout.root())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", layout.db_path().display()))?;
+    let first = db
+        .data_version()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", layout.db_path().display()))?;
+    let (tx, rx) = tokio::sync::watch::channel(first);
+    let path = layout.db_path();
+    std::thread::Builder::new()
+        .name("ctxhost-serve-watch".into())
+        .spawn(move || {
+            let mut last = first;
+            let mut warned = false;
+            loop {
+                std::thread::sleep(POLL);
+                match db.data_version() {
+                    Ok(v) if v != last => {
+                        last = v;
+                        if tx.send(v).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) if !warned => {
+                        warned = true;
+                        tracing::warn!("{}: cannot watch for changes: {e}", path.display());
+                    }
+                    Err(_) => {}
+                }
+            }
+        })?;
+    Ok(rx)
+}
+
+/// `GET /events`: a `hello` event at once, then a `change` event after every commit, until
+/// the server shuts down; a comment every 15 s keeps the connection open.
+pub async fn stream(
+    State(state): State<AppState>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let mut changes = state.changes.clone();
+    let version = *changes.borrow_and_update();
+    let hello = Event::default()
+        .event("hello")
+        .data(version.to_string())
+        .retry(Duration::from_secs(2));
+    let updates = stream::unfold(
+        (changes, state.shutdown.clone()),
+        |(mut changes, mut shutdown)| async move {
+            if *shutdown.borrow() {
+                return None;
+            }
+            tokio::select! {
+                r = changes.changed() => {
+                    r.ok()?;
+                    let v = *changes.borrow_and_update();
+                    Some((Ok(Event::default().event("change").data(v.to_string())), (changes, shutdown)))
+                }
+                _ = shutdown.changed() => None,
+            }
+        },
+    );
+    Sse::new(stream::once(async move { Ok(hello) }).chain(updates))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}

@@ -1,0 +1,321 @@
+//! The only way the dashboard opens a task's files: a closed list of names inside
+//! `contexts/{running,paused,completed}/{uuid}/`, opened one path component at a time with
+//! `openat(O_NOFOLLOW)`, so no URL reaches a file outside the task directory.
+//!
+//! - the UUID is canonical ([`crate::layout::parse_uuid`]), the file a [`TaskFile`] (fixed
+//!   names, `tool-results/{seq}.txt` with a number, `planning/{name}.jsonl` with a plain
+//!   name): `..`, `/`, encoded slashes and any other name never match;
+//! - a symlink anywhere below the state folder (the task directory, `tool-results/`,
+//!   `planning/`, the file) is refused (`ELOOP`), whatever it points to, as is anything that is
+//!   not a regular file (a FIFO is opened non-blocking and refused);
+//! - refused and missing files look the same to the caller (`None`): the web answer is 404.
+
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+use ctxhost_format::files;
+use rustix::fs::{Mode, OFlags};
+
+use crate::layout::{DirState, Layout};
+
+/// A file of a task directory the dashboard may show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskFile {
+    /// `metadata.json`
+    Metadata,
+    /// `messages.jsonl`
+    Messages,
+    /// `current.jsonl`
+    Current,
+    /// `summaries.jsonl`
+    Summaries,
+    /// `tools.jsonl`
+    Tools,
+    /// `tools.json` (the tool definitions offered to the model)
+    ToolDefinitions,
+    /// `task_state.json`
+    TaskState,
+    /// `request.json` (kept by a failed LLM call)
+    Request,
+    /// `response.json` (kept by a failed LLM call)
+    Response,
+    /// `llm_calls.jsonl`
+    CallLog,
+    /// `tool-results/{seq}.txt`: the full output of a tool call that was cut for the context.
+    ToolResult(u64),
+    /// `planning/{name}`: a planning history file (`*.jsonl`, plain name).
+    Planning(String),
+}
+
+/// Names of the top-level files, as they appear in URLs (`/tasks/{uuid}/files/{name}`).
+const TOP_LEVEL: &[(&str, TaskFile)] = &[
+    (files::METADATA, TaskFile::Metadata),
+    (files::MESSAGES, TaskFile::Messages),
+    (files::CURRENT, TaskFile::Current),
+    (files::SUMMARIES, TaskFile::Summaries),
+    (files::TOOLS, TaskFile::Tools),
+    (files::TOOL_DEFINITIONS, TaskFile::ToolDefinitions),
+    (files::TASK_STATE, TaskFile::TaskState),
+    (files::REQUEST, TaskFile::Request),
+    (files::RESPONSE, TaskFile::Response),
+    (files::LLM_CALLS, TaskFile::CallLog),
+];
+
+/// Folder of spilled tool outputs.
+pub const TOOL_RESULTS_DIR: &str = files::TOOL_RESULTS_DIR;
+/// Folder of the planning history.
+pub const PLANNING_DIR: &str = files::PLANNING_DIR;
+
+impl TaskFile {
+    /// The top-level file called `name`, if it is one the dashboard shows.
+    pub fn top_level(name: &str) -> Option<TaskFile> {
+        TOP_LEVEL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, f)| f.clone())
+    }
+
+    /// `planning/{name}` when `name` is a plain `*.jsonl` file name: ASCII letters, digits,
+    /// `-`, `_` and `.`, not starting with `.`, at most 128 bytes.
+    pub fn planning(name: &str) -> Option<TaskFile> {
+        is_plain_name(name)
+            .then(|| name.ends_with(".jsonl"))
+            .filter(|ok| *ok)
+            .map(|_| TaskFile::Planning(name.to_string()))
+    }
+
+    /// `(folder, file name)` inside the task directory.
+    fn parts(&self) -> (Option<&'static str>, String) {
+        match self {
+            TaskFile::ToolResult(seq) => (Some(TOOL_RESULTS_DIR), format!("{seq}.txt")),
+            TaskFile::Planning(name) => (Some(PLANNING_DIR), name.clone()),
+            other => (
+                None,
+                TOP_LEVEL
+                    .iter()
+                    .find(|(_, f)| f == other)
+                    .map(|(n, _)| n.to_string())
+                    .unwrap_or_default(),
+            ),
+        }
+    }
+
+    /// The path relative to the task directory, for display.
+    pub fn relative_path(&self) -> String {
+        match self.parts() {
+            (Some(dir), name) => format!("{dir}/{name}"),
+            (None, name) => name,
+        }
+    }
+}
+
+/// A plain file name: `[A-Za-z0-9._-]{1,128}`, not starting with `.`.
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// An opened task directory (held as a file descriptor, so later opens cannot be redirected).
+#[derive(Debug)]
+pub struct TaskDir {
+    fd: OwnedFd,
+    /// Where it is.
+    pub state: DirState,
+    /// Its path, for display.
+    pub path: PathBuf,
+}
+
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+/// Open the directory of `uuid` (canonical) in whichever state folder holds it. `None` when
+/// there is none, or it is a symlink or not a directory.
+pub fn open_task_dir(layout: &Layout, uuid: &str) -> Option<TaskDir> {
+    debug_assert!(crate::layout::parse_uuid(uuid).is_ok_and(|u| u == uuid));
+    for state in DirState::ALL {
+        // The state folders are the operator's (they may be symlinks); everything below is not.
+        let Ok(parent) = rustix::fs::open(
+            layout.state_dir(state),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        if let Ok(fd) = rustix::fs::openat(&parent, uuid, dir_flags(), Mode::empty()) {
+            return Some(TaskDir {
+                fd,
+                state,
+                path: layout.task_dir(state, uuid),
+            });
+        }
+    }
+    None
+}
+
+impl TaskDir {
+    /// Open `file` for reading. `None` when it is missing, a symlink (at any level), or not a
+    /// regular file.
+    pub fn open(&self, file: &TaskFile) -> Option<File> {
+        let (folder, name) = file.parts();
+        if name.is_empty() {
+            return None;
+        }
+        let sub;
+        let dir = match folder {
+            Some(folder) => {
+                sub = rustix::fs::openat(&self.fd, folder, dir_flags(), Mode::empty()).ok()?;
+                &sub
+            }
+            None => &self.fd,
+        };
+        let fd = rustix::fs::openat(
+            dir,
+            name.as_str(),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let f = File::from(fd);
+        f.metadata().ok().filter(|m| m.is_file())?;
+        Some(f)
+    }
+
+    /// Whether `file` exists as a regular file (same rules as [`TaskDir::open`]).
+    pub fn has(&self, file: &TaskFile) -> bool {
+        self.open(file).is_some()
+    }
+
+    /// The planning history files (`planning/*.jsonl`, regular files with plain names), sorted.
+    pub fn planning_files(&self) -> Vec<String> {
+        let Ok(fd) = rustix::fs::openat(&self.fd, PLANNING_DIR, dir_flags(), Mode::empty()) else {
+            return Vec::new();
+        };
+        let Ok(dir) = rustix::fs::Dir::read_from(&fd) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = dir
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type() == rustix::fs::FileType::RegularFile)
+            .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))
+            .filter(|n| TaskFile::planning(n).is_some())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    const UUID: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+
+    fn tree() -> (tempfile::TempDir, Layout, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("contexts"));
+        layout.ensure().unwrap();
+        let task = layout.task_dir(DirState::Completed, UUID);
+        std::fs::create_dir(&task).unwrap();
+        (dir, layout, task)
+    }
+
+    #[test]
+    fn names_outside_the_list_are_not_files() {
+        for bad in [
+            "..",
+            "../tasks.db",
+            "a/b",
+            ".hidden",
+            "x.txt",
+            "messages.jsonl/",
+            "",
+        ] {
+            assert_eq!(TaskFile::top_level(bad), None, "{bad}");
+        }
+        for bad in [
+            "..",
+            "../x.jsonl",
+            ".x.jsonl",
+            "a/b.jsonl",
+            "plan.json",
+            "é.jsonl",
+        ] {
+            assert_eq!(TaskFile::planning(bad), None, "{bad}");
+        }
+        assert_eq!(
+            TaskFile::planning("plan-1.jsonl"),
+            Some(TaskFile::Planning("plan-1.jsonl".into()))
+        );
+        assert_eq!(TaskFile::top_level("request.json"), Some(TaskFile::Request));
+        assert_eq!(
+            TaskFile::ToolResult(7).relative_path(),
+            "tool-results/7.txt"
+        );
+    }
+
+    #[test]
+    fn regular_files_open_and_symlinks_do_not() {
+        let (tmp, layout, task) = tree();
+        std::fs::write(task.join("messages.jsonl"), "{}\n").unwrap();
+        let outside = tmp.path().join("secret.txt");
+        std::fs::write(&outside, "secret").unwrap();
+        symlink(&outside, task.join("request.json")).unwrap();
+        symlink("messages.jsonl", task.join("current.jsonl")).unwrap();
+        std::fs::create_dir(task.join("tool-results")).unwrap();
+        std::fs::write(task.join("tool-results/1.txt"), "full").unwrap();
+        symlink(&outside, task.join("tool-results/2.txt")).unwrap();
+        symlink(tmp.path(), task.join("planning")).unwrap();
+
+        let dir = open_task_dir(&layout, UUID).unwrap();
+        assert_eq!(dir.state, DirState::Completed);
+        assert!(dir.open(&TaskFile::Messages).is_some());
+        assert!(dir.open(&TaskFile::Request).is_none(), "symlink out");
+        assert!(dir.open(&TaskFile::Current).is_none(), "symlink in");
+        assert!(dir.open(&TaskFile::ToolResult(1)).is_some());
+        assert!(dir.open(&TaskFile::ToolResult(2)).is_none());
+        assert!(dir.open(&TaskFile::ToolResult(3)).is_none());
+        assert!(dir.planning_files().is_empty(), "planning/ is a symlink");
+        assert!(dir.open(&TaskFile::Planning("secret.txt".into())).is_none());
+    }
+
+    #[test]
+    fn a_symlinked_task_directory_and_fifos_are_refused() {
+        let (tmp, layout, task) = tree();
+        std::fs::remove_dir(&task).unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("messages.jsonl"), "{}\n").unwrap();
+        symlink(&elsewhere, &task).unwrap();
+        assert!(open_task_dir(&layout, UUID).is_none());
+
+        std::fs::remove_file(&task).unwrap();
+        std::fs::create_dir(&task).unwrap();
+        let fifo = std::ffi::CString::new(task.join("messages.jsonl").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let dir = open_task_dir(&layout, UUID).unwrap();
+        assert!(
+            dir.open(&TaskFile::Messages).is_none(),
+            "a FIFO is not a file"
+        );
+    }
+
+    #[test]
+    fn planning_files_are_listed_by_plain_name() {
+        let (_tmp, layout, task) = tree();
+        std::fs::create_dir(task.join("planning")).unwrap();
+        for n in ["b.jsonl", "a.jsonl", ".x.jsonl", "notes.txt"] {
+            std::fs::write(task.join("planning").join(n), "{}\n").unwrap();
+        }
+        std::fs::create_dir(task.join("planning/dir.jsonl")).unwrap();
+        let dir = open_task_dir(&layout, UUID).unwrap();
+        assert_eq!(dir.planning_files(), ["a.jsonl", "b.jsonl"]);
+    }
+}

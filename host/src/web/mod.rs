@@ -1,0 +1,182 @@
+//! `ctxhost serve`: the web dashboard over `contexts/` and `tasks.db` — watch, inspect and
+//! steer tasks in a browser. Everything it serves is built into the binary (templates compiled
+//! by askama, CSS and JS embedded); it needs no network.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /tasks` | task list: status filter, search, sort, paging, counts by status (live) |
+//! | `GET /tasks/{uuid}` | task page: row, metadata, context chart, and one of the views `messages`, `context`, `summaries`, `tools`, `calls`, `planning`, paged by byte offsets |
+//! | `GET /tasks/{uuid}/messages/{offset}` | one message of messages.jsonl in full |
+//! | `GET /tasks/{uuid}/files/{name}` | a task file (request.json, response.json, …) in windows of bytes |
+//! | `GET /tasks/{uuid}/tool-results/{seq}` | a tool call's full (spilled) output |
+//! | `POST /tasks/{uuid}/{pause,resume,stop}` | actions (CSRF token required) |
+//! | `GET /stats` | the `stats` figures and charts |
+//! | `GET /events` | server-sent events: `change` whenever tasks.db changes |
+//! | `GET /static/…` | the embedded CSS and JS |
+//!
+//! Modules: `security` (bind policy, token, CSRF, headers, redaction), `files` (the only
+//! way task files are opened), `pager` (JSONL pages by byte offset), `queries` (read-only
+//! SQL), `call_series` (the context chart's data, read incrementally and cached), `charts`
+//! (SVG geometry), `pages` (page handlers), `task_page` (what the task page shows), `actions`
+//! (POST handlers), `events` (change notifications), `assets` (embedded CSS/JS).
+
+mod actions;
+mod assets;
+mod call_series;
+mod charts;
+mod events;
+mod files;
+mod pager;
+mod pages;
+mod queries;
+pub(crate) mod security;
+mod task_page;
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::Router;
+use axum::routing::{get, post};
+
+use crate::layout::Layout;
+use security::{Keys, Redactor};
+
+/// What `ctxhost serve` was asked for.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address to listen on (port 0: any free port).
+    pub bind: SocketAddr,
+    /// The access token (required for a non-loopback `bind`; see `web::security::check_bind`).
+    pub token: Option<String>,
+    /// The contexts/ tree (must exist, with tasks.db).
+    pub layout: Layout,
+    /// Secret values never to show (the token is added).
+    pub secrets: Vec<String>,
+}
+
+/// Shared by every request.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub layout: Layout,
+    pub keys: Arc<Keys>,
+    pub redactor: Arc<Redactor>,
+    /// Change notifications (the value is tasks.db's `data_version`).
+    pub changes: tokio::sync::watch::Receiver<i64>,
+    /// Becomes true when the server shuts down (ends the event streams).
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The context charts' data of recently viewed tasks.
+    pub charts: Arc<call_series::ChartCache>,
+}
+
+/// The routes, with the security guard in front of all of them.
+pub(crate) fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(pages::home))
+        .route("/tasks", get(pages::tasks))
+        .route("/tasks/{uuid}", get(pages::task))
+        .route("/tasks/{uuid}/messages/{offset}", get(pages::message))
+        .route("/tasks/{uuid}/files/{name}", get(pages::file))
+        .route("/tasks/{uuid}/tool-results/{seq}", get(pages::tool_result))
+        .route("/tasks/{uuid}/pause", post(actions::pause))
+        .route("/tasks/{uuid}/resume", post(actions::resume))
+        .route("/tasks/{uuid}/stop", post(actions::stop))
+        .route("/stats", get(pages::stats))
+        .route("/login", post(actions::login))
+        .route("/events", get(events::stream))
+        .route("/static/{name}", get(assets::serve))
+        .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            security::guard,
+        ))
+        .with_state(state)
+}
+
+/// A bound, not yet running dashboard server.
+pub struct Server {
+    listener: TcpListener,
+    options: ServeOptions,
+}
+
+/// Bind `options.bind` (the bind policy, `web::security::check_bind`, must have been applied).
+pub fn bind(options: ServeOptions) -> anyhow::Result<Server> {
+    let listener = TcpListener::bind(options.bind)
+        .with_context(|| format!("cannot listen on {}", options.bind))?;
+    listener
+        .set_nonblocking(true)
+        .context("cannot make the listening socket non-blocking")?;
+    Ok(Server { listener, options })
+}
+
+impl Server {
+    /// The address it listens on (the real port when 0 was asked for).
+    pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
+        self.listener
+            .local_addr()
+            .context("cannot read the listening address")
+    }
+
+    /// Serve until Ctrl-C or SIGTERM, on a small tokio runtime of its own (2 workers; file and
+    /// database reads run on at most 8 blocking threads).
+    pub fn run(self) -> anyhow::Result<()> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(8)
+            .thread_name("ctxhost-serve")
+            .enable_all()
+            .build()
+            .context("cannot start the server's runtime")?;
+        runtime.block_on(self.serve())
+    }
+
+    async fn serve(self) -> anyhow::Result<()> {
+        let ServeOptions {
+            token,
+            layout,
+            mut secrets,
+            ..
+        } = self.options;
+        secrets.extend(token.clone());
+        let keys = Keys::new(token).context("cannot get random bytes from the OS")?;
+        let changes = events::watch(&layout)?;
+        let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
+        let state = AppState {
+            layout,
+            keys: Arc::new(keys),
+            redactor: Arc::new(Redactor::new(secrets)),
+            changes,
+            shutdown,
+            charts: Arc::default(),
+        };
+        let listener = tokio::net::TcpListener::from_std(self.listener)
+            .context("cannot hand the socket to the runtime")?;
+        axum::serve(listener, router(state))
+            .with_graceful_shutdown(async move {
+                shutdown_signal().await;
+                tracing::info!("shutting down");
+                let _ = shutdown_tx.send(true);
+            })
+            .await
+            .context("the server failed")
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
