@@ -3,16 +3,17 @@
 //! conversions.
 //! Compiled into each request-format crate with
 //! `#[path = "../../shared/request_common.rs"] mod common;`, next to
-//! `shared/plugin_error.rs` (as `mod plugin_error`); it uses that crate's bindings, which are
-//! the same for every `request-format-plugin` component.
+//! `shared/plugin_error.rs` (as `mod plugin_error`) and `shared/wasi_output.rs` (as
+//! `mod wasi_output`); it uses that crate's bindings, which are the same for every
+//! `request-format-plugin` component.
 
 use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter, Write};
+use std::io::{self, Write};
 
 use ctxhost_format::ChatMessage;
 use ctxhost_format::body::{self, MAX_RESPONSE_BYTES};
-use ctxhost_format::stream::{ArrayError, CountingWriter, write_chat_array};
-use serde::Serialize;
+use ctxhost_format::shape::MessageShape;
+use ctxhost_format::stream::{ArrayError, CountingWriter, copy_chat_array};
 use serde_json::Value;
 
 use crate::ctxhost::plugin::types::{
@@ -20,19 +21,25 @@ use crate::ctxhost::plugin::types::{
 };
 use crate::exports::ctxhost::plugin::request_format::{RequestConfig, RequestInfo};
 use crate::plugin_error::io_error;
+use crate::wasi_output::FileWriter;
+
+/// Bytes written to the request file per WASI call (`descriptor.write`, run on the calling
+/// thread; `shared/wasi_output.rs`).
+const WRITE_BUFFER_BYTES: usize = 256 * 1024;
 
 /// Writes the request body for `config` to `config.request_file`:
-/// `{"model":<model>,"messages":[<convert(m)>,...]<tail>}`, where `tail` writes the
-/// provider's remaining fields (each starting with `,`) given the validated tools, if any.
-/// Returns the request info with `endpoint_path`.
+/// `{"model":<model>,"messages":[<m>,...]<tail>}`, each `m` a messages line in `shape`
+/// (copied from the line's bytes: `ctxhost_format::stream::copy_chat_array`), where `tail`
+/// writes the provider's remaining fields (each starting with `,`) given the validated tools,
+/// if any. Returns the request info with `endpoint_path`.
 ///
 /// Errors: `invalid-input` for a messages line that is not a chat message (file:line), a
 /// messages file without messages, a bad tools file or temperature; `io`. On error the
 /// request file is removed.
-pub fn write_request<T: Serialize>(
+pub fn write_request(
     config: &RequestConfig,
     endpoint_path: &str,
-    convert: impl FnMut(ChatMessage) -> T,
+    mut shape: impl MessageShape,
     tail: impl FnOnce(&mut dyn Write, Option<Vec<Value>>) -> io::Result<()>,
 ) -> Result<RequestInfo, PluginError> {
     if let Some(t) = config.temperature.filter(|t| !t.is_finite() || *t < 0.0) {
@@ -45,17 +52,10 @@ pub fn write_request<T: Serialize>(
     let messages =
         File::open(messages_file).map_err(|e| io_error(format!("opening {messages_file}"), e))?;
     let request_file = &config.request_file;
-    let out =
-        File::create(request_file).map_err(|e| io_error(format!("creating {request_file}"), e))?;
-    let mut out = CountingWriter::new(BufWriter::new(out));
-    let written = write_body(
-        &mut out,
-        config,
-        BufReader::new(messages),
-        convert,
-        tail,
-        tools,
-    );
+    let out = FileWriter::create(request_file, WRITE_BUFFER_BYTES)
+        .map_err(|e| io_error(format!("creating {request_file}"), e))?;
+    let mut out = CountingWriter::new(out);
+    let written = write_body(&mut out, config, messages, &mut shape, tail, tools);
     let written = written.and_then(|n| {
         out.flush()
             .map_err(|e| io_error(format!("writing {request_file}"), e))?;
@@ -75,11 +75,11 @@ pub fn write_request<T: Serialize>(
     }
 }
 
-fn write_body<T: Serialize>(
+fn write_body(
     out: &mut impl Write,
     config: &RequestConfig,
-    messages: impl io::BufRead,
-    convert: impl FnMut(ChatMessage) -> T,
+    messages: File,
+    shape: &mut impl MessageShape,
     tail: impl FnOnce(&mut dyn Write, Option<Vec<Value>>) -> io::Result<()>,
     tools: Option<Vec<Value>>,
 ) -> Result<u64, PluginError> {
@@ -88,7 +88,7 @@ fn write_body<T: Serialize>(
     serde_json::to_writer(&mut *out, &config.model).map_err(|e| write_err(e.into()))?;
     out.write_all(b",\"messages\":").map_err(write_err)?;
     let count =
-        write_chat_array(messages, &config.messages_file, out, convert).map_err(|e| match e {
+        copy_chat_array(messages, &config.messages_file, out, shape).map_err(|e| match e {
             ArrayError::Write(e) => write_err(e),
             ArrayError::Read(e) => e.into(),
         })?;

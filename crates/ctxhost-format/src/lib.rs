@@ -6,7 +6,9 @@
 //! - [`files`]: the names of the task directory's files, their owners and the temporaries.
 //! - [`lines`]: serde shapes of the JSONL lines; [`tokens`]: the token estimate.
 //! - [`jsonl`]: streaming, line-numbered JSONL reading.
-//! - [`stream`]: streaming a JSONL file of chat messages into a JSON array (request bodies).
+//! - [`stream`]: streaming a JSONL file of chat messages into a JSON array (request bodies);
+//!   [`raw`]: a chat message line validated without building a value; [`shape`]: each request
+//!   format's shape of a message in that array.
 //! - [`body`]: reading a provider's response body (size cap, readable parse errors);
 //!   [`reply`]: the assistant message of a reply (provider tool calls, unique ids).
 //! - [`compress`]: the pure rules of context compression (cut point, summary and mask markers,
@@ -23,7 +25,9 @@ pub mod files;
 pub mod jsonl;
 pub mod lines;
 pub mod prompted;
+pub mod raw;
 pub mod reply;
+pub mod shape;
 pub mod stream;
 pub mod summary_id;
 pub mod time;

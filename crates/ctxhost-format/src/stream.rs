@@ -1,13 +1,21 @@
 //! Streaming a JSONL file of chat messages into a JSON array, one line in memory at a time:
 //! the core of a request format's `write-request`.
+//!
+//! - [`copy_chat_array`]: the fast path every builtin request format uses: lines read in large
+//!   blocks, validated without building a value, their bytes copied (and reshaped only where
+//!   the provider's shape differs, [`crate::shape`]);
+//! - [`write_chat_array`]: the reference: every line parsed into a [`ChatMessage`], converted,
+//!   re-serialised. Kept for tests, which check that both give the same request.
 
 use std::fmt;
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead, Read, Write};
 
 use serde::Serialize;
 
 use crate::ChatMessage;
-use crate::jsonl::{JsonlError, LineReader};
+use crate::jsonl::{BlockLineReader, JsonlError, LineReader};
+use crate::raw;
+use crate::shape::MessageShape;
 
 /// A writer that counts the bytes written through it.
 pub struct CountingWriter<W> {
@@ -64,9 +72,54 @@ impl fmt::Display for ArrayError {
 
 impl std::error::Error for ArrayError {}
 
-/// Writes `[m1,m2,...]` to `out`, where `m` is `convert(message)` serialised as JSON for each
-/// chat message line of `messages` (the file `file`; blank lines skipped). Returns the number
-/// of messages written.
+/// Writes `[m1,m2,...]` to `out`, where `m` is `shape`'s JSON of each chat message line of
+/// `messages` (the file `file`; blank lines skipped). Returns the number of messages written.
+///
+/// `messages` is read in blocks of [`crate::jsonl::BLOCK_BYTES`] (it needs no buffering of
+/// its own); `out` should be buffered (e.g. a 64 KiB `BufWriter`): each message is written in
+/// several small pieces. Each line is validated ([`raw::parse_line`]: UTF-8, JSON grammar,
+/// [`ChatMessage`]'s fields and types) before any of it is written, and the output is
+/// assembled from complete JSON values of the line, so it is valid JSON whatever the input
+/// holds. Accepts and refuses exactly the lines [`write_chat_array`] does, and the output
+/// parses to the same value.
+///
+/// Errors: [`ArrayError::Read`] naming the file and line of a line that is not a chat message
+/// (same text as [`write_chat_array`]), [`ArrayError::Write`].
+pub fn copy_chat_array<R, W, S>(
+    messages: R,
+    file: &str,
+    out: &mut W,
+    shape: &mut S,
+) -> Result<u64, ArrayError>
+where
+    R: Read,
+    W: Write,
+    S: MessageShape,
+{
+    let mut lines = BlockLineReader::new(messages, file);
+    out.write_all(b"[").map_err(ArrayError::Write)?;
+    let mut count = 0u64;
+    while let Some((line, bytes)) = lines.next_line().map_err(ArrayError::Read)? {
+        let message = raw::parse_line(bytes).map_err(|message| {
+            ArrayError::Read(JsonlError::Invalid {
+                file: file.to_string(),
+                line,
+                message,
+            })
+        })?;
+        if count > 0 {
+            out.write_all(b",").map_err(ArrayError::Write)?;
+        }
+        shape.write_raw(&message, out).map_err(ArrayError::Write)?;
+        count += 1;
+    }
+    out.write_all(b"]").map_err(ArrayError::Write)?;
+    Ok(count)
+}
+
+/// The reference of [`copy_chat_array`]: writes `[m1,m2,...]` to `out`, where `m` is
+/// `convert(message)` serialised as JSON for each chat message line of `messages` (the file
+/// `file`; blank lines skipped). Returns the number of messages written.
 ///
 /// Every line is parsed and re-serialised, so the output is valid JSON whatever the input
 /// holds. Errors: [`ArrayError::Read`] naming the file and line of a line that is not a chat
@@ -103,6 +156,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shape::openai::OpenAiShape;
 
     #[test]
     fn writes_a_json_array_without_empty_elements() {
@@ -134,6 +188,47 @@ mod tests {
         assert!(
             err.to_string()
                 .starts_with("current.jsonl line 2: not valid:"),
+            "{err}"
+        );
+        let fast = copy_chat_array(
+            input.as_bytes(),
+            "current.jsonl",
+            &mut Vec::new(),
+            &mut OpenAiShape,
+        )
+        .unwrap_err();
+        assert_eq!(fast.to_string(), err.to_string());
+    }
+
+    #[test]
+    fn copy_writes_the_lines_bytes() {
+        let input = "\n{\"role\":\"system\",\"content\":\"s\"}\r\n\n{\"role\":\"user\",\"content\":\"a \\\"q\\\"\\n\u{e9}\"}";
+        let mut out = Vec::new();
+        let n = copy_chat_array(input.as_bytes(), "c.jsonl", &mut out, &mut OpenAiShape).unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"a \\\"q\\\"\\n\u{e9}\"}]"
+        );
+    }
+
+    #[test]
+    fn copy_reports_bad_utf8_and_a_torn_last_line() {
+        let bad: &[u8] =
+            b"{\"role\":\"user\",\"content\":\"a\"}\n{\"role\":\"user\",\"content\":\"\xff\"}\n";
+        let err = copy_chat_array(bad, "c.jsonl", &mut Vec::new(), &mut OpenAiShape).unwrap_err();
+        assert_eq!(err.to_string(), "c.jsonl line 2: not valid UTF-8");
+        let torn = "{\"role\":\"user\",\"content\":\"a\"}\n\n{\"role\":\"user\",\"con";
+        let err = copy_chat_array(
+            torn.as_bytes(),
+            "c.jsonl",
+            &mut Vec::new(),
+            &mut OpenAiShape,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("c.jsonl line 3: not valid: EOF while parsing"),
             "{err}"
         );
     }

@@ -20,6 +20,10 @@ wit_bindgen::generate!({ world: "request-format-plugin", path: "../../wit" });
 mod common;
 #[path = "../../shared/plugin_error.rs"]
 mod plugin_error;
+// Used by shared/request_common.rs's body writer (unused here).
+#[allow(dead_code)]
+#[path = "../../shared/wasi_output.rs"]
+mod wasi_output;
 mod request;
 mod response;
 

@@ -13,6 +13,8 @@ wit_bindgen::generate!({ world: "request-format-plugin", path: "../../wit" });
 mod common;
 #[path = "../../shared/plugin_error.rs"]
 mod plugin_error;
+#[path = "../../shared/wasi_output.rs"]
+mod wasi_output;
 mod request;
 mod response;
 

@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use ctxhost_format::{ChatMessage, ToolCall};
+use ctxhost_format::shape::openai::OpenAiShape;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -13,43 +13,12 @@ use crate::exports::ctxhost::plugin::request_format::{RequestConfig, RequestInfo
 /// Where the request is posted, relative to the provider's base URL.
 pub const ENDPOINT_PATH: &str = "/v1/chat/completions";
 
-/// One element of `messages`, with only fields OpenAI accepts: `tool_calls` on assistant
-/// messages, `tool_call_id` and `name` (ctxhost's `tool_name`) on tool messages.
-#[derive(Serialize)]
-struct OpenAiMessage {
-    role: String,
-    /// `null` only for an assistant message that calls tools; `""` for other absent content.
-    content: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<Vec<ToolCall>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_call_id: Option<String>,
-}
-
-fn to_openai(m: ChatMessage) -> OpenAiMessage {
-    let assistant = m.role == "assistant";
-    let tool = m.role == "tool";
-    let tool_calls = m.tool_calls.filter(|c| assistant && !c.is_empty());
-    let content = match m.content {
-        None if tool_calls.is_none() => Some(String::new()),
-        content => content,
-    };
-    OpenAiMessage {
-        role: m.role,
-        content,
-        name: m.tool_name.filter(|_| tool),
-        tool_calls,
-        tool_call_id: m.tool_call_id.filter(|_| tool),
-    }
-}
-
 /// Writes `{"model","messages":[...],"stream":false,"max_tokens"?,"temperature"?,"tools"?}`
-/// (an empty tools array is left out: OpenAI rejects `"tools":[]`).
+/// (messages in OpenAI's shape, `ctxhost_format::shape::openai`; an empty tools array is left
+/// out: OpenAI rejects `"tools":[]`).
 pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError> {
     let (max_tokens, temperature) = (config.max_output_tokens, config.temperature);
-    common::write_request(config, ENDPOINT_PATH, to_openai, |out, tools| {
+    common::write_request(config, ENDPOINT_PATH, OpenAiShape, |out, tools| {
         out.write_all(b",\"stream\":false")?;
         if let Some(n) = max_tokens {
             write!(out, ",\"max_tokens\":{n}")?;
