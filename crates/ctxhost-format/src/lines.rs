@@ -158,6 +158,77 @@ impl HistoryLine {
     }
 }
 
+/// Encodes the lines one message adds to a task directory, each value serialised once:
+/// `history` gets its messages.jsonl line (a [`HistoryLine`] with `seq`, `timestamp`,
+/// `tokens` and `summary_id`), `current` its current.jsonl line (the [`ChatMessage`]), both
+/// ending in `\n` and byte for byte what `serde_json::to_string` of those types gives. Both
+/// buffers are cleared first (callers reuse them between messages).
+///
+/// The message store builds both lines of an `add-message` with this, escaping the content
+/// once instead of serialising two structs (and cloning the message into the first).
+pub fn encode_message_lines(
+    message: &ChatMessage,
+    seq: u64,
+    timestamp: &str,
+    tokens: u64,
+    summary_id: Option<u64>,
+    history: &mut Vec<u8>,
+    current: &mut Vec<u8>,
+) {
+    /// Appends `,"key":value` and returns where the value's JSON is in `out`.
+    fn put(out: &mut Vec<u8>, key: &str, value: &impl Serialize) -> std::ops::Range<usize> {
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(b"\":");
+        let start = out.len();
+        // Serialising strings, numbers and derived structs into a Vec cannot fail.
+        serde_json::to_writer(&mut *out, value).expect("JSON into a Vec");
+        start..out.len()
+    }
+    history.clear();
+    history.extend_from_slice(b"{\"seq\":");
+    history.extend_from_slice(seq.to_string().as_bytes());
+    let role = put(history, "role", &message.role);
+    let content = put(history, "content", &message.content);
+    put(history, "timestamp", &timestamp);
+    put(history, "tokens", &tokens);
+    let tool_name = message
+        .tool_name
+        .as_ref()
+        .map(|v| put(history, "tool_name", v));
+    let tool_calls = message
+        .tool_calls
+        .as_ref()
+        .map(|v| put(history, "tool_calls", v));
+    let tool_call_id = message
+        .tool_call_id
+        .as_ref()
+        .map(|v| put(history, "tool_call_id", v));
+    if let Some(id) = summary_id {
+        put(history, "summary_id", &id);
+    }
+    history.extend_from_slice(b"}\n");
+
+    current.clear();
+    current.extend_from_slice(b"{\"role\":");
+    current.extend_from_slice(&history[role]);
+    current.extend_from_slice(b",\"content\":");
+    current.extend_from_slice(&history[content]);
+    for (key, range) in [
+        ("tool_calls", tool_calls),
+        ("tool_call_id", tool_call_id),
+        ("tool_name", tool_name),
+    ] {
+        if let Some(range) = range {
+            current.extend_from_slice(b",\"");
+            current.extend_from_slice(key.as_bytes());
+            current.extend_from_slice(b"\":");
+            current.extend_from_slice(&history[range]);
+        }
+    }
+    current.extend_from_slice(b"}\n");
+}
+
 /// One line of `summaries.jsonl`:
 /// `{id, start_seq, end_seq, summary, original_tokens, summary_tokens, ratio, timestamp}`.
 ///
@@ -398,6 +469,56 @@ mod tests {
         };
         assert_eq!((call.n, call.status), (2, CallStatus::Error));
         assert_eq!(call.threshold_tokens, None);
+    }
+
+    #[test]
+    fn encoded_lines_are_what_serde_writes() {
+        let call = ToolCall::new("call_1", "read \"x\"", r#"{"path":"a\nb"}"#);
+        let messages = [
+            ChatMessage::text("user", "héllo \"q\" \\ \u{1b}[0m\n上下文 😀"),
+            ChatMessage::assistant_calls(vec![call.clone(), call.clone()]),
+            ChatMessage::tool_result(&call, ""),
+            ChatMessage {
+                role: "assistant".into(),
+                content: Some("both".into()),
+                tool_calls: Some(vec![]),
+                ..Default::default()
+            },
+        ];
+        let (mut history, mut current) = (Vec::new(), Vec::new());
+        for (i, m) in messages.iter().enumerate() {
+            for summary_id in [None, Some(3)] {
+                let seq = 7 + i as u64 * 1000;
+                encode_message_lines(
+                    m,
+                    seq,
+                    "2026-01-02T03:04:05.678Z",
+                    42,
+                    summary_id,
+                    &mut history,
+                    &mut current,
+                );
+                let line = HistoryLine {
+                    seq,
+                    role: m.role.clone(),
+                    content: m.content.clone(),
+                    timestamp: "2026-01-02T03:04:05.678Z".into(),
+                    tokens: 42,
+                    tool_name: m.tool_name.clone(),
+                    tool_calls: m.tool_calls.clone(),
+                    tool_call_id: m.tool_call_id.clone(),
+                    summary_id,
+                };
+                assert_eq!(
+                    String::from_utf8(history.clone()).unwrap(),
+                    serde_json::to_string(&line).unwrap() + "\n"
+                );
+                assert_eq!(
+                    String::from_utf8(current.clone()).unwrap(),
+                    serde_json::to_string(m).unwrap() + "\n"
+                );
+            }
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! The single writer of the task directory's `messages.jsonl` (full history, `HistoryLine`s
 //! with `seq` from 1, gap-free) and `current.jsonl` (the live context, one chat message per
 //! line), formats of DESIGN.md §2 (`ctxhost_format::lines`). Files are streamed a line at a
-//! time and opened in append mode per call, so guest memory stays flat whatever their size;
+//! time and kept open for appending between calls, so guest memory stays flat whatever their size;
 //! message/line counts and the token estimate are kept in a static between calls.
 //! The logic lives in [`store`]; this file only binds it to the WIT exports.
 
@@ -15,6 +15,8 @@ mod jsonl_files;
 #[path = "../../shared/plugin_error.rs"]
 mod plugin_error;
 mod store;
+#[path = "../../shared/wasi_output.rs"]
+mod wasi_output;
 
 use ctxhost::plugin::types::{ChatMessage, PluginError};
 use exports::ctxhost::plugin::message_store::{AddedMessage, Guest, StoreStats};

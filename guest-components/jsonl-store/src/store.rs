@@ -1,18 +1,25 @@
 //! The store's state and operations on `messages.jsonl` / `current.jsonl` (paths relative to
 //! the preopened task directory).
+//!
+//! Both files stay open for appending between calls (`shared/wasi_output.rs`: one WASI call per
+//! line of up to 4 KiB instead of open, write, close through std), which relies on the store
+//! being their only writer while it is open (DESIGN §5); they are reopened after `open` and
+//! after `recreate-current-context` replaces current.jsonl.
 
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Write};
 use std::sync::Mutex;
 
 use ctxhost_format::jsonl::for_each_line;
+use ctxhost_format::lines::encode_message_lines;
 use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
 
 use crate::ctxhost::plugin::log::{Level, log};
 use crate::ctxhost::plugin::types::PluginError;
 use crate::exports::ctxhost::plugin::message_store::{AddedMessage, StoreStats};
-use crate::jsonl_files::{append_json_line, open_if_exists};
+use crate::jsonl_files::open_if_exists;
 use crate::plugin_error::io_error;
+use crate::wasi_output::Appender;
 
 /// The full history, append-only.
 pub const MESSAGES: &str = ctxhost_format::files::MESSAGES;
@@ -33,6 +40,13 @@ pub struct Store {
     current_count: u64,
     /// Estimated tokens of current.jsonl.
     current_tokens: u64,
+    /// messages.jsonl, open for appending (opened by the first append after `open`).
+    history_file: Appender,
+    /// current.jsonl, open for appending (reopened after it is replaced).
+    current_file: Appender,
+    /// The lines being appended (buffers reused between calls).
+    history_line: Vec<u8>,
+    current_line: Vec<u8>,
 }
 
 static STORE: Mutex<Store> = Mutex::new(Store {
@@ -40,6 +54,10 @@ static STORE: Mutex<Store> = Mutex::new(Store {
     history_count: 0,
     current_count: 0,
     current_tokens: 0,
+    history_file: Appender::new(MESSAGES),
+    current_file: Appender::new(CURRENT),
+    history_line: Vec::new(),
+    current_line: Vec::new(),
 });
 
 /// Runs `f` on the component's store.
@@ -80,12 +98,12 @@ impl Store {
             Some(reader) => count_context(reader, CURRENT, |_| Ok(()))?,
             None => (0, 0),
         };
-        *self = Store {
-            opened: true,
-            history_count,
-            current_count,
-            current_tokens,
-        };
+        self.history_file.close();
+        self.current_file.close();
+        self.opened = true;
+        self.history_count = history_count;
+        self.current_count = current_count;
+        self.current_tokens = current_tokens;
         Ok(self.stats())
     }
 
@@ -99,7 +117,7 @@ impl Store {
         check_role(&message.role, "add-message")?;
         let tokens = estimate_message_tokens(&message);
         let added = self.append_history(&message, timestamp, tokens, None)?;
-        append_json_line(CURRENT, &message)?;
+        self.current_file.append(&self.current_line)?;
         self.current_count += 1;
         self.current_tokens += tokens;
         Ok(added)
@@ -136,6 +154,8 @@ impl Store {
         let reader = BufReader::new(
             File::open(source).map_err(|e| io_error(format!("opening {source}"), e))?,
         );
+        // Whatever happens below, current.jsonl is reopened by name on the next append.
+        self.current_file.close();
         let (count, tokens) = match write_context(reader, source) {
             Ok(counts) => counts,
             Err(e) => {
@@ -169,6 +189,8 @@ impl Store {
         }
     }
 
+    /// Appends `message`'s messages.jsonl line (next seq) and leaves its current.jsonl line
+    /// in `self.current_line` (both encoded at once: `encode_message_lines`).
     fn append_history(
         &mut self,
         message: &ChatMessage,
@@ -177,18 +199,16 @@ impl Store {
         summary_id: Option<u64>,
     ) -> Result<AddedMessage, PluginError> {
         let seq = self.history_count + 1;
-        let line = HistoryLine {
+        encode_message_lines(
+            message,
             seq,
-            role: message.role.clone(),
-            content: message.content.clone(),
-            timestamp: timestamp.to_string(),
+            timestamp,
             tokens,
-            tool_name: message.tool_name.clone(),
-            tool_calls: message.tool_calls.clone(),
-            tool_call_id: message.tool_call_id.clone(),
             summary_id,
-        };
-        append_json_line(MESSAGES, &line)?;
+            &mut self.history_line,
+            &mut self.current_line,
+        );
+        self.history_file.append(&self.history_line)?;
         self.history_count = seq;
         Ok(AddedMessage { seq, tokens })
     }
