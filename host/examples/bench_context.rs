@@ -5,16 +5,21 @@
 //! bench_context gen DIR --mib N [--seed S]
 //!     Write a synthetic DIR/messages.jsonl + DIR/current.jsonl with current.jsonl ≥ N MiB
 //!     (see bench_support/history.rs for the content). Prints messages, bytes and tokens.
-//! bench_context build DIR [--runs N] [--cache DIR] [--no-inmem]
+//! bench_context build DIR [--runs N] [--cache DIR] [--format SOURCE]... [--no-inmem]
 //!     Request build throughput over DIR/current.jsonl, in this process:
-//!     - builtin:openai-chat `write-request` (current.jsonl → request.json, streaming, through
-//!       the wasmtime runtime exactly as a task process calls it; the component is loaded and
-//!       instantiated once, before timing);
+//!     - `write-request` of each request format (`--format`, repeatable: `builtin:NAME` or a
+//!       .wasm path, e.g. an older build to compare with; default: builtin:openai-chat,
+//!       builtin:ollama-chat, builtin:prompted-tools), current.jsonl → request.json, streaming,
+//!       through the wasmtime runtime exactly as a task process calls it (each component loaded
+//!       and instantiated once, before timing);
 //!     - std::fs::copy of current.jsonl (the floor: what `cp` costs);
 //!     - the in-memory baseline (bench_support/inmem.rs: parse all lines into Values, build the
 //!       body, serialise, write), unless --no-inmem.
-//!     One untimed warm-up of each, then N timed runs (default 5); prints the median seconds and
-//!     MB/s (10^6 bytes of current.jsonl per second) of each and the ratios.
+//!     One untimed warm-up of each, then N rounds timing each once (interleaved, so load on a
+//!     shared machine hits all alike; default 5); prints the median wall time, MB/s (10^6
+//!     bytes of current.jsonl per second), throughput as a percentage of std::fs::copy's, and
+//!     the same for the process's CPU time (all threads, user + system), which leaves out the
+//!     time spent waiting for a CPU on a busy machine.
 //! ```
 //! Run with `cargo run -p ctxhost --example bench_context -- ...` (debug profile: the
 //! dependencies, wasmtime included, are built at opt-level 1, the guests in release).
@@ -47,7 +52,7 @@ fn run() -> Result<(), String> {
         Some("-h" | "--help") | None => {
             println!(
                 "usage: bench_context gen DIR --mib N [--seed S]\n       \
-                 bench_context build DIR [--runs N] [--cache DIR] [--no-inmem]"
+                 bench_context build DIR [--runs N] [--cache DIR] [--format SOURCE]... [--no-inmem]"
             );
             Ok(())
         }
@@ -125,25 +130,82 @@ fn gen_cmd(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The median of `runs` timings of `f` after one untimed warm-up.
-fn median_of(runs: u64, mut f: impl FnMut() -> Result<(), String>) -> Result<Duration, String> {
-    f()?;
-    let mut times = Vec::new();
-    for _ in 0..runs {
-        let t = Instant::now();
-        f()?;
-        times.push(t.elapsed());
+/// One timed item of `build`.
+struct Item<'a> {
+    name: String,
+    run: Box<dyn FnMut() -> Result<String, String> + 'a>,
+    /// Wall-clock time of each run.
+    times: Vec<Duration>,
+    /// CPU time of the whole process (every thread, user + system) during each run: on a
+    /// machine shared with other work, the time waiting for a CPU is left out.
+    cpu: Vec<Duration>,
+    /// What the last run reported (output size, ...).
+    note: String,
+}
+
+impl<'a> Item<'a> {
+    fn new(name: String, run: Box<dyn FnMut() -> Result<String, String> + 'a>) -> Self {
+        Item {
+            name,
+            run,
+            times: Vec::new(),
+            cpu: Vec::new(),
+            note: String::new(),
+        }
     }
-    times.sort();
-    Ok(times[times.len() / 2])
+}
+
+/// CPU time used by this process so far (all threads, user + system).
+fn process_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_PROCESS_CPUTIME_ID is always present on
+    // Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Times every item `runs` times after one untimed warm-up each, interleaved (round after
+/// round, so a slow phase of a busy machine hits every item alike); sorts each item's times.
+fn time_interleaved(items: &mut [Item], runs: u64) -> Result<(), String> {
+    for item in items.iter_mut() {
+        item.note = (item.run)()?;
+    }
+    for _ in 0..runs {
+        for item in items.iter_mut() {
+            let (t, cpu) = (Instant::now(), process_cpu_time());
+            item.note = (item.run)()?;
+            item.times.push(t.elapsed());
+            item.cpu.push(process_cpu_time() - cpu);
+        }
+    }
+    for item in items.iter_mut() {
+        item.times.sort();
+        item.cpu.sort();
+    }
+    Ok(())
+}
+
+fn median(times: &[Duration]) -> Duration {
+    times[times.len() / 2]
 }
 
 fn mb_per_s(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / 1e6 / d.as_secs_f64()
 }
 
+/// The request formats timed by default: every builtin one.
+const DEFAULT_FORMATS: [&str; 3] = [
+    "builtin:openai-chat",
+    "builtin:ollama-chat",
+    "builtin:prompted-tools",
+];
+
 fn build_cmd(args: &[String]) -> Result<(), String> {
-    let o = Opts::parse(args, &["--runs", "--cache"], &["--no-inmem"])?;
+    let o = Opts::parse(args, &["--runs", "--cache", "--format"], &["--no-inmem"])?;
     let runs = o.num("--runs", 5)?.max(1);
     let dir = o.dir.as_path();
     let current = dir.join("current.jsonl");
@@ -154,6 +216,15 @@ fn build_cmd(args: &[String]) -> Result<(), String> {
         .get("--cache")
         .map(PathBuf::from)
         .unwrap_or_else(|| dir.join(".bench-cache"));
+    let mut formats: Vec<String> = o
+        .values
+        .iter()
+        .filter(|(k, _)| k == "--format")
+        .map(|(_, v)| v.clone())
+        .collect();
+    if formats.is_empty() {
+        formats = DEFAULT_FORMATS.iter().map(|f| f.to_string()).collect();
+    }
 
     let t = Instant::now();
     let runtime = Runtime::new(
@@ -164,15 +235,17 @@ fn build_cmd(args: &[String]) -> Result<(), String> {
         },
     )
     .map_err(|e| format!("runtime: {e:#}"))?;
-    let source: PluginSource = "builtin:openai-chat"
-        .parse()
-        .map_err(|e| format!("builtin:openai-chat: {e}"))?;
-    let plugin = runtime
-        .load(&source, PluginKind::RequestFormat)
-        .map_err(|e| e.to_string())?;
-    let mut format = runtime
-        .request_format(&plugin, dir)
-        .map_err(|e| e.to_string())?;
+    let mut instances = Vec::new();
+    for name in &formats {
+        let source: PluginSource = name.parse().map_err(|e| format!("{name}: {e}"))?;
+        let plugin = runtime
+            .load(&source, PluginKind::RequestFormat)
+            .map_err(|e| e.to_string())?;
+        let format = runtime
+            .request_format(&plugin, dir)
+            .map_err(|e| e.to_string())?;
+        instances.push((name.clone(), format));
+    }
     let setup = t.elapsed();
 
     let config = RequestConfig {
@@ -183,73 +256,89 @@ fn build_cmd(args: &[String]) -> Result<(), String> {
         max_output_tokens: Some(1024),
         temperature: None,
     };
-    let mut out_bytes = 0;
-    let component = median_of(runs, || {
-        let info = format.write_request(&config).map_err(|e| e.to_string())?;
-        out_bytes = info.bytes;
-        Ok(())
-    })?;
-    let peak_guest = format.memory_peak_bytes();
-
+    let config = &config;
     let copy_to = dir.join("copy.jsonl");
-    let copy = median_of(runs, || {
-        std::fs::copy(&current, &copy_to)
-            .map(|_| ())
-            .map_err(|e| format!("copying {}: {e}", current.display()))
-    })?;
+    let request = dir.join("request.inmem.json");
+    let mut items: Vec<Item> = Vec::new();
+    for (name, format) in instances.iter_mut() {
+        items.push(Item::new(
+            format!("write-request ({name})"),
+            Box::new(move || {
+                let info = format.write_request(config).map_err(|e| e.to_string())?;
+                Ok(format!(
+                    "-> request.json {} bytes, guest memory peak {:.1} MiB",
+                    info.bytes,
+                    format.memory_peak_bytes() as f64 / MIB as f64
+                ))
+            }),
+        ));
+    }
+    let (current_ref, copy_ref) = (&current, &copy_to);
+    items.push(Item::new(
+        "std::fs::copy (cp)".into(),
+        Box::new(move || {
+            std::fs::copy(current_ref, copy_ref)
+                .map(|_| String::new())
+                .map_err(|e| format!("copying {}: {e}", current_ref.display()))
+        }),
+    ));
+    let inmem = !o.flags.iter().any(|f| f == "--no-inmem");
+    if inmem {
+        let request_ref = &request;
+        items.push(Item::new(
+            "in-memory baseline (Vec<Value>)".into(),
+            Box::new(move || {
+                let built =
+                    inmem::build_request(current_ref, request_ref, "bench-model", Some(1024))?;
+                Ok(format!(
+                    "-> {} messages, {} bytes",
+                    built.messages, built.bytes
+                ))
+            }),
+        ));
+    }
+    time_interleaved(&mut items, runs)?;
     let _ = std::fs::remove_file(&copy_to);
+    let _ = std::fs::remove_file(&request);
+    let _ = std::fs::remove_file(dir.join("request.json"));
 
     println!(
-        "input: {} ({} bytes, {:.1} MiB); {runs} timed runs after 1 warm-up, medians",
+        "input: {} ({} bytes, {:.1} MiB); {runs} timed runs after 1 warm-up, interleaved, medians",
         current.display(),
         in_bytes,
         in_bytes as f64 / MIB as f64
     );
     println!(
-        "  runtime start + load + instantiate builtin:openai-chat: {:.3} s (once, not in the figures below)",
+        "  runtime start + load + instantiate {} format(s): {:.3} s (once, not in the figures below)",
+        formats.len(),
         setup.as_secs_f64()
     );
+    let copy = median(&items[formats.len()].times);
+    let copy_cpu = median(&items[formats.len()].cpu);
+    let width = items.iter().map(|i| i.name.len()).max().unwrap_or(0);
     println!(
-        "  write-request (builtin:openai-chat): {:8.3} s  {:8.1} MB/s  -> request.json {} bytes, guest memory peak {:.1} MiB",
-        component.as_secs_f64(),
-        mb_per_s(in_bytes, component),
-        out_bytes,
-        peak_guest as f64 / MIB as f64
+        "  {:<width$}  {:>10} {:>10} {:>10}  {:>10} {:>10}",
+        "",
+        "wall",
+        "MB/s",
+        "% of cp",
+        "CPU",
+        "% of cp",
+        width = width + 1
     );
-    println!(
-        "  std::fs::copy (cp):                  {:8.3} s  {:8.1} MB/s",
-        copy.as_secs_f64(),
-        mb_per_s(in_bytes, copy)
-    );
-    if !o.flags.iter().any(|f| f == "--no-inmem") {
-        let request = dir.join("request.inmem.json");
-        let mut built = None;
-        let inmem = median_of(runs, || {
-            built = Some(inmem::build_request(
-                &current,
-                &request,
-                "bench-model",
-                Some(1024),
-            )?);
-            Ok(())
-        })?;
-        let _ = std::fs::remove_file(&request);
+    for item in &items {
+        let (m, c) = (median(&item.times), median(&item.cpu));
         println!(
-            "  in-memory baseline (Vec<Value>):     {:8.3} s  {:8.1} MB/s  -> {} messages, {} bytes",
-            inmem.as_secs_f64(),
-            mb_per_s(in_bytes, inmem),
-            built.map_or(0, |b| b.messages),
-            built.map_or(0, |b| b.bytes)
-        );
-        println!(
-            "  write-request / in-memory time ratio: {:.2}x",
-            component.as_secs_f64() / inmem.as_secs_f64()
+            "  {:<width$}  {:8.3} s {:10.1} {:9.1} %  {:8.3} s {:9.1} %  {}",
+            format!("{}:", item.name),
+            m.as_secs_f64(),
+            mb_per_s(in_bytes, m),
+            100.0 * copy.as_secs_f64() / m.as_secs_f64(),
+            c.as_secs_f64(),
+            100.0 * copy_cpu.as_secs_f64() / c.as_secs_f64(),
+            item.note,
+            width = width + 1
         );
     }
-    println!(
-        "  write-request / cp time ratio: {:.1}x",
-        component.as_secs_f64() / copy.as_secs_f64()
-    );
-    let _ = std::fs::remove_file(dir.join("request.json"));
     Ok(())
 }
