@@ -24,6 +24,7 @@ mod mcp_tools;
 mod plugin_check;
 mod plugin_select;
 mod request_snapshots;
+mod request_write_path;
 mod runtime_sandbox;
 mod transport_faults;
 mod web;
