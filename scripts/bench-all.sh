@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# bench-all.sh — every benchmark of issue 14 that exists, from one optimised build, and ONE
+# table of figure vs target (P1..P6, resume). bench/README.md's figures come from it.
+#
+# What it runs (all on the `bench` profile, the optimised build `cargo bench` uses):
+#   P2      host/examples/bench_context.rs: a synthetic current.jsonl of BENCH_MIB MiB (default
+#           256); write-request of builtin:openai-chat, builtin:ollama-chat and
+#           builtin:prompted-tools, std::fs::copy of the same file and the in-memory build,
+#           interleaved, BENCH_RUNS rounds (default 3), medians of wall and process CPU time.
+#   P3      host/benches/runtime.rs (divan), benchmark add_message: one add-message through the
+#           component boundary, both appends included (median of 200 samples of 20 calls).
+#   P5      host/examples/bench_store.rs: N = 500, 2000, 8000 messages of 1 KB appended
+#           through builtin:jsonl-store, then one compression (builtin:llm-summarizer, fake
+#           LLM): time per append, peak RSS, compression time.
+#   P1      scripts/bench-rss.sh 1 256: peak RSS of a real task process (`ctxhost task-exec`)
+#   resume  resuming a paused task with that history, next to the in-memory agent; the task's
+#           wall time (whole task: open, request build, POST, completion) is an upper bound of
+#           its time to first POST. Skipped with BENCH_SKIP_RSS=1 (it takes ~5 min).
+#   P1 at 1 GiB, P4, P6 and the resume pass itself belong to the host-side part of issue 14:
+#   printed as "not measured yet".
+#
+# Run (from anywhere in the repository):
+#   scripts/bench-all.sh                   # ~10 min once built; the first build ~10-25 min
+#   BENCH_RUNS=5 BENCH_MIB=64 scripts/bench-all.sh
+#   BENCH_SKIP_RSS=1 scripts/bench-all.sh  # P2, P3, P5 only (~3 min)
+# Needs what the scripts it calls need: cargo, python3, GNU time at /usr/bin/time,
+# ~3.5 x BENCH_MIB of free space in $TMPDIR. Figures are medians; the machine's load average
+# is printed with them (a busy machine slows everything, the ratios less than the times).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+RUNS=${BENCH_RUNS:-3}
+MIB=${BENCH_MIB:-256}
+die() { echo "bench-all: $*" >&2; exit 1; }
+[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "BENCH_RUNS must be a positive integer, got '$RUNS'"
+[[ $MIB =~ ^[1-9][0-9]*$ ]] || die "BENCH_MIB is whole MiB ≥ 1, got '$MIB'"
+command -v python3 >/dev/null || die "python3 is needed to assemble the table"
+
+cd "$ROOT"
+echo "building the bench profile (ctxhost, examples, benches)..." >&2
+cargo build -q --profile bench -p ctxhost --bins --examples --benches
+BIN="$ROOT/target/release"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ctxhost-bench-all.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+trap 'exit 130' INT TERM
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+
+echo "P2: generating a $MIB MiB history, timing write-request ($RUNS rounds)..." >&2
+"$BIN/examples/bench_context" gen "$WORK/task" --mib "$MIB" >"$WORK/gen.out"
+"$BIN/examples/bench_context" build "$WORK/task" --runs "$RUNS" --cache "$WORK/cache" \
+  | tee "$WORK/p2.out" >&2
+rm -rf "$WORK/task"
+
+echo "P3: add-message (divan)..." >&2
+cargo bench -q --profile bench -p ctxhost --bench runtime -- add_message 2>&1 \
+  | tee "$WORK/p3.out" >&2
+
+echo "P5: message store harness..." >&2
+"$BIN/examples/bench_store" --n 500,2000,8000 --cache "$WORK/cache" | tee "$WORK/p5.out" >&2
+
+if [[ ${BENCH_SKIP_RSS:-0} != 1 ]]; then
+  echo "P1 / resume: task process peak RSS and wall time (scripts/bench-rss.sh 1 $MIB)..." >&2
+  BENCH_PROFILE=bench BENCH_RUNS="$RUNS" "$ROOT/scripts/bench-rss.sh" 1 "$MIB" \
+    | tee "$WORK/p1.out" >&2
+else
+  : >"$WORK/p1.out"
+fi
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+
+python3 - "$WORK" "$MIB" "$RUNS" "$LOAD_START" "$LOAD_END" <<'PY'
+import re, sys
+work, mib, runs, load_start, load_end = sys.argv[1:6]
+read = lambda name: open(f"{work}/{name}").read()
+rows = []  # (figure, target, measured, verdict)
+
+def verdict(ok):
+    return "met" if ok else "MISSED"
+
+# P1 and resume from bench-rss.sh's table: "MiB task_rss inmem_rss ratio task_wall inmem_wall ..."
+rss = {}
+for line in read("p1.out").splitlines():
+    m = re.match(r"^(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x\s+([\d.]+)\s+([\d.]+)\s", line)
+    if m:
+        rss[m.group(1)] = [float(x) for x in m.groups()[1:]]
+for size in ["1", mib]:
+    if size in rss:
+        task, inmem, _, _, _ = rss[size]
+        rows.append((f"P1 task peak RSS, {size} MiB context", "<= 16 MiB",
+                     f"{task:.1f} MiB (in-memory agent {inmem:.1f} MiB)", verdict(task <= 16)))
+    else:
+        rows.append((f"P1 task peak RSS, {size} MiB context", "<= 16 MiB",
+                     "not run (BENCH_SKIP_RSS=1)", "-"))
+rows.append(("P1 task peak RSS, 1 GiB context", "<= 16 MiB",
+             "not measured yet (host-side part of issue 14)", "-"))
+
+# P2 from bench_context build.
+p2 = read("p2.out")
+copy = re.search(r"std::fs::copy \(cp\):\s+([\d.]+) s\s+([\d.]+)\s+([\d.]+) %\s+([\d.]+) s", p2)
+for name in ["openai-chat", "ollama-chat", "prompted-tools"]:
+    m = re.search(r"write-request \(builtin:" + name +
+                  r"\):\s+([\d.]+) s\s+([\d.]+)\s+([\d.]+) %\s+([\d.]+) s\s+([\d.]+) %", p2)
+    wall, mbs, pct, cpu, cpu_pct = (float(x) for x in m.groups())
+    rows.append((f"P2 write-request {name}, {mib} MiB", ">= 50 % of fs::copy",
+                 f"{pct:.1f} % ({mbs:.0f} MB/s vs {float(copy.group(2)):.0f} MB/s; "
+                 f"CPU time {cpu_pct:.1f} %)", verdict(pct >= 50)))
+inmem = re.search(r"in-memory baseline \(Vec<Value>\):\s+([\d.]+) s\s+([\d.]+)", p2)
+
+# P3 from divan: "├─ add_message  fastest │ slowest │ median │ mean │ samples │ iters".
+m = re.search(r"add_message\s+([\d.]+ \S+)\s+│\s+([\d.]+ \S+)\s+│\s+([\d.]+) (\S+)\s+│", read("p3.out"))
+if m:
+    median = float(m.group(3)) * {"ns": 1e-3, "µs": 1, "us": 1, "ms": 1e3}[m.group(4)]
+    rows.append(("P3 add-message (both appends), median", "<= 40 µs", f"{median:.1f} µs",
+                 verdict(median <= 40)))
+else:
+    rows.append(("P3 add-message (both appends), median", "<= 40 µs", "no divan output", "-"))
+
+rows.append(("P4 task start to first request", "<= 50 ms",
+             "not measured yet (host-side part of issue 14)", "-"))
+
+# P5 rows of bench_store.
+for line in read("p5.out").splitlines():
+    m = re.match(r"^\s*(\d+)\s+([\d.]+) µs\s+([\d.]+) µs\s+([\d.]+) µs\s+([\d.]+) s\s+([\d.]+) MiB"
+                 r"\s+([\d.]+) ms\s+([\d.]+) ms", line)
+    if m:
+        n, p50, p99, mean, _, peak, comp, comp_nollm = m.groups()
+        rows.append((f"P5 store harness, N = {n} x 1 KB", "harness (no target)",
+                     f"append p50 {p50} µs, p99 {p99} µs; peak RSS {peak} MiB; "
+                     f"compress {comp_nollm} ms", "-"))
+
+rows.append(("P6 64 tasks on 2 cores, fake LLM", "PSS sum <= 1 GiB",
+             "not measured yet (host-side part of issue 14)", "-"))
+
+if mib in rss:
+    _, _, _, task_wall, inmem_wall = rss[mib]
+    ratio = task_wall / inmem_wall if inmem_wall else float("inf")
+    rows.append((f"Resume, {mib} MiB history: time to first POST", "<= 1.5 x in-memory",
+                 f"whole task {task_wall:.1f} s vs in-memory {inmem_wall:.1f} s = {ratio:.1f} x "
+                 f"(one streaming pass: host-side part)", verdict(ratio <= 1.5)))
+else:
+    rows.append((f"Resume, {mib} MiB history: time to first POST", "<= 1.5 x in-memory",
+                 "not run (BENCH_SKIP_RSS=1)", "-"))
+
+w = [max(len(r[i]) for r in rows + [("figure", "target", "measured", "verdict")]) for i in range(4)]
+line = lambda r: "| " + " | ".join(c.ljust(w[i]) for i, c in enumerate(r)) + " |"
+print()
+print(f"Issue 14 benchmarks: bench profile, medians of {runs} run(s); load average {load_start} "
+      f"at the start, {load_end} at the end")
+print(line(("figure", "target", "measured", "verdict")))
+print("|" + "|".join("-" * (x + 2) for x in w) + "|")
+for r in rows:
+    print(line(r))
+if inmem:
+    print(f"\nIn-memory request build of the same {mib} MiB: {inmem.group(1)} s ({inmem.group(2)} MB/s).")
+PY
