@@ -30,6 +30,8 @@
 //! Run: `cargo run --profile bench -p ctxhost --example bench_store` (figures to quote), or
 //! `scripts/bench-all.sh`, which runs it with the other benchmarks of issue 14.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -274,7 +274,9 @@ fn memchr_newline(bytes: &[u8]) -> Option<usize> {
     let mut chunks = bytes.chunks_exact(8);
     let mut offset = 0;
     for chunk in chunks.by_ref() {
-        let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes")) ^ (ONES * b'\n' as u64);
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let word = u64::from_le_bytes(word) ^ (ONES * b'\n' as u64);
         // The lowest byte flagged by the zero-byte test is exact (borrows only run upwards).
         let zero = word.wrapping_sub(ONES) & !word & HIGH;
         if zero != 0 {

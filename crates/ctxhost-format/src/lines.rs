@@ -181,8 +181,12 @@ pub fn encode_message_lines(
         out.extend_from_slice(key.as_bytes());
         out.extend_from_slice(b"\":");
         let start = out.len();
-        // Serialising strings, numbers and derived structs into a Vec cannot fail.
-        serde_json::to_writer(&mut *out, value).expect("JSON into a Vec");
+        // Strings, numbers and derived structs serialise into a Vec without error; `null`
+        // keeps the line JSON should that ever change.
+        if serde_json::to_writer(&mut *out, value).is_err() {
+            out.truncate(start);
+            out.extend_from_slice(b"null");
+        }
         start..out.len()
     }
     history.clear();

@@ -14,6 +14,8 @@
 //! Both must give the same number of messages and requests that parse to the same JSON value;
 //! with one line broken, both must fail with the same error (file and line).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{self, Read};
 
 use ctxhost_format::shape::MessageShape;
@@ -78,17 +80,16 @@ impl Writer<'_> {
                 _ => None,
             };
             let must_escape = c == '"' || c == '\\' || (c as u32) < 0x20;
-            if how == 2 && short.is_some() {
-                self.out.push_str(short.unwrap());
-            } else if how == 1 || (must_escape && short.is_none()) {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    self.out.push_str(&format!("\\u{unit:04x}"));
+            match (how, short) {
+                (2, Some(short)) => self.out.push_str(short),
+                _ if how == 1 || (must_escape && short.is_none()) => {
+                    let mut units = [0u16; 2];
+                    for unit in c.encode_utf16(&mut units) {
+                        self.out.push_str(&format!("\\u{unit:04x}"));
+                    }
                 }
-            } else if must_escape {
-                self.out.push_str(short.unwrap());
-            } else {
-                self.out.push(c);
+                (_, Some(short)) if must_escape => self.out.push_str(short),
+                _ => self.out.push(c),
             }
         }
         self.out.push('"');
@@ -332,13 +333,16 @@ impl Read for Pieces<'_> {
     }
 }
 
-/// (messages, parsed request array) of both paths, or both errors as text.
+/// What one write path gave: (messages, parsed request array), or its error as text.
+type Outcome = Result<(u64, Value), String>;
+
+/// The outcome of both paths.
 fn both<S: MessageShape>(
     input: &str,
     pieces: &[usize],
     mut fast_shape: S,
     mut reference_shape: S,
-) -> (Result<(u64, Value), String>, Result<(u64, Value), String>) {
+) -> (Outcome, Outcome) {
     let mut fast = Vec::new();
     let reader = Pieces {
         input: input.as_bytes(),

@@ -42,10 +42,15 @@ impl<'a> RawStr<'a> {
     /// The decoded text (borrowed when the string has no escapes).
     pub fn value(self) -> Cow<'a, str> {
         let inner = &self.0[1..self.0.len() - 1];
+        // Neither can fail on a string parse_line accepted; the lossy forms only keep this
+        // total.
         if inner.contains(&b'\\') {
-            Cow::Owned(serde_json::from_slice(self.0).expect("checked by parse_line"))
+            Cow::Owned(serde_json::from_slice(self.0).unwrap_or_else(|_| lossy(inner)))
         } else {
-            Cow::Borrowed(std::str::from_utf8(inner).expect("checked by parse_line"))
+            match std::str::from_utf8(inner) {
+                Ok(text) => Cow::Borrowed(text),
+                Err(_) => Cow::Owned(lossy(inner)),
+            }
         }
     }
 
@@ -55,13 +60,19 @@ impl<'a> RawStr<'a> {
     }
 }
 
+fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// One of an assistant message's `tool_calls`: OpenAI's
 /// `{"id","type"?,"function":{"name","arguments"}}`, each value raw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawToolCall<'a> {
+    /// The call's id.
     pub id: RawStr<'a>,
     /// `type`; `None` when absent (the reference shape then writes `"function"`).
     pub kind: Option<RawStr<'a>>,
+    /// The function called.
     pub name: RawStr<'a>,
     /// The arguments as a JSON string (whose text is the JSON the model wrote).
     pub arguments: RawStr<'a>,
@@ -72,10 +83,15 @@ pub struct RawToolCall<'a> {
 /// absent, `null` or empty `tool_calls` is an empty list, like [`ChatMessage::calls`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawMessage<'a> {
+    /// `system`, `user`, `assistant` or `tool` (not checked here: any string).
     pub role: RawStr<'a>,
+    /// The text; `None` when absent or `null`.
     pub content: Option<RawStr<'a>>,
+    /// The tool calls (empty when absent, `null` or `[]`).
     pub tool_calls: Vec<RawToolCall<'a>>,
+    /// For a `tool` message: the call it answers.
     pub tool_call_id: Option<RawStr<'a>>,
+    /// For a `tool` message: the tool that answered.
     pub tool_name: Option<RawStr<'a>>,
 }
 
