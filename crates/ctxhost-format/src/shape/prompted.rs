@@ -7,7 +7,9 @@
 //! - a tool message: a user message `Result of NAME:\n...` ([`crate::prompted::result_text`]);
 //! - absent content is `""`.
 //!
-//! Only those messages are decoded and re-encoded; every other one is copied.
+//! Only the first message and assistant messages with tool calls are decoded and re-encoded; a
+//! tool result's content is copied between its escaped head and tail, every other message is
+//! copied.
 
 use std::io::{self, Write};
 
@@ -75,6 +77,50 @@ impl PromptedShape {
     }
 }
 
+/// Writes a tool message as the user message `Result of NAME:\nCONTENT\n` +
+/// [`prompted::RESULT_NUDGE`] ([`prompted::result_text`]) with the content's JSON text copied
+/// between the escaped head and tail, not decoded. Returns `false`, having written nothing,
+/// when the content ends in a `\u000a` escape (then the caller decodes it).
+fn splice_result<W: Write>(m: &RawMessage<'_>, out: &mut W) -> io::Result<bool> {
+    let inner = match m.content {
+        Some(content) => {
+            let json = content.json();
+            &json[1..json.len() - 1]
+        }
+        None => &b""[..],
+    };
+    if inner.ends_with(b"u000a") || inner.ends_with(b"u000A") {
+        return Ok(false);
+    }
+    // Ends with an escaped newline: `\n` after an even run of other backslashes.
+    let backslashes = |end: usize| {
+        inner[..end]
+            .iter()
+            .rev()
+            .take_while(|b| **b == b'\\')
+            .count()
+    };
+    let newline = inner.last() == Some(&b'n') && backslashes(inner.len() - 1) % 2 == 1;
+    let name = m.tool_name.map(|n| n.value());
+    let name = name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("the tool call");
+    let head = serde_json::to_string(&format!("Result of {name}:\n")).map_err(io::Error::from)?;
+    let tail = format!(
+        "{}{}",
+        if newline { "" } else { "\n" },
+        prompted::RESULT_NUDGE
+    );
+    let tail = serde_json::to_string(&tail).map_err(io::Error::from)?;
+    out.write_all(b"{\"role\":\"user\",\"content\":")?;
+    out.write_all(&head.as_bytes()[..head.len() - 1])?;
+    out.write_all(inner)?;
+    out.write_all(&tail.as_bytes()[1..])?;
+    out.write_all(b"}")?;
+    Ok(true)
+}
+
 /// One element of `messages`: plain role and text.
 #[derive(Serialize)]
 pub struct TextMessage {
@@ -88,9 +134,12 @@ impl MessageShape for PromptedShape {
     fn write_raw<W: Write>(&mut self, m: &RawMessage<'_>, out: &mut W) -> io::Result<()> {
         let first = std::mem::replace(&mut self.first, false);
         let role = m.role.value();
-        let converted = role == "tool"
-            || (role == "assistant" && !m.tool_calls.is_empty())
-            || (first && !self.prompt.is_empty());
+        let takes_prompt = first && !self.prompt.is_empty();
+        if role == "tool" && !takes_prompt && splice_result(m, out)? {
+            return Ok(());
+        }
+        let converted =
+            role == "tool" || (role == "assistant" && !m.tool_calls.is_empty()) || takes_prompt;
         if converted {
             let calls: Vec<(String, String)> = m
                 .tool_calls
