@@ -25,6 +25,18 @@ fn main() {
     }
     browser_test_cfg();
 
+    // The PostgreSQL variants of the store tests run when a test server is available
+    // (CTXHOST_TEST_DATABASE_URL) and in CI (CI=true), where a missing server must fail them;
+    // elsewhere they are built `#[ignore]`d, so they show as ignored, never as passed.
+    println!("cargo::rustc-check-cfg=cfg(ctxhost_pg_tests)");
+    println!("cargo:rerun-if-env-changed=CTXHOST_TEST_DATABASE_URL");
+    println!("cargo:rerun-if-env-changed=CI");
+    let pg_url = std::env::var_os("CTXHOST_TEST_DATABASE_URL").is_some_and(|v| !v.is_empty());
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if pg_url || ci {
+        println!("cargo:rustc-cfg=ctxhost_pg_tests");
+    }
+
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     // OUT_DIR = <target>/<profile>/build/ctxhost-<hash>/out
     let profile_dir = out_dir

@@ -163,6 +163,7 @@ pub fn tree_size(path: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::testing::store_tests;
     use crate::db::{NewTask, TaskKey};
 
     fn task(db: &Db, layout: &Layout, n: u8, status: Status) -> String {
@@ -184,7 +185,7 @@ mod tests {
             use crate::lifecycle::{Claim, apply};
             apply(db, layout, &uuid, &Transition::Claim(&Claim::test(1))).unwrap();
             let t = Transition::Finish {
-                pid: 1,
+                owner: crate::lifecycle::Owner::test(1),
                 status,
                 error: None,
             };
@@ -195,69 +196,65 @@ mod tests {
         uuid
     }
 
-    #[test]
-    fn dry_run_lists_and_the_real_run_deletes_finished_dirs_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::new(dir.path());
-        layout.ensure().unwrap();
-        let db = Db::open(layout.root()).unwrap();
-        let done = task(&db, &layout, 1, Status::Completed);
-        let failed = task(&db, &layout, 2, Status::Failed);
-        let queued = task(&db, &layout, 3, Status::Queued);
-        // Not old enough.
-        let r = cleanup(&db, &layout, 1, false).unwrap();
-        assert!(r.deleted.is_empty());
-        // Dry run: listed, nothing changes.
-        let r = cleanup(&db, &layout, 0, true).unwrap();
-        assert_eq!(r.deleted.len(), 2);
-        assert_eq!(r.bytes, 6);
-        assert!(layout.task_dir(DirState::Completed, &done).is_dir());
-        assert!(db.get(&done).unwrap().unwrap().files_deleted_at.is_none());
-        // Real run.
-        let r = cleanup(&db, &layout, 0, false).unwrap();
-        let uuids: Vec<_> = r.deleted.iter().map(|i| i.uuid.clone()).collect();
-        assert_eq!(uuids, [done.clone(), failed.clone()]);
-        for u in [&done, &failed] {
-            assert!(!layout.task_dir(DirState::Completed, u).exists());
-            let row = db.get(u).unwrap().unwrap();
-            assert!(row.files_deleted_at.is_some());
+    store_tests! {
+        fn dry_run_lists_and_the_real_run_deletes_finished_dirs_only(store: &TestStore) {
+            let layout = Layout::new(store.contexts());
+            layout.ensure().unwrap();
+            let db = store.open();
+            let done = task(&db, &layout, 1, Status::Completed);
+            let failed = task(&db, &layout, 2, Status::Failed);
+            let queued = task(&db, &layout, 3, Status::Queued);
+            // Not old enough.
+            let r = cleanup(&db, &layout, 1, false).unwrap();
+            assert!(r.deleted.is_empty());
+            // Dry run: listed, nothing changes.
+            let r = cleanup(&db, &layout, 0, true).unwrap();
+            assert_eq!(r.deleted.len(), 2);
+            assert_eq!(r.bytes, 6);
+            assert!(layout.task_dir(DirState::Completed, &done).is_dir());
+            assert!(db.get(&done).unwrap().unwrap().files_deleted_at.is_none());
+            // Real run.
+            let r = cleanup(&db, &layout, 0, false).unwrap();
+            let uuids: Vec<_> = r.deleted.iter().map(|i| i.uuid.clone()).collect();
+            assert_eq!(uuids, [done.clone(), failed.clone()]);
+            for u in [&done, &failed] {
+                assert!(!layout.task_dir(DirState::Completed, u).exists());
+                let row = db.get(u).unwrap().unwrap();
+                assert!(row.files_deleted_at.is_some());
+            }
+            assert_eq!(db.get(&queued).unwrap().unwrap().status, Status::Queued);
+            // Again: nothing left.
+            assert!(cleanup(&db, &layout, 0, false).unwrap().deleted.is_empty());
         }
-        assert_eq!(db.get(&queued).unwrap().unwrap().status, Status::Queued);
-        // Again: nothing left.
-        assert!(cleanup(&db, &layout, 0, false).unwrap().deleted.is_empty());
-    }
 
-    #[test]
-    fn a_deletion_interrupted_after_its_row_is_finished() {
-        let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::new(dir.path());
-        layout.ensure().unwrap();
-        let db = Db::open(layout.root()).unwrap();
-        let done = task(&db, &layout, 1, Status::Completed);
-        // The row half of the deletion, without its directory half.
-        crate::lifecycle::row::mark_files_deleted(&db, &done).unwrap();
-        let r = cleanup(&db, &layout, 30, true).unwrap();
-        assert_eq!(r.leftovers.len(), 1, "listed by a dry run");
-        assert!(layout.task_dir(DirState::Completed, &done).is_dir());
-        let r = cleanup(&db, &layout, 30, false).unwrap();
-        assert_eq!(r.leftovers.len(), 1);
-        assert!(!layout.task_dir(DirState::Completed, &done).exists());
-    }
+        fn a_deletion_interrupted_after_its_row_is_finished(store: &TestStore) {
+            let layout = Layout::new(store.contexts());
+            layout.ensure().unwrap();
+            let db = store.open();
+            let done = task(&db, &layout, 1, Status::Completed);
+            // The row half of the deletion, without its directory half.
+            crate::lifecycle::row::mark_files_deleted(&db, &done).unwrap();
+            let r = cleanup(&db, &layout, 30, true).unwrap();
+            assert_eq!(r.leftovers.len(), 1, "listed by a dry run");
+            assert!(layout.task_dir(DirState::Completed, &done).is_dir());
+            let r = cleanup(&db, &layout, 30, false).unwrap();
+            assert_eq!(r.leftovers.len(), 1);
+            assert!(!layout.task_dir(DirState::Completed, &done).exists());
+        }
 
-    #[test]
-    fn an_interrupted_deletion_is_finished() {
-        let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::new(dir.path());
-        layout.ensure().unwrap();
-        let db = Db::open(layout.root()).unwrap();
-        let done = task(&db, &layout, 1, Status::Completed);
-        let doomed = layout
-            .state_dir(DirState::Completed)
-            .join(format!("{DELETING_PREFIX}{done}"));
-        fs::rename(layout.task_dir(DirState::Completed, &done), &doomed).unwrap();
-        let r = cleanup(&db, &layout, 30, false).unwrap();
-        assert_eq!(r.leftovers.len(), 1);
-        assert!(!doomed.exists());
-        assert!(db.get(&done).unwrap().unwrap().files_deleted_at.is_some());
+        fn an_interrupted_deletion_is_finished(store: &TestStore) {
+            let layout = Layout::new(store.contexts());
+            layout.ensure().unwrap();
+            let db = store.open();
+            let done = task(&db, &layout, 1, Status::Completed);
+            let doomed = layout
+                .state_dir(DirState::Completed)
+                .join(format!("{DELETING_PREFIX}{done}"));
+            fs::rename(layout.task_dir(DirState::Completed, &done), &doomed).unwrap();
+            let r = cleanup(&db, &layout, 30, false).unwrap();
+            assert_eq!(r.leftovers.len(), 1);
+            assert!(!doomed.exists());
+            assert!(db.get(&done).unwrap().unwrap().files_deleted_at.is_some());
+        }
     }
 }

@@ -134,7 +134,9 @@ impl Layout {
 
 /// Replace `path` with `bytes` atomically: write a temporary file in the same directory,
 /// fsync it, rename it over `path`, fsync the directory. Readers see the old or the new
-/// content, never a mix; after a crash, one of the two.
+/// content, never a mix; after a crash, one of the two. The temporary, `.NAME.tmp-PID-N`, is
+/// unique per call, so threads of one process may replace the same file at once (the last
+/// rename wins).
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path
         .parent()
@@ -143,10 +145,12 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let name = path
         .file_name()
         .with_context(|| format!("{} has no file name", path.display()))?;
+    static TEMPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let tmp = dir.join(format!(
-        ".{}.tmp-{}",
+        ".{}.tmp-{}-{}",
         name.to_string_lossy(),
-        std::process::id()
+        std::process::id(),
+        TEMPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let result = (|| -> io::Result<()> {
         let mut f = OpenOptions::new()
@@ -203,8 +207,20 @@ pub fn append_line(path: &Path, line: &str) -> anyhow::Result<()> {
         .with_context(|| format!("cannot append to {}", path.display()))
 }
 
-/// This machine's host name (from the kernel), or `localhost` if it cannot be read.
+/// The environment variable that overrides [`hostname`].
+pub const HOSTNAME_ENV: &str = "CTXHOST_HOSTNAME";
+
+/// This machine's host name as ctxhost records it (rows, metadata.json, worker ids):
+/// `CTXHOST_HOSTNAME` when set (hosts whose names are not unique, such as containers; tests
+/// that play several hosts on one machine), else the kernel's, else `localhost`. A pid is
+/// only checked on the host that recorded it, so workers on different machines must have
+/// different names.
 pub fn hostname() -> String {
+    if let Ok(name) = std::env::var(HOSTNAME_ENV)
+        && !name.trim().is_empty()
+    {
+        return name.trim().to_string();
+    }
     let mut buf = [0u8; 256];
     // SAFETY: buf is valid for buf.len() bytes; gethostname writes at most that many.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

@@ -10,6 +10,7 @@ pub mod failpoint;
 pub mod fsck;
 pub mod invariants;
 pub mod layout;
+pub mod lease;
 pub mod lifecycle;
 pub mod llm;
 pub mod ops;

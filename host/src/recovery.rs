@@ -1,38 +1,88 @@
-//! Crash recovery (DESIGN §3, §7): a `running` task whose process is gone is repaired and run
-//! again, or failed after `worker.max_crashes` deaths.
+//! Crash recovery (DESIGN §3, §7): a `running` task whose process is gone, or whose lease
+//! expired, is repaired and run again, or failed after `worker.max_crashes` deaths.
 //!
-//! "Gone" is decided on this host only (rows whose `hostname` is this machine's): the recorded
-//! pid is not alive, or it is alive but is not a ctxhost task process for that task (its
-//! `/proc/PID/cmdline` lacks `task-exec` or the UUID — the pid was reused).
+//! "Gone" is decided two ways:
+//! - on the host that recorded the task (its row's `hostname` is this machine's
+//!   [`hostname`]): the recorded pid is not alive, or it is alive but is not a ctxhost task
+//!   process for that task (its `/proc/PID/cmdline` lacks `task-exec` or the UUID — the pid
+//!   was reused). No need to wait for the lease. A live process whose lease expired is
+//!   stopped or hung (a healthy one renews its lease or stops itself): it is killed first.
+//! - anywhere else: the task's lease expired ([`crate::db::lease`]; a pid means nothing on
+//!   another host). Any worker that can reach the database and the shared `contexts/` does
+//!   it.
 //!
-//! Recovering one task ([`recover_task`]), under the tree lock shared by every ctxhost process
-//! on the tree ([`lifecycle::lock_tree`]), after reading the row again:
-//! 1. repair its directory where it is ([`crate::repair::repair_task_dir`]: temporaries
+//! Recovering one task ([`recover_task`]), under the tree lock ([`lifecycle::lock_tree`]),
+//! after reading the row again:
+//! 1. take the task over ([`Db::take_over`]: one conditional `UPDATE` on the holder seen, and
+//!    for another host's task on the lease having expired): of several recoverers, one goes
+//!    on; it now holds the task's lease;
+//! 2. repair its directory where it is ([`crate::repair::repair_task_dir`]: temporaries
 //!    deleted, torn last lines cut, current.jsonl reconciled with messages.jsonl, unanswered
 //!    tool calls answered as interrupted); the changes are logged;
-//! 2. choose the new status: `stopped` if a stop was requested, else `failed` when this was
+//! 3. choose the new status: `stopped` if a stop was requested, else `failed` when this was
 //!    crash number `max_crashes`, else `paused` if a pause was requested, else `queued`;
-//! 3. apply it ([`lifecycle::Transition::Recover`]): task_state.json for a pause, the row (one
-//!    conditional UPDATE: still `running` under the dead pid; counts the crash), then the
+//! 4. apply it ([`lifecycle::Transition::Recover`]): task_state.json for a pause, the row (one
+//!    conditional UPDATE: still held by this recoverer; counts the crash), then the
 //!    directory to where the status keeps it — `paused/` for queued and paused tasks (the next
 //!    task process moves it back to `running/`), `completed/` for final ones.
+//!
+//! A recoverer that dies half-way leaves the task held under its own lease, which expires:
+//! the next recoverer starts again at 1.
 //!
 //! Recovery also finishes transitions a crash interrupted between their row and their
 //! directory ([`lifecycle::complete_all_interrupted`]).
 
 use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::db::lease::Holder;
 use crate::db::{Db, Status, now_rfc3339};
 use crate::layout::{Layout, hostname};
+use crate::lease::WorkerId;
 use crate::lifecycle::{self, Transition};
 use crate::repair::repair_task_dir;
 
-/// Whether process `pid` is alive and is a ctxhost task process for `uuid` (its command line
-/// holds the argument `task-exec` and the UUID). Where `/proc` is not available, only whether
-/// the pid is alive.
-pub fn process_runs_task(pid: i64, uuid: &str) -> bool {
+/// Who recovers tasks: this process's worker id on this host, and the lease it holds a task
+/// with while it repairs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recoverer {
+    /// The worker id recorded while the task is held.
+    pub worker_id: String,
+    /// This host ([`hostname`]).
+    pub hostname: String,
+    /// The lease taken with the task (`worker.lease_secs`).
+    pub lease: Duration,
+}
+
+impl Recoverer {
+    /// This process on this host, with leases of `lease`.
+    pub fn new(lease: Duration) -> Recoverer {
+        let hostname = hostname();
+        Recoverer {
+            worker_id: WorkerId::new(&hostname).to_string(),
+            hostname,
+            lease,
+        }
+    }
+
+    /// A worker (`worker_id`) on this host.
+    pub fn for_worker(worker_id: &WorkerId, lease: Duration) -> Recoverer {
+        Recoverer {
+            worker_id: worker_id.to_string(),
+            hostname: hostname(),
+            lease,
+        }
+    }
+}
+
+/// Whether process `pid` is alive and is a ctxhost task process for `uuid`: its command line
+/// holds the argument `task-exec` and the UUID (`task-exec UUID`) or the worker id `worker_id`
+/// the task's row records (`task-exec --next --worker-id ID`, which claimed whichever task was
+/// next; a worker id is unique, and a worker settles its own children as they exit). Where
+/// `/proc` is not available, only whether the pid is alive.
+pub fn process_runs_task(pid: i64, uuid: &str, worker_id: Option<&str>) -> bool {
     if pid <= 0 || pid > i64::from(i32::MAX) {
         return false;
     }
@@ -41,7 +91,9 @@ pub fn process_runs_task(pid: i64, uuid: &str) -> bool {
         return match std::fs::read(format!("/proc/{pid}/cmdline")) {
             Ok(bytes) => {
                 let args: Vec<&[u8]> = bytes.split(|b| *b == 0).collect();
-                args.contains(&b"task-exec".as_slice()) && args.contains(&uuid.as_bytes())
+                args.contains(&b"task-exec".as_slice())
+                    && (args.contains(&uuid.as_bytes())
+                        || worker_id.is_some_and(|w| args.contains(&w.as_bytes())))
             }
             Err(_) => false,
         };
@@ -68,24 +120,58 @@ pub struct Recovered {
     pub repairs: Vec<String>,
 }
 
-/// Recover task `uuid` if it is still `running` under `pid` (see the module docs). `cause`
-/// says how the process ended (`task process 123 died (signal 9 (SIGKILL))`). Returns `None`
-/// when the row changed meanwhile (another process recovered it, or it is not running).
+/// A running task whose process is gone, as its recoverer saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lost {
+    /// Who held it (the row, as read).
+    pub holder: Holder,
+    /// How its process ended, for `error_message`: `task process 123 died (signal 9
+    /// (SIGKILL))`, `the lease of worker ... expired`.
+    pub cause: String,
+    /// Take it over only if its lease has expired (another host's task).
+    pub only_if_expired: bool,
+}
+
+/// Recover task `uuid` if it is still `running` under the holder `lost` saw (see the module
+/// docs). Returns `None` when the row changed meanwhile (another process recovered it, or it
+/// is not running).
 pub fn recover_task(
     db: &Db,
     layout: &Layout,
     uuid: &str,
-    pid: Option<i64>,
-    cause: &str,
+    lost: &Lost,
     max_crashes: u32,
+    me: &Recoverer,
 ) -> anyhow::Result<Option<Recovered>> {
+    let (seen, cause) = (&lost.holder, lost.cause.as_str());
     let lock = lifecycle::lock_tree(layout)?;
     let Some(row) = db.get(uuid)? else {
         return Ok(None);
     };
-    if row.status != Status::Running || row.process_id != pid {
+    let holder = Holder {
+        worker_id: row.worker_id.clone(),
+        process_id: row.process_id,
+        hostname: row.hostname.clone(),
+    };
+    if row.status != Status::Running
+        || holder.worker_id != seen.worker_id
+        || holder.process_id != seen.process_id
+    {
         return Ok(None);
     }
+    if !db.take_over(
+        uuid,
+        &holder,
+        &me.worker_id,
+        &me.hostname,
+        me.lease,
+        lost.only_if_expired,
+    )? {
+        return Ok(None);
+    }
+    // Requests that came meanwhile count too.
+    let row = db.get(uuid)?.unwrap_or(row);
+    let pid = seen.process_id;
     let crash_count = row.crash_count + 1;
     // running/ normally; paused/ if it died between the row and the directory of its claim;
     // none if it never had one.
@@ -135,7 +221,7 @@ pub fn recover_task(
     };
 
     let t = Transition::Recover {
-        pid,
+        worker_id: &me.worker_id,
         status,
         message: &message,
     };
@@ -158,30 +244,66 @@ pub fn recover_task(
     }))
 }
 
-/// Recover every `running` task recorded on this host whose process is gone, except those in
-/// `skip` (the caller's own children, which it settles itself); then finish the transitions a
-/// crash interrupted between their row and their directory (logged).
+/// Recover every `running` task whose process is gone (recorded on this host) or whose lease
+/// expired (anywhere), except those in `skip` (the caller's own children, which it settles
+/// itself); then finish the transitions a crash interrupted between their row and their
+/// directory (logged).
 pub fn recover_dead_tasks(
     db: &Db,
     layout: &Layout,
     skip: &HashSet<String>,
     max_crashes: u32,
+    me: &Recoverer,
 ) -> anyhow::Result<Vec<Recovered>> {
-    let host = hostname();
+    let host = &me.hostname;
     let mut out = Vec::new();
-    for (uuid, pid) in db.running_on_host(&host)? {
-        if skip.contains(&uuid) || pid.is_some_and(|p| process_runs_task(p, &uuid)) {
+    for t in db.running_to_check(host)? {
+        let uuid = t.uuid.as_str();
+        if skip.contains(uuid) {
             continue;
         }
-        if crate::layout::parse_uuid(&uuid).ok().as_deref() != Some(uuid.as_str()) {
+        if crate::layout::parse_uuid(uuid).ok().as_deref() != Some(uuid) {
             tracing::error!(%uuid, "a running row with an invalid UUID: left alone (see `ctxhost fsck`)");
             continue;
         }
-        let cause = match pid {
-            Some(p) => format!("task process {p} on {host} is gone"),
-            None => "the task's process is not recorded".to_string(),
+        let on_this_host = t.holder.hostname.as_deref() == Some(host.as_str());
+        let worker = t.holder.worker_id.as_deref().unwrap_or("an unknown worker");
+        let (cause, only_if_expired) = match (on_this_host, t.holder.process_id) {
+            (true, Some(p)) if process_runs_task(p, uuid, t.holder.worker_id.as_deref()) => {
+                if !t.expired {
+                    continue;
+                }
+                // A live process renews its lease or stops itself: this one is stopped or hung.
+                kill_and_wait(p);
+                (
+                    format!(
+                        "task process {p} on {host} held an expired lease (stopped or hung) and was killed"
+                    ),
+                    true,
+                )
+            }
+            (true, Some(p)) => (format!("task process {p} on {host} is gone"), false),
+            (true, None) if !t.expired => continue,
+            (_, None) => (
+                format!(
+                    "the recovery of the task by {worker} stopped half-way (its lease expired)"
+                ),
+                true,
+            ),
+            (false, Some(p)) => (
+                format!(
+                    "the lease of worker {worker} (task process {p} on {}) expired",
+                    t.holder.hostname.as_deref().unwrap_or("an unknown host")
+                ),
+                true,
+            ),
         };
-        if let Some(r) = recover_task(db, layout, &uuid, pid, &cause, max_crashes)? {
+        let lost = Lost {
+            holder: t.holder.clone(),
+            cause,
+            only_if_expired,
+        };
+        if let Some(r) = recover_task(db, layout, uuid, &lost, max_crashes, me)? {
             out.push(r);
         }
     }
@@ -191,135 +313,188 @@ pub fn recover_dead_tasks(
     Ok(out)
 }
 
+/// SIGKILL process `pid` and wait (up to 5 s) until it is gone.
+fn kill_and_wait(pid: i64) {
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill has no memory effects; `p` is a positive pid of a ctxhost task process.
+    unsafe { libc::kill(p, libc::SIGKILL) };
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        // SAFETY: signal 0 only checks for the process.
+        if unsafe { libc::kill(p, 0) } != 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{NewTask, TaskKey};
+    use crate::db::testing::{TestStore, new_task, store_tests};
     use crate::layout::DirState;
     use crate::lifecycle::{Claim, apply};
 
-    fn claim(db: &Db, layout: &Layout, pid: u32) -> bool {
+    const U: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+
+    /// A claim of U by `pid` on this host, with a lease of `lease`.
+    fn claim(db: &Db, layout: &Layout, pid: u32, lease: Duration) -> bool {
         let mut c = Claim::test(pid);
         c.hostname = hostname();
+        c.lease = lease;
         apply(db, layout, U, &Transition::Claim(&c))
             .unwrap()
             .is_some()
     }
 
-    const U: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
-
-    fn setup() -> (tempfile::TempDir, Layout, Db) {
-        let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::new(dir.path().join("contexts"));
+    fn setup(store: &TestStore) -> (Layout, Db) {
+        let layout = Layout::new(store.contexts());
         layout.ensure().unwrap();
-        let db = Db::open(layout.root()).unwrap();
-        db.insert_queued(&NewTask {
-            uuid: U.into(),
-            key: TaskKey {
-                task_source: "local".into(),
-                ..Default::default()
-            },
-            prompt: "p".into(),
-            user: None,
-            llm_provider: "openai".into(),
-            model: "m".into(),
-            context_length: 4096,
-        })
-        .unwrap();
-        (dir, layout, db)
+        let db = store.open();
+        db.insert_queued(&new_task(U)).unwrap();
+        (layout, db)
+    }
+
+    fn me() -> Recoverer {
+        Recoverer::new(Duration::from_secs(30))
+    }
+
+    fn lost(holder: Holder) -> Lost {
+        Lost {
+            holder,
+            cause: "gone".into(),
+            only_if_expired: false,
+        }
+    }
+
+    fn holder(db: &Db) -> Holder {
+        let r = db.get(U).unwrap().unwrap();
+        Holder {
+            worker_id: r.worker_id,
+            process_id: r.process_id,
+            hostname: r.hostname,
+        }
     }
 
     #[test]
     fn our_own_process_is_not_a_task_process_and_a_dead_pid_is_gone() {
-        assert!(!process_runs_task(std::process::id() as i64, U));
-        assert!(!process_runs_task(0, U));
-        assert!(!process_runs_task(i64::from(i32::MAX) + 1, U));
+        assert!(!process_runs_task(std::process::id() as i64, U, None));
+        assert!(!process_runs_task(0, U, None));
+        assert!(!process_runs_task(i64::from(i32::MAX) + 1, U, None));
         // A child that has exited and been reaped.
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id() as i64;
         child.wait().unwrap();
-        assert!(!process_runs_task(pid, U));
+        assert!(!process_runs_task(pid, U, Some("h:1:test")));
     }
 
-    #[test]
-    fn a_dead_task_is_repaired_requeued_then_failed_after_max_crashes() {
-        let (_d, layout, db) = setup();
-        for round in 1..=2 {
-            assert!(claim(&db, &layout, 999_999));
-            let dir = layout.task_dir(DirState::Running, U);
-            if round == 1 {
-                std::fs::write(dir.join("messages.jsonl"), "{\"seq\":1,\"ro").unwrap();
-                std::fs::write(dir.join("request.json"), "{}").unwrap();
+    store_tests! {
+        fn a_dead_task_is_repaired_requeued_then_failed_after_max_crashes(store: &TestStore) {
+            let (layout, db) = setup(store);
+            for round in 1..=2 {
+                assert!(claim(&db, &layout, 999_999, Duration::from_secs(30)));
+                let dir = layout.task_dir(DirState::Running, U);
+                if round == 1 {
+                    std::fs::write(dir.join("messages.jsonl"), "{\"seq\":1,\"ro").unwrap();
+                    std::fs::write(dir.join("request.json"), "{}").unwrap();
+                }
+                let got = recover_dead_tasks(&db, &layout, &HashSet::new(), 2, &me()).unwrap();
+                assert_eq!(got.len(), 1);
+                let r = &got[0];
+                assert_eq!(r.crash_count, round);
+                assert_eq!(r.pid, Some(999_999));
+                if round == 1 {
+                    assert_eq!(r.status, Status::Queued);
+                    assert_eq!(r.repairs.len(), 2, "{:?}", r.repairs);
+                    assert!(layout.task_dir(DirState::Paused, U).is_dir());
+                    let dir = layout.task_dir(DirState::Paused, U);
+                    assert_eq!(std::fs::read(dir.join("messages.jsonl")).unwrap(), b"");
+                    assert!(!dir.join("request.json").exists());
+                } else {
+                    assert_eq!(r.status, Status::Failed);
+                    assert!(
+                        r.message.contains("worker.max_crashes = 2"),
+                        "{}",
+                        r.message
+                    );
+                    assert!(layout.task_dir(DirState::Completed, U).is_dir());
+                }
+                let row = db.get(U).unwrap().unwrap();
+                assert_eq!((row.status, row.crash_count), (r.status, round));
             }
-            let got = recover_dead_tasks(&db, &layout, &HashSet::new(), 2).unwrap();
-            assert_eq!(got.len(), 1);
-            let r = &got[0];
-            assert_eq!(r.crash_count, round);
-            if round == 1 {
-                assert_eq!(r.status, Status::Queued);
-                assert_eq!(r.repairs.len(), 2, "{:?}", r.repairs);
-                assert!(layout.task_dir(DirState::Paused, U).is_dir());
-                let dir = layout.task_dir(DirState::Paused, U);
-                assert_eq!(std::fs::read(dir.join("messages.jsonl")).unwrap(), b"");
-                assert!(!dir.join("request.json").exists());
-            } else {
-                assert_eq!(r.status, Status::Failed);
-                assert!(
-                    r.message.contains("worker.max_crashes = 2"),
-                    "{}",
-                    r.message
-                );
-                assert!(layout.task_dir(DirState::Completed, U).is_dir());
-            }
-            let row = db.get(U).unwrap().unwrap();
-            assert_eq!((row.status, row.crash_count), (r.status, round));
+            // Nothing running: nothing to do.
+            assert!(
+                recover_dead_tasks(&db, &layout, &HashSet::new(), 2, &me())
+                    .unwrap()
+                    .is_empty()
+            );
         }
-        // Nothing running: nothing to do.
-        assert!(
-            recover_dead_tasks(&db, &layout, &HashSet::new(), 2)
+
+        fn another_hosts_task_is_taken_over_only_when_its_lease_expires(store: &TestStore) {
+            let (layout, db) = setup(store);
+            let mut c = Claim::test(std::process::id());
+            c.hostname = "some-other-host".into();
+            c.lease = Duration::from_millis(300);
+            assert!(apply(&db, &layout, U, &Transition::Claim(&c)).unwrap().is_some());
+            // Its pid is alive here, but that means nothing for another host's task: the
+            // lease decides.
+            assert!(recover_dead_tasks(&db, &layout, &HashSet::new(), 3, &me()).unwrap().is_empty());
+            assert_eq!(db.get(U).unwrap().unwrap().status, Status::Running);
+            std::thread::sleep(Duration::from_millis(400));
+            let got = recover_dead_tasks(&db, &layout, &HashSet::new(), 3, &me()).unwrap();
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].status, Status::Queued);
+            assert!(got[0].message.contains("the lease of worker h:1:test"), "{}", got[0].message);
+            assert!(got[0].message.contains("some-other-host"), "{}", got[0].message);
+            assert!(layout.task_dir(DirState::Paused, U).is_dir());
+        }
+
+        fn pending_requests_are_honoured_and_skipped_tasks_left_alone(store: &TestStore) {
+            let (layout, db) = setup(store);
+            claim(&db, &layout, 999_998, Duration::from_secs(30));
+            let skip: HashSet<String> = [U.to_string()].into();
+            assert!(
+                recover_dead_tasks(&db, &layout, &skip, 3, &me())
+                    .unwrap()
+                    .is_empty()
+            );
+            assert_eq!(db.get(U).unwrap().unwrap().status, Status::Running);
+
+            db.request_pause(U, Some("later")).unwrap();
+            let seen = lost(holder(&db));
+            let r = recover_task(&db, &layout, U, &seen, 3, &me())
                 .unwrap()
-                .is_empty()
-        );
-    }
-
-    #[test]
-    fn pending_requests_are_honoured_and_skipped_tasks_left_alone() {
-        let (_d, layout, db) = setup();
-        claim(&db, &layout, 999_998);
-        let skip: HashSet<String> = [U.to_string()].into();
-        assert!(
-            recover_dead_tasks(&db, &layout, &skip, 3)
+                .unwrap();
+            assert_eq!(r.status, Status::Paused);
+            let state = crate::task::state::read(&layout.task_dir(DirState::Paused, U))
                 .unwrap()
-                .is_empty()
-        );
-        assert_eq!(db.get(U).unwrap().unwrap().status, Status::Running);
+                .unwrap();
+            assert_eq!(state.reason.as_deref(), Some("later"));
+            // Recovering again finds nothing to do.
+            assert_eq!(
+                recover_task(&db, &layout, U, &seen, 3, &me()).unwrap(),
+                None
+            );
 
-        db.request_pause(U, Some("later")).unwrap();
-        let r = recover_task(&db, &layout, U, Some(999_998), "gone", 3)
-            .unwrap()
-            .unwrap();
-        assert_eq!(r.status, Status::Paused);
-        let state = crate::task::state::read(&layout.task_dir(DirState::Paused, U))
-            .unwrap()
-            .unwrap();
-        assert_eq!(state.reason.as_deref(), Some("later"));
-        // Recovering again finds nothing to do.
-        assert_eq!(
-            recover_task(&db, &layout, U, Some(999_998), "gone", 3).unwrap(),
-            None
-        );
-
-        apply(&db, &layout, U, &Transition::Resume).unwrap();
-        claim(&db, &layout, 999_997);
-        assert!(layout.task_dir(DirState::Running, U).is_dir());
-        db.request_stop(U).unwrap();
-        let r = recover_task(&db, &layout, U, Some(999_997), "gone", 3)
-            .unwrap()
-            .unwrap();
-        assert_eq!(r.status, Status::Stopped);
-        assert!(layout.task_dir(DirState::Completed, U).is_dir());
-        let row = db.get(U).unwrap().unwrap();
-        assert_eq!((row.status, row.crash_count), (Status::Stopped, 2));
-        assert!(row.completed_at.is_some());
+            apply(&db, &layout, U, &Transition::Resume).unwrap();
+            claim(&db, &layout, 999_997, Duration::from_secs(30));
+            assert!(layout.task_dir(DirState::Running, U).is_dir());
+            db.request_stop(U).unwrap();
+            // A holder that is not the row's is not recovered.
+            assert_eq!(
+                recover_task(&db, &layout, U, &seen, 3, &me()).unwrap(),
+                None
+            );
+            let r = recover_task(&db, &layout, U, &lost(holder(&db)), 3, &me())
+                .unwrap()
+                .unwrap();
+            assert_eq!(r.status, Status::Stopped);
+            assert!(layout.task_dir(DirState::Completed, U).is_dir());
+            let row = db.get(U).unwrap().unwrap();
+            assert_eq!((row.status, row.crash_count), (Status::Stopped, 2));
+            assert!(row.completed_at.is_some());
+        }
     }
 }

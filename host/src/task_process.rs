@@ -1,99 +1,172 @@
-//! One task's own process (`ctxhost task-exec UUID`, started by the worker).
+//! One task's own process (`ctxhost task-exec`, started by the worker).
 //!
-//! 1. Claim the task ([`lifecycle::Transition::Claim`]: one atomic UPDATE, then its directory
-//!    comes back from `paused/` or is created in `running/`); a lost claim ends the process
-//!    quietly.
-//! 2. Load the plugins ([`PluginSet`]), make the [`TaskContext`] (repairs a directory an earlier
+//! 1. Claim a task: the oldest queued one (`task-exec --next`, what the worker starts:
+//!    [`lifecycle::claim_next`], one statement safe across hosts) or a given one
+//!    (`task-exec UUID`: [`lifecycle::Transition::Claim`]); then its directory comes back
+//!    from `paused/` or is created in `running/`. Nothing to claim ends the process quietly.
+//!    With `--next` the UUID claimed is printed on stdout (one line) for the worker.
+//! 2. Start the lease's [`Heartbeat`] (renewals; the process stops itself when it cannot
+//!    renew: [`crate::lease`]).
+//! 3. Load the plugins ([`PluginSet`]), make the [`TaskContext`] (repairs a directory an earlier
 //!    process left, counts a resume, writes metadata.json), start the tools, run the agent loop.
-//! 3. End through the context: completed, stopped (a stop request honoured at a safe point) or
+//! 4. End through the context: completed, stopped (a stop request honoured at a safe point) or
 //!    failed with `error_message`, directory to `completed/`; or paused (a pause request
 //!    honoured at a safe point), directory to `paused/` with task_state.json.
 //!
 //! Every error — plugin load, runtime trap, transport, even a panic — ends as a `failed` task
-//! with a clear message.
+//! with a clear message. The database may be unreachable for a while: every statement waits
+//! and retries (the lease bounds how long), the end of the task included, so its status and
+//! its directory never disagree for longer than a crash would leave them (recovery and
+//! `ctxhost fsck --repair` finish that).
 
+use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Instant;
 
 use crate::agent::llm_import::HostLlm;
 use crate::agent::{Agent, NoTools, Outcome, ToolRunner};
 use crate::config::Config;
-use crate::db::{Db, Status, TaskRow};
+use crate::db::{Db, Patience, Status, TaskRow};
 use crate::error::usage;
 use crate::layout::{Layout, hostname};
+use crate::lease::{Heartbeat, WorkerId};
 use crate::lifecycle::{self, Claim, Transition};
 use crate::llm::Transport;
 use crate::plugins::PluginSet;
 use crate::task::{TaskContext, UsageMeter};
 
-/// Run task `uuid` in this process. Returns the status it ended with, or `None` when this
-/// process did not get the task (not queued, or another process claimed it first).
-/// `Err` only when the task could not even be claimed (database unreachable, unknown UUID).
-pub fn run(config: &Config, layout: &Layout, uuid: &str) -> anyhow::Result<Option<Status>> {
+/// Which task a process runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// This task (`task-exec UUID`), if it is queued.
+    Task(String),
+    /// The oldest queued task (`task-exec --next`, started by a worker).
+    Next,
+}
+
+/// Run a task in this process: claim `target` for worker `worker_id` (`None`: this process
+/// is its own worker), run it, end it. Returns the task and the status it ended with, or
+/// `None` when this process got no task (not queued, claimed by another process first, or
+/// nothing queued). `Err` only when no task could even be claimed (database unreachable,
+/// unknown UUID).
+pub fn run(
+    config: &Config,
+    layout: &Layout,
+    target: &Target,
+    worker_id: Option<&str>,
+) -> anyhow::Result<Option<(String, Status)>> {
     if crate::failpoint::is_set("task-exec:exit") {
         std::process::exit(3);
     }
     layout.ensure()?;
-    let db = Db::open(layout.root())?;
-    let Some(row) = db.get(uuid)? else {
-        return Err(usage(format!(
-            "no task with UUID {uuid} in {}",
-            db.path().display()
-        )));
-    };
-    if row.status != Status::Queued {
-        tracing::debug!(%uuid, status = %row.status, "task is not queued; nothing to do");
-        return Ok(None);
-    }
+    let spec = config.store_spec()?;
+    let db = Db::open(&spec, layout.root())?;
+    // Wait out a database outage rather than fail the task: the lease bounds it.
+    db.set_patience(Patience::Unbounded);
     let pid = std::process::id();
     let host = hostname();
+    let worker_id = match worker_id {
+        Some(w) => WorkerId::given(w),
+        None => WorkerId::new(&host),
+    };
     let llm = &config.llm;
     let claim = Claim {
         pid,
         hostname: host.clone(),
+        worker_id: worker_id.as_str().to_string(),
+        lease: config.worker.lease(),
         llm_provider: llm.provider.to_string(),
         model: llm.model.clone(),
         context_length: llm.context_length,
     };
-    let claimed = match lifecycle::apply(&db, layout, uuid, &Transition::Claim(&claim)) {
-        Ok(Some(_)) => true,
-        Ok(None) => false,
-        // The row is ours but its directory could not be placed: fail the task below.
-        Err(e)
-            if db
-                .get(uuid)?
-                .is_some_and(|r| r.process_id == Some(i64::from(pid))) =>
-        {
-            let msg = format!("claiming the task failed: {e:#}");
-            tracing::error!(%uuid, "task failed: {msg}");
-            return crate::task::finish(&db, layout, uuid, pid, Status::Failed, Some(&msg))
-                .map(Some);
+    let claimed_at = Instant::now();
+    let (uuid, placed) = match target {
+        Target::Task(uuid) => {
+            let Some(row) = db.get(uuid)? else {
+                return Err(usage(format!(
+                    "no task with UUID {uuid} in {}",
+                    db.location()
+                )));
+            };
+            if row.status != Status::Queued {
+                tracing::debug!(%uuid, status = %row.status, "task is not queued; nothing to do");
+                return Ok(None);
+            }
+            match lifecycle::apply(&db, layout, uuid, &Transition::Claim(&claim)) {
+                Ok(Some(_)) => (uuid.clone(), Ok(())),
+                Ok(None) => {
+                    tracing::debug!(%uuid, "another process claimed the task first");
+                    return Ok(None);
+                }
+                // The row is ours but its directory could not be placed: fail the task below.
+                Err(e)
+                    if db.get(uuid)?.is_some_and(|r| {
+                        r.process_id == Some(i64::from(pid))
+                            && r.worker_id.as_deref() == Some(worker_id.as_str())
+                    }) =>
+                {
+                    (uuid.clone(), Err(e))
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Err(e) => return Err(e),
+        Target::Next => match lifecycle::claim_next(&db, layout, &claim)? {
+            None => {
+                tracing::debug!("nothing queued");
+                return Ok(None);
+            }
+            Some(c) => {
+                // Tell the worker which task this process runs (it may be gone: ignore).
+                let mut out = std::io::stdout();
+                let _ = writeln!(out, "{}", c.uuid).and_then(|()| out.flush());
+                (c.uuid, c.dir_error.map_or(Ok(()), Err))
+            }
+        },
     };
-    if !claimed {
-        tracing::debug!(%uuid, "another process claimed the task first");
-        return Ok(None);
+    let heartbeat = Heartbeat::start(
+        &spec,
+        layout.root().to_path_buf(),
+        uuid.clone(),
+        worker_id.as_str().to_string(),
+        claim.lease,
+        claimed_at,
+    );
+    let owner = claim.owner();
+    let failed = |msg: String| {
+        tracing::error!(%uuid, "task failed: {msg}");
+        crate::task::finish(&db, layout, &uuid, owner, Status::Failed, Some(&msg))
+            .map(|s| Some((uuid.clone(), s)))
+    };
+    if let Err(e) = placed {
+        return failed(format!("claiming the task failed: {e:#}"));
     }
-    tracing::info!(%uuid, pid, "task started");
+    let heartbeat = match heartbeat {
+        Ok(h) => h,
+        Err(e) => return failed(format!("cannot start the lease's heartbeat: {e:#}")),
+    };
+    tracing::info!(%uuid, pid, worker = %worker_id, "task started");
+    let Some(row) = db.get(&uuid)? else {
+        return Err(anyhow::anyhow!("task {uuid} vanished after its claim"));
+    };
 
     let ended = catch_unwind(AssertUnwindSafe(|| {
         execute(config, layout, row, pid, &host)
     }));
-    let error = match ended {
-        Ok(Ok(status)) => return Ok(Some(status)),
-        Ok(Err(e)) => format!("{e:#}"),
+    let result = match ended {
+        Ok(Ok(status)) => Ok(Some((uuid.clone(), status))),
+        Ok(Err(e)) => failed(format!("{e:#}")),
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_string());
-            format!("internal error (panic): {what}")
+            // No context to end the task through (a panic lost it).
+            failed(format!("internal error (panic): {what}"))
         }
     };
-    // No context to end the task through (it could not be made, or a panic lost it).
-    tracing::error!(%uuid, "task failed: {error}");
-    crate::task::finish(&db, layout, uuid, pid, Status::Failed, Some(&error)).map(Some)
+    heartbeat.stop();
+    result
 }
 
 /// Everything between the claim and the end: plugins, context, tools, agent loop, and the
@@ -155,7 +228,7 @@ fn run_loop(
                 &dir,
                 &config.llm.model,
                 config.llm.temperature,
-                UsageMeter::open(layout, ctx.uuid())?,
+                UsageMeter::open(config, layout, ctx.uuid())?,
             );
             plugins.compressor(&dir, Box::new(llm))?
         }

@@ -1,30 +1,41 @@
-//! `ctxhost run`: the worker. Starts one child process (`ctxhost task-exec UUID`) per queued
-//! task, up to a parallel limit, and reaps them.
+//! `ctxhost run`: the worker. While tasks are queued it starts child processes (`ctxhost
+//! task-exec --next --worker-id ID`), up to a parallel limit; each claims the oldest queued
+//! task itself (one statement, safe across hosts: [`crate::lifecycle::claim_next`]), tells
+//! the worker which one on its stdout, holds the task's lease while it runs it
+//! ([`crate::lease`]), and ends it. Workers on several hosts share one queue this way.
 //!
-//! The child claims its task atomically (a child that loses the claim exits 0 at once), so
-//! several workers may share one queue. A child that dies (non-zero exit or a signal) never
-//! harms the worker or the other children: if its task is still `running` under its pid, the
-//! worker recovers it ([`crate::recovery`]: directory repaired, task queued again, or failed
-//! with an error naming the exit status or signal after `worker.max_crashes` deaths). A task
-//! whose child keeps exiting before it claims the task is failed after [`MAX_START_FAILURES`]
-//! attempts.
+//! A child that dies (non-zero exit or a signal) never harms the worker or the other
+//! children: if its task is still `running` under it, the worker recovers it at once
+//! ([`crate::recovery`]: directory repaired, task queued again, or failed with an error naming
+//! the exit status or signal after `worker.max_crashes` deaths). Children that keep exiting
+//! before they claim a task (they cannot start: a broken installation) are reported; after
+//! [`MAX_START_FAILURES`] in a row the worker waits before starting more (with `--once`, it
+//! gives up with an error).
 //!
-//! At start and every [`RECOVERY_INTERVAL`] the worker also recovers `running` tasks of this
-//! host whose process is gone and is not one of its children (a worker that died with its
-//! children, a machine that rebooted).
+//! At start and every [`RECOVERY_INTERVAL`] the worker also recovers `running` tasks whose
+//! process is gone (recorded on this host, not one of its children: a worker that died with
+//! its children, a machine that rebooted) or whose lease expired (anywhere: another host
+//! died or lost the database).
+//!
+//! The worker's database statements wait for an unreachable database with backoff, logging
+//! each retry ([`crate::db::Patience::Unbounded`]); its children keep running meanwhile
+//! (each stops itself if it cannot renew its lease in time).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 
 use crate::config::Config;
-use crate::db::{Db, Status};
-use crate::layout::Layout;
-use crate::lifecycle::{self, Transition};
+use crate::db::lease::Holder;
+use crate::db::{Db, Patience, Status, StoreSpec, args};
+use crate::layout::{Layout, hostname};
+use crate::lease::{EXIT_LEASE_LOST, WorkerId};
+use crate::recovery::{Lost, Recoverer};
 
 /// The checks `ctxhost run` makes before starting any task process, so a configuration
 /// mistake is reported once instead of failing every task: the API-key variable named by
@@ -37,10 +48,10 @@ pub fn preflight(config: &Config, layout: &Layout) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Times a task's child may exit without having claimed it before the task is failed.
+/// Children in a row that may exit without claiming a task before the worker backs off.
 pub const MAX_START_FAILURES: u32 = 3;
 
-/// How often the worker looks for `running` tasks whose process is gone.
+/// How often the worker looks for `running` tasks whose process is gone or lease expired.
 pub const RECOVERY_INTERVAL: Duration = Duration::from_secs(2);
 
 /// How the worker runs.
@@ -61,56 +72,83 @@ pub struct WorkerOptions {
     pub verbose: u8,
     /// `worker.max_crashes`: deaths of a task's process after which it is failed.
     pub max_crashes: u32,
+    /// `worker.lease_secs`: the lease a recovery holds a task with.
+    pub lease: Duration,
+    /// The task store.
+    pub store: StoreSpec,
 }
 
 /// What a worker that returned did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerSummary {
-    /// Task processes reaped.
+    /// Task processes reaped that had claimed a task.
     pub finished: u64,
     /// Tasks run by this worker's children that ended `failed` (including tasks failed after
-    /// their process crashed or could not start).
+    /// their process crashed).
     pub failed: u64,
 }
 
 /// A child the worker started and has not reaped yet.
 struct Running {
     started: Instant,
+    /// The task it claimed, once it said.
+    uuid: Option<String>,
 }
 
-/// Sent by a child's waiter thread when the child exits.
-struct Exited {
-    uuid: String,
-    pid: u32,
-    status: std::io::Result<ExitStatus>,
+/// What a child's waiter thread reports.
+enum Event {
+    /// The child claimed `uuid` (the line it printed).
+    Claimed { pid: u32, uuid: String },
+    /// The child exited.
+    Exited {
+        pid: u32,
+        status: std::io::Result<ExitStatus>,
+    },
 }
 
 /// Run the worker until interrupted (or, with `once`, until the queue is empty and all children
-/// have finished), returning what was run. Errors only for problems of the worker itself (database, spawning).
+/// have finished), returning what was run. Errors only for problems of the worker itself
+/// (the store refused, spawning failed, children that cannot start with `--once`).
 ///
-/// Each child gets a waiter thread that blocks in `wait()` and reports the exit on a channel,
-/// so an exit is handled at once; the queue is looked at after every exit and otherwise every
-/// `poll_interval`.
+/// Each child gets a waiter thread that reads the task it claimed from its stdout, blocks in
+/// `wait()`, and reports both on a channel, so an exit is handled at once; the queue is looked
+/// at after every exit and otherwise every `poll_interval`.
 pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
     let layout = Layout::new(&opts.contexts);
     layout.ensure()?;
-    let db = Db::open(layout.root())?;
+    let db = Db::open(&opts.store, layout.root())?;
+    db.set_patience(Patience::Unbounded);
+    let me = WorkerId::new(&hostname());
+    let recoverer = Recoverer::for_worker(&me, opts.lease);
     let exe = std::env::current_exe()
         .context("cannot find the ctxhost executable to start task processes")?;
-    let (tx, rx) = mpsc::channel::<Exited>();
-    let mut children: HashMap<String, Running> = HashMap::new();
-    let mut start_failures: HashMap<String, u32> = HashMap::new();
+    let (tx, rx) = mpsc::channel::<Event>();
+    let mut children: HashMap<u32, Running> = HashMap::new();
     let max = opts.max_parallel.max(1) as usize;
-    tracing::info!(max_parallel = max, contexts = %layout.root().display(), "worker started");
+    tracing::info!(
+        worker = %me,
+        max_parallel = max,
+        contexts = %layout.root().display(),
+        store = %db.location(),
+        "worker started"
+    );
     let mut summary = WorkerSummary::default();
     let mut last_recovery: Option<Instant> = None;
+    let mut start_failures: u32 = 0;
+    let mut paused_until: Option<Instant> = None;
 
     loop {
-        // Tasks left `running` by processes that are gone (not our children: those are
-        // settled when they exit).
+        // Tasks left `running` by processes that are gone, or whose lease expired (not our
+        // children: those are settled when they exit).
         if last_recovery.is_none_or(|t| t.elapsed() >= RECOVERY_INTERVAL) {
-            let ours: std::collections::HashSet<String> = children.keys().cloned().collect();
-            match crate::recovery::recover_dead_tasks(&db, &layout, &ours, opts.max_crashes) {
+            let ours: HashSet<String> = children.values().filter_map(|c| c.uuid.clone()).collect();
+            match crate::recovery::recover_dead_tasks(
+                &db,
+                &layout,
+                &ours,
+                opts.max_crashes,
+                &recoverer,
+            ) {
                 Ok(done) => {
                     for r in done {
                         tracing::info!(uuid = %r.uuid, status = %r.status, "recovered: {}", r.message);
@@ -121,38 +159,44 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
             last_recovery = Some(Instant::now());
         }
 
-        // Start children for queued tasks not already ours.
-        if children.len() < max {
-            let queued = db.list_queued((max * 2 + children.len()) as u32)?;
-            for uuid in queued {
-                if children.len() >= max {
-                    break;
-                }
-                if children.contains_key(&uuid) {
-                    continue;
-                }
-                let mut child = spawn(&exe, opts, &uuid)
-                    .with_context(|| format!("cannot start a task process for {uuid}"))?;
+        // Start children for queued tasks (each claims the next one itself).
+        if paused_until.is_none_or(|t| Instant::now() >= t) && children.len() < max {
+            let queued = usize::try_from(db.count_queued()?).unwrap_or(usize::MAX);
+            let unclaimed = children.values().filter(|c| c.uuid.is_none()).count();
+            let want = queued.saturating_sub(unclaimed).min(max - children.len());
+            for _ in 0..want {
+                let mut child = spawn(&exe, opts, &me).context("cannot start a task process")?;
                 let pid = child.id();
-                tracing::info!(%uuid, pid, "task process started");
+                tracing::debug!(pid, "task process started");
                 children.insert(
-                    uuid.clone(),
+                    pid,
                     Running {
                         started: Instant::now(),
+                        uuid: None,
                     },
                 );
                 let tx = tx.clone();
+                let stdout = child.stdout.take();
                 std::thread::Builder::new()
                     .name(format!("wait-{pid}"))
                     .spawn(move || {
+                        if let Some(out) = stdout {
+                            let mut line = String::new();
+                            if std::io::BufReader::new(out).read_line(&mut line).is_ok()
+                                && !line.trim().is_empty()
+                            {
+                                let uuid = line.trim().to_string();
+                                let _ = tx.send(Event::Claimed { pid, uuid });
+                            }
+                        }
                         let status = child.wait();
-                        let _ = tx.send(Exited { uuid, pid, status });
+                        let _ = tx.send(Event::Exited { pid, status });
                     })
                     .context("cannot start a thread to wait for a task process")?;
             }
         }
 
-        if opts.once && children.is_empty() && db.list_queued(1)?.is_empty() {
+        if opts.once && children.is_empty() && db.count_queued()? == 0 {
             tracing::info!(
                 tasks = summary.finished,
                 failed = summary.failed,
@@ -161,32 +205,80 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
             return Ok(summary);
         }
 
-        // Wait for an exit (or the next look at the queue), then reap every exit pending.
+        // Wait for an event (or the next look at the queue), then handle every event pending.
         let mut next = rx.recv_timeout(opts.poll_interval).ok();
-        while let Some(exited) = next {
-            summary.finished += 1;
-            let started = children
-                .remove(&exited.uuid)
-                .map(|r| r.started.elapsed())
-                .unwrap_or_default();
-            match exited.status {
-                Ok(status) => {
-                    let failed = settle(
-                        &db,
-                        &layout,
-                        &exited.uuid,
-                        exited.pid,
-                        status,
-                        started,
-                        &mut start_failures,
-                        opts.max_crashes,
-                    )?;
-                    if failed {
-                        summary.failed += 1;
+        while let Some(event) = next {
+            match event {
+                Event::Claimed { pid, uuid } => {
+                    tracing::info!(%uuid, pid, "task process claimed a task");
+                    start_failures = 0;
+                    paused_until = None;
+                    if let Some(c) = children.get_mut(&pid) {
+                        c.uuid = Some(uuid);
                     }
                 }
-                Err(e) => {
-                    tracing::error!(uuid = %exited.uuid, pid = exited.pid, "cannot wait for task process: {e}")
+                Event::Exited { pid, status } => {
+                    let child = children.remove(&pid);
+                    let started = child.as_ref().map(|c| c.started.elapsed());
+                    let status = match status {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::error!(pid, "cannot wait for task process: {e}");
+                            next = rx.try_recv().ok();
+                            continue;
+                        }
+                    };
+                    // A child killed between its claim and its line: ask the database.
+                    let uuid = match child.and_then(|c| c.uuid) {
+                        Some(u) => Some(u),
+                        None => claimed_by(&db, &me, pid)?,
+                    };
+                    match uuid {
+                        Some(uuid) => {
+                            summary.finished += 1;
+                            let elapsed = started.unwrap_or_default();
+                            if settle(
+                                &db,
+                                &layout,
+                                &uuid,
+                                pid,
+                                status,
+                                elapsed,
+                                &me,
+                                &recoverer,
+                                opts.max_crashes,
+                            )? {
+                                summary.failed += 1;
+                            }
+                        }
+                        None if status.success() => {
+                            tracing::debug!(pid, "task process found nothing to claim");
+                        }
+                        None => {
+                            start_failures += 1;
+                            let how = describe_exit(status);
+                            tracing::warn!(
+                                pid,
+                                attempt = start_failures,
+                                "task process exited ({how}) before claiming a task"
+                            );
+                            if start_failures >= MAX_START_FAILURES {
+                                if opts.once {
+                                    bail!(
+                                        "task processes exited {start_failures} times in a row before claiming a task (last: {how}); see the log above"
+                                    );
+                                }
+                                let wait = Duration::from_secs(
+                                    5 << (start_failures - MAX_START_FAILURES).min(4),
+                                );
+                                tracing::error!(
+                                    "task processes keep exiting before claiming a task (last: {how}); starting more in {} s",
+                                    wait.as_secs()
+                                );
+                                paused_until = Some(Instant::now() + wait);
+                            }
+                        }
+                    }
                 }
             }
             next = rx.try_recv().ok();
@@ -194,7 +286,7 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
     }
 }
 
-fn spawn(exe: &std::path::Path, opts: &WorkerOptions, uuid: &str) -> std::io::Result<Child> {
+fn spawn(exe: &std::path::Path, opts: &WorkerOptions, me: &WorkerId) -> std::io::Result<Child> {
     let mut cmd = Command::new(exe);
     if let Some(config) = &opts.config_path {
         cmd.arg("--config").arg(config);
@@ -203,11 +295,22 @@ fn spawn(exe: &std::path::Path, opts: &WorkerOptions, uuid: &str) -> std::io::Re
     if opts.verbose > 0 {
         cmd.arg(format!("-{}", "v".repeat(opts.verbose as usize)));
     }
-    cmd.arg("task-exec").arg(uuid);
+    cmd.args(["task-exec", "--next", "--worker-id", me.as_str()]);
     cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     cmd.spawn()
+}
+
+/// The task running under this worker's child `pid`, if any (a child killed before it said).
+fn claimed_by(db: &Db, me: &WorkerId, pid: u32) -> anyhow::Result<Option<String>> {
+    Ok(db
+        .query_opt(
+            "SELECT uuid FROM tasks WHERE status = 'running' AND worker_id = ?1 AND process_id = ?2",
+            &args![me.as_str(), i64::from(pid)],
+        )?
+        .map(|r| r.text(0))
+        .transpose()?)
 }
 
 /// Describe how a child ended: `exit status 3`, `signal 9 (SIGKILL)`.
@@ -238,9 +341,9 @@ pub fn describe_exit(status: ExitStatus) -> String {
     format!("{status}")
 }
 
-/// After a child exits: a task left `running` under the dead pid is recovered (repaired and
-/// queued again, or failed after `max_crashes`); exits before a claim are counted. Returns
-/// whether the task was this child's and ended `failed`.
+/// After this worker's child `pid`, which claimed `uuid`, exits: a task left `running` under
+/// it is recovered at once (repaired and queued again, or failed after `max_crashes`).
+/// Returns whether the child's task ended `failed`.
 #[allow(clippy::too_many_arguments)]
 fn settle(
     db: &Db,
@@ -249,141 +352,121 @@ fn settle(
     pid: u32,
     status: ExitStatus,
     elapsed: Duration,
-    start_failures: &mut HashMap<String, u32>,
+    me: &WorkerId,
+    recoverer: &Recoverer,
     max_crashes: u32,
 ) -> anyhow::Result<bool> {
     let how = describe_exit(status);
-    let row = db.get(uuid)?;
-    let ours = row.as_ref().and_then(|r| r.process_id) == Some(pid as i64);
-    let failed = match row.as_ref().map(|r| r.status) {
-        Some(Status::Running) if row.as_ref().and_then(|r| r.process_id) == Some(pid as i64) => {
-            let cause = format!("task process {pid} died ({how}) while running the task");
+    let Some(row) = db.get(uuid)? else {
+        tracing::warn!(%uuid, pid, "task process exited ({how}) and its task is not in the database");
+        return Ok(false);
+    };
+    let ours =
+        row.process_id == Some(i64::from(pid)) && row.worker_id.as_deref() == Some(me.as_str());
+    Ok(match row.status {
+        Status::Running if ours => {
+            let cause = if status.code() == Some(EXIT_LEASE_LOST) {
+                format!("task process {pid} stopped itself: it could not renew the task's lease")
+            } else {
+                format!("task process {pid} died ({how}) while running the task")
+            };
             tracing::error!(%uuid, pid, "{cause}");
-            if let Err(e) = crate::recovery::recover_task(
-                db,
-                layout,
-                uuid,
-                Some(pid as i64),
-                &cause,
-                max_crashes,
-            ) {
+            let lost = Lost {
+                holder: Holder {
+                    worker_id: row.worker_id.clone(),
+                    process_id: row.process_id,
+                    hostname: row.hostname.clone(),
+                },
+                cause,
+                only_if_expired: false,
+            };
+            if let Err(e) =
+                crate::recovery::recover_task(db, layout, uuid, &lost, max_crashes, recoverer)
+            {
                 tracing::error!(%uuid, "recovery failed: {e:#}");
             }
             db.get(uuid)?.is_some_and(|r| r.status == Status::Failed)
         }
-        // Claimed by this child, then recovered by someone else (another worker, `ctxhost
-        // recover`) before we reaped it: not a start failure.
-        Some(Status::Queued) if row.as_ref().and_then(|r| r.process_id) == Some(pid as i64) => {
-            tracing::info!(%uuid, pid, "task process exited ({how}); its task was already recovered");
-            false
-        }
-        Some(Status::Queued) => {
-            // The child exited without claiming: count it, so a task whose process cannot
-            // start is not retried forever.
-            let n = start_failures.entry(uuid.to_string()).or_insert(0);
-            *n += 1;
-            tracing::warn!(%uuid, pid, attempt = *n, "task process exited ({how}) before claiming its task");
-            if *n >= MAX_START_FAILURES {
-                let msg = format!(
-                    "task process exited {n} times before starting the task (last: {how}); see the worker log"
-                );
-                // A resumed task's directory goes from paused/ to completed/ with it.
-                let t = Transition::FailStart { message: &msg };
-                let failed = lifecycle::apply(db, layout, uuid, &t)?.is_some();
-                if failed {
-                    tracing::error!(%uuid, "{msg}");
-                }
-                failed
-            } else {
-                false
-            }
-        }
-        Some(s) if ours => {
+        s if ours => {
             tracing::info!(%uuid, pid, status = %s, secs = elapsed.as_secs_f64(), "task process finished ({how})");
             s == Status::Failed
         }
-        Some(s) => {
-            // The task was claimed by another process (another worker) before this child
-            // could: this child did not run it.
-            let other = row.as_ref().and_then(|r| r.process_id);
+        s => {
+            // Taken over meanwhile (its lease expired), or recovered by someone else.
             tracing::info!(
                 %uuid,
                 pid,
-                "task process exited ({how}) without running the task: it lost the claim to \
-                 another process ({}; task now {s})",
-                other.map_or_else(|| "pid unknown".to_string(), |p| format!("pid {p}"))
+                "task process exited ({how}); its task had been taken over by {} (task now {s})",
+                row.worker_id.as_deref().unwrap_or("another process")
             );
             false
         }
-        None => {
-            tracing::warn!(%uuid, pid, "task process exited ({how}) and its task is not in the database");
-            false
-        }
-    };
-    Ok(failed)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::testing::{new_task, store_tests};
+    use crate::lifecycle::{Claim, Owner, row};
     use std::os::unix::process::ExitStatusExt;
 
-    fn db_with_task(dir: &std::path::Path, uuid: &str) -> Db {
-        let db = Db::open(dir).unwrap();
-        db.insert_queued(&crate::db::NewTask {
-            uuid: uuid.to_string(),
-            key: crate::db::TaskKey::default(),
-            prompt: "p".into(),
-            user: None,
-            llm_provider: "openai".into(),
-            model: "m".into(),
-            context_length: 4096,
-        })
-        .unwrap();
-        db
-    }
-
-    fn settle_exit0(db: &Db, layout: &Layout, uuid: &str, pid: u32) -> bool {
-        let mut starts = HashMap::new();
+    fn settle_exit(db: &Db, layout: &Layout, uuid: &str, pid: u32, code: i32) -> bool {
+        let me = WorkerId::given("h:1:test");
+        let recoverer = Recoverer::for_worker(&me, Duration::from_secs(30));
         settle(
             db,
             layout,
             uuid,
             pid,
-            ExitStatus::from_raw(0),
+            ExitStatus::from_raw(code << 8),
             Duration::ZERO,
-            &mut starts,
+            &me,
+            &recoverer,
             3,
         )
         .unwrap()
     }
 
-    #[test]
-    fn a_failed_task_counts_only_for_the_child_that_ran_it() {
-        use crate::lifecycle::{Claim, row};
-        let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::new(dir.path());
-        layout.ensure().unwrap();
-        let db = db_with_task(dir.path(), "t");
-        assert!(row::claim(&db, "t", &Claim::test(100)).unwrap());
-        row::finish(&db, "t", 100, Status::Failed, Some("boom")).unwrap();
-        // The child that lost the claim (pid 200) did not run the failed task.
-        assert!(!settle_exit0(&db, &layout, "t", 200));
-        // The child that ran it did.
-        assert!(settle_exit0(&db, &layout, "t", 100));
-        db.insert_queued(&crate::db::NewTask {
-            uuid: "ok".into(),
-            key: crate::db::TaskKey::default(),
-            prompt: "p".into(),
-            user: None,
-            llm_provider: "openai".into(),
-            model: "m".into(),
-            context_length: 4096,
-        })
-        .unwrap();
-        assert!(row::claim(&db, "ok", &Claim::test(101)).unwrap());
-        row::finish(&db, "ok", 101, Status::Completed, None).unwrap();
-        assert!(!settle_exit0(&db, &layout, "ok", 101));
+    store_tests! {
+        fn a_failed_task_counts_only_for_the_child_that_ran_it(store: &TestStore) {
+            let layout = Layout::new(store.contexts());
+            layout.ensure().unwrap();
+            let db = store.open();
+            db.insert_queued(&new_task("t")).unwrap();
+            assert!(row::claim(&db, "t", &Claim::test(100)).unwrap());
+            row::finish(&db, "t", Owner::test(100), Status::Failed, Some("boom")).unwrap();
+            // A child that did not run the failed task (pid 200).
+            assert!(!settle_exit(&db, &layout, "t", 200, 0));
+            // The child that ran it.
+            assert!(settle_exit(&db, &layout, "t", 100, 1));
+            db.insert_queued(&new_task("ok")).unwrap();
+            assert!(row::claim(&db, "ok", &Claim::test(101)).unwrap());
+            row::finish(&db, "ok", Owner::test(101), Status::Completed, None).unwrap();
+            assert!(!settle_exit(&db, &layout, "ok", 101, 0));
+        }
+
+        fn a_child_that_died_with_its_task_is_recovered_at_once(store: &TestStore) {
+            let layout = Layout::new(store.contexts());
+            layout.ensure().unwrap();
+            let db = store.open();
+            const U: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+            db.insert_queued(&new_task(U)).unwrap();
+            let mut c = Claim::test(300);
+            c.hostname = hostname();
+            crate::lifecycle::apply(&db, &layout, U, &crate::lifecycle::Transition::Claim(&c)).unwrap();
+            assert_eq!(
+                claimed_by(&db, &WorkerId::given("h:1:test"), 300).unwrap().as_deref(),
+                Some(U)
+            );
+            assert!(!settle_exit(&db, &layout, U, 300, EXIT_LEASE_LOST));
+            let r = db.get(U).unwrap().unwrap();
+            assert_eq!((r.status, r.crash_count), (Status::Queued, 1));
+            assert!(
+                r.error_message.as_deref().unwrap_or("").contains("could not renew the task's lease"),
+                "{r:?}"
+            );
+        }
     }
 
     #[test]

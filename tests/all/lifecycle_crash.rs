@@ -41,12 +41,13 @@ fn killed(env: &TestEnv, points: &str, args: &[&str]) -> CmdOutput {
 /// Set a request flag on a row directly (the CLI only asks a running task to pause or stop;
 /// these tests want it honoured at the very first safe point).
 fn request(contexts: &Path, uuid: &str, column: &str) {
-    let db = rusqlite::Connection::open(contexts.join("tasks.db")).unwrap();
-    db.execute(
-        &format!("UPDATE tasks SET {column} = 1 WHERE uuid = ?1"),
-        [uuid],
-    )
-    .unwrap();
+    let db = TaskBuilder::new(contexts).db();
+    let n = db
+        .execute_raw(&format!(
+            "UPDATE tasks SET {column} = 1 WHERE uuid = '{uuid}'"
+        ))
+        .unwrap();
+    assert_eq!(n, 1);
 }
 
 /// The fsck report's problems as (kind, fixable).
@@ -137,6 +138,29 @@ fn claim_killed_before_its_directory_moves() {
             .status,
         Status::Queued
     );
+}
+
+/// The claim a worker's task process makes (`task-exec --next`: the oldest queued task).
+#[test]
+fn next_claim_killed_before_its_directory_moves() {
+    let env = env("http://127.0.0.1:9");
+    let uuid = TaskBuilder::new(&env.contexts()).paused();
+    env.ctxhost(&["resume", &uuid]).ok();
+    killed(&env, "lifecycle:claim", &["task-exec", "--next"]);
+    check(
+        &env,
+        &uuid,
+        Status::Running,
+        Some(DirState::Paused),
+        Some("dead-process"),
+        &["recover"],
+    );
+    let row = TaskBuilder::new(&env.contexts())
+        .db()
+        .get(&uuid)
+        .unwrap()
+        .unwrap();
+    assert_eq!((row.status, row.crash_count), (Status::Queued, 1));
 }
 
 #[test]
@@ -244,23 +268,31 @@ fn stop_killed_before_its_directory_moves() {
     );
 }
 
+/// Task processes that exit before claiming a task (they cannot start) harm no task: the
+/// worker reports them and, with --once, gives up after three in a row; the task stays queued
+/// with its directory where it was.
 #[test]
-fn start_failure_killed_before_its_directory_moves() {
+fn task_processes_that_cannot_start_leave_the_queue_alone() {
     let env = env("http://127.0.0.1:9");
-    // A resumed task (directory in paused/) whose process never starts.
     let uuid = TaskBuilder::new(&env.contexts()).paused();
     env.ctxhost(&["resume", &uuid]).ok();
-    killed(
-        &env,
-        "task-exec:exit,lifecycle:fail-start",
-        &["run", "--once", "--poll-ms", "20"],
+    let mut cmd = env.ctxhost_cmd(&["run", "--once", "--poll-ms", "20"]);
+    cmd.cmd
+        .env(ctxhost::failpoint::FAILPOINT_ENV, "task-exec:exit");
+    let out = cmd.run().fails();
+    assert_eq!(out.code(), Some(1));
+    assert!(
+        out.stderr()
+            .contains("exited 3 times in a row before claiming a task (last: exit status 3)"),
+        "{}",
+        out.stderr()
     );
     check(
         &env,
         &uuid,
-        Status::Failed,
+        Status::Queued,
         Some(DirState::Paused),
-        Some("interrupted-transition"),
+        None,
         &["recover"],
     );
 }

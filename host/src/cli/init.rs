@@ -15,6 +15,6 @@ pub(super) fn run(global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     };
     println!("config:   {} ({how})", done.config_path.display());
     println!("contexts: {}", done.contexts.display());
-    println!("database: {}", done.database.display());
+    println!("database: {}", done.database);
     Ok(ExitCode::SUCCESS)
 }

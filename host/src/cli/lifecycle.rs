@@ -64,13 +64,10 @@ pub struct RecoverArgs {
 fn open_task(env: &Env, given: &str) -> anyhow::Result<(Db, TaskRow)> {
     let uuid = parse_uuid(given).map_err(|e| usage(e.to_string()))?;
     env.require_tree()?;
-    let db = Db::open(env.layout.root())?;
-    let row = db.get(&uuid)?.ok_or_else(|| {
-        usage(format!(
-            "no task with UUID {uuid} in {}",
-            db.path().display()
-        ))
-    })?;
+    let db = env.open_db()?;
+    let row = db
+        .get(&uuid)?
+        .ok_or_else(|| usage(format!("no task with UUID {uuid} in {}", db.location())))?;
     Ok((db, row))
 }
 
@@ -126,19 +123,21 @@ pub(super) fn stop(env: &Env, args: &StopArgs) -> anyhow::Result<ExitCode> {
 
 pub(super) fn recover(env: &Env, args: &RecoverArgs) -> anyhow::Result<ExitCode> {
     env.require_tree()?;
-    let db = Db::open(env.layout.root())?;
+    let db = env.open_db()?;
+    let me = crate::recovery::Recoverer::new(env.config.worker.lease());
     let done = crate::recovery::recover_dead_tasks(
         &db,
         &env.layout,
         &Default::default(),
         env.config.worker.max_crashes,
+        &me,
     )?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&done)?);
         return Ok(ExitCode::SUCCESS);
     }
     if done.is_empty() {
-        println!("no running task with a dead process on this host");
+        println!("no running task with a dead process on this host or an expired lease");
     }
     for r in &done {
         println!("{} → {}: {}", r.uuid, r.status, r.message);

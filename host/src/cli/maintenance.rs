@@ -1,11 +1,11 @@
-//! `ctxhost cleanup` and `ctxhost fsck`: keeping the contexts/ tree small and sound.
+//! `ctxhost cleanup`, `ctxhost fsck` and `ctxhost migrate`: keeping the contexts/ tree small
+//! and sound, and moving its tasks between task stores.
 
 use std::process::ExitCode;
 
 use clap::Args;
 
 use super::{EXIT_FAILED, Env};
-use crate::db::Db;
 
 /// `ctxhost cleanup` arguments.
 #[derive(Debug, Clone, Args)]
@@ -19,6 +19,30 @@ pub struct CleanupArgs {
     pub dry_run: bool,
     /// Print JSON: {days, cutoff, dry_run, deleted: [{uuid, status, completed_at, dir, bytes}],
     /// bytes, leftovers}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The task store `ctxhost migrate` moves the tasks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    /// The PostgreSQL database whose URL the environment holds.
+    Postgres,
+    /// The tree's own SQLite `tasks.db`.
+    Sqlite,
+}
+
+/// `ctxhost migrate` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    /// Where the tasks go.
+    #[arg(long, value_enum)]
+    pub to: StoreKind,
+    /// The environment variable holding the PostgreSQL URL (default: task_store.url_env of the
+    /// config, else CTXHOST_DATABASE_URL).
+    #[arg(long, value_name = "VAR")]
+    pub url_env: Option<String>,
+    /// Print JSON: {from, to, copied, tally: {tasks, by_status}, source_kept}.
     #[arg(long)]
     pub json: bool,
 }
@@ -37,7 +61,7 @@ pub struct FsckArgs {
 
 pub(super) fn cleanup(env: &Env, args: &CleanupArgs) -> anyhow::Result<ExitCode> {
     env.require_tree()?;
-    let db = Db::open(env.layout.root())?;
+    let db = env.open_db()?;
     let days = args.days.unwrap_or(env.config.context_storage.cleanup_days);
     let report = crate::cleanup::cleanup(&db, &env.layout, days, args.dry_run)?;
     if args.json {
@@ -75,6 +99,47 @@ pub(super) fn cleanup(env: &Env, args: &CleanupArgs) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
+pub(super) fn migrate(env: &Env, args: &MigrateArgs) -> anyhow::Result<ExitCode> {
+    use crate::config::TaskStoreConfig;
+    use crate::ops::migrate::Direction;
+    let var = args
+        .url_env
+        .clone()
+        .unwrap_or_else(|| match &env.config.task_store {
+            TaskStoreConfig::Postgres { url_env } => url_env.clone(),
+            TaskStoreConfig::Sqlite => crate::db::DEFAULT_URL_ENV.to_string(),
+        });
+    let url = crate::db::PgUrl::from_env(&var).map_err(|e| super::usage(e.to_string()))?;
+    let direction = match args.to {
+        StoreKind::Postgres => Direction::ToPostgres(url),
+        StoreKind::Sqlite => Direction::ToSqlite(url),
+    };
+    let done = crate::ops::migrate::migrate(&env.layout, &direction)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&done)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "migrated {} task(s) from {} to {}",
+        done.copied, done.from, done.to
+    );
+    for (status, v) in &done.tally.by_status {
+        println!(
+            "  {status:<9} {:>7} tasks  {:>9} LLM calls  {:>9} tool calls  {:>12} tokens",
+            v[0], v[1], v[2], v[3]
+        );
+    }
+    println!("both stores agree on these counts; {}", done.source_kept);
+    match args.to {
+        StoreKind::Postgres => println!(
+            "now set `task_store: {{url_env: {var}}}` in the config of every worker (they must share {})",
+            env.layout.root().display()
+        ),
+        StoreKind::Sqlite => println!("now set `task_store: sqlite` in the config"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `1234567` → `1.2 MiB`.
 fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
@@ -92,8 +157,14 @@ fn human_bytes(n: u64) -> String {
 
 pub(super) fn fsck(env: &Env, args: &FsckArgs) -> anyhow::Result<ExitCode> {
     env.require_tree()?;
-    let db = Db::open(env.layout.root())?;
-    let report = crate::fsck::fsck(&db, &env.layout, args.repair, env.config.worker.max_crashes)?;
+    let db = env.open_db()?;
+    let report = crate::fsck::fsck(
+        &db,
+        &env.layout,
+        args.repair,
+        env.config.worker.max_crashes,
+        env.config.worker.lease(),
+    )?;
     let code = if report.remaining.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -46,6 +46,7 @@ Examples:
   ctxhost cleanup --days 7 --dry-run
   ctxhost fsck --repair
   ctxhost serve                                  web dashboard on http://127.0.0.1:7878/
+  ctxhost migrate --to postgres                  move tasks.db into $CTXHOST_DATABASE_URL
   ctxhost plugin check ./my-compressor.wasm
 
 Exit codes: 0 ok, 1 task/check failed, 2 usage or config error.";
@@ -139,6 +140,14 @@ pub enum Command {
         after_help = "Examples:\n  ctxhost cleanup --dry-run\n  ctxhost cleanup --days 7 --json"
     )]
     Cleanup(maintenance::CleanupArgs),
+    /// Move the tree's tasks to another task store (SQLite tasks.db <-> PostgreSQL), checking
+    /// that both agree; stop every worker first.
+    #[command(
+        after_help = "Examples:\n  CTXHOST_DATABASE_URL=postgres://ctxhost:PASSWORD@db:5432/ctxhost ctxhost migrate --to postgres\n  \
+        ctxhost migrate --to sqlite --url-env MY_DB_URL\n\n\
+        Exit codes: 0 migrated; 1 the copy failed (nothing changed); 2 usage error (tasks running, target not empty)."
+    )]
+    Migrate(maintenance::MigrateArgs),
     /// Check that tasks.db and contexts/ agree and every task file is sound; --repair fixes
     /// what can be fixed without losing data.
     #[command(after_help = "Exit codes: 0 no problem (left); 1 problems remain; 2 usage error.")]
@@ -157,8 +166,14 @@ pub enum Command {
     /// Run one task in this process (used by `ctxhost run`).
     #[command(hide = true)]
     TaskExec {
-        /// The task's UUID.
-        uuid: String,
+        /// The task's UUID (it must be queued).
+        uuid: Option<String>,
+        /// Claim the oldest queued task instead, and print its UUID on stdout.
+        #[arg(long, conflicts_with = "uuid")]
+        next: bool,
+        /// The worker that started this process (recorded with the task's lease).
+        #[arg(long, value_name = "ID")]
+        worker_id: Option<String>,
     },
 }
 
@@ -293,15 +308,24 @@ impl Env {
         })
     }
 
-    /// Fail with a usage error unless the contexts/ tree exists (read-only commands never create it).
+    /// Fail with a usage error unless the contexts/ tree exists, with its store (tasks.db, or
+    /// store.json naming another store): read-only commands never create it.
     pub(crate) fn require_tree(&self) -> anyhow::Result<()> {
-        if !self.layout.exists() || !self.layout.db_path().exists() {
+        let has_store = self.layout.db_path().exists()
+            || crate::db::binding::store_file(self.layout.root()).exists();
+        if !self.layout.exists() || !has_store {
             return Err(usage(format!(
                 "no contexts directory at {} (run `ctxhost init`, or pass --contexts DIR)",
                 self.layout.root().display()
             )));
         }
         Ok(())
+    }
+
+    /// Open the task store of the config for the tree; a store that is configured wrongly
+    /// (the URL variable) or that does not own the tree is a usage error (exit 2).
+    pub(crate) fn open_db(&self) -> anyhow::Result<crate::db::Db> {
+        crate::ops::open_store(&self.config, &self.layout)
     }
 }
 
@@ -313,6 +337,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => {
             let env = Env::load(&global)?;
             env.layout.ensure()?;
+            // A store that does not own this tree (or is configured wrongly) is refused first.
+            drop(env.open_db()?);
             // Configuration mistakes (a plugin that does not load, an unset API key) are
             // reported once here, before any task is touched.
             crate::worker::preflight(&env.config, &env.layout)
@@ -329,6 +355,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 contexts: absolute(env.layout.root()),
                 verbose: env.verbose,
                 max_crashes: env.config.worker.max_crashes,
+                lease: env.config.worker.lease(),
+                store: env.config.store_spec()?,
             };
             let summary = crate::worker::run(&opts)?;
             // With --once: exit 1 when a task this worker ran ended failed.
@@ -352,6 +380,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cleanup(args) => maintenance::cleanup(&Env::load(&global)?, &args),
         Command::Fsck(args) => maintenance::fsck(&Env::load(&global)?, &args),
         Command::Serve(args) => serve::run(&Env::load(&global)?, &args),
+        Command::Migrate(args) => maintenance::migrate(&Env::load(&global)?, &args),
         Command::Plugin(PluginCommand::Check { spec, json }) => {
             let passed = crate::plugin_check::run(&spec, json)?;
             Ok(if passed {
@@ -360,13 +389,25 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::from(EXIT_FAILED)
             })
         }
-        Command::TaskExec { uuid } => {
+        Command::TaskExec {
+            uuid,
+            next,
+            worker_id,
+        } => {
+            use crate::task_process::Target;
             let env = Env::load(&global)?;
-            let uuid = crate::layout::parse_uuid(&uuid).map_err(|e| usage(e.to_string()))?;
-            let status = crate::task_process::run(&env.config, &env.layout, &uuid)?;
+            let target = match (uuid, next) {
+                (Some(u), false) => {
+                    Target::Task(crate::layout::parse_uuid(&u).map_err(|e| usage(e.to_string()))?)
+                }
+                (None, true) => Target::Next,
+                _ => return Err(usage("task-exec takes a task UUID or --next")),
+            };
+            let ran =
+                crate::task_process::run(&env.config, &env.layout, &target, worker_id.as_deref())?;
             // Completed, stopped and paused are what was asked for; only a failure is exit 1.
-            Ok(match status {
-                Some(crate::db::Status::Failed) => ExitCode::from(EXIT_FAILED),
+            Ok(match ran {
+                Some((_, crate::db::Status::Failed)) => ExitCode::from(EXIT_FAILED),
                 _ => ExitCode::SUCCESS,
             })
         }

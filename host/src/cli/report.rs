@@ -63,7 +63,7 @@ fn parse_status(s: &str) -> Result<Status, String> {
 
 fn open_db(env: &Env) -> anyhow::Result<Db> {
     env.require_tree()?;
-    Ok(Db::open(env.layout.root())?)
+    env.open_db()
 }
 
 pub(super) fn tasks(env: &Env, args: &TasksArgs) -> anyhow::Result<ExitCode> {

@@ -8,12 +8,13 @@
 //! plugins: {message_store, compressor, request_format}
 //! runtime: {memory_limit_mib, call_timeout_secs}
 //! agent:   {system_prompt, max_steps}
-//! worker:  {max_parallel_tasks, poll_interval_ms, max_crashes}
+//! worker:  {max_parallel_tasks, poll_interval_ms, max_crashes, lease_secs}
+//! task_store: sqlite | {url_env}                     # see task_store
 //! mcp_servers: {NAME: {command, args, env, cwd}}    # see crate::tools::config
 //! tools:   {max_tool_output_tokens, call_timeout_secs, start_timeout_secs}
 //! ```
 //! One module per section, each with its own validation: `context_storage`, `llm`, `plugins`,
-//! `process` (`runtime`, `agent`, `worker`); `mcp_servers` and `tools` in
+//! `process` (`runtime`, `agent`, `worker`), `task_store`; `mcp_servers` and `tools` in
 //! [`crate::tools::config`]. [`Config::default_yaml`] is the commented file `ctxhost init` writes. Errors name the file and
 //! the key, e.g. `config.yaml: llm.context_length: must be at least 256, got 12`.
 //!
@@ -24,6 +25,7 @@ mod context_storage;
 mod llm;
 mod plugins;
 mod process;
+mod task_store;
 mod template;
 
 use std::path::Path;
@@ -74,6 +76,7 @@ pub use context_storage::{ContextStorage, DEFAULT_SUMMARY_PROMPT};
 pub use llm::{LlmConfig, Provider};
 pub use plugins::{DEFAULT_COMPRESSOR, NO_COMPRESSOR, PluginsConfig};
 pub use process::{AgentConfig, DEFAULT_SYSTEM_PROMPT, RuntimeConfig, WorkerConfig};
+pub use task_store::TaskStoreConfig;
 
 /// A value out of range: the key and what is wrong (the file is added by [`Config::validate`]).
 #[derive(Debug)]
@@ -112,6 +115,8 @@ pub struct Config {
     pub mcp_servers: std::collections::BTreeMap<String, crate::tools::McpServerConfig>,
     /// Tool call limits: output size, deadlines.
     pub tools: crate::tools::ToolsConfig,
+    /// `task_store`: SQLite (contexts/tasks.db) or PostgreSQL.
+    pub task_store: TaskStoreConfig,
 }
 
 impl Config {
@@ -177,6 +182,7 @@ impl Config {
             self.runtime.validate(),
             self.agent.validate(),
             self.worker.validate(),
+            self.task_store.validate(),
             crate::tools::config::validate(&self.mcp_servers, &self.tools)
                 .map_err(|(key, message)| Invalid { key, message }),
         ];

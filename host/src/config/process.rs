@@ -63,6 +63,10 @@ pub struct WorkerConfig {
     /// A task whose process dies this many times (crash, kill, power loss) is failed instead of
     /// being repaired and run again (≥ 1).
     pub max_crashes: u32,
+    /// Length of a running task's lease, seconds (≥ 2): its process renews it every third of
+    /// this; a task whose lease expired is taken over by any worker. A process that cannot
+    /// renew its lease for 4/5 of it stops itself ([`crate::lease`]).
+    pub lease_secs: u64,
 }
 
 impl Default for WorkerConfig {
@@ -71,6 +75,7 @@ impl Default for WorkerConfig {
             max_parallel_tasks: 2,
             poll_interval_ms: 500,
             max_crashes: 3,
+            lease_secs: 30,
         }
     }
 }
@@ -119,6 +124,12 @@ impl WorkerConfig {
         if self.max_crashes < 1 {
             return Invalid::err("worker.max_crashes", "must be at least 1, got 0");
         }
+        if self.lease_secs < 2 {
+            return Invalid::err(
+                "worker.lease_secs",
+                format!("must be at least 2, got {}", self.lease_secs),
+            );
+        }
         if self.poll_interval_ms < 10 {
             return Invalid::err(
                 "worker.poll_interval_ms",
@@ -126,6 +137,13 @@ impl WorkerConfig {
             );
         }
         Ok(())
+    }
+}
+
+impl WorkerConfig {
+    /// `lease_secs` as a duration.
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.lease_secs)
     }
 }
 

@@ -92,6 +92,18 @@ worker:
   # A task whose process dies (crash, kill -9, power loss) is repaired and run again; after this
   # many deaths it is marked failed instead.
   max_crashes: {crashes}
+  # A running task holds a lease of this many seconds, renewed by its process every third of it.
+  # A task whose lease expired (its host died, or lost the database) is repaired and requeued by
+  # any worker; a process that cannot renew its lease for 4/5 of it stops itself first.
+  lease_secs: {lease}
+
+# Where tasks' statuses and statistics are kept: sqlite (contexts/tasks.db, one host), or
+# PostgreSQL shared by workers on several hosts, given as the environment variable that holds its
+# URL (postgres://USER:PASSWORD@HOST:PORT/DBNAME; never written here). All workers must then share
+# one contexts/ directory (a shared filesystem). `ctxhost migrate --to postgres` moves a tree's tasks.
+task_store: sqlite
+# task_store:
+#   url_env: CTXHOST_DATABASE_URL
 
 # MCP servers started (over stdio) for every task; their tools are offered to the model. A server
 # gets only PATH, HOME and its own env. Tool names clashing between servers become SERVER__TOOL.
@@ -136,6 +148,7 @@ tools:
             par = d.worker.max_parallel_tasks,
             poll = d.worker.poll_interval_ms,
             crashes = d.worker.max_crashes,
+            lease = d.worker.lease_secs,
         )
     }
 }

@@ -1,78 +1,179 @@
-//! `contexts/tasks.db`: every task's status and statistics (SQLite, WAL).
+//! The task store: every task's status and statistics, in `contexts/tasks.db` (SQLite, WAL;
+//! the default) or in a PostgreSQL database shared by workers on several hosts
+//! (`task_store: {url_env: VAR}`). [`Db`] is one connection to either; [`StoreSpec`] says
+//! which.
 //!
-//! - [`schema`]: the `tasks` table, its version and upgrades.
-//! - [`queue`]: submitting tasks and finding them (queued, running on a host, finished).
+//! - [`schema`]: the `tasks` table (the same columns on both backends), its version and
+//!   upgrades, created and migrated automatically when a store is opened.
+//! - [`binding`]: which store owns a `contexts/` tree (`contexts/store.json`); a store never
+//!   opens a tree another store owns.
+//! - [`queue`]: submitting tasks and finding them (queued, running, finished).
 //! - [`control`]: requests to a running task (pause, stop) and its resume count.
 //! - [`stats`]: the counters of a task ([`UsageDelta`]) and the statistics over all tasks.
+//! - [`lease`]: a running task's lease (worker id, expiry), renewed by its process, taken
+//!   over when it expires.
+//! - [`copy`]: copying every row from one store to another (`ctxhost migrate`).
+//! - the backends, [`sqlite`] and [`postgres`] (connection, retries, exact writes), and
+//!   [`sql`], what the statements are made of: written once, in SQL both accept.
 //!
 //! Status changes are not here: each is one conditional `UPDATE` owned by
 //! [`crate::lifecycle`], the only code that changes a task's status or moves its directory.
 //!
 //! Counters are only ever changed in SQL (`col = col + ?`), never read-modify-write.
 //! Timestamps are RFC 3339 UTC text with milliseconds (`2025-01-31T12:00:00.123Z`), which
-//! sorts as text and is understood by SQLite's date functions.
+//! sorts as text and is understood by both databases' date functions; lease expiries are
+//! milliseconds since the Unix epoch on the database server's clock.
 //!
-//! Every statement is retried up to 3 times (after the 5 s busy timeout) on `SQLITE_BUSY` /
-//! `SQLITE_LOCKED`, with a short backoff.
+//! # Adding to the store
+//! A new query or statement is a method in the module of its concept (or a new module),
+//! written once with [`Db::query`] / [`Db::execute`] / [`Db::write_returning`] in the SQL
+//! both backends accept ([`sql`] lists what to avoid). A new column or table is a step in
+//! [`schema`] with its SQL for each backend, and a bump of [`SCHEMA_VERSION`].
 
+pub mod binding;
 pub mod control;
+pub mod copy;
+pub mod lease;
+pub mod postgres;
 pub mod queue;
 pub mod schema;
+pub mod sql;
+pub mod sqlite;
 pub mod stats;
 mod status;
 
-use std::path::{Path, PathBuf};
+use std::cell::RefCell;
+use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
 pub use control::Control;
+pub use postgres::PgUrl;
 pub use schema::SCHEMA_VERSION;
+pub use sql::{Dialect, SqlRow, Value};
+pub use sqlite::{BUSY_RETRIES, BUSY_TIMEOUT};
 pub use stats::{ModelStats, Stats, UsageDelta};
 pub use status::Status;
 
-/// Busy timeout per statement.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) use sql::args;
 
-/// Extra attempts after a busy/locked error.
-pub const BUSY_RETRIES: u32 = 3;
-
-/// File name of the database in the contexts/ directory.
+/// File name of the SQLite database in the contexts/ directory.
 pub const DB_FILE: &str = "tasks.db";
 
-/// Database errors. Messages name the database file.
+/// The environment variable `task_store.url_env` names by default.
+pub const DEFAULT_URL_ENV: &str = "CTXHOST_DATABASE_URL";
+
+/// Which task store to open, resolved from `task_store` (config.yaml) and the environment
+/// ([`crate::config::Config::store_spec`]).
+#[derive(Debug, Clone)]
+pub enum StoreSpec {
+    /// `contexts/tasks.db`.
+    Sqlite,
+    /// A PostgreSQL database (its URL came from the environment).
+    Postgres(PgUrl),
+}
+
+impl StoreSpec {
+    /// `sqlite` or `postgres` (as in contexts/store.json).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreSpec::Sqlite => "sqlite",
+            StoreSpec::Postgres(_) => "postgres",
+        }
+    }
+}
+
+/// How long a statement waits for an unreachable database before it fails (PostgreSQL;
+/// SQLite is a local file and only waits for its busy timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Patience {
+    /// Give up after this long (commands a user waits for).
+    Bounded(Duration),
+    /// Retry with backoff until the database answers (workers and task processes: a task
+    /// process's lease ends it if the outage outlasts the lease).
+    Unbounded,
+}
+
+impl Default for Patience {
+    /// 30 seconds.
+    fn default() -> Patience {
+        Patience::Bounded(Duration::from_secs(30))
+    }
+}
+
+/// Database errors. Messages name the store (the SQLite file, or the PostgreSQL database
+/// without its password).
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     /// An SQLite error (after the busy retries).
-    #[error("{path}: {source}")]
+    #[error("{location}: {source}")]
     Sqlite {
         /// The database file.
-        path: String,
+        location: String,
         /// What SQLite said.
         #[source]
         source: rusqlite::Error,
     },
+    /// A PostgreSQL error that retrying does not help (a constraint, a permission, a bad
+    /// password).
+    #[error("{location}: {message}")]
+    Postgres {
+        /// The database, `postgres://user@host:port/dbname`.
+        location: String,
+        /// What the server (or the client) said.
+        message: String,
+        /// The SQLSTATE code, for a server error.
+        code: Option<String>,
+    },
+    /// The PostgreSQL server could not be reached for as long as the command waits.
+    #[error("{location}: unreachable for {waited_secs} s, giving up (last error: {last})")]
+    Unavailable {
+        /// The database.
+        location: String,
+        /// How long it was tried.
+        waited_secs: u64,
+        /// The last error.
+        last: String,
+    },
+    /// The task store is configured wrongly (`task_store`, the URL variable).
+    #[error("{0}")]
+    Config(String),
     /// The database was written by a newer ctxhost.
     #[error(
-        "{path}: schema version {found} is newer than this ctxhost understands ({SCHEMA_VERSION})"
+        "{location}: schema version {found} is newer than this ctxhost understands ({SCHEMA_VERSION})"
     )]
     NewerSchema {
-        /// The database file.
-        path: String,
-        /// Its `PRAGMA user_version`.
+        /// The database.
+        location: String,
+        /// Its schema version.
         found: i64,
     },
-    /// A row that does not read as a task (e.g. an unknown status text).
-    #[error("{path}: row {uuid}: {message}")]
-    BadRow {
-        /// The database file.
+    /// The contexts/ tree belongs to another task store (contexts/store.json), or the store
+    /// to another tree.
+    #[error("{0}")]
+    NotOwner(String),
+    /// contexts/store.json cannot be read or written.
+    #[error("{path}: {message}")]
+    Binding {
+        /// contexts/store.json.
         path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A row that does not read as a task (e.g. an unknown status text).
+    #[error("{location}: row {uuid}: {message}")]
+    BadRow {
+        /// The database.
+        location: String,
         /// The row's uuid column.
         uuid: String,
         /// What is wrong with it.
         message: String,
     },
+    /// A value of an unexpected kind in a result.
+    #[error("unexpected result: {0}")]
+    Decode(String),
 }
 
 /// The task key of the seed: where the task comes from.
@@ -177,6 +278,12 @@ pub struct TaskRow {
     /// Prompt tokens the provider wrote to its prompt cache (part of `total_tokens`):
     /// Anthropic `cache_creation_input_tokens`.
     pub cache_creation_tokens: i64,
+    /// The worker whose task process holds the task's lease (`hostname:pid:nonce`), or the
+    /// process recovering it; set by a claim, kept after the task ends.
+    pub worker_id: Option<String>,
+    /// When the lease of a running task expires: milliseconds since the Unix epoch, on the
+    /// database server's clock ([`lease`]).
+    pub lease_expires_at: Option<i64>,
 }
 
 /// Filter for [`Db::list`]. Rows come newest first.
@@ -195,176 +302,226 @@ pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// A connection to `tasks.db`. Not shared between threads: open one per process/thread.
-pub struct Db {
-    conn: Connection,
-    path: PathBuf,
+/// The backend of a [`Db`].
+enum Backend {
+    Sqlite(sqlite::SqliteStore),
+    Postgres(RefCell<postgres::PgStore>),
 }
 
-/// The columns of [`TaskRow`], in [`raw_row`]'s order.
+/// A connection to the task store. Not shared between threads: open one per process/thread.
+pub struct Db {
+    backend: Backend,
+    location: String,
+}
+
+/// The columns of [`TaskRow`], in [`task_row`]'s order.
 pub(crate) const COLUMNS: &str = "uuid, task_source, owner, repo, task_type, task_id, status, created_at, started_at, \
 completed_at, updated_at, process_id, hostname, llm_provider, model, context_length, llm_call_count, \
-tool_call_count, total_tokens, compression_count, error_message, user, prompt, resume_count, crash_count, \
-pause_requested, stop_requested, pause_reason, files_deleted_at, cache_read_tokens, cache_creation_tokens";
-
-fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(
-        e,
-        rusqlite::Error::SqliteFailure(f, _)
-            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
-}
+tool_call_count, total_tokens, compression_count, error_message, \"user\", prompt, resume_count, crash_count, \
+pause_requested, stop_requested, pause_reason, files_deleted_at, cache_read_tokens, cache_creation_tokens, \
+worker_id, lease_expires_at";
 
 impl Db {
-    /// Open (creating if needed) `contexts_dir/tasks.db`: WAL, 5 s busy timeout, schema created
-    /// or upgraded ([`schema`]). `contexts_dir` must exist.
-    pub fn open(contexts_dir: &Path) -> Result<Db, DbError> {
-        let path = contexts_dir.join(DB_FILE);
-        let shown = path.display().to_string();
-        let sq = |source| DbError::Sqlite {
-            path: shown.clone(),
-            source,
-        };
-        let conn = Connection::open(&path).map_err(sq)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(sq)?;
-        let db = Db { conn, path };
-        db.retry(|c| {
-            // journal_mode returns a row; query it rather than execute.
-            let _mode: String = c.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-            c.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
-        })?;
-        let version: i64 = db.retry(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))?;
-        if version > SCHEMA_VERSION {
-            return Err(DbError::NewerSchema {
-                path: shown,
-                found: version,
-            });
-        }
-        if version < SCHEMA_VERSION {
-            db.retry(schema::upgrade)?;
-        }
+    /// Open the task store of `spec` for the contexts tree at `contexts` (which must exist):
+    /// connect (SQLite: create `contexts/tasks.db`), create or upgrade the schema
+    /// ([`schema`]), and check that the tree belongs to this store, recording it in
+    /// `contexts/store.json` if the tree belongs to none yet ([`binding`]).
+    pub fn open(spec: &StoreSpec, contexts: &Path) -> Result<Db, DbError> {
+        let db = Db::open_unbound(spec, contexts)?;
+        binding::check(&db, spec, contexts)?;
         Ok(db)
     }
 
-    /// Path of the database file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Run `f`, retrying up to [`BUSY_RETRIES`] times on busy/locked with 50, 100, 200 ms backoff.
-    pub(crate) fn retry<T>(
-        &self,
-        mut f: impl FnMut(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, DbError> {
-        let mut attempt = 0;
-        loop {
-            match f(&self.conn) {
-                Ok(v) => return Ok(v),
-                Err(e) if is_busy(&e) && attempt < BUSY_RETRIES => {
-                    attempt += 1;
-                    tracing::debug!(db = %self.path.display(), attempt, "database busy, retrying");
-                    std::thread::sleep(Duration::from_millis(50 << (attempt - 1)));
-                }
-                Err(source) => {
-                    return Err(DbError::Sqlite {
-                        path: self.path.display().to_string(),
-                        source,
-                    });
+    /// [`Db::open`] without the ownership check (`ctxhost migrate`, which moves a tree
+    /// from one store to another).
+    pub fn open_unbound(spec: &StoreSpec, contexts: &Path) -> Result<Db, DbError> {
+        let db = match spec {
+            StoreSpec::Sqlite => {
+                let store = sqlite::SqliteStore::open(&contexts.join(DB_FILE))?;
+                Db {
+                    location: store.path().display().to_string(),
+                    backend: Backend::Sqlite(store),
                 }
             }
+            StoreSpec::Postgres(url) => {
+                let store = postgres::PgStore::connect(url, Patience::default())?;
+                Db {
+                    location: store.location().to_string(),
+                    backend: Backend::Postgres(RefCell::new(store)),
+                }
+            }
+        };
+        schema::ensure(&db)?;
+        Ok(db)
+    }
+
+    /// How long statements wait for an unreachable database (default: 30 s).
+    pub fn set_patience(&self, patience: Patience) {
+        if let Backend::Postgres(pg) = &self.backend {
+            pg.borrow_mut().set_patience(patience);
+        }
+    }
+
+    /// The store, for messages: the SQLite file, or `postgres://user@host:port/dbname`
+    /// (never the password).
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// Which SQL the backend speaks.
+    pub fn dialect(&self) -> Dialect {
+        match self.backend {
+            Backend::Sqlite(_) => Dialect::Sqlite,
+            Backend::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// Run a query (`?1`, `?2` placeholders, [`sql`]'s portable SQL) and return its rows.
+    pub fn query(&self, sql: &str, args: &[Value]) -> Result<Vec<SqlRow>, DbError> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.query(sql, args),
+            Backend::Postgres(pg) => pg.borrow_mut().query(sql, args),
+        }
+    }
+
+    /// [`Db::query`], first row only.
+    pub fn query_opt(&self, sql: &str, args: &[Value]) -> Result<Option<SqlRow>, DbError> {
+        Ok(self.query(sql, args)?.into_iter().next())
+    }
+
+    /// Run a write (one statement, its own transaction) and return the rows it changed.
+    /// Applied exactly once, even when a PostgreSQL connection breaks during it
+    /// ([`postgres`]).
+    pub fn execute(&self, sql: &str, args: Vec<Value>) -> Result<u64, DbError> {
+        self.write_batch(sql, &[args])
+    }
+
+    /// Run a write with a `RETURNING` clause and return the rows it gave.
+    pub fn write_returning(&self, sql: &str, args: Vec<Value>) -> Result<Vec<SqlRow>, DbError> {
+        let batch = [args];
+        match &self.backend {
+            Backend::Sqlite(s) => Ok(s.write(sql, &batch)?.1),
+            Backend::Postgres(pg) => Ok(pg.borrow_mut().write(sql, &batch)?.rows),
+        }
+    }
+
+    /// Run write `sql` once per argument list of `batch`, all in one transaction; returns
+    /// the rows changed.
+    pub fn write_batch(&self, sql: &str, batch: &[Vec<Value>]) -> Result<u64, DbError> {
+        match &self.backend {
+            Backend::Sqlite(s) => Ok(s.write(sql, batch)?.0),
+            Backend::Postgres(pg) => Ok(pg.borrow_mut().write(sql, batch)?.changed),
+        }
+    }
+
+    /// Run `sql` as given, outside the statements of this module (tests that plant a state
+    /// no command makes; operators' one-off fixes). Returns the rows changed.
+    #[doc(hidden)]
+    pub fn execute_raw(&self, sql: &str) -> Result<u64, DbError> {
+        self.execute(sql, Vec::new())
+    }
+
+    /// The SQLite backend (schema upgrades), if that is the backend.
+    pub(crate) fn sqlite(&self) -> Option<&sqlite::SqliteStore> {
+        match &self.backend {
+            Backend::Sqlite(s) => Some(s),
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    /// The PostgreSQL backend (schema upgrades), if that is the backend.
+    pub(crate) fn postgres(&self) -> Option<std::cell::RefMut<'_, postgres::PgStore>> {
+        match &self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(pg) => Some(pg.borrow_mut()),
         }
     }
 
     /// The row of `uuid`, if any.
     pub fn get(&self, uuid: &str) -> Result<Option<TaskRow>, DbError> {
-        let rows = self.retry(|c| {
-            c.query_row(
-                &format!("SELECT {COLUMNS} FROM tasks WHERE uuid = ?1"),
-                [uuid],
-                raw_row,
-            )
-            .optional()
-        })?;
-        rows.map(|r| self.finish_row(r)).transpose()
+        self.query_opt(
+            &format!("SELECT {COLUMNS} FROM tasks WHERE uuid = ?1"),
+            &args![uuid],
+        )?
+        .map(|r| self.task_row(&r))
+        .transpose()
     }
 
     /// Rows matching `filter`, newest first.
     pub fn list(&self, filter: &TaskFilter) -> Result<Vec<TaskRow>, DbError> {
-        let limit = filter.limit.map(i64::from).unwrap_or(-1);
-        let raws = self.retry(|c| {
-            let mut st = c.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM tasks WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR user = ?2) \
-                 ORDER BY created_at DESC, rowid DESC LIMIT ?3"
-            ))?;
-            let rows = st.query_map(
-                params![filter.status.map(|s| s.as_str()), filter.user, limit],
-                raw_row,
-            )?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
-        })?;
-        raws.into_iter().map(|r| self.finish_row(r)).collect()
+        let limit = filter
+            .limit
+            .map(|n| format!(" LIMIT {n}"))
+            .unwrap_or_default();
+        let order = self.dialect().insert_order();
+        self.query(
+            &format!(
+                "SELECT {COLUMNS} FROM tasks WHERE (CAST(?1 AS TEXT) IS NULL OR status = ?1) \
+                 AND (CAST(?2 AS TEXT) IS NULL OR \"user\" = ?2) \
+                 ORDER BY created_at DESC, {order} DESC{limit}"
+            ),
+            &args![filter.status.map(|s| s.as_str()), filter.user.as_deref()],
+        )?
+        .iter()
+        .map(|r| self.task_row(r))
+        .collect()
     }
 
-    /// A row read with [`raw_row`], its status text checked.
-    pub(crate) fn finish_row(&self, raw: (TaskRow, String)) -> Result<TaskRow, DbError> {
-        let (mut row, status) = raw;
-        row.status = status.parse().map_err(|message| DbError::BadRow {
-            path: self.path.display().to_string(),
+    /// A row selected with [`COLUMNS`] as a [`TaskRow`], its status text checked.
+    pub(crate) fn task_row(&self, r: &SqlRow) -> Result<TaskRow, DbError> {
+        let row = task_row(r)?;
+        let status = r.text(6)?;
+        let status = status.parse().map_err(|message| DbError::BadRow {
+            location: self.location.clone(),
             uuid: row.uuid.clone(),
             message,
         })?;
-        Ok(row)
-    }
-
-    /// The raw connection, for this module's tests.
-    #[cfg(test)]
-    pub(crate) fn conn(&self) -> &Connection {
-        &self.conn
+        Ok(TaskRow { status, ..row })
     }
 }
 
-/// Read a row selected with [`COLUMNS`]; the status text is returned beside it for checking.
-pub(crate) fn raw_row(r: &Row<'_>) -> rusqlite::Result<(TaskRow, String)> {
-    let status: String = r.get(6)?;
-    Ok((
-        TaskRow {
-            uuid: r.get(0)?,
-            task_source: r.get(1)?,
-            owner: r.get(2)?,
-            repo: r.get(3)?,
-            task_type: r.get(4)?,
-            task_id: r.get(5)?,
-            status: Status::Queued,
-            created_at: r.get(7)?,
-            started_at: r.get(8)?,
-            completed_at: r.get(9)?,
-            updated_at: r.get(10)?,
-            process_id: r.get(11)?,
-            hostname: r.get(12)?,
-            llm_provider: r.get(13)?,
-            model: r.get(14)?,
-            context_length: r.get(15)?,
-            llm_call_count: r.get(16)?,
-            tool_call_count: r.get(17)?,
-            total_tokens: r.get(18)?,
-            compression_count: r.get(19)?,
-            error_message: r.get(20)?,
-            user: r.get(21)?,
-            prompt: r.get(22)?,
-            resume_count: r.get(23)?,
-            crash_count: r.get(24)?,
-            pause_requested: r.get::<_, i64>(25)? != 0,
-            stop_requested: r.get::<_, i64>(26)? != 0,
-            pause_reason: r.get(27)?,
-            files_deleted_at: r.get(28)?,
-            cache_read_tokens: r.get(29)?,
-            cache_creation_tokens: r.get(30)?,
-        },
-        status,
-    ))
+/// Read a row selected with [`COLUMNS`] (the status is left `queued`: [`Db::task_row`]
+/// checks and sets it).
+fn task_row(r: &SqlRow) -> Result<TaskRow, DbError> {
+    Ok(TaskRow {
+        uuid: r.text(0)?,
+        task_source: r.text(1)?,
+        owner: r.opt_text(2)?,
+        repo: r.opt_text(3)?,
+        task_type: r.opt_text(4)?,
+        task_id: r.opt_text(5)?,
+        status: Status::Queued,
+        created_at: r.text(7)?,
+        started_at: r.opt_text(8)?,
+        completed_at: r.opt_text(9)?,
+        updated_at: r.text(10)?,
+        process_id: r.opt_int(11)?,
+        hostname: r.opt_text(12)?,
+        llm_provider: r.opt_text(13)?,
+        model: r.opt_text(14)?,
+        context_length: r.opt_int(15)?,
+        llm_call_count: r.int(16)?,
+        tool_call_count: r.int(17)?,
+        total_tokens: r.int(18)?,
+        compression_count: r.int(19)?,
+        error_message: r.opt_text(20)?,
+        user: r.opt_text(21)?,
+        prompt: r.text(22)?,
+        resume_count: r.int(23)?,
+        crash_count: r.int(24)?,
+        pause_requested: r.int(25)? != 0,
+        stop_requested: r.int(26)? != 0,
+        pause_reason: r.opt_text(27)?,
+        files_deleted_at: r.opt_text(28)?,
+        cache_read_tokens: r.int(29)?,
+        cache_creation_tokens: r.int(30)?,
+        worker_id: r.opt_text(31)?,
+        lease_expires_at: r.opt_int(32)?,
+    })
 }
 
-/// Shared by the database tests of this crate.
+/// Shared by the database tests of this crate: a task to insert, and [`TestStore`], a
+/// throwaway store of either backend for the tests that [`store_tests!`] runs on both.
 #[cfg(test)]
 pub(crate) mod testing {
     use super::*;
@@ -384,57 +541,184 @@ pub(crate) mod testing {
             context_length: 4096,
         }
     }
+
+    /// The variable naming a PostgreSQL server for tests: the URL of a role that may create
+    /// databases (`scripts/test-postgres.sh start` prints one).
+    pub const TEST_URL_ENV: &str = "CTXHOST_TEST_DATABASE_URL";
+
+    /// A contexts tree (a temporary directory) and its store: SQLite in the tree, or a fresh
+    /// PostgreSQL database on the test server, dropped with it.
+    pub struct TestStore {
+        dir: tempfile::TempDir,
+        /// The store.
+        pub spec: StoreSpec,
+        pg: Option<(String, String)>,
+    }
+
+    impl TestStore {
+        /// SQLite in a new temporary directory.
+        pub fn sqlite() -> TestStore {
+            TestStore {
+                dir: tempfile::tempdir().unwrap(),
+                spec: StoreSpec::Sqlite,
+                pg: None,
+            }
+        }
+
+        /// A new database on the server of [`TEST_URL_ENV`] (panics, saying how to start
+        /// one, when the variable is not set).
+        pub fn postgres() -> TestStore {
+            let admin = std::env::var(TEST_URL_ENV).unwrap_or_else(|_| {
+                panic!(
+                    "{TEST_URL_ENV} is not set: start a test server with `scripts/test-postgres.sh start` \
+                     and set {TEST_URL_ENV} to the URL it prints (CI does this in .ci/run)"
+                )
+            });
+            let name = format!("ctxhost_unit_{}", uuid::Uuid::new_v4().simple());
+            let mut client = ::postgres::Client::connect(&admin, ::postgres::NoTls).unwrap();
+            client
+                .batch_execute(&format!("CREATE DATABASE {name}"))
+                .unwrap();
+            let url = database_url(&admin, &name);
+            TestStore {
+                dir: tempfile::tempdir().unwrap(),
+                spec: StoreSpec::Postgres(PgUrl::parse(&url, TEST_URL_ENV).unwrap()),
+                pg: Some((admin, name)),
+            }
+        }
+
+        /// The contexts tree.
+        pub fn contexts(&self) -> &Path {
+            self.dir.path()
+        }
+
+        /// A new connection.
+        pub fn open(&self) -> Db {
+            Db::open(&self.spec, self.contexts()).unwrap()
+        }
+    }
+
+    impl Drop for TestStore {
+        fn drop(&mut self) {
+            if let Some((admin, name)) = &self.pg
+                && let Ok(mut c) = ::postgres::Client::connect(admin, ::postgres::NoTls)
+            {
+                let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+            }
+        }
+    }
+
+    /// `admin` (a `postgres://` URL) with its database name replaced by `name`.
+    pub fn database_url(admin: &str, name: &str) -> String {
+        let (base, query) = match admin.split_once('?') {
+            Some((b, q)) => (b, format!("?{q}")),
+            None => (admin, String::new()),
+        };
+        let authority_end = base
+            .find("://")
+            .map(|i| i + 3)
+            .and_then(|start| base[start..].find('/').map(|j| start + j))
+            .unwrap_or(base.len());
+        format!("{}/{name}{query}", &base[..authority_end])
+    }
+
+    /// Each test `fn NAME(store: &TestStore) { ... }` becomes a module `NAME` with two tests:
+    /// `sqlite`, and `postgres` — built `#[ignore]`d unless a PostgreSQL test server is
+    /// configured ([`TEST_URL_ENV`]) or CI is on (build.rs sets `cfg(ctxhost_pg_tests)`).
+    macro_rules! store_tests {
+        ($($(#[$attr:meta])* fn $name:ident($store:ident: &TestStore) $body:block)*) => {$(
+            $(#[$attr])*
+            mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+                fn run($store: &$crate::db::testing::TestStore) $body
+                #[test]
+                fn sqlite() {
+                    run(&$crate::db::testing::TestStore::sqlite())
+                }
+                #[test]
+                #[cfg_attr(
+                    not(ctxhost_pg_tests),
+                    ignore = "needs PostgreSQL: set CTXHOST_TEST_DATABASE_URL (scripts/test-postgres.sh start)"
+                )]
+                fn postgres() {
+                    run(&$crate::db::testing::TestStore::postgres())
+                }
+            }
+        )*};
+    }
+    pub(crate) use store_tests;
+
+    #[test]
+    fn database_urls_swap_the_name() {
+        assert_eq!(
+            database_url("postgres://u:p@h:1/postgres", "x"),
+            "postgres://u:p@h:1/x"
+        );
+        assert_eq!(
+            database_url("postgres://u:p@h:1/postgres?sslmode=disable", "x"),
+            "postgres://u:p@h:1/x?sslmode=disable"
+        );
+        assert_eq!(database_url("postgres://h", "x"), "postgres://h/x");
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::testing::new_task;
+    use super::testing::{new_task, store_tests};
     use super::*;
 
-    #[test]
-    fn schema_is_created_and_reopen_is_fine() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
-        db.insert_queued(&new_task("a")).unwrap();
-        drop(db);
-        let db = Db::open(dir.path()).unwrap();
-        assert_eq!(db.get("a").unwrap().unwrap().status, Status::Queued);
-        let mode: String = db
-            .conn
-            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(mode, "wal");
-    }
-
-    #[test]
-    fn list_filters_and_orders_newest_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
-        for id in ["a", "b", "c"] {
-            db.insert_queued(&new_task(id)).unwrap();
+    store_tests! {
+        fn schema_is_created_and_reopen_is_fine(store: &TestStore) {
+            let db = store.open();
+            db.insert_queued(&new_task("a")).unwrap();
+            drop(db);
+            let db = store.open();
+            assert_eq!(db.get("a").unwrap().unwrap().status, Status::Queued);
+            if let Some(s) = db.sqlite() {
+                let mode: String = s
+                    .conn()
+                    .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                    .unwrap();
+                assert_eq!(mode, "wal");
+            }
         }
-        crate::lifecycle::row::claim(&db, "b", &crate::lifecycle::Claim::test(1)).unwrap();
-        let all = db.list(&TaskFilter::default()).unwrap();
-        assert_eq!(
-            all.iter().map(|r| r.uuid.as_str()).collect::<Vec<_>>(),
-            ["c", "b", "a"]
-        );
-        let q = db
-            .list(&TaskFilter {
-                status: Some(Status::Queued),
-                ..Default::default()
-            })
-            .unwrap();
-        assert_eq!(q.len(), 2);
-        assert_eq!(
-            db.list(&TaskFilter {
-                limit: Some(1),
-                ..Default::default()
-            })
-            .unwrap()
-            .len(),
-            1
-        );
-        assert_eq!(db.list_queued(10).unwrap(), ["a", "c"]);
+
+        fn list_filters_and_orders_newest_first(store: &TestStore) {
+            let db = store.open();
+            for id in ["a", "b", "c"] {
+                db.insert_queued(&new_task(id)).unwrap();
+            }
+            crate::lifecycle::row::claim(&db, "b", &crate::lifecycle::Claim::test(1)).unwrap();
+            let all = db.list(&TaskFilter::default()).unwrap();
+            assert_eq!(
+                all.iter().map(|r| r.uuid.as_str()).collect::<Vec<_>>(),
+                ["c", "b", "a"]
+            );
+            let q = db
+                .list(&TaskFilter {
+                    status: Some(Status::Queued),
+                    ..Default::default()
+                })
+                .unwrap();
+            assert_eq!(q.len(), 2);
+            let mine = db
+                .list(&TaskFilter {
+                    user: Some("alice".into()),
+                    limit: Some(1),
+                    ..Default::default()
+                })
+                .unwrap();
+            assert_eq!(mine.len(), 1);
+            assert!(
+                db.list(&TaskFilter {
+                    user: Some("bob".into()),
+                    ..Default::default()
+                })
+                .unwrap()
+                .is_empty()
+            );
+            assert_eq!(db.list_queued(10).unwrap(), ["a", "c"]);
+        }
     }
 }

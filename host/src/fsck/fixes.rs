@@ -7,10 +7,11 @@ use std::collections::BTreeSet;
 use ctxhost_format::files::CURRENT;
 
 use super::{Problem, ProblemKind};
+use crate::db::lease::Holder;
 use crate::db::{Db, Status};
 use crate::layout::Layout;
 use crate::lifecycle;
-use crate::recovery::recover_task;
+use crate::recovery::{Lost, Recoverer, recover_task};
 use crate::repair::{fix_torn_tail, jsonl_files, reconcile_current, remove_temporaries};
 
 /// Repair the fixable problems `indexes` of task `uuid`; returns what was done.
@@ -21,20 +22,37 @@ pub(crate) fn repair_task(
     indexes: &[usize],
     problems: &[Problem],
     max_crashes: u32,
+    lease: std::time::Duration,
 ) -> anyhow::Result<String> {
     let kinds: BTreeSet<ProblemKind> = indexes.iter().map(|i| problems[*i].kind).collect();
     let row = db.get(uuid)?;
-    if kinds.contains(&ProblemKind::DeadProcess)
+    let dead = kinds.contains(&ProblemKind::DeadProcess);
+    if (dead || kinds.contains(&ProblemKind::ExpiredLease))
         && let Some(row) = &row
     {
-        let cause = format!(
-            "task process {} is gone (found by ctxhost fsck)",
-            row.process_id
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "?".into())
-        );
+        let process = row
+            .process_id
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "?".into());
+        let lost = Lost {
+            holder: Holder {
+                worker_id: row.worker_id.clone(),
+                process_id: row.process_id,
+                hostname: row.hostname.clone(),
+            },
+            cause: if dead {
+                format!("task process {process} is gone (found by ctxhost fsck)")
+            } else {
+                format!(
+                    "the lease of worker {} (task process {process}) expired (found by ctxhost fsck)",
+                    row.worker_id.as_deref().unwrap_or("?")
+                )
+            },
+            only_if_expired: !dead,
+        };
+        let me = Recoverer::new(lease);
         return Ok(
-            match recover_task(db, layout, uuid, row.process_id, &cause, max_crashes)? {
+            match recover_task(db, layout, uuid, &lost, max_crashes, &me)? {
                 Some(r) => format!("recovered: {}", r.message),
                 None => "the task changed meanwhile; nothing done".to_string(),
             },

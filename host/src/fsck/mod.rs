@@ -4,7 +4,7 @@
 //! Checks ([`tree`] for the rows and the tree, [`files`] for the files of each task directory):
 //! - every row's status agrees with where its directory is ([`crate::lifecycle::dir_rule`]):
 //!   `queued` → none yet or `paused/` (a resumed or recovered task waiting for its process),
-//!   `running` → `running/` (a task whose process is gone is reported), `paused` → `paused/`,
+//!   `running` → `running/` (a task whose process is gone, or whose lease expired, is reported), `paused` → `paused/`,
 //!   `completed`/`failed`/`stopped` → `completed/` (none when `ctxhost cleanup` deleted it, or
 //!   the task never started). A directory where the status it had before keeps it is the
 //!   in-between state of a transition a crash interrupted ([`crate::lifecycle::dir_fix`]); one
@@ -24,8 +24,8 @@
 //! be being written). Every problem names the file and, where there is one, the line.
 //!
 //! `--repair` fixes ([`fixes`], reusing the crash-repair readers and fixes of
-//! [`crate::repair`]): a running task whose process is gone (crash recovery, as the worker does:
-//! repaired, requeued or failed); an interrupted transition or cleanup (finished, as recovery
+//! [`crate::repair`]): a running task whose process is gone or whose lease expired (crash
+//! recovery, as the worker does: repaired, requeued or failed); an interrupted transition or cleanup (finished, as recovery
 //! does); a directory in the wrong state folder for a task that no process runs (moved to agree
 //! with the status); torn last lines (cut, the bytes kept in
 //! `<file>.torn`; a complete line only missing its newline gets it); current.jsonl behind
@@ -52,6 +52,9 @@ use crate::layout::Layout;
 pub enum ProblemKind {
     /// A `running` task whose process is gone (this host).
     DeadProcess,
+    /// A `running` task whose lease expired (its host died or lost the database), or that
+    /// has none.
+    ExpiredLease,
     /// The row has its new status but the directory is still where the old status kept it: a
     /// transition interrupted between its two halves (recovery finishes it).
     InterruptedTransition,
@@ -135,12 +138,14 @@ pub struct FsckReport {
     pub remaining: Vec<Problem>,
 }
 /// Check `layout` against `db`; with `repair`, fix what can be fixed (recovering a dead task
-/// uses `max_crashes`, as the worker does), then check again.
+/// uses `max_crashes` and holds it with a lease of `lease`, as the worker does), then check
+/// again.
 pub fn fsck(
     db: &Db,
     layout: &Layout,
     repair: bool,
     max_crashes: u32,
+    lease: std::time::Duration,
 ) -> anyhow::Result<FsckReport> {
     let mut first = tree::check(db, layout)?;
     if !repair {
@@ -161,7 +166,15 @@ pub fn fsck(
         }
     }
     for (uuid, indexes) in by_task {
-        let outcome = fixes::repair_task(db, layout, &uuid, &indexes, &first.problems, max_crashes);
+        let outcome = fixes::repair_task(
+            db,
+            layout,
+            &uuid,
+            &indexes,
+            &first.problems,
+            max_crashes,
+            lease,
+        );
         for i in indexes {
             first.problems[i].repaired = Some(match &outcome {
                 Ok(what) => what.clone(),
@@ -212,15 +225,17 @@ pub(crate) fn problem(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::testing::{TestStore, store_tests};
     use crate::db::{NewTask, Status, TaskKey};
     use crate::layout::DirState;
-    use crate::lifecycle::{Claim, Transition, apply};
+    use crate::lifecycle::{Claim, Owner, Transition, apply};
     use ctxhost_format::files::{CURRENT, MESSAGES};
     use ctxhost_format::{ChatMessage, HistoryLine, ToolCall};
     use std::fs;
     use std::path::PathBuf;
 
     const A: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a01";
+    const LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
     fn history_line(seq: u64, m: &ChatMessage) -> String {
         serde_json::to_string(&HistoryLine {
@@ -256,7 +271,7 @@ mod tests {
         claim.hostname = "elsewhere".into();
         apply(db, layout, uuid, &Transition::Claim(&claim)).unwrap();
         let t = Transition::Finish {
-            pid: 1,
+            owner: Owner::test(1),
             status: Status::Completed,
             error: None,
         };
@@ -292,140 +307,135 @@ mod tests {
         dir
     }
 
-    fn setup() -> (tempfile::TempDir, Layout, Db) {
-        let d = tempfile::tempdir().unwrap();
-        let layout = Layout::new(d.path().join("contexts"));
+    fn setup(store: &TestStore) -> (Layout, Db) {
+        let layout = Layout::new(store.contexts());
         layout.ensure().unwrap();
-        let db = Db::open(layout.root()).unwrap();
-        (d, layout, db)
+        (layout, store.open())
     }
 
-    #[test]
-    fn a_sound_tree_has_no_problem() {
-        let (_d, layout, db) = setup();
-        completed_task(&layout, &db, A);
-        let r = fsck(&db, &layout, false, 3).unwrap();
-        assert_eq!((r.tasks, r.dirs), (1, 1));
-        assert!(r.problems.is_empty(), "{:#?}", r.problems);
-    }
+    store_tests! {
+        fn a_sound_tree_has_no_problem(store: &TestStore) {
+            let (layout, db) = setup(store);
+            completed_task(&layout, &db, A);
+            let r = fsck(&db, &layout, false, 3, LEASE).unwrap();
+            assert_eq!((r.tasks, r.dirs), (1, 1));
+            assert!(r.problems.is_empty(), "{:#?}", r.problems);
+        }
 
-    #[test]
-    fn each_fault_is_named_with_file_and_line_and_the_fixable_ones_repaired() {
-        let (_d, layout, db) = setup();
-        let dir = completed_task(&layout, &db, A);
-        // Torn last line of messages.jsonl, a temporary, a seq gap is planted in a second task.
-        let mut m = fs::read_to_string(dir.join(MESSAGES)).unwrap();
-        m.push_str("{\"seq\":6,\"ro");
-        fs::write(dir.join(MESSAGES), &m).unwrap();
-        fs::write(dir.join("response.json"), "{}").unwrap();
-        fs::write(layout.state_dir(DirState::Paused).join("notes.txt"), "x").unwrap();
-        let r = fsck(&db, &layout, false, 3).unwrap();
-        let kinds: Vec<ProblemKind> = r.problems.iter().map(|p| p.kind).collect();
-        assert_eq!(
-            kinds,
-            [
-                ProblemKind::NotATaskDir,
-                ProblemKind::TemporaryFile,
-                ProblemKind::TornLine
-            ],
-            "{:#?}",
-            r.problems
-        );
-        let torn = &r.problems[2];
-        assert_eq!(torn.line, Some(6));
-        assert!(
-            torn.to_string()
-                .contains("messages.jsonl:6: torn last line"),
-            "{torn}"
-        );
-        let r = fsck(&db, &layout, true, 3).unwrap();
-        assert!(r.problems[1].repaired.is_some() && r.problems[2].repaired.is_some());
-        assert_eq!(r.remaining.len(), 1, "{:#?}", r.remaining);
-        assert_eq!(r.remaining[0].kind, ProblemKind::NotATaskDir);
-        assert!(dir.join("messages.jsonl.torn").exists());
-    }
+        fn each_fault_is_named_with_file_and_line_and_the_fixable_ones_repaired(store: &TestStore) {
+            let (layout, db) = setup(store);
+            let dir = completed_task(&layout, &db, A);
+            // Torn last line of messages.jsonl, a temporary, a seq gap is planted in a second task.
+            let mut m = fs::read_to_string(dir.join(MESSAGES)).unwrap();
+            m.push_str("{\"seq\":6,\"ro");
+            fs::write(dir.join(MESSAGES), &m).unwrap();
+            fs::write(dir.join("response.json"), "{}").unwrap();
+            fs::write(layout.state_dir(DirState::Paused).join("notes.txt"), "x").unwrap();
+            let r = fsck(&db, &layout, false, 3, LEASE).unwrap();
+            let kinds: Vec<ProblemKind> = r.problems.iter().map(|p| p.kind).collect();
+            assert_eq!(
+                kinds,
+                [
+                    ProblemKind::NotATaskDir,
+                    ProblemKind::TemporaryFile,
+                    ProblemKind::TornLine
+                ],
+                "{:#?}",
+                r.problems
+            );
+            let torn = &r.problems[2];
+            assert_eq!(torn.line, Some(6));
+            assert!(
+                torn.to_string()
+                    .contains("messages.jsonl:6: torn last line"),
+                "{torn}"
+            );
+            let r = fsck(&db, &layout, true, 3, LEASE).unwrap();
+            assert!(r.problems[1].repaired.is_some() && r.problems[2].repaired.is_some());
+            assert_eq!(r.remaining.len(), 1, "{:#?}", r.remaining);
+            assert_eq!(r.remaining[0].kind, ProblemKind::NotATaskDir);
+            assert!(dir.join("messages.jsonl.torn").exists());
+        }
 
-    #[test]
-    fn seq_gaps_orphans_and_mismatches() {
-        let (_d, layout, db) = setup();
-        let dir = completed_task(&layout, &db, A);
-        // Seq gap: drop line 2 of messages.jsonl.
-        let m = fs::read_to_string(dir.join(MESSAGES)).unwrap();
-        let lines: Vec<&str> = m.lines().collect();
-        let gap: String = [lines[0], lines[2], lines[3], lines[4]]
-            .iter()
-            .map(|l| format!("{l}\n"))
-            .collect();
-        fs::write(dir.join(MESSAGES), gap).unwrap();
-        // Orphan tool result in current.jsonl at line 3.
-        let c = fs::read_to_string(dir.join(CURRENT)).unwrap();
-        let mut cl: Vec<String> = c.lines().map(str::to_string).collect();
-        let orphan = ChatMessage {
-            role: "tool".into(),
-            content: Some("?".into()),
-            tool_call_id: Some("nobody".into()),
-            ..Default::default()
-        };
-        cl.insert(2, serde_json::to_string(&orphan).unwrap());
-        fs::write(dir.join(CURRENT), cl.join("\n") + "\n").unwrap();
-        // A finish interrupted between its row and its directory: the completed task's
-        // directory still in running/.
-        fs::rename(
-            layout.task_dir(DirState::Completed, A),
-            layout.task_dir(DirState::Running, A),
-        )
-        .unwrap();
-        let r = fsck(&db, &layout, false, 3).unwrap();
-        let got: Vec<(ProblemKind, Option<u64>)> =
-            r.problems.iter().map(|p| (p.kind, p.line)).collect();
-        assert_eq!(
-            got,
-            [
-                (ProblemKind::InterruptedTransition, None),
-                (ProblemKind::ContextInvariant, Some(3)),
-                (ProblemKind::SeqGap, Some(2)),
-            ],
-            "{:#?}",
-            r.problems
-        );
-        let r = fsck(&db, &layout, true, 3).unwrap();
-        assert!(r.problems[0].repaired.is_some());
-        assert!(layout.task_dir(DirState::Completed, A).is_dir());
-        let left: Vec<ProblemKind> = r.remaining.iter().map(|p| p.kind).collect();
-        assert_eq!(left, [ProblemKind::ContextInvariant, ProblemKind::SeqGap]);
-    }
+        fn seq_gaps_orphans_and_mismatches(store: &TestStore) {
+            let (layout, db) = setup(store);
+            let dir = completed_task(&layout, &db, A);
+            // Seq gap: drop line 2 of messages.jsonl.
+            let m = fs::read_to_string(dir.join(MESSAGES)).unwrap();
+            let lines: Vec<&str> = m.lines().collect();
+            let gap: String = [lines[0], lines[2], lines[3], lines[4]]
+                .iter()
+                .map(|l| format!("{l}\n"))
+                .collect();
+            fs::write(dir.join(MESSAGES), gap).unwrap();
+            // Orphan tool result in current.jsonl at line 3.
+            let c = fs::read_to_string(dir.join(CURRENT)).unwrap();
+            let mut cl: Vec<String> = c.lines().map(str::to_string).collect();
+            let orphan = ChatMessage {
+                role: "tool".into(),
+                content: Some("?".into()),
+                tool_call_id: Some("nobody".into()),
+                ..Default::default()
+            };
+            cl.insert(2, serde_json::to_string(&orphan).unwrap());
+            fs::write(dir.join(CURRENT), cl.join("\n") + "\n").unwrap();
+            // A finish interrupted between its row and its directory: the completed task's
+            // directory still in running/.
+            fs::rename(
+                layout.task_dir(DirState::Completed, A),
+                layout.task_dir(DirState::Running, A),
+            )
+            .unwrap();
+            let r = fsck(&db, &layout, false, 3, LEASE).unwrap();
+            let got: Vec<(ProblemKind, Option<u64>)> =
+                r.problems.iter().map(|p| (p.kind, p.line)).collect();
+            assert_eq!(
+                got,
+                [
+                    (ProblemKind::InterruptedTransition, None),
+                    (ProblemKind::ContextInvariant, Some(3)),
+                    (ProblemKind::SeqGap, Some(2)),
+                ],
+                "{:#?}",
+                r.problems
+            );
+            let r = fsck(&db, &layout, true, 3, LEASE).unwrap();
+            assert!(r.problems[0].repaired.is_some());
+            assert!(layout.task_dir(DirState::Completed, A).is_dir());
+            let left: Vec<ProblemKind> = r.remaining.iter().map(|p| p.kind).collect();
+            assert_eq!(left, [ProblemKind::ContextInvariant, ProblemKind::SeqGap]);
+        }
 
-    #[test]
-    fn llm_calls_lines_are_checked() {
-        let (_d, layout, db) = setup();
-        let dir = completed_task(&layout, &db, A);
-        let log = crate::task::CallLog::new(&dir);
-        log.record_compression(900, 300, Some(1), "2026-01-01T00:00:00.000Z");
-        let r = fsck(&db, &layout, false, 3).unwrap();
-        assert!(r.problems.is_empty(), "{:#?}", r.problems);
-        let mut text = fs::read_to_string(log.path()).unwrap();
-        text.push_str("{\"type\":\"call\",\"n\":\"x\"}\n");
-        fs::write(log.path(), text).unwrap();
-        log.record_compression(800, 200, Some(2), "2026-01-01T00:00:01.000Z");
-        let r = fsck(&db, &layout, false, 3).unwrap();
-        let got: Vec<(ProblemKind, Option<u64>)> =
-            r.problems.iter().map(|p| (p.kind, p.line)).collect();
-        assert_eq!(got, [(ProblemKind::BadLine, Some(2))], "{:#?}", r.problems);
-    }
+        fn llm_calls_lines_are_checked(store: &TestStore) {
+            let (layout, db) = setup(store);
+            let dir = completed_task(&layout, &db, A);
+            let log = crate::task::CallLog::new(&dir);
+            log.record_compression(900, 300, Some(1), "2026-01-01T00:00:00.000Z");
+            let r = fsck(&db, &layout, false, 3, LEASE).unwrap();
+            assert!(r.problems.is_empty(), "{:#?}", r.problems);
+            let mut text = fs::read_to_string(log.path()).unwrap();
+            text.push_str("{\"type\":\"call\",\"n\":\"x\"}\n");
+            fs::write(log.path(), text).unwrap();
+            log.record_compression(800, 200, Some(2), "2026-01-01T00:00:01.000Z");
+            let r = fsck(&db, &layout, false, 3, LEASE).unwrap();
+            let got: Vec<(ProblemKind, Option<u64>)> =
+                r.problems.iter().map(|p| (p.kind, p.line)).collect();
+            assert_eq!(got, [(ProblemKind::BadLine, Some(2))], "{:#?}", r.problems);
+        }
 
-    #[test]
-    fn dirs_without_rows_and_missing_dirs_are_reported() {
-        let (_d, layout, db) = setup();
-        completed_task(&layout, &db, A);
-        fs::remove_dir_all(layout.task_dir(DirState::Completed, A)).unwrap();
-        let stray = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a02";
-        fs::create_dir_all(layout.task_dir(DirState::Paused, stray)).unwrap();
-        let r = fsck(&db, &layout, true, 3).unwrap();
-        let kinds: Vec<ProblemKind> = r.remaining.iter().map(|p| p.kind).collect();
-        assert_eq!(kinds, [ProblemKind::MissingDir, ProblemKind::DirWithoutRow]);
-        // Once cleanup marked it, a missing directory is expected.
-        crate::lifecycle::row::mark_files_deleted(&db, A).unwrap();
-        let r = fsck(&db, &layout, false, 3).unwrap();
-        assert_eq!(r.problems.len(), 1);
+        fn dirs_without_rows_and_missing_dirs_are_reported(store: &TestStore) {
+            let (layout, db) = setup(store);
+            completed_task(&layout, &db, A);
+            fs::remove_dir_all(layout.task_dir(DirState::Completed, A)).unwrap();
+            let stray = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a02";
+            fs::create_dir_all(layout.task_dir(DirState::Paused, stray)).unwrap();
+            let r = fsck(&db, &layout, true, 3, LEASE).unwrap();
+            let kinds: Vec<ProblemKind> = r.remaining.iter().map(|p| p.kind).collect();
+            assert_eq!(kinds, [ProblemKind::MissingDir, ProblemKind::DirWithoutRow]);
+            // Once cleanup marked it, a missing directory is expected.
+            crate::lifecycle::row::mark_files_deleted(&db, A).unwrap();
+            let r = fsck(&db, &layout, false, 3, LEASE).unwrap();
+            assert_eq!(r.problems.len(), 1);
+        }
     }
 }

@@ -16,6 +16,7 @@ use crate::recovery::process_runs_task;
 pub(crate) fn check(db: &Db, layout: &Layout) -> anyhow::Result<Pass> {
     let host = hostname();
     let rows: Vec<TaskRow> = db.list(&Default::default())?;
+    let now_ms = db.now_ms()?;
     let mut problems = Vec::new();
 
     // Where each task directory is.
@@ -74,20 +75,43 @@ pub(crate) fn check(db: &Db, layout: &Layout) -> anyhow::Result<Pass> {
         with_row.insert(uuid.to_string());
         let states = found.get(uuid).cloned().unwrap_or_default();
         let on_this_host = row.hostname.as_deref() == Some(host.as_str());
+        let expired = row.lease_expires_at.is_none_or(|t| t < now_ms);
         let alive = row.status == Status::Running
-            && (!on_this_host || row.process_id.is_some_and(|p| process_runs_task(p, uuid)));
+            && match (on_this_host, row.process_id) {
+                (true, Some(p)) => process_runs_task(p, uuid, row.worker_id.as_deref()),
+                // Held by a recovery, or on another host: the lease tells.
+                _ => !expired,
+            };
         if row.status == Status::Running && !alive {
-            problems.push(problem(
-                ProblemKind::DeadProcess,
-                Some(uuid),
-                None,
-                None,
-                format!(
-                    "running, but its process {} on {host} is gone (the worker or `ctxhost recover` repairs and requeues it)",
-                    row.process_id.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+            problems.push(match (on_this_host, row.process_id) {
+                (true, Some(p)) => problem(
+                    ProblemKind::DeadProcess,
+                    Some(uuid),
+                    None,
+                    None,
+                    format!(
+                        "running, but its process {p} on {host} is gone (the worker or `ctxhost recover` repairs and requeues it)"
+                    ),
+                    true,
                 ),
-                true,
-            ));
+                _ => problem(
+                    ProblemKind::ExpiredLease,
+                    Some(uuid),
+                    None,
+                    None,
+                    format!(
+                        "running, but its lease {} (worker {}, task process {} on {}): any worker, or `ctxhost recover` on any host, repairs and requeues it",
+                        match row.lease_expires_at {
+                            Some(t) => format!("expired {:.1} s ago", (now_ms - t) as f64 / 1000.0),
+                            None => "is missing".to_string(),
+                        },
+                        row.worker_id.as_deref().unwrap_or("?"),
+                        row.process_id.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+                        row.hostname.as_deref().unwrap_or("?")
+                    ),
+                    true,
+                ),
+            });
         }
         if states.len() > 1 {
             let list: Vec<String> = states.iter().map(|s| format!("{s}/")).collect();
@@ -187,7 +211,7 @@ pub(crate) fn check(db: &Db, layout: &Layout) -> anyhow::Result<Pass> {
                 Some(uuid),
                 Some(&dir),
                 None,
-                format!("no row in {}", db.path().display()),
+                format!("no row in {}", db.location()),
                 false,
             ));
             files::check_dir(&dir, Some(uuid), false, true, true, &mut problems);

@@ -13,20 +13,33 @@ use anyhow::{Context, bail};
 use crate::layout::{DELETING_PREFIX, DirState, Layout, sync_dir};
 
 /// The lock serialising directory moves and crash recovery of one contexts tree: an exclusive
-/// `flock` on `contexts/running/`, released when dropped (or when the process dies).
+/// `flock` on `contexts/.lock` (created if missing), released when dropped (or when the process
+/// dies). On a shared tree (NFS v4), Linux implements `flock` with the protocol's byte-range
+/// locks, so it holds across hosts; races it could miss are decided by the database anyway (a
+/// transition's row is a conditional `UPDATE`, a recovery first takes the task's lease) and
+/// each directory step is idempotent.
 pub struct TreeLock {
-    _dir: File,
+    _file: File,
 }
+
+/// File name of the tree lock in the contexts/ directory.
+pub const LOCK_FILE: &str = ".lock";
 
 /// Take the tree lock of `layout` (waits for another holder).
 pub fn lock_tree(layout: &Layout) -> anyhow::Result<TreeLock> {
-    let path = layout.state_dir(DirState::Running);
-    let dir = File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    let path = layout.root().join(LOCK_FILE);
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
     loop {
         // SAFETY: a valid open file descriptor; flock has no memory effects.
-        let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) };
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
         if rc == 0 {
-            return Ok(TreeLock { _dir: dir });
+            return Ok(TreeLock { _file: file });
         }
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {

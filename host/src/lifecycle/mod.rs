@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! status      directory (at rest)                       transitions out
-//! queued      none (never ran) or paused/{uuid}         → running (claim), stopped, failed (start failure)
+//! queued      none (never ran) or paused/{uuid}         → running (claim), stopped
 //! running     running/{uuid}                            → paused, completed, failed, stopped (its process);
 //!                                                         queued, paused, stopped, failed (recovery)
 //! paused      paused/{uuid}                             → queued (resume), stopped
@@ -87,8 +87,8 @@ pub const fn dir_rule(status: Status) -> DirRule {
 pub const fn allowed(from: Status, to: Status) -> bool {
     use Status::*;
     match (from, to) {
-        (Queued, Running | Stopped | Failed) => true,
-        (Queued, Queued | Paused | Completed) => false,
+        (Queued, Running | Stopped) => true,
+        (Queued, Queued | Paused | Completed | Failed) => false,
         (Running, Queued | Paused | Completed | Failed | Stopped) => true,
         (Running, Running) => false,
         (Paused, Queued | Stopped) => true,
@@ -105,8 +105,13 @@ pub const fn allowed(from: Status, to: Status) -> bool {
 pub struct Claim {
     /// The claiming process.
     pub pid: u32,
-    /// This machine's host name.
+    /// This machine's host name ([`crate::layout::hostname`]).
     pub hostname: String,
+    /// The worker that started the process (`hostname:pid:nonce`, [`crate::lease::WorkerId`]),
+    /// or the process itself when it runs without one.
+    pub worker_id: String,
+    /// How long the lease lasts unless renewed (`worker.lease_secs`).
+    pub lease: std::time::Duration,
     /// `llm.provider` of the process's config.
     pub llm_provider: String,
     /// `llm.model` of the process's config.
@@ -115,16 +120,49 @@ pub struct Claim {
     pub context_length: u64,
 }
 
+impl Claim {
+    /// The process that holds the task after this claim.
+    pub fn owner(&self) -> Owner<'_> {
+        Owner {
+            pid: self.pid,
+            worker_id: &self.worker_id,
+        }
+    }
+}
+
 #[cfg(test)]
 impl Claim {
-    /// A claim by `pid` on host `h`, provider openai, model `m`.
+    /// A claim by `pid` of worker `h:1:test` on host `h`, provider openai, model `m`, lease 30 s.
     pub(crate) fn test(pid: u32) -> Claim {
         Claim {
             pid,
             hostname: "h".into(),
+            worker_id: "h:1:test".into(),
+            lease: std::time::Duration::from_secs(30),
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+        }
+    }
+}
+
+/// The process that holds a running task: its pid and the worker id of its claim (a pid
+/// alone may be another host's process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner<'a> {
+    /// The task process.
+    pub pid: u32,
+    /// The worker id its claim recorded.
+    pub worker_id: &'a str,
+}
+
+#[cfg(test)]
+impl Owner<'static> {
+    /// The owner after [`Claim::test`]`(pid)`.
+    pub(crate) fn test(pid: u32) -> Owner<'static> {
+        Owner {
+            pid,
+            worker_id: "h:1:test",
         }
     }
 }
@@ -133,28 +171,30 @@ impl Claim {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Transition<'a> {
     /// queued → running: the task process claims the task. Directory: from `paused/` (a resumed
-    /// task) to `running/`, or created there.
+    /// task) to `running/`, or created there. ([`claim_next`] claims the oldest queued task
+    /// the same way.)
     Claim(&'a Claim),
-    /// running → paused: its process `pid` honours a pause at a safe point; task_state.json is
+    /// running → paused: its process honours a pause at a safe point; task_state.json is
     /// written first (with the row's pause reason).
     Pause {
         /// The owning process.
-        pid: u32,
+        owner: Owner<'a>,
     },
-    /// running → completed, failed or stopped: its process `pid` ends the task.
+    /// running → completed, failed or stopped: its process ends the task.
     Finish {
         /// The owning process.
-        pid: u32,
+        owner: Owner<'a>,
         /// `Completed`, `Failed` or `Stopped`.
         status: Status,
         /// Why it failed.
         error: Option<&'a str>,
     },
     /// running → queued, paused, stopped or failed: recovery settles a task whose process died
-    /// (counts a crash; a pause writes task_state.json first).
+    /// or whose lease expired, after taking it over ([`crate::db::Db::take_over`]); counts a
+    /// crash; a pause writes task_state.json first.
     Recover {
-        /// The dead process as recorded (`None`: none recorded).
-        pid: Option<i64>,
+        /// The recoverer holding the task (its worker id).
+        worker_id: &'a str,
         /// The new status.
         status: Status,
         /// What happened, for `error_message`.
@@ -164,11 +204,6 @@ pub enum Transition<'a> {
     Resume,
     /// queued or paused → stopped (`ctxhost stop` of a task no process runs).
     StopWaiting,
-    /// queued → failed: the worker gives up on a task whose process exited before claiming it.
-    FailStart {
-        /// Why, for `error_message`.
-        message: &'a str,
-    },
     /// A finished task's directory is deleted (`ctxhost cleanup`); the row stays, marked
     /// `files_deleted_at`. The status does not change.
     DeleteFiles,
@@ -176,7 +211,7 @@ pub enum Transition<'a> {
 
 impl Transition<'_> {
     /// Short name, for logs and failpoints: `claim`, `pause`, `finish`, `recover`, `resume`,
-    /// `stop`, `fail-start`, `delete-files`.
+    /// `stop`, `delete-files`.
     pub fn name(&self) -> &'static str {
         match self {
             Transition::Claim(_) => "claim",
@@ -185,7 +220,6 @@ impl Transition<'_> {
             Transition::Recover { .. } => "recover",
             Transition::Resume => "resume",
             Transition::StopWaiting => "stop",
-            Transition::FailStart { .. } => "fail-start",
             Transition::DeleteFiles => "delete-files",
         }
     }
@@ -193,7 +227,7 @@ impl Transition<'_> {
     /// The statuses it may start from.
     pub fn from(&self) -> &'static [Status] {
         match self {
-            Transition::Claim(_) | Transition::FailStart { .. } => &[Status::Queued],
+            Transition::Claim(_) => &[Status::Queued],
             Transition::Pause { .. } | Transition::Finish { .. } | Transition::Recover { .. } => {
                 &[Status::Running]
             }
@@ -211,7 +245,6 @@ impl Transition<'_> {
             Transition::Finish { status, .. } | Transition::Recover { status, .. } => Some(*status),
             Transition::Resume => Some(Status::Queued),
             Transition::StopWaiting => Some(Status::Stopped),
-            Transition::FailStart { .. } => Some(Status::Failed),
             Transition::DeleteFiles => None,
         }
     }
@@ -307,6 +340,36 @@ pub fn apply_locked(
     apply_inner(db, layout, uuid, t, Some(lock))
 }
 
+/// A task claimed by [`claim_next`].
+#[derive(Debug)]
+pub struct Claimed {
+    /// The task.
+    pub uuid: String,
+    /// The directory half failed (the row is the claimer's: it must fail the task).
+    pub dir_error: Option<anyhow::Error>,
+}
+
+/// Claim the oldest queued task for the process of `claim` ([`row::claim_next`]: one
+/// statement, safe across hosts), then put its directory in `running/` (back from `paused/`,
+/// or created) under the tree lock: a [`Transition::Claim`] of whichever task is next, with
+/// the same failpoint (`lifecycle:claim`). `None` when nothing is queued.
+pub fn claim_next(
+    db: &Db,
+    layout: &Layout,
+    claim: &Claim,
+) -> Result<Option<Claimed>, crate::db::DbError> {
+    let Some(uuid) = row::claim_next(db, claim)? else {
+        return Ok(None);
+    };
+    crate::failpoint::kill_if_set("lifecycle:claim");
+    let placed = lock_tree(layout)
+        .and_then(|_lock| place_dir(layout, &uuid, Status::Running, false, "claim").map(|_| ()));
+    Ok(Some(Claimed {
+        uuid,
+        dir_error: placed.err(),
+    }))
+}
+
 fn apply_inner(
     db: &Db,
     layout: &Layout,
@@ -327,20 +390,22 @@ fn apply_inner(
     // 2. The row: the commit point.
     let from = match t {
         Transition::Claim(claim) => row::claim(db, uuid, claim)?.then_some(Status::Queued),
-        Transition::Pause { pid } => row::mark_paused(db, uuid, *pid)?.then_some(Status::Running),
-        Transition::Finish { pid, status, error } => {
-            row::finish(db, uuid, *pid, *status, *error)?.then_some(Status::Running)
+        Transition::Pause { owner } => {
+            row::mark_paused(db, uuid, *owner)?.then_some(Status::Running)
         }
+        Transition::Finish {
+            owner,
+            status,
+            error,
+        } => row::finish(db, uuid, *owner, *status, *error)?.then_some(Status::Running),
         Transition::Recover {
-            pid,
+            worker_id,
             status,
             message,
-        } => row::settle_crash(db, uuid, *pid, *status, Some(message))?.then_some(Status::Running),
+        } => row::settle_crash(db, uuid, worker_id, *status, Some(message))?
+            .then_some(Status::Running),
         Transition::Resume => row::resume(db, uuid)?.then_some(Status::Paused),
         Transition::StopWaiting => row::stop_waiting(db, uuid)?,
-        Transition::FailStart { message } => {
-            row::fail_queued(db, uuid, message)?.then_some(Status::Queued)
-        }
         Transition::DeleteFiles => {
             let status = db.get(uuid)?.map(|r| r.status);
             row::mark_files_deleted(db, uuid)?
@@ -538,27 +603,37 @@ fn write_pause_state(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::testing::new_task;
+    use crate::db::testing::{TestStore, new_task, store_tests};
 
     const U: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
 
-    fn setup() -> (tempfile::TempDir, Layout, Db) {
-        let d = tempfile::tempdir().unwrap();
-        let layout = Layout::new(d.path().join("contexts"));
+    fn setup(store: &TestStore) -> (Layout, Db) {
+        let layout = Layout::new(store.contexts());
         layout.ensure().unwrap();
-        let db = Db::open(layout.root()).unwrap();
+        let db = store.open();
         db.insert_queued(&new_task(U)).unwrap();
-        (d, layout, db)
+        (layout, db)
     }
 
     #[test]
     fn every_transition_is_in_the_table_and_every_status_has_a_folder() {
         let transitions = [
             Transition::Claim(&Claim::test(1)),
-            Transition::Pause { pid: 1 },
+            Transition::Pause {
+                owner: Owner::test(1),
+            },
+            Transition::Finish {
+                owner: Owner::test(1),
+                status: Status::Failed,
+                error: None,
+            },
+            Transition::Recover {
+                worker_id: "r",
+                status: Status::Queued,
+                message: "x",
+            },
             Transition::Resume,
             Transition::StopWaiting,
-            Transition::FailStart { message: "x" },
             Transition::DeleteFiles,
         ];
         for t in &transitions {
@@ -639,73 +714,75 @@ mod tests {
         assert_eq!(dir_fix(Status::Queued, false, &[Paused]), DirFix::InPlace);
     }
 
-    #[test]
-    fn apply_writes_the_row_then_moves_the_directory() {
-        let (_d, layout, db) = setup();
-        // Claim: the directory is created in running/.
-        assert_eq!(
-            apply(&db, &layout, U, &Transition::Claim(&Claim::test(7))).unwrap(),
-            Some(Status::Queued)
-        );
-        assert_eq!(find_dirs(&layout, U), [DirState::Running]);
-        // A second claim does not match: nothing happens.
-        assert_eq!(
-            apply(&db, &layout, U, &Transition::Claim(&Claim::test(8))).unwrap(),
-            None
-        );
-        db.request_pause(U, Some("lunch")).unwrap();
-        apply(&db, &layout, U, &Transition::Pause { pid: 7 }).unwrap();
-        assert_eq!(find_dirs(&layout, U), [DirState::Paused]);
-        let state = task_state::read(&layout.task_dir(DirState::Paused, U))
-            .unwrap()
-            .unwrap();
-        assert_eq!(state.reason.as_deref(), Some("lunch"));
-        apply(&db, &layout, U, &Transition::Resume).unwrap();
-        assert_eq!(find_dirs(&layout, U), [DirState::Paused]);
-        apply(&db, &layout, U, &Transition::Claim(&Claim::test(9))).unwrap();
-        assert_eq!(find_dirs(&layout, U), [DirState::Running]);
-        apply(
-            &db,
-            &layout,
-            U,
-            &Transition::Finish {
-                pid: 9,
+    store_tests! {
+        fn apply_writes_the_row_then_moves_the_directory(store: &TestStore) {
+            let (layout, db) = setup(store);
+            // Claim: the directory is created in running/.
+            assert_eq!(
+                apply(&db, &layout, U, &Transition::Claim(&Claim::test(7))).unwrap(),
+                Some(Status::Queued)
+            );
+            assert_eq!(find_dirs(&layout, U), [DirState::Running]);
+            // A second claim does not match: nothing happens.
+            assert_eq!(
+                apply(&db, &layout, U, &Transition::Claim(&Claim::test(8))).unwrap(),
+                None
+            );
+            db.request_pause(U, Some("lunch")).unwrap();
+            let pause = Transition::Pause {
+                owner: Owner::test(7),
+            };
+            apply(&db, &layout, U, &pause).unwrap();
+            assert_eq!(find_dirs(&layout, U), [DirState::Paused]);
+            let state = task_state::read(&layout.task_dir(DirState::Paused, U))
+                .unwrap()
+                .unwrap();
+            assert_eq!(state.reason.as_deref(), Some("lunch"));
+            apply(&db, &layout, U, &Transition::Resume).unwrap();
+            assert_eq!(find_dirs(&layout, U), [DirState::Paused]);
+            // The next claim of the queue takes it back to running/.
+            let claimed = claim_next(&db, &layout, &Claim::test(9)).unwrap().unwrap();
+            assert_eq!(claimed.uuid, U);
+            assert!(claimed.dir_error.is_none());
+            assert!(claim_next(&db, &layout, &Claim::test(10)).unwrap().is_none());
+            assert_eq!(find_dirs(&layout, U), [DirState::Running]);
+            let finish = Transition::Finish {
+                owner: Owner::test(9),
                 status: Status::Completed,
                 error: None,
-            },
-        )
-        .unwrap();
-        assert_eq!(find_dirs(&layout, U), [DirState::Completed]);
-        apply(&db, &layout, U, &Transition::DeleteFiles).unwrap();
-        assert!(find_dirs(&layout, U).is_empty());
-        let row = db.get(U).unwrap().unwrap();
-        assert_eq!(row.status, Status::Completed);
-        assert!(row.files_deleted_at.is_some());
-    }
+            };
+            apply(&db, &layout, U, &finish).unwrap();
+            assert_eq!(find_dirs(&layout, U), [DirState::Completed]);
+            apply(&db, &layout, U, &Transition::DeleteFiles).unwrap();
+            assert!(find_dirs(&layout, U).is_empty());
+            let row = db.get(U).unwrap().unwrap();
+            assert_eq!(row.status, Status::Completed);
+            assert!(row.files_deleted_at.is_some());
+        }
 
-    #[test]
-    fn an_interrupted_transition_is_completed_by_recovery() {
-        let (_d, layout, db) = setup();
-        apply(&db, &layout, U, &Transition::Claim(&Claim::test(7))).unwrap();
-        // The row half of a finish, without its directory half (a crash in between).
-        row::finish(&db, U, 7, Status::Failed, Some("boom")).unwrap();
-        assert_eq!(find_dirs(&layout, U), [DirState::Running]);
-        let done = complete_all_interrupted(&db, &layout, None).unwrap();
-        assert_eq!(done.len(), 1, "{done:?}");
-        assert_eq!(find_dirs(&layout, U), [DirState::Completed]);
-        assert!(
-            complete_all_interrupted(&db, &layout, None)
-                .unwrap()
-                .is_empty()
-        );
-        // A cleanup interrupted after marking the row.
-        row::mark_files_deleted(&db, U).unwrap();
-        assert_eq!(
-            complete_interrupted(&db, &layout, U, None)
-                .unwrap()
-                .as_deref(),
-            Some("deleted the directory in completed/")
-        );
-        assert!(find_dirs(&layout, U).is_empty());
+        fn an_interrupted_transition_is_completed_by_recovery(store: &TestStore) {
+            let (layout, db) = setup(store);
+            apply(&db, &layout, U, &Transition::Claim(&Claim::test(7))).unwrap();
+            // The row half of a finish, without its directory half (a crash in between).
+            row::finish(&db, U, Owner::test(7), Status::Failed, Some("boom")).unwrap();
+            assert_eq!(find_dirs(&layout, U), [DirState::Running]);
+            let done = complete_all_interrupted(&db, &layout, None).unwrap();
+            assert_eq!(done.len(), 1, "{done:?}");
+            assert_eq!(find_dirs(&layout, U), [DirState::Completed]);
+            assert!(
+                complete_all_interrupted(&db, &layout, None)
+                    .unwrap()
+                    .is_empty()
+            );
+            // A cleanup interrupted after marking the row.
+            row::mark_files_deleted(&db, U).unwrap();
+            assert_eq!(
+                complete_interrupted(&db, &layout, U, None)
+                    .unwrap()
+                    .as_deref(),
+                Some("deleted the directory in completed/")
+            );
+            assert!(find_dirs(&layout, U).is_empty());
+        }
     }
 }

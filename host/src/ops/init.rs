@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
-use crate::db::Db;
 use crate::layout::Layout;
 
 /// What [`init`] did.
@@ -15,8 +14,8 @@ pub struct Initialized {
     pub config_written: bool,
     /// The contexts/ directory.
     pub contexts: PathBuf,
-    /// The database file.
-    pub database: PathBuf,
+    /// The task store: the SQLite file, or `postgres://user@host:port/dbname` (no password).
+    pub database: String,
 }
 
 /// Create what is missing, keep what exists. An existing `config_path` is loaded (and so
@@ -41,11 +40,11 @@ pub fn init(config_path: &Path, contexts: Option<&Path>) -> anyhow::Result<Initi
         .unwrap_or_else(|| config.context_storage.base_dir.clone());
     let layout = Layout::new(root);
     layout.ensure()?;
-    let db = Db::open(layout.root())?;
+    let db = super::open_store(&config, &layout)?;
     Ok(Initialized {
         config_path: config_path.to_path_buf(),
         config_written,
         contexts: layout.root().to_path_buf(),
-        database: db.path().to_path_buf(),
+        database: db.location().to_string(),
     })
 }

@@ -5,7 +5,8 @@
 //! - [`init`]: create the contexts tree and a commented config.yaml;
 //! - [`submit`]: queue a task;
 //! - [`control`]: pause, resume, stop a task, wait for it, recover dead ones;
-//! - [`show`]: one task's row, directory, result and last messages.
+//! - [`show`]: one task's row, directory, result and last messages;
+//! - [`migrate`]: move a tree's tasks from one task store to the other.
 //!
 //! Operations that live with their concept are called directly: [`crate::worker::run`]
 //! (`run`), [`crate::cleanup::cleanup`], [`crate::fsck::fsck`], [`crate::plugin_check::run`],
@@ -13,5 +14,22 @@
 
 pub mod control;
 pub mod init;
+pub mod migrate;
 pub mod show;
 pub mod submit;
+
+use crate::config::Config;
+use crate::db::{Db, DbError};
+use crate::error::usage;
+use crate::layout::Layout;
+
+/// Open the task store of `config` for the tree of `layout` (which must exist). A store
+/// configured wrongly (the URL variable) or that does not own the tree
+/// ([`crate::db::binding`]) is a usage error (exit 2), with what to do.
+pub fn open_store(config: &Config, layout: &Layout) -> anyhow::Result<Db> {
+    let spec = config.store_spec().map_err(|e| usage(e.to_string()))?;
+    Db::open(&spec, layout.root()).map_err(|e| match e {
+        DbError::Config(_) | DbError::NotOwner(_) => usage(e.to_string()),
+        e => e.into(),
+    })
+}

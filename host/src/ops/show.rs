@@ -100,12 +100,9 @@ fn tail_messages(path: &Path, n: usize) -> anyhow::Result<(Vec<ShownLine>, Optio
 /// The report of task `uuid` (canonical) with its last `n` history lines. A UUID with no row is
 /// a usage error.
 pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<ShowReport> {
-    let task = db.get(uuid)?.ok_or_else(|| {
-        usage(format!(
-            "no task with UUID {uuid} in {}",
-            db.path().display()
-        ))
-    })?;
+    let task = db
+        .get(uuid)?
+        .ok_or_else(|| usage(format!("no task with UUID {uuid} in {}", db.location())))?;
     let found = layout.find_task_dir(uuid);
     let (last_messages, answer) = match &found {
         Some((_, dir)) => tail_messages(&dir.join(MESSAGES), n)?,

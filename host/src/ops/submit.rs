@@ -1,7 +1,7 @@
 //! `submit`: queue a task.
 
 use crate::config::Config;
-use crate::db::{Db, NewTask, TaskKey, TaskRow};
+use crate::db::{NewTask, TaskKey, TaskRow};
 use crate::layout::Layout;
 
 /// A task to queue, validated by the caller.
@@ -19,7 +19,7 @@ pub struct Submission {
 /// provider, model and context length; returns its row.
 pub fn submit(config: &Config, layout: &Layout, task: Submission) -> anyhow::Result<TaskRow> {
     layout.ensure()?;
-    let db = Db::open(layout.root())?;
+    let db = super::open_store(config, layout)?;
     let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
     db.insert_queued(&NewTask {
         uuid: uuid.clone(),

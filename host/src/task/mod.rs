@@ -30,7 +30,7 @@ use crate::config::Config;
 use crate::db::{Db, Status, TaskRow, now_rfc3339};
 use crate::invariants::queries;
 use crate::layout::{DirState, Layout};
-use crate::lifecycle::{self, Transition};
+use crate::lifecycle::{self, Owner, Transition};
 use crate::llm::Transport;
 use crate::plugins::PluginSet;
 use crate::runtime::MessageStore;
@@ -58,6 +58,7 @@ pub enum Interrupt {
 pub struct TaskContext {
     row: TaskRow,
     pid: u32,
+    worker_id: String,
     layout: Layout,
     dir: PathBuf,
     db: Db,
@@ -92,7 +93,11 @@ impl TaskContext {
                 dir.display()
             );
         }
-        let db = Db::open(layout.root())?;
+        let Some(worker_id) = row.worker_id.clone() else {
+            bail!("task {uuid}: the claimed row records no worker id");
+        };
+        let db = Db::open(&config.store_spec()?, layout.root())?;
+        db.set_patience(crate::db::Patience::Unbounded);
         let report = crate::repair::repair_task_dir(&dir, false, &now_rfc3339())
             .context("repairing the task directory before resuming")?;
         for r in report.describe() {
@@ -114,6 +119,7 @@ impl TaskContext {
         tracing::debug!(%uuid, history = stats.history_count, current = stats.current_count, "message store open");
         Ok(TaskContext {
             pid,
+            worker_id,
             layout: layout.clone(),
             steps_done: u32::try_from(steps_done).unwrap_or(u32::MAX),
             store,
@@ -122,7 +128,7 @@ impl TaskContext {
             planning: PlanningStore::existing(&dir),
             calls: CallLog::new(&dir),
             transport: Transport::new(config.transport_config()?),
-            usage: UsageMeter::open(layout, &uuid)?,
+            usage: UsageMeter::open(config, layout, &uuid)?,
             db,
             dir,
             row,
@@ -238,8 +244,12 @@ impl TaskContext {
         if !status.is_final() {
             bail!("update_status: {status} is not a final status (pause with `pause`)");
         }
-        let (db, layout, uuid, pid) = self.close();
-        finish(&db, &layout, &uuid, pid, status, error)
+        let (db, layout, uuid, pid, worker_id) = self.close();
+        let owner = Owner {
+            pid,
+            worker_id: &worker_id,
+        };
+        finish(&db, &layout, &uuid, owner, status, error)
     }
 
     /// The task completed with a final answer.
@@ -256,33 +266,48 @@ impl TaskContext {
     /// lifecycle writes task_state.json, the row (`paused`) and moves the directory to
     /// `paused/`.
     pub fn pause(self) -> anyhow::Result<Status> {
-        let (db, layout, uuid, pid) = self.close();
-        if lifecycle::apply(&db, &layout, &uuid, &Transition::Pause { pid })?.is_none() {
+        let (db, layout, uuid, pid, worker_id) = self.close();
+        let owner = Owner {
+            pid,
+            worker_id: &worker_id,
+        };
+        if lifecycle::apply(&db, &layout, &uuid, &Transition::Pause { owner })?.is_none() {
             tracing::warn!(%uuid, pid, "the task's row was no longer running under this process when it paused");
         }
         Ok(Status::Paused)
     }
 
     /// Drop the components and files; keep what a status change needs.
-    fn close(self) -> (Db, Layout, String, u32) {
-        (self.db, self.layout, self.row.uuid, self.pid)
+    fn close(self) -> (Db, Layout, String, u32, String) {
+        (
+            self.db,
+            self.layout,
+            self.row.uuid,
+            self.pid,
+            self.worker_id,
+        )
     }
 }
 
-/// End task `uuid`, run by this process `pid`, with the final `status` through the lifecycle.
-/// Used by [`TaskContext::update_status`], and by the task process when no context could be
-/// made (or a panic lost it).
+/// End task `uuid`, run by this process (`owner`), with the final `status` through the
+/// lifecycle. Used by [`TaskContext::update_status`], and by the task process when no context
+/// could be made (or a panic lost it). The row's statement waits for an unreachable database
+/// like every statement of a task process ([`crate::db::Patience::Unbounded`]).
 pub fn finish(
     db: &Db,
     layout: &Layout,
     uuid: &str,
-    pid: u32,
+    owner: Owner<'_>,
     status: Status,
     error: Option<&str>,
 ) -> anyhow::Result<Status> {
-    let t = Transition::Finish { pid, status, error };
+    let t = Transition::Finish {
+        owner,
+        status,
+        error,
+    };
     if lifecycle::apply(db, layout, uuid, &t)?.is_none() {
-        tracing::warn!(%uuid, pid, %status, "the task's row was no longer running under this process when it ended");
+        tracing::warn!(%uuid, pid = owner.pid, %status, "the task's row was no longer running under this process when it ended (its lease was taken over)");
     }
     Ok(status)
 }

@@ -2,7 +2,8 @@
 //! ([`UsageDelta`], added in SQL). The agent loop and the compressor's `llm` import each hold
 //! one (each with its own database connection).
 
-use crate::db::{Db, DbError};
+use crate::config::Config;
+use crate::db::{Db, DbError, Patience};
 use crate::layout::Layout;
 
 pub use crate::db::UsageDelta;
@@ -14,10 +15,14 @@ pub struct UsageMeter {
 }
 
 impl UsageMeter {
-    /// A meter for task `uuid` of `layout`, on a connection of its own.
-    pub fn open(layout: &Layout, uuid: &str) -> Result<UsageMeter, DbError> {
+    /// A meter for task `uuid` of `layout`, on a connection of its own to the store of
+    /// `config`. An update waits for an unreachable database (the task's lease bounds how
+    /// long) and is applied exactly once.
+    pub fn open(config: &Config, layout: &Layout, uuid: &str) -> Result<UsageMeter, DbError> {
+        let db = Db::open(&config.store_spec()?, layout.root())?;
+        db.set_patience(Patience::Unbounded);
         Ok(UsageMeter {
-            db: Db::open(layout.root())?,
+            db,
             uuid: uuid.to_string(),
         })
     }

@@ -5,6 +5,8 @@
 //! - [`TestEnv`]: a temporary working directory with a `config.yaml` and a `contexts/` dir, and
 //!   [`TestEnv::ctxhost`] to run the `ctxhost` binary in it and capture its output.
 //! - [`task::TaskBuilder`]: a task put in a given state through the library (no process).
+//! - [`store`]: the task store a test runs on (SQLite, or PostgreSQL for the variants
+//!   [`store::postgres_variants!`] adds).
 //! - [`read_jsonl`], [`read_lines`], [`find_task_dir`], [`wait_until`]: inspecting what ctxhost
 //!   wrote.
 //!
@@ -23,6 +25,7 @@
 pub mod anthropic_api;
 pub mod dashboard;
 pub mod fake_llm;
+pub mod store;
 pub mod task;
 
 use std::fmt::Write as _;
@@ -41,11 +44,17 @@ pub fn ctxhost_bin() -> PathBuf {
 /// A temporary directory that ctxhost runs in: `config.yaml` at its root, `contexts/` below it.
 /// Removed when dropped, unless the env var `CTXHOST_KEEP_TEST_DIRS` is set (then its path is
 /// printed, for debugging a failed test).
+///
+/// In a test run on PostgreSQL ([`store::on_postgres`]) it gets a database of its own: its URL
+/// is in `CTXHOST_DATABASE_URL` for every run, and every config written by
+/// [`TestEnv::write_config`] names it (`task_store: {url_env: CTXHOST_DATABASE_URL}`).
 pub struct TestEnv {
     dir: Option<tempfile::TempDir>,
     root: PathBuf,
     /// Extra environment variables for every [`TestEnv::ctxhost`] run.
     pub env: Vec<(String, String)>,
+    /// The test's PostgreSQL database, when it runs on PostgreSQL.
+    pub pg: Option<store::PgDb>,
 }
 
 impl TestEnv {
@@ -56,15 +65,30 @@ impl TestEnv {
             .tempdir()
             .expect("create temp dir");
         let root = dir.path().to_path_buf();
+        // Compiled components are shared by every test run (a fresh contexts/.cache per
+        // test would recompile each component in every test).
+        let mut env = vec![(
+            "CTXHOST_CACHE_DIR".to_string(),
+            concat!(env!("CARGO_TARGET_TMPDIR"), "/component-cache").to_string(),
+        )];
+        let pg = store::postgres().then(store::PgDb::create);
+        if let Some(db) = &pg {
+            env.push((store::URL_ENV.to_string(), db.url.clone()));
+            store::register(&root.join("contexts"), db.spec());
+        }
         TestEnv {
             dir: Some(dir),
             root,
-            // Compiled components are shared by every test run (a fresh contexts/.cache per
-            // test would recompile each component in every test).
-            env: vec![(
-                "CTXHOST_CACHE_DIR".to_string(),
-                concat!(env!("CARGO_TARGET_TMPDIR"), "/component-cache").to_string(),
-            )],
+            env,
+            pg,
+        }
+    }
+
+    /// The task store of this environment's `contexts/`.
+    pub fn store_spec(&self) -> ctxhost::db::StoreSpec {
+        match &self.pg {
+            Some(db) => db.spec(),
+            None => ctxhost::db::StoreSpec::Sqlite,
         }
     }
 
@@ -89,8 +113,16 @@ impl TestEnv {
         self.root.join("config.yaml")
     }
 
-    /// Replace config.yaml with `yaml`.
+    /// Replace config.yaml with `yaml` (plus, on PostgreSQL, its `task_store` when `yaml` has
+    /// none).
     pub fn write_config(&self, yaml: &str) {
+        let mut yaml = yaml.to_string();
+        if self.pg.is_some() && !yaml.contains("task_store") {
+            if !yaml.is_empty() && !yaml.ends_with('\n') {
+                yaml.push('\n');
+            }
+            yaml.push_str(&format!("task_store:\n  url_env: {}\n", store::URL_ENV));
+        }
         fs::write(self.config_path(), yaml).expect("write config.yaml");
     }
 

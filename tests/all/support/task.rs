@@ -4,35 +4,41 @@
 
 use std::path::{Path, PathBuf};
 
-use ctxhost::db::{Db, NewTask, Status, TaskKey};
+use ctxhost::db::{Db, NewTask, Status, StoreSpec, TaskKey};
 use ctxhost::layout::{Layout, hostname};
-use ctxhost::lifecycle::{self, Claim, Transition};
+use ctxhost::lifecycle::{self, Claim, Owner, Transition};
 use ctxhost_format::files::{CURRENT, MESSAGES};
 use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
 
 /// A pid no process has (above the kernel's pid_max).
 pub const DEAD_PID: u32 = 4_999_999;
 
+/// The worker id of the tasks it makes.
+pub const WORKER_ID: &str = "test-builder:1:00000000";
+
 /// Builds one task in the contexts tree `contexts`.
 pub struct TaskBuilder {
     layout: Layout,
+    spec: StoreSpec,
     prompt: String,
 }
 
 impl TaskBuilder {
-    /// A task of the tree at `contexts` (created if missing).
+    /// A task of the tree at `contexts` (created if missing), in the store its
+    /// [`super::TestEnv`] uses.
     pub fn new(contexts: &Path) -> TaskBuilder {
         let layout = Layout::new(contexts);
         layout.ensure().unwrap();
         TaskBuilder {
             layout,
+            spec: super::store::spec_for(contexts),
             prompt: "say hi".to_string(),
         }
     }
 
     /// The database of the tree.
     pub fn db(&self) -> Db {
-        Db::open(self.layout.root()).unwrap()
+        Db::open(&self.spec, self.layout.root()).unwrap()
     }
 
     /// A queued task that never ran (no directory). Returns its UUID.
@@ -62,6 +68,8 @@ impl TaskBuilder {
         let claim = Claim {
             pid: DEAD_PID,
             hostname: hostname(),
+            worker_id: WORKER_ID.into(),
+            lease: std::time::Duration::from_secs(30),
             llm_provider: "openai".into(),
             model: "fake-model".into(),
             context_length: 8192,
@@ -81,7 +89,7 @@ impl TaskBuilder {
             &db,
             &self.layout,
             &uuid,
-            &Transition::Pause { pid: DEAD_PID },
+            &Transition::Pause { owner: OWNER },
         )
         .unwrap();
         uuid
@@ -91,7 +99,7 @@ impl TaskBuilder {
     pub fn finished(&self, status: Status) -> String {
         let uuid = self.running_dead();
         let t = Transition::Finish {
-            pid: DEAD_PID,
+            owner: OWNER,
             status,
             error: None,
         };
@@ -104,6 +112,12 @@ impl TaskBuilder {
         self.layout.find_task_dir(uuid).unwrap().1
     }
 }
+
+/// The owner of the tasks it runs.
+const OWNER: Owner<'static> = Owner {
+    pid: DEAD_PID,
+    worker_id: WORKER_ID,
+};
 
 /// Write messages.jsonl and current.jsonl of `dir`: the system prompt, then `prompt`.
 pub fn write_context(dir: &Path, prompt: &str) {
