@@ -874,3 +874,11 @@ fn billing_of_a_30_step_task_with_and_without_cache_breakpoints() {
     // Only the part after the last breakpoint is ever billed as plain input: the new messages.
     assert!(a.input_tokens < a.total() / 20, "{a:?}");
 }
+
+// The tests above that touch the task store, once more on PostgreSQL.
+crate::support::store::postgres_variants!(
+    a_task_with_tool_calls_and_a_compression_runs_against_the_fake_anthropic_server,
+    overload_is_retried_and_a_refused_request_fails_the_task_with_the_api_message,
+    openai_cached_tokens_are_counted_in_the_stats_too,
+    billing_of_a_30_step_task_with_and_without_cache_breakpoints,
+);

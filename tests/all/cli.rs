@@ -11,13 +11,26 @@ const BIN: &str = env!("CARGO_BIN_EXE_ctxhost");
 
 struct Sandbox {
     dir: tempfile::TempDir,
+    /// The test's database when it runs on PostgreSQL: its config.yaml names it.
+    pg: Option<crate::support::store::PgDb>,
 }
 
 impl Sandbox {
     fn new() -> Sandbox {
-        Sandbox {
+        let sb = Sandbox {
             dir: tempfile::tempdir().unwrap(),
+            pg: crate::support::store::postgres().then(crate::support::store::PgDb::create),
+        };
+        if sb.pg.is_some() {
+            sb.write(
+                "config.yaml",
+                &format!(
+                    "task_store:\n  url_env: {}\n",
+                    crate::support::store::URL_ENV
+                ),
+            );
         }
+        sb
     }
 
     fn path(&self) -> &Path {
@@ -39,6 +52,11 @@ impl Sandbox {
             .current_dir(self.path())
             .env_remove("RUST_LOG")
             .env("USER", "tester")
+            .envs(
+                self.pg
+                    .iter()
+                    .map(|db| (crate::support::store::URL_ENV, db.url.as_str())),
+            )
             .stdin(if stdin.is_some() {
                 Stdio::piped()
             } else {
@@ -508,3 +526,12 @@ fn run_checks_plugins_and_the_api_key_before_touching_any_task() {
     assert_eq!(row["status"], "queued", "{row}");
     assert!(row["process_id"].is_null(), "{row}");
 }
+
+// The tests above that touch the task store, once more on PostgreSQL.
+crate::support::store::postgres_variants!(
+    submit_then_list_show_and_stats_as_json,
+    submit_reads_a_prompt_file_and_stdin,
+    unknown_and_invalid_uuids_are_usage_errors,
+    show_reports_a_line_of_invalid_utf8_as_unreadable,
+    run_checks_plugins_and_the_api_key_before_touching_any_task,
+);

@@ -322,3 +322,8 @@ fn kill_minus_nine_at_random_moments_loses_nothing() {
     assert!(kills >= MIN_KILLS);
     assert!(compressions > 0, "the run never compressed");
 }
+
+// The tests above that touch the task store, once more on PostgreSQL.
+crate::support::store::postgres_variants!(
+    kill_minus_nine_at_random_moments_loses_nothing,
+);

@@ -286,3 +286,9 @@ fn switching_compressors_is_a_config_change_on_the_same_binary() {
             .is_some_and(|c| c.starts_with("[tool result masked"))
     }));
 }
+
+// The tests above that touch the task store, once more on PostgreSQL.
+crate::support::store::postgres_variants!(
+    llm_summarizer_compresses_several_times_and_the_task_completes,
+    switching_compressors_is_a_config_change_on_the_same_binary,
+);

@@ -533,3 +533,17 @@ fn assert_no_secret(dir: &Path, secret: &str) {
         }
     }
 }
+
+// The tests above that touch the task store, once more on PostgreSQL.
+crate::support::store::postgres_variants!(
+    task_completes_with_exact_counters_and_clean_files,
+    tokens_are_estimated_when_the_provider_reports_no_usage,
+    several_tool_calls_in_one_reply_each_get_an_answer,
+    persistent_500_fails_the_task_and_keeps_request_and_history,
+    unreadable_responses_fail_with_clear_messages,
+    step_limit_fails_the_task_after_answering_every_call,
+    ten_tasks_on_four_workers_all_complete_with_exact_counters,
+    a_killed_task_process_fails_its_task_and_harms_no_other,
+    api_key_comes_from_the_environment_and_is_never_written,
+    a_missing_api_key_stops_run_before_any_task_naming_the_variable,
+);

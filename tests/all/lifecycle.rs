@@ -739,3 +739,15 @@ fn pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call() {
     assert_eq!(read_jsonl(&dir.join("tools.jsonl")).len(), 1);
     assert!(crate::support::filesystem_server_pids(&sample_path).is_empty());
 }
+
+// The tests above that touch the task store, once more on PostgreSQL.
+crate::support::store::postgres_variants!(
+    pause_and_resume_mid_run_continue_the_context_exactly_once,
+    stop_ends_queued_running_and_paused_tasks,
+    lifecycle_commands_validate_uuids,
+    a_killed_task_is_recovered_and_completed,
+    a_hundred_tasks_on_eight_processes_keep_exact_counters,
+    cleanup_deletes_old_directories_and_keeps_rows,
+    fsck_finds_planted_faults_and_repairs_the_fixable_ones,
+    pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call,
+);

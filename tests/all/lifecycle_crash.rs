@@ -312,3 +312,16 @@ fn cleanup_killed_before_its_directory_is_deleted() {
     );
     assert!(lifecycle::find_dirs(&Layout::new(env.contexts()), &uuid).is_empty());
 }
+
+// The tests above that touch the task store, once more on PostgreSQL.
+crate::support::store::postgres_variants!(
+    claim_killed_before_its_directory_moves,
+    next_claim_killed_before_its_directory_moves,
+    pause_killed_before_its_directory_moves,
+    finish_killed_before_its_directory_moves,
+    recovery_killed_before_its_directory_moves,
+    resume_killed_after_its_row,
+    stop_killed_before_its_directory_moves,
+    task_processes_that_cannot_start_leave_the_queue_alone,
+    cleanup_killed_before_its_directory_is_deleted,
+);

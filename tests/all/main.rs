@@ -21,6 +21,7 @@ mod jsonl_store;
 mod lifecycle;
 mod lifecycle_crash;
 mod mcp_tools;
+mod multi_host;
 mod plugin_check;
 mod plugin_select;
 mod request_snapshots;

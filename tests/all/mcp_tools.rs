@@ -1076,3 +1076,10 @@ fn assert_no_server_left(sample: &Path) {
         crate::support::filesystem_server_pids(sample)
     );
 }
+
+// The tests above that touch the task store, once more on PostgreSQL.
+crate::support::store::postgres_variants!(
+    e2e_native_tool_calls_reach_the_filesystem_server_with_exact_counters,
+    e2e_prompted_tools_give_the_same_ids_and_spill_huge_results,
+    e2e_a_server_that_cannot_start_fails_the_task_with_its_name,
+);

@@ -459,3 +459,9 @@ fn a_task_directory_with_old_string_ids_still_reads_and_fsck_repair_rewrites_it(
     );
     env.ctxhost(&["fsck"]).ok();
 }
+
+// The tests above that touch the task store, once more on PostgreSQL.
+crate::support::store::postgres_variants!(
+    a_task_runs_on_0_1_0_components_and_fsck_repair_numbers_their_summary_ids,
+    a_task_directory_with_old_string_ids_still_reads_and_fsck_repair_rewrites_it,
+);

@@ -185,7 +185,9 @@ impl Dialect {
     /// text).
     pub fn seconds_between(self, from: &str, to: &str) -> String {
         match self {
-            Dialect::Sqlite => format!("(julianday({to}) - julianday({from})) * 86400.0"),
+            Dialect::Sqlite => {
+                format!("(unixepoch({to}, 'subsec') - unixepoch({from}, 'subsec'))")
+            }
             Dialect::Postgres => format!(
                 "CAST(EXTRACT(EPOCH FROM (CAST({to} AS timestamptz) - CAST({from} AS timestamptz))) AS DOUBLE PRECISION)"
             ),

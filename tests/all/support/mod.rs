@@ -55,6 +55,9 @@ pub struct TestEnv {
     pub env: Vec<(String, String)>,
     /// The test's PostgreSQL database, when it runs on PostgreSQL.
     pub pg: Option<store::PgDb>,
+    /// The URL of its PostgreSQL database (the test's own, or one given to
+    /// [`TestEnv::use_postgres_url`]).
+    pg_url: Option<String>,
 }
 
 impl TestEnv {
@@ -80,16 +83,28 @@ impl TestEnv {
             dir: Some(dir),
             root,
             env,
+            pg_url: pg.as_ref().map(|db| db.url.clone()),
             pg,
         }
     }
 
     /// The task store of this environment's `contexts/`.
     pub fn store_spec(&self) -> ctxhost::db::StoreSpec {
-        match &self.pg {
-            Some(db) => db.spec(),
+        match &self.pg_url {
+            Some(url) => ctxhost::db::StoreSpec::Postgres(
+                ctxhost::db::PgUrl::parse(url, store::URL_ENV).expect("a test URL"),
+            ),
             None => ctxhost::db::StoreSpec::Sqlite,
         }
+    }
+
+    /// Use the PostgreSQL database at `url` (another server's) instead of this test's own.
+    pub fn use_postgres_url(&mut self, url: &str) {
+        self.pg = None;
+        self.pg_url = Some(url.to_string());
+        self.env.retain(|(k, _)| k != store::URL_ENV);
+        self.env.push((store::URL_ENV.to_string(), url.to_string()));
+        store::register(&self.contexts(), self.store_spec());
     }
 
     /// Write a config.yaml for an OpenAI-compatible server at `base_url` (see [`config_yaml`]).
@@ -117,7 +132,7 @@ impl TestEnv {
     /// none).
     pub fn write_config(&self, yaml: &str) {
         let mut yaml = yaml.to_string();
-        if self.pg.is_some() && !yaml.contains("task_store") {
+        if self.pg_url.is_some() && !yaml.contains("task_store") {
             if !yaml.is_empty() && !yaml.ends_with('\n') {
                 yaml.push('\n');
             }

@@ -97,11 +97,6 @@ impl PgDb {
             .password()
             .unwrap_or_default()
     }
-
-    /// A direct connection (for planting states no command makes).
-    pub fn client(&self) -> postgres::Client {
-        postgres::Client::connect(&self.url, postgres::NoTls).unwrap()
-    }
 }
 
 impl Drop for PgDb {
