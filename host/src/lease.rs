@@ -2,8 +2,7 @@
 //! process, which renews its task's lease and stops the process when it cannot.
 //!
 //! A running task's row holds a lease (worker id, task process, expiry: [`crate::db::lease`]).
-//! Its task process renews it every third of `worker.lease_secs` on a database connection of
-//! its own. When the database cannot be reached the task keeps running (its other database
+//! Its task process renews it every third of `worker.lease_secs` from a thread of its own. When the database cannot be reached the task keeps running (its other database
 //! writes wait and retry), until the last renewal is [`FENCE_FRACTION`] of a lease old: then
 //! the process stops itself ([`EXIT_LEASE_LOST`]), before any other worker may take the task
 //! over, and leaves its files as a kill would (complete lines, recovered by whoever takes the
@@ -12,13 +11,12 @@
 //! neither depends on the hosts' clocks agreeing; what the margin cannot cover is a process
 //! frozen longer than a lease (SIGSTOP, a suspended VM), which may write once after waking.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::db::{Db, Patience, Status, StoreSpec};
+use crate::db::{SharedDb, Status};
 
 /// Exit status of a task process that stopped itself because it lost its lease
 /// (`EX_TEMPFAIL`): its task is recovered and runs again.
@@ -82,21 +80,18 @@ struct Shared {
 
 impl Heartbeat {
     /// Start renewing the lease of task `uuid`, held by `worker_id` and this process, every
-    /// [`renew_interval`] on a connection of its own to the store of `spec`, and the watchdog
-    /// that stops this process [`fence_after`] the last renewal that got through, or as soon
-    /// as a renewal finds the task taken over. `renewed` is when the claim (the first lease)
-    /// was made.
+    /// [`renew_interval`] on the task process's connection `db` (a renewal waits its turn with
+    /// the task's own statements), and the watchdog that stops this process [`fence_after`]
+    /// the last renewal that got through, or as soon as a renewal finds the task taken over.
+    /// `renewed` is when the claim (the first lease) was made.
     pub fn start(
-        spec: &StoreSpec,
-        contexts: PathBuf,
+        db: SharedDb,
         uuid: String,
         worker_id: String,
         lease: Duration,
         renewed: Instant,
     ) -> anyhow::Result<Heartbeat> {
-        let db = Db::open(spec, &contexts)?;
         let interval = renew_interval(lease);
-        db.set_patience(Patience::Bounded(interval));
         let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             renewed: Mutex::new(renewed),
@@ -133,7 +128,7 @@ impl Heartbeat {
                                 ),
                             );
                         }
-                        std::thread::sleep(tick);
+                        std::thread::park_timeout(tick);
                     }
                 })?
         };
@@ -164,7 +159,7 @@ impl Drop for Heartbeat {
 }
 
 fn renew_loop(
-    db: &Db,
+    db: &SharedDb,
     uuid: &str,
     worker_id: &str,
     pid: u32,
@@ -179,7 +174,7 @@ fn renew_loop(
             return;
         }
         let sent = Instant::now();
-        match db.renew_lease(uuid, worker_id, pid, lease) {
+        match db.with(|db| db.renew_lease(uuid, worker_id, pid, lease)) {
             Ok(true) => {
                 if let Ok(mut t) = shared.renewed.lock() {
                     *t = sent;
@@ -187,7 +182,7 @@ fn renew_loop(
             }
             Ok(false) => {
                 // Our own end (the row left `running` under this process), or a takeover.
-                match db.get(uuid) {
+                match db.with(|db| db.get(uuid)) {
                     Ok(Some(row))
                         if row.status != Status::Running
                             && row.process_id == Some(i64::from(pid))

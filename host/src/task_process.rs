@@ -26,14 +26,14 @@ use std::time::Instant;
 use crate::agent::llm_import::HostLlm;
 use crate::agent::{Agent, NoTools, Outcome, ToolRunner};
 use crate::config::Config;
-use crate::db::{Db, Patience, Status, TaskRow};
+use crate::db::{Db, Patience, SharedDb, Status, TaskRow};
 use crate::error::usage;
 use crate::layout::{Layout, hostname};
 use crate::lease::{Heartbeat, WorkerId};
 use crate::lifecycle::{self, Claim, Transition};
 use crate::llm::Transport;
 use crate::plugins::PluginSet;
-use crate::task::{TaskContext, UsageMeter};
+use crate::task::TaskContext;
 
 /// Which task a process runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,18 +123,19 @@ pub fn run(
             }
         },
     };
+    let owner = claim.owner();
+    // One connection for the whole process, the heartbeat's thread included.
+    let db = SharedDb::new(db);
     let heartbeat = Heartbeat::start(
-        &spec,
-        layout.root().to_path_buf(),
+        db.clone(),
         uuid.clone(),
         worker_id.as_str().to_string(),
         claim.lease,
         claimed_at,
     );
-    let owner = claim.owner();
     let failed = |msg: String| {
         tracing::error!(%uuid, "task failed: {msg}");
-        crate::task::finish(&db, layout, &uuid, owner, Status::Failed, Some(&msg))
+        db.with(|db| crate::task::finish(db, layout, &uuid, owner, Status::Failed, Some(&msg)))
             .map(|s| Some((uuid.clone(), s)))
     };
     if let Err(e) = placed {
@@ -145,12 +146,12 @@ pub fn run(
         Err(e) => return failed(format!("cannot start the lease's heartbeat: {e:#}")),
     };
     tracing::info!(%uuid, pid, worker = %worker_id, "task started");
-    let Some(row) = db.get(&uuid)? else {
+    let Some(row) = db.with(|db| db.get(&uuid))? else {
         return Err(anyhow::anyhow!("task {uuid} vanished after its claim"));
     };
 
     let ended = catch_unwind(AssertUnwindSafe(|| {
-        execute(config, layout, row, pid, &host)
+        execute(config, layout, db.clone(), row, pid, &host)
     }));
     let result = match ended {
         Ok(Ok(status)) => Ok(Some((uuid.clone(), status))),
@@ -175,14 +176,15 @@ pub fn run(
 fn execute(
     config: &Config,
     layout: &Layout,
+    db: SharedDb,
     row: TaskRow,
     pid: u32,
     host: &str,
 ) -> anyhow::Result<Status> {
     // CTXHOST_CACHE_DIR lets several contexts trees (or test runs) share compiled components.
     let plugins = PluginSet::load(config, layout)?;
-    let mut ctx = TaskContext::open(config, layout, row, pid, host, &plugins)?;
-    let outcome = run_loop(config, layout, &plugins, &mut ctx);
+    let mut ctx = TaskContext::open(config, layout, db, row, pid, host, &plugins)?;
+    let outcome = run_loop(config, &plugins, &mut ctx);
     let uuid = ctx.uuid().to_string();
     match outcome {
         Ok(Outcome::Completed { answer }) => {
@@ -213,7 +215,6 @@ fn execute(
 /// the task's status changes.
 fn run_loop(
     config: &Config,
-    layout: &Layout,
     plugins: &PluginSet,
     ctx: &mut TaskContext,
 ) -> anyhow::Result<Outcome> {
@@ -228,7 +229,7 @@ fn run_loop(
                 &dir,
                 &config.llm.model,
                 config.llm.temperature,
-                UsageMeter::open(config, layout, ctx.uuid())?,
+                ctx.usage_meter(),
             );
             plugins.compressor(&dir, Box::new(llm))?
         }

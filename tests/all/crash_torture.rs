@@ -324,6 +324,4 @@ fn kill_minus_nine_at_random_moments_loses_nothing() {
 }
 
 // The tests above that touch the task store, once more on PostgreSQL.
-crate::support::store::postgres_variants!(
-    kill_minus_nine_at_random_moments_loses_nothing,
-);
+crate::support::store::postgres_variants!(kill_minus_nine_at_random_moments_loses_nothing,);

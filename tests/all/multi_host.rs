@@ -178,7 +178,10 @@ fn check_dir(env: &TestEnv, uuid: &str) {
     let dir = find_task_dir(&env.contexts(), uuid).expect("task directory");
     assert_eq!(dir, env.contexts().join("completed").join(uuid));
     let history = read_jsonl(&dir.join("messages.jsonl"));
-    let roles: Vec<&str> = history.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> = history
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
     assert_eq!(
         roles,
         ["system", "user", "assistant", "tool", "assistant"],
@@ -253,7 +256,10 @@ fn two_hundred_tasks_on_three_hosts_run_exactly_once_with_exact_counters() {
         assert_eq!(r.error_message, None);
         let host = r.hostname.clone().unwrap();
         assert!(
-            r.worker_id.as_deref().unwrap().starts_with(&format!("{host}:")),
+            r.worker_id
+                .as_deref()
+                .unwrap()
+                .starts_with(&format!("{host}:")),
             "{r:?}"
         );
         processes.insert((host.clone(), r.process_id.unwrap()));
@@ -313,7 +319,11 @@ fn a_killed_hosts_tasks_are_taken_over_after_the_lease_and_complete() {
         .filter(|r| r.status == Status::Running && r.hostname.as_deref() == Some("host-b"))
         .map(|r| r.uuid.clone())
         .collect();
-    assert_eq!(b_tasks.len(), 3, "host b's tasks are still running when it dies");
+    assert_eq!(
+        b_tasks.len(),
+        3,
+        "host b's tasks are still running when it dies"
+    );
     let seen_before = llm.request_count();
 
     let all = wait_all_completed(&env, 300, &[&a, &c]);
@@ -322,7 +332,10 @@ fn a_killed_hosts_tasks_are_taken_over_after_the_lease_and_complete() {
         assert_ne!(r.hostname.as_deref(), Some("host-b"), "{r:?}");
         let crashed = b_tasks.contains(&r.uuid);
         assert_eq!(r.crash_count, i64::from(crashed), "{r:?}");
-        assert_eq!((r.llm_call_count >= 2, r.tool_call_count >= 1), (true, true));
+        assert_eq!(
+            (r.llm_call_count >= 2, r.tool_call_count >= 1),
+            (true, true)
+        );
         check_dir(&env, &r.uuid);
     }
     // Not before the lease could have expired: b renewed it at most LEASE/3 s before dying.
@@ -425,14 +438,20 @@ fn a_database_stopped_and_started_mid_run_loses_no_task() {
     env.ctxhost(&["init"]).ok();
     let spec = env.store_spec();
     queue(&env, 24);
-    let workers = [Worker::start(&env, "host-a", 3), Worker::start(&env, "host-b", 3)];
+    let workers = [
+        Worker::start(&env, "host-a", 3),
+        Worker::start(&env, "host-b", 3),
+    ];
     let completed = |n: usize| {
         let (spec, contexts) = (spec.clone(), env.contexts());
         move || {
             Db::open(&spec, &contexts)
                 .and_then(|db| db.list(&TaskFilter::default()))
                 .is_ok_and(|rows| {
-                    rows.iter().filter(|r| r.status == Status::Completed).count() >= n
+                    rows.iter()
+                        .filter(|r| r.status == Status::Completed)
+                        .count()
+                        >= n
                 })
         }
     };
@@ -453,10 +472,7 @@ fn a_database_stopped_and_started_mid_run_loses_no_task() {
         assert_eq!(r.status, Status::Completed, "{r:?}");
         // Exact: a write cut off by the restart is applied once (or, for a task whose process
         // lost its lease and ran again, its calls are counted per call made).
-        assert!(
-            r.llm_call_count >= 2 && r.tool_call_count >= 1,
-            "{r:?}"
-        );
+        assert!(r.llm_call_count >= 2 && r.tool_call_count >= 1, "{r:?}");
         if r.crash_count == 0 {
             assert_eq!(
                 (r.llm_call_count, r.tool_call_count, r.total_tokens),
@@ -502,13 +518,15 @@ fn migrate_to_postgres_and_back_keeps_every_row() {
     let out = env.ctxhost(&["migrate", "--to", "postgres"]).ok();
     let text = format!("{}{}", out.stdout(), out.stderr());
     assert!(text.contains("migrated 5 task(s)"), "{text}");
-    assert!(text.contains("task_store: {url_env: CTXHOST_DATABASE_URL}"), "{text}");
+    assert!(
+        text.contains("task_store: {url_env: CTXHOST_DATABASE_URL}"),
+        "{text}"
+    );
     assert!(!text.contains(&password), "{text}");
     assert!(!env.contexts().join("tasks.db").exists());
-    let binding: Value = serde_json::from_str(
-        &std::fs::read_to_string(env.contexts().join("store.json")).unwrap(),
-    )
-    .unwrap();
+    let binding: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.contexts().join("store.json")).unwrap())
+            .unwrap();
     assert_eq!(binding["store"], "postgres");
     assert!(!binding.to_string().contains(&password));
 
@@ -530,7 +548,10 @@ fn migrate_to_postgres_and_back_keeps_every_row() {
         &format!("task_store:\n  url_env: {}\n", store::URL_ENV),
     ));
     assert_eq!(env.ctxhost(&["tasks", "--json"]).ok().json(), before);
-    same_stats(&env.ctxhost(&["stats", "--json"]).ok().json(), &stats_before);
+    same_stats(
+        &env.ctxhost(&["stats", "--json"]).ok().json(),
+        &stats_before,
+    );
     env.ctxhost(&["run", "--once"]).ok();
     let after_run = env.ctxhost(&["tasks", "--json"]).ok().json();
     let completed = after_run
@@ -551,7 +572,11 @@ fn migrate_to_postgres_and_back_keeps_every_row() {
         .unwrap();
     let e = env.ctxhost(&["migrate", "--to", "sqlite"]).fails();
     assert_eq!(e.code(), Some(2));
-    assert!(e.stderr().contains("1 task(s) are running"), "{}", e.stderr());
+    assert!(
+        e.stderr().contains("1 task(s) are running"),
+        "{}",
+        e.stderr()
+    );
     pg_db
         .execute_raw(&format!("DELETE FROM tasks WHERE uuid = '{running}'"))
         .unwrap();
@@ -575,7 +600,11 @@ fn migrate_to_postgres_and_back_keeps_every_row() {
     // again is refused (it is not empty).
     let e = env.ctxhost(&["migrate", "--to", "postgres"]).fails();
     assert_eq!(e.code(), Some(2));
-    assert!(e.stderr().contains("already holds 5 task(s)"), "{}", e.stderr());
+    assert!(
+        e.stderr().contains("already holds 5 task(s)"),
+        "{}",
+        e.stderr()
+    );
     assert!(!e.stderr().contains(&password));
     assert_eq!(url, env.pg.as_ref().unwrap().url);
     assert_eq!(queued.len(), 3);
@@ -599,7 +628,11 @@ fn a_second_tree_and_a_bad_password_are_refused_without_showing_the_password() {
                 stack.push(p);
             } else if let Ok(bytes) = std::fs::read(&p) {
                 let text = String::from_utf8_lossy(&bytes);
-                assert!(!text.contains(&password), "{} holds the password", p.display());
+                assert!(
+                    !text.contains(&password),
+                    "{} holds the password",
+                    p.display()
+                );
             }
         }
     }
@@ -607,13 +640,12 @@ fn a_second_tree_and_a_bad_password_are_refused_without_showing_the_password() {
     // A second tree (a host where the shared tree is not mounted) on the same database.
     let other = TestEnv::new();
     let mut cmd = other.ctxhost_cmd(&["--contexts", "elsewhere", "run", "--once"]);
-    cmd.cmd
-        .env(store::URL_ENV, &pg.url)
-        .current_dir(env.root());
+    cmd.cmd.env(store::URL_ENV, &pg.url).current_dir(env.root());
     let e = cmd.run().fails();
     assert_eq!(e.code(), Some(2), "{}", e.stderr());
     assert!(
-        e.stderr().contains("is already used with another contexts tree")
+        e.stderr()
+            .contains("is already used with another contexts tree")
             && e.stderr().contains("share one contexts/ directory"),
         "{}",
         e.stderr()
@@ -626,11 +658,16 @@ fn a_second_tree_and_a_bad_password_are_refused_without_showing_the_password() {
     cmd.cmd.env(store::URL_ENV, &wrong);
     let e = cmd.run().fails();
     assert!(
-        e.stderr().contains("password authentication failed") && e.stderr().contains("postgres://ctxhost@"),
+        e.stderr().contains("password authentication failed")
+            && e.stderr().contains("postgres://ctxhost@"),
         "{}",
         e.stderr()
     );
-    assert!(!e.stderr().contains("not-the-password-42"), "{}", e.stderr());
+    assert!(
+        !e.stderr().contains("not-the-password-42"),
+        "{}",
+        e.stderr()
+    );
     // An unset variable is named.
     let mut cmd = env.ctxhost_cmd(&["tasks"]);
     cmd.cmd.env_remove(store::URL_ENV);

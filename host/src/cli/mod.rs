@@ -232,9 +232,10 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Log targets of the component compiler (cranelift, regalloc2, wasmtime's cranelift glue,
-/// wasm parsing). At debug/trace they log every instruction of every compiled function
-/// (gigabytes per component), so unless `RUST_LOG` says otherwise they stay at `warn`.
+/// Log targets kept at `warn` unless `RUST_LOG` says otherwise: the component compiler
+/// (cranelift, regalloc2, wasmtime's cranelift glue, wasm parsing), which at debug/trace logs
+/// every instruction of every compiled function (gigabytes per component), and the
+/// PostgreSQL client, which at debug logs every statement with its parameters (task data).
 pub const QUIET_TARGETS: &[&str] = &[
     "cranelift_codegen",
     "cranelift_frontend",
@@ -245,6 +246,8 @@ pub const QUIET_TARGETS: &[&str] = &[
     "wasmtime_internal_cranelift",
     "wasmtime_environ",
     "wasmparser",
+    "tokio_postgres",
+    "postgres",
 ];
 
 /// The log filter (EnvFilter directive syntax) used when `RUST_LOG` is not set, for a `-v`

@@ -138,78 +138,146 @@ pub fn binding_for(db: &Db, spec: &StoreSpec, store_id: &str, contexts_id: &str)
 }
 
 /// Check that the tree at `contexts` belongs to `db` (of `spec`), binding a tree that belongs
-/// to no store yet (module docs).
+/// to no store yet (module docs). Binding is safe against other processes opening the same
+/// tree at the same moment: store.json is created only if absent (a hard link of a complete
+/// temporary file), then the store records the tree's id only if it records none.
 pub(crate) fn check(db: &Db, spec: &StoreSpec, contexts: &Path) -> Result<(), DbError> {
     let (store_id, bound_to) = store_ids(db)?;
     let shown = contexts.display();
     if let Some(b) = read(contexts)? {
-        if b.store_id != store_id {
-            let what = match (b.store.as_str(), spec) {
-                ("sqlite", StoreSpec::Postgres(url)) => format!(
-                    "its tasks are in its SQLite tasks.db; `ctxhost migrate --to postgres` moves them to the \
-                     database of {} (or point --contexts at the tree of that database)",
-                    url.source()
-                ),
-                ("postgres", StoreSpec::Sqlite) => format!(
-                    "its tasks are in PostgreSQL ({}): set `task_store: {{url_env: VARIABLE}}` in config.yaml \
-                     (or move them back with `ctxhost migrate --to sqlite`)",
-                    b.location
-                ),
-                _ => "check the task_store setting and the database URL".to_string(),
-            };
-            return Err(DbError::NotOwner(format!(
-                "{shown} belongs to the {} task store {} (see {shown}/{STORE_FILE}), not to {}: {what}",
-                b.store,
-                b.location,
-                db.location()
-            )));
-        }
-        match bound_to {
-            Some(id) if id != b.contexts_id => Err(DbError::NotOwner(format!(
-                "{} is bound to another contexts tree (id {id}) than {shown} (id {}): workers of one \
-                 task store must share one contexts/ directory",
-                db.location(),
-                b.contexts_id
-            ))),
-            Some(_) => Ok(()),
-            None => set_contexts_id(db, Some(&b.contexts_id)),
-        }
-    } else {
-        if let StoreSpec::Postgres(_) = spec
-            && sqlite_tasks(contexts)? > 0
-        {
-            return Err(DbError::NotOwner(format!(
-                "{shown} holds a SQLite task database ({DB_FILE}) with tasks: `ctxhost migrate --to postgres` \
-                 moves them to {} before workers use it",
-                db.location()
-            )));
-        }
-        let contexts_id = match (bound_to, spec) {
-            // A SQLite store lives in its tree: its id is this tree's.
-            (Some(id), StoreSpec::Sqlite) => id,
-            (Some(id), StoreSpec::Postgres(_)) => {
-                return Err(DbError::NotOwner(format!(
-                    "{} is already used with another contexts tree (id {id}) and {shown} has no \
-                     {STORE_FILE}: workers of one task store must share one contexts/ directory (mount \
-                     the shared tree here), or use another database for a separate tree",
-                    db.location()
-                )));
-            }
-            (None, _) => {
-                let mine = uuid::Uuid::new_v4().hyphenated().to_string();
-                db.execute(
-                    "INSERT INTO ctxhost_meta (key, value) VALUES ('contexts_id', ?1) \
-                     ON CONFLICT (key) DO NOTHING",
-                    args![mine],
-                )?;
-                // Another process binding the same tree at the same moment may have won.
-                store_ids(db)?
-                    .1
-                    .ok_or_else(|| DbError::Decode("ctxhost_meta has no contexts_id".into()))?
-            }
-        };
-        write(contexts, &binding_for(db, spec, &store_id, &contexts_id))
+        return verify(db, spec, contexts, &b, &store_id, bound_to);
     }
+    if let StoreSpec::Postgres(_) = spec
+        && sqlite_tasks(contexts)? > 0
+    {
+        return Err(DbError::NotOwner(format!(
+            "{shown} holds a SQLite task database ({DB_FILE}) with tasks: `ctxhost migrate --to postgres` \
+             moves them to {} before workers use it",
+            db.location()
+        )));
+    }
+    let contexts_id = match (&bound_to, spec) {
+        // A SQLite store lives in its tree: its id is this tree's (store.json was deleted).
+        (Some(id), StoreSpec::Sqlite) => id.clone(),
+        _ => uuid::Uuid::new_v4().hyphenated().to_string(),
+    };
+    let mine = binding_for(db, spec, &store_id, &contexts_id);
+    if !create_new(contexts, &mine)? {
+        // Another process bound the tree first.
+        let b = read(contexts)?.ok_or_else(|| DbError::Binding {
+            path: store_file(contexts).display().to_string(),
+            message: "created by another process, then gone".into(),
+        })?;
+        let (_, bound_to) = store_ids(db)?;
+        return verify(db, spec, contexts, &b, &store_id, bound_to);
+    }
+    if claim_tree(db, &contexts_id)? {
+        return Ok(());
+    }
+    // The store is another tree's: take back the store.json just written.
+    let _ = std::fs::remove_file(store_file(contexts));
+    Err(DbError::NotOwner(format!(
+        "{} is already used with another contexts tree (id {}) and {shown} had no {STORE_FILE}: \
+         workers of one task store must share one contexts/ directory (mount the shared tree \
+         here), or use another database for a separate tree",
+        db.location(),
+        store_ids(db)?.1.unwrap_or_default()
+    )))
+}
+
+/// Record in the store that it is bound to tree `contexts_id`, unless it already records a
+/// tree; returns whether it is bound to that tree now.
+fn claim_tree(db: &Db, contexts_id: &str) -> Result<bool, DbError> {
+    db.execute(
+        "INSERT INTO ctxhost_meta (key, value) VALUES ('contexts_id', ?1) \
+         ON CONFLICT (key) DO NOTHING",
+        args![contexts_id],
+    )?;
+    Ok(store_ids(db)?.1.as_deref() == Some(contexts_id))
+}
+
+/// The tree's store.json `b` names `db`, and `db` is bound to that tree (or to none yet: then
+/// it is bound now).
+fn verify(
+    db: &Db,
+    spec: &StoreSpec,
+    contexts: &Path,
+    b: &StoreBinding,
+    store_id: &str,
+    bound_to: Option<String>,
+) -> Result<(), DbError> {
+    let shown = contexts.display();
+    if b.store_id != store_id {
+        let what = match (b.store.as_str(), spec) {
+            ("sqlite", StoreSpec::Postgres(url)) => format!(
+                "its tasks are in its SQLite tasks.db; `ctxhost migrate --to postgres` moves them to the \
+                 database of {} (or point --contexts at the tree of that database)",
+                url.source()
+            ),
+            ("postgres", StoreSpec::Sqlite) => format!(
+                "its tasks are in PostgreSQL ({}): set `task_store: {{url_env: VARIABLE}}` in config.yaml \
+                 (or move them back with `ctxhost migrate --to sqlite`)",
+                b.location
+            ),
+            _ => "check the task_store setting and the database URL".to_string(),
+        };
+        return Err(DbError::NotOwner(format!(
+            "{shown} belongs to the {} task store {} (see {shown}/{STORE_FILE}), not to {}: {what}",
+            b.store,
+            b.location,
+            db.location()
+        )));
+    }
+    let bound = match bound_to {
+        Some(id) => id == b.contexts_id,
+        None => claim_tree(db, &b.contexts_id)?,
+    };
+    if bound {
+        return Ok(());
+    }
+    Err(DbError::NotOwner(format!(
+        "{} is bound to another contexts tree (id {}) than {shown} (id {}): workers of one \
+         task store must share one contexts/ directory",
+        db.location(),
+        store_ids(db)?.1.unwrap_or_default(),
+        b.contexts_id
+    )))
+}
+
+/// Create the tree's store.json with `binding` if it has none (a complete temporary file,
+/// fsynced, hard-linked as store.json: the link fails if another process made one first).
+/// Returns whether this call created it.
+fn create_new(contexts: &Path, binding: &StoreBinding) -> Result<bool, DbError> {
+    use std::io::Write;
+    let path = store_file(contexts);
+    let bad = |message: String| DbError::Binding {
+        path: path.display().to_string(),
+        message,
+    };
+    let mut text = serde_json::to_string_pretty(binding).map_err(|e| bad(e.to_string()))?;
+    text.push('\n');
+    let tmp = contexts.join(format!(
+        ".{STORE_FILE}.tmp-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let written = (|| -> std::io::Result<bool> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        drop(f);
+        match std::fs::hard_link(&tmp, &path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    let created = written.map_err(|e| bad(format!("cannot create: {e}")))?;
+    if created {
+        crate::layout::sync_dir(contexts).map_err(|e| bad(format!("{e:#}")))?;
+    }
+    Ok(created)
 }
 
 /// Tasks in the tree's SQLite `tasks.db` (0 when there is none), read without creating it.

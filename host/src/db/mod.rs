@@ -314,6 +314,29 @@ pub struct Db {
     location: String,
 }
 
+/// One connection shared by the parts of a task process that run on its threads (the task
+/// context, the usage meters of the agent loop and of the compressor's `llm` import): a
+/// task process connects once, not once per part. Statements take turns.
+#[derive(Clone)]
+pub struct SharedDb(std::sync::Arc<std::sync::Mutex<Db>>);
+
+impl SharedDb {
+    /// Share `db`.
+    pub fn new(db: Db) -> SharedDb {
+        SharedDb(std::sync::Arc::new(std::sync::Mutex::new(db)))
+    }
+
+    /// Run `f` on the connection (waiting for another user of it).
+    pub fn with<T>(&self, f: impl FnOnce(&Db) -> T) -> T {
+        // A panic while holding the lock leaves the connection as usable as before.
+        let db = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&db)
+    }
+}
+
 /// The columns of [`TaskRow`], in [`task_row`]'s order.
 pub(crate) const COLUMNS: &str = "uuid, task_source, owner, repo, task_type, task_id, status, created_at, started_at, \
 completed_at, updated_at, process_id, hostname, llm_provider, model, context_length, llm_call_count, \

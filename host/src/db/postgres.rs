@@ -538,6 +538,39 @@ impl PgStore {
                 .map(|r| r.get(0));
             Ok(v.and_then(|v| v.parse().ok()).unwrap_or(0))
         }
+        // A quick look first, outside a transaction and without preparing anything: most
+        // opens find the schema current.
+        let current = self.run(|s| {
+            let client = match s.client() {
+                Ok(c) => c,
+                Err(e) => return s.classify(e),
+            };
+            let first = |msgs: Vec<SimpleQueryMessage>| {
+                msgs.into_iter().find_map(|m| match m {
+                    SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+                    _ => None,
+                })
+            };
+            let quick = (|| -> Result<i64, postgres::Error> {
+                let exists =
+                    first(client.simple_query("SELECT to_regclass('ctxhost_meta') IS NOT NULL")?);
+                if exists.as_deref() != Some("t") {
+                    return Ok(0);
+                }
+                let v =
+                    first(client.simple_query(
+                        "SELECT value FROM ctxhost_meta WHERE key = 'schema_version'",
+                    )?);
+                Ok(v.and_then(|v| v.parse().ok()).unwrap_or(0))
+            })();
+            match quick {
+                Ok(v) => Attempt::Done(v),
+                Err(e) => s.classify(e),
+            }
+        })?;
+        if plan(current)?.is_none() {
+            return Ok(());
+        }
         let changed = self.run(|s| {
             let client = match s.client() {
                 Ok(c) => c,
@@ -545,10 +578,6 @@ impl PgStore {
             };
             let result = (|| -> Result<Result<bool, DbError>, postgres::Error> {
                 let mut tx = client.transaction()?;
-                if let Ok(None) = plan(version(&mut tx)?) {
-                    tx.commit()?;
-                    return Ok(Ok(false));
-                }
                 tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])?;
                 match plan(version(&mut tx)?) {
                     Ok(Some(sql)) => {

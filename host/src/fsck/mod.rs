@@ -423,6 +423,41 @@ mod tests {
             assert_eq!(got, [(ProblemKind::BadLine, Some(2))], "{:#?}", r.problems);
         }
 
+        fn another_hosts_task_with_an_expired_lease_is_found_and_recovered(store: &TestStore) {
+            let (layout, db) = setup(store);
+            db.insert_queued(&NewTask {
+                uuid: A.into(),
+                key: TaskKey {
+                    task_source: "local".into(),
+                    ..Default::default()
+                },
+                prompt: "go".into(),
+                user: None,
+                llm_provider: "openai".into(),
+                model: "m".into(),
+                context_length: 1,
+            })
+            .unwrap();
+            let mut claim = Claim::test(std::process::id());
+            claim.hostname = "other-host".into();
+            claim.lease = std::time::Duration::from_millis(200);
+            apply(&db, &layout, A, &Transition::Claim(&claim)).unwrap();
+            // Its lease is good: another host's task is alive, whatever its pid here.
+            assert!(fsck(&db, &layout, false, 3, LEASE).unwrap().problems.is_empty());
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let r = fsck(&db, &layout, false, 3, LEASE).unwrap();
+            assert_eq!(r.problems.len(), 1, "{:#?}", r.problems);
+            let p = &r.problems[0];
+            assert_eq!((p.kind, p.fixable), (ProblemKind::ExpiredLease, true));
+            assert!(p.message.contains("lease expired") && p.message.contains("other-host"), "{p}");
+            let r = fsck(&db, &layout, true, 3, LEASE).unwrap();
+            assert!(r.problems[0].repaired.as_deref().unwrap_or("").starts_with("recovered"), "{:#?}", r.problems);
+            assert!(r.remaining.is_empty(), "{:#?}", r.remaining);
+            let row = db.get(A).unwrap().unwrap();
+            assert_eq!((row.status, row.crash_count), (Status::Queued, 1));
+            assert!(layout.task_dir(DirState::Paused, A).is_dir());
+        }
+
         fn dirs_without_rows_and_missing_dirs_are_reported(store: &TestStore) {
             let (layout, db) = setup(store);
             completed_task(&layout, &db, A);

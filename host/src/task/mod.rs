@@ -27,7 +27,7 @@ use ctxhost_format::ToolCall;
 use ctxhost_format::files::MESSAGES;
 
 use crate::config::Config;
-use crate::db::{Db, Status, TaskRow, now_rfc3339};
+use crate::db::{Db, SharedDb, Status, TaskRow, now_rfc3339};
 use crate::invariants::queries;
 use crate::layout::{DirState, Layout};
 use crate::lifecycle::{self, Owner, Transition};
@@ -61,7 +61,7 @@ pub struct TaskContext {
     worker_id: String,
     layout: Layout,
     dir: PathBuf,
-    db: Db,
+    db: SharedDb,
     steps_done: u32,
     store: MessageStore,
     summaries: SummaryStore,
@@ -74,12 +74,15 @@ pub struct TaskContext {
 
 impl TaskContext {
     /// The context of `row`, claimed by this process `pid` on `host` (its directory is in
-    /// `running/`, put there by the claim). Repairs the directory if an earlier process left it
-    /// (a no-op after a clean pause; tool calls left unanswered by a pause stay, the loop makes
-    /// them), counts a resume, writes metadata.json once, and opens the message store.
+    /// `running/`, put there by the claim), on the process's connection `db`. Repairs the
+    /// directory if an earlier process left it (a no-op after a clean pause; tool calls left
+    /// unanswered by a pause stay, the loop makes them), counts a resume, writes metadata.json
+    /// once, and opens the message store.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         config: &Config,
         layout: &Layout,
+        db: SharedDb,
         row: TaskRow,
         pid: u32,
         host: &str,
@@ -96,15 +99,13 @@ impl TaskContext {
         let Some(worker_id) = row.worker_id.clone() else {
             bail!("task {uuid}: the claimed row records no worker id");
         };
-        let db = Db::open(&config.store_spec()?, layout.root())?;
-        db.set_patience(crate::db::Patience::Unbounded);
         let report = crate::repair::repair_task_dir(&dir, false, &now_rfc3339())
             .context("repairing the task directory before resuming")?;
         for r in report.describe() {
             tracing::warn!(%uuid, "repair: {r}");
         }
         if let Some(n) = state::mark_resumed(&dir, &now_rfc3339())? {
-            db.set_resume_count(&uuid, n)?;
+            db.with(|db| db.set_resume_count(&uuid, n))?;
             tracing::info!(%uuid, resume_count = n, "task resumed");
         }
         write_metadata_once(&dir, &metadata(config, &row, pid, host))?;
@@ -128,7 +129,7 @@ impl TaskContext {
             planning: PlanningStore::existing(&dir),
             calls: CallLog::new(&dir),
             transport: Transport::new(config.transport_config()?),
-            usage: UsageMeter::open(config, layout, &uuid)?,
+            usage: UsageMeter::new(db.clone(), &uuid),
             db,
             dir,
             row,
@@ -218,6 +219,11 @@ impl TaskContext {
         Ok(())
     }
 
+    /// A meter of the task's counters, for the compressor's `llm` import.
+    pub fn usage_meter(&self) -> UsageMeter {
+        self.usage.clone()
+    }
+
     /// Add `delta` to the task's counters in its row.
     pub fn update_statistics(&self, delta: UsageDelta) -> anyhow::Result<()> {
         Ok(self.usage.add(delta)?)
@@ -225,7 +231,10 @@ impl TaskContext {
 
     /// A pause or stop requested from outside, read from the row at a safe point.
     pub fn interrupt(&self) -> anyhow::Result<Option<Interrupt>> {
-        let control = self.db.control(self.uuid())?.unwrap_or_default();
+        let control = self
+            .db
+            .with(|db| db.control(self.uuid()))?
+            .unwrap_or_default();
         Ok(if control.stop_requested {
             Some(Interrupt::Stop)
         } else if control.pause_requested {
@@ -249,7 +258,7 @@ impl TaskContext {
             pid,
             worker_id: &worker_id,
         };
-        finish(&db, &layout, &uuid, owner, status, error)
+        db.with(|db| finish(db, &layout, &uuid, owner, status, error))
     }
 
     /// The task completed with a final answer.
@@ -271,14 +280,17 @@ impl TaskContext {
             pid,
             worker_id: &worker_id,
         };
-        if lifecycle::apply(&db, &layout, &uuid, &Transition::Pause { owner })?.is_none() {
+        if db
+            .with(|db| lifecycle::apply(db, &layout, &uuid, &Transition::Pause { owner }))?
+            .is_none()
+        {
             tracing::warn!(%uuid, pid, "the task's row was no longer running under this process when it paused");
         }
         Ok(Status::Paused)
     }
 
     /// Drop the components and files; keep what a status change needs.
-    fn close(self) -> (Db, Layout, String, u32, String) {
+    fn close(self) -> (SharedDb, Layout, String, u32, String) {
         (
             self.db,
             self.layout,

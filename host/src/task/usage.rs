@@ -1,34 +1,30 @@
 //! [`UsageMeter`]: adds a task's LLM calls, tool calls, tokens and compressions to its row
-//! ([`UsageDelta`], added in SQL). The agent loop and the compressor's `llm` import each hold
-//! one (each with its own database connection).
+//! ([`UsageDelta`], added in SQL, exactly once). The agent loop and the compressor's `llm`
+//! import each hold one, on the task process's one connection ([`SharedDb`]).
 
-use crate::config::Config;
-use crate::db::{Db, DbError, Patience};
-use crate::layout::Layout;
+use crate::db::{DbError, SharedDb};
 
 pub use crate::db::UsageDelta;
 
 /// The counters of one task's row.
+#[derive(Clone)]
 pub struct UsageMeter {
-    db: Db,
+    db: SharedDb,
     uuid: String,
 }
 
 impl UsageMeter {
-    /// A meter for task `uuid` of `layout`, on a connection of its own to the store of
-    /// `config`. An update waits for an unreachable database (the task's lease bounds how
-    /// long) and is applied exactly once.
-    pub fn open(config: &Config, layout: &Layout, uuid: &str) -> Result<UsageMeter, DbError> {
-        let db = Db::open(&config.store_spec()?, layout.root())?;
-        db.set_patience(Patience::Unbounded);
-        Ok(UsageMeter {
+    /// A meter for task `uuid` on `db` (a task process's connection: its updates wait for
+    /// an unreachable database as its other statements do).
+    pub fn new(db: SharedDb, uuid: &str) -> UsageMeter {
+        UsageMeter {
             db,
             uuid: uuid.to_string(),
-        })
+        }
     }
 
     /// Add `delta` to the task's counters.
     pub fn add(&self, delta: UsageDelta) -> Result<(), DbError> {
-        self.db.add_usage(&self.uuid, &delta)
+        self.db.with(|db| db.add_usage(&self.uuid, &delta))
     }
 }
