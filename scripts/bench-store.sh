@@ -2,7 +2,7 @@
 # bench-store.sh — the task store under 1, 2 and 3 workers, SQLite and PostgreSQL (issue 18):
 # claim latency (the claim statement alone, 1-3 concurrent claimers) and tasks per second (real
 # `ctxhost run` workers on distinct host names against a fake OpenAI server answering at once).
-# host/benches/store.rs says exactly what is measured.
+# host/benches/task_store.rs says exactly what is measured.
 #
 # Run:
 #   scripts/bench-store.sh                 # starts the throwaway PostgreSQL of the tests
@@ -24,6 +24,6 @@ if [[ -z "${CTXHOST_BENCH_DATABASE_URL:-}" ]]; then
   export CTXHOST_BENCH_DATABASE_URL
 fi
 if [[ ${BENCH_PROFILE:-dev} == dev ]]; then
-  exec cargo bench -p ctxhost --profile dev --bench store
+  exec cargo bench -p ctxhost --profile dev --bench task_store
 fi
-exec cargo bench -p ctxhost --bench store
+exec cargo bench -p ctxhost --bench task_store

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ctxhost::db::{Db, NewTask, Status, TaskKey, UsageDelta};
+use ctxhost::db::{Db, NewTask, Status, StoreSpec, TaskKey, UsageDelta};
 use ctxhost::lifecycle::{Claim, row};
 
 const MIB: u64 = 1024 * 1024;
@@ -118,6 +118,8 @@ fn make_task(db: &Db, contexts: &Path, uuid: &str, bytes: u64) -> Result<(u64, u
     let claim = Claim {
         pid: 1,
         hostname: "bench".into(),
+        worker_id: "bench:1:bench".into(),
+        lease: Duration::from_secs(3600),
         llm_provider: "openai".into(),
         model: "bench-model".into(),
         context_length: 128_000,
@@ -131,7 +133,7 @@ fn make_task(db: &Db, contexts: &Path, uuid: &str, bytes: u64) -> Result<(u64, u
         ..UsageDelta::default()
     };
     db.add_usage(uuid, &usage).map_err(|e| e.to_string())?;
-    row::finish(db, uuid, 1, Status::Completed, None).map_err(|e| e.to_string())?;
+    row::finish(db, uuid, claim.owner(), Status::Completed, None).map_err(|e| e.to_string())?;
     Ok((g.history_bytes, g.messages))
 }
 
@@ -193,7 +195,7 @@ fn run() -> Result<(), String> {
     let contexts = root.join("contexts");
     let layout = ctxhost::layout::Layout::new(&contexts);
     layout.ensure().map_err(|e| e.to_string())?;
-    let db = Db::open(&contexts).map_err(|e| e.to_string())?;
+    let db = Db::open(&StoreSpec::Sqlite, &contexts).map_err(|e| e.to_string())?;
     let t = Instant::now();
     let tasks = [
         (

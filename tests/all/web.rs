@@ -10,7 +10,7 @@ use crate::support::dashboard::{Dashboard, history, insert_task, write_task_dir}
 use crate::support::fake_llm::{FakeLlm, Reply};
 use crate::support::{TestEnv, find_task_dir};
 use ctxhost::db::{Db, Status, UsageDelta};
-use ctxhost::lifecycle::{self, Claim, Transition};
+use ctxhost::lifecycle::{self, Claim, Owner, Transition};
 
 const A: &str = "0193a4b2-1c3d-7e8f-9a0b-00000000000a";
 const B: &str = "0193a4b2-1c3d-7e8f-9a0b-00000000000b";
@@ -50,11 +50,17 @@ fn assert_escaped(body: &str, what: &str) {
     );
 }
 
-/// A claim by `pid` on a host that is not this one (so no recovery touches it).
+/// The worker id of the claims of [`claim`].
+const WORKER: &str = "test-host:1:web";
+
+/// A claim by `pid` on a host that is not this one, with a lease of an hour (so no recovery
+/// touches it).
 fn claim(pid: u32) -> Claim {
     Claim {
         pid,
         hostname: "test-host".into(),
+        worker_id: WORKER.into(),
+        lease: Duration::from_secs(3600),
         llm_provider: "openai".into(),
         model: "model-x".into(),
         context_length: 1000,
@@ -78,7 +84,7 @@ fn env_with_tree() -> (TestEnv, Db) {
         "context_storage:\n  base_dir: ./contexts\nllm:\n  provider: openai\n  model: m\n  api_key_env: CTXHOST_WEB_TEST_KEY\n",
     );
     env.ctxhost(&["init"]).ok();
-    let db = Db::open(&env.contexts()).unwrap();
+    let db = Db::open(&env.store_spec(), &env.contexts()).unwrap();
     (env, db)
 }
 
@@ -109,7 +115,14 @@ fn fixture() -> (TestEnv, Db) {
     db.add_usage(A, &usage(3, 1, 900, 1)).unwrap();
     db.add_usage(B, &usage(1, 0, 300, 0)).unwrap();
     db.add_usage(C, &usage(2, 0, 5000, 0)).unwrap();
-    let finish = |pid, status, error| Transition::Finish { pid, status, error };
+    let finish = |pid, status, error| Transition::Finish {
+        owner: Owner {
+            pid,
+            worker_id: WORKER,
+        },
+        status,
+        error,
+    };
     apply(&env, &db, A, &finish(101, Status::Completed, None));
     let error = format!("LLM call 2 failed: {}", hostile());
     apply(&env, &db, C, &finish(103, Status::Failed, Some(&error)));
@@ -616,7 +629,17 @@ fn actions_pause_resume_stop_with_csrf() {
             .contains("pause requested: lunch &#60;b&#62;break&#60;/b&#62;")
     );
     // A second pause: 409 with the CLI's reason text... once the process honoured it, resume.
-    apply(&env, &db, B, &Transition::Pause { pid: 102 });
+    apply(
+        &env,
+        &db,
+        B,
+        &Transition::Pause {
+            owner: Owner {
+                pid: 102,
+                worker_id: WORKER,
+            },
+        },
+    );
     let again = d
         .post_form(&format!("{page}/pause"), &h, &[("csrf", &token)])
         .expect(409);
@@ -1011,3 +1034,13 @@ fn a_long_call_log_is_grouped_and_bounded() {
         "highest vertex at y={top}, expected {expected}"
     );
 }
+
+crate::support::store::postgres_variants!(
+    task_list_counts_filters_searches_sorts_and_pages,
+    task_page_shows_row_chart_history_and_every_view,
+    message_history_pages_by_byte_offset_and_jumps_by_seq,
+    actions_pause_resume_stop_with_csrf,
+    stats_page_has_the_figures_and_the_charts,
+    events_stream_a_change_when_the_database_changes,
+    a_real_task_records_its_calls_and_the_chart_shows_them,
+);

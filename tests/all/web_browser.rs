@@ -124,7 +124,7 @@ fn dashboard_in_chromium_shows_the_chart_and_messages_and_pauses_a_task() {
     let mut worker = env
         .ctxhost_cmd(&["run", "--once", "--poll-ms", "20"])
         .spawn();
-    let db = ctxhost::db::Db::open(&env.contexts()).unwrap();
+    let db = ctxhost::db::Db::open(&env.store_spec(), &env.contexts()).unwrap();
     assert!(
         wait_until(Duration::from_secs(60), || {
             db.get(&running)

@@ -44,8 +44,10 @@ fn resolve(bind: &str) -> anyhow::Result<SocketAddr> {
 
 pub(super) fn run(env: &Env, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     env.require_tree()?;
-    // Opened once first: an old schema is upgraded (and a newer one refused) before serving.
-    crate::db::Db::open(env.layout.root())?;
+    // Opened once first: an old schema is upgraded (and a newer one refused), and a tree
+    // another store owns refused, before serving.
+    env.open_db()?;
+    let store = env.config.store_spec().map_err(|e| usage(e.to_string()))?;
     let bind = resolve(&args.bind)?;
     let token = security::check_bind(bind, args.token_env.as_deref(), |name| {
         std::env::var(name).ok()
@@ -53,16 +55,22 @@ pub(super) fn run(env: &Env, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     .map_err(|e| usage(e.to_string()))?;
     // The LLM API key is never written to contexts/; should a provider have echoed it into a
     // file anyway, the dashboard does not show it.
+    // Nor the database password, should it appear in a task's files.
     let secrets = env
         .config
         .api_key_env()
         .and_then(|n| std::env::var(n).ok())
         .into_iter()
+        .chain(match &store {
+            crate::db::StoreSpec::Postgres(url) => url.password(),
+            crate::db::StoreSpec::Sqlite => None,
+        })
         .collect();
     let server = web::bind(ServeOptions {
         bind,
         token: token.clone(),
         layout: env.layout.clone(),
+        store,
         secrets,
     })?;
     let addr = server.local_addr()?;

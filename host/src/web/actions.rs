@@ -13,7 +13,6 @@ use axum::response::Response;
 use super::AppState;
 use super::pages::{WebError, blocking, login_page, see_other, task_uuid};
 use super::security::{CSRF_FIELD, CsrfCookie, with_session};
-use crate::db::Db;
 use crate::ops::control::{self, Refused, Stopped};
 
 /// What an action does.
@@ -46,7 +45,7 @@ async fn act(
                 "The form's CSRF token is missing or wrong (reload the task page and try again); nothing was done.".into(),
             ));
         }
-        let db = Db::open(state.layout.root())?;
+        let db = state.store.get()?;
         if db.get(&uuid)?.is_none() {
             return Err(WebError::NotFound);
         }

@@ -1,8 +1,9 @@
-//! Live updates: one watcher per server notices every commit to tasks.db (SQLite's
-//! `PRAGMA data_version`, polled every [`POLL`] on a read-only connection) and
+//! Live updates: one watcher per server notices every change to the task store
+//! ([`Queries::change_version`]: SQLite's `PRAGMA data_version`, or a fingerprint of the
+//! `tasks` table on PostgreSQL; polled every [`POLL`] on a connection of its own) and
 //! `GET /events` streams them to browsers as server-sent events (`event: change`,
 //! `data: <version>`). The page's script then reloads the parts of the page marked live.
-//! Costs one cheap pragma per interval, whatever the number of browsers.
+//! Costs one cheap query per interval, whatever the number of browsers.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -12,21 +13,19 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream, StreamExt};
 
 use super::AppState;
-use super::queries::ReadOnlyDb;
-use crate::layout::Layout;
+use super::queries::Queries;
+use super::store::StorePool;
 
 /// How often the watcher looks at the database.
 pub const POLL: Duration = Duration::from_millis(500);
 
-/// Start the watcher thread for `layout`'s tasks.db; the receiver sees its `data_version`.
-pub fn watch(layout: &Layout) -> anyhow::Result<tokio::sync::watch::Receiver<i64>> {
-    let db = ReadOnlyDb::open(layout.root())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", layout.db_path().display()))?;
-    let first = db
-        .data_version()
-        .map_err(|e| anyhow::anyhow!("{}: {e}", layout.db_path().display()))?;
+/// Start the watcher thread for the task store of `pool`; the receiver sees its
+/// [`Queries::change_version`]. A store that stops answering is reported once (a warning) and
+/// watched again when it is back.
+pub fn watch(pool: &StorePool) -> anyhow::Result<tokio::sync::watch::Receiver<i64>> {
+    let db = pool.open()?;
+    let first = Queries::new(&db).change_version()?;
     let (tx, rx) = tokio::sync::watch::channel(first);
-    let path = layout.db_path();
     std::thread::Builder::new()
         .name("ctxhost-serve-watch".into())
         .spawn(move || {
@@ -34,17 +33,19 @@ pub fn watch(layout: &Layout) -> anyhow::Result<tokio::sync::watch::Receiver<i64
             let mut warned = false;
             loop {
                 std::thread::sleep(POLL);
-                match db.data_version() {
-                    Ok(v) if v != last => {
-                        last = v;
-                        if tx.send(v).is_err() {
-                            return;
+                match Queries::new(&db).change_version() {
+                    Ok(v) => {
+                        warned = false;
+                        if v != last {
+                            last = v;
+                            if tx.send(v).is_err() {
+                                return;
+                            }
                         }
                     }
-                    Ok(_) => {}
                     Err(e) if !warned => {
                         warned = true;
-                        tracing::warn!("{}: cannot watch for changes: {e}", path.display());
+                        tracing::warn!("cannot watch the task store for changes: {e}");
                     }
                     Err(_) => {}
                 }

@@ -1,4 +1,5 @@
-//! `ctxhost serve`: the web dashboard over `contexts/` and `tasks.db` — watch, inspect and
+//! `ctxhost serve`: the web dashboard over `contexts/` and the task store (SQLite's
+//! `tasks.db` or the PostgreSQL database of `task_store`) — watch, inspect and
 //! steer tasks in a browser. Everything it serves is built into the binary (templates compiled
 //! by askama, CSS and JS embedded); it needs no network.
 //!
@@ -11,12 +12,12 @@
 //! | `GET /tasks/{uuid}/tool-results/{seq}` | a tool call's full (spilled) output |
 //! | `POST /tasks/{uuid}/{pause,resume,stop}` | actions (CSRF token required) |
 //! | `GET /stats` | the `stats` figures and charts |
-//! | `GET /events` | server-sent events: `change` whenever tasks.db changes |
+//! | `GET /events` | server-sent events: `change` whenever the task store changes |
 //! | `GET /static/…` | the embedded CSS and JS |
 //!
 //! Modules: `security` (bind policy, token, CSRF, headers, redaction), `files` (the only
-//! way task files are opened), `pager` (JSONL pages by byte offset), `queries` (read-only
-//! SQL), `call_series` (the context chart's data, read incrementally and cached), `charts`
+//! way task files are opened), `pager` (JSONL pages by byte offset), `store` (the
+//! connections to the task store), `queries` (read-only SQL), `call_series` (the context chart's data, read incrementally and cached), `charts`
 //! (SVG geometry), `pages` (page handlers), `task_page` (what the task page shows), `actions`
 //! (POST handlers), `events` (change notifications), `assets` (embedded CSS/JS).
 
@@ -30,6 +31,7 @@ mod pager;
 mod pages;
 mod queries;
 pub(crate) mod security;
+mod store;
 mod task_page;
 
 use std::net::{SocketAddr, TcpListener};
@@ -39,8 +41,10 @@ use anyhow::Context;
 use axum::Router;
 use axum::routing::{get, post};
 
+use crate::db::StoreSpec;
 use crate::layout::Layout;
 use security::{Keys, Redactor};
+use store::StorePool;
 
 /// What `ctxhost serve` was asked for.
 #[derive(Debug, Clone)]
@@ -49,8 +53,10 @@ pub struct ServeOptions {
     pub bind: SocketAddr,
     /// The access token (required for a non-loopback `bind`; see `web::security::check_bind`).
     pub token: Option<String>,
-    /// The contexts/ tree (must exist, with tasks.db).
+    /// The contexts/ tree (must exist, owned by `store`).
     pub layout: Layout,
+    /// The task store (from the config's `task_store`).
+    pub store: StoreSpec,
     /// Secret values never to show (the token is added).
     pub secrets: Vec<String>,
 }
@@ -59,9 +65,11 @@ pub struct ServeOptions {
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub layout: Layout,
+    /// Connections to the task store.
+    pub store: Arc<StorePool>,
     pub keys: Arc<Keys>,
     pub redactor: Arc<Redactor>,
-    /// Change notifications (the value is tasks.db's `data_version`).
+    /// Change notifications (the value is [`queries::Queries::change_version`]).
     pub changes: tokio::sync::watch::Receiver<i64>,
     /// Becomes true when the server shuts down (ends the event streams).
     pub shutdown: tokio::sync::watch::Receiver<bool>,
@@ -134,15 +142,18 @@ impl Server {
         let ServeOptions {
             token,
             layout,
+            store,
             mut secrets,
             ..
         } = self.options;
         secrets.extend(token.clone());
         let keys = Keys::new(token).context("cannot get random bytes from the OS")?;
-        let changes = events::watch(&layout)?;
+        let store = StorePool::new(store, layout.root().to_path_buf());
+        let changes = events::watch(&store)?;
         let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
         let state = AppState {
             layout,
+            store,
             keys: Arc::new(keys),
             redactor: Arc::new(Redactor::new(secrets)),
             changes,

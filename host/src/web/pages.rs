@@ -15,10 +15,10 @@ use super::AppState;
 use super::charts::{self, ColumnChart, HBarChart};
 use super::files::{self, TaskFile};
 use super::pager::{self, Anchor};
-use super::queries::{DURATION_BUCKETS, ListQuery, ReadOnlyDb, SortKey};
+use super::queries::{DURATION_BUCKETS, ListQuery, Queries, SortKey};
 use super::security::CsrfCookie;
 use super::task_page::{self, Actions, DirInfo, MessageView, Position, Tab, View, ViewBody};
-use crate::db::{Db, Status, TaskRow};
+use crate::db::{Status, TaskRow};
 use crate::layout::parse_uuid;
 
 /// An error answer, rendered as an HTML page with its status.
@@ -51,12 +51,6 @@ impl From<std::io::Error> for WebError {
 impl From<crate::db::DbError> for WebError {
     fn from(e: crate::db::DbError) -> Self {
         WebError::Internal(e.to_string())
-    }
-}
-
-impl From<rusqlite::Error> for WebError {
-    fn from(e: rusqlite::Error) -> Self {
-        WebError::Internal(format!("tasks.db: {e}"))
     }
 }
 
@@ -347,9 +341,8 @@ fn list_query(p: &Params) -> Result<ListQuery, WebError> {
 pub async fn tasks(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
     blocking(move || {
         let q = list_query(&Params::parse(raw)?)?;
-        let ro = ReadOnlyDb::open(state.layout.root())?;
-        let found = ro.list(&q)?;
-        let db = Db::open(state.layout.root())?;
+        let db = state.store.get()?;
+        let found = Queries::new(&db).list(&q)?;
         let mut rows = Vec::with_capacity(found.uuids.len());
         for uuid in &found.uuids {
             let Some(r) = db.get(uuid)? else { continue };
@@ -534,8 +527,7 @@ pub async fn task(
             anchor,
             seq: p.number("seq")?,
         };
-        let db = Db::open(state.layout.root())?;
-        let row = db.get(&uuid)?.ok_or(WebError::NotFound)?;
+        let row = state.store.get()?.get(&uuid)?.ok_or(WebError::NotFound)?;
         let redactor = &state.redactor;
         let dir = files::open_task_dir(&state.layout, &uuid);
         let (dir_info, body) = match &dir {
@@ -766,9 +758,9 @@ pub async fn stats(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Re
     blocking(move || {
         let p = Params::parse(raw)?;
         let days = p.number("days")?.unwrap_or(30).clamp(1, 3660) as u32;
-        let db = Db::open(state.layout.root())?;
+        let db = state.store.get()?;
         let s = db.stats()?;
-        let ro = ReadOnlyDb::open(state.layout.root())?;
+        let ro = Queries::new(&db);
         let per_day = ro.per_day(days)?;
         let hist = ro.duration_histogram()?;
         let row = |m: &crate::db::ModelStats, name: String| StatsRow {

@@ -1,15 +1,14 @@
-//! The dashboard's own read-only queries on `tasks.db`: the task list's search, sort and
-//! paging, counts by status, tasks per day and task durations. Rows themselves come from
-//! [`crate::db::Db::get`] and the `stats` figures from [`crate::db::Db::stats`]; this module only
-//! adds what they do not answer, on a connection opened `SQLITE_OPEN_READ_ONLY`, so nothing
-//! here can change the database.
+//! The dashboard's own read-only queries on the task store: the task list's search, sort and
+//! paging, counts by status, tasks per day, task durations, and a cheap "has anything
+//! changed" figure for live updates. Rows themselves come from [`crate::db::Db::get`] and the
+//! `stats` figures from [`crate::db::Db::stats`]; this module only adds what they do not
+//! answer. It runs on either store (SQLite or PostgreSQL) through [`Db`], in the SQL both
+//! accept ([`crate::db::sql`]), and issues only `SELECT`s and SQLite's `PRAGMA data_version`:
+//! nothing here changes the database.
 
-use std::path::Path;
-use std::time::Duration;
+use std::hash::{Hash, Hasher};
 
-use rusqlite::{Connection, OpenFlags, params_from_iter, types::Value};
-
-use crate::db::Status;
+use crate::db::{Db, DbError, Dialect, Status, Value, args, now_rfc3339};
 
 /// Columns the task list sorts by (`sort=` in URLs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,20 +55,21 @@ impl SortKey {
             .unwrap_or("created")
     }
 
-    /// The SQL expression (a fixed string: never built from input).
-    fn sql(self) -> &'static str {
+    /// The SQL expression (fixed text: never built from input). `?5` is the current time
+    /// (RFC 3339), the end of a task still running (bound only for [`SortKey::Duration`]).
+    fn sql(self, dialect: Dialect) -> String {
         match self {
-            SortKey::Created => "created_at",
-            SortKey::Started => "started_at",
-            SortKey::Completed => "completed_at",
-            SortKey::Updated => "updated_at",
-            SortKey::Status => "status",
-            SortKey::Tokens => "total_tokens",
-            SortKey::Calls => "llm_call_count",
+            SortKey::Created => "created_at".into(),
+            SortKey::Started => "started_at".into(),
+            SortKey::Completed => "completed_at".into(),
+            SortKey::Updated => "updated_at".into(),
+            SortKey::Status => "status".into(),
+            SortKey::Tokens => "total_tokens".into(),
+            SortKey::Calls => "llm_call_count".into(),
             SortKey::Duration => {
-                "(julianday(COALESCE(completed_at, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))) - julianday(started_at))"
+                dialect.seconds_between("started_at", "COALESCE(completed_at, CAST(?5 AS TEXT))")
             }
-            SortKey::Model => "model",
+            SortKey::Model => "model".into(),
         }
     }
 }
@@ -134,16 +134,17 @@ pub const DURATION_BUCKETS: [(f64, &str); 8] = [
     (f64::INFINITY, "≥ 4 h"),
 ];
 
-/// A read-only connection to `contexts/tasks.db`.
-pub struct ReadOnlyDb {
-    conn: Connection,
+/// The dashboard's queries, on a connection to the task store.
+pub struct Queries<'a> {
+    db: &'a Db,
 }
 
-/// `%`, `_` and `\` escaped for `LIKE … ESCAPE '\'`, wrapped in `%…%`.
+/// `%`, `_` and `\` escaped for `LIKE … ESCAPE '\'`, wrapped in `%…%`, lower-cased (the
+/// search compares lower-cased text).
 fn like_pattern(text: &str) -> String {
     let mut p = String::with_capacity(text.len() + 2);
     p.push('%');
-    for c in text.chars() {
+    for c in text.to_lowercase().chars() {
         if matches!(c, '%' | '_' | '\\') {
             p.push('\\');
         }
@@ -153,8 +154,12 @@ fn like_pattern(text: &str) -> String {
     p
 }
 
-const SEARCH: &str = "(?1 IS NULL OR uuid LIKE ?1 ESCAPE '\\' OR prompt LIKE ?1 ESCAPE '\\' \
-    OR (task_source || ' ' || COALESCE(owner, '') || '/' || COALESCE(repo, '') || ' ' || \
+/// Matches the rows whose UUID, prompt or task key contains `?1` (a [`like_pattern`]), or
+/// every row when `?1` is NULL. SQLite's `LIKE` ignores ASCII case and PostgreSQL's does
+/// not: both sides are lower-cased.
+const SEARCH: &str = "(CAST(?1 AS TEXT) IS NULL OR LOWER(uuid) LIKE ?1 ESCAPE '\\' \
+    OR LOWER(prompt) LIKE ?1 ESCAPE '\\' \
+    OR LOWER(task_source || ' ' || COALESCE(owner, '') || '/' || COALESCE(repo, '') || ' ' || \
         COALESCE(task_type, '') || ' #' || COALESCE(task_id, '')) LIKE ?1 ESCAPE '\\')";
 
 fn counts_of(rows: Vec<(String, u64)>) -> Vec<(Status, u64)> {
@@ -170,25 +175,50 @@ fn counts_of(rows: Vec<(String, u64)>) -> Vec<(Status, u64)> {
         .collect()
 }
 
-impl ReadOnlyDb {
-    /// Open `contexts_dir/tasks.db` read-only (it must exist), 5 s busy timeout.
-    pub fn open(contexts_dir: &Path) -> rusqlite::Result<ReadOnlyDb> {
-        let conn = Connection::open_with_flags(
-            contexts_dir.join("tasks.db"),
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        Ok(ReadOnlyDb { conn })
+impl<'a> Queries<'a> {
+    /// The queries on `db`.
+    pub fn new(db: &'a Db) -> Queries<'a> {
+        Queries { db }
     }
 
-    /// SQLite's `PRAGMA data_version`: changes whenever another connection commits, so a
-    /// watcher polling it learns of every change to the tasks (cheaply: no table is read).
-    pub fn data_version(&self) -> rusqlite::Result<i64> {
-        self.conn.query_row("PRAGMA data_version", [], |r| r.get(0))
+    /// A figure that changes whenever a task's row changes (a watcher polls it to learn of
+    /// every change, cheaply). SQLite: `PRAGMA data_version`, which changes whenever another
+    /// connection commits (no table is read). PostgreSQL has no such counter: a hash of the
+    /// row count, the newest `updated_at` (every write sets it) and a sum over the statuses,
+    /// counters and requests (one scan of `tasks`; lease renewals are left out, so they do
+    /// not count as changes).
+    pub fn change_version(&self) -> Result<i64, DbError> {
+        match self.db.dialect() {
+            Dialect::Sqlite => self
+                .db
+                .query_opt("PRAGMA data_version", &[])?
+                .map_or(Ok(0), |r| r.int(0)),
+            Dialect::Postgres => {
+                // Each status its own weight: any one status change moves the sum.
+                let mut weight = String::from("CASE status");
+                for (i, st) in Status::ALL.iter().enumerate() {
+                    weight.push_str(&format!(" WHEN '{}' THEN {}", st.as_str(), i + 1));
+                }
+                weight.push_str(" ELSE 0 END");
+                let row = self.db.query_opt(
+                    &format!(
+                        "SELECT COUNT(*), COALESCE(MAX(updated_at), ''), CAST(COALESCE(SUM(llm_call_count \
+                         + tool_call_count + total_tokens + compression_count + resume_count + crash_count \
+                         + pause_requested + stop_requested + {weight}), 0) AS BIGINT) FROM tasks"
+                    ),
+                    &[],
+                )?;
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                if let Some(r) = row {
+                    (r.int(0)?, r.text(1)?, r.int(2)?).hash(&mut h);
+                }
+                Ok(h.finish() as i64)
+            }
+        }
     }
 
     /// The page of the task list described by `q`.
-    pub fn list(&self, q: &ListQuery) -> rusqlite::Result<ListPage> {
+    pub fn list(&self, q: &ListQuery) -> Result<ListPage, DbError> {
         let search = q
             .search
             .as_deref()
@@ -197,30 +227,38 @@ impl ReadOnlyDb {
             .map(like_pattern);
         let status = q.status.map(|s| s.as_str().to_string());
         let order = if q.descending { "DESC" } else { "ASC" };
+        let dialect = self.db.dialect();
         let sql = format!(
-            "SELECT uuid FROM tasks WHERE {SEARCH} AND (?2 IS NULL OR status = ?2) \
-             ORDER BY {} {order} NULLS LAST, created_at {order}, rowid {order} LIMIT ?3 OFFSET ?4",
-            q.sort.sql()
+            "SELECT uuid FROM tasks WHERE {SEARCH} AND (CAST(?2 AS TEXT) IS NULL OR status = ?2) \
+             ORDER BY {} {order} NULLS LAST, created_at {order}, {} {order} LIMIT ?3 OFFSET ?4",
+            q.sort.sql(dialect),
+            dialect.insert_order()
         );
         let per_page = q.per_page.clamp(1, 500);
-        let args = [
+        let mut list_args = vec![
             search.clone().map_or(Value::Null, Value::Text),
-            status.clone().map_or(Value::Null, Value::Text),
-            Value::Integer(per_page as i64),
-            Value::Integer(q.page.saturating_mul(per_page).min(i64::MAX as u64) as i64),
+            status.map_or(Value::Null, Value::Text),
+            Value::Int(per_page as i64),
+            Value::Int(q.page.saturating_mul(per_page).min(i64::MAX as u64) as i64),
         ];
-        let mut st = self.conn.prepare_cached(&sql)?;
-        let uuids = st
-            .query_map(params_from_iter(args), |r| r.get::<_, String>(0))?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let mut st = self.conn.prepare_cached(&format!(
-            "SELECT status, COUNT(*) FROM tasks WHERE {SEARCH} GROUP BY status"
-        ))?;
-        let rows = st
-            .query_map([search.map_or(Value::Null, Value::Text)], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+        if q.sort == SortKey::Duration {
+            list_args.push(Value::Text(now_rfc3339()));
+        }
+        let uuids = self
+            .db
+            .query(&sql, &list_args)?
+            .iter()
+            .map(|r| r.text(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = self
+            .db
+            .query(
+                &format!("SELECT status, COUNT(*) FROM tasks WHERE {SEARCH} GROUP BY status"),
+                &[search.map_or(Value::Null, Value::Text)],
+            )?
+            .iter()
+            .map(|r| Ok((r.text(0)?, r.int(1)? as u64)))
+            .collect::<Result<Vec<_>, DbError>>()?;
         let counts = counts_of(rows);
         let total = match &q.status {
             Some(s) => counts.iter().find(|(c, _)| c == s).map_or(0, |(_, n)| *n),
@@ -235,23 +273,20 @@ impl ReadOnlyDb {
 
     /// Tasks created per day (UTC) over the `days` days up to today, by status; days without
     /// tasks are included with zeros, oldest first.
-    pub fn per_day(&self, days: u32) -> rusqlite::Result<Vec<DayCounts>> {
+    pub fn per_day(&self, days: u32) -> Result<Vec<DayCounts>, DbError> {
         let days = days.clamp(1, 3660);
         let today = chrono::Utc::now().date_naive();
         let first = today - chrono::Days::new(u64::from(days - 1));
-        let mut st = self.conn.prepare_cached(
-            "SELECT substr(created_at, 1, 10) AS day, status, COUNT(*) FROM tasks \
-             WHERE created_at >= ?1 GROUP BY day, status",
-        )?;
-        let rows = st
-            .query_map([first.format("%Y-%m-%d").to_string()], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)? as u64,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let rows = self
+            .db
+            .query(
+                "SELECT substr(created_at, 1, 10), status, COUNT(*) FROM tasks \
+                 WHERE created_at >= ?1 GROUP BY substr(created_at, 1, 10), status",
+                &args![first.format("%Y-%m-%d").to_string()],
+            )?
+            .iter()
+            .map(|r| Ok((r.text(0)?, r.text(1)?, r.int(2)? as u64)))
+            .collect::<Result<Vec<_>, DbError>>()?;
         Ok(first
             .iter_days()
             .take(days as usize)
@@ -271,24 +306,35 @@ impl ReadOnlyDb {
     }
 
     /// How many finished tasks (with a start and an end time) fall into each of
-    /// [`DURATION_BUCKETS`], by `completed_at - started_at`. Streams the rows (memory is
-    /// constant).
-    pub fn duration_histogram(&self) -> rusqlite::Result<Vec<u64>> {
+    /// [`DURATION_BUCKETS`], by `completed_at - started_at`. Counted in SQL (one row per
+    /// bucket comes back, whatever the number of tasks).
+    pub fn duration_histogram(&self) -> Result<Vec<u64>, DbError> {
+        let secs = self
+            .db
+            .dialect()
+            .seconds_between("started_at", "completed_at");
+        let mut bucket = format!("CASE WHEN {secs} IS NULL THEN -1");
+        for (i, (upper, _)) in DURATION_BUCKETS.iter().enumerate() {
+            if upper.is_finite() {
+                bucket.push_str(&format!(" WHEN {secs} < {upper:.1} THEN {i}"));
+            }
+        }
+        bucket.push_str(&format!(" ELSE {} END", DURATION_BUCKETS.len() - 1));
         let mut counts = vec![0u64; DURATION_BUCKETS.len()];
-        let mut st = self.conn.prepare_cached(
-            "SELECT (julianday(completed_at) - julianday(started_at)) * 86400.0 FROM tasks \
-             WHERE completed_at IS NOT NULL AND started_at IS NOT NULL",
+        let rows = self.db.query(
+            &format!(
+                "SELECT {bucket}, COUNT(*) FROM tasks \
+                 WHERE completed_at IS NOT NULL AND started_at IS NOT NULL GROUP BY 1"
+            ),
+            &[],
         )?;
-        let mut rows = st.query([])?;
-        while let Some(r) = rows.next()? {
-            let Some(secs) = r.get::<_, Option<f64>>(0)? else {
-                continue;
-            };
-            let i = DURATION_BUCKETS
-                .iter()
-                .position(|(upper, _)| secs < *upper)
-                .unwrap_or(DURATION_BUCKETS.len() - 1);
-            counts[i] += 1;
+        for r in rows {
+            // -1: a time neither database could read.
+            if let Ok(i) = usize::try_from(r.int(0)?)
+                && let Some(c) = counts.get_mut(i)
+            {
+                *c += r.int(1)? as u64;
+            }
         }
         Ok(counts)
     }
@@ -297,8 +343,9 @@ impl ReadOnlyDb {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{Db, NewTask, TaskKey, UsageDelta};
-    use crate::lifecycle::{Claim, row};
+    use crate::db::testing::store_tests;
+    use crate::db::{NewTask, TaskKey, UsageDelta};
+    use crate::lifecycle::{Claim, Owner, row};
 
     fn task(uuid: &str, prompt: &str, owner: Option<&str>) -> NewTask {
         NewTask {
@@ -318,10 +365,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn search_filter_sort_and_pages() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
+    store_tests! {
+    fn search_filter_sort_and_pages(store: &TestStore) {
+        let db = store.open();
         db.insert_queued(&task("a", "fix the 100% bug", None))
             .unwrap();
         db.insert_queued(&task("b", "write docs", Some("acme")))
@@ -329,7 +375,7 @@ mod tests {
         db.insert_queued(&task("c", "fix_it", None)).unwrap();
         row::claim(&db, "c", &Claim::test(1)).unwrap();
         db.add_usage("c", &UsageDelta::llm_call(500)).unwrap();
-        let ro = ReadOnlyDb::open(dir.path()).unwrap();
+        let ro = Queries::new(&db);
 
         let all = ro.list(&ListQuery::default()).unwrap();
         assert_eq!(all.uuids, ["c", "b", "a"]);
@@ -393,15 +439,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn per_day_and_durations() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
+    fn per_day_and_durations(store: &TestStore) {
+        let db = store.open();
         db.insert_queued(&task("a", "x", None)).unwrap();
         db.insert_queued(&task("b", "y", None)).unwrap();
         row::claim(&db, "a", &Claim::test(1)).unwrap();
-        row::finish(&db, "a", 1, Status::Completed, None).unwrap();
-        let ro = ReadOnlyDb::open(dir.path()).unwrap();
+        row::finish(&db, "a", Owner::test(1), Status::Completed, None).unwrap();
+        let ro = Queries::new(&db);
         let days = ro.per_day(7).unwrap();
         assert_eq!(days.len(), 7);
         let today = days.last().unwrap();
@@ -418,17 +462,20 @@ mod tests {
         assert_eq!(h[0], 1, "finished within 10 s");
     }
 
-    #[test]
-    fn the_connection_cannot_write() {
-        let dir = tempfile::tempdir().unwrap();
-        Db::open(dir.path()).unwrap();
-        let ro = ReadOnlyDb::open(dir.path()).unwrap();
-        assert!(ro.conn.execute("DELETE FROM tasks", []).is_err());
-        let v = ro.data_version().unwrap();
-        Db::open(dir.path())
-            .unwrap()
-            .insert_queued(&task("z", "p", None))
-            .unwrap();
-        assert_ne!(ro.data_version().unwrap(), v, "a commit elsewhere is seen");
+    fn every_change_moves_the_version(store: &TestStore) {
+        let watcher = store.open();
+        let ro = Queries::new(&watcher);
+        let v0 = ro.change_version().unwrap();
+        assert_eq!(ro.change_version().unwrap(), v0, "nothing changed");
+        let other = store.open();
+        other.insert_queued(&task("z", "p", None)).unwrap();
+        let v1 = ro.change_version().unwrap();
+        assert_ne!(v1, v0, "a commit elsewhere is seen");
+        row::claim(&other, "z", &Claim::test(1)).unwrap();
+        let v2 = ro.change_version().unwrap();
+        assert_ne!(v2, v1, "a status change is seen");
+        other.add_usage("z", &UsageDelta::llm_call(5)).unwrap();
+        assert_ne!(ro.change_version().unwrap(), v2, "a counter change is seen");
+    }
     }
 }

@@ -1,6 +1,6 @@
 //! Benchmark (not a test): the task store under 1, 2 and 3 workers, on SQLite and on
 //! PostgreSQL (issue 18). Prints two tables; run with `scripts/bench-store.sh`
-//! (`cargo bench -p ctxhost --bench store --profile dev`).
+//! (`cargo bench -p ctxhost --bench task_store --profile dev`).
 //!
 //! - **Claim latency**: `CLAIMS` queued tasks, claimed by 1, 2 or 3 claimers at once (each a
 //!   thread with its own connection, as workers on different hosts have) with the one claim
