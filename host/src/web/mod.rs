@@ -135,21 +135,29 @@ impl Server {
             .enable_all()
             .build()
             .context("cannot start the server's runtime")?;
-        runtime.block_on(self.serve())
+        // Before entering the runtime: the PostgreSQL client blocks on a runtime of its own,
+        // which tokio refuses inside an async context.
+        let store = StorePool::new(
+            self.options.store.clone(),
+            self.options.layout.root().to_path_buf(),
+        );
+        let changes = events::watch(&store)?;
+        runtime.block_on(self.serve(store, changes))
     }
 
-    async fn serve(self) -> anyhow::Result<()> {
+    async fn serve(
+        self,
+        store: Arc<StorePool>,
+        changes: tokio::sync::watch::Receiver<i64>,
+    ) -> anyhow::Result<()> {
         let ServeOptions {
             token,
             layout,
-            store,
             mut secrets,
             ..
         } = self.options;
         secrets.extend(token.clone());
         let keys = Keys::new(token).context("cannot get random bytes from the OS")?;
-        let store = StorePool::new(store, layout.root().to_path_buf());
-        let changes = events::watch(&store)?;
         let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
         let state = AppState {
             layout,
