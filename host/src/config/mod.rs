@@ -2,9 +2,11 @@
 //!
 //! Shape (all sections and keys optional; unknown keys are errors):
 //! ```yaml
-//! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, cleanup_days, summary_prompt}
+//! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, cleanup_days, summary_prompt,
+//!           max_task_dir_mib, max_llm_calls_per_compression, max_compression_secs}
 //! llm:     {provider, base_url, model, api_key_env, context_length, max_output_tokens, temperature,
-//!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib}
+//!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib,
+//!           max_request_mib}
 //! plugins: {message_store, compressor, request_format}
 //! runtime: {memory_limit_mib, call_timeout_secs}
 //! agent:   {system_prompt, max_steps}

@@ -88,6 +88,18 @@ impl McpServer {
         if let Some(dir) = &cwd {
             cmd.current_dir(dir);
         }
+        // The server writes the user's files: it gets the umask ctxhost was started with, not
+        // the owner-only one ctxhost uses for contexts/.
+        if let Some(mask) = crate::layout::inherited_umask() {
+            // SAFETY: the closure runs in the child between fork and exec and only calls
+            // umask, which is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::umask(mask);
+                    Ok(())
+                });
+            }
+        }
         let (transport, stderr) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::piped())
             .spawn()
