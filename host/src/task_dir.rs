@@ -24,10 +24,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
-use cap_std::fs::{
-    Dir, DirBuilder, DirBuilderExt, Metadata, OpenOptions, OpenOptionsExt, Permissions,
-    PermissionsExt,
-};
+use std::os::unix::fs::PermissionsExt as _;
+
+use cap_std::fs::{Dir, DirBuilder, DirBuilderExt, Metadata, OpenOptions, OpenOptionsExt};
 
 /// Mode of every file the host creates under `contexts/` (owner read/write).
 pub const FILE_MODE: u32 = 0o600;
@@ -406,12 +405,15 @@ impl TaskDir {
         Ok(links)
     }
 
-    /// Set the mode of `name` (not following a link): `0o600` for a file, `0o700` for a folder.
+    /// Set the mode of `name` (opened without following a link, then `fchmod`): `0o600` for
+    /// a file, `0o700` for a folder.
     pub fn set_owner_only(&self, name: &str, is_dir: bool) -> io::Result<()> {
-        let mode = if is_dir { DIR_MODE } else { FILE_MODE };
-        self.dir
-            .set_symlink_permissions(name, Permissions::from_mode(mode))
-            .map_err(|e| explain(name, e))
+        let (file, mode) = if is_dir {
+            (self.open_subdir(name)?.into_std_file(), DIR_MODE)
+        } else {
+            (self.open_read(name)?, FILE_MODE)
+        };
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
     }
 }
 
@@ -436,7 +438,7 @@ fn join(prefix: &str, name: &OsStr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::{PermissionsExt as _, symlink};
+    use std::os::unix::fs::symlink;
 
     /// A task directory `task/` next to a file `outside.txt` holding "secret".
     fn setup() -> (tempfile::TempDir, TaskDir, PathBuf) {

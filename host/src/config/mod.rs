@@ -256,6 +256,23 @@ mod tests {
         assert!(err("llm:\n  base_url: http://:80\n").contains("llm.base_url"));
         assert!(err("context_storage:\n  summary_prompt: hi\n").contains("{messages}"));
         assert!(err("agent:\n  max_steps: 0\n").contains("agent.max_steps"));
+        for key in [
+            "max_task_dir_mib",
+            "max_llm_calls_per_compression",
+            "max_compression_secs",
+        ] {
+            let e = err(&format!("context_storage:\n  {key}: 0\n"));
+            assert!(
+                e.contains(&format!("context_storage.{key}: must be at least 1")),
+                "{e}"
+            );
+        }
+        assert!(err("llm:\n  max_request_mib: 0\n").contains("llm.max_request_mib"));
+        let e = err("llm:\n  base_url: \"https://me:pa55word@h.example\"\n");
+        assert!(
+            e.contains("https://***@h.example") && !e.contains("pa55word"),
+            "{e}"
+        );
     }
 
     #[test]
