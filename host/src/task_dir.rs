@@ -32,6 +32,8 @@ use cap_std::fs::{Dir, DirBuilder, DirBuilderExt, Metadata, OpenOptions, OpenOpt
 pub const FILE_MODE: u32 = 0o600;
 /// Mode of every folder the host creates under `contexts/` (owner only).
 pub const DIR_MODE: u32 = 0o700;
+/// Largest file [`TaskDir::read`] reads whole (bytes): the host's record files are far smaller.
+pub const MAX_RECORD_BYTES: u64 = 1024 * 1024;
 /// Folders deeper than this below a task directory are not walked (a task directory is flat:
 /// `tool-results/` and `planning/` are its only folders).
 pub const MAX_WALK_DEPTH: usize = 16;
@@ -180,11 +182,18 @@ impl TaskDir {
             .map_err(|e| explain(name, e))
     }
 
-    /// The whole content of `name`.
+    /// The whole content of `name`, a small record file (metadata.json, task_state.json): at
+    /// most [`MAX_RECORD_BYTES`], a larger file is an error (a component may have grown it).
     pub fn read(&self, name: &str) -> io::Result<Vec<u8>> {
-        let mut f = self.open_read(name)?;
+        let f = self.open_read(name)?;
         let mut bytes = Vec::new();
-        io::Read::read_to_end(&mut f, &mut bytes)?;
+        io::Read::read_to_end(&mut io::Read::take(f, MAX_RECORD_BYTES + 1), &mut bytes)?;
+        if bytes.len() as u64 > MAX_RECORD_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{name} is larger than {MAX_RECORD_BYTES} bytes; not read"),
+            ));
+        }
         Ok(bytes)
     }
 
@@ -495,7 +504,8 @@ mod tests {
             assert!(dir.create(name).is_err(), "{name}");
             assert!(dir.open_read_write(name).is_err(), "{name}");
         }
-        assert!(dir.read("up/outside.txt").is_err());
+        let e = dir.read("up/outside.txt").unwrap_err().to_string();
+        assert!(e.contains("leads outside the task directory"), "{e}");
         assert!(dir.append_line("up/outside.txt", "x").is_err());
         assert!(dir.read("../outside.txt").is_err());
         assert!(dir.read(outside.to_str().unwrap()).is_err());

@@ -351,7 +351,9 @@ impl Agent<'_> {
                         self.compaction_failures, cfg.context_length
                     )));
                 }
-                tracing::warn!(uuid = %ctx.uuid(), tokens, failures = self.compaction_failures, "{e}");
+                // The error may quote what the compressor wrote (ids, a line): bounded, escaped.
+                let shown = untrusted::text(&e.to_string(), untrusted::MAX_LOG_BYTES).into_owned();
+                tracing::warn!(uuid = %ctx.uuid(), tokens, failures = self.compaction_failures, "{shown}");
                 Ok(())
             }
         }

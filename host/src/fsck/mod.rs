@@ -221,12 +221,15 @@ pub(crate) fn problem(
     message: impl Into<String>,
     fixable: bool,
 ) -> Problem {
+    // A message may quote what a component wrote (a line, an id): bounded and escaped.
+    let message = message.into();
+    let message = crate::untrusted::text(&message, crate::untrusted::MAX_ERROR_BYTES).into_owned();
     Problem {
         kind,
         uuid: uuid.map(str::to_string),
         path: path.map(|p| p.display().to_string()),
         line,
-        message: message.into(),
+        message,
         fixable,
         repaired: None,
     }

@@ -257,7 +257,9 @@ pub fn check_context_file(
             serde_json::from_str(&line).map_err(|e| ContextFileError::Parse {
                 file: file.clone(),
                 line: line_no,
-                reason: e.to_string(),
+                // serde quotes the value it did not expect, which a component wrote.
+                reason: crate::untrusted::text(&e.to_string(), crate::untrusted::MAX_ERROR_BYTES)
+                    .into_owned(),
             })?;
         checker
             .push(&message)

@@ -295,7 +295,7 @@ async fn read_stderr(server: String, stderr: ChildStderr, tail: Arc<Mutex<VecDeq
                 if line.is_empty() {
                     continue;
                 }
-                tracing::debug!(target: "ctxhost::tools", server = %server, "stderr: {line}");
+                tracing::debug!(target: "ctxhost::tools", server = %server, "stderr: {}", crate::untrusted::text(line, crate::untrusted::MAX_LOG_BYTES));
                 if let Ok(mut t) = tail.lock() {
                     if t.len() == STDERR_TAIL_LINES {
                         t.pop_front();
