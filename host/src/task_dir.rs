@@ -141,6 +141,19 @@ impl TaskDir {
         self.open_with(name, options().read(true))
     }
 
+    /// Open `name` for reading when it is a regular file: opened non-blocking, so a FIFO or a
+    /// device of that name neither blocks the caller nor is read (`InvalidInput` naming it).
+    pub fn open_regular(&self, name: &str) -> io::Result<File> {
+        let f = self.open_with(name, options().read(true).custom_flags(libc::O_NONBLOCK))?;
+        if !f.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name} is not a regular file; not read"),
+            ));
+        }
+        Ok(f)
+    }
+
     /// Open `name` for reading; `None` when it does not exist.
     pub fn open_read_if_exists(&self, name: &str) -> io::Result<Option<File>> {
         match self.open_read(name) {
@@ -185,7 +198,7 @@ impl TaskDir {
     /// The whole content of `name`, a small record file (metadata.json, task_state.json): at
     /// most [`MAX_RECORD_BYTES`], a larger file is an error (a component may have grown it).
     pub fn read(&self, name: &str) -> io::Result<Vec<u8>> {
-        let f = self.open_read(name)?;
+        let f = self.open_regular(name)?;
         let mut bytes = Vec::new();
         io::Read::read_to_end(&mut io::Read::take(f, MAX_RECORD_BYTES + 1), &mut bytes)?;
         if bytes.len() as u64 > MAX_RECORD_BYTES {

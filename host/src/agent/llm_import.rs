@@ -58,8 +58,8 @@ impl HostLlm {
     /// Estimated tokens of the messages in `rel` (streamed), a path the component gave: it
     /// must pass [`untrusted::component_path`].
     fn estimate_file_tokens(&self, rel: &str) -> Result<u64, String> {
-        let rel = untrusted::component_path(&self.dir, rel)
-            .map_err(|e| format!("messages-file: {e}"))?;
+        let rel =
+            untrusted::component_path(&self.dir, rel).map_err(|e| format!("messages-file: {e}"))?;
         let rel = rel.as_str();
         let f = self.dir.open_read(rel).map_err(|e| format!("{rel}: {e}"))?;
         let mut total = 0u64;

@@ -119,7 +119,10 @@ impl CallLog {
             .map_err(anyhow::Error::from)
             .and_then(|text| Ok(self.dir.append_line(LLM_CALLS, &text)?));
         if let Err(e) = result {
-            tracing::warn!("{}: cannot record the LLM call: {e:#}", self.path().display());
+            tracing::warn!(
+                "{}: cannot record the LLM call: {e:#}",
+                self.path().display()
+            );
         }
     }
 }
