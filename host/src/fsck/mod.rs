@@ -441,7 +441,7 @@ mod tests {
     fn llm_calls_lines_are_checked() {
         let (_d, layout, db) = setup();
         let dir = completed_task(&layout, &db, A);
-        let log = crate::task::CallLog::new(&dir);
+        let log = crate::task::CallLog::new(&crate::task_dir::TaskDir::open(&dir).unwrap());
         log.record_compression(900, 300, Some(1), "2026-01-01T00:00:00.000Z");
         let r = fsck(&db, &layout, false, 3).unwrap();
         assert!(r.problems.is_empty(), "{:#?}", r.problems);
