@@ -134,6 +134,7 @@ pub fn run(
         claimed_at,
     );
     let failed = |msg: String| {
+        let msg = failure_text(config, &msg);
         tracing::error!(%uuid, "task failed: {msg}");
         db.with(|db| crate::task::finish(db, layout, &uuid, owner, Status::Failed, Some(&msg)))
             .map(|s| Some((uuid.clone(), s)))
@@ -170,6 +171,20 @@ pub fn run(
     result
 }
 
+/// What a task's failure becomes in its `error_message` and the log: the API key and the
+/// database password redacted (whatever a provider, a component or a driver echoed), bounded
+/// and escaped ([`crate::untrusted::MAX_DB_ERROR_BYTES`]).
+fn failure_text(config: &Config, error: &str) -> String {
+    let key = config.api_key().ok().flatten();
+    let redacted = crate::llm::redact::redact(error, key.as_deref());
+    let password = match config.store_spec() {
+        Ok(crate::db::StoreSpec::Postgres(url)) => url.password(),
+        _ => None,
+    };
+    let redacted = crate::llm::redact::redact(&redacted, password.as_deref());
+    crate::untrusted::text(&redacted, crate::untrusted::MAX_DB_ERROR_BYTES).into_owned()
+}
+
 /// Everything between the claim and the end: plugins, context, tools, agent loop, and the
 /// status change the loop's outcome asks for. `Err` when no context could be made or ending
 /// the task failed before its row changed.
@@ -203,7 +218,7 @@ fn execute(
             Ok(status)
         }
         Err(e) => {
-            let msg = format!("{e:#}");
+            let msg = failure_text(config, &format!("{e:#}"));
             tracing::error!(%uuid, "task failed: {msg}");
             ctx.fail(&msg)
         }
@@ -218,20 +233,20 @@ fn run_loop(
     plugins: &PluginSet,
     ctx: &mut TaskContext,
 ) -> anyhow::Result<Outcome> {
-    let dir = ctx.dir().to_path_buf();
-    let mut format = plugins.request_format(&dir)?;
+    let dir = ctx.dir().clone();
+    let mut format = plugins.request_format(dir.path())?;
     let mut compressor = match plugins.has_compressor() {
         false => None,
         true => {
             let llm = HostLlm::new(
-                plugins.request_format(&dir)?,
+                plugins.request_format(dir.path())?,
                 Transport::new(config.transport_config()?),
                 &dir,
                 &config.llm.model,
                 config.llm.temperature,
                 ctx.usage_meter(),
             );
-            plugins.compressor(&dir, Box::new(llm))?
+            plugins.compressor(dir.path(), Box::new(llm))?
         }
     };
     let mut tools: Box<dyn ToolRunner> = if config.mcp_servers.is_empty() {

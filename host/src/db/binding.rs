@@ -262,7 +262,12 @@ fn create_new(contexts: &Path, binding: &StoreBinding) -> Result<bool, DbError> 
         uuid::Uuid::new_v4().simple()
     ));
     let written = (|| -> std::io::Result<bool> {
-        let mut f = std::fs::File::create(&tmp)?;
+        // Owner-only, like every file ctxhost writes in contexts/.
+        let mut f = std::os::unix::fs::OpenOptionsExt::mode(
+            std::fs::OpenOptions::new().write(true).create_new(true),
+            crate::task_dir::FILE_MODE,
+        )
+        .open(&tmp)?;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
         drop(f);

@@ -62,9 +62,17 @@ fn to_row(r: &rusqlite::Row<'_>, columns: usize) -> rusqlite::Result<SqlRow> {
 }
 
 impl SqliteStore {
-    /// Open (creating if needed) `path`: WAL, busy timeout, foreign keys.
+    /// Open (creating if needed, owner-only) `path`: WAL, busy timeout, foreign keys.
     pub fn open(path: &Path) -> Result<SqliteStore, DbError> {
         let shown = path.display().to_string();
+        // A new database file is created owner-only; SQLite gives its -wal and -shm files the
+        // mode of the database file. (An existing file keeps its mode: `ctxhost fsck` reports a
+        // looser one.) If this fails, SQLite's own open reports why.
+        let _ = std::os::unix::fs::OpenOptionsExt::mode(
+            std::fs::OpenOptions::new().write(true).create_new(true),
+            crate::task_dir::FILE_MODE,
+        )
+        .open(path);
         let conn = Connection::open(path).map_err(|source| DbError::Sqlite {
             location: shown.clone(),
             source,

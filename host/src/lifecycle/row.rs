@@ -5,6 +5,7 @@
 
 use super::{Claim, Owner, Status};
 use crate::db::{Db, DbError, args, now_rfc3339};
+use crate::untrusted::{self, MAX_DB_ERROR_BYTES};
 
 /// The `SET` list of a claim: parameters `?1`..`?8` of [`claim_args`].
 fn claim_set(db: &Db) -> String {
@@ -30,6 +31,11 @@ fn claim_args(claim: &Claim, extra: Option<&str>) -> Vec<crate::db::Value> {
     ];
     a.extend(extra.map(crate::db::Value::from));
     a
+}
+
+/// What the database keeps of an error message: bounded and escaped, whoever wrote it.
+fn bounded(message: &str) -> std::borrow::Cow<'_, str> {
+    untrusted::text(message, MAX_DB_ERROR_BYTES)
 }
 
 /// Queued → running for the process of `claim`: one atomic
@@ -87,6 +93,7 @@ pub fn finish(
     error_message: Option<&str>,
 ) -> Result<bool, DbError> {
     debug_assert!(status.is_final(), "finish with non-final status {status}");
+    let error_message = error_message.map(bounded);
     let n = db.execute(
         "UPDATE tasks SET status = ?4, error_message = ?5, completed_at = ?6, updated_at = ?6, \
          pause_requested = 0, stop_requested = 0, pause_reason = NULL \
@@ -96,7 +103,7 @@ pub fn finish(
             i64::from(owner.pid),
             owner.worker_id,
             status.as_str(),
-            error_message,
+            error_message.as_deref(),
             now_rfc3339()
         ],
     )?;
@@ -117,6 +124,7 @@ pub fn settle_crash(
     error_message: Option<&str>,
 ) -> Result<bool, DbError> {
     debug_assert!(status != Status::Running);
+    let error_message = error_message.map(bounded);
     let n = db.execute(
         "UPDATE tasks SET status = ?3, error_message = ?4, updated_at = ?5, \
          crash_count = crash_count + 1, \
@@ -128,7 +136,7 @@ pub fn settle_crash(
             uuid,
             worker_id,
             status.as_str(),
-            error_message,
+            error_message.as_deref(),
             now_rfc3339(),
             status.is_final()
         ],
