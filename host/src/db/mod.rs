@@ -578,11 +578,19 @@ pub(crate) mod testing {
         pg: Option<(String, String)>,
     }
 
+    /// A new temporary directory, owner-only (0700) as ctxhost makes `contexts/`.
+    fn private_tempdir() -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        dir
+    }
+
     impl TestStore {
         /// SQLite in a new temporary directory.
         pub fn sqlite() -> TestStore {
             TestStore {
-                dir: tempfile::tempdir().unwrap(),
+                dir: private_tempdir(),
                 spec: StoreSpec::Sqlite,
                 pg: None,
             }
@@ -604,7 +612,7 @@ pub(crate) mod testing {
                 .unwrap();
             let url = database_url(&admin, &name);
             TestStore {
-                dir: tempfile::tempdir().unwrap(),
+                dir: private_tempdir(),
                 spec: StoreSpec::Postgres(PgUrl::parse(&url, TEST_URL_ENV).unwrap()),
                 pg: Some((admin, name)),
             }
