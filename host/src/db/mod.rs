@@ -67,6 +67,8 @@ pub const DEFAULT_URL_ENV: &str = "CTXHOST_DATABASE_URL";
 /// Which task store to open, resolved from `task_store` (config.yaml) and the environment
 /// ([`crate::config::Config::store_spec`]).
 #[derive(Debug, Clone)]
+// One per process, resolved once: the size of the PostgreSQL variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum StoreSpec {
     /// `contexts/tasks.db`.
     Sqlite,
@@ -303,6 +305,8 @@ pub fn now_rfc3339() -> String {
 }
 
 /// The backend of a [`Db`].
+// One per connection: the size of the PostgreSQL variant does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Backend {
     Sqlite(sqlite::SqliteStore),
     Postgres(RefCell<postgres::PgStore>),

@@ -140,7 +140,7 @@ pub(crate) const STEPS: &[Step] = &[];
 
 /// The PostgreSQL advisory lock key held while the schema is created or upgraded
 /// (`ctxhost` in ASCII).
-const SCHEMA_LOCK: i64 = 0x6374_7868_6f73_74;
+const SCHEMA_LOCK: i64 = 0x0063_7478_686f_7374;
 
 /// Create or upgrade the schema of `db` to [`SCHEMA_VERSION`]; a schema newer than that is
 /// an error.
@@ -154,7 +154,7 @@ pub(crate) fn ensure(db: &Db) -> Result<(), DbError> {
             });
         }
         if version < SCHEMA_VERSION {
-            s.retry(|c| upgrade_sqlite(c))?;
+            s.retry(upgrade_sqlite)?;
         }
         return Ok(());
     }

@@ -81,7 +81,7 @@ impl<T: Into<Value>> From<Option<T>> for Value {
 /// `args![a, b, c]`: a `Vec<Value>` of the statement's parameters `?1`, `?2`, `?3`.
 macro_rules! args {
     ($($v:expr),* $(,)?) => {
-        vec![$($crate::db::sql::Value::from($v)),*]
+        <::std::vec::Vec<$crate::db::sql::Value>>::from([$($crate::db::sql::Value::from($v)),*])
     };
 }
 pub(crate) use args;
