@@ -136,6 +136,16 @@ impl Layout {
 /// fsync it, rename it over `path`, fsync the directory. Readers see the old or the new
 /// content, never a mix; after a crash, one of the two.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    atomic_write_with(path, |w| w.write_all(bytes))
+}
+
+/// [`atomic_write`] with the content streamed by `write` into the temporary file (buffered), so
+/// a file of any size is replaced with a bounded amount of memory. On error the temporary file
+/// is deleted and `path` is unchanged.
+pub fn atomic_write_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> anyhow::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -149,12 +159,14 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         std::process::id()
     ));
     let result = (|| -> io::Result<()> {
-        let mut f = OpenOptions::new()
+        let f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(&tmp)?;
-        f.write_all(bytes)?;
+        let mut out = io::BufWriter::with_capacity(64 * 1024, f);
+        write(&mut out)?;
+        let f = out.into_inner().map_err(io::IntoInnerError::into_error)?;
         f.sync_all()?;
         drop(f);
         fs::rename(&tmp, path)
@@ -184,15 +196,18 @@ pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot fsync directory {}", dir.display()))
 }
 
-/// Append one line (`line` without its `\n`) to a JSONL file with a single write, creating it
-/// if needed. Whole lines only: a reader never sees half of one unless the process dies mid-write.
+/// Append one line (`line`, JSON text without its `\n`) to a JSONL file with a single write,
+/// creating it if needed; U+2028 / U+2029 in it are written escaped
+/// ([`ctxhost_format::jsonl::escape_line_separators`]). Whole lines only: a reader never sees
+/// half of one unless the process dies mid-write.
 pub fn append_line(path: &Path, line: &str) -> anyhow::Result<()> {
     debug_assert!(
         !line.contains('\n'),
         "a JSONL line must not contain a newline"
     );
+    let line = ctxhost_format::jsonl::escape_line_separators(line);
     let mut buf = String::with_capacity(line.len() + 1);
-    buf.push_str(line);
+    buf.push_str(&line);
     buf.push('\n');
     let mut f = OpenOptions::new()
         .append(true)

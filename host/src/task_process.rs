@@ -175,6 +175,7 @@ fn run_loop(
         compressor: compressor.as_mut(),
         tools: tools.as_mut(),
         compaction_failures: 0,
+        context_overflows: 0,
     }
     .run(ctx)
 }

@@ -2,7 +2,8 @@
 //!
 //! Shape (all sections and keys optional; unknown keys are errors):
 //! ```yaml
-//! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, cleanup_days, summary_prompt}
+//! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, keep_recent_tokens,
+//!                   cleanup_days, summary_prompt}
 //! llm:     {provider, base_url, model, api_key_env, context_length, max_output_tokens, temperature,
 //!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib}
 //! plugins: {message_store, compressor, request_format}
@@ -25,6 +26,7 @@ mod llm;
 mod plugins;
 mod process;
 mod template;
+mod window;
 
 use std::path::Path;
 
@@ -74,6 +76,7 @@ pub use context_storage::{ContextStorage, DEFAULT_SUMMARY_PROMPT};
 pub use llm::{LlmConfig, Provider};
 pub use plugins::{DEFAULT_COMPRESSOR, NO_COMPRESSOR, PluginsConfig};
 pub use process::{AgentConfig, DEFAULT_SYSTEM_PROMPT, RuntimeConfig, WorkerConfig};
+pub use window::{DEFAULT_RESERVE_OUTPUT_TOKENS, MIN_TOOL_OUTPUT_CAP};
 
 /// A value out of range: the key and what is wrong (the file is added by [`Config::validate`]).
 #[derive(Debug)]

@@ -1,16 +1,19 @@
 //! `ctxhost fsck --repair`: the fixes of one task's fixable problems, made with the lifecycle
 //! (recovery, interrupted transitions, misplaced directories) and the crash-repair functions
-//! of [`crate::repair`] (torn lines, temporaries, current.jsonl behind).
+//! of [`crate::repair`] (NUL bytes, torn lines, temporaries, current.jsonl behind, tool-call
+//! pairing).
 
 use std::collections::BTreeSet;
 
 use ctxhost_format::files::CURRENT;
 
 use super::{Problem, ProblemKind};
-use crate::db::{Db, Status};
+use crate::db::{Db, Status, now_rfc3339};
 use crate::layout::Layout;
 use crate::lifecycle;
 use crate::recovery::recover_task;
+use crate::repair::nul::remove_nul_bytes;
+use crate::repair::pairing::{note_text, repair_context};
 use crate::repair::{fix_torn_tail, jsonl_files, reconcile_current, remove_temporaries};
 
 /// Repair the fixable problems `indexes` of task `uuid`; returns what was done.
@@ -54,9 +57,11 @@ pub(crate) fn repair_task(
         done.push(what);
     }
     let file_kinds = [
+        ProblemKind::NulBytes,
         ProblemKind::TornLine,
         ProblemKind::TemporaryFile,
         ProblemKind::CurrentBehind,
+        ProblemKind::ContextInvariant,
     ];
     if file_kinds.iter().any(|k| kinds.contains(k))
         && let Some((_, dir)) = layout.find_task_dir(uuid)
@@ -66,6 +71,15 @@ pub(crate) fn repair_task(
         if !removed.is_empty() {
             done.push(format!("deleted {}", removed.join(", ")));
         }
+        for i in indexes {
+            let p = &problems[*i];
+            if p.kind == ProblemKind::NulBytes
+                && let Some(path) = &p.path
+                && let Some(fix) = remove_nul_bytes(std::path::Path::new(path))?
+            {
+                done.push(format!("{path}: {fix}"));
+            }
+        }
         for file in jsonl_files(&dir)? {
             if let Some(fix) = fix_torn_tail(&file, true)? {
                 done.push(fix.to_string());
@@ -74,6 +88,12 @@ pub(crate) fn repair_task(
         let appended = reconcile_current(&dir, true)?;
         if !appended.is_empty() {
             done.push(format!("appended seq {appended:?} to {CURRENT}"));
+        }
+        // A paused or queued task makes the calls waiting at the end when it runs again.
+        let allow_pending = row.as_ref().is_some_and(|r| !r.status.is_final());
+        let fixes = repair_context(&dir, &now_rfc3339(), allow_pending)?;
+        if !fixes.is_empty() {
+            done.push(note_text(&fixes));
         }
     }
     if kinds.contains(&ProblemKind::OldSummaryId)

@@ -20,6 +20,10 @@
 //!   request/response for debugging); summary ids are JSON numbers (the old string form
 //!   `"sum-N"` of ctxhost 0.1 is reported).
 //!
+//! Before the tree, tasks.db itself ([`crate::db::Db::health`]): SQLite's integrity check, the
+//! columns of the `tasks` table, a write transaction — a database `ctxhost submit` would reject
+//! is reported (and, when not even its rows can be listed, nothing else is checked).
+//!
 //! A task whose process is alive is checked read-only and its last line is not judged (it may
 //! be being written). Every problem names the file and, where there is one, the line.
 //!
@@ -86,6 +90,13 @@ pub enum ProblemKind {
     OldSummaryId,
     /// metadata.json or task_state.json does not parse.
     BadFile,
+    /// A file the task needs is missing (messages.jsonl of a task that has a context).
+    MissingFile,
+    /// A JSONL line holds NUL bytes (a write lost by the filesystem).
+    NulBytes,
+    /// tasks.db is damaged: SQLite's integrity check fails, the `tasks` table lacks a column,
+    /// or the database cannot be written.
+    DatabaseDamaged,
     /// A file or folder could not be read.
     Unreadable,
 }
@@ -142,7 +153,41 @@ pub fn fsck(
     repair: bool,
     max_crashes: u32,
 ) -> anyhow::Result<FsckReport> {
-    let mut first = tree::check(db, layout)?;
+    let damaged: Vec<Problem> = db
+        .health()
+        .into_iter()
+        .map(|message| {
+            problem(
+                ProblemKind::DatabaseDamaged,
+                None,
+                Some(db.path()),
+                None,
+                format!(
+                    "{message}; `ctxhost submit` and the worker fail on it. With no ctxhost process running, \
+                     keep a copy and rebuild it from what SQLite can still read, e.g. \
+                     `sqlite3 tasks.db \".recover\" | sqlite3 tasks.rebuilt.db`, then put the rebuilt file in its place"
+                ),
+                false,
+            )
+        })
+        .collect();
+    let mut first = match tree::check(db, layout) {
+        Ok(mut pass) => {
+            pass.problems.splice(0..0, damaged);
+            pass
+        }
+        // The rows cannot even be listed: report the database and stop there.
+        Err(e) if !damaged.is_empty() => {
+            tracing::debug!("listing the tasks failed: {e:#}");
+            return Ok(FsckReport {
+                tasks: 0,
+                dirs: 0,
+                problems: damaged.clone(),
+                remaining: damaged,
+            });
+        }
+        Err(e) => return Err(e),
+    };
     if !repair {
         let remaining = first.problems.clone();
         return Ok(FsckReport {
@@ -174,7 +219,14 @@ pub fn fsck(
             });
         }
     }
-    let second = tree::check(db, layout)?;
+    let mut second = tree::check(db, layout)?;
+    let still: Vec<Problem> = first
+        .problems
+        .iter()
+        .filter(|p| p.kind == ProblemKind::DatabaseDamaged)
+        .cloned()
+        .collect();
+    second.problems.splice(0..0, still);
     Ok(FsckReport {
         tasks: first.tasks,
         dirs: first.dirs,
@@ -391,8 +443,11 @@ mod tests {
         let r = fsck(&db, &layout, true, 3).unwrap();
         assert!(r.problems[0].repaired.is_some());
         assert!(layout.task_dir(DirState::Completed, A).is_dir());
+        // The orphan result is dropped from current.jsonl (and the repair noted in
+        // messages.jsonl); the seq gap needs a human.
+        assert!(r.problems[1].repaired.is_some(), "{:#?}", r.problems[1]);
         let left: Vec<ProblemKind> = r.remaining.iter().map(|p| p.kind).collect();
-        assert_eq!(left, [ProblemKind::ContextInvariant, ProblemKind::SeqGap]);
+        assert_eq!(left, [ProblemKind::SeqGap]);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub fn pending_tool_calls(messages: impl IntoIterator<Item = ChatMessage>) -> Ve
 }
 
 /// One step of [`pending_tool_calls`]: `m` answers a pending call, or starts a new list.
-fn track_pending(pending: &mut Vec<ToolCall>, m: ChatMessage) {
+pub fn track_pending(pending: &mut Vec<ToolCall>, m: ChatMessage) {
     match m.role.as_str() {
         "tool" => {
             if let Some(id) = &m.tool_call_id
@@ -80,6 +80,19 @@ pub fn pending_tool_calls_in(path: &Path) -> anyhow::Result<Vec<ToolCall>> {
         track_pending(&mut pending, m);
     }
     Ok(pending)
+}
+
+/// The ids of every tool call in the history file `path` (messages.jsonl, streamed; empty when
+/// missing), for [`super::ids::make_call_ids_unique`].
+pub fn call_ids_in(path: &Path) -> anyhow::Result<std::collections::HashSet<String>> {
+    let mut ids = std::collections::HashSet::new();
+    let Some(mut lines) = open_lines(path)? else {
+        return Ok(ids);
+    };
+    while let Some((_, h)) = lines.next_value::<ctxhost_format::HistoryLine>()? {
+        ids.extend(h.tool_calls.into_iter().flatten().map(|c| c.id));
+    }
+    Ok(ids)
 }
 
 /// The final answer the context file `path` already ends with ([`final_answer`] of its last

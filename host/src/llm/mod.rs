@@ -10,11 +10,13 @@
 //! - [`config`] — [`TransportConfig`] (URL, optional API key and how it is sent, timeouts, retry
 //!   budget, size cap)
 //! - [`retry`]: which failures are retried, backoff delays, `Retry-After` parsing
+//! - [`overflow`]: a provider's "the context is too long" answer (never retried as it is)
 //! - [`error`] — [`TransportError`] (names the URL and attempts, never the key)
 //! - [`transport`]: [`Transport`] and [`PostOutcome`]
 
 pub mod config;
 pub mod error;
+pub mod overflow;
 pub mod retry;
 pub mod transport;
 

@@ -3,7 +3,12 @@
 //!
 //! - [`tail`]: a JSONL file whose last line was cut by a crash loses that line (kept in
 //!   `<file>.torn`); a complete last line missing its `\n` gets it.
-//! - [`reconcile`]: current.jsonl gets the history lines it lacks at its end.
+//! - [`reconcile`]: current.jsonl gets the history lines it lacks at its end (messages only, and
+//!   no tool result that answers nothing).
+//! - [`pairing`]: current.jsonl's tool calls and results paired again (duplicate or orphan
+//!   results dropped, calls left without a result answered, invalid arguments replaced),
+//!   recorded in messages.jsonl ([`crate::invariants::pairing`]).
+//! - [`nul`]: lines of NUL bytes (a filesystem that lost a write) removed from a JSONL file.
 //! - [`close_pending_calls`]: an assistant message at the end of current.jsonl whose tool calls
 //!   have no result gets an [`INTERRUPTED_TEXT`] `tool` message for each missing id, appended to
 //!   messages.jsonl (next seq) and current.jsonl, so the context can be sent again.
@@ -11,9 +16,12 @@
 //!   ([`ctxhost_format::files::TEMPORARY_FILES`]).
 //! - [`readers`]: the directory's JSONL files and history counts (shared with `ctxhost fsck`).
 //!
-//! [`repair_task_dir`] runs them in that order and returns what it did ([`RepairReport`]).
+//! [`repair_task_dir`] runs them (but [`nul`]: only `ctxhost fsck --repair` removes bytes from
+//! the middle of a file) and returns what it did ([`RepairReport`]).
 //! Every function streams its files (one line, or a bounded window of lines, in memory).
 
+pub mod nul;
+pub mod pairing;
 pub mod readers;
 pub mod reconcile;
 pub mod tail;
@@ -27,6 +35,7 @@ use ctxhost_format::files::{CURRENT, DEBUG_FILES, MESSAGES, is_temporary};
 use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
 
 use crate::invariants::queries::pending_tool_calls_in;
+use ctxhost_format::jsonl::to_line;
 use crate::layout::{append_line, sync_file};
 
 pub use readers::{HistoryStats, history_stats, jsonl_files};
@@ -62,8 +71,8 @@ pub fn close_pending_calls(dir: &Path, timestamp: &str) -> anyhow::Result<Vec<St
             tool_call_id: message.tool_call_id.clone(),
             summary_id: None,
         };
-        append_line(&messages, &serde_json::to_string(&line)?)?;
-        append_line(&current, &serde_json::to_string(&message)?)?;
+        append_line(&messages, &to_line(&line)?)?;
+        append_line(&current, &to_line(&message)?)?;
         ids.push(call.id);
     }
     sync_file(&messages)?;
@@ -111,6 +120,8 @@ pub struct RepairReport {
     pub appended_to_current: Vec<u64>,
     /// Tool call ids answered with an interrupted result.
     pub interrupted: Vec<String>,
+    /// Repairs of current.jsonl's tool-call pairing.
+    pub pairing: Vec<crate::invariants::pairing::PairingFix>,
 }
 
 impl RepairReport {
@@ -120,6 +131,7 @@ impl RepairReport {
             && self.tails.is_empty()
             && self.appended_to_current.is_empty()
             && self.interrupted.is_empty()
+            && self.pairing.is_empty()
     }
 
     /// One sentence per change, for logs and reports.
@@ -143,14 +155,19 @@ impl RepairReport {
                 self.interrupted
             ));
         }
+        for f in &self.pairing {
+            out.push(format!("{CURRENT} {f} (recorded in {MESSAGES})"));
+        }
         out
     }
 }
 
 /// Repair the task directory `dir` (no process may be using it): delete temporaries, fix torn
 /// last lines of every JSONL file (cut bytes kept in `*.torn`), append to current.jsonl the
-/// history lines it lacks, and, with `close_pending`, answer unanswered tool calls at its end
-/// as interrupted (a paused task keeps them: the next run makes those calls).
+/// history lines it lacks, repair its tool-call pairing ([`pairing::repair_context`]), and,
+/// with `close_pending`, answer unanswered tool calls at its end as interrupted (a paused task
+/// keeps them: the next run makes those calls). Errors: a context that cannot be repaired,
+/// naming file and line.
 pub fn repair_task_dir(
     dir: &Path,
     close_pending: bool,
@@ -166,6 +183,7 @@ pub fn repair_task_dir(
         }
     }
     report.appended_to_current = reconcile_current(dir, true)?;
+    report.pairing = pairing::repair_context(dir, timestamp, true)?;
     if close_pending {
         report.interrupted = close_pending_calls(dir, timestamp)?;
     }

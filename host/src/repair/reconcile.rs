@@ -1,6 +1,12 @@
 //! current.jsonl behind messages.jsonl: the message store appends to messages.jsonl first, then
 //! to current.jsonl, so a crash in between leaves current.jsonl without the last history
 //! line(s); [`reconcile_current`] finds them (and appends them).
+//!
+//! Only messages are copied: summaries and context-repair notes
+//! ([`ctxhost_format::HistoryLine::is_message`]) never are, nor is a `tool` line that answers no
+//! call waiting at the end of current.jsonl (an orphan or second result in the history, or an
+//! answer a context repair already put in its place): copying it would make a context the
+//! provider rejects.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -10,7 +16,9 @@ use ctxhost_format::HistoryLine;
 use ctxhost_format::compress::parse_summary_range;
 use ctxhost_format::files::{CURRENT, MESSAGES};
 
-use crate::invariants::queries::{last_message_in, open_lines};
+use crate::invariants::pairing::same_message_sent;
+use crate::invariants::queries::{last_message_in, open_lines, pending_tool_calls_in, track_pending};
+use ctxhost_format::jsonl::to_line;
 use crate::layout::{append_line, atomic_write, sync_file};
 
 /// History lines kept in memory while looking for the lines current.jsonl lacks.
@@ -32,6 +40,9 @@ pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
         while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
             if h.summary_id.is_some() {
                 last_summary_seq = Some(h.seq);
+                continue;
+            }
+            if h.is_note() {
                 continue;
             }
             non_summary_total += 1;
@@ -57,8 +68,11 @@ pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
         let mut text = String::new();
         if let Some(mut lines) = open_lines(&messages)? {
             while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
+                if !h.is_message() {
+                    continue;
+                }
                 seqs.push(h.seq);
-                text.push_str(&serde_json::to_string(&h.to_chat())?);
+                text.push_str(&to_line(&h.to_chat())?);
                 text.push('\n');
             }
         }
@@ -71,7 +85,7 @@ pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
     // Fewest missing lines first: the last history line equal to current's last message.
     let matched = (0..lines.len())
         .map(|k| lines.len() - 1 - k)
-        .find(|&i| lines[i].to_chat() == last);
+        .find(|&i| same_message_sent(&lines[i].to_chat(), &last));
     let missing: Vec<&HistoryLine> = match matched {
         Some(i) => lines[i + 1..].to_vec(),
         None => {
@@ -95,15 +109,31 @@ pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
             }
         }
     };
-    if apply {
-        for h in &missing {
-            append_line(&current, &serde_json::to_string(&h.to_chat())?)?;
+    // Only what answers a call waiting at the end of current.jsonl, or starts a new message.
+    let mut pending = pending_tool_calls_in(&current)?;
+    let mut copy = Vec::with_capacity(missing.len());
+    for h in missing {
+        let m = h.to_chat();
+        let answers_pending = m
+            .tool_call_id
+            .as_ref()
+            .is_some_and(|id| pending.iter().any(|c| &c.id == id));
+        if m.role == "tool" && !answers_pending {
+            tracing::debug!(seq = h.seq, "{}: not copying a tool result that answers no waiting call", messages.display());
+            continue;
         }
-        if !missing.is_empty() {
+        track_pending(&mut pending, m.clone());
+        copy.push((h.seq, m));
+    }
+    if apply {
+        for (_, m) in &copy {
+            append_line(&current, &to_line(m)?)?;
+        }
+        if !copy.is_empty() {
             sync_file(&current)?;
         }
     }
-    Ok(missing.iter().map(|h| h.seq).collect())
+    Ok(copy.iter().map(|(seq, _)| *seq).collect())
 }
 
 #[cfg(test)]
@@ -198,6 +228,25 @@ mod tests {
             reconcile_current(dir.path(), true).unwrap(),
             Vec::<u64>::new()
         );
+    }
+
+    #[test]
+    fn an_orphan_or_second_result_in_the_history_is_not_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = [
+            sys(),
+            ChatMessage::text("user", "go"),
+            call(&["a"]),
+            result("a"),
+            result("a"),
+            result("zz"),
+        ];
+        write_task(dir.path(), &history, &history[..4]);
+        assert!(reconcile_current(dir.path(), true).unwrap().is_empty());
+        crate::invariants::check_context_file(&dir.path().join(CURRENT), false).unwrap();
+        // A crash between the two appends: the waiting call's result is still copied.
+        write_task(dir.path(), &history[..4], &history[..3]);
+        assert_eq!(reconcile_current(dir.path(), true).unwrap(), [4]);
     }
 
     #[test]

@@ -156,7 +156,9 @@ impl ToolStore {
             timestamp: crate::db::now_rfc3339(),
         };
         let path = self.task_dir.join(TOOLS);
-        let mut bytes = serde_json::to_vec(&line).map_err(|e| ToolError::io(&path, e))?;
+        let mut bytes = ctxhost_format::jsonl::to_line(&line)
+            .map_err(|e| ToolError::io(&path, e))?
+            .into_bytes();
         bytes.push(b'\n');
         let file = match &mut self.file {
             Some(f) => f,
