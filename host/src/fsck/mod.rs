@@ -235,6 +235,16 @@ pub fn fsck(
     })
 }
 
+/// The problems of one task directory's files, as `fsck` reports them for a task no process
+/// uses (read-only): what `ctxhost retry` requires to be clean. `allow_pending`: tool calls
+/// waiting at the end of current.jsonl are fine; request/response bodies kept for debugging
+/// are not reported.
+pub fn check_task_dir(dir: &Path, uuid: &str, allow_pending: bool) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    files::check_dir(dir, Some(uuid), false, allow_pending, true, &mut problems);
+    problems
+}
+
 /// One read-only pass.
 pub(crate) struct Pass {
     pub(crate) tasks: usize,
