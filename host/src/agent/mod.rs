@@ -81,6 +81,30 @@ pub struct Agent<'a> {
     /// Times the provider answered that the context was too long: each makes the window the
     /// compressor works with [`OVERFLOW_WINDOW_FACTOR`] smaller, for the rest of the process.
     pub context_overflows: u32,
+    /// Estimated tokens of the tool definitions sent with every request (read when the loop
+    /// starts): the messages get the window minus these.
+    tool_definition_tokens: u64,
+}
+
+impl<'a> Agent<'a> {
+    /// An agent loop with `config`, the request `format`, the `compressor` (`None`: compression
+    /// off) and the `tools`.
+    pub fn new(
+        config: &'a Config,
+        format: &'a mut RequestFormat,
+        compressor: Option<&'a mut Compressor>,
+        tools: &'a mut dyn ToolRunner,
+    ) -> Agent<'a> {
+        Agent {
+            config,
+            format,
+            compressor,
+            tools,
+            compaction_failures: 0,
+            context_overflows: 0,
+            tool_definition_tokens: 0,
+        }
+    }
 }
 
 impl Agent<'_> {
@@ -89,6 +113,20 @@ impl Agent<'_> {
     /// error, step limit).
     pub fn run(&mut self, ctx: &mut TaskContext) -> anyhow::Result<Outcome> {
         self.start(ctx)?;
+        self.tool_definition_tokens = self
+            .tools
+            .tools_file()
+            .and_then(|f| std::fs::read_to_string(ctx.dir().join(f)).ok())
+            .map(|text| ctxhost_format::estimate_tokens(&text))
+            .unwrap_or(0);
+        // A tool result gets its share of what the tool definitions leave of the window.
+        let cap = self.config.tool_output_cap_for(
+            self.config
+                .llm
+                .context_length
+                .saturating_sub(self.tool_definition_tokens),
+        );
+        ctx.tools().set_max_output_tokens(cap);
         let max_steps = self.config.agent.max_steps;
         let mut steps = ctx.steps_done();
         // A process that died after the final answer was appended: the task is done.
@@ -351,11 +389,16 @@ impl Agent<'_> {
         Ok(message)
     }
 
-    /// The window the compressor works with: `llm.context_length`, made
-    /// [`OVERFLOW_WINDOW_FACTOR`] smaller by each "context too long" answer of the provider
-    /// (the token estimate is evidently low for its tokenizer).
+    /// The window the messages have, and the compressor works with: `llm.context_length` minus
+    /// the tool definitions sent with every request, made [`OVERFLOW_WINDOW_FACTOR`] smaller by
+    /// each "context too long" answer of the provider (the token estimate is evidently low for
+    /// its tokenizer).
     fn window(&self) -> u64 {
-        let mut window = self.config.llm.context_length;
+        let mut window = self
+            .config
+            .llm
+            .context_length
+            .saturating_sub(self.tool_definition_tokens);
         for _ in 0..self.context_overflows {
             window = window * OVERFLOW_WINDOW_FACTOR.0 / OVERFLOW_WINDOW_FACTOR.1;
         }
@@ -409,8 +452,10 @@ impl Agent<'_> {
                 Ok(())
             }
             Err(e) => Err(anyhow!(e).context(format!(
-                "LLM call {step} failed: {error}; compressing the context ({tokens} estimated tokens) for a window of \
-                 {window} tokens failed"
+                "LLM call {step} failed: {error}; the context ({tokens} estimated tokens) could not be compressed \
+                 further for a window of {window} tokens: the model's window is smaller than llm.context_length ({}) \
+                 says — set it to the model's real window (for a local server, the context size it was started with)",
+                self.config.llm.context_length
             ))),
         }
     }
@@ -442,9 +487,14 @@ impl Agent<'_> {
             ),
             None => "use a model with a larger window (llm.context_length)".to_string(),
         };
+        let tools = if self.tool_definition_tokens > 0 {
+            format!(", after {} tokens of tool definitions,", self.tool_definition_tokens)
+        } else {
+            String::new()
+        };
         anyhow!(
-            "the context is {tokens} tokens after compression, more than the window leaves ({window} tokens minus \
-             {reserve} reserved for the reply): {advice}"
+            "the context is {tokens} tokens, more than the window leaves ({window} tokens{tools} minus {reserve} \
+             reserved for the reply): {advice}"
         )
     }
 

@@ -27,15 +27,18 @@ impl Config {
     }
 
     /// The most estimated tokens one tool result may put into the context:
-    /// `tools.max_tool_output_tokens`, but at most half of what a window of `context_length`
-    /// tokens leaves after the reply reserve (the reserve counted at most as half the window),
-    /// and at least [`MIN_TOOL_OUTPUT_CAP`]. A longer result is cut for the context and kept
-    /// whole in `tool-results/{seq}.txt`.
+    /// `tools.max_tool_output_tokens`, but no more than a window of `context_length` tokens
+    /// leaves after the reply reserve and a summary as long as a reply (what a compression keeps
+    /// beside the newest result: the summary request asks for at most the reserve), the reserve
+    /// counted at most as half the window; at least [`MIN_TOOL_OUTPUT_CAP`]. A longer result is
+    /// cut for the context and kept whole in `tool-results/{seq}.txt`. The agent loop passes
+    /// the window minus the tool definitions sent with every request.
     ///
-    /// E.g. 4000 with the defaults (window 8192, reserve 1024: 3584), 1536 for a 4096 window.
+    /// E.g. 4000 with the defaults (window 8192, reserve 1024: 6144 left), 2048 for a 4096
+    /// window.
     pub fn tool_output_cap_for(&self, context_length: u64) -> u64 {
         let reserve = u64::from(self.reserve_output_tokens()).min(context_length / 2);
-        let share = context_length.saturating_sub(reserve) / 2;
+        let share = context_length.saturating_sub(2 * reserve);
         self.tools
             .max_tool_output_tokens
             .min(share.max(MIN_TOOL_OUTPUT_CAP))
@@ -82,13 +85,16 @@ mod tests {
     #[test]
     fn the_tool_output_cap_follows_the_window() {
         let d = Config::default();
-        assert_eq!(d.tool_output_cap(), 3584);
-        assert_eq!(d.tool_output_cap_for(4096), 1536);
-        assert_eq!(d.tool_output_cap_for(1_000_000), 4000, "the configured cap");
+        assert_eq!(d.tool_output_cap(), 4000, "the configured cap");
+        assert_eq!(d.tool_output_cap_for(4096), 2048);
+        assert_eq!(d.tool_output_cap_for(6192), 4000);
+        assert_eq!(d.tool_output_cap_for(5000), 2952);
         assert_eq!(d.tool_output_cap_for(300), MIN_TOOL_OUTPUT_CAP);
-        let big_reply = config("llm:\n  context_length: 4096\n  max_output_tokens: 4000\n");
+        let big_reply = config("llm:\n  context_length: 8192\n  max_output_tokens: 3000\n");
+        assert_eq!(big_reply.tool_output_cap(), 2192);
         // The reserve counts as at most half the window.
-        assert_eq!(big_reply.tool_output_cap(), 1024);
+        let huge_reply = config("llm:\n  context_length: 4096\n  max_output_tokens: 4000\n");
+        assert_eq!(huge_reply.tool_output_cap(), MIN_TOOL_OUTPUT_CAP);
         let small = config("tools:\n  max_tool_output_tokens: 500\n");
         assert_eq!(small.tool_output_cap(), 500);
     }

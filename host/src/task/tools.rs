@@ -82,6 +82,17 @@ impl ToolStore {
         })
     }
 
+    /// Change the cap of what one result puts into the context (estimated tokens), e.g. once
+    /// the tool definitions' share of the window is known.
+    pub fn set_max_output_tokens(&mut self, max_output_tokens: u64) {
+        self.max_output_tokens = max_output_tokens;
+    }
+
+    /// The cap of what one result puts into the context (estimated tokens).
+    pub fn max_output_tokens(&self) -> u64 {
+        self.max_output_tokens
+    }
+
     /// The seq the next call will get.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
