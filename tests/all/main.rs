@@ -23,6 +23,7 @@ mod jsonl_store;
 mod lifecycle;
 mod lifecycle_crash;
 mod mcp_tools;
+mod operators;
 mod plugin_check;
 mod plugin_select;
 mod request_snapshots;
