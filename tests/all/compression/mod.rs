@@ -1198,3 +1198,104 @@ fn switching_compressor_is_only_a_config_change() {
     assert!(is_summary_line(1, &context[1]));
     assert_eq!(context.len(), 2 + 4);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots of a context before and after a compaction (issue 11: the kept tail bounded by
+// tokens)
+
+/// One line per message: index, role, estimated tokens, id, and the start of the content.
+fn outline(context: &[ChatMessage]) -> String {
+    let mut out = String::new();
+    for (i, m) in context.iter().enumerate() {
+        let text = m.content.as_deref().unwrap_or("");
+        let mut preview: String = text.chars().take(60).collect();
+        if text.chars().count() > 60 {
+            preview.push('…');
+        }
+        let id = m
+            .tool_call_id
+            .clone()
+            .or_else(|| m.calls().first().map(|c| format!("calls {}", c.id)))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{i:>2} {:<9} {:>5} {:<14} {}\n",
+            m.role,
+            estimate_message_tokens(m),
+            id,
+            preview.replace('\n', "⏎")
+        ));
+        if let Some((_, note)) = text.rsplit_once(SHRUNK_NOTE_PREFIX) {
+            out.push_str(&format!("   … {SHRUNK_NOTE_PREFIX}{note}\n"));
+        }
+    }
+    out
+}
+
+/// A 13 KB source file, as the four-file task reads.
+fn source(n: usize) -> String {
+    let mut s = format!("// module_{n}.rs\n");
+    let mut i = 0;
+    while s.len() < 13_000 {
+        i += 1;
+        s.push_str(&format!("pub fn field_{n}_{i}(x: &str) -> Option<u64> {{ x.trim().parse().ok() }}\n"));
+    }
+    s
+}
+
+/// The host's settings for the default window: 8192 tokens, threshold 0.7, keep 5, the kept
+/// tail at most half the threshold.
+fn host_defaults() -> CompressConfig {
+    CompressConfig {
+        keep_recent_tokens: 2867,
+        reserve_output_tokens: 1024,
+        ..config(8192, 5)
+    }
+}
+
+#[test]
+fn snapshot_three_file_reads_before_and_after_a_compaction() {
+    let mut task = Task::new("You are a coding agent.");
+    task.add(&user("Read module_1.rs to module_4.rs and report."));
+    for n in 1..=2 {
+        let id = format!("call_{n}");
+        task.add(&calls(&[&id], "read_text_file"));
+        task.add(&result(&id, "read_text_file", &source(n)));
+    }
+    let before = task.context();
+    let llm = FakeLlm::new(task.dir.path()).script([Ok(
+        "The agent read module_1.rs: 200 field parsers returning Option<u64>.".to_string(),
+    )]);
+    let outcome = task.compact(Kind::Summarizer, &host_defaults(), &llm).unwrap();
+    assert!(matches!(outcome, CompactionOutcome::Compressed { .. }), "{outcome:?}");
+    let after = task.context();
+    insta::assert_snapshot!(
+        "compaction_two_reads",
+        format!("before:\n{}\nafter:\n{}", outline(&before), outline(&after))
+    );
+}
+
+#[test]
+fn snapshot_parallel_reads_whose_older_results_are_cut() {
+    let mut task = Task::new("You are a coding agent.");
+    task.add(&user("Read three files at once."));
+    let ids = ["call_a", "call_b", "call_c"];
+    task.add(&calls(&ids, "read_text_file"));
+    for (n, id) in ids.iter().enumerate() {
+        task.add(&result(id, "read_text_file", &source(n + 1)));
+    }
+    let before = task.context();
+    let llm = FakeLlm::new(task.dir.path());
+    let outcome = task.compact(Kind::Summarizer, &host_defaults(), &llm).unwrap();
+    // The newest group is kept whole, its two older results cut. The short user message before
+    // it would not get smaller as a summary: it is kept too, and no summary is made.
+    assert!(
+        matches!(outcome, CompactionOutcome::Compressed { summary_id: None, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(llm.calls().len(), 1, "a summary of the user message was tried");
+    let after = task.context();
+    insta::assert_snapshot!(
+        "compaction_parallel_reads",
+        format!("before:\n{}\nafter:\n{}", outline(&before), outline(&after))
+    );
+}
