@@ -169,6 +169,5 @@ fn run_loop(
             &dir,
         )?)
     };
-    Agent::new(config, &mut format, compressor.as_mut(), tools.as_mut())
-    .run(ctx)
+    Agent::new(config, &mut format, compressor.as_mut(), tools.as_mut()).run(ctx)
 }

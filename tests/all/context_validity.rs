@@ -57,7 +57,9 @@ fn messages_of(req: &RecordedRequest) -> Vec<ChatMessage> {
 }
 
 fn fixture(case: &str) -> PathBuf {
-    repo_root().join("tests/all/support/fixtures/pairing").join(case)
+    repo_root()
+        .join("tests/all/support/fixtures/pairing")
+        .join(case)
 }
 
 /// A paused task whose directory holds the files of pairing case `case` (the cases README:
@@ -80,7 +82,12 @@ fn fsck_problems(env: &TestEnv, uuid: &str, kind: &str) -> Vec<(Option<u64>, Str
         .unwrap()
         .iter()
         .filter(|p| p["kind"] == kind && p["uuid"] == uuid)
-        .map(|p| (p["line"].as_u64(), p["message"].as_str().unwrap().to_string()))
+        .map(|p| {
+            (
+                p["line"].as_u64(),
+                p["message"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -142,13 +149,24 @@ fn the_three_pairing_cases_are_repaired_recorded_and_never_sent() {
             }
             "unanswered_middle" => {
                 let roles: Vec<&str> = sent.iter().map(|m| m.role.as_str()).collect();
-                assert_eq!(roles, ["system", "user", "assistant", "tool", "user"], "{case}");
+                assert_eq!(
+                    roles,
+                    ["system", "user", "assistant", "tool", "user"],
+                    "{case}"
+                );
                 assert_eq!(sent[3].tool_call_id.as_deref(), Some("call_X"));
-                assert!(sent[3].content.as_deref().unwrap().contains("no result was recorded"));
+                assert!(
+                    sent[3]
+                        .content
+                        .as_deref()
+                        .unwrap()
+                        .contains("no result was recorded")
+                );
             }
             _ => {
                 assert!(
-                    sent.iter().all(|m| m.content.as_deref() != Some("stray result")),
+                    sent.iter()
+                        .all(|m| m.content.as_deref() != Some("stray result")),
                     "{case}"
                 );
                 assert_eq!(sent.len(), 6, "{case}");
@@ -158,14 +176,19 @@ fn the_three_pairing_cases_are_repaired_recorded_and_never_sent() {
         let recorded = notes(&dir);
         assert_eq!(recorded.len(), 1, "{case}: {recorded:?}");
         assert!(
-            recorded[0].starts_with("[context repair] current.jsonl: ") && recorded[0].contains(note),
+            recorded[0].starts_with("[context repair] current.jsonl: ")
+                && recorded[0].contains(note),
             "{case}: {}",
             recorded[0]
         );
         // The history keeps every line it had (append-only) and the seqs run on.
         let history = read_jsonl(&dir.join("messages.jsonl"));
         let seqs: Vec<u64> = history.iter().map(|h| h["seq"].as_u64().unwrap()).collect();
-        assert_eq!(seqs, (1..=history.len() as u64).collect::<Vec<_>>(), "{case}");
+        assert_eq!(
+            seqs,
+            (1..=history.len() as u64).collect::<Vec<_>>(),
+            "{case}"
+        );
         let fsck = env.ctxhost(&["fsck"]);
         assert_eq!(fsck.code(), Some(0), "{case}: {}", fsck.stdout());
     }
@@ -178,7 +201,11 @@ fn fsck_repair_fixes_a_pairing_case_without_running_the_task() {
     let (uuid, dir) = paused_case(&env, "orphan_tool");
     let out = env.ctxhost(&["fsck", "--repair"]);
     assert_eq!(out.code(), Some(0), "{}", out.stdout());
-    assert!(out.stdout().contains("[context repair]"), "{}", out.stdout());
+    assert!(
+        out.stdout().contains("[context repair]"),
+        "{}",
+        out.stdout()
+    );
     let current = fs::read_to_string(dir.join("current.jsonl")).unwrap();
     assert!(!current.contains("stray result"));
     assert_eq!(notes(&dir).len(), 1);
@@ -203,13 +230,20 @@ fn an_orphan_line_of_messages_jsonl_is_not_copied_into_current_jsonl() {
     let history: Vec<&str> = history.lines().collect();
     fs::write(dir.join("messages.jsonl"), history[..5].join("\n") + "\n").unwrap();
     env.ctxhost(&["fsck", "--repair"]);
-    assert!(!fs::read_to_string(dir.join("current.jsonl")).unwrap().contains("call_Z"));
+    assert!(
+        !fs::read_to_string(dir.join("current.jsonl"))
+            .unwrap()
+            .contains("call_Z")
+    );
     env.ctxhost(&["resume", &uuid]).ok();
     run_once(&env);
     assert_eq!(row(&env, &uuid)["status"], "completed");
     let sent = messages_of(&llm.requests()[0]);
     check_messages(&sent).unwrap();
-    assert!(sent.iter().all(|m| m.tool_call_id.as_deref() != Some("call_Z")));
+    assert!(
+        sent.iter()
+            .all(|m| m.tool_call_id.as_deref() != Some("call_Z"))
+    );
 }
 
 #[test]
@@ -266,7 +300,11 @@ fn tool_call_arguments_cut_by_max_tokens_get_an_error_result_and_valid_json_goes
     assert_eq!(original["tool_calls"][0]["function"]["arguments"], cut);
     let recorded = notes(&dir);
     assert_eq!(recorded.len(), 1);
-    assert!(recorded[0].contains("not valid JSON") && recorded[0].contains("call_w"), "{}", recorded[0]);
+    assert!(
+        recorded[0].contains("not valid JSON") && recorded[0].contains("call_w"),
+        "{}",
+        recorded[0]
+    );
     let tools = read_jsonl(&dir.join("tools.jsonl"));
     assert_eq!(tools.len(), 1);
     assert_eq!(tools[0]["status"], "error");
@@ -340,7 +378,11 @@ fn a_malformed_or_empty_reply_is_asked_for_again() {
 #[test]
 fn a_reply_that_stays_malformed_fails_the_task_keeping_request_and_response() {
     for (what, bad, says) in [
-        ("lone surrogate", Reply::raw(LONE_SURROGATE), "the response could not be read"),
+        (
+            "lone surrogate",
+            Reply::raw(LONE_SURROGATE),
+            "the response could not be read",
+        ),
         ("empty answer", Reply::text("  ", None), "empty answer"),
     ] {
         let llm = FakeLlm::start(vec![]);
@@ -350,7 +392,9 @@ fn a_reply_that_stays_malformed_fails_the_task_keeping_request_and_response() {
         assert_eq!(row["status"], "failed", "{what}: {row}");
         let error = row["error_message"].as_str().unwrap();
         assert!(
-            error.contains(says) && error.contains("asked 3 time(s)") && error.contains("kept in the task directory"),
+            error.contains(says)
+                && error.contains("asked 3 time(s)")
+                && error.contains("kept in the task directory"),
             "{what}: {error}"
         );
         assert_eq!(llm.request_count(), 3, "{what}: the first ask and two more");

@@ -27,7 +27,11 @@ pub fn is_summary_request(req: &RecordedRequest) -> bool {
         .first()
         .map(|m| m["content"].to_string())
         .unwrap_or_default();
-    let system = req.body.get("system").map(Value::to_string).unwrap_or_default();
+    let system = req
+        .body
+        .get("system")
+        .map(Value::to_string)
+        .unwrap_or_default();
     [first, system].iter().any(|text| {
         text.contains("You write the summary") || text.contains("You merge partial summaries")
     })
@@ -75,7 +79,11 @@ fn env_with_files(llm: &FakeLlm, sample: &Path, extra: &str) -> TestEnv {
         filesystem_server_bin().display(),
         sample.display()
     );
-    env.write_config(&config_yaml(&llm.base_url(), "openai", &format!("{mcp}{extra}")));
+    env.write_config(&config_yaml(
+        &llm.base_url(),
+        "openai",
+        &format!("{mcp}{extra}"),
+    ));
     env.ctxhost(&["init"]).ok();
     env
 }
@@ -115,7 +123,10 @@ fn reader_llm(files: Vec<String>) -> (FakeLlm, Arc<AtomicUsize>) {
                 )],
                 None,
             ),
-            None => Reply::text("All four files read: they parse configuration records.", None),
+            None => Reply::text(
+                "All four files read: they parse configuration records.",
+                None,
+            ),
         })
     });
     (llm, loop_calls)
@@ -137,7 +148,11 @@ fn four_13_kb_file_reads_complete_with_the_default_settings() {
     let (uuid, row) = submit_and_run(&env, "Read module_1.rs to module_4.rs and report.");
 
     assert_eq!(row["status"], "completed", "{row}");
-    assert_eq!(loop_calls.load(Ordering::SeqCst), 5, "4 reads and the answer");
+    assert_eq!(
+        loop_calls.load(Ordering::SeqCst),
+        5,
+        "4 reads and the answer"
+    );
     let compressions = row["compression_count"].as_u64().unwrap();
     assert!(compressions >= 1, "{row}");
 
@@ -177,7 +192,10 @@ fn four_13_kb_file_reads_complete_with_the_default_settings() {
         "four reads: {compressions} compression(s); loop request tokens {sizes:?}; summaries (original → summary tokens): {:?}",
         summaries
             .iter()
-            .map(|s| (s["original_tokens"].as_u64().unwrap(), s["summary_tokens"].as_u64().unwrap()))
+            .map(|s| (
+                s["original_tokens"].as_u64().unwrap(),
+                s["summary_tokens"].as_u64().unwrap()
+            ))
             .collect::<Vec<_>>()
     );
 }
@@ -215,15 +233,26 @@ fn with_a_4096_window_a_file_read_is_cut_to_a_share_of_it_and_the_task_completes
             .map(estimate_message_tokens)
             .sum::<u64>();
     let cap = 4096u64.saturating_sub(tool_tokens + 2 * 1024).max(256);
-    assert!(ctxhost_format::estimate_tokens(result) <= cap, "{} > {cap}", ctxhost_format::estimate_tokens(result));
-    assert_eq!(std::fs::read_to_string(dir.join("tool-results/1.txt")).unwrap(), text);
+    assert!(
+        ctxhost_format::estimate_tokens(result) <= cap,
+        "{} > {cap}",
+        ctxhost_format::estimate_tokens(result)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("tool-results/1.txt")).unwrap(),
+        text
+    );
     let last = llm
         .requests()
         .into_iter()
         .filter(|r| !is_summary_request(r))
         .last()
         .unwrap();
-    assert!(request_tokens(&last) + 1024 <= 4096, "{}", request_tokens(&last));
+    assert!(
+        request_tokens(&last) + 1024 <= 4096,
+        "{}",
+        request_tokens(&last)
+    );
 }
 
 #[test]
@@ -304,7 +333,8 @@ fn overflowing_llm(turns: usize, overflows: usize, status: u16, body: &'static s
         Some(if i < turns {
             // About 1000 tokens a turn: 4 turns stay under the threshold, and the kept tail's
             // token bound moves for each smaller window.
-            let args = json!({ "note": format!("{i}: {}", "observation ".repeat(330)) }).to_string();
+            let args =
+                json!({ "note": format!("{i}: {}", "observation ".repeat(330)) }).to_string();
             Reply::tool_calls(vec![(&format!("call_{i}"), "write_note", &args)], None)
         } else if i < turns + overflows {
             Reply::status(status, body, &[])
@@ -338,7 +368,11 @@ fn a_context_too_long_answer_in_any_wording_compresses_and_sends_again() {
             "{provider}: the retry is not smaller"
         );
         let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
-        assert_eq!(read_jsonl(&dir.join("summaries.jsonl")).len(), 1, "{provider}");
+        assert_eq!(
+            read_jsonl(&dir.join("summaries.jsonl")).len(),
+            1,
+            "{provider}"
+        );
         // The 500 of an old llama.cpp is not retried as it is.
         assert_eq!(
             llm.requests().len(),

@@ -71,13 +71,22 @@ fn a_reader_that_closes_the_pipe_early_ends_the_command_quietly() {
         // The reader (and the pipe) is gone now.
         let status = child.wait().unwrap();
         let mut stderr = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
         assert_eq!(status.code(), Some(0), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert!(stderr.trim().is_empty(), "{args:?}: {stderr}");
     }
     // A reader that is gone before the first line (stats is short).
-    for args in [&["stats"][..], &["stats", "--json"], &["tasks", "--limit", "1"]] {
+    for args in [
+        &["stats"][..],
+        &["stats", "--json"],
+        &["tasks", "--limit", "1"],
+    ] {
         let mut cmd = env.ctxhost_cmd(args);
         cmd.cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.cmd.spawn().unwrap();
@@ -102,7 +111,12 @@ fn fsck_finds_a_missing_history() {
     let problems = report["problems"].as_array().unwrap();
     assert_eq!(problems.len(), 1, "{problems:#?}");
     assert_eq!(problems[0]["kind"], "missing-file");
-    assert!(problems[0]["path"].as_str().unwrap().ends_with("messages.jsonl"));
+    assert!(
+        problems[0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("messages.jsonl")
+    );
     assert!(
         problems[0]["message"]
             .as_str()
@@ -139,7 +153,8 @@ fn fsck_finds_a_database_that_submit_rejects() {
         (page_size, root)
     };
     let mut f = fs::OpenOptions::new().write(true).open(&path).unwrap();
-    f.seek(SeekFrom::Start(((root - 1) * page_size) as u64)).unwrap();
+    f.seek(SeekFrom::Start(((root - 1) * page_size) as u64))
+        .unwrap();
     f.write_all(&vec![0xA5; page_size as usize]).unwrap();
     drop(f);
 
@@ -184,7 +199,10 @@ fn a_line_of_nul_bytes_fails_the_task_until_fsck_repair_and_retry_continue_it() 
     let failed = row(&env, &uuid);
     assert_eq!(failed["status"], "failed", "{failed}");
     assert!(
-        failed["error_message"].as_str().unwrap().contains("messages.jsonl"),
+        failed["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("messages.jsonl"),
         "{failed}"
     );
     assert_eq!(llm.request_count(), 0);
@@ -211,7 +229,10 @@ fn a_line_of_nul_bytes_fails_the_task_until_fsck_repair_and_retry_continue_it() 
     let repaired = env.ctxhost(&["fsck", "--repair"]);
     assert_eq!(repaired.code(), Some(0), "{}", repaired.stdout());
     let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
-    assert_eq!(fs::read_to_string(dir.join("messages.jsonl")).unwrap(), history);
+    assert_eq!(
+        fs::read_to_string(dir.join("messages.jsonl")).unwrap(),
+        history
+    );
 
     env.ctxhost(&["retry", &uuid]).ok();
     let queued = row(&env, &uuid);
@@ -228,7 +249,11 @@ fn a_line_of_nul_bytes_fails_the_task_until_fsck_repair_and_retry_continue_it() 
     // Only a failed task can be retried.
     let again = env.ctxhost(&["retry", &uuid]);
     assert_eq!(again.code(), Some(1));
-    assert!(again.stderr().contains("only a failed task can be retried"), "{}", again.stderr());
+    assert!(
+        again.stderr().contains("only a failed task can be retried"),
+        "{}",
+        again.stderr()
+    );
 }
 
 #[test]
@@ -321,7 +346,12 @@ fn jsonl_lines_escape_unicode_line_separators() {
     assert!(r["compression_count"].as_u64().unwrap() >= 1, "{r}");
     let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
     // Host-written (tools.jsonl) and component-written (messages, current, summaries).
-    for f in ["messages.jsonl", "current.jsonl", "tools.jsonl", "summaries.jsonl"] {
+    for f in [
+        "messages.jsonl",
+        "current.jsonl",
+        "tools.jsonl",
+        "summaries.jsonl",
+    ] {
         let text = fs::read_to_string(dir.join(f)).unwrap();
         assert!(splits_like_lines(&text), "{f} holds a raw U+2028/U+2029");
         assert!(text.contains("\\u2028"), "{f}: nothing was escaped");

@@ -515,10 +515,7 @@ mod tests {
         let tokens = [20, 12, 40, 4000, 4000, 4000];
         let p = plan_tail(&kinds, &tokens, 5, 3000);
         assert_eq!(p.cut, 2, "the group stays whole");
-        assert_eq!(
-            p.shrink.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-            [3, 4]
-        );
+        assert_eq!(p.shrink.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [3, 4]);
         assert!(p.shrink.iter().all(|(_, b)| *b == MIN_SHRUNK_RESULT_TOKENS));
         assert!(p.tail_tokens < 4000 + 40 + 2 * 300, "{}", p.tail_tokens);
         // Only as much as needed: one result cut a little.
@@ -526,7 +523,12 @@ mod tests {
         assert_eq!(p.shrink.len(), 1);
         assert!(p.tail_tokens <= 11_000, "{}", p.tail_tokens);
         // The newest message alone over the bound: kept, nothing else to do.
-        let p = plan_tail(&[System, User, Assistant, Tool], &[20, 12, 40, 9000], 3, 100);
+        let p = plan_tail(
+            &[System, User, Assistant, Tool],
+            &[20, 12, 40, 9000],
+            3,
+            100,
+        );
         assert_eq!((p.cut, p.shrink.len()), (2, 0));
     }
 
@@ -536,7 +538,11 @@ mod tests {
         let s = shrunk_result(&content, 200, Some(7), "call_1");
         assert!(s.starts_with("HEAD") && s.contains("TAIL\n"), "{s}");
         assert!(s.contains("full text in tools.jsonl seq 7"), "{s}");
-        assert!(estimate_tokens(&s) <= 200 + SHRINK_NOTE_TOKENS, "{}", estimate_tokens(&s));
+        assert!(
+            estimate_tokens(&s) <= 200 + SHRINK_NOTE_TOKENS,
+            "{}",
+            estimate_tokens(&s)
+        );
         let s = shrunk_result(&content, 200, None, "call_9");
         assert!(s.contains("tool_call_id call_9"), "{s}");
         assert_eq!(shrunk_result("short", 200, Some(1), "c"), "short");

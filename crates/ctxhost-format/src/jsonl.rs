@@ -136,7 +136,10 @@ pub fn escape_line_separators(line: &str) -> Cow<'_, str> {
     if !line.contains(['\u{2028}', '\u{2029}']) {
         return Cow::Borrowed(line);
     }
-    Cow::Owned(line.replace('\u{2028}', "\\u2028").replace('\u{2029}', "\\u2029"))
+    Cow::Owned(
+        line.replace('\u{2028}', "\\u2028")
+            .replace('\u{2029}', "\\u2029"),
+    )
 }
 
 /// Reads a JSONL file line by line into one reused buffer.
@@ -445,11 +448,17 @@ mod tests {
         let m = ChatMessage::text("user", text);
         let line = to_line(&m).unwrap();
         assert!(!line.contains(['\u{2028}', '\u{2029}']), "{line}");
-        assert!(line.contains("a\\u2028b\\u2029c — ok\\n\\\"q\\\""), "{line}");
+        assert!(
+            line.contains("a\\u2028b\\u2029c — ok\\n\\\"q\\\""),
+            "{line}"
+        );
         assert_eq!(serde_json::from_str::<ChatMessage>(&line).unwrap(), m);
         // The same bytes as serde_json's compact output when there is nothing to escape.
         let plain = ChatMessage::text("user", "plain é 上");
-        assert_eq!(to_line(&plain).unwrap(), serde_json::to_string(&plain).unwrap());
+        assert_eq!(
+            to_line(&plain).unwrap(),
+            serde_json::to_string(&plain).unwrap()
+        );
         // Keys are strings too; a line read back from Python-style splitting stays whole.
         let map: std::collections::BTreeMap<String, u8> = [("k\u{2028}".to_string(), 1)].into();
         assert_eq!(to_line(&map).unwrap(), "{\"k\\u2028\":1}");

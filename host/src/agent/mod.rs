@@ -200,9 +200,7 @@ impl Agent<'_> {
                 .with_context(what);
         }
         let tools = &mut *self.tools;
-        ctx.tools()
-            .run(call, |c| tools.call(c))
-            .with_context(what)
+        ctx.tools().run(call, |c| tools.call(c)).with_context(what)
     }
 
     /// Step 1: a fresh context gets the system prompt, then the user's message. A resumed one
@@ -488,7 +486,10 @@ impl Agent<'_> {
             None => "use a model with a larger window (llm.context_length)".to_string(),
         };
         let tools = if self.tool_definition_tokens > 0 {
-            format!(", after {} tokens of tool definitions,", self.tool_definition_tokens)
+            format!(
+                ", after {} tokens of tool definitions,",
+                self.tool_definition_tokens
+            )
         } else {
             String::new()
         };
@@ -635,7 +636,11 @@ mod tests {
         };
         let n = normalise_reply(m);
         assert_eq!(n.role, "assistant");
-        let args: Vec<_> = n.calls().iter().map(|c| c.function.arguments.as_str()).collect();
+        let args: Vec<_> = n
+            .calls()
+            .iter()
+            .map(|c| c.function.arguments.as_str())
+            .collect();
         assert_eq!(args, ["{}", "{\"p\":1}"]);
     }
 

@@ -43,7 +43,9 @@ pub struct FsckArgs {
 /// finished seconds ago: that is `--all`, said explicitly).
 fn parse_days(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
-        Ok(0) => Err("must be at least 1 (to delete the directory of every finished task, use --all)".into()),
+        Ok(0) => Err(
+            "must be at least 1 (to delete the directory of every finished task, use --all)".into(),
+        ),
         Ok(n) => Ok(n),
         Err(e) => Err(format!("must be a whole number ≥ 1: {e}")),
     }

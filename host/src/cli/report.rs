@@ -196,12 +196,17 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     );
     outln!(
         "counters:      {} LLM calls, {} tool calls, {} tokens, {} compressions",
-        t.llm_call_count, t.tool_call_count, t.total_tokens, t.compression_count
+        t.llm_call_count,
+        t.tool_call_count,
+        t.total_tokens,
+        t.compression_count
     );
     if t.cache_read_tokens > 0 || t.cache_creation_tokens > 0 {
         outln!(
             "prompt cache:  {} tokens read, {} written (of the {} tokens)",
-            t.cache_read_tokens, t.cache_creation_tokens, t.total_tokens
+            t.cache_read_tokens,
+            t.cache_creation_tokens,
+            t.total_tokens
         );
     }
     if let (Some(pid), Some(host)) = (t.process_id, &t.hostname) {
@@ -210,7 +215,8 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     if t.resume_count > 0 || t.crash_count > 0 {
         outln!(
             "lifecycle:     resumed {} time(s), {} crash(es) of its process",
-            t.resume_count, t.crash_count
+            t.resume_count,
+            t.crash_count
         );
     }
     if t.stop_requested {

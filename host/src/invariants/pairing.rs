@@ -102,12 +102,18 @@ impl fmt::Display for PairingFix {
                 f,
                 "line {index}: dropped a second result for tool call {id}, which already had one"
             ),
-            PairingFix::DroppedOrphan { index, id: Some(id) } => write!(
+            PairingFix::DroppedOrphan {
+                index,
+                id: Some(id),
+            } => write!(
                 f,
                 "line {index}: dropped a tool result for {id}, which answers no tool call of the assistant message before it"
             ),
             PairingFix::DroppedOrphan { index, id: None } => {
-                write!(f, "line {index}: dropped a tool result without tool_call_id")
+                write!(
+                    f,
+                    "line {index}: dropped a tool result without tool_call_id"
+                )
             }
             PairingFix::Answered {
                 before,
@@ -479,7 +485,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out[3].content.as_deref(), Some("Error: not made"));
-        assert!(matches!(&fixes[..], [PairingFix::SanitizedArguments { index: 3, .. }]));
+        assert!(matches!(
+            &fixes[..],
+            [PairingFix::SanitizedArguments { index: 3, .. }]
+        ));
         check_messages(&out).unwrap();
     }
 
@@ -491,7 +500,10 @@ mod tests {
         assert!(fixes.is_empty());
         let (out, fixes) = repair_pairing(ctx, false).unwrap();
         assert_eq!(out[4].tool_call_id.as_deref(), Some("b"));
-        assert!(matches!(&fixes[..], [PairingFix::Answered { before: None, .. }]));
+        assert!(matches!(
+            &fixes[..],
+            [PairingFix::Answered { before: None, .. }]
+        ));
         check_messages(&out).unwrap();
     }
 

@@ -95,10 +95,7 @@ pub const fn allowed(from: Status, to: Status) -> bool {
         (Paused, Running | Paused | Completed | Failed) => false,
         (Failed, Queued) => true,
         (Failed, Running | Paused | Completed | Failed | Stopped) => false,
-        (
-            Completed | Stopped,
-            Queued | Running | Paused | Completed | Failed | Stopped,
-        ) => false,
+        (Completed | Stopped, Queued | Running | Paused | Completed | Failed | Stopped) => false,
     }
 }
 
@@ -744,7 +741,10 @@ mod tests {
         apply(&db, &layout, U, &fail).unwrap();
         row::retry(&db, U).unwrap();
         assert_eq!(find_dirs(&layout, U), [DirState::Completed]);
-        assert_eq!(complete_all_interrupted(&db, &layout, None).unwrap().len(), 1);
+        assert_eq!(
+            complete_all_interrupted(&db, &layout, None).unwrap().len(),
+            1
+        );
         assert_eq!(find_dirs(&layout, U), [DirState::Paused]);
     }
 

@@ -35,8 +35,8 @@ use ctxhost_format::files::{CURRENT, DEBUG_FILES, MESSAGES, is_temporary};
 use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
 
 use crate::invariants::queries::pending_tool_calls_in;
-use ctxhost_format::jsonl::to_line;
 use crate::layout::{append_line, sync_file};
+use ctxhost_format::jsonl::to_line;
 
 pub use readers::{HistoryStats, history_stats, jsonl_files};
 pub use reconcile::{RECONCILE_WINDOW, reconcile_current};

@@ -40,10 +40,18 @@ impl std::fmt::Display for NulFix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "removed {} NUL byte(s)", self.bytes)?;
         if !self.removed_lines.is_empty() {
-            write!(f, "; line(s) {:?} held nothing else and are gone", self.removed_lines)?;
+            write!(
+                f,
+                "; line(s) {:?} held nothing else and are gone",
+                self.removed_lines
+            )?;
         }
         if !self.cleaned_lines.is_empty() {
-            write!(f, "; cut from the start of line(s) {:?}", self.cleaned_lines)?;
+            write!(
+                f,
+                "; cut from the start of line(s) {:?}",
+                self.cleaned_lines
+            )?;
         }
         Ok(())
     }

@@ -189,11 +189,7 @@ mod tests {
             h[5].content
         );
         // Sound now: a second pass does nothing, and reconciling copies nothing back.
-        assert!(
-            repair_context(dir.path(), "t", false)
-                .unwrap()
-                .is_empty()
-        );
+        assert!(repair_context(dir.path(), "t", false).unwrap().is_empty());
         assert!(
             crate::repair::reconcile_current(dir.path(), false)
                 .unwrap()
@@ -213,7 +209,9 @@ mod tests {
         ];
         write_task(dir.path(), &ctx, &ctx);
         let before = std::fs::read(dir.path().join(MESSAGES)).unwrap();
-        let e = repair_context(dir.path(), "t", false).unwrap_err().to_string();
+        let e = repair_context(dir.path(), "t", false)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("current.jsonl:2:"), "{e}");
         assert_eq!(std::fs::read(dir.path().join(MESSAGES)).unwrap(), before);
     }

@@ -17,9 +17,11 @@ use ctxhost_format::compress::parse_summary_range;
 use ctxhost_format::files::{CURRENT, MESSAGES};
 
 use crate::invariants::pairing::same_message_sent;
-use crate::invariants::queries::{last_message_in, open_lines, pending_tool_calls_in, track_pending};
-use ctxhost_format::jsonl::to_line;
+use crate::invariants::queries::{
+    last_message_in, open_lines, pending_tool_calls_in, track_pending,
+};
 use crate::layout::{append_line, atomic_write, sync_file};
+use ctxhost_format::jsonl::to_line;
 
 /// History lines kept in memory while looking for the lines current.jsonl lacks.
 pub const RECONCILE_WINDOW: usize = 256;
@@ -119,7 +121,11 @@ pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
             .as_ref()
             .is_some_and(|id| pending.iter().any(|c| &c.id == id));
         if m.role == "tool" && !answers_pending {
-            tracing::debug!(seq = h.seq, "{}: not copying a tool result that answers no waiting call", messages.display());
+            tracing::debug!(
+                seq = h.seq,
+                "{}: not copying a tool result that answers no waiting call",
+                messages.display()
+            );
             continue;
         }
         track_pending(&mut pending, m.clone());

@@ -150,15 +150,18 @@ impl TaskContext {
         if current != CURRENT {
             // A store with its own context file: check it, repair nothing.
             check_context_file(&self.dir.join(&current), false).map_err(|e| {
-                anyhow::anyhow!("the context about to be sent breaks an invariant: {e}; nothing was sent")
+                anyhow::anyhow!(
+                    "the context about to be sent breaks an invariant: {e}; nothing was sent"
+                )
             })?;
             return Ok(Vec::new());
         }
         match crate::repair::pairing::needs_repair(&self.dir, false) {
             Ok(false) => Ok(Vec::new()),
             Ok(true) => {
-                let fixes = crate::repair::pairing::repair_context(&self.dir, &now_rfc3339(), false)
-                    .context("repairing the context before sending it")?;
+                let fixes =
+                    crate::repair::pairing::repair_context(&self.dir, &now_rfc3339(), false)
+                        .context("repairing the context before sending it")?;
                 self.reopen_store()?;
                 Ok(fixes)
             }
@@ -182,7 +185,10 @@ impl TaskContext {
 
     /// Give the tool calls of `message` (a reply about to be appended) ids unused in the
     /// conversation ([`make_call_ids_unique`]); returns the `(old, new)` ids replaced.
-    pub fn make_call_ids_unique(&mut self, message: &mut ChatMessage) -> anyhow::Result<Vec<(String, String)>> {
+    pub fn make_call_ids_unique(
+        &mut self,
+        message: &mut ChatMessage,
+    ) -> anyhow::Result<Vec<(String, String)>> {
         let seq = self
             .store
             .count_messages()

@@ -25,8 +25,8 @@ use ctxhost::config::DEFAULT_SUMMARY_PROMPT;
 use ctxhost::invariants::check_context_file;
 use ctxhost::runtime::{CompressConfig, RuntimeError};
 use ctxhost_format::compress::{
-    SHRUNK_NOTE_PREFIX, is_masked, is_summary_line, parse_summary_range, plan_tail,
-    render_message, summary_content,
+    SHRUNK_NOTE_PREFIX, is_masked, is_summary_line, parse_summary_range, plan_tail, render_message,
+    summary_content,
 };
 use ctxhost_format::{
     ChatMessage, HistoryLine, SummaryLine, ToolCall, ToolLine, estimate_message_tokens,
@@ -223,14 +223,22 @@ fn check_step(
             let i = from + j;
             let old = &before.context[i];
             if shrunk(i) {
-                ensure!(i >= cut && i + 1 < before.context.len(), "cut message {i} is not in the kept part or is the newest");
+                ensure!(
+                    i >= cut && i + 1 < before.context.len(),
+                    "cut message {i} is not in the kept part or is the newest"
+                );
                 let c = new.content.as_deref().unwrap_or("");
                 ensure!(
-                    c.contains(SHRUNK_NOTE_PREFIX) && estimate_tokens(c) < estimate_tokens(old.content.as_deref().unwrap_or("")),
+                    c.contains(SHRUNK_NOTE_PREFIX)
+                        && estimate_tokens(c)
+                            < estimate_tokens(old.content.as_deref().unwrap_or("")),
                     "message {i} is not cut: {c:.80}"
                 );
                 ensure!(
-                    ChatMessage { content: old.content.clone(), ..new.clone() } == *old,
+                    ChatMessage {
+                        content: old.content.clone(),
+                        ..new.clone()
+                    } == *old,
                     "message {i}: more than its content changed"
                 );
             } else {
@@ -242,9 +250,18 @@ fn check_step(
     let summarised = task.bytes("summaries.jsonl") != before.summaries;
     if kind == Kind::Summarizer && !summarised {
         // Only the older results of the kept part were cut: nothing else changes.
-        ensure!(!plan.shrink.is_empty(), "replaced without a summary and nothing to cut");
-        ensure!(messages_now == before.messages, "messages.jsonl changed without a summary");
-        ensure!(after.len() == before.context.len(), "messages were dropped without a summary");
+        ensure!(
+            !plan.shrink.is_empty(),
+            "replaced without a summary and nothing to cut"
+        );
+        ensure!(
+            messages_now == before.messages,
+            "messages.jsonl changed without a summary"
+        );
+        ensure!(
+            after.len() == before.context.len(),
+            "messages were dropped without a summary"
+        );
         check_kept(&after[1..], 1)?;
         return Ok("cut older results only");
     }
@@ -633,7 +650,9 @@ fn run_case(case: &Case, stats: &mut HashMap<&'static str, u32>) -> Result<(), S
                 .last()
                 .is_some_and(|m| m.role == "tool" && estimate_message_tokens(m) > 1_000)
         {
-            *stats.entry("steps with a large newest tool result").or_default() += 1;
+            *stats
+                .entry("steps with a large newest tool result")
+                .or_default() += 1;
         }
         if label != "not needed" {
             *stats
@@ -1237,7 +1256,9 @@ fn source(n: usize) -> String {
     let mut i = 0;
     while s.len() < 13_000 {
         i += 1;
-        s.push_str(&format!("pub fn field_{n}_{i}(x: &str) -> Option<u64> {{ x.trim().parse().ok() }}\n"));
+        s.push_str(&format!(
+            "pub fn field_{n}_{i}(x: &str) -> Option<u64> {{ x.trim().parse().ok() }}\n"
+        ));
     }
     s
 }
@@ -1265,8 +1286,13 @@ fn snapshot_three_file_reads_before_and_after_a_compaction() {
     let llm = FakeLlm::new(task.dir.path()).script([Ok(
         "The agent read module_1.rs: 200 field parsers returning Option<u64>.".to_string(),
     )]);
-    let outcome = task.compact(Kind::Summarizer, &host_defaults(), &llm).unwrap();
-    assert!(matches!(outcome, CompactionOutcome::Compressed { .. }), "{outcome:?}");
+    let outcome = task
+        .compact(Kind::Summarizer, &host_defaults(), &llm)
+        .unwrap();
+    assert!(
+        matches!(outcome, CompactionOutcome::Compressed { .. }),
+        "{outcome:?}"
+    );
     let after = task.context();
     insta::assert_snapshot!(
         "compaction_two_reads",
@@ -1285,14 +1311,26 @@ fn snapshot_parallel_reads_whose_older_results_are_cut() {
     }
     let before = task.context();
     let llm = FakeLlm::new(task.dir.path());
-    let outcome = task.compact(Kind::Summarizer, &host_defaults(), &llm).unwrap();
+    let outcome = task
+        .compact(Kind::Summarizer, &host_defaults(), &llm)
+        .unwrap();
     // The newest group is kept whole, its two older results cut. The short user message before
     // it would not get smaller as a summary: it is kept too, and no summary is made.
     assert!(
-        matches!(outcome, CompactionOutcome::Compressed { summary_id: None, .. }),
+        matches!(
+            outcome,
+            CompactionOutcome::Compressed {
+                summary_id: None,
+                ..
+            }
+        ),
         "{outcome:?}"
     );
-    assert_eq!(llm.calls().len(), 1, "a summary of the user message was tried");
+    assert_eq!(
+        llm.calls().len(),
+        1,
+        "a summary of the user message was tried"
+    );
     let after = task.context();
     insta::assert_snapshot!(
         "compaction_parallel_reads",
