@@ -689,21 +689,7 @@ fn retry_a_failed_task_with_csrf_once_its_files_pass_fsck() {
     d.get(&format!("{page}/retry")).expect(405);
     assert_eq!(db.get(C).unwrap().unwrap().status, Status::Failed);
 
-    // C's files have problems (its messages.jsonl holds a tool result that answers no call):
-    // 409 with `ctxhost retry`'s text naming them, the task still failed where it was.
-    let r = d
-        .post_form(&format!("{page}/retry"), &h, &[("csrf", &token)])
-        .expect(409);
-    assert!(r.body.contains("cannot be retried"), "{}", r.body);
-    assert!(r.body.contains("fsck --repair"), "{}", r.body);
-    assert!(r.body.contains("messages.jsonl"), "{}", r.body);
-    assert_eq!(db.get(C).unwrap().unwrap().status, Status::Failed);
-    assert_eq!(
-        find_task_dir(&env.contexts(), C),
-        Some(env.contexts().join("completed").join(C))
-    );
-
-    // Files that pass fsck: queued again, the directory in paused/ to continue from.
+    // Files that pass fsck: the system prompt and the task's message, in both files.
     let messages = [
         serde_json::json!({"seq":1,"role":"system","content":"You are a careful agent.","timestamp":"2026-01-01T00:00:01.000Z","tokens":8}),
         serde_json::json!({"seq":2,"role":"user","content":"Fix the flaky test","timestamp":"2026-01-01T00:00:02.000Z","tokens":7}),
@@ -713,6 +699,33 @@ fn retry_a_failed_task_with_csrf_once_its_files_pass_fsck() {
         serde_json::json!({"role":"user","content":"Fix the flaky test"}),
     ];
     let lines = |v: &[serde_json::Value]| v.iter().map(|l| format!("{l}\n")).collect::<String>();
+
+    // C's history has a line of NUL bytes in the middle (a lost write): 409 with `ctxhost
+    // retry`'s text naming the file and the fix, the task still failed where it was.
+    let damaged = format!("{}\n{}\n{}\n", messages[0], "\0".repeat(40), messages[1]);
+    write_task_dir(
+        &env.contexts(),
+        "completed",
+        C,
+        &[
+            ("messages.jsonl", damaged),
+            ("current.jsonl", lines(&current)),
+        ],
+    );
+    let r = d
+        .post_form(&format!("{page}/retry"), &h, &[("csrf", &token)])
+        .expect(409);
+    assert!(r.body.contains("cannot be retried"), "{}", r.body);
+    assert!(r.body.contains("fsck --repair"), "{}", r.body);
+    assert!(r.body.contains("messages.jsonl"), "{}", r.body);
+    assert!(r.body.contains("NUL"), "{}", r.body);
+    assert_eq!(db.get(C).unwrap().unwrap().status, Status::Failed);
+    assert_eq!(
+        find_task_dir(&env.contexts(), C),
+        Some(env.contexts().join("completed").join(C))
+    );
+
+    // Repaired files: queued again, the directory in paused/ to continue from.
     write_task_dir(
         &env.contexts(),
         "completed",
