@@ -46,6 +46,7 @@ use crate::runtime::{Compressor, Reply, RequestConfig, RequestFormat};
 use crate::task::{CallRecord, Interrupt, TaskContext, UsageDelta};
 use crate::tools::CallOutcome;
 pub use crate::tools::{NoTools, ToolRunner};
+use crate::untrusted;
 use exchange::{Exchange, ExchangeError, exchange_checked};
 
 /// How a task's loop ended (errors are `Err`, and fail the task).
@@ -116,7 +117,8 @@ impl Agent<'_> {
         self.tool_definition_tokens = self
             .tools
             .tools_file()
-            .and_then(|f| std::fs::read_to_string(ctx.dir().join(f)).ok())
+            .and_then(|f| ctx.dir().read(f).ok())
+            .and_then(|bytes| String::from_utf8(bytes).ok())
             .map(|text| ctxhost_format::estimate_tokens(&text))
             .unwrap_or(0);
         // A tool result gets its share of what the tool definitions leave of the window.
@@ -149,7 +151,12 @@ impl Agent<'_> {
                 let message = recorded.to_message(call);
                 ctx.store()
                     .add_message(&message, &now_rfc3339())
-                    .with_context(|| format!("appending the result of tool call {}", call.id))?;
+                    .with_context(|| {
+                        format!(
+                            "appending the result of tool call {}",
+                            untrusted::name(&call.id)
+                        )
+                    })?;
                 ctx.update_statistics(UsageDelta::tool_call())?;
             }
             // Safe point: before the LLM call (and before a compression, which may call it too).
@@ -190,9 +197,15 @@ impl Agent<'_> {
         ctx: &mut TaskContext,
         call: &ctxhost_format::ToolCall,
     ) -> anyhow::Result<crate::task::RecordedCall> {
-        let what = || format!("tool call {} ({})", call.id, call.function.name);
+        let what = || {
+            format!(
+                "tool call {} ({})",
+                untrusted::name(&call.id),
+                untrusted::name(&call.function.name)
+            )
+        };
         if let Some(reason) = arguments_error(&call.function.arguments) {
-            tracing::warn!(uuid = %ctx.uuid(), id = %call.id, tool = %call.function.name, "tool call arguments are not valid JSON ({reason}); answering with an error");
+            tracing::warn!(uuid = %ctx.uuid(), id = %untrusted::name(&call.id), tool = %untrusted::name(&call.function.name), "tool call arguments are not valid JSON ({reason}); answering with an error");
             let text = invalid_arguments_text(call, &reason);
             return ctx
                 .tools()
@@ -215,10 +228,12 @@ impl Agent<'_> {
             .current_token_count()
             .context("message store: current-token-count")?;
         let current_file = ctx.current_file()?;
-        let current_file = ctx.dir().join(current_file);
-        let current_empty = std::fs::metadata(&current_file)
-            .map(|m| m.len() == 0)
-            .unwrap_or(true);
+        let current_empty = ctx
+            .dir()
+            .metadata(&current_file)
+            .ok()
+            .flatten()
+            .is_none_or(|m| m.len() == 0);
         if !current_empty && stats_count == 1 {
             // A process killed between the system prompt and the task's prompt: add the latter.
             let user = ChatMessage::text("user", ctx.prompt().to_string());
@@ -234,8 +249,8 @@ impl Agent<'_> {
         if stats_count > 0 {
             bail!(
                 "{} is empty but {} holds {stats_count} messages: the context must be repaired before the task can go on",
-                current_file.display(),
-                ctx.dir().join(MESSAGES).display()
+                ctx.dir().show(&current_file),
+                ctx.dir().show(MESSAGES)
             );
         }
         let system = ChatMessage::text("system", self.config.agent.system_prompt.clone());
@@ -287,8 +302,12 @@ impl Agent<'_> {
             };
             let error = format!("LLM call {step} failed: {e}");
             // request.json is kept after a failed call: its size is known.
-            record.request_bytes =
-                std::fs::metadata(ctx.dir().join(REQUEST)).map_or(0, |m| m.len());
+            record.request_bytes = ctx
+                .dir()
+                .metadata(REQUEST)
+                .ok()
+                .flatten()
+                .map_or(0, |m| m.len());
             record.error = Some(&error);
             ctx.calls().record_call(&record, &now_rfc3339());
             if let ExchangeError::Rejected { usage_tokens, .. } = &e {
@@ -343,6 +362,7 @@ impl Agent<'_> {
             ctx.dir(),
             &config,
             RESPONSE,
+            None,
             &reject_empty_reply,
         )
     }
@@ -428,7 +448,7 @@ impl Agent<'_> {
             );
         };
         let cfg = self.config.compress_config_for(window);
-        let dir = ctx.dir().to_path_buf();
+        let dir = ctx.dir().clone();
         match compact(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, true) {
             Ok(CompactionOutcome::Compressed {
                 after_tokens,
@@ -466,7 +486,7 @@ impl Agent<'_> {
         let newest = ctx
             .current_file()
             .ok()
-            .and_then(|f| last_message_in(&ctx.dir().join(f)).ok().flatten());
+            .and_then(|f| last_message_in(ctx.dir(), &f).ok().flatten());
         let advice = match &newest {
             Some(m) if m.role == "tool" => format!(
                 "the newest message, a result of {} ({} tokens), is kept whole by every compression: lower \
@@ -511,7 +531,7 @@ impl Agent<'_> {
             return Ok(());
         };
         let cfg = self.config.compress_config_for(window);
-        let dir = ctx.dir().to_path_buf();
+        let dir = ctx.dir().clone();
         let before = ctx.store().current_token_count()?;
         match compact(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, false) {
             Ok(CompactionOutcome::NotNeeded) => Ok(()),
@@ -562,7 +582,9 @@ impl Agent<'_> {
                         self.compaction_failures
                     )));
                 }
-                tracing::warn!(uuid = %ctx.uuid(), tokens, failures = self.compaction_failures, "{e}");
+                // The error may quote what the compressor wrote (ids, a line): bounded, escaped.
+                let shown = untrusted::text(&e.to_string(), untrusted::MAX_LOG_BYTES).into_owned();
+                tracing::warn!(uuid = %ctx.uuid(), tokens, failures = self.compaction_failures, "{shown}");
                 Ok(())
             }
         }
@@ -591,7 +613,7 @@ fn reject_empty_reply(reply: &Reply) -> Result<(), String> {
     if m.calls().is_empty() && m.content.as_deref().is_none_or(|c| c.trim().is_empty()) {
         return Err(format!(
             "the model returned an empty answer (no content and no tool calls; finish_reason: {})",
-            reply.finish_reason.as_deref().unwrap_or("none")
+            untrusted::name(reply.finish_reason.as_deref().unwrap_or("none"))
         ));
     }
     Ok(())

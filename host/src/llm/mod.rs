@@ -12,11 +12,13 @@
 //! - [`retry`]: which failures are retried, backoff delays, `Retry-After` parsing
 //! - [`overflow`]: a provider's "the context is too long" answer (never retried as it is)
 //! - [`error`] — [`TransportError`] (names the URL and attempts, never the key)
+//! - [`redact`]: the API key out of every body, error and kept file; URL credentials hidden
 //! - [`transport`]: [`Transport`] and [`PostOutcome`]
 
 pub mod config;
 pub mod error;
 pub mod overflow;
+pub mod redact;
 pub mod retry;
 pub mod transport;
 

@@ -5,18 +5,17 @@
 //! line are cut off it. `ctxhost fsck` reports them ([`find_nul_lines`]); `ctxhost fsck --repair`
 //! removes them ([`remove_nul_bytes`], an atomic replace; the file is streamed).
 
-use std::fs::File;
 use std::io::{self, BufRead, BufReader};
-use std::path::Path;
 
 use anyhow::Context;
 
-use crate::layout::atomic_write_with;
+use crate::task_dir::TaskDir;
 
-/// The 1-based lines of `path` holding a NUL byte (streamed; empty for a missing file).
-pub fn find_nul_lines(path: &Path) -> anyhow::Result<Vec<u64>> {
+/// The 1-based lines of the file `name` of `dir` holding a NUL byte (streamed; empty for a
+/// missing file).
+pub fn find_nul_lines(dir: &TaskDir, name: &str) -> anyhow::Result<Vec<u64>> {
     let mut found = Vec::new();
-    for_each_line(path, |n, line| {
+    for_each_line(dir, name, |n, line| {
         if line.contains(&0) {
             found.push(n);
         }
@@ -57,10 +56,10 @@ impl std::fmt::Display for NulFix {
     }
 }
 
-/// Remove every NUL byte of the JSONL file `path` (see the module docs); `None` when it has
-/// none (the file is not rewritten) or does not exist.
-pub fn remove_nul_bytes(path: &Path) -> anyhow::Result<Option<NulFix>> {
-    if find_nul_lines(path)?.is_empty() {
+/// Remove every NUL byte of the JSONL file `name` of `dir` (see the module docs); `None` when
+/// it has none (the file is not rewritten) or does not exist.
+pub fn remove_nul_bytes(dir: &TaskDir, name: &str) -> anyhow::Result<Option<NulFix>> {
+    if find_nul_lines(dir, name)?.is_empty() {
         return Ok(None);
     }
     let mut fix = NulFix {
@@ -68,8 +67,8 @@ pub fn remove_nul_bytes(path: &Path) -> anyhow::Result<Option<NulFix>> {
         cleaned_lines: Vec::new(),
         bytes: 0,
     };
-    atomic_write_with(path, |out| {
-        for_each_line(path, |n, line| {
+    dir.write_atomic_with(name, |out| {
+        for_each_line(dir, name, |n, line| {
             let nuls = line.iter().filter(|b| **b == 0).count() as u64;
             if nuls == 0 {
                 return out.write_all(line);
@@ -85,19 +84,23 @@ pub fn remove_nul_bytes(path: &Path) -> anyhow::Result<Option<NulFix>> {
             }
         })
         .map_err(io::Error::other)
-    })?;
+    })
+    .with_context(|| format!("cannot replace {}", dir.show(name)))?;
     Ok(Some(fix))
 }
 
-/// Calls `f(line number, bytes with their `\n`)` for every line of `path` (none when missing).
+/// Calls `f(line number, bytes with their `\n`)` for every line of the file `name` of `dir`
+/// (none when missing).
 fn for_each_line(
-    path: &Path,
+    dir: &TaskDir,
+    name: &str,
     mut f: impl FnMut(u64, &[u8]) -> io::Result<()>,
 ) -> anyhow::Result<()> {
-    let file = match File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+    let shown = dir.show(name);
+    let file = match dir.open_read_if_exists(name) {
+        Ok(Some(file)) => file,
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("cannot open {shown}")),
     };
     let mut reader = BufReader::new(file);
     let mut buf = Vec::new();
@@ -106,12 +109,12 @@ fn for_each_line(
         buf.clear();
         let read = reader
             .read_until(b'\n', &mut buf)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+            .with_context(|| format!("cannot read {shown}"))?;
         if read == 0 {
             return Ok(());
         }
         n += 1;
-        f(n, &buf).with_context(|| format!("{} line {n}", path.display()))?;
+        f(n, &buf).with_context(|| format!("{shown} line {n}"))?;
     }
 }
 
@@ -121,16 +124,17 @@ mod tests {
 
     #[test]
     fn lines_of_nul_bytes_go_and_stuck_ones_are_cut() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("messages.jsonl");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let p = tmp.path().join("messages.jsonl");
         let mut bytes = b"{\"seq\":1}\n".to_vec();
         bytes.extend([0u8; 4096]);
         bytes.push(b'\n');
         bytes.extend([0u8; 10]);
         bytes.extend(b"{\"seq\":2}\n{\"seq\":3}\n");
         std::fs::write(&p, &bytes).unwrap();
-        assert_eq!(find_nul_lines(&p).unwrap(), [2, 3]);
-        let fix = remove_nul_bytes(&p).unwrap().unwrap();
+        assert_eq!(find_nul_lines(&dir, "messages.jsonl").unwrap(), [2, 3]);
+        let fix = remove_nul_bytes(&dir, "messages.jsonl").unwrap().unwrap();
         assert_eq!(
             fix,
             NulFix {
@@ -143,7 +147,7 @@ mod tests {
             std::fs::read_to_string(&p).unwrap(),
             "{\"seq\":1}\n{\"seq\":2}\n{\"seq\":3}\n"
         );
-        assert_eq!(remove_nul_bytes(&p).unwrap(), None);
-        assert_eq!(remove_nul_bytes(&dir.path().join("none")).unwrap(), None);
+        assert_eq!(remove_nul_bytes(&dir, "messages.jsonl").unwrap(), None);
+        assert_eq!(remove_nul_bytes(&dir, "none").unwrap(), None);
     }
 }

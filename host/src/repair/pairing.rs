@@ -16,9 +16,7 @@
 //! the next run repairs it again (and records it again). An unrepairable context is an error
 //! naming the file and line; nothing is written then.
 
-use std::fs::File;
 use std::io::{self, BufReader};
-use std::path::Path;
 
 use anyhow::{Context, anyhow};
 use ctxhost_format::files::{CURRENT, MESSAGES};
@@ -28,7 +26,7 @@ use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
 use super::readers::history_stats;
 use crate::invariants::pairing::{PairingFix, PairingRepair};
 use crate::invariants::{ContextFileError, check_context_file};
-use crate::layout::{append_line, atomic_write_with, sync_file};
+use crate::task_dir::TaskDir;
 
 /// Start of the content of a context-repair note in messages.jsonl.
 pub const NOTE_PREFIX: &str = "[context repair] ";
@@ -36,12 +34,11 @@ pub const NOTE_PREFIX: &str = "[context repair] ";
 /// Whether current.jsonl of `dir` needs [`repair_context`]: it breaks a repairable invariant
 /// (with `allow_pending_tail`, calls waiting at its end are fine). Errors: an unrepairable
 /// break or a line that does not parse, naming file and line; a missing file is sound.
-pub fn needs_repair(dir: &Path, allow_pending_tail: bool) -> Result<bool, ContextFileError> {
-    let current = dir.join(CURRENT);
-    if !current.exists() {
+pub fn needs_repair(dir: &TaskDir, allow_pending_tail: bool) -> Result<bool, ContextFileError> {
+    if !dir.is_file(CURRENT) {
         return Ok(false);
     }
-    match check_context_file(&current, allow_pending_tail) {
+    match check_context_file(dir, CURRENT, allow_pending_tail) {
         Ok(_) => Ok(false),
         Err(ContextFileError::Violation { violation, .. })
         | Err(ContextFileError::AtEnd { violation, .. })
@@ -62,39 +59,43 @@ pub fn needs_repair(dir: &Path, allow_pending_tail: bool) -> Result<bool, Contex
 /// stay (a paused task makes them when it runs again). Returns the repairs made (none: nothing
 /// was written). No component may be using the files.
 pub fn repair_context(
-    dir: &Path,
+    dir: &TaskDir,
     timestamp: &str,
     allow_pending_tail: bool,
 ) -> anyhow::Result<Vec<PairingFix>> {
     if !needs_repair(dir, allow_pending_tail)? {
         return Ok(Vec::new());
     }
-    let current = dir.join(CURRENT);
-    let messages = dir.join(MESSAGES);
+    let append = |text: String| {
+        dir.append_line(MESSAGES, &text)
+            .with_context(|| format!("cannot append to {}", dir.show(MESSAGES)))
+    };
     // A first pass to learn the repairs (nothing written yet).
-    let fixes = stream(&current, allow_pending_tail, &mut io::sink())?;
+    let fixes = stream(dir, allow_pending_tail, &mut io::sink())?;
     if fixes.is_empty() {
         return Ok(fixes);
     }
     // 1. The history: answers, then the note.
-    let mut seq = history_stats(&messages)?.last_seq;
+    let mut seq = history_stats(dir, MESSAGES)?.last_seq;
     for answer in fixes.iter().filter_map(PairingFix::answer) {
         seq += 1;
-        append_line(&messages, &to_line(&history_line(seq, &answer, timestamp))?)?;
+        append(to_line(&history_line(seq, &answer, timestamp))?)?;
     }
     seq += 1;
     let note = ChatMessage::text("system", note_text(&fixes));
-    append_line(&messages, &to_line(&history_line(seq, &note, timestamp))?)?;
-    sync_file(&messages)?;
+    append(to_line(&history_line(seq, &note, timestamp))?)?;
+    dir.sync_file(MESSAGES)
+        .with_context(|| format!("cannot sync {}", dir.show(MESSAGES)))?;
     // 2. current.jsonl.
     let mut again = Vec::new();
-    atomic_write_with(&current, |out| {
-        again = stream(&current, allow_pending_tail, out).map_err(io::Error::other)?;
+    dir.write_atomic_with(CURRENT, |out| {
+        again = stream(dir, allow_pending_tail, out).map_err(io::Error::other)?;
         Ok(())
-    })?;
+    })
+    .with_context(|| format!("cannot replace {}", dir.show(CURRENT)))?;
     debug_assert_eq!(again, fixes);
     for f in &fixes {
-        tracing::warn!(dir = %dir.display(), "context repair: {CURRENT} {f}");
+        tracing::warn!(dir = %dir.path().display(), "context repair: {CURRENT} {f}");
     }
     Ok(fixes)
 }
@@ -107,12 +108,14 @@ pub fn note_text(fixes: &[PairingFix]) -> String {
 
 /// Stream `current` through [`PairingRepair`], writing the repaired context to `out`.
 fn stream(
-    current: &Path,
+    dir: &TaskDir,
     allow_pending_tail: bool,
     out: &mut dyn io::Write,
 ) -> anyhow::Result<Vec<PairingFix>> {
-    let file = current.display().to_string();
-    let f = File::open(current).with_context(|| format!("cannot open {file}"))?;
+    let file = dir.show(CURRENT);
+    let f = dir
+        .open_read(CURRENT)
+        .with_context(|| format!("cannot open {file}"))?;
     let mut lines = LineReader::new(BufReader::new(f), file.clone());
     let mut repair = PairingRepair::new();
     while let Some((line, message)) = lines.next_value::<ChatMessage>()? {
@@ -152,6 +155,11 @@ mod tests {
     use super::*;
     use crate::repair::testing::*;
     use ctxhost_format::ToolCall;
+    use std::path::Path;
+
+    fn td(p: &Path) -> TaskDir {
+        TaskDir::open(p).unwrap()
+    }
 
     fn history(dir: &Path) -> Vec<HistoryLine> {
         lines_of(&dir.join(MESSAGES))
@@ -170,9 +178,9 @@ mod tests {
             ChatMessage::text("user", "never mind"),
         ];
         write_task(dir.path(), &ctx, &ctx);
-        let fixes = repair_context(dir.path(), "2025-01-01T00:00:09.000Z", false).unwrap();
+        let fixes = repair_context(&td(dir.path()), "2025-01-01T00:00:09.000Z", false).unwrap();
         assert_eq!(fixes.len(), 1);
-        check_context_file(&dir.path().join(CURRENT), false).unwrap();
+        check_context_file(&td(dir.path()), CURRENT, false).unwrap();
         let h = history(dir.path());
         assert_eq!(h.len(), 6);
         assert_eq!(
@@ -189,9 +197,9 @@ mod tests {
             h[5].content
         );
         // Sound now: a second pass does nothing, and reconciling copies nothing back.
-        assert!(repair_context(dir.path(), "t", false).unwrap().is_empty());
+        assert!(repair_context(&td(dir.path()), "t", false).unwrap().is_empty());
         assert!(
-            crate::repair::reconcile_current(dir.path(), false)
+            crate::repair::reconcile_current(&td(dir.path()), false)
                 .unwrap()
                 .is_empty()
         );
@@ -209,7 +217,7 @@ mod tests {
         ];
         write_task(dir.path(), &ctx, &ctx);
         let before = std::fs::read(dir.path().join(MESSAGES)).unwrap();
-        let e = repair_context(dir.path(), "t", false)
+        let e = repair_context(&td(dir.path()), "t", false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("current.jsonl:2:"), "{e}");
