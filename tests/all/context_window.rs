@@ -186,7 +186,12 @@ fn four_13_kb_file_reads_complete_with_the_default_settings() {
     assert!(tools.iter().all(|t| t["status"] == "success"));
     assert!(!dir.join("tool-results").exists(), "no read was cut");
     let summaries: Vec<Value> = read_jsonl(&dir.join("summaries.jsonl"));
-    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false).unwrap();
+    ctxhost::invariants::check_context_file(
+        &ctxhost::task_dir::TaskDir::open(&dir).unwrap(),
+        "current.jsonl",
+        false,
+    )
+    .unwrap();
     // The figures for the report.
     eprintln!(
         "four reads: {compressions} compression(s); loop request tokens {sizes:?}; summaries (original → summary tokens): {:?}",

@@ -117,7 +117,7 @@ impl Agent<'_> {
         self.tool_definition_tokens = self
             .tools
             .tools_file()
-            .and_then(|f| ctx.dir().read(f).ok())
+            .and_then(|f| ctx.dir().read(&f).ok())
             .and_then(|bytes| String::from_utf8(bytes).ok())
             .map(|text| ctxhost_format::estimate_tokens(&text))
             .unwrap_or(0);

@@ -183,7 +183,7 @@ impl TaskContext {
     fn reopen_store(&mut self) -> anyhow::Result<()> {
         let mut store = self
             .plugins
-            .message_store(&self.dir)
+            .message_store(self.dir.path())
             .with_context(|| format!("plugins.message_store ({})", self.plugins.spec_of_store()))?;
         store.open()?;
         self.store = store;
