@@ -70,6 +70,9 @@ fn paused_case(env: &TestEnv, case: &str) -> (String, PathBuf) {
     let dir = tasks.dir_of(&uuid);
     for f in ["messages.jsonl", "current.jsonl"] {
         fs::copy(fixture(case).join(f), dir.join(f)).unwrap();
+        // Owner-only, as ctxhost writes its files (fsck reports anything looser).
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(dir.join(f), fs::Permissions::from_mode(0o600)).unwrap();
     }
     (uuid, dir)
 }
