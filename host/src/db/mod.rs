@@ -15,6 +15,7 @@
 //! - [`copy`]: copying every row from one store to another (`ctxhost migrate`).
 //! - the backends, [`sqlite`] and [`postgres`] (connection, retries, exact writes), and
 //!   [`sql`], what the statements are made of: written once, in SQL both accept.
+//! - [`health`]: whether the database can still be written and read (for `ctxhost fsck`).
 //!
 //! Status changes are not here: each is one conditional `UPDATE` owned by
 //! [`crate::lifecycle`], the only code that changes a task's status or moves its directory.
@@ -35,6 +36,7 @@ pub mod control;
 pub mod copy;
 pub mod lease;
 pub mod postgres;
+pub mod health;
 pub mod queue;
 pub mod schema;
 pub mod sql;

@@ -9,8 +9,8 @@
 //!                                                         queued, paused, stopped, failed (recovery)
 //! paused      paused/{uuid}                             → queued (resume), stopped
 //! completed   completed/{uuid}, or none (never ran,     none
-//! failed        or files deleted by cleanup)
-//! stopped
+//! failed        or files deleted by cleanup)            → queued (retry: `ctxhost retry`)
+//! stopped                                               none
 //! ```
 //! ([`dir_rule`] and [`allowed`] are that table, as exhaustive matches.)
 //!
@@ -93,10 +93,9 @@ pub const fn allowed(from: Status, to: Status) -> bool {
         (Running, Running) => false,
         (Paused, Queued | Stopped) => true,
         (Paused, Running | Paused | Completed | Failed) => false,
-        (
-            Completed | Failed | Stopped,
-            Queued | Running | Paused | Completed | Failed | Stopped,
-        ) => false,
+        (Failed, Queued) => true,
+        (Failed, Running | Paused | Completed | Failed | Stopped) => false,
+        (Completed | Stopped, Queued | Running | Paused | Completed | Failed | Stopped) => false,
     }
 }
 
@@ -204,6 +203,10 @@ pub enum Transition<'a> {
     Resume,
     /// queued or paused → stopped (`ctxhost stop` of a task no process runs).
     StopWaiting,
+    /// failed → queued (`ctxhost retry`): the task runs again from its context; its directory
+    /// moves from `completed/` to `paused/`, where a queued task that ran keeps it. Not for a
+    /// task whose files cleanup deleted.
+    Retry,
     /// A finished task's directory is deleted (`ctxhost cleanup`); the row stays, marked
     /// `files_deleted_at`. The status does not change.
     DeleteFiles,
@@ -211,7 +214,7 @@ pub enum Transition<'a> {
 
 impl Transition<'_> {
     /// Short name, for logs and failpoints: `claim`, `pause`, `finish`, `recover`, `resume`,
-    /// `stop`, `delete-files`.
+    /// `stop`, `retry`, `delete-files`.
     pub fn name(&self) -> &'static str {
         match self {
             Transition::Claim(_) => "claim",
@@ -220,6 +223,7 @@ impl Transition<'_> {
             Transition::Recover { .. } => "recover",
             Transition::Resume => "resume",
             Transition::StopWaiting => "stop",
+            Transition::Retry => "retry",
             Transition::DeleteFiles => "delete-files",
         }
     }
@@ -233,6 +237,7 @@ impl Transition<'_> {
             }
             Transition::Resume => &[Status::Paused],
             Transition::StopWaiting => &[Status::Queued, Status::Paused],
+            Transition::Retry => &[Status::Failed],
             Transition::DeleteFiles => &[Status::Completed, Status::Failed, Status::Stopped],
         }
     }
@@ -243,7 +248,7 @@ impl Transition<'_> {
             Transition::Claim(_) => Some(Status::Running),
             Transition::Pause { .. } => Some(Status::Paused),
             Transition::Finish { status, .. } | Transition::Recover { status, .. } => Some(*status),
-            Transition::Resume => Some(Status::Queued),
+            Transition::Resume | Transition::Retry => Some(Status::Queued),
             Transition::StopWaiting => Some(Status::Stopped),
             Transition::DeleteFiles => None,
         }
@@ -406,6 +411,7 @@ fn apply_inner(
             .then_some(Status::Running),
         Transition::Resume => row::resume(db, uuid)?.then_some(Status::Paused),
         Transition::StopWaiting => row::stop_waiting(db, uuid)?,
+        Transition::Retry => row::retry(db, uuid)?.then_some(Status::Failed),
         Transition::DeleteFiles => {
             let status = db.get(uuid)?.map(|r| r.status);
             row::mark_files_deleted(db, uuid)?
@@ -538,7 +544,8 @@ pub fn deleting_path(layout: &Layout, uuid: &str) -> std::path::PathBuf {
 }
 
 /// Finish every interrupted transition whose directory is in `running/` or `paused/` (the
-/// folders a transition moves out of; cleanup finishes its own in `completed/`). Takes the
+/// folders a transition moves out of), or in `completed/` for a queued task (a retry; cleanup
+/// finishes its own in `completed/`). Takes the
 /// tree lock unless `held`. Returns `(uuid, what was done)` per task fixed.
 pub fn complete_all_interrupted(
     db: &Db,
@@ -551,13 +558,22 @@ pub fn complete_all_interrupted(
     };
     let held = held.or(_lock.as_ref());
     let mut done = Vec::new();
+    let mut candidates = Vec::new();
     for state in [DirState::Running, DirState::Paused] {
-        for uuid in task_dirs_in(&layout.state_dir(state))? {
-            match complete_interrupted(db, layout, &uuid, held) {
-                Ok(Some(what)) => done.push((uuid, what)),
-                Ok(None) => {}
-                Err(e) => tracing::error!(%uuid, "cannot finish an interrupted transition: {e:#}"),
-            }
+        candidates.extend(task_dirs_in(&layout.state_dir(state))?);
+    }
+    // A retry interrupted after its row: a queued task whose directory is still in completed/
+    // (looked up from the queue, which is short, rather than from completed/).
+    for uuid in db.list_queued(u32::MAX)? {
+        if layout.task_dir(DirState::Completed, &uuid).is_dir() {
+            candidates.push(uuid);
+        }
+    }
+    for uuid in candidates {
+        match complete_interrupted(db, layout, &uuid, held) {
+            Ok(Some(what)) => done.push((uuid, what)),
+            Ok(None) => {}
+            Err(e) => tracing::error!(%uuid, "cannot finish an interrupted transition: {e:#}"),
         }
     }
     Ok(done)
@@ -636,6 +652,7 @@ mod tests {
             },
             Transition::Resume,
             Transition::StopWaiting,
+            Transition::Retry,
             Transition::DeleteFiles,
         ];
         for t in &transitions {
@@ -648,8 +665,11 @@ mod tests {
         for s in Status::ALL {
             assert!(!allowed(s, s), "{s} → {s}");
             if s.is_final() {
+                // A final status changes no more, but for a failed task's retry.
                 assert!(
-                    Status::ALL.iter().all(|to| !allowed(s, *to)),
+                    Status::ALL
+                        .iter()
+                        .all(|to| !allowed(s, *to) || (s, *to) == (Status::Failed, Status::Queued)),
                     "{s} is final"
                 );
                 assert_eq!(dir_rule(s).folder, DirState::Completed);
@@ -704,8 +724,16 @@ mod tests {
             dir_fix(Status::Completed, false, &[Paused]),
             DirFix::Unexplained { at: Paused }
         );
+        // A retry's row written, its directory not moved yet.
         assert_eq!(
             dir_fix(Status::Queued, false, &[Completed]),
+            DirFix::Move {
+                from: Completed,
+                to: Paused
+            }
+        );
+        assert_eq!(
+            dir_fix(Status::Paused, false, &[Completed]),
             DirFix::Unexplained { at: Completed }
         );
         assert_eq!(dir_fix(Status::Paused, false, &[]), DirFix::Missing);
@@ -760,6 +788,42 @@ mod tests {
             let row = db.get(U).unwrap().unwrap();
             assert_eq!(row.status, Status::Completed);
             assert!(row.files_deleted_at.is_some());
+        }
+
+        fn a_failed_task_is_retried_from_its_directory(store: &TestStore) {
+            let (layout, db) = setup(store);
+            apply(&db, &layout, U, &Transition::Claim(&Claim::test(7))).unwrap();
+            let fail = Transition::Finish {
+                owner: Owner::test(7),
+                status: Status::Failed,
+                error: Some("boom"),
+            };
+            apply(&db, &layout, U, &fail).unwrap();
+            assert_eq!(
+                apply(&db, &layout, U, &Transition::Retry).unwrap(),
+                Some(Status::Failed)
+            );
+            assert_eq!(find_dirs(&layout, U), [DirState::Paused]);
+            let row = db.get(U).unwrap().unwrap();
+            assert_eq!(row.status, Status::Queued);
+            assert_eq!((row.completed_at, row.error_message), (None, None));
+            // Only a failed task.
+            assert_eq!(apply(&db, &layout, U, &Transition::Retry).unwrap(), None);
+            // Interrupted between the row and the directory: recovery finishes the move.
+            apply(&db, &layout, U, &Transition::Claim(&Claim::test(8))).unwrap();
+            let fail = Transition::Finish {
+                owner: Owner::test(8),
+                status: Status::Failed,
+                error: Some("again"),
+            };
+            apply(&db, &layout, U, &fail).unwrap();
+            row::retry(&db, U).unwrap();
+            assert_eq!(find_dirs(&layout, U), [DirState::Completed]);
+            assert_eq!(
+                complete_all_interrupted(&db, &layout, None).unwrap().len(),
+                1
+            );
+            assert_eq!(find_dirs(&layout, U), [DirState::Paused]);
         }
 
         fn an_interrupted_transition_is_completed_by_recovery(store: &TestStore) {

@@ -180,6 +180,19 @@ pub fn stop_waiting(db: &Db, uuid: &str) -> Result<Option<Status>, DbError> {
     Ok(None)
 }
 
+/// Failed → queued (`ctxhost retry`), unless its files were deleted: `completed_at`,
+/// `error_message`, requests and the crash count cleared (the task gets the worker's full
+/// crash budget again). Returns whether it changed.
+pub fn retry(db: &Db, uuid: &str) -> Result<bool, DbError> {
+    let n = db.execute(
+        "UPDATE tasks SET status = 'queued', completed_at = NULL, error_message = NULL, \
+         crash_count = 0, pause_requested = 0, stop_requested = 0, pause_reason = NULL, updated_at = ?2 \
+         WHERE uuid = ?1 AND status = 'failed' AND files_deleted_at IS NULL",
+        args![uuid, now_rfc3339()],
+    )?;
+    Ok(n == 1)
+}
+
 /// Mark a finished task's files deleted (`ctxhost cleanup`; keeps an earlier mark). Returns
 /// whether the row is a finished task.
 pub fn mark_files_deleted(db: &Db, uuid: &str) -> Result<bool, DbError> {
