@@ -74,7 +74,7 @@ impl Db {
 
 #[cfg(test)]
 mod tests {
-    use crate::db::testing::{TestStore, new_task, store_tests};
+    use crate::db::testing::{new_task, store_tests};
 
     store_tests! {
         fn a_fresh_database_is_healthy_and_a_missing_column_is_named(store: &TestStore) {
