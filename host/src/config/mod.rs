@@ -11,9 +11,10 @@
 //! worker:  {max_parallel_tasks, poll_interval_ms, max_crashes}
 //! mcp_servers: {NAME: {command, args, env, cwd}}    # see crate::tools::config
 //! tools:   {max_tool_output_tokens, call_timeout_secs, start_timeout_secs}
+//! sources: {github: {...}, gitlab: {...}}          # see sources (the task sources)
 //! ```
 //! One module per section, each with its own validation: `context_storage`, `llm`, `plugins`,
-//! `process` (`runtime`, `agent`, `worker`); `mcp_servers` and `tools` in
+//! `process` (`runtime`, `agent`, `worker`), `sources`; `mcp_servers` and `tools` in
 //! [`crate::tools::config`]. [`Config::default_yaml`] is the commented file `ctxhost init` writes. Errors name the file and
 //! the key, e.g. `config.yaml: llm.context_length: must be at least 256, got 12`.
 //!
@@ -24,6 +25,7 @@ mod context_storage;
 mod llm;
 mod plugins;
 mod process;
+mod sources;
 mod template;
 
 use std::path::Path;
@@ -74,6 +76,7 @@ pub use context_storage::{ContextStorage, DEFAULT_SUMMARY_PROMPT};
 pub use llm::{LlmConfig, Provider};
 pub use plugins::{DEFAULT_COMPRESSOR, NO_COMPRESSOR, PluginsConfig};
 pub use process::{AgentConfig, DEFAULT_SYSTEM_PROMPT, RuntimeConfig, WorkerConfig};
+pub use sources::{SourceConfig, SourceKind, SourcesConfig};
 
 /// A value out of range: the key and what is wrong (the file is added by [`Config::validate`]).
 #[derive(Debug)]
@@ -112,6 +115,8 @@ pub struct Config {
     pub mcp_servers: std::collections::BTreeMap<String, crate::tools::McpServerConfig>,
     /// Tool call limits: output size, deadlines.
     pub tools: crate::tools::ToolsConfig,
+    /// `sources`: GitHub / GitLab repositories whose labelled items become tasks.
+    pub sources: SourcesConfig,
 }
 
 impl Config {
@@ -177,6 +182,7 @@ impl Config {
             self.runtime.validate(),
             self.agent.validate(),
             self.worker.validate(),
+            self.sources.validate(),
             crate::tools::config::validate(&self.mcp_servers, &self.tools)
                 .map_err(|(key, message)| Invalid { key, message }),
         ];

@@ -107,6 +107,28 @@ tools:
   max_tool_output_tokens: {tool_max}
   call_timeout_secs: {tool_call}
   start_timeout_secs: {tool_start}
+
+# Task sources: open issues and pull/merge requests carrying `label` become tasks (`ctxhost poll
+# --once`, or `ctxhost run` every poll_interval_secs); the answer (or the error) is posted back as
+# one comment and the labels move: label -> processing_label -> done_label / failed_label
+# (paused_label while paused). Tokens come from the environment variable token_env, never from
+# this file. See README, "Running ctxhost as a GitHub or GitLab bot".
+sources: {{}}
+#  github:
+#    api_url: https://api.github.com      # GitHub Enterprise: https://HOST/api/v3
+#    token_env: GITHUB_TOKEN
+#    repos: [owner/name]
+#    label: coding agent
+#    processing_label: coding agent processing
+#    done_label: coding agent done
+#    failed_label: coding agent failed
+#    paused_label: coding agent paused
+#    poll_interval_secs: 60
+#  gitlab:
+#    api_url: https://gitlab.com/api/v4
+#    token_env: GITLAB_TOKEN
+#    projects: [group/project]
+#    # the same label keys and poll_interval_secs as github
 "#,
             tool_max = d.tools.max_tool_output_tokens,
             tool_call = d.tools.call_timeout_secs,
