@@ -4,6 +4,8 @@
 //! - [`queue`]: submitting tasks and finding them (queued, running on a host, finished).
 //! - [`control`]: requests to a running task (pause, stop) and its resume count.
 //! - [`stats`]: the counters of a task ([`UsageDelta`]) and the statistics over all tasks.
+//! - [`sources`]: what the GitHub / GitLab task sources keep: one open task per item, and
+//!   what was published back to it.
 //!
 //! Status changes are not here: each is one conditional `UPDATE` owned by
 //! [`crate::lifecycle`], the only code that changes a task's status or moves its directory.
@@ -18,6 +20,7 @@
 pub mod control;
 pub mod queue;
 pub mod schema;
+pub mod sources;
 pub mod stats;
 mod status;
 
@@ -382,6 +385,43 @@ pub(crate) mod testing {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+        }
+    }
+
+    /// A queued local row `uuid` with every counter 0.
+    pub fn task_row(uuid: &str) -> TaskRow {
+        TaskRow {
+            uuid: uuid.to_string(),
+            task_source: "local".into(),
+            owner: None,
+            repo: None,
+            task_type: None,
+            task_id: None,
+            status: Status::Queued,
+            created_at: "2025-01-01T00:00:00.000Z".into(),
+            started_at: None,
+            completed_at: None,
+            updated_at: "2025-01-01T00:00:00.000Z".into(),
+            process_id: None,
+            hostname: None,
+            llm_provider: None,
+            model: None,
+            context_length: None,
+            llm_call_count: 0,
+            tool_call_count: 0,
+            total_tokens: 0,
+            compression_count: 0,
+            error_message: None,
+            user: None,
+            prompt: "do it".into(),
+            resume_count: 0,
+            crash_count: 0,
+            pause_requested: false,
+            stop_requested: false,
+            pause_reason: None,
+            files_deleted_at: None,
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
         }
     }
 }
