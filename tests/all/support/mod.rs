@@ -2,6 +2,8 @@
 //!
 //! - [`fake_llm`]: a fake OpenAI/Ollama/Anthropic server on 127.0.0.1 with scripted replies;
 //!   [`anthropic_api`]: its Anthropic side (the API's checks, prompt-cache accounting).
+//! - [`fake_forge`]: a fake GitHub and a fake GitLab REST API on 127.0.0.1 (issues, pull/merge
+//!   requests, comments, labels, pagination, rate limits), recording every call.
 //! - [`TestEnv`]: a temporary working directory with a `config.yaml` and a `contexts/` dir, and
 //!   [`TestEnv::ctxhost`] to run the `ctxhost` binary in it and capture its output.
 //! - [`task::TaskBuilder`]: a task put in a given state through the library (no process).
@@ -22,6 +24,7 @@
 
 pub mod anthropic_api;
 pub mod dashboard;
+pub mod fake_forge;
 pub mod fake_llm;
 pub mod task;
 
