@@ -205,6 +205,17 @@ fn a_labelled_github_issue_becomes_a_task_and_gets_one_comment_with_the_answer()
     assert_eq!(p.comment_id, Some(comments[2].id.to_string()));
     assert_eq!(p.labels_state.as_deref(), Some("done"));
     assert_eq!(db(&env).source_item(uuid).unwrap(), None);
+    let shown = env.ctxhost(&["show", uuid]).ok().stdout();
+    assert!(
+        shown.contains(&format!(
+            "published:     result posted {}/acme/app/issues/{n}#issuecomment-{}; labels done",
+            gh.api_url(),
+            comments[2].id
+        )),
+        "{shown}"
+    );
+    let shown = env.ctxhost(&["show", uuid, "--json"]).ok().json();
+    assert_eq!(shown["publication"]["comment_state"], "posted");
 
     // Every request carried the token; nothing ctxhost wrote contains it.
     assert!(

@@ -211,6 +211,30 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
             t.resume_count, t.crash_count
         );
     }
+    if let Some(p) = &report.publication {
+        use crate::db::sources::CommentState;
+        let comment = match p.comment_state {
+            CommentState::Posted => format!(
+                "result posted {}",
+                p.comment_url
+                    .as_deref()
+                    .or(p.comment_id.as_deref())
+                    .unwrap_or("")
+            ),
+            CommentState::Posting => "result being posted".to_string(),
+            CommentState::None => "no result posted yet".to_string(),
+        };
+        println!(
+            "published:     {comment}; labels {}",
+            p.labels_state.as_deref().unwrap_or("not moved yet")
+        );
+        if let Some(e) = &p.last_error {
+            println!(
+                "publish error: {e} ({} failed attempt(s); retried by `ctxhost run` / `poll`)",
+                p.attempts
+            );
+        }
+    }
     if t.stop_requested {
         println!("requested:     stop (at the next safe point)");
     } else if t.pause_requested {

@@ -41,6 +41,9 @@ pub struct ShowReport {
     pub result: Option<String>,
     /// The last lines of messages.jsonl.
     pub last_messages: Vec<ShownLine>,
+    /// What was published to the task's GitHub / GitLab item (polled tasks only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub publication: Option<crate::db::sources::Publication>,
 }
 
 /// The last `n` lines of `messages.jsonl`, streamed (memory bounded by `n` lines), and the
@@ -116,7 +119,9 @@ pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<Sh
     } else {
         None
     };
+    let publication = db.publication(uuid)?;
     Ok(ShowReport {
+        publication,
         dir: found.as_ref().map(|(_, d)| d.display().to_string()),
         dir_state: found.as_ref().map(|(s, _)| s.to_string()),
         task,

@@ -10,6 +10,7 @@
 //! - **Rate limits**: a 403 or 429 with `Retry-After` waits that long; one with
 //!   `x-ratelimit-remaining: 0` (GitHub) or a 429 with `RateLimit-Reset` (GitLab) waits until
 //!   the reset time (epoch seconds); a 429 with neither waits a minute (GitHub's advice). A
+//!   bare 403 whose message says "rate limit" (GitHub's secondary limits) waits a minute. A
 //!   rate-limited request was not processed, so every method is retried, up to
 //!   [`RetryPolicy::max_rate_limit_waits`] times, each wait capped at
 //!   [`RetryPolicy::max_rate_limit_wait`]. A 403 without those headers is a permission error.
@@ -457,9 +458,16 @@ impl RestClient {
             Err(ureq::Error::Status(status, resp)) => {
                 let rate_limit = rate_limit_wait(status, &resp, SystemTime::now());
                 let body = read_body(resp).unwrap_or_default();
+                let message = error_message(&body, &self.token);
+                // GitHub's secondary limits may come as a bare 403 that only says so in its
+                // message; GitHub asks clients to wait at least a minute then.
+                let rate_limit = rate_limit.or_else(|| {
+                    (status == 403 && message.to_ascii_lowercase().contains("rate limit"))
+                        .then_some(Duration::from_secs(60))
+                });
                 Err(Attempt::Status {
                     status,
-                    message: error_message(&body, &self.token),
+                    message,
                     rate_limit,
                 })
             }
