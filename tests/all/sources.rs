@@ -797,3 +797,41 @@ fn configuration_and_access_errors_are_clear_and_name_the_repository() {
     assert_eq!(out.code(), Some(2));
     assert!(out.stderr().contains("no task sources configured"));
 }
+
+#[test]
+fn a_rate_limited_comment_is_not_waited_for_under_the_lease_and_is_posted_once_later() {
+    let llm = FakeLlm::start(vec![Reply::text("Answer.", None)]);
+    let gh = FakeForge::github();
+    let n = gh.add_item("acme/app", Kind::Issue, "Q", "x", &[LABEL]);
+    let env = bot_env(
+        &llm,
+        Some(&gh),
+        None,
+        &github_section(&gh, &["acme/app"]),
+        "",
+    );
+    let uuid = queued(&poll_once(&env)).remove(0);
+    gh.push_fault("POST", "/comments", Fault::RateLimit { secs: 30 });
+    // The refused POST is not waited for (30 s): the run ends at once, with or without a
+    // second attempt by its last pass.
+    let started = std::time::Instant::now();
+    let _ = env.ctxhost(&["run", "--once"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "{:?}",
+        started.elapsed()
+    );
+    poll_once(&env);
+    let posts = gh.calls_to("POST", &format!("/issues/{n}/comments"));
+    assert_eq!(
+        posts.iter().map(|c| c.status).collect::<Vec<_>>(),
+        [403, 201]
+    );
+    assert_eq!(gh.comments("acme/app", Kind::Issue, n).len(), 1);
+    let p = db(&env).publication(&uuid).unwrap().unwrap();
+    assert_eq!(
+        (p.comment_state, p.attempts, p.last_error),
+        (CommentState::Posted, 0, None)
+    );
+    assert_eq!(gh.labels("acme/app", Kind::Issue, n), [DONE]);
+}

@@ -108,6 +108,8 @@ pub enum Command {
         after_help = "Examples:\n  ctxhost run --once\n  ctxhost run --max-parallel 4\n\n\
         Before starting any task, every configured plugin is loaded (and compiled into the cache)\n\
         and the llm.api_key_env variable is checked; a failure is exit 2 and no task is touched.\n\
+        With `sources` configured, run polls them every poll_interval_secs (not with --once) and\n\
+        posts each task's result to its issue or pull request (--once: before it exits).\n\
         Exit codes (--once): 0 all tasks completed, paused or stopped; 1 a task failed; 2 config error."
     )]
     Run(RunArgs),

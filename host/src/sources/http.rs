@@ -11,9 +11,11 @@
 //!   `x-ratelimit-remaining: 0` (GitHub) or a 429 with `RateLimit-Reset` (GitLab) waits until
 //!   the reset time (epoch seconds); a 429 with neither waits a minute (GitHub's advice). A
 //!   bare 403 whose message says "rate limit" (GitHub's secondary limits) waits a minute. A
-//!   rate-limited request was not processed, so every method is retried, up to
+//!   rate-limited request was not processed, so it is sent again, up to
 //!   [`RetryPolicy::max_rate_limit_waits`] times, each wait capped at
-//!   [`RetryPolicy::max_rate_limit_wait`]. A 403 without those headers is a permission error.
+//!   [`RetryPolicy::max_rate_limit_wait`] — except a [`Repeat::Once`] request, which fails at
+//!   once with [`FailureKind::RateLimited`] (its caller holds a lease a long wait could
+//!   outlive, and retries it later). A 403 without those headers is a permission error.
 //! - **Transient failures**: 500/502/503/504, connection failures and timeouts are retried
 //!   with exponential backoff and jitter ([`crate::llm::retry::backoff_delay`]) for requests
 //!   that may be repeated ([`Repeat::Safe`]). A request that must not be repeated blindly
@@ -91,7 +93,7 @@ pub enum FailureKind {
     NotFound,
     /// 403 that is not a rate limit: the token lacks a permission.
     Forbidden(String),
-    /// Still rate limited after the allowed waits.
+    /// Rate limited after the allowed waits (or at once, for a [`Repeat::Once`] request).
     RateLimited(String),
     /// Another HTTP error status (after retries, when retryable).
     Http {
@@ -137,7 +139,7 @@ fn describe(kind: &FailureKind, forge: &SourceKind, token_env: &str) -> String {
         FailureKind::Forbidden(m) => {
             format!("forbidden (403): the token in {token_env} lacks a permission for this ({m})")
         }
-        FailureKind::RateLimited(m) => format!("still rate limited after waiting: {m}"),
+        FailureKind::RateLimited(m) => format!("rate limited: {m}"),
         FailureKind::Http { status, message } => format!("HTTP {status}: {message}"),
         FailureKind::Network(m) => format!("cannot reach the API: {m}"),
         FailureKind::Unknown(m) => {
@@ -357,10 +359,18 @@ impl RestClient {
                     message,
                     rate_limit: Some(wait),
                 } => {
-                    if rate_waits >= self.policy.max_rate_limit_waits {
+                    // A request that must not be repeated blindly is not held up here: its
+                    // caller holds a lease that a long wait could outlive. The request was
+                    // refused, not processed, so this failure is clean; the caller retries.
+                    if rate_waits >= self.policy.max_rate_limit_waits || repeat == Repeat::Once {
+                        let detail = if repeat == Repeat::Once {
+                            "not waited for while posting; tried again later".to_string()
+                        } else {
+                            format!("after {rate_waits} wait(s)")
+                        };
                         return Err(self.error(
                             action,
-                            FailureKind::RateLimited(format!("HTTP {status} {message}")),
+                            FailureKind::RateLimited(format!("HTTP {status} {message} ({detail})")),
                         ));
                     }
                     rate_waits += 1;
