@@ -656,6 +656,37 @@ mod tests {
     }
 
     #[test]
+    fn next_pages_are_followed_only_on_the_api_s_origin() {
+        let client = RestClient::new(
+            SourceKind::Github,
+            "https://api.github.com",
+            "t".into(),
+            "GITHUB_TOKEN",
+            RetryPolicy::default(),
+        );
+        let resp = |link: &str| -> ureq::Response {
+            format!("HTTP/1.1 200 OK\r\nLink: {link}\r\n\r\n[]")
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(
+            client
+                .next_link(&resp("<https://api.github.com/x?page=2>; rel=\"next\""))
+                .as_deref(),
+            Some("https://api.github.com/x?page=2")
+        );
+        // Elsewhere, the token would go with it: not followed.
+        for other in [
+            "<https://evil.example/x?page=2>; rel=\"next\"",
+            "<http://api.github.com/x?page=2>; rel=\"next\"",
+            "<https://api.github.com.evil.example/x?page=2>; rel=\"next\"",
+        ] {
+            assert_eq!(client.next_link(&resp(other)), None, "{other}");
+        }
+        assert!(format!("{client:?}").contains("[redacted]"));
+    }
+
+    #[test]
     fn rate_limits_are_read_from_either_forge_s_headers() {
         let now = UNIX_EPOCH + Duration::from_secs(1_000);
         let h = |pairs: &'static [(&'static str, &'static str)]| {
