@@ -13,8 +13,9 @@
 //!   these is in [`crate::sources::publish`].
 //!
 //! Every statement is one statement in SQL that SQLite and PostgreSQL both accept (numbered
-//! placeholders, `ON CONFLICT DO NOTHING`, no `IS ?`, the column `"user"` quoted); lease times
-//! are milliseconds since the Unix epoch.
+//! placeholders, `ON CONFLICT DO NOTHING`, no `IS ?`, the column `"user"` quoted, a cast where
+//! PostgreSQL cannot infer a parameter's type from a column); lease times are milliseconds
+//! since the Unix epoch.
 
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
@@ -122,7 +123,7 @@ impl Db {
             c.execute(
                 "INSERT INTO tasks (uuid, task_source, owner, repo, task_type, task_id, status, created_at, \
                  updated_at, llm_provider, model, context_length, \"user\", prompt, source_item) \
-                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13 \
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?7, ?8, ?9, CAST(?10 AS BIGINT), ?11, ?12, ?13 \
                  WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE task_source = ?2 AND owner = ?3 AND repo = ?4 \
                  AND task_type = ?5 AND task_id = ?6 AND status IN ('queued', 'running', 'paused')) \
                  ON CONFLICT DO NOTHING",
