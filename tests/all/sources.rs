@@ -11,6 +11,7 @@ use ctxhost::db::sources::CommentState;
 use ctxhost::db::{Db, Status, TaskFilter};
 use serde_json::Value;
 
+use crate::support::dashboard::Dashboard;
 use crate::support::fake_forge::{FakeForge, Fault, Kind};
 use crate::support::fake_llm::{FakeLlm, Reply};
 use crate::support::{TestEnv, config_yaml, wait_until};
@@ -205,17 +206,43 @@ fn a_labelled_github_issue_becomes_a_task_and_gets_one_comment_with_the_answer()
     assert_eq!(p.comment_id, Some(comments[2].id.to_string()));
     assert_eq!(p.labels_state.as_deref(), Some("done"));
     assert_eq!(db(&env).source_item(uuid).unwrap(), None);
+    let item_page = format!("{}/acme/app/issues/{n}", gh.api_url());
+    assert_eq!(p.item_url.as_deref(), Some(item_page.as_str()));
+    let posted_at = p.posted_at.clone().unwrap();
     let shown = env.ctxhost(&["show", uuid]).ok().stdout();
     assert!(
+        shown.contains(&format!("item:          {item_page}\n")),
+        "{shown}"
+    );
+    assert!(
         shown.contains(&format!(
-            "published:     result posted {}/acme/app/issues/{n}#issuecomment-{}; labels done",
-            gh.api_url(),
+            "published:     result posted {item_page}#issuecomment-{} at {posted_at}; labels done",
             comments[2].id
         )),
         "{shown}"
     );
     let shown = env.ctxhost(&["show", uuid, "--json"]).ok().json();
     assert_eq!(shown["publication"]["comment_state"], "posted");
+    assert_eq!(shown["publication"]["item_url"], item_page.as_str());
+    assert_eq!(shown["publication"]["posted_at"], posted_at.as_str());
+
+    // The dashboard's task page links the item and the result comment.
+    let d = Dashboard::start(&env, &[]);
+    let page = d.get(&format!("/tasks/{uuid}")).expect(200).body;
+    assert!(
+        page.contains(&format!(
+            "<a href=\"{item_page}\" rel=\"noopener noreferrer\" target=\"_blank\">acme/app#{n} (GitHub issue)</a>"
+        )),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!(
+            "result posted at {posted_at}; labels done (<a href=\"{item_page}#issuecomment-{}\"",
+            comments[2].id
+        )),
+        "{page}"
+    );
+    drop(d);
 
     // Every request carried the token; nothing ctxhost wrote contains it.
     assert!(
@@ -309,6 +336,13 @@ fn a_labelled_gitlab_merge_request_becomes_a_task_and_gets_one_note() {
     assert_eq!(labels, ["backend", DONE]);
     assert!(!contains(&all_written_bytes(&env), &gl.token()));
     let p = db(&env).publication(&uuids[0]).unwrap().unwrap();
+    assert_eq!(
+        p.item_url,
+        Some(format!(
+            "{}/{project}/-/merge_requests/{iid}",
+            gl.api_url().trim_end_matches("/api/v4")
+        ))
+    );
     assert!(p.comment_url.unwrap().ends_with(&format!(
         "/{project}/-/merge_requests/{iid}#note_{}",
         notes[1].id

@@ -213,13 +213,20 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(p) = &report.publication {
         use crate::db::sources::CommentState;
+        if let Some(url) = &p.item_url {
+            println!("item:          {url}");
+        }
         let comment = match p.comment_state {
             CommentState::Posted => format!(
-                "result posted {}",
+                "result posted {}{}",
                 p.comment_url
                     .as_deref()
                     .or(p.comment_id.as_deref())
-                    .unwrap_or("")
+                    .unwrap_or(""),
+                p.posted_at
+                    .as_deref()
+                    .map(|at| format!(" at {at}"))
+                    .unwrap_or_default()
             ),
             CommentState::Posting => "result being posted".to_string(),
             CommentState::None => "no result posted yet".to_string(),

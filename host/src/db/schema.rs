@@ -59,8 +59,8 @@ ALTER TABLE tasks ADD COLUMN cache_creation_tokens INTEGER NOT NULL DEFAULT 0;
 /// Version 3 → 4: the task sources ([`crate::db::sources`]). `source_item` names the GitHub /
 /// GitLab item a polled task answers until its result is published back (then NULL); the
 /// unique index lets one statement queue an item at most once, on SQLite and PostgreSQL
-/// alike. `publications` records what was published for a task (labels, the result comment)
-/// and who holds the right to publish it (a lease).
+/// alike. `publications` records the item's web page (`item_url`), what was published for a
+/// task (labels, the result comment) and who holds the right to publish it (a lease).
 const MIGRATE_V4: &str = "
 ALTER TABLE tasks ADD COLUMN source_item TEXT;
 CREATE UNIQUE INDEX IF NOT EXISTS idx_tasks_source_item ON tasks(source_item);
@@ -76,6 +76,7 @@ CREATE TABLE IF NOT EXISTS publications (
     attempts       BIGINT NOT NULL DEFAULT 0,
     last_error     TEXT,
     next_attempt_ms BIGINT,
+    item_url       TEXT,
     created_at     TEXT NOT NULL,
     updated_at     TEXT NOT NULL
 );

@@ -84,10 +84,13 @@ pub struct Publication {
     pub last_error: Option<String>,
     /// Not before this time (ms since the Unix epoch) is the next attempt made by a worker.
     pub next_attempt_ms: Option<i64>,
+    /// The item's web page as the forge gave it when the task was queued (`http(s)://` only;
+    /// [`Db::record_item_url`]).
+    pub item_url: Option<String>,
 }
 
 const PUB_COLUMNS: &str = "task_uuid, labels_state, comment_state, comment_id, comment_url, posted_at, \
-lease_owner, lease_until_ms, attempts, last_error, next_attempt_ms";
+lease_owner, lease_until_ms, attempts, last_error, next_attempt_ms, item_url";
 
 fn pub_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Publication> {
     Ok(Publication {
@@ -102,6 +105,7 @@ fn pub_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Publication> {
         attempts: r.get(8)?,
         last_error: r.get(9)?,
         next_attempt_ms: r.get(10)?,
+        item_url: r.get(11)?,
     })
 }
 
@@ -197,6 +201,30 @@ impl Db {
             )
             .optional()
         })
+    }
+
+    /// Record the web page of the item task `uuid` answers (shown by `ctxhost show` and the
+    /// dashboard); the `publications` row is created if missing. Not lease-bound: the page
+    /// of an item does not change. A URL that is not `http://` or `https://`, or that holds
+    /// whitespace or control characters, is not kept (it would be a link users click).
+    /// Returns whether it was kept.
+    pub fn record_item_url(&self, uuid: &str, url: &str) -> Result<bool, DbError> {
+        if !is_web_url(url) {
+            return Ok(false);
+        }
+        let now = now_rfc3339();
+        let n = self.retry(|c| {
+            c.execute(
+                "INSERT INTO publications (task_uuid, created_at, updated_at) VALUES (?1, ?2, ?2) \
+                 ON CONFLICT DO NOTHING",
+                params![uuid, now],
+            )?;
+            c.execute(
+                "UPDATE publications SET item_url = ?2, updated_at = ?3 WHERE task_uuid = ?1",
+                params![uuid, url, now],
+            )
+        })?;
+        Ok(n == 1)
     }
 
     /// Take (or renew) the publishing lease of `uuid` for `owner` until `until_ms`: the row is
@@ -344,6 +372,18 @@ impl Db {
     }
 }
 
+/// Whether `url` may be kept and shown as a link: `http://` or `https://`, no whitespace or
+/// control characters.
+pub fn is_web_url(url: &str) -> bool {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return false;
+    };
+    (scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("http"))
+        && !rest.is_empty()
+        && !rest.starts_with('/')
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,6 +485,38 @@ mod tests {
         assert_eq!((p.attempts, p.next_attempt_ms), (1, Some(9_000)));
         assert_eq!(p.lease_owner, None);
         assert_eq!(p.comment_state, CommentState::None);
+    }
+
+    #[test]
+    fn only_a_web_url_is_kept_as_the_items_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        db.queue_source_task(&item_task("a", "1")).unwrap();
+        for bad in [
+            "javascript:alert(1)",
+            "data:text/html,x",
+            "https://x/ y",
+            "http://",
+            "https:///etc/passwd",
+            "",
+        ] {
+            assert!(!db.record_item_url("a", bad).unwrap(), "{bad}");
+        }
+        assert_eq!(db.publication("a").unwrap(), None);
+        assert!(
+            db.record_item_url("a", "https://github.com/acme/app/issues/1")
+                .unwrap()
+        );
+        // Recording it leaves the publishing state alone.
+        assert!(db.take_publish_lease("a", "me", 10, 0, None).unwrap());
+        assert!(db.record_labels("a", "me", "processing").unwrap());
+        let p = db.publication("a").unwrap().unwrap();
+        assert_eq!(
+            p.item_url.as_deref(),
+            Some("https://github.com/acme/app/issues/1")
+        );
+        assert_eq!(p.labels_state.as_deref(), Some("processing"));
+        assert_eq!(p.lease_owner.as_deref(), Some("me"));
     }
 
     #[test]

@@ -97,6 +97,11 @@ fn poll_repo(
             continue;
         }
         tracing::info!(%uuid, item = %item.r.short(), "task queued from {}", item.r.describe_kind());
+        if let Some(url) = &item.url
+            && let Err(e) = db.record_item_url(&uuid, url)
+        {
+            tracing::warn!(%uuid, "recording the page of {} failed: {e:#}", item.r.short());
+        }
         report.queued.push(QueuedItem {
             uuid: uuid.clone(),
             item: item.r.short(),

@@ -13,7 +13,9 @@ use super::charts::{self, ContextChart};
 use super::files::{TaskDir, TaskFile};
 use super::pager::{self, Anchor, Limits, Page, PagedLine};
 use super::security::Redactor;
+use crate::db::sources::{CommentState, Publication, is_web_url};
 use crate::db::{Status, TaskRow};
+use crate::sources::ItemRef;
 
 /// Characters of a message's content shown in a list (the message's own page shows it all).
 pub const LIST_CONTENT_CHARS: usize = 20_000;
@@ -268,6 +270,62 @@ fn view_href(uuid: &str, view: View, extra: &[(&str, String)]) -> String {
         task_href(uuid),
         serde_urlencoded::to_string(&pairs).unwrap_or_default()
     )
+}
+
+/// The GitHub / GitLab item a task answers (a task whose key names one) and what was
+/// published to it: the task page's "Source item" block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceItem {
+    /// `acme/app#42 (GitHub issue)`.
+    pub item: String,
+    /// The item's web page (polled tasks; `http(s)://` only).
+    pub item_href: Option<String>,
+    /// `result posted at TIME; labels done`, empty when nothing was published.
+    pub published: String,
+    /// The result comment's web page, once posted.
+    pub comment_href: Option<String>,
+    /// Why the last publishing attempt failed, empty if it did not.
+    pub error: String,
+}
+
+/// The source item block of `row`, `None` unless its key names a GitHub / GitLab item.
+/// Links are kept only when they are `http(s)://` URLs ([`crate::db::sources::is_web_url`]).
+pub fn source_item(row: &TaskRow, publication: Option<&Publication>) -> Option<SourceItem> {
+    let item = ItemRef::from_task(row)?;
+    let link = |u: &Option<String>| u.clone().filter(|u| is_web_url(u));
+    let (item_href, published, comment_href, error) = match publication {
+        None => (None, String::new(), None, String::new()),
+        Some(p) => {
+            let comment = match p.comment_state {
+                CommentState::Posted => format!(
+                    "result posted{}",
+                    p.posted_at
+                        .as_deref()
+                        .map(|at| format!(" at {at}"))
+                        .unwrap_or_default()
+                ),
+                CommentState::Posting => "result being posted".into(),
+                CommentState::None => "no result posted yet".into(),
+            };
+            let labels = p.labels_state.as_deref().unwrap_or("not moved yet");
+            (
+                link(&p.item_url),
+                format!("{comment}; labels {labels}"),
+                link(&p.comment_url),
+                p.last_error
+                    .as_ref()
+                    .map(|e| format!("{e} ({} failed attempt(s))", p.attempts))
+                    .unwrap_or_default(),
+            )
+        }
+    };
+    Some(SourceItem {
+        item: format!("{} ({})", item.short(), item.describe_kind()),
+        item_href,
+        published,
+        comment_href,
+        error,
+    })
 }
 
 /// The row's fields as label/value pairs.
@@ -994,5 +1052,44 @@ mod tests {
             assert_eq!(v.name(), name);
         }
         assert_eq!(View::parse("../x"), None);
+    }
+
+    #[test]
+    fn the_source_item_block_links_only_web_urls() {
+        let mut row = crate::db::testing::task_row("u");
+        assert_eq!(source_item(&row, None), None, "a local task has none");
+        row.task_source = "gitlab".into();
+        row.owner = Some("group".into());
+        row.repo = Some("proj".into());
+        row.task_type = Some("pull_request".into());
+        row.task_id = Some("7".into());
+        let bare = source_item(&row, None).unwrap();
+        assert_eq!(bare.item, "group/proj!7 (GitLab merge request)");
+        assert_eq!((bare.item_href, bare.published), (None, String::new()));
+        let p = Publication {
+            task_uuid: "u".into(),
+            labels_state: Some("failed".into()),
+            comment_state: CommentState::Posted,
+            comment_id: Some("9".into()),
+            comment_url: Some("javascript:alert(1)".into()),
+            posted_at: Some("2026-11-30T17:00:00Z".into()),
+            lease_owner: None,
+            lease_until_ms: None,
+            attempts: 2,
+            last_error: Some("HTTP 502".into()),
+            next_attempt_ms: None,
+            item_url: Some("https://gitlab.example/group/proj/-/merge_requests/7".into()),
+        };
+        let s = source_item(&row, Some(&p)).unwrap();
+        assert_eq!(
+            s.item_href.as_deref(),
+            Some("https://gitlab.example/group/proj/-/merge_requests/7")
+        );
+        assert_eq!(s.comment_href, None, "not a web URL: no link");
+        assert_eq!(
+            s.published,
+            "result posted at 2026-11-30T17:00:00Z; labels failed"
+        );
+        assert_eq!(s.error, "HTTP 502 (2 failed attempt(s))");
     }
 }
