@@ -21,6 +21,7 @@ use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use super::{COLUMNS, Db, DbError, NewTask, TaskKey, TaskRow, now_rfc3339, raw_row};
+use crate::untrusted;
 
 /// The value of `tasks.source_item` for a task key: `SOURCE:OWNER/REPO:TYPE:ID`, e.g.
 /// `github:acme/app:issue:42`. `None` unless every part of the key is set.
@@ -142,7 +143,7 @@ impl Db {
                     task.llm_provider,
                     task.model,
                     task.context_length as i64,
-                    task.user,
+                    task.user.as_deref().map(untrusted::name),
                     task.prompt,
                     item,
                 ],
@@ -292,7 +293,9 @@ impl Db {
         )
     }
 
-    /// `posting` → `posted` with the comment's id and URL, by the lease holder `owner`.
+    /// `posting` → `posted` with the comment's id and URL, by the lease holder `owner`. Both come
+    /// from the forge: the id is bounded and escaped ([`untrusted::name`]), a URL that is not
+    /// a web URL ([`is_web_url`]) is not kept.
     /// Returns whether it changed.
     pub fn record_comment(
         &self,
@@ -301,6 +304,8 @@ impl Db {
         comment_id: &str,
         comment_url: Option<&str>,
     ) -> Result<bool, DbError> {
+        let comment_id = untrusted::name(comment_id);
+        let comment_url = comment_url.filter(|u| is_web_url(u));
         let now = now_rfc3339();
         let n = self.retry(|c| {
             c.execute(
@@ -314,7 +319,8 @@ impl Db {
     }
 
     /// A publishing attempt of `owner` failed: count it, keep `error` (it must not hold a
-    /// secret), set when a worker may try again, and give up the lease.
+    /// secret; bounded to [`untrusted::MAX_DB_ERROR_BYTES`], control characters escaped), set
+    /// when a worker may try again, and give up the lease.
     pub fn record_publish_error(
         &self,
         uuid: &str,
@@ -322,6 +328,7 @@ impl Db {
         error: &str,
         next_attempt_ms: i64,
     ) -> Result<bool, DbError> {
+        let error = untrusted::text(error, untrusted::MAX_DB_ERROR_BYTES);
         let now = now_rfc3339();
         let n = self.retry(|c| {
             c.execute(
@@ -372,9 +379,15 @@ impl Db {
     }
 }
 
-/// Whether `url` may be kept and shown as a link: `http://` or `https://`, no whitespace or
-/// control characters.
+/// Longest URL kept from a forge, bytes.
+pub const MAX_URL_BYTES: usize = 2048;
+
+/// Whether `url` may be kept and shown as a link: `http://` or `https://`, at most
+/// [`MAX_URL_BYTES`], no whitespace or control characters.
 pub fn is_web_url(url: &str) -> bool {
+    if url.len() > MAX_URL_BYTES {
+        return false;
+    }
     let Some((scheme, rest)) = url.split_once("://") else {
         return false;
     };
@@ -485,6 +498,43 @@ mod tests {
         assert_eq!((p.attempts, p.next_attempt_ms), (1, Some(9_000)));
         assert_eq!(p.lease_owner, None);
         assert_eq!(p.comment_state, CommentState::None);
+    }
+
+    #[test]
+    fn forge_texts_are_bounded_and_escaped_before_they_are_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let mut t = item_task("a", "1");
+        t.user = Some(format!("eve\n[ERROR] forged{}", "x".repeat(1000)));
+        assert!(db.queue_source_task(&t).unwrap());
+        let user = db.get("a").unwrap().unwrap().user.unwrap();
+        assert!(user.starts_with("eve\\n[ERROR] forged"), "{user}");
+        assert!(user.len() < untrusted::MAX_NAME_BYTES + 64 && user.contains("[cut: "));
+
+        assert!(db.take_publish_lease("a", "me", 10, 0, None).unwrap());
+        let error = format!("forge said: \u{1b}[31mno\n{}", "e".repeat(100_000));
+        assert!(db.record_publish_error("a", "me", &error, 5).unwrap());
+        let kept = db.publication("a").unwrap().unwrap().last_error.unwrap();
+        assert!(
+            kept.starts_with("forge said: \\u{1b}[31mno\\n"),
+            "{}",
+            &kept[..80]
+        );
+        assert!(kept.len() < untrusted::MAX_DB_ERROR_BYTES + 64);
+
+        assert!(db.take_publish_lease("a", "me", 10, 0, None).unwrap());
+        assert!(db.mark_comment_posting("a", "me").unwrap());
+        assert!(
+            db.record_comment("a", "me", "1\r\n2", Some("javascript:alert(1)"))
+                .unwrap()
+        );
+        let p = db.publication("a").unwrap().unwrap();
+        assert_eq!(p.comment_id.as_deref(), Some("1\\r\\n2"));
+        assert_eq!(p.comment_url, None);
+        assert!(!is_web_url(&format!(
+            "https://x/{}",
+            "a".repeat(MAX_URL_BYTES)
+        )));
     }
 
     #[test]

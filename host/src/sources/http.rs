@@ -36,6 +36,7 @@ use serde::de::DeserializeOwned;
 use crate::config::SourceKind;
 use crate::llm::error::{body_snippet, redact};
 use crate::llm::retry::{backoff_delay, parse_retry_after};
+use crate::untrusted;
 
 /// Most pages [`RestClient::get_all`] reads (100 items each: 10,000 items).
 pub const MAX_PAGES: usize = 100;
@@ -526,15 +527,21 @@ fn read_body(resp: ureq::Response) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// Longest forge error message kept in an error, bytes: it reaches logs and the database.
+const MAX_MESSAGE_BYTES: usize = 1024;
+
 /// The forge's error message in a JSON error body (`message`, `error`, GitLab's
-/// `{"message": {"field": [..]}}`), else a snippet of the body; the token redacted.
+/// `{"message": {"field": [..]}}`), else a snippet of the body; the token redacted, then
+/// bounded to [`MAX_MESSAGE_BYTES`] with its control characters escaped
+/// ([`untrusted::text`]: the forge's text is untrusted).
 fn error_message(body: &str, token: &str) -> String {
+    let safe = |s: &str| untrusted::text(&redact(s, Some(token)), MAX_MESSAGE_BYTES).into_owned();
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
         for key in ["message", "error_description", "error"] {
             match v.get(key) {
-                Some(serde_json::Value::String(s)) => return redact(s, Some(token)),
+                Some(serde_json::Value::String(s)) => return safe(s),
                 Some(other @ (serde_json::Value::Object(_) | serde_json::Value::Array(_))) => {
-                    return redact(&other.to_string(), Some(token));
+                    return safe(&other.to_string());
                 }
                 _ => {}
             }
@@ -751,6 +758,20 @@ mod tests {
         assert_eq!(
             error_message("echo tok-123 back", "tok-123"),
             "echo [redacted] back"
+        );
+        let hostile = format!(
+            r#"{{"message":"tok-123 line1\nERROR forged line\u001b[2J{}"}}"#,
+            "x".repeat(5000)
+        );
+        let m = error_message(&hostile, "tok-123");
+        assert!(
+            m.starts_with("[redacted] line1\\nERROR forged line\\u{1b}[2J"),
+            "{m}"
+        );
+        assert!(!m.contains('\n') && !m.contains('\u{1b}'));
+        assert!(
+            m.len() < MAX_MESSAGE_BYTES + 64 && m.contains("[cut: "),
+            "{m}"
         );
         assert_eq!(encode("coding agent"), "coding%20agent");
         assert_eq!(encode("group/sub/proj"), "group%2Fsub%2Fproj");
