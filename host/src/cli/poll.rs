@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use super::out::outln;
 use super::{EXIT_FAILED, Env};
 use crate::sources::publish::Synced;
 
@@ -31,7 +32,7 @@ pub(super) fn poll(env: &Env, args: &PollArgs) -> anyhow::Result<ExitCode> {
     }
     let report = crate::ops::poll::poll_once(&env.config, &env.layout)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         for (uuid, item, what) in &report.published.done {
             let text = match what {
@@ -41,13 +42,13 @@ pub(super) fn poll(env: &Env, args: &PollArgs) -> anyhow::Result<ExitCode> {
                 Synced::Skipped(why) => format!("skipped: {why}"),
                 Synced::UpToDate => continue,
             };
-            println!("{item}  task {uuid}: {text}");
+            outln!("{item}  task {uuid}: {text}");
         }
         for (source, r) in &report.polls {
             for q in &r.queued {
-                println!("{}  queued task {}", q.item, q.uuid);
+                outln!("{}  queued task {}", q.item, q.uuid);
             }
-            println!(
+            outln!(
                 "{source}: {} task(s) queued, {} labelled item(s) already have one",
                 r.queued.len(),
                 r.already_held

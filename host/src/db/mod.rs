@@ -6,6 +6,7 @@
 //! - [`stats`]: the counters of a task ([`UsageDelta`]) and the statistics over all tasks.
 //! - [`sources`]: what the GitHub / GitLab task sources keep: one open task per item, and
 //!   what was published back to it.
+//! - [`health`]: whether the database can still be written and read (for `ctxhost fsck`).
 //!
 //! Status changes are not here: each is one conditional `UPDATE` owned by
 //! [`crate::lifecycle`], the only code that changes a task's status or moves its directory.
@@ -18,6 +19,7 @@
 //! `SQLITE_LOCKED`, with a short backoff.
 
 pub mod control;
+pub mod health;
 pub mod queue;
 pub mod schema;
 pub mod sources;
