@@ -659,11 +659,17 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
 
 #[test]
 fn the_api_key_a_provider_echoes_is_redacted_whatever_the_status() {
-    let llm = FakeLlm::start(vec![
-        // HTTP 200 with an error body quoting the key.
+    // HTTP 200 with an error body quoting the key: asked for again twice (issue 11), then the
+    // task fails.
+    let echoed_error = || {
         Reply::json(serde_json::json!({"error": {
             "message": format!("Incorrect API key provided: {KEY}. Find yours at ..."),
-            "type": "invalid_request_error"}})),
+            "type": "invalid_request_error"}}))
+    };
+    let llm = FakeLlm::start(vec![
+        echoed_error(),
+        echoed_error(),
+        echoed_error(),
         // HTTP 200 with an answer quoting it.
         Reply::text(format!("Your key is {KEY}, isn't it?"), None),
         // HTTP 401 quoting it.
