@@ -18,7 +18,11 @@
 //!   its end are allowed except for a completed task: a paused task makes them when resumed)
 //!   and is not behind messages.jsonl; no step temporaries are left (a failed task may keep its
 //!   request/response for debugging); summary ids are JSON numbers (the old string form
-//!   `"sum-N"` of ctxhost 0.1 is reported).
+//!   `"sum-N"` of ctxhost 0.1 is reported); every file and line with a published JSON Schema
+//!   (metadata.json, task_state.json, tools.json, and the lines of messages.jsonl,
+//!   current.jsonl, summaries.jsonl, tools.jsonl, llm_calls.jsonl, planning/*.jsonl) matches it
+//!   ([`crate::schemas`]; a mismatch names the file, the line, the line kind, the field and what
+//!   is wrong).
 //!
 //! A task whose process is alive is checked read-only and its last line is not judged (it may
 //! be being written). Every problem names the file and, where there is one, the line.
@@ -84,6 +88,9 @@ pub enum ProblemKind {
     /// A summary id written as a string (`"sum-3"`, ctxhost 0.1 / WIT 0.1.0) where the spec
     /// has a number.
     OldSummaryId,
+    /// A file or line that is JSON but does not match its published schema
+    /// (`docs/schemas/`, [`crate::schemas`]): a missing or unknown field, a wrong type.
+    SchemaMismatch,
     /// metadata.json or task_state.json does not parse.
     BadFile,
     /// A file or folder could not be read.
