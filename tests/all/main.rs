@@ -13,6 +13,7 @@ mod support;
 mod anthropic;
 mod cli;
 mod compression;
+mod conformance;
 mod crash_torture;
 mod e2e_compression;
 mod e2e_fake_llm;
