@@ -32,6 +32,7 @@ use crate::db::now_rfc3339;
 use crate::runtime::{CompressConfig, Compressor, RequestConfig, RequestFormat};
 use crate::task::{CallRecord, Interrupt, TaskContext, UsageDelta};
 pub use crate::tools::{NoTools, ToolRunner};
+use crate::untrusted;
 use exchange::{ExchangeError, exchange};
 
 /// How a task's loop ended (errors are `Err`, and fail the task).
@@ -91,14 +92,22 @@ impl Agent<'_> {
                     return Ok(outcome);
                 }
                 let tools = &mut *self.tools;
-                let recorded = ctx
-                    .tools()
-                    .run(call, |c| tools.call(c))
-                    .with_context(|| format!("tool call {} ({})", call.id, call.function.name))?;
+                let recorded = ctx.tools().run(call, |c| tools.call(c)).with_context(|| {
+                    format!(
+                        "tool call {} ({})",
+                        untrusted::name(&call.id),
+                        untrusted::name(&call.function.name)
+                    )
+                })?;
                 let message = recorded.to_message(call);
                 ctx.store()
                     .add_message(&message, &now_rfc3339())
-                    .with_context(|| format!("appending the result of tool call {}", call.id))?;
+                    .with_context(|| {
+                        format!(
+                            "appending the result of tool call {}",
+                            untrusted::name(&call.id)
+                        )
+                    })?;
                 ctx.update_statistics(UsageDelta::tool_call())?;
             }
             // Safe point: before the LLM call (and before a compression, which may call it too).
@@ -141,10 +150,12 @@ impl Agent<'_> {
             .current_token_count()
             .context("message store: current-token-count")?;
         let current_file = ctx.current_file()?;
-        let current_file = ctx.dir().join(current_file);
-        let current_empty = std::fs::metadata(&current_file)
-            .map(|m| m.len() == 0)
-            .unwrap_or(true);
+        let current_empty = ctx
+            .dir()
+            .metadata(&current_file)
+            .ok()
+            .flatten()
+            .is_none_or(|m| m.len() == 0);
         if !current_empty && stats_count == 1 {
             // A process killed between the system prompt and the task's prompt: add the latter.
             let user = ChatMessage::text("user", ctx.prompt().to_string());
@@ -160,8 +171,8 @@ impl Agent<'_> {
         if stats_count > 0 {
             bail!(
                 "{} is empty but {} holds {stats_count} messages: the context must be repaired before the task can go on",
-                current_file.display(),
-                ctx.dir().join(MESSAGES).display()
+                ctx.dir().show(&current_file),
+                ctx.dir().show(MESSAGES)
             );
         }
         let system = ChatMessage::text("system", self.config.agent.system_prompt.clone());
@@ -195,7 +206,14 @@ impl Agent<'_> {
             temperature: llm.temperature,
         };
         let started = std::time::Instant::now();
-        let result = exchange(self.format, ctx.transport(), ctx.dir(), &config, RESPONSE);
+        let result = exchange(
+            self.format,
+            ctx.transport(),
+            ctx.dir(),
+            &config,
+            RESPONSE,
+            None,
+        );
         let mut record = CallRecord {
             step,
             context_tokens: tokens_before,
@@ -214,8 +232,12 @@ impl Agent<'_> {
             Err(e) => {
                 let error = format!("LLM call {step} failed: {e}");
                 // request.json is kept after a failed call: its size is known.
-                record.request_bytes =
-                    std::fs::metadata(ctx.dir().join(REQUEST)).map_or(0, |m| m.len());
+                record.request_bytes = ctx
+                    .dir()
+                    .metadata(REQUEST)
+                    .ok()
+                    .flatten()
+                    .map_or(0, |m| m.len());
                 record.error = Some(&error);
                 ctx.calls().record_call(&record, &now_rfc3339());
                 if matches!(e, ExchangeError::Read { .. }) {
@@ -253,7 +275,7 @@ impl Agent<'_> {
             ))?;
             bail!(
                 "LLM call {step}: the model returned an empty answer (no content and no tool calls; finish_reason: {})",
-                reply.finish_reason.as_deref().unwrap_or("none")
+                untrusted::name(reply.finish_reason.as_deref().unwrap_or("none"))
             );
         }
         ctx.calls().record_call(&record, &now_rfc3339());
@@ -290,7 +312,7 @@ impl Agent<'_> {
             summary_prompt: cs.summary_prompt.clone(),
             reserve_output_tokens: self.config.llm.max_output_tokens.unwrap_or(1024),
         };
-        let dir = ctx.dir().to_path_buf();
+        let dir = ctx.dir().clone();
         match compact_if_needed(ctx.store(), compressor, &dir, &cfg, &now_rfc3339) {
             Ok(CompactionOutcome::NotNeeded) => Ok(()),
             Ok(CompactionOutcome::Compressed {
@@ -329,7 +351,9 @@ impl Agent<'_> {
                         self.compaction_failures, cfg.context_length
                     )));
                 }
-                tracing::warn!(uuid = %ctx.uuid(), tokens, failures = self.compaction_failures, "{e}");
+                // The error may quote what the compressor wrote (ids, a line): bounded, escaped.
+                let shown = untrusted::text(&e.to_string(), untrusted::MAX_LOG_BYTES).into_owned();
+                tracing::warn!(uuid = %ctx.uuid(), tokens, failures = self.compaction_failures, "{shown}");
                 Ok(())
             }
         }

@@ -4,12 +4,13 @@
 //! a context file (`current.jsonl`: one chat message per line, one line in memory).
 
 use std::fs::File;
-use std::io::{self, BufReader};
-use std::path::Path;
+use std::io::BufReader;
 
 use anyhow::Context;
 use ctxhost_format::jsonl::LineReader;
 use ctxhost_format::{ChatMessage, ToolCall};
+
+use crate::task_dir::TaskDir;
 
 /// The tool calls of the last assistant message that have no `tool` message after it, in the
 /// order the model made them. Empty when the context ends with every call answered (or has
@@ -45,22 +46,23 @@ pub fn final_answer(last: &ChatMessage) -> Option<String> {
         .filter(|c| !c.trim().is_empty())
 }
 
-/// A line reader over `path`, or `None` when the file does not exist. Errors name the file.
-pub fn open_lines(path: &Path) -> anyhow::Result<Option<LineReader<BufReader<File>>>> {
-    match File::open(path) {
-        Ok(f) => Ok(Some(LineReader::new(
-            BufReader::new(f),
-            path.display().to_string(),
-        ))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot open {}", path.display())),
+/// A line reader over the file `name` of `dir`, or `None` when it does not exist. Errors
+/// name the file.
+pub fn open_lines(
+    dir: &TaskDir,
+    name: &str,
+) -> anyhow::Result<Option<LineReader<BufReader<File>>>> {
+    match dir.open_read_if_exists(name) {
+        Ok(Some(f)) => Ok(Some(LineReader::new(BufReader::new(f), dir.show(name)))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", dir.show(name))),
     }
 }
 
-/// The last message of the context file `path` (`None` when empty or missing). Errors name
-/// the file and line of a line that is not a chat message.
-pub fn last_message_in(path: &Path) -> anyhow::Result<Option<ChatMessage>> {
-    let Some(mut lines) = open_lines(path)? else {
+/// The last message of the context file `name` of `dir` (`None` when empty or missing).
+/// Errors name the file and line of a line that is not a chat message.
+pub fn last_message_in(dir: &TaskDir, name: &str) -> anyhow::Result<Option<ChatMessage>> {
+    let Some(mut lines) = open_lines(dir, name)? else {
         return Ok(None);
     };
     let mut last = None;
@@ -70,10 +72,10 @@ pub fn last_message_in(path: &Path) -> anyhow::Result<Option<ChatMessage>> {
     Ok(last)
 }
 
-/// [`pending_tool_calls`] of the context file `path` (streamed).
-pub fn pending_tool_calls_in(path: &Path) -> anyhow::Result<Vec<ToolCall>> {
+/// [`pending_tool_calls`] of the context file `name` of `dir` (streamed).
+pub fn pending_tool_calls_in(dir: &TaskDir, name: &str) -> anyhow::Result<Vec<ToolCall>> {
     let mut pending = Vec::new();
-    let Some(mut lines) = open_lines(path)? else {
+    let Some(mut lines) = open_lines(dir, name)? else {
         return Ok(pending);
     };
     while let Some((_, m)) = lines.next_value::<ChatMessage>()? {
@@ -82,11 +84,12 @@ pub fn pending_tool_calls_in(path: &Path) -> anyhow::Result<Vec<ToolCall>> {
     Ok(pending)
 }
 
-/// The final answer the context file `path` already ends with ([`final_answer`] of its last
-/// message). A process that died after appending it, before the task was marked completed,
-/// leaves such a context; the next run completes the task without asking the model again.
-pub fn final_answer_in(path: &Path) -> anyhow::Result<Option<String>> {
-    Ok(last_message_in(path)?.as_ref().and_then(final_answer))
+/// The final answer the context file `name` of `dir` already ends with ([`final_answer`] of
+/// its last message). A process that died after appending it, before the task was marked
+/// completed, leaves such a context; the next run completes the task without asking the model
+/// again.
+pub fn final_answer_in(dir: &TaskDir, name: &str) -> anyhow::Result<Option<String>> {
+    Ok(last_message_in(dir, name)?.as_ref().and_then(final_answer))
 }
 
 #[cfg(test)]
@@ -127,7 +130,11 @@ mod tests {
             .map(|m| serde_json::to_string(m).unwrap() + "\n")
             .collect();
         std::fs::write(&p, text).unwrap();
-        assert_eq!(ids(pending_tool_calls_in(&p).unwrap()), ["y"]);
+        let task = TaskDir::open(dir.path()).unwrap();
+        assert_eq!(
+            ids(pending_tool_calls_in(&task, "current.jsonl").unwrap()),
+            ["y"]
+        );
     }
 
     #[test]
@@ -140,9 +147,7 @@ mod tests {
         assert_eq!(final_answer(&ChatMessage::text("user", "hi")), None);
         assert_eq!(final_answer(&call(&["a"])), None);
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(
-            final_answer_in(&dir.path().join("none.jsonl")).unwrap(),
-            None
-        );
+        let task = TaskDir::open(dir.path()).unwrap();
+        assert_eq!(final_answer_in(&task, "none.jsonl").unwrap(), None);
     }
 }

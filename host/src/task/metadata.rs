@@ -1,12 +1,10 @@
 //! `metadata.json` of a task directory (DESIGN.md §2): who the task is and the settings it first
 //! ran with. Written once, atomically, when the task first runs; a resumed task keeps it.
 
-use std::path::Path;
-
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::layout::atomic_write;
+use crate::task_dir::TaskDir;
 
 /// File name of the metadata file in a task directory.
 pub const METADATA_FILE: &str = ctxhost_format::files::METADATA;
@@ -60,16 +58,17 @@ pub struct Metadata {
     pub user: Option<String>,
 }
 
-/// Write `task_dir/metadata.json` atomically unless it exists (it is written once; a resumed
-/// task keeps the original). Returns whether it was written.
-pub fn write_metadata_once(task_dir: &Path, meta: &Metadata) -> anyhow::Result<bool> {
-    let path = task_dir.join(METADATA_FILE);
-    if path.exists() {
+/// Write metadata.json of the task directory `dir` atomically unless it exists as a file (it
+/// is written once; a resumed task keeps the original; a link of that name is replaced).
+/// Returns whether it was written.
+pub fn write_metadata_once(dir: &TaskDir, meta: &Metadata) -> anyhow::Result<bool> {
+    if dir.is_file(METADATA_FILE) {
         return Ok(false);
     }
     let mut json = serde_json::to_vec_pretty(meta).context("serialize metadata.json")?;
     json.push(b'\n');
-    atomic_write(&path, &json)?;
+    dir.write_atomic(METADATA_FILE, &json)
+        .with_context(|| format!("cannot write {}", dir.show(METADATA_FILE)))?;
     Ok(true)
 }
 
@@ -79,7 +78,8 @@ mod tests {
 
     #[test]
     fn metadata_is_written_once() {
-        let dir = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
         let mut meta = Metadata {
             uuid: "u".into(),
             task_key: MetadataTaskKey {
@@ -100,12 +100,10 @@ mod tests {
             },
             user: None,
         };
-        assert!(write_metadata_once(dir.path(), &meta).unwrap());
+        assert!(write_metadata_once(&dir, &meta).unwrap());
         meta.process_id = 2;
-        assert!(!write_metadata_once(dir.path(), &meta).unwrap());
-        let back: Metadata =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join(METADATA_FILE)).unwrap())
-                .unwrap();
+        assert!(!write_metadata_once(&dir, &meta).unwrap());
+        let back: Metadata = serde_json::from_slice(&dir.read(METADATA_FILE).unwrap()).unwrap();
         assert_eq!(back.process_id, 1);
     }
 }

@@ -3,25 +3,28 @@
 //! until a strategy turns it on, no task has one and [`crate::task::TaskContext::planning`] is
 //! `None`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ctxhost_format::files::PLANNING_DIR;
+
+use crate::task_dir::TaskDir;
 
 /// The planning history of one task.
 #[derive(Debug, Clone)]
 pub struct PlanningStore {
-    dir: PathBuf,
+    dir: TaskDir,
 }
 
 impl PlanningStore {
-    /// The planning store of `task_dir`, if the task has a `planning/` folder.
-    pub fn existing(task_dir: &Path) -> Option<PlanningStore> {
-        let dir = task_dir.join(PLANNING_DIR);
-        dir.is_dir().then_some(PlanningStore { dir })
+    /// The planning store of the task directory `dir`, if it has a `planning/` folder (a
+    /// folder, not a link).
+    pub fn existing(dir: &TaskDir) -> Option<PlanningStore> {
+        dir.is_dir(PLANNING_DIR)
+            .then(|| PlanningStore { dir: dir.clone() })
     }
 
-    /// The `planning/` folder.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// The `planning/` folder, for messages.
+    pub fn dir(&self) -> PathBuf {
+        self.dir.file_path(PLANNING_DIR)
     }
 }

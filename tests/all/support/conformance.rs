@@ -7,7 +7,10 @@
 //! `$CARGO_TARGET_TMPDIR/conformance-totals.txt` (rewritten after each check, for reports).
 //!
 //! Not judged: an unterminated last line (torn by a crash, or being written: crash repair's and
-//! fsck's business; counted in [`Report::torn`]), temporaries, `.torn` files, `tool-results/`.
+//! fsck's business; counted in [`Report::torn`]), temporaries, `.torn` files, `tool-results/`,
+//! and anything that is not a regular file: the files are read through
+//! [`ctxhost::task_dir::TaskDir`], as the host reads them, so a symbolic link a hostile component
+//! planted is never followed (fsck reports it).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -15,6 +18,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use ctxhost::schemas::{self, Schema};
+use ctxhost::task_dir::TaskDir;
 use serde_json::Value;
 
 /// What a check found.
@@ -104,8 +108,8 @@ pub fn check_tree(contexts: &Path) -> Report {
         };
         let mut dirs: Vec<_> = entries
             .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .map(|e| e.path())
-            .filter(|p| p.is_dir())
             .collect();
         dirs.sort();
         for dir in dirs {
@@ -118,18 +122,25 @@ pub fn check_tree(contexts: &Path) -> Report {
 /// Check the files of one task directory into `report`.
 pub fn check_dir(dir: &Path, report: &mut Report) {
     report.dirs += 1;
+    let task_dir = match TaskDir::open(dir) {
+        Ok(d) => d,
+        Err(e) => {
+            report
+                .mismatches
+                .push(format!("{}: cannot be opened ({e})", dir.display()));
+            return;
+        }
+    };
     let mut names: Vec<String> = Vec::new();
-    for sub in ["", ctxhost_format::files::PLANNING_DIR] {
-        let Ok(entries) = fs::read_dir(dir.join(sub)) else {
+    for sub in [None, Some(ctxhost_format::files::PLANNING_DIR)] {
+        let Ok(entries) = task_dir.entries(sub) else {
             continue;
         };
-        for e in entries.flatten() {
-            if e.path().is_file() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                names.push(if sub.is_empty() {
-                    name
-                } else {
-                    format!("{sub}/{name}")
+        for (name, meta) in entries {
+            if meta.is_file() {
+                names.push(match sub {
+                    None => name,
+                    Some(sub) => format!("{sub}/{name}"),
                 });
             }
         }
@@ -140,11 +151,22 @@ pub fn check_dir(dir: &Path, report: &mut Report) {
             continue;
         };
         let path = dir.join(&name);
-        let Ok(bytes) = fs::read(&path) else {
-            report
-                .mismatches
-                .push(format!("{}: cannot be read", path.display()));
-            continue;
+        let read = if schema.is_line() {
+            task_dir.open_regular(&name).and_then(|mut f| {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut f, &mut bytes).map(|_| bytes)
+            })
+        } else {
+            task_dir.read(&name)
+        };
+        let bytes = match read {
+            Ok(b) => b,
+            Err(e) => {
+                report
+                    .mismatches
+                    .push(format!("{}: cannot be read ({e})", path.display()));
+                continue;
+            }
         };
         report.files += 1;
         if schema.is_line() {
