@@ -159,7 +159,7 @@ impl Schema {
         Ok(c.validator
             .iter_errors(value)
             .map(|e| Mismatch {
-                kind: kind_title(&c.json, e.schema_path().as_str()),
+                kind: kind_title(&c.json, e.evaluation_path().as_str()),
                 path: e.instance_path().as_str().to_string(),
                 message: e.masked_with(preview(e.instance())).to_string(),
             })
@@ -251,12 +251,14 @@ fn compile(schema: Schema) -> Result<Compiled, SchemaError> {
     Ok(Compiled { json, validator })
 }
 
-/// The innermost `title` on the way to `keyword_location` (a JSON Pointer into the schema),
-/// below the root: the line kind (`$defs/tool_result` → `tool result`). Follows local `$ref`s.
-fn kind_title(schema: &Value, keyword_location: &str) -> Option<String> {
+/// The innermost `title` on the way to `evaluation_path` (a JSON Pointer into the schema through
+/// the `$ref`s taken, `/then/$ref/properties/tool_call_id/$ref/type`), below the root: the line
+/// kind (`$defs/tool_result` → `tool result`). Follows local `$ref`s. (The canonical keyword
+/// location would end in the shared `$defs/tool_call_id` and lose the kind.)
+fn kind_title(schema: &Value, evaluation_path: &str) -> Option<String> {
     let mut node = schema;
     let mut title = None;
-    for raw in keyword_location.split('/').skip(1) {
+    for raw in evaluation_path.split('/').skip(1) {
         let segment = raw.replace("~1", "/").replace("~0", "~");
         if segment == "$ref" {
             let target = node.get("$ref").and_then(Value::as_str)?;
