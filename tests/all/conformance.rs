@@ -55,7 +55,7 @@ fn sample_dir() -> tempfile::TempDir {
 fn env_with_tools_and_compression(llm: &FakeLlm, sample: &Path) -> TestEnv {
     let extra = format!(
         "mcp_servers:\n  fs:\n    command: {:?}\n    args: [{:?}]\n\
-         tools:\n  max_tool_output_tokens: 120\n\
+         tools:\n  max_tool_output_tokens: 128\n\
          plugins:\n  compressor: builtin:llm-summarizer\n",
         crate::support::filesystem_server_bin()
             .display()
@@ -257,6 +257,19 @@ fn edit_line(path: &Path, n: usize, f: impl FnOnce(Value) -> Value) {
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
 
+/// Give everything below `dir` (and `dir`) the modes ctxhost creates (0700 folders, 0600 files),
+/// so that files this test plants are not also reported as `loose-mode`.
+fn owner_only(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = if dir.is_dir() { 0o700 } else { 0o600 };
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    if dir.is_dir() {
+        for e in std::fs::read_dir(dir).unwrap() {
+            owner_only(&e.unwrap().path());
+        }
+    }
+}
+
 fn edit_json(path: &Path, f: impl FnOnce(&mut Value)) {
     let mut v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     f(&mut v);
@@ -282,6 +295,7 @@ fn fsck_names_each_line_that_does_not_match_its_schema() {
         .unwrap(),
     )
     .unwrap();
+    owner_only(&dir);
     assert_eq!(
         env.ctxhost(&["fsck", "--json"]).ok().json()["problems"],
         json!([]),
@@ -316,6 +330,7 @@ fn fsck_names_each_line_that_does_not_match_its_schema() {
         r#"[{"type": "function", "function": {"name": "read file"}}]"#,
     )
     .unwrap();
+    owner_only(&dir);
 
     let out = env.ctxhost(&["fsck", "--json"]).fails().json();
     let problems = out["problems"].as_array().unwrap();

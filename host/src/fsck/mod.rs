@@ -459,7 +459,38 @@ mod tests {
         let r = fsck(&db, &layout, false, 3).unwrap();
         let got: Vec<(ProblemKind, Option<u64>)> =
             r.problems.iter().map(|p| (p.kind, p.line)).collect();
-        assert_eq!(got, [(ProblemKind::BadLine, Some(2))], "{:#?}", r.problems);
+        // JSON that is not a call line: named against its schema (not re-reported as a bad
+        // line).
+        assert_eq!(
+            got,
+            [(ProblemKind::SchemaMismatch, Some(2))],
+            "{:#?}",
+            r.problems
+        );
+        assert!(
+            r.problems[0]
+                .message
+                .starts_with("does not match docs/schemas/llm_calls.schema.json as a call line: "),
+            "{}",
+            r.problems[0].message
+        );
+        // A line that is not JSON at all is a bad line.
+        let mut text = fs::read_to_string(log.path()).unwrap();
+        text.push_str("not json\n");
+        fs::write(log.path(), text).unwrap();
+        log.record_compression(700, 100, Some(3), "2026-01-01T00:00:02.000Z");
+        let r = fsck(&db, &layout, false, 3).unwrap();
+        let got: Vec<(ProblemKind, Option<u64>)> =
+            r.problems.iter().map(|p| (p.kind, p.line)).collect();
+        assert_eq!(
+            got,
+            [
+                (ProblemKind::SchemaMismatch, Some(2)),
+                (ProblemKind::BadLine, Some(4))
+            ],
+            "{:#?}",
+            r.problems
+        );
     }
 
     #[test]
