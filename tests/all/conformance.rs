@@ -386,7 +386,7 @@ fn fsck_names_each_line_that_does_not_match_its_schema() {
     expect(
         "tools.json",
         None,
-        "does not match docs/schemas/tool_definitions.schema.json: /0/function/name: \"read file\" does not match \"^[A-Za-z0-9_-]{1,64}$\"; /0/function: \"parameters\" is a required property",
+        "does not match docs/schemas/tool_definitions.schema.json: /0/function: \"parameters\" is a required property; /0/function/name: \"read file\" does not match \"^[A-Za-z0-9_-]{1,64}$\"",
     );
     let schema_problems = found
         .iter()

@@ -159,7 +159,11 @@ impl Schema {
         Ok(c.validator
             .iter_errors(value)
             .map(|e| Mismatch {
-                kind: kind_title(&c.json, e.evaluation_path().as_str()),
+                // Only a line schema has line kinds (a whole file's items have titles too).
+                kind: self
+                    .is_line()
+                    .then(|| kind_title(&c.json, e.evaluation_path().as_str()))
+                    .flatten(),
                 path: e.instance_path().as_str().to_string(),
                 message: e.masked_with(preview(e.instance())).to_string(),
             })
@@ -432,6 +436,11 @@ mod tests {
         assert!(text.len() < 200, "{text}");
         assert!(text.contains("extra"), "{text}");
         assert_eq!(describe(&m, 0), "as a plain message line: and 1 more");
+        // A whole file has no line kinds, though its items' schemas have titles.
+        let m = Schema::ToolDefinitions
+            .validate(&json!([{"type": "function", "function": {"name": "x"}}]))
+            .unwrap();
+        assert!(!m.is_empty() && m.iter().all(|x| x.kind.is_none()), "{m:?}");
     }
 
     #[test]
