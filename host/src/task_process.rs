@@ -178,12 +178,5 @@ fn run_loop(
             &dir,
         )?)
     };
-    Agent {
-        config,
-        format: &mut format,
-        compressor: compressor.as_mut(),
-        tools: tools.as_mut(),
-        compaction_failures: 0,
-    }
-    .run(ctx)
+    Agent::new(config, &mut format, compressor.as_mut(), tools.as_mut()).run(ctx)
 }
