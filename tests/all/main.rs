@@ -13,6 +13,7 @@ mod support;
 mod anthropic;
 mod cli;
 mod compression;
+mod conformance;
 mod context_validity;
 mod context_window;
 mod crash_torture;

@@ -160,8 +160,11 @@ fn fixture() -> (TestEnv, Db) {
                 "planning/plan.jsonl",
                 format!(
                     "{}\n{}\n",
-                    serde_json::json!({"type":"plan","steps":["read", hostile()]}),
-                    serde_json::json!({"type":"reflection","text":"went well"})
+                    serde_json::json!({"type":"plan","timestamp":"2026-01-01T00:00:01.500Z","seq":1,"step":0,
+                        "hook":"start","goal":"Summarise the repo",
+                        "steps":[{"id":1,"description":"read"},{"id":2,"description":hostile()}]}),
+                    serde_json::json!({"type":"reflection","timestamp":"2026-01-01T00:00:04.500Z","seq":5,"step":2,
+                        "hook":"after-tools","trigger":"interval","text":"went well"})
                 ),
             ),
             (
@@ -1076,11 +1079,11 @@ fn a_long_call_log_is_grouped_and_bounded() {
     let mut log = String::new();
     for n in 1..=5000u64 {
         log.push_str(&format!(
-            "{{\"type\":\"call\",\"n\":{n},\"timestamp\":\"t\",\"context_tokens\":{},\"context_length\":100000,\"threshold_tokens\":70000,\"duration_ms\":1,\"status\":\"ok\"}}\n",
+            "{{\"type\":\"call\",\"n\":{n},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"context_tokens\":{},\"context_length\":100000,\"threshold_tokens\":70000,\"duration_ms\":1,\"status\":\"ok\"}}\n",
             1000 + (n % 16) * 4000
         ));
         if n % 16 == 0 {
-            log.push_str("{\"type\":\"compression\",\"timestamp\":\"t\",\"before_tokens\":72000,\"after_tokens\":1000}\n");
+            log.push_str("{\"type\":\"compression\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"before_tokens\":72000,\"after_tokens\":1000}\n");
         }
     }
     write_task_dir(&env.contexts(), "completed", A, &[("llm_calls.jsonl", log)]);
