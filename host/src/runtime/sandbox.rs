@@ -31,7 +31,7 @@ use super::RuntimeLimits;
 use super::epoch::{EpochTicker, ticks_for};
 use super::error::{PluginError, RuntimeError};
 use super::output::{GuestOutput, Stream};
-use super::types::LlmImport;
+use super::types::{LlmImport, PlanningImport};
 
 /// The data of a component's `Store`.
 pub struct StoreState {
@@ -40,8 +40,16 @@ pub struct StoreState {
     limiter: SandboxLimiter,
     /// The component's display name (`builtin:NAME` or its path), for logs.
     pub(crate) component: Arc<str>,
-    /// What the `llm` import calls (compressors only).
+    /// What the `llm` import calls (compressors and strategies).
     pub(crate) llm: Option<Box<dyn LlmImport>>,
+    /// What the `planning` import calls (strategies only).
+    pub(crate) planning: Option<Box<dyn PlanningImport>>,
+    /// Most `llm.complete` calls one component call may make (`None`: no limit).
+    pub(crate) llm_call_limit: Option<u32>,
+    /// `llm.complete` calls made during the current component call.
+    pub(crate) llm_calls: u32,
+    /// Time spent in `llm.complete` during the current component call.
+    pub(crate) llm_time: Duration,
     /// Time spent in host imports during the current call, credited back to the deadline.
     pub(crate) host_time: Duration,
     deadline_hit: bool,
@@ -192,6 +200,10 @@ impl Sandbox {
             limiter,
             component: name.clone(),
             llm,
+            planning: None,
+            llm_call_limit: None,
+            llm_calls: 0,
+            llm_time: Duration::ZERO,
             host_time: Duration::ZERO,
             deadline_hit: false,
             stdout,
@@ -228,6 +240,17 @@ impl Sandbox {
         self.store.data().limiter.peak_bytes
     }
 
+    /// The store's data, to give an instance its imports (planning, llm limits) after it is made.
+    pub(crate) fn state_mut(&mut self) -> &mut StoreState {
+        self.store.data_mut()
+    }
+
+    /// `llm.complete` calls made by the last component call, and the time they took.
+    pub(crate) fn last_llm_use(&self) -> (u32, Duration) {
+        let s = self.store.data();
+        (s.llm_calls, s.llm_time)
+    }
+
     /// Run `f` (a call into the component, or its instantiation) under the deadline, mapping a
     /// failure to a [`RuntimeError`] for `function` and poisoning the instance.
     pub fn call<R>(
@@ -245,6 +268,8 @@ impl Sandbox {
         {
             let state = self.store.data_mut();
             state.host_time = Duration::ZERO;
+            state.llm_calls = 0;
+            state.llm_time = Duration::ZERO;
             state.deadline_hit = false;
             state.stderr.clear_tail();
         }
