@@ -15,6 +15,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::agent::llm_import::HostLlm;
+use crate::agent::strategy::StrategyDriver;
 use crate::agent::{Agent, NoTools, Outcome, ToolRunner};
 use crate::config::Config;
 use crate::db::{Db, Status, TaskRow};
@@ -135,9 +136,9 @@ fn execute(
     }
 }
 
-/// The agent loop of `ctx` with the request formats, compressor and tools of `plugins` and
-/// `config`. The tool servers are stopped and the instances dropped when it returns, before
-/// the task's status changes.
+/// The agent loop of `ctx` with the request formats, compressor, strategy and tools of
+/// `plugins` and `config`. The tool servers are stopped and the instances dropped when it
+/// returns, before the task's status changes.
 fn run_loop(
     config: &Config,
     layout: &Layout,
@@ -160,6 +161,26 @@ fn run_loop(
             plugins.compressor(&dir, Box::new(llm))?
         }
     };
+    let strategy_llm = HostLlm::new(
+        plugins.request_format(&dir)?,
+        Transport::new(config.transport_config()?),
+        &dir,
+        &config.llm.model,
+        config.llm.temperature,
+        UsageMeter::open(layout, ctx.uuid())?,
+    );
+    let strategy = plugins
+        .strategy(
+            &dir,
+            Box::new(strategy_llm),
+            Box::new(ctx.planning().clone()),
+        )
+        .map_err(|e| anyhow::anyhow!("plugins.strategy ({}): {e}", plugins.spec_of_strategy()))?;
+    let mut strategy = StrategyDriver::new(
+        strategy,
+        ctx.planning().clone(),
+        Agent::strategy_config(config),
+    );
     let mut tools: Box<dyn ToolRunner> = if config.mcp_servers.is_empty() {
         Box::new(NoTools)
     } else {
@@ -169,12 +190,18 @@ fn run_loop(
             &dir,
         )?)
     };
-    Agent {
+    let outcome = Agent {
         config,
         format: &mut format,
         compressor: compressor.as_mut(),
         tools: tools.as_mut(),
+        strategy: &mut strategy,
         compaction_failures: 0,
     }
-    .run(ctx)
+    .run(ctx);
+    let s = strategy.stats();
+    tracing::info!(uuid = %ctx.uuid(), strategy = strategy.component(), hooks = s.calls,
+        replayed = s.replayed, side_calls = s.llm_calls,
+        component_ms = s.component_time.as_secs_f64() * 1000.0, "strategy cost in this process");
+    outcome
 }

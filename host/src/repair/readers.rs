@@ -43,6 +43,9 @@ pub struct HistoryStats {
     /// Assistant messages that are not summaries: the agent loop's LLM calls that got an answer
     /// (what `agent.max_steps` counts).
     pub agent_steps: u64,
+    /// The last line is a summary (a compression's last write before it installs the new
+    /// context; nothing was appended after it).
+    pub ends_with_summary: bool,
 }
 
 /// Stream `path` (messages.jsonl) and count its lines, last seq and agent steps. A missing
@@ -55,6 +58,7 @@ pub fn history_stats(path: &Path) -> anyhow::Result<HistoryStats> {
     while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
         stats.lines += 1;
         stats.last_seq = h.seq;
+        stats.ends_with_summary = h.summary_id.is_some();
         if h.role == "assistant" && h.summary_id.is_none() {
             stats.agent_steps += 1;
         }
