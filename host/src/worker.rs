@@ -338,6 +338,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+            no_inherit: false,
         })
         .unwrap();
         db
@@ -379,6 +380,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+            no_inherit: false,
         })
         .unwrap();
         assert!(row::claim(&db, "ok", &Claim::test(101)).unwrap());

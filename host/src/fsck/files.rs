@@ -8,8 +8,9 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use ctxhost_format::files::{
-    CURRENT, DEBUG_FILES, LLM_CALLS, MESSAGES, SUMMARIES, TOOLS, is_temporary,
+    CURRENT, DEBUG_FILES, LLM_CALLS, MESSAGES, PLANNING_DIR, SUMMARIES, TOOLS, is_temporary,
 };
+use ctxhost_format::planning::{PlanningHistory, PlanningLine};
 use ctxhost_format::{CallLogLine, ChatMessage, HistoryLine, SummaryLine, ToolLine};
 
 use super::{Problem, ProblemKind, problem};
@@ -26,10 +27,18 @@ enum LineFormat {
     Summary,
     Tool,
     CallLog,
+    Planning,
     Object,
 }
 
 fn format_of(path: &Path) -> LineFormat {
+    let in_planning = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n == PLANNING_DIR);
+    if in_planning {
+        return LineFormat::Planning;
+    }
     match path.file_name().and_then(|n| n.to_str()) {
         Some(MESSAGES) => LineFormat::History,
         Some(CURRENT) => LineFormat::Context,
@@ -173,6 +182,7 @@ fn check_jsonl(
     let mut offset = 0u64;
     let mut expected_seq = 1u64;
     let mut checker = (format == LineFormat::Context).then(ContextChecker::new);
+    let mut planning = (format == LineFormat::Planning).then(PlanningHistory::default);
     let mut messages = 0u64;
     loop {
         buf.clear();
@@ -288,6 +298,21 @@ fn check_jsonl(
                         }
                         expected_seq = seq + 1;
                     }
+                    Parsed::Planning(line) => {
+                        if let Some(h) = planning.as_mut()
+                            && let Err(e) = h.push(*line)
+                        {
+                            problems.push(problem(
+                                ProblemKind::PlanningRule,
+                                uuid,
+                                Some(path),
+                                Some(line_no),
+                                format!("breaks the planning history's rules: {e}"),
+                                false,
+                            ));
+                            planning = None;
+                        }
+                    }
                     Parsed::Message(m) => {
                         messages += 1;
                         if let Some(c) = checker.as_mut()
@@ -308,6 +333,22 @@ fn check_jsonl(
                 }
             }
         }
+    }
+    if let Some(h) = planning
+        && h.uncommitted > 0
+        && !live
+    {
+        problems.push(problem(
+            ProblemKind::UncommittedPlanning,
+            uuid,
+            Some(path),
+            Some(line_no + 1 - h.uncommitted),
+            format!(
+                "{} line(s) after the last decision: entries of a strategy hook that never returned",
+                h.uncommitted
+            ),
+            true,
+        ));
     }
     if let Some(c) = checker
         && messages > 0
@@ -331,6 +372,8 @@ enum Parsed {
     /// A history line: its seq, and its `summary_id` if written in an old string form.
     History(u64, Option<OldId>),
     Message(ChatMessage),
+    /// A planning-history line.
+    Planning(Box<PlanningLine>),
     /// A summaries.jsonl line, with its `id` if written in an old string form.
     Summary(Option<OldId>),
     Other,
@@ -365,6 +408,9 @@ fn parse_line(format: LineFormat, text: &str) -> Result<Parsed, String> {
             serde_json::from_str::<CallLogLine>(text).map_err(e)?;
             Parsed::Other
         }
+        LineFormat::Planning => Parsed::Planning(Box::new(
+            serde_json::from_str::<PlanningLine>(text).map_err(e)?,
+        )),
         LineFormat::Object => {
             let v: serde_json::Value = serde_json::from_str(text).map_err(e)?;
             if !v.is_object() {

@@ -76,6 +76,16 @@ pub(crate) fn repair_task(
             done.push(format!("appended seq {appended:?} to {CURRENT}"));
         }
     }
+    if kinds.contains(&ProblemKind::UncommittedPlanning)
+        && let Some((_, dir)) = layout.find_task_dir(uuid)
+    {
+        let cut = crate::task::PlanningStore::repair(&dir, uuid)?;
+        if cut > 0 {
+            done.push(format!(
+                "cut {cut} uncommitted planning line(s) (kept in the planning file's .torn)"
+            ));
+        }
+    }
     if kinds.contains(&ProblemKind::OldSummaryId)
         && let Some((_, dir)) = layout.find_task_dir(uuid)
     {

@@ -18,7 +18,10 @@
 //!   its end are allowed except for a completed task: a paused task makes them when resumed)
 //!   and is not behind messages.jsonl; no step temporaries are left (a failed task may keep its
 //!   request/response for debugging); summary ids are JSON numbers (the old string form
-//!   `"sum-N"` of ctxhost 0.1 is reported).
+//!   `"sum-N"` of ctxhost 0.1 is reported); the planning history (`planning/{uuid}.jsonl`)
+//!   reads as planning lines that keep its rules (one first plan, valid plans, progress of
+//!   steps the plan has) and ends with a hook's decision (lines after it: a hook whose process
+//!   died mid-append).
 //!
 //! A task whose process is alive is checked read-only and its last line is not judged (it may
 //! be being written). Every problem names the file and, where there is one, the line.
@@ -30,7 +33,8 @@
 //! with the status); torn last lines (cut, the bytes kept in
 //! `<file>.torn`; a complete line only missing its newline gets it); current.jsonl behind
 //! messages.jsonl (the missing lines appended); leftover temporaries (deleted); string summary
-//! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]). Everything
+//! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]); uncommitted planning lines
+//! (cut, kept in `<file>.torn`, as the task itself does when it resumes). Everything
 //! else (a bad line in the middle, a seq gap, an orphan tool result, a missing directory) is
 //! reported for a human. After repairing, the tree is checked again and what remains is reported.
 
@@ -81,6 +85,12 @@ pub enum ProblemKind {
     Unreconcilable,
     /// A step temporary left behind.
     TemporaryFile,
+    /// A planning-history line that breaks its rules (a second first plan, an invalid plan,
+    /// progress of a step the plan lacks).
+    PlanningRule,
+    /// Planning-history lines after the last decision: a strategy hook whose process died
+    /// mid-append.
+    UncommittedPlanning,
     /// A summary id written as a string (`"sum-3"`, ctxhost 0.1 / WIT 0.1.0) where the spec
     /// has a number.
     OldSummaryId,
@@ -250,6 +260,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 1,
+            no_inherit: false,
         })
         .unwrap();
         let mut claim = Claim::test(1);

@@ -1,4 +1,5 @@
-//! `show`: one task's row, where its directory is, its result and last messages.
+//! `show`: one task's row, where its directory is, its result and last messages, its latest
+//! plan (planning history) and the task it inherited its context from.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -7,6 +8,7 @@ use std::path::Path;
 
 use ctxhost_format::HistoryLine;
 use ctxhost_format::files::MESSAGES;
+use ctxhost_format::planning::PlanningHistory;
 use serde::Serialize;
 
 use crate::db::{Db, Status, TaskRow};
@@ -41,6 +43,15 @@ pub struct ShowReport {
     pub result: Option<String>,
     /// The last lines of messages.jsonl.
     pub last_messages: Vec<ShownLine>,
+    /// The planning history folded (`latest` plan with each step's status, counts of
+    /// revisions, reflections and verifications, the last decision), when the task has one.
+    pub planning: Option<PlanningHistory>,
+    /// Why the planning history could not be read (file and line), when it could not.
+    pub planning_error: Option<String>,
+    /// metadata.json `inherited_from`: the earlier task of the same key this one started from.
+    pub inherited_from: Option<crate::task::InheritedFrom>,
+    /// metadata.json `inheritance_skipped`: earlier tasks of the key that were skipped, and why.
+    pub inheritance_skipped: Vec<crate::task::SkippedPredecessor>,
 }
 
 /// The last `n` lines of `messages.jsonl`, streamed (memory bounded by `n` lines), and the
@@ -116,11 +127,27 @@ pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<Sh
     } else {
         None
     };
+    let (mut planning, mut planning_error, mut meta) = (None, None, None);
+    if let Some((_, dir)) = &found {
+        match crate::task::PlanningStore::read(dir, uuid) {
+            Ok(p) => planning = p,
+            Err(e) => planning_error = Some(format!("{e:#}")),
+        }
+        // A damaged metadata.json is fsck's to report; show shows what it can.
+        meta = crate::task::read_metadata(dir).ok().flatten();
+    }
+    let (inherited_from, inheritance_skipped) = meta
+        .map(|m| (m.inherited_from, m.inheritance_skipped))
+        .unwrap_or_default();
     Ok(ShowReport {
         dir: found.as_ref().map(|(_, d)| d.display().to_string()),
         dir_state: found.as_ref().map(|(s, _)| s.to_string()),
         task,
         result,
         last_messages,
+        planning,
+        planning_error,
+        inherited_from,
+        inheritance_skipped,
     })
 }
