@@ -169,6 +169,7 @@ fn run_loop(
         config.llm.temperature,
         UsageMeter::open(layout, ctx.uuid())?,
     );
+    let instantiating = std::time::Instant::now();
     let strategy = plugins
         .strategy(
             &dir,
@@ -176,6 +177,7 @@ fn run_loop(
             Box::new(ctx.planning().clone()),
         )
         .map_err(|e| anyhow::anyhow!("plugins.strategy ({}): {e}", plugins.spec_of_strategy()))?;
+    let instantiate_ms = instantiating.elapsed().as_secs_f64() * 1000.0;
     let mut strategy = StrategyDriver::new(
         strategy,
         ctx.planning().clone(),
@@ -200,7 +202,7 @@ fn run_loop(
     }
     .run(ctx);
     let s = strategy.stats();
-    tracing::info!(uuid = %ctx.uuid(), strategy = strategy.component(), hooks = s.calls,
+    tracing::info!(uuid = %ctx.uuid(), strategy = strategy.component(), instantiate_ms, hooks = s.calls,
         replayed = s.replayed, side_calls = s.llm_calls,
         component_ms = s.component_time.as_secs_f64() * 1000.0, "strategy cost in this process");
     outcome
