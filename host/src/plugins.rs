@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::layout::Layout;
 use crate::runtime::{
     Compressor, LlmImport, LoadedPlugin, MessageStore, PlanningImport, PluginKind, PluginSource,
-    RequestFormat, Runtime, RuntimeError, RuntimeLimits, Strategy,
+    RequestFormat, Runtime, RuntimeError, Strategy,
 };
 
 /// Environment variable naming a compiled-component cache directory to use instead of
@@ -32,15 +32,8 @@ pub fn cache_dir(layout: &Layout) -> PathBuf {
 
 /// A fresh runtime with `config`'s limits (`runtime` section) and the cache of [`cache_dir`].
 pub fn runtime_for(config: &Config, layout: &Layout) -> anyhow::Result<Runtime> {
-    let (memory_bytes, call_timeout) = config.runtime_limits();
-    Runtime::new(
-        &cache_dir(layout),
-        RuntimeLimits {
-            memory_bytes,
-            call_timeout,
-        },
-    )
-    .context("cannot start the WebAssembly runtime")
+    Runtime::new(&cache_dir(layout), config.runtime_limits())
+        .context("cannot start the WebAssembly runtime")
 }
 
 /// Load the component `spec` (`builtin:NAME` or a `.wasm` path) as `kind`, or as whichever

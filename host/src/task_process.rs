@@ -64,7 +64,7 @@ pub fn run(config: &Config, layout: &Layout, uuid: &str) -> anyhow::Result<Optio
                 .get(uuid)?
                 .is_some_and(|r| r.process_id == Some(i64::from(pid))) =>
         {
-            let msg = format!("claiming the task failed: {e:#}");
+            let msg = failure_text(config, &format!("claiming the task failed: {e:#}"));
             tracing::error!(%uuid, "task failed: {msg}");
             return crate::task::finish(&db, layout, uuid, pid, Status::Failed, Some(&msg))
                 .map(Some);
@@ -82,19 +82,28 @@ pub fn run(config: &Config, layout: &Layout, uuid: &str) -> anyhow::Result<Optio
     }));
     let error = match ended {
         Ok(Ok(status)) => return Ok(Some(status)),
-        Ok(Err(e)) => format!("{e:#}"),
+        Ok(Err(e)) => failure_text(config, &format!("{e:#}")),
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_string());
-            format!("internal error (panic): {what}")
+            failure_text(config, &format!("internal error (panic): {what}"))
         }
     };
     // No context to end the task through (it could not be made, or a panic lost it).
     tracing::error!(%uuid, "task failed: {error}");
     crate::task::finish(&db, layout, uuid, pid, Status::Failed, Some(&error)).map(Some)
+}
+
+/// What a task's failure becomes in its `error_message` and the log: the API key redacted
+/// (whatever a provider or a component echoed), bounded and escaped
+/// ([`crate::untrusted::MAX_DB_ERROR_BYTES`]).
+fn failure_text(config: &Config, error: &str) -> String {
+    let key = config.api_key().ok().flatten();
+    let redacted = crate::llm::redact::redact(error, key.as_deref());
+    crate::untrusted::text(&redacted, crate::untrusted::MAX_DB_ERROR_BYTES).into_owned()
 }
 
 /// Everything between the claim and the end: plugins, context, tools, agent loop, and the
@@ -129,7 +138,7 @@ fn execute(
             Ok(status)
         }
         Err(e) => {
-            let msg = format!("{e:#}");
+            let msg = failure_text(config, &format!("{e:#}"));
             tracing::error!(%uuid, "task failed: {msg}");
             ctx.fail(&msg)
         }
@@ -145,24 +154,24 @@ fn run_loop(
     plugins: &PluginSet,
     ctx: &mut TaskContext,
 ) -> anyhow::Result<Outcome> {
-    let dir = ctx.dir().to_path_buf();
-    let mut format = plugins.request_format(&dir)?;
+    let dir = ctx.dir().clone();
+    let mut format = plugins.request_format(dir.path())?;
     let mut compressor = match plugins.has_compressor() {
         false => None,
         true => {
             let llm = HostLlm::new(
-                plugins.request_format(&dir)?,
+                plugins.request_format(dir.path())?,
                 Transport::new(config.transport_config()?),
                 &dir,
                 &config.llm.model,
                 config.llm.temperature,
                 UsageMeter::open(layout, ctx.uuid())?,
             );
-            plugins.compressor(&dir, Box::new(llm))?
+            plugins.compressor(dir.path(), Box::new(llm))?
         }
     };
     let strategy_llm = HostLlm::new(
-        plugins.request_format(&dir)?,
+        plugins.request_format(dir.path())?,
         Transport::new(config.transport_config()?),
         &dir,
         &config.llm.model,
@@ -172,7 +181,7 @@ fn run_loop(
     let instantiating = std::time::Instant::now();
     let strategy = plugins
         .strategy(
-            &dir,
+            dir.path(),
             Box::new(strategy_llm),
             Box::new(ctx.planning().clone()),
         )

@@ -142,8 +142,12 @@ fn real_task_completes_with_valid_files_and_usage() {
             "summary {s} is in messages.jsonl"
         );
     }
-    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false)
-        .expect("current.jsonl invariants");
+    ctxhost::invariants::check_context_file(
+        &ctxhost::task_dir::TaskDir::open(&dir).unwrap(),
+        "current.jsonl",
+        false,
+    )
+    .expect("current.jsonl invariants");
     let current = read_jsonl(&dir.join("current.jsonl"));
     assert_eq!(current[0]["role"], "system");
     assert!(

@@ -217,7 +217,12 @@ fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
         ["call_1", "call_2", "call_3"],
         "each call answered once, in order"
     );
-    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false).unwrap();
+    ctxhost::invariants::check_context_file(
+        &ctxhost::task_dir::TaskDir::open(&dir).unwrap(),
+        "current.jsonl",
+        false,
+    )
+    .unwrap();
     // Each request continued the previous context (no restart from the system prompt).
     let reqs = llm.requests();
     let lens: Vec<usize> = reqs.iter().map(|r| r.messages().len()).collect();

@@ -27,6 +27,7 @@ mod plugin_select;
 mod request_snapshots;
 mod request_write_path;
 mod runtime_sandbox;
+mod security;
 mod strategies;
 mod transport_faults;
 mod web;

@@ -55,6 +55,7 @@ fn limits(memory_mib: usize, timeout_ms: u64) -> RuntimeLimits {
     RuntimeLimits {
         memory_bytes: memory_mib * 1024 * 1024,
         call_timeout: Duration::from_millis(timeout_ms),
+        ..RuntimeLimits::default()
     }
 }
 
@@ -253,6 +254,7 @@ impl ctxhost::runtime::LlmImport for SlowLlm {
         &mut self,
         _messages_file: &str,
         _max: u32,
+        _deadline: std::time::Instant,
     ) -> Result<ctxhost::runtime::Completion, String> {
         std::thread::sleep(self.0);
         Ok(ctxhost::runtime::Completion {

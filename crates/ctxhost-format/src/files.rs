@@ -71,7 +71,7 @@ pub const TOOLS: &str = "tools.jsonl";
 pub const TOOL_RESULTS_DIR: &str = "tool-results";
 /// `tools.json`: a JSON array of OpenAI tool definitions offered in every request.
 pub const TOOL_DEFINITIONS: &str = "tools.json";
-/// `planning/`: the planning history (DESIGN.md §9).
+/// `planning/`: the planning history (DESIGN.md §11).
 pub const PLANNING_DIR: &str = "planning";
 /// `llm_calls.jsonl`: one line per LLM call and per compression
 /// ([`crate::CallLogLine`]), appended by the host's task context (the dashboard's chart reads it).

@@ -1,4 +1,4 @@
-//! The planning history of a task, `planning/{uuid}.jsonl` (DESIGN.md §9, the spec's
+//! The planning history of a task, `planning/{uuid}.jsonl` (DESIGN.md §11, the spec's
 //! PlanningHistoryStore): line shapes, the rules a plan must follow, the fold that turns the
 //! lines into the latest plan, and the text a plan is shown as. Shared by the host (its one
 //! writer, `ctxhost show`, `ctxhost fsck`) and the strategy components that read it.

@@ -53,6 +53,7 @@ use crate::runtime::{
 };
 use crate::task::{CallRecord, Interrupt, TaskContext, UsageDelta};
 pub use crate::tools::{NoTools, ToolRunner};
+use crate::untrusted;
 use exchange::{ExchangeError, exchange};
 use strategy::StrategyDriver;
 
@@ -215,9 +216,11 @@ impl Agent<'_> {
     /// Where a task picks up from its files (module doc).
     fn resume_point(&mut self, ctx: &mut TaskContext) -> anyhow::Result<Next> {
         let current = ctx.current_file()?;
-        let current = ctx.dir().join(current);
-        Ok(match queries::tail_in(&current)? {
-            Tail::Empty => bail!("{} is empty after the task started", current.display()),
+        Ok(match queries::tail_in(ctx.dir(), &current)? {
+            Tail::Empty => bail!(
+                "{} is empty after the task started",
+                ctx.dir().show(&current)
+            ),
             Tail::Prompt => {
                 let count = ctx
                     .store()
@@ -301,14 +304,22 @@ impl Agent<'_> {
     /// Make one tool call with the [`ToolRunner`], record it, answer it in the context.
     fn tool_call(&mut self, ctx: &mut TaskContext, call: &ToolCall) -> anyhow::Result<ToolOutcome> {
         let tools = &mut *self.tools;
-        let recorded = ctx
-            .tools()
-            .run(call, |c| tools.call(c))
-            .with_context(|| format!("tool call {} ({})", call.id, call.function.name))?;
+        let recorded = ctx.tools().run(call, |c| tools.call(c)).with_context(|| {
+            format!(
+                "tool call {} ({})",
+                untrusted::name(&call.id),
+                untrusted::name(&call.function.name)
+            )
+        })?;
         let message = recorded.to_message(call);
         ctx.store()
             .add_message(&message, &now_rfc3339())
-            .with_context(|| format!("appending the result of tool call {}", call.id))?;
+            .with_context(|| {
+                format!(
+                    "appending the result of tool call {}",
+                    untrusted::name(&call.id)
+                )
+            })?;
         ctx.update_statistics(UsageDelta::tool_call())?;
         let success = recorded.status == ToolStatus::Success;
         Ok(ToolOutcome {
@@ -362,10 +373,12 @@ impl Agent<'_> {
             .current_token_count()
             .context("message store: current-token-count")?;
         let current_file = ctx.current_file()?;
-        let current_file = ctx.dir().join(current_file);
-        let current_empty = std::fs::metadata(&current_file)
-            .map(|m| m.len() == 0)
-            .unwrap_or(true);
+        let current_empty = ctx
+            .dir()
+            .metadata(&current_file)
+            .ok()
+            .flatten()
+            .is_none_or(|m| m.len() == 0);
         if !current_empty && stats_count == 1 {
             // A process killed between the system prompt and the task's prompt: add the latter.
             let user = ChatMessage::text("user", ctx.prompt().to_string());
@@ -381,8 +394,8 @@ impl Agent<'_> {
         if stats_count > 0 {
             bail!(
                 "{} is empty but {} holds {stats_count} messages: the context must be repaired before the task can go on",
-                current_file.display(),
-                ctx.dir().join(MESSAGES).display()
+                ctx.dir().show(&current_file),
+                ctx.dir().show(MESSAGES)
             );
         }
         let mut system_prompt = self.config.agent.system_prompt.clone();
@@ -421,7 +434,14 @@ impl Agent<'_> {
             temperature: llm.temperature,
         };
         let started = std::time::Instant::now();
-        let result = exchange(self.format, ctx.transport(), ctx.dir(), &config, RESPONSE);
+        let result = exchange(
+            self.format,
+            ctx.transport(),
+            ctx.dir(),
+            &config,
+            RESPONSE,
+            None,
+        );
         let mut record = CallRecord {
             step,
             context_tokens: tokens_before,
@@ -440,8 +460,12 @@ impl Agent<'_> {
             Err(e) => {
                 let error = format!("LLM call {step} failed: {e}");
                 // request.json is kept after a failed call: its size is known.
-                record.request_bytes =
-                    std::fs::metadata(ctx.dir().join(REQUEST)).map_or(0, |m| m.len());
+                record.request_bytes = ctx
+                    .dir()
+                    .metadata(REQUEST)
+                    .ok()
+                    .flatten()
+                    .map_or(0, |m| m.len());
                 record.error = Some(&error);
                 ctx.calls().record_call(&record, &now_rfc3339());
                 if matches!(e, ExchangeError::Read { .. }) {
@@ -479,7 +503,7 @@ impl Agent<'_> {
             ))?;
             bail!(
                 "LLM call {step}: the model returned an empty answer (no content and no tool calls; finish_reason: {})",
-                reply.finish_reason.as_deref().unwrap_or("none")
+                untrusted::name(reply.finish_reason.as_deref().unwrap_or("none"))
             );
         }
         ctx.calls().record_call(&record, &now_rfc3339());
@@ -516,7 +540,7 @@ impl Agent<'_> {
             summary_prompt: cs.summary_prompt.clone(),
             reserve_output_tokens: self.config.llm.max_output_tokens.unwrap_or(1024),
         };
-        let dir = ctx.dir().to_path_buf();
+        let dir = ctx.dir().clone();
         match compact_if_needed(ctx.store(), compressor, &dir, &cfg, &now_rfc3339) {
             Ok(CompactionOutcome::NotNeeded) => Ok(()),
             Ok(CompactionOutcome::Compressed {
@@ -556,7 +580,9 @@ impl Agent<'_> {
                         self.compaction_failures, cfg.context_length
                     )));
                 }
-                tracing::warn!(uuid = %ctx.uuid(), tokens, failures = self.compaction_failures, "{e}");
+                // The error may quote what the compressor wrote (ids, a line): bounded, escaped.
+                let shown = untrusted::text(&e.to_string(), untrusted::MAX_LOG_BYTES).into_owned();
+                tracing::warn!(uuid = %ctx.uuid(), tokens, failures = self.compaction_failures, "{shown}");
                 Ok(())
             }
         }

@@ -196,6 +196,8 @@ pub struct RunArgs {
 
 /// Entry point of the binary: parse arguments, run, map the outcome to an exit code.
 pub fn main() -> ExitCode {
+    // contexts/ holds conversations, code and tool output: owner-only, whoever writes it.
+    crate::layout::use_owner_only_umask();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -2,9 +2,11 @@
 //!
 //! Shape (all sections and keys optional; unknown keys are errors):
 //! ```yaml
-//! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, cleanup_days, summary_prompt}
+//! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, cleanup_days, summary_prompt,
+//!           max_task_dir_mib, max_llm_calls_per_compression, max_compression_secs}
 //! llm:     {provider, base_url, model, api_key_env, context_length, max_output_tokens, temperature,
-//!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib}
+//!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib,
+//!           max_request_mib}
 //! plugins: {message_store, compressor, request_format, strategy}
 //! runtime: {memory_limit_mib, call_timeout_secs}
 //! agent:   {system_prompt, max_steps}
@@ -265,6 +267,23 @@ mod tests {
         assert!(err("llm:\n  base_url: http://:80\n").contains("llm.base_url"));
         assert!(err("context_storage:\n  summary_prompt: hi\n").contains("{messages}"));
         assert!(err("agent:\n  max_steps: 0\n").contains("agent.max_steps"));
+        for key in [
+            "max_task_dir_mib",
+            "max_llm_calls_per_compression",
+            "max_compression_secs",
+        ] {
+            let e = err(&format!("context_storage:\n  {key}: 0\n"));
+            assert!(
+                e.contains(&format!("context_storage.{key}: must be at least 1")),
+                "{e}"
+            );
+        }
+        assert!(err("llm:\n  max_request_mib: 0\n").contains("llm.max_request_mib"));
+        let e = err("llm:\n  base_url: \"https://me:pa55word@h.example\"\n");
+        assert!(
+            e.contains("https://***@h.example") && !e.contains("pa55word"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -34,6 +34,12 @@ context_storage:
   keep_recent_messages: {keep}
   # Completed task directories older than this many days may be deleted (rows stay in tasks.db).
   cleanup_days: {cleanup}
+  # Most MiB one task directory may hold; a component writing past it is stopped and the task fails.
+  max_task_dir_mib: {max_dir}
+  # Bounds of one compression: LLM calls through the compressor's llm import (further calls are
+  # refused; each is counted in the task's llm_call_count), and wall time, LLM calls included.
+  max_llm_calls_per_compression: {max_llm_calls}
+  max_compression_secs: {max_compress_secs}
   # Prompt used for summaries; {{messages}} is replaced by the messages to summarise.
   summary_prompt: |-
 {summary}
@@ -62,6 +68,8 @@ llm:
   max_retries: {retries}
   max_backoff_secs: {backoff}
   max_response_mib: {max_resp}
+  # A larger request body fails the call without being sent.
+  max_request_mib: {max_req}
 
 plugins:
   # Each is builtin:NAME or a path to a .wasm component.
@@ -151,6 +159,10 @@ tools:
             retries = d.llm.max_retries,
             backoff = d.llm.max_backoff_secs,
             max_resp = d.llm.max_response_mib,
+            max_req = d.llm.max_request_mib,
+            max_dir = d.context_storage.max_task_dir_mib,
+            max_llm_calls = d.context_storage.max_llm_calls_per_compression,
+            max_compress_secs = d.context_storage.max_compression_secs,
             store = d.plugins.message_store,
             compressor = d.plugins.compressor,
             strategy = d.plugins.strategy,

@@ -231,6 +231,14 @@ impl Db {
             path: shown.clone(),
             source,
         };
+        // A new database file is created owner-only; SQLite gives its -wal and -shm files the
+        // mode of the database file. (An existing file keeps its mode: `ctxhost fsck` reports a
+        // looser one.) If this fails, SQLite's own open reports why.
+        let _ = std::os::unix::fs::OpenOptionsExt::mode(
+            std::fs::OpenOptions::new().write(true).create_new(true),
+            crate::task_dir::FILE_MODE,
+        )
+        .open(&path);
         let conn = Connection::open(&path).map_err(sq)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sq)?;
         let db = Db { conn, path };

@@ -1,10 +1,11 @@
-//! The files of one task directory: metadata.json and task_state.json parse; every line of
-//! every JSONL file parses as its format, seq runs 1..n, current.jsonl keeps the context
+//! The files of one task directory, read through its [`TaskDir`] handle: no symbolic link in
+//! it and nothing looser than owner-only; metadata.json and task_state.json parse; every line
+//! of every JSONL file parses as its format, seq runs 1..n, current.jsonl keeps the context
 //! invariants and is not behind messages.jsonl; no step temporary is left.
 
 use std::collections::BTreeSet;
-use std::fs::{self, File};
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use ctxhost_format::files::{
@@ -18,6 +19,35 @@ use crate::invariants::{ContextChecker, Violation};
 use crate::repair::{jsonl_files, reconcile_current};
 use crate::summary_ids::{OldId, split_old_id};
 use crate::task::metadata::Metadata;
+use crate::task_dir::{DIR_MODE, FILE_MODE, TaskDir};
+use crate::untrusted;
+
+/// The mode bits ctxhost's files must not have: any access for the group or others.
+pub(crate) const LOOSE_BITS: u32 = 0o077;
+
+/// A [`ProblemKind::LooseMode`] problem for `path` with `mode`, if its mode gives the group or
+/// others any access.
+pub(crate) fn loose_mode(
+    path: &Path,
+    uuid: Option<&str>,
+    mode: u32,
+    is_dir: bool,
+) -> Option<Problem> {
+    let mode = mode & 0o7777;
+    (mode & LOOSE_BITS != 0).then(|| {
+        problem(
+            ProblemKind::LooseMode,
+            uuid,
+            Some(path),
+            None,
+            format!(
+                "mode {mode:04o} lets other users read it; contexts/ holds conversations, code and tool output, so it should be {:04o}",
+                if is_dir { DIR_MODE } else { FILE_MODE }
+            ),
+            true,
+        )
+    })
+}
 
 /// The format a JSONL file's lines must have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,35 +61,51 @@ enum LineFormat {
     Object,
 }
 
-fn format_of(path: &Path) -> LineFormat {
-    let in_planning = path
-        .parent()
-        .and_then(|p| p.file_name())
-        .is_some_and(|n| n == PLANNING_DIR);
-    if in_planning {
+/// The format of the JSONL file `name` (relative to the task directory): `planning/*.jsonl` are
+/// planning histories, top-level files by their name.
+fn format_of(name: &str) -> LineFormat {
+    if name
+        .strip_prefix(PLANNING_DIR)
+        .is_some_and(|rest| rest.starts_with('/'))
+    {
         return LineFormat::Planning;
     }
-    match path.file_name().and_then(|n| n.to_str()) {
-        Some(MESSAGES) => LineFormat::History,
-        Some(CURRENT) => LineFormat::Context,
-        Some(SUMMARIES) => LineFormat::Summary,
-        Some(TOOLS) => LineFormat::Tool,
-        Some(LLM_CALLS) => LineFormat::CallLog,
+    match name {
+        MESSAGES => LineFormat::History,
+        CURRENT => LineFormat::Context,
+        SUMMARIES => LineFormat::Summary,
+        TOOLS => LineFormat::Tool,
+        LLM_CALLS => LineFormat::CallLog,
         _ => LineFormat::Object,
     }
 }
 
-/// Check the files of one task directory. `live`: a process is using it (read-only, the last
-/// line is not judged); `allow_pending`: unanswered tool calls may end current.jsonl;
+/// Check the files of the task directory at `path`. `live`: a process is using it (read-only,
+/// the last line is not judged); `allow_pending`: unanswered tool calls may end current.jsonl;
 /// `keep_debug`: request/response bodies are not temporaries (a failed task).
 pub(crate) fn check_dir(
-    dir: &Path,
+    path: &Path,
     uuid: Option<&str>,
     live: bool,
     allow_pending: bool,
     keep_debug: bool,
     problems: &mut Vec<Problem>,
 ) {
+    let dir = match TaskDir::open(path) {
+        Ok(d) => d,
+        Err(e) => {
+            problems.push(problem(
+                ProblemKind::Unreadable,
+                uuid,
+                Some(path),
+                None,
+                format!("cannot open: {e}"),
+                false,
+            ));
+            return;
+        }
+    };
+    check_entries(&dir, uuid, live, problems);
     for (name, parse) in [
         (
             crate::task::metadata::METADATA_FILE,
@@ -70,47 +116,44 @@ pub(crate) fn check_dir(
             serde_json::from_slice::<crate::task::state::TaskState>(b).map(|_| ())
         }),
     ] {
-        let path = dir.join(name);
-        if let Ok(bytes) = fs::read(&path)
+        if let Ok(Some(bytes)) = dir.read_if_exists(name)
             && let Err(e) = parse(&bytes)
             && !live
         {
             problems.push(problem(
                 ProblemKind::BadFile,
                 uuid,
-                Some(&path),
+                Some(&dir.file_path(name)),
                 None,
-                format!("does not parse: {e}"),
+                format!(
+                    "does not parse: {}",
+                    untrusted::text(&e.to_string(), untrusted::MAX_ERROR_BYTES)
+                ),
                 false,
             ));
         }
     }
-    if !live && let Ok(entries) = fs::read_dir(dir) {
-        let mut names: Vec<String> = entries
-            .flatten()
-            .filter(|e| e.path().is_file())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| is_temporary(n) && !(keep_debug && DEBUG_FILES.contains(&n.as_str())))
-            .collect();
-        names.sort();
-        for n in names {
+    if !live && let Ok(entries) = dir.entries(None) {
+        for (n, _) in entries.iter().filter(|(n, m)| {
+            m.is_file() && is_temporary(n) && !(keep_debug && DEBUG_FILES.contains(&n.as_str()))
+        }) {
             problems.push(problem(
                 ProblemKind::TemporaryFile,
                 uuid,
-                Some(&dir.join(&n)),
+                Some(&dir.file_path(n)),
                 None,
                 "a step's temporary file left behind",
                 true,
             ));
         }
     }
-    let files = match jsonl_files(dir) {
+    let files = match jsonl_files(&dir) {
         Ok(f) => f,
         Err(e) => {
             problems.push(problem(
                 ProblemKind::Unreadable,
                 uuid,
-                Some(dir),
+                Some(path),
                 None,
                 format!("{e:#}"),
                 false,
@@ -120,22 +163,17 @@ pub(crate) fn check_dir(
     };
     let mut clean = BTreeSet::new();
     for file in &files {
-        if check_jsonl(file, uuid, live, allow_pending, problems) {
-            clean.insert(
-                file.file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned(),
-            );
+        if check_jsonl(&dir, file, uuid, live, allow_pending, problems) {
+            clean.insert(file.as_str());
         }
     }
     // Only two sound files can be matched up.
     if !live && clean.contains(MESSAGES) && clean.contains(CURRENT) {
-        match reconcile_current(dir, false) {
+        match reconcile_current(&dir, false) {
             Ok(missing) if !missing.is_empty() => problems.push(problem(
                 ProblemKind::CurrentBehind,
                 uuid,
-                Some(&dir.join(CURRENT)),
+                Some(&dir.file_path(CURRENT)),
                 None,
                 format!("lacks the last line(s) of {MESSAGES}: seq {missing:?}"),
                 true,
@@ -144,7 +182,7 @@ pub(crate) fn check_dir(
             Err(e) => problems.push(problem(
                 ProblemKind::Unreconcilable,
                 uuid,
-                Some(&dir.join(CURRENT)),
+                Some(&dir.file_path(CURRENT)),
                 None,
                 format!("{e:#}"),
                 false,
@@ -153,17 +191,61 @@ pub(crate) fn check_dir(
     }
 }
 
-/// Check every line of one JSONL file; returns whether it has no line problem.
+/// The entries of the task directory: symbolic links (the host never writes one; a component
+/// of an older ctxhost could), and modes looser than owner-only (the directory itself too).
+fn check_entries(dir: &TaskDir, uuid: Option<&str>, live: bool, problems: &mut Vec<Problem>) {
+    if let Ok(m) = std::fs::symlink_metadata(dir.path())
+        && let Some(p) = loose_mode(dir.path(), uuid, m.permissions().mode(), true)
+    {
+        problems.push(p);
+    }
+    let mut found = Vec::new();
+    let walked = dir.walk(|rel, m| {
+        if m.is_symlink() {
+            found.push(problem(
+                ProblemKind::Symlink,
+                uuid,
+                Some(&dir.file_path(rel)),
+                None,
+                "a symbolic link in a task directory (the host never follows one; --repair deletes it)",
+                !live,
+            ));
+        } else if let Some(p) = loose_mode(
+            &dir.file_path(rel),
+            uuid,
+            cap_std::fs::PermissionsExt::mode(&m.permissions()),
+            m.is_dir(),
+        ) {
+            found.push(p);
+        }
+    });
+    if let Err(e) = walked {
+        found.push(problem(
+            ProblemKind::Unreadable,
+            uuid,
+            Some(dir.path()),
+            None,
+            format!("cannot list: {e}"),
+            false,
+        ));
+    }
+    problems.extend(found);
+}
+
+/// Check every line of the JSONL file `name` of `dir`; returns whether it has no line problem.
 fn check_jsonl(
-    path: &Path,
+    dir: &TaskDir,
+    name: &str,
     uuid: Option<&str>,
     live: bool,
     allow_pending: bool,
     problems: &mut Vec<Problem>,
 ) -> bool {
     let before = problems.len();
-    let format = format_of(path);
-    let mut reader = match File::open(path) {
+    let path_buf = dir.file_path(name);
+    let path = path_buf.as_path();
+    let format = format_of(name);
+    let mut reader = match dir.open_read(name) {
         Ok(f) => BufReader::new(f),
         Err(e) => {
             problems.push(problem(
@@ -245,7 +327,10 @@ fn check_jsonl(
                     uuid,
                     Some(path),
                     Some(line_no),
-                    format!("not a valid line: {e}"),
+                    format!(
+                        "not a valid line: {}",
+                        untrusted::text(&e, untrusted::MAX_ERROR_BYTES)
+                    ),
                     false,
                 ));
                 // Later seq / invariant findings would only repeat this one.

@@ -18,10 +18,13 @@
 //!   its end are allowed except for a completed task: a paused task makes them when resumed)
 //!   and is not behind messages.jsonl; no step temporaries are left (a failed task may keep its
 //!   request/response for debugging); summary ids are JSON numbers (the old string form
-//!   `"sum-N"` of ctxhost 0.1 is reported); the planning history (`planning/{uuid}.jsonl`)
-//!   reads as planning lines that keep its rules (one first plan, valid plans, progress of
-//!   steps the plan has) and ends with a hook's decision (lines after it: a hook whose process
-//!   died mid-append).
+//!   `"sum-N"` of ctxhost 0.1 is reported); no symbolic link (the host never follows one);
+//!   the planning history (`planning/{uuid}.jsonl`) reads as planning lines that keep its
+//!   rules (one first plan, valid plans, progress of steps the plan has) and ends with a
+//!   hook's decision (lines after it: a hook whose process died mid-append);
+//! - modes: `contexts/`, its folders, tasks.db and every task directory and file are
+//!   owner-only (0700 folders, 0600 files); anything the group or others may access is
+//!   reported.
 //!
 //! A task whose process is alive is checked read-only and its last line is not judged (it may
 //! be being written). Every problem names the file and, where there is one, the line.
@@ -34,7 +37,8 @@
 //! `<file>.torn`; a complete line only missing its newline gets it); current.jsonl behind
 //! messages.jsonl (the missing lines appended); leftover temporaries (deleted); string summary
 //! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]); uncommitted planning lines
-//! (cut, kept in `<file>.torn`, as the task itself does when it resumes). Everything
+//! (cut, kept in `<file>.torn`, as the task itself does when it resumes); symbolic links in a
+//! task directory (deleted); loose modes (tightened to 0600 / 0700). Everything
 //! else (a bad line in the middle, a seq gap, an orphan tool result, a missing directory) is
 //! reported for a human. After repairing, the tree is checked again and what remains is reported.
 
@@ -96,6 +100,11 @@ pub enum ProblemKind {
     OldSummaryId,
     /// metadata.json or task_state.json does not parse.
     BadFile,
+    /// A symbolic link in a task directory.
+    Symlink,
+    /// A file or folder under `contexts/` that the group or others may access (ctxhost creates
+    /// files 0600 and folders 0700).
+    LooseMode,
     /// A file or folder could not be read.
     Unreadable,
 }
@@ -163,11 +172,25 @@ pub fn fsck(
         });
     }
     let mut by_task: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (i, p) in first.problems.iter().enumerate() {
-        if p.fixable
-            && let Some(u) = &p.uuid
-        {
-            by_task.entry(u.clone()).or_default().push(i);
+    for (i, p) in first.problems.iter_mut().enumerate() {
+        if !p.fixable {
+            continue;
+        }
+        match &p.uuid {
+            Some(u) => by_task.entry(u.clone()).or_default().push(i),
+            // Outside any task directory only modes are fixed.
+            None if p.kind == ProblemKind::LooseMode => {
+                if let Some(path) = &p.path {
+                    p.repaired = Some(match fixes::tighten(Path::new(path)) {
+                        Ok(what) => what,
+                        Err(e) => {
+                            p.message.push_str(&format!(" (repair failed: {e:#})"));
+                            continue;
+                        }
+                    });
+                }
+            }
+            None => {}
         }
     }
     for (uuid, indexes) in by_task {
@@ -208,12 +231,15 @@ pub(crate) fn problem(
     message: impl Into<String>,
     fixable: bool,
 ) -> Problem {
+    // A message may quote what a component wrote (a line, an id): bounded and escaped.
+    let message = message.into();
+    let message = crate::untrusted::text(&message, crate::untrusted::MAX_ERROR_BYTES).into_owned();
     Problem {
         kind,
         uuid: uuid.map(str::to_string),
         path: path.map(|p| p.display().to_string()),
         line,
-        message: message.into(),
+        message,
         fixable,
         repaired: None,
     }
@@ -227,8 +253,24 @@ mod tests {
     use crate::lifecycle::{Claim, Transition, apply};
     use ctxhost_format::files::{CURRENT, MESSAGES};
     use ctxhost_format::{ChatMessage, HistoryLine, ToolCall};
-    use std::fs;
     use std::path::PathBuf;
+
+    /// `std::fs`, with files and folders made owner-only as ctxhost makes them.
+    mod fs {
+        pub use std::fs::*;
+        use std::os::unix::fs::PermissionsExt;
+        use std::path::Path;
+
+        pub fn write(path: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> std::io::Result<()> {
+            std::fs::write(&path, bytes)?;
+            std::fs::set_permissions(path, Permissions::from_mode(0o600))
+        }
+
+        pub fn create_dir_all(path: impl AsRef<Path>) -> std::io::Result<()> {
+            std::fs::create_dir_all(&path)?;
+            std::fs::set_permissions(path, Permissions::from_mode(0o700))
+        }
+    }
 
     const A: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a01";
 
@@ -410,7 +452,7 @@ mod tests {
     fn llm_calls_lines_are_checked() {
         let (_d, layout, db) = setup();
         let dir = completed_task(&layout, &db, A);
-        let log = crate::task::CallLog::new(&dir);
+        let log = crate::task::CallLog::new(&crate::task_dir::TaskDir::open(&dir).unwrap());
         log.record_compression(900, 300, Some(1), "2026-01-01T00:00:00.000Z");
         let r = fsck(&db, &layout, false, 3).unwrap();
         assert!(r.problems.is_empty(), "{:#?}", r.problems);

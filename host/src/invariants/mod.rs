@@ -15,11 +15,11 @@
 pub mod queries;
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 
 use ctxhost_format::{ChatMessage, estimate_message_tokens};
+
+use crate::task_dir::TaskDir;
 
 /// A broken invariant, naming the 1-based message index (= line number in a JSONL file without
 /// blank lines) where it was found.
@@ -232,18 +232,20 @@ pub enum ContextFileError {
     },
 }
 
-/// Stream a JSONL file of chat message lines through [`ContextChecker`]. Blank lines are
-/// skipped; errors name the file and its 1-based line number.
+/// Stream the JSONL file `name` of the task directory `dir` (chat message lines) through
+/// [`ContextChecker`]. Blank lines are skipped; errors name the file and its 1-based line
+/// number.
 pub fn check_context_file(
-    path: &Path,
+    dir: &TaskDir,
+    name: &str,
     allow_pending_tail: bool,
 ) -> Result<ContextSummary, ContextFileError> {
-    let file = path.display().to_string();
+    let file = dir.show(name);
     let io = |source| ContextFileError::Io {
         file: file.clone(),
         source,
     };
-    let reader = BufReader::new(File::open(path).map_err(io)?);
+    let reader = BufReader::new(dir.open_read(name).map_err(io)?);
     let mut checker = ContextChecker::new();
     for (i, line) in reader.lines().enumerate() {
         let line_no = i as u64 + 1;
@@ -255,7 +257,9 @@ pub fn check_context_file(
             serde_json::from_str(&line).map_err(|e| ContextFileError::Parse {
                 file: file.clone(),
                 line: line_no,
-                reason: e.to_string(),
+                // serde quotes the value it did not expect, which a component wrote.
+                reason: crate::untrusted::text(&e.to_string(), crate::untrusted::MAX_ERROR_BYTES)
+                    .into_owned(),
             })?;
         checker
             .push(&message)
@@ -371,19 +375,24 @@ mod tests {
 
     #[test]
     fn file_check_names_file_and_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("current.jsonl");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let path = tmp.path().join("current.jsonl");
         let lines = [
             serde_json::to_string(&sys()).unwrap(),
             String::new(),
             serde_json::to_string(&result("zz")).unwrap(),
         ];
         std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-        let err = check_context_file(&path, false).unwrap_err().to_string();
+        let err = check_context_file(&dir, "current.jsonl", false)
+            .unwrap_err()
+            .to_string();
         assert!(err.ends_with("current.jsonl:3: message 2: tool result for \"zz\" answers no tool call of the assistant message before it"), "{err}");
 
         std::fs::write(&path, "{\"role\":\"system\",\"content\":\"s\"}\n{torn").unwrap();
-        let err = check_context_file(&path, false).unwrap_err().to_string();
+        let err = check_context_file(&dir, "current.jsonl", false)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("current.jsonl:2: not a chat message line"),
             "{err}"

@@ -4,12 +4,13 @@
 //! a context file (`current.jsonl`: one chat message per line, one line in memory).
 
 use std::fs::File;
-use std::io::{self, BufReader};
-use std::path::Path;
+use std::io::BufReader;
 
 use anyhow::Context;
 use ctxhost_format::jsonl::LineReader;
 use ctxhost_format::{ChatMessage, ToolCall};
+
+use crate::task_dir::TaskDir;
 
 /// The tool calls of the last assistant message that have no `tool` message after it, in the
 /// order the model made them. Empty when the context ends with every call answered (or has
@@ -45,22 +46,23 @@ pub fn final_answer(last: &ChatMessage) -> Option<String> {
         .filter(|c| !c.trim().is_empty())
 }
 
-/// A line reader over `path`, or `None` when the file does not exist. Errors name the file.
-pub fn open_lines(path: &Path) -> anyhow::Result<Option<LineReader<BufReader<File>>>> {
-    match File::open(path) {
-        Ok(f) => Ok(Some(LineReader::new(
-            BufReader::new(f),
-            path.display().to_string(),
-        ))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot open {}", path.display())),
+/// A line reader over the file `name` of `dir`, or `None` when it does not exist. Errors
+/// name the file.
+pub fn open_lines(
+    dir: &TaskDir,
+    name: &str,
+) -> anyhow::Result<Option<LineReader<BufReader<File>>>> {
+    match dir.open_read_if_exists(name) {
+        Ok(Some(f)) => Ok(Some(LineReader::new(BufReader::new(f), dir.show(name)))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", dir.show(name))),
     }
 }
 
-/// The last message of the context file `path` (`None` when empty or missing). Errors name
-/// the file and line of a line that is not a chat message.
-pub fn last_message_in(path: &Path) -> anyhow::Result<Option<ChatMessage>> {
-    let Some(mut lines) = open_lines(path)? else {
+/// The last message of the context file `name` of `dir` (`None` when empty or missing).
+/// Errors name the file and line of a line that is not a chat message.
+pub fn last_message_in(dir: &TaskDir, name: &str) -> anyhow::Result<Option<ChatMessage>> {
+    let Some(mut lines) = open_lines(dir, name)? else {
         return Ok(None);
     };
     let mut last = None;
@@ -70,10 +72,10 @@ pub fn last_message_in(path: &Path) -> anyhow::Result<Option<ChatMessage>> {
     Ok(last)
 }
 
-/// [`pending_tool_calls`] of the context file `path` (streamed).
-pub fn pending_tool_calls_in(path: &Path) -> anyhow::Result<Vec<ToolCall>> {
+/// [`pending_tool_calls`] of the context file `name` of `dir` (streamed).
+pub fn pending_tool_calls_in(dir: &TaskDir, name: &str) -> anyhow::Result<Vec<ToolCall>> {
     let mut pending = Vec::new();
-    let Some(mut lines) = open_lines(path)? else {
+    let Some(mut lines) = open_lines(dir, name)? else {
         return Ok(pending);
     };
     while let Some((_, m)) = lines.next_value::<ChatMessage>()? {
@@ -104,10 +106,10 @@ pub enum Tail {
     },
 }
 
-/// How the context file `path` ends ([`Tail`]), streamed: one message of the file in memory,
-/// plus the last tool round.
-pub fn tail_in(path: &Path) -> anyhow::Result<Tail> {
-    let Some(mut lines) = open_lines(path)? else {
+/// How the context file `name` of `dir` ends ([`Tail`]), streamed: one message of the file in
+/// memory, plus the last tool round.
+pub fn tail_in(dir: &TaskDir, name: &str) -> anyhow::Result<Tail> {
+    let Some(mut lines) = open_lines(dir, name)? else {
         return Ok(Tail::Empty);
     };
     let mut tail = Tail::Empty;
@@ -155,11 +157,12 @@ pub fn tail_in(path: &Path) -> anyhow::Result<Tail> {
     Ok(tail)
 }
 
-/// The final answer the context file `path` already ends with ([`final_answer`] of its last
-/// message). A process that died after appending it, before the task was marked completed,
-/// leaves such a context; the next run completes the task without asking the model again.
-pub fn final_answer_in(path: &Path) -> anyhow::Result<Option<String>> {
-    Ok(last_message_in(path)?.as_ref().and_then(final_answer))
+/// The final answer the context file `name` of `dir` already ends with ([`final_answer`] of
+/// its last message). A process that died after appending it, before the task was marked
+/// completed, leaves such a context; the next run completes the task without asking the model
+/// again.
+pub fn final_answer_in(dir: &TaskDir, name: &str) -> anyhow::Result<Option<String>> {
+    Ok(last_message_in(dir, name)?.as_ref().and_then(final_answer))
 }
 
 #[cfg(test)]
@@ -200,13 +203,18 @@ mod tests {
             .map(|m| serde_json::to_string(m).unwrap() + "\n")
             .collect();
         std::fs::write(&p, text).unwrap();
-        assert_eq!(ids(pending_tool_calls_in(&p).unwrap()), ["y"]);
+        let task = TaskDir::open(dir.path()).unwrap();
+        assert_eq!(
+            ids(pending_tool_calls_in(&task, "current.jsonl").unwrap()),
+            ["y"]
+        );
     }
 
     #[test]
     fn the_tail_says_where_the_loop_resumes() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("current.jsonl");
+        let task = TaskDir::open(dir.path()).unwrap();
         let write = |ms: &[ChatMessage]| {
             let text: String = ms
                 .iter()
@@ -214,16 +222,19 @@ mod tests {
                 .collect();
             std::fs::write(&p, text).unwrap();
         };
-        assert_eq!(tail_in(&p).unwrap(), Tail::Empty);
+        assert_eq!(tail_in(&task, "current.jsonl").unwrap(), Tail::Empty);
         let sys = ChatMessage::text("system", "s");
         let user = ChatMessage::text("user", "u");
         write(&[sys.clone(), user.clone()]);
-        assert_eq!(tail_in(&p).unwrap(), Tail::Prompt);
+        assert_eq!(tail_in(&task, "current.jsonl").unwrap(), Tail::Prompt);
         let answer = ChatMessage::text("assistant", "done");
         write(&[sys.clone(), user.clone(), answer.clone()]);
-        assert_eq!(tail_in(&p).unwrap(), Tail::Answer(answer));
+        assert_eq!(
+            tail_in(&task, "current.jsonl").unwrap(),
+            Tail::Answer(answer)
+        );
         write(&[sys.clone(), user.clone(), call(&["a", "b"]), result("b")]);
-        match tail_in(&p).unwrap() {
+        match tail_in(&task, "current.jsonl").unwrap() {
             Tail::ToolRound {
                 answers, pending, ..
             } => {
@@ -240,7 +251,7 @@ mod tests {
             result("a"),
             ChatMessage::text("user", "next"),
         ]);
-        assert_eq!(tail_in(&p).unwrap(), Tail::Prompt);
+        assert_eq!(tail_in(&task, "current.jsonl").unwrap(), Tail::Prompt);
     }
 
     #[test]
@@ -253,9 +264,7 @@ mod tests {
         assert_eq!(final_answer(&ChatMessage::text("user", "hi")), None);
         assert_eq!(final_answer(&call(&["a"])), None);
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(
-            final_answer_in(&dir.path().join("none.jsonl")).unwrap(),
-            None
-        );
+        let task = TaskDir::open(dir.path()).unwrap();
+        assert_eq!(final_answer_in(&task, "none.jsonl").unwrap(), None);
     }
 }

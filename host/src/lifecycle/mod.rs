@@ -524,9 +524,11 @@ fn write_pause_state(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()>
     let Some(row) = db.get(uuid)? else {
         return Ok(());
     };
-    let Some((_, dir)) = layout.find_task_dir(uuid) else {
+    let Some((_, path)) = layout.find_task_dir(uuid) else {
         return Ok(());
     };
+    let dir = crate::task_dir::TaskDir::open(&path)
+        .with_context(|| format!("cannot open the task directory {}", path.display()))?;
     task_state::write_paused(
         &dir,
         &now_rfc3339(),
@@ -656,9 +658,8 @@ mod tests {
         db.request_pause(U, Some("lunch")).unwrap();
         apply(&db, &layout, U, &Transition::Pause { pid: 7 }).unwrap();
         assert_eq!(find_dirs(&layout, U), [DirState::Paused]);
-        let state = task_state::read(&layout.task_dir(DirState::Paused, U))
-            .unwrap()
-            .unwrap();
+        let paused = crate::task_dir::TaskDir::open(&layout.task_dir(DirState::Paused, U)).unwrap();
+        let state = task_state::read(&paused).unwrap().unwrap();
         assert_eq!(state.reason.as_deref(), Some("lunch"));
         apply(&db, &layout, U, &Transition::Resume).unwrap();
         assert_eq!(find_dirs(&layout, U), [DirState::Paused]);

@@ -11,10 +11,12 @@
 //!   budget, size cap)
 //! - [`retry`]: which failures are retried, backoff delays, `Retry-After` parsing
 //! - [`error`] — [`TransportError`] (names the URL and attempts, never the key)
+//! - [`redact`]: the API key out of every body, error and kept file; URL credentials hidden
 //! - [`transport`]: [`Transport`] and [`PostOutcome`]
 
 pub mod config;
 pub mod error;
+pub mod redact;
 pub mod retry;
 pub mod transport;
 

@@ -2,9 +2,7 @@
 //! plan (planning history) and the task it inherited its context from.
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 
 use ctxhost_format::HistoryLine;
 use ctxhost_format::files::MESSAGES;
@@ -14,6 +12,7 @@ use serde::Serialize;
 use crate::db::{Db, Status, TaskRow};
 use crate::error::usage;
 use crate::layout::Layout;
+use crate::task_dir::TaskDir;
 
 /// A message of messages.jsonl as `show` reports it (or the error for a line that does not parse).
 #[derive(Debug, Serialize)]
@@ -54,12 +53,14 @@ pub struct ShowReport {
     pub inheritance_skipped: Vec<crate::task::SkippedPredecessor>,
 }
 
-/// The last `n` lines of `messages.jsonl`, streamed (memory bounded by `n` lines), and the
-/// last assistant text message without tool calls (the task's answer).
-fn tail_messages(path: &Path, n: usize) -> anyhow::Result<(Vec<ShownLine>, Option<String>)> {
-    let f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), None)),
+/// The last `n` lines of `messages.jsonl` of `dir`, streamed (memory bounded by `n` lines),
+/// and the last assistant text message without tool calls (the task's answer). Read through
+/// the directory's handle: a link named messages.jsonl is refused, never followed.
+fn tail_messages(dir: &TaskDir, n: usize) -> anyhow::Result<(Vec<ShownLine>, Option<String>)> {
+    let path = dir.file_path(MESSAGES);
+    let f = match dir.open_read_if_exists(MESSAGES) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok((Vec::new(), None)),
         Err(e) => return Err(anyhow::anyhow!("cannot open {}: {e}", path.display())),
     };
     let mut last: VecDeque<ShownLine> = VecDeque::with_capacity(n + 1);
@@ -118,8 +119,15 @@ pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<Sh
         ))
     })?;
     let found = layout.find_task_dir(uuid);
-    let (last_messages, answer) = match &found {
-        Some((_, dir)) => tail_messages(&dir.join(MESSAGES), n)?,
+    let task_dir = match &found {
+        Some((_, dir)) => Some(
+            TaskDir::open(dir)
+                .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", dir.display()))?,
+        ),
+        None => None,
+    };
+    let (last_messages, answer) = match &task_dir {
+        Some(dir) => tail_messages(dir, n)?,
         None => (Vec::new(), None),
     };
     let result = if task.status == Status::Completed {
@@ -128,7 +136,7 @@ pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<Sh
         None
     };
     let (mut planning, mut planning_error, mut meta) = (None, None, None);
-    if let Some((_, dir)) = &found {
+    if let Some(dir) = &task_dir {
         match crate::task::PlanningStore::read(dir, uuid) {
             Ok(p) => planning = p,
             Err(e) => planning_error = Some(format!("{e:#}")),

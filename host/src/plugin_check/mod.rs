@@ -191,7 +191,12 @@ mod tests {
         let s = Scratch::new("unit").unwrap();
         let dir = s.task("t").unwrap();
         let context = write_synthetic_task(&dir, 12).unwrap();
-        check_context_file(&dir.join("current.jsonl"), false).unwrap();
+        check_context_file(
+            &crate::task_dir::TaskDir::open(&dir).unwrap(),
+            "current.jsonl",
+            false,
+        )
+        .unwrap();
         let tokens: u64 = context.iter().map(estimate_message_tokens).sum();
         let c = compress_config(tokens);
         assert!(tokens as f64 > c.context_length as f64 * c.threshold);

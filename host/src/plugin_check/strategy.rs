@@ -24,6 +24,7 @@ use crate::runtime::{
     TaskState, ToolOutcome, Usage,
 };
 use crate::task::{PlanningStore, SharedPlanning};
+use crate::task_dir::TaskDir;
 
 /// The fake LLM's one answer: a plan, a passed verification and a reflection without revision.
 pub(super) const CANNED_REPLY: &str = r#"{"goal": "Answer the question", "steps": [{"id": 1, "description": "Look at the code"}, {"id": 2, "description": "Answer"}], "passed": true, "problems": "", "assessment": "On track.", "revise": false}"#;
@@ -37,7 +38,12 @@ struct CannedLlm {
 }
 
 impl LlmImport for CannedLlm {
-    fn complete(&mut self, _file: &str, _max_output_tokens: u32) -> Result<Completion, String> {
+    fn complete(
+        &mut self,
+        _file: &str,
+        _max_output_tokens: u32,
+        _deadline: std::time::Instant,
+    ) -> Result<Completion, String> {
         *self.calls.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         if self.fail {
             return Err("HTTP 503 from http://127.0.0.1:1/v1/chat/completions (fake LLM)".into());
@@ -113,6 +119,12 @@ fn fresh_task(scratch: &Scratch, name: &str) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// The handle on the scratch task directory `dir` (the planning store reads and writes
+/// through it, as in a task).
+fn task_dir(dir: &Path) -> Result<TaskDir, String> {
+    TaskDir::open(dir).map_err(|err| format!("cannot open {}: {err}", dir.display()))
+}
+
 fn driver(
     runtime: &Runtime,
     plugin: &LoadedPlugin,
@@ -120,8 +132,9 @@ fn driver(
     fail: bool,
     calls: &Arc<Mutex<u32>>,
 ) -> Result<StrategyDriver, String> {
-    let planning =
-        SharedPlanning::new(PlanningStore::open(dir, UUID).map_err(|err| format!("{err:#}"))?);
+    let planning = SharedPlanning::new(
+        PlanningStore::open(&task_dir(dir)?, UUID).map_err(|err| format!("{err:#}"))?,
+    );
     let llm = CannedLlm {
         fail,
         calls: calls.clone(),
@@ -260,7 +273,9 @@ pub(super) fn strategy_suite(
     suite.record("state lives in the task directory", outcome);
 
     // The planning history it left.
-    let outcome = match PlanningStore::read(&dir, UUID) {
+    let outcome = match task_dir(&dir)
+        .and_then(|d| PlanningStore::read(&d, UUID).map_err(|err| format!("{err:#}")))
+    {
         Ok(None) => Ok("no planning history (the strategy wrote none)".to_string()),
         Ok(Some(h)) if h.uncommitted > 0 => {
             Err(format!("{} line(s) after the last decision", h.uncommitted))

@@ -3,15 +3,14 @@
 //! line(s); [`reconcile_current`] finds them (and appends them).
 
 use std::collections::VecDeque;
-use std::path::Path;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use ctxhost_format::HistoryLine;
 use ctxhost_format::compress::parse_summary_range;
 use ctxhost_format::files::{CURRENT, MESSAGES};
 
 use crate::invariants::queries::{last_message_in, open_lines};
-use crate::layout::{append_line, atomic_write, sync_file};
+use crate::task_dir::TaskDir;
 
 /// History lines kept in memory while looking for the lines current.jsonl lacks.
 pub const RECONCILE_WINDOW: usize = 256;
@@ -21,14 +20,14 @@ pub const RECONCILE_WINDOW: usize = 256;
 /// messages.jsonl holds messages and no summary). With `apply`, they are appended (or
 /// current.jsonl rebuilt atomically). Errors when the two files cannot be matched up (the
 /// last message of current.jsonl is not among the last [`RECONCILE_WINDOW`] history lines).
-pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
-    let messages = dir.join(MESSAGES);
-    let current = dir.join(CURRENT);
+pub fn reconcile_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>> {
+    let messages = dir.file_path(MESSAGES);
+    let current = dir.file_path(CURRENT);
     // The last RECONCILE_WINDOW non-summary history lines, and the seq of the last summary.
     let mut window: VecDeque<HistoryLine> = VecDeque::with_capacity(RECONCILE_WINDOW + 1);
     let mut last_summary_seq: Option<u64> = None;
     let mut non_summary_total = 0u64;
-    if let Some(mut lines) = open_lines(&messages)? {
+    if let Some(mut lines) = open_lines(dir, MESSAGES)? {
         while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
             if h.summary_id.is_some() {
                 last_summary_seq = Some(h.seq);
@@ -41,7 +40,7 @@ pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
             window.push_back(h);
         }
     }
-    let Some(last) = last_message_in(&current)? else {
+    let Some(last) = last_message_in(dir, CURRENT)? else {
         if non_summary_total == 0 {
             return Ok(Vec::new());
         }
@@ -55,7 +54,7 @@ pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
         // The first history line(s) were written, current.jsonl never: rebuild it from them.
         let mut seqs = Vec::new();
         let mut text = String::new();
-        if let Some(mut lines) = open_lines(&messages)? {
+        if let Some(mut lines) = open_lines(dir, MESSAGES)? {
             while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
                 seqs.push(h.seq);
                 text.push_str(&serde_json::to_string(&h.to_chat())?);
@@ -63,7 +62,8 @@ pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
             }
         }
         if apply {
-            atomic_write(&current, text.as_bytes())?;
+            dir.write_atomic(CURRENT, text.as_bytes())
+                .with_context(|| format!("cannot write {}", current.display()))?;
         }
         return Ok(seqs);
     };
@@ -96,11 +96,13 @@ pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
         }
     };
     if apply {
+        let ctx = || format!("cannot append to {}", current.display());
         for h in &missing {
-            append_line(&current, &serde_json::to_string(&h.to_chat())?)?;
+            dir.append_line(CURRENT, &serde_json::to_string(&h.to_chat())?)
+                .with_context(ctx)?;
         }
         if !missing.is_empty() {
-            sync_file(&current)?;
+            dir.sync_file(CURRENT).with_context(ctx)?;
         }
     }
     Ok(missing.iter().map(|h| h.seq).collect())
@@ -123,21 +125,31 @@ mod tests {
             result("a"),
         ];
         write_task(dir.path(), &history, &history[..3]);
-        assert_eq!(reconcile_current(dir.path(), false).unwrap(), [4]);
-        assert_eq!(lines_of(&dir.path().join(CURRENT)).len(), 3, "dry run");
-        assert_eq!(reconcile_current(dir.path(), true).unwrap(), [4]);
         assert_eq!(
-            reconcile_current(dir.path(), true).unwrap(),
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), false).unwrap(),
+            [4]
+        );
+        assert_eq!(lines_of(&dir.path().join(CURRENT)).len(), 3, "dry run");
+        assert_eq!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
+            [4]
+        );
+        assert_eq!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
             Vec::<u64>::new()
         );
-        crate::invariants::check_context_file(&dir.path().join(CURRENT), false).unwrap();
+        crate::invariants::check_context_file(&TaskDir::open(dir.path()).unwrap(), CURRENT, false)
+            .unwrap();
     }
 
     #[test]
     fn an_empty_current_is_rebuilt_from_an_uncompressed_history() {
         let dir = tempfile::tempdir().unwrap();
         write_task(dir.path(), &[sys()], &[]);
-        assert_eq!(reconcile_current(dir.path(), true).unwrap(), [1]);
+        assert_eq!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
+            [1]
+        );
         let lines = lines_of(&dir.path().join(CURRENT));
         assert_eq!(
             serde_json::from_str::<ChatMessage>(&lines[0]).unwrap(),
@@ -145,7 +157,11 @@ mod tests {
         );
         // Both empty: nothing to do.
         let empty = tempfile::tempdir().unwrap();
-        assert!(reconcile_current(empty.path(), true).unwrap().is_empty());
+        assert!(
+            reconcile_current(&TaskDir::open(empty.path()).unwrap(), true)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -193,9 +209,12 @@ mod tests {
             .map(|m| serde_json::to_string(m).unwrap() + "\n")
             .collect();
         fs::write(dir.path().join(CURRENT), body).unwrap();
-        assert_eq!(reconcile_current(dir.path(), true).unwrap(), [6]);
         assert_eq!(
-            reconcile_current(dir.path(), true).unwrap(),
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
+            [6]
+        );
+        assert_eq!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
             Vec::<u64>::new()
         );
     }
@@ -208,7 +227,9 @@ mod tests {
             &[sys(), ChatMessage::text("user", "go")],
             &[sys(), ChatMessage::text("user", "something else")],
         );
-        let e = reconcile_current(dir.path(), true).unwrap_err().to_string();
+        let e = reconcile_current(&TaskDir::open(dir.path()).unwrap(), true)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("current.jsonl") && e.contains("messages.jsonl"),
             "{e}"

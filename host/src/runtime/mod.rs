@@ -13,7 +13,8 @@
 //!   shim to the host's types in [`types`].
 //! - [`cache`]: precompiled artefacts under `contexts/.cache/`.
 //! - [`sandbox`]: per-instance `Store`, WASI (task directory only), limits, deadlines, error
-//!   mapping. [`output`]: component stdout/stderr → `tracing`.
+//!   mapping. [`output`]: component stdout/stderr → `tracing`. [`fs_guard`]: no symbolic links
+//!   from WASI, the task directory's byte budget.
 //! - [`MessageStore`], [`RequestFormat`], [`Compressor`]: the typed instances, holding either
 //!   version's bindings; [`Strategy`] (0.2.0 only).
 
@@ -22,6 +23,7 @@ pub mod cache;
 mod compressor;
 mod epoch;
 mod error;
+pub mod fs_guard;
 mod host_imports;
 mod message_store;
 pub mod output;
@@ -60,7 +62,9 @@ pub use types::{
 pub use wit::WitVersion;
 pub use world::{PluginKind, WIT_PACKAGE, WIT_VERSION};
 
-/// Per-instance resource limits (config `runtime.memory_limit_mib`, `runtime.call_timeout_secs`).
+/// Per-instance resource limits (config `runtime.memory_limit_mib`,
+/// `runtime.call_timeout_secs`, `context_storage.max_task_dir_mib`,
+/// `context_storage.max_llm_calls_per_compression`, `context_storage.max_compression_secs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeLimits {
     /// Largest linear memory of one instance, in bytes (default 256 MiB). Growing past it
@@ -69,6 +73,17 @@ pub struct RuntimeLimits {
     /// Longest a single call (or instantiation) may run, not counting time in the host's `llm`
     /// import (default 30 s; resolution 10 ms). Past it: [`RuntimeError::Deadline`].
     pub call_timeout: Duration,
+    /// Most bytes the task directory an instance sees may hold (default 1 GiB; `None`: no
+    /// budget). Checked every 10 ms while a call runs and when it returns; a call that writes
+    /// past it is stopped: [`RuntimeError::DiskBudget`].
+    pub task_dir_bytes: Option<u64>,
+    /// Most `llm.complete` calls within one call of a component (one compression; default 16).
+    /// Further calls fail with `plugin-error::llm` saying so.
+    pub llm_calls_per_call: u32,
+    /// Longest wall time of one call, time in the host's `llm` import included (one
+    /// compression; default 600 s). `llm.complete` gets only the time left; past it the call
+    /// is stopped: [`RuntimeError::WallTime`].
+    pub wall_time_per_call: Duration,
 }
 
 impl Default for RuntimeLimits {
@@ -76,6 +91,9 @@ impl Default for RuntimeLimits {
         RuntimeLimits {
             memory_bytes: 256 * 1024 * 1024,
             call_timeout: Duration::from_secs(30),
+            task_dir_bytes: Some(1024 * 1024 * 1024),
+            llm_calls_per_call: 16,
+            wall_time_per_call: Duration::from_secs(600),
         }
     }
 }
@@ -220,13 +238,15 @@ impl WorldLinkers {
     }
 }
 
-/// A linker with WASI p2 and what `add` defines (a world's `ctxhost:plugin` imports).
+/// A linker with WASI p2 (symbolic links refused: [`fs_guard::refuse_symlinks`]) and what
+/// `add` defines (a world's `ctxhost:plugin` imports).
 fn linker(
     engine: &Engine,
     add: impl FnOnce(&mut Linker<StoreState>) -> wasmtime::Result<()>,
 ) -> anyhow::Result<Linker<StoreState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(wasmtime_error)?;
+    fs_guard::refuse_symlinks(&mut linker).map_err(wasmtime_error)?;
     add(&mut linker).map_err(wasmtime_error)?;
     Ok(linker)
 }

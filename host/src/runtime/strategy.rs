@@ -1,8 +1,10 @@
 //! [`Strategy`]: a `strategy-plugin` instance (WIT interface `ctxhost:plugin/strategy`, 0.2.0
 //! only), which decides what goes into the context before the first model call and what
 //! happens after each reply. Its `llm` import calls the [`super::LlmImport`] given to
-//! [`super::Runtime::strategy`] (at most [`MAX_LLM_CALLS_PER_HOOK`] per hook); its `planning`
-//! import the [`super::PlanningImport`].
+//! [`super::Runtime::strategy`] (at most [`MAX_LLM_CALLS_PER_HOOK`] per hook, whatever
+//! `context_storage.max_llm_calls_per_compression` says, within the wall time of one call,
+//! `context_storage.max_compression_secs`); its `planning` import the
+//! [`super::PlanningImport`].
 //!
 //! Each hook returns the decision as the component gave it, with what the call cost
 //! ([`HookCall`]); checking the decision against the host's rules is the agent loop's job
@@ -44,7 +46,9 @@ pub struct Strategy {
 impl Strategy {
     /// Instantiate `pre` in `sandbox` (whose imports are set).
     pub(crate) fn instantiate(mut sandbox: Sandbox, pre: &Pre) -> Result<Self, RuntimeError> {
-        sandbox.state_mut().llm_call_limit = Some(MAX_LLM_CALLS_PER_HOOK);
+        let state = sandbox.state_mut();
+        state.limits.llm_calls_per_call = MAX_LLM_CALLS_PER_HOOK;
+        state.llm_limit_source = "one strategy hook may make";
         let bindings = sandbox.call("instantiation", |s| pre.instantiate(s))?;
         Ok(Strategy { sandbox, bindings })
     }

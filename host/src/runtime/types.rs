@@ -41,13 +41,17 @@ pub struct Completion {
 ///
 /// An `Err(text)` reaches the component as `plugin-error::llm(text)`; say what failed and
 /// where (URL, status), never an API key. Time spent here does not count against the
-/// component's call deadline.
+/// component's call deadline, but it does against the call's wall time: finish by `deadline`.
+/// `messages_file` comes from the component: check it like every path a component returns
+/// ([`crate::untrusted::component_path`]).
 pub trait LlmImport: Send {
-    /// Complete the chat of `messages_file` with at most `max_output_tokens` tokens.
+    /// Complete the chat of `messages_file` with at most `max_output_tokens` tokens, by
+    /// `deadline`.
     fn complete(
         &mut self,
         messages_file: &str,
         max_output_tokens: u32,
+        deadline: std::time::Instant,
     ) -> Result<Completion, String>;
 }
 
@@ -61,6 +65,7 @@ impl LlmImport for NoLlm {
         &mut self,
         _messages_file: &str,
         _max_output_tokens: u32,
+        _deadline: std::time::Instant,
     ) -> Result<Completion, String> {
         Err("no LLM is available to this component".to_string())
     }

@@ -17,8 +17,6 @@
 //!   inheritance is), so a chain of tasks on one key never grows: each link is bounded by the
 //!   budget, and `generation` counts the links.
 
-use std::path::Path;
-
 use anyhow::Context;
 use ctxhost_format::files::MESSAGES;
 use ctxhost_format::planning::Plan;
@@ -30,6 +28,7 @@ use crate::config::Config;
 use crate::db::{Db, TaskKey, TaskRow};
 use crate::invariants::queries::open_lines;
 use crate::layout::Layout;
+use crate::task_dir::TaskDir;
 
 /// Earlier tasks of one key looked at, newest first.
 pub const MAX_CANDIDATES: u32 = 5;
@@ -133,9 +132,13 @@ fn from_predecessor(
     if c.files_deleted_at.is_some() {
         return Err("its directory was deleted by `ctxhost cleanup`".to_string());
     }
-    let Some((_, dir)) = layout.find_task_dir(&c.uuid) else {
+    let Some((_, path)) = layout.find_task_dir(&c.uuid) else {
         return Err("its directory is gone".to_string());
     };
+    // Its own handle: a predecessor's directory is read like the task's own (no link
+    // followed, no FIFO read, record files bounded).
+    let dir = TaskDir::open(&path)
+        .map_err(|e| format!("cannot open its directory {}: {e}", path.display()))?;
     let state = read_final_state(&dir, &c.uuid).map_err(|e| format!("damaged: {e:#}"))?;
     let budget = config.inherited_token_budget();
     let (text, parts) = render(c, &state, budget);
@@ -153,12 +156,12 @@ fn from_predecessor(
 }
 
 /// The final answer (last assistant text of messages.jsonl), latest plan and last summary of
-/// the task in `dir`. Errors name the file and line that does not parse.
-fn read_final_state(dir: &Path, uuid: &str) -> anyhow::Result<FinalState> {
+/// the task `uuid` in the task directory `dir`. Errors name the file and line that does not
+/// parse.
+fn read_final_state(dir: &TaskDir, uuid: &str) -> anyhow::Result<FinalState> {
     let mut state = FinalState::default();
-    let history = dir.join(MESSAGES);
-    let Some(mut lines) = open_lines(&history)? else {
-        anyhow::bail!("{} is missing", history.display());
+    let Some(mut lines) = open_lines(dir, MESSAGES)? else {
+        anyhow::bail!("{} is missing", dir.show(MESSAGES));
     };
     while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
         if h.role == "assistant"

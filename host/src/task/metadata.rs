@@ -1,12 +1,10 @@
 //! `metadata.json` of a task directory (DESIGN.md §2): who the task is and the settings it first
 //! ran with. Written once, atomically, when the task first runs; a resumed task keeps it.
 
-use std::path::Path;
-
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::layout::atomic_write;
+use crate::task_dir::TaskDir;
 
 /// File name of the metadata file in a task directory.
 pub const METADATA_FILE: &str = ctxhost_format::files::METADATA;
@@ -94,28 +92,32 @@ pub struct Metadata {
     pub inheritance_skipped: Vec<SkippedPredecessor>,
 }
 
-/// Read `task_dir/metadata.json`: `None` when it does not exist. Errors name the file.
-pub fn read_metadata(task_dir: &Path) -> anyhow::Result<Option<Metadata>> {
-    let path = task_dir.join(METADATA_FILE);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
+/// Read `metadata.json` of the task directory `dir` (through the handle: a link of that name
+/// or a file over [`crate::task_dir::MAX_RECORD_BYTES`] is refused): `None` when it does not
+/// exist. Errors name the file.
+pub fn read_metadata(dir: &TaskDir) -> anyhow::Result<Option<Metadata>> {
+    match dir
+        .read_if_exists(METADATA_FILE)
+        .with_context(|| format!("cannot read {}", dir.show(METADATA_FILE)))?
+    {
+        Some(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
-            .with_context(|| format!("{}: does not parse", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+            .with_context(|| format!("{}: does not parse", dir.show(METADATA_FILE))),
+        None => Ok(None),
     }
 }
 
-/// Write `task_dir/metadata.json` atomically unless it exists (it is written once; a resumed
-/// task keeps the original). Returns whether it was written.
-pub fn write_metadata_once(task_dir: &Path, meta: &Metadata) -> anyhow::Result<bool> {
-    let path = task_dir.join(METADATA_FILE);
-    if path.exists() {
+/// Write metadata.json of the task directory `dir` atomically unless it exists as a file (it
+/// is written once; a resumed task keeps the original; a link of that name is replaced).
+/// Returns whether it was written.
+pub fn write_metadata_once(dir: &TaskDir, meta: &Metadata) -> anyhow::Result<bool> {
+    if dir.is_file(METADATA_FILE) {
         return Ok(false);
     }
     let mut json = serde_json::to_vec_pretty(meta).context("serialize metadata.json")?;
     json.push(b'\n');
-    atomic_write(&path, &json)?;
+    dir.write_atomic(METADATA_FILE, &json)
+        .with_context(|| format!("cannot write {}", dir.show(METADATA_FILE)))?;
     Ok(true)
 }
 
@@ -125,7 +127,8 @@ mod tests {
 
     #[test]
     fn metadata_is_written_once() {
-        let dir = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
         let mut meta = Metadata {
             uuid: "u".into(),
             task_key: MetadataTaskKey {
@@ -148,19 +151,21 @@ mod tests {
             inherited_from: None,
             inheritance_skipped: Vec::new(),
         };
-        assert!(write_metadata_once(dir.path(), &meta).unwrap());
-        let text = std::fs::read_to_string(dir.path().join(METADATA_FILE)).unwrap();
+        assert!(write_metadata_once(&dir, &meta).unwrap());
+        let text = String::from_utf8(dir.read(METADATA_FILE).unwrap()).unwrap();
         assert!(
             !text.contains("inherited_from"),
             "omitted when absent: {text}"
         );
         meta.process_id = 2;
-        assert!(!write_metadata_once(dir.path(), &meta).unwrap());
-        let back: Metadata =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join(METADATA_FILE)).unwrap())
-                .unwrap();
+        assert!(!write_metadata_once(&dir, &meta).unwrap());
+        let back: Metadata = serde_json::from_slice(&dir.read(METADATA_FILE).unwrap()).unwrap();
         assert_eq!(back.process_id, 1);
-        assert_eq!(read_metadata(dir.path()).unwrap(), Some(back));
-        assert_eq!(read_metadata(&dir.path().join("none")).unwrap(), None);
+        assert_eq!(read_metadata(&dir).unwrap(), Some(back));
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(
+            read_metadata(&TaskDir::open(empty.path()).unwrap()).unwrap(),
+            None
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! [`TaskContext`]: one task's context, as its process holds it (the spec's
-//! `TaskContextManager`). Made from a claimed row; owns the task directory and everything the
-//! agent loop reads and writes in it:
+//! `TaskContextManager`). Made from a claimed row; owns the task directory, as a [`TaskDir`]
+//! handle through which every host read and write there goes, and everything the agent loop
+//! reads and writes in it:
 //!
 //! - the message store component (messages.jsonl, current.jsonl);
 //! - a [`SummaryStore`] (summaries.jsonl, read only), a [`ToolStore`] (the only writer of
@@ -23,8 +24,6 @@ pub mod summaries;
 pub mod tools;
 pub mod usage;
 
-use std::path::{Path, PathBuf};
-
 use anyhow::{Context, bail};
 use ctxhost_format::ToolCall;
 use ctxhost_format::files::MESSAGES;
@@ -37,6 +36,8 @@ use crate::lifecycle::{self, Transition};
 use crate::llm::Transport;
 use crate::plugins::PluginSet;
 use crate::runtime::MessageStore;
+use crate::task_dir::TaskDir;
+use crate::untrusted;
 
 pub use calls::{CallLog, CallRecord};
 pub use inheritance::Inheritance;
@@ -66,7 +67,9 @@ pub struct TaskContext {
     row: TaskRow,
     pid: u32,
     layout: Layout,
-    dir: PathBuf,
+    dir: TaskDir,
+    /// `context_storage.max_task_dir_mib` in bytes.
+    max_dir_bytes: u64,
     db: Db,
     steps_done: u32,
     history_ends_with_summary: bool,
@@ -94,13 +97,15 @@ impl TaskContext {
         plugins: &PluginSet,
     ) -> anyhow::Result<TaskContext> {
         let uuid = row.uuid.clone();
-        let dir = layout.task_dir(DirState::Running, &uuid);
-        if !dir.is_dir() {
+        let path = layout.task_dir(DirState::Running, &uuid);
+        if !path.is_dir() {
             bail!(
                 "the task directory {} does not exist (the claim creates it)",
-                dir.display()
+                path.display()
             );
         }
+        let dir = TaskDir::open(&path)
+            .with_context(|| format!("cannot open the task directory {}", path.display()))?;
         let db = Db::open(layout.root())?;
         let report = crate::repair::repair_task_dir(&dir, false, &now_rfc3339())
             .context("repairing the task directory before resuming")?;
@@ -113,7 +118,7 @@ impl TaskContext {
         }
         // Steps of earlier runs count against agent.max_steps: the loop's answered LLM calls
         // are the history's assistant messages that are not summaries.
-        let history = crate::repair::history_stats(&dir.join(MESSAGES))?;
+        let history = crate::repair::history_stats(&dir, MESSAGES)?;
         // A task whose context is still empty takes over an earlier task's final state (the
         // one metadata.json names, when an earlier process of this task chose it already).
         let inheritance = if history.lines > 0 {
@@ -137,7 +142,7 @@ impl TaskContext {
         let planning = PlanningStore::open(&dir, &uuid)?;
 
         let mut store = plugins
-            .message_store(&dir)
+            .message_store(dir.path())
             .with_context(|| format!("plugins.message_store ({})", plugins.spec_of_store()))?;
         let stats = store.open()?;
         tracing::debug!(%uuid, history = stats.history_count, current = stats.current_count, "message store open");
@@ -154,6 +159,7 @@ impl TaskContext {
             calls: CallLog::new(&dir),
             transport: Transport::new(config.transport_config()?),
             usage: UsageMeter::open(layout, &uuid)?,
+            max_dir_bytes: config.context_storage.max_task_dir_bytes(),
             db,
             dir,
             row,
@@ -177,8 +183,9 @@ impl TaskContext {
         &self.row.prompt
     }
 
-    /// The task directory (`contexts/running/{uuid}/`).
-    pub fn dir(&self) -> &Path {
+    /// The task directory (`contexts/running/{uuid}/`): the handle every host access there
+    /// goes through.
+    pub fn dir(&self) -> &TaskDir {
         &self.dir
     }
 
@@ -229,35 +236,65 @@ impl TaskContext {
         &self.transport
     }
 
-    /// The message store's current-context file (relative to the task directory).
+    /// The message store's current-context file, relative to the task directory, checked like
+    /// every path a component returns ([`untrusted::component_path`]: a plain relative path
+    /// inside the task directory, not through a link).
     pub fn current_file(&mut self) -> anyhow::Result<String> {
-        self.store
+        let name = self
+            .store
             .current_context_file()
-            .context("message store: current-context-file")
+            .context("message store: current-context-file")?;
+        untrusted::component_path(&self.dir, &name).with_context(|| {
+            format!(
+                "message store {}: current-context-file returned a path the host refuses",
+                self.store.component()
+            )
+        })
     }
 
     /// The final answer the context already ends with (a process that died after appending it).
     pub fn final_answer(&mut self) -> anyhow::Result<Option<String>> {
         let current = self.current_file()?;
-        let current = self.dir.join(current);
-        queries::final_answer_in(&current)
+        queries::final_answer_in(&self.dir, &current)
     }
 
     /// Tool calls at the end of the context still waiting for a result (a task paused between
     /// tool calls).
     pub fn pending_tool_calls(&mut self) -> anyhow::Result<Vec<ToolCall>> {
         let current = self.current_file()?;
-        let current = self.dir.join(current);
-        queries::pending_tool_calls_in(&current)
+        queries::pending_tool_calls_in(&self.dir, &current)
     }
 
-    /// fsync the files appended to since the last step boundary (messages.jsonl, the
-    /// current-context file, tools.jsonl): called before each LLM call.
+    /// The step boundary, before each LLM call: fsync the files appended to since the last
+    /// one (messages.jsonl, the current-context file, tools.jsonl), and check the task
+    /// directory against its byte budget (what the host wrote counts too).
     pub fn sync(&mut self) -> anyhow::Result<()> {
         let current = self.current_file()?;
-        crate::layout::sync_file(&self.dir.join(MESSAGES))?;
-        crate::layout::sync_file(&self.dir.join(current))?;
+        for name in [MESSAGES, current.as_str()] {
+            self.dir
+                .sync_file(name)
+                .with_context(|| format!("cannot fsync {}", self.dir.show(name)))?;
+        }
         self.tools.sync()?;
+        self.check_budget()
+    }
+
+    /// Fail when the task directory holds more than `context_storage.max_task_dir_mib`.
+    pub fn check_budget(&self) -> anyhow::Result<()> {
+        let used = self.dir.disk_usage().with_context(|| {
+            format!(
+                "cannot measure the task directory {}",
+                self.dir.path().display()
+            )
+        })?;
+        if used > self.max_dir_bytes {
+            bail!(
+                "the task directory {} holds {} bytes, over its budget of {} bytes (context_storage.max_task_dir_mib)",
+                self.dir.path().display(),
+                used,
+                self.max_dir_bytes
+            );
+        }
         Ok(())
     }
 

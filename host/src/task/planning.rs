@@ -1,4 +1,4 @@
-//! [`PlanningStore`]: a task's planning history, `planning/{uuid}.jsonl` (DESIGN.md §9, the
+//! [`PlanningStore`]: a task's planning history, `planning/{uuid}.jsonl` (DESIGN.md §11, the
 //! spec's PlanningHistoryStore: `save_plan`, `has_plan`, `get_latest_plan`, `append_entry`).
 //! The host is its one writer; a strategy component reaches it through the `planning` import
 //! ([`SharedPlanning`]).
@@ -13,14 +13,18 @@
 //! their bytes kept in `planning/{uuid}.jsonl.torn`, like a torn last line; a torn last line
 //! itself was already cut by crash repair ([`crate::repair`]).
 //!
+//! Every read and write goes through the task directory's [`TaskDir`] handle (DESIGN.md §8):
+//! the strategy component can write in its task directory too, so a link named `planning` or
+//! `planning/{uuid}.jsonl` is refused, never followed, and a FIFO there is not read.
+//!
 //! Format and fold: [`ctxhost_format::planning`].
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
+use ctxhost_format::files::PLANNING_DIR;
 use ctxhost_format::jsonl::LineReader;
 use ctxhost_format::planning::{
     DecisionBody, Hook, MAX_NOTE_BYTES, MAX_TEXT_BYTES, Plan, PlanBody, PlanningHistory,
@@ -28,6 +32,7 @@ use ctxhost_format::planning::{
 };
 
 use crate::runtime::{PlanningEntry, PlanningImport};
+use crate::task_dir::TaskDir;
 
 /// Most entries one hook may write (a hook asking for more gets an error).
 pub const MAX_ENTRIES_PER_HOOK: usize = 64;
@@ -39,7 +44,9 @@ const MAX_TRIGGER_BYTES: usize = 64;
 /// The planning history of one task.
 #[derive(Debug)]
 pub struct PlanningStore {
-    path: PathBuf,
+    dir: TaskDir,
+    /// `planning/{uuid}.jsonl`, relative to `dir`.
+    name: String,
     history: PlanningHistory,
     /// The current hook's stamp and its lines (not yet written), and the history as the hook
     /// sees it (committed lines and its own).
@@ -53,22 +60,32 @@ struct HookBatch {
     view: PlanningHistory,
 }
 
-/// Read `path` (planning/{uuid}.jsonl) and fold it. Returns the fold and the byte offset where
-/// the committed lines end. Errors name the file and line.
-fn read_history(path: &Path) -> anyhow::Result<(PlanningHistory, u64)> {
+/// Open the file `name` of `dir` for reading if it exists, as a regular file (a link is
+/// refused; a FIFO or device is not read).
+fn open_history(dir: &TaskDir, name: &str) -> anyhow::Result<Option<std::fs::File>> {
+    match dir.open_regular(name) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", dir.show(name))),
+    }
+}
+
+/// Read the planning history `name` (planning/{uuid}.jsonl) of `dir` and fold it. Returns the
+/// fold and the byte offset where the committed lines end. Errors name the file and line.
+fn read_history(dir: &TaskDir, name: &str) -> anyhow::Result<(PlanningHistory, u64)> {
     let mut history = PlanningHistory::default();
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((history, 0)),
-        Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+    let Some(file) = open_history(dir, name)? else {
+        return Ok((history, 0));
     };
+    let shown = dir.show(name);
     let mut reader = BufReader::new(file);
     let mut buf = Vec::new();
     let (mut offset, mut committed_end, mut line_no) = (0u64, 0u64, 0u64);
     loop {
         buf.clear();
-        let n = std::io::BufRead::read_until(&mut reader, b'\n', &mut buf)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("cannot read {shown}"))?;
         if n == 0 {
             break;
         }
@@ -80,16 +97,12 @@ fn read_history(path: &Path) -> anyhow::Result<(PlanningHistory, u64)> {
             }
             continue;
         }
-        let line: PlanningLine = serde_json::from_slice(&buf).with_context(|| {
-            format!(
-                "{} line {line_no}: not a planning-history line",
-                path.display()
-            )
-        })?;
+        let line: PlanningLine = serde_json::from_slice(&buf)
+            .with_context(|| format!("{shown} line {line_no}: not a planning-history line"))?;
         let commit = matches!(line, PlanningLine::Decision(_));
         history
             .push(line)
-            .map_err(|e| anyhow::anyhow!("{} line {line_no}: {e}", path.display()))?;
+            .map_err(|e| anyhow::anyhow!("{shown} line {line_no}: {e}"))?;
         if commit {
             committed_end = offset;
         }
@@ -98,52 +111,59 @@ fn read_history(path: &Path) -> anyhow::Result<(PlanningHistory, u64)> {
 }
 
 impl PlanningStore {
-    /// The planning history of task `uuid` in `task_dir` (the file need not exist: a task
-    /// without a plan has none). Cuts uncommitted lines (see the module doc). Errors: a line
-    /// that does not parse or breaks the history's rules, naming file and line.
-    pub fn open(task_dir: &Path, uuid: &str) -> anyhow::Result<PlanningStore> {
-        let path = task_dir.join(history_file(uuid));
-        let (mut history, committed_end) = read_history(&path)?;
+    /// The planning history of task `uuid` in the task directory `dir` (the file need not
+    /// exist: a task without a plan has none). Cuts uncommitted lines (see the module doc).
+    /// Errors: a line that does not parse or breaks the history's rules, naming file and line;
+    /// a link in place of the folder or the file.
+    pub fn open(dir: &TaskDir, uuid: &str) -> anyhow::Result<PlanningStore> {
+        let name = history_file(uuid);
+        let (mut history, committed_end) = read_history(dir, &name)?;
         if history.uncommitted > 0 {
-            cut_uncommitted(&path, committed_end)?;
+            cut_uncommitted(dir, &name, committed_end)?;
             tracing::warn!(
-                file = %path.display(),
+                file = %dir.show(&name),
                 lines = history.uncommitted,
                 "cut the planning entries of a strategy hook that never returned (kept in the .torn file)"
             );
             history.uncommitted = 0;
         }
         Ok(PlanningStore {
-            path,
+            dir: dir.clone(),
+            name,
             history,
             hook: None,
         })
     }
 
-    /// Cut the uncommitted lines of task `uuid`'s planning history in `task_dir` (for `ctxhost
-    /// fsck --repair`); returns how many were cut (kept in the `.torn` file).
-    pub fn repair(task_dir: &Path, uuid: &str) -> anyhow::Result<u64> {
-        let path = task_dir.join(history_file(uuid));
-        let (history, committed_end) = read_history(&path)?;
+    /// Cut the uncommitted lines of task `uuid`'s planning history in the task directory `dir`
+    /// (for `ctxhost fsck --repair`); returns how many were cut (kept in the `.torn` file).
+    pub fn repair(dir: &TaskDir, uuid: &str) -> anyhow::Result<u64> {
+        let name = history_file(uuid);
+        let (history, committed_end) = read_history(dir, &name)?;
         if history.uncommitted > 0 {
-            cut_uncommitted(&path, committed_end)?;
+            cut_uncommitted(dir, &name, committed_end)?;
         }
         Ok(history.uncommitted)
     }
 
-    /// Read the planning history of task `uuid` in `task_dir` without changing anything (for
-    /// `ctxhost show`): `None` when the task has none.
-    pub fn read(task_dir: &Path, uuid: &str) -> anyhow::Result<Option<PlanningHistory>> {
-        let path = task_dir.join(history_file(uuid));
-        if !path.exists() {
+    /// Read the planning history of task `uuid` in the task directory `dir` without changing
+    /// anything (for `ctxhost show` and context inheritance): `None` when the task has none.
+    pub fn read(dir: &TaskDir, uuid: &str) -> anyhow::Result<Option<PlanningHistory>> {
+        let name = history_file(uuid);
+        let exists = dir
+            .metadata(&name)
+            .with_context(|| format!("cannot read {}", dir.show(&name)))?
+            .is_some();
+        if !exists {
             return Ok(None);
         }
-        Ok(Some(read_history(&path)?.0))
+        Ok(Some(read_history(dir, &name)?.0))
     }
 
-    /// The file (`planning/{uuid}.jsonl` in the task directory).
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The file's full path (`planning/{uuid}.jsonl` in the task directory), for messages
+    /// only: every access goes through the task directory's handle.
+    pub fn path(&self) -> PathBuf {
+        self.dir.file_path(&self.name)
     }
 
     /// The committed history.
@@ -198,31 +218,30 @@ impl PlanningStore {
             serde_json::to_writer(&mut bytes, l).context("serialize a planning line")?;
             bytes.push(b'\n');
         }
-        let dir = self
-            .path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let created = !dir.is_dir();
+        let shown = self.dir.show(&self.name);
+        let created = !self.dir.is_dir(PLANNING_DIR);
         if created {
-            fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            self.dir
+                .create_dir(PLANNING_DIR)
+                .with_context(|| format!("cannot create {}", self.dir.show(PLANNING_DIR)))?;
         }
-        let mut f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&self.path)
-            .with_context(|| format!("cannot open {} for appending", self.path.display()))?;
+        let mut f = self
+            .dir
+            .open_append(&self.name)
+            .with_context(|| format!("cannot open {shown} for appending"))?;
         f.write_all(&bytes)
             .and_then(|_| f.sync_data())
-            .with_context(|| format!("cannot append to {}", self.path.display()))?;
-        if created && let Some(task_dir) = dir.parent() {
-            crate::layout::sync_dir(&dir)?;
-            crate::layout::sync_dir(task_dir)?;
+            .with_context(|| format!("cannot append to {shown}"))?;
+        if created {
+            self.dir
+                .sync_dir(PLANNING_DIR)
+                .and_then(|_| self.dir.sync())
+                .with_context(|| format!("cannot fsync {}", self.dir.show(PLANNING_DIR)))?;
         }
         for l in lines {
             // Checked when saved; a failure here would be a bug of this module.
             if let Err(e) = self.history.push(l) {
-                tracing::error!(file = %self.path.display(), "planning history: {e}");
+                tracing::error!(file = %shown, "planning history: {e}");
             }
         }
         Ok(true)
@@ -259,8 +278,8 @@ impl PlanningStore {
     /// The committed lines as JSON text (the latest [`MAX_ENTRIES_LISTED`]), then the hook's.
     pub fn entries(&self) -> anyhow::Result<Vec<String>> {
         let mut out = std::collections::VecDeque::new();
-        if let Ok(f) = File::open(&self.path) {
-            let mut lines = LineReader::new(BufReader::new(f), self.path.display().to_string());
+        if let Some(f) = open_history(&self.dir, &self.name)? {
+            let mut lines = LineReader::new(BufReader::new(f), self.dir.show(&self.name));
             let mut read = 0u64;
             while let Some((_, text)) = lines.next_line()? {
                 if read >= self.history.lines {
@@ -365,26 +384,20 @@ impl PlanningImport for PlanningStore {
     }
 }
 
-/// Cut `path` at `committed_end`, appending the cut bytes to `<path>.torn`.
-fn cut_uncommitted(path: &Path, committed_end: u64) -> anyhow::Result<()> {
-    let ctx = || format!("cannot cut the uncommitted lines of {}", path.display());
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .with_context(ctx)?;
+/// Cut the file `name` of `dir` at `committed_end`, appending the cut bytes to `<name>.torn`.
+fn cut_uncommitted(dir: &TaskDir, name: &str, committed_end: u64) -> anyhow::Result<()> {
+    let ctx = || format!("cannot cut the uncommitted lines of {}", dir.show(name));
+    let mut f = dir.open_read_write(name).with_context(ctx)?;
     let mut cut = Vec::new();
     f.seek(SeekFrom::Start(committed_end)).with_context(ctx)?;
     f.read_to_end(&mut cut).with_context(ctx)?;
-    let torn = crate::repair::torn_path(path);
-    let mut out = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(&torn)
-        .with_context(|| format!("cannot write {}", torn.display()))?;
+    let torn = crate::repair::torn_name(name);
+    let mut out = dir
+        .open_append(&torn)
+        .with_context(|| format!("cannot write {}", dir.show(&torn)))?;
     out.write_all(&cut)
         .and_then(|_| out.sync_all())
-        .with_context(|| format!("cannot write {}", torn.display()))?;
+        .with_context(|| format!("cannot write {}", dir.show(&torn)))?;
     f.set_len(committed_end).with_context(ctx)?;
     f.sync_all().with_context(ctx)
 }
@@ -432,6 +445,14 @@ impl PlanningImport for SharedPlanning {
 mod tests {
     use super::*;
     use ctxhost_format::planning::{Action, StepStatus, Verdict};
+    use std::fs::{self, OpenOptions};
+
+    /// A temporary task directory and its handle.
+    fn task_dir() -> (tempfile::TempDir, TaskDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        (tmp, dir)
+    }
 
     fn stamp(seq: u64, hook: Hook) -> Stamp {
         Stamp {
@@ -466,8 +487,8 @@ mod tests {
 
     #[test]
     fn a_hook_commits_its_entries_with_its_decision_and_sees_them_before() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = PlanningStore::open(dir.path(), "u").unwrap();
+        let (_tmp, dir) = task_dir();
+        let mut s = PlanningStore::open(&dir, "u").unwrap();
         assert!(!s.path().exists());
         s.begin(stamp(2, Hook::Start));
         assert!(!s.has_plan());
@@ -496,15 +517,15 @@ mod tests {
         s.save_plan(plan(3), Some("tool failed".into())).unwrap();
         s.commit(decision(1)).unwrap();
         assert_eq!(s.history().revisions, 1);
-        let reopened = PlanningStore::open(dir.path(), "u").unwrap();
+        let reopened = PlanningStore::open(&dir, "u").unwrap();
         assert_eq!(reopened.history(), s.history());
         assert_eq!(reopened.latest_plan().unwrap().steps.len(), 3);
     }
 
     #[test]
     fn pure_hooks_write_nothing_and_aborted_hooks_leave_no_trace() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = PlanningStore::open(dir.path(), "u").unwrap();
+        let (_tmp, dir) = task_dir();
+        let mut s = PlanningStore::open(&dir, "u").unwrap();
         s.begin(stamp(2, Hook::Start));
         assert!(!s.commit(decision(0)).unwrap());
         assert!(!s.path().exists());
@@ -516,8 +537,8 @@ mod tests {
 
     #[test]
     fn bad_entries_are_refused_naming_the_field() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = PlanningStore::open(dir.path(), "u").unwrap();
+        let (_tmp, dir) = task_dir();
+        let mut s = PlanningStore::open(&dir, "u").unwrap();
         assert!(
             s.save_plan(plan(1), None)
                 .unwrap_err()
@@ -564,8 +585,8 @@ mod tests {
 
     #[test]
     fn uncommitted_lines_are_cut_on_open_and_kept_aside() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = PlanningStore::open(dir.path(), "u").unwrap();
+        let (_tmp, dir) = task_dir();
+        let mut s = PlanningStore::open(&dir, "u").unwrap();
         s.begin(stamp(2, Hook::Start));
         s.save_plan(plan(2), None).unwrap();
         s.commit(decision(1)).unwrap();
@@ -580,12 +601,13 @@ mod tests {
         .unwrap();
         let mut f = OpenOptions::new().append(true).open(s.path()).unwrap();
         writeln!(f, "{orphan}").unwrap();
-        let read = PlanningStore::read(dir.path(), "u").unwrap().unwrap();
+        let read = PlanningStore::read(&dir, "u").unwrap().unwrap();
         assert_eq!(read.uncommitted, 1, "read-only sees it as uncommitted");
-        let s = PlanningStore::open(dir.path(), "u").unwrap();
+        let s = PlanningStore::open(&dir, "u").unwrap();
         assert_eq!(fs::read(s.path()).unwrap(), committed);
         assert_eq!(
-            fs::read_to_string(crate::repair::torn_path(s.path())).unwrap(),
+            fs::read_to_string(dir.file_path(&crate::repair::torn_name(&history_file("u"))))
+                .unwrap(),
             format!("{orphan}\n")
         );
         assert_eq!(
@@ -596,10 +618,10 @@ mod tests {
 
     #[test]
     fn a_bad_line_is_named() {
-        let dir = tempfile::tempdir().unwrap();
-        fs::create_dir(dir.path().join("planning")).unwrap();
-        fs::write(dir.path().join("planning/u.jsonl"), "{\"type\":\"plan\"}\n").unwrap();
-        let e = PlanningStore::open(dir.path(), "u").unwrap_err();
+        let (tmp, dir) = task_dir();
+        fs::create_dir(tmp.path().join("planning")).unwrap();
+        fs::write(tmp.path().join("planning/u.jsonl"), "{\"type\":\"plan\"}\n").unwrap();
+        let e = PlanningStore::open(&dir, "u").unwrap_err();
         assert!(
             format!("{e:#}").contains("planning/u.jsonl line 1"),
             "{e:#}"

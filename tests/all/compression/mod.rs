@@ -167,7 +167,7 @@ fn check_step(
 
     // current.jsonl was replaced: check it against the model.
     let after = task.context();
-    check_context_file(&task.path("current.jsonl"), false).map_err(|e| e.to_string())?;
+    check_context_file(&task.dir_handle(), "current.jsonl", false).map_err(|e| e.to_string())?;
     let first_line = |b: &[u8]| b.split(|c| *c == b'\n').next().map(<[u8]>::to_vec);
     ensure!(
         first_line(&task.bytes("current.jsonl")) == first_line(&before.current),
@@ -753,7 +753,7 @@ fn the_cut_never_splits_a_tool_call_group() {
                 before[2..],
                 "keep {keep}: the whole group must be kept"
             );
-            check_context_file(&t.path("current.jsonl"), false).unwrap();
+            check_context_file(&t.dir_handle(), "current.jsonl", false).unwrap();
         }
     }
 }

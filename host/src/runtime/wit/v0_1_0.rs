@@ -47,9 +47,7 @@ pub use message_store::{MessageStorePlugin, MessageStorePluginPre};
 pub use request_format::{RequestFormatPlugin, RequestFormatPluginPre};
 
 use ctxhost_format::files::SUMMARIES;
-use std::fs::{File, OpenOptions};
 use std::io::BufReader;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use compressor::ctxhost::plugin::{llm as wit_llm, log as wit_log, types as wit_types};
@@ -134,13 +132,12 @@ fn next_free_id(task_dir: &Path, own: &str) -> Result<u64, String> {
             path.display()
         )
     };
-    let file: File = match OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
+    // Through the task directory's handle: a link named summaries.jsonl is refused.
+    let file = match crate::task_dir::TaskDir::open(task_dir)
+        .and_then(|d| d.open_read_if_exists(SUMMARIES))
     {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(1),
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok(1),
         Err(e) => return Err(fail(e)),
     };
     summary_id::next_id(BufReader::new(file), Some(own)).map_err(fail)
