@@ -58,9 +58,11 @@ pub fn load_plugin(
 
 /// The configured plugins, loaded and checked: `plugins.message_store`,
 /// `plugins.request_format` (or the provider's default), `plugins.compressor` (unless `none`)
-/// and `plugins.strategy`.
+/// and `plugins.strategy`. Cloning is cheap and shares the runtime (a task context keeps a
+/// clone to open its message store again after repairing the files).
+#[derive(Clone)]
 pub struct PluginSet {
-    runtime: Runtime,
+    runtime: std::sync::Arc<Runtime>,
     message_store: LoadedPlugin,
     request_format: LoadedPlugin,
     compressor: Option<LoadedPlugin>,
@@ -102,7 +104,7 @@ impl PluginSet {
             Some(PluginKind::Strategy),
         )?;
         Ok(PluginSet {
-            runtime,
+            runtime: std::sync::Arc::new(runtime),
             message_store,
             request_format,
             compressor,

@@ -201,14 +201,13 @@ fn run_loop(
             &dir,
         )?)
     };
-    let outcome = Agent {
+    let outcome = Agent::new(
         config,
-        format: &mut format,
-        compressor: compressor.as_mut(),
-        tools: tools.as_mut(),
-        strategy: &mut strategy,
-        compaction_failures: 0,
-    }
+        &mut format,
+        compressor.as_mut(),
+        tools.as_mut(),
+        &mut strategy,
+    )
     .run(ctx);
     let s = strategy.stats();
     tracing::info!(uuid = %ctx.uuid(), strategy = strategy.component(), instantiate_ms, hooks = s.calls,

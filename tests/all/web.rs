@@ -1,5 +1,5 @@
 //! The web dashboard over HTTP (`ctxhost serve`, real binary on 127.0.0.1): every page and
-//! action, escaping of hostile content, traversal and symlinks, the bind and token policy, CSRF,
+//! action (retry included), escaping of hostile content, traversal and symlinks, the bind and token policy, CSRF,
 //! live events, and the chart of a real task run against the fake LLM.
 
 use std::io::{BufRead, BufReader, Write};
@@ -761,6 +761,115 @@ fn actions_pause_resume_stop_with_csrf() {
     .expect(404);
     d.post_form("/tasks/nope/stop", &h, &[("csrf", &token)])
         .expect(404);
+}
+
+#[test]
+fn retry_a_failed_task_with_csrf_once_its_files_pass_fsck() {
+    let (env, db) = fixture();
+    let d = start(&env);
+    let page = format!("/tasks/{C}");
+    let form = format!("action=\"/tasks/{C}/retry\"");
+    assert!(d.get(&page).expect(200).body.contains(&form));
+    for other in [A, B, D] {
+        let body = d.get(&format!("/tasks/{other}")).expect(200).body;
+        assert!(
+            !body.contains("/retry\""),
+            "{other} is not failed: no Retry"
+        );
+    }
+    let (cookie, token) = d.csrf(&page);
+    let cookie_header = format!("ctxhost_csrf={cookie}");
+    let h = [("Cookie", cookie_header.as_str())];
+
+    // No token or a wrong one: 403, nothing done.
+    d.post_form(&format!("{page}/retry"), &h, &[]).expect(403);
+    d.post_form(&format!("{page}/retry"), &h, &[("csrf", "00ff")])
+        .expect(403);
+    d.get(&format!("{page}/retry")).expect(405);
+    assert_eq!(db.get(C).unwrap().unwrap().status, Status::Failed);
+
+    // Files that pass fsck: the system prompt and the task's message, in both files.
+    let messages = [
+        serde_json::json!({"seq":1,"role":"system","content":"You are a careful agent.","timestamp":"2026-01-01T00:00:01.000Z","tokens":8}),
+        serde_json::json!({"seq":2,"role":"user","content":"Fix the flaky test","timestamp":"2026-01-01T00:00:02.000Z","tokens":7}),
+    ];
+    let current = [
+        serde_json::json!({"role":"system","content":"You are a careful agent."}),
+        serde_json::json!({"role":"user","content":"Fix the flaky test"}),
+    ];
+    let lines = |v: &[serde_json::Value]| v.iter().map(|l| format!("{l}\n")).collect::<String>();
+
+    // C's history has a line of NUL bytes in the middle (a lost write): 409 with `ctxhost
+    // retry`'s text naming the file and the fix, the task still failed where it was.
+    let damaged = format!("{}\n{}\n{}\n", messages[0], "\0".repeat(40), messages[1]);
+    write_task_dir(
+        &env.contexts(),
+        "completed",
+        C,
+        &[
+            ("messages.jsonl", damaged),
+            ("current.jsonl", lines(&current)),
+        ],
+    );
+    let r = d
+        .post_form(&format!("{page}/retry"), &h, &[("csrf", &token)])
+        .expect(409);
+    assert!(r.body.contains("cannot be retried"), "{}", r.body);
+    assert!(r.body.contains("fsck --repair"), "{}", r.body);
+    assert!(r.body.contains("messages.jsonl"), "{}", r.body);
+    assert!(r.body.contains("NUL"), "{}", r.body);
+    assert_eq!(db.get(C).unwrap().unwrap().status, Status::Failed);
+    assert_eq!(
+        find_task_dir(&env.contexts(), C),
+        Some(env.contexts().join("completed").join(C))
+    );
+
+    // Repaired files: queued again, the directory in paused/ to continue from.
+    write_task_dir(
+        &env.contexts(),
+        "completed",
+        C,
+        &[
+            ("messages.jsonl", lines(&messages)),
+            ("current.jsonl", lines(&current)),
+        ],
+    );
+    let r = d
+        .post_form(&format!("{page}/retry"), &h, &[("csrf", &token)])
+        .expect(303);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/tasks/{C}?notice=retried").as_str())
+    );
+    assert_eq!(db.get(C).unwrap().unwrap().status, Status::Queued);
+    assert_eq!(
+        find_task_dir(&env.contexts(), C),
+        Some(env.contexts().join("paused").join(C))
+    );
+    let shown = d
+        .get_with(&format!("/tasks/{C}?notice=retried"), &h)
+        .expect(200);
+    assert!(shown.body.contains("The failed task is queued again"));
+    assert!(!shown.body.contains(&form), "a queued task offers no Retry");
+
+    // Only a failed task: a second retry and a completed task are 409, an unknown one 404.
+    let again = d
+        .post_form(&format!("{page}/retry"), &h, &[("csrf", &token)])
+        .expect(409);
+    assert!(
+        again.body.contains("only a failed task can be retried"),
+        "{}",
+        again.body
+    );
+    d.post_form(&format!("/tasks/{A}/retry"), &h, &[("csrf", &token)])
+        .expect(409);
+    assert_eq!(db.get(A).unwrap().unwrap().status, Status::Completed);
+    d.post_form(
+        "/tasks/0193a4b2-1c3d-7e8f-9a0b-0000000000ff/retry",
+        &h,
+        &[("csrf", &token)],
+    )
+    .expect(404);
 }
 
 #[test]

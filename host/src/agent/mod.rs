@@ -7,15 +7,26 @@
 //!    earlier task of the same key, [`crate::task::inheritance`]), then the task's user
 //!    message. A resumed task already has them and never gets them again.
 //! 2. Strategy hook `start` (before the first model call): it may add a message (a plan).
-//! 3. Model call, at most `agent.max_steps` in all: compress if the compressor says so (the
-//!    latest plan is then stated again, so a summary cannot lose it); fsync the context files;
-//!    write request.json from current.jsonl with the request format plugin; POST it; parse
-//!    response.json with the plugin; append the assistant message; add the call and its tokens
-//!    to the task's row (provider usage when given, estimate otherwise; prompt-cache reads and
-//!    writes counted apart too); delete request.json and response.json (both are kept when the
-//!    call fails, and the error says so).
+//! 3. Model call, at most `agent.max_steps` in all: make sure the context about to be sent
+//!    keeps every invariant, repairing what is safe ([`TaskContext::ensure_sendable`]);
+//!    compress if the compressor says so (the latest plan is then stated again, so a summary
+//!    cannot lose it); fsync the context files (step boundary); write request.json from
+//!    current.jsonl with the request format plugin; POST it; parse response.json with the
+//!    plugin; append the assistant message (its tool-call ids made unique in the
+//!    conversation); add the call and its tokens to the task's row (provider usage when given,
+//!    estimate otherwise; prompt-cache reads and writes counted apart too); delete
+//!    request.json and response.json (both are kept when the call fails, and the error says
+//!    so).
+//!    - A reply that cannot be read or is empty is asked for again, up to
+//!      [`MAX_MALFORMED_REPLY_RETRIES`] times.
+//!    - A provider answer that the context is too long ([`crate::llm::overflow`]) compresses
+//!      the context for a window a quarter smaller ([`OVERFLOW_WINDOW_FACTOR`], for the rest
+//!      of the task) and sends again, up to [`MAX_OVERFLOW_RETRIES`] times.
 //! 4. Every tool call of the reply is made by the [`ToolRunner`], recorded by the task's
 //!    [`crate::task::ToolStore`], and answered with a `tool` message; then hook `after-tools`.
+//!    A call whose arguments are not valid JSON (a reply cut at the output token limit) is not
+//!    made: it is answered with an error that says so, and the next request sends `{}` as its
+//!    arguments (the history keeps them as they came).
 //! 5. A reply without tool calls goes to hook `after-reply`: `finish` completes the task with it
 //!    as the final answer; `proceed` adds the strategy's message and goes back to 3.
 //!
@@ -39,22 +50,25 @@ pub mod llm_import;
 pub mod strategy;
 
 use anyhow::{Context, anyhow, bail};
-use ctxhost_format::files::{MESSAGES, REQUEST, RESPONSE};
+use ctxhost_format::files::{CURRENT, MESSAGES, REQUEST, RESPONSE};
 use ctxhost_format::planning::{Hook, bounded};
 use ctxhost_format::{ChatMessage, ToolCall, ToolStatus};
 
-use crate::compaction::{CompactionError, CompactionOutcome, compact_if_needed};
+use crate::compaction::{CompactionError, CompactionOutcome, compact};
 use crate::config::Config;
 use crate::db::now_rfc3339;
-use crate::invariants::queries::{self, Tail};
+use crate::invariants::arguments_error;
+use crate::invariants::pairing::invalid_arguments_text;
+use crate::invariants::queries::{self, Tail, last_message_in};
 use crate::runtime::{
-    CompressConfig, Compressor, Decision, HookCall, RequestConfig, RequestFormat, RuntimeError,
-    Strategy, StrategyConfig, TaskState, ToolOutcome,
+    Compressor, Decision, HookCall, Reply, RequestConfig, RequestFormat, RuntimeError, Strategy,
+    StrategyConfig, TaskState, ToolOutcome,
 };
 use crate::task::{CallRecord, Interrupt, TaskContext, UsageDelta};
+use crate::tools::CallOutcome;
 pub use crate::tools::{NoTools, ToolRunner};
 use crate::untrusted;
-use exchange::{ExchangeError, exchange};
+use exchange::{Exchange, ExchangeError, exchange_checked};
 use strategy::StrategyDriver;
 
 /// Messages of a task's context before its first model call: the system prompt and the task's
@@ -122,6 +136,35 @@ pub struct Agent<'a> {
     pub strategy: &'a mut StrategyDriver,
     /// Compression failures in a row (reset by a successful compression).
     pub compaction_failures: u32,
+    /// Times the provider answered that the context was too long: each makes the window the
+    /// compressor works with [`OVERFLOW_WINDOW_FACTOR`] smaller, for the rest of the process.
+    pub context_overflows: u32,
+    /// Estimated tokens of the tool definitions sent with every request (read when the loop
+    /// starts): the messages get the window minus these.
+    tool_definition_tokens: u64,
+}
+
+impl<'a> Agent<'a> {
+    /// An agent loop with `config`, the request `format`, the `compressor` (`None`: compression
+    /// off), the `tools` and the `strategy`.
+    pub fn new(
+        config: &'a Config,
+        format: &'a mut RequestFormat,
+        compressor: Option<&'a mut Compressor>,
+        tools: &'a mut dyn ToolRunner,
+        strategy: &'a mut StrategyDriver,
+    ) -> Agent<'a> {
+        Agent {
+            config,
+            format,
+            compressor,
+            tools,
+            strategy,
+            compaction_failures: 0,
+            context_overflows: 0,
+            tool_definition_tokens: 0,
+        }
+    }
 }
 
 impl Agent<'_> {
@@ -140,6 +183,21 @@ impl Agent<'_> {
     /// error, a strategy's refused decision, step limit).
     pub fn run(&mut self, ctx: &mut TaskContext) -> anyhow::Result<Outcome> {
         self.start(ctx)?;
+        self.tool_definition_tokens = self
+            .tools
+            .tools_file()
+            .and_then(|f| ctx.dir().read(&f).ok())
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .map(|text| ctxhost_format::estimate_tokens(&text))
+            .unwrap_or(0);
+        // A tool result gets its share of what the tool definitions leave of the window.
+        let cap = self.config.tool_output_cap_for(
+            self.config
+                .llm
+                .context_length
+                .saturating_sub(self.tool_definition_tokens),
+        );
+        ctx.tools().set_max_output_tokens(cap);
         let max_steps = self.config.agent.max_steps;
         let mut steps = ctx.steps_done();
         if ctx.history_ends_with_summary() {
@@ -163,6 +221,9 @@ impl Agent<'_> {
                         bail!(
                             "step limit of {max_steps} reached (agent.max_steps) without a final answer"
                         );
+                    }
+                    for fix in ctx.ensure_sendable()? {
+                        tracing::warn!(uuid = %ctx.uuid(), "context repaired before sending it: current.jsonl {fix}");
                     }
                     self.maybe_compress(ctx)?;
                     steps += 1;
@@ -303,14 +364,7 @@ impl Agent<'_> {
 
     /// Make one tool call with the [`ToolRunner`], record it, answer it in the context.
     fn tool_call(&mut self, ctx: &mut TaskContext, call: &ToolCall) -> anyhow::Result<ToolOutcome> {
-        let tools = &mut *self.tools;
-        let recorded = ctx.tools().run(call, |c| tools.call(c)).with_context(|| {
-            format!(
-                "tool call {} ({})",
-                untrusted::name(&call.id),
-                untrusted::name(&call.function.name)
-            )
-        })?;
+        let recorded = self.make_call(ctx, call)?;
         let message = recorded.to_message(call);
         ctx.store()
             .add_message(&message, &now_rfc3339())
@@ -359,6 +413,32 @@ impl Agent<'_> {
             Some(Interrupt::Stop) => Some(Outcome::Stopped),
             Some(Interrupt::Pause { reason }) => Some(Outcome::Paused { reason }),
         })
+    }
+
+    /// Make one tool call of the model and record it. A call whose arguments are not valid JSON
+    /// is not made: it gets an error result saying what happened.
+    fn make_call(
+        &mut self,
+        ctx: &mut TaskContext,
+        call: &ctxhost_format::ToolCall,
+    ) -> anyhow::Result<crate::task::RecordedCall> {
+        let what = || {
+            format!(
+                "tool call {} ({})",
+                untrusted::name(&call.id),
+                untrusted::name(&call.function.name)
+            )
+        };
+        if let Some(reason) = arguments_error(&call.function.arguments) {
+            tracing::warn!(uuid = %ctx.uuid(), id = %untrusted::name(&call.id), tool = %untrusted::name(&call.function.name), "tool call arguments are not valid JSON ({reason}); answering with an error");
+            let text = invalid_arguments_text(call, &reason);
+            return ctx
+                .tools()
+                .record(call, &CallOutcome::Error(text), std::time::Duration::ZERO)
+                .with_context(what);
+        }
+        let tools = &mut *self.tools;
+        ctx.tools().run(call, |c| tools.call(c)).with_context(what)
     }
 
     /// Step 1: a fresh context gets the system prompt, then the user's message. A resumed one
@@ -414,69 +494,118 @@ impl Agent<'_> {
         Ok(())
     }
 
-    /// One LLM call; returns the assistant message as appended.
+    /// One LLM call; returns the assistant message as appended. A malformed or empty reply is
+    /// asked for again (up to [`MAX_MALFORMED_REPLY_RETRIES`] times); a "context too long"
+    /// answer compresses the context and sends it again (up to [`MAX_OVERFLOW_RETRIES`] times).
     fn llm_step(&mut self, ctx: &mut TaskContext, step: u32) -> anyhow::Result<ChatMessage> {
-        let current = ctx.current_file()?;
-        // Step boundary: what was appended so far is on disk before we wait on the network.
-        ctx.sync()?;
+        let (mut malformed, mut overflows) = (0u32, 0u32);
+        loop {
+            // Step boundary: what was appended so far is on disk before we wait on the network.
+            ctx.sync()?;
+            let tokens_before = ctx
+                .store()
+                .current_token_count()
+                .context("message store: current-token-count")?;
+            let started = std::time::Instant::now();
+            let result = self.send(ctx);
+            let mut record = CallRecord {
+                step,
+                context_tokens: tokens_before,
+                context_length: self.config.llm.context_length,
+                threshold_tokens: self.compressor.as_ref().map(|_| {
+                    (self.window() as f64 * self.config.context_storage.compression_threshold)
+                        as u64
+                }),
+                request_bytes: 0,
+                duration_ms: started.elapsed().as_millis() as u64,
+                usage: None,
+                error: None,
+            };
+            let e = match result {
+                Ok(done) => {
+                    record.request_bytes = done.request.bytes;
+                    record.usage = done.reply.usage;
+                    ctx.calls().record_call(&record, &now_rfc3339());
+                    return self.record_reply(ctx, step, done, tokens_before);
+                }
+                Err(e) => e,
+            };
+            let error = format!("LLM call {step} failed: {e}");
+            // request.json is kept after a failed call: its size is known.
+            record.request_bytes = ctx
+                .dir()
+                .metadata(REQUEST)
+                .ok()
+                .flatten()
+                .map_or(0, |m| m.len());
+            record.error = Some(&error);
+            ctx.calls().record_call(&record, &now_rfc3339());
+            if let ExchangeError::Rejected { usage_tokens, .. } = &e {
+                ctx.update_statistics(UsageDelta::llm_call(*usage_tokens))?;
+            } else if e.is_malformed_reply() {
+                // The provider answered: count the call (usage unknown).
+                ctx.update_statistics(UsageDelta::llm_call(0))?;
+            }
+            if e.is_malformed_reply() && malformed < MAX_MALFORMED_REPLY_RETRIES {
+                malformed += 1;
+                tracing::warn!(uuid = %ctx.uuid(), step, attempt = malformed, "LLM call {step}: {e}; asking again");
+                continue;
+            }
+            if e.is_context_overflow() {
+                if overflows < MAX_OVERFLOW_RETRIES {
+                    overflows += 1;
+                    self.compress_after_overflow(ctx, step, &e)?;
+                    continue;
+                }
+                bail!(
+                    "LLM call {step} failed: {e}; the provider still finds the context too long after {overflows} \
+                     compression(s) for a smaller window: set llm.context_length (now {}) to the model's real window \
+                     (for a local server, the context size it was started with)",
+                    self.config.llm.context_length
+                );
+            }
+            if e.is_malformed_reply() {
+                bail!(
+                    "LLM call {step} failed: {e} (asked {} time(s))",
+                    malformed + 1
+                );
+            }
+            bail!("LLM call {step} failed: {e}");
+        }
+    }
 
-        let tokens_before = ctx
-            .store()
-            .current_token_count()
-            .context("message store: current-token-count")?;
+    /// Write the request from the context, POST it and read the reply; an empty reply is
+    /// rejected (its files kept).
+    fn send(&mut self, ctx: &mut TaskContext) -> Result<Exchange, ExchangeError> {
         let llm = &self.config.llm;
         let config = RequestConfig {
             model: llm.model.clone(),
-            messages_file: current.clone(),
+            messages_file: ctx.current_file().unwrap_or_else(|_| CURRENT.to_string()),
             request_file: REQUEST.to_string(),
             tools_file: self.tools.tools_file(),
             max_output_tokens: llm.max_output_tokens,
             temperature: llm.temperature,
         };
-        let started = std::time::Instant::now();
-        let result = exchange(
+        exchange_checked(
             self.format,
             ctx.transport(),
             ctx.dir(),
             &config,
             RESPONSE,
             None,
-        );
-        let mut record = CallRecord {
-            step,
-            context_tokens: tokens_before,
-            context_length: llm.context_length,
-            threshold_tokens: self.compressor.as_ref().map(|_| {
-                (llm.context_length as f64 * self.config.context_storage.compression_threshold)
-                    as u64
-            }),
-            request_bytes: 0,
-            duration_ms: started.elapsed().as_millis() as u64,
-            usage: None,
-            error: None,
-        };
-        let done = match result {
-            Ok(done) => done,
-            Err(e) => {
-                let error = format!("LLM call {step} failed: {e}");
-                // request.json is kept after a failed call: its size is known.
-                record.request_bytes = ctx
-                    .dir()
-                    .metadata(REQUEST)
-                    .ok()
-                    .flatten()
-                    .map_or(0, |m| m.len());
-                record.error = Some(&error);
-                ctx.calls().record_call(&record, &now_rfc3339());
-                if matches!(e, ExchangeError::Read { .. }) {
-                    // The provider answered: count the call (usage unknown).
-                    ctx.update_statistics(UsageDelta::llm_call(0))?;
-                }
-                bail!("{error}");
-            }
-        };
-        record.request_bytes = done.request.bytes;
-        record.usage = done.reply.usage;
+            &reject_empty_reply,
+        )
+    }
+
+    /// Append the reply of a completed exchange (host rules applied: [`normalise_reply`], ids
+    /// unique in the conversation) and count the call.
+    fn record_reply(
+        &mut self,
+        ctx: &mut TaskContext,
+        step: u32,
+        done: Exchange,
+        tokens_before: u64,
+    ) -> anyhow::Result<ChatMessage> {
         tracing::debug!(uuid = %ctx.uuid(), step, bytes = done.request.bytes, messages = done.request.messages,
             tokens = tokens_before, status = done.post.status, attempts = done.post.attempts, "LLM call done");
         let reply = done.reply;
@@ -488,25 +617,10 @@ impl Agent<'_> {
                 ..UsageDelta::default()
             })?;
         }
-        let message = normalise_reply(reply.message, step);
-        if message.calls().is_empty()
-            && message
-                .content
-                .as_deref()
-                .is_none_or(|c| c.trim().is_empty())
-        {
-            let error = format!("LLM call {step}: the model returned an empty answer");
-            record.error = Some(&error);
-            ctx.calls().record_call(&record, &now_rfc3339());
-            ctx.update_statistics(UsageDelta::llm_call(
-                reply.usage.map(|u| u.total_tokens).unwrap_or(0),
-            ))?;
-            bail!(
-                "LLM call {step}: the model returned an empty answer (no content and no tool calls; finish_reason: {})",
-                untrusted::name(reply.finish_reason.as_deref().unwrap_or("none"))
-            );
+        let mut message = normalise_reply(reply.message);
+        for (old, new) in ctx.make_call_ids_unique(&mut message)? {
+            tracing::debug!(uuid = %ctx.uuid(), step, "tool call id {old:?} is already used in the conversation: {new}");
         }
-        ctx.calls().record_call(&record, &now_rfc3339());
         let added = ctx
             .store()
             .add_message(&message, &now_rfc3339())
@@ -523,25 +637,133 @@ impl Agent<'_> {
         Ok(message)
     }
 
+    /// The window the messages have, and the compressor works with: `llm.context_length` minus
+    /// the tool definitions sent with every request, made [`OVERFLOW_WINDOW_FACTOR`] smaller by
+    /// each "context too long" answer of the provider (the token estimate is evidently low for
+    /// its tokenizer).
+    fn window(&self) -> u64 {
+        let mut window = self
+            .config
+            .llm
+            .context_length
+            .saturating_sub(self.tool_definition_tokens);
+        for _ in 0..self.context_overflows {
+            window = window * OVERFLOW_WINDOW_FACTOR.0 / OVERFLOW_WINDOW_FACTOR.1;
+        }
+        window.max(crate::config::MIN_TOOL_OUTPUT_CAP)
+    }
+
+    /// Whether a context of `tokens` leaves the reply its reserve in the window.
+    fn fits_window(&self, tokens: u64) -> bool {
+        tokens + u64::from(self.config.reserve_output_tokens()) <= self.window()
+    }
+
+    /// The provider said the context is too long: compress it for a smaller window, whatever
+    /// the threshold says.
+    fn compress_after_overflow(
+        &mut self,
+        ctx: &mut TaskContext,
+        step: u32,
+        error: &ExchangeError,
+    ) -> anyhow::Result<()> {
+        self.context_overflows += 1;
+        let window = self.window();
+        let tokens = ctx.store().current_token_count()?;
+        tracing::warn!(uuid = %ctx.uuid(), step, tokens, window, "LLM call {step}: the provider says the context is too long; compressing it for a window of {window} tokens and sending it again");
+        let Some(compressor) = self.compressor.as_deref_mut() else {
+            bail!(
+                "LLM call {step} failed: {error}; the context ({tokens} estimated tokens) is too long for the model and \
+                 no compressor is configured (plugins.compressor: none): configure one (e.g. builtin:llm-summarizer), \
+                 or set llm.context_length to the model's real window"
+            );
+        };
+        let cfg = self.config.compress_config_for(window);
+        let dir = ctx.dir().clone();
+        match compact(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, true) {
+            Ok(CompactionOutcome::Compressed {
+                after_tokens,
+                summary_id,
+                ..
+            }) => {
+                ctx.calls()
+                    .record_compression(tokens, after_tokens, summary_id, &now_rfc3339());
+                ctx.update_statistics(UsageDelta::compression())?;
+                tracing::info!(uuid = %ctx.uuid(), before_tokens = tokens, after_tokens, "context compressed after the provider's answer");
+                self.restate_plan(ctx)
+            }
+            Ok(CompactionOutcome::NotNeeded) => Ok(()),
+            Err(CompactionError::StillOverThreshold { tokens: after, .. }) => {
+                ctx.calls()
+                    .record_compression(tokens, after, None, &now_rfc3339());
+                ctx.update_statistics(UsageDelta::compression())?;
+                tracing::warn!(uuid = %ctx.uuid(), tokens = after, "compressed, still over the threshold of the smaller window; sending it");
+                Ok(())
+            }
+            Err(e) => Err(anyhow!(e).context(format!(
+                "LLM call {step} failed: {error}; the context ({tokens} estimated tokens) could not be compressed \
+                 further for a window of {window} tokens: the model's window is smaller than llm.context_length ({}) \
+                 says — set it to the model's real window (for a local server, the context size it was started with)",
+                self.config.llm.context_length
+            ))),
+        }
+    }
+
+    /// Why the context cannot be sent: it does not leave the reply its reserve in the window
+    /// even after compressing. Names what is too big and what would help.
+    fn window_exceeded(&self, ctx: &mut TaskContext, tokens: u64) -> anyhow::Error {
+        let window = self.window();
+        let reserve = self.config.reserve_output_tokens();
+        let newest = ctx
+            .current_file()
+            .ok()
+            .and_then(|f| last_message_in(ctx.dir(), &f).ok().flatten());
+        let advice = match &newest {
+            Some(m) if m.role == "tool" => format!(
+                "the newest message, a result of {} ({} tokens), is kept whole by every compression: lower \
+                 tools.max_tool_output_tokens (the effective cap for this window is {}), or use a model with a larger \
+                 window (llm.context_length)",
+                m.tool_name.as_deref().unwrap_or("a tool"),
+                ctxhost_format::estimate_message_tokens(m),
+                self.config.tool_output_cap_for(window)
+            ),
+            Some(m) => format!(
+                "the newest message ({}, {} tokens) is kept whole by every compression: shorten it, lower \
+                 llm.max_output_tokens (the reply reserve, {reserve}), or use a model with a larger window \
+                 (llm.context_length)",
+                m.role,
+                ctxhost_format::estimate_message_tokens(m)
+            ),
+            None => "use a model with a larger window (llm.context_length)".to_string(),
+        };
+        let tools = if self.tool_definition_tokens > 0 {
+            format!(
+                ", after {} tokens of tool definitions,",
+                self.tool_definition_tokens
+            )
+        } else {
+            String::new()
+        };
+        anyhow!(
+            "the context is {tokens} tokens, more than the window leaves ({window} tokens{tools} minus {reserve} \
+             reserved for the reply): {advice}"
+        )
+    }
+
     /// The compression check before each LLM call ([`crate::compaction`]). With no compressor
     /// configured this does nothing. A failed compression leaves the context as it was and is
     /// logged; the task goes on while the context still fits the window, and fails after
     /// [`MAX_COMPACTION_FAILURES`] failures in a row. A context still over the threshold after
-    /// compressing fails the task at once (compressing again could not help).
+    /// compressing (the newest tool-call group alone is that large) goes on while it fits the
+    /// window; one that does not fails the task, naming what is too big.
     fn maybe_compress(&mut self, ctx: &mut TaskContext) -> anyhow::Result<()> {
+        let window = self.window();
         let Some(compressor) = self.compressor.as_deref_mut() else {
             return Ok(());
         };
-        let cs = &self.config.context_storage;
-        let cfg = CompressConfig {
-            context_length: self.config.llm.context_length,
-            threshold: cs.compression_threshold,
-            keep_recent_messages: cs.keep_recent_messages,
-            summary_prompt: cs.summary_prompt.clone(),
-            reserve_output_tokens: self.config.llm.max_output_tokens.unwrap_or(1024),
-        };
+        let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
-        match compact_if_needed(ctx.store(), compressor, &dir, &cfg, &now_rfc3339) {
+        let before = ctx.store().current_token_count()?;
+        match compact(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, false) {
             Ok(CompactionOutcome::NotNeeded) => Ok(()),
             Ok(CompactionOutcome::Compressed {
                 before_tokens,
@@ -562,9 +784,17 @@ impl Agent<'_> {
                 self.restate_plan(ctx)
             }
             Err(e @ CompactionError::StillOverThreshold { .. }) => {
-                // The smaller context is installed and valid; count it, then stop.
+                // The smaller context is installed and valid; count it.
+                self.compaction_failures = 0;
                 ctx.update_statistics(UsageDelta::compression())?;
-                Err(e.into())
+                let tokens = ctx.store().current_token_count()?;
+                ctx.calls()
+                    .record_compression(before, tokens, None, &now_rfc3339());
+                if self.fits_window(tokens) {
+                    tracing::warn!(uuid = %ctx.uuid(), tokens, "{e}; it still fits the window: going on");
+                    return Ok(());
+                }
+                Err(self.window_exceeded(ctx, tokens))
             }
             Err(e) => {
                 self.compaction_failures += 1;
@@ -572,12 +802,15 @@ impl Agent<'_> {
                     .store()
                     .current_token_count()
                     .context("message store: current-token-count")?;
-                if self.compaction_failures >= MAX_COMPACTION_FAILURES
-                    || tokens >= cfg.context_length
-                {
+                if !self.fits_window(tokens) {
+                    return Err(self
+                        .window_exceeded(ctx, tokens)
+                        .context(format!("compression failed: {e}")));
+                }
+                if self.compaction_failures >= MAX_COMPACTION_FAILURES {
                     return Err(anyhow!(e).context(format!(
-                        "compression failed {} time(s) in a row with the context at {tokens} of {} tokens",
-                        self.compaction_failures, cfg.context_length
+                        "compression failed {} time(s) in a row with the context at {tokens} of {window} tokens",
+                        self.compaction_failures
                     )));
                 }
                 // The error may quote what the compressor wrote (ids, a line): bounded, escaped.
@@ -618,21 +851,43 @@ fn outcomes_of(ctx: &TaskContext, answers: &[ChatMessage]) -> anyhow::Result<Vec
 /// fails instead of calling the LLM with an over-threshold context again.
 pub const MAX_COMPACTION_FAILURES: u32 = 3;
 
+/// A malformed reply (it cannot be read, or it is empty) is asked for again this many times
+/// before the task fails (the files of the last attempt are kept).
+pub const MAX_MALFORMED_REPLY_RETRIES: u32 = 2;
+
+/// A "context too long" answer of the provider is met by compressing and sending again this
+/// many times per LLM call before the task fails.
+pub const MAX_OVERFLOW_RETRIES: u32 = 2;
+
+/// Each "context too long" answer makes the window the compressor works with this much smaller
+/// (numerator, denominator): 3/4.
+pub const OVERFLOW_WINDOW_FACTOR: (u64, u64) = (3, 4);
+
+/// The reply of an LLM call cannot be used when it has neither text nor tool calls.
+fn reject_empty_reply(reply: &Reply) -> Result<(), String> {
+    let m = &reply.message;
+    if m.calls().is_empty() && m.content.as_deref().is_none_or(|c| c.trim().is_empty()) {
+        return Err(format!(
+            "the model returned an empty answer (no content and no tool calls; finish_reason: {})",
+            untrusted::name(reply.finish_reason.as_deref().unwrap_or("none"))
+        ));
+    }
+    Ok(())
+}
+
 /// The host's rules for an assistant reply, whatever the format plugin returned: role
-/// `assistant`; every tool call has a non-empty id, unique within the reply
-/// (`call_{step}_{i}` is assigned where it is missing or repeated) and the `function` type.
-fn normalise_reply(mut message: ChatMessage, step: u32) -> ChatMessage {
+/// `assistant`; every tool call has the `function` type and arguments (`{}` when empty). Ids
+/// are made unique in the conversation by [`TaskContext::make_call_ids_unique`].
+fn normalise_reply(mut message: ChatMessage) -> ChatMessage {
     message.role = "assistant".to_string();
     message.tool_call_id = None;
     message.tool_name = None;
     if let Some(calls) = message.tool_calls.as_mut() {
-        let mut seen = std::collections::HashSet::new();
-        for (i, call) in calls.iter_mut().enumerate() {
-            if call.id.trim().is_empty() || !seen.insert(call.id.clone()) {
-                call.id = format!("call_{step}_{}", i + 1);
-                seen.insert(call.id.clone());
-            }
+        for call in calls.iter_mut() {
             call.kind = "function".to_string();
+            if call.function.arguments.trim().is_empty() {
+                call.function.arguments = "{}".to_string();
+            }
         }
         if calls.is_empty() {
             message.tool_calls = None;
@@ -647,21 +902,24 @@ mod tests {
     use ctxhost_format::ToolCall;
 
     #[test]
-    fn reply_ids_are_made_unique_and_present() {
+    fn a_reply_gets_the_assistant_role_and_arguments() {
         let m = ChatMessage {
             role: "model".into(),
             content: None,
             tool_calls: Some(vec![
-                ToolCall::new("", "a", "{}"),
-                ToolCall::new("x", "b", "{}"),
-                ToolCall::new("x", "c", "{}"),
+                ToolCall::new("", "a", ""),
+                ToolCall::new("x", "b", "{\"p\":1}"),
             ]),
             ..Default::default()
         };
-        let n = normalise_reply(m, 3);
+        let n = normalise_reply(m);
         assert_eq!(n.role, "assistant");
-        let ids: Vec<_> = n.calls().iter().map(|c| c.id.as_str()).collect();
-        assert_eq!(ids, ["call_3_1", "x", "call_3_3"]);
+        let args: Vec<_> = n
+            .calls()
+            .iter()
+            .map(|c| c.function.arguments.as_str())
+            .collect();
+        assert_eq!(args, ["{}", "{\"p\":1}"]);
     }
 
     #[test]
@@ -672,6 +930,6 @@ mod tests {
             tool_calls: Some(vec![]),
             ..Default::default()
         };
-        assert_eq!(normalise_reply(m, 1).tool_calls, None);
+        assert_eq!(normalise_reply(m).tool_calls, None);
     }
 }

@@ -8,6 +8,7 @@
 mod init;
 mod lifecycle;
 mod maintenance;
+pub(crate) mod out;
 mod report;
 mod serve;
 mod submit;
@@ -42,8 +43,10 @@ Examples:
   ctxhost show 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b
   ctxhost pause 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b --reason 'rate limit'
   ctxhost resume 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b
+  ctxhost retry 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b   queue a failed task again (after fsck)
   ctxhost stats
   ctxhost cleanup --days 7 --dry-run
+  ctxhost cleanup --all                          delete the directories of every finished task
   ctxhost fsck --repair
   ctxhost serve                                  web dashboard on http://127.0.0.1:7878/
   ctxhost plugin check ./my-compressor.wasm
@@ -126,6 +129,12 @@ pub enum Command {
         after_help = "Exit codes: 0 queued; 1 the task is not paused; 2 bad or unknown UUID."
     )]
     Resume(lifecycle::ResumeArgs),
+    /// Queue a failed task again; it continues from its context (its files must pass
+    /// `ctxhost fsck`: run `ctxhost fsck --repair` first if they do not).
+    #[command(
+        after_help = "Exit codes: 0 queued; 1 the task is not failed, its files were deleted, or they have problems (listed; `ctxhost fsck --repair` fixes what it can); 2 bad or unknown UUID."
+    )]
+    Retry(lifecycle::RetryArgs),
     /// Stop a task: at once if queued or paused, at its next safe point if running.
     #[command(
         after_help = "Exit codes: 0 stopped or stop requested; 1 the task already ended; 2 bad or unknown UUID."
@@ -136,7 +145,7 @@ pub enum Command {
     Recover(lifecycle::RecoverArgs),
     /// Delete the directories of tasks finished more than N days ago (rows stay in tasks.db).
     #[command(
-        after_help = "Examples:\n  ctxhost cleanup --dry-run\n  ctxhost cleanup --days 7 --json"
+        after_help = "Examples:\n  ctxhost cleanup --dry-run\n  ctxhost cleanup --days 7 --json\n  ctxhost cleanup --all --dry-run"
     )]
     Cleanup(maintenance::CleanupArgs),
     /// Check that tasks.db and contexts/ agree and every task file is sound; --repair fixes
@@ -212,6 +221,8 @@ pub fn main() -> ExitCode {
     init_logging(cli.global.verbose);
     match dispatch(cli) {
         Ok(code) => code,
+        // The reader of our stdout went away (`| head`): nothing more to say to anyone.
+        Err(e) if out::is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(exit_code_of(&e))
@@ -350,6 +361,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pause(args) => lifecycle::pause(&Env::load(&global)?, &args),
         Command::Resume(args) => lifecycle::resume(&Env::load(&global)?, &args),
         Command::Stop(args) => lifecycle::stop(&Env::load(&global)?, &args),
+        Command::Retry(args) => lifecycle::retry(&Env::load(&global)?, &args),
         Command::Recover(args) => lifecycle::recover(&Env::load(&global)?, &args),
         Command::Cleanup(args) => maintenance::cleanup(&Env::load(&global)?, &args),
         Command::Fsck(args) => maintenance::fsck(&Env::load(&global)?, &args),

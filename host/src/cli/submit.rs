@@ -1,5 +1,6 @@
 //! `ctxhost submit`: queue a task and print its UUID (or its row as JSON).
 
+use super::out::outln;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -165,9 +166,9 @@ pub(super) fn run(env: &Env, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
     };
     let row = crate::ops::submit::submit(&env.config, &env.layout, submission)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&row)?);
+        outln!("{}", serde_json::to_string_pretty(&row)?);
     } else {
-        println!("{}", row.uuid);
+        outln!("{}", row.uuid);
     }
     Ok(ExitCode::SUCCESS)
 }

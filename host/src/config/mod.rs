@@ -2,8 +2,9 @@
 //!
 //! Shape (all sections and keys optional; unknown keys are errors):
 //! ```yaml
-//! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, cleanup_days, summary_prompt,
-//!           max_task_dir_mib, max_llm_calls_per_compression, max_compression_secs}
+//! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, keep_recent_tokens,
+//!                   cleanup_days, summary_prompt, max_task_dir_mib, max_llm_calls_per_compression,
+//!                   max_compression_secs}
 //! llm:     {provider, base_url, model, api_key_env, context_length, max_output_tokens, temperature,
 //!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib,
 //!           max_request_mib}
@@ -31,6 +32,7 @@ mod plugins;
 mod process;
 mod strategy;
 mod template;
+mod window;
 
 use std::path::Path;
 
@@ -81,6 +83,7 @@ pub use llm::{LlmConfig, Provider};
 pub use plugins::{DEFAULT_COMPRESSOR, DEFAULT_STRATEGY, NO_COMPRESSOR, PluginsConfig};
 pub use process::{AgentConfig, DEFAULT_SYSTEM_PROMPT, RuntimeConfig, WorkerConfig};
 pub use strategy::{ContextInheritance, StrategySection};
+pub use window::{DEFAULT_RESERVE_OUTPUT_TOKENS, MIN_TOOL_OUTPUT_CAP};
 
 /// A value out of range: the key and what is wrong (the file is added by [`Config::validate`]).
 #[derive(Debug)]

@@ -32,7 +32,11 @@ context_storage:
   compression_threshold: {threshold}
   # Most recent messages kept verbatim by a compression.
   keep_recent_messages: {keep}
-  # Completed task directories older than this many days may be deleted (rows stay in tasks.db).
+  # ... holding at most this many tokens (default: half the threshold in tokens); older tool-call
+  # groups are summarised instead. The newest message's group is always kept.
+  # keep_recent_tokens: 2867
+  # Completed task directories older than this many days may be deleted (rows stay in tasks.db;
+  # at least 1: `ctxhost cleanup --all` deletes every finished task's directory).
   cleanup_days: {cleanup}
   # Most MiB one task directory may hold; a component writing past it is stopped and the task fails.
   max_task_dir_mib: {max_dir}

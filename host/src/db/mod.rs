@@ -4,6 +4,7 @@
 //! - [`queue`]: submitting tasks and finding them (queued, running on a host, finished).
 //! - [`control`]: requests to a running task (pause, stop) and its resume count.
 //! - [`stats`]: the counters of a task ([`UsageDelta`]) and the statistics over all tasks.
+//! - [`health`]: whether the database can still be written and read (for `ctxhost fsck`).
 //!
 //! Status changes are not here: each is one conditional `UPDATE` owned by
 //! [`crate::lifecycle`], the only code that changes a task's status or moves its directory.
@@ -16,6 +17,7 @@
 //! `SQLITE_LOCKED`, with a short backoff.
 
 pub mod control;
+pub mod health;
 pub mod queue;
 pub mod schema;
 pub mod stats;

@@ -1,7 +1,8 @@
 //! The files of one task directory, read through its [`TaskDir`] handle: no symbolic link in
-//! it and nothing looser than owner-only; metadata.json and task_state.json parse; every line
-//! of every JSONL file parses as its format, seq runs 1..n, current.jsonl keeps the context
-//! invariants and is not behind messages.jsonl; no step temporary is left.
+//! it and nothing looser than owner-only; metadata.json and task_state.json parse; messages.jsonl
+//! exists once the task has a context; every line of every JSONL file parses as its format and
+//! holds no NUL byte, seq runs 1..n, current.jsonl keeps the context invariants and is not
+//! behind messages.jsonl; no step temporary is left.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -147,6 +148,32 @@ pub(crate) fn check_dir(
             ));
         }
     }
+    // A context without its history: the task cannot be resumed, nor its context rebuilt.
+    let messages = dir.file_path(MESSAGES);
+    if !live && !dir.is_file(MESSAGES) {
+        let written: Vec<&str> = [CURRENT, SUMMARIES, TOOLS]
+            .into_iter()
+            .filter(|f| dir.is_file(f))
+            .collect();
+        if !written.is_empty() || !allow_pending {
+            problems.push(problem(
+                ProblemKind::MissingFile,
+                uuid,
+                Some(&messages),
+                None,
+                if written.is_empty() {
+                    "missing: a completed task always has its history".to_string()
+                } else {
+                    format!(
+                        "missing, but {} exist(s): the history of the task is lost (restore it from a backup; \
+                         the task cannot be resumed without it)",
+                        written.join(", ")
+                    )
+                },
+                false,
+            ));
+        }
+    }
     let files = match jsonl_files(&dir) {
         Ok(f) => f,
         Err(e) => {
@@ -288,6 +315,24 @@ fn check_jsonl(
         offset += n as u64;
         let terminated = buf.last() == Some(&b'\n');
         let is_last = reader.fill_buf().map(|b| b.is_empty()).unwrap_or(true);
+        if buf.contains(&0) && !live {
+            // A lost write: the bytes are read as what they would be without the NULs.
+            let nuls = buf.iter().filter(|b| **b == 0).count();
+            buf.retain(|b| *b != 0);
+            let only = buf.iter().all(u8::is_ascii_whitespace);
+            problems.push(problem(
+                ProblemKind::NulBytes,
+                uuid,
+                Some(path),
+                Some(line_no),
+                if only {
+                    format!("a line of {nuls} NUL byte(s) (a lost write)")
+                } else {
+                    format!("{nuls} NUL byte(s) before the line's text (a lost write)")
+                },
+                true,
+            ));
+        }
         let text = String::from_utf8_lossy(&buf);
         let text = text.trim_end_matches(['\n', '\r']);
         if text.trim().is_empty() {
@@ -408,8 +453,8 @@ fn check_jsonl(
                                 uuid,
                                 Some(path),
                                 Some(line_no),
-                                v.to_string(),
-                                false,
+                                describe_violation(&v),
+                                v.is_repairable() && !live,
                             ));
                             checker = None;
                         }
@@ -445,12 +490,24 @@ fn check_jsonl(
                 uuid,
                 Some(path),
                 None,
-                format!("at the end: {v}"),
-                false,
+                format!("at the end: {}", describe_violation(&v)),
+                v.is_repairable() && !live,
             )),
         }
     }
     problems.len() == before
+}
+
+/// A violation, and what `--repair` does about it when it can.
+fn describe_violation(v: &Violation) -> String {
+    if v.is_repairable() {
+        format!(
+            "{v} (--repair drops a duplicate or orphan result, answers a call left without one, \
+             replaces invalid arguments by {{}}, and records it in {MESSAGES})"
+        )
+    } else {
+        v.to_string()
+    }
 }
 
 enum Parsed {

@@ -24,7 +24,7 @@ pub fn pending_tool_calls(messages: impl IntoIterator<Item = ChatMessage>) -> Ve
 }
 
 /// One step of [`pending_tool_calls`]: `m` answers a pending call, or starts a new list.
-fn track_pending(pending: &mut Vec<ToolCall>, m: ChatMessage) {
+pub fn track_pending(pending: &mut Vec<ToolCall>, m: ChatMessage) {
     match m.role.as_str() {
         "tool" => {
             if let Some(id) = &m.tool_call_id
@@ -155,6 +155,19 @@ pub fn tail_in(dir: &TaskDir, name: &str) -> anyhow::Result<Tail> {
         });
     }
     Ok(tail)
+}
+
+/// The ids of every tool call in the history file `name` of `dir` (messages.jsonl, streamed;
+/// empty when missing), for [`super::ids::make_call_ids_unique`].
+pub fn call_ids_in(dir: &TaskDir, name: &str) -> anyhow::Result<std::collections::HashSet<String>> {
+    let mut ids = std::collections::HashSet::new();
+    let Some(mut lines) = open_lines(dir, name)? else {
+        return Ok(ids);
+    };
+    while let Some((_, h)) = lines.next_value::<ctxhost_format::HistoryLine>()? {
+        ids.extend(h.tool_calls.into_iter().flatten().map(|c| c.id));
+    }
+    Ok(ids)
 }
 
 /// The final answer the context file `name` of `dir` already ends with ([`final_answer`] of

@@ -82,9 +82,15 @@ pub fn run(path_or_builtin: &str, json: bool) -> anyhow::Result<bool> {
     let runtime = Runtime::new(scratch.path(), RuntimeLimits::default())?;
     let report = check(&runtime, path_or_builtin, &CheckOptions::default());
     if json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+        crate::cli::out::line(format_args!(
+            "{}",
+            serde_json::to_string_pretty(&report.to_json())?
+        ))?;
     } else {
-        print!("{}", report.to_text());
+        use std::io::Write;
+        std::io::stdout()
+            .lock()
+            .write_all(report.to_text().as_bytes())?;
     }
     Ok(report.passed())
 }

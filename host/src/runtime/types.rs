@@ -140,6 +140,9 @@ pub struct CompressConfig {
     pub threshold: f64,
     /// Most recent messages kept verbatim.
     pub keep_recent_messages: u32,
+    /// The kept tail holds at most this many estimated tokens (0: no token bound; WIT 0.2.0's
+    /// `keep-recent-tokens`, not seen by 0.1.0 components).
+    pub keep_recent_tokens: u64,
     /// Summary prompt; `{messages}` is replaced by the messages to summarise.
     pub summary_prompt: String,
     /// Tokens reserved for the model's reply in a summary request.

@@ -24,13 +24,17 @@ pub mod summaries;
 pub mod tools;
 pub mod usage;
 
+use std::collections::HashSet;
+
 use anyhow::{Context, bail};
-use ctxhost_format::ToolCall;
-use ctxhost_format::files::MESSAGES;
+use ctxhost_format::files::{CURRENT, MESSAGES};
+use ctxhost_format::{ChatMessage, ToolCall};
 
 use crate::config::Config;
 use crate::db::{Db, Status, TaskRow, now_rfc3339};
-use crate::invariants::queries;
+use crate::invariants::ids::make_call_ids_unique;
+use crate::invariants::pairing::PairingFix;
+use crate::invariants::{check_context_file, queries};
 use crate::layout::{DirState, Layout};
 use crate::lifecycle::{self, Transition};
 use crate::llm::Transport;
@@ -81,6 +85,10 @@ pub struct TaskContext {
     calls: CallLog,
     transport: Transport,
     usage: UsageMeter,
+    /// The plugins, to open the message store again after the host repaired the files.
+    plugins: PluginSet,
+    /// The id of every tool call of the conversation (kept unique, [`make_call_ids_unique`]).
+    call_ids: HashSet<String>,
 }
 
 impl TaskContext {
@@ -140,6 +148,7 @@ impl TaskContext {
         meta.inheritance_skipped = inheritance.skipped.clone();
         write_metadata_once(&dir, &meta)?;
         let planning = PlanningStore::open(&dir, &uuid)?;
+        let call_ids = queries::call_ids_in(&dir, MESSAGES)?;
 
         let mut store = plugins
             .message_store(dir.path())
@@ -153,12 +162,14 @@ impl TaskContext {
             history_ends_with_summary: history.ends_with_summary,
             store,
             summaries: SummaryStore::new(&dir),
-            tools: ToolStore::open(&dir, config.tools.max_tool_output_tokens)?,
+            tools: ToolStore::open(&dir, config.tool_output_cap())?,
             planning: SharedPlanning::new(planning),
             inherited: inheritance.text,
             calls: CallLog::new(&dir),
             transport: Transport::new(config.transport_config()?),
             usage: UsageMeter::open(layout, &uuid)?,
+            plugins: plugins.clone(),
+            call_ids,
             max_dir_bytes: config.context_storage.max_task_dir_bytes(),
             db,
             dir,
@@ -171,6 +182,64 @@ impl TaskContext {
     /// inherited.
     pub fn inherited(&self) -> Option<&str> {
         self.inherited.as_deref()
+    }
+
+    /// Make sure the context about to be sent keeps every invariant
+    /// ([`crate::invariants`]): a repairable break (a duplicate or orphan tool result, a call
+    /// without result, arguments that are not JSON) is repaired in the files and recorded in
+    /// messages.jsonl ([`crate::repair::pairing::repair_context`]), and the message store opened
+    /// again on them; returns the repairs. Errors: a break that cannot be repaired, naming the
+    /// file and line — nothing is sent then.
+    pub fn ensure_sendable(&mut self) -> anyhow::Result<Vec<PairingFix>> {
+        let current = self.current_file()?;
+        if current != CURRENT {
+            // A store with its own context file: check it, repair nothing.
+            check_context_file(&self.dir, &current, false).map_err(|e| {
+                anyhow::anyhow!(
+                    "the context about to be sent breaks an invariant: {e}; nothing was sent"
+                )
+            })?;
+            return Ok(Vec::new());
+        }
+        match crate::repair::pairing::needs_repair(&self.dir, false) {
+            Ok(false) => Ok(Vec::new()),
+            Ok(true) => {
+                let fixes =
+                    crate::repair::pairing::repair_context(&self.dir, &now_rfc3339(), false)
+                        .context("repairing the context before sending it")?;
+                self.reopen_store()?;
+                Ok(fixes)
+            }
+            Err(e) => bail!(
+                "the context about to be sent breaks an invariant that cannot be repaired: {e}; nothing was sent (see `ctxhost fsck`)"
+            ),
+        }
+    }
+
+    /// Drop the message store instance and open a new one on the files (after the host changed
+    /// them).
+    fn reopen_store(&mut self) -> anyhow::Result<()> {
+        let mut store = self
+            .plugins
+            .message_store(self.dir.path())
+            .with_context(|| format!("plugins.message_store ({})", self.plugins.spec_of_store()))?;
+        store.open()?;
+        self.store = store;
+        Ok(())
+    }
+
+    /// Give the tool calls of `message` (a reply about to be appended) ids unused in the
+    /// conversation ([`make_call_ids_unique`]); returns the `(old, new)` ids replaced.
+    pub fn make_call_ids_unique(
+        &mut self,
+        message: &mut ChatMessage,
+    ) -> anyhow::Result<Vec<(String, String)>> {
+        let seq = self
+            .store
+            .count_messages()
+            .context("message store: count-messages")?
+            + 1;
+        Ok(make_call_ids_unique(message, seq, &mut self.call_ids))
     }
 
     /// The task's UUID.

@@ -484,6 +484,9 @@ pub fn notice(code: &str) -> Option<Notice> {
         }
         "stop-requested" => ok("Stop requested: the task stops at its next safe point."),
         "stopped" => ok("The task is stopped."),
+        "retried" => ok(
+            "The failed task is queued again; a worker (`ctxhost run`) continues it from its context.",
+        ),
         _ => None,
     }
 }

@@ -1155,6 +1155,9 @@ pub struct Actions {
     pub can_pause: bool,
     pub can_resume: bool,
     pub can_stop: bool,
+    /// A failed task whose files are still there (`ctxhost retry`; the operation itself
+    /// refuses while fsck finds problems in them).
+    pub can_retry: bool,
 }
 
 impl Actions {
@@ -1165,6 +1168,7 @@ impl Actions {
             can_pause: row.status == Status::Running && !row.pause_requested && !row.stop_requested,
             can_resume: row.status == Status::Paused,
             can_stop: !row.status.is_final() && !row.stop_requested,
+            can_retry: row.status == Status::Failed && row.files_deleted_at.is_none(),
         }
     }
 }

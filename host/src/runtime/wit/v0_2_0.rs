@@ -7,8 +7,9 @@
 //! host implements the `log` trait once.
 //!
 //! The shim: the records unchanged since 0.1.0 through [`super::unchanged_conversions`]; here
-//! `usage` (with the prompt-cache counts) and `summary-info` (integer id), both one-to-one, and
-//! the strategy world's records and its `planning` import, which only 0.2.0 has.
+//! `usage` (with the prompt-cache counts), `summary-info` (integer id) and `compress-config`
+//! (with `keep-recent-tokens`), all one-to-one, and the strategy world's records and its
+//! `planning` import, which only 0.2.0 has.
 
 /// World `compressor-plugin`: imports `log` and `llm`, exports `compressor`.
 pub mod compressor {
@@ -83,6 +84,19 @@ impl From<wit_types::Usage> for Usage {
             total_tokens: u.total_tokens,
             cache_read_tokens: u.cache_read_tokens,
             cache_creation_tokens: u.cache_creation_tokens,
+        }
+    }
+}
+
+impl From<&crate::runtime::CompressConfig> for wit_compressor::CompressConfig {
+    fn from(c: &crate::runtime::CompressConfig) -> Self {
+        wit_compressor::CompressConfig {
+            context_length: c.context_length,
+            threshold: c.threshold,
+            keep_recent_messages: c.keep_recent_messages,
+            keep_recent_tokens: c.keep_recent_tokens,
+            summary_prompt: c.summary_prompt.clone(),
+            reserve_output_tokens: c.reserve_output_tokens,
         }
     }
 }
