@@ -692,11 +692,17 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
 
 #[test]
 fn the_api_key_a_provider_echoes_is_redacted_whatever_the_status() {
-    let llm = FakeLlm::start(vec![
-        // HTTP 200 with an error body quoting the key.
+    // HTTP 200 with an error body quoting the key: a reply that cannot be read, so it is asked
+    // for again (1 + MAX_MALFORMED_REPLY_RETRIES times) before the task fails.
+    let echo = || {
         Reply::json(serde_json::json!({"error": {
             "message": format!("Incorrect API key provided: {KEY}. Find yours at ..."),
-            "type": "invalid_request_error"}})),
+            "type": "invalid_request_error"}}))
+    };
+    let mut replies: Vec<Reply> = (0..=ctxhost::agent::MAX_MALFORMED_REPLY_RETRIES)
+        .map(|_| echo())
+        .collect();
+    replies.extend([
         // HTTP 200 with an answer quoting it.
         Reply::text(format!("Your key is {KEY}, isn't it?"), None),
         // HTTP 401 quoting it.
@@ -706,6 +712,7 @@ fn the_api_key_a_provider_echoes_is_redacted_whatever_the_status() {
             &[],
         ),
     ]);
+    let llm = FakeLlm::start(replies);
     let mut env = env(&llm, "  message_store: builtin:jsonl-store\n", "");
     let cfg = fs::read_to_string(env.config_path()).unwrap();
     env.write_config(&cfg.replace("api_key_env: \"\"", "api_key_env: CTXHOST_TEST_KEY"));

@@ -236,6 +236,9 @@ pub fn write_task_dir(
             std::fs::create_dir_all(parent).expect("folder");
         }
         std::fs::write(&p, content).expect("write task file");
+        // Owner-only, as ctxhost writes its files (fsck, and so `retry`, report anything looser).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     }
     dir
 }
