@@ -343,6 +343,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+            no_inherit: false,
         })
         .unwrap();
         db
@@ -384,6 +385,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+            no_inherit: false,
         })
         .unwrap();
         assert!(row::claim(&db, "ok", &Claim::test(101)).unwrap());

@@ -403,6 +403,105 @@ fn task_page_shows_row_chart_history_and_every_view() {
 }
 
 #[test]
+fn task_page_shows_the_latest_plan_and_the_inherited_context() {
+    let (env, _db) = fixture();
+    let dir = find_task_dir(&env.contexts(), B).unwrap();
+    let stamp = |seq: u64, step: u32, hook: &str| serde_json::json!({"timestamp":"2026-01-01T00:00:01.000Z","seq":seq,"step":step,"hook":hook});
+    let line = |kind: &str, at: serde_json::Value, body: serde_json::Value| {
+        let mut v = serde_json::json!({"type": kind});
+        v.as_object_mut()
+            .unwrap()
+            .extend(at.as_object().unwrap().clone());
+        v.as_object_mut()
+            .unwrap()
+            .extend(body.as_object().unwrap().clone());
+        v.to_string()
+    };
+    let steps = |s1: &str| {
+        serde_json::json!([{"id":1,"description":"read the parser","status":s1},
+            {"id":2,"description":format!("rewrite it {}", hostile()),"status":"pending"}])
+    };
+    let decision = |seq, step, hook: &str| {
+        line(
+            "decision",
+            stamp(seq, step, hook),
+            serde_json::json!({"action":"proceed","llm_calls":1,"duration_ms":2}),
+        )
+    };
+    let history = [
+        line(
+            "plan",
+            stamp(2, 0, "start"),
+            serde_json::json!({"goal":"Refactor the parser","steps":steps("pending")}),
+        ),
+        line(
+            "progress",
+            stamp(2, 0, "start"),
+            serde_json::json!({"step_id":1,"status":"in_progress"}),
+        ),
+        decision(2, 0, "start"),
+        line(
+            "progress",
+            stamp(3, 1, "after-reply"),
+            serde_json::json!({"step_id":1,"status":"done"}),
+        ),
+        line(
+            "verification",
+            stamp(3, 1, "after-reply"),
+            serde_json::json!({"verdict":"failed","text":"not yet"}),
+        ),
+        decision(3, 1, "after-reply"),
+        // A hook that has not returned yet: not part of the plan shown.
+        line(
+            "progress",
+            stamp(4, 2, "after-reply"),
+            serde_json::json!({"step_id":2,"status":"done"}),
+        ),
+    ]
+    .join("\n")
+        + "\n";
+    std::fs::create_dir_all(dir.join("planning")).unwrap();
+    std::fs::write(dir.join(format!("planning/{B}.jsonl")), history).unwrap();
+    let meta = serde_json::json!({"uuid":B,"task_key":{"task_source":"local","owner":"acme","repo":null,"task_type":null,"task_id":"7"},
+        "created_at":"2026-01-01T00:00:00.000Z","process_id":102,"hostname":"test-host",
+        "config":{"llm_provider":"openai","model":"model-b","context_length":1000,"compression_threshold":0.7},"user":"tester",
+        "inherited_from":{"uuid":A,"completed_at":"2026-01-01T00:00:06.000Z","generation":2,"tokens":412,"parts":["answer","plan"]},
+        "inheritance_skipped":[{"uuid":C,"reason":format!("messages.jsonl is damaged {}", hostile())}]});
+    std::fs::write(dir.join("metadata.json"), meta.to_string()).unwrap();
+
+    let d = start(&env);
+    let page = d.get(&format!("/tasks/{B}")).expect(200).body;
+    assert_escaped(&page, "plan and inheritance");
+    assert!(page.contains("data-live=\"task-plan\""), "{page}");
+    assert!(page.contains("Goal: Refactor the parser"));
+    assert!(page.contains("<li class=\"step-done\" value=\"1\" data-status=\"done\">"));
+    assert!(
+        page.contains("<li class=\"step-pending\" value=\"2\" data-status=\"pending\">"),
+        "the uncommitted progress line is not applied"
+    );
+    assert!(page.contains("1 verification (last: failed)"));
+    assert!(page.contains("1 lines of a hook in progress"));
+    assert!(page.contains(&format!("id=\"inherited-from\" href=\"/tasks/{A}\"")));
+    assert!(page.contains("generation 2 · 412 tokens · answer, plan"));
+    assert!(page.contains(&format!("skipped <a href=\"/tasks/{C}\">")));
+
+    // A task without a planning history or inheritance has neither section; a damaged
+    // history is named by line.
+    let plain = d.get(&format!("/tasks/{C}")).expect(200).body;
+    assert!(!plain.contains("id=\"task-plan\"") && !plain.contains("id=\"inherited\""));
+    std::fs::write(
+        dir.join(format!("planning/{B}.jsonl")),
+        "{\"type\":\"plan\"}\n",
+    )
+    .unwrap();
+    let damaged = d.get(&format!("/tasks/{B}")).expect(200).body;
+    assert!(
+        damaged.contains(&format!("planning/{B}.jsonl line 1:")),
+        "{damaged}"
+    );
+}
+
+#[test]
 fn message_history_pages_by_byte_offset_and_jumps_by_seq() {
     let (env, db) = env_with_tree();
     insert_task(&db, A, "long history", None, "m");

@@ -85,6 +85,10 @@ plugins:
   # anthropic (with prompt caching), builtin:openai-chat otherwise.
   # builtin:prompted-tools describes the tools in the prompt, for models without native tool calls.
   # request_format: builtin:openai-chat
+  # The agent strategy: builtin:react (call the model, make its tool calls, repeat until it
+  # answers), builtin:plan-execute (a plan first, then its steps, reflection, verification), or
+  # a path to a .wasm strategy component.
+  strategy: {strategy}
 
 runtime:
   # Per component instance.
@@ -96,6 +100,26 @@ agent:
   max_steps: {steps}
   system_prompt: |-
 {system}
+
+# Settings of the strategy (builtin:plan-execute's keys; a third-party strategy gets all of them
+# with options merged in, as JSON).
+strategy:
+  # Reflect on the plan after every N model replies that called tools (and after every tool
+  # error); 0: only after a tool error. A reflection may revise the plan.
+  reflect_every: {reflect}
+  # Verifications of the result before finishing; a failed one sends the model back to work
+  # while agent.max_steps leaves room.
+  max_verifications: {verifications}
+  options: {{}}
+
+# A task submitted with the same task key (source, owner, repo, type, id) as an earlier completed
+# task starts from that task's final answer, last summary and latest plan.
+context_inheritance:
+  enabled: {inherit}
+  # Also at most a quarter of llm.context_length.
+  max_inherited_tokens: {inherit_tokens}
+  # Only from tasks completed at most this many days ago.
+  context_expiry_days: {inherit_days}
 
 worker:
   # Task processes run at once by `ctxhost run`.
@@ -167,6 +191,12 @@ sources: {{}}
             max_compress_secs = d.context_storage.max_compression_secs,
             store = d.plugins.message_store,
             compressor = d.plugins.compressor,
+            strategy = d.plugins.strategy,
+            reflect = d.strategy.reflect_every,
+            verifications = d.strategy.max_verifications,
+            inherit = d.context_inheritance.enabled,
+            inherit_tokens = d.context_inheritance.max_inherited_tokens,
+            inherit_days = d.context_inheritance.context_expiry_days,
             mem = d.runtime.memory_limit_mib,
             call = d.runtime.call_timeout_secs,
             steps = d.agent.max_steps,

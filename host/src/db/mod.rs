@@ -113,6 +113,9 @@ pub struct NewTask {
     pub model: String,
     /// Context window of the config at submit time, tokens.
     pub context_length: u64,
+    /// Start from scratch even if an earlier task with the same key completed
+    /// (`submit --no-inherit`).
+    pub no_inherit: bool,
 }
 
 /// One `tasks` row (DESIGN.md §2; timestamps RFC 3339 UTC text).
@@ -182,6 +185,8 @@ pub struct TaskRow {
     /// Prompt tokens the provider wrote to its prompt cache (part of `total_tokens`):
     /// Anthropic `cache_creation_input_tokens`.
     pub cache_creation_tokens: i64,
+    /// Submitted with `--no-inherit`: the task does not start from an earlier task's state.
+    pub no_inherit: bool,
 }
 
 /// Filter for [`Db::list`]. Rows come newest first.
@@ -210,7 +215,8 @@ pub struct Db {
 pub(crate) const COLUMNS: &str = "uuid, task_source, owner, repo, task_type, task_id, status, created_at, started_at, \
 completed_at, updated_at, process_id, hostname, llm_provider, model, context_length, llm_call_count, \
 tool_call_count, total_tokens, compression_count, error_message, user, prompt, resume_count, crash_count, \
-pause_requested, stop_requested, pause_reason, files_deleted_at, cache_read_tokens, cache_creation_tokens";
+pause_requested, stop_requested, pause_reason, files_deleted_at, cache_read_tokens, cache_creation_tokens, \
+no_inherit";
 
 fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
@@ -372,6 +378,7 @@ pub(crate) fn raw_row(r: &Row<'_>) -> rusqlite::Result<(TaskRow, String)> {
             files_deleted_at: r.get(28)?,
             cache_read_tokens: r.get(29)?,
             cache_creation_tokens: r.get(30)?,
+            no_inherit: r.get::<_, i64>(31)? != 0,
         },
         status,
     ))
@@ -395,6 +402,7 @@ pub(crate) mod testing {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+            no_inherit: false,
         }
     }
 

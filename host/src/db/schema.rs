@@ -5,8 +5,9 @@ use rusqlite::Connection;
 /// Schema version stored in `PRAGMA user_version`. Version 2 added `stop_requested`,
 /// `pause_reason` and `files_deleted_at`; version 3 `cache_read_tokens` and
 /// `cache_creation_tokens`; version 4 the task sources' `source_item` column and
-/// `publications` table (an older database is upgraded when opened).
-pub const SCHEMA_VERSION: i64 = 4;
+/// `publications` table; version 5 `no_inherit` and an index on the task key (an older
+/// database is upgraded when opened).
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Version 1: the `tasks` table and its indexes.
 pub(crate) const SCHEMA: &str = "
@@ -82,6 +83,12 @@ CREATE TABLE IF NOT EXISTS publications (
 );
 ";
 
+/// Version 4 → 5: `submit --no-inherit`, and the task-key lookup of context inheritance.
+const MIGRATE_V5: &str = "
+ALTER TABLE tasks ADD COLUMN no_inherit INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS idx_tasks_key ON tasks(task_source, owner, repo, task_type, task_id, status);
+";
+
 /// Create or upgrade the schema to [`SCHEMA_VERSION`] in one write transaction. Another
 /// process may be creating or upgrading it at the same moment: the version is read again
 /// inside the transaction.
@@ -100,6 +107,9 @@ pub(super) fn upgrade(c: &Connection) -> rusqlite::Result<()> {
         }
         if v < 4 {
             c.execute_batch(MIGRATE_V4)?;
+        }
+        if v < 5 {
+            c.execute_batch(MIGRATE_V5)?;
         }
         if v < SCHEMA_VERSION {
             c.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
@@ -135,6 +145,7 @@ mod tests {
         assert!(!row.stop_requested);
         assert_eq!(row.files_deleted_at, None);
         assert_eq!((row.cache_read_tokens, row.cache_creation_tokens), (0, 0));
+        assert!(!row.no_inherit);
         let v: i64 = db
             .conn()
             .query_row("PRAGMA user_version", [], |r| r.get(0))

@@ -13,6 +13,7 @@ use ctxhost_format::files::{
     CURRENT, DEBUG_FILES, LLM_CALLS, MESSAGES, PLANNING_DIR, SUMMARIES, TOOL_DEFINITIONS, TOOLS,
     is_temporary,
 };
+use ctxhost_format::planning::{PlanningHistory, PlanningLine};
 use ctxhost_format::{CallLogLine, ChatMessage, HistoryLine, SummaryLine, ToolLine};
 
 use super::{Problem, ProblemKind, problem};
@@ -59,10 +60,19 @@ enum LineFormat {
     Summary,
     Tool,
     CallLog,
+    Planning,
     Object,
 }
 
+/// The format of the JSONL file `name` (relative to the task directory): `planning/*.jsonl` are
+/// planning histories, top-level files by their name.
 fn format_of(name: &str) -> LineFormat {
+    if name
+        .strip_prefix(PLANNING_DIR)
+        .is_some_and(|rest| rest.starts_with('/'))
+    {
+        return LineFormat::Planning;
+    }
     match name {
         MESSAGES => LineFormat::History,
         CURRENT => LineFormat::Context,
@@ -294,7 +304,7 @@ fn check_jsonl(
     let before = problems.len();
     let path_buf = dir.file_path(name);
     let path = path_buf.as_path();
-    let format = format_of(name.rsplit('/').next().unwrap_or(name));
+    let format = format_of(name);
     let mut reader = match dir.open_read(name) {
         Ok(f) => BufReader::new(f),
         Err(e) => {
@@ -315,6 +325,7 @@ fn check_jsonl(
     let mut expected_seq = 1u64;
     let mut checker = (format == LineFormat::Context).then(ContextChecker::new);
     let schema = schema_of(path);
+    let mut planning = (format == LineFormat::Planning).then(PlanningHistory::default);
     let mut messages = 0u64;
     loop {
         buf.clear();
@@ -474,6 +485,21 @@ fn check_jsonl(
                         }
                         expected_seq = seq + 1;
                     }
+                    Parsed::Planning(line) => {
+                        if let Some(h) = planning.as_mut()
+                            && let Err(e) = h.push(*line)
+                        {
+                            problems.push(problem(
+                                ProblemKind::PlanningRule,
+                                uuid,
+                                Some(path),
+                                Some(line_no),
+                                format!("breaks the planning history's rules: {e}"),
+                                false,
+                            ));
+                            planning = None;
+                        }
+                    }
                     Parsed::Message(m) => {
                         messages += 1;
                         if let Some(c) = checker.as_mut()
@@ -494,6 +520,22 @@ fn check_jsonl(
                 }
             }
         }
+    }
+    if let Some(h) = planning
+        && h.uncommitted > 0
+        && !live
+    {
+        problems.push(problem(
+            ProblemKind::UncommittedPlanning,
+            uuid,
+            Some(path),
+            Some(line_no + 1 - h.uncommitted),
+            format!(
+                "{} line(s) after the last decision: entries of a strategy hook that never returned",
+                h.uncommitted
+            ),
+            true,
+        ));
     }
     if let Some(c) = checker
         && messages > 0
@@ -584,6 +626,8 @@ enum Parsed {
     /// A history line: its seq, and its `summary_id` if written in an old string form.
     History(u64, Option<OldId>),
     Message(ChatMessage),
+    /// A planning-history line.
+    Planning(Box<PlanningLine>),
     /// A summaries.jsonl line, with its `id` if written in an old string form.
     Summary(Option<OldId>),
     Other,
@@ -618,6 +662,9 @@ fn parse_line(format: LineFormat, text: &str) -> Result<Parsed, String> {
             serde_json::from_str::<CallLogLine>(text).map_err(e)?;
             Parsed::Other
         }
+        LineFormat::Planning => Parsed::Planning(Box::new(
+            serde_json::from_str::<PlanningLine>(text).map_err(e)?,
+        )),
         LineFormat::Object => {
             let v: serde_json::Value = serde_json::from_str(text).map_err(e)?;
             if !v.is_object() {

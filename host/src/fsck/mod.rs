@@ -22,7 +22,11 @@
 //!   (metadata.json, task_state.json, tools.json, and the lines of messages.jsonl,
 //!   current.jsonl, summaries.jsonl, tools.jsonl, llm_calls.jsonl, planning/*.jsonl) matches it
 //!   ([`crate::schemas`]; a mismatch names the file, the line, the line kind, the field and what
-//!   is wrong); no symbolic link (the host never follows one);
+//!   is wrong);
+//!   no symbolic link (the host never follows one);
+//!   the planning history (`planning/{uuid}.jsonl`) reads as planning lines that keep its
+//!   rules (one first plan, valid plans, progress of steps the plan has) and ends with a
+//!   hook's decision (lines after it: a hook whose process died mid-append);
 //! - modes: `contexts/`, its folders, tasks.db and every task directory and file are
 //!   owner-only (0700 folders, 0600 files); anything the group or others may access is
 //!   reported.
@@ -41,8 +45,9 @@
 //! with the status); torn last lines (cut, the bytes kept in
 //! `<file>.torn`; a complete line only missing its newline gets it); current.jsonl behind
 //! messages.jsonl (the missing lines appended); leftover temporaries (deleted); string summary
-//! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]); symbolic links in a task
-//! directory (deleted); loose modes (tightened to 0600 / 0700). Everything
+//! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]); uncommitted planning lines
+//! (cut, kept in `<file>.torn`, as the task itself does when it resumes); symbolic links in a
+//! task directory (deleted); loose modes (tightened to 0600 / 0700). Everything
 //! else (a bad line in the middle, a seq gap, an orphan tool result, a missing directory) is
 //! reported for a human. After repairing, the tree is checked again and what remains is reported.
 
@@ -93,6 +98,12 @@ pub enum ProblemKind {
     Unreconcilable,
     /// A step temporary left behind.
     TemporaryFile,
+    /// A planning-history line that breaks its rules (a second first plan, an invalid plan,
+    /// progress of a step the plan lacks).
+    PlanningRule,
+    /// Planning-history lines after the last decision: a strategy hook whose process died
+    /// mid-append.
+    UncommittedPlanning,
     /// A summary id written as a string (`"sum-3"`, ctxhost 0.1 / WIT 0.1.0) where the spec
     /// has a number.
     OldSummaryId,
@@ -361,6 +372,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 1,
+            no_inherit: false,
         })
         .unwrap();
         let mut claim = Claim::test(1);

@@ -216,6 +216,7 @@ pub fn insert_task(db: &Db, uuid: &str, prompt: &str, owner: Option<&str>, model
         llm_provider: "openai".into(),
         model: model.into(),
         context_length: 1000,
+        no_inherit: false,
     })
     .expect("insert task");
 }
