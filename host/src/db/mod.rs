@@ -440,6 +440,7 @@ pub(crate) mod testing {
             files_deleted_at: None,
             cache_read_tokens: 0,
             cache_creation_tokens: 0,
+            no_inherit: false,
         }
     }
 }

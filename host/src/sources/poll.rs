@@ -90,6 +90,8 @@ fn poll_repo(
             llm_provider: config.llm.provider.to_string(),
             model: config.llm.model.clone(),
             context_length: config.llm.context_length,
+            // A relabelled item's new task starts from the earlier task's context (issue 12).
+            no_inherit: false,
         };
         if !db.queue_source_task(&task)? {
             tracing::debug!(item = %item.r.short(), "another poller queued the item first");
