@@ -179,10 +179,11 @@ fn a_cleaned_up_or_damaged_predecessor_is_skipped_with_a_warning() {
         Reply::text("MIDDLE-ANSWER", Some((10, 2))),
         Reply::text("NEWEST-ANSWER", Some((10, 2))),
     ]);
-    let env = env_with(
+    let mut env = env_with(
         &llm,
         &format!("agent:\n  system_prompt: \"{BASE_PROMPT}\"\n"),
     );
+    env.expect_nonconforming("a predecessor's messages.jsonl is damaged on purpose");
     let oldest = submit_on(&env, "9", "one", &[]);
     run_once(&env);
     let middle = submit_on(&env, "9", "two", &["--no-inherit"]);
