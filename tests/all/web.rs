@@ -405,7 +405,9 @@ fn task_page_shows_row_chart_history_and_every_view() {
 #[test]
 fn task_page_shows_the_latest_plan_and_the_inherited_context() {
     let (mut env, _db) = fixture();
-    env.expect_nonconforming("the planning history is damaged on purpose to see the page name the line");
+    env.expect_nonconforming(
+        "the planning history is damaged on purpose to see the page name the line",
+    );
     let dir = find_task_dir(&env.contexts(), B).unwrap();
     let stamp = |seq: u64, step: u32, hook: &str| serde_json::json!({"timestamp":"2026-01-01T00:00:01.000Z","seq":seq,"step":step,"hook":hook});
     let line = |kind: &str, at: serde_json::Value, body: serde_json::Value| {
