@@ -42,7 +42,8 @@ fn real_task_completes_with_valid_files_and_usage() {
     let model = env_or("CTXHOST_TEST_LLM_MODEL", "qwen2.5-coder-0.5b-instruct");
 
     // The README's demo: demo/config.template.yaml (prompted tool calls over a real MCP
-    // filesystem server, a 940-token window so the context is compressed during the run),
+    // filesystem server, a window that leaves ~940 tokens for the messages after the tool definitions, so the context
+    // is compressed during the run),
     // demo/task.md and demo/workspace/.
     let root = crate::support::repo_root();
     // The template starts this server; fail early with the fix when it is not installed.
@@ -212,7 +213,7 @@ fn real_plan_execute_task_plans_and_ends_cleanly() {
             "model: qwen2.5-coder-0.5b-instruct",
             &format!("model: {model}"),
         )
-        .replace("context_length: 940", "context_length: 2048")
+        .replace("context_length: 3650", "context_length: 2048")
         .replace(
             "  request_format: builtin:prompted-tools",
             "  request_format: builtin:prompted-tools\n  strategy: builtin:plan-execute",
