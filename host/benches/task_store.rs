@@ -151,6 +151,7 @@ impl Fresh {
                 llm_provider: "openai".into(),
                 model: "bench".into(),
                 context_length: 8192,
+                no_inherit: false,
             })
             .unwrap();
         }

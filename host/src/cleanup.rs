@@ -181,6 +181,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 1,
+            no_inherit: false,
         })
         .unwrap();
         if status.is_final() {

@@ -370,6 +370,12 @@ impl TaskDir {
         self.sync_folder(None)
     }
 
+    /// fsync the folder `name` of the directory (not a link), so a file created in it is
+    /// durable (`planning/` after its first file).
+    pub fn sync_dir(&self, name: &str) -> io::Result<()> {
+        self.sync_folder(Some(name))
+    }
+
     fn sync_folder(&self, sub: Option<&str>) -> io::Result<()> {
         let dir = match sub {
             None => self.dir.try_clone()?,

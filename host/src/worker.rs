@@ -76,6 +76,8 @@ pub struct WorkerOptions {
     pub lease: Duration,
     /// The task store.
     pub store: StoreSpec,
+    /// Environment variables the children do not inherit (the task sources' tokens).
+    pub env_remove: Vec<String>,
 }
 
 /// What a worker that returned did.
@@ -296,6 +298,9 @@ fn spawn(exe: &std::path::Path, opts: &WorkerOptions, me: &WorkerId) -> std::io:
         cmd.arg(format!("-{}", "v".repeat(opts.verbose as usize)));
     }
     cmd.args(["task-exec", "--next", "--worker-id", me.as_str()]);
+    for var in &opts.env_remove {
+        cmd.env_remove(var);
+    }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());

@@ -250,8 +250,7 @@ fn with_a_4096_window_a_file_read_is_cut_to_a_share_of_it_and_the_task_completes
     let last = llm
         .requests()
         .into_iter()
-        .filter(|r| !is_summary_request(r))
-        .last()
+        .rfind(|r| !is_summary_request(r))
         .unwrap();
     assert!(
         request_tokens(&last) + 1024 <= 4096,

@@ -87,6 +87,7 @@ fn queue(env: &TestEnv, n: usize) -> Vec<String> {
                 llm_provider: "openai".into(),
                 model: "fake-model".into(),
                 context_length: 8192,
+                no_inherit: false,
             })
             .unwrap();
             uuid
@@ -721,6 +722,7 @@ fn queue_on(env: &TestEnv, spec: &StoreSpec, n: usize) -> Vec<String> {
                 llm_provider: "openai".into(),
                 model: "fake-model".into(),
                 context_length: 8192,
+                no_inherit: false,
             })
             .unwrap();
             uuid

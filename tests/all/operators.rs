@@ -46,6 +46,7 @@ fn many_tasks(env: &TestEnv, n: usize) {
             llm_provider: "openai".into(),
             model: "fake-model".into(),
             context_length: 8192,
+            no_inherit: false,
         })
         .unwrap();
     }

@@ -173,8 +173,11 @@ fn fixture() -> (TestEnv, Db) {
                 "planning/plan.jsonl",
                 format!(
                     "{}\n{}\n",
-                    serde_json::json!({"type":"plan","steps":["read", hostile()]}),
-                    serde_json::json!({"type":"reflection","text":"went well"})
+                    serde_json::json!({"type":"plan","timestamp":"2026-01-01T00:00:01.500Z","seq":1,"step":0,
+                        "hook":"start","goal":"Summarise the repo",
+                        "steps":[{"id":1,"description":"read"},{"id":2,"description":hostile()}]}),
+                    serde_json::json!({"type":"reflection","timestamp":"2026-01-01T00:00:04.500Z","seq":5,"step":2,
+                        "hook":"after-tools","trigger":"interval","text":"went well"})
                 ),
             ),
             (
@@ -410,6 +413,108 @@ fn task_page_shows_row_chart_history_and_every_view() {
     d.get("/tasks/0193a4b2-1c3d-7e8f-9a0b-0000000000ff")
         .expect(404);
     d.get("/tasks/not-a-uuid").expect(404);
+}
+
+#[test]
+fn task_page_shows_the_latest_plan_and_the_inherited_context() {
+    let (mut env, _db) = fixture();
+    env.expect_nonconforming(
+        "the planning history is damaged on purpose to see the page name the line",
+    );
+    let dir = find_task_dir(&env.contexts(), B).unwrap();
+    let stamp = |seq: u64, step: u32, hook: &str| serde_json::json!({"timestamp":"2026-01-01T00:00:01.000Z","seq":seq,"step":step,"hook":hook});
+    let line = |kind: &str, at: serde_json::Value, body: serde_json::Value| {
+        let mut v = serde_json::json!({"type": kind});
+        v.as_object_mut()
+            .unwrap()
+            .extend(at.as_object().unwrap().clone());
+        v.as_object_mut()
+            .unwrap()
+            .extend(body.as_object().unwrap().clone());
+        v.to_string()
+    };
+    let steps = |s1: &str| {
+        serde_json::json!([{"id":1,"description":"read the parser","status":s1},
+            {"id":2,"description":format!("rewrite it {}", hostile()),"status":"pending"}])
+    };
+    let decision = |seq, step, hook: &str| {
+        line(
+            "decision",
+            stamp(seq, step, hook),
+            serde_json::json!({"action":"proceed","llm_calls":1,"duration_ms":2}),
+        )
+    };
+    let history = [
+        line(
+            "plan",
+            stamp(2, 0, "start"),
+            serde_json::json!({"goal":"Refactor the parser","steps":steps("pending")}),
+        ),
+        line(
+            "progress",
+            stamp(2, 0, "start"),
+            serde_json::json!({"step_id":1,"status":"in_progress"}),
+        ),
+        decision(2, 0, "start"),
+        line(
+            "progress",
+            stamp(3, 1, "after-reply"),
+            serde_json::json!({"step_id":1,"status":"done"}),
+        ),
+        line(
+            "verification",
+            stamp(3, 1, "after-reply"),
+            serde_json::json!({"verdict":"failed","text":"not yet"}),
+        ),
+        decision(3, 1, "after-reply"),
+        // A hook that has not returned yet: not part of the plan shown.
+        line(
+            "progress",
+            stamp(4, 2, "after-reply"),
+            serde_json::json!({"step_id":2,"status":"done"}),
+        ),
+    ]
+    .join("\n")
+        + "\n";
+    std::fs::create_dir_all(dir.join("planning")).unwrap();
+    std::fs::write(dir.join(format!("planning/{B}.jsonl")), history).unwrap();
+    let meta = serde_json::json!({"uuid":B,"task_key":{"task_source":"local","owner":"acme","repo":null,"task_type":null,"task_id":"7"},
+        "created_at":"2026-01-01T00:00:00.000Z","process_id":102,"hostname":"test-host",
+        "config":{"llm_provider":"openai","model":"model-b","context_length":1000,"compression_threshold":0.7},"user":"tester",
+        "inherited_from":{"uuid":A,"completed_at":"2026-01-01T00:00:06.000Z","generation":2,"tokens":412,"parts":["answer","plan"]},
+        "inheritance_skipped":[{"uuid":C,"reason":format!("messages.jsonl is damaged {}", hostile())}]});
+    std::fs::write(dir.join("metadata.json"), meta.to_string()).unwrap();
+
+    let d = start(&env);
+    let page = d.get(&format!("/tasks/{B}")).expect(200).body;
+    assert_escaped(&page, "plan and inheritance");
+    assert!(page.contains("data-live=\"task-plan\""), "{page}");
+    assert!(page.contains("Goal: Refactor the parser"));
+    assert!(page.contains("<li class=\"step-done\" value=\"1\" data-status=\"done\">"));
+    assert!(
+        page.contains("<li class=\"step-pending\" value=\"2\" data-status=\"pending\">"),
+        "the uncommitted progress line is not applied"
+    );
+    assert!(page.contains("1 verification (last: failed)"));
+    assert!(page.contains("1 lines of a hook in progress"));
+    assert!(page.contains(&format!("id=\"inherited-from\" href=\"/tasks/{A}\"")));
+    assert!(page.contains("generation 2 · 412 tokens · answer, plan"));
+    assert!(page.contains(&format!("skipped <a href=\"/tasks/{C}\">")));
+
+    // A task without a planning history or inheritance has neither section; a damaged
+    // history is named by line.
+    let plain = d.get(&format!("/tasks/{C}")).expect(200).body;
+    assert!(!plain.contains("id=\"task-plan\"") && !plain.contains("id=\"inherited\""));
+    std::fs::write(
+        dir.join(format!("planning/{B}.jsonl")),
+        "{\"type\":\"plan\"}\n",
+    )
+    .unwrap();
+    let damaged = d.get(&format!("/tasks/{B}")).expect(200).body;
+    assert!(
+        damaged.contains(&format!("planning/{B}.jsonl line 1:")),
+        "{damaged}"
+    );
 }
 
 #[test]
@@ -1099,11 +1204,11 @@ fn a_long_call_log_is_grouped_and_bounded() {
     let mut log = String::new();
     for n in 1..=5000u64 {
         log.push_str(&format!(
-            "{{\"type\":\"call\",\"n\":{n},\"timestamp\":\"t\",\"context_tokens\":{},\"context_length\":100000,\"threshold_tokens\":70000,\"duration_ms\":1,\"status\":\"ok\"}}\n",
+            "{{\"type\":\"call\",\"n\":{n},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"context_tokens\":{},\"context_length\":100000,\"threshold_tokens\":70000,\"duration_ms\":1,\"status\":\"ok\"}}\n",
             1000 + (n % 16) * 4000
         ));
         if n % 16 == 0 {
-            log.push_str("{\"type\":\"compression\",\"timestamp\":\"t\",\"before_tokens\":72000,\"after_tokens\":1000}\n");
+            log.push_str("{\"type\":\"compression\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"before_tokens\":72000,\"after_tokens\":1000}\n");
         }
     }
     write_task_dir(&env.contexts(), "completed", A, &[("llm_calls.jsonl", log)]);
@@ -1147,8 +1252,10 @@ fn a_long_call_log_is_grouped_and_bounded() {
 crate::support::store::postgres_variants!(
     task_list_counts_filters_searches_sorts_and_pages,
     task_page_shows_row_chart_history_and_every_view,
+    task_page_shows_the_latest_plan_and_the_inherited_context,
     message_history_pages_by_byte_offset_and_jumps_by_seq,
     actions_pause_resume_stop_with_csrf,
+    retry_a_failed_task_with_csrf_once_its_files_pass_fsck,
     stats_page_has_the_figures_and_the_charts,
     events_stream_a_change_when_the_database_changes,
     a_real_task_records_its_calls_and_the_chart_shows_them,

@@ -115,7 +115,15 @@ pub fn exchange(
     response_file: &str,
     deadline: Option<Instant>,
 ) -> Result<Exchange, ExchangeError> {
-    exchange_checked(format, transport, dir, config, response_file, deadline, &|_| Ok(()))
+    exchange_checked(
+        format,
+        transport,
+        dir,
+        config,
+        response_file,
+        deadline,
+        &|_| Ok(()),
+    )
 }
 
 /// [`exchange`], with the reply checked by `accept` before the files are deleted: a reply it

@@ -1,53 +1,85 @@
 //! The agent loop of one task (DESIGN §4), run inside the task's own process on its
-//! [`TaskContext`].
+//! [`TaskContext`], driven by the task's strategy component ([`strategy::StrategyDriver`]).
 //!
-//! 1. If current.jsonl is empty: add the system prompt, then the task's user message (a resumed
-//!    task already has them and never gets them again).
-//! 2. Loop, at most `agent.max_steps` LLM calls: make sure the context about to be sent keeps
-//!    every invariant, repairing what is safe ([`TaskContext::ensure_sendable`]); compress if
-//!    the compressor says so; fsync the context files (step boundary); write request.json from
+//! The host owns every step that touches the outside world or the context's rules; the
+//! strategy decides between them:
+//! 1. If current.jsonl is empty: add the system prompt (with the context inherited from an
+//!    earlier task of the same key, [`crate::task::inheritance`]), then the task's user
+//!    message. A resumed task already has them and never gets them again.
+//! 2. Strategy hook `start` (before the first model call): it may add a message (a plan).
+//! 3. Model call, at most `agent.max_steps` in all: make sure the context about to be sent
+//!    keeps every invariant, repairing what is safe ([`TaskContext::ensure_sendable`]);
+//!    compress if the compressor says so (the latest plan is then stated again, so a summary
+//!    cannot lose it); fsync the context files (step boundary); write request.json from
 //!    current.jsonl with the request format plugin; POST it; parse response.json with the
-//!    plugin; append the assistant message (its tool-call ids made unique in the conversation);
-//!    add the call and its tokens to the task's row (provider usage when given, estimate
-//!    otherwise; prompt-cache reads and writes counted apart too); delete request.json and
-//!    response.json (both are kept when the call fails, and the error says so).
+//!    plugin; append the assistant message (its tool-call ids made unique in the
+//!    conversation); add the call and its tokens to the task's row (provider usage when given,
+//!    estimate otherwise; prompt-cache reads and writes counted apart too); delete
+//!    request.json and response.json (both are kept when the call fails, and the error says
+//!    so).
 //!    - A reply that cannot be read or is empty is asked for again, up to
 //!      [`MAX_MALFORMED_REPLY_RETRIES`] times.
 //!    - A provider answer that the context is too long ([`crate::llm::overflow`]) compresses
 //!      the context for a window a quarter smaller ([`OVERFLOW_WINDOW_FACTOR`], for the rest
 //!      of the task) and sends again, up to [`MAX_OVERFLOW_RETRIES`] times.
-//! 3. Every tool call of the reply is made by the [`ToolRunner`], recorded by the task's
-//!    [`crate::task::ToolStore`], and answered with a `tool` message. A call whose arguments
-//!    are not valid JSON (a reply cut at the output token limit) is not made: it is answered
-//!    with an error that says so, and the next request sends `{}` as its arguments (the history
-//!    keeps them as they came).
-//! 4. A reply without tool calls is the final answer: the task is complete.
+//! 4. Every tool call of the reply is made by the [`ToolRunner`], recorded by the task's
+//!    [`crate::task::ToolStore`], and answered with a `tool` message; then hook `after-tools`.
+//!    A call whose arguments are not valid JSON (a reply cut at the output token limit) is not
+//!    made: it is answered with an error that says so, and the next request sends `{}` as its
+//!    arguments (the history keeps them as they came).
+//! 5. A reply without tool calls goes to hook `after-reply`: `finish` completes the task with it
+//!    as the final answer; `proceed` adds the strategy's message and goes back to 3.
 //!
-//! Safe points: before each LLM call and before each tool call (so after each tool result), the
+//! Whatever a hook returns, the host checks it ([`strategy::check_decision`]), records it with
+//! the hook's planning entries before applying it, and keeps the limits, safe points and
+//! invariants. `builtin:react` (the default) only ever finishes on a reply without tool calls,
+//! which is today's loop.
+//!
+//! Safe points: before each model call and before each tool call (so after each tool result), the
 //! loop asks the task's row ([`TaskContext::interrupt`]) whether the task should pause or stop;
-//! if so it returns [`Outcome::Paused`] / [`Outcome::Stopped`] with every line written whole. A task paused
-//! between tool calls has an assistant message with unanswered calls at the end of
-//! current.jsonl: when it is resumed, the loop first makes those calls.
+//! if so it returns [`Outcome::Paused`] / [`Outcome::Stopped`] with every line written whole.
+//!
+//! Resuming (after a pause or a crash) starts from the files alone ([`Agent::resume_point`]):
+//! the context's last message says which step comes next — unanswered tool calls are made
+//! first; a round of tool results, or a reply without tool calls, goes to its hook again (which
+//! uses the decision it recorded, if it returned before the task stopped); a task with only its
+//! prompt asks `start` again.
 
 pub mod exchange;
 pub mod llm_import;
+pub mod strategy;
 
 use anyhow::{Context, anyhow, bail};
-use ctxhost_format::ChatMessage;
 use ctxhost_format::files::{CURRENT, MESSAGES, REQUEST, RESPONSE};
+use ctxhost_format::planning::{Hook, bounded};
+use ctxhost_format::{ChatMessage, ToolCall, ToolStatus};
 
 use crate::compaction::{CompactionError, CompactionOutcome, compact};
 use crate::config::Config;
 use crate::db::now_rfc3339;
 use crate::invariants::arguments_error;
 use crate::invariants::pairing::invalid_arguments_text;
-use crate::invariants::queries::last_message_in;
-use crate::runtime::{Compressor, Reply, RequestConfig, RequestFormat};
+use crate::invariants::queries::{self, Tail, last_message_in};
+use crate::runtime::{
+    Compressor, Decision, HookCall, Reply, RequestConfig, RequestFormat, RuntimeError, Strategy,
+    StrategyConfig, TaskState, ToolOutcome,
+};
 use crate::task::{CallRecord, Interrupt, TaskContext, UsageDelta};
 use crate::tools::CallOutcome;
 pub use crate::tools::{NoTools, ToolRunner};
 use crate::untrusted;
 use exchange::{Exchange, ExchangeError, exchange_checked};
+use strategy::StrategyDriver;
+
+/// Messages of a task's context before its first model call: the system prompt and the task's
+/// prompt.
+pub const PRELUDE_MESSAGES: u64 = 2;
+
+/// The start of the message that states the latest plan again after a compression.
+pub const PLAN_RESTATED: &str = "The context was compressed. The plan so far:";
+
+/// Longest tool error text given to a strategy, bytes.
+const MAX_TOOL_ERROR_BYTES: usize = 2_000;
 
 /// How a task's loop ended (errors are `Err`, and fail the task).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,8 +98,31 @@ pub enum Outcome {
     Stopped,
 }
 
+/// What the loop does next. Kept in memory while the process runs; a resumed task derives it
+/// from its files ([`Agent::resume_point`]).
+#[derive(Debug)]
+enum Next {
+    /// Hook `start`.
+    Start,
+    /// A model call.
+    Call,
+    /// The tool calls `pending` of `reply`; `outcomes` of those already made.
+    Tools {
+        reply: ChatMessage,
+        pending: Vec<ToolCall>,
+        outcomes: Vec<ToolOutcome>,
+    },
+    /// Hook `after-tools` for `reply`.
+    AfterTools {
+        reply: ChatMessage,
+        outcomes: Vec<ToolOutcome>,
+    },
+    /// Hook `after-reply` for `reply`, a reply without tool calls.
+    Answered { reply: ChatMessage },
+}
+
 /// What the loop works with besides the task's context: settings, the request format, the
-/// compressor and the tools.
+/// compressor, the tools and the strategy.
 pub struct Agent<'a> {
     /// The config in effect.
     pub config: &'a Config,
@@ -77,6 +132,8 @@ pub struct Agent<'a> {
     pub compressor: Option<&'a mut Compressor>,
     /// Runs the model's tool calls.
     pub tools: &'a mut dyn ToolRunner,
+    /// The task's strategy and planning history.
+    pub strategy: &'a mut StrategyDriver,
     /// Compression failures in a row (reset by a successful compression).
     pub compaction_failures: u32,
     /// Times the provider answered that the context was too long: each makes the window the
@@ -89,18 +146,20 @@ pub struct Agent<'a> {
 
 impl<'a> Agent<'a> {
     /// An agent loop with `config`, the request `format`, the `compressor` (`None`: compression
-    /// off) and the `tools`.
+    /// off), the `tools` and the `strategy`.
     pub fn new(
         config: &'a Config,
         format: &'a mut RequestFormat,
         compressor: Option<&'a mut Compressor>,
         tools: &'a mut dyn ToolRunner,
+        strategy: &'a mut StrategyDriver,
     ) -> Agent<'a> {
         Agent {
             config,
             format,
             compressor,
             tools,
+            strategy,
             compaction_failures: 0,
             context_overflows: 0,
             tool_definition_tokens: 0,
@@ -109,9 +168,19 @@ impl<'a> Agent<'a> {
 }
 
 impl Agent<'_> {
+    /// The strategy settings every hook gets, from `config`.
+    pub fn strategy_config(config: &Config) -> StrategyConfig {
+        StrategyConfig {
+            max_steps: config.agent.max_steps,
+            context_length: config.llm.context_length,
+            max_output_tokens: config.llm.max_output_tokens,
+            settings: config.strategy.settings_json(),
+        }
+    }
+
     /// Run the loop of the task in `ctx` to its end. `Err` fails the task; the message says
     /// which step and what (transport error with status and URL, unreadable response, plugin
-    /// error, step limit).
+    /// error, a strategy's refused decision, step limit).
     pub fn run(&mut self, ctx: &mut TaskContext) -> anyhow::Result<Outcome> {
         self.start(ctx)?;
         self.tool_definition_tokens = self
@@ -131,54 +200,210 @@ impl Agent<'_> {
         ctx.tools().set_max_output_tokens(cap);
         let max_steps = self.config.agent.max_steps;
         let mut steps = ctx.steps_done();
-        // A process that died after the final answer was appended: the task is done.
-        if let Some(answer) = ctx.final_answer()? {
-            tracing::info!(uuid = %ctx.uuid(), "the context already ends with the final answer");
-            return Ok(Outcome::Completed { answer });
+        if ctx.history_ends_with_summary() {
+            // The process died between installing a compressed context and stating the plan.
+            self.restate_plan(ctx)?;
         }
-        // A task paused between tool calls left some unanswered: make them first.
-        let mut calls = ctx.pending_tool_calls()?;
-        if !calls.is_empty() {
-            tracing::info!(uuid = %ctx.uuid(), calls = calls.len(), "making the tool calls left unanswered when the task paused");
-        }
+        let mut next = self.resume_point(ctx)?;
         loop {
-            for call in &calls {
-                // Safe point: before each tool call (after the previous result).
-                if let Some(outcome) = self.interrupted(ctx)? {
-                    return Ok(outcome);
+            next = match next {
+                Next::Start => {
+                    let d = self.ask(ctx, Hook::Start, steps, |s, c, t| s.start(c, t))?;
+                    self.apply(ctx, d)?
                 }
-                let recorded = self.make_call(ctx, call)?;
-                let message = recorded.to_message(call);
-                ctx.store()
-                    .add_message(&message, &now_rfc3339())
-                    .with_context(|| {
-                        format!(
-                            "appending the result of tool call {}",
-                            untrusted::name(&call.id)
-                        )
+                Next::Call => {
+                    // Safe point: before the model call (and before a compression, which may
+                    // call it too).
+                    if let Some(outcome) = self.interrupted(ctx)? {
+                        return Ok(outcome);
+                    }
+                    if steps >= max_steps {
+                        bail!(
+                            "step limit of {max_steps} reached (agent.max_steps) without a final answer"
+                        );
+                    }
+                    for fix in ctx.ensure_sendable()? {
+                        tracing::warn!(uuid = %ctx.uuid(), "context repaired before sending it: current.jsonl {fix}");
+                    }
+                    self.maybe_compress(ctx)?;
+                    steps += 1;
+                    let reply = self.llm_step(ctx, steps)?;
+                    if reply.calls().is_empty() {
+                        Next::Answered { reply }
+                    } else {
+                        Next::Tools {
+                            pending: reply.calls().to_vec(),
+                            reply,
+                            outcomes: Vec::new(),
+                        }
+                    }
+                }
+                Next::Tools {
+                    reply,
+                    pending,
+                    mut outcomes,
+                } => {
+                    for call in &pending {
+                        // Safe point: before each tool call (after the previous result).
+                        if let Some(outcome) = self.interrupted(ctx)? {
+                            return Ok(outcome);
+                        }
+                        outcomes.push(self.tool_call(ctx, call)?);
+                    }
+                    Next::AfterTools { reply, outcomes }
+                }
+                Next::AfterTools { reply, outcomes } => {
+                    let d = self.ask(ctx, Hook::AfterTools, steps, |s, c, t| {
+                        s.after_tools(c, t, &reply, &outcomes)
                     })?;
-                ctx.update_statistics(UsageDelta::tool_call())?;
-            }
-            // Safe point: before the LLM call (and before a compression, which may call it too).
-            if let Some(outcome) = self.interrupted(ctx)? {
-                return Ok(outcome);
-            }
-            if steps >= max_steps {
-                bail!("step limit of {max_steps} reached (agent.max_steps) without a final answer");
-            }
-            for fix in ctx.ensure_sendable()? {
-                tracing::warn!(uuid = %ctx.uuid(), "context repaired before sending it: current.jsonl {fix}");
-            }
-            self.maybe_compress(ctx)?;
-            steps += 1;
-            let reply = self.llm_step(ctx, steps)?;
-            calls = reply.calls().to_vec();
-            if calls.is_empty() {
-                let answer = reply.content.unwrap_or_default();
-                tracing::info!(uuid = %ctx.uuid(), steps, "final answer received");
-                return Ok(Outcome::Completed { answer });
-            }
+                    self.apply(ctx, d)?
+                }
+                Next::Answered { reply } => {
+                    let d = self.ask(ctx, Hook::AfterReply, steps, |s, c, t| {
+                        s.after_reply(c, t, &reply)
+                    })?;
+                    if d == Decision::Finish {
+                        tracing::info!(uuid = %ctx.uuid(), steps, "final answer received");
+                        return Ok(Outcome::Completed {
+                            answer: reply.content.unwrap_or_default(),
+                        });
+                    }
+                    self.apply(ctx, d)?
+                }
+            };
         }
+    }
+
+    /// Where a task picks up from its files (module doc).
+    fn resume_point(&mut self, ctx: &mut TaskContext) -> anyhow::Result<Next> {
+        let current = ctx.current_file()?;
+        Ok(match queries::tail_in(ctx.dir(), &current)? {
+            Tail::Empty => bail!(
+                "{} is empty after the task started",
+                ctx.dir().show(&current)
+            ),
+            Tail::Prompt => {
+                let count = ctx
+                    .store()
+                    .count_messages()
+                    .context("message store: count-messages")?;
+                if count <= PRELUDE_MESSAGES {
+                    Next::Start
+                } else {
+                    Next::Call
+                }
+            }
+            Tail::Answer(reply) => Next::Answered { reply },
+            Tail::ToolRound {
+                reply,
+                answers,
+                pending,
+            } => {
+                let outcomes = outcomes_of(ctx, &answers)?;
+                if pending.is_empty() {
+                    Next::AfterTools { reply, outcomes }
+                } else {
+                    tracing::info!(uuid = %ctx.uuid(), calls = pending.len(), "making the tool calls left unanswered when the task paused");
+                    Next::Tools {
+                        reply,
+                        pending,
+                        outcomes,
+                    }
+                }
+            }
+        })
+    }
+
+    /// Ask the strategy's `hook` (through `call`) at the context's current position.
+    fn ask(
+        &mut self,
+        ctx: &mut TaskContext,
+        hook: Hook,
+        steps: u32,
+        call: impl FnOnce(&mut Strategy, &StrategyConfig, &TaskState) -> Result<HookCall, RuntimeError>,
+    ) -> anyhow::Result<Decision> {
+        let state = TaskState {
+            prompt: ctx.prompt().to_string(),
+            steps_done: steps,
+            seq: ctx
+                .store()
+                .count_messages()
+                .context("message store: count-messages")?,
+            context_file: ctx.current_file()?,
+            context_tokens: ctx
+                .store()
+                .current_token_count()
+                .context("message store: current-token-count")?,
+            tools_file: self.tools.tools_file(),
+        };
+        self.strategy.hook(hook, &state, now_rfc3339(), call)
+    }
+
+    /// Apply a checked decision other than `finish`: `proceed` adds its message (a `user`
+    /// message) and goes on to the next model call; `fail` fails the task.
+    fn apply(&mut self, ctx: &mut TaskContext, decision: Decision) -> anyhow::Result<Next> {
+        match decision {
+            Decision::Proceed(message) => {
+                if let Some(text) = message {
+                    ctx.store()
+                        .add_message(&ChatMessage::text("user", text), &now_rfc3339())
+                        .context("adding the strategy's message")?;
+                }
+                Ok(Next::Call)
+            }
+            Decision::Fail(reason) => Err(anyhow!(
+                "strategy {} failed the task: {reason}",
+                self.strategy.component()
+            )),
+            Decision::Finish => Err(anyhow!(
+                "strategy {}: `finish` where no final answer is",
+                self.strategy.component()
+            )),
+        }
+    }
+
+    /// Make one tool call with the [`ToolRunner`], record it, answer it in the context.
+    fn tool_call(&mut self, ctx: &mut TaskContext, call: &ToolCall) -> anyhow::Result<ToolOutcome> {
+        let recorded = self.make_call(ctx, call)?;
+        let message = recorded.to_message(call);
+        ctx.store()
+            .add_message(&message, &now_rfc3339())
+            .with_context(|| {
+                format!(
+                    "appending the result of tool call {}",
+                    untrusted::name(&call.id)
+                )
+            })?;
+        ctx.update_statistics(UsageDelta::tool_call())?;
+        let success = recorded.status == ToolStatus::Success;
+        Ok(ToolOutcome {
+            call_id: call.id.clone(),
+            name: call.function.name.clone(),
+            success,
+            error: (!success).then(|| bounded(&recorded.content, MAX_TOOL_ERROR_BYTES)),
+        })
+    }
+
+    /// After a compression: the latest plan (with steps) goes back into the context as a `user`
+    /// message, so a summary cannot lose it.
+    fn restate_plan(&mut self, ctx: &mut TaskContext) -> anyhow::Result<()> {
+        let plan = self.strategy.planning().lock().latest_plan().cloned();
+        let Some(plan) = plan else {
+            return Ok(());
+        };
+        let mut text = format!("{PLAN_RESTATED}\n{}", plan.render());
+        if let Some(step) = plan.current_step() {
+            text.push_str(&format!(
+                "\n\nContinue with step {}: {}",
+                step.id,
+                step.description.trim()
+            ));
+        }
+        ctx.store()
+            .add_message(&ChatMessage::text("user", text), &now_rfc3339())
+            .context("stating the plan again after the compression")?;
+        tracing::info!(uuid = %ctx.uuid(), steps = plan.steps.len(), "latest plan stated again after the compression");
+        Ok(())
     }
 
     /// The outcome to return at a safe point when a pause or stop was requested.
@@ -253,7 +478,12 @@ impl Agent<'_> {
                 ctx.dir().show(MESSAGES)
             );
         }
-        let system = ChatMessage::text("system", self.config.agent.system_prompt.clone());
+        let mut system_prompt = self.config.agent.system_prompt.clone();
+        if let Some(inherited) = ctx.inherited() {
+            system_prompt.push_str("\n\n");
+            system_prompt.push_str(inherited);
+        }
+        let system = ChatMessage::text("system", system_prompt);
         ctx.store()
             .add_message(&system, &now_rfc3339())
             .context("adding the system prompt")?;
@@ -459,7 +689,7 @@ impl Agent<'_> {
                     .record_compression(tokens, after_tokens, summary_id, &now_rfc3339());
                 ctx.update_statistics(UsageDelta::compression())?;
                 tracing::info!(uuid = %ctx.uuid(), before_tokens = tokens, after_tokens, "context compressed after the provider's answer");
-                Ok(())
+                self.restate_plan(ctx)
             }
             Ok(CompactionOutcome::NotNeeded) => Ok(()),
             Err(CompactionError::StillOverThreshold { tokens: after, .. }) => {
@@ -550,7 +780,8 @@ impl Agent<'_> {
                 ctx.update_statistics(UsageDelta::compression())?;
                 let summaries = ctx.summaries().count().unwrap_or(0);
                 tracing::info!(uuid = %ctx.uuid(), before_tokens, after_tokens, summary = ?summary_id, summaries, "context compressed");
-                Ok(())
+                crate::failpoint::kill_if_set("agent:compressed");
+                self.restate_plan(ctx)
             }
             Err(e @ CompactionError::StillOverThreshold { .. }) => {
                 // The smaller context is installed and valid; count it.
@@ -589,6 +820,31 @@ impl Agent<'_> {
             }
         }
     }
+}
+
+/// The outcomes of the tool calls `answers` answered (a resumed task's last tool round): the
+/// status tools.jsonl recorded, or, for a call without a line there (its result was written
+/// by crash repair), an error.
+fn outcomes_of(ctx: &TaskContext, answers: &[ChatMessage]) -> anyhow::Result<Vec<ToolOutcome>> {
+    let ids: Vec<&str> = answers
+        .iter()
+        .filter_map(|a| a.tool_call_id.as_deref())
+        .collect();
+    let statuses = ctx.tools_ref().statuses(&ids)?;
+    Ok(answers
+        .iter()
+        .map(|a| {
+            let id = a.tool_call_id.clone().unwrap_or_default();
+            let success = statuses.get(&id) == Some(&ToolStatus::Success);
+            ToolOutcome {
+                call_id: id,
+                name: a.tool_name.clone().unwrap_or_default(),
+                success,
+                error: (!success)
+                    .then(|| bounded(a.content.as_deref().unwrap_or(""), MAX_TOOL_ERROR_BYTES)),
+            }
+        })
+        .collect())
 }
 
 /// Compression failures in a row (the context left as it was each time) after which the task

@@ -46,7 +46,8 @@ pub struct MigrateArgs {
     /// config, else CTXHOST_DATABASE_URL).
     #[arg(long, value_name = "VAR")]
     pub url_env: Option<String>,
-    /// Print JSON: {from, to, copied, tally: {tasks, by_status}, source_kept}.
+    /// Print JSON: {from, to, copied, tally: {tasks, by_status, items_held, no_inherit,
+    /// publications}, source_kept}.
     #[arg(long)]
     pub json: bool,
 }
@@ -149,6 +150,11 @@ pub(super) fn migrate(env: &Env, args: &MigrateArgs) -> anyhow::Result<ExitCode>
             v[0], v[1], v[2], v[3]
         );
     }
+    let publications: i64 = done.tally.publications.iter().map(|(_, v)| v[0]).sum();
+    println!(
+        "  {} task(s) holding a GitHub/GitLab item, {publications} publication record(s), {} --no-inherit task(s)",
+        done.tally.items_held, done.tally.no_inherit
+    );
     println!("both stores agree on these counts; {}", done.source_kept);
     match args.to {
         StoreKind::Postgres => println!(

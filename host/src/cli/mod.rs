@@ -9,6 +9,7 @@ mod init;
 mod lifecycle;
 mod maintenance;
 pub(crate) mod out;
+mod poll;
 mod report;
 mod serve;
 mod submit;
@@ -39,6 +40,7 @@ Examples:
   ctxhost submit --prompt-file task.md --source github --owner acme --repo app --type issue --id 42
   echo 'Fix the build' | ctxhost submit -
   ctxhost run --once                             run queued tasks, exit when all are done
+  ctxhost poll --once                            queue labelled GitHub/GitLab issues and PRs as tasks
   ctxhost tasks --status failed --json           list failed tasks as JSON
   ctxhost show 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b
   ctxhost pause 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b --reason 'rate limit'
@@ -110,9 +112,19 @@ pub enum Command {
         after_help = "Examples:\n  ctxhost run --once\n  ctxhost run --max-parallel 4\n\n\
         Before starting any task, every configured plugin is loaded (and compiled into the cache)\n\
         and the llm.api_key_env variable is checked; a failure is exit 2 and no task is touched.\n\
+        With `sources` configured, run polls them every poll_interval_secs (not with --once) and\n\
+        posts each task's result to its issue or pull request (--once: before it exits).\n\
         Exit codes (--once): 0 all tasks completed, paused or stopped; 1 a task failed; 2 config error."
     )]
     Run(RunArgs),
+    /// Queue open GitHub / GitLab issues and pull/merge requests carrying the label of
+    /// `sources` as tasks, and publish finished tasks' results back to them.
+    #[command(
+        after_help = "Examples:\n  ctxhost poll --once\n  ctxhost poll --once --json\n  ctxhost poll\n\n\
+        `ctxhost run` polls on its own every sources.*.poll_interval_secs when sources are configured.\n\
+        Exit codes: 0 ok; 1 a repository or a publication failed; 2 no sources configured or a token variable unset."
+    )]
+    Poll(poll::PollArgs),
     /// List tasks, newest first.
     #[command(after_help = "Examples:\n  ctxhost tasks\n  ctxhost tasks --status running --json")]
     Tasks(report::TasksArgs),
@@ -355,10 +367,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             env.layout.ensure()?;
             // A store that does not own this tree (or is configured wrongly) is refused first.
             drop(env.open_db()?);
-            // Configuration mistakes (a plugin that does not load, an unset API key) are
-            // reported once here, before any task is touched.
+            // Configuration mistakes (a plugin that does not load, an unset API key or source
+            // token) are reported once here, before any task is touched.
             crate::worker::preflight(&env.config, &env.layout)
                 .map_err(|e| usage(format!("{e:#}")))?;
+            let sources = if env.config.sources.any() {
+                Some(crate::sources::Sources::connect(&env.config.sources)?)
+            } else {
+                None
+            };
             let opts = crate::worker::WorkerOptions {
                 once: args.once,
                 max_parallel: args
@@ -373,8 +390,38 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 max_crashes: env.config.worker.max_crashes,
                 lease: env.config.worker.lease(),
                 store: env.config.store_spec()?,
+                // Task processes do not need the sources' tokens.
+                env_remove: sources
+                    .as_ref()
+                    .map(|s| s.token_envs().to_vec())
+                    .unwrap_or_default(),
             };
+            // The sources poll (unless --once) and publish on their own thread.
+            let background = sources
+                .map(|s| {
+                    crate::sources::schedule::Background::spawn(
+                        env.config.clone(),
+                        env.layout.clone(),
+                        s,
+                        !args.once,
+                    )
+                })
+                .transpose()?;
             let summary = crate::worker::run(&opts)?;
+            let mut unpublished = 0;
+            if let Some(bg) = background {
+                let last = bg.finish()?;
+                for (uuid, e) in &last.errors {
+                    eprintln!("error: publishing task {uuid}: {e}");
+                }
+                unpublished = last.errors.len();
+            }
+            if unpublished > 0 {
+                eprintln!(
+                    "{unpublished} task result(s) could not be published yet; `ctxhost poll --once` or the next `ctxhost run` retries"
+                );
+                return Ok(ExitCode::from(EXIT_FAILED));
+            }
             // With --once: exit 1 when a task this worker ran ended failed.
             Ok(if summary.failed > 0 {
                 eprintln!(
@@ -386,6 +433,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
+        Command::Poll(args) => poll::poll(&Env::load(&global)?, &args),
         Command::Tasks(args) => report::tasks(&Env::load(&global)?, &args),
         Command::Show(args) => report::show(&Env::load(&global)?, &args),
         Command::Stats(args) => report::stats(&Env::load(&global)?, &args),

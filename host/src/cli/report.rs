@@ -36,7 +36,8 @@ pub struct ShowArgs {
     /// How many of the last messages of messages.jsonl to show.
     #[arg(long, default_value_t = 5)]
     pub messages: usize,
-    /// Print JSON: {task, dir, dir_state, result, last_messages}.
+    /// Print JSON: {task, dir, dir_state, result, last_messages, planning, planning_error,
+    /// inherited_from, inheritance_skipped}.
     #[arg(long)]
     pub json: bool,
 }
@@ -219,6 +220,37 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
             t.crash_count
         );
     }
+    if let Some(p) = &report.publication {
+        use crate::db::sources::CommentState;
+        if let Some(url) = &p.item_url {
+            outln!("item:          {url}");
+        }
+        let comment = match p.comment_state {
+            CommentState::Posted => format!(
+                "result posted {}{}",
+                p.comment_url
+                    .as_deref()
+                    .or(p.comment_id.as_deref())
+                    .unwrap_or(""),
+                p.posted_at
+                    .as_deref()
+                    .map(|at| format!(" at {at}"))
+                    .unwrap_or_default()
+            ),
+            CommentState::Posting => "result being posted".to_string(),
+            CommentState::None => "no result posted yet".to_string(),
+        };
+        outln!(
+            "published:     {comment}; labels {}",
+            p.labels_state.as_deref().unwrap_or("not moved yet")
+        );
+        if let Some(e) = &p.last_error {
+            outln!(
+                "publish error: {e} ({} failed attempt(s); retried by `ctxhost run` / `poll`)",
+                p.attempts
+            );
+        }
+    }
     if t.stop_requested {
         outln!("requested:     stop (at the next safe point)");
     } else if t.pause_requested {
@@ -235,6 +267,25 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     match (&report.dir, &t.files_deleted_at) {
         (None, Some(at)) => outln!("directory:     deleted by `ctxhost cleanup` at {at}"),
         (dir, _) => outln!("directory:     {}", dir.as_deref().unwrap_or("-")),
+    }
+    if let Some(from) = &report.inherited_from {
+        println!(
+            "inherited:     from task {} (completed {}; link {} of its chain; {} tokens: {})",
+            from.uuid,
+            from.completed_at,
+            from.generation,
+            from.tokens,
+            from.parts.join(", ")
+        );
+    }
+    for s in &report.inheritance_skipped {
+        println!("not inherited: task {}: {}", s.uuid, s.reason);
+    }
+    if let Some(e) = &report.planning_error {
+        println!("planning:      unreadable: {e}");
+    }
+    if let Some(h) = &report.planning {
+        print_plan(h);
     }
     if let Some(r) = &report.result {
         outln!("\nresult:\n{r}");
@@ -260,6 +311,44 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The latest plan with each step's status, and what the planning history counts.
+fn print_plan(h: &ctxhost_format::planning::PlanningHistory) {
+    let mut counts = vec![format!("{} revision(s)", h.revisions)];
+    counts.push(format!("{} reflection(s)", h.reflections));
+    match (h.verifications, h.last_verdict) {
+        (0, _) => counts.push("not verified".to_string()),
+        (n, Some(v)) => counts.push(format!(
+            "{n} verification(s), last {}",
+            match v {
+                ctxhost_format::planning::Verdict::Passed => "passed",
+                ctxhost_format::planning::Verdict::Failed => "failed",
+                ctxhost_format::planning::Verdict::Unclear => "unclear",
+            }
+        )),
+        (n, None) => counts.push(format!("{n} verification(s)")),
+    }
+    match &h.latest {
+        None => {}
+        Some(p) if p.steps.is_empty() => {
+            println!(
+                "plan:          none ({})",
+                h.no_plan_reason.as_deref().unwrap_or("no steps")
+            );
+        }
+        Some(p) => {
+            let done = p.steps.iter().filter(|s| s.status.is_closed()).count();
+            println!(
+                "plan:          {done} of {} step(s) done; {}",
+                p.steps.len(),
+                counts.join(", ")
+            );
+            for line in p.render().lines() {
+                println!("  {line}");
+            }
+        }
+    }
 }
 
 pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {

@@ -61,6 +61,10 @@ pub struct SubmitArgs {
     /// Who submits the task (default: $USER).
     #[arg(long)]
     pub user: Option<String>,
+    /// Start from scratch: do not inherit the final state of an earlier completed task with
+    /// the same task key (source, owner, repo, type, id).
+    #[arg(long)]
+    pub no_inherit: bool,
     /// Print the new task's row as JSON instead of the bare UUID.
     #[arg(long)]
     pub json: bool,
@@ -154,7 +158,12 @@ pub(super) fn run(env: &Env, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         Some(u) => Some(u.trim().to_string()),
         None => std::env::var("USER").ok().filter(|u| !u.is_empty()),
     };
-    let submission = Submission { prompt, key, user };
+    let submission = Submission {
+        prompt,
+        key,
+        user,
+        no_inherit: args.no_inherit,
+    };
     let row = crate::ops::submit::submit(&env.config, &env.layout, submission)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&row)?);

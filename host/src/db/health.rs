@@ -36,10 +36,11 @@ impl Db {
                  WHERE table_schema = current_schema() AND table_name = 'tasks'"
             }
         };
-        match self
-            .query(columns, &[])
-            .and_then(|rows| rows.iter().map(|r| r.text(0)).collect::<Result<Vec<_>, _>>())
-        {
+        match self.query(columns, &[]).and_then(|rows| {
+            rows.iter()
+                .map(|r| r.text(0))
+                .collect::<Result<Vec<_>, _>>()
+        }) {
             Ok(have) if have.is_empty() => problems.push("the `tasks` table is missing".into()),
             Ok(have) => {
                 let missing: Vec<&str> = COLUMNS

@@ -15,6 +15,8 @@
 //! - [`copy`]: copying every row from one store to another (`ctxhost migrate`).
 //! - the backends, [`sqlite`] and [`postgres`] (connection, retries, exact writes), and
 //!   [`sql`], what the statements are made of: written once, in SQL both accept.
+//! - [`sources`]: what the GitHub / GitLab task sources keep: one open task per item, and
+//!   what was published back to it.
 //! - [`health`]: whether the database can still be written and read (for `ctxhost fsck`).
 //!
 //! Status changes are not here: each is one conditional `UPDATE` owned by
@@ -34,11 +36,12 @@
 pub mod binding;
 pub mod control;
 pub mod copy;
+pub mod health;
 pub mod lease;
 pub mod postgres;
-pub mod health;
 pub mod queue;
 pub mod schema;
+pub mod sources;
 pub mod sql;
 pub mod sqlite;
 pub mod stats;
@@ -213,6 +216,9 @@ pub struct NewTask {
     pub model: String,
     /// Context window of the config at submit time, tokens.
     pub context_length: u64,
+    /// Start from scratch even if an earlier task with the same key completed
+    /// (`submit --no-inherit`).
+    pub no_inherit: bool,
 }
 
 /// One `tasks` row (DESIGN.md §2; timestamps RFC 3339 UTC text).
@@ -282,6 +288,8 @@ pub struct TaskRow {
     /// Prompt tokens the provider wrote to its prompt cache (part of `total_tokens`):
     /// Anthropic `cache_creation_input_tokens`.
     pub cache_creation_tokens: i64,
+    /// Submitted with `--no-inherit`: the task does not start from an earlier task's state.
+    pub no_inherit: bool,
     /// The worker whose task process holds the task's lease (`hostname:pid:nonce`), or the
     /// process recovering it; set by a claim, kept after the task ends.
     pub worker_id: Option<String>,
@@ -348,7 +356,7 @@ pub(crate) const COLUMNS: &str = "uuid, task_source, owner, repo, task_type, tas
 completed_at, updated_at, process_id, hostname, llm_provider, model, context_length, llm_call_count, \
 tool_call_count, total_tokens, compression_count, error_message, \"user\", prompt, resume_count, crash_count, \
 pause_requested, stop_requested, pause_reason, files_deleted_at, cache_read_tokens, cache_creation_tokens, \
-worker_id, lease_expires_at";
+no_inherit, worker_id, lease_expires_at";
 
 impl Db {
     /// Open the task store of `spec` for the contexts tree at `contexts` (which must exist):
@@ -544,8 +552,9 @@ fn task_row(r: &SqlRow) -> Result<TaskRow, DbError> {
         files_deleted_at: r.opt_text(28)?,
         cache_read_tokens: r.int(29)?,
         cache_creation_tokens: r.int(30)?,
-        worker_id: r.opt_text(31)?,
-        lease_expires_at: r.opt_int(32)?,
+        no_inherit: r.int(31)? != 0,
+        worker_id: r.opt_text(32)?,
+        lease_expires_at: r.opt_int(33)?,
     })
 }
 
@@ -568,6 +577,47 @@ pub(crate) mod testing {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+            no_inherit: false,
+        }
+    }
+
+    /// A queued local row `uuid` with every counter 0.
+    pub fn task_row(uuid: &str) -> TaskRow {
+        TaskRow {
+            uuid: uuid.to_string(),
+            task_source: "local".into(),
+            owner: None,
+            repo: None,
+            task_type: None,
+            task_id: None,
+            status: Status::Queued,
+            created_at: "2025-01-01T00:00:00.000Z".into(),
+            started_at: None,
+            completed_at: None,
+            updated_at: "2025-01-01T00:00:00.000Z".into(),
+            process_id: None,
+            hostname: None,
+            llm_provider: None,
+            model: None,
+            context_length: None,
+            llm_call_count: 0,
+            tool_call_count: 0,
+            total_tokens: 0,
+            compression_count: 0,
+            error_message: None,
+            user: None,
+            prompt: "do it".into(),
+            resume_count: 0,
+            crash_count: 0,
+            pause_requested: false,
+            stop_requested: false,
+            pause_reason: None,
+            files_deleted_at: None,
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
+            no_inherit: false,
+            worker_id: None,
+            lease_expires_at: None,
         }
     }
 

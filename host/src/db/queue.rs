@@ -11,8 +11,8 @@ impl Db {
         let now = now_rfc3339();
         self.execute(
             "INSERT INTO tasks (uuid, task_source, owner, repo, task_type, task_id, status, created_at, \
-             updated_at, llm_provider, model, context_length, \"user\", prompt) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?7, ?8, ?9, ?10, ?11, ?12)",
+             updated_at, llm_provider, model, context_length, \"user\", prompt, no_inherit) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             args![
                 task.uuid.as_str(),
                 task.key.task_source.as_str(),
@@ -26,9 +26,45 @@ impl Db {
                 task.context_length,
                 task.user.as_deref(),
                 task.prompt.as_str(),
+                task.no_inherit,
             ],
         )?;
         Ok(())
+    }
+
+    /// Completed tasks with task key `key` (every field equal, missing ones included) completed at
+    /// or after `since` (RFC 3339 UTC text), other than `except`, newest first, at most `limit`:
+    /// the candidates a new task of that key inherits from.
+    pub fn completed_with_key(
+        &self,
+        key: &super::TaskKey,
+        since: &str,
+        except: &str,
+        limit: u32,
+    ) -> Result<Vec<TaskRow>, DbError> {
+        let order = self.dialect().insert_order();
+        self.query(
+            &format!(
+                "SELECT {COLUMNS} FROM tasks WHERE status = 'completed' AND task_source = ?1 \
+                 AND owner IS NOT DISTINCT FROM ?2 AND repo IS NOT DISTINCT FROM ?3 \
+                 AND task_type IS NOT DISTINCT FROM ?4 AND task_id IS NOT DISTINCT FROM ?5 \
+                 AND completed_at IS NOT NULL AND completed_at >= ?6 AND uuid <> ?7 \
+                 ORDER BY completed_at DESC, {order} DESC LIMIT ?8"
+            ),
+            &args![
+                key.task_source.as_str(),
+                key.owner.as_deref(),
+                key.repo.as_deref(),
+                key.task_type.as_deref(),
+                key.task_id.as_deref(),
+                since,
+                except,
+                limit
+            ],
+        )?
+        .iter()
+        .map(|r| self.task_row(r))
+        .collect()
     }
 
     /// UUIDs of queued tasks, oldest first, at most `limit`.
@@ -92,11 +128,74 @@ impl Db {
 
 #[cfg(test)]
 mod tests {
-    use crate::db::Status;
     use crate::db::testing::{new_task, store_tests};
+    use crate::db::{Status, TaskKey};
     use crate::lifecycle::{Claim, Owner, row};
 
+    /// A task `uuid` with key github `owner`/app issue `id` (`owner` `None`: a key without an
+    /// owner).
+    fn keyed(uuid: &str, owner: Option<&str>, id: &str) -> crate::db::NewTask {
+        let mut t = new_task(uuid);
+        t.key = TaskKey {
+            task_source: "github".into(),
+            owner: owner.map(str::to_string),
+            repo: Some("app".into()),
+            task_type: Some("issue".into()),
+            task_id: Some(id.into()),
+        };
+        t
+    }
+
     store_tests! {
+        /// Context inheritance's lookup: completed tasks of exactly this key (a missing part
+        /// equals only a missing part), completed since the cutoff, newest first, bounded.
+        fn completed_tasks_are_found_by_task_key(store: &TestStore) {
+            let db = store.open();
+            let complete = |uuid: &str, pid: u32| {
+                assert!(row::claim(&db, uuid, &Claim::test(pid)).unwrap());
+                row::finish(&db, uuid, Owner::test(pid), Status::Completed, None).unwrap();
+            };
+            for (i, (uuid, owner, id)) in [
+                ("k1", Some("acme"), "7"),
+                ("k2", Some("acme"), "7"),
+                ("k3", Some("acme"), "7"),
+                ("other-id", Some("acme"), "8"),
+                ("no-owner", None, "7"),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                db.insert_queued(&keyed(uuid, owner, id)).unwrap();
+                complete(uuid, 10 + i as u32);
+            }
+            db.insert_queued(&keyed("open", Some("acme"), "7")).unwrap();
+            let key = keyed("x", Some("acme"), "7").key;
+            let since = "2000-01-01T00:00:00.000Z";
+            let found = |key: &TaskKey, since: &str, except: &str, limit: u32| -> Vec<String> {
+                db.completed_with_key(key, since, except, limit)
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| r.uuid)
+                    .collect()
+            };
+            assert_eq!(found(&key, since, "none", 10), ["k3", "k2", "k1"]);
+            assert_eq!(found(&key, since, "k3", 10), ["k2", "k1"]);
+            assert_eq!(found(&key, since, "none", 2), ["k3", "k2"]);
+            assert!(found(&key, "9999-01-01T00:00:00.000Z", "none", 10).is_empty());
+            let no_owner = keyed("x", None, "7").key;
+            assert_eq!(found(&no_owner, since, "none", 10), ["no-owner"]);
+        }
+
+        fn no_inherit_is_stored(store: &TestStore) {
+            let db = store.open();
+            let mut t = new_task("fresh");
+            t.no_inherit = true;
+            db.insert_queued(&t).unwrap();
+            db.insert_queued(&new_task("default")).unwrap();
+            assert!(db.get("fresh").unwrap().unwrap().no_inherit);
+            assert!(!db.get("default").unwrap().unwrap().no_inherit);
+        }
+
         fn finished_rows_are_listed_for_cleanup_until_marked(store: &TestStore) {
             let db = store.open();
             for id in ["a", "b"] {

@@ -1,27 +1,37 @@
-//! The `tasks` table (DESIGN.md §2) and the `ctxhost_meta` table (the store's id, the contexts
-//! tree it is bound to, its schema version), the same columns on both backends, created and
+//! The `tasks` table (DESIGN.md §2), the `publications` table of the task sources
+//! ([`crate::db::sources`]) and the `ctxhost_meta` table (the store's id, the contexts tree it
+//! is bound to, its schema version): the same tables and columns on both backends, created and
 //! upgraded automatically when a store is opened ([`ensure`]).
 //!
 //! - SQLite: versioned by `PRAGMA user_version`; version 1 was the first table, each later
-//!   version an upgrade step ([`MIGRATE_V2`] ... [`MIGRATE_V4`]), run in one `BEGIN IMMEDIATE`
+//!   version an upgrade step ([`MIGRATE_V2`] ... [`MIGRATE_V6`]), run in one `BEGIN IMMEDIATE`
 //!   transaction that reads the version again (another process may be upgrading too).
-//! - PostgreSQL: versioned by `ctxhost_meta.schema_version`; a new database gets the current
-//!   schema in one step ([`POSTGRES_V4`]); later steps run in one transaction holding an
-//!   advisory lock, after reading the version again.
+//! - PostgreSQL: versioned by `ctxhost_meta.schema_version`. PostgreSQL support began at
+//!   version 4 with the schema of that time ([`POSTGRES_V4`]: SQLite's version 3 plus the
+//!   lease and `ctxhost_meta`); [`POSTGRES_STEPS`] bring it to the current version. A new
+//!   database gets them all in one transaction; an older one gets the missing steps in one
+//!   transaction holding an advisory lock, after reading the version again.
 //!
-//! Differences: PostgreSQL columns are `BIGINT` where SQLite's are `INTEGER` (both 64-bit),
-//! the timestamp and uuid columns sort bytewise (`COLLATE "C"`, as SQLite compares text), and
-//! PostgreSQL has an identity column `seq` for insertion order where SQLite has its `rowid`.
+//! The step numbers of the two backends differ (the lease is SQLite's step 6 and part of
+//! PostgreSQL's first schema; the task sources are SQLite's 4 and PostgreSQL's 5), but at
+//! [`SCHEMA_VERSION`] both have the same tables and columns. Other differences: PostgreSQL
+//! columns are `BIGINT` where SQLite's are `INTEGER` (both 64-bit), the timestamp and uuid
+//! columns sort bytewise (`COLLATE "C"`, as SQLite compares text), and PostgreSQL has an
+//! identity column `seq` for insertion order where SQLite has its `rowid`.
 //!
-//! To add a column or table: a [`Step`] in [`STEPS`] with the SQL of each backend (PostgreSQL
-//! steps may use `IF NOT EXISTS`), and [`SCHEMA_VERSION`] bumped to its version.
+//! To add a column or table: a step for each backend (`MIGRATE_V7` in [`upgrade_sqlite`], a
+//! [`Step`] in [`POSTGRES_STEPS`], which may use `IF NOT EXISTS`), [`SCHEMA_VERSION`] bumped,
+//! and the column in [`crate::db::copy`] (which checks that a migration copied it).
 
 use super::{Db, DbError};
 
 /// The schema version this ctxhost writes. Version 2 added `stop_requested`, `pause_reason`
 /// and `files_deleted_at`; version 3 `cache_read_tokens` and `cache_creation_tokens`;
-/// version 4 the lease (`worker_id`, `lease_expires_at`) and `ctxhost_meta`.
-pub const SCHEMA_VERSION: i64 = 4;
+/// version 4 the task sources' `source_item` column and `publications` table; version 5
+/// `no_inherit` and an index on the task key; version 6 the lease (`worker_id`,
+/// `lease_expires_at`) and `ctxhost_meta` (on PostgreSQL, whose own step numbers differ, see
+/// the module docs, version 6 is the same schema).
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// SQLite version 1: the `tasks` table and its indexes.
 pub(crate) const SCHEMA: &str = "
@@ -71,15 +81,49 @@ ALTER TABLE tasks ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tasks ADD COLUMN cache_creation_tokens INTEGER NOT NULL DEFAULT 0;
 ";
 
-/// SQLite version 3 → 4: the lease of a running task, the claim index, the meta table.
+/// SQLite version 3 → 4: the task sources ([`crate::db::sources`]). `source_item` names the
+/// GitHub / GitLab item a polled task answers until its result is published back (then NULL);
+/// the unique index lets one statement queue an item at most once. `publications` records the
+/// item's web page (`item_url`), what was published for a task (labels, the result comment)
+/// and who holds the right to publish it (a lease).
 pub(crate) const MIGRATE_V4: &str = "
+ALTER TABLE tasks ADD COLUMN source_item TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS idx_tasks_source_item ON tasks(source_item);
+CREATE TABLE IF NOT EXISTS publications (
+    task_uuid      TEXT PRIMARY KEY NOT NULL,
+    labels_state   TEXT,
+    comment_state  TEXT NOT NULL DEFAULT 'none' CHECK (comment_state IN ('none','posting','posted')),
+    comment_id     TEXT,
+    comment_url    TEXT,
+    posted_at      TEXT,
+    lease_owner    TEXT,
+    lease_until_ms BIGINT,
+    attempts       BIGINT NOT NULL DEFAULT 0,
+    last_error     TEXT,
+    next_attempt_ms BIGINT,
+    item_url       TEXT,
+    created_at     TEXT NOT NULL,
+    updated_at     TEXT NOT NULL
+);
+";
+
+/// SQLite version 4 → 5: `submit --no-inherit`, and the task-key lookup of context
+/// inheritance ([`Db::completed_with_key`]).
+pub(crate) const MIGRATE_V5: &str = "
+ALTER TABLE tasks ADD COLUMN no_inherit INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS idx_tasks_key ON tasks(task_source, owner, repo, task_type, task_id, status);
+";
+
+/// SQLite version 5 → 6: the lease of a running task, the claim index, the meta table.
+pub(crate) const MIGRATE_V6: &str = "
 ALTER TABLE tasks ADD COLUMN worker_id TEXT;
 ALTER TABLE tasks ADD COLUMN lease_expires_at INTEGER;
 CREATE INDEX IF NOT EXISTS idx_tasks_status_created ON tasks(status, created_at);
 CREATE TABLE IF NOT EXISTS ctxhost_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
 ";
 
-/// PostgreSQL: the whole schema at version 4, for a new database.
+/// PostgreSQL version 4, the first PostgreSQL schema (SQLite's version 3 plus the lease and
+/// `ctxhost_meta`); [`POSTGRES_STEPS`] follow it, for a new database as for an old one.
 pub(crate) const POSTGRES_V4: &str = r#"
 CREATE TABLE IF NOT EXISTS ctxhost_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tasks (
@@ -125,18 +169,48 @@ CREATE INDEX IF NOT EXISTS idx_tasks_status_created ON tasks(status, created_at,
 INSERT INTO ctxhost_meta (key, value) VALUES ('schema_version', '4') ON CONFLICT (key) DO NOTHING
 "#;
 
-/// One upgrade after version 4, for both backends.
+/// One PostgreSQL upgrade after version 4.
 pub(crate) struct Step {
     /// The version it upgrades to.
     pub version: i64,
-    /// Its SQLite statements.
-    pub sqlite: &'static str,
-    /// Its PostgreSQL statements (idempotent: `IF NOT EXISTS`).
-    pub postgres: &'static str,
+    /// Its statements (idempotent: `IF NOT EXISTS`).
+    pub sql: &'static str,
 }
 
-/// The upgrades after version 4, in order.
-pub(crate) const STEPS: &[Step] = &[];
+/// The PostgreSQL upgrades after [`POSTGRES_V4`], in order: 5, the task sources (SQLite's
+/// [`MIGRATE_V4`]); 6, `no_inherit` and the task-key index (SQLite's [`MIGRATE_V5`]).
+pub(crate) const POSTGRES_STEPS: &[Step] = &[
+    Step {
+        version: 5,
+        sql: r#"
+ALTER TABLE tasks ADD COLUMN IF NOT EXISTS source_item TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS idx_tasks_source_item ON tasks(source_item);
+CREATE TABLE IF NOT EXISTS publications (
+    task_uuid       TEXT COLLATE "C" PRIMARY KEY,
+    labels_state    TEXT,
+    comment_state   TEXT NOT NULL DEFAULT 'none' CHECK (comment_state IN ('none','posting','posted')),
+    comment_id      TEXT,
+    comment_url     TEXT,
+    posted_at       TEXT COLLATE "C",
+    lease_owner     TEXT,
+    lease_until_ms  BIGINT,
+    attempts        BIGINT NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    next_attempt_ms BIGINT,
+    item_url        TEXT,
+    created_at      TEXT COLLATE "C" NOT NULL,
+    updated_at      TEXT COLLATE "C" NOT NULL
+)
+"#,
+    },
+    Step {
+        version: 6,
+        sql: "
+ALTER TABLE tasks ADD COLUMN IF NOT EXISTS no_inherit BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS idx_tasks_key ON tasks(task_source, owner, repo, task_type, task_id, status)
+",
+    },
+];
 
 /// The PostgreSQL advisory lock key held while the schema is created or upgraded
 /// (`ctxhost` in ASCII).
@@ -172,8 +246,8 @@ pub(crate) fn ensure(db: &Db) -> Result<(), DbError> {
                 sql.push_str(POSTGRES_V4);
                 sql.push_str(";\n");
             }
-            for step in STEPS.iter().filter(|s| s.version > version.max(4)) {
-                sql.push_str(step.postgres);
+            for step in POSTGRES_STEPS.iter().filter(|s| s.version > version.max(4)) {
+                sql.push_str(step.sql);
                 sql.push_str(&format!(
                     ";\nUPDATE ctxhost_meta SET value = '{}' WHERE key = 'schema_version';\n",
                     step.version
@@ -188,24 +262,33 @@ pub(crate) fn ensure(db: &Db) -> Result<(), DbError> {
 /// Create or upgrade the SQLite schema to [`SCHEMA_VERSION`] in one write transaction.
 /// Another process may be creating or upgrading it at the same moment: the version is read
 /// again inside the transaction.
+///
+/// A tasks.db written by the first builds of PostgreSQL support says version 4 but holds the
+/// lease (today's step 6) instead of the task sources (today's step 4): it is recognised by
+/// its `worker_id` column and gets steps 4 and 5.
 fn upgrade_sqlite(c: &rusqlite::Connection) -> rusqlite::Result<()> {
     c.execute_batch("BEGIN IMMEDIATE")?;
     let result = (|| {
         let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        if v < 1 {
+        let has_lease = v >= 1 && has_column(c, "tasks", "worker_id")?;
+        let from = if v == 4 && has_lease { 3 } else { v };
+        if from < 1 {
             c.execute_batch(SCHEMA)?;
         }
-        if v < 2 {
+        if from < 2 {
             c.execute_batch(MIGRATE_V2)?;
         }
-        if v < 3 {
+        if from < 3 {
             c.execute_batch(MIGRATE_V3)?;
         }
-        if v < 4 {
+        if from < 4 {
             c.execute_batch(MIGRATE_V4)?;
         }
-        for step in STEPS.iter().filter(|s| s.version > v) {
-            c.execute_batch(step.sqlite)?;
+        if from < 5 {
+            c.execute_batch(MIGRATE_V5)?;
+        }
+        if from < 6 && !has_lease {
+            c.execute_batch(MIGRATE_V6)?;
         }
         if v < SCHEMA_VERSION {
             c.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
@@ -215,6 +298,16 @@ fn upgrade_sqlite(c: &rusqlite::Connection) -> rusqlite::Result<()> {
     result.inspect_err(|_| {
         let _ = c.execute_batch("ROLLBACK");
     })
+}
+
+/// Whether SQLite table `table` has a column `column`.
+fn has_column(c: &rusqlite::Connection, table: &str, column: &str) -> rusqlite::Result<bool> {
+    c.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+        [table, column],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
 }
 
 #[cfg(test)]
@@ -243,6 +336,9 @@ mod tests {
         assert_eq!(row.files_deleted_at, None);
         assert_eq!((row.cache_read_tokens, row.cache_creation_tokens), (0, 0));
         assert_eq!((row.worker_id, row.lease_expires_at), (None, None));
+        assert!(!row.no_inherit);
+        assert_eq!(db.source_item("old").unwrap(), None);
+        assert_eq!(db.publication("old").unwrap(), None);
         let v: i64 = db
             .sqlite()
             .unwrap()
@@ -256,6 +352,75 @@ mod tests {
     }
 
     store_tests! {
+        /// A store written by the first builds of PostgreSQL support (schema 4: the lease,
+        /// no task sources, no `no_inherit`) is upgraded when opened, its rows kept.
+        fn a_schema_4_store_of_the_first_postgres_builds_is_upgraded(store: &TestStore) {
+            let db = store.open();
+            db.insert_queued(&crate::db::testing::new_task("old")).unwrap();
+            crate::lifecycle::row::claim(&db, "old", &crate::lifecycle::Claim::test(7)).unwrap();
+            // Back to that schema: what steps 4 and 5 (PostgreSQL: 5 and 6) add, removed.
+            for sql in [
+                "DROP INDEX idx_tasks_key",
+                "DROP INDEX idx_tasks_source_item",
+                "ALTER TABLE tasks DROP COLUMN no_inherit",
+                "ALTER TABLE tasks DROP COLUMN source_item",
+                "DROP TABLE publications",
+            ] {
+                db.execute_raw(sql).unwrap();
+            }
+            db.execute_raw(match db.dialect() {
+                crate::db::Dialect::Sqlite => "PRAGMA user_version = 4",
+                crate::db::Dialect::Postgres => {
+                    "UPDATE ctxhost_meta SET value = '4' WHERE key = 'schema_version'"
+                }
+            })
+            .unwrap();
+            drop(db);
+
+            let db = store.open();
+            let row = db.get("old").unwrap().unwrap();
+            assert_eq!(row.status, Status::Running);
+            assert_eq!(row.process_id, Some(7));
+            assert!(row.worker_id.is_some() && row.lease_expires_at.is_some());
+            assert!(!row.no_inherit);
+            let version = match db.dialect() {
+                crate::db::Dialect::Sqlite => db
+                    .sqlite()
+                    .unwrap()
+                    .conn()
+                    .query_row("PRAGMA user_version", [], |r| r.get(0))
+                    .unwrap(),
+                crate::db::Dialect::Postgres => db
+                    .query_opt("SELECT value FROM ctxhost_meta WHERE key = 'schema_version'", &[])
+                    .unwrap()
+                    .unwrap()
+                    .text(0)
+                    .unwrap()
+                    .parse::<i64>()
+                    .unwrap(),
+            };
+            assert_eq!(version, SCHEMA_VERSION);
+            // What the new steps added works.
+            let mut polled = crate::db::testing::new_task("polled");
+            polled.key = crate::db::TaskKey {
+                task_source: "github".into(),
+                owner: Some("acme".into()),
+                repo: Some("app".into()),
+                task_type: Some("issue".into()),
+                task_id: Some("1".into()),
+            };
+            assert!(db.queue_source_task(&polled).unwrap());
+            assert!(!db.queue_source_task(&polled).unwrap());
+            assert!(db.take_publish_lease("polled", "me", 10, 0, None).unwrap());
+            let mut fresh = crate::db::testing::new_task("fresh");
+            fresh.no_inherit = true;
+            db.insert_queued(&fresh).unwrap();
+            assert!(db.get("fresh").unwrap().unwrap().no_inherit);
+            // Opening again changes nothing.
+            drop(db);
+            store.open();
+        }
+
         fn a_newer_schema_is_refused(store: &TestStore) {
             let db = store.open();
             let sql = match db.dialect() {

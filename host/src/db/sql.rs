@@ -72,6 +72,12 @@ impl From<&String> for Value {
     }
 }
 
+impl From<std::borrow::Cow<'_, str>> for Value {
+    fn from(v: std::borrow::Cow<'_, str>) -> Value {
+        Value::Text(v.into_owned())
+    }
+}
+
 impl<T: Into<Value>> From<Option<T>> for Value {
     fn from(v: Option<T>) -> Value {
         v.map_or(Value::Null, Into::into)

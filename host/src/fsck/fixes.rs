@@ -174,6 +174,16 @@ pub(crate) fn repair_task(
             done.push(note_text(&fixes));
         }
     }
+    if kinds.contains(&ProblemKind::UncommittedPlanning)
+        && let Some((_, path)) = layout.find_task_dir(uuid)
+    {
+        let cut = crate::task::PlanningStore::repair(&open(&path)?, uuid)?;
+        if cut > 0 {
+            done.push(format!(
+                "cut {cut} uncommitted planning line(s) (kept in the planning file's .torn)"
+            ));
+        }
+    }
     if kinds.contains(&ProblemKind::OldSummaryId)
         && let Some((_, path)) = layout.find_task_dir(uuid)
     {

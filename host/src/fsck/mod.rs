@@ -18,7 +18,15 @@
 //!   its end are allowed except for a completed task: a paused task makes them when resumed)
 //!   and is not behind messages.jsonl; no step temporaries are left (a failed task may keep its
 //!   request/response for debugging); summary ids are JSON numbers (the old string form
-//!   `"sum-N"` of ctxhost 0.1 is reported); no symbolic link (the host never follows one);
+//!   `"sum-N"` of ctxhost 0.1 is reported); every file and line with a published JSON Schema
+//!   (metadata.json, task_state.json, tools.json, and the lines of messages.jsonl,
+//!   current.jsonl, summaries.jsonl, tools.jsonl, llm_calls.jsonl, planning/*.jsonl) matches it
+//!   ([`crate::schemas`]; a mismatch names the file, the line, the line kind, the field and what
+//!   is wrong);
+//!   no symbolic link (the host never follows one);
+//!   the planning history (`planning/{uuid}.jsonl`) reads as planning lines that keep its
+//!   rules (one first plan, valid plans, progress of steps the plan has) and ends with a
+//!   hook's decision (lines after it: a hook whose process died mid-append);
 //! - modes: `contexts/`, its folders, tasks.db and every task directory and file are
 //!   owner-only (0700 folders, 0600 files); anything the group or others may access is
 //!   reported.
@@ -37,8 +45,9 @@
 //! with the status); torn last lines (cut, the bytes kept in
 //! `<file>.torn`; a complete line only missing its newline gets it); current.jsonl behind
 //! messages.jsonl (the missing lines appended); leftover temporaries (deleted); string summary
-//! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]); symbolic links in a task
-//! directory (deleted); loose modes (tightened to 0600 / 0700). Everything
+//! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]); uncommitted planning lines
+//! (cut, kept in `<file>.torn`, as the task itself does when it resumes); symbolic links in a
+//! task directory (deleted); loose modes (tightened to 0600 / 0700). Everything
 //! else (a bad line in the middle, a seq gap, an orphan tool result, a missing directory) is
 //! reported for a human. After repairing, the tree is checked again and what remains is reported.
 
@@ -92,10 +101,19 @@ pub enum ProblemKind {
     Unreconcilable,
     /// A step temporary left behind.
     TemporaryFile,
+    /// A planning-history line that breaks its rules (a second first plan, an invalid plan,
+    /// progress of a step the plan lacks).
+    PlanningRule,
+    /// Planning-history lines after the last decision: a strategy hook whose process died
+    /// mid-append.
+    UncommittedPlanning,
     /// A summary id written as a string (`"sum-3"`, ctxhost 0.1 / WIT 0.1.0) where the spec
     /// has a number.
     OldSummaryId,
-    /// metadata.json or task_state.json does not parse.
+    /// A file or line that is JSON but does not match its published schema
+    /// (`docs/schemas/`, [`crate::schemas`]): a missing or unknown field, a wrong type.
+    SchemaMismatch,
+    /// metadata.json, task_state.json or tools.json does not parse.
     BadFile,
     /// A file the task needs is missing (messages.jsonl of a task that has a context).
     MissingFile,
@@ -377,6 +395,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 1,
+            no_inherit: false,
         })
         .unwrap();
         let mut claim = Claim::test(1);
@@ -535,7 +554,38 @@ mod tests {
             let r = fsck(&db, &layout, false, 3, LEASE).unwrap();
             let got: Vec<(ProblemKind, Option<u64>)> =
                 r.problems.iter().map(|p| (p.kind, p.line)).collect();
-            assert_eq!(got, [(ProblemKind::BadLine, Some(2))], "{:#?}", r.problems);
+            // JSON that is not a call line: named against its schema (not re-reported as a bad
+            // line).
+            assert_eq!(
+                got,
+                [(ProblemKind::SchemaMismatch, Some(2))],
+                "{:#?}",
+                r.problems
+            );
+            assert!(
+                r.problems[0]
+                    .message
+                    .starts_with("does not match docs/schemas/llm_calls.schema.json as a call line: "),
+                "{}",
+                r.problems[0].message
+            );
+            // A line that is not JSON at all is a bad line.
+            let mut text = fs::read_to_string(log.path()).unwrap();
+            text.push_str("not json\n");
+            fs::write(log.path(), text).unwrap();
+            log.record_compression(700, 100, Some(3), "2026-01-01T00:00:02.000Z");
+            let r = fsck(&db, &layout, false, 3, LEASE).unwrap();
+            let got: Vec<(ProblemKind, Option<u64>)> =
+                r.problems.iter().map(|p| (p.kind, p.line)).collect();
+            assert_eq!(
+                got,
+                [
+                    (ProblemKind::SchemaMismatch, Some(2)),
+                    (ProblemKind::BadLine, Some(4))
+                ],
+                "{:#?}",
+                r.problems
+            );
         }
 
         fn another_hosts_task_with_an_expired_lease_is_found_and_recovered(store: &TestStore) {
@@ -551,6 +601,7 @@ mod tests {
                 llm_provider: "openai".into(),
                 model: "m".into(),
                 context_length: 1,
+                no_inherit: false,
             })
             .unwrap();
             let mut claim = Claim::test(std::process::id());

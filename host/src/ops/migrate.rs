@@ -3,10 +3,12 @@
 //!
 //! 1. The source is the store that owns the tree (`contexts/store.json`); no task may be
 //!    running (stop the workers first: a running task's process writes to its store).
-//! 2. The target must hold no task, and (PostgreSQL) must not be bound to another tree.
-//! 3. Every row is copied in insertion order; then both stores are compared by their
-//!    [`Tally`] (tasks and counter sums per status), and the source's tally must not have
-//!    changed meanwhile. A mismatch or an error deletes what was copied and fails.
+//! 2. The target must hold no task and no publication record, and (PostgreSQL) must not be
+//!    bound to another tree.
+//! 3. Every row is copied (tasks in insertion order, `source_item` included, then the task
+//!    sources' `publications`); then both stores are compared by their [`Tally`] (tasks and
+//!    counter sums per status, items held, `--no-inherit` tasks, publication records per
+//!    comment state), and the source's tally must not have changed meanwhile. A mismatch or an error deletes what was copied and fails.
 //! 4. The tree is bound to the target (store.json; the target's `ctxhost_meta`). The source
 //!    is kept as it was, as a backup, but released: a SQLite `tasks.db` is renamed
 //!    `tasks.db.migrated-TIMESTAMP`; a PostgreSQL database keeps its rows but is no longer
@@ -101,11 +103,13 @@ pub fn migrate(layout: &Layout, direction: &Direction) -> anyhow::Result<Migrate
         )));
     }
     let before = source.tally()?;
-    let existing = target.tally()?.tasks;
-    if existing > 0 {
+    let existing = target.tally()?;
+    if existing.tasks > 0 || !existing.publications.is_empty() {
         return Err(usage(format!(
-            "{} already holds {existing} task(s): migrate into an empty store",
-            target.location()
+            "{} already holds {} task(s) and {} publication record(s): migrate into an empty store",
+            target.location(),
+            existing.tasks,
+            existing.publications.iter().map(|(_, v)| v[0]).sum::<i64>()
         )));
     }
 

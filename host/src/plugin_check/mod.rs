@@ -19,9 +19,13 @@
 //! - compressor: `should-compress` around its threshold; `compress` of an over-threshold
 //!   context with a fake LLM returning a fixed summary (system prompt first, tool pairs intact,
 //!   fewer tokens, recent messages kept, current.jsonl untouched, temporaries removed), and with
-//!   a failing LLM (error, context untouched).
+//!   a failing LLM (error, context untouched);
+//! - strategy: each hook on a scratch task through the agent loop's own driver (decisions the
+//!   host accepts, planning entries committed with them), a new instance continuing from the
+//!   files, the planning history reading back, and `start` with a failing LLM ([`strategy`]).
 //!
-//! One module per WIT interface ([`message_store`], [`request_format`], [`compressor`]), the
+//! One module per WIT interface ([`message_store`], [`request_format`], [`compressor`],
+//! [`strategy`]), the
 //! shared [`harness`], and the [`report`]. Report: the world, the WIT version, and each check
 //! with pass/fail and the reason. `--json`
 //! prints `{"component","world","version","passed","checks":[{"name","passed","detail"}]}`.
@@ -40,6 +44,7 @@ pub mod harness;
 pub mod message_store;
 pub mod report;
 pub mod request_format;
+pub mod strategy;
 
 use crate::runtime::{PluginKind, Runtime, RuntimeLimits, WitVersion};
 use harness::{Scratch, Suite};
@@ -140,6 +145,9 @@ pub fn check(runtime: &Runtime, source: &str, options: &CheckOptions) -> CheckRe
             }
             PluginKind::Compressor => {
                 compressor::compressor_suite(runtime, &plugin, &scratch, &mut suite)
+            }
+            PluginKind::Strategy => {
+                strategy::strategy_suite(runtime, &plugin, &scratch, &mut suite)
             }
         },
         Err(e) => suite.record(

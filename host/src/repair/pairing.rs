@@ -197,7 +197,11 @@ mod tests {
             h[5].content
         );
         // Sound now: a second pass does nothing, and reconciling copies nothing back.
-        assert!(repair_context(&td(dir.path()), "t", false).unwrap().is_empty());
+        assert!(
+            repair_context(&td(dir.path()), "t", false)
+                .unwrap()
+                .is_empty()
+        );
         assert!(
             crate::repair::reconcile_current(&td(dir.path()), false)
                 .unwrap()

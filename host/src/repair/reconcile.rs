@@ -266,11 +266,19 @@ mod tests {
             result("zz"),
         ];
         write_task(dir.path(), &history, &history[..4]);
-        assert!(reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap().is_empty());
-        crate::invariants::check_context_file(&TaskDir::open(dir.path()).unwrap(), CURRENT, false).unwrap();
+        assert!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true)
+                .unwrap()
+                .is_empty()
+        );
+        crate::invariants::check_context_file(&TaskDir::open(dir.path()).unwrap(), CURRENT, false)
+            .unwrap();
         // A crash between the two appends: the waiting call's result is still copied.
         write_task(dir.path(), &history[..4], &history[..3]);
-        assert_eq!(reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(), [4]);
+        assert_eq!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
+            [4]
+        );
     }
 
     #[test]

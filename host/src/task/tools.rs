@@ -194,6 +194,26 @@ impl ToolStore {
         })
     }
 
+    /// The recorded status of the calls `ids` (tool call ids), streamed from tools.jsonl; an id
+    /// with no line (a call whose result repair wrote after a crash) is missing from the map.
+    pub fn statuses(
+        &self,
+        ids: &[&str],
+    ) -> anyhow::Result<std::collections::HashMap<String, ToolStatus>> {
+        let mut out = std::collections::HashMap::new();
+        let Some(mut lines) = crate::invariants::queries::open_lines(&self.dir, TOOLS)? else {
+            return Ok(out);
+        };
+        while let Some((_, line)) = lines.next_value::<ToolLine>()? {
+            if let Some(id) = line.tool_call_id
+                && ids.contains(&id.as_str())
+            {
+                out.insert(id, line.status);
+            }
+        }
+        Ok(out)
+    }
+
     /// Flush tools.jsonl to disk (at step boundaries). Nothing to do before the first call.
     pub fn sync(&self) -> Result<(), ToolError> {
         match &self.file {

@@ -498,6 +498,8 @@ struct TaskPage {
     /// The view shows the latest lines of its file: it follows the task live.
     view_live: bool,
     fields: Vec<(String, String)>,
+    /// The GitHub / GitLab item the task answers, if any.
+    source: Option<task_page::SourceItem>,
     actions: Actions,
     dir: Option<DirInfo>,
     no_dir: String,
@@ -530,7 +532,8 @@ pub async fn task(
             anchor,
             seq: p.number("seq")?,
         };
-        let row = state.store.get()?.get(&uuid)?.ok_or(WebError::NotFound)?;
+        let db = state.store.get()?;
+        let row = db.get(&uuid)?.ok_or(WebError::NotFound)?;
         let redactor = &state.redactor;
         let dir = files::open_task_dir(&state.layout, &uuid);
         let (dir_info, body) = match &dir {
@@ -579,6 +582,10 @@ pub async fn task(
                 .into_iter()
                 .map(|(k, v)| (k, redactor.redact(&v)))
                 .collect(),
+            source: task_page::source_item(&row, db.publication(&uuid)?.as_ref()).map(|mut s| {
+                s.error = redactor.redact(&s.error);
+                s
+            }),
             actions: Actions::of(&row, state.keys.csrf_token(&csrf.0)),
             dir: dir_info,
             no_dir,

@@ -2,6 +2,8 @@
 //!
 //! - [`fake_llm`]: a fake OpenAI/Ollama/Anthropic server on 127.0.0.1 with scripted replies;
 //!   [`anthropic_api`]: its Anthropic side (the API's checks, prompt-cache accounting).
+//! - [`fake_forge`]: a fake GitHub and a fake GitLab REST API on 127.0.0.1 (issues, pull/merge
+//!   requests, comments, labels, pagination, rate limits), recording every call.
 //! - [`TestEnv`]: a temporary working directory with a `config.yaml` and a `contexts/` dir, and
 //!   [`TestEnv::ctxhost`] to run the `ctxhost` binary in it and capture its output.
 //! - [`task::TaskBuilder`]: a task put in a given state through the library (no process).
@@ -23,7 +25,9 @@
 //! ```
 
 pub mod anthropic_api;
+pub mod conformance;
 pub mod dashboard;
+pub mod fake_forge;
 pub mod fake_llm;
 pub mod store;
 pub mod task;
@@ -42,6 +46,12 @@ pub fn ctxhost_bin() -> PathBuf {
 }
 
 /// A temporary directory that ctxhost runs in: `config.yaml` at its root, `contexts/` below it.
+///
+/// When dropped (and the test has not already failed), every task directory under `contexts/`
+/// is validated against the published JSON Schemas ([`conformance`]): a file or line that does
+/// not match fails the test, naming file, line and field, and the directory is kept for a look.
+/// A test that damages files on purpose says so with [`TestEnv::expect_nonconforming`].
+///
 /// Removed when dropped, unless the env var `CTXHOST_KEEP_TEST_DIRS` is set (then its path is
 /// printed, for debugging a failed test).
 ///
@@ -58,6 +68,8 @@ pub struct TestEnv {
     /// The URL of its PostgreSQL database (the test's own, or one given to
     /// [`TestEnv::use_postgres_url`]).
     pg_url: Option<String>,
+    /// Why this test's task directories may not match the schemas (damage it planted).
+    nonconforming: Option<&'static str>,
 }
 
 impl TestEnv {
@@ -85,7 +97,14 @@ impl TestEnv {
             env,
             pg_url: pg.as_ref().map(|db| db.url.clone()),
             pg,
+            nonconforming: None,
         }
+    }
+
+    /// This test plants files or lines that do not match the schemas on purpose (`why`): the
+    /// check on drop reports them instead of failing the test.
+    pub fn expect_nonconforming(&mut self, why: &'static str) {
+        self.nonconforming = Some(why);
     }
 
     /// The task store of this environment's `contexts/`.
@@ -178,10 +197,33 @@ impl Default for TestEnv {
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
-        if std::env::var_os("CTXHOST_KEEP_TEST_DIRS").is_some()
-            && let Some(d) = self.dir.take()
-        {
+        let mut keep = std::env::var_os("CTXHOST_KEEP_TEST_DIRS").is_some();
+        let mut failure = None;
+        if !std::thread::panicking() && self.contexts().is_dir() {
+            let report = conformance::check_tree(&self.contexts());
+            conformance::record_totals(&report);
+            if !report.mismatches.is_empty() {
+                let list = report.mismatches.join("\n  ");
+                match self.nonconforming {
+                    Some(why) => eprintln!(
+                        "schema conformance: {} (expected: {why}):\n  {list}",
+                        report.summary()
+                    ),
+                    None => {
+                        keep = true;
+                        failure = Some(format!(
+                            "task directories of this test do not match docs/schemas/ ({}):\n  {list}",
+                            report.summary()
+                        ));
+                    }
+                }
+            }
+        }
+        if keep && let Some(d) = self.dir.take() {
             eprintln!("keeping test dir {}", d.keep().display());
+        }
+        if let Some(f) = failure {
+            panic!("{f}");
         }
     }
 }
