@@ -1,14 +1,17 @@
 //! Questions the host asks about a context, next to the invariants they rely on: is its last
 //! message a final answer, which tool calls at its end still wait for a result. Pure functions
-//! over messages ([`pending_tool_calls`], [`final_answer`]), and their streaming versions over
-//! a context file (`current.jsonl`: one chat message per line, one line in memory).
+//! over messages ([`pending_tool_calls`], [`final_answer`]), and their versions over a context
+//! file (`current.jsonl`: one chat message per line), which read it from its end: only the
+//! last lines, so a resumed task pays the same whatever the size of its context.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufReader};
 use std::path::Path;
 
 use anyhow::Context;
 use ctxhost_format::jsonl::LineReader;
+use ctxhost_format::tail::BackwardLines;
 use ctxhost_format::{ChatMessage, ToolCall};
 
 /// The tool calls of the last assistant message that have no `tool` message after it, in the
@@ -57,29 +60,52 @@ pub fn open_lines(path: &Path) -> anyhow::Result<Option<LineReader<BufReader<Fil
     }
 }
 
-/// The last message of the context file `path` (`None` when empty or missing). Errors name
-/// the file and line of a line that is not a chat message.
+/// The last message of the context file `path` (`None` when empty or missing), read from the
+/// end of the file: only its last line is read and parsed. Errors name the file and the byte
+/// offset of a last line that is not a chat message.
 pub fn last_message_in(path: &Path) -> anyhow::Result<Option<ChatMessage>> {
-    let Some(mut lines) = open_lines(path)? else {
+    let Some(mut lines) = open_backwards(path)? else {
         return Ok(None);
     };
-    let mut last = None;
-    while let Some((_, m)) = lines.next_value::<ChatMessage>()? {
-        last = Some(m);
-    }
-    Ok(last)
+    Ok(lines.prev_value::<ChatMessage>()?.map(|(_, m)| m))
 }
 
-/// [`pending_tool_calls`] of the context file `path` (streamed).
+/// [`pending_tool_calls`] of the context file `path`, read from its end: the `tool` messages
+/// at its end and the message before them, whatever the file's size. Same result as feeding
+/// every message to [`pending_tool_calls`]: only the last non-`tool` message's calls can be
+/// pending, and each `tool` message after it answers the first pending call with its id.
 pub fn pending_tool_calls_in(path: &Path) -> anyhow::Result<Vec<ToolCall>> {
-    let mut pending = Vec::new();
-    let Some(mut lines) = open_lines(path)? else {
-        return Ok(pending);
+    let Some(mut lines) = open_backwards(path)? else {
+        return Ok(Vec::new());
     };
-    while let Some((_, m)) = lines.next_value::<ChatMessage>()? {
-        track_pending(&mut pending, m);
+    // Ids answered after the last non-tool message, with how many times each.
+    let mut answered: HashMap<String, usize> = HashMap::new();
+    while let Some((_, m)) = lines.prev_value::<ChatMessage>()? {
+        if m.role == "tool" {
+            if let Some(id) = m.tool_call_id {
+                *answered.entry(id).or_default() += 1;
+            }
+            continue;
+        }
+        let mut pending = Vec::new();
+        for call in m.calls() {
+            match answered.get_mut(&call.id) {
+                Some(n) if *n > 0 => *n -= 1,
+                _ => pending.push(call.clone()),
+            }
+        }
+        return Ok(pending);
     }
-    Ok(pending)
+    Ok(Vec::new())
+}
+
+/// A backward line reader over `path` ([`BackwardLines`]), or `None` when it does not exist.
+pub fn open_backwards(path: &Path) -> anyhow::Result<Option<BackwardLines<File>>> {
+    match File::open(path) {
+        Ok(f) => Ok(Some(BackwardLines::from_end(f, path.display().to_string())?)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", path.display())),
+    }
 }
 
 /// The final answer the context file `path` already ends with ([`final_answer`] of its last
@@ -144,5 +170,46 @@ mod tests {
             final_answer_in(&dir.path().join("none.jsonl")).unwrap(),
             None
         );
+    }
+
+    use proptest::prelude::*;
+
+    /// A message of a small alphabet: user text, assistant text or calls (ids may repeat),
+    /// tool results (for ids that may or may not be waiting).
+    fn message() -> impl Strategy<Value = ChatMessage> {
+        let id = prop::sample::select(vec!["a", "b", "c"]);
+        prop_oneof![
+            Just(ChatMessage::text("user", "u")),
+            Just(ChatMessage::text("assistant", "t")),
+            prop::collection::vec(id.clone(), 0..4).prop_map(|ids| call(&ids)),
+            id.prop_map(result),
+        ]
+    }
+
+    proptest! {
+        /// Reading from the end gives what streaming every message gives.
+        #[test]
+        fn the_backward_reads_agree_with_the_streaming_definitions(
+            messages in prop::collection::vec(message(), 0..12),
+            blank_every in 0usize..4,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("current.jsonl");
+            let mut text = String::new();
+            for (i, m) in messages.iter().enumerate() {
+                text.push_str(&serde_json::to_string(m).unwrap());
+                text.push('\n');
+                if blank_every > 0 && i % blank_every == 0 {
+                    text.push_str("  \n");
+                }
+            }
+            std::fs::write(&p, text).unwrap();
+            let ids = |v: Vec<ToolCall>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
+            prop_assert_eq!(
+                ids(pending_tool_calls_in(&p).unwrap()),
+                ids(pending_tool_calls(messages.clone()))
+            );
+            prop_assert_eq!(last_message_in(&p).unwrap(), messages.last().cloned());
+        }
     }
 }

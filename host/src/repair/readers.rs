@@ -34,7 +34,7 @@ pub fn jsonl_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// Counts of messages.jsonl ([`history_stats`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct HistoryStats {
     /// Non-blank lines.
     pub lines: u64,
@@ -53,13 +53,20 @@ pub fn history_stats(path: &Path) -> anyhow::Result<HistoryStats> {
         return Ok(stats);
     };
     while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
-        stats.lines += 1;
-        stats.last_seq = h.seq;
-        if h.role == "assistant" && h.summary_id.is_none() {
-            stats.agent_steps += 1;
-        }
+        stats.add(&h);
     }
     Ok(stats)
+}
+
+impl HistoryStats {
+    /// Count one more history line (the next one of the file).
+    pub fn add(&mut self, h: &HistoryLine) {
+        self.lines += 1;
+        self.last_seq = h.seq;
+        if h.role == "assistant" && h.summary_id.is_none() {
+            self.agent_steps += 1;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! current.jsonl behind messages.jsonl: the message store appends to messages.jsonl first, then
 //! to current.jsonl, so a crash in between leaves current.jsonl without the last history
-//! line(s); [`reconcile_current`] finds them (and appends them).
+//! line(s); [`reconcile_current`] finds them (and appends them). Both files are read from
+//! their end: a resumed task pays for the lines it lacks, not for the size of its history.
 
-use std::collections::VecDeque;
 use std::path::Path;
 
 use anyhow::bail;
@@ -10,7 +10,7 @@ use ctxhost_format::HistoryLine;
 use ctxhost_format::compress::parse_summary_range;
 use ctxhost_format::files::{CURRENT, MESSAGES};
 
-use crate::invariants::queries::{last_message_in, open_lines};
+use crate::invariants::queries::{last_message_in, open_backwards, open_lines};
 use crate::layout::{append_line, atomic_write, sync_file};
 
 /// History lines kept in memory while looking for the lines current.jsonl lacks.
@@ -24,54 +24,15 @@ pub const RECONCILE_WINDOW: usize = 256;
 pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
     let messages = dir.join(MESSAGES);
     let current = dir.join(CURRENT);
-    // The last RECONCILE_WINDOW non-summary history lines, and the seq of the last summary.
-    let mut window: VecDeque<HistoryLine> = VecDeque::with_capacity(RECONCILE_WINDOW + 1);
-    let mut last_summary_seq: Option<u64> = None;
-    let mut non_summary_total = 0u64;
-    if let Some(mut lines) = open_lines(&messages)? {
-        while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
-            if h.summary_id.is_some() {
-                last_summary_seq = Some(h.seq);
-                continue;
-            }
-            non_summary_total += 1;
-            if window.len() == RECONCILE_WINDOW {
-                window.pop_front();
-            }
-            window.push_back(h);
-        }
-    }
     let Some(last) = last_message_in(&current)? else {
-        if non_summary_total == 0 {
-            return Ok(Vec::new());
-        }
-        if last_summary_seq.is_some() {
-            bail!(
-                "{} is empty but {} holds a compressed history: the context cannot be rebuilt",
-                current.display(),
-                messages.display()
-            );
-        }
-        // The first history line(s) were written, current.jsonl never: rebuild it from them.
-        let mut seqs = Vec::new();
-        let mut text = String::new();
-        if let Some(mut lines) = open_lines(&messages)? {
-            while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
-                seqs.push(h.seq);
-                text.push_str(&serde_json::to_string(&h.to_chat())?);
-                text.push('\n');
-            }
-        }
-        if apply {
-            atomic_write(&current, text.as_bytes())?;
-        }
-        return Ok(seqs);
+        return rebuild_current(&messages, &current, apply);
     };
-    let lines: Vec<&HistoryLine> = window.iter().collect();
-    // Fewest missing lines first: the last history line equal to current's last message.
-    let matched = (0..lines.len())
-        .map(|k| lines.len() - 1 - k)
-        .find(|&i| lines[i].to_chat() == last);
+    // The history read from its end, up to the newest line equal to current's last message
+    // (fewest missing lines first).
+    let window = window_from_end(&messages, |h| h.to_chat() == last)?;
+    let lines: Vec<&HistoryLine> = window.lines.iter().collect();
+    let last_summary_seq = window.last_summary_seq;
+    let matched = window.matched;
     let missing: Vec<&HistoryLine> = match matched {
         Some(i) => lines[i + 1..].to_vec(),
         None => {
@@ -104,6 +65,88 @@ pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
         }
     }
     Ok(missing.iter().map(|h| h.seq).collect())
+}
+
+/// The last non-summary lines of messages.jsonl ([`window_from_end`]).
+struct Window {
+    /// At most [`RECONCILE_WINDOW`] non-summary lines, oldest first, ending with the file.
+    lines: Vec<HistoryLine>,
+    /// Index in `lines` of the newest line accepted by the match, if one was.
+    matched: Option<usize>,
+    /// Seq of the newest summary line among (and after) the lines read.
+    last_summary_seq: Option<u64>,
+}
+
+/// Reads `messages` from its end, keeping non-summary lines until one is accepted by
+/// `is_match` or [`RECONCILE_WINDOW`] are kept (or the file starts); notes the newest summary
+/// line met. Only those lines are read, whatever the size of the history.
+fn window_from_end(
+    messages: &Path,
+    mut is_match: impl FnMut(&HistoryLine) -> bool,
+) -> anyhow::Result<Window> {
+    let mut newest_first = Vec::new();
+    let mut last_summary_seq = None;
+    let mut matched = false;
+    if let Some(mut lines) = open_backwards(messages)? {
+        while let Some((_, h)) = lines.prev_value::<HistoryLine>()? {
+            if h.summary_id.is_some() {
+                last_summary_seq = last_summary_seq.or(Some(h.seq));
+                continue;
+            }
+            matched = is_match(&h);
+            newest_first.push(h);
+            if matched || newest_first.len() == RECONCILE_WINDOW {
+                break;
+            }
+        }
+    }
+    newest_first.reverse();
+    Ok(Window {
+        matched: matched.then_some(0),
+        lines: newest_first,
+        last_summary_seq,
+    })
+}
+
+/// current.jsonl is empty or missing: when messages.jsonl holds messages and no summary (the
+/// first history line(s) were written, current.jsonl never), current.jsonl is rebuilt from
+/// them (with `apply`); returns their seqs. Reads the whole history (this only happens before a
+/// task's first LLM call).
+fn rebuild_current(messages: &Path, current: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
+    let mut last_summary_seq: Option<u64> = None;
+    let mut non_summary_total = 0u64;
+    if let Some(mut lines) = open_lines(messages)? {
+        while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
+            if h.summary_id.is_some() {
+                last_summary_seq = Some(h.seq);
+            } else {
+                non_summary_total += 1;
+            }
+        }
+    }
+    if non_summary_total == 0 {
+        return Ok(Vec::new());
+    }
+    if last_summary_seq.is_some() {
+        bail!(
+            "{} is empty but {} holds a compressed history: the context cannot be rebuilt",
+            current.display(),
+            messages.display()
+        );
+    }
+    let mut seqs = Vec::new();
+    let mut text = String::new();
+    if let Some(mut lines) = open_lines(messages)? {
+        while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
+            seqs.push(h.seq);
+            text.push_str(&serde_json::to_string(&h.to_chat())?);
+            text.push('\n');
+        }
+    }
+    if apply {
+        atomic_write(current, text.as_bytes())?;
+    }
+    Ok(seqs)
 }
 
 #[cfg(test)]

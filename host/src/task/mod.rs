@@ -13,6 +13,7 @@
 //! Also here: [`metadata`] (metadata.json); [`state`] (task_state.json) is the lifecycle's.
 
 pub mod calls;
+pub mod history_counts;
 pub mod metadata;
 pub mod planning;
 pub use crate::lifecycle::task_state as state;
@@ -36,6 +37,7 @@ use crate::plugins::PluginSet;
 use crate::runtime::MessageStore;
 
 pub use calls::{CallLog, CallRecord};
+pub use history_counts::HistoryCounts;
 pub use metadata::{Metadata, MetadataConfig, MetadataTaskKey, write_metadata_once};
 pub use planning::PlanningStore;
 pub use summaries::SummaryStore;
@@ -62,6 +64,7 @@ pub struct TaskContext {
     dir: PathBuf,
     db: Db,
     steps_done: u32,
+    history: HistoryCounts,
     store: MessageStore,
     summaries: SummaryStore,
     tools: ToolStore,
@@ -105,7 +108,9 @@ impl TaskContext {
         write_metadata_once(&dir, &metadata(config, &row, pid, host))?;
         // Steps of earlier runs count against agent.max_steps: the loop's answered LLM calls
         // are the history's assistant messages that are not summaries.
-        let steps_done = crate::repair::history_stats(&dir.join(MESSAGES))?.agent_steps;
+        // (Counted from history_checkpoint.json on: only the lines appended since are read.)
+        let history = HistoryCounts::open(&dir)?;
+        let steps_done = history.stats().agent_steps;
 
         let mut store = plugins
             .message_store(&dir)
@@ -116,6 +121,7 @@ impl TaskContext {
             pid,
             layout: layout.clone(),
             steps_done: u32::try_from(steps_done).unwrap_or(u32::MAX),
+            history,
             store,
             summaries: SummaryStore::new(&dir),
             tools: ToolStore::open(&dir, config.tools.max_tool_output_tokens)?,
@@ -209,7 +215,16 @@ impl TaskContext {
         crate::layout::sync_file(&self.dir.join(MESSAGES))?;
         crate::layout::sync_file(&self.dir.join(current))?;
         self.tools.sync()?;
+        self.checkpoint_history(false);
         Ok(())
+    }
+
+    /// Bring the history checkpoint up to date ([`HistoryCounts::advance`]); a failure only
+    /// costs the next resume a full count, so it is logged.
+    fn checkpoint_history(&mut self, force: bool) {
+        if let Err(e) = self.history.advance(force) {
+            tracing::warn!(uuid = %self.row.uuid, "history checkpoint not written: {e:#}");
+        }
     }
 
     /// Add `delta` to the task's counters in its row.
@@ -255,7 +270,8 @@ impl TaskContext {
     /// Honour a pause at a safe point: the context is closed (components dropped), then the
     /// lifecycle writes task_state.json, the row (`paused`) and moves the directory to
     /// `paused/`.
-    pub fn pause(self) -> anyhow::Result<Status> {
+    pub fn pause(mut self) -> anyhow::Result<Status> {
+        self.checkpoint_history(true);
         let (db, layout, uuid, pid) = self.close();
         if lifecycle::apply(&db, &layout, &uuid, &Transition::Pause { pid })?.is_none() {
             tracing::warn!(%uuid, pid, "the task's row was no longer running under this process when it paused");
