@@ -27,7 +27,8 @@
 # Run (from anywhere in the repository):
 #   scripts/bench-all.sh                   # ~25 min once built; the first build ~10-25 min
 #   BENCH_RUNS=5 BENCH_MIB=64 scripts/bench-all.sh
-#   BENCH_SKIP_RSS=1 scripts/bench-all.sh  # P2, P3, P5 only (~3 min)
+#   BENCH_SKIP_RSS=1 scripts/bench-all.sh  # P2..P6 without P1/resume (~5 min)
+#   BENCH_NO_BUILD=1 scripts/bench-all.sh  # measure the bench-profile binaries already built
 # Needs what the scripts it calls need: cargo, python3, GNU time at /usr/bin/time,
 # ~3.5 x BENCH_MIB of free space in $TMPDIR. Figures are medians; the machine's load average
 # is printed with them (a busy machine slows everything, the ratios less than the times).
@@ -42,9 +43,13 @@ die() { echo "bench-all: $*" >&2; exit 1; }
 command -v python3 >/dev/null || die "python3 is needed to assemble the table"
 
 cd "$ROOT"
-echo "building the bench profile (ctxhost, examples, benches)..." >&2
-cargo build -q --profile bench -p ctxhost --bins --examples --benches
 BIN="$ROOT/target/release"
+if [[ ${BENCH_NO_BUILD:-0} == 1 ]]; then
+  echo "BENCH_NO_BUILD=1: measuring the binaries already in $BIN" >&2
+else
+  echo "building the bench profile (ctxhost, examples, benches)..." >&2
+  cargo build -q --profile bench -p ctxhost --bins --examples --benches
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ctxhost-bench-all.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -58,8 +63,16 @@ echo "P2: generating a $MIB MiB history, timing write-request ($RUNS rounds)..."
 rm -rf "$WORK/task"
 
 echo "P3: add-message (divan)..." >&2
-cargo bench -q --profile bench -p ctxhost --bench runtime -- add_message 2>&1 \
-  | tee "$WORK/p3.out" >&2
+if [[ ${BENCH_NO_BUILD:-0} == 1 ]]; then
+  # The newest build of host/benches/runtime.rs (what `cargo bench` would run).
+  RUNTIME_BENCH=$(find "$BIN/deps" -maxdepth 1 -type f -executable -name 'runtime-*' -printf '%T@ %p\n' |
+    sort -n | tail -n 1 | cut -d' ' -f2)
+  [[ -n $RUNTIME_BENCH ]] || die "no built runtime bench in $BIN/deps (run without BENCH_NO_BUILD)"
+  "$RUNTIME_BENCH" --bench add_message 2>&1 | tee "$WORK/p3.out" >&2
+else
+  cargo bench -q --profile bench -p ctxhost --bench runtime -- add_message 2>&1 \
+    | tee "$WORK/p3.out" >&2
+fi
 
 echo "P5: message store harness..." >&2
 "$BIN/examples/bench_store" --n 500,2000,8000 --cache "$WORK/cache" | tee "$WORK/p5.out" >&2

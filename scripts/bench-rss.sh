@@ -70,9 +70,11 @@ case $PROFILE in
   release | bench) OUT=release ;;
   *) die "BENCH_PROFILE must be dev, bench or release, got '$PROFILE'" ;;
 esac
-echo "building ctxhost, inmem_request and bench_context ($PROFILE profile)..." >&2
-(cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --bin ctxhost \
-  --example inmem_request --example bench_context)
+if [[ ${BENCH_NO_BUILD:-0} != 1 ]]; then
+  echo "building ctxhost, inmem_request and bench_context ($PROFILE profile)..." >&2
+  (cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --bin ctxhost \
+    --example inmem_request --example bench_context)
+fi
 BIN="$ROOT/target/$OUT"
 CTXHOST="$BIN/ctxhost"
 INMEM="$BIN/examples/inmem_request"
