@@ -153,7 +153,9 @@ fn gen_cmd(args: &[String]) -> Result<(), String> {
         let mut store = runtime
             .message_store(&plugin, &o.dir)
             .map_err(|e| e.to_string())?;
-        let stats = store.open().map_err(|e| format!("message store open: {e:#}"))?;
+        let stats = store
+            .open()
+            .map_err(|e| format!("message store open: {e:#}"))?;
         drop(store);
         let counts = ctxhost::task::HistoryCounts::open(&o.dir)
             .map_err(|e| format!("history counts: {e:#}"))?;
@@ -165,7 +167,11 @@ fn gen_cmd(args: &[String]) -> Result<(), String> {
             counts.stats().agent_steps,
             start.elapsed().as_secs_f64()
         );
-        if let Some(dir) = o.get("--cache").is_none().then(|| o.dir.join(".bench-cache")) {
+        if let Some(dir) = o
+            .get("--cache")
+            .is_none()
+            .then(|| o.dir.join(".bench-cache"))
+        {
             let _ = std::fs::remove_dir_all(dir);
         }
     }

@@ -61,7 +61,12 @@ impl FileMark {
 
     /// Whether `reader` (the file, `len` bytes long) still starts with this prefix: it is at
     /// least `bytes` long and the line ending at `bytes` hashes to `last_line`.
-    pub fn holds<R: Read + Seek>(&self, reader: R, len: u64, file: &str) -> Result<bool, TailError> {
+    pub fn holds<R: Read + Seek>(
+        &self,
+        reader: R,
+        len: u64,
+        file: &str,
+    ) -> Result<bool, TailError> {
         if self.bytes > len {
             return Ok(false);
         }
@@ -122,7 +127,10 @@ mod tests {
         assert_eq!(m.last_line, line_hash(b"{\"a\":2}"));
         assert!(holds(&m, "{\"a\":1}\n{\"a\":2}\n"));
         assert!(holds(&m, "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n"));
-        assert!(holds(&m, "{\"a\":1}\n{\"a\":2}\n{\"a\":"), "a torn line after the mark");
+        assert!(
+            holds(&m, "{\"a\":1}\n{\"a\":2}\n{\"a\":"),
+            "a torn line after the mark"
+        );
         assert!(holds(&FileMark::default(), ""));
         assert!(holds(&FileMark::default(), "{}\n"));
     }
@@ -131,9 +139,19 @@ mod tests {
     fn a_mark_fails_when_the_file_was_cut_or_rewritten() {
         let m = mark("{\"a\":1}\n{\"a\":2}\n").unwrap();
         assert!(!holds(&m, "{\"a\":1}\n"), "shorter");
-        assert!(!holds(&m, "{\"a\":1}\n{\"a\":3}\n"), "same size, other last line");
+        assert!(
+            !holds(&m, "{\"a\":1}\n{\"a\":3}\n"),
+            "same size, other last line"
+        );
         assert!(!holds(&m, "{\"a\":9}\n{\"a\":1}\n{\"a\":2}\n"), "shifted");
-        assert!(!holds(&m, "{\"a\":1}\n{\"a\":22}\n"), "no newline at the mark");
-        assert_eq!(mark("{\"a\":1}\n{\"a\""), None, "a file ending in a torn line");
+        assert!(
+            !holds(&m, "{\"a\":1}\n{\"a\":22}\n"),
+            "no newline at the mark"
+        );
+        assert_eq!(
+            mark("{\"a\":1}\n{\"a\""),
+            None,
+            "a file ending in a torn line"
+        );
     }
 }

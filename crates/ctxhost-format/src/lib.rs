@@ -20,8 +20,8 @@
 //!   response), for the `anthropic-messages` request format.
 
 pub mod anthropic;
-pub mod checkpoint;
 pub mod body;
+pub mod checkpoint;
 pub mod compress;
 pub mod files;
 pub mod jsonl;

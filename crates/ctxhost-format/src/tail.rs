@@ -248,7 +248,11 @@ mod tests {
         ];
         for t in &texts {
             for block in [1, 2, 3, 7, 64, BLOCK] {
-                assert_eq!(all_backwards(t, block), all_forwards(t), "{t:?} block {block}");
+                assert_eq!(
+                    all_backwards(t, block),
+                    all_forwards(t),
+                    "{t:?} block {block}"
+                );
             }
         }
     }
@@ -258,7 +262,11 @@ mod tests {
         let text = "{\"a\":1}\n{\"a\":2}\n{\"a\":\n";
         let mut r = BackwardLines::from_end(Cursor::new(text.as_bytes()), "x.jsonl").unwrap();
         let e = r.prev_value::<serde_json::Value>().unwrap_err();
-        assert!(e.to_string().starts_with("x.jsonl: the line at byte offset 16: not valid"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("x.jsonl: the line at byte offset 16: not valid"),
+            "{e}"
+        );
         let v: (u64, serde_json::Value) = last_value_before(Cursor::new(text.as_bytes()), 16, "x")
             .unwrap()
             .unwrap();

@@ -329,7 +329,9 @@ fn remove_checkpoint() {
 fn mark_of(file: &str) -> Result<Option<FileMark>, String> {
     match File::open(file) {
         Ok(mut f) => {
-            let len = f.seek(SeekFrom::End(0)).map_err(|e| format!("{file}: {e}"))?;
+            let len = f
+                .seek(SeekFrom::End(0))
+                .map_err(|e| format!("{file}: {e}"))?;
             FileMark::of(f, len, file).map_err(|e| e.to_string())
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some(FileMark::default())),

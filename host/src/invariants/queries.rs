@@ -102,7 +102,10 @@ pub fn pending_tool_calls_in(path: &Path) -> anyhow::Result<Vec<ToolCall>> {
 /// A backward line reader over `path` ([`BackwardLines`]), or `None` when it does not exist.
 pub fn open_backwards(path: &Path) -> anyhow::Result<Option<BackwardLines<File>>> {
     match File::open(path) {
-        Ok(f) => Ok(Some(BackwardLines::from_end(f, path.display().to_string())?)),
+        Ok(f) => Ok(Some(BackwardLines::from_end(
+            f,
+            path.display().to_string(),
+        )?)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("cannot open {}", path.display())),
     }

@@ -202,7 +202,11 @@ mod tests {
         // the checkpoint never reads it.
         write_task(d, &h, &[]);
         let text = fs::read_to_string(d.join(MESSAGES)).unwrap();
-        fs::write(d.join(MESSAGES), text.replacen("\"seq\":2,", "\"seq\":X,", 1)).unwrap();
+        fs::write(
+            d.join(MESSAGES),
+            text.replacen("\"seq\":2,", "\"seq\":X,", 1),
+        )
+        .unwrap();
         let counts = HistoryCounts::open(d).unwrap();
         fs::write(d.join(MESSAGES), &text).unwrap();
         assert_eq!(counts.stats(), full(d));
@@ -222,7 +226,11 @@ mod tests {
         let mut other = h.clone();
         other[9] = ChatMessage::text("user", "something else entirely");
         write_task(d, &other[..10], &[]);
-        assert_eq!(HistoryCounts::open(d).unwrap().stats(), full(d), "rewritten");
+        assert_eq!(
+            HistoryCounts::open(d).unwrap().stats(),
+            full(d),
+            "rewritten"
+        );
         // A last line being written is not counted until it is whole.
         let mut counts = HistoryCounts::open(d).unwrap();
         let before = counts.stats();
