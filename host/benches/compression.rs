@@ -75,7 +75,7 @@ fn main() {
         let outcome = compact_if_needed(
             &mut task.store,
             &mut compressor,
-            task.dir.path(),
+            &ctxhost::task_dir::TaskDir::open(task.dir.path()).expect("task dir"),
             &cfg,
             &|| TS.to_string(),
         );

@@ -7,7 +7,8 @@
 //!     (see bench_support/history.rs for the content). Prints messages, bytes and tokens.
 //!     With --checkpoint, then open the history once as a task process that ran on it did
 //!     (builtin:jsonl-store's `open`, the host's history counts), which leaves the checkpoints
-//!     a paused task has (store_checkpoint.json, history_checkpoint.json); timed apart.
+//!     a paused task has (store_checkpoint.json, history_checkpoint.json,
+//!     context_checkpoint.json); timed apart.
 //! bench_context build DIR [--runs N] [--cache DIR] [--format SOURCE]... [--no-inmem]
 //!     Request build throughput over DIR/current.jsonl, in this process:
 //!     - `write-request` of each request format (`--format`, repeatable: `builtin:NAME` or a
@@ -157,8 +158,18 @@ fn gen_cmd(args: &[String]) -> Result<(), String> {
             .open()
             .map_err(|e| format!("message store open: {e:#}"))?;
         drop(store);
-        let counts = ctxhost::task::HistoryCounts::open(&o.dir)
+        let task_dir = ctxhost::task_dir::TaskDir::open(&o.dir)
+            .map_err(|e| format!("{}: {e}", o.dir.display()))?;
+        let counts = ctxhost::task::HistoryCounts::open(&task_dir)
             .map_err(|e| format!("history counts: {e:#}"))?;
+        // The context check a paused task saved (context_checkpoint.json).
+        let mut check = ctxhost::invariants::context_check::ContextCheck::default();
+        check
+            .check(&task_dir, "current.jsonl", true)
+            .map_err(|e| format!("context check: {e}"))?;
+        check
+            .save(&task_dir)
+            .map_err(|e| format!("context checkpoint: {e}"))?;
         println!(
             "checkpointed: {} history lines, {} context messages, ~{} tokens, {} agent steps, in {:.1} s",
             stats.history_count,

@@ -40,6 +40,7 @@ use ctxhost::compaction::{CompactionOutcome, compact_if_needed};
 use ctxhost::runtime::{
     Completion, CompressConfig, LlmImport, PluginKind, PluginSource, Runtime, RuntimeLimits,
 };
+use ctxhost::task_dir::TaskDir;
 use ctxhost_format::ChatMessage;
 
 const TIMESTAMP: &str = "2026-01-02T03:04:05.678Z";
@@ -216,11 +217,14 @@ fn one(o: &Opts, n: u64, cache: &Path, task: &Path) -> Result<(), String> {
         context_length: before * 5 / 4,
         threshold: 0.7,
         keep_recent_messages: 5,
+        // The host's default: half the threshold in tokens (`Config::keep_recent_tokens_for`).
+        keep_recent_tokens: before * 5 / 4 * 7 / 20,
         summary_prompt: "Summarise the conversation so far:\n{messages}".into(),
         reserve_output_tokens: 1024,
     };
     let started = Instant::now();
-    let outcome = compact_if_needed(&mut store, &mut compressor, task, &config, &|| {
+    let dir = TaskDir::open(task).map_err(|e| format!("{}: {e}", task.display()))?;
+    let outcome = compact_if_needed(&mut store, &mut compressor, &dir, &config, &|| {
         TIMESTAMP.to_string()
     })
     .map_err(|e| e.to_string())?;
@@ -297,7 +301,12 @@ struct FakeLlm {
 }
 
 impl LlmImport for FakeLlm {
-    fn complete(&mut self, messages_file: &str, _max: u32) -> Result<Completion, String> {
+    fn complete(
+        &mut self,
+        messages_file: &str,
+        _max: u32,
+        _deadline: Instant,
+    ) -> Result<Completion, String> {
         let started = Instant::now();
         if messages_file.contains("..") || messages_file.starts_with('/') {
             return Err(format!("{messages_file:?} is not a plain relative path"));

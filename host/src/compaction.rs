@@ -1,25 +1,28 @@
 //! One compaction step: ask the compressor, check what it returned, install it atomically.
 //!
-//! Lifecycle (DESIGN.md §5–§6), run before every LLM call:
-//! 1. `should-compress(current tokens)`; if not, nothing happens.
+//! Lifecycle (DESIGN.md §5–§6), run before every LLM call ([`compact_if_needed`]), and when the
+//! provider answered that the context is too long ([`compact`] with `force`):
+//! 1. `should-compress(current tokens)`; if not, nothing happens (unless forced).
 //! 2. `compress` writes a new context to a file of its own (never current.jsonl).
-//! 3. The host checks that file whatever the component is: a relative path inside the task
-//!    directory, every line a chat message, the same system prompt first, tool calls and results
+//! 3. The host checks that file whatever the component is: a plain relative path inside the
+//!    task directory, not through a link ([`untrusted::component_path`]), every line a chat message, the same system prompt first, tool calls and results
 //!    paired ([`crate::invariants`]), fewer tokens than before, and a non-empty summary text.
 //!    Anything else is rejected, the file deleted and current.jsonl left as it was.
 //! 4. The summary (if any) is appended to messages.jsonl, then the message store installs the
 //!    new context (temp file + rename) and recounts its tokens exactly.
-//! 5. If the context is still over the threshold, the step fails instead of compressing again on
-//!    the next turn: nothing more can be removed without dropping the kept messages.
+//! 5. If the context is still over the threshold, the step reports it
+//!    ([`CompactionError::StillOverThreshold`], the smaller context installed): what is kept —
+//!    at least the newest message's tool-call group — is larger than the threshold. The agent
+//!    loop goes on while the context fits the window and fails otherwise.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::{Component, Path};
 
 use ctxhost_format::ChatMessage;
 
 use crate::invariants::{ContextFileError, check_context_file};
 use crate::runtime::{CompressConfig, Compressor, MessageStore, RuntimeError};
+use crate::task_dir::TaskDir;
+use crate::untrusted;
 
 /// What one compaction step did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,15 +47,16 @@ pub enum CompactionError {
     /// The compressor (or the message store) failed; the context was left as it was.
     #[error("compression failed, the context was left as it was: {0}")]
     Plugin(#[from] RuntimeError),
-    /// The compressor named a file outside the task directory, or current.jsonl itself.
+    /// The compressor named a file outside the task directory, through a link, or
+    /// current.jsonl itself.
     #[error(
-        "compressor {component} returned context file {file:?}: it must be a new file inside the task directory; rejected, the context was left as it was"
+        "compressor {component} returned context file {reason}: it must be a new file inside the task directory; rejected, the context was left as it was"
     )]
     BadPath {
         /// The component: `builtin:NAME` or its path.
         component: String,
-        /// current.jsonl.
-        file: String,
+        /// What is wrong with the path it returned (the path bounded and escaped).
+        reason: String,
     },
     /// The new context breaks an invariant.
     #[error(
@@ -92,9 +96,9 @@ pub enum CompactionError {
         /// The component: `builtin:NAME` or its path.
         component: String,
     },
-    /// Still over the threshold after compressing.
+    /// Still over the threshold after compressing (the smaller context is installed).
     #[error(
-        "the context is still {tokens} tokens after compression, over the threshold of {limit} ({threshold} × context_length {context_length}): the kept messages alone are too large for the window; lower keep_recent_messages or raise context_length"
+        "the context is still {tokens} tokens after compression, over the threshold of {limit} ({threshold} × context_length {context_length}): what a compression keeps (the newest message's tool-call group at least) is larger than that"
     )]
     StillOverThreshold {
         /// Tokens of the context after compressing.
@@ -116,40 +120,68 @@ pub enum CompactionError {
     },
 }
 
-/// Run one compaction step for the task in `task_dir` (the directory both components see).
-/// `now` gives the RFC 3339 UTC timestamp of the summary's history line, taken when the
-/// summary is recorded (after the compressor's LLM calls).
+/// Run one compaction step for the task in `task_dir` (the directory both components see;
+/// every file the host reads or deletes there goes through it), if the compressor says the
+/// context should be compressed. `now` gives the RFC 3339 UTC timestamp of the summary's
+/// history line, taken when the summary is recorded (after the compressor's LLM calls).
 pub fn compact_if_needed(
     store: &mut MessageStore,
     compressor: &mut Compressor,
-    task_dir: &Path,
+    task_dir: &TaskDir,
     config: &CompressConfig,
     now: &dyn Fn() -> String,
 ) -> Result<CompactionOutcome, CompactionError> {
+    compact(store, compressor, task_dir, config, now, false)
+}
+
+/// [`compact_if_needed`]; with `force`, the context is compressed whatever `should-compress`
+/// says (the provider answered that it is too long for the model).
+pub fn compact(
+    store: &mut MessageStore,
+    compressor: &mut Compressor,
+    task_dir: &TaskDir,
+    config: &CompressConfig,
+    now: &dyn Fn() -> String,
+    force: bool,
+) -> Result<CompactionOutcome, CompactionError> {
     let before_tokens = store.current_token_count()?;
-    if !compressor.should_compress(before_tokens, config)? {
+    if !force && !compressor.should_compress(before_tokens, config)? {
         return Ok(CompactionOutcome::NotNeeded);
     }
     let component = compressor.component().to_string();
-    let current_name = store.current_context_file()?;
+    let current_name = untrusted::component_path(task_dir, &store.current_context_file()?)
+        .map_err(|e| CompactionError::BadPath {
+            component: store.component().to_string(),
+            reason: format!("(the message store's current-context-file) {e}"),
+        })?;
     let result = compressor.compress(config)?;
 
-    let file = result.context_file.clone();
-    if !is_plain_relative(&file) || file == current_name {
-        return Err(CompactionError::BadPath { component, file });
-    }
-    let new_path = task_dir.join(&file);
+    let file = match untrusted::component_path(task_dir, &result.context_file) {
+        Ok(f) if f != current_name => f,
+        Ok(f) => {
+            return Err(CompactionError::BadPath {
+                component,
+                reason: format!("`{f}`, the current context itself"),
+            });
+        }
+        Err(e) => {
+            return Err(CompactionError::BadPath {
+                component,
+                reason: e.to_string(),
+            });
+        }
+    };
     let reject = |e: CompactionError| {
-        let _ = std::fs::remove_file(&new_path);
+        let _ = task_dir.remove_file(&file);
         Err(e)
     };
 
-    let checked = match check_context_file(&new_path, false) {
+    let checked = match check_context_file(task_dir, &file, false) {
         Ok(s) => s,
         Err(source) => return reject(CompactionError::Invalid { component, source }),
     };
-    let old_system = first_message(&task_dir.join(&current_name))?;
-    let new_system = first_message(&new_path)?;
+    let old_system = first_message(task_dir, &current_name)?;
+    let new_system = first_message(task_dir, &file)?;
     if old_system.is_none() || old_system != new_system {
         return reject(CompactionError::SystemPromptChanged { component });
     }
@@ -166,7 +198,7 @@ pub fn compact_if_needed(
         }
         let message = ChatMessage::text("assistant", summary.summary.clone());
         if let Err(e) = store.record_summary(&message, summary.id, &now()) {
-            let _ = std::fs::remove_file(&new_path);
+            let _ = task_dir.remove_file(&file);
             return Err(e.into());
         }
     }
@@ -188,21 +220,16 @@ pub fn compact_if_needed(
     })
 }
 
-/// A relative path with only normal components (no `..`, no root, no `.`-tricks).
-fn is_plain_relative(file: &str) -> bool {
-    let p = Path::new(file);
-    !file.is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)))
-}
-
-/// The first non-blank line of a JSONL file, parsed; `None` when the file is empty or absent.
-fn first_message(path: &Path) -> Result<Option<ChatMessage>, CompactionError> {
+/// The first non-blank line of the JSONL file `name` of `dir`, parsed; `None` when the file is
+/// empty or absent.
+fn first_message(dir: &TaskDir, name: &str) -> Result<Option<ChatMessage>, CompactionError> {
     let io = |source| CompactionError::Io {
-        file: path.display().to_string(),
+        file: dir.show(name),
         source,
     };
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    let file = match dir.open_read_if_exists(name) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok(None),
         Err(e) => return Err(io(e)),
     };
     for line in BufReader::new(file).lines() {
@@ -219,22 +246,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_plain_relative_paths_are_accepted() {
-        assert!(is_plain_relative("compressed.jsonl"));
-        assert!(is_plain_relative("tmp/new.jsonl"));
-        for bad in ["", "../x.jsonl", "/etc/passwd", "a/../../b", "./x"] {
-            assert!(!is_plain_relative(bad), "{bad}");
-        }
-    }
-
-    #[test]
     fn first_message_skips_blank_lines_and_tolerates_absence() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("c.jsonl");
-        assert_eq!(first_message(&p).unwrap(), None);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let p = tmp.path().join("c.jsonl");
+        assert_eq!(first_message(&dir, "c.jsonl").unwrap(), None);
         std::fs::write(&p, "\n{\"role\":\"system\",\"content\":\"s\"}\n").unwrap();
         assert_eq!(
-            first_message(&p).unwrap(),
+            first_message(&dir, "c.jsonl").unwrap(),
             Some(ChatMessage::text("system", "s"))
         );
     }

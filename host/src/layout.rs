@@ -4,13 +4,17 @@
 //! contexts/tasks.db  running/{uuid}/  paused/{uuid}/  completed/{uuid}/  .cache/
 //! ```
 //! Task directories are named only by canonical UUIDs ([`parse_uuid`]), so no user input can
-//! reach a path outside the tree. Files are replaced atomically ([`atomic_write`]: temp file in
-//! the same directory, fsync, rename, fsync the directory). Task directories move between the
-//! state folders only through [`crate::lifecycle`] (one `rename` on the same filesystem).
+//! reach a path outside the tree. Every folder of the tree is created owner-only
+//! ([`crate::task_dir::DIR_MODE`]). Files outside task directories are replaced atomically
+//! ([`atomic_write`]: temp file in the same directory, fsync, rename, fsync the directory); the
+//! files of a task directory are reached only through its [`crate::task_dir::TaskDir`]. Task
+//! directories move between the state folders only through [`crate::lifecycle`] (one `rename`
+//! on the same filesystem).
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -108,7 +112,8 @@ impl Layout {
         self.root.is_dir() && DirState::ALL.iter().all(|s| self.state_dir(*s).is_dir())
     }
 
-    /// Create the tree if missing (root, state folders, `.cache/`). Idempotent.
+    /// Create the tree if missing (root, state folders, `.cache/`), owner-only. Idempotent
+    /// (existing folders keep their mode; `ctxhost fsck` reports looser ones).
     pub fn ensure(&self) -> anyhow::Result<()> {
         for dir in [
             self.root.clone(),
@@ -117,7 +122,7 @@ impl Layout {
             self.state_dir(DirState::Completed),
             self.cache_dir(),
         ] {
-            fs::create_dir_all(&dir)
+            create_private_dir_all(&dir)
                 .with_context(|| format!("cannot create directory {}", dir.display()))?;
         }
         Ok(())
@@ -132,10 +137,47 @@ impl Layout {
     }
 }
 
-/// Replace `path` with `bytes` atomically: write a temporary file in the same directory,
+/// The umask the process was started with, saved by [`use_owner_only_umask`].
+static INHERITED_UMASK: std::sync::OnceLock<libc::mode_t> = std::sync::OnceLock::new();
+
+/// Make every file and folder this process creates owner-only (umask 077), whoever creates it:
+/// the host, SQLite (tasks.db and its WAL files), and the components writing their task
+/// directories through WASI. Called once at the start of the `ctxhost` binary, before any
+/// thread exists. Child processes that are not ctxhost's (MCP servers, which write the user's
+/// project) get the inherited umask back ([`inherited_umask`]).
+pub fn use_owner_only_umask() {
+    // SAFETY: umask only swaps the process's file mode mask; it cannot fail.
+    let old = unsafe { libc::umask(0o077) };
+    let _ = INHERITED_UMASK.set(old);
+}
+
+/// The umask the process had before [`use_owner_only_umask`], if it was called.
+pub fn inherited_umask() -> Option<libc::mode_t> {
+    INHERITED_UMASK.get().copied()
+}
+
+/// Create `dir` and its missing parents with mode 0700 ([`crate::task_dir::DIR_MODE`]).
+pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(crate::task_dir::DIR_MODE)
+        .create(dir)
+}
+
+/// Replace `path` with `bytes` atomically (the new file owner-only, 0600): write a temporary file in the same directory,
 /// fsync it, rename it over `path`, fsync the directory. Readers see the old or the new
 /// content, never a mix; after a crash, one of the two.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    atomic_write_with(path, |w| w.write_all(bytes))
+}
+
+/// [`atomic_write`] with the content streamed by `write` into the temporary file (buffered), so
+/// a file of any size is replaced with a bounded amount of memory. On error the temporary file
+/// is deleted and `path` is unchanged.
+pub fn atomic_write_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> anyhow::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -149,12 +191,15 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         std::process::id()
     ));
     let result = (|| -> io::Result<()> {
-        let mut f = OpenOptions::new()
+        let f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(crate::task_dir::FILE_MODE)
             .open(&tmp)?;
-        f.write_all(bytes)?;
+        let mut out = io::BufWriter::with_capacity(64 * 1024, f);
+        write(&mut out)?;
+        let f = out.into_inner().map_err(io::IntoInnerError::into_error)?;
         f.sync_all()?;
         drop(f);
         fs::rename(&tmp, path)
@@ -166,41 +211,11 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     sync_dir(dir)
 }
 
-/// fsync `path` if it exists (step boundaries: before each LLM call). A missing file is fine.
-pub fn sync_file(path: &Path) -> anyhow::Result<()> {
-    match File::open(path) {
-        Ok(f) => f
-            .sync_all()
-            .with_context(|| format!("cannot fsync {}", path.display())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("cannot open {} to fsync it", path.display())),
-    }
-}
-
 /// fsync a directory, so a rename or create in it is durable.
 pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
     File::open(dir)
         .and_then(|f| f.sync_all())
         .with_context(|| format!("cannot fsync directory {}", dir.display()))
-}
-
-/// Append one line (`line` without its `\n`) to a JSONL file with a single write, creating it
-/// if needed. Whole lines only: a reader never sees half of one unless the process dies mid-write.
-pub fn append_line(path: &Path, line: &str) -> anyhow::Result<()> {
-    debug_assert!(
-        !line.contains('\n'),
-        "a JSONL line must not contain a newline"
-    );
-    let mut buf = String::with_capacity(line.len() + 1);
-    buf.push_str(line);
-    buf.push('\n');
-    let mut f = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)
-        .with_context(|| format!("cannot open {} for appending", path.display()))?;
-    f.write_all(buf.as_bytes())
-        .with_context(|| format!("cannot append to {}", path.display()))
 }
 
 /// This machine's host name (from the kernel), or `localhost` if it cannot be read.
@@ -246,6 +261,14 @@ mod tests {
         assert!(!layout.exists());
         layout.ensure().unwrap();
         assert!(layout.exists());
+        for state in DirState::ALL {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(layout.state_dir(state))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{state}");
+        }
         let uuid = parse_uuid("0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b").unwrap();
         assert_eq!(layout.find_task_dir(&uuid), None);
         fs::create_dir(layout.task_dir(DirState::Paused, &uuid)).unwrap();
@@ -260,14 +283,5 @@ mod tests {
         atomic_write(&p, b"two").unwrap();
         assert_eq!(fs::read_to_string(&p).unwrap(), "two");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
-    }
-
-    #[test]
-    fn append_line_appends_whole_lines() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("t.jsonl");
-        append_line(&p, "{\"a\":1}").unwrap();
-        append_line(&p, "{\"a\":2}").unwrap();
-        assert_eq!(fs::read_to_string(&p).unwrap(), "{\"a\":1}\n{\"a\":2}\n");
     }
 }

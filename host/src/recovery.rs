@@ -94,8 +94,11 @@ pub fn recover_task(
     let mut repairs = Vec::new();
     let mut repair_error = None;
     if let Some(state) = found {
-        let dir = layout.task_dir(state, uuid);
-        match repair_task_dir(&dir, true, &now_rfc3339()) {
+        let path = layout.task_dir(state, uuid);
+        let repaired = crate::task_dir::TaskDir::open(&path)
+            .map_err(anyhow::Error::from)
+            .and_then(|dir| repair_task_dir(&dir, true, &now_rfc3339()));
+        match repaired {
             Ok(report) => {
                 repairs = report.describe();
                 for r in &repairs {
@@ -224,6 +227,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+            no_inherit: false,
         })
         .unwrap();
         (dir, layout, db)
@@ -299,9 +303,11 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(r.status, Status::Paused);
-        let state = crate::task::state::read(&layout.task_dir(DirState::Paused, U))
-            .unwrap()
-            .unwrap();
+        let state = crate::task::state::read(
+            &crate::task_dir::TaskDir::open(&layout.task_dir(DirState::Paused, U)).unwrap(),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(state.reason.as_deref(), Some("later"));
         // Recovering again finds nothing to do.
         assert_eq!(

@@ -15,15 +15,13 @@
 
 use ctxhost_format::files::{MESSAGES, SUMMARIES};
 use std::collections::{BTreeSet, HashMap};
-use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use ctxhost_format::summary_id::{self, OnDisk};
 use serde_json::Value;
 
-use crate::layout::sync_dir;
+use crate::task_dir::TaskDir;
 
 /// The summaries file of a task directory.
 pub const SUMMARIES_FILE: &str = SUMMARIES;
@@ -116,16 +114,16 @@ impl std::fmt::Display for Rewrite {
 /// mapping, else `"sum-N"` → N). Lines that are not JSON are copied unchanged (fsck reports them).
 ///
 /// Errors: a file cannot be read or replaced (it is left as it was).
-pub fn rewrite(dir: &Path) -> anyhow::Result<Rewrite> {
+pub fn rewrite(dir: &TaskDir) -> anyhow::Result<Rewrite> {
     let mut done = Rewrite::default();
-    let summaries = dir.join(SUMMARIES_FILE);
+    let summaries = SUMMARIES_FILE;
     let mut mapping: HashMap<String, u64> = HashMap::new();
-    if summaries.exists() {
-        let used = numeric_ids(&summaries)?;
+    if dir.is_file(summaries) {
+        let used = numeric_ids(dir, summaries)?;
         let mut largest = 0u64;
         let mut lines_before = 0u64;
         let mut taken = used.clone();
-        done.summaries = replace_lines(&summaries, |line| {
+        done.summaries = replace_lines(dir, summaries, |line| {
             let Ok(value) = serde_json::from_str::<Value>(line) else {
                 lines_before += 1;
                 return Ok(None);
@@ -155,10 +153,10 @@ pub fn rewrite(dir: &Path) -> anyhow::Result<Rewrite> {
             replace_string_value(line, &value, "id", number).map(Some)
         })?;
     }
-    let messages = dir.join(MESSAGES_FILE);
-    if messages.exists() {
+    let messages = MESSAGES_FILE;
+    if dir.is_file(messages) {
         let mut unresolved = BTreeSet::new();
-        done.messages = replace_lines(&messages, |line| {
+        done.messages = replace_lines(dir, messages, |line| {
             if !line.contains("\"summary_id\"") {
                 return Ok(None);
             }
@@ -185,9 +183,12 @@ pub fn rewrite(dir: &Path) -> anyhow::Result<Rewrite> {
     Ok(done)
 }
 
-/// The numeric ids (numbers and `"sum-N"`) of summaries.jsonl.
-fn numeric_ids(path: &Path) -> anyhow::Result<BTreeSet<u64>> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+/// The numeric ids (numbers and `"sum-N"`) of summaries.jsonl (`name` in `dir`).
+fn numeric_ids(dir: &TaskDir, name: &str) -> anyhow::Result<BTreeSet<u64>> {
+    let path = dir.file_path(name);
+    let file = dir
+        .open_read(name)
+        .with_context(|| format!("cannot open {}", path.display()))?;
     let mut ids = BTreeSet::new();
     for line in BufReader::new(file).lines() {
         let line = line.with_context(|| format!("cannot read {}", path.display()))?;
@@ -201,24 +202,24 @@ fn numeric_ids(path: &Path) -> anyhow::Result<BTreeSet<u64>> {
     Ok(ids)
 }
 
-/// Stream `path` through `edit` (called with each non-blank line, without its newline; `Some`
-/// replaces the line) into a temporary file and, when a line changed, replace `path` with it
-/// atomically. Returns the number of lines changed.
+/// Stream the file `name` of `dir` through `edit` (called with each non-blank line, without its
+/// newline; `Some` replaces the line) into a temporary file and, when a line changed, replace
+/// the file with it atomically. Returns the number of lines changed.
 fn replace_lines(
-    path: &Path,
+    dir: &TaskDir,
+    name: &str,
     mut edit: impl FnMut(&str) -> anyhow::Result<Option<String>>,
 ) -> anyhow::Result<usize> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp: PathBuf = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let path_buf = dir.file_path(name);
+    let path = path_buf.as_path();
+    let tmp = format!(".{name}.tmp-{}", std::process::id());
     let result = (|| -> anyhow::Result<usize> {
-        let input = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let output = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        let input = dir
+            .open_read(name)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let output = dir
+            .create(&tmp)
+            .with_context(|| format!("cannot create {}", dir.show(&tmp)))?;
         let mut out = BufWriter::new(output);
         let mut reader = BufReader::new(input);
         let mut buf = Vec::new();
@@ -248,7 +249,7 @@ fn replace_lines(
             };
             match replaced {
                 Some(new) => {
-                    out.write_all(new.as_bytes())?;
+                    out.write_all(ctxhost_format::jsonl::escape_line_separators(&new).as_bytes())?;
                     changed += 1;
                 }
                 None => out.write_all(&buf)?,
@@ -260,19 +261,20 @@ fn replace_lines(
     })();
     match result {
         Ok(0) => {
-            let _ = fs::remove_file(&tmp);
+            let _ = dir.remove_file(&tmp);
             Ok(0)
         }
         Ok(changed) => {
-            if let Err(e) = fs::rename(&tmp, path) {
-                let _ = fs::remove_file(&tmp);
+            if let Err(e) = dir.rename(&tmp, name) {
+                let _ = dir.remove_file(&tmp);
                 return Err(e).with_context(|| format!("cannot replace {}", path.display()));
             }
-            sync_dir(dir)?;
+            dir.sync()
+                .with_context(|| format!("cannot fsync {}", dir.path().display()))?;
             Ok(changed)
         }
         Err(e) => {
-            let _ = fs::remove_file(&tmp);
+            let _ = dir.remove_file(&tmp);
             Err(e)
         }
     }
@@ -314,6 +316,7 @@ fn replace_string_value(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn rewrite_line(line: &str, key: &str, n: u64) -> String {
         let v: Value = serde_json::from_str(line).unwrap();
@@ -385,7 +388,7 @@ mod tests {
         );
         fs::write(dir.path().join(SUMMARIES_FILE), summaries).unwrap();
         fs::write(dir.path().join(MESSAGES_FILE), messages).unwrap();
-        let done = rewrite(dir.path()).unwrap();
+        let done = rewrite(&TaskDir::open(dir.path()).unwrap()).unwrap();
         assert_eq!(
             done,
             Rewrite {
@@ -410,15 +413,21 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
-        let again = rewrite(dir.path()).unwrap();
+        let again = rewrite(&TaskDir::open(dir.path()).unwrap()).unwrap();
         assert_eq!((again.summaries, again.messages), (0, 0));
     }
 
     #[test]
     fn a_task_without_summaries_is_untouched() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(rewrite(dir.path()).unwrap(), Rewrite::default());
+        assert_eq!(
+            rewrite(&TaskDir::open(dir.path()).unwrap()).unwrap(),
+            Rewrite::default()
+        );
         fs::write(dir.path().join(MESSAGES_FILE), "{\"seq\":1}\n").unwrap();
-        assert_eq!(rewrite(dir.path()).unwrap(), Rewrite::default());
+        assert_eq!(
+            rewrite(&TaskDir::open(dir.path()).unwrap()).unwrap(),
+            Rewrite::default()
+        );
     }
 }

@@ -15,6 +15,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::agent::llm_import::HostLlm;
+use crate::agent::strategy::StrategyDriver;
 use crate::agent::{Agent, NoTools, Outcome, ToolRunner};
 use crate::config::Config;
 use crate::db::{Db, Status, TaskRow};
@@ -63,7 +64,7 @@ pub fn run(config: &Config, layout: &Layout, uuid: &str) -> anyhow::Result<Optio
                 .get(uuid)?
                 .is_some_and(|r| r.process_id == Some(i64::from(pid))) =>
         {
-            let msg = format!("claiming the task failed: {e:#}");
+            let msg = failure_text(config, &format!("claiming the task failed: {e:#}"));
             tracing::error!(%uuid, "task failed: {msg}");
             return crate::task::finish(&db, layout, uuid, pid, Status::Failed, Some(&msg))
                 .map(Some);
@@ -81,19 +82,28 @@ pub fn run(config: &Config, layout: &Layout, uuid: &str) -> anyhow::Result<Optio
     }));
     let error = match ended {
         Ok(Ok(status)) => return Ok(Some(status)),
-        Ok(Err(e)) => format!("{e:#}"),
+        Ok(Err(e)) => failure_text(config, &format!("{e:#}")),
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_string());
-            format!("internal error (panic): {what}")
+            failure_text(config, &format!("internal error (panic): {what}"))
         }
     };
     // No context to end the task through (it could not be made, or a panic lost it).
     tracing::error!(%uuid, "task failed: {error}");
     crate::task::finish(&db, layout, uuid, pid, Status::Failed, Some(&error)).map(Some)
+}
+
+/// What a task's failure becomes in its `error_message` and the log: the API key redacted
+/// (whatever a provider or a component echoed), bounded and escaped
+/// ([`crate::untrusted::MAX_DB_ERROR_BYTES`]).
+fn failure_text(config: &Config, error: &str) -> String {
+    let key = config.api_key().ok().flatten();
+    let redacted = crate::llm::redact::redact(error, key.as_deref());
+    crate::untrusted::text(&redacted, crate::untrusted::MAX_DB_ERROR_BYTES).into_owned()
 }
 
 /// Everything between the claim and the end: plugins, context, tools, agent loop, and the
@@ -128,38 +138,60 @@ fn execute(
             Ok(status)
         }
         Err(e) => {
-            let msg = format!("{e:#}");
+            let msg = failure_text(config, &format!("{e:#}"));
             tracing::error!(%uuid, "task failed: {msg}");
             ctx.fail(&msg)
         }
     }
 }
 
-/// The agent loop of `ctx` with the request formats, compressor and tools of `plugins` and
-/// `config`. The tool servers are stopped and the instances dropped when it returns, before
-/// the task's status changes.
+/// The agent loop of `ctx` with the request formats, compressor, strategy and tools of
+/// `plugins` and `config`. The tool servers are stopped and the instances dropped when it
+/// returns, before the task's status changes.
 fn run_loop(
     config: &Config,
     layout: &Layout,
     plugins: &PluginSet,
     ctx: &mut TaskContext,
 ) -> anyhow::Result<Outcome> {
-    let dir = ctx.dir().to_path_buf();
-    let mut format = plugins.request_format(&dir)?;
+    let dir = ctx.dir().clone();
+    let mut format = plugins.request_format(dir.path())?;
     let mut compressor = match plugins.has_compressor() {
         false => None,
         true => {
             let llm = HostLlm::new(
-                plugins.request_format(&dir)?,
+                plugins.request_format(dir.path())?,
                 Transport::new(config.transport_config()?),
                 &dir,
                 &config.llm.model,
                 config.llm.temperature,
                 UsageMeter::open(layout, ctx.uuid())?,
             );
-            plugins.compressor(&dir, Box::new(llm))?
+            plugins.compressor(dir.path(), Box::new(llm))?
         }
     };
+    let strategy_llm = HostLlm::new(
+        plugins.request_format(dir.path())?,
+        Transport::new(config.transport_config()?),
+        &dir,
+        &config.llm.model,
+        config.llm.temperature,
+        UsageMeter::open(layout, ctx.uuid())?,
+    );
+    let instantiating = std::time::Instant::now();
+    let strategy = plugins
+        .strategy(
+            dir.path(),
+            Box::new(strategy_llm),
+            Box::new(ctx.planning().clone()),
+        )
+        .map_err(|e| anyhow::anyhow!("plugins.strategy ({}): {e}", plugins.spec_of_strategy()))?;
+    let instantiate_ms = instantiating.elapsed().as_secs_f64() * 1000.0;
+    let mut strategy = StrategyDriver::new(
+        strategy,
+        ctx.planning().clone(),
+        Agent::strategy_config(config),
+    );
     let mut tools: Box<dyn ToolRunner> = if config.mcp_servers.is_empty() {
         Box::new(NoTools)
     } else {
@@ -169,12 +201,17 @@ fn run_loop(
             &dir,
         )?)
     };
-    Agent {
+    let outcome = Agent::new(
         config,
-        format: &mut format,
-        compressor: compressor.as_mut(),
-        tools: tools.as_mut(),
-        compaction_failures: 0,
-    }
-    .run(ctx)
+        &mut format,
+        compressor.as_mut(),
+        tools.as_mut(),
+        &mut strategy,
+    )
+    .run(ctx);
+    let s = strategy.stats();
+    tracing::info!(uuid = %ctx.uuid(), strategy = strategy.component(), instantiate_ms, hooks = s.calls,
+        replayed = s.replayed, side_calls = s.llm_calls,
+        component_ms = s.component_time.as_secs_f64() * 1000.0, "strategy cost in this process");
+    outcome
 }

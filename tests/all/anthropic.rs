@@ -403,11 +403,8 @@ fn post(t: &Transport) -> (Result<ctxhost::llm::PostOutcome, TransportError>, Te
     let body =
         json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
     fs::write(dir.path().join("request.json"), body.to_string()).unwrap();
-    let r = t.post_file(
-        "/v1/messages",
-        &dir.path().join("request.json"),
-        &dir.path().join("response.json"),
-    );
+    let task = ctxhost::task_dir::TaskDir::open(dir.path()).unwrap();
+    let r = t.post_file("/v1/messages", &task, "request.json", "response.json");
     (r, dir)
 }
 
@@ -699,7 +696,12 @@ fn a_task_with_tool_calls_and_a_compression_runs_against_the_fake_anthropic_serv
         history.last().unwrap()["content"],
         "Every file defines series functions. 完成 ✅"
     );
-    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false).unwrap();
+    ctxhost::invariants::check_context_file(
+        &ctxhost::task_dir::TaskDir::open(&dir).unwrap(),
+        "current.jsonl",
+        false,
+    )
+    .unwrap();
     assert_no_secret(&env.contexts(), KEY);
     assert!(!dir.join("request.json").exists());
 }

@@ -155,8 +155,12 @@ fn check_dir(dir: &Path, allow_pending: bool) -> Vec<Value> {
         dir.display()
     );
     if dir.join("current.jsonl").exists() {
-        ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), allow_pending)
-            .unwrap_or_else(|e| panic!("{e}"));
+        ctxhost::invariants::check_context_file(
+            &ctxhost::task_dir::TaskDir::open(dir).unwrap(),
+            "current.jsonl",
+            allow_pending,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
     history
 }

@@ -77,8 +77,12 @@ fn run_task(env: &TestEnv) -> (Value, std::path::PathBuf) {
 /// Checks shared by both compressors: the context is valid, starts with the system prompt, and
 /// the history is complete (every loop message is in messages.jsonl, seq 1..n).
 fn check_context_and_history(dir: &std::path::Path) -> (Vec<Value>, Vec<Value>) {
-    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false)
-        .expect("current.jsonl keeps the invariants");
+    ctxhost::invariants::check_context_file(
+        &ctxhost::task_dir::TaskDir::open(dir).unwrap(),
+        "current.jsonl",
+        false,
+    )
+    .expect("current.jsonl keeps the invariants");
     let current = read_jsonl(&dir.join("current.jsonl"));
     assert_eq!(current[0]["role"], "system");
     let history = read_jsonl(&dir.join("messages.jsonl"));
@@ -242,7 +246,12 @@ fn switching_compressors_is_a_config_change_on_the_same_binary() {
     assert_eq!(summaries, 0, "observation masking never asks the LLM");
     assert!(!dir.join("summaries.jsonl").exists());
     let current = read_jsonl(&dir.join("current.jsonl"));
-    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false).unwrap();
+    ctxhost::invariants::check_context_file(
+        &ctxhost::task_dir::TaskDir::open(&dir).unwrap(),
+        "current.jsonl",
+        false,
+    )
+    .unwrap();
     let tool_results: Vec<&str> = current
         .iter()
         .filter(|m| m["role"] == "tool")

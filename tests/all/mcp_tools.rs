@@ -96,7 +96,9 @@ fn filesystem_tools_are_listed_and_offered_in_openai_shape() {
             .all(|t| t.server == "fs" && t.name == t.mcp_name)
     );
 
-    let file = registry.write_tools_file(task.path()).unwrap();
+    let file = registry
+        .write_tools_file(&ctxhost::task_dir::TaskDir::open(task.path()).unwrap())
+        .unwrap();
     assert_eq!(file.as_deref(), Some(TOOL_DEFINITIONS_FILE));
     let defs: Value =
         serde_json::from_slice(&std::fs::read(task.path().join(TOOL_DEFINITIONS_FILE)).unwrap())
@@ -121,7 +123,11 @@ fn calls_return_results_and_land_in_tools_jsonl() {
     let sample = sample_dir();
     let task = tempfile::tempdir().unwrap();
     let mut registry = ToolRegistry::start(&fs_servers(sample.path()), &config(4000)).unwrap();
-    let mut journal = ToolStore::open(task.path(), 4000).unwrap();
+    let mut journal = ToolStore::open(
+        &ctxhost::task_dir::TaskDir::open(task.path()).unwrap(),
+        4000,
+    )
+    .unwrap();
 
     let hello = sample.path().join("hello.txt").display().to_string();
     let read = run(
@@ -198,7 +204,11 @@ fn unknown_tool_and_tool_errors_are_error_results_and_the_server_keeps_working()
     let sample = sample_dir();
     let task = tempfile::tempdir().unwrap();
     let mut registry = ToolRegistry::start(&fs_servers(sample.path()), &config(4000)).unwrap();
-    let mut journal = ToolStore::open(task.path(), 4000).unwrap();
+    let mut journal = ToolStore::open(
+        &ctxhost::task_dir::TaskDir::open(task.path()).unwrap(),
+        4000,
+    )
+    .unwrap();
 
     let unknown = run(&mut journal, &mut registry, "delete_everything", "{}").unwrap();
     assert_eq!(unknown.status, ToolStatus::Error);
@@ -284,7 +294,11 @@ fn huge_result_is_cut_on_a_char_boundary_and_spilled_in_full() {
     let max_tokens = 500;
     let mut registry =
         ToolRegistry::start(&fs_servers(sample.path()), &config(max_tokens)).unwrap();
-    let mut journal = ToolStore::open(task.path(), max_tokens).unwrap();
+    let mut journal = ToolStore::open(
+        &ctxhost::task_dir::TaskDir::open(task.path()).unwrap(),
+        max_tokens,
+    )
+    .unwrap();
 
     let path = sample.path().join("big.txt").display().to_string();
     let r = run(
@@ -519,7 +533,11 @@ fn is_error_and_timeouts_are_error_results_a_crash_is_fatal() {
         ..config(4000)
     };
     let mut registry = ToolRegistry::start(&servers, &cfg).unwrap();
-    let mut journal = ToolStore::open(task.path(), 4000).unwrap();
+    let mut journal = ToolStore::open(
+        &ctxhost::task_dir::TaskDir::open(task.path()).unwrap(),
+        4000,
+    )
+    .unwrap();
 
     let fail = run(&mut journal, &mut registry, "fail", "{}").unwrap();
     assert_eq!(fail.status, ToolStatus::Error);
@@ -633,7 +651,9 @@ fn prompted_tools_describes_the_real_tools_in_the_system_prompt_and_flattens_his
     let sample = sample_dir();
     let task = tempfile::tempdir().unwrap();
     let registry = ToolRegistry::start(&fs_servers(sample.path()), &config(4000)).unwrap();
-    let tools_file = registry.write_tools_file(task.path()).unwrap();
+    let tools_file = registry
+        .write_tools_file(&ctxhost::task_dir::TaskDir::open(task.path()).unwrap())
+        .unwrap();
     let history = [
         json!({"role":"system","content":"You are a coding agent."}),
         json!({"role":"user","content":"What does hello.txt say?"}),
@@ -988,12 +1008,19 @@ fn e2e_prompted_tools_give_the_same_ids_and_spill_huge_results() {
         (Some("tool"), Some("call_1"))
     );
     assert_eq!(current[4]["content"], Value::Null);
-    assert_eq!(current[4]["tool_calls"][0]["id"], "call_1");
+    // The format makes up `call_1` again for the second call: the host renames it so that ids
+    // are unique in the whole conversation (step 2's first call: `call_5_1`, see invariants::ids).
+    let second_id = current[4]["tool_calls"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(second_id, "call_1");
+    assert!(second_id.starts_with("call_"), "{second_id}");
     assert_eq!(
         current[4]["tool_calls"][0]["function"]["name"],
         "list_directory"
     );
-    assert_eq!(current[5]["tool_call_id"], "call_1");
+    assert_eq!(current[5]["tool_call_id"], second_id.as_str());
     assert_eq!(current[6]["content"], "big.txt is a long run of ü.");
 
     // The huge result: cut in the context, whole in tool-results/1.txt.

@@ -55,6 +55,7 @@ fn limits(memory_mib: usize, timeout_ms: u64) -> RuntimeLimits {
     RuntimeLimits {
         memory_bytes: memory_mib * 1024 * 1024,
         call_timeout: Duration::from_millis(timeout_ms),
+        ..RuntimeLimits::default()
     }
 }
 
@@ -253,6 +254,7 @@ impl ctxhost::runtime::LlmImport for SlowLlm {
         &mut self,
         _messages_file: &str,
         _max: u32,
+        _deadline: std::time::Instant,
     ) -> Result<ctxhost::runtime::Completion, String> {
         std::thread::sleep(self.0);
         Ok(ctxhost::runtime::Completion {
@@ -296,6 +298,7 @@ fn time_in_the_llm_import_does_not_count_against_the_deadline() {
         context_length: 4000,
         threshold: 0.5,
         keep_recent_messages: 2,
+        keep_recent_tokens: 0,
         summary_prompt: "Summarize:\n{messages}".into(),
         reserve_output_tokens: 200,
     };

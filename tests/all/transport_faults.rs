@@ -9,13 +9,17 @@ use std::time::Duration;
 
 use crate::support::fake_llm::{FakeLlm, Reply};
 use ctxhost::llm::{Transport, TransportConfig, TransportError};
+use ctxhost::task_dir::TaskDir;
 use serde_json::{Value, json};
 
 const ENDPOINT: &str = "/v1/chat/completions";
+const REQUEST: &str = "request.json";
+const RESPONSE: &str = "response.json";
 
 /// A temp dir with a request.json; `response.json` is the response path.
 struct Files {
     _dir: tempfile::TempDir,
+    task: TaskDir,
     request: PathBuf,
     response: PathBuf,
     request_bytes: Vec<u8>,
@@ -32,6 +36,7 @@ fn files() -> Files {
     fs::write(&request, &request_bytes).unwrap();
     let response = dir.path().join("response.json");
     Files {
+        task: TaskDir::open(dir.path()).unwrap(),
         _dir: dir,
         request,
         response,
@@ -70,7 +75,7 @@ fn success_streams_request_and_writes_response() {
     let llm = FakeLlm::start(vec![Reply::text("hello", Some((12, 3)))]);
     let f = files();
     let out = transport(&llm.base_url(), |_| {})
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap();
     assert_eq!(out.status, 200);
     assert_eq!(out.attempts, 1);
@@ -104,7 +109,7 @@ fn base_url_with_v1_is_not_doubled() {
     let f = files();
     let base = format!("{}/v1/", llm.base_url());
     transport(&base, |_| {})
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap();
     assert_eq!(llm.requests()[0].path, "/v1/chat/completions");
 }
@@ -121,7 +126,7 @@ fn retry_after_429_is_honoured() {
     ]);
     let f = files();
     let out = transport(&llm.base_url(), |_| {})
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap();
     assert_eq!(out.attempts, 2);
     assert_eq!(
@@ -153,7 +158,7 @@ fn retry_after_is_capped_at_max_backoff() {
     let t = transport(&llm.base_url(), |c| {
         c.max_backoff = Duration::from_millis(100)
     });
-    let out = t.post_file(ENDPOINT, &f.request, &f.response).unwrap();
+    let out = t.post_file(ENDPOINT, &f.task, REQUEST, RESPONSE).unwrap();
     assert_eq!(out.attempts, 2);
     // Generous bound: the point is that it did not wait an hour.
     assert!(out.elapsed < Duration::from_secs(30), "{:?}", out.elapsed);
@@ -168,7 +173,7 @@ fn server_errors_are_retried_until_success() {
     ]);
     let f = files();
     let out = transport(&llm.base_url(), |_| {})
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap();
     assert_eq!(out.attempts, 3);
     assert_eq!(llm.request_count(), 3);
@@ -185,7 +190,7 @@ fn retries_are_bounded_by_max_retries() {
     llm.set_default(Reply::status(503, "overloaded", &[]));
     let f = files();
     let err = transport(&llm.base_url(), |c| c.max_retries = 3)
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap_err();
     assert_eq!(err.attempts(), 4);
     assert_eq!(err.status(), Some(503));
@@ -200,7 +205,7 @@ fn connection_refused_fails_after_retries_naming_the_url() {
     let base = format!("http://127.0.0.1:{port}");
     let f = files();
     let err = transport(&base, |_| {})
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap_err();
     assert!(matches!(err, TransportError::Connection { .. }), "{err:?}");
     assert_eq!(err.attempts(), 3);
@@ -227,7 +232,9 @@ fn timeout_is_retried_then_reported() {
         c.request_timeout = Duration::from_millis(300);
         c.max_retries = 1;
     });
-    let err = t.post_file(ENDPOINT, &f.request, &f.response).unwrap_err();
+    let err = t
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
+        .unwrap_err();
     assert!(matches!(err, TransportError::Timeout { .. }), "{err:?}");
     assert_eq!(err.attempts(), 2);
     assert_eq!(
@@ -254,7 +261,7 @@ fn timeout_then_success() {
     let t = transport(&llm.base_url(), |c| {
         c.request_timeout = Duration::from_millis(300)
     });
-    let out = t.post_file(ENDPOINT, &f.request, &f.response).unwrap();
+    let out = t.post_file(ENDPOINT, &f.task, REQUEST, RESPONSE).unwrap();
     assert_eq!(out.attempts, 2);
     assert_eq!(
         response_json(&f)["choices"][0]["message"]["content"],
@@ -273,7 +280,7 @@ fn truncated_body_is_retried() {
     ]);
     let f = files();
     let out = transport(&llm.base_url(), |_| {})
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap();
     assert_eq!(out.attempts, 2);
     assert_eq!(
@@ -289,7 +296,7 @@ fn truncated_body_every_time_is_an_error_and_leaves_no_response() {
     llm.set_default(Reply::truncated(Reply::text("cut cut cut cut cut", None)));
     let f = files();
     let err = transport(&llm.base_url(), |c| c.max_retries = 1)
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap_err();
     assert!(matches!(err, TransportError::Connection { .. }), "{err:?}");
     assert_eq!(err.attempts(), 2);
@@ -305,7 +312,7 @@ fn hang_up_is_retried() {
     let llm = FakeLlm::start(vec![Reply::hang_up(), Reply::text("back", None)]);
     let f = files();
     let out = transport(&llm.base_url(), |_| {})
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap();
     assert_eq!(out.attempts, 2);
     assert_eq!(
@@ -324,7 +331,7 @@ fn html_502_page_gives_an_error_with_a_snippet() {
     llm.set_default(Reply::status(502, page, &[]));
     let f = files();
     let err = transport(&llm.base_url(), |c| c.max_retries = 1)
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap_err();
     assert_eq!(err.status(), Some(502));
     assert_eq!(err.attempts(), 2);
@@ -350,7 +357,7 @@ fn client_errors_are_not_retried() {
         )]);
         let f = files();
         let err = transport(&llm.base_url(), |_| {})
-            .post_file(ENDPOINT, &f.request, &f.response)
+            .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
             .unwrap_err();
         assert_eq!(err.status(), Some(code));
         assert_eq!(err.attempts(), 1, "HTTP {code} must not be retried");
@@ -369,7 +376,7 @@ fn retryable_client_errors_408_409() {
         ]);
         let f = files();
         let out = transport(&llm.base_url(), |_| {})
-            .post_file(ENDPOINT, &f.request, &f.response)
+            .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
             .unwrap();
         assert_eq!(out.attempts, 2, "HTTP {code} is retried");
     }
@@ -384,7 +391,7 @@ fn redirect_is_not_followed() {
     )]);
     let f = files();
     let err = transport(&llm.base_url(), |_| {})
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap_err();
     assert_eq!(err.status(), Some(301));
     assert_eq!(err.attempts(), 1);
@@ -405,8 +412,10 @@ fn api_key_is_sent_but_never_shown() {
     ]);
     let f = files();
     let t = transport(&llm.base_url(), |c| c.api_key = Some(key.to_string()));
-    t.post_file(ENDPOINT, &f.request, &f.response).unwrap();
-    let err = t.post_file(ENDPOINT, &f.request, &f.response).unwrap_err();
+    t.post_file(ENDPOINT, &f.task, REQUEST, RESPONSE).unwrap();
+    let err = t
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
+        .unwrap_err();
 
     let reqs = llm.requests();
     let expected = format!("Bearer {key}");
@@ -430,7 +439,7 @@ fn oversized_response_is_rejected_without_retry() {
     let llm = FakeLlm::start(vec![Reply::text("y".repeat(10_000), None)]);
     let f = files();
     let err = transport(&llm.base_url(), |c| c.max_response_bytes = 1000)
-        .post_file(ENDPOINT, &f.request, &f.response)
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
         .unwrap_err();
     assert!(
         matches!(err, TransportError::TooLarge { limit: 1000, .. }),
@@ -445,9 +454,8 @@ fn oversized_response_is_rejected_without_retry() {
 fn missing_request_file_is_a_clear_error_without_network() {
     let llm = FakeLlm::start(vec![]);
     let f = files();
-    let missing = f.request.with_file_name("nope.json");
     let err = transport(&llm.base_url(), |_| {})
-        .post_file(ENDPOINT, &missing, &f.response)
+        .post_file(ENDPOINT, &f.task, "nope.json", RESPONSE)
         .unwrap_err();
     assert!(matches!(err, TransportError::RequestFile { .. }), "{err:?}");
     assert!(err.to_string().contains("nope.json"), "{err}");
@@ -459,8 +467,8 @@ fn keep_alive_reuses_the_connection() {
     let llm = FakeLlm::start(vec![Reply::text("1", None), Reply::text("2", None)]);
     let f = files();
     let t = transport(&llm.base_url(), |_| {});
-    t.post_file(ENDPOINT, &f.request, &f.response).unwrap();
-    t.post_file(ENDPOINT, &f.request, &f.response).unwrap();
+    t.post_file(ENDPOINT, &f.task, REQUEST, RESPONSE).unwrap();
+    t.post_file(ENDPOINT, &f.task, REQUEST, RESPONSE).unwrap();
     let reqs = llm.requests();
     assert_eq!(
         reqs[0].connection, reqs[1].connection,
@@ -477,7 +485,7 @@ fn ollama_path_gets_ollama_shape() {
     )]);
     let f = files();
     transport(&llm.base_url(), |_| {})
-        .post_file("/api/chat", &f.request, &f.response)
+        .post_file("/api/chat", &f.task, REQUEST, RESPONSE)
         .unwrap();
     let v = response_json(&f);
     assert_eq!(v["done"], true);

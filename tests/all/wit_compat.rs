@@ -289,8 +289,12 @@ fn a_task_runs_on_0_1_0_components_and_fsck_repair_numbers_their_summary_ids() {
         STEPS as u64 * 600 + 403 + compressions * 312
     );
 
-    ctxhost::invariants::check_context_file(&dir.join("current.jsonl"), false)
-        .expect("current.jsonl keeps the invariants");
+    ctxhost::invariants::check_context_file(
+        &ctxhost::task_dir::TaskDir::open(&dir).unwrap(),
+        "current.jsonl",
+        false,
+    )
+    .expect("current.jsonl keeps the invariants");
     // The 0.1.0 compressor wrote its own (string) ids; the host recorded each summary in
     // messages.jsonl with the integer the shim made of it (sum-N → N).
     let sums = read_jsonl(&dir.join("summaries.jsonl"));

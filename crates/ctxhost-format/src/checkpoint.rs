@@ -8,12 +8,15 @@
 //! as it would without a checkpoint. Checkpoints are an optimisation: a missing, unreadable or
 //! stale one only costs a full read.
 //!
-//! Two checkpoints use this (each written by the only writer of its file, atomically: a
+//! Three checkpoints use this (each written by the only writer of its file, atomically: a
 //! temporary file renamed over it):
 //! - [`StoreCheckpoint`] (`store_checkpoint.json`, [`crate::files::STORE_CHECKPOINT`]): the
 //!   builtin message store's counts of messages.jsonl and current.jsonl, written when it opens,
 //!   after it replaces current.jsonl, and every [`STORE_CHECKPOINT_EVERY`] bytes appended.
-//! - the host's history counts (`history_checkpoint.json`), written at step boundaries.
+//! - the host's history counts and tool-call ids (`history_checkpoint.json`) and its invariant
+//!   check of current.jsonl (`context_checkpoint.json`), written at step boundaries and at
+//!   pause; the host also records each file's identity (device and inode), so a file replaced
+//!   atomically is never taken for the one it counted.
 
 use std::io::{Read, Seek};
 

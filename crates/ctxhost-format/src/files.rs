@@ -9,12 +9,14 @@
 //!   messages.jsonl     message store            full history, append-only
 //!   current.jsonl      message store            the live context (replaced atomically)
 //!   store_checkpoint.json  message store        counts up to a byte offset (builtin store)
-//!   history_checkpoint.json  host (task context)  history counts up to a byte offset
+//!   history_checkpoint.json  host (task context)  history counts, call ids up to a byte offset
+//!   context_checkpoint.json  host (task context)  invariant check of current.jsonl up to an offset
 //!   summaries.jsonl    compressor               one line per summary
 //!   tools.jsonl        host (tool store)        one line per tool call
 //!   tool-results/      host (tool store)        full outputs cut for the context
 //!   tools.json         host (tool registry)     tool definitions offered in requests
-//!   planning/          host (planning store)    planning history (a later issue)
+//!   planning/          host (planning store)    planning history: {uuid}.jsonl, written for
+//!                                               the strategy (planning::history_file)
 //!   temporaries        see TEMPORARY_FILES      deleted after their step or by repair
 //! ```
 //!
@@ -36,6 +38,9 @@ pub enum Owner {
     /// The request-format component (request bodies) together with the host's transport
     /// (response bodies).
     RequestFormat,
+    /// The strategy component (its side-call work files; its plans go through the host's
+    /// planning store).
+    Strategy,
 }
 
 /// One file (or folder) of a task directory.
@@ -66,9 +71,13 @@ pub const CURRENT_TMP: &str = "current.jsonl.tmp";
 /// opening a long history reads only what was appended since.
 pub const STORE_CHECKPOINT: &str = "store_checkpoint.json";
 /// `history_checkpoint.json`: the host's counts of messages.jsonl (lines, last seq, agent
-/// steps) up to a byte offset, written at step boundaries, so a resumed task does not count
-/// its whole history again.
+/// steps) and the ids of its tool calls up to a byte offset, written at step boundaries, so a
+/// resumed task does not read its whole history again.
 pub const HISTORY_CHECKPOINT: &str = "history_checkpoint.json";
+/// `context_checkpoint.json`: the host's invariant check of current.jsonl up to a byte offset
+/// (the checker's state there), written at step boundaries, so the check before each request
+/// reads only what was appended.
+pub const CONTEXT_CHECKPOINT: &str = "context_checkpoint.json";
 /// `summaries.jsonl`: one [`crate::SummaryLine`] per compression, compressor.
 pub const SUMMARIES: &str = "summaries.jsonl";
 /// `tools.jsonl`: one [`crate::ToolLine`] per tool call, host tool store.
@@ -77,7 +86,7 @@ pub const TOOLS: &str = "tools.jsonl";
 pub const TOOL_RESULTS_DIR: &str = "tool-results";
 /// `tools.json`: a JSON array of OpenAI tool definitions offered in every request.
 pub const TOOL_DEFINITIONS: &str = "tools.json";
-/// `planning/`: the planning history (DESIGN.md §9).
+/// `planning/`: the planning history (DESIGN.md §11).
 pub const PLANNING_DIR: &str = "planning";
 /// `llm_calls.jsonl`: one line per LLM call and per compression
 /// ([`crate::CallLogLine`]), appended by the host's task context (the dashboard's chart reads it).
@@ -98,6 +107,9 @@ pub const UNSUMMARIZED: &str = "unsummarized.jsonl";
 pub const SUMMARY_REQUEST: &str = "summary_request.jsonl";
 /// The new context a compressor hands to the host (validated, then installed as current.jsonl).
 pub const COMPRESSED: &str = "compressed.jsonl";
+/// Strategy work file: the messages of one side call (planning, reflection, verification) for
+/// `llm.complete`.
+pub const STRATEGY_REQUEST: &str = "strategy_request.jsonl";
 /// Suffix of the file that keeps the bytes crash repair cut from a torn line
 /// (`messages.jsonl.torn`).
 pub const TORN_SUFFIX: &str = ".torn";
@@ -111,6 +123,7 @@ pub const TASK_FILES: &[TaskFile] = &[
     file(CURRENT_TMP, Owner::MessageStore, true),
     file(STORE_CHECKPOINT, Owner::MessageStore, false),
     file(HISTORY_CHECKPOINT, Owner::Host, false),
+    file(CONTEXT_CHECKPOINT, Owner::Host, false),
     file(SUMMARIES, Owner::Compressor, false),
     file(TOOLS, Owner::ToolStore, false),
     file(TOOL_RESULTS_DIR, Owner::ToolStore, false),
@@ -125,6 +138,7 @@ pub const TASK_FILES: &[TaskFile] = &[
     file(UNSUMMARIZED, Owner::Compressor, true),
     file(SUMMARY_REQUEST, Owner::Compressor, true),
     file(COMPRESSED, Owner::Compressor, true),
+    file(STRATEGY_REQUEST, Owner::Strategy, true),
 ];
 
 const fn file(name: &'static str, owner: Owner, temporary: bool) -> TaskFile {
@@ -148,6 +162,7 @@ pub const TEMPORARY_FILES: &[&str] = &[
     UNSUMMARIZED,
     SUMMARY_REQUEST,
     COMPRESSED,
+    STRATEGY_REQUEST,
 ];
 
 /// Request/response bodies a failed task keeps for debugging (not temporaries once it failed).

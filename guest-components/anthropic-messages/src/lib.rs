@@ -21,11 +21,10 @@ mod common;
 #[path = "../../shared/plugin_error.rs"]
 mod plugin_error;
 // Used by shared/request_common.rs's body writer (unused here).
-mod request;
-mod response;
-#[allow(dead_code)]
 #[path = "../../shared/wasi_output.rs"]
 mod wasi_output;
+mod request;
+mod response;
 
 use ctxhost::plugin::types::PluginError;
 use exports::ctxhost::plugin::request_format::{Guest, Reply, RequestConfig, RequestInfo};

@@ -4,12 +4,15 @@
 //! the compressor's `llm` import (`llm_request.json` / `llm_response.json`).
 //!
 //! Both files are deleted after a successful exchange and kept after a failed one, for
-//! debugging; every error says which files were kept.
+//! debugging (a reply the caller rejects, such as an empty answer, included); every error says
+//! which files were kept.
 
-use std::path::Path;
+use std::time::Instant;
 
 use crate::llm::{PostOutcome, Transport, TransportError};
 use crate::runtime::{Reply, RequestConfig, RequestFormat, RequestInfo, RuntimeError};
+use crate::task_dir::TaskDir;
+use crate::untrusted;
 
 /// Why an exchange failed. `Read` means the provider did answer (a call to count).
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +26,18 @@ pub enum ExchangeError {
         messages: String,
         /// The underlying error.
         source: RuntimeError,
+    },
+    /// The request format returned an endpoint path that is not a URL path (nothing was sent).
+    #[error(
+        "request format {component}: {reason} ({request} kept in the task directory for debugging)"
+    )]
+    Endpoint {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+        /// Why it was refused ([`untrusted::endpoint_path`]).
+        reason: String,
+        /// The request file (relative to the task directory).
+        request: String,
     },
     /// The POST failed (after the transport's retries).
     #[error("{source} ({request} kept in the task directory for debugging)")]
@@ -44,6 +59,37 @@ pub enum ExchangeError {
         /// The underlying error.
         source: RuntimeError,
     },
+    /// The response was read, but the caller cannot use the reply (e.g. an empty answer).
+    #[error(
+        "the reply cannot be used: {reason} ({request} and {response} kept in the task directory for debugging)"
+    )]
+    Rejected {
+        /// The request file (relative to the task directory).
+        request: String,
+        /// The response file.
+        response: String,
+        /// Why the caller rejected it.
+        reason: String,
+        /// Total tokens the provider reported for the call (0 when it reported none).
+        usage_tokens: u64,
+    },
+}
+
+impl ExchangeError {
+    /// The provider answered (the call counts), but with a reply that could not be read or used:
+    /// asking again may give a usable one.
+    pub fn is_malformed_reply(&self) -> bool {
+        matches!(
+            self,
+            ExchangeError::Read { .. } | ExchangeError::Rejected { .. }
+        )
+    }
+
+    /// The provider answered that the context is longer than the model's window
+    /// ([`TransportError::is_context_overflow`]).
+    pub fn is_context_overflow(&self) -> bool {
+        matches!(self, ExchangeError::Post { source, .. } if source.is_context_overflow())
+    }
 }
 
 /// A completed exchange.
@@ -58,13 +104,38 @@ pub struct Exchange {
 }
 
 /// Run one exchange in `dir` (the task directory) for `config`, writing the response body to
-/// `response_file` (relative to `dir`). On success both files are deleted.
+/// `response_file` (relative to `dir`), finished by `deadline` when one is given (the
+/// compressor's `llm` import). The endpoint path the format returns is checked
+/// ([`untrusted::endpoint_path`]). On success both files are deleted.
 pub fn exchange(
     format: &mut RequestFormat,
     transport: &Transport,
-    dir: &Path,
+    dir: &TaskDir,
     config: &RequestConfig,
     response_file: &str,
+    deadline: Option<Instant>,
+) -> Result<Exchange, ExchangeError> {
+    exchange_checked(
+        format,
+        transport,
+        dir,
+        config,
+        response_file,
+        deadline,
+        &|_| Ok(()),
+    )
+}
+
+/// [`exchange`], with the reply checked by `accept` before the files are deleted: a reply it
+/// rejects is [`ExchangeError::Rejected`] and both files are kept.
+pub fn exchange_checked(
+    format: &mut RequestFormat,
+    transport: &Transport,
+    dir: &TaskDir,
+    config: &RequestConfig,
+    response_file: &str,
+    deadline: Option<Instant>,
+    accept: &dyn Fn(&Reply) -> Result<(), String>,
 ) -> Result<Exchange, ExchangeError> {
     let request_name = config.request_file.clone();
     let request = format
@@ -74,14 +145,21 @@ pub fn exchange(
             messages: config.messages_file.clone(),
             source,
         })?;
-    let request_path = dir.join(&request_name);
-    let response_path = dir.join(response_file);
-    let post = transport
-        .post_file(&request.endpoint_path, &request_path, &response_path)
-        .map_err(|source| ExchangeError::Post {
+    let endpoint = untrusted::endpoint_path(&request.endpoint_path).map_err(|reason| {
+        ExchangeError::Endpoint {
+            component: format.component().to_string(),
+            reason,
             request: request_name.clone(),
-            source,
-        })?;
+        }
+    })?;
+    let post = match deadline {
+        None => transport.post_file(endpoint, dir, &request_name, response_file),
+        Some(d) => transport.post_file_before(endpoint, dir, &request_name, response_file, d),
+    }
+    .map_err(|source| ExchangeError::Post {
+        request: request_name.clone(),
+        source,
+    })?;
     let reply = format
         .read_response(response_file)
         .map_err(|source| ExchangeError::Read {
@@ -89,11 +167,17 @@ pub fn exchange(
             response: response_file.to_string(),
             source,
         })?;
-    for f in [&request_path, &response_path] {
-        if let Err(e) = std::fs::remove_file(f)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!("cannot delete {}: {e}", f.display());
+    if let Err(reason) = accept(&reply) {
+        return Err(ExchangeError::Rejected {
+            request: request_name,
+            response: response_file.to_string(),
+            reason,
+            usage_tokens: reply.usage.map(|u| u.total_tokens).unwrap_or(0),
+        });
+    }
+    for f in [request_name.as_str(), response_file] {
+        if let Err(e) = dir.remove_file_if_exists(f) {
+            tracing::warn!("cannot delete {}: {e}", dir.show(f));
         }
     }
     Ok(Exchange {

@@ -7,7 +7,8 @@
 //! on the task's row. Both files are
 //! deleted after a successful call and kept after a failed one (the error says so).
 
-use std::path::{Component, Path, PathBuf};
+use std::io::BufRead;
+use std::time::Instant;
 
 use ctxhost_format::{ChatMessage, estimate_message_tokens};
 
@@ -15,6 +16,8 @@ use super::exchange::{ExchangeError, exchange};
 use crate::llm::Transport;
 use crate::runtime::{Completion, LlmImport, RequestConfig, RequestFormat};
 use crate::task::{CallLog, UsageDelta, UsageMeter};
+use crate::task_dir::TaskDir;
+use crate::untrusted;
 
 /// Request body of a compressor's completion, in the task directory.
 pub const LLM_REQUEST_FILE: &str = ctxhost_format::files::LLM_REQUEST;
@@ -25,7 +28,7 @@ pub const LLM_RESPONSE_FILE: &str = ctxhost_format::files::LLM_RESPONSE;
 pub struct HostLlm {
     format: RequestFormat,
     transport: Transport,
-    dir: PathBuf,
+    dir: TaskDir,
     model: String,
     temperature: Option<f32>,
     usage: UsageMeter,
@@ -37,7 +40,7 @@ impl HostLlm {
     pub fn new(
         format: RequestFormat,
         transport: Transport,
-        dir: &Path,
+        dir: &TaskDir,
         model: &str,
         temperature: Option<f32>,
         usage: UsageMeter,
@@ -45,27 +48,22 @@ impl HostLlm {
         HostLlm {
             format,
             transport,
-            dir: dir.to_path_buf(),
+            dir: dir.clone(),
             model: model.to_string(),
             temperature,
             usage,
         }
     }
 
-    /// Estimated tokens of the messages in `rel` (streamed). `rel` must stay inside the task directory.
+    /// Estimated tokens of the messages in `rel` (streamed), a path the component gave: it
+    /// must pass [`untrusted::component_path`].
     fn estimate_file_tokens(&self, rel: &str) -> Result<u64, String> {
-        let p = Path::new(rel);
-        if p.components()
-            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-        {
-            return Err(format!(
-                "{rel}: must be a relative path inside the task directory"
-            ));
-        }
-        let path = self.dir.join(p);
-        let f = std::fs::File::open(&path).map_err(|e| format!("{rel}: {e}"))?;
+        let rel =
+            untrusted::component_path(&self.dir, rel).map_err(|e| format!("messages-file: {e}"))?;
+        let rel = rel.as_str();
+        let f = self.dir.open_read(rel).map_err(|e| format!("{rel}: {e}"))?;
         let mut total = 0u64;
-        for (i, line) in std::io::BufRead::lines(std::io::BufReader::new(f)).enumerate() {
+        for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
             let line = line.map_err(|e| format!("{rel}: line {}: {e}", i + 1))?;
             if line.trim().is_empty() {
                 continue;
@@ -83,6 +81,7 @@ impl LlmImport for HostLlm {
         &mut self,
         messages_file: &str,
         max_output_tokens: u32,
+        deadline: Instant,
     ) -> Result<Completion, String> {
         let prompt_tokens = self.estimate_file_tokens(messages_file)?;
         let config = RequestConfig {
@@ -100,6 +99,7 @@ impl LlmImport for HostLlm {
             &self.dir,
             &config,
             LLM_RESPONSE_FILE,
+            Some(deadline),
         );
         let ms = started.elapsed().as_millis() as u64;
         let now = crate::db::now_rfc3339();
@@ -116,8 +116,12 @@ impl LlmImport for HostLlm {
                 done.reply
             }
             Err(e) => {
-                let bytes =
-                    std::fs::metadata(self.dir.join(LLM_REQUEST_FILE)).map_or(0, |m| m.len());
+                let bytes = self
+                    .dir
+                    .metadata(LLM_REQUEST_FILE)
+                    .ok()
+                    .flatten()
+                    .map_or(0, |m| m.len());
                 CallLog::new(&self.dir).record_summary_call(
                     prompt_tokens,
                     bytes,

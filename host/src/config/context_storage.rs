@@ -18,10 +18,25 @@ pub struct ContextStorage {
     pub compression_threshold: f64,
     /// Most recent messages kept verbatim by a compression (≥ 1).
     pub keep_recent_messages: u32,
-    /// Completed task directories older than this many days may be deleted (≥ 1).
+    /// The kept messages hold at most this many estimated tokens as well (≥ 1); `None`: half of
+    /// the compression threshold in tokens ([`crate::config::Config::keep_recent_tokens`]).
+    /// The newest message's tool-call group is always kept, whatever its size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_recent_tokens: Option<u64>,
+    /// Completed task directories older than this many days may be deleted (≥ 1; deleting
+    /// every finished task's directory is `ctxhost cleanup --all`).
     pub cleanup_days: u32,
     /// Prompt for summaries; must contain `{messages}`.
     pub summary_prompt: String,
+    /// Most bytes one task directory may hold, MiB (≥ 1). A component that writes past it is
+    /// stopped in the call that does, and the task fails; the host checks it at every step too.
+    pub max_task_dir_mib: u64,
+    /// Most LLM calls one compression may make through the compressor's `llm` import (≥ 1);
+    /// further calls are refused. Each call counts in the task's `llm_call_count`.
+    pub max_llm_calls_per_compression: u32,
+    /// Longest wall time of one compression, LLM calls included, seconds (≥ 1). The
+    /// compressor's own time is also bounded by `runtime.call_timeout_secs`.
+    pub max_compression_secs: u64,
 }
 
 /// Default summary prompt (contains the `{messages}` placeholder).
@@ -36,13 +51,22 @@ impl Default for ContextStorage {
             base_dir: PathBuf::from("./contexts"),
             compression_threshold: 0.7,
             keep_recent_messages: 5,
+            keep_recent_tokens: None,
             cleanup_days: 30,
             summary_prompt: DEFAULT_SUMMARY_PROMPT.to_string(),
+            max_task_dir_mib: 1024,
+            max_llm_calls_per_compression: 16,
+            max_compression_secs: 600,
         }
     }
 }
 
 impl ContextStorage {
+    /// `max_task_dir_mib` in bytes.
+    pub fn max_task_dir_bytes(&self) -> u64 {
+        self.max_task_dir_mib.saturating_mul(1024 * 1024)
+    }
+
     /// Check value ranges; the error names the key.
     pub(super) fn validate(&self) -> Result<(), Invalid> {
         if !self.enabled {
@@ -67,8 +91,32 @@ impl ContextStorage {
                 "must be at least 1, got 0",
             );
         }
+        if self.keep_recent_tokens == Some(0) {
+            return Invalid::err(
+                "context_storage.keep_recent_tokens",
+                "must be at least 1, got 0 (leave it out for the default: half the compression threshold)",
+            );
+        }
         if self.cleanup_days < 1 {
-            return Invalid::err("context_storage.cleanup_days", "must be at least 1, got 0");
+            return Invalid::err(
+                "context_storage.cleanup_days",
+                "must be at least 1, got 0 (to delete the directory of every finished task, run `ctxhost cleanup --all`)",
+            );
+        }
+        for (key, v) in [
+            ("context_storage.max_task_dir_mib", self.max_task_dir_mib),
+            (
+                "context_storage.max_llm_calls_per_compression",
+                u64::from(self.max_llm_calls_per_compression),
+            ),
+            (
+                "context_storage.max_compression_secs",
+                self.max_compression_secs,
+            ),
+        ] {
+            if v < 1 {
+                return Invalid::err(key, "must be at least 1, got 0");
+            }
         }
         if !self.summary_prompt.contains("{messages}") {
             return Invalid::err(

@@ -148,6 +148,8 @@ pub struct LlmConfig {
     pub max_backoff_secs: u64,
     /// Largest response body accepted, MiB (≥ 1).
     pub max_response_mib: u64,
+    /// Largest request body sent, MiB (≥ 1); a bigger request fails the call without sending it.
+    pub max_request_mib: u64,
 }
 
 impl Default for LlmConfig {
@@ -165,6 +167,7 @@ impl Default for LlmConfig {
             max_retries: 3,
             max_backoff_secs: 30,
             max_response_mib: 16,
+            max_request_mib: 32,
         }
     }
 }
@@ -226,6 +229,7 @@ impl LlmConfig {
             ("llm.connect_timeout_secs", self.connect_timeout_secs),
             ("llm.max_backoff_secs", self.max_backoff_secs),
             ("llm.max_response_mib", self.max_response_mib),
+            ("llm.max_request_mib", self.max_request_mib),
         ] {
             if v < 1 {
                 return Invalid::err(key, "must be at least 1, got 0");
@@ -290,42 +294,51 @@ impl Config {
             max_retries: llm.max_retries,
             max_backoff: Duration::from_secs(llm.max_backoff_secs),
             max_response_bytes: llm.max_response_mib.saturating_mul(1024 * 1024),
+            max_request_bytes: llm.max_request_mib.saturating_mul(1024 * 1024),
         })
     }
 }
 
-/// Check that `url` is an absolute http(s) URL with a host and no query or fragment.
+/// Check that `url` is an absolute http(s) URL with a host, no credentials and no query or
+/// fragment. Messages quote the URL with its credentials hidden
+/// ([`crate::llm::redact::url_without_credentials`]).
 fn check_base_url(url: &str) -> Result<(), String> {
+    let shown = crate::llm::redact::url_without_credentials(url);
+    if crate::llm::redact::url_credentials(url).is_some() {
+        return Err(format!(
+            "must not contain credentials (use llm.api_key_env): `{shown}`"
+        ));
+    }
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))
-        .ok_or_else(|| format!("must start with http:// or https://, got `{url}`"))?;
+        .ok_or_else(|| format!("must start with http:// or https://, got `{shown}`"))?;
     let host_port = rest.split('/').next().unwrap_or("");
     if host_port.is_empty() {
-        return Err(format!("has no host: `{url}`"));
+        return Err(format!("has no host: `{shown}`"));
     }
     if url.contains(char::is_whitespace) {
-        return Err(format!("must not contain spaces: `{url}`"));
+        return Err(format!("must not contain spaces: `{shown}`"));
     }
     if url.contains('?') || url.contains('#') {
-        return Err(format!("must not have a query or fragment: `{url}`"));
+        return Err(format!("must not have a query or fragment: `{shown}`"));
+    }
+    if host_port.contains('@') {
+        return Err(format!(
+            "must not contain credentials (use llm.api_key_env): `{shown}`"
+        ));
     }
     let host = match host_port.rsplit_once(':') {
         Some((host, port)) if !host_port.ends_with(']') => {
             if port.parse::<u16>().is_err() {
-                return Err(format!("has an invalid port `{port}`: `{url}`"));
+                return Err(format!("has an invalid port: `{shown}`"));
             }
             host
         }
         _ => host_port,
     };
     if host.is_empty() {
-        return Err(format!("has no host: `{url}`"));
-    }
-    if host_port.contains('@') {
-        return Err(format!(
-            "must not contain credentials (use llm.api_key_env): `{url}`"
-        ));
+        return Err(format!("has no host: `{shown}`"));
     }
     // The request format appends the endpoint path (`/v1/chat/completions`, `/api/chat`,
     // `/v1/messages`).
@@ -335,7 +348,7 @@ fn check_base_url(url: &str) -> Result<(), String> {
             let base = base.strip_suffix("/v1").unwrap_or(base);
             return Err(format!(
                 "must be the server's base URL only, without the endpoint path (the request format \
-                 adds it): got `{url}`, give `{base}`"
+                 adds it): got `{shown}`, give `{base}`"
             ));
         }
     }

@@ -130,9 +130,16 @@ impl WorkerConfig {
 }
 
 impl Config {
-    /// Per-call component limits as (memory bytes, call timeout).
-    pub fn runtime_limits(&self) -> (usize, Duration) {
-        let bytes = (self.runtime.memory_limit_mib as usize).saturating_mul(1024 * 1024);
-        (bytes, Duration::from_secs(self.runtime.call_timeout_secs))
+    /// The limits of every component instance: memory and call timeout (`runtime`), the task
+    /// directory's byte budget and the bounds of a compression (`context_storage`).
+    pub fn runtime_limits(&self) -> crate::runtime::RuntimeLimits {
+        let cs = &self.context_storage;
+        crate::runtime::RuntimeLimits {
+            memory_bytes: (self.runtime.memory_limit_mib as usize).saturating_mul(1024 * 1024),
+            call_timeout: Duration::from_secs(self.runtime.call_timeout_secs),
+            task_dir_bytes: Some(cs.max_task_dir_bytes()),
+            llm_calls_per_call: cs.max_llm_calls_per_compression,
+            wall_time_per_call: Duration::from_secs(cs.max_compression_secs),
+        }
     }
 }

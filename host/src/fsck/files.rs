@@ -1,22 +1,56 @@
-//! The files of one task directory: metadata.json and task_state.json parse; every line of
-//! every JSONL file parses as its format, seq runs 1..n, current.jsonl keeps the context
-//! invariants and is not behind messages.jsonl; no step temporary is left.
+//! The files of one task directory, read through its [`TaskDir`] handle: no symbolic link in
+//! it and nothing looser than owner-only; metadata.json and task_state.json parse; messages.jsonl
+//! exists once the task has a context; every line of every JSONL file parses as its format and
+//! holds no NUL byte, seq runs 1..n, current.jsonl keeps the context invariants and is not
+//! behind messages.jsonl; no step temporary is left.
 
 use std::collections::BTreeSet;
-use std::fs::{self, File};
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use ctxhost_format::files::{
-    CURRENT, DEBUG_FILES, LLM_CALLS, MESSAGES, SUMMARIES, TOOLS, is_temporary,
+    CONTEXT_CHECKPOINT, CURRENT, DEBUG_FILES, HISTORY_CHECKPOINT, LLM_CALLS, MESSAGES,
+    PLANNING_DIR, STORE_CHECKPOINT, SUMMARIES, TOOL_DEFINITIONS, TOOLS, is_temporary,
 };
+use ctxhost_format::planning::{PlanningHistory, PlanningLine};
 use ctxhost_format::{CallLogLine, ChatMessage, HistoryLine, SummaryLine, ToolLine};
 
 use super::{Problem, ProblemKind, problem};
 use crate::invariants::{ContextChecker, Violation};
 use crate::repair::{jsonl_files, reconcile_current};
+use crate::schemas::{self, Schema};
 use crate::summary_ids::{OldId, split_old_id};
 use crate::task::metadata::Metadata;
+use crate::task_dir::{DIR_MODE, FILE_MODE, TaskDir};
+use crate::untrusted;
+
+/// The mode bits ctxhost's files must not have: any access for the group or others.
+pub(crate) const LOOSE_BITS: u32 = 0o077;
+
+/// A [`ProblemKind::LooseMode`] problem for `path` with `mode`, if its mode gives the group or
+/// others any access.
+pub(crate) fn loose_mode(
+    path: &Path,
+    uuid: Option<&str>,
+    mode: u32,
+    is_dir: bool,
+) -> Option<Problem> {
+    let mode = mode & 0o7777;
+    (mode & LOOSE_BITS != 0).then(|| {
+        problem(
+            ProblemKind::LooseMode,
+            uuid,
+            Some(path),
+            None,
+            format!(
+                "mode {mode:04o} lets other users read it; contexts/ holds conversations, code and tool output, so it should be {:04o}",
+                if is_dir { DIR_MODE } else { FILE_MODE }
+            ),
+            true,
+        )
+    })
+}
 
 /// The format a JSONL file's lines must have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,82 +60,165 @@ enum LineFormat {
     Summary,
     Tool,
     CallLog,
+    Planning,
     Object,
 }
 
-fn format_of(path: &Path) -> LineFormat {
-    match path.file_name().and_then(|n| n.to_str()) {
-        Some(MESSAGES) => LineFormat::History,
-        Some(CURRENT) => LineFormat::Context,
-        Some(SUMMARIES) => LineFormat::Summary,
-        Some(TOOLS) => LineFormat::Tool,
-        Some(LLM_CALLS) => LineFormat::CallLog,
+/// The format of the JSONL file `name` (relative to the task directory): `planning/*.jsonl` are
+/// planning histories, top-level files by their name.
+fn format_of(name: &str) -> LineFormat {
+    if name
+        .strip_prefix(PLANNING_DIR)
+        .is_some_and(|rest| rest.starts_with('/'))
+    {
+        return LineFormat::Planning;
+    }
+    match name {
+        MESSAGES => LineFormat::History,
+        CURRENT => LineFormat::Context,
+        SUMMARIES => LineFormat::Summary,
+        TOOLS => LineFormat::Tool,
+        LLM_CALLS => LineFormat::CallLog,
         _ => LineFormat::Object,
     }
 }
 
-/// Check the files of one task directory. `live`: a process is using it (read-only, the last
-/// line is not judged); `allow_pending`: unanswered tool calls may end current.jsonl;
+/// Check the files of the task directory at `path`. `live`: a process is using it (read-only,
+/// the last line is not judged); `allow_pending`: unanswered tool calls may end current.jsonl;
 /// `keep_debug`: request/response bodies are not temporaries (a failed task).
 pub(crate) fn check_dir(
-    dir: &Path,
+    path: &Path,
     uuid: Option<&str>,
     live: bool,
     allow_pending: bool,
     keep_debug: bool,
     problems: &mut Vec<Problem>,
 ) {
+    let dir = match TaskDir::open(path) {
+        Ok(d) => d,
+        Err(e) => {
+            problems.push(problem(
+                ProblemKind::Unreadable,
+                uuid,
+                Some(path),
+                None,
+                format!("cannot open: {e}"),
+                false,
+            ));
+            return;
+        }
+    };
+    check_entries(&dir, uuid, live, problems);
     for (name, parse) in [
         (
             crate::task::metadata::METADATA_FILE,
-            (|b: &[u8]| serde_json::from_slice::<Metadata>(b).map(|_| ()))
-                as fn(&[u8]) -> serde_json::Result<()>,
+            (|v: serde_json::Value| serde_json::from_value::<Metadata>(v).map(|_| ()))
+                as fn(serde_json::Value) -> serde_json::Result<()>,
         ),
-        (crate::task::state::TASK_STATE_FILE, |b: &[u8]| {
-            serde_json::from_slice::<crate::task::state::TaskState>(b).map(|_| ())
+        (crate::task::state::TASK_STATE_FILE, |v| {
+            serde_json::from_value::<crate::task::state::TaskState>(v).map(|_| ())
         }),
+        // Read by the request format only: its schema is all there is to check.
+        (TOOL_DEFINITIONS, |_| Ok(())),
+        // Checkpoints: an optimisation readers ignore when it does not match the files, so
+        // only their schema is checked.
+        (STORE_CHECKPOINT, |_| Ok(())),
+        (HISTORY_CHECKPOINT, |_| Ok(())),
+        (CONTEXT_CHECKPOINT, |_| Ok(())),
     ] {
-        let path = dir.join(name);
-        if let Ok(bytes) = fs::read(&path)
-            && let Err(e) = parse(&bytes)
-            && !live
-        {
-            problems.push(problem(
+        let Ok(Some(bytes)) = dir.read_if_exists(name) else {
+            continue;
+        };
+        if live {
+            continue;
+        }
+        let path = dir.file_path(name);
+        let bad_file = |e: &dyn std::fmt::Display| {
+            problem(
                 ProblemKind::BadFile,
                 uuid,
                 Some(&path),
                 None,
-                format!("does not parse: {e}"),
+                format!(
+                    "does not parse: {}",
+                    untrusted::text(&e.to_string(), untrusted::MAX_ERROR_BYTES)
+                ),
+                false,
+            )
+        };
+        let value: serde_json::Value = match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                problems.push(bad_file(&e));
+                continue;
+            }
+        };
+        let mismatch =
+            Schema::for_task_file(name).and_then(|schema| schema_mismatch(schema, &value));
+        let matched = mismatch.is_none();
+        if let Some(message) = mismatch {
+            problems.push(problem(
+                ProblemKind::SchemaMismatch,
+                uuid,
+                Some(&path),
+                None,
+                message,
                 false,
             ));
         }
+        if let Err(e) = parse(value)
+            && matched
+        {
+            problems.push(bad_file(&e));
+        }
     }
-    if !live && let Ok(entries) = fs::read_dir(dir) {
-        let mut names: Vec<String> = entries
-            .flatten()
-            .filter(|e| e.path().is_file())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| is_temporary(n) && !(keep_debug && DEBUG_FILES.contains(&n.as_str())))
-            .collect();
-        names.sort();
-        for n in names {
+    if !live && let Ok(entries) = dir.entries(None) {
+        for (n, _) in entries.iter().filter(|(n, m)| {
+            m.is_file() && is_temporary(n) && !(keep_debug && DEBUG_FILES.contains(&n.as_str()))
+        }) {
             problems.push(problem(
                 ProblemKind::TemporaryFile,
                 uuid,
-                Some(&dir.join(&n)),
+                Some(&dir.file_path(n)),
                 None,
                 "a step's temporary file left behind",
                 true,
             ));
         }
     }
-    let files = match jsonl_files(dir) {
+    // A context without its history: the task cannot be resumed, nor its context rebuilt.
+    let messages = dir.file_path(MESSAGES);
+    if !live && !dir.is_file(MESSAGES) {
+        let written: Vec<&str> = [CURRENT, SUMMARIES, TOOLS]
+            .into_iter()
+            .filter(|f| dir.is_file(f))
+            .collect();
+        if !written.is_empty() || !allow_pending {
+            problems.push(problem(
+                ProblemKind::MissingFile,
+                uuid,
+                Some(&messages),
+                None,
+                if written.is_empty() {
+                    "missing: a completed task always has its history".to_string()
+                } else {
+                    format!(
+                        "missing, but {} exist(s): the history of the task is lost (restore it from a backup; \
+                         the task cannot be resumed without it)",
+                        written.join(", ")
+                    )
+                },
+                false,
+            ));
+        }
+    }
+    let files = match jsonl_files(&dir) {
         Ok(f) => f,
         Err(e) => {
             problems.push(problem(
                 ProblemKind::Unreadable,
                 uuid,
-                Some(dir),
+                Some(path),
                 None,
                 format!("{e:#}"),
                 false,
@@ -111,22 +228,17 @@ pub(crate) fn check_dir(
     };
     let mut clean = BTreeSet::new();
     for file in &files {
-        if check_jsonl(file, uuid, live, allow_pending, problems) {
-            clean.insert(
-                file.file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned(),
-            );
+        if check_jsonl(&dir, file, uuid, live, allow_pending, problems) {
+            clean.insert(file.as_str());
         }
     }
     // Only two sound files can be matched up.
     if !live && clean.contains(MESSAGES) && clean.contains(CURRENT) {
-        match reconcile_current(dir, false) {
+        match reconcile_current(&dir, false) {
             Ok(missing) if !missing.is_empty() => problems.push(problem(
                 ProblemKind::CurrentBehind,
                 uuid,
-                Some(&dir.join(CURRENT)),
+                Some(&dir.file_path(CURRENT)),
                 None,
                 format!("lacks the last line(s) of {MESSAGES}: seq {missing:?}"),
                 true,
@@ -135,7 +247,7 @@ pub(crate) fn check_dir(
             Err(e) => problems.push(problem(
                 ProblemKind::Unreconcilable,
                 uuid,
-                Some(&dir.join(CURRENT)),
+                Some(&dir.file_path(CURRENT)),
                 None,
                 format!("{e:#}"),
                 false,
@@ -144,17 +256,61 @@ pub(crate) fn check_dir(
     }
 }
 
-/// Check every line of one JSONL file; returns whether it has no line problem.
+/// The entries of the task directory: symbolic links (the host never writes one; a component
+/// of an older ctxhost could), and modes looser than owner-only (the directory itself too).
+fn check_entries(dir: &TaskDir, uuid: Option<&str>, live: bool, problems: &mut Vec<Problem>) {
+    if let Ok(m) = std::fs::symlink_metadata(dir.path())
+        && let Some(p) = loose_mode(dir.path(), uuid, m.permissions().mode(), true)
+    {
+        problems.push(p);
+    }
+    let mut found = Vec::new();
+    let walked = dir.walk(|rel, m| {
+        if m.is_symlink() {
+            found.push(problem(
+                ProblemKind::Symlink,
+                uuid,
+                Some(&dir.file_path(rel)),
+                None,
+                "a symbolic link in a task directory (the host never follows one; --repair deletes it)",
+                !live,
+            ));
+        } else if let Some(p) = loose_mode(
+            &dir.file_path(rel),
+            uuid,
+            cap_std::fs::PermissionsExt::mode(&m.permissions()),
+            m.is_dir(),
+        ) {
+            found.push(p);
+        }
+    });
+    if let Err(e) = walked {
+        found.push(problem(
+            ProblemKind::Unreadable,
+            uuid,
+            Some(dir.path()),
+            None,
+            format!("cannot list: {e}"),
+            false,
+        ));
+    }
+    problems.extend(found);
+}
+
+/// Check every line of the JSONL file `name` of `dir`; returns whether it has no line problem.
 fn check_jsonl(
-    path: &Path,
+    dir: &TaskDir,
+    name: &str,
     uuid: Option<&str>,
     live: bool,
     allow_pending: bool,
     problems: &mut Vec<Problem>,
 ) -> bool {
     let before = problems.len();
-    let format = format_of(path);
-    let mut reader = match File::open(path) {
+    let path_buf = dir.file_path(name);
+    let path = path_buf.as_path();
+    let format = format_of(name);
+    let mut reader = match dir.open_read(name) {
         Ok(f) => BufReader::new(f),
         Err(e) => {
             problems.push(problem(
@@ -173,6 +329,8 @@ fn check_jsonl(
     let mut offset = 0u64;
     let mut expected_seq = 1u64;
     let mut checker = (format == LineFormat::Context).then(ContextChecker::new);
+    let schema = schema_of(path);
+    let mut planning = (format == LineFormat::Planning).then(PlanningHistory::default);
     let mut messages = 0u64;
     loop {
         buf.clear();
@@ -196,6 +354,24 @@ fn check_jsonl(
         offset += n as u64;
         let terminated = buf.last() == Some(&b'\n');
         let is_last = reader.fill_buf().map(|b| b.is_empty()).unwrap_or(true);
+        if buf.contains(&0) && !live {
+            // A lost write: the bytes are read as what they would be without the NULs.
+            let nuls = buf.iter().filter(|b| **b == 0).count();
+            buf.retain(|b| *b != 0);
+            let only = buf.iter().all(u8::is_ascii_whitespace);
+            problems.push(problem(
+                ProblemKind::NulBytes,
+                uuid,
+                Some(path),
+                Some(line_no),
+                if only {
+                    format!("a line of {nuls} NUL byte(s) (a lost write)")
+                } else {
+                    format!("{nuls} NUL byte(s) before the line's text (a lost write)")
+                },
+                true,
+            ));
+        }
         let text = String::from_utf8_lossy(&buf);
         let text = text.trim_end_matches(['\n', '\r']);
         if text.trim().is_empty() {
@@ -211,12 +387,35 @@ fn check_jsonl(
             }
             continue;
         }
+        // A complete line that is JSON is checked against its schema (an unterminated last
+        // line is torn, or being written: not a question of format).
+        let schema_mismatch = match schema {
+            Some(schema) if terminated || !is_last => line_mismatch(schema, text),
+            _ => None,
+        };
+        let mismatched = schema_mismatch.is_some();
+        if let Some(message) = schema_mismatch {
+            problems.push(problem(
+                ProblemKind::SchemaMismatch,
+                uuid,
+                Some(path),
+                Some(line_no),
+                message,
+                false,
+            ));
+        }
         let parsed = parse_line(format, text);
         match parsed {
             Err(e) if is_last && live && !terminated => {
                 // Being written by the task's process.
                 let _ = e;
                 break;
+            }
+            Err(_) if mismatched => {
+                // Reported above; later seq / invariant findings would only repeat it.
+                checker = None;
+                expected_seq = 0;
+                continue;
             }
             Err(e) if is_last => {
                 problems.push(problem(
@@ -235,7 +434,10 @@ fn check_jsonl(
                     uuid,
                     Some(path),
                     Some(line_no),
-                    format!("not a valid line: {e}"),
+                    format!(
+                        "not a valid line: {}",
+                        untrusted::text(&e, untrusted::MAX_ERROR_BYTES)
+                    ),
                     false,
                 ));
                 // Later seq / invariant findings would only repeat this one.
@@ -288,6 +490,21 @@ fn check_jsonl(
                         }
                         expected_seq = seq + 1;
                     }
+                    Parsed::Planning(line) => {
+                        if let Some(h) = planning.as_mut()
+                            && let Err(e) = h.push(*line)
+                        {
+                            problems.push(problem(
+                                ProblemKind::PlanningRule,
+                                uuid,
+                                Some(path),
+                                Some(line_no),
+                                format!("breaks the planning history's rules: {e}"),
+                                false,
+                            ));
+                            planning = None;
+                        }
+                    }
                     Parsed::Message(m) => {
                         messages += 1;
                         if let Some(c) = checker.as_mut()
@@ -298,8 +515,8 @@ fn check_jsonl(
                                 uuid,
                                 Some(path),
                                 Some(line_no),
-                                v.to_string(),
-                                false,
+                                describe_violation(&v),
+                                v.is_repairable() && !live,
                             ));
                             checker = None;
                         }
@@ -308,6 +525,22 @@ fn check_jsonl(
                 }
             }
         }
+    }
+    if let Some(h) = planning
+        && h.uncommitted > 0
+        && !live
+    {
+        problems.push(problem(
+            ProblemKind::UncommittedPlanning,
+            uuid,
+            Some(path),
+            Some(line_no + 1 - h.uncommitted),
+            format!(
+                "{} line(s) after the last decision: entries of a strategy hook that never returned",
+                h.uncommitted
+            ),
+            true,
+        ));
     }
     if let Some(c) = checker
         && messages > 0
@@ -319,18 +552,87 @@ fn check_jsonl(
                 uuid,
                 Some(path),
                 None,
-                format!("at the end: {v}"),
-                false,
+                format!("at the end: {}", describe_violation(&v)),
+                v.is_repairable() && !live,
             )),
         }
     }
     problems.len() == before
 }
 
+/// The schema of the JSONL file at `path`: by its name, or `planning/*.jsonl`.
+fn schema_of(path: &Path) -> Option<Schema> {
+    let name = path.file_name()?.to_str()?;
+    let in_planning = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n == PLANNING_DIR);
+    if in_planning {
+        Schema::for_task_file(&format!("{PLANNING_DIR}/{name}"))
+    } else {
+        Schema::for_task_file(name)
+    }
+}
+
+/// What is wrong with JSONL line `text` against `schema`; `None` when it matches, or is not
+/// JSON (the line's parse reports that). A summary id in ctxhost 0.1's string form counts as
+/// the number it stands for here: it is reported as `old-summary-id`, which `--repair` fixes.
+fn line_mismatch(schema: Schema, text: &str) -> Option<String> {
+    let mut value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let id_key = match schema {
+        Schema::Messages => Some("summary_id"),
+        Schema::Summaries => Some("id"),
+        _ => None,
+    };
+    if let Some(key) = id_key
+        && let Some(id) = value.get_mut(key)
+        && id.is_string()
+    {
+        *id = serde_json::Value::from(1);
+    }
+    schema_mismatch(schema, &value)
+}
+
+/// `does not match <schema>: <what>` for a value that does not match `schema`.
+fn schema_mismatch(schema: Schema, value: &serde_json::Value) -> Option<String> {
+    match schema.validate(value) {
+        Ok(m) if m.is_empty() => None,
+        Ok(m) => {
+            let sep = if m.iter().any(|x| x.kind.is_some()) {
+                " "
+            } else {
+                ": "
+            };
+            Some(format!(
+                "does not match docs/schemas/{schema}{sep}{}",
+                schemas::describe(&m, MAX_MISMATCHES)
+            ))
+        }
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+/// Mismatches named per line (the rest are counted).
+const MAX_MISMATCHES: usize = 5;
+
+/// A violation, and what `--repair` does about it when it can.
+fn describe_violation(v: &Violation) -> String {
+    if v.is_repairable() {
+        format!(
+            "{v} (--repair drops a duplicate or orphan result, answers a call left without one, \
+             replaces invalid arguments by {{}}, and records it in {MESSAGES})"
+        )
+    } else {
+        v.to_string()
+    }
+}
+
 enum Parsed {
     /// A history line: its seq, and its `summary_id` if written in an old string form.
     History(u64, Option<OldId>),
     Message(ChatMessage),
+    /// A planning-history line.
+    Planning(Box<PlanningLine>),
     /// A summaries.jsonl line, with its `id` if written in an old string form.
     Summary(Option<OldId>),
     Other,
@@ -365,6 +667,9 @@ fn parse_line(format: LineFormat, text: &str) -> Result<Parsed, String> {
             serde_json::from_str::<CallLogLine>(text).map_err(e)?;
             Parsed::Other
         }
+        LineFormat::Planning => Parsed::Planning(Box::new(
+            serde_json::from_str::<PlanningLine>(text).map_err(e)?,
+        )),
         LineFormat::Object => {
             let v: serde_json::Value = serde_json::from_str(text).map_err(e)?;
             if !v.is_object() {

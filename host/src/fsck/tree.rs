@@ -1,9 +1,11 @@
 //! The rows against the tree: every task directory found, where each row's status keeps it
 //! ([`crate::lifecycle::dir_fix`]), processes that are gone, directories without a row, entries
-//! that are not task directories, interrupted cleanups.
+//! that are not task directories, interrupted cleanups; the modes of `contexts/`, its folders,
+//! `.cache/` and tasks.db.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use super::{Pass, Problem, ProblemKind, files, problem};
@@ -12,11 +14,43 @@ use crate::layout::{DELETING_PREFIX, DirState, Layout, hostname, parse_uuid};
 use crate::lifecycle::{self, DirFix};
 use crate::recovery::process_runs_task;
 
+/// The modes of what `contexts/` holds outside the task directories: the folder itself, its
+/// state folders, `.cache/` and its files, tasks.db and its WAL files.
+fn check_tree_modes(db: &Db, layout: &Layout, problems: &mut Vec<Problem>) {
+    let mut paths: Vec<PathBuf> = vec![layout.root().to_path_buf()];
+    paths.extend(DirState::ALL.iter().map(|s| layout.state_dir(*s)));
+    let cache = layout.cache_dir();
+    paths.push(cache.clone());
+    if let Ok(entries) = fs::read_dir(&cache) {
+        let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        files.sort();
+        paths.extend(files);
+    }
+    let db_path = db.path().to_path_buf();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = db_path.clone().into_os_string();
+        p.push(suffix);
+        paths.push(PathBuf::from(p));
+    }
+    for path in paths {
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        if let Some(p) = files::loose_mode(&path, None, meta.permissions().mode(), meta.is_dir()) {
+            problems.push(p);
+        }
+    }
+}
+
 /// One read-only pass over the rows and the tree.
 pub(crate) fn check(db: &Db, layout: &Layout) -> anyhow::Result<Pass> {
     let host = hostname();
     let rows: Vec<TaskRow> = db.list(&Default::default())?;
     let mut problems = Vec::new();
+    check_tree_modes(db, layout, &mut problems);
 
     // Where each task directory is.
     let mut found: BTreeMap<String, Vec<DirState>> = BTreeMap::new();

@@ -6,13 +6,14 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufReader};
-use std::path::Path;
+use std::io::BufReader;
 
 use anyhow::Context;
 use ctxhost_format::jsonl::LineReader;
-use ctxhost_format::tail::BackwardLines;
+use ctxhost_format::tail::{BackwardLines, TailError};
 use ctxhost_format::{ChatMessage, ToolCall};
+
+use crate::task_dir::TaskDir;
 
 /// The tool calls of the last assistant message that have no `tool` message after it, in the
 /// order the model made them. Empty when the context ends with every call answered (or has
@@ -26,7 +27,7 @@ pub fn pending_tool_calls(messages: impl IntoIterator<Item = ChatMessage>) -> Ve
 }
 
 /// One step of [`pending_tool_calls`]: `m` answers a pending call, or starts a new list.
-fn track_pending(pending: &mut Vec<ToolCall>, m: ChatMessage) {
+pub fn track_pending(pending: &mut Vec<ToolCall>, m: ChatMessage) {
     match m.role.as_str() {
         "tool" => {
             if let Some(id) = &m.tool_call_id
@@ -48,39 +49,40 @@ pub fn final_answer(last: &ChatMessage) -> Option<String> {
         .filter(|c| !c.trim().is_empty())
 }
 
-/// A line reader over `path`, or `None` when the file does not exist. Errors name the file.
-pub fn open_lines(path: &Path) -> anyhow::Result<Option<LineReader<BufReader<File>>>> {
-    match File::open(path) {
-        Ok(f) => Ok(Some(LineReader::new(
-            BufReader::new(f),
-            path.display().to_string(),
-        ))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot open {}", path.display())),
+/// A line reader over the file `name` of `dir`, or `None` when it does not exist. Errors
+/// name the file.
+pub fn open_lines(
+    dir: &TaskDir,
+    name: &str,
+) -> anyhow::Result<Option<LineReader<BufReader<File>>>> {
+    match dir.open_read_if_exists(name) {
+        Ok(Some(f)) => Ok(Some(LineReader::new(BufReader::new(f), dir.show(name)))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", dir.show(name))),
     }
 }
 
-/// The last message of the context file `path` (`None` when empty or missing), read from the
-/// end of the file: only its last line is read and parsed. Errors name the file and the byte
-/// offset of a last line that is not a chat message.
-pub fn last_message_in(path: &Path) -> anyhow::Result<Option<ChatMessage>> {
-    let Some(mut lines) = open_backwards(path)? else {
+/// The last message of the context file `name` of `dir` (`None` when empty or missing), read
+/// from the end of the file: only its last line is read and parsed. Errors name the file and
+/// the byte offset of a last line that is not a chat message.
+pub fn last_message_in(dir: &TaskDir, name: &str) -> anyhow::Result<Option<ChatMessage>> {
+    let Some(mut lines) = open_backwards(dir, name)? else {
         return Ok(None);
     };
-    Ok(lines.prev_value::<ChatMessage>()?.map(|(_, m)| m))
+    Ok(prev_message(&mut lines)?)
 }
 
-/// [`pending_tool_calls`] of the context file `path`, read from its end: the `tool` messages
-/// at its end and the message before them, whatever the file's size. Same result as feeding
-/// every message to [`pending_tool_calls`]: only the last non-`tool` message's calls can be
-/// pending, and each `tool` message after it answers the first pending call with its id.
-pub fn pending_tool_calls_in(path: &Path) -> anyhow::Result<Vec<ToolCall>> {
-    let Some(mut lines) = open_backwards(path)? else {
+/// [`pending_tool_calls`] of the context file `name` of `dir`, read from its end: the `tool`
+/// messages at its end and the message before them, whatever the file's size. Same result as
+/// feeding every message to [`pending_tool_calls`]: only the last non-`tool` message's calls
+/// can be pending, and each `tool` message after it answers the first pending call with its id.
+pub fn pending_tool_calls_in(dir: &TaskDir, name: &str) -> anyhow::Result<Vec<ToolCall>> {
+    let Some(mut lines) = open_backwards(dir, name)? else {
         return Ok(Vec::new());
     };
     // Ids answered after the last non-tool message, with how many times each.
     let mut answered: HashMap<String, usize> = HashMap::new();
-    while let Some((_, m)) = lines.prev_value::<ChatMessage>()? {
+    while let Some(m) = prev_message(&mut lines)? {
         if m.role == "tool" {
             if let Some(id) = m.tool_call_id {
                 *answered.entry(id).or_default() += 1;
@@ -99,23 +101,116 @@ pub fn pending_tool_calls_in(path: &Path) -> anyhow::Result<Vec<ToolCall>> {
     Ok(Vec::new())
 }
 
-/// A backward line reader over `path` ([`BackwardLines`]), or `None` when it does not exist.
-pub fn open_backwards(path: &Path) -> anyhow::Result<Option<BackwardLines<File>>> {
-    match File::open(path) {
-        Ok(f) => Ok(Some(BackwardLines::from_end(
-            f,
-            path.display().to_string(),
-        )?)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot open {}", path.display())),
+/// A backward line reader over the file `name` of `dir` ([`BackwardLines`]), or `None` when it
+/// does not exist. Errors name the file.
+pub fn open_backwards(dir: &TaskDir, name: &str) -> anyhow::Result<Option<BackwardLines<File>>> {
+    match dir.open_read_if_exists(name) {
+        Ok(Some(f)) => Ok(Some(
+            BackwardLines::from_end(f, dir.show(name)).map_err(bounded)?,
+        )),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", dir.show(name))),
     }
 }
 
-/// The final answer the context file `path` already ends with ([`final_answer`] of its last
-/// message). A process that died after appending it, before the task was marked completed,
-/// leaves such a context; the next run completes the task without asking the model again.
-pub fn final_answer_in(path: &Path) -> anyhow::Result<Option<String>> {
-    Ok(last_message_in(path)?.as_ref().and_then(final_answer))
+/// The previous chat message of `lines` (`None` at the start of the file).
+fn prev_message(lines: &mut BackwardLines<File>) -> anyhow::Result<Option<ChatMessage>> {
+    Ok(lines
+        .prev_value::<ChatMessage>()
+        .map_err(bounded)?
+        .map(|(_, m)| m))
+}
+
+/// A backward read's error as the host reports it: serde quotes the value it did not expect,
+/// which a component wrote, so the text is bounded and escaped ([`crate::untrusted::text`]).
+pub fn bounded(e: TailError) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{}",
+        crate::untrusted::text(&e.to_string(), crate::untrusted::MAX_ERROR_BYTES)
+    )
+}
+
+/// Where a context ends, as the agent loop resumes from it ([`tail_in`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tail {
+    /// No message.
+    Empty,
+    /// A `system` or `user` message: ready for a model call (or, for the task's first prompt,
+    /// for the strategy's start).
+    Prompt,
+    /// An assistant reply without tool calls.
+    Answer(ChatMessage),
+    /// An assistant reply with tool calls, followed by the `tool` messages answering some or
+    /// all of them (`answers`, in order); `pending` are the calls still unanswered.
+    ToolRound {
+        /// The assistant message that made the calls.
+        reply: ChatMessage,
+        /// The `tool` messages after it.
+        answers: Vec<ChatMessage>,
+        /// Its calls without an answer, in call order.
+        pending: Vec<ToolCall>,
+    },
+}
+
+/// How the context file `name` of `dir` ends ([`Tail`]), read from its end: the `tool`
+/// messages at its end and the message before them. Same result as streaming the file through
+/// the loop's rule (a `tool` message continues the tool round before it; after anything but an
+/// assistant message with calls it leaves a prompt).
+pub fn tail_in(dir: &TaskDir, name: &str) -> anyhow::Result<Tail> {
+    let Some(mut lines) = open_backwards(dir, name)? else {
+        return Ok(Tail::Empty);
+    };
+    let mut answers = Vec::new();
+    let before = loop {
+        match prev_message(&mut lines)? {
+            Some(m) if m.role == "tool" => answers.push(m),
+            other => break other,
+        }
+    };
+    answers.reverse();
+    Ok(match before {
+        None if answers.is_empty() => Tail::Empty,
+        Some(m) if m.role == "assistant" && !m.calls().is_empty() => {
+            let pending = m
+                .calls()
+                .iter()
+                .filter(|c| {
+                    !answers
+                        .iter()
+                        .any(|a| a.tool_call_id.as_deref() == Some(c.id.as_str()))
+                })
+                .cloned()
+                .collect();
+            Tail::ToolRound {
+                reply: m,
+                answers,
+                pending,
+            }
+        }
+        Some(m) if m.role == "assistant" && answers.is_empty() => Tail::Answer(m),
+        _ => Tail::Prompt,
+    })
+}
+
+/// The ids of every tool call in the history file `name` of `dir` (messages.jsonl, streamed;
+/// empty when missing), for [`super::ids::make_call_ids_unique`].
+pub fn call_ids_in(dir: &TaskDir, name: &str) -> anyhow::Result<std::collections::HashSet<String>> {
+    let mut ids = std::collections::HashSet::new();
+    let Some(mut lines) = open_lines(dir, name)? else {
+        return Ok(ids);
+    };
+    while let Some((_, h)) = lines.next_value::<ctxhost_format::HistoryLine>()? {
+        ids.extend(h.tool_calls.into_iter().flatten().map(|c| c.id));
+    }
+    Ok(ids)
+}
+
+/// The final answer the context file `name` of `dir` already ends with ([`final_answer`] of
+/// its last message). A process that died after appending it, before the task was marked
+/// completed, leaves such a context; the next run completes the task without asking the model
+/// again.
+pub fn final_answer_in(dir: &TaskDir, name: &str) -> anyhow::Result<Option<String>> {
+    Ok(last_message_in(dir, name)?.as_ref().and_then(final_answer))
 }
 
 #[cfg(test)]
@@ -156,7 +251,55 @@ mod tests {
             .map(|m| serde_json::to_string(m).unwrap() + "\n")
             .collect();
         std::fs::write(&p, text).unwrap();
-        assert_eq!(ids(pending_tool_calls_in(&p).unwrap()), ["y"]);
+        let task = TaskDir::open(dir.path()).unwrap();
+        assert_eq!(
+            ids(pending_tool_calls_in(&task, "current.jsonl").unwrap()),
+            ["y"]
+        );
+    }
+
+    #[test]
+    fn the_tail_says_where_the_loop_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("current.jsonl");
+        let task = TaskDir::open(dir.path()).unwrap();
+        let write = |ms: &[ChatMessage]| {
+            let text: String = ms
+                .iter()
+                .map(|m| serde_json::to_string(m).unwrap() + "\n")
+                .collect();
+            std::fs::write(&p, text).unwrap();
+        };
+        assert_eq!(tail_in(&task, "current.jsonl").unwrap(), Tail::Empty);
+        let sys = ChatMessage::text("system", "s");
+        let user = ChatMessage::text("user", "u");
+        write(&[sys.clone(), user.clone()]);
+        assert_eq!(tail_in(&task, "current.jsonl").unwrap(), Tail::Prompt);
+        let answer = ChatMessage::text("assistant", "done");
+        write(&[sys.clone(), user.clone(), answer.clone()]);
+        assert_eq!(
+            tail_in(&task, "current.jsonl").unwrap(),
+            Tail::Answer(answer)
+        );
+        write(&[sys.clone(), user.clone(), call(&["a", "b"]), result("b")]);
+        match tail_in(&task, "current.jsonl").unwrap() {
+            Tail::ToolRound {
+                answers, pending, ..
+            } => {
+                assert_eq!(answers.len(), 1);
+                assert_eq!(pending.len(), 1);
+                assert_eq!(pending[0].id, "a");
+            }
+            other => panic!("{other:?}"),
+        }
+        write(&[
+            sys,
+            user,
+            call(&["a"]),
+            result("a"),
+            ChatMessage::text("user", "next"),
+        ]);
+        assert_eq!(tail_in(&task, "current.jsonl").unwrap(), Tail::Prompt);
     }
 
     #[test]
@@ -169,10 +312,8 @@ mod tests {
         assert_eq!(final_answer(&ChatMessage::text("user", "hi")), None);
         assert_eq!(final_answer(&call(&["a"])), None);
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(
-            final_answer_in(&dir.path().join("none.jsonl")).unwrap(),
-            None
-        );
+        let task = TaskDir::open(dir.path()).unwrap();
+        assert_eq!(final_answer_in(&task, "none.jsonl").unwrap(), None);
     }
 
     use proptest::prelude::*;
@@ -182,11 +323,60 @@ mod tests {
     fn message() -> impl Strategy<Value = ChatMessage> {
         let id = prop::sample::select(vec!["a", "b", "c"]);
         prop_oneof![
+            Just(ChatMessage::text("system", "s")),
             Just(ChatMessage::text("user", "u")),
             Just(ChatMessage::text("assistant", "t")),
             prop::collection::vec(id.clone(), 0..4).prop_map(|ids| call(&ids)),
             id.prop_map(result),
         ]
+    }
+
+    /// [`tail_in`]'s rule, streamed over every message (the definition the backward read
+    /// must agree with).
+    fn tail_streamed(messages: &[ChatMessage]) -> Tail {
+        let mut tail = Tail::Empty;
+        for m in messages.iter().cloned() {
+            tail = match (tail, m) {
+                (
+                    Tail::ToolRound {
+                        reply, mut answers, ..
+                    },
+                    m,
+                ) if m.role == "tool" => {
+                    answers.push(m);
+                    Tail::ToolRound {
+                        reply,
+                        answers,
+                        pending: Vec::new(),
+                    }
+                }
+                (_, m) if m.role == "assistant" && !m.calls().is_empty() => Tail::ToolRound {
+                    reply: m,
+                    answers: Vec::new(),
+                    pending: Vec::new(),
+                },
+                (_, m) if m.role == "assistant" => Tail::Answer(m),
+                (_, _) => Tail::Prompt,
+            };
+        }
+        if let Tail::ToolRound { reply, answers, .. } = tail {
+            let pending = reply
+                .calls()
+                .iter()
+                .filter(|c| {
+                    !answers
+                        .iter()
+                        .any(|a| a.tool_call_id.as_deref() == Some(c.id.as_str()))
+                })
+                .cloned()
+                .collect();
+            return Tail::ToolRound {
+                reply,
+                answers,
+                pending,
+            };
+        }
+        tail
     }
 
     proptest! {
@@ -207,12 +397,17 @@ mod tests {
                 }
             }
             std::fs::write(&p, text).unwrap();
+            let task = TaskDir::open(dir.path()).unwrap();
             let ids = |v: Vec<ToolCall>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
             prop_assert_eq!(
-                ids(pending_tool_calls_in(&p).unwrap()),
+                ids(pending_tool_calls_in(&task, "current.jsonl").unwrap()),
                 ids(pending_tool_calls(messages.clone()))
             );
-            prop_assert_eq!(last_message_in(&p).unwrap(), messages.last().cloned());
+            prop_assert_eq!(
+                last_message_in(&task, "current.jsonl").unwrap(),
+                messages.last().cloned()
+            );
+            prop_assert_eq!(tail_in(&task, "current.jsonl").unwrap(), tail_streamed(&messages));
         }
     }
 }

@@ -80,10 +80,10 @@ pub(super) fn move_dir(
     Ok(dst)
 }
 
-/// Create the (empty) directory of `uuid` in `state/`, then fsync the folder.
+/// Create the (empty) directory of `uuid` in `state/`, owner-only, then fsync the folder.
 pub(super) fn create_dir(layout: &Layout, uuid: &str, state: DirState) -> anyhow::Result<PathBuf> {
     let dir = layout.task_dir(state, uuid);
-    fs::create_dir_all(&dir)
+    crate::layout::create_private_dir_all(&dir)
         .with_context(|| format!("cannot create the task directory {}", dir.display()))?;
     sync_dir(&layout.state_dir(state))?;
     Ok(dir)

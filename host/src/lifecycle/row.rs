@@ -7,6 +7,12 @@ use rusqlite::params;
 
 use super::{Claim, Status};
 use crate::db::{Db, DbError, now_rfc3339};
+use crate::untrusted::{self, MAX_DB_ERROR_BYTES};
+
+/// What the database keeps of an error message: bounded and escaped, whoever wrote it.
+fn bounded(message: &str) -> std::borrow::Cow<'_, str> {
+    untrusted::text(message, MAX_DB_ERROR_BYTES)
+}
 
 /// Queued → running for the process of `claim`: one atomic
 /// `UPDATE … SET status='running', process_id, hostname, started_at … WHERE uuid=? AND status='queued'`.
@@ -57,6 +63,7 @@ pub fn finish(
     error_message: Option<&str>,
 ) -> Result<bool, DbError> {
     debug_assert!(status.is_final(), "finish with non-final status {status}");
+    let error_message = error_message.map(bounded);
     let now = now_rfc3339();
     let n = db.retry(|c| {
         c.execute(
@@ -81,6 +88,7 @@ pub fn settle_crash(
     error_message: Option<&str>,
 ) -> Result<bool, DbError> {
     debug_assert!(status != Status::Running);
+    let error_message = error_message.map(bounded);
     let now = now_rfc3339();
     let n = db.retry(|c| {
         c.execute(
@@ -147,12 +155,29 @@ pub fn stop_waiting(db: &Db, uuid: &str) -> Result<Option<Status>, DbError> {
 
 /// Queued → failed with `error_message` (its process could not start). Returns whether it changed.
 pub fn fail_queued(db: &Db, uuid: &str, error_message: &str) -> Result<bool, DbError> {
+    let error_message = bounded(error_message);
     let now = now_rfc3339();
     let n = db.retry(|c| {
         c.execute(
             "UPDATE tasks SET status = 'failed', error_message = ?2, completed_at = ?3, updated_at = ?3 \
              WHERE uuid = ?1 AND status = 'queued'",
             params![uuid, error_message, now],
+        )
+    })?;
+    Ok(n == 1)
+}
+
+/// Failed → queued (`ctxhost retry`), unless its files were deleted: `completed_at`,
+/// `error_message`, requests and the crash count cleared (the task gets the worker's full
+/// crash budget again). Returns whether it changed.
+pub fn retry(db: &Db, uuid: &str) -> Result<bool, DbError> {
+    let now = now_rfc3339();
+    let n = db.retry(|c| {
+        c.execute(
+            "UPDATE tasks SET status = 'queued', completed_at = NULL, error_message = NULL, \
+             crash_count = 0, pause_requested = 0, stop_requested = 0, pause_reason = NULL, updated_at = ?2 \
+             WHERE uuid = ?1 AND status = 'failed' AND files_deleted_at IS NULL",
+            params![uuid, now],
         )
     })?;
     Ok(n == 1)

@@ -6,12 +6,10 @@
 //! context of the process that resumes it sets `resumed_at` and adds 1 to `resume_count` — so a
 //! file with `resumed_at` null means "paused, not resumed yet", whoever looks (a crash in between is counted once).
 
-use std::path::Path;
-
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::layout::atomic_write;
+use crate::task_dir::TaskDir;
 
 /// File name in the task directory.
 pub const TASK_STATE_FILE: &str = ctxhost_format::files::TASK_STATE;
@@ -30,28 +28,30 @@ pub struct TaskState {
     pub resumed_at: Option<String>,
 }
 
-/// Read `dir/task_state.json`; `None` when it does not exist. Errors name the file.
-pub fn read(dir: &Path) -> anyhow::Result<Option<TaskState>> {
-    let path = dir.join(TASK_STATE_FILE);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
+/// Read task_state.json of the task directory `dir`; `None` when it does not exist. Errors
+/// name the file.
+pub fn read(dir: &TaskDir) -> anyhow::Result<Option<TaskState>> {
+    let path = dir.show(TASK_STATE_FILE);
+    match dir.read_if_exists(TASK_STATE_FILE) {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes)
             .map(Some)
-            .with_context(|| format!("{}: not a task state", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+            .with_context(|| format!("{path}: not a task state")),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {path}")),
     }
 }
 
-/// Replace `dir/task_state.json` with `state` (temp file, fsync, rename).
-pub fn write(dir: &Path, state: &TaskState) -> anyhow::Result<()> {
+/// Replace task_state.json of `dir` with `state` (temp file, fsync, rename).
+pub fn write(dir: &TaskDir, state: &TaskState) -> anyhow::Result<()> {
     let mut json = serde_json::to_vec_pretty(state).context("serialize task_state.json")?;
     json.push(b'\n');
-    atomic_write(&dir.join(TASK_STATE_FILE), &json)
+    dir.write_atomic(TASK_STATE_FILE, &json)
+        .with_context(|| format!("cannot write {}", dir.show(TASK_STATE_FILE)))
 }
 
 /// Record a pause in `dir` at `paused_at`: `resume_count` is the number of resumes so far.
 pub fn write_paused(
-    dir: &Path,
+    dir: &TaskDir,
     paused_at: &str,
     resume_count: u64,
     reason: Option<&str>,
@@ -69,7 +69,7 @@ pub fn write_paused(
 
 /// If `dir` holds a pause not resumed yet, mark it resumed at `now` (resume_count + 1) and
 /// return the new count; `None` when the task was not paused (first run, crash recovery).
-pub fn mark_resumed(dir: &Path, now: &str) -> anyhow::Result<Option<u64>> {
+pub fn mark_resumed(dir: &TaskDir, now: &str) -> anyhow::Result<Option<u64>> {
     let Some(mut state) = read(dir)? else {
         return Ok(None);
     };
@@ -88,30 +88,28 @@ mod tests {
 
     #[test]
     fn a_pause_is_resumed_once() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(read(dir.path()).unwrap(), None);
-        assert_eq!(mark_resumed(dir.path(), "t1").unwrap(), None);
-        write_paused(dir.path(), "2025-01-01T00:00:00.000Z", 0, Some("lunch")).unwrap();
-        let s = read(dir.path()).unwrap().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        assert_eq!(read(&dir).unwrap(), None);
+        assert_eq!(mark_resumed(&dir, "t1").unwrap(), None);
+        write_paused(&dir, "2025-01-01T00:00:00.000Z", 0, Some("lunch")).unwrap();
+        let s = read(&dir).unwrap().unwrap();
         assert_eq!(s.reason.as_deref(), Some("lunch"));
         assert_eq!(s.resumed_at, None);
-        assert_eq!(mark_resumed(dir.path(), "t1").unwrap(), Some(1));
-        assert_eq!(
-            mark_resumed(dir.path(), "t2").unwrap(),
-            None,
-            "counted once"
-        );
-        write_paused(dir.path(), "t3", 1, None).unwrap();
-        assert_eq!(mark_resumed(dir.path(), "t4").unwrap(), Some(2));
-        let s = read(dir.path()).unwrap().unwrap();
+        assert_eq!(mark_resumed(&dir, "t1").unwrap(), Some(1));
+        assert_eq!(mark_resumed(&dir, "t2").unwrap(), None, "counted once");
+        write_paused(&dir, "t3", 1, None).unwrap();
+        assert_eq!(mark_resumed(&dir, "t4").unwrap(), Some(2));
+        let s = read(&dir).unwrap().unwrap();
         assert_eq!((s.resume_count, s.resumed_at.as_deref()), (2, Some("t4")));
     }
 
     #[test]
     fn a_bad_file_is_named() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(TASK_STATE_FILE), "{").unwrap();
-        let e = format!("{:#}", read(dir.path()).unwrap_err());
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        std::fs::write(tmp.path().join(TASK_STATE_FILE), "{").unwrap();
+        let e = format!("{:#}", read(&dir).unwrap_err());
         assert!(e.contains("task_state.json"), "{e}");
     }
 }

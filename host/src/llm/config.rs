@@ -37,11 +37,15 @@ pub struct TransportConfig {
     pub max_backoff: Duration,
     /// Largest response body accepted (bytes); a bigger body fails the call without retry.
     pub max_response_bytes: u64,
+    /// Largest request body sent (bytes); a bigger request file fails the call before anything
+    /// is sent ([`crate::llm::TransportError::RequestTooLarge`]).
+    pub max_request_bytes: u64,
 }
 
 impl TransportConfig {
     /// Defaults for `base_url`: connect 10 s, request 300 s (a small local model on a CPU is
-    /// slow), 3 retries, backoff ≤ 60 s, responses ≤ 64 MiB, no API key, [`AuthScheme::Bearer`].
+    /// slow), 3 retries, backoff ≤ 60 s, responses ≤ 64 MiB, requests ≤ 32 MiB, no API key,
+    /// [`AuthScheme::Bearer`].
     pub fn new(base_url: impl Into<String>) -> TransportConfig {
         TransportConfig {
             base_url: base_url.into(),
@@ -52,6 +56,7 @@ impl TransportConfig {
             max_retries: 3,
             max_backoff: Duration::from_secs(60),
             max_response_bytes: 64 * 1024 * 1024,
+            max_request_bytes: 32 * 1024 * 1024,
         }
     }
 
@@ -81,10 +86,14 @@ impl Default for TransportConfig {
 }
 
 impl fmt::Debug for TransportConfig {
-    /// Like a derived `Debug`, but the API key is shown as `Some("<redacted>")`.
+    /// Like a derived `Debug`, but the API key is shown as `Some("<redacted>")` and the
+    /// credentials of `base_url`, if any, as `***`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TransportConfig")
-            .field("base_url", &self.base_url)
+            .field(
+                "base_url",
+                &super::redact::url_without_credentials(&self.base_url),
+            )
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("auth", &self.auth)
             .field("connect_timeout", &self.connect_timeout)
@@ -92,6 +101,7 @@ impl fmt::Debug for TransportConfig {
             .field("max_retries", &self.max_retries)
             .field("max_backoff", &self.max_backoff)
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("max_request_bytes", &self.max_request_bytes)
             .finish()
     }
 }

@@ -3,12 +3,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use super::redact::redact;
+
 /// How many bytes of an error response body are kept in [`TransportError::Http`].
 pub const BODY_SNIPPET_BYTES: usize = 500;
 
 /// Why [`crate::llm::Transport::post_file`] failed. Every variant that involved the network
-/// names the URL and the number of attempts made; none ever contains the API key (the body
-/// snippet has any occurrence of the key replaced by `[redacted]`).
+/// names the URL (its credentials, if any, hidden) and the number of attempts made; none ever
+/// contains the API key (the body snippet has any occurrence of the key replaced by
+/// `[redacted]`).
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
     /// The provider answered with a non-2xx status (after retries, when retryable).
@@ -70,6 +73,19 @@ pub enum TransportError {
         /// `llm.max_response_mib` in bytes.
         limit: u64,
     },
+    /// The request body is larger than `llm.max_request_mib`; nothing was sent.
+    #[error(
+        "request file {}: {bytes} bytes, over the limit of {limit} bytes (llm.max_request_mib); not sent",
+        path.display()
+    )]
+    RequestTooLarge {
+        /// The body file.
+        path: PathBuf,
+        /// Its size, bytes.
+        bytes: u64,
+        /// `llm.max_request_mib` in bytes.
+        limit: u64,
+    },
     /// The URL is malformed or uses an unsupported scheme; not retried.
     #[error("POST {url}: invalid URL: {detail}")]
     InvalidUrl {
@@ -110,6 +126,25 @@ impl TransportError {
         }
     }
 
+    /// Whether the provider answered that the request's context is longer than the model's
+    /// window ([`super::overflow::is_context_overflow`] of its error message or body): a
+    /// compressed context may pass.
+    pub fn is_context_overflow(&self) -> bool {
+        match self {
+            TransportError::Http {
+                provider_error,
+                body,
+                ..
+            } => {
+                provider_error
+                    .as_deref()
+                    .is_some_and(super::overflow::is_context_overflow)
+                    || super::overflow::is_context_overflow(body)
+            }
+            _ => false,
+        }
+    }
+
     /// The HTTP status, for [`TransportError::Http`].
     pub fn status(&self) -> Option<u16> {
         match self {
@@ -130,15 +165,6 @@ fn http_detail(provider_error: Option<&str>, request_id: Option<&str>) -> String
         s.push_str(&format!(" (request id {id})"));
     }
     s
-}
-
-/// `text` with every occurrence of `secret` replaced by `[redacted]` (unchanged without a
-/// secret or for an empty one).
-pub fn redact(text: &str, secret: Option<&str>) -> String {
-    match secret {
-        Some(s) if !s.is_empty() => text.replace(s, "[redacted]"),
-        _ => text.to_string(),
-    }
 }
 
 /// The first `max` bytes of `bytes` as text (lossy UTF-8, cut at a char boundary, `…` appended

@@ -1,14 +1,14 @@
 //! [`Transport`]: POST a request file, stream the response into a file, retry transient failures.
 
-use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::config::{AuthScheme, TransportConfig};
 use super::error::{BODY_SNIPPET_BYTES, TransportError, body_snippet, redact};
+use super::redact::{Redactor, url_credentials, url_without_credentials};
 use super::retry::{INITIAL_BACKOFF, next_delay, parse_retry_after, should_retry};
+use crate::task_dir::TaskDir;
 
 /// Most bytes of an error response read to find the provider's error message in it.
 const ERROR_BODY_BYTES: u64 = 64 * 1024;
@@ -54,6 +54,7 @@ enum AttemptError {
     },
     Connection(String),
     TooLarge,
+    RequestTooLarge(u64),
     InvalidUrl(String),
     RequestFile(io::Error),
     ResponseFile(io::Error),
@@ -65,9 +66,27 @@ impl AttemptError {
             AttemptError::Status { retryable, .. } => *retryable,
             AttemptError::Timeout { .. } | AttemptError::Connection(_) => true,
             AttemptError::TooLarge
+            | AttemptError::RequestTooLarge(_)
             | AttemptError::InvalidUrl(_)
             | AttemptError::RequestFile(_)
             | AttemptError::ResponseFile(_) => false,
+        }
+    }
+
+    /// Replace `secret` (a URL's credentials) wherever an error text could quote it.
+    fn scrub(self, secret: Option<&str>) -> AttemptError {
+        let Some(secret) = secret.filter(|s| !s.is_empty()) else {
+            return self;
+        };
+        let clean = |s: String| s.replace(secret, "***");
+        match self {
+            AttemptError::Timeout { limit, detail } => AttemptError::Timeout {
+                limit,
+                detail: clean(detail),
+            },
+            AttemptError::Connection(d) => AttemptError::Connection(clean(d)),
+            AttemptError::InvalidUrl(d) => AttemptError::InvalidUrl(clean(d)),
+            other => other,
         }
     }
 
@@ -93,6 +112,7 @@ impl AttemptError {
             AttemptError::Timeout { detail, .. } => format!("timeout: {detail}"),
             AttemptError::Connection(d) => d.clone(),
             AttemptError::TooLarge => "response too large".into(),
+            AttemptError::RequestTooLarge(n) => format!("request body of {n} bytes too large"),
             AttemptError::InvalidUrl(d) => format!("invalid URL: {d}"),
             AttemptError::RequestFile(e) => format!("request file: {e}"),
             AttemptError::ResponseFile(e) => format!("response file: {e}"),
@@ -104,8 +124,8 @@ impl AttemptError {
         url: &str,
         attempts: u32,
         cfg: &TransportConfig,
-        request_file: &Path,
-        response_file: &Path,
+        dir: &TaskDir,
+        (request_file, response_file): (&str, &str),
     ) -> TransportError {
         let url = url.to_string();
         match self {
@@ -140,13 +160,18 @@ impl AttemptError {
                 url,
                 limit: cfg.max_response_bytes,
             },
+            AttemptError::RequestTooLarge(bytes) => TransportError::RequestTooLarge {
+                path: dir.file_path(request_file),
+                bytes,
+                limit: cfg.max_request_bytes,
+            },
             AttemptError::InvalidUrl(detail) => TransportError::InvalidUrl { url, detail },
             AttemptError::RequestFile(source) => TransportError::RequestFile {
-                path: request_file.to_path_buf(),
+                path: dir.file_path(request_file),
                 source,
             },
             AttemptError::ResponseFile(source) => TransportError::ResponseFile {
-                path: response_file.to_path_buf(),
+                path: dir.file_path(response_file),
                 source,
             },
         }
@@ -183,11 +208,14 @@ impl Transport {
         &self.cfg
     }
 
-    /// POST the file `request_file` (streamed from disk with its size as Content-Length,
-    /// `Content-Type: application/json`, the API key as [`TransportConfig::auth`] says) to
-    /// [`TransportConfig::url_for`]`(endpoint_path)`, and
-    /// write the response body to `response_file` (via `<response_file>.partial`, renamed into
-    /// place only once the whole body was read). Retries up to `max_retries` times on 408, 409,
+    /// POST the file `request_file` of the task directory `dir` (streamed from disk with its
+    /// size as Content-Length, `Content-Type: application/json`, the API key as
+    /// [`TransportConfig::auth`] says) to [`TransportConfig::url_for`]`(endpoint_path)`, and
+    /// write the response body to `response_file` in `dir` (via `<response_file>.partial`,
+    /// renamed into place only once the whole body was read), with every occurrence of the API
+    /// key replaced by `[redacted]`. Both files are opened through `dir`, never following a
+    /// link. A request file larger than `max_request_bytes` is not sent
+    /// ([`TransportError::RequestTooLarge`]). Retries up to `max_retries` times on 408, 409,
     /// 429, 500, 502, 503, 504, 529, connection failures, timeouts and truncated bodies (a
     /// server's `x-should-retry: true|false` decides instead of the status), waiting
     /// `Retry-After` (capped at `max_backoff`) or an exponential backoff with jitter.
@@ -197,20 +225,62 @@ impl Transport {
     pub fn post_file(
         &self,
         endpoint_path: &str,
-        request_file: &Path,
-        response_file: &Path,
+        dir: &TaskDir,
+        request_file: &str,
+        response_file: &str,
+    ) -> Result<PostOutcome, TransportError> {
+        self.post(endpoint_path, dir, (request_file, response_file), None)
+    }
+
+    /// [`Transport::post_file`], all attempts and waits included, finished by `deadline`: each
+    /// attempt's timeout is cut to the time left, and no retry starts that could not end in
+    /// time (the last error is returned). For the compressor's `llm` import, whose calls share
+    /// the compression's wall-time limit.
+    pub fn post_file_before(
+        &self,
+        endpoint_path: &str,
+        dir: &TaskDir,
+        request_file: &str,
+        response_file: &str,
+        deadline: Instant,
+    ) -> Result<PostOutcome, TransportError> {
+        self.post(
+            endpoint_path,
+            dir,
+            (request_file, response_file),
+            Some(deadline),
+        )
+    }
+
+    fn post(
+        &self,
+        endpoint_path: &str,
+        dir: &TaskDir,
+        files: (&str, &str),
+        deadline: Option<Instant>,
     ) -> Result<PostOutcome, TransportError> {
         let url = self.cfg.url_for(endpoint_path);
+        // The URL as every log line and error shows it.
+        let shown = url_without_credentials(&url).into_owned();
         let started = Instant::now();
         let max_attempts = self.cfg.max_retries.saturating_add(1);
         let mut attempt = 0u32;
         loop {
             attempt += 1;
             let t0 = Instant::now();
-            match self.attempt(&url, request_file, response_file) {
+            let left = deadline.map(|d| d.saturating_duration_since(t0));
+            let result = match left {
+                Some(d) if d.is_zero() => Err(AttemptError::Timeout {
+                    limit: Duration::ZERO,
+                    detail: "no time left before the caller's deadline".to_string(),
+                }),
+                _ => self.attempt(&url, &shown, dir, files, left),
+            }
+            .map_err(|e| e.scrub(url_credentials(&url)));
+            match result {
                 Ok((status, bytes)) => {
                     tracing::info!(
-                        url = %url, attempt, status, bytes,
+                        url = %shown, attempt, status, bytes,
                         elapsed_ms = t0.elapsed().as_millis() as u64,
                         "llm POST ok"
                     );
@@ -223,28 +293,23 @@ impl Transport {
                 }
                 Err(e) => {
                     let elapsed_ms = t0.elapsed().as_millis() as u64;
-                    if !e.retryable() || attempt >= max_attempts {
-                        tracing::warn!(
-                            url = %url, attempt, max_attempts, elapsed_ms,
-                            error = %e.summary(), retryable = e.retryable(),
-                            "llm POST failed; giving up"
-                        );
-                        return Err(e.into_error(
-                            &url,
-                            attempt,
-                            &self.cfg,
-                            request_file,
-                            response_file,
-                        ));
-                    }
                     let delay = next_delay(
                         attempt,
                         e.retry_after(),
                         self.initial_backoff,
                         self.cfg.max_backoff,
                     );
+                    let out_of_time = deadline.is_some_and(|d| Instant::now() + delay >= d);
+                    if !e.retryable() || attempt >= max_attempts || out_of_time {
+                        tracing::warn!(
+                            url = %shown, attempt, max_attempts, elapsed_ms,
+                            error = %e.summary(), retryable = e.retryable(), out_of_time,
+                            "llm POST failed; giving up"
+                        );
+                        return Err(e.into_error(&shown, attempt, &self.cfg, dir, files));
+                    }
                     tracing::warn!(
-                        url = %url, attempt, max_attempts, elapsed_ms,
+                        url = %shown, attempt, max_attempts, elapsed_ms,
                         error = %e.summary(),
                         retry_after_ms = e.retry_after().map(|d| d.as_millis() as u64),
                         retry_in_ms = delay.as_millis() as u64,
@@ -257,21 +322,32 @@ impl Transport {
     }
 
     /// One attempt: send, then stream a 2xx body to the response file. Returns (status, bytes).
+    /// `left`: time before the caller's deadline, which cuts the attempt's timeout.
     fn attempt(
         &self,
         url: &str,
-        request_file: &Path,
-        response_file: &Path,
+        shown: &str,
+        dir: &TaskDir,
+        (request_file, response_file): (&str, &str),
+        left: Option<Duration>,
     ) -> Result<(u16, u64), AttemptError> {
-        let file = File::open(request_file).map_err(AttemptError::RequestFile)?;
+        let file = dir
+            .open_read(request_file)
+            .map_err(AttemptError::RequestFile)?;
         let len = file.metadata().map_err(AttemptError::RequestFile)?.len();
-        tracing::debug!(url = %url, request_bytes = len, has_key = self.cfg.api_key.is_some(), "llm POST sending");
+        if len > self.cfg.max_request_bytes {
+            return Err(AttemptError::RequestTooLarge(len));
+        }
+        tracing::debug!(url = %shown, request_bytes = len, has_key = self.cfg.api_key.is_some(), "llm POST sending");
         let mut req = self
             .agent
             .post(url)
             .set("Content-Type", "application/json")
             .set("Accept", "application/json")
             .set("Content-Length", &len.to_string());
+        if let Some(left) = left {
+            req = req.timeout(left.min(self.cfg.request_timeout));
+        }
         match (self.cfg.auth, &self.cfg.api_key) {
             (AuthScheme::Bearer, Some(key)) => {
                 req = req.set("Authorization", &format!("Bearer {key}"));
@@ -296,7 +372,7 @@ impl Transport {
             // 1xx/3xx (redirects are not followed): report, don't retry.
             return Err(self.status_error(status, resp));
         }
-        let bytes = self.stream_body(resp, response_file)?;
+        let bytes = self.stream_body(resp, dir, response_file)?;
         Ok((status, bytes))
     }
 
@@ -328,6 +404,13 @@ impl Transport {
             .and_then(|v| ctxhost_format::body::provider_error(&v))
             .map(|e| body_snippet(redact(&e, key).as_bytes(), BODY_SNIPPET_BYTES, None));
         let mut body = body_snippet(&buf, BODY_SNIPPET_BYTES, key);
+        // "The context is too long" (llama.cpp used to send it with a 500): sending the same
+        // request again cannot help.
+        let retryable = retryable
+            && !provider_error
+                .as_deref()
+                .is_some_and(super::overflow::is_context_overflow)
+            && !super::overflow::is_context_overflow(&body);
         if let Some(loc) = location {
             body = format!("(redirect to {loc}; set llm.base_url to the final URL) {body}");
         }
@@ -381,28 +464,45 @@ impl Transport {
         }
     }
 
-    /// Copy the body to `<response_file>.partial`, then rename it to `response_file`.
-    fn stream_body(&self, resp: ureq::Response, response_file: &Path) -> Result<u64, AttemptError> {
-        let partial = partial_path(response_file);
-        let result = self.copy_capped(resp, &partial);
+    /// Copy the body to `<response_file>.partial` in `dir`, the API key redacted, then rename
+    /// it to `response_file`.
+    fn stream_body(
+        &self,
+        resp: ureq::Response,
+        dir: &TaskDir,
+        response_file: &str,
+    ) -> Result<u64, AttemptError> {
+        let partial = format!("{response_file}.partial");
+        let result = self.copy_capped(resp, dir, &partial);
         match result {
-            Ok(n) => match std::fs::rename(&partial, response_file) {
+            Ok(n) => match dir.rename(&partial, response_file) {
                 Ok(()) => Ok(n),
                 Err(e) => {
-                    let _ = std::fs::remove_file(&partial);
+                    let _ = dir.remove_file(&partial);
                     Err(AttemptError::ResponseFile(e))
                 }
             },
             Err(e) => {
-                let _ = std::fs::remove_file(&partial);
+                let _ = dir.remove_file(&partial);
                 Err(e)
             }
         }
     }
 
-    fn copy_capped(&self, resp: ureq::Response, dest: &Path) -> Result<u64, AttemptError> {
+    /// Stream the body into the new file `dest` of `dir` (bytes received are counted against
+    /// `max_response_bytes`; what is written has the key redacted). Returns the bytes received.
+    fn copy_capped(
+        &self,
+        resp: ureq::Response,
+        dir: &TaskDir,
+        dest: &str,
+    ) -> Result<u64, AttemptError> {
         let limit = self.cfg.max_response_bytes;
-        let mut out = File::create(dest).map_err(AttemptError::ResponseFile)?;
+        let file = dir.create(dest).map_err(AttemptError::ResponseFile)?;
+        let mut out = Redactor::new(
+            io::BufWriter::with_capacity(64 * 1024, file),
+            self.cfg.api_key.as_deref(),
+        );
         let mut reader = resp.into_reader();
         let mut buf = vec![0u8; 64 * 1024];
         let mut total: u64 = 0;
@@ -435,17 +535,9 @@ impl Transport {
             out.write_all(&buf[..n])
                 .map_err(AttemptError::ResponseFile)?;
         }
-        out.flush().map_err(AttemptError::ResponseFile)?;
+        out.finish()
+            .and_then(|mut w| w.flush())
+            .map_err(AttemptError::ResponseFile)?;
         Ok(total)
     }
-}
-
-/// `<file>.partial` next to `file` (same directory, so the final rename is atomic).
-fn partial_path(file: &Path) -> PathBuf {
-    let mut name = file
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_else(|| "response".into());
-    name.push(".partial");
-    file.with_file_name(name)
 }

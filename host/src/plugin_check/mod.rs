@@ -19,9 +19,13 @@
 //! - compressor: `should-compress` around its threshold; `compress` of an over-threshold
 //!   context with a fake LLM returning a fixed summary (system prompt first, tool pairs intact,
 //!   fewer tokens, recent messages kept, current.jsonl untouched, temporaries removed), and with
-//!   a failing LLM (error, context untouched).
+//!   a failing LLM (error, context untouched);
+//! - strategy: each hook on a scratch task through the agent loop's own driver (decisions the
+//!   host accepts, planning entries committed with them), a new instance continuing from the
+//!   files, the planning history reading back, and `start` with a failing LLM ([`strategy`]).
 //!
-//! One module per WIT interface ([`message_store`], [`request_format`], [`compressor`]), the
+//! One module per WIT interface ([`message_store`], [`request_format`], [`compressor`],
+//! [`strategy`]), the
 //! shared [`harness`], and the [`report`]. Report: the world, the WIT version, and each check
 //! with pass/fail and the reason. `--json`
 //! prints `{"component","world","version","passed","checks":[{"name","passed","detail"}]}`.
@@ -40,6 +44,7 @@ pub mod harness;
 pub mod message_store;
 pub mod report;
 pub mod request_format;
+pub mod strategy;
 
 use crate::runtime::{PluginKind, Runtime, RuntimeLimits, WitVersion};
 use harness::{Scratch, Suite};
@@ -77,9 +82,15 @@ pub fn run(path_or_builtin: &str, json: bool) -> anyhow::Result<bool> {
     let runtime = Runtime::new(scratch.path(), RuntimeLimits::default())?;
     let report = check(&runtime, path_or_builtin, &CheckOptions::default());
     if json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+        crate::cli::out::line(format_args!(
+            "{}",
+            serde_json::to_string_pretty(&report.to_json())?
+        ))?;
     } else {
-        print!("{}", report.to_text());
+        use std::io::Write;
+        std::io::stdout()
+            .lock()
+            .write_all(report.to_text().as_bytes())?;
     }
     Ok(report.passed())
 }
@@ -135,6 +146,9 @@ pub fn check(runtime: &Runtime, source: &str, options: &CheckOptions) -> CheckRe
             PluginKind::Compressor => {
                 compressor::compressor_suite(runtime, &plugin, &scratch, &mut suite)
             }
+            PluginKind::Strategy => {
+                strategy::strategy_suite(runtime, &plugin, &scratch, &mut suite)
+            }
         },
         Err(e) => suite.record(
             "scratch directory",
@@ -183,7 +197,12 @@ mod tests {
         let s = Scratch::new("unit").unwrap();
         let dir = s.task("t").unwrap();
         let context = write_synthetic_task(&dir, 12).unwrap();
-        check_context_file(&dir.join("current.jsonl"), false).unwrap();
+        check_context_file(
+            &crate::task_dir::TaskDir::open(&dir).unwrap(),
+            "current.jsonl",
+            false,
+        )
+        .unwrap();
         let tokens: u64 = context.iter().map(estimate_message_tokens).sum();
         let c = compress_config(tokens);
         assert!(tokens as f64 > c.context_length as f64 * c.threshold);

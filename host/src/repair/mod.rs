@@ -1,9 +1,16 @@
 //! Repairs of a task directory whose process died (DESIGN §7), as plain file operations done by
-//! the host before any component opens the files.
+//! the host before any component opens the files, through the directory's [`TaskDir`] handle.
 //!
+//! - [`TaskDir::remove_symlinks`]: symbolic links (a component cannot make one; an older
+//!   ctxhost let it) are deleted first, so nothing below ever meets one.
 //! - [`tail`]: a JSONL file whose last line was cut by a crash loses that line (kept in
 //!   `<file>.torn`); a complete last line missing its `\n` gets it.
-//! - [`reconcile`]: current.jsonl gets the history lines it lacks at its end.
+//! - [`reconcile`]: current.jsonl gets the history lines it lacks at its end (messages only, and
+//!   no tool result that answers nothing).
+//! - [`pairing`]: current.jsonl's tool calls and results paired again (duplicate or orphan
+//!   results dropped, calls left without a result answered, invalid arguments replaced),
+//!   recorded in messages.jsonl ([`crate::invariants::pairing`]).
+//! - [`nul`]: lines of NUL bytes (a filesystem that lost a write) removed from a JSONL file.
 //! - [`close_pending_calls`]: an assistant message at the end of current.jsonl whose tool calls
 //!   have no result gets an [`INTERRUPTED_TEXT`] `tool` message for each missing id, appended to
 //!   messages.jsonl (next seq) and current.jsonl, so the context can be sent again.
@@ -11,27 +18,27 @@
 //!   ([`ctxhost_format::files::TEMPORARY_FILES`]).
 //! - [`readers`]: the directory's JSONL files and history counts (shared with `ctxhost fsck`).
 //!
-//! [`repair_task_dir`] runs them in that order and returns what it did ([`RepairReport`]).
+//! [`repair_task_dir`] runs them (but [`nul`]: only `ctxhost fsck --repair` removes bytes from
+//! the middle of a file) and returns what it did ([`RepairReport`]).
 //! Every function streams its files (one line, or a bounded window of lines, in memory).
 
+pub mod nul;
+pub mod pairing;
 pub mod readers;
 pub mod reconcile;
 pub mod tail;
-
-use std::fs;
-use std::io;
-use std::path::Path;
 
 use anyhow::Context;
 use ctxhost_format::files::{CURRENT, DEBUG_FILES, MESSAGES, is_temporary};
 use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
 
+use crate::invariants::context_check::ContextCheck;
 use crate::invariants::queries::pending_tool_calls_in;
-use crate::layout::{append_line, sync_file};
+use crate::task_dir::TaskDir;
 
-pub use readers::{HistoryStats, history_stats, jsonl_files};
+pub use readers::{HistoryStats, history_stats, jsonl_files, last_seq_in};
 pub use reconcile::{RECONCILE_WINDOW, reconcile_current};
-pub use tail::{Tail, TailAction, TailFix, fix_torn_tail, inspect_tail, torn_path};
+pub use tail::{Tail, TailAction, TailFix, fix_torn_tail, inspect_tail, torn_name};
 
 /// Content of the `tool` message that answers a tool call whose result was lost in a crash.
 pub const INTERRUPTED_TEXT: &str = "error: interrupted: the task process stopped before this tool call's result was recorded; \
@@ -40,14 +47,12 @@ call the tool again if you still need its result";
 /// Answer every pending tool call at the end of current.jsonl ([`crate::invariants::queries::pending_tool_calls`]) with an
 /// [`INTERRUPTED_TEXT`] `tool` message, appended to messages.jsonl (next seq, `timestamp`)
 /// and then to current.jsonl, like the message store does. Returns the ids answered.
-pub fn close_pending_calls(dir: &Path, timestamp: &str) -> anyhow::Result<Vec<String>> {
-    let current = dir.join(CURRENT);
-    let messages = dir.join(MESSAGES);
-    let pending = pending_tool_calls_in(&current)?;
+pub fn close_pending_calls(dir: &TaskDir, timestamp: &str) -> anyhow::Result<Vec<String>> {
+    let pending = pending_tool_calls_in(dir, CURRENT)?;
     if pending.is_empty() {
         return Ok(Vec::new());
     }
-    let last_seq = history_stats(&messages)?.last_seq;
+    let last_seq = last_seq_in(dir)?;
     let mut ids = Vec::new();
     for (seq, call) in (last_seq + 1..).zip(pending) {
         let message = ChatMessage::tool_result(&call, INTERRUPTED_TEXT);
@@ -62,40 +67,38 @@ pub fn close_pending_calls(dir: &Path, timestamp: &str) -> anyhow::Result<Vec<St
             tool_call_id: message.tool_call_id.clone(),
             summary_id: None,
         };
-        append_line(&messages, &serde_json::to_string(&line)?)?;
-        append_line(&current, &serde_json::to_string(&message)?)?;
+        for (name, text) in [
+            (MESSAGES, serde_json::to_string(&line)?),
+            (CURRENT, serde_json::to_string(&message)?),
+        ] {
+            dir.append_line(name, &text)
+                .with_context(|| format!("cannot append to {}", dir.show(name)))?;
+        }
         ids.push(call.id);
     }
-    sync_file(&messages)?;
-    sync_file(&current)?;
+    for name in [MESSAGES, CURRENT] {
+        dir.sync_file(name)
+            .with_context(|| format!("cannot fsync {}", dir.show(name)))?;
+    }
     Ok(ids)
 }
 
 /// Delete the step temporaries of `dir` ([`is_temporary`]); with `keep_debug`, the
 /// request/response bodies ([`DEBUG_FILES`]) stay. Returns the names deleted.
-pub fn remove_temporaries(dir: &Path, keep_debug: bool) -> anyhow::Result<Vec<String>> {
+pub fn remove_temporaries(dir: &TaskDir, keep_debug: bool) -> anyhow::Result<Vec<String>> {
     let mut removed = Vec::new();
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
-        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
-    };
-    let mut names: Vec<String> = Vec::new();
-    for entry in entries {
-        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
+    let entries = dir
+        .entries(None)
+        .with_context(|| format!("cannot list {}", dir.path().display()))?;
+    for (name, meta) in entries {
         if is_temporary(&name)
             && !(keep_debug && DEBUG_FILES.contains(&name.as_str()))
-            && entry.path().is_file()
+            && meta.is_file()
         {
-            names.push(name);
+            dir.remove_file(&name)
+                .with_context(|| format!("cannot delete {}", dir.show(&name)))?;
+            removed.push(name);
         }
-    }
-    names.sort();
-    for name in names {
-        let p = dir.join(&name);
-        fs::remove_file(&p).with_context(|| format!("cannot delete {}", p.display()))?;
-        removed.push(name);
     }
     Ok(removed)
 }
@@ -103,6 +106,8 @@ pub fn remove_temporaries(dir: &Path, keep_debug: bool) -> anyhow::Result<Vec<St
 /// What [`repair_task_dir`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RepairReport {
+    /// Symbolic links deleted (names relative to the task directory).
+    pub links: Vec<String>,
     /// Temporaries deleted (names).
     pub removed: Vec<String>,
     /// Last lines cut or terminated.
@@ -111,20 +116,31 @@ pub struct RepairReport {
     pub appended_to_current: Vec<u64>,
     /// Tool call ids answered with an interrupted result.
     pub interrupted: Vec<String>,
+    /// Repairs of current.jsonl's tool-call pairing.
+    pub pairing: Vec<crate::invariants::pairing::PairingFix>,
 }
 
 impl RepairReport {
     /// Nothing was changed.
     pub fn is_empty(&self) -> bool {
-        self.removed.is_empty()
+        self.links.is_empty()
+            && self.removed.is_empty()
             && self.tails.is_empty()
             && self.appended_to_current.is_empty()
             && self.interrupted.is_empty()
+            && self.pairing.is_empty()
     }
 
     /// One sentence per change, for logs and reports.
     pub fn describe(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.tails.iter().map(|t| t.to_string()).collect();
+        let mut out = Vec::new();
+        if !self.links.is_empty() {
+            out.push(format!(
+                "deleted symbolic link(s) left in the task directory: {}",
+                self.links.join(", ")
+            ));
+        }
+        out.extend(self.tails.iter().map(|t| t.to_string()));
         if !self.removed.is_empty() {
             out.push(format!(
                 "deleted leftover temporaries: {}",
@@ -143,29 +159,50 @@ impl RepairReport {
                 self.interrupted
             ));
         }
+        for f in &self.pairing {
+            out.push(format!("{CURRENT} {f} (recorded in {MESSAGES})"));
+        }
         out
     }
 }
 
-/// Repair the task directory `dir` (no process may be using it): delete temporaries, fix torn
-/// last lines of every JSONL file (cut bytes kept in `*.torn`), append to current.jsonl the
-/// history lines it lacks, and, with `close_pending`, answer unanswered tool calls at its end
-/// as interrupted (a paused task keeps them: the next run makes those calls).
+/// Repair the task directory `dir` (no process may be using it): delete symbolic links and
+/// temporaries, fix torn last lines of every JSONL file (cut bytes kept in `*.torn`), append
+/// to current.jsonl the history lines it lacks, repair its tool-call pairing
+/// ([`pairing::repair_context`]), and, with `close_pending`, answer unanswered tool calls at its
+/// end as interrupted (a paused task keeps them: the next run makes those calls). Errors: a
+/// context that cannot be repaired, naming file and line.
 pub fn repair_task_dir(
-    dir: &Path,
+    dir: &TaskDir,
     close_pending: bool,
     timestamp: &str,
 ) -> anyhow::Result<RepairReport> {
+    repair_task_dir_from(dir, close_pending, timestamp, &mut ContextCheck::default())
+}
+
+/// [`repair_task_dir`], its check of current.jsonl's pairing from the checked prefix `check`
+/// on ([`pairing::repair_context_from`]): what a resumed task does, with the check it saved.
+pub fn repair_task_dir_from(
+    dir: &TaskDir,
+    close_pending: bool,
+    timestamp: &str,
+    check: &mut ContextCheck,
+) -> anyhow::Result<RepairReport> {
+    let links = dir
+        .remove_symlinks()
+        .with_context(|| format!("cannot remove the links in {}", dir.path().display()))?;
     let mut report = RepairReport {
+        links,
         removed: remove_temporaries(dir, false)?,
         ..Default::default()
     };
     for file in jsonl_files(dir)? {
-        if let Some(fix) = fix_torn_tail(&file, true)? {
+        if let Some(fix) = fix_torn_tail(dir, &file, true)? {
             report.tails.push(fix);
         }
     }
     report.appended_to_current = reconcile_current(dir, true)?;
+    report.pairing = pairing::repair_context_from(dir, timestamp, true, check)?;
     if close_pending {
         report.interrupted = close_pending_calls(dir, timestamp)?;
     }
@@ -236,7 +273,7 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::*;
     use super::*;
-    use std::fs::OpenOptions;
+    use std::fs::{self, OpenOptions};
     use std::io::Write;
 
     #[test]
@@ -249,14 +286,15 @@ mod tests {
             result("b"),
         ];
         write_task(dir.path(), &history, &history);
-        let pending = pending_tool_calls_in(&dir.path().join(CURRENT)).unwrap();
+        let task = TaskDir::open(dir.path()).unwrap();
+        let pending = pending_tool_calls_in(&task, CURRENT).unwrap();
         assert_eq!(
             pending.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
             ["a", "c"]
         );
-        let ids = close_pending_calls(dir.path(), "2025-01-01T00:00:01.000Z").unwrap();
+        let ids = close_pending_calls(&task, "2025-01-01T00:00:01.000Z").unwrap();
         assert_eq!(ids, ["a", "c"]);
-        crate::invariants::check_context_file(&dir.path().join(CURRENT), false).unwrap();
+        crate::invariants::check_context_file(&task, CURRENT, false).unwrap();
         let h: Vec<HistoryLine> = lines_of(&dir.path().join(MESSAGES))
             .iter()
             .map(|l| serde_json::from_str(l).unwrap())
@@ -267,7 +305,7 @@ mod tests {
         );
         assert_eq!(h[4].tool_call_id.as_deref(), Some("a"));
         assert_eq!(h[5].content.as_deref(), Some(INTERRUPTED_TEXT));
-        assert!(close_pending_calls(dir.path(), "t").unwrap().is_empty());
+        assert!(close_pending_calls(&task, "t").unwrap().is_empty());
     }
 
     #[test]
@@ -287,7 +325,10 @@ mod tests {
         fs::write(d.join("compressed.jsonl"), "{").unwrap();
         fs::write(d.join(".metadata.json.tmp-12"), "{").unwrap();
         fs::write(d.join("tools.jsonl"), "{\"seq\":1").unwrap();
-        let report = repair_task_dir(d, true, "2025-01-01T00:00:02.000Z").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", d.join("notes.jsonl")).unwrap();
+        let task = TaskDir::open(d).unwrap();
+        let report = repair_task_dir(&task, true, "2025-01-01T00:00:02.000Z").unwrap();
+        assert_eq!(report.links, ["notes.jsonl"]);
         assert_eq!(
             report.removed,
             [".metadata.json.tmp-12", "compressed.jsonl", "request.json"]
@@ -295,11 +336,11 @@ mod tests {
         assert_eq!(report.tails.len(), 2, "{report:?}");
         assert_eq!(report.appended_to_current, [3]);
         assert_eq!(report.interrupted, ["a"]);
-        assert_eq!(report.describe().len(), 5);
-        crate::invariants::check_context_file(&d.join(CURRENT), false).unwrap();
-        assert_eq!(history_stats(&d.join(MESSAGES)).unwrap().last_seq, 4);
+        assert_eq!(report.describe().len(), 6);
+        crate::invariants::check_context_file(&task, CURRENT, false).unwrap();
+        assert_eq!(history_stats(&task, MESSAGES).unwrap().last_seq, 4);
         assert_eq!(fs::read(d.join("tools.jsonl")).unwrap(), b"");
         // A second pass finds nothing.
-        assert!(repair_task_dir(d, true, "t").unwrap().is_empty());
+        assert!(repair_task_dir(&task, true, "t").unwrap().is_empty());
     }
 }

@@ -1,31 +1,28 @@
 //! Readers of a task directory's files that repair and `ctxhost fsck` share: which JSONL files
 //! it has, and the counts of its history.
 
-use std::fs;
-use std::io;
-use std::path::{Path, PathBuf};
-
 use anyhow::Context;
 use ctxhost_format::HistoryLine;
-use ctxhost_format::files::{PLANNING_DIR, is_temporary};
+use ctxhost_format::files::{MESSAGES, PLANNING_DIR, is_temporary};
 
 use crate::invariants::queries::open_lines;
+use crate::task_dir::TaskDir;
 
 /// The JSONL files of a task directory that are not temporaries: `*.jsonl` at its top level
-/// and in `planning/`, sorted by path.
-pub fn jsonl_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+/// and in `planning/` (regular files only, never links), as names relative to the directory,
+/// sorted.
+pub fn jsonl_files(dir: &TaskDir) -> anyhow::Result<Vec<String>> {
     let mut files = Vec::new();
-    for sub in [dir.to_path_buf(), dir.join(PLANNING_DIR)] {
-        let entries = match fs::read_dir(&sub) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e).with_context(|| format!("cannot list {}", sub.display())),
-        };
-        for entry in entries {
-            let entry = entry.with_context(|| format!("cannot list {}", sub.display()))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".jsonl") && !is_temporary(&name) && entry.path().is_file() {
-                files.push(entry.path());
+    for sub in [None, Some(PLANNING_DIR)] {
+        let entries = dir
+            .entries(sub)
+            .with_context(|| format!("cannot list {}", dir.show(sub.unwrap_or_default())))?;
+        for (name, meta) in entries {
+            if name.ends_with(".jsonl") && !is_temporary(&name) && meta.is_file() {
+                files.push(match sub {
+                    Some(s) => format!("{s}/{name}"),
+                    None => name,
+                });
             }
         }
     }
@@ -43,13 +40,17 @@ pub struct HistoryStats {
     /// Assistant messages that are not summaries: the agent loop's LLM calls that got an answer
     /// (what `agent.max_steps` counts).
     pub agent_steps: u64,
+    /// The last line is a summary (a compression's last write before it installs the new
+    /// context; nothing was appended after it).
+    pub ends_with_summary: bool,
 }
 
-/// Stream `path` (messages.jsonl) and count its lines, last seq and agent steps. A missing
-/// file is empty. Errors name the file and line of a line that does not parse.
-pub fn history_stats(path: &Path) -> anyhow::Result<HistoryStats> {
+/// Stream the history file `name` (messages.jsonl) of `dir` and count its lines, last seq
+/// and agent steps. A missing file is empty. Errors name the file and line of a line that
+/// does not parse.
+pub fn history_stats(dir: &TaskDir, name: &str) -> anyhow::Result<HistoryStats> {
     let mut stats = HistoryStats::default();
-    let Some(mut lines) = open_lines(path)? else {
+    let Some(mut lines) = open_lines(dir, name)? else {
         return Ok(stats);
     };
     while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
@@ -58,11 +59,25 @@ pub fn history_stats(path: &Path) -> anyhow::Result<HistoryStats> {
     Ok(stats)
 }
 
+/// The seq of the last line of the history file messages.jsonl of `dir` (0 when empty or
+/// missing), read from its end: only the last line is read. Errors name the file and the byte
+/// offset of a last line that is not a history line.
+pub fn last_seq_in(dir: &TaskDir) -> anyhow::Result<u64> {
+    let Some(mut lines) = crate::invariants::queries::open_backwards(dir, MESSAGES)? else {
+        return Ok(0);
+    };
+    Ok(lines
+        .prev_value::<HistoryLine>()
+        .map_err(crate::invariants::queries::bounded)?
+        .map_or(0, |(_, h)| h.seq))
+}
+
 impl HistoryStats {
     /// Count one more history line (the next one of the file).
     pub fn add(&mut self, h: &HistoryLine) {
         self.lines += 1;
         self.last_seq = h.seq;
+        self.ends_with_summary = h.summary_id.is_some();
         if h.role == "assistant" && h.summary_id.is_none() {
             self.agent_steps += 1;
         }
@@ -90,7 +105,7 @@ mod tests {
             ],
             &[],
         );
-        let s = history_stats(&dir.path().join(MESSAGES)).unwrap();
+        let s = history_stats(&TaskDir::open(dir.path()).unwrap(), MESSAGES).unwrap();
         assert_eq!((s.lines, s.last_seq, s.agent_steps), (5, 5, 2));
     }
 }

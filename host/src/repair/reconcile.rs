@@ -2,16 +2,24 @@
 //! to current.jsonl, so a crash in between leaves current.jsonl without the last history
 //! line(s); [`reconcile_current`] finds them (and appends them). Both files are read from
 //! their end: a resumed task pays for the lines it lacks, not for the size of its history.
+//!
+//! Only messages are copied: summaries and context-repair notes
+//! ([`ctxhost_format::HistoryLine::is_message`]) never are, nor is a `tool` line that answers no
+//! call waiting at the end of current.jsonl (an orphan or second result in the history, or an
+//! answer a context repair already put in its place): copying it would make a context the
+//! provider rejects.
 
-use std::path::Path;
-
-use anyhow::bail;
+use anyhow::{Context, bail};
 use ctxhost_format::HistoryLine;
 use ctxhost_format::compress::parse_summary_range;
 use ctxhost_format::files::{CURRENT, MESSAGES};
 
-use crate::invariants::queries::{last_message_in, open_backwards, open_lines};
-use crate::layout::{append_line, atomic_write, sync_file};
+use crate::invariants::pairing::same_message_sent;
+use crate::invariants::queries::{
+    bounded, last_message_in, open_backwards, open_lines, pending_tool_calls_in, track_pending,
+};
+use crate::task_dir::TaskDir;
+use ctxhost_format::jsonl::to_line;
 
 /// History lines kept in memory while looking for the lines current.jsonl lacks.
 pub const RECONCILE_WINDOW: usize = 256;
@@ -21,15 +29,15 @@ pub const RECONCILE_WINDOW: usize = 256;
 /// messages.jsonl holds messages and no summary). With `apply`, they are appended (or
 /// current.jsonl rebuilt atomically). Errors when the two files cannot be matched up (the
 /// last message of current.jsonl is not among the last [`RECONCILE_WINDOW`] history lines).
-pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
-    let messages = dir.join(MESSAGES);
-    let current = dir.join(CURRENT);
-    let Some(last) = last_message_in(&current)? else {
-        return rebuild_current(&messages, &current, apply);
+pub fn reconcile_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>> {
+    let messages = dir.file_path(MESSAGES);
+    let current = dir.file_path(CURRENT);
+    let Some(last) = last_message_in(dir, CURRENT)? else {
+        return rebuild_current(dir, apply);
     };
-    // The history read from its end, up to the newest line equal to current's last message
-    // (fewest missing lines first).
-    let window = window_from_end(&messages, |h| h.to_chat() == last)?;
+    // The history read from its end, up to the newest message line the same as current's last
+    // message as sent (fewest missing lines first).
+    let window = window_from_end(dir, |h| same_message_sent(&h.to_chat(), &last))?;
     let lines: Vec<&HistoryLine> = window.lines.iter().collect();
     let last_summary_seq = window.last_summary_seq;
     let matched = window.matched;
@@ -56,41 +64,67 @@ pub fn reconcile_current(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
             }
         }
     };
-    if apply {
-        for h in &missing {
-            append_line(&current, &serde_json::to_string(&h.to_chat())?)?;
+    // Only what answers a call waiting at the end of current.jsonl, or starts a new message.
+    let mut pending = pending_tool_calls_in(dir, CURRENT)?;
+    let mut copy = Vec::with_capacity(missing.len());
+    for h in missing {
+        let m = h.to_chat();
+        let answers_pending = m
+            .tool_call_id
+            .as_ref()
+            .is_some_and(|id| pending.iter().any(|c| &c.id == id));
+        if m.role == "tool" && !answers_pending {
+            tracing::debug!(
+                seq = h.seq,
+                "{}: not copying a tool result that answers no waiting call",
+                messages.display()
+            );
+            continue;
         }
-        if !missing.is_empty() {
-            sync_file(&current)?;
+        track_pending(&mut pending, m.clone());
+        copy.push((h.seq, m));
+    }
+    if apply {
+        let ctx = || format!("cannot append to {}", current.display());
+        for (_, m) in &copy {
+            dir.append_line(CURRENT, &to_line(m)?).with_context(ctx)?;
+        }
+        if !copy.is_empty() {
+            dir.sync_file(CURRENT).with_context(ctx)?;
         }
     }
-    Ok(missing.iter().map(|h| h.seq).collect())
+    Ok(copy.iter().map(|(seq, _)| *seq).collect())
 }
 
-/// The last non-summary lines of messages.jsonl ([`window_from_end`]).
+/// The last message lines of messages.jsonl ([`window_from_end`]).
 struct Window {
-    /// At most [`RECONCILE_WINDOW`] non-summary lines, oldest first, ending with the file.
+    /// At most [`RECONCILE_WINDOW`] message lines (no summary, no note), oldest first, ending
+    /// with the file's last one.
     lines: Vec<HistoryLine>,
-    /// Index in `lines` of the newest line accepted by the match, if one was.
+    /// Index in `lines` of the line accepted by the match, if one was (the oldest kept).
     matched: Option<usize>,
     /// Seq of the newest summary line among (and after) the lines read.
     last_summary_seq: Option<u64>,
 }
 
-/// Reads `messages` from its end, keeping non-summary lines until one is accepted by
+/// Reads messages.jsonl of `dir` from its end, keeping message lines (summaries and
+/// context-repair notes skipped, [`HistoryLine::is_message`]) until one is accepted by
 /// `is_match` or [`RECONCILE_WINDOW`] are kept (or the file starts); notes the newest summary
 /// line met. Only those lines are read, whatever the size of the history.
 fn window_from_end(
-    messages: &Path,
+    dir: &TaskDir,
     mut is_match: impl FnMut(&HistoryLine) -> bool,
 ) -> anyhow::Result<Window> {
     let mut newest_first = Vec::new();
     let mut last_summary_seq = None;
     let mut matched = false;
-    if let Some(mut lines) = open_backwards(messages)? {
-        while let Some((_, h)) = lines.prev_value::<HistoryLine>()? {
+    if let Some(mut lines) = open_backwards(dir, MESSAGES)? {
+        while let Some((_, h)) = lines.prev_value::<HistoryLine>().map_err(bounded)? {
             if h.summary_id.is_some() {
                 last_summary_seq = last_summary_seq.or(Some(h.seq));
+                continue;
+            }
+            if h.is_note() {
                 continue;
             }
             matched = is_match(&h);
@@ -108,23 +142,25 @@ fn window_from_end(
     })
 }
 
-/// current.jsonl is empty or missing: when messages.jsonl holds messages and no summary (the
-/// first history line(s) were written, current.jsonl never), current.jsonl is rebuilt from
-/// them (with `apply`); returns their seqs. Reads the whole history (this only happens before a
-/// task's first LLM call).
-fn rebuild_current(messages: &Path, current: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
+/// current.jsonl of `dir` is empty or missing: when messages.jsonl holds messages and no
+/// summary (the first history line(s) were written, current.jsonl never), current.jsonl is
+/// rebuilt from its message lines (with `apply`, atomically); returns their seqs. Reads the
+/// whole history (this only happens before a task's first LLM call).
+fn rebuild_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>> {
+    let messages = dir.file_path(MESSAGES);
+    let current = dir.file_path(CURRENT);
     let mut last_summary_seq: Option<u64> = None;
-    let mut non_summary_total = 0u64;
-    if let Some(mut lines) = open_lines(messages)? {
+    let mut message_lines = 0u64;
+    if let Some(mut lines) = open_lines(dir, MESSAGES)? {
         while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
             if h.summary_id.is_some() {
                 last_summary_seq = Some(h.seq);
-            } else {
-                non_summary_total += 1;
+            } else if !h.is_note() {
+                message_lines += 1;
             }
         }
     }
-    if non_summary_total == 0 {
+    if message_lines == 0 {
         return Ok(Vec::new());
     }
     if last_summary_seq.is_some() {
@@ -136,15 +172,19 @@ fn rebuild_current(messages: &Path, current: &Path, apply: bool) -> anyhow::Resu
     }
     let mut seqs = Vec::new();
     let mut text = String::new();
-    if let Some(mut lines) = open_lines(messages)? {
+    if let Some(mut lines) = open_lines(dir, MESSAGES)? {
         while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
+            if !h.is_message() {
+                continue;
+            }
             seqs.push(h.seq);
-            text.push_str(&serde_json::to_string(&h.to_chat())?);
+            text.push_str(&to_line(&h.to_chat())?);
             text.push('\n');
         }
     }
     if apply {
-        atomic_write(current, text.as_bytes())?;
+        dir.write_atomic(CURRENT, text.as_bytes())
+            .with_context(|| format!("cannot write {}", current.display()))?;
     }
     Ok(seqs)
 }
@@ -166,21 +206,31 @@ mod tests {
             result("a"),
         ];
         write_task(dir.path(), &history, &history[..3]);
-        assert_eq!(reconcile_current(dir.path(), false).unwrap(), [4]);
-        assert_eq!(lines_of(&dir.path().join(CURRENT)).len(), 3, "dry run");
-        assert_eq!(reconcile_current(dir.path(), true).unwrap(), [4]);
         assert_eq!(
-            reconcile_current(dir.path(), true).unwrap(),
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), false).unwrap(),
+            [4]
+        );
+        assert_eq!(lines_of(&dir.path().join(CURRENT)).len(), 3, "dry run");
+        assert_eq!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
+            [4]
+        );
+        assert_eq!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
             Vec::<u64>::new()
         );
-        crate::invariants::check_context_file(&dir.path().join(CURRENT), false).unwrap();
+        crate::invariants::check_context_file(&TaskDir::open(dir.path()).unwrap(), CURRENT, false)
+            .unwrap();
     }
 
     #[test]
     fn an_empty_current_is_rebuilt_from_an_uncompressed_history() {
         let dir = tempfile::tempdir().unwrap();
         write_task(dir.path(), &[sys()], &[]);
-        assert_eq!(reconcile_current(dir.path(), true).unwrap(), [1]);
+        assert_eq!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
+            [1]
+        );
         let lines = lines_of(&dir.path().join(CURRENT));
         assert_eq!(
             serde_json::from_str::<ChatMessage>(&lines[0]).unwrap(),
@@ -188,7 +238,11 @@ mod tests {
         );
         // Both empty: nothing to do.
         let empty = tempfile::tempdir().unwrap();
-        assert!(reconcile_current(empty.path(), true).unwrap().is_empty());
+        assert!(
+            reconcile_current(&TaskDir::open(empty.path()).unwrap(), true)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -236,10 +290,40 @@ mod tests {
             .map(|m| serde_json::to_string(m).unwrap() + "\n")
             .collect();
         fs::write(dir.path().join(CURRENT), body).unwrap();
-        assert_eq!(reconcile_current(dir.path(), true).unwrap(), [6]);
         assert_eq!(
-            reconcile_current(dir.path(), true).unwrap(),
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
+            [6]
+        );
+        assert_eq!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
             Vec::<u64>::new()
+        );
+    }
+
+    #[test]
+    fn an_orphan_or_second_result_in_the_history_is_not_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = [
+            sys(),
+            ChatMessage::text("user", "go"),
+            call(&["a"]),
+            result("a"),
+            result("a"),
+            result("zz"),
+        ];
+        write_task(dir.path(), &history, &history[..4]);
+        assert!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true)
+                .unwrap()
+                .is_empty()
+        );
+        crate::invariants::check_context_file(&TaskDir::open(dir.path()).unwrap(), CURRENT, false)
+            .unwrap();
+        // A crash between the two appends: the waiting call's result is still copied.
+        write_task(dir.path(), &history[..4], &history[..3]);
+        assert_eq!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
+            [4]
         );
     }
 
@@ -251,7 +335,9 @@ mod tests {
             &[sys(), ChatMessage::text("user", "go")],
             &[sys(), ChatMessage::text("user", "something else")],
         );
-        let e = reconcile_current(dir.path(), true).unwrap_err().to_string();
+        let e = reconcile_current(&TaskDir::open(dir.path()).unwrap(), true)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("current.jsonl") && e.contains("messages.jsonl"),
             "{e}"

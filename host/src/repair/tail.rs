@@ -2,12 +2,14 @@
 //! loses that line, its bytes kept in `<file>.torn`; a last line that is complete JSON but lacks
 //! its `\n` only gets the `\n`. The file is read backwards, so its size does not matter.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use ctxhost_format::files::TORN_SUFFIX;
+
+use crate::task_dir::TaskDir;
 
 /// Chunk size for reading a file backwards to its last line.
 const BACK_CHUNK: u64 = 64 * 1024;
@@ -81,9 +83,10 @@ pub enum Tail {
     },
 }
 
-/// Look at the last line of `path` (read backwards, so the size of the file does not matter).
-pub fn inspect_tail(path: &Path) -> io::Result<Tail> {
-    let mut f = File::open(path)?;
+/// Look at the last line of the file `name` of `dir` (read backwards, so the size of the file
+/// does not matter).
+pub fn inspect_tail(dir: &TaskDir, name: &str) -> io::Result<Tail> {
+    let mut f = dir.open_read(name)?;
     let len = f.metadata()?.len();
     if len == 0 {
         return Ok(Tail::Sound);
@@ -131,11 +134,17 @@ fn last_line_start(f: &mut File, end: u64) -> io::Result<u64> {
     Ok(0)
 }
 
-/// Repair the last line of the JSONL file `path` if a crash tore it (see [`Tail`]): a torn line
-/// is cut (its bytes appended to `<path>.torn` when `save_torn`), an unterminated complete line
-/// gets its `\n`. A missing file is fine. Returns what was done, `None` when nothing was needed.
-pub fn fix_torn_tail(path: &Path, save_torn: bool) -> anyhow::Result<Option<TailFix>> {
-    let tail = match inspect_tail(path) {
+/// Repair the last line of the JSONL file `name` of `dir` if a crash tore it (see [`Tail`]): a
+/// torn line is cut (its bytes appended to `<name>.torn` when `save_torn`), an unterminated
+/// complete line gets its `\n`. A missing file is fine. Returns what was done, `None` when
+/// nothing was needed.
+pub fn fix_torn_tail(
+    dir: &TaskDir,
+    name: &str,
+    save_torn: bool,
+) -> anyhow::Result<Option<TailFix>> {
+    let path = dir.file_path(name);
+    let tail = match inspect_tail(dir, name) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
@@ -144,14 +153,11 @@ pub fn fix_torn_tail(path: &Path, save_torn: bool) -> anyhow::Result<Option<Tail
     match tail {
         Tail::Sound => Ok(None),
         Tail::Unterminated { offset } => {
-            let mut f = OpenOptions::new()
-                .append(true)
-                .open(path)
-                .with_context(ctx)?;
+            let mut f = dir.open_read_append(name).with_context(ctx)?;
             f.write_all(b"\n").with_context(ctx)?;
             f.sync_all().with_context(ctx)?;
             Ok(Some(TailFix {
-                file: path.to_path_buf(),
+                file: path,
                 offset,
                 action: TailAction::Terminated,
             }))
@@ -160,29 +166,25 @@ pub fn fix_torn_tail(path: &Path, save_torn: bool) -> anyhow::Result<Option<Tail
             let mut saved_to = None;
             if save_torn {
                 let mut cut = vec![0u8; len as usize];
-                let mut f = File::open(path).with_context(ctx)?;
+                let mut f = dir.open_read(name).with_context(ctx)?;
                 f.seek(SeekFrom::Start(offset)).with_context(ctx)?;
                 f.read_exact(&mut cut).with_context(ctx)?;
-                let torn = torn_path(path);
-                let mut out = OpenOptions::new()
-                    .append(true)
-                    .create(true)
-                    .open(&torn)
-                    .with_context(|| format!("cannot write {}", torn.display()))?;
+                let torn = torn_name(name);
+                let shown = dir.file_path(&torn);
+                let mut out = dir
+                    .open_append(&torn)
+                    .with_context(|| format!("cannot write {}", shown.display()))?;
                 out.write_all(&cut)
                     .and_then(|_| out.write_all(b"\n"))
                     .and_then(|_| out.sync_all())
-                    .with_context(|| format!("cannot write {}", torn.display()))?;
-                saved_to = Some(torn);
+                    .with_context(|| format!("cannot write {}", shown.display()))?;
+                saved_to = Some(shown);
             }
-            let f = OpenOptions::new()
-                .write(true)
-                .open(path)
-                .with_context(ctx)?;
+            let f = dir.open_read_write(name).with_context(ctx)?;
             f.set_len(offset).with_context(ctx)?;
             f.sync_all().with_context(ctx)?;
             Ok(Some(TailFix {
-                file: path.to_path_buf(),
+                file: path,
                 offset,
                 action: TailAction::Cut {
                     bytes: len,
@@ -193,11 +195,9 @@ pub fn fix_torn_tail(path: &Path, save_torn: bool) -> anyhow::Result<Option<Tail
     }
 }
 
-/// `<path>.torn`: where the bytes of a cut line are kept.
-pub fn torn_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(TORN_SUFFIX);
-    path.with_file_name(name)
+/// `<name>.torn`: where the bytes of a cut line of `name` are kept.
+pub fn torn_name(name: &str) -> String {
+    format!("{name}{TORN_SUFFIX}")
 }
 
 #[cfg(test)]
@@ -207,59 +207,63 @@ mod tests {
 
     #[test]
     fn a_torn_last_line_is_cut_and_kept_aside() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.jsonl");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let p = tmp.path().join("x.jsonl");
         fs::write(&p, "{\"a\":1}\n{\"a\":2}\n{\"a\":").unwrap();
-        let fix = fix_torn_tail(&p, true).unwrap().unwrap();
+        let fix = fix_torn_tail(&dir, "x.jsonl", true).unwrap().unwrap();
         assert_eq!(fix.offset, 16);
         assert_eq!(
             fix.action,
             TailAction::Cut {
                 bytes: 5,
-                saved_to: Some(torn_path(&p))
+                saved_to: Some(tmp.path().join("x.jsonl.torn"))
             }
         );
         assert!(fix.to_string().contains("byte offset 16"), "{fix}");
         assert_eq!(fs::read_to_string(&p).unwrap(), "{\"a\":1}\n{\"a\":2}\n");
-        assert_eq!(fs::read_to_string(torn_path(&p)).unwrap(), "{\"a\":\n");
+        assert_eq!(
+            fs::read_to_string(tmp.path().join("x.jsonl.torn")).unwrap(),
+            "{\"a\":\n"
+        );
         // Sound now: nothing more to do.
-        assert_eq!(fix_torn_tail(&p, true).unwrap(), None);
+        assert_eq!(fix_torn_tail(&dir, "x.jsonl", true).unwrap(), None);
     }
 
     #[test]
     fn a_complete_line_without_newline_is_terminated_not_cut() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.jsonl");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let p = tmp.path().join("x.jsonl");
         fs::write(&p, "{\"a\":1}\n{\"a\":2}").unwrap();
-        let fix = fix_torn_tail(&p, false).unwrap().unwrap();
+        let fix = fix_torn_tail(&dir, "x.jsonl", false).unwrap().unwrap();
         assert_eq!(fix.action, TailAction::Terminated);
         assert_eq!(fs::read_to_string(&p).unwrap(), "{\"a\":1}\n{\"a\":2}\n");
     }
 
     #[test]
     fn a_terminated_garbage_last_line_is_cut_and_a_single_torn_line_empties_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.jsonl");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let p = tmp.path().join("x.jsonl");
         fs::write(&p, "{\"a\":1}\n{\"a\":{\"a\":1}\n").unwrap();
-        let fix = fix_torn_tail(&p, false).unwrap().unwrap();
+        let fix = fix_torn_tail(&dir, "x.jsonl", false).unwrap().unwrap();
         assert_eq!(fix.offset, 8);
         assert_eq!(fs::read_to_string(&p).unwrap(), "{\"a\":1}\n");
         fs::write(&p, "{\"se").unwrap();
-        fix_torn_tail(&p, false).unwrap().unwrap();
+        fix_torn_tail(&dir, "x.jsonl", false).unwrap().unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"");
-        assert_eq!(
-            fix_torn_tail(&dir.path().join("none.jsonl"), true).unwrap(),
-            None
-        );
+        assert_eq!(fix_torn_tail(&dir, "none.jsonl", true).unwrap(), None);
     }
 
     #[test]
     fn a_long_last_line_is_found_across_read_chunks() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.jsonl");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let p = tmp.path().join("x.jsonl");
         let long = format!("{{\"a\":\"{}\"}}", "x".repeat(200_000));
         fs::write(&p, format!("{long}\n{}", &long[..150_000])).unwrap();
-        let fix = fix_torn_tail(&p, false).unwrap().unwrap();
+        let fix = fix_torn_tail(&dir, "x.jsonl", false).unwrap().unwrap();
         assert_eq!(fix.offset, long.len() as u64 + 1);
         assert_eq!(fs::read_to_string(&p).unwrap(), format!("{long}\n"));
     }

@@ -86,7 +86,9 @@ impl Compressor {
                 v0_1_0::compress_result(r, &self.task_dir).map_err(|reason| RuntimeError::Host {
                     component: sandbox.name().to_string(),
                     function: "compress".to_string(),
-                    reason,
+                    // It quotes the component's own summary id.
+                    reason: crate::untrusted::text(&reason, crate::untrusted::MAX_ERROR_BYTES)
+                        .into_owned(),
                 })
             }
             Versioned::V0_2_0(b) => {

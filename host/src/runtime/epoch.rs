@@ -1,5 +1,6 @@
 //! The engine's epoch clock: one background thread per [`super::Runtime`] increments the
-//! engine's epoch every [`TICK`], which is what makes epoch deadlines (call timeouts) fire.
+//! engine's epoch every [`TICK`], which is what runs the epoch callback of a running call
+//! (deadlines, the byte budget: see [`super::sandbox`]).
 //!
 //! The thread stops when the last holder of the [`EpochTicker`] (the runtime and every live
 //! plugin instance) is dropped.
@@ -32,24 +33,5 @@ impl EpochTicker {
                 }
             })?;
         Ok(Arc::new(EpochTicker { _stop: stop }))
-    }
-}
-
-/// Epoch ticks for a deadline of `d` from now: rounded up, plus one because the current tick
-/// may be almost over (a deadline never fires early; it may fire up to one [`TICK`] late).
-pub fn ticks_for(d: Duration) -> u64 {
-    let ticks = d.as_nanos().div_ceil(TICK.as_nanos());
-    u64::try_from(ticks).unwrap_or(u64::MAX / 2).max(1) + 1
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ticks_round_up() {
-        assert_eq!(ticks_for(Duration::from_secs(30)), 3001);
-        assert_eq!(ticks_for(Duration::from_millis(15)), 3);
-        assert_eq!(ticks_for(Duration::ZERO), 2);
     }
 }

@@ -27,6 +27,24 @@ pub enum PluginError {
     Internal(String),
 }
 
+impl PluginError {
+    /// The same error with its text bounded and escaped ([`crate::untrusted::text`],
+    /// [`crate::untrusted::MAX_ERROR_BYTES`]): what the host keeps of a component's error.
+    pub fn bounded(self) -> PluginError {
+        let b = |s: String| match crate::untrusted::text(&s, crate::untrusted::MAX_ERROR_BYTES) {
+            std::borrow::Cow::Borrowed(_) => s,
+            std::borrow::Cow::Owned(o) => o,
+        };
+        match self {
+            PluginError::Io(s) => PluginError::Io(b(s)),
+            PluginError::InvalidInput(s) => PluginError::InvalidInput(b(s)),
+            PluginError::Llm(s) => PluginError::Llm(b(s)),
+            PluginError::Unsupported(s) => PluginError::Unsupported(b(s)),
+            PluginError::Internal(s) => PluginError::Internal(b(s)),
+        }
+    }
+}
+
 /// Why loading, instantiating or calling a component failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RuntimeError {
@@ -129,6 +147,36 @@ pub enum RuntimeError {
         /// The limit that passed.
         timeout: Duration,
     },
+    /// A call that used the `llm` import ran past its wall-time limit (LLM calls included).
+    #[error(
+        "component {component}: {function} ran past its wall-time limit of {} (after {llm_calls} llm.complete call(s); context_storage.max_compression_secs)",
+        fmt_duration(*limit)
+    )]
+    WallTime {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+        /// The component function called.
+        function: String,
+        /// The limit that passed.
+        limit: Duration,
+        /// `llm.complete` calls made during the call.
+        llm_calls: u32,
+    },
+    /// The task directory grew past its byte budget during a call (measured while it ran or
+    /// when it returned); the call was stopped.
+    #[error(
+        "component {component}: {function} filled the task directory to {used_bytes} bytes, over its budget of {limit_bytes} bytes (context_storage.max_task_dir_mib); stopped"
+    )]
+    DiskBudget {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+        /// The component function called.
+        function: String,
+        /// Bytes the task directory held when measured.
+        used_bytes: u64,
+        /// The budget, bytes.
+        limit_bytes: u64,
+    },
     /// The component tried to grow its memory past the limit.
     #[error("component {component}: memory limit of {} reached in {function}", fmt_bytes(*limit_bytes))]
     MemoryLimit {
@@ -206,6 +254,8 @@ impl RuntimeError {
             | RuntimeError::Link { component, .. }
             | RuntimeError::Sandbox { component, .. }
             | RuntimeError::Deadline { component, .. }
+            | RuntimeError::WallTime { component, .. }
+            | RuntimeError::DiskBudget { component, .. }
             | RuntimeError::MemoryLimit { component, .. }
             | RuntimeError::Trap { component, .. }
             | RuntimeError::Plugin { component, .. }

@@ -1,19 +1,23 @@
-//! The host side of the component imports `ctxhost:plugin/log` and `ctxhost:plugin/llm`, for
-//! every supported WIT version (each version's bindings call these from their `Host` impls,
-//! see [`super::wit`]).
+//! The host side of the component imports `ctxhost:plugin/log`, `ctxhost:plugin/llm` and
+//! `ctxhost:plugin/planning`, for every supported WIT version (each version's bindings call
+//! these from their `Host` impls, see [`super::wit`]).
 //!
-//! `log` goes to `tracing` (target `ctxhost::plugin`, field `component`). `llm.complete` calls
-//! the instance's [`super::LlmImport`] (compressors only; other worlds cannot import `llm`);
-//! the time it takes is credited back to the call's deadline. `llm.estimate-tokens` is
-//! [`ctxhost_format::estimate_tokens`].
+//! `log` goes to `tracing` (target `ctxhost::plugin`, field `component`), bounded and escaped
+//! ([`crate::untrusted::text`]). `llm.complete` calls the instance's [`super::LlmImport`]
+//! (compressors and strategies; other worlds cannot import `llm`), at most
+//! [`super::RuntimeLimits::llm_calls_per_call`] times per call of the component (a strategy:
+//! at most [`super::MAX_LLM_CALLS_PER_HOOK`] per hook) and only while
+//! [`super::RuntimeLimits::wall_time_per_call`] has time left (which the import gets as its
+//! deadline); the time it takes does not count against the component's own call timeout.
+//! `llm.estimate-tokens` is [`ctxhost_format::estimate_tokens`]. `planning` calls the
+//! instance's [`super::PlanningImport`] (strategies only).
 
 use std::time::Instant;
 
+use super::error::fmt_duration;
 use super::sandbox::StoreState;
-use super::types::Completion;
-
-/// Longest log message forwarded (bytes); longer ones are cut at a character boundary.
-const MAX_LOG_BYTES: usize = 16 * 1024;
+use super::types::{Completion, PlanningImport};
+use crate::untrusted::{self, MAX_LOG_BYTES};
 
 /// WIT `log.level`, the same in every supported WIT version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,9 +29,10 @@ pub(crate) enum LogLevel {
     Error,
 }
 
-/// `log.log`: `message` (cut at [`MAX_LOG_BYTES`]) to `tracing` at `level`.
+/// `log.log`: `message` (bounded at [`MAX_LOG_BYTES`], control characters escaped) to
+/// `tracing` at `level`.
 pub(crate) fn log(state: &mut StoreState, level: LogLevel, message: &str) {
-    let message = truncate(message, MAX_LOG_BYTES);
+    let message = untrusted::text(message, MAX_LOG_BYTES);
     let component = &*state.component;
     match level {
         LogLevel::Trace => tracing::trace!(target: "ctxhost::plugin", component, "{message}"),
@@ -38,43 +43,54 @@ pub(crate) fn log(state: &mut StoreState, level: LogLevel, message: &str) {
     }
 }
 
-/// `llm.complete`: the instance's [`super::LlmImport`] (an error when it has none), its time
-/// credited back to the call's deadline. `Err(text)` becomes WIT `plugin-error::llm(text)`.
+/// `llm.complete`: the instance's [`super::LlmImport`] (an error when it has none), unless the
+/// call has used up its LLM calls or its wall time; its time is not counted against the
+/// component's own call timeout. `Err(text)` becomes WIT `plugin-error::llm(text)`.
 pub(crate) fn complete(
     state: &mut StoreState,
     messages_file: &str,
     max_output_tokens: u32,
 ) -> Result<Completion, String> {
+    let limits = state.limits;
+    let call = &mut state.call;
+    call.llm_calls += 1;
+    if call.llm_calls > limits.llm_calls_per_call {
+        call.llm_refused += 1;
+        return Err(format!(
+            "refused: this call already made {} LLM call(s), the most {}",
+            limits.llm_calls_per_call, state.llm_limit_source
+        ));
+    }
+    let left = limits
+        .wall_time_per_call
+        .saturating_sub(call.started.elapsed());
+    if left.is_zero() {
+        call.llm_refused += 1;
+        return Err(format!(
+            "refused: this call used up its wall time of {} (context_storage.max_compression_secs)",
+            fmt_duration(limits.wall_time_per_call)
+        ));
+    }
     let started = Instant::now();
     let result = match state.llm.as_mut() {
-        Some(llm) => llm.complete(messages_file, max_output_tokens),
+        Some(llm) => llm.complete(messages_file, max_output_tokens, started + left),
         None => Err("no LLM is available to this component".to_string()),
     };
-    state.host_time += started.elapsed();
+    state.call.host_time += started.elapsed();
     if let Err(reason) = &result {
         tracing::debug!(target: "ctxhost::plugin", component = &*state.component, "llm.complete failed: {reason}");
     }
     result
 }
 
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn truncate_respects_char_boundaries() {
-        assert_eq!(truncate("上下文", 4), "上");
-        assert_eq!(truncate("abc", 10), "abc");
+/// A `planning` function: `f` on the instance's [`PlanningImport`] (an error when it has none).
+/// `Err(text)` becomes WIT `plugin-error::invalid-input(text)` where the function has one.
+pub(crate) fn planning<T>(
+    state: &mut StoreState,
+    f: impl FnOnce(&mut dyn PlanningImport) -> Result<T, String>,
+) -> Result<T, String> {
+    match state.planning.as_mut() {
+        Some(p) => f(p.as_mut()),
+        None => Err("no planning history is available to this component".to_string()),
     }
 }

@@ -13,20 +13,23 @@
 //!   shim to the host's types in [`types`].
 //! - [`cache`]: precompiled artefacts under `contexts/.cache/`.
 //! - [`sandbox`]: per-instance `Store`, WASI (task directory only), limits, deadlines, error
-//!   mapping. [`output`]: component stdout/stderr → `tracing`.
+//!   mapping. [`output`]: component stdout/stderr → `tracing`. [`fs_guard`]: no symbolic links
+//!   from WASI, the task directory's byte budget.
 //! - [`MessageStore`], [`RequestFormat`], [`Compressor`]: the typed instances, holding either
-//!   version's bindings.
+//!   version's bindings; [`Strategy`] (0.2.0 only).
 
 mod builtin;
 pub mod cache;
 mod compressor;
 mod epoch;
 mod error;
+pub mod fs_guard;
 mod host_imports;
 mod message_store;
 pub mod output;
 mod request_format;
 mod sandbox;
+mod strategy;
 pub mod types;
 pub mod wit;
 pub mod world;
@@ -50,14 +53,18 @@ pub use compressor::Compressor;
 pub use error::{PluginError, RuntimeError};
 pub use message_store::MessageStore;
 pub use request_format::RequestFormat;
+pub use strategy::{HookCall, MAX_LLM_CALLS_PER_HOOK, Strategy};
 pub use types::{
-    AddedMessage, Completion, CompressConfig, CompressResult, LlmImport, NoLlm, Reply,
-    RequestConfig, RequestInfo, StoreStats, SummaryInfo, Usage,
+    AddedMessage, Completion, CompressConfig, CompressResult, Decision, LlmImport, NoLlm, Plan,
+    PlanStep, PlanningEntry, PlanningImport, Reply, RequestConfig, RequestInfo, StepStatus,
+    StoreStats, StrategyConfig, SummaryInfo, TaskState, ToolOutcome, Usage, Verdict,
 };
 pub use wit::WitVersion;
 pub use world::{PluginKind, WIT_PACKAGE, WIT_VERSION};
 
-/// Per-instance resource limits (config `runtime.memory_limit_mib`, `runtime.call_timeout_secs`).
+/// Per-instance resource limits (config `runtime.memory_limit_mib`,
+/// `runtime.call_timeout_secs`, `context_storage.max_task_dir_mib`,
+/// `context_storage.max_llm_calls_per_compression`, `context_storage.max_compression_secs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeLimits {
     /// Largest linear memory of one instance, in bytes (default 256 MiB). Growing past it
@@ -66,6 +73,17 @@ pub struct RuntimeLimits {
     /// Longest a single call (or instantiation) may run, not counting time in the host's `llm`
     /// import (default 30 s; resolution 10 ms). Past it: [`RuntimeError::Deadline`].
     pub call_timeout: Duration,
+    /// Most bytes the task directory an instance sees may hold (default 1 GiB; `None`: no
+    /// budget). Checked every 10 ms while a call runs and when it returns; a call that writes
+    /// past it is stopped: [`RuntimeError::DiskBudget`].
+    pub task_dir_bytes: Option<u64>,
+    /// Most `llm.complete` calls within one call of a component (one compression; default 16).
+    /// Further calls fail with `plugin-error::llm` saying so.
+    pub llm_calls_per_call: u32,
+    /// Longest wall time of one call, time in the host's `llm` import included (one
+    /// compression; default 600 s). `llm.complete` gets only the time left; past it the call
+    /// is stopped: [`RuntimeError::WallTime`].
+    pub wall_time_per_call: Duration,
 }
 
 impl Default for RuntimeLimits {
@@ -73,6 +91,9 @@ impl Default for RuntimeLimits {
         RuntimeLimits {
             memory_bytes: 256 * 1024 * 1024,
             call_timeout: Duration::from_secs(30),
+            task_dir_bytes: Some(1024 * 1024 * 1024),
+            llm_calls_per_call: 16,
+            wall_time_per_call: Duration::from_secs(600),
         }
     }
 }
@@ -151,6 +172,7 @@ enum Pre {
     MessageStore(message_store::Pre),
     Compressor(compressor::Pre),
     RequestFormat(request_format::Pre),
+    Strategy(strategy::Pre),
 }
 
 impl LoadedPlugin {
@@ -196,30 +218,35 @@ impl fmt::Debug for LoadedPlugin {
     }
 }
 
-/// The linkers of one WIT version: one per world (WASI p2 + `log`, and `llm` for compressors).
+/// The linkers of one WIT version: one per world (WASI p2 + `log`, `llm` for compressors and
+/// strategies, `planning` for strategies). `strategy` is `None` for a version without the world.
 struct WorldLinkers {
     message_store: Linker<StoreState>,
     compressor: Linker<StoreState>,
     request_format: Linker<StoreState>,
+    strategy: Option<Linker<StoreState>>,
 }
 
 impl WorldLinkers {
-    fn get(&self, kind: PluginKind) -> &Linker<StoreState> {
+    fn get(&self, kind: PluginKind) -> Option<&Linker<StoreState>> {
         match kind {
-            PluginKind::MessageStore => &self.message_store,
-            PluginKind::Compressor => &self.compressor,
-            PluginKind::RequestFormat => &self.request_format,
+            PluginKind::MessageStore => Some(&self.message_store),
+            PluginKind::Compressor => Some(&self.compressor),
+            PluginKind::RequestFormat => Some(&self.request_format),
+            PluginKind::Strategy => self.strategy.as_ref(),
         }
     }
 }
 
-/// A linker with WASI p2 and what `add` defines (a world's `ctxhost:plugin` imports).
+/// A linker with WASI p2 (symbolic links refused: [`fs_guard::refuse_symlinks`]) and what
+/// `add` defines (a world's `ctxhost:plugin` imports).
 fn linker(
     engine: &Engine,
     add: impl FnOnce(&mut Linker<StoreState>) -> wasmtime::Result<()>,
 ) -> anyhow::Result<Linker<StoreState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(wasmtime_error)?;
+    fs_guard::refuse_symlinks(&mut linker).map_err(wasmtime_error)?;
     add(&mut linker).map_err(wasmtime_error)?;
     Ok(linker)
 }
@@ -256,6 +283,7 @@ impl Runtime {
             request_format: linker(&engine, |l| {
                 v0_1_0::RequestFormatPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
+            strategy: None,
         };
         let linkers_v0_2_0 = WorldLinkers {
             message_store: linker(&engine, |l| {
@@ -267,6 +295,9 @@ impl Runtime {
             request_format: linker(&engine, |l| {
                 v0_2_0::RequestFormatPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
+            strategy: Some(linker(&engine, |l| {
+                v0_2_0::StrategyPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?),
         };
 
         let cache = cache::ComponentCache::new(cache_dir, &engine);
@@ -362,6 +393,23 @@ impl Runtime {
         Compressor::instantiate(sandbox, pre, task_dir.to_path_buf())
     }
 
+    /// A new strategy instance of `plugin` on `task_dir`; its `llm` import calls `llm`, its
+    /// `planning` import `planning`.
+    pub fn strategy(
+        &self,
+        plugin: &LoadedPlugin,
+        task_dir: &Path,
+        llm: Box<dyn LlmImport>,
+        planning: Box<dyn PlanningImport>,
+    ) -> Result<Strategy, RuntimeError> {
+        let Pre::Strategy(pre) = &plugin.pre else {
+            return Err(self.kind_mismatch(plugin, PluginKind::Strategy));
+        };
+        let mut sandbox = self.sandbox(plugin, task_dir, Some(llm))?;
+        sandbox.state_mut().planning = Some(planning);
+        Strategy::instantiate(sandbox, pre)
+    }
+
     fn sandbox(
         &self,
         plugin: &LoadedPlugin,
@@ -436,10 +484,14 @@ impl Runtime {
             WitVersion::V0_1_0 => &self.linkers_v0_1_0,
             WitVersion::V0_2_0 => &self.linkers_v0_2_0,
         };
-        let ip = linkers
-            .get(kind)
-            .instantiate_pre(&component)
-            .map_err(link_error)?;
+        let Some(linker) = linkers.get(kind) else {
+            return Err(RuntimeError::Link {
+                component: name.to_string(),
+                world: format!("{} ({WIT_PACKAGE}@{wit})", kind.world()),
+                reason: format!("WIT {wit} has no {} world", kind.world()),
+            });
+        };
+        let ip = linker.instantiate_pre(&component).map_err(link_error)?;
         let pre = match (kind, wit) {
             (PluginKind::MessageStore, WitVersion::V0_1_0) => Pre::MessageStore(Versioned::V0_1_0(
                 v0_1_0::MessageStorePluginPre::new(ip).map_err(link_error)?,
@@ -459,6 +511,16 @@ impl Runtime {
             (PluginKind::RequestFormat, WitVersion::V0_2_0) => Pre::RequestFormat(
                 Versioned::V0_2_0(v0_2_0::RequestFormatPluginPre::new(ip).map_err(link_error)?),
             ),
+            (PluginKind::Strategy, WitVersion::V0_2_0) => {
+                Pre::Strategy(v0_2_0::StrategyPluginPre::new(ip).map_err(link_error)?)
+            }
+            (PluginKind::Strategy, WitVersion::V0_1_0) => {
+                return Err(RuntimeError::Link {
+                    component: name.to_string(),
+                    world: format!("{} ({WIT_PACKAGE}@{wit})", kind.world()),
+                    reason: format!("WIT {wit} has no {} world", kind.world()),
+                });
+            }
         };
         Ok(LoadedPlugin {
             name,
@@ -529,6 +591,7 @@ const _: () = {
     send::<MessageStore>();
     send::<RequestFormat>();
     send::<Compressor>();
+    send::<Strategy>();
 };
 
 #[cfg(test)]

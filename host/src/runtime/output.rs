@@ -4,7 +4,8 @@
 //! The last few stderr lines are also kept, so a trap's error message can quote what the
 //! component printed before it died (a Rust guest prints its panic message to stderr, then
 //! traps on `unreachable`). Memory per stream is bounded: a line longer than
-//! [`MAX_LINE_BYTES`] is cut there, and [`TAIL_LINES`] lines are kept.
+//! [`MAX_LINE_BYTES`] is cut there, and [`TAIL_LINES`] lines are kept. Control characters in a
+//! line are escaped ([`crate::untrusted::text`]), so a component cannot forge log lines.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -115,7 +116,9 @@ impl State {
     fn emit(&mut self) {
         let raw = std::mem::take(&mut self.partial);
         let line = String::from_utf8_lossy(&raw);
-        let line = line.trim_end_matches('\r');
+        // Control characters (a `\r`, an ANSI escape) must not rewrite the log: escaped.
+        let line = crate::untrusted::text(line.trim_end_matches('\r'), MAX_LINE_BYTES);
+        let line: &str = &line;
         let component = &*self.component;
         let stream = self.stream.name();
         match self.stream {

@@ -7,18 +7,24 @@
 //!   refused); stdout/stderr forwarded to `tracing` ([`super::output`]);
 //! - `StoreLimits`: linear memory capped at [`super::RuntimeLimits::memory_bytes`], a failed
 //!   grow traps (`trap_on_grow_failure`);
-//! - an epoch deadline of [`super::RuntimeLimits::call_timeout`] set before instantiation and
-//!   before every call. Time the component spends waiting in the host's `llm` import is
-//!   credited back, so only the component's own work counts.
+//! - a clock per call, checked by the epoch callback every tick while the component runs:
+//!   [`super::RuntimeLimits::call_timeout`] bounds the component's own time (time it spends
+//!   waiting in the host's `llm` import is not counted), [`super::RuntimeLimits::wall_time_per_call`]
+//!   the whole call, that time included; the `llm` import gets at most
+//!   [`super::RuntimeLimits::llm_calls_per_call`] calls per call;
+//! - the task directory's byte budget ([`super::fs_guard::DirBudget`]), measured during and
+//!   after every call; WASI `symlink-at` refused ([`super::fs_guard::refuse_symlinks`]).
 //!
 //! [`Sandbox::call`] turns a failed call into a [`RuntimeError`] naming the component and the
-//! function (deadline, memory limit, trap with the first wasm frame and the component's last
-//! stderr lines) and poisons the instance: wasmtime refuses to re-enter a trapped instance, and
-//! so do we, with a clear message. A fresh instance from the runtime works.
+//! function (deadline, wall time, byte budget, memory limit, trap with the first wasm frame and
+//! the component's last stderr lines) and poisons the instance: wasmtime refuses to re-enter a
+//! trapped instance, and so do we, with a clear message. A fresh instance from the runtime
+//! works. Every text the component supplies in such an error (its `plugin-error`, stderr, the
+//! trap's frame name) is bounded and escaped ([`crate::untrusted::text`]).
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{
@@ -28,10 +34,47 @@ use wasmtime::{
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::RuntimeLimits;
-use super::epoch::{EpochTicker, ticks_for};
+use super::epoch::EpochTicker;
 use super::error::{PluginError, RuntimeError};
+use super::fs_guard::DirBudget;
 use super::output::{GuestOutput, Stream};
-use super::types::LlmImport;
+use super::types::{LlmImport, PlanningImport};
+use crate::untrusted;
+
+/// The clock and counters of the call in progress.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallState {
+    /// When the call started.
+    pub(crate) started: Instant,
+    /// Time spent in the host's `llm` import during the call (not the component's own time).
+    pub(crate) host_time: Duration,
+    /// `llm.complete` calls made (and refused) during the call.
+    pub(crate) llm_calls: u32,
+    /// `llm.complete` calls refused by the limits.
+    pub(crate) llm_refused: u32,
+    deadline_hit: bool,
+    wall_hit: bool,
+    /// Bytes the task directory held when the budget stopped the call.
+    budget_hit: Option<u64>,
+}
+
+impl CallState {
+    fn new() -> CallState {
+        CallState {
+            started: Instant::now(),
+            host_time: Duration::ZERO,
+            llm_calls: 0,
+            llm_refused: 0,
+            deadline_hit: false,
+            wall_hit: false,
+            budget_hit: None,
+        }
+    }
+}
+
+/// [`StoreState::llm_limit_source`] of every instance but a strategy.
+pub(crate) const COMPRESSION_LLM_LIMIT: &str =
+    "one compression may make (context_storage.max_llm_calls_per_compression)";
 
 /// The data of a component's `Store`.
 pub struct StoreState {
@@ -40,11 +83,18 @@ pub struct StoreState {
     limiter: SandboxLimiter,
     /// The component's display name (`builtin:NAME` or its path), for logs.
     pub(crate) component: Arc<str>,
-    /// What the `llm` import calls (compressors only).
+    /// What the `llm` import calls (compressors and strategies).
     pub(crate) llm: Option<Box<dyn LlmImport>>,
-    /// Time spent in host imports during the current call, credited back to the deadline.
-    pub(crate) host_time: Duration,
-    deadline_hit: bool,
+    /// What the `planning` import calls (strategies only).
+    pub(crate) planning: Option<Box<dyn PlanningImport>>,
+    /// The instance's limits.
+    pub(crate) limits: RuntimeLimits,
+    /// The call in progress.
+    pub(crate) call: CallState,
+    budget: Option<DirBudget>,
+    /// What bounds `limits.llm_calls_per_call`, for the refusal message ("one compression
+    /// may make (…)", "one strategy hook may make").
+    pub(crate) llm_limit_source: &'static str,
     stdout: GuestOutput,
     stderr: GuestOutput,
 }
@@ -142,7 +192,6 @@ fn guest_frame(bt: &WasmBacktrace) -> Option<String> {
 pub struct Sandbox {
     store: Store<StoreState>,
     name: Arc<str>,
-    timeout: Duration,
     memory_limit: usize,
     /// Why the instance is unusable, after a failed call.
     poisoned: Option<String>,
@@ -186,32 +235,56 @@ impl Sandbox {
             hit: false,
             peak_bytes: 0,
         };
+        let budget = match limits.task_dir_bytes {
+            None => None,
+            Some(limit) => {
+                Some(
+                    DirBudget::new(task_dir, limit).map_err(|e| RuntimeError::Sandbox {
+                        component: name.to_string(),
+                        task_dir: task_dir.display().to_string(),
+                        reason: format!("cannot open it to watch its byte budget: {e}"),
+                    })?,
+                )
+            }
+        };
         let state = StoreState {
             wasi: builder.build(),
             table: ResourceTable::new(),
             limiter,
             component: name.clone(),
             llm,
-            host_time: Duration::ZERO,
-            deadline_hit: false,
+            planning: None,
+            limits: *limits,
+            call: CallState::new(),
+            budget,
+            llm_limit_source: COMPRESSION_LLM_LIMIT,
             stdout,
             stderr,
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limiter);
+        // Every tick while the component runs: its own time, the call's wall time, the byte
+        // budget.
         store.epoch_deadline_callback(|mut ctx| {
             let state = ctx.data_mut();
-            let credit = std::mem::take(&mut state.host_time);
-            if credit > Duration::ZERO {
-                return Ok(UpdateDeadline::Continue(ticks_for(credit)));
+            let wall = state.call.started.elapsed();
+            if wall.saturating_sub(state.call.host_time) >= state.limits.call_timeout {
+                state.call.deadline_hit = true;
+                return Ok(UpdateDeadline::Interrupt);
             }
-            state.deadline_hit = true;
-            Ok(UpdateDeadline::Interrupt)
+            if wall >= state.limits.wall_time_per_call {
+                state.call.wall_hit = true;
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            if let Some(used) = state.budget.as_mut().and_then(|b| b.over(false)) {
+                state.call.budget_hit = Some(used);
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            Ok(UpdateDeadline::Continue(1))
         });
         Ok(Sandbox {
             store,
             name,
-            timeout: limits.call_timeout,
             memory_limit: limits.memory_bytes,
             poisoned: None,
             _ticker: ticker,
@@ -226,6 +299,18 @@ impl Sandbox {
     /// The largest linear memory the instance has had (bytes).
     pub fn memory_peak_bytes(&self) -> usize {
         self.store.data().limiter.peak_bytes
+    }
+
+    /// The store's data, to give an instance its imports (planning, llm limits) after it is made.
+    pub(crate) fn state_mut(&mut self) -> &mut StoreState {
+        self.store.data_mut()
+    }
+
+    /// `llm.complete` calls made by the last component call (refused ones not counted), and
+    /// the time spent in them.
+    pub(crate) fn last_llm_use(&self) -> (u32, Duration) {
+        let c = &self.store.data().call;
+        (c.llm_calls - c.llm_refused, c.host_time)
     }
 
     /// Run `f` (a call into the component, or its instantiation) under the deadline, mapping a
@@ -244,25 +329,45 @@ impl Sandbox {
         }
         {
             let state = self.store.data_mut();
-            state.host_time = Duration::ZERO;
-            state.deadline_hit = false;
+            state.call = CallState::new();
             state.stderr.clear_tail();
         }
-        self.store.set_epoch_deadline(ticks_for(self.timeout));
+        // The epoch callback runs at the next tick and then at every tick.
+        self.store.set_epoch_deadline(1);
         let result = f(&mut self.store);
-        {
-            let state = self.store.data();
-            state.stdout.flush_partial();
-            state.stderr.flush_partial();
+        let state = self.store.data_mut();
+        state.stdout.flush_partial();
+        state.stderr.flush_partial();
+        if state.call.llm_refused > 0 {
+            tracing::warn!(component = %self.name, function, refused = state.call.llm_refused,
+                made = state.call.llm_calls - state.call.llm_refused,
+                "llm.complete calls were refused by the limits of one call");
         }
-        result.map_err(|e| {
-            let err = self.classify(function, e);
-            let prefix = format!("component {}: ", self.name);
-            let text = err.to_string();
-            self.poisoned = Some(text.strip_prefix(&prefix).unwrap_or(&text).to_string());
-            tracing::warn!(component = %self.name, function, "{err}");
-            err
-        })
+        // What the call wrote, measured once more now that it returned.
+        let over = match &result {
+            Ok(_) => state.budget.as_mut().and_then(|b| b.over(false)),
+            Err(_) => None,
+        };
+        let err = match (result, over) {
+            (Ok(r), None) => return Ok(r),
+            (Ok(_), Some(used)) => self.budget_error(function, used),
+            (Err(e), _) => self.classify(function, e),
+        };
+        let prefix = format!("component {}: ", self.name);
+        let text = err.to_string();
+        self.poisoned = Some(text.strip_prefix(&prefix).unwrap_or(&text).to_string());
+        tracing::warn!(component = %self.name, function, "{err}");
+        Err(err)
+    }
+
+    fn budget_error(&self, function: &str, used: u64) -> RuntimeError {
+        let state = self.store.data();
+        RuntimeError::DiskBudget {
+            component: self.name.to_string(),
+            function: function.to_string(),
+            used_bytes: used,
+            limit_bytes: state.budget.as_ref().map_or(0, DirBudget::limit),
+        }
     }
 
     /// Map a component's own `plugin-error` result for `function` (`E` is the `plugin-error` of
@@ -278,7 +383,7 @@ impl Sandbox {
         result.map(U::from).map_err(|e| RuntimeError::Plugin {
             component: self.name.to_string(),
             function: function.to_string(),
-            error: PluginError::from(e),
+            error: PluginError::from(e).bounded(),
         })
     }
 
@@ -294,16 +399,30 @@ impl Sandbox {
                 limit_bytes: self.memory_limit,
             };
         }
-        if state.deadline_hit || trap == Some(Trap::Interrupt) {
+        if let Some(used) = state.call.budget_hit {
+            return self.budget_error(&function, used);
+        }
+        if state.call.wall_hit {
+            return RuntimeError::WallTime {
+                component,
+                function,
+                limit: state.limits.wall_time_per_call,
+                llm_calls: state.call.llm_calls,
+            };
+        }
+        if state.call.deadline_hit || trap == Some(Trap::Interrupt) {
             return RuntimeError::Deadline {
                 component,
                 function,
-                timeout: self.timeout,
+                timeout: state.limits.call_timeout,
             };
         }
         match trap {
             Some(trap) => {
-                let frame = err.downcast_ref::<WasmBacktrace>().and_then(guest_frame);
+                let frame = err
+                    .downcast_ref::<WasmBacktrace>()
+                    .and_then(guest_frame)
+                    .map(|f| untrusted::name(&f).into_owned());
                 let trap = trap.to_string();
                 let trap = trap
                     .strip_prefix("wasm trap: ")
@@ -314,13 +433,17 @@ impl Sandbox {
                     function,
                     trap,
                     frame,
-                    stderr: state.stderr.tail(),
+                    stderr: state
+                        .stderr
+                        .tail()
+                        .map(|t| untrusted::text(&t, untrusted::MAX_ERROR_BYTES).into_owned()),
                 }
             }
             None => RuntimeError::Host {
                 component,
                 function,
-                reason: format!("{err:#}"),
+                reason: untrusted::text(&format!("{err:#}"), untrusted::MAX_ERROR_BYTES)
+                    .into_owned(),
             },
         }
     }

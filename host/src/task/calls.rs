@@ -3,16 +3,18 @@
 //! (`ctxhost_format::CallLogLine`), so the context's size at every call can be shown without
 //! replaying the history (the web dashboard's chart reads it).
 //!
-//! Appended as whole lines ([`crate::layout::append_line`]); a failure to write it is logged
+//! Appended as whole lines through the task directory's handle ([`TaskDir::append_line`]:
+//! a link named llm_calls.jsonl is refused, never followed); a failure to write it is logged
 //! and never fails the task (it is a record for people, not state the task needs). A torn last
 //! line after a crash is skipped by readers.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ctxhost_format::files::LLM_CALLS;
 use ctxhost_format::{CallLogLine, CallStatus, CompressionLine, LlmCallLine, SummaryCallLine};
 
 use crate::runtime::Usage;
+use crate::task_dir::TaskDir;
 
 /// What is known about one LLM call of the agent loop when it ends.
 #[derive(Debug, Clone)]
@@ -38,20 +40,18 @@ pub struct CallRecord<'a> {
 /// The task's `llm_calls.jsonl` (the host is its only writer).
 #[derive(Debug, Clone)]
 pub struct CallLog {
-    path: PathBuf,
+    dir: TaskDir,
 }
 
 impl CallLog {
-    /// The log of the task in `task_dir` (created by the first line).
-    pub fn new(task_dir: &Path) -> CallLog {
-        CallLog {
-            path: task_dir.join(LLM_CALLS),
-        }
+    /// The log of the task directory `dir` (created by the first line).
+    pub fn new(dir: &TaskDir) -> CallLog {
+        CallLog { dir: dir.clone() }
     }
 
-    /// Path of llm_calls.jsonl.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Path of llm_calls.jsonl, for messages.
+    pub fn path(&self) -> PathBuf {
+        self.dir.file_path(LLM_CALLS)
     }
 
     /// Append the line of one agent-loop call, at `timestamp` (RFC 3339).
@@ -117,9 +117,12 @@ impl CallLog {
     fn append(&self, line: &CallLogLine) {
         let result = serde_json::to_string(line)
             .map_err(anyhow::Error::from)
-            .and_then(|text| crate::layout::append_line(&self.path, &text));
+            .and_then(|text| Ok(self.dir.append_line(LLM_CALLS, &text)?));
         if let Err(e) = result {
-            tracing::warn!("{}: cannot record the LLM call: {e:#}", self.path.display());
+            tracing::warn!(
+                "{}: cannot record the LLM call: {e:#}",
+                self.path().display()
+            );
         }
     }
 }
@@ -139,7 +142,7 @@ mod tests {
     #[test]
     fn calls_and_compressions_are_appended_as_tagged_lines() {
         let dir = tempfile::tempdir().unwrap();
-        let log = CallLog::new(dir.path());
+        let log = CallLog::new(&TaskDir::open(dir.path()).unwrap());
         log.record_call(
             &CallRecord {
                 step: 1,

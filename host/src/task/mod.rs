@@ -1,19 +1,23 @@
 //! [`TaskContext`]: one task's context, as its process holds it (the spec's
-//! `TaskContextManager`). Made from a claimed row; owns the task directory and everything the
-//! agent loop reads and writes in it:
+//! `TaskContextManager`). Made from a claimed row; owns the task directory, as a [`TaskDir`]
+//! handle through which every host read and write there goes, and everything the agent loop
+//! reads and writes in it:
 //!
 //! - the message store component (messages.jsonl, current.jsonl);
 //! - a [`SummaryStore`] (summaries.jsonl, read only), a [`ToolStore`] (the only writer of
-//!   tools.jsonl and tool-results/), a [`PlanningStore`] slot (planning/), a [`CallLog`]
+//!   tools.jsonl and tool-results/), a [`PlanningStore`] (the only writer of
+//!   planning/{uuid}.jsonl, shared with the strategy's `planning` import), a [`CallLog`]
 //!   (llm_calls.jsonl: each LLM call's context size, each compression);
 //! - the LLM transport and a [`UsageMeter`] (the row's counters);
 //! - its status, changed only through [`crate::lifecycle`]: [`TaskContext::update_status`],
 //!   [`TaskContext::complete`], [`TaskContext::fail`], [`TaskContext::pause`].
 //!
-//! Also here: [`metadata`] (metadata.json); [`state`] (task_state.json) is the lifecycle's.
+//! Also here: [`metadata`] (metadata.json); [`inheritance`] (what a new task takes over from
+//! an earlier completed task with the same key); [`state`] (task_state.json) is the lifecycle's.
 
 pub mod calls;
 pub mod history_counts;
+pub mod inheritance;
 pub mod metadata;
 pub mod planning;
 pub use crate::lifecycle::task_state as state;
@@ -21,25 +25,32 @@ pub mod summaries;
 pub mod tools;
 pub mod usage;
 
-use std::path::{Path, PathBuf};
-
 use anyhow::{Context, bail};
-use ctxhost_format::ToolCall;
-use ctxhost_format::files::MESSAGES;
+use ctxhost_format::files::{CURRENT, MESSAGES};
+use ctxhost_format::{ChatMessage, ToolCall};
 
 use crate::config::Config;
 use crate::db::{Db, Status, TaskRow, now_rfc3339};
-use crate::invariants::queries;
+use crate::invariants::context_check::{self, ContextCheck};
+use crate::invariants::ids::make_call_ids_unique;
+use crate::invariants::pairing::PairingFix;
+use crate::invariants::{check_context_file, queries};
 use crate::layout::{DirState, Layout};
 use crate::lifecycle::{self, Transition};
 use crate::llm::Transport;
 use crate::plugins::PluginSet;
 use crate::runtime::MessageStore;
+use crate::task_dir::TaskDir;
+use crate::untrusted;
 
 pub use calls::{CallLog, CallRecord};
 pub use history_counts::HistoryCounts;
-pub use metadata::{Metadata, MetadataConfig, MetadataTaskKey, write_metadata_once};
-pub use planning::PlanningStore;
+pub use inheritance::Inheritance;
+pub use metadata::{
+    InheritedFrom, Metadata, MetadataConfig, MetadataTaskKey, SkippedPredecessor, read_metadata,
+    write_metadata_once,
+};
+pub use planning::{PlanningStore, SharedPlanning};
 pub use summaries::SummaryStore;
 pub use tools::{RecordedCall, ToolStore};
 pub use usage::{UsageDelta, UsageMeter};
@@ -61,17 +72,28 @@ pub struct TaskContext {
     row: TaskRow,
     pid: u32,
     layout: Layout,
-    dir: PathBuf,
+    dir: TaskDir,
+    /// `context_storage.max_task_dir_mib` in bytes.
+    max_dir_bytes: u64,
     db: Db,
     steps_done: u32,
+    /// messages.jsonl's counts and tool-call ids, kept up to date at step boundaries.
     history: HistoryCounts,
+    history_ends_with_summary: bool,
+    /// The invariant check of current.jsonl up to what was last checked.
+    context: ContextCheck,
+    /// Bytes of current.jsonl covered by the saved context_checkpoint.json.
+    context_saved: u64,
     store: MessageStore,
     summaries: SummaryStore,
     tools: ToolStore,
-    planning: Option<PlanningStore>,
+    planning: SharedPlanning,
+    inherited: Option<String>,
     calls: CallLog,
     transport: Transport,
     usage: UsageMeter,
+    /// The plugins, to open the message store again after the host repaired the files.
+    plugins: PluginSet,
 }
 
 impl TaskContext {
@@ -88,15 +110,21 @@ impl TaskContext {
         plugins: &PluginSet,
     ) -> anyhow::Result<TaskContext> {
         let uuid = row.uuid.clone();
-        let dir = layout.task_dir(DirState::Running, &uuid);
-        if !dir.is_dir() {
+        let path = layout.task_dir(DirState::Running, &uuid);
+        if !path.is_dir() {
             bail!(
                 "the task directory {} does not exist (the claim creates it)",
-                dir.display()
+                path.display()
             );
         }
+        let dir = TaskDir::open(&path)
+            .with_context(|| format!("cannot open the task directory {}", path.display()))?;
         let db = Db::open(layout.root())?;
-        let report = crate::repair::repair_task_dir(&dir, false, &now_rfc3339())
+        // The pairing check reads current.jsonl from context_checkpoint.json on (only what was
+        // appended since it was saved).
+        let mut context = ContextCheck::load(&dir);
+        let context_saved = context.checked_bytes();
+        let report = crate::repair::repair_task_dir_from(&dir, false, &now_rfc3339(), &mut context)
             .context("repairing the task directory before resuming")?;
         for r in report.describe() {
             tracing::warn!(%uuid, "repair: {r}");
@@ -105,34 +133,134 @@ impl TaskContext {
             db.set_resume_count(&uuid, n)?;
             tracing::info!(%uuid, resume_count = n, "task resumed");
         }
-        write_metadata_once(&dir, &metadata(config, &row, pid, host))?;
         // Steps of earlier runs count against agent.max_steps: the loop's answered LLM calls
         // are the history's assistant messages that are not summaries.
-        // (Counted from history_checkpoint.json on: only the lines appended since are read.)
+        // Counted from history_checkpoint.json on: only the lines appended since are read, with
+        // the id of every tool call of the conversation (kept unique, `make_call_ids_unique`).
         let history = HistoryCounts::open(&dir)?;
-        let steps_done = history.stats().agent_steps;
+        let stats = history.stats();
+        // A task whose context is still empty takes over an earlier task's final state (the
+        // one metadata.json names, when an earlier process of this task chose it already).
+        let inheritance = if stats.lines > 0 {
+            Inheritance::default()
+        } else {
+            match read_metadata(&dir)? {
+                Some(meta) => meta
+                    .inherited_from
+                    .map(|from| inheritance::rebuild(config, layout, &db, &from))
+                    .unwrap_or_default(),
+                None => inheritance::find(config, layout, &db, &row)?,
+            }
+        };
+        if let Some(from) = &inheritance.from {
+            tracing::info!(%uuid, predecessor = %from.uuid, tokens = from.tokens, parts = ?from.parts, "inheriting the final state of an earlier task with the same key");
+        }
+        let mut meta = metadata(config, &row, pid, host);
+        meta.inherited_from = inheritance.from.clone();
+        meta.inheritance_skipped = inheritance.skipped.clone();
+        write_metadata_once(&dir, &meta)?;
+        let planning = PlanningStore::open(&dir, &uuid)?;
 
         let mut store = plugins
-            .message_store(&dir)
+            .message_store(dir.path())
             .with_context(|| format!("plugins.message_store ({})", plugins.spec_of_store()))?;
-        let stats = store.open()?;
-        tracing::debug!(%uuid, history = stats.history_count, current = stats.current_count, "message store open");
+        let opened = store.open()?;
+        tracing::debug!(%uuid, history = opened.history_count, current = opened.current_count, "message store open");
         Ok(TaskContext {
             pid,
             layout: layout.clone(),
-            steps_done: u32::try_from(steps_done).unwrap_or(u32::MAX),
+            steps_done: u32::try_from(stats.agent_steps).unwrap_or(u32::MAX),
+            history_ends_with_summary: stats.ends_with_summary,
             history,
+            context,
+            context_saved,
             store,
             summaries: SummaryStore::new(&dir),
-            tools: ToolStore::open(&dir, config.tools.max_tool_output_tokens)?,
-            planning: PlanningStore::existing(&dir),
+            tools: ToolStore::open(&dir, config.tool_output_cap())?,
+            planning: SharedPlanning::new(planning),
+            inherited: inheritance.text,
             calls: CallLog::new(&dir),
             transport: Transport::new(config.transport_config()?),
             usage: UsageMeter::open(layout, &uuid)?,
+            plugins: plugins.clone(),
+            max_dir_bytes: config.context_storage.max_task_dir_bytes(),
             db,
             dir,
             row,
         })
+    }
+
+    /// The context inherited from an earlier task with the same key, to add after the system
+    /// prompt of a new context ([`inheritance`]); `None` for a resumed task or when nothing is
+    /// inherited.
+    pub fn inherited(&self) -> Option<&str> {
+        self.inherited.as_deref()
+    }
+
+    /// Make sure the context about to be sent keeps every invariant
+    /// ([`crate::invariants`]): a repairable break (a duplicate or orphan tool result, a call
+    /// without result, arguments that are not JSON) is repaired in the files and recorded in
+    /// messages.jsonl ([`crate::repair::pairing::repair_context`]), and the message store opened
+    /// again on them; returns the repairs. Errors: a break that cannot be repaired, naming the
+    /// file and line — nothing is sent then.
+    pub fn ensure_sendable(&mut self) -> anyhow::Result<Vec<PairingFix>> {
+        let current = self.current_file()?;
+        if current != CURRENT {
+            // A store with its own context file: check it, repair nothing.
+            check_context_file(&self.dir, &current, false).map_err(|e| {
+                anyhow::anyhow!(
+                    "the context about to be sent breaks an invariant: {e}; nothing was sent"
+                )
+            })?;
+            return Ok(Vec::new());
+        }
+        match crate::repair::pairing::needs_repair_from(&self.dir, false, &mut self.context) {
+            Ok(false) => Ok(Vec::new()),
+            Ok(true) => {
+                let fixes = crate::repair::pairing::repair_context_from(
+                    &self.dir,
+                    &now_rfc3339(),
+                    false,
+                    &mut self.context,
+                )
+                .context("repairing the context before sending it")?;
+                self.reopen_store()?;
+                Ok(fixes)
+            }
+            Err(e) => bail!(
+                "the context about to be sent breaks an invariant that cannot be repaired: {e}; nothing was sent (see `ctxhost fsck`)"
+            ),
+        }
+    }
+
+    /// Drop the message store instance and open a new one on the files (after the host changed
+    /// them).
+    fn reopen_store(&mut self) -> anyhow::Result<()> {
+        let mut store = self
+            .plugins
+            .message_store(self.dir.path())
+            .with_context(|| format!("plugins.message_store ({})", self.plugins.spec_of_store()))?;
+        store.open()?;
+        self.store = store;
+        Ok(())
+    }
+
+    /// Give the tool calls of `message` (a reply about to be appended) ids unused in the
+    /// conversation ([`make_call_ids_unique`]); returns the `(old, new)` ids replaced.
+    pub fn make_call_ids_unique(
+        &mut self,
+        message: &mut ChatMessage,
+    ) -> anyhow::Result<Vec<(String, String)>> {
+        let seq = self
+            .store
+            .count_messages()
+            .context("message store: count-messages")?
+            + 1;
+        Ok(make_call_ids_unique(
+            message,
+            seq,
+            self.history.call_ids_mut(),
+        ))
     }
 
     /// The task's UUID.
@@ -145,8 +273,9 @@ impl TaskContext {
         &self.row.prompt
     }
 
-    /// The task directory (`contexts/running/{uuid}/`).
-    pub fn dir(&self) -> &Path {
+    /// The task directory (`contexts/running/{uuid}/`): the handle every host access there
+    /// goes through.
+    pub fn dir(&self) -> &TaskDir {
         &self.dir
     }
 
@@ -154,6 +283,12 @@ impl TaskContext {
     /// task; they count against `agent.max_steps`.
     pub fn steps_done(&self) -> u32 {
         self.steps_done
+    }
+
+    /// messages.jsonl ended with a summary when the task was opened: a compression's new
+    /// context was installed, and nothing was appended after it (the plan was not stated again).
+    pub fn history_ends_with_summary(&self) -> bool {
+        self.history_ends_with_summary
     }
 
     /// The message store (opened).
@@ -171,9 +306,14 @@ impl TaskContext {
         &mut self.tools
     }
 
-    /// The planning history, when the task has one.
-    pub fn planning(&self) -> Option<&PlanningStore> {
-        self.planning.as_ref()
+    /// The record of the task's tool calls, to read.
+    pub fn tools_ref(&self) -> &ToolStore {
+        &self.tools
+    }
+
+    /// The planning history (empty for a task whose strategy never planned).
+    pub fn planning(&self) -> &SharedPlanning {
+        &self.planning
     }
 
     /// The record of the task's LLM calls and compressions (llm_calls.jsonl).
@@ -186,44 +326,87 @@ impl TaskContext {
         &self.transport
     }
 
-    /// The message store's current-context file (relative to the task directory).
+    /// The message store's current-context file, relative to the task directory, checked like
+    /// every path a component returns ([`untrusted::component_path`]: a plain relative path
+    /// inside the task directory, not through a link).
     pub fn current_file(&mut self) -> anyhow::Result<String> {
-        self.store
+        let name = self
+            .store
             .current_context_file()
-            .context("message store: current-context-file")
+            .context("message store: current-context-file")?;
+        untrusted::component_path(&self.dir, &name).with_context(|| {
+            format!(
+                "message store {}: current-context-file returned a path the host refuses",
+                self.store.component()
+            )
+        })
     }
 
     /// The final answer the context already ends with (a process that died after appending it).
     pub fn final_answer(&mut self) -> anyhow::Result<Option<String>> {
         let current = self.current_file()?;
-        let current = self.dir.join(current);
-        queries::final_answer_in(&current)
+        queries::final_answer_in(&self.dir, &current)
     }
 
     /// Tool calls at the end of the context still waiting for a result (a task paused between
     /// tool calls).
     pub fn pending_tool_calls(&mut self) -> anyhow::Result<Vec<ToolCall>> {
         let current = self.current_file()?;
-        let current = self.dir.join(current);
-        queries::pending_tool_calls_in(&current)
+        queries::pending_tool_calls_in(&self.dir, &current)
     }
 
-    /// fsync the files appended to since the last step boundary (messages.jsonl, the
-    /// current-context file, tools.jsonl): called before each LLM call.
+    /// The step boundary, before each LLM call: fsync the files appended to since the last
+    /// one (messages.jsonl, the current-context file, tools.jsonl), and check the task
+    /// directory against its byte budget (what the host wrote counts too).
     pub fn sync(&mut self) -> anyhow::Result<()> {
         let current = self.current_file()?;
-        crate::layout::sync_file(&self.dir.join(MESSAGES))?;
-        crate::layout::sync_file(&self.dir.join(current))?;
+        for name in [MESSAGES, current.as_str()] {
+            self.dir
+                .sync_file(name)
+                .with_context(|| format!("cannot fsync {}", self.dir.show(name)))?;
+        }
         self.tools.sync()?;
-        self.checkpoint_history(false);
+        self.checkpoint(false);
+        self.check_budget()
+    }
+
+    /// Fail when the task directory holds more than `context_storage.max_task_dir_mib`.
+    pub fn check_budget(&self) -> anyhow::Result<()> {
+        let used = self.dir.disk_usage().with_context(|| {
+            format!(
+                "cannot measure the task directory {}",
+                self.dir.path().display()
+            )
+        })?;
+        if used > self.max_dir_bytes {
+            bail!(
+                "the task directory {} holds {} bytes, over its budget of {} bytes (context_storage.max_task_dir_mib)",
+                self.dir.path().display(),
+                used,
+                self.max_dir_bytes
+            );
+        }
         Ok(())
     }
 
-    /// Bring the history checkpoint up to date ([`HistoryCounts::advance`]); a failure only
-    /// costs the next resume a full count, so it is logged.
-    fn checkpoint_history(&mut self, force: bool) {
+    /// Bring the checkpoints up to date: the history's ([`HistoryCounts::advance`]) and the
+    /// context check's ([`ContextCheck::save`]), each when its file grew by 1 MiB since it was
+    /// last saved (`force`: whenever it grew). A failure only costs the next resume a full
+    /// read, so it is logged.
+    fn checkpoint(&mut self, force: bool) {
         if let Err(e) = self.history.advance(force) {
             tracing::warn!(uuid = %self.row.uuid, "history checkpoint not written: {e:#}");
+        }
+        let checked = self.context.checked_bytes();
+        if checked != self.context_saved
+            && (force || checked >= self.context_saved + context_check::CHECKPOINT_EVERY)
+        {
+            match self.context.save(&self.dir) {
+                Ok(()) => self.context_saved = checked,
+                Err(e) => {
+                    tracing::warn!(uuid = %self.row.uuid, "context checkpoint not written: {e:#}")
+                }
+            }
         }
     }
 
@@ -271,7 +454,7 @@ impl TaskContext {
     /// lifecycle writes task_state.json, the row (`paused`) and moves the directory to
     /// `paused/`.
     pub fn pause(mut self) -> anyhow::Result<Status> {
-        self.checkpoint_history(true);
+        self.checkpoint(true);
         let (db, layout, uuid, pid) = self.close();
         if lifecycle::apply(&db, &layout, &uuid, &Transition::Pause { pid })?.is_none() {
             tracing::warn!(%uuid, pid, "the task's row was no longer running under this process when it paused");
@@ -324,5 +507,7 @@ fn metadata(config: &Config, row: &TaskRow, pid: u32, host: &str) -> Metadata {
             compression_threshold: config.context_storage.compression_threshold,
         },
         user: row.user.clone(),
+        inherited_from: None,
+        inheritance_skipped: Vec::new(),
     }
 }

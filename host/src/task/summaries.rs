@@ -1,32 +1,31 @@
 //! [`SummaryStore`]: typed, streaming reader of a task's `summaries.jsonl` (written by the
 //! compressor component, one [`SummaryLine`] per compression).
 
-use std::fs::File;
 use std::io::BufReader;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use ctxhost_format::SummaryLine;
 use ctxhost_format::files::SUMMARIES;
 use ctxhost_format::jsonl::LineReader;
 
+use crate::task_dir::TaskDir;
+
 /// The summaries of one task (read only: the compressor owns the file).
 #[derive(Debug, Clone)]
 pub struct SummaryStore {
-    path: PathBuf,
+    dir: TaskDir,
 }
 
 impl SummaryStore {
-    /// The store of `task_dir` (the file may not exist yet: no summary).
-    pub fn new(task_dir: &Path) -> SummaryStore {
-        SummaryStore {
-            path: task_dir.join(SUMMARIES),
-        }
+    /// The store of the task directory `dir` (the file may not exist yet: no summary).
+    pub fn new(dir: &TaskDir) -> SummaryStore {
+        SummaryStore { dir: dir.clone() }
     }
 
-    /// Path of summaries.jsonl.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Path of summaries.jsonl, for messages.
+    pub fn path(&self) -> PathBuf {
+        self.dir.file_path(SUMMARIES)
     }
 
     /// Number of summaries (lines). Errors name the file and the line that does not parse.
@@ -44,14 +43,14 @@ impl SummaryStore {
     }
 
     fn for_each(&self, mut f: impl FnMut(SummaryLine)) -> anyhow::Result<()> {
-        let file = match File::open(&self.path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        let file = match self.dir.open_read_if_exists(SUMMARIES) {
+            Ok(Some(file)) => file,
+            Ok(None) => return Ok(()),
             Err(e) => {
-                return Err(e).with_context(|| format!("cannot open {}", self.path.display()));
+                return Err(e).with_context(|| format!("cannot open {}", self.dir.show(SUMMARIES)));
             }
         };
-        let mut lines = LineReader::new(BufReader::new(file), self.path.display().to_string());
+        let mut lines = LineReader::new(BufReader::new(file), self.dir.show(SUMMARIES));
         while let Some((_, s)) = lines.next_value::<SummaryLine>()? {
             f(s);
         }
@@ -66,7 +65,7 @@ mod tests {
     #[test]
     fn counts_and_finds_the_latest_summary() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SummaryStore::new(dir.path());
+        let store = SummaryStore::new(&TaskDir::open(dir.path()).unwrap());
         assert_eq!(store.count().unwrap(), 0);
         assert_eq!(store.latest().unwrap(), None);
         let line = |id: &str, end: u64| {

@@ -8,14 +8,14 @@
 //! output is in `tool-results/{seq}.txt`. tools.jsonl is created by the first call, so a task
 //! without tool calls has none.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ctxhost_format::files::{TOOL_RESULTS_DIR, TOOLS};
 use ctxhost_format::{ChatMessage, ToolCall, ToolLine, ToolStatus};
 
+use crate::task_dir::TaskDir;
 use crate::tools::{CallOutcome, ToolError, bound};
 
 /// What one call produced, as recorded.
@@ -42,7 +42,7 @@ impl RecordedCall {
 
 /// Appends to a task's tools.jsonl and writes its tool-results/ files.
 pub struct ToolStore {
-    task_dir: PathBuf,
+    dir: TaskDir,
     /// Opened by the first call when tools.jsonl did not exist.
     file: Option<File>,
     next_seq: u64,
@@ -53,9 +53,9 @@ impl ToolStore {
     /// The tool store of `task_dir`. An existing tools.jsonl whose last line is unterminated
     /// (a crash mid-write) loses that line; seq continues after the lines already there.
     /// `max_output_tokens` is `tools.max_tool_output_tokens`.
-    pub fn open(task_dir: &Path, max_output_tokens: u64) -> Result<ToolStore, ToolError> {
-        let path = task_dir.join(TOOLS);
-        let (file, lines) = match OpenOptions::new().read(true).append(true).open(&path) {
+    pub fn open(dir: &TaskDir, max_output_tokens: u64) -> Result<ToolStore, ToolError> {
+        let path = dir.file_path(TOOLS);
+        let (file, lines) = match dir.open_read_append(TOOLS) {
             Ok(mut file) => {
                 let (lines, complete_len) =
                     count_complete_lines(&mut file).map_err(|e| ToolError::io(&path, e))?;
@@ -75,11 +75,22 @@ impl ToolStore {
             Err(e) => return Err(ToolError::io(&path, e)),
         };
         Ok(ToolStore {
-            task_dir: task_dir.to_path_buf(),
+            dir: dir.clone(),
             file,
             next_seq: lines + 1,
             max_output_tokens,
         })
+    }
+
+    /// Change the cap of what one result puts into the context (estimated tokens), e.g. once
+    /// the tool definitions' share of the window is known.
+    pub fn set_max_output_tokens(&mut self, max_output_tokens: u64) {
+        self.max_output_tokens = max_output_tokens;
+    }
+
+    /// The cap of what one result puts into the context (estimated tokens).
+    pub fn max_output_tokens(&self) -> u64 {
+        self.max_output_tokens
     }
 
     /// The seq the next call will get.
@@ -127,10 +138,13 @@ impl ToolStore {
             None => (text, None),
             Some(cut) => {
                 let rel = format!("{TOOL_RESULTS_DIR}/{seq}.txt");
-                let dir = self.task_dir.join(TOOL_RESULTS_DIR);
-                std::fs::create_dir_all(&dir).map_err(|e| ToolError::io(&dir, e))?;
-                let full = self.task_dir.join(&rel);
-                std::fs::write(&full, &text).map_err(|e| ToolError::io(&full, e))?;
+                self.dir
+                    .create_dir(TOOL_RESULTS_DIR)
+                    .map_err(|e| ToolError::io(self.dir.file_path(TOOL_RESULTS_DIR), e))?;
+                self.dir
+                    .create(&rel)
+                    .and_then(|mut f| f.write_all(text.as_bytes()))
+                    .map_err(|e| ToolError::io(self.dir.file_path(&rel), e))?;
                 let content = format!(
                     "{}\n\n[output cut: showing {} of {} characters (~{} of ~{} tokens); the full output is in {rel}]",
                     &text[..cut.kept_bytes],
@@ -155,16 +169,16 @@ impl ToolStore {
             duration_ms,
             timestamp: crate::db::now_rfc3339(),
         };
-        let path = self.task_dir.join(TOOLS);
-        let mut bytes = serde_json::to_vec(&line).map_err(|e| ToolError::io(&path, e))?;
+        let path = self.dir.file_path(TOOLS);
+        let mut bytes = ctxhost_format::jsonl::to_line(&line)
+            .map_err(|e| ToolError::io(&path, e))?
+            .into_bytes();
         bytes.push(b'\n');
         let file = match &mut self.file {
             Some(f) => f,
             empty @ None => empty.insert(
-                OpenOptions::new()
-                    .append(true)
-                    .create(true)
-                    .open(&path)
+                self.dir
+                    .open_append(TOOLS)
                     .map_err(|e| ToolError::io(&path, e))?,
             ),
         };
@@ -180,12 +194,32 @@ impl ToolStore {
         })
     }
 
+    /// The recorded status of the calls `ids` (tool call ids), streamed from tools.jsonl; an id
+    /// with no line (a call whose result repair wrote after a crash) is missing from the map.
+    pub fn statuses(
+        &self,
+        ids: &[&str],
+    ) -> anyhow::Result<std::collections::HashMap<String, ToolStatus>> {
+        let mut out = std::collections::HashMap::new();
+        let Some(mut lines) = crate::invariants::queries::open_lines(&self.dir, TOOLS)? else {
+            return Ok(out);
+        };
+        while let Some((_, line)) = lines.next_value::<ToolLine>()? {
+            if let Some(id) = line.tool_call_id
+                && ids.contains(&id.as_str())
+            {
+                out.insert(id, line.status);
+            }
+        }
+        Ok(out)
+    }
+
     /// Flush tools.jsonl to disk (at step boundaries). Nothing to do before the first call.
     pub fn sync(&self) -> Result<(), ToolError> {
         match &self.file {
             Some(f) => f
                 .sync_data()
-                .map_err(|e| ToolError::io(self.task_dir.join(TOOLS), e)),
+                .map_err(|e| ToolError::io(self.dir.file_path(TOOLS), e)),
             None => Ok(()),
         }
     }
@@ -231,7 +265,7 @@ mod tests {
         ToolCall::new(format!("call_{name}"), name, arguments)
     }
 
-    fn read_lines(dir: &Path) -> Vec<ToolLine> {
+    fn read_lines(dir: &std::path::Path) -> Vec<ToolLine> {
         std::fs::read_to_string(dir.join(TOOLS))
             .unwrap()
             .lines()
@@ -242,7 +276,7 @@ mod tests {
     #[test]
     fn records_success_and_error_lines() {
         let dir = tempfile::tempdir().unwrap();
-        let mut j = ToolStore::open(dir.path(), 1000).unwrap();
+        let mut j = ToolStore::open(&TaskDir::open(dir.path()).unwrap(), 1000).unwrap();
         assert!(
             !dir.path().join(TOOLS).exists(),
             "created by the first call"
@@ -283,7 +317,7 @@ mod tests {
     #[test]
     fn seq_continues_after_reopen_and_a_torn_line_is_cut() {
         let dir = tempfile::tempdir().unwrap();
-        let mut j = ToolStore::open(dir.path(), 1000).unwrap();
+        let mut j = ToolStore::open(&TaskDir::open(dir.path()).unwrap(), 1000).unwrap();
         j.record(
             &call("t", "{}"),
             &CallOutcome::Success("x".into()),
@@ -292,10 +326,13 @@ mod tests {
         .unwrap();
         drop(j);
         let path = dir.path().join(TOOLS);
-        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
         f.write_all(br#"{"seq":2,"tool":"t","ar"#).unwrap();
         drop(f);
-        let mut j = ToolStore::open(dir.path(), 1000).unwrap();
+        let mut j = ToolStore::open(&TaskDir::open(dir.path()).unwrap(), 1000).unwrap();
         assert_eq!(j.next_seq(), 2);
         j.record(
             &call("t", "{}"),
@@ -310,7 +347,7 @@ mod tests {
     #[test]
     fn long_output_is_cut_and_spilled() {
         let dir = tempfile::tempdir().unwrap();
-        let mut j = ToolStore::open(dir.path(), 200).unwrap();
+        let mut j = ToolStore::open(&TaskDir::open(dir.path()).unwrap(), 200).unwrap();
         let text = "ab€".repeat(5000);
         let r = j
             .record(

@@ -6,8 +6,8 @@
 //! Servers are stopped by [`ToolRegistry::close`] or when the registry is dropped (task end,
 //! failure, pause).
 
+use crate::task_dir::TaskDir;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
 use serde_json::{Map, Value, json};
 
@@ -184,19 +184,19 @@ impl ToolRegistry {
         )
     }
 
-    /// Write [`ToolRegistry::openai_tools`] to `task_dir/tools.json` (replaced atomically) and
-    /// return the file name relative to the task directory, for `request-config.tools-file`;
-    /// `None` (and no file) when no tool is offered.
-    pub fn write_tools_file(&self, task_dir: &Path) -> Result<Option<String>, ToolError> {
+    /// Write [`ToolRegistry::openai_tools`] to tools.json of the task directory `task_dir`
+    /// (replaced atomically) and return the file name relative to the task directory, for
+    /// `request-config.tools-file`; `None` (and no file) when no tool is offered.
+    pub fn write_tools_file(&self, task_dir: &TaskDir) -> Result<Option<String>, ToolError> {
         if self.is_empty() {
             return Ok(None);
         }
-        let path = task_dir.join(TOOL_DEFINITIONS_FILE);
-        let tmp = task_dir.join(format!("{TOOL_DEFINITIONS_FILE}.tmp"));
+        let path = task_dir.file_path(TOOL_DEFINITIONS_FILE);
         let text =
             serde_json::to_vec_pretty(&self.openai_tools()).map_err(|e| ToolError::io(&path, e))?;
-        std::fs::write(&tmp, text).map_err(|e| ToolError::io(&tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| ToolError::io(&path, e))?;
+        task_dir
+            .write_atomic(TOOL_DEFINITIONS_FILE, &text)
+            .map_err(|e| ToolError::io(&path, e))?;
         Ok(Some(TOOL_DEFINITIONS_FILE.to_string()))
     }
 

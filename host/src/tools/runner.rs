@@ -4,8 +4,8 @@
 //! error result (`error: no such tool "X" (no tools are configured)`), recorded in tools.jsonl
 //! with status `error`, so the model learns the tool does not exist and the task goes on.
 
+use crate::task_dir::TaskDir;
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use ctxhost_format::ToolCall;
 
@@ -49,13 +49,13 @@ pub struct McpTools {
 }
 
 impl McpTools {
-    /// Start `servers` and write their tool definitions to `task_dir/tools.json`. Errors: a
-    /// server that does not start ([`ToolError::Start`], naming it and its command), files of
-    /// the task directory ([`ToolError::Io`]).
+    /// Start `servers` and write their tool definitions to tools.json of the task directory
+    /// `task_dir`. Errors: a server that does not start ([`ToolError::Start`], naming it and its
+    /// command), files of the task directory ([`ToolError::Io`]).
     pub fn start(
         servers: &BTreeMap<String, McpServerConfig>,
         config: &ToolsConfig,
-        task_dir: &Path,
+        task_dir: &TaskDir,
     ) -> Result<McpTools, ToolError> {
         let registry = ToolRegistry::start(servers, config)?;
         let tools_file = registry.write_tools_file(task_dir)?;
@@ -97,7 +97,8 @@ mod tests {
     #[test]
     fn no_tools_answers_and_each_call_is_recorded() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = ToolStore::open(dir.path(), 1000).unwrap();
+        let mut store =
+            ToolStore::open(&crate::task_dir::TaskDir::open(dir.path()).unwrap(), 1000).unwrap();
         let mut tools = NoTools;
         let call = ToolCall::new("call_1", "read_file", r#"{"path":"a"}"#);
         let m = store
@@ -113,7 +114,8 @@ mod tests {
         let call = ToolCall::new("call_2", "x", "not json");
         store.run(&call, |c| tools.call(c)).unwrap();
         drop(store);
-        let mut again = ToolStore::open(dir.path(), 1000).unwrap();
+        let mut again =
+            ToolStore::open(&crate::task_dir::TaskDir::open(dir.path()).unwrap(), 1000).unwrap();
         let call = ToolCall::new("call_3", "y", "{}");
         again.run(&call, |c| tools.call(c)).unwrap();
         let text = std::fs::read_to_string(dir.path().join(TOOLS)).unwrap();

@@ -88,6 +88,18 @@ impl McpServer {
         if let Some(dir) = &cwd {
             cmd.current_dir(dir);
         }
+        // The server writes the user's files: it gets the umask ctxhost was started with, not
+        // the owner-only one ctxhost uses for contexts/.
+        if let Some(mask) = crate::layout::inherited_umask() {
+            // SAFETY: the closure runs in the child between fork and exec and only calls
+            // umask, which is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::umask(mask);
+                    Ok(())
+                });
+            }
+        }
         let (transport, stderr) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::piped())
             .spawn()
@@ -283,7 +295,7 @@ async fn read_stderr(server: String, stderr: ChildStderr, tail: Arc<Mutex<VecDeq
                 if line.is_empty() {
                     continue;
                 }
-                tracing::debug!(target: "ctxhost::tools", server = %server, "stderr: {line}");
+                tracing::debug!(target: "ctxhost::tools", server = %server, "stderr: {}", crate::untrusted::text(line, crate::untrusted::MAX_LOG_BYTES));
                 if let Ok(mut t) = tail.lock() {
                     if t.len() == STDERR_TAIL_LINES {
                         t.pop_front();

@@ -1,23 +1,22 @@
 //! The only way the dashboard opens a task's files: a closed list of names inside
-//! `contexts/{running,paused,completed}/{uuid}/`, opened one path component at a time with
-//! `openat(O_NOFOLLOW)`, so no URL reaches a file outside the task directory.
+//! `contexts/{running,paused,completed}/{uuid}/`, read through the host's one handle on a task
+//! directory ([`crate::task_dir::TaskDir`], DESIGN.md §8), so no URL reaches a file outside it.
 //!
 //! - the UUID is canonical ([`crate::layout::parse_uuid`]), the file a [`TaskFile`] (fixed
 //!   names, `tool-results/{seq}.txt` with a number, `planning/{name}.jsonl` with a plain
 //!   name): `..`, `/`, encoded slashes and any other name never match;
 //! - a symlink anywhere below the state folder (the task directory, `tool-results/`,
-//!   `planning/`, the file) is refused (`ELOOP`), whatever it points to, as is anything that is
-//!   not a regular file (a FIFO is opened non-blocking and refused);
+//!   `planning/`, the file) is refused, whatever it points to, as is anything that is not a
+//!   regular file (a FIFO is opened non-blocking and refused);
 //! - refused and missing files look the same to the caller (`None`): the web answer is 404.
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use ctxhost_format::files;
-use rustix::fs::{Mode, OFlags};
 
 use crate::layout::{DirState, Layout};
+use crate::task_dir;
 
 /// A file of a task directory the dashboard may show.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,39 +122,24 @@ fn is_plain_name(name: &str) -> bool {
 /// An opened task directory (held as a file descriptor, so later opens cannot be redirected).
 #[derive(Debug)]
 pub struct TaskDir {
-    fd: OwnedFd,
+    dir: task_dir::TaskDir,
     /// Where it is.
     pub state: DirState,
     /// Its path, for display.
     pub path: PathBuf,
 }
 
-fn dir_flags() -> OFlags {
-    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
-}
-
 /// Open the directory of `uuid` (canonical) in whichever state folder holds it. `None` when
 /// there is none, or it is a symlink or not a directory.
 pub fn open_task_dir(layout: &Layout, uuid: &str) -> Option<TaskDir> {
     debug_assert!(crate::layout::parse_uuid(uuid).is_ok_and(|u| u == uuid));
-    for state in DirState::ALL {
-        // The state folders are the operator's (they may be symlinks); everything below is not.
-        let Ok(parent) = rustix::fs::open(
-            layout.state_dir(state),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) else {
-            continue;
-        };
-        if let Ok(fd) = rustix::fs::openat(&parent, uuid, dir_flags(), Mode::empty()) {
-            return Some(TaskDir {
-                fd,
-                state,
-                path: layout.task_dir(state, uuid),
-            });
-        }
-    }
-    None
+    // The state folders are the operator's (they may be symlinks); everything below is not.
+    DirState::ALL.into_iter().find_map(|state| {
+        let path = layout.task_dir(state, uuid);
+        task_dir::TaskDir::open(&path)
+            .ok()
+            .map(|dir| TaskDir { dir, state, path })
+    })
 }
 
 impl TaskDir {
@@ -166,24 +150,13 @@ impl TaskDir {
         if name.is_empty() {
             return None;
         }
-        let sub;
-        let dir = match folder {
-            Some(folder) => {
-                sub = rustix::fs::openat(&self.fd, folder, dir_flags(), Mode::empty()).ok()?;
-                &sub
-            }
-            None => &self.fd,
-        };
-        let fd = rustix::fs::openat(
-            dir,
-            name.as_str(),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()?;
-        let f = File::from(fd);
-        f.metadata().ok().filter(|m| m.is_file())?;
-        Some(f)
+        // The handle refuses a folder link that leads out; one that stays inside is refused too.
+        if let Some(folder) = folder
+            && !self.dir.is_dir(folder)
+        {
+            return None;
+        }
+        self.dir.open_regular(&file.relative_path()).ok()
     }
 
     /// Whether `file` exists as a regular file (same rules as [`TaskDir::open`]).
@@ -193,20 +166,16 @@ impl TaskDir {
 
     /// The planning history files (`planning/*.jsonl`, regular files with plain names), sorted.
     pub fn planning_files(&self) -> Vec<String> {
-        let Ok(fd) = rustix::fs::openat(&self.fd, PLANNING_DIR, dir_flags(), Mode::empty()) else {
+        // `entries` never opens `planning/` through a link.
+        let Ok(entries) = self.dir.entries(Some(PLANNING_DIR)) else {
             return Vec::new();
         };
-        let Ok(dir) = rustix::fs::Dir::read_from(&fd) else {
-            return Vec::new();
-        };
-        let mut names: Vec<String> = dir
-            .filter_map(Result::ok)
-            .filter(|e| e.file_type() == rustix::fs::FileType::RegularFile)
-            .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))
+        entries
+            .into_iter()
+            .filter(|(_, meta)| meta.is_file())
+            .map(|(name, _)| name)
             .filter(|n| TaskFile::planning(n).is_some())
-            .collect();
-        names.sort();
-        names
+            .collect()
     }
 }
 
@@ -305,6 +274,20 @@ mod tests {
             dir.open(&TaskFile::Messages).is_none(),
             "a FIFO is not a file"
         );
+    }
+
+    #[test]
+    fn a_folder_link_that_stays_inside_is_refused_too() {
+        let (_tmp, layout, task) = tree();
+        std::fs::create_dir(task.join("real")).unwrap();
+        std::fs::write(task.join("real/4.txt"), "inside").unwrap();
+        std::fs::write(task.join("real/p.jsonl"), "{}\n").unwrap();
+        symlink("real", task.join("tool-results")).unwrap();
+        symlink("real", task.join("planning")).unwrap();
+        let dir = open_task_dir(&layout, UUID).unwrap();
+        assert!(dir.open(&TaskFile::ToolResult(4)).is_none());
+        assert!(dir.open(&TaskFile::Planning("p.jsonl".into())).is_none());
+        assert!(dir.planning_files().is_empty());
     }
 
     #[test]

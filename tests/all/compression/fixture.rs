@@ -112,6 +112,7 @@ impl LlmImport for FakeLlm {
         &mut self,
         messages_file: &str,
         max_output_tokens: u32,
+        _deadline: std::time::Instant,
     ) -> Result<Completion, String> {
         assert!(
             !messages_file.is_empty()
@@ -184,6 +185,11 @@ impl Task {
         task
     }
 
+    /// The task directory's handle, as the host reaches it.
+    pub fn dir_handle(&self) -> ctxhost::task_dir::TaskDir {
+        ctxhost::task_dir::TaskDir::open(self.dir.path()).unwrap()
+    }
+
     pub fn path(&self, file: &str) -> PathBuf {
         self.dir.path().join(file)
     }
@@ -244,13 +250,10 @@ impl Task {
         llm: &FakeLlm,
     ) -> Result<CompactionOutcome, CompactionError> {
         let mut compressor = self.compressor(kind, llm);
-        compact_if_needed(
-            &mut self.store,
-            &mut compressor,
-            self.dir.path(),
-            config,
-            &|| TS.to_string(),
-        )
+        let dir = self.dir_handle();
+        compact_if_needed(&mut self.store, &mut compressor, &dir, config, &|| {
+            TS.to_string()
+        })
     }
 
     pub fn bytes(&self, file: &str) -> Vec<u8> {
@@ -284,11 +287,13 @@ impl Task {
     }
 }
 
+/// Settings with the count bound only (`keep_recent_tokens` 0), so a test knows the cut.
 pub fn config(context_length: u64, keep: u32) -> CompressConfig {
     CompressConfig {
         context_length,
         threshold: 0.7,
         keep_recent_messages: keep,
+        keep_recent_tokens: 0,
         summary_prompt: DEFAULT_SUMMARY_PROMPT.to_string(),
         reserve_output_tokens: 256,
     }

@@ -50,6 +50,7 @@ impl TaskBuilder {
                 llm_provider: "openai".into(),
                 model: "fake-model".into(),
                 context_length: 8192,
+                no_inherit: false,
             })
             .unwrap();
         uuid
@@ -105,7 +106,7 @@ impl TaskBuilder {
     }
 }
 
-/// Write messages.jsonl and current.jsonl of `dir`: the system prompt, then `prompt`.
+/// Write messages.jsonl and current.jsonl of `dir` (0600): the system prompt, then `prompt`.
 pub fn write_context(dir: &Path, prompt: &str) {
     let messages = [
         ChatMessage::text("system", "You are a coding agent."),
@@ -130,6 +131,13 @@ pub fn write_context(dir: &Path, prompt: &str) {
         current.push_str(&serde_json::to_string(m).unwrap());
         current.push('\n');
     }
-    std::fs::write(dir.join(MESSAGES), history).unwrap();
-    std::fs::write(dir.join(CURRENT), current).unwrap();
+    // Owner-only, as ctxhost writes them.
+    for (name, text) in [(MESSAGES, history), (CURRENT, current)] {
+        std::fs::write(dir.join(name), text).unwrap();
+        std::fs::set_permissions(
+            dir.join(name),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+    }
 }

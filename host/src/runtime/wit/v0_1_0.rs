@@ -9,6 +9,8 @@
 //!   ([`compress_result`]). `record-summary` is given `sum-N` ([`summary_id_arg`]), the form
 //!   0.1.0 stores were written for; the ids such a store or compressor writes to disk stay
 //!   strings until `ctxhost fsck --repair` rewrites them.
+//! - `compress-config` has no `keep-recent-tokens`: a 0.1.0 compressor bounds its kept tail by
+//!   count only (the host's value is dropped).
 
 /// World `compressor-plugin` at 0.1.0: imports `log` and `llm`, exports `compressor`.
 pub mod compressor {
@@ -47,9 +49,7 @@ pub use message_store::{MessageStorePlugin, MessageStorePluginPre};
 pub use request_format::{RequestFormatPlugin, RequestFormatPluginPre};
 
 use ctxhost_format::files::SUMMARIES;
-use std::fs::{File, OpenOptions};
 use std::io::BufReader;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use compressor::ctxhost::plugin::{llm as wit_llm, log as wit_log, types as wit_types};
@@ -76,6 +76,20 @@ impl From<wit_types::Usage> for Usage {
 }
 
 /// The prompt-cache counts are dropped (0.1.0 has no field for them).
+/// Without `keep-recent-tokens` (new in 0.2.0): the kept tail of a 0.1.0 compressor is bounded
+/// by `keep-recent-messages` only.
+impl From<&crate::runtime::CompressConfig> for wit_compressor::CompressConfig {
+    fn from(c: &crate::runtime::CompressConfig) -> Self {
+        wit_compressor::CompressConfig {
+            context_length: c.context_length,
+            threshold: c.threshold,
+            keep_recent_messages: c.keep_recent_messages,
+            summary_prompt: c.summary_prompt.clone(),
+            reserve_output_tokens: c.reserve_output_tokens,
+        }
+    }
+}
+
 impl From<Usage> for wit_types::Usage {
     fn from(u: Usage) -> Self {
         wit_types::Usage {
@@ -134,13 +148,12 @@ fn next_free_id(task_dir: &Path, own: &str) -> Result<u64, String> {
             path.display()
         )
     };
-    let file: File = match OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
+    // Through the task directory's handle: a link named summaries.jsonl is refused.
+    let file = match crate::task_dir::TaskDir::open(task_dir)
+        .and_then(|d| d.open_read_if_exists(SUMMARIES))
     {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(1),
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok(1),
         Err(e) => return Err(fail(e)),
     };
     summary_id::next_id(BufReader::new(file), Some(own)).map_err(fail)
