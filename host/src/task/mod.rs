@@ -123,9 +123,16 @@ impl TaskContext {
         // The pairing check reads current.jsonl from context_checkpoint.json on (only what was
         // appended since it was saved).
         let mut context = ContextCheck::load(&dir);
-        let context_saved = context.checked_bytes();
+        let mut context_saved = context.checked_bytes();
         let report = crate::repair::repair_task_dir_from(&dir, false, &now_rfc3339(), &mut context)
             .context("repairing the task directory before resuming")?;
+        // Saved again when the check read lines (no checkpoint, a stale one, or appends).
+        if context.checked_bytes() != context_saved {
+            match context.save(&dir) {
+                Ok(()) => context_saved = context.checked_bytes(),
+                Err(e) => tracing::warn!(%uuid, "context checkpoint not written: {e:#}"),
+            }
+        }
         for r in report.describe() {
             tracing::warn!(%uuid, "repair: {r}");
         }
