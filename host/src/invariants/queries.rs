@@ -69,7 +69,7 @@ pub fn last_message_in(dir: &TaskDir, name: &str) -> anyhow::Result<Option<ChatM
     let Some(mut lines) = open_backwards(dir, name)? else {
         return Ok(None);
     };
-    Ok(prev_message(&mut lines)?)
+    prev_message(&mut lines)
 }
 
 /// [`pending_tool_calls`] of the context file `name` of `dir`, read from its end: the `tool`
