@@ -472,6 +472,37 @@ fn show_reports_a_line_of_invalid_utf8_as_unreadable() {
     assert_eq!(last[2]["content"], "done", "{json}");
 }
 
+/// A symbolic link in place of messages.jsonl (pointing out of the task directory) is not
+/// followed, and `show` still shows the task: the link is reported where the messages would be.
+#[test]
+fn show_reports_a_linked_history_and_still_shows_the_task() {
+    let sb = Sandbox::new();
+    sb.ok(&["init"]);
+    let uuid = sb.ok(&["submit", "--prompt", "x"]).trim().to_string();
+    let dir = sb.contexts().join("paused").join(&uuid);
+    std::fs::create_dir_all(&dir).unwrap();
+    let outside = sb.path().join("outside.txt");
+    std::fs::write(&outside, "OUTSIDE-SECRET\n").unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join("messages.jsonl")).unwrap();
+
+    let text = sb.ok(&["show", &uuid]);
+    assert!(text.contains(&format!("uuid:          {uuid}")), "{text}");
+    assert!(
+        text.contains("last messages: unreadable: ") && text.contains("symbolic link"),
+        "{text}"
+    );
+    assert!(!text.contains("OUTSIDE-SECRET"), "{text}");
+    let json = sb.json(&["show", &uuid, "--json"]);
+    assert_eq!(json["last_messages"].as_array().unwrap().len(), 0, "{json}");
+    assert!(
+        json["messages_error"]
+            .as_str()
+            .unwrap()
+            .contains("messages.jsonl is a symbolic link"),
+        "{json}"
+    );
+}
+
 #[test]
 fn run_checks_plugins_and_the_api_key_before_touching_any_task() {
     let sb = Sandbox::new();

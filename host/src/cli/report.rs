@@ -36,8 +36,8 @@ pub struct ShowArgs {
     /// How many of the last messages of messages.jsonl to show.
     #[arg(long, default_value_t = 5)]
     pub messages: usize,
-    /// Print JSON: {task, dir, dir_state, result, last_messages, planning, planning_error,
-    /// inherited_from, inheritance_skipped}.
+    /// Print JSON: {task, dir, dir_state, result, last_messages, messages_error, planning,
+    /// planning_error, inherited_from, inheritance_skipped}.
     #[arg(long)]
     pub json: bool,
 }
@@ -289,6 +289,9 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(r) = &report.result {
         outln!("\nresult:\n{r}");
+    }
+    if let Some(e) = &report.messages_error {
+        outln!("\nlast messages: unreadable: {e}");
     }
     if !report.last_messages.is_empty() {
         outln!("\nlast messages:");
