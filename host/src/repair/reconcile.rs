@@ -37,7 +37,9 @@ pub fn reconcile_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>>
     let mut window: VecDeque<HistoryLine> = VecDeque::with_capacity(RECONCILE_WINDOW + 1);
     let mut last_summary_seq: Option<u64> = None;
     let mut non_summary_total = 0u64;
-    if let Some(mut lines) = open_lines(dir, MESSAGES)? {
+    let history = open_lines(dir, MESSAGES)?;
+    let history_exists = history.is_some();
+    if let Some(mut lines) = history {
         while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
             if h.summary_id.is_some() {
                 last_summary_seq = Some(h.seq);
@@ -83,6 +85,14 @@ pub fn reconcile_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>>
         }
         return Ok(seqs);
     };
+    if !history_exists {
+        bail!(
+            "{} is missing while {} holds the context: the history of the task is lost (restore \
+             it from a backup)",
+            messages.display(),
+            current.display()
+        );
+    }
     let lines: Vec<&HistoryLine> = window.iter().collect();
     // Fewest missing lines first: the last history line equal to current's last message.
     let matched = (0..lines.len())
@@ -197,6 +207,25 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    /// A context without its history (messages.jsonl deleted, or a symbolic link in its place
+    /// removed by the repair) says so, not that the two files do not match.
+    #[test]
+    fn a_missing_history_behind_a_context_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = [sys(), ChatMessage::text("user", "go")];
+        write_task(dir.path(), &history, &history);
+        fs::remove_file(dir.path().join(MESSAGES)).unwrap();
+        let err = reconcile_current(&TaskDir::open(dir.path()).unwrap(), true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("messages.jsonl is missing while")
+                && err.contains("the history of the task is lost"),
+            "{err}"
+        );
+        assert_eq!(lines_of(&dir.path().join(CURRENT)).len(), 2, "untouched");
     }
 
     #[test]
