@@ -503,6 +503,43 @@ fn show_reports_a_linked_history_and_still_shows_the_task() {
     );
 }
 
+/// What the model, a tool or a forge wrote reaches the terminal with its escape sequences and
+/// other control characters escaped (`show`'s messages and result, `tasks`' prompt column).
+#[test]
+fn show_and_tasks_escape_control_characters_of_untrusted_text() {
+    let sb = Sandbox::new();
+    sb.ok(&["init"]);
+    let uuid = sb
+        .ok(&["submit", "--prompt", "fix \u{1b}]0;owned\u{7} it"])
+        .trim()
+        .to_string();
+    let dir = sb.contexts().join("paused").join(&uuid);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("messages.jsonl"),
+        concat!(
+            r#"{"seq":1,"timestamp":"2026-01-01T00:00:00Z","role":"user","content":"hi","tokens":1}"#,
+            "\n",
+            r#"{"seq":2,"timestamp":"2026-01-01T00:00:01Z","role":"assistant","content":"\u001b[2J\u001b[31mred\u0000 \u202e","tokens":1}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    for args in [vec!["show", uuid.as_str()], vec!["tasks"]] {
+        let text = sb.ok(&args);
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\0') && !text.contains('\u{202e}'),
+            "{args:?}: {text:?}"
+        );
+    }
+    let show = sb.ok(&["show", &uuid]);
+    assert!(
+        show.contains("\\u{1b}[2J\\u{1b}[31mred\\u{0} \\u{202e}"),
+        "{show}"
+    );
+    assert!(sb.ok(&["tasks"]).contains("fix \\u{1b}]0;owned\\u{7} it"));
+}
+
 #[test]
 fn run_checks_plugins_and_the_api_key_before_touching_any_task() {
     let sb = Sandbox::new();
