@@ -501,6 +501,20 @@ fn show_reports_a_linked_history_and_still_shows_the_task() {
             .contains("messages.jsonl is a symbolic link"),
         "{json}"
     );
+
+    // The task directory itself a link to a directory outside contexts/: not followed either.
+    std::fs::remove_file(dir.join("messages.jsonl")).unwrap();
+    let elsewhere = sb.path().join("elsewhere");
+    std::fs::rename(&dir, &elsewhere).unwrap();
+    std::fs::write(elsewhere.join("messages.jsonl"), "OUTSIDE-SECRET\n").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+    let text = sb.ok(&["show", &uuid]);
+    assert!(
+        text.contains("last messages: unreadable: cannot open ")
+            && text.contains("is a symbolic link, not a task directory"),
+        "{text}"
+    );
+    assert!(!text.contains("OUTSIDE-SECRET"), "{text}");
 }
 
 /// What the model, a tool or a forge wrote reaches the terminal with its escape sequences and
