@@ -554,6 +554,35 @@ fn show_and_tasks_escape_control_characters_of_untrusted_text() {
     assert!(sb.ok(&["tasks"]).contains("fix \\u{1b}]0;owned\\u{7} it"));
 }
 
+/// A summary line of the history is shown as the summary it is, not as a reply of the model
+/// (the demo's 0.5B model wrote a wrong port into its summary, which read as a second answer).
+#[test]
+fn show_marks_summary_lines_of_the_history() {
+    let sb = Sandbox::new();
+    sb.ok(&["init"]);
+    let uuid = sb.ok(&["submit", "--prompt", "x"]).trim().to_string();
+    let dir = sb.contexts().join("paused").join(&uuid);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("messages.jsonl"),
+        concat!(
+            r#"{"seq":1,"timestamp":"2026-01-01T00:00:00Z","role":"user","content":"hi","tokens":1}"#,
+            "\n",
+            r#"{"seq":2,"timestamp":"2026-01-01T00:00:01Z","role":"assistant","content":"They said hi.","tokens":3,"summary_id":1}"#,
+            "\n",
+            r#"{"seq":3,"timestamp":"2026-01-01T00:00:02Z","role":"assistant","content":"Hello.","tokens":2}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let text = sb.ok(&["show", &uuid]);
+    assert!(
+        text.contains("  #2    summary   [summary 1] They said hi.\n"),
+        "{text}"
+    );
+    assert!(text.contains("  #3    assistant Hello.\n"), "{text}");
+}
+
 #[test]
 fn run_checks_plugins_and_the_api_key_before_touching_any_task() {
     let sb = Sandbox::new();

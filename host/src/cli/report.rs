@@ -308,7 +308,15 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
                             c.id, c.function.name, c.function.arguments
                         ));
                     }
-                    outln!("  #{:<4} {:<9} {}", h.seq, h.role, shorten(&text, 100));
+                    // A summary line is the compressor's, not the model's reply: say so.
+                    let role = match h.summary_id {
+                        Some(id) => {
+                            text = format!("[summary {id}] {text}");
+                            "summary"
+                        }
+                        None => h.role.as_str(),
+                    };
+                    outln!("  #{:<4} {:<9} {}", h.seq, role, shorten(&text, 100));
                 }
                 ShownLine::Unreadable { line, error } => {
                     outln!("  line {line}: unreadable: {error}")
