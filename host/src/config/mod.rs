@@ -325,6 +325,14 @@ mod tests {
         );
         let c = Config::from_yaml("plugins:\n  compressor: none\n", "c").unwrap();
         assert_eq!(c.compressor(), None);
+        for key in ["message_store", "request_format", "strategy"] {
+            assert_eq!(
+                err(&format!("plugins:\n  {key}: none\n")),
+                format!(
+                    "config.yaml: plugins.{key}: cannot be `none` (only plugins.compressor can be switched off)"
+                )
+            );
+        }
     }
 
     #[test]
