@@ -516,7 +516,8 @@ fn cleanup_deletes_old_directories_and_keeps_rows() {
     assert_eq!(row(&env, &a)["files_deleted_at"], Value::Null);
     let out = env.ctxhost(&["cleanup", "--all", "--dry-run"]).ok();
     assert!(
-        out.stdout().contains("2 task directories would be deleted, "),
+        out.stdout()
+            .contains("2 task directories would be deleted, "),
         "{}",
         out.stdout()
     );

@@ -158,8 +158,11 @@ fn a_path_that_is_not_a_component_file_is_refused_before_reading() {
     let tmp = tempfile::tempdir().unwrap();
     let rt = runtime(&tmp.path().join("cache"));
     let load = |p: &Path| {
-        rt.load(&PluginSource::Path(p.to_path_buf()), PluginKind::MessageStore)
-            .unwrap_err()
+        rt.load(
+            &PluginSource::Path(p.to_path_buf()),
+            PluginKind::MessageStore,
+        )
+        .unwrap_err()
     };
     let dir = tmp.path().join("plugins.wasm");
     fs::create_dir(&dir).unwrap();
