@@ -586,36 +586,6 @@ const _: () = {
     send::<Strategy>();
 };
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sources_parse_and_display() {
-        let b: PluginSource = "builtin:jsonl-store".parse().unwrap();
-        assert_eq!(b, PluginSource::Builtin("jsonl-store".into()));
-        assert_eq!(b.to_string(), "builtin:jsonl-store");
-        let p: PluginSource = "plugins/x.wasm".parse().unwrap();
-        assert_eq!(p, PluginSource::Path("plugins/x.wasm".into()));
-        let e = "builtin:nope".parse::<PluginSource>().unwrap_err();
-        assert!(
-            e.to_string().contains("builtin:nope") && e.to_string().contains("builtin:jsonl-store"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn headers_say_what_a_file_is() {
-        let e = check_header("x.wasm", b"\0asm\x01\0\0\0").unwrap_err();
-        assert!(e.to_string().contains("core WebAssembly module"), "{e}");
-        let e = check_header("x.wasm", b"hello world").unwrap_err();
-        assert!(e.to_string().contains("68 65 6c 6c"), "{e}");
-        let e = check_header("x.wasm", b"").unwrap_err();
-        assert!(e.to_string().contains("empty"), "{e}");
-        assert!(check_header("x.wasm", b"\0asm\x0d\0\x01\0").is_ok());
-    }
-}
-
 /// Largest `.wasm` file the host reads: 256 MiB (a Python component is ~19 MB, a JavaScript one
 /// ~13 MB). Bounds what a wrong path (`/dev/zero`, a disk image) can make the host allocate.
 pub const MAX_COMPONENT_FILE_BYTES: u64 = 256 << 20;
@@ -666,4 +636,34 @@ fn read_component_file(name: &str, path: &Path) -> Result<Vec<u8>, RuntimeError>
         return Err(too_large());
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_parse_and_display() {
+        let b: PluginSource = "builtin:jsonl-store".parse().unwrap();
+        assert_eq!(b, PluginSource::Builtin("jsonl-store".into()));
+        assert_eq!(b.to_string(), "builtin:jsonl-store");
+        let p: PluginSource = "plugins/x.wasm".parse().unwrap();
+        assert_eq!(p, PluginSource::Path("plugins/x.wasm".into()));
+        let e = "builtin:nope".parse::<PluginSource>().unwrap_err();
+        assert!(
+            e.to_string().contains("builtin:nope") && e.to_string().contains("builtin:jsonl-store"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn headers_say_what_a_file_is() {
+        let e = check_header("x.wasm", b"\0asm\x01\0\0\0").unwrap_err();
+        assert!(e.to_string().contains("core WebAssembly module"), "{e}");
+        let e = check_header("x.wasm", b"hello world").unwrap_err();
+        assert!(e.to_string().contains("68 65 6c 6c"), "{e}");
+        let e = check_header("x.wasm", b"").unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+        assert!(check_header("x.wasm", b"\0asm\x0d\0\x01\0").is_ok());
+    }
 }
