@@ -22,6 +22,7 @@ mod lifecycle;
 mod lifecycle_crash;
 mod mcp_tools;
 mod plugin_check;
+mod plugin_sdk;
 mod plugin_select;
 mod request_snapshots;
 mod request_write_path;

@@ -10,8 +10,10 @@
 //!    a pending tail, before the end).
 //!
 //! [`check_context_file`] streams a JSONL file through the checker and names file and line.
-//! [`queries`] answers what the host asks about a context (final answer, pending tool calls).
+//! [`queries`] answers what the host asks about a context (final answer, pending tool calls);
+//! [`kept_tail`] checks that a compression kept the most recent messages verbatim.
 
+pub mod kept_tail;
 pub mod queries;
 
 use std::collections::BTreeSet;

@@ -5,7 +5,8 @@
 //! - [`init`]: create the contexts tree and a commented config.yaml;
 //! - [`submit`]: queue a task;
 //! - [`control`]: pause, resume, stop a task, wait for it, recover dead ones;
-//! - [`show`]: one task's row, directory, result and last messages.
+//! - [`show`]: one task's row, directory, result and last messages;
+//! - [`plugin_new`]: a new plugin project (`ctxhost plugin new`).
 //!
 //! Operations that live with their concept are called directly: [`crate::worker::run`]
 //! (`run`), [`crate::cleanup::cleanup`], [`crate::fsck::fsck`], [`crate::plugin_check::run`],
@@ -13,5 +14,6 @@
 
 pub mod control;
 pub mod init;
+pub mod plugin_new;
 pub mod show;
 pub mod submit;

@@ -450,7 +450,7 @@ impl Runtime {
         let link_error = |e: wasmtime::Error| RuntimeError::Link {
             component: name.to_string(),
             world: format!("{} ({WIT_PACKAGE}@{wit})", kind.world()),
-            reason: format!("{e:#}"),
+            reason: explain_link_error(&format!("{e:#}"), kind),
         };
         let linkers = match wit {
             WitVersion::V0_1_0 => &self.linkers_v0_1_0,
@@ -556,6 +556,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_missing_import_is_named_with_what_to_do() {
+        let http = explain_link_error(
+            "component imports instance `wasi:http/outgoing-handler@0.2.6`, but a matching implementation was not found in the linker",
+            PluginKind::Compressor,
+        );
+        assert!(
+            http.starts_with("this component imports wasi:http/outgoing-handler@0.2.6, which ctxhost does not provide to a compressor-plugin"),
+            "{http}"
+        );
+        assert!(http.contains("-d http -d fetch-event"), "{http}");
+        let llm = explain_link_error(
+            "component imports instance `ctxhost:plugin/llm@0.2.0`, but a matching implementation was not found in the linker",
+            PluginKind::MessageStore,
+        );
+        assert!(llm.contains("only a compressor"), "{llm}");
+        assert_eq!(
+            explain_link_error("type mismatch", PluginKind::Compressor),
+            "type mismatch"
+        );
+    }
+
+    #[test]
     fn sources_parse_and_display() {
         let b: PluginSource = "builtin:jsonl-store".parse().unwrap();
         assert_eq!(b, PluginSource::Builtin("jsonl-store".into()));
@@ -579,4 +601,31 @@ mod tests {
         assert!(e.to_string().contains("empty"), "{e}");
         assert!(check_header("x.wasm", b"\0asm\x0d\0\x01\0").is_ok());
     }
+}
+
+/// wasmtime's "component imports instance `X`, but a matching implementation was not found in
+/// the linker" (for a component loaded as `kind`) as a person can act on it: what the component imports that ctxhost does not
+/// provide, and what to do about it. Other linker errors are returned as they are.
+pub fn explain_link_error(reason: &str, kind: PluginKind) -> String {
+    let Some(import) = reason
+        .contains("matching implementation was not found in the linker")
+        .then(|| reason.split('`').nth(1))
+        .flatten()
+    else {
+        return reason.to_string();
+    };
+    let hint = if import.starts_with("wasi:http/") || import.starts_with("wasi:sockets/") {
+        "components get no network (a compressor asks the task's LLM through the `llm` import); \
+         with componentize-js, build with `-d http -d fetch-event` so the component does not import it"
+    } else if import.starts_with("ctxhost:plugin/llm") {
+        "only a compressor (world compressor-plugin) may import `llm`"
+    } else if import.starts_with("wasi:") {
+        "a plugin gets WASI 0.2 filesystem (its task directory), clocks, random and stdio only"
+    } else {
+        "a plugin may import only what its world in wit/plugin.wit imports"
+    };
+    format!(
+        "this component imports {import}, which ctxhost does not provide to a {} ({hint})",
+        kind.world()
+    )
 }
