@@ -387,8 +387,9 @@ fn plugin_new_makes_a_rust_compressor_that_builds_and_passes_plugin_check() {
         "{manifest}"
     );
 
-    // A target dir that outlives the test: the second run builds only the plugin.
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-new-rust");
+    // The guest components' target dir (host/build.rs): the same release profile and the same
+    // registry crates, already compiled there, so only the plugin itself is built.
+    let target = Path::new(env!("CTXHOST_GUEST_DIR")).join("../..");
     let build = cargo_build(&project, &target);
     assert!(
         build.status.success(),

@@ -614,7 +614,7 @@ pub fn explain_link_error(reason: &str, kind: PluginKind) -> String {
     else {
         return reason.to_string();
     };
-    let hint = if import.starts_with("wasi:http/") || import.starts_with("wasi:sockets/") {
+    let hint = if import.starts_with("wasi:http/") {
         "components get no network (a compressor asks the task's LLM through the `llm` import); \
          with componentize-js, build with `-d http -d fetch-event` so the component does not import it"
     } else if import.starts_with("ctxhost:plugin/llm") {
