@@ -299,14 +299,20 @@ mod tests {
         )
         .unwrap();
         let cfg = Config::load_existing(&path).unwrap();
-        assert_eq!(cfg.compressor(), Some(conf.join("plugins/mine.wasm").to_str().unwrap()));
+        assert_eq!(
+            cfg.compressor(),
+            Some(conf.join("plugins/mine.wasm").to_str().unwrap())
+        );
         assert_eq!(cfg.request_format(), "/opt/f.wasm");
         assert_eq!(cfg.plugins.message_store, "builtin:jsonl-store");
         std::fs::write(&path, "plugins:\n  compressor: none\n").unwrap();
         assert_eq!(Config::load(&path).unwrap().compressor(), None);
         // A config in the current directory keeps its relative paths as they are.
         let here = Config::from_yaml("plugins:\n  compressor: x.wasm\n", "config.yaml").unwrap();
-        assert_eq!(here.relative_to(Path::new("config.yaml")).compressor(), Some("x.wasm"));
+        assert_eq!(
+            here.relative_to(Path::new("config.yaml")).compressor(),
+            Some("x.wasm")
+        );
     }
 
     #[test]

@@ -120,7 +120,7 @@ pub fn run(path_or_builtin: &str, json: bool, keep: Option<&Path>) -> anyhow::Re
     };
     if let Some(dir) = keep {
         // Fail before loading anything when the directory cannot be used.
-        Scratch::kept(dir).map_err(|e| crate::error::usage(e))?;
+        Scratch::kept(dir).map_err(crate::error::usage)?;
     }
     let report = check(&runtime, path_or_builtin, &options);
     if json {

@@ -551,6 +551,33 @@ const _: () = {
     send::<Compressor>();
 };
 
+/// wasmtime's "component imports instance `X`, but a matching implementation was not found in
+/// the linker" (for a component loaded as `kind`) as a person can act on it: what the component imports that ctxhost does not
+/// provide, and what to do about it. Other linker errors are returned as they are.
+pub fn explain_link_error(reason: &str, kind: PluginKind) -> String {
+    let Some(import) = reason
+        .contains("matching implementation was not found in the linker")
+        .then(|| reason.split('`').nth(1))
+        .flatten()
+    else {
+        return reason.to_string();
+    };
+    let hint = if import.starts_with("wasi:http/") {
+        "components get no network (a compressor asks the task's LLM through the `llm` import); \
+         with componentize-js, build with `-d http -d fetch-event` so the component does not import it"
+    } else if import.starts_with("ctxhost:plugin/llm") {
+        "only a compressor (world compressor-plugin) may import `llm`"
+    } else if import.starts_with("wasi:") {
+        "a plugin gets WASI 0.2 filesystem (its task directory), clocks, random and stdio only"
+    } else {
+        "a plugin may import only what its world in wit/plugin.wit imports"
+    };
+    format!(
+        "this component imports {import}, which ctxhost does not provide to a {} ({hint})",
+        kind.world()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -601,31 +628,4 @@ mod tests {
         assert!(e.to_string().contains("empty"), "{e}");
         assert!(check_header("x.wasm", b"\0asm\x0d\0\x01\0").is_ok());
     }
-}
-
-/// wasmtime's "component imports instance `X`, but a matching implementation was not found in
-/// the linker" (for a component loaded as `kind`) as a person can act on it: what the component imports that ctxhost does not
-/// provide, and what to do about it. Other linker errors are returned as they are.
-pub fn explain_link_error(reason: &str, kind: PluginKind) -> String {
-    let Some(import) = reason
-        .contains("matching implementation was not found in the linker")
-        .then(|| reason.split('`').nth(1))
-        .flatten()
-    else {
-        return reason.to_string();
-    };
-    let hint = if import.starts_with("wasi:http/") {
-        "components get no network (a compressor asks the task's LLM through the `llm` import); \
-         with componentize-js, build with `-d http -d fetch-event` so the component does not import it"
-    } else if import.starts_with("ctxhost:plugin/llm") {
-        "only a compressor (world compressor-plugin) may import `llm`"
-    } else if import.starts_with("wasi:") {
-        "a plugin gets WASI 0.2 filesystem (its task directory), clocks, random and stdio only"
-    } else {
-        "a plugin may import only what its world in wit/plugin.wit imports"
-    };
-    format!(
-        "this component imports {import}, which ctxhost does not provide to a {} ({hint})",
-        kind.world()
-    )
 }
