@@ -209,7 +209,7 @@ fn the_host_rejects_a_rewritten_kept_message_at_run_time() {
             .unwrap();
         let call = ChatMessage {
             role: "assistant".into(),
-            tool_calls: Some(vec![ToolCall::new(&format!("c{t}"), "read", "{}")]),
+            tool_calls: Some(vec![ToolCall::new(format!("c{t}"), "read", "{}")]),
             ..Default::default()
         };
         store.add_message(&call, ts).unwrap();
