@@ -235,9 +235,13 @@ fn the_host_rejects_a_rewritten_kept_message_at_run_time() {
         reserve_output_tokens: 256,
     };
     let mut compressor = rt.compressor(&bad, dir.path(), Box::new(NoLlm)).unwrap();
-    let err = compact_if_needed(&mut store, &mut compressor, &ctxhost::task_dir::TaskDir::open(dir.path()).unwrap(), &config, &|| {
-        ts.to_string()
-    })
+    let err = compact_if_needed(
+        &mut store,
+        &mut compressor,
+        &ctxhost::task_dir::TaskDir::open(dir.path()).unwrap(),
+        &config,
+        &|| ts.to_string(),
+    )
     .unwrap_err();
     assert!(
         matches!(err, CompactionError::KeptTailRewritten { .. }),

@@ -12,9 +12,9 @@
 //! held in memory. Messages compare as chat messages (key order and an empty `tool_calls`
 //! list do not matter; text, role, tool calls and ids do).
 
+use crate::task_dir::TaskDir;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
-use crate::task_dir::TaskDir;
 
 use ctxhost_format::ChatMessage;
 use ctxhost_format::compress::{LineKind, cut_point, is_summary_line};
@@ -211,7 +211,8 @@ mod tests {
         let mut new = vec![old[0].clone(), ChatMessage::text("user", "summary")];
         new.extend_from_slice(&old[4..]);
         let new_path = write(dir.path(), "new.jsonl", &new);
-        let kept = check_kept_tail(&TaskDir::open(dir.path()).unwrap(), old_path, new_path, 2).unwrap();
+        let kept =
+            check_kept_tail(&TaskDir::open(dir.path()).unwrap(), old_path, new_path, 2).unwrap();
         assert_eq!(
             kept,
             KeptTail {
@@ -252,14 +253,24 @@ mod tests {
             &[old[0].clone(), ChatMessage::text("user", "summary")],
         );
         assert_eq!(
-            check_kept_tail(&TaskDir::open(dir.path()).unwrap(), old_path, only_summary, 5)
-                .unwrap()
-                .compared,
+            check_kept_tail(
+                &TaskDir::open(dir.path()).unwrap(),
+                old_path,
+                only_summary,
+                5
+            )
+            .unwrap()
+            .compared,
             0
         );
         let mut masked = old.clone();
         masked[2].content = Some("[masked]".into());
         let masked = write(dir.path(), "masked.jsonl", &masked);
-        assert_eq!(check_kept_tail(&TaskDir::open(dir.path()).unwrap(), old_path, masked, 3).unwrap().compared, 3);
+        assert_eq!(
+            check_kept_tail(&TaskDir::open(dir.path()).unwrap(), old_path, masked, 3)
+                .unwrap()
+                .compared,
+            3
+        );
     }
 }
