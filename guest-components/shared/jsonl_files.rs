@@ -1,7 +1,8 @@
 //! JSONL files of the task directory (paths relative to the preopened task directory), a
 //! line at a time: opening for reading ([`open_lines`], [`require_lines`]), writing a new file
-//! ([`LineWriter`]) and appending one whole line ([`append_json_line`]). Errors are
-//! `plugin-error`s naming the file.
+//! ([`LineWriter`]) and appending one whole line ([`append_json_line`]). Every line written has
+//! U+2028 / U+2029 escaped (`ctxhost_format::jsonl::to_line`), so readers that split on them
+//! see whole lines. Errors are `plugin-error`s naming the file.
 //!
 //! Compiled into the components that keep JSONL files with
 //! `#[path = "../../shared/jsonl_files.rs"] mod jsonl_files;`, next to
@@ -13,7 +14,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, Write};
 
-use ctxhost_format::jsonl::LineReader;
+use ctxhost_format::jsonl::{LineReader, escape_line_separators, to_line};
 
 use crate::ctxhost::plugin::types::PluginError;
 use crate::plugin_error::io_error;
@@ -53,17 +54,17 @@ impl LineWriter {
         })
     }
 
-    /// Writes `text` and a `\n`.
+    /// Writes `text` (JSON text, its U+2028 / U+2029 escaped) and a `\n`.
     pub fn line(&mut self, text: &str) -> Result<(), PluginError> {
         self.out
-            .write_all(text.as_bytes())
+            .write_all(escape_line_separators(text).as_bytes())
             .and_then(|_| self.out.write_all(b"\n"))
             .map_err(|e| io_error(format!("writing {}", self.file), e))
     }
 
     /// Writes `value` as one JSON line.
     pub fn json(&mut self, value: &impl serde::Serialize) -> Result<(), PluginError> {
-        let text = serde_json::to_string(value).map_err(|e| {
+        let text = to_line(value).map_err(|e| {
             PluginError::Internal(format!("serialising a line of {}: {e}", self.file))
         })?;
         self.line(&text)
@@ -97,7 +98,7 @@ pub fn append_json_line_synced(
 
 /// Appends the line; returns the file, still open.
 fn append(file: &str, value: &impl serde::Serialize) -> Result<File, PluginError> {
-    let mut line = serde_json::to_string(value)
+    let mut line = to_line(value)
         .map_err(|e| PluginError::Internal(format!("serialising a line of {file}: {e}")))?;
     line.push('\n');
     let mut f = OpenOptions::new()

@@ -217,6 +217,8 @@ fn one(o: &Opts, n: u64, cache: &Path, task: &Path) -> Result<(), String> {
         context_length: before * 5 / 4,
         threshold: 0.7,
         keep_recent_messages: 5,
+        // The host's default: half the threshold in tokens (`Config::keep_recent_tokens_for`).
+        keep_recent_tokens: before * 5 / 4 * 7 / 20,
         summary_prompt: "Summarise the conversation so far:\n{messages}".into(),
         reserve_output_tokens: 1024,
     };

@@ -41,7 +41,7 @@ pub struct CleanupItem {
 /// What `cleanup` did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CleanupReport {
-    /// The age limit, days.
+    /// The age limit, days (0: every finished task, `--all`).
     pub days: u32,
     /// Tasks completed before this moment (RFC 3339 UTC) are eligible.
     pub cutoff: String,
@@ -62,7 +62,9 @@ pub fn cutoff(days: u32) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// Delete (unless `dry_run`) the directories of tasks finished more than `days` days ago.
+/// Delete (unless `dry_run`) the directories of tasks finished more than `days` days ago;
+/// `days` 0 means every finished task (`ctxhost cleanup --all`: config and `--days` ask for at
+/// least 1).
 pub fn cleanup(
     db: &Db,
     layout: &Layout,
@@ -178,6 +180,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 1,
+            no_inherit: false,
         })
         .unwrap();
         if status.is_final() {

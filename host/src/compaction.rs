@@ -1,7 +1,8 @@
 //! One compaction step: ask the compressor, check what it returned, install it atomically.
 //!
-//! Lifecycle (DESIGN.md §5–§6), run before every LLM call:
-//! 1. `should-compress(current tokens)`; if not, nothing happens.
+//! Lifecycle (DESIGN.md §5–§6), run before every LLM call ([`compact_if_needed`]), and when the
+//! provider answered that the context is too long ([`compact`] with `force`):
+//! 1. `should-compress(current tokens)`; if not, nothing happens (unless forced).
 //! 2. `compress` writes a new context to a file of its own (never current.jsonl).
 //! 3. The host checks that file whatever the component is: a plain relative path inside the
 //!    task directory, not through a link ([`untrusted::component_path`]), every line a chat message, the same system prompt first, tool calls and results
@@ -10,8 +11,10 @@
 //!    Anything else is rejected, the file deleted and current.jsonl left as it was.
 //! 4. The summary (if any) is appended to messages.jsonl, then the message store installs the
 //!    new context (temp file + rename) and recounts its tokens exactly.
-//! 5. If the context is still over the threshold, the step fails instead of compressing again on
-//!    the next turn: nothing more can be removed without dropping the kept messages.
+//! 5. If the context is still over the threshold, the step reports it
+//!    ([`CompactionError::StillOverThreshold`], the smaller context installed): what is kept —
+//!    at least the newest message's tool-call group — is larger than the threshold. The agent
+//!    loop goes on while the context fits the window and fails otherwise.
 
 use std::io::{BufRead, BufReader};
 
@@ -105,9 +108,9 @@ pub enum CompactionError {
         /// The component: `builtin:NAME` or its path.
         component: String,
     },
-    /// Still over the threshold after compressing.
+    /// Still over the threshold after compressing (the smaller context is installed).
     #[error(
-        "the context is still {tokens} tokens after compression, over the threshold of {limit} ({threshold} × context_length {context_length}): the kept messages alone are too large for the window; lower keep_recent_messages or raise context_length"
+        "the context is still {tokens} tokens after compression, over the threshold of {limit} ({threshold} × context_length {context_length}): what a compression keeps (the newest message's tool-call group at least) is larger than that"
     )]
     StillOverThreshold {
         /// Tokens of the context after compressing.
@@ -130,9 +133,9 @@ pub enum CompactionError {
 }
 
 /// Run one compaction step for the task in `task_dir` (the directory both components see;
-/// every file the host reads or deletes there goes through it).
-/// `now` gives the RFC 3339 UTC timestamp of the summary's history line, taken when the
-/// summary is recorded (after the compressor's LLM calls).
+/// every file the host reads or deletes there goes through it), if the compressor says the
+/// context should be compressed. `now` gives the RFC 3339 UTC timestamp of the summary's
+/// history line, taken when the summary is recorded (after the compressor's LLM calls).
 pub fn compact_if_needed(
     store: &mut MessageStore,
     compressor: &mut Compressor,
@@ -140,8 +143,21 @@ pub fn compact_if_needed(
     config: &CompressConfig,
     now: &dyn Fn() -> String,
 ) -> Result<CompactionOutcome, CompactionError> {
+    compact(store, compressor, task_dir, config, now, false)
+}
+
+/// [`compact_if_needed`]; with `force`, the context is compressed whatever `should-compress`
+/// says (the provider answered that it is too long for the model).
+pub fn compact(
+    store: &mut MessageStore,
+    compressor: &mut Compressor,
+    task_dir: &TaskDir,
+    config: &CompressConfig,
+    now: &dyn Fn() -> String,
+    force: bool,
+) -> Result<CompactionOutcome, CompactionError> {
     let before_tokens = store.current_token_count()?;
-    if !compressor.should_compress(before_tokens, config)? {
+    if !force && !compressor.should_compress(before_tokens, config)? {
         return Ok(CompactionOutcome::NotNeeded);
     }
     let component = compressor.component().to_string();

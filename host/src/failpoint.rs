@@ -4,7 +4,11 @@
 //! - `lifecycle:NAME` (NAME a transition name, or `*`): the process kills itself with SIGKILL
 //!   between the row and the directory of that transition ([`kill_if_set`]);
 //! - `task-exec:exit`: a task process exits with status 3 before claiming its task (a child
-//!   that cannot start).
+//!   that cannot start);
+//! - `strategy:recorded`: SIGKILL right after a strategy hook's decision is written to the
+//!   planning history, before it is applied;
+//! - `agent:compressed`: SIGKILL right after a compression installed the new context, before
+//!   the latest plan is stated again.
 //!
 //! Hand-written rather than the `fail` crate: its actions cannot kill the process, and it needs
 //! a cargo feature, i.e. a second build of the host for the tests.

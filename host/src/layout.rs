@@ -168,6 +168,16 @@ pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
 /// fsync it, rename it over `path`, fsync the directory. Readers see the old or the new
 /// content, never a mix; after a crash, one of the two.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    atomic_write_with(path, |w| w.write_all(bytes))
+}
+
+/// [`atomic_write`] with the content streamed by `write` into the temporary file (buffered), so
+/// a file of any size is replaced with a bounded amount of memory. On error the temporary file
+/// is deleted and `path` is unchanged.
+pub fn atomic_write_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> anyhow::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -181,13 +191,15 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         std::process::id()
     ));
     let result = (|| -> io::Result<()> {
-        let mut f = OpenOptions::new()
+        let f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(crate::task_dir::FILE_MODE)
             .open(&tmp)?;
-        f.write_all(bytes)?;
+        let mut out = io::BufWriter::with_capacity(64 * 1024, f);
+        write(&mut out)?;
+        let f = out.into_inner().map_err(io::IntoInnerError::into_error)?;
         f.sync_all()?;
         drop(f);
         fs::rename(&tmp, path)

@@ -18,6 +18,8 @@ pub mod plugins;
 pub mod recovery;
 pub mod repair;
 pub mod runtime;
+pub mod schemas;
+pub mod sources;
 pub mod summary_ids;
 pub mod task;
 pub mod task_dir;

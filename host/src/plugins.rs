@@ -1,7 +1,7 @@
 //! [`PluginSet`]: the plugin components a config names, loaded once (Spin's load step): each
 //! spec parsed, the component read, checked against its world and WIT version, compiled into
 //! the cache and pre-linked. Instances are made from it per use (a task's message store,
-//! request formats, compressor). `ctxhost run` loads it once before starting any task (so a
+//! request formats, compressor, strategy). `ctxhost run` loads it once before starting any task (so a
 //! configuration mistake is reported once, and every component is compiled into the cache
 //! once); each task process loads it (from the cache) and instantiates from it; `ctxhost plugin
 //! check` loads one component with [`load_plugin`].
@@ -14,8 +14,8 @@ use anyhow::{Context, anyhow};
 use crate::config::Config;
 use crate::layout::Layout;
 use crate::runtime::{
-    Compressor, LlmImport, LoadedPlugin, MessageStore, PluginKind, PluginSource, RequestFormat,
-    Runtime, RuntimeError,
+    Compressor, LlmImport, LoadedPlugin, MessageStore, PlanningImport, PluginKind, PluginSource,
+    RequestFormat, Runtime, RuntimeError, Strategy,
 };
 
 /// Environment variable naming a compiled-component cache directory to use instead of
@@ -57,13 +57,16 @@ pub fn load_plugin(
 }
 
 /// The configured plugins, loaded and checked: `plugins.message_store`,
-/// `plugins.request_format` (or the provider's default) and `plugins.compressor` (unless
-/// `none`).
+/// `plugins.request_format` (or the provider's default), `plugins.compressor` (unless `none`)
+/// and `plugins.strategy`. Cloning is cheap and shares the runtime (a task context keeps a
+/// clone to open its message store again after repairing the files).
+#[derive(Clone)]
 pub struct PluginSet {
-    runtime: Runtime,
+    runtime: std::sync::Arc<Runtime>,
     message_store: LoadedPlugin,
     request_format: LoadedPlugin,
     compressor: Option<LoadedPlugin>,
+    strategy: LoadedPlugin,
 }
 
 impl PluginSet {
@@ -94,11 +97,18 @@ impl PluginSet {
                 )
             })
             .transpose()?;
+        let strategy = load_plugin(
+            &runtime,
+            "plugins.strategy",
+            &config.plugins.strategy,
+            Some(PluginKind::Strategy),
+        )?;
         Ok(PluginSet {
-            runtime,
+            runtime: std::sync::Arc::new(runtime),
             message_store,
             request_format,
             compressor,
+            strategy,
         })
     }
 
@@ -121,6 +131,23 @@ impl PluginSet {
     /// compressor's `llm` import).
     pub fn request_format(&self, task_dir: &Path) -> Result<RequestFormat, RuntimeError> {
         self.runtime.request_format(&self.request_format, task_dir)
+    }
+
+    /// The spec (`builtin:NAME` or path) of the strategy, for messages.
+    pub fn spec_of_strategy(&self) -> &str {
+        self.strategy.name()
+    }
+
+    /// A strategy instance on `task_dir` whose `llm` import calls `llm` and whose `planning`
+    /// import is `planning`.
+    pub fn strategy(
+        &self,
+        task_dir: &Path,
+        llm: Box<dyn LlmImport>,
+        planning: Box<dyn PlanningImport>,
+    ) -> Result<Strategy, RuntimeError> {
+        self.runtime
+            .strategy(&self.strategy, task_dir, llm, planning)
     }
 
     /// Whether a compressor is configured.

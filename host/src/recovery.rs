@@ -227,6 +227,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+            no_inherit: false,
         })
         .unwrap();
         (dir, layout, db)

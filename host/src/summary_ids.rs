@@ -249,7 +249,7 @@ fn replace_lines(
             };
             match replaced {
                 Some(new) => {
-                    out.write_all(new.as_bytes())?;
+                    out.write_all(ctxhost_format::jsonl::escape_line_separators(&new).as_bytes())?;
                     changed += 1;
                 }
                 None => out.write_all(&buf)?,

@@ -223,6 +223,17 @@ impl TaskDir {
     /// it, fsync, rename over `name` (which replaces a link of that name, never what it points
     /// to), fsync the folder. Readers see the old or the new content, never a mix.
     pub fn write_atomic(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.write_atomic_with(name, |w| w.write_all(bytes))
+    }
+
+    /// [`TaskDir::write_atomic`] with the content streamed by `write` into the temporary file
+    /// (buffered, 64 KiB), so a file of any size is replaced with a bounded amount of memory. On
+    /// error the temporary file is deleted and `name` is unchanged.
+    pub fn write_atomic_with(
+        &self,
+        name: &str,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<()> {
         let (parent, file) = split(name);
         let tmp_file = format!(".{file}.tmp-{}", std::process::id());
         let tmp = match parent {
@@ -232,8 +243,9 @@ impl TaskDir {
         let result = (|| -> io::Result<()> {
             // A temporary left by a dead process of the same pid would make create_new fail.
             let _ = self.dir.remove_file(&tmp);
-            let mut f = self.create_new(&tmp)?;
-            f.write_all(bytes)?;
+            let mut f = io::BufWriter::with_capacity(64 * 1024, self.create_new(&tmp)?);
+            write(&mut f)?;
+            let f = f.into_inner().map_err(|e| e.into_error())?;
             f.sync_all()?;
             drop(f);
             self.dir.rename(&tmp, &self.dir, name)
@@ -246,14 +258,17 @@ impl TaskDir {
     }
 
     /// Append one line (`line` without its `\n`) to the JSONL file `name` with a single write,
-    /// creating it if needed. Whole lines only.
+    /// creating it if needed; U+2028 / U+2029 in it are written escaped
+    /// ([`ctxhost_format::jsonl::escape_line_separators`]). Whole lines only: a reader never sees
+    /// half of one unless the process dies mid-write.
     pub fn append_line(&self, name: &str, line: &str) -> io::Result<()> {
         debug_assert!(
             !line.contains('\n'),
             "a JSONL line must not contain a newline"
         );
+        let line = ctxhost_format::jsonl::escape_line_separators(line);
         let mut buf = String::with_capacity(line.len() + 1);
-        buf.push_str(line);
+        buf.push_str(&line);
         buf.push('\n');
         self.open_append(name)?.write_all(buf.as_bytes())
     }
@@ -353,6 +368,12 @@ impl TaskDir {
     /// fsync the directory itself, so a create, rename or delete in it is durable.
     pub fn sync(&self) -> io::Result<()> {
         self.sync_folder(None)
+    }
+
+    /// fsync the folder `name` of the directory (not a link), so a file created in it is
+    /// durable (`planning/` after its first file).
+    pub fn sync_dir(&self, name: &str) -> io::Result<()> {
+        self.sync_folder(Some(name))
     }
 
     fn sync_folder(&self, sub: Option<&str>) -> io::Result<()> {

@@ -15,6 +15,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::agent::llm_import::HostLlm;
+use crate::agent::strategy::StrategyDriver;
 use crate::agent::{Agent, NoTools, Outcome, ToolRunner};
 use crate::config::Config;
 use crate::db::{Db, Status, TaskRow};
@@ -144,9 +145,9 @@ fn execute(
     }
 }
 
-/// The agent loop of `ctx` with the request formats, compressor and tools of `plugins` and
-/// `config`. The tool servers are stopped and the instances dropped when it returns, before
-/// the task's status changes.
+/// The agent loop of `ctx` with the request formats, compressor, strategy and tools of
+/// `plugins` and `config`. The tool servers are stopped and the instances dropped when it
+/// returns, before the task's status changes.
 fn run_loop(
     config: &Config,
     layout: &Layout,
@@ -169,6 +170,28 @@ fn run_loop(
             plugins.compressor(dir.path(), Box::new(llm))?
         }
     };
+    let strategy_llm = HostLlm::new(
+        plugins.request_format(dir.path())?,
+        Transport::new(config.transport_config()?),
+        &dir,
+        &config.llm.model,
+        config.llm.temperature,
+        UsageMeter::open(layout, ctx.uuid())?,
+    );
+    let instantiating = std::time::Instant::now();
+    let strategy = plugins
+        .strategy(
+            dir.path(),
+            Box::new(strategy_llm),
+            Box::new(ctx.planning().clone()),
+        )
+        .map_err(|e| anyhow::anyhow!("plugins.strategy ({}): {e}", plugins.spec_of_strategy()))?;
+    let instantiate_ms = instantiating.elapsed().as_secs_f64() * 1000.0;
+    let mut strategy = StrategyDriver::new(
+        strategy,
+        ctx.planning().clone(),
+        Agent::strategy_config(config),
+    );
     let mut tools: Box<dyn ToolRunner> = if config.mcp_servers.is_empty() {
         Box::new(NoTools)
     } else {
@@ -178,12 +201,17 @@ fn run_loop(
             &dir,
         )?)
     };
-    Agent {
+    let outcome = Agent::new(
         config,
-        format: &mut format,
-        compressor: compressor.as_mut(),
-        tools: tools.as_mut(),
-        compaction_failures: 0,
-    }
-    .run(ctx)
+        &mut format,
+        compressor.as_mut(),
+        tools.as_mut(),
+        &mut strategy,
+    )
+    .run(ctx);
+    let s = strategy.stats();
+    tracing::info!(uuid = %ctx.uuid(), strategy = strategy.component(), instantiate_ms, hooks = s.calls,
+        replayed = s.replayed, side_calls = s.llm_calls,
+        component_ms = s.component_time.as_secs_f64() * 1000.0, "strategy cost in this process");
+    outcome
 }

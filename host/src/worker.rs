@@ -61,6 +61,8 @@ pub struct WorkerOptions {
     pub verbose: u8,
     /// `worker.max_crashes`: deaths of a task's process after which it is failed.
     pub max_crashes: u32,
+    /// Environment variables the children do not inherit (the task sources' tokens).
+    pub env_remove: Vec<String>,
 }
 
 /// What a worker that returned did.
@@ -204,6 +206,9 @@ fn spawn(exe: &std::path::Path, opts: &WorkerOptions, uuid: &str) -> std::io::Re
         cmd.arg(format!("-{}", "v".repeat(opts.verbose as usize)));
     }
     cmd.arg("task-exec").arg(uuid);
+    for var in &opts.env_remove {
+        cmd.env_remove(var);
+    }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
@@ -338,6 +343,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+            no_inherit: false,
         })
         .unwrap();
         db
@@ -379,6 +385,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+            no_inherit: false,
         })
         .unwrap();
         assert!(row::claim(&db, "ok", &Claim::test(101)).unwrap());

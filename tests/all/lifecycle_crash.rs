@@ -269,14 +269,14 @@ fn start_failure_killed_before_its_directory_moves() {
 fn cleanup_killed_before_its_directory_is_deleted() {
     let env = env("http://127.0.0.1:9");
     let uuid = TaskBuilder::new(&env.contexts()).finished(Status::Completed);
-    killed(&env, "lifecycle:delete-files", &["cleanup", "--days", "0"]);
+    killed(&env, "lifecycle:delete-files", &["cleanup", "--all"]);
     check(
         &env,
         &uuid,
         Status::Completed,
         Some(DirState::Completed),
         Some("interrupted-cleanup"),
-        &["cleanup", "--days", "0"],
+        &["cleanup", "--all"],
     );
     assert!(lifecycle::find_dirs(&Layout::new(env.contexts()), &uuid).is_empty());
 }

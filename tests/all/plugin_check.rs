@@ -39,8 +39,10 @@ fn every_builtin_passes() {
             "builtin:observation-masking",
             "builtin:prompted-tools",
             "builtin:anthropic-messages",
+            "builtin:react",
+            "builtin:plan-execute",
         ],
-        "the seven builtins (the issue's six, and anthropic-messages since), in their stable order"
+        "the nine builtins (the issue's six, anthropic-messages, and the two strategies of issue 12), in their stable order"
     );
     for name in builtin_names() {
         let report = run_check(&name);

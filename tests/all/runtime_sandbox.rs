@@ -298,6 +298,7 @@ fn time_in_the_llm_import_does_not_count_against_the_deadline() {
         context_length: 4000,
         threshold: 0.5,
         keep_recent_messages: 2,
+        keep_recent_tokens: 0,
         summary_prompt: "Summarize:\n{messages}".into(),
         reserve_output_tokens: 200,
     };

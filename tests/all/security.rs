@@ -216,8 +216,21 @@ fn the_host_never_follows_a_link_for_any_file_it_reads_or_writes() {
                     compression_threshold: 0.5,
                 },
                 user: None,
+                inherited_from: None,
+                inheritance_skipped: Vec::new(),
             };
             ctxhost::task::write_metadata_once(d, &meta)
+                .map(|_| ())
+                .map_err(|e| format!("{e:#}"))
+        }),
+        // Context inheritance reads a predecessor's metadata.json and planning history.
+        case("metadata.json", |d| {
+            ctxhost::task::read_metadata(d)
+                .map(|_| ())
+                .map_err(|e| format!("{e:#}"))
+        }),
+        case("planning", |d| {
+            ctxhost::task::PlanningStore::read(d, "u")
                 .map(|_| ())
                 .map_err(|e| format!("{e:#}"))
         }),
@@ -279,13 +292,33 @@ fn the_host_never_follows_a_link_for_any_file_it_reads_or_writes() {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         }),
-        case(
-            "planning",
-            |d| match ctxhost::task::PlanningStore::existing(d) {
-                Some(_) => Ok(()),
-                None => Err("not a planning folder".to_string()),
-            },
-        ),
+        case("planning", |d| {
+            // Open the history (reads planning/u.jsonl), then commit a hook's plan (creates
+            // the folder if needed and appends).
+            let mut store =
+                ctxhost::task::PlanningStore::open(d, "u").map_err(|e| format!("{e:#}"))?;
+            let stamp = ctxhost_format::planning::Stamp {
+                timestamp: "2026-01-02T03:04:05.000Z".into(),
+                seq: 2,
+                step: 0,
+                hook: ctxhost_format::planning::Hook::Start,
+            };
+            store.begin(stamp.clone());
+            let plan =
+                ctxhost_format::planning::parse_plan("[\"read\"]").map_err(|e| e.to_string())?;
+            ctxhost::runtime::PlanningImport::save_plan(&mut store, plan, None)?;
+            store
+                .commit(ctxhost_format::planning::DecisionBody {
+                    at: stamp,
+                    action: ctxhost_format::planning::Action::Proceed,
+                    message: None,
+                    reason: None,
+                    llm_calls: 0,
+                    duration_ms: 0,
+                })
+                .map(|_| ())
+                .map_err(|e| format!("{e:#}"))
+        }),
     ];
     for c in &cases {
         for relative in [true, false] {
@@ -323,7 +356,7 @@ fn the_host_never_follows_a_link_for_any_file_it_reads_or_writes() {
             let now = fs::symlink_metadata(task.join(c.name)).ok();
             match result {
                 Err(e) => assert!(
-                    e.contains("symbolic link") || e.contains("not a planning folder"),
+                    e.contains("symbolic link"),
                     "{what}: refused without saying why: {e}"
                 ),
                 Ok(()) => assert!(
@@ -659,11 +692,17 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
 
 #[test]
 fn the_api_key_a_provider_echoes_is_redacted_whatever_the_status() {
-    let llm = FakeLlm::start(vec![
-        // HTTP 200 with an error body quoting the key.
+    // HTTP 200 with an error body quoting the key: a reply that cannot be read, so it is asked
+    // for again (1 + MAX_MALFORMED_REPLY_RETRIES times) before the task fails.
+    let echo = || {
         Reply::json(serde_json::json!({"error": {
             "message": format!("Incorrect API key provided: {KEY}. Find yours at ..."),
-            "type": "invalid_request_error"}})),
+            "type": "invalid_request_error"}}))
+    };
+    let mut replies: Vec<Reply> = (0..=ctxhost::agent::MAX_MALFORMED_REPLY_RETRIES)
+        .map(|_| echo())
+        .collect();
+    replies.extend([
         // HTTP 200 with an answer quoting it.
         Reply::text(format!("Your key is {KEY}, isn't it?"), None),
         // HTTP 401 quoting it.
@@ -673,6 +712,7 @@ fn the_api_key_a_provider_echoes_is_redacted_whatever_the_status() {
             &[],
         ),
     ]);
+    let llm = FakeLlm::start(replies);
     let mut env = env(&llm, "  message_store: builtin:jsonl-store\n", "");
     let cfg = fs::read_to_string(env.config_path()).unwrap();
     env.write_config(&cfg.replace("api_key_env: \"\"", "api_key_env: CTXHOST_TEST_KEY"));

@@ -1,5 +1,5 @@
 //! The web dashboard over HTTP (`ctxhost serve`, real binary on 127.0.0.1): every page and
-//! action, escaping of hostile content, traversal and symlinks, the bind and token policy, CSRF,
+//! action (retry included), escaping of hostile content, traversal and symlinks, the bind and token policy, CSRF,
 //! live events, and the chart of a real task run against the fake LLM.
 
 use std::io::{BufRead, BufReader, Write};
@@ -160,8 +160,11 @@ fn fixture() -> (TestEnv, Db) {
                 "planning/plan.jsonl",
                 format!(
                     "{}\n{}\n",
-                    serde_json::json!({"type":"plan","steps":["read", hostile()]}),
-                    serde_json::json!({"type":"reflection","text":"went well"})
+                    serde_json::json!({"type":"plan","timestamp":"2026-01-01T00:00:01.500Z","seq":1,"step":0,
+                        "hook":"start","goal":"Summarise the repo",
+                        "steps":[{"id":1,"description":"read"},{"id":2,"description":hostile()}]}),
+                    serde_json::json!({"type":"reflection","timestamp":"2026-01-01T00:00:04.500Z","seq":5,"step":2,
+                        "hook":"after-tools","trigger":"interval","text":"went well"})
                 ),
             ),
             (
@@ -397,6 +400,108 @@ fn task_page_shows_row_chart_history_and_every_view() {
     d.get("/tasks/0193a4b2-1c3d-7e8f-9a0b-0000000000ff")
         .expect(404);
     d.get("/tasks/not-a-uuid").expect(404);
+}
+
+#[test]
+fn task_page_shows_the_latest_plan_and_the_inherited_context() {
+    let (mut env, _db) = fixture();
+    env.expect_nonconforming(
+        "the planning history is damaged on purpose to see the page name the line",
+    );
+    let dir = find_task_dir(&env.contexts(), B).unwrap();
+    let stamp = |seq: u64, step: u32, hook: &str| serde_json::json!({"timestamp":"2026-01-01T00:00:01.000Z","seq":seq,"step":step,"hook":hook});
+    let line = |kind: &str, at: serde_json::Value, body: serde_json::Value| {
+        let mut v = serde_json::json!({"type": kind});
+        v.as_object_mut()
+            .unwrap()
+            .extend(at.as_object().unwrap().clone());
+        v.as_object_mut()
+            .unwrap()
+            .extend(body.as_object().unwrap().clone());
+        v.to_string()
+    };
+    let steps = |s1: &str| {
+        serde_json::json!([{"id":1,"description":"read the parser","status":s1},
+            {"id":2,"description":format!("rewrite it {}", hostile()),"status":"pending"}])
+    };
+    let decision = |seq, step, hook: &str| {
+        line(
+            "decision",
+            stamp(seq, step, hook),
+            serde_json::json!({"action":"proceed","llm_calls":1,"duration_ms":2}),
+        )
+    };
+    let history = [
+        line(
+            "plan",
+            stamp(2, 0, "start"),
+            serde_json::json!({"goal":"Refactor the parser","steps":steps("pending")}),
+        ),
+        line(
+            "progress",
+            stamp(2, 0, "start"),
+            serde_json::json!({"step_id":1,"status":"in_progress"}),
+        ),
+        decision(2, 0, "start"),
+        line(
+            "progress",
+            stamp(3, 1, "after-reply"),
+            serde_json::json!({"step_id":1,"status":"done"}),
+        ),
+        line(
+            "verification",
+            stamp(3, 1, "after-reply"),
+            serde_json::json!({"verdict":"failed","text":"not yet"}),
+        ),
+        decision(3, 1, "after-reply"),
+        // A hook that has not returned yet: not part of the plan shown.
+        line(
+            "progress",
+            stamp(4, 2, "after-reply"),
+            serde_json::json!({"step_id":2,"status":"done"}),
+        ),
+    ]
+    .join("\n")
+        + "\n";
+    std::fs::create_dir_all(dir.join("planning")).unwrap();
+    std::fs::write(dir.join(format!("planning/{B}.jsonl")), history).unwrap();
+    let meta = serde_json::json!({"uuid":B,"task_key":{"task_source":"local","owner":"acme","repo":null,"task_type":null,"task_id":"7"},
+        "created_at":"2026-01-01T00:00:00.000Z","process_id":102,"hostname":"test-host",
+        "config":{"llm_provider":"openai","model":"model-b","context_length":1000,"compression_threshold":0.7},"user":"tester",
+        "inherited_from":{"uuid":A,"completed_at":"2026-01-01T00:00:06.000Z","generation":2,"tokens":412,"parts":["answer","plan"]},
+        "inheritance_skipped":[{"uuid":C,"reason":format!("messages.jsonl is damaged {}", hostile())}]});
+    std::fs::write(dir.join("metadata.json"), meta.to_string()).unwrap();
+
+    let d = start(&env);
+    let page = d.get(&format!("/tasks/{B}")).expect(200).body;
+    assert_escaped(&page, "plan and inheritance");
+    assert!(page.contains("data-live=\"task-plan\""), "{page}");
+    assert!(page.contains("Goal: Refactor the parser"));
+    assert!(page.contains("<li class=\"step-done\" value=\"1\" data-status=\"done\">"));
+    assert!(
+        page.contains("<li class=\"step-pending\" value=\"2\" data-status=\"pending\">"),
+        "the uncommitted progress line is not applied"
+    );
+    assert!(page.contains("1 verification (last: failed)"));
+    assert!(page.contains("1 lines of a hook in progress"));
+    assert!(page.contains(&format!("id=\"inherited-from\" href=\"/tasks/{A}\"")));
+    assert!(page.contains("generation 2 · 412 tokens · answer, plan"));
+    assert!(page.contains(&format!("skipped <a href=\"/tasks/{C}\">")));
+
+    // A task without a planning history or inheritance has neither section; a damaged
+    // history is named by line.
+    let plain = d.get(&format!("/tasks/{C}")).expect(200).body;
+    assert!(!plain.contains("id=\"task-plan\"") && !plain.contains("id=\"inherited\""));
+    std::fs::write(
+        dir.join(format!("planning/{B}.jsonl")),
+        "{\"type\":\"plan\"}\n",
+    )
+    .unwrap();
+    let damaged = d.get(&format!("/tasks/{B}")).expect(200).body;
+    assert!(
+        damaged.contains(&format!("planning/{B}.jsonl line 1:")),
+        "{damaged}"
+    );
 }
 
 #[test]
@@ -662,6 +767,115 @@ fn actions_pause_resume_stop_with_csrf() {
     .expect(404);
     d.post_form("/tasks/nope/stop", &h, &[("csrf", &token)])
         .expect(404);
+}
+
+#[test]
+fn retry_a_failed_task_with_csrf_once_its_files_pass_fsck() {
+    let (env, db) = fixture();
+    let d = start(&env);
+    let page = format!("/tasks/{C}");
+    let form = format!("action=\"/tasks/{C}/retry\"");
+    assert!(d.get(&page).expect(200).body.contains(&form));
+    for other in [A, B, D] {
+        let body = d.get(&format!("/tasks/{other}")).expect(200).body;
+        assert!(
+            !body.contains("/retry\""),
+            "{other} is not failed: no Retry"
+        );
+    }
+    let (cookie, token) = d.csrf(&page);
+    let cookie_header = format!("ctxhost_csrf={cookie}");
+    let h = [("Cookie", cookie_header.as_str())];
+
+    // No token or a wrong one: 403, nothing done.
+    d.post_form(&format!("{page}/retry"), &h, &[]).expect(403);
+    d.post_form(&format!("{page}/retry"), &h, &[("csrf", "00ff")])
+        .expect(403);
+    d.get(&format!("{page}/retry")).expect(405);
+    assert_eq!(db.get(C).unwrap().unwrap().status, Status::Failed);
+
+    // Files that pass fsck: the system prompt and the task's message, in both files.
+    let messages = [
+        serde_json::json!({"seq":1,"role":"system","content":"You are a careful agent.","timestamp":"2026-01-01T00:00:01.000Z","tokens":8}),
+        serde_json::json!({"seq":2,"role":"user","content":"Fix the flaky test","timestamp":"2026-01-01T00:00:02.000Z","tokens":7}),
+    ];
+    let current = [
+        serde_json::json!({"role":"system","content":"You are a careful agent."}),
+        serde_json::json!({"role":"user","content":"Fix the flaky test"}),
+    ];
+    let lines = |v: &[serde_json::Value]| v.iter().map(|l| format!("{l}\n")).collect::<String>();
+
+    // C's history has a line of NUL bytes in the middle (a lost write): 409 with `ctxhost
+    // retry`'s text naming the file and the fix, the task still failed where it was.
+    let damaged = format!("{}\n{}\n{}\n", messages[0], "\0".repeat(40), messages[1]);
+    write_task_dir(
+        &env.contexts(),
+        "completed",
+        C,
+        &[
+            ("messages.jsonl", damaged),
+            ("current.jsonl", lines(&current)),
+        ],
+    );
+    let r = d
+        .post_form(&format!("{page}/retry"), &h, &[("csrf", &token)])
+        .expect(409);
+    assert!(r.body.contains("cannot be retried"), "{}", r.body);
+    assert!(r.body.contains("fsck --repair"), "{}", r.body);
+    assert!(r.body.contains("messages.jsonl"), "{}", r.body);
+    assert!(r.body.contains("NUL"), "{}", r.body);
+    assert_eq!(db.get(C).unwrap().unwrap().status, Status::Failed);
+    assert_eq!(
+        find_task_dir(&env.contexts(), C),
+        Some(env.contexts().join("completed").join(C))
+    );
+
+    // Repaired files: queued again, the directory in paused/ to continue from.
+    write_task_dir(
+        &env.contexts(),
+        "completed",
+        C,
+        &[
+            ("messages.jsonl", lines(&messages)),
+            ("current.jsonl", lines(&current)),
+        ],
+    );
+    let r = d
+        .post_form(&format!("{page}/retry"), &h, &[("csrf", &token)])
+        .expect(303);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/tasks/{C}?notice=retried").as_str())
+    );
+    assert_eq!(db.get(C).unwrap().unwrap().status, Status::Queued);
+    assert_eq!(
+        find_task_dir(&env.contexts(), C),
+        Some(env.contexts().join("paused").join(C))
+    );
+    let shown = d
+        .get_with(&format!("/tasks/{C}?notice=retried"), &h)
+        .expect(200);
+    assert!(shown.body.contains("The failed task is queued again"));
+    assert!(!shown.body.contains(&form), "a queued task offers no Retry");
+
+    // Only a failed task: a second retry and a completed task are 409, an unknown one 404.
+    let again = d
+        .post_form(&format!("{page}/retry"), &h, &[("csrf", &token)])
+        .expect(409);
+    assert!(
+        again.body.contains("only a failed task can be retried"),
+        "{}",
+        again.body
+    );
+    d.post_form(&format!("/tasks/{A}/retry"), &h, &[("csrf", &token)])
+        .expect(409);
+    assert_eq!(db.get(A).unwrap().unwrap().status, Status::Completed);
+    d.post_form(
+        "/tasks/0193a4b2-1c3d-7e8f-9a0b-0000000000ff/retry",
+        &h,
+        &[("csrf", &token)],
+    )
+    .expect(404);
 }
 
 #[test]
@@ -967,11 +1181,11 @@ fn a_long_call_log_is_grouped_and_bounded() {
     let mut log = String::new();
     for n in 1..=5000u64 {
         log.push_str(&format!(
-            "{{\"type\":\"call\",\"n\":{n},\"timestamp\":\"t\",\"context_tokens\":{},\"context_length\":100000,\"threshold_tokens\":70000,\"duration_ms\":1,\"status\":\"ok\"}}\n",
+            "{{\"type\":\"call\",\"n\":{n},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"context_tokens\":{},\"context_length\":100000,\"threshold_tokens\":70000,\"duration_ms\":1,\"status\":\"ok\"}}\n",
             1000 + (n % 16) * 4000
         ));
         if n % 16 == 0 {
-            log.push_str("{\"type\":\"compression\",\"timestamp\":\"t\",\"before_tokens\":72000,\"after_tokens\":1000}\n");
+            log.push_str("{\"type\":\"compression\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"before_tokens\":72000,\"after_tokens\":1000}\n");
         }
     }
     write_task_dir(&env.contexts(), "completed", A, &[("llm_calls.jsonl", log)]);

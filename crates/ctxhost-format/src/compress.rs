@@ -3,6 +3,9 @@
 //!
 //! - [`over_threshold`]: when a context should be compressed;
 //! - [`cut_point`]: where the kept tail of a context starts (tool-call groups stay whole);
+//!   [`plan_tail`]: the same tail bounded by tokens too, and which older tool results inside it
+//!   are cut ([`shrunk_result`]) so that a compression makes room whenever the newest message
+//!   alone fits;
 //! - the summary message (`Summary of the conversation so far (messages S–E):\n…`) and the
 //!   masked tool result placeholder (`[tool result masked: …]`), written and recognised;
 //! - [`render_message`]: the plain-text form of a message inside a summary request;
@@ -71,6 +74,132 @@ pub fn cut_point(kinds: &[LineKind], keep: usize) -> usize {
         cut -= 1;
     }
     cut
+}
+
+/// The smallest content, in estimated tokens, an older tool result inside the kept tail is cut
+/// to by [`plan_tail`] (its head and tail, with a note).
+pub const MIN_SHRUNK_RESULT_TOKENS: u64 = 200;
+
+/// The kept tail of a compression ([`plan_tail`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailPlan {
+    /// Index of the first kept message (messages `1..cut` are compressed), as [`cut_point`].
+    pub cut: usize,
+    /// Tool results inside the kept tail, other than the newest message, to cut so the tail
+    /// fits: `(index, at most this many estimated tokens of content)`, oldest first.
+    pub shrink: Vec<(usize, u64)>,
+    /// Estimated tokens of the kept tail once the results in `shrink` are cut (an upper bound).
+    pub tail_tokens: u64,
+}
+
+/// Index of the first message of the tool-call group holding message `i`: the assistant
+/// message before a run of tool results (or `i` itself when it is not a tool result). Never
+/// below 1.
+pub fn group_start(kinds: &[LineKind], mut i: usize) -> usize {
+    while i > 1 && i < kinds.len() && kinds[i] == LineKind::Tool {
+        i -= 1;
+    }
+    i
+}
+
+/// The kept tail of a context whose lines have `kinds` and estimated `tokens` (index 0 is the
+/// system prompt; both slices have the same length), bounded by count **and** by tokens:
+///
+/// 1. start from [`cut_point`]`(kinds, keep)`: the `keep` most recent messages, tool-call
+///    groups whole;
+/// 2. while the tail holds more than `max_tail_tokens` and its first group is not the newest
+///    message's group, move the cut past that group (its messages are compressed instead);
+/// 3. if the tail is still over `max_tail_tokens` (the newest group alone is larger: parallel
+///    calls with long results), cut the tool results inside it other than the newest message,
+///    oldest first, each to no less than [`MIN_SHRUNK_RESULT_TOKENS`], until it fits.
+///
+/// The newest message itself is never moved out of the tail nor cut, so a compression can
+/// always make room when it alone fits the window. `max_tail_tokens == 0` means no token bound
+/// (the rule of `ctxhost:plugin@0.1.0`: [`cut_point`] alone). With `keep == 0` nothing is kept.
+pub fn plan_tail(
+    kinds: &[LineKind],
+    tokens: &[u64],
+    keep: usize,
+    max_tail_tokens: u64,
+) -> TailPlan {
+    debug_assert_eq!(kinds.len(), tokens.len());
+    let n = kinds.len().min(tokens.len());
+    let mut cut = cut_point(&kinds[..n], keep);
+    let sum = |from: usize| tokens[from.min(n)..n].iter().sum::<u64>();
+    if max_tail_tokens == 0 || cut >= n {
+        return TailPlan {
+            cut,
+            shrink: Vec::new(),
+            tail_tokens: sum(cut),
+        };
+    }
+    let newest_group = group_start(&kinds[..n], n - 1);
+    let mut tail = sum(cut);
+    while tail > max_tail_tokens && cut < newest_group {
+        let mut next = cut + 1;
+        while next < n && kinds[next] == LineKind::Tool {
+            next += 1;
+        }
+        tail -= tokens[cut..next].iter().sum::<u64>();
+        cut = next;
+    }
+    let mut shrink = Vec::new();
+    for i in cut..n.saturating_sub(1) {
+        if tail <= max_tail_tokens {
+            break;
+        }
+        if kinds[i] != LineKind::Tool || tokens[i] <= MIN_SHRUNK_RESULT_TOKENS + SHRINK_NOTE_TOKENS
+        {
+            continue;
+        }
+        let excess = tail - max_tail_tokens;
+        // Content tokens left: what the message weighs minus what must go, within bounds.
+        let budget = tokens[i]
+            .saturating_sub(excess + SHRINK_NOTE_TOKENS)
+            .max(MIN_SHRUNK_RESULT_TOKENS);
+        let saved = tokens[i].saturating_sub(budget + SHRINK_NOTE_TOKENS);
+        if saved == 0 {
+            continue;
+        }
+        tail -= saved;
+        shrink.push((i, budget));
+    }
+    TailPlan {
+        cut,
+        shrink,
+        tail_tokens: tail,
+    }
+}
+
+/// Tokens of the note [`shrunk_result`] appends (an upper bound).
+const SHRINK_NOTE_TOKENS: u64 = 64;
+
+/// Start of the note of a tool result cut by a compression ([`shrunk_result`]).
+pub const SHRUNK_NOTE_PREFIX: &str = "[older tool result cut by a compression to make room: ";
+
+/// The content of an older tool result cut to make room in the context: its head and tail
+/// ([`cut_to_tokens`], at most `max_tokens` estimated tokens) followed by a note
+/// `[older tool result cut by a compression to make room: N characters left out; full text in
+/// tools.jsonl seq S]` (or, without a seq, naming `tool_call_id`). Unchanged when it already
+/// fits `max_tokens`.
+pub fn shrunk_result(
+    content: &str,
+    max_tokens: u64,
+    tools_seq: Option<u64>,
+    tool_call_id: &str,
+) -> String {
+    let kept = cut_to_tokens(content, max_tokens);
+    if matches!(kept, Cow::Borrowed(k) if k.len() == content.len()) {
+        return content.to_string();
+    }
+    let left_out = content.chars().count().saturating_sub(kept.chars().count());
+    let place = match tools_seq {
+        Some(seq) => format!("full text in tools.jsonl seq {seq}"),
+        None => format!("full text in tools.jsonl (tool_call_id {tool_call_id})"),
+    };
+    format!(
+        "{kept}\n{SHRUNK_NOTE_PREFIX}about {left_out} characters left out; {place}; call the tool again if you need them]"
+    )
 }
 
 /// Start of a summary message's content; followed by `S–E):\n` and the summary.
@@ -354,6 +483,69 @@ mod tests {
         assert_eq!(cut_point(&[System, Assistant, Tool, Tool], 1), 1);
         // A summary line is compressed like any other message.
         assert_eq!(cut_point(&[System, Summary, User, Assistant], 2), 2);
+    }
+
+    #[test]
+    fn the_tail_is_bounded_by_tokens_without_splitting_groups() {
+        // sys, user, [a, t], [a, t], [a, t]: the four-file case, three reads of 3300 tokens.
+        let kinds = [
+            System, User, Assistant, Tool, Assistant, Tool, Assistant, Tool,
+        ];
+        let tokens = [20, 12, 30, 3300, 30, 3300, 30, 3300];
+        // No token bound: keep 5 → cut at 3, moved back to the group start 2.
+        assert_eq!(plan_tail(&kinds, &tokens, 5, 0).cut, 2);
+        // A bound: whole groups move out until only the newest group is left.
+        let p = plan_tail(&kinds, &tokens, 5, 2867);
+        assert_eq!(p.cut, 6);
+        assert!(p.shrink.is_empty());
+        assert_eq!(p.tail_tokens, 3330);
+        // A bound the last two groups fit in.
+        let p = plan_tail(&kinds, &tokens, 5, 7000);
+        assert_eq!((p.cut, p.tail_tokens), (4, 6660));
+        // The count bound still applies when the tokens are few.
+        assert_eq!(plan_tail(&kinds, &[1; 8], 2, 1000).cut, 6);
+        // Nothing kept with keep 0.
+        assert_eq!(plan_tail(&kinds, &tokens, 0, 100).cut, 8);
+    }
+
+    #[test]
+    fn older_results_of_the_newest_group_are_cut_but_never_the_newest() {
+        // sys, user, a(3 parallel calls), t, t, t: one group of 12 000 tokens.
+        let kinds = [System, User, Assistant, Tool, Tool, Tool];
+        let tokens = [20, 12, 40, 4000, 4000, 4000];
+        let p = plan_tail(&kinds, &tokens, 5, 3000);
+        assert_eq!(p.cut, 2, "the group stays whole");
+        assert_eq!(p.shrink.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [3, 4]);
+        assert!(p.shrink.iter().all(|(_, b)| *b == MIN_SHRUNK_RESULT_TOKENS));
+        assert!(p.tail_tokens < 4000 + 40 + 2 * 300, "{}", p.tail_tokens);
+        // Only as much as needed: one result cut a little.
+        let p = plan_tail(&kinds, &tokens, 5, 11_000);
+        assert_eq!(p.shrink.len(), 1);
+        assert!(p.tail_tokens <= 11_000, "{}", p.tail_tokens);
+        // The newest message alone over the bound: kept, nothing else to do.
+        let p = plan_tail(
+            &[System, User, Assistant, Tool],
+            &[20, 12, 40, 9000],
+            3,
+            100,
+        );
+        assert_eq!((p.cut, p.shrink.len()), (2, 0));
+    }
+
+    #[test]
+    fn a_shrunk_result_keeps_head_and_tail_and_says_where_the_rest_is() {
+        let content = format!("HEAD{}TAIL", "x".repeat(40_000));
+        let s = shrunk_result(&content, 200, Some(7), "call_1");
+        assert!(s.starts_with("HEAD") && s.contains("TAIL\n"), "{s}");
+        assert!(s.contains("full text in tools.jsonl seq 7"), "{s}");
+        assert!(
+            estimate_tokens(&s) <= 200 + SHRINK_NOTE_TOKENS,
+            "{}",
+            estimate_tokens(&s)
+        );
+        let s = shrunk_result(&content, 200, None, "call_9");
+        assert!(s.contains("tool_call_id call_9"), "{s}");
+        assert_eq!(shrunk_result("short", 200, Some(1), "c"), "short");
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   tools.jsonl        host (tool store)        one line per tool call
 //!   tool-results/      host (tool store)        full outputs cut for the context
 //!   tools.json         host (tool registry)     tool definitions offered in requests
-//!   planning/          host (planning store)    planning history (a later issue)
+//!   planning/          host (planning store)    planning history: {uuid}.jsonl, written for
+//!                                               the strategy (planning::history_file)
 //!   temporaries        see TEMPORARY_FILES      deleted after their step or by repair
 //! ```
 //!
@@ -34,6 +35,9 @@ pub enum Owner {
     /// The request-format component (request bodies) together with the host's transport
     /// (response bodies).
     RequestFormat,
+    /// The strategy component (its side-call work files; its plans go through the host's
+    /// planning store).
+    Strategy,
 }
 
 /// One file (or folder) of a task directory.
@@ -67,7 +71,7 @@ pub const TOOLS: &str = "tools.jsonl";
 pub const TOOL_RESULTS_DIR: &str = "tool-results";
 /// `tools.json`: a JSON array of OpenAI tool definitions offered in every request.
 pub const TOOL_DEFINITIONS: &str = "tools.json";
-/// `planning/`: the planning history (DESIGN.md §9).
+/// `planning/`: the planning history (DESIGN.md §11).
 pub const PLANNING_DIR: &str = "planning";
 /// `llm_calls.jsonl`: one line per LLM call and per compression
 /// ([`crate::CallLogLine`]), appended by the host's task context (the dashboard's chart reads it).
@@ -88,6 +92,9 @@ pub const UNSUMMARIZED: &str = "unsummarized.jsonl";
 pub const SUMMARY_REQUEST: &str = "summary_request.jsonl";
 /// The new context a compressor hands to the host (validated, then installed as current.jsonl).
 pub const COMPRESSED: &str = "compressed.jsonl";
+/// Strategy work file: the messages of one side call (planning, reflection, verification) for
+/// `llm.complete`.
+pub const STRATEGY_REQUEST: &str = "strategy_request.jsonl";
 /// Suffix of the file that keeps the bytes crash repair cut from a torn line
 /// (`messages.jsonl.torn`).
 pub const TORN_SUFFIX: &str = ".torn";
@@ -113,6 +120,7 @@ pub const TASK_FILES: &[TaskFile] = &[
     file(UNSUMMARIZED, Owner::Compressor, true),
     file(SUMMARY_REQUEST, Owner::Compressor, true),
     file(COMPRESSED, Owner::Compressor, true),
+    file(STRATEGY_REQUEST, Owner::Strategy, true),
 ];
 
 const fn file(name: &'static str, owner: Owner, temporary: bool) -> TaskFile {
@@ -136,6 +144,7 @@ pub const TEMPORARY_FILES: &[&str] = &[
     UNSUMMARIZED,
     SUMMARY_REQUEST,
     COMPRESSED,
+    STRATEGY_REQUEST,
 ];
 
 /// Request/response bodies a failed task keeps for debugging (not temporaries once it failed).

@@ -1,13 +1,23 @@
-//! Streaming JSONL reading with line numbers, one line in memory at a time.
+//! Streaming JSONL reading with line numbers, one line in memory at a time, and writing JSONL
+//! lines that every reader splits the same way.
 //!
 //! Used by the components (message store, request formats) and the host alike: a file is read
 //! through a [`BufRead`], blank lines (only whitespace) are skipped, and every error names the
 //! file and the 1-based line number, e.g. `current.jsonl line 3: not valid: missing field
 //! `role` at line 1 column 17`.
+//!
+//! Writing: [`to_line`] / [`write_line`] serialise one value as one line with
+//! [`LineFormatter`], which writes U+2028 LINE SEPARATOR and U+2029 PARAGRAPH SEPARATOR as the
+//! escapes `\u2028` / `\u2029`. Both are legal unescaped inside a JSON string, but readers that
+//! split text into lines on every Unicode line break (Python's `str.splitlines`, JavaScript
+//! before ES2019) would cut such a line in two. [`escape_line_separators`] does the same to a
+//! line that is already JSON text (copied from another file).
 
+use std::borrow::Cow;
 use std::fmt;
-use std::io::{self, BufRead, Read};
+use std::io::{self, BufRead, Read, Write};
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// Why reading a JSONL file failed. `Display` names the file and, where known, the line.
@@ -58,6 +68,79 @@ impl fmt::Display for JsonlError {
 }
 
 impl std::error::Error for JsonlError {}
+
+/// The escape written for U+2028 LINE SEPARATOR.
+const LS_ESCAPE: &[u8] = b"\\u2028";
+/// The escape written for U+2029 PARAGRAPH SEPARATOR.
+const PS_ESCAPE: &[u8] = b"\\u2029";
+
+/// serde_json's compact formatter, except that U+2028 and U+2029 inside strings (keys
+/// included) are written as `\u2028` / `\u2029`, so the line holds no character that any
+/// reader takes for a line break. The JSON value is the same.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LineFormatter;
+
+impl serde_json::ser::Formatter for LineFormatter {
+    fn write_string_fragment<W: ?Sized + Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        let mut rest = fragment;
+        while let Some(i) = rest.find(['\u{2028}', '\u{2029}']) {
+            writer.write_all(&rest.as_bytes()[..i])?;
+            // Both characters are 3 bytes in UTF-8: E2 80 A8 / E2 80 A9.
+            writer.write_all(if rest.as_bytes()[i + 2] == 0xA8 {
+                LS_ESCAPE
+            } else {
+                PS_ESCAPE
+            })?;
+            rest = &rest[i + 3..];
+        }
+        writer.write_all(rest.as_bytes())
+    }
+}
+
+/// `value` as one JSONL line (no `\n`), written with [`LineFormatter`].
+///
+/// Errors: serde's, for a value that cannot be serialised (e.g. a map with non-string keys).
+pub fn to_line<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
+    let mut out = Vec::with_capacity(128);
+    write_value(&mut out, value)?;
+    // The formatter writes valid UTF-8 (serde_json's own output plus ASCII escapes).
+    String::from_utf8(out).map_err(|e| serde_json::Error::io(io::Error::other(e)))
+}
+
+/// Writes `value` as one JSONL line and its `\n` to `writer` ([`LineFormatter`]).
+pub fn write_line<W: Write + ?Sized, T: Serialize + ?Sized>(
+    writer: &mut W,
+    value: &T,
+) -> serde_json::Result<()> {
+    write_value(&mut *writer, value)?;
+    writer.write_all(b"\n").map_err(serde_json::Error::io)
+}
+
+/// Writes `value` with [`LineFormatter`] (no line terminator).
+pub fn write_value<W: Write, T: Serialize + ?Sized>(
+    writer: W,
+    value: &T,
+) -> serde_json::Result<()> {
+    let mut ser = serde_json::Serializer::with_formatter(writer, LineFormatter);
+    value.serialize(&mut ser)
+}
+
+/// `line` (JSON text) with U+2028 / U+2029 replaced by their escapes. Outside strings JSON
+/// text cannot hold either character, so this never changes the value; borrowed when there is
+/// nothing to replace.
+pub fn escape_line_separators(line: &str) -> Cow<'_, str> {
+    if !line.contains(['\u{2028}', '\u{2029}']) {
+        return Cow::Borrowed(line);
+    }
+    Cow::Owned(
+        line.replace('\u{2028}', "\\u2028")
+            .replace('\u{2029}', "\\u2029"),
+    )
+}
 
 /// Reads a JSONL file line by line into one reused buffer.
 ///
@@ -357,6 +440,36 @@ mod tests {
             "{text}"
         );
         assert!(matches!(err, JsonlError::Invalid { line: 2, .. }));
+    }
+
+    #[test]
+    fn line_separators_are_escaped_and_round_trip() {
+        let text = "a\u{2028}b\u{2029}c — ok\n\"q\"";
+        let m = ChatMessage::text("user", text);
+        let line = to_line(&m).unwrap();
+        assert!(!line.contains(['\u{2028}', '\u{2029}']), "{line}");
+        assert!(
+            line.contains("a\\u2028b\\u2029c — ok\\n\\\"q\\\""),
+            "{line}"
+        );
+        assert_eq!(serde_json::from_str::<ChatMessage>(&line).unwrap(), m);
+        // The same bytes as serde_json's compact output when there is nothing to escape.
+        let plain = ChatMessage::text("user", "plain é 上");
+        assert_eq!(
+            to_line(&plain).unwrap(),
+            serde_json::to_string(&plain).unwrap()
+        );
+        // Keys are strings too; a line read back from Python-style splitting stays whole.
+        let map: std::collections::BTreeMap<String, u8> = [("k\u{2028}".to_string(), 1)].into();
+        assert_eq!(to_line(&map).unwrap(), "{\"k\\u2028\":1}");
+        let mut out = Vec::new();
+        write_line(&mut out, &m).unwrap();
+        assert_eq!(out, format!("{line}\n").into_bytes());
+        // Raw JSON text from elsewhere.
+        let raw = serde_json::to_string(&m).unwrap();
+        assert!(raw.contains('\u{2028}'));
+        assert_eq!(escape_line_separators(&raw), line);
+        assert!(matches!(escape_line_separators(&line), Cow::Borrowed(_)));
     }
 
     #[test]

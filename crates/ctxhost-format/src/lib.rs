@@ -14,6 +14,8 @@
 //! - [`compress`]: the pure rules of context compression (cut point, summary and mask markers,
 //!   summary request chunking); [`time`]: RFC 3339 timestamps from a wall clock.
 //! - [`prompted`]: tool calls for models without native tool calling (prompt text, reply parser).
+//! - [`planning`]: the planning history (`planning/{uuid}.jsonl`): line shapes, plan rules, the
+//!   fold to the latest plan, lenient reading of plans and verdicts from a model's reply.
 //! - [`summary_id`]: summary ids (numbers from 1; the old `"sum-N"` strings still read).
 //! - [`anthropic`]: Anthropic's Messages API (request body with prompt-cache breakpoints,
 //!   response), for the `anthropic-messages` request format.
@@ -24,6 +26,7 @@ pub mod compress;
 pub mod files;
 pub mod jsonl;
 pub mod lines;
+pub mod planning;
 pub mod prompted;
 pub mod raw;
 pub mod reply;

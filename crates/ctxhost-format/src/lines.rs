@@ -113,6 +113,8 @@ pub struct FunctionCall {
 ///
 /// `{seq, role, content, timestamp, tokens, tool_name?, tool_calls?, tool_call_id?, summary_id?}`;
 /// `seq` runs from 1 without gaps; `timestamp` is RFC 3339 UTC; `tokens` is the estimate.
+/// Besides messages it holds summaries (`summary_id`) and notes (a `system` line after the
+/// first: [`HistoryLine::is_note`]); [`HistoryLine::is_message`] tells them apart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryLine {
     /// Position in the file, from 1, gap-free.
@@ -146,6 +148,19 @@ pub struct HistoryLine {
 }
 
 impl HistoryLine {
+    /// Whether this line is a note about the context rather than a message of it: a `system`
+    /// line after the first (the host's context-repair notes, `[context repair] …`). A context
+    /// holds one system message, its first; notes are never copied into current.jsonl.
+    pub fn is_note(&self) -> bool {
+        self.role == "system" && self.seq > 1
+    }
+
+    /// Whether this line is a message of the conversation, one the context may hold: neither a
+    /// summary (`summary_id`) nor a note ([`HistoryLine::is_note`]).
+    pub fn is_message(&self) -> bool {
+        self.summary_id.is_none() && !self.is_note()
+    }
+
     /// The chat message part of this history line.
     pub fn to_chat(&self) -> ChatMessage {
         ChatMessage {
@@ -161,8 +176,9 @@ impl HistoryLine {
 /// Encodes the lines one message adds to a task directory, each value serialised once:
 /// `history` gets its messages.jsonl line (a [`HistoryLine`] with `seq`, `timestamp`,
 /// `tokens` and `summary_id`), `current` its current.jsonl line (the [`ChatMessage`]), both
-/// ending in `\n` and byte for byte what `serde_json::to_string` of those types gives. Both
-/// buffers are cleared first (callers reuse them between messages).
+/// ending in `\n` and byte for byte what [`crate::jsonl::to_line`] of those types gives
+/// (`serde_json::to_string`'s text with U+2028 / U+2029 escaped). Both buffers are cleared
+/// first (callers reuse them between messages).
 ///
 /// The message store builds both lines of an `add-message` with this, escaping the content
 /// once instead of serialising two structs (and cloning the message into the first).
@@ -183,7 +199,7 @@ pub fn encode_message_lines(
         let start = out.len();
         // Strings, numbers and derived structs serialise into a Vec without error; `null`
         // keeps the line JSON should that ever change.
-        if serde_json::to_writer(&mut *out, value).is_err() {
+        if crate::jsonl::write_value(&mut *out, value).is_err() {
             out.truncate(start);
             out.extend_from_slice(b"null");
         }
@@ -480,6 +496,7 @@ mod tests {
         let call = ToolCall::new("call_1", "read \"x\"", r#"{"path":"a\nb"}"#);
         let messages = [
             ChatMessage::text("user", "héllo \"q\" \\ \u{1b}[0m\n上下文 😀"),
+            ChatMessage::text("user", "line\u{2028}separator\u{2029}paragraph"),
             ChatMessage::assistant_calls(vec![call.clone(), call.clone()]),
             ChatMessage::tool_result(&call, ""),
             ChatMessage {
@@ -515,12 +532,13 @@ mod tests {
                 };
                 assert_eq!(
                     String::from_utf8(history.clone()).unwrap(),
-                    serde_json::to_string(&line).unwrap() + "\n"
+                    crate::jsonl::to_line(&line).unwrap() + "\n"
                 );
                 assert_eq!(
                     String::from_utf8(current.clone()).unwrap(),
-                    serde_json::to_string(m).unwrap() + "\n"
+                    crate::jsonl::to_line(m).unwrap() + "\n"
                 );
+                assert!(!history.windows(3).any(|w| w == "\u{2028}".as_bytes()));
             }
         }
     }

@@ -21,7 +21,6 @@ mod common;
 #[path = "../../shared/plugin_error.rs"]
 mod plugin_error;
 // Used by shared/request_common.rs's body writer (unused here).
-#[allow(dead_code)]
 #[path = "../../shared/wasi_output.rs"]
 mod wasi_output;
 mod request;

@@ -253,7 +253,7 @@ fn write_context(reader: impl io::BufRead, source: &str) -> Result<(u64, u64), P
     let mut out = BufWriter::new(tmp);
     let write_err = |e| io_error(format!("writing {CURRENT_TMP}"), e);
     let counts = count_context(reader, source, |m| {
-        serde_json::to_writer(&mut out, m).map_err(|e| write_err(e.into()))?;
+        ctxhost_format::jsonl::write_value(&mut out, m).map_err(|e| write_err(e.into()))?;
         out.write_all(b"\n").map_err(write_err)
     })?;
     let file = out.into_inner().map_err(|e| write_err(e.into_error()))?;

@@ -1,8 +1,9 @@
 //! The messages.jsonl seqs of the messages in current.jsonl.
 //!
 //! current.jsonl holds the system prompt, maybe a summary, then a tail of the history: its
-//! other messages are the last M history lines of messages.jsonl that are not summaries (lines
-//! without `summary_id`). One pass over messages.jsonl keeps the last M such seqs.
+//! other messages are the last M history lines of messages.jsonl that are messages — neither
+//! summaries (`summary_id`) nor the host's context-repair notes (a `system` line after the
+//! first). One pass over messages.jsonl keeps the last M such seqs.
 
 use std::collections::VecDeque;
 
@@ -17,11 +18,13 @@ use crate::jsonl_files::require_lines;
 #[derive(Deserialize)]
 struct SeqOnly {
     seq: u64,
+    role: String,
     #[serde(default)]
     summary_id: Option<IgnoredAny>,
 }
 
-/// The seqs of the last `m` non-summary lines of messages.jsonl, oldest first.
+/// The seqs of the last `m` message lines of messages.jsonl (not summaries, not notes; the
+/// system prompt is never among the last `m` of a context's tail), oldest first.
 ///
 /// Errors: `invalid-input` when a line does not parse or messages.jsonl has fewer than `m`
 /// such lines (it does not match current.jsonl); `io`.
@@ -32,7 +35,7 @@ pub fn tail_seqs(m: usize) -> Result<VecDeque<u64>, PluginError> {
     }
     let mut reader = require_lines(MESSAGES)?;
     while let Some((_, line)) = reader.next_value::<SeqOnly>()? {
-        if line.summary_id.is_some() {
+        if line.summary_id.is_some() || line.role == "system" {
             continue;
         }
         if ring.len() == m {

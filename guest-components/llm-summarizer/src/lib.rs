@@ -3,10 +3,15 @@
 //! `should-compress`: current tokens > context-length × threshold.
 //!
 //! `compress`, streaming every file a line at a time:
-//! 1. [`split::scan`] current.jsonl: the kind of each line (one byte each) and the range of an
-//!    earlier summary at line 2; the cut ([`cut_point`]) keeps the `keep-recent-messages` most
-//!    recent messages, moved earlier so a tool call and all its results stay together.
-//! 2. [`split::split`]: lines `2..cut` → to_summarize.jsonl, the rest → unsummarized.jsonl.
+//! 1. [`split::scan`] current.jsonl: the kind and estimated tokens of each line and the range
+//!    of an earlier summary at line 2; the kept tail ([`plan_tail`]) is the
+//!    `keep-recent-messages` most recent messages, moved earlier so a tool call and all its
+//!    results stay together, and at most `keep-recent-tokens` tokens: older groups are
+//!    summarised too, down to the newest message's group, whose older tool results are cut
+//!    (head and tail kept, the rest named in tools.jsonl) when it alone is over the bound.
+//! 2. [`split::split`]: lines `2..cut` → to_summarize.jsonl, the rest → unsummarized.jsonl
+//!    (the planned results cut). With nothing before the cut, or a summary that would not be
+//!    smaller, the new context only has those results cut, and no summary is made.
 //! 3. [`history::tail_seqs`]: the messages.jsonl seqs of the summarised messages.
 //! 4. [`summarize`]: the summary, through `llm.complete`, every request within the window
 //!    (chunks and merges when needed).
@@ -32,7 +37,7 @@ mod plugin_error;
 mod split;
 mod summarize;
 
-use ctxhost_format::compress::{cut_point, over_threshold, summary_message};
+use ctxhost_format::compress::{over_threshold, plan_tail, summary_message};
 use ctxhost_format::time::now_rfc3339_utc;
 use ctxhost_format::{SummaryLine, estimate_message_tokens, estimate_tokens};
 
@@ -59,19 +64,19 @@ impl Guest for LlmSummarizer {
 }
 
 fn compress(config: &CompressConfig) -> Result<CompressResult, PluginError> {
-    let summarizer = summarize::Summarizer::new(config)?;
     let scan = split::scan()?;
     let keep = config.keep_recent_messages as usize;
-    let cut = cut_point(&scan.kinds, keep);
-    if cut <= 1 {
-        return Err(PluginError::Internal(format!(
-            "nothing to summarise: {CURRENT} holds the system prompt and {} messages, all of them kept \
-             (keep-recent-messages {keep}, moved earlier to keep tool calls with their results); the kept \
-             messages alone exceed the threshold — lower keep-recent-messages or raise context-length",
-            scan.kinds.len() - 1
-        )));
+    let plan = plan_tail(&scan.kinds, &scan.tokens, keep, config.keep_recent_tokens);
+    let cut = plan.cut;
+    if cut <= 1 && plan.shrink.is_empty() {
+        return Err(PluginError::Internal(nothing_to_summarise(&scan, config)));
     }
-    let parts = split::split(cut)?;
+    let parts = split::split(cut, &plan.shrink)?;
+    if cut <= 1 {
+        // Nothing older than the newest group: only its older tool results are cut.
+        return cut_only(&parts);
+    }
+    let summarizer = summarize::Summarizer::new(config)?;
 
     // Seqs: the history lines of current.jsonl are the tail of messages.jsonl.
     let summarized = scan.history_lines(1, cut) as usize;
@@ -87,6 +92,17 @@ fn compress(config: &CompressConfig) -> Result<CompressResult, PluginError> {
     let summary_tokens = estimate_tokens(&summary.text);
     let message_tokens = estimate_message_tokens(&message);
     if message_tokens >= parts.summarized_tokens {
+        if parts.shrunk > 0 {
+            log(
+                Level::Info,
+                &format!(
+                    "the summary ({message_tokens} tokens) is not smaller than the {} messages it would replace; \
+                     keeping them and only cutting older tool results",
+                    cut - 1
+                ),
+            );
+            return cut_only_keeping(cut, &parts);
+        }
         return Err(PluginError::Internal(format!(
             "the summary ({message_tokens} tokens) is not smaller than the {} messages it would replace ({} \
              tokens); the context was left as it was",
@@ -124,10 +140,12 @@ fn compress(config: &CompressConfig) -> Result<CompressResult, PluginError> {
         Level::Info,
         &format!(
             "summary {id}: summarised messages {start_seq}–{end_seq} ({original_tokens} tokens, {} chunk(s), {} \
-             request(s)) into {summary_tokens} tokens; context {} → {} tokens",
+             request(s)) into {summary_tokens} tokens; {} older tool result(s) of the kept part cut; context {} → {} \
+             tokens",
             summary.chunks,
             summary.requests,
-            parts.system_tokens + parts.summarized_tokens + parts.kept_tokens,
+            parts.shrunk,
+            scan.tokens.iter().sum::<u64>(),
             parts.system_tokens + message_tokens + parts.kept_tokens,
         ),
     );
@@ -142,6 +160,71 @@ fn compress(config: &CompressConfig) -> Result<CompressResult, PluginError> {
             summary_tokens,
         }),
     })
+}
+
+/// The new context when nothing is summarised: the system prompt and the kept part (its older
+/// tool results cut). No summary.
+fn cut_only(parts: &split::Split) -> Result<CompressResult, PluginError> {
+    let mut out = LineWriter::create(COMPRESSED)?;
+    out.line(&files::first_line(CURRENT)?)?;
+    files::copy_lines(UNSUMMARIZED, &mut out)?;
+    out.finish()?;
+    log(
+        Level::Info,
+        &format!(
+            "no older message to summarise; cut {} older tool result(s) of the newest tool-call group",
+            parts.shrunk
+        ),
+    );
+    Ok(CompressResult {
+        context_file: COMPRESSED.to_string(),
+        summary: None,
+    })
+}
+
+/// [`cut_only`] when the messages before `cut` are kept as they are (their summary would not
+/// be smaller): system prompt, those messages, then the kept part with its results cut.
+fn cut_only_keeping(cut: usize, parts: &split::Split) -> Result<CompressResult, PluginError> {
+    let mut out = LineWriter::create(COMPRESSED)?;
+    out.line(&files::first_line(CURRENT)?)?;
+    files::copy_lines(TO_SUMMARIZE, &mut out)?;
+    files::copy_lines(UNSUMMARIZED, &mut out)?;
+    out.finish()?;
+    log(
+        Level::Info,
+        &format!(
+            "kept messages 1–{} as they are; cut {} older tool result(s) of the newest tool-call group",
+            cut - 1,
+            parts.shrunk
+        ),
+    );
+    Ok(CompressResult {
+        context_file: COMPRESSED.to_string(),
+        summary: None,
+    })
+}
+
+/// Why there is nothing to compress, and what would help.
+fn nothing_to_summarise(scan: &split::Scan, config: &CompressConfig) -> String {
+    let n = scan.kinds.len();
+    let kept = scan.kinds.len().saturating_sub(1);
+    let newest = scan.tokens.last().copied().unwrap_or(0);
+    if config.keep_recent_tokens == 0 {
+        return format!(
+            "nothing to summarise: {CURRENT} holds the system prompt and {kept} messages, all of them kept \
+             (keep-recent-messages {}, moved earlier to keep tool calls with their results, and no token bound): \
+             lower keep-recent-messages",
+            config.keep_recent_messages
+        );
+    }
+    format!(
+        "nothing to summarise: after the system prompt, {CURRENT} holds only the newest message's tool-call group \
+         ({} tokens; the newest message alone {newest} tokens), which a compression always keeps whole, and no older \
+         tool result in it to cut: it alone is over the threshold of the window (context-length {}); a larger window \
+         or shorter tool results are needed",
+        scan.tokens[1..n].iter().sum::<u64>(),
+        config.context_length
+    )
 }
 
 export!(LlmSummarizer);

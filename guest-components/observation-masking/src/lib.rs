@@ -3,8 +3,10 @@
 //! `should-compress`: current tokens > context-length × threshold.
 //!
 //! `compress` keeps every message and every tool call/result pair, and replaces the content of
-//! the tool results older than the `keep-recent-messages` window (the summariser's window:
-//! moved earlier so tool call groups stay whole) with a placeholder naming where the full text
+//! the tool results older than the kept tail (the summariser's: the `keep-recent-messages` most
+//! recent messages, moved earlier so tool call groups stay whole, and at most
+//! `keep-recent-tokens` tokens down to the newest message's group, whose older results are
+//! masked too when it alone is over that bound) with a placeholder naming where the full text
 //! is: `[tool result masked: full text in tools.jsonl seq N]` (or the tool_call_id when
 //! tools.jsonl has no line for the call). Results already masked, or shorter than their
 //! placeholder, stay as they are; when nothing gets smaller the compression fails with a
@@ -39,7 +41,10 @@ impl Guest for ObservationMasking {
 
     fn compress(config: CompressConfig) -> Result<CompressResult, PluginError> {
         let mut cleanup = Cleanup::new(&[], COMPRESSED);
-        let done = mask::mask(config.keep_recent_messages as usize)?;
+        let done = mask::mask(
+            config.keep_recent_messages as usize,
+            config.keep_recent_tokens,
+        )?;
         cleanup.keep_output();
         log(
             Level::Info,

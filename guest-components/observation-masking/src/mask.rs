@@ -1,9 +1,11 @@
 //! Masking old tool results, in four streaming passes:
 //!
-//! 1. current.jsonl: the kind of each line → the cut ([`cut_point`], the same window as the
-//!    summariser: tool call groups stay whole);
-//! 2. current.jsonl: the tool results before the cut that are not masked yet (candidates), and
-//!    how often each tool_call_id occurs in the context;
+//! 1. current.jsonl: the kind and estimated tokens of each line → the kept tail ([`plan_tail`],
+//!    the same as the summariser's: tool call groups stay whole, at most `keep-recent-tokens`
+//!    tokens down to the newest message's group);
+//! 2. current.jsonl: the tool results before the cut, and the older results of the newest group
+//!    the plan cuts, that are not masked yet (candidates), and how often each tool_call_id
+//!    occurs in the context;
 //! 3. tools.jsonl: for each candidate id, the seqs of its last lines — the context is a tail of
 //!    the task, so the k-th of c results with one id in the context is the k-th of the last c
 //!    tools.jsonl lines with that id (ids repeat with providers that number calls per turn);
@@ -12,8 +14,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use ctxhost_format::compress::{LineKind, cut_point, is_masked, mask_placeholder};
-use ctxhost_format::{ChatMessage, estimate_tokens};
+use ctxhost_format::compress::{LineKind, is_masked, mask_placeholder, plan_tail};
+use ctxhost_format::{ChatMessage, estimate_message_tokens, estimate_tokens};
 use serde::Deserialize;
 
 use crate::ctxhost::plugin::types::PluginError;
@@ -41,11 +43,6 @@ struct Candidate {
     tokens: u64,
 }
 
-#[derive(Deserialize)]
-struct RoleOnly {
-    role: String,
-}
-
 /// The fields of a tools.jsonl line needed here.
 #[derive(Deserialize)]
 struct ToolRef {
@@ -60,17 +57,21 @@ fn parse<'a, T: Deserialize<'a>>(line: u64, text: &'a str) -> Result<T, PluginEr
     })
 }
 
-/// Writes compressed.jsonl: current.jsonl with the tool results older than the
-/// `keep` most recent messages replaced by placeholders.
+/// Writes compressed.jsonl: current.jsonl with the tool results older than the kept tail
+/// (`keep` most recent messages, at most `keep_tokens` tokens; see [`plan_tail`]) and the older
+/// results of the newest group the plan cuts replaced by placeholders.
 ///
 /// Errors: `internal` when nothing can be made smaller (no unmasked tool result outside the
 /// window, or all shorter than their placeholder); `invalid-input`/`io` for the files.
-pub fn mask(keep: usize) -> Result<Masked, PluginError> {
-    // Pass 1: kinds.
+pub fn mask(keep: usize, keep_tokens: u64) -> Result<Masked, PluginError> {
+    // Pass 1: kinds and tokens.
     let mut kinds = Vec::new();
+    let mut tokens = Vec::new();
     let mut reader = require_lines(CURRENT)?;
     while let Some((line, text)) = reader.next_line()? {
-        let kind = LineKind::from_role(&parse::<RoleOnly>(line, text)?.role);
+        let message = parse::<ChatMessage>(line, text)?;
+        tokens.push(estimate_message_tokens(&message));
+        let kind = LineKind::from_role(&message.role);
         if (kinds.is_empty()) != (kind == LineKind::System) {
             return Err(PluginError::InvalidInput(format!(
                 "{CURRENT} line {line}: only the first message may be, and must be, the system prompt"
@@ -83,7 +84,9 @@ pub fn mask(keep: usize) -> Result<Masked, PluginError> {
             "{CURRENT} is empty: there is no context to compress"
         )));
     }
-    let cut = cut_point(&kinds, keep);
+    let plan = plan_tail(&kinds, &tokens, keep, keep_tokens);
+    let cut = plan.cut;
+    let in_tail: std::collections::HashSet<usize> = plan.shrink.iter().map(|(i, _)| *i).collect();
 
     // Pass 2: candidates and occurrences.
     let mut candidates = Vec::new();
@@ -96,7 +99,7 @@ pub fn mask(keep: usize) -> Result<Masked, PluginError> {
             if let Some(id) = m.tool_call_id {
                 let seen = occurrences.entry(id.clone()).or_default();
                 let content = m.content.as_deref().unwrap_or("");
-                if index < cut && !is_masked(content) {
+                if (index < cut || in_tail.contains(&index)) && !is_masked(content) {
                     candidates.push(Candidate {
                         index,
                         tool_call_id: id,
@@ -112,7 +115,8 @@ pub fn mask(keep: usize) -> Result<Masked, PluginError> {
     let stale = kinds[1..cut]
         .iter()
         .filter(|k| **k == LineKind::Tool)
-        .count();
+        .count()
+        + in_tail.len();
     if candidates.is_empty() {
         return Err(nothing_to_mask(stale, keep));
     }

@@ -4,7 +4,8 @@
 //! the compressor's `llm` import (`llm_request.json` / `llm_response.json`).
 //!
 //! Both files are deleted after a successful exchange and kept after a failed one, for
-//! debugging; every error says which files were kept.
+//! debugging (a reply the caller rejects, such as an empty answer, included); every error says
+//! which files were kept.
 
 use std::time::Instant;
 
@@ -58,6 +59,37 @@ pub enum ExchangeError {
         /// The underlying error.
         source: RuntimeError,
     },
+    /// The response was read, but the caller cannot use the reply (e.g. an empty answer).
+    #[error(
+        "the reply cannot be used: {reason} ({request} and {response} kept in the task directory for debugging)"
+    )]
+    Rejected {
+        /// The request file (relative to the task directory).
+        request: String,
+        /// The response file.
+        response: String,
+        /// Why the caller rejected it.
+        reason: String,
+        /// Total tokens the provider reported for the call (0 when it reported none).
+        usage_tokens: u64,
+    },
+}
+
+impl ExchangeError {
+    /// The provider answered (the call counts), but with a reply that could not be read or used:
+    /// asking again may give a usable one.
+    pub fn is_malformed_reply(&self) -> bool {
+        matches!(
+            self,
+            ExchangeError::Read { .. } | ExchangeError::Rejected { .. }
+        )
+    }
+
+    /// The provider answered that the context is longer than the model's window
+    /// ([`TransportError::is_context_overflow`]).
+    pub fn is_context_overflow(&self) -> bool {
+        matches!(self, ExchangeError::Post { source, .. } if source.is_context_overflow())
+    }
 }
 
 /// A completed exchange.
@@ -82,6 +114,28 @@ pub fn exchange(
     config: &RequestConfig,
     response_file: &str,
     deadline: Option<Instant>,
+) -> Result<Exchange, ExchangeError> {
+    exchange_checked(
+        format,
+        transport,
+        dir,
+        config,
+        response_file,
+        deadline,
+        &|_| Ok(()),
+    )
+}
+
+/// [`exchange`], with the reply checked by `accept` before the files are deleted: a reply it
+/// rejects is [`ExchangeError::Rejected`] and both files are kept.
+pub fn exchange_checked(
+    format: &mut RequestFormat,
+    transport: &Transport,
+    dir: &TaskDir,
+    config: &RequestConfig,
+    response_file: &str,
+    deadline: Option<Instant>,
+    accept: &dyn Fn(&Reply) -> Result<(), String>,
 ) -> Result<Exchange, ExchangeError> {
     let request_name = config.request_file.clone();
     let request = format
@@ -113,6 +167,14 @@ pub fn exchange(
             response: response_file.to_string(),
             source,
         })?;
+    if let Err(reason) = accept(&reply) {
+        return Err(ExchangeError::Rejected {
+            request: request_name,
+            response: response_file.to_string(),
+            reason,
+            usage_tokens: reply.usage.map(|u| u.total_tokens).unwrap_or(0),
+        });
+    }
     for f in [request_name.as_str(), response_file] {
         if let Err(e) = dir.remove_file_if_exists(f) {
             tracing::warn!("cannot delete {}: {e}", dir.show(f));

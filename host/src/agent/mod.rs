@@ -1,39 +1,85 @@
 //! The agent loop of one task (DESIGN §4), run inside the task's own process on its
-//! [`TaskContext`].
+//! [`TaskContext`], driven by the task's strategy component ([`strategy::StrategyDriver`]).
 //!
-//! 1. If current.jsonl is empty: add the system prompt, then the task's user message (a resumed
-//!    task already has them and never gets them again).
-//! 2. Loop, at most `agent.max_steps` LLM calls: compress if the compressor says so; fsync the
-//!    context files (step boundary); write request.json from current.jsonl with the request
-//!    format plugin; POST it; parse response.json with the plugin; append the assistant
-//!    message; add the call and its tokens to the task's row (provider usage when given,
-//!    estimate otherwise; prompt-cache reads and writes counted apart too); delete request.json
-//!    and response.json (both are kept when the call fails, and the error says so).
-//! 3. Every tool call of the reply is made by the [`ToolRunner`], recorded by the task's
-//!    [`crate::task::ToolStore`], and answered with a `tool` message.
-//! 4. A reply without tool calls is the final answer: the task is complete.
+//! The host owns every step that touches the outside world or the context's rules; the
+//! strategy decides between them:
+//! 1. If current.jsonl is empty: add the system prompt (with the context inherited from an
+//!    earlier task of the same key, [`crate::task::inheritance`]), then the task's user
+//!    message. A resumed task already has them and never gets them again.
+//! 2. Strategy hook `start` (before the first model call): it may add a message (a plan).
+//! 3. Model call, at most `agent.max_steps` in all: make sure the context about to be sent
+//!    keeps every invariant, repairing what is safe ([`TaskContext::ensure_sendable`]);
+//!    compress if the compressor says so (the latest plan is then stated again, so a summary
+//!    cannot lose it); fsync the context files (step boundary); write request.json from
+//!    current.jsonl with the request format plugin; POST it; parse response.json with the
+//!    plugin; append the assistant message (its tool-call ids made unique in the
+//!    conversation); add the call and its tokens to the task's row (provider usage when given,
+//!    estimate otherwise; prompt-cache reads and writes counted apart too); delete
+//!    request.json and response.json (both are kept when the call fails, and the error says
+//!    so).
+//!    - A reply that cannot be read or is empty is asked for again, up to
+//!      [`MAX_MALFORMED_REPLY_RETRIES`] times.
+//!    - A provider answer that the context is too long ([`crate::llm::overflow`]) compresses
+//!      the context for a window a quarter smaller ([`OVERFLOW_WINDOW_FACTOR`], for the rest
+//!      of the task) and sends again, up to [`MAX_OVERFLOW_RETRIES`] times.
+//! 4. Every tool call of the reply is made by the [`ToolRunner`], recorded by the task's
+//!    [`crate::task::ToolStore`], and answered with a `tool` message; then hook `after-tools`.
+//!    A call whose arguments are not valid JSON (a reply cut at the output token limit) is not
+//!    made: it is answered with an error that says so, and the next request sends `{}` as its
+//!    arguments (the history keeps them as they came).
+//! 5. A reply without tool calls goes to hook `after-reply`: `finish` completes the task with it
+//!    as the final answer; `proceed` adds the strategy's message and goes back to 3.
 //!
-//! Safe points: before each LLM call and before each tool call (so after each tool result), the
+//! Whatever a hook returns, the host checks it ([`strategy::check_decision`]), records it with
+//! the hook's planning entries before applying it, and keeps the limits, safe points and
+//! invariants. `builtin:react` (the default) only ever finishes on a reply without tool calls,
+//! which is today's loop.
+//!
+//! Safe points: before each model call and before each tool call (so after each tool result), the
 //! loop asks the task's row ([`TaskContext::interrupt`]) whether the task should pause or stop;
-//! if so it returns [`Outcome::Paused`] / [`Outcome::Stopped`] with every line written whole. A task paused
-//! between tool calls has an assistant message with unanswered calls at the end of
-//! current.jsonl: when it is resumed, the loop first makes those calls.
+//! if so it returns [`Outcome::Paused`] / [`Outcome::Stopped`] with every line written whole.
+//!
+//! Resuming (after a pause or a crash) starts from the files alone ([`Agent::resume_point`]):
+//! the context's last message says which step comes next — unanswered tool calls are made
+//! first; a round of tool results, or a reply without tool calls, goes to its hook again (which
+//! uses the decision it recorded, if it returned before the task stopped); a task with only its
+//! prompt asks `start` again.
 
 pub mod exchange;
 pub mod llm_import;
+pub mod strategy;
 
 use anyhow::{Context, anyhow, bail};
-use ctxhost_format::ChatMessage;
-use ctxhost_format::files::{MESSAGES, REQUEST, RESPONSE};
+use ctxhost_format::files::{CURRENT, MESSAGES, REQUEST, RESPONSE};
+use ctxhost_format::planning::{Hook, bounded};
+use ctxhost_format::{ChatMessage, ToolCall, ToolStatus};
 
-use crate::compaction::{CompactionError, CompactionOutcome, compact_if_needed};
+use crate::compaction::{CompactionError, CompactionOutcome, compact};
 use crate::config::Config;
 use crate::db::now_rfc3339;
-use crate::runtime::{CompressConfig, Compressor, RequestConfig, RequestFormat};
+use crate::invariants::arguments_error;
+use crate::invariants::pairing::invalid_arguments_text;
+use crate::invariants::queries::{self, Tail, last_message_in};
+use crate::runtime::{
+    Compressor, Decision, HookCall, Reply, RequestConfig, RequestFormat, RuntimeError, Strategy,
+    StrategyConfig, TaskState, ToolOutcome,
+};
 use crate::task::{CallRecord, Interrupt, TaskContext, UsageDelta};
+use crate::tools::CallOutcome;
 pub use crate::tools::{NoTools, ToolRunner};
 use crate::untrusted;
-use exchange::{ExchangeError, exchange};
+use exchange::{Exchange, ExchangeError, exchange_checked};
+use strategy::StrategyDriver;
+
+/// Messages of a task's context before its first model call: the system prompt and the task's
+/// prompt.
+pub const PRELUDE_MESSAGES: u64 = 2;
+
+/// The start of the message that states the latest plan again after a compression.
+pub const PLAN_RESTATED: &str = "The context was compressed. The plan so far:";
+
+/// Longest tool error text given to a strategy, bytes.
+const MAX_TOOL_ERROR_BYTES: usize = 2_000;
 
 /// How a task's loop ended (errors are `Err`, and fail the task).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,8 +98,31 @@ pub enum Outcome {
     Stopped,
 }
 
+/// What the loop does next. Kept in memory while the process runs; a resumed task derives it
+/// from its files ([`Agent::resume_point`]).
+#[derive(Debug)]
+enum Next {
+    /// Hook `start`.
+    Start,
+    /// A model call.
+    Call,
+    /// The tool calls `pending` of `reply`; `outcomes` of those already made.
+    Tools {
+        reply: ChatMessage,
+        pending: Vec<ToolCall>,
+        outcomes: Vec<ToolOutcome>,
+    },
+    /// Hook `after-tools` for `reply`.
+    AfterTools {
+        reply: ChatMessage,
+        outcomes: Vec<ToolOutcome>,
+    },
+    /// Hook `after-reply` for `reply`, a reply without tool calls.
+    Answered { reply: ChatMessage },
+}
+
 /// What the loop works with besides the task's context: settings, the request format, the
-/// compressor and the tools.
+/// compressor, the tools and the strategy.
 pub struct Agent<'a> {
     /// The config in effect.
     pub config: &'a Config,
@@ -63,70 +132,278 @@ pub struct Agent<'a> {
     pub compressor: Option<&'a mut Compressor>,
     /// Runs the model's tool calls.
     pub tools: &'a mut dyn ToolRunner,
+    /// The task's strategy and planning history.
+    pub strategy: &'a mut StrategyDriver,
     /// Compression failures in a row (reset by a successful compression).
     pub compaction_failures: u32,
+    /// Times the provider answered that the context was too long: each makes the window the
+    /// compressor works with [`OVERFLOW_WINDOW_FACTOR`] smaller, for the rest of the process.
+    pub context_overflows: u32,
+    /// Estimated tokens of the tool definitions sent with every request (read when the loop
+    /// starts): the messages get the window minus these.
+    tool_definition_tokens: u64,
+}
+
+impl<'a> Agent<'a> {
+    /// An agent loop with `config`, the request `format`, the `compressor` (`None`: compression
+    /// off), the `tools` and the `strategy`.
+    pub fn new(
+        config: &'a Config,
+        format: &'a mut RequestFormat,
+        compressor: Option<&'a mut Compressor>,
+        tools: &'a mut dyn ToolRunner,
+        strategy: &'a mut StrategyDriver,
+    ) -> Agent<'a> {
+        Agent {
+            config,
+            format,
+            compressor,
+            tools,
+            strategy,
+            compaction_failures: 0,
+            context_overflows: 0,
+            tool_definition_tokens: 0,
+        }
+    }
 }
 
 impl Agent<'_> {
+    /// The strategy settings every hook gets, from `config`.
+    pub fn strategy_config(config: &Config) -> StrategyConfig {
+        StrategyConfig {
+            max_steps: config.agent.max_steps,
+            context_length: config.llm.context_length,
+            max_output_tokens: config.llm.max_output_tokens,
+            settings: config.strategy.settings_json(),
+        }
+    }
+
     /// Run the loop of the task in `ctx` to its end. `Err` fails the task; the message says
     /// which step and what (transport error with status and URL, unreadable response, plugin
-    /// error, step limit).
+    /// error, a strategy's refused decision, step limit).
     pub fn run(&mut self, ctx: &mut TaskContext) -> anyhow::Result<Outcome> {
         self.start(ctx)?;
+        self.tool_definition_tokens = self
+            .tools
+            .tools_file()
+            .and_then(|f| ctx.dir().read(&f).ok())
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .map(|text| ctxhost_format::estimate_tokens(&text))
+            .unwrap_or(0);
+        // A tool result gets its share of what the tool definitions leave of the window.
+        let cap = self.config.tool_output_cap_for(
+            self.config
+                .llm
+                .context_length
+                .saturating_sub(self.tool_definition_tokens),
+        );
+        ctx.tools().set_max_output_tokens(cap);
         let max_steps = self.config.agent.max_steps;
         let mut steps = ctx.steps_done();
-        // A process that died after the final answer was appended: the task is done.
-        if let Some(answer) = ctx.final_answer()? {
-            tracing::info!(uuid = %ctx.uuid(), "the context already ends with the final answer");
-            return Ok(Outcome::Completed { answer });
+        if ctx.history_ends_with_summary() {
+            // The process died between installing a compressed context and stating the plan.
+            self.restate_plan(ctx)?;
         }
-        // A task paused between tool calls left some unanswered: make them first.
-        let mut calls = ctx.pending_tool_calls()?;
-        if !calls.is_empty() {
-            tracing::info!(uuid = %ctx.uuid(), calls = calls.len(), "making the tool calls left unanswered when the task paused");
-        }
+        let mut next = self.resume_point(ctx)?;
         loop {
-            for call in &calls {
-                // Safe point: before each tool call (after the previous result).
-                if let Some(outcome) = self.interrupted(ctx)? {
-                    return Ok(outcome);
+            next = match next {
+                Next::Start => {
+                    let d = self.ask(ctx, Hook::Start, steps, |s, c, t| s.start(c, t))?;
+                    self.apply(ctx, d)?
                 }
-                let tools = &mut *self.tools;
-                let recorded = ctx.tools().run(call, |c| tools.call(c)).with_context(|| {
-                    format!(
-                        "tool call {} ({})",
-                        untrusted::name(&call.id),
-                        untrusted::name(&call.function.name)
-                    )
-                })?;
-                let message = recorded.to_message(call);
-                ctx.store()
-                    .add_message(&message, &now_rfc3339())
-                    .with_context(|| {
-                        format!(
-                            "appending the result of tool call {}",
-                            untrusted::name(&call.id)
-                        )
+                Next::Call => {
+                    // Safe point: before the model call (and before a compression, which may
+                    // call it too).
+                    if let Some(outcome) = self.interrupted(ctx)? {
+                        return Ok(outcome);
+                    }
+                    if steps >= max_steps {
+                        bail!(
+                            "step limit of {max_steps} reached (agent.max_steps) without a final answer"
+                        );
+                    }
+                    for fix in ctx.ensure_sendable()? {
+                        tracing::warn!(uuid = %ctx.uuid(), "context repaired before sending it: current.jsonl {fix}");
+                    }
+                    self.maybe_compress(ctx)?;
+                    steps += 1;
+                    let reply = self.llm_step(ctx, steps)?;
+                    if reply.calls().is_empty() {
+                        Next::Answered { reply }
+                    } else {
+                        Next::Tools {
+                            pending: reply.calls().to_vec(),
+                            reply,
+                            outcomes: Vec::new(),
+                        }
+                    }
+                }
+                Next::Tools {
+                    reply,
+                    pending,
+                    mut outcomes,
+                } => {
+                    for call in &pending {
+                        // Safe point: before each tool call (after the previous result).
+                        if let Some(outcome) = self.interrupted(ctx)? {
+                            return Ok(outcome);
+                        }
+                        outcomes.push(self.tool_call(ctx, call)?);
+                    }
+                    Next::AfterTools { reply, outcomes }
+                }
+                Next::AfterTools { reply, outcomes } => {
+                    let d = self.ask(ctx, Hook::AfterTools, steps, |s, c, t| {
+                        s.after_tools(c, t, &reply, &outcomes)
                     })?;
-                ctx.update_statistics(UsageDelta::tool_call())?;
-            }
-            // Safe point: before the LLM call (and before a compression, which may call it too).
-            if let Some(outcome) = self.interrupted(ctx)? {
-                return Ok(outcome);
-            }
-            if steps >= max_steps {
-                bail!("step limit of {max_steps} reached (agent.max_steps) without a final answer");
-            }
-            self.maybe_compress(ctx)?;
-            steps += 1;
-            let reply = self.llm_step(ctx, steps)?;
-            calls = reply.calls().to_vec();
-            if calls.is_empty() {
-                let answer = reply.content.unwrap_or_default();
-                tracing::info!(uuid = %ctx.uuid(), steps, "final answer received");
-                return Ok(Outcome::Completed { answer });
-            }
+                    self.apply(ctx, d)?
+                }
+                Next::Answered { reply } => {
+                    let d = self.ask(ctx, Hook::AfterReply, steps, |s, c, t| {
+                        s.after_reply(c, t, &reply)
+                    })?;
+                    if d == Decision::Finish {
+                        tracing::info!(uuid = %ctx.uuid(), steps, "final answer received");
+                        return Ok(Outcome::Completed {
+                            answer: reply.content.unwrap_or_default(),
+                        });
+                    }
+                    self.apply(ctx, d)?
+                }
+            };
         }
+    }
+
+    /// Where a task picks up from its files (module doc).
+    fn resume_point(&mut self, ctx: &mut TaskContext) -> anyhow::Result<Next> {
+        let current = ctx.current_file()?;
+        Ok(match queries::tail_in(ctx.dir(), &current)? {
+            Tail::Empty => bail!(
+                "{} is empty after the task started",
+                ctx.dir().show(&current)
+            ),
+            Tail::Prompt => {
+                let count = ctx
+                    .store()
+                    .count_messages()
+                    .context("message store: count-messages")?;
+                if count <= PRELUDE_MESSAGES {
+                    Next::Start
+                } else {
+                    Next::Call
+                }
+            }
+            Tail::Answer(reply) => Next::Answered { reply },
+            Tail::ToolRound {
+                reply,
+                answers,
+                pending,
+            } => {
+                let outcomes = outcomes_of(ctx, &answers)?;
+                if pending.is_empty() {
+                    Next::AfterTools { reply, outcomes }
+                } else {
+                    tracing::info!(uuid = %ctx.uuid(), calls = pending.len(), "making the tool calls left unanswered when the task paused");
+                    Next::Tools {
+                        reply,
+                        pending,
+                        outcomes,
+                    }
+                }
+            }
+        })
+    }
+
+    /// Ask the strategy's `hook` (through `call`) at the context's current position.
+    fn ask(
+        &mut self,
+        ctx: &mut TaskContext,
+        hook: Hook,
+        steps: u32,
+        call: impl FnOnce(&mut Strategy, &StrategyConfig, &TaskState) -> Result<HookCall, RuntimeError>,
+    ) -> anyhow::Result<Decision> {
+        let state = TaskState {
+            prompt: ctx.prompt().to_string(),
+            steps_done: steps,
+            seq: ctx
+                .store()
+                .count_messages()
+                .context("message store: count-messages")?,
+            context_file: ctx.current_file()?,
+            context_tokens: ctx
+                .store()
+                .current_token_count()
+                .context("message store: current-token-count")?,
+            tools_file: self.tools.tools_file(),
+        };
+        self.strategy.hook(hook, &state, now_rfc3339(), call)
+    }
+
+    /// Apply a checked decision other than `finish`: `proceed` adds its message (a `user`
+    /// message) and goes on to the next model call; `fail` fails the task.
+    fn apply(&mut self, ctx: &mut TaskContext, decision: Decision) -> anyhow::Result<Next> {
+        match decision {
+            Decision::Proceed(message) => {
+                if let Some(text) = message {
+                    ctx.store()
+                        .add_message(&ChatMessage::text("user", text), &now_rfc3339())
+                        .context("adding the strategy's message")?;
+                }
+                Ok(Next::Call)
+            }
+            Decision::Fail(reason) => Err(anyhow!(
+                "strategy {} failed the task: {reason}",
+                self.strategy.component()
+            )),
+            Decision::Finish => Err(anyhow!(
+                "strategy {}: `finish` where no final answer is",
+                self.strategy.component()
+            )),
+        }
+    }
+
+    /// Make one tool call with the [`ToolRunner`], record it, answer it in the context.
+    fn tool_call(&mut self, ctx: &mut TaskContext, call: &ToolCall) -> anyhow::Result<ToolOutcome> {
+        let recorded = self.make_call(ctx, call)?;
+        let message = recorded.to_message(call);
+        ctx.store()
+            .add_message(&message, &now_rfc3339())
+            .with_context(|| {
+                format!(
+                    "appending the result of tool call {}",
+                    untrusted::name(&call.id)
+                )
+            })?;
+        ctx.update_statistics(UsageDelta::tool_call())?;
+        let success = recorded.status == ToolStatus::Success;
+        Ok(ToolOutcome {
+            call_id: call.id.clone(),
+            name: call.function.name.clone(),
+            success,
+            error: (!success).then(|| bounded(&recorded.content, MAX_TOOL_ERROR_BYTES)),
+        })
+    }
+
+    /// After a compression: the latest plan (with steps) goes back into the context as a `user`
+    /// message, so a summary cannot lose it.
+    fn restate_plan(&mut self, ctx: &mut TaskContext) -> anyhow::Result<()> {
+        let plan = self.strategy.planning().lock().latest_plan().cloned();
+        let Some(plan) = plan else {
+            return Ok(());
+        };
+        let mut text = format!("{PLAN_RESTATED}\n{}", plan.render());
+        if let Some(step) = plan.current_step() {
+            text.push_str(&format!(
+                "\n\nContinue with step {}: {}",
+                step.id,
+                step.description.trim()
+            ));
+        }
+        ctx.store()
+            .add_message(&ChatMessage::text("user", text), &now_rfc3339())
+            .context("stating the plan again after the compression")?;
+        tracing::info!(uuid = %ctx.uuid(), steps = plan.steps.len(), "latest plan stated again after the compression");
+        Ok(())
     }
 
     /// The outcome to return at a safe point when a pause or stop was requested.
@@ -136,6 +413,32 @@ impl Agent<'_> {
             Some(Interrupt::Stop) => Some(Outcome::Stopped),
             Some(Interrupt::Pause { reason }) => Some(Outcome::Paused { reason }),
         })
+    }
+
+    /// Make one tool call of the model and record it. A call whose arguments are not valid JSON
+    /// is not made: it gets an error result saying what happened.
+    fn make_call(
+        &mut self,
+        ctx: &mut TaskContext,
+        call: &ctxhost_format::ToolCall,
+    ) -> anyhow::Result<crate::task::RecordedCall> {
+        let what = || {
+            format!(
+                "tool call {} ({})",
+                untrusted::name(&call.id),
+                untrusted::name(&call.function.name)
+            )
+        };
+        if let Some(reason) = arguments_error(&call.function.arguments) {
+            tracing::warn!(uuid = %ctx.uuid(), id = %untrusted::name(&call.id), tool = %untrusted::name(&call.function.name), "tool call arguments are not valid JSON ({reason}); answering with an error");
+            let text = invalid_arguments_text(call, &reason);
+            return ctx
+                .tools()
+                .record(call, &CallOutcome::Error(text), std::time::Duration::ZERO)
+                .with_context(what);
+        }
+        let tools = &mut *self.tools;
+        ctx.tools().run(call, |c| tools.call(c)).with_context(what)
     }
 
     /// Step 1: a fresh context gets the system prompt, then the user's message. A resumed one
@@ -175,7 +478,12 @@ impl Agent<'_> {
                 ctx.dir().show(MESSAGES)
             );
         }
-        let system = ChatMessage::text("system", self.config.agent.system_prompt.clone());
+        let mut system_prompt = self.config.agent.system_prompt.clone();
+        if let Some(inherited) = ctx.inherited() {
+            system_prompt.push_str("\n\n");
+            system_prompt.push_str(inherited);
+        }
+        let system = ChatMessage::text("system", system_prompt);
         ctx.store()
             .add_message(&system, &now_rfc3339())
             .context("adding the system prompt")?;
@@ -186,69 +494,118 @@ impl Agent<'_> {
         Ok(())
     }
 
-    /// One LLM call; returns the assistant message as appended.
+    /// One LLM call; returns the assistant message as appended. A malformed or empty reply is
+    /// asked for again (up to [`MAX_MALFORMED_REPLY_RETRIES`] times); a "context too long"
+    /// answer compresses the context and sends it again (up to [`MAX_OVERFLOW_RETRIES`] times).
     fn llm_step(&mut self, ctx: &mut TaskContext, step: u32) -> anyhow::Result<ChatMessage> {
-        let current = ctx.current_file()?;
-        // Step boundary: what was appended so far is on disk before we wait on the network.
-        ctx.sync()?;
+        let (mut malformed, mut overflows) = (0u32, 0u32);
+        loop {
+            // Step boundary: what was appended so far is on disk before we wait on the network.
+            ctx.sync()?;
+            let tokens_before = ctx
+                .store()
+                .current_token_count()
+                .context("message store: current-token-count")?;
+            let started = std::time::Instant::now();
+            let result = self.send(ctx);
+            let mut record = CallRecord {
+                step,
+                context_tokens: tokens_before,
+                context_length: self.config.llm.context_length,
+                threshold_tokens: self.compressor.as_ref().map(|_| {
+                    (self.window() as f64 * self.config.context_storage.compression_threshold)
+                        as u64
+                }),
+                request_bytes: 0,
+                duration_ms: started.elapsed().as_millis() as u64,
+                usage: None,
+                error: None,
+            };
+            let e = match result {
+                Ok(done) => {
+                    record.request_bytes = done.request.bytes;
+                    record.usage = done.reply.usage;
+                    ctx.calls().record_call(&record, &now_rfc3339());
+                    return self.record_reply(ctx, step, done, tokens_before);
+                }
+                Err(e) => e,
+            };
+            let error = format!("LLM call {step} failed: {e}");
+            // request.json is kept after a failed call: its size is known.
+            record.request_bytes = ctx
+                .dir()
+                .metadata(REQUEST)
+                .ok()
+                .flatten()
+                .map_or(0, |m| m.len());
+            record.error = Some(&error);
+            ctx.calls().record_call(&record, &now_rfc3339());
+            if let ExchangeError::Rejected { usage_tokens, .. } = &e {
+                ctx.update_statistics(UsageDelta::llm_call(*usage_tokens))?;
+            } else if e.is_malformed_reply() {
+                // The provider answered: count the call (usage unknown).
+                ctx.update_statistics(UsageDelta::llm_call(0))?;
+            }
+            if e.is_malformed_reply() && malformed < MAX_MALFORMED_REPLY_RETRIES {
+                malformed += 1;
+                tracing::warn!(uuid = %ctx.uuid(), step, attempt = malformed, "LLM call {step}: {e}; asking again");
+                continue;
+            }
+            if e.is_context_overflow() {
+                if overflows < MAX_OVERFLOW_RETRIES {
+                    overflows += 1;
+                    self.compress_after_overflow(ctx, step, &e)?;
+                    continue;
+                }
+                bail!(
+                    "LLM call {step} failed: {e}; the provider still finds the context too long after {overflows} \
+                     compression(s) for a smaller window: set llm.context_length (now {}) to the model's real window \
+                     (for a local server, the context size it was started with)",
+                    self.config.llm.context_length
+                );
+            }
+            if e.is_malformed_reply() {
+                bail!(
+                    "LLM call {step} failed: {e} (asked {} time(s))",
+                    malformed + 1
+                );
+            }
+            bail!("LLM call {step} failed: {e}");
+        }
+    }
 
-        let tokens_before = ctx
-            .store()
-            .current_token_count()
-            .context("message store: current-token-count")?;
+    /// Write the request from the context, POST it and read the reply; an empty reply is
+    /// rejected (its files kept).
+    fn send(&mut self, ctx: &mut TaskContext) -> Result<Exchange, ExchangeError> {
         let llm = &self.config.llm;
         let config = RequestConfig {
             model: llm.model.clone(),
-            messages_file: current.clone(),
+            messages_file: ctx.current_file().unwrap_or_else(|_| CURRENT.to_string()),
             request_file: REQUEST.to_string(),
             tools_file: self.tools.tools_file(),
             max_output_tokens: llm.max_output_tokens,
             temperature: llm.temperature,
         };
-        let started = std::time::Instant::now();
-        let result = exchange(
+        exchange_checked(
             self.format,
             ctx.transport(),
             ctx.dir(),
             &config,
             RESPONSE,
             None,
-        );
-        let mut record = CallRecord {
-            step,
-            context_tokens: tokens_before,
-            context_length: llm.context_length,
-            threshold_tokens: self.compressor.as_ref().map(|_| {
-                (llm.context_length as f64 * self.config.context_storage.compression_threshold)
-                    as u64
-            }),
-            request_bytes: 0,
-            duration_ms: started.elapsed().as_millis() as u64,
-            usage: None,
-            error: None,
-        };
-        let done = match result {
-            Ok(done) => done,
-            Err(e) => {
-                let error = format!("LLM call {step} failed: {e}");
-                // request.json is kept after a failed call: its size is known.
-                record.request_bytes = ctx
-                    .dir()
-                    .metadata(REQUEST)
-                    .ok()
-                    .flatten()
-                    .map_or(0, |m| m.len());
-                record.error = Some(&error);
-                ctx.calls().record_call(&record, &now_rfc3339());
-                if matches!(e, ExchangeError::Read { .. }) {
-                    // The provider answered: count the call (usage unknown).
-                    ctx.update_statistics(UsageDelta::llm_call(0))?;
-                }
-                bail!("{error}");
-            }
-        };
-        record.request_bytes = done.request.bytes;
-        record.usage = done.reply.usage;
+            &reject_empty_reply,
+        )
+    }
+
+    /// Append the reply of a completed exchange (host rules applied: [`normalise_reply`], ids
+    /// unique in the conversation) and count the call.
+    fn record_reply(
+        &mut self,
+        ctx: &mut TaskContext,
+        step: u32,
+        done: Exchange,
+        tokens_before: u64,
+    ) -> anyhow::Result<ChatMessage> {
         tracing::debug!(uuid = %ctx.uuid(), step, bytes = done.request.bytes, messages = done.request.messages,
             tokens = tokens_before, status = done.post.status, attempts = done.post.attempts, "LLM call done");
         let reply = done.reply;
@@ -260,25 +617,10 @@ impl Agent<'_> {
                 ..UsageDelta::default()
             })?;
         }
-        let message = normalise_reply(reply.message, step);
-        if message.calls().is_empty()
-            && message
-                .content
-                .as_deref()
-                .is_none_or(|c| c.trim().is_empty())
-        {
-            let error = format!("LLM call {step}: the model returned an empty answer");
-            record.error = Some(&error);
-            ctx.calls().record_call(&record, &now_rfc3339());
-            ctx.update_statistics(UsageDelta::llm_call(
-                reply.usage.map(|u| u.total_tokens).unwrap_or(0),
-            ))?;
-            bail!(
-                "LLM call {step}: the model returned an empty answer (no content and no tool calls; finish_reason: {})",
-                untrusted::name(reply.finish_reason.as_deref().unwrap_or("none"))
-            );
+        let mut message = normalise_reply(reply.message);
+        for (old, new) in ctx.make_call_ids_unique(&mut message)? {
+            tracing::debug!(uuid = %ctx.uuid(), step, "tool call id {old:?} is already used in the conversation: {new}");
         }
-        ctx.calls().record_call(&record, &now_rfc3339());
         let added = ctx
             .store()
             .add_message(&message, &now_rfc3339())
@@ -295,25 +637,133 @@ impl Agent<'_> {
         Ok(message)
     }
 
+    /// The window the messages have, and the compressor works with: `llm.context_length` minus
+    /// the tool definitions sent with every request, made [`OVERFLOW_WINDOW_FACTOR`] smaller by
+    /// each "context too long" answer of the provider (the token estimate is evidently low for
+    /// its tokenizer).
+    fn window(&self) -> u64 {
+        let mut window = self
+            .config
+            .llm
+            .context_length
+            .saturating_sub(self.tool_definition_tokens);
+        for _ in 0..self.context_overflows {
+            window = window * OVERFLOW_WINDOW_FACTOR.0 / OVERFLOW_WINDOW_FACTOR.1;
+        }
+        window.max(crate::config::MIN_TOOL_OUTPUT_CAP)
+    }
+
+    /// Whether a context of `tokens` leaves the reply its reserve in the window.
+    fn fits_window(&self, tokens: u64) -> bool {
+        tokens + u64::from(self.config.reserve_output_tokens()) <= self.window()
+    }
+
+    /// The provider said the context is too long: compress it for a smaller window, whatever
+    /// the threshold says.
+    fn compress_after_overflow(
+        &mut self,
+        ctx: &mut TaskContext,
+        step: u32,
+        error: &ExchangeError,
+    ) -> anyhow::Result<()> {
+        self.context_overflows += 1;
+        let window = self.window();
+        let tokens = ctx.store().current_token_count()?;
+        tracing::warn!(uuid = %ctx.uuid(), step, tokens, window, "LLM call {step}: the provider says the context is too long; compressing it for a window of {window} tokens and sending it again");
+        let Some(compressor) = self.compressor.as_deref_mut() else {
+            bail!(
+                "LLM call {step} failed: {error}; the context ({tokens} estimated tokens) is too long for the model and \
+                 no compressor is configured (plugins.compressor: none): configure one (e.g. builtin:llm-summarizer), \
+                 or set llm.context_length to the model's real window"
+            );
+        };
+        let cfg = self.config.compress_config_for(window);
+        let dir = ctx.dir().clone();
+        match compact(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, true) {
+            Ok(CompactionOutcome::Compressed {
+                after_tokens,
+                summary_id,
+                ..
+            }) => {
+                ctx.calls()
+                    .record_compression(tokens, after_tokens, summary_id, &now_rfc3339());
+                ctx.update_statistics(UsageDelta::compression())?;
+                tracing::info!(uuid = %ctx.uuid(), before_tokens = tokens, after_tokens, "context compressed after the provider's answer");
+                self.restate_plan(ctx)
+            }
+            Ok(CompactionOutcome::NotNeeded) => Ok(()),
+            Err(CompactionError::StillOverThreshold { tokens: after, .. }) => {
+                ctx.calls()
+                    .record_compression(tokens, after, None, &now_rfc3339());
+                ctx.update_statistics(UsageDelta::compression())?;
+                tracing::warn!(uuid = %ctx.uuid(), tokens = after, "compressed, still over the threshold of the smaller window; sending it");
+                Ok(())
+            }
+            Err(e) => Err(anyhow!(e).context(format!(
+                "LLM call {step} failed: {error}; the context ({tokens} estimated tokens) could not be compressed \
+                 further for a window of {window} tokens: the model's window is smaller than llm.context_length ({}) \
+                 says — set it to the model's real window (for a local server, the context size it was started with)",
+                self.config.llm.context_length
+            ))),
+        }
+    }
+
+    /// Why the context cannot be sent: it does not leave the reply its reserve in the window
+    /// even after compressing. Names what is too big and what would help.
+    fn window_exceeded(&self, ctx: &mut TaskContext, tokens: u64) -> anyhow::Error {
+        let window = self.window();
+        let reserve = self.config.reserve_output_tokens();
+        let newest = ctx
+            .current_file()
+            .ok()
+            .and_then(|f| last_message_in(ctx.dir(), &f).ok().flatten());
+        let advice = match &newest {
+            Some(m) if m.role == "tool" => format!(
+                "the newest message, a result of {} ({} tokens), is kept whole by every compression: lower \
+                 tools.max_tool_output_tokens (the effective cap for this window is {}), or use a model with a larger \
+                 window (llm.context_length)",
+                m.tool_name.as_deref().unwrap_or("a tool"),
+                ctxhost_format::estimate_message_tokens(m),
+                self.config.tool_output_cap_for(window)
+            ),
+            Some(m) => format!(
+                "the newest message ({}, {} tokens) is kept whole by every compression: shorten it, lower \
+                 llm.max_output_tokens (the reply reserve, {reserve}), or use a model with a larger window \
+                 (llm.context_length)",
+                m.role,
+                ctxhost_format::estimate_message_tokens(m)
+            ),
+            None => "use a model with a larger window (llm.context_length)".to_string(),
+        };
+        let tools = if self.tool_definition_tokens > 0 {
+            format!(
+                ", after {} tokens of tool definitions,",
+                self.tool_definition_tokens
+            )
+        } else {
+            String::new()
+        };
+        anyhow!(
+            "the context is {tokens} tokens, more than the window leaves ({window} tokens{tools} minus {reserve} \
+             reserved for the reply): {advice}"
+        )
+    }
+
     /// The compression check before each LLM call ([`crate::compaction`]). With no compressor
     /// configured this does nothing. A failed compression leaves the context as it was and is
     /// logged; the task goes on while the context still fits the window, and fails after
     /// [`MAX_COMPACTION_FAILURES`] failures in a row. A context still over the threshold after
-    /// compressing fails the task at once (compressing again could not help).
+    /// compressing (the newest tool-call group alone is that large) goes on while it fits the
+    /// window; one that does not fails the task, naming what is too big.
     fn maybe_compress(&mut self, ctx: &mut TaskContext) -> anyhow::Result<()> {
+        let window = self.window();
         let Some(compressor) = self.compressor.as_deref_mut() else {
             return Ok(());
         };
-        let cs = &self.config.context_storage;
-        let cfg = CompressConfig {
-            context_length: self.config.llm.context_length,
-            threshold: cs.compression_threshold,
-            keep_recent_messages: cs.keep_recent_messages,
-            summary_prompt: cs.summary_prompt.clone(),
-            reserve_output_tokens: self.config.llm.max_output_tokens.unwrap_or(1024),
-        };
+        let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
-        match compact_if_needed(ctx.store(), compressor, &dir, &cfg, &now_rfc3339) {
+        let before = ctx.store().current_token_count()?;
+        match compact(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, false) {
             Ok(CompactionOutcome::NotNeeded) => Ok(()),
             Ok(CompactionOutcome::Compressed {
                 before_tokens,
@@ -330,12 +780,21 @@ impl Agent<'_> {
                 ctx.update_statistics(UsageDelta::compression())?;
                 let summaries = ctx.summaries().count().unwrap_or(0);
                 tracing::info!(uuid = %ctx.uuid(), before_tokens, after_tokens, summary = ?summary_id, summaries, "context compressed");
-                Ok(())
+                crate::failpoint::kill_if_set("agent:compressed");
+                self.restate_plan(ctx)
             }
             Err(e @ CompactionError::StillOverThreshold { .. }) => {
-                // The smaller context is installed and valid; count it, then stop.
+                // The smaller context is installed and valid; count it.
+                self.compaction_failures = 0;
                 ctx.update_statistics(UsageDelta::compression())?;
-                Err(e.into())
+                let tokens = ctx.store().current_token_count()?;
+                ctx.calls()
+                    .record_compression(before, tokens, None, &now_rfc3339());
+                if self.fits_window(tokens) {
+                    tracing::warn!(uuid = %ctx.uuid(), tokens, "{e}; it still fits the window: going on");
+                    return Ok(());
+                }
+                Err(self.window_exceeded(ctx, tokens))
             }
             Err(e) => {
                 self.compaction_failures += 1;
@@ -343,12 +802,15 @@ impl Agent<'_> {
                     .store()
                     .current_token_count()
                     .context("message store: current-token-count")?;
-                if self.compaction_failures >= MAX_COMPACTION_FAILURES
-                    || tokens >= cfg.context_length
-                {
+                if !self.fits_window(tokens) {
+                    return Err(self
+                        .window_exceeded(ctx, tokens)
+                        .context(format!("compression failed: {e}")));
+                }
+                if self.compaction_failures >= MAX_COMPACTION_FAILURES {
                     return Err(anyhow!(e).context(format!(
-                        "compression failed {} time(s) in a row with the context at {tokens} of {} tokens",
-                        self.compaction_failures, cfg.context_length
+                        "compression failed {} time(s) in a row with the context at {tokens} of {window} tokens",
+                        self.compaction_failures
                     )));
                 }
                 // The error may quote what the compressor wrote (ids, a line): bounded, escaped.
@@ -360,25 +822,72 @@ impl Agent<'_> {
     }
 }
 
+/// The outcomes of the tool calls `answers` answered (a resumed task's last tool round): the
+/// status tools.jsonl recorded, or, for a call without a line there (its result was written
+/// by crash repair), an error.
+fn outcomes_of(ctx: &TaskContext, answers: &[ChatMessage]) -> anyhow::Result<Vec<ToolOutcome>> {
+    let ids: Vec<&str> = answers
+        .iter()
+        .filter_map(|a| a.tool_call_id.as_deref())
+        .collect();
+    let statuses = ctx.tools_ref().statuses(&ids)?;
+    Ok(answers
+        .iter()
+        .map(|a| {
+            let id = a.tool_call_id.clone().unwrap_or_default();
+            let success = statuses.get(&id) == Some(&ToolStatus::Success);
+            ToolOutcome {
+                call_id: id,
+                name: a.tool_name.clone().unwrap_or_default(),
+                success,
+                error: (!success)
+                    .then(|| bounded(a.content.as_deref().unwrap_or(""), MAX_TOOL_ERROR_BYTES)),
+            }
+        })
+        .collect())
+}
+
 /// Compression failures in a row (the context left as it was each time) after which the task
 /// fails instead of calling the LLM with an over-threshold context again.
 pub const MAX_COMPACTION_FAILURES: u32 = 3;
 
+/// A malformed reply (it cannot be read, or it is empty) is asked for again this many times
+/// before the task fails (the files of the last attempt are kept).
+pub const MAX_MALFORMED_REPLY_RETRIES: u32 = 2;
+
+/// A "context too long" answer of the provider is met by compressing and sending again this
+/// many times per LLM call before the task fails.
+pub const MAX_OVERFLOW_RETRIES: u32 = 2;
+
+/// Each "context too long" answer makes the window the compressor works with this much smaller
+/// (numerator, denominator): 3/4.
+pub const OVERFLOW_WINDOW_FACTOR: (u64, u64) = (3, 4);
+
+/// The reply of an LLM call cannot be used when it has neither text nor tool calls.
+fn reject_empty_reply(reply: &Reply) -> Result<(), String> {
+    let m = &reply.message;
+    if m.calls().is_empty() && m.content.as_deref().is_none_or(|c| c.trim().is_empty()) {
+        return Err(format!(
+            "the model returned an empty answer (no content and no tool calls; finish_reason: {})",
+            untrusted::name(reply.finish_reason.as_deref().unwrap_or("none"))
+        ));
+    }
+    Ok(())
+}
+
 /// The host's rules for an assistant reply, whatever the format plugin returned: role
-/// `assistant`; every tool call has a non-empty id, unique within the reply
-/// (`call_{step}_{i}` is assigned where it is missing or repeated) and the `function` type.
-fn normalise_reply(mut message: ChatMessage, step: u32) -> ChatMessage {
+/// `assistant`; every tool call has the `function` type and arguments (`{}` when empty). Ids
+/// are made unique in the conversation by [`TaskContext::make_call_ids_unique`].
+fn normalise_reply(mut message: ChatMessage) -> ChatMessage {
     message.role = "assistant".to_string();
     message.tool_call_id = None;
     message.tool_name = None;
     if let Some(calls) = message.tool_calls.as_mut() {
-        let mut seen = std::collections::HashSet::new();
-        for (i, call) in calls.iter_mut().enumerate() {
-            if call.id.trim().is_empty() || !seen.insert(call.id.clone()) {
-                call.id = format!("call_{step}_{}", i + 1);
-                seen.insert(call.id.clone());
-            }
+        for call in calls.iter_mut() {
             call.kind = "function".to_string();
+            if call.function.arguments.trim().is_empty() {
+                call.function.arguments = "{}".to_string();
+            }
         }
         if calls.is_empty() {
             message.tool_calls = None;
@@ -393,21 +902,24 @@ mod tests {
     use ctxhost_format::ToolCall;
 
     #[test]
-    fn reply_ids_are_made_unique_and_present() {
+    fn a_reply_gets_the_assistant_role_and_arguments() {
         let m = ChatMessage {
             role: "model".into(),
             content: None,
             tool_calls: Some(vec![
-                ToolCall::new("", "a", "{}"),
-                ToolCall::new("x", "b", "{}"),
-                ToolCall::new("x", "c", "{}"),
+                ToolCall::new("", "a", ""),
+                ToolCall::new("x", "b", "{\"p\":1}"),
             ]),
             ..Default::default()
         };
-        let n = normalise_reply(m, 3);
+        let n = normalise_reply(m);
         assert_eq!(n.role, "assistant");
-        let ids: Vec<_> = n.calls().iter().map(|c| c.id.as_str()).collect();
-        assert_eq!(ids, ["call_3_1", "x", "call_3_3"]);
+        let args: Vec<_> = n
+            .calls()
+            .iter()
+            .map(|c| c.function.arguments.as_str())
+            .collect();
+        assert_eq!(args, ["{}", "{\"p\":1}"]);
     }
 
     #[test]
@@ -418,6 +930,6 @@ mod tests {
             tool_calls: Some(vec![]),
             ..Default::default()
         };
-        assert_eq!(normalise_reply(m, 1).tool_calls, None);
+        assert_eq!(normalise_reply(m).tool_calls, None);
     }
 }

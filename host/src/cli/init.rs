@@ -1,5 +1,6 @@
 //! `ctxhost init`: create the contexts/ tree and tasks.db; write a commented config.yaml if absent.
 
+use super::out::outln;
 use std::process::ExitCode;
 
 use super::GlobalArgs;
@@ -13,8 +14,8 @@ pub(super) fn run(global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     } else {
         "kept"
     };
-    println!("config:   {} ({how})", done.config_path.display());
-    println!("contexts: {}", done.contexts.display());
-    println!("database: {}", done.database.display());
+    outln!("config:   {} ({how})", done.config_path.display());
+    outln!("contexts: {}", done.contexts.display());
+    outln!("database: {}", done.database.display());
     Ok(ExitCode::SUCCESS)
 }

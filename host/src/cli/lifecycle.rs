@@ -1,10 +1,11 @@
-//! `ctxhost pause`, `resume`, `stop` and `recover`: parse, call [`crate::ops::control`] (or
-//! recovery), print.
+//! `ctxhost pause`, `resume`, `stop`, `retry` and `recover`: parse, call
+//! [`crate::ops::control`] (or recovery), print.
 //!
 //! Exit codes: 0 done; 1 the task is not in a state that allows it (e.g. pausing a queued
 //! task, resuming a running one) — the message says which state it is in and what to do;
 //! 2 an invalid or unknown UUID.
 
+use super::out::outln;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -36,6 +37,13 @@ pub struct PauseArgs {
 #[derive(Debug, Clone, Args)]
 pub struct ResumeArgs {
     /// The task's UUID (it must be paused).
+    pub uuid: String,
+}
+
+/// `ctxhost retry` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct RetryArgs {
+    /// The task's UUID (it must be failed, its files not deleted).
     pub uuid: String,
 }
 
@@ -84,13 +92,13 @@ pub(super) fn pause(env: &Env, args: &PauseArgs) -> anyhow::Result<ExitCode> {
         .filter(|r| !r.is_empty());
     control::pause(&db, uuid, reason)?;
     if !args.wait {
-        println!("pause requested: task {uuid} pauses at its next safe point");
+        outln!("pause requested: task {uuid} pauses at its next safe point");
         return Ok(ExitCode::SUCCESS);
     }
     let timeout = Duration::from_secs(args.timeout);
     let status = control::wait_for(&db, uuid, timeout, |s| s != Status::Running)?;
     if status == Status::Paused {
-        println!("task {uuid} paused");
+        outln!("task {uuid} paused");
         Ok(ExitCode::SUCCESS)
     } else {
         bail!("task {uuid} ended as {status} before it could pause")
@@ -100,7 +108,17 @@ pub(super) fn pause(env: &Env, args: &PauseArgs) -> anyhow::Result<ExitCode> {
 pub(super) fn resume(env: &Env, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     let (db, row) = open_task(env, &args.uuid)?;
     control::resume(&db, &env.layout, &row.uuid)?;
-    println!(
+    outln!(
+        "task {} queued again; `ctxhost run` continues it from its context",
+        row.uuid
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn retry(env: &Env, args: &RetryArgs) -> anyhow::Result<ExitCode> {
+    let (db, row) = open_task(env, &args.uuid)?;
+    control::retry(&db, &env.layout, &row.uuid)?;
+    outln!(
         "task {} queued again; `ctxhost run` continues it from its context",
         row.uuid
     );
@@ -114,12 +132,12 @@ pub(super) fn stop(env: &Env, args: &StopArgs) -> anyhow::Result<ExitCode> {
         Stopped::Requested if args.wait => {
             let timeout = Duration::from_secs(args.timeout);
             let status = control::wait_for(&db, uuid, timeout, Status::is_final)?;
-            println!("task {uuid} {status}");
+            outln!("task {uuid} {status}");
         }
         Stopped::Requested => {
-            println!("stop requested: task {uuid} stops at its next safe point")
+            outln!("stop requested: task {uuid} stops at its next safe point")
         }
-        Stopped::Now { was } => println!("task {uuid} stopped (it was {was})"),
+        Stopped::Now { was } => outln!("task {uuid} stopped (it was {was})"),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -134,16 +152,16 @@ pub(super) fn recover(env: &Env, args: &RecoverArgs) -> anyhow::Result<ExitCode>
         env.config.worker.max_crashes,
     )?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&done)?);
+        outln!("{}", serde_json::to_string_pretty(&done)?);
         return Ok(ExitCode::SUCCESS);
     }
     if done.is_empty() {
-        println!("no running task with a dead process on this host");
+        outln!("no running task with a dead process on this host");
     }
     for r in &done {
-        println!("{} → {}: {}", r.uuid, r.status, r.message);
+        outln!("{} → {}: {}", r.uuid, r.status, r.message);
         for repair in &r.repairs {
-            println!("    {repair}");
+            outln!("    {repair}");
         }
     }
     Ok(ExitCode::SUCCESS)

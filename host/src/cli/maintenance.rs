@@ -1,5 +1,6 @@
 //! `ctxhost cleanup` and `ctxhost fsck`: keeping the contexts/ tree small and sound.
 
+use super::out::outln;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -10,10 +11,13 @@ use crate::db::Db;
 /// `ctxhost cleanup` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct CleanupArgs {
-    /// Delete directories of tasks finished more than this many days ago
-    /// (default: context_storage.cleanup_days).
-    #[arg(long, value_name = "N")]
+    /// Delete directories of tasks finished more than this many days ago (at least 1;
+    /// default: context_storage.cleanup_days).
+    #[arg(long, value_name = "N", value_parser = parse_days, conflicts_with = "all")]
     pub days: Option<u32>,
+    /// Delete the directories of every finished task, however recent.
+    #[arg(long)]
+    pub all: bool,
     /// Only list what would be deleted; change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -35,13 +39,29 @@ pub struct FsckArgs {
     pub json: bool,
 }
 
+/// `--days N`: a whole number ≥ 1, as `context_storage.cleanup_days` (0 would delete tasks that
+/// finished seconds ago: that is `--all`, said explicitly).
+fn parse_days(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err(
+            "must be at least 1 (to delete the directory of every finished task, use --all)".into(),
+        ),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("must be a whole number ≥ 1: {e}")),
+    }
+}
+
 pub(super) fn cleanup(env: &Env, args: &CleanupArgs) -> anyhow::Result<ExitCode> {
     env.require_tree()?;
     let db = Db::open(env.layout.root())?;
-    let days = args.days.unwrap_or(env.config.context_storage.cleanup_days);
+    let days = if args.all {
+        0
+    } else {
+        args.days.unwrap_or(env.config.context_storage.cleanup_days)
+    };
     let report = crate::cleanup::cleanup(&db, &env.layout, days, args.dry_run)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
     let verb = if args.dry_run {
@@ -50,10 +70,10 @@ pub(super) fn cleanup(env: &Env, args: &CleanupArgs) -> anyhow::Result<ExitCode>
         "deleted"
     };
     for l in &report.leftovers {
-        println!("{verb} {l} (left by an interrupted cleanup)");
+        outln!("{verb} {l} (left by an interrupted cleanup)");
     }
     for item in &report.deleted {
-        println!(
+        outln!(
             "{verb} {} ({}, completed {}, {})",
             item.dir,
             item.status,
@@ -61,7 +81,7 @@ pub(super) fn cleanup(env: &Env, args: &CleanupArgs) -> anyhow::Result<ExitCode>
             human_bytes(item.bytes)
         );
     }
-    println!(
+    outln!(
         "{} task director{} {verb}, {} (tasks finished before {}; rows kept in tasks.db)",
         report.deleted.len(),
         if report.deleted.len() == 1 {
@@ -100,7 +120,7 @@ pub(super) fn fsck(env: &Env, args: &FsckArgs) -> anyhow::Result<ExitCode> {
         ExitCode::from(EXIT_FAILED)
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(code);
     }
     for p in &report.problems {
@@ -109,13 +129,13 @@ pub(super) fn fsck(env: &Env, args: &FsckArgs) -> anyhow::Result<ExitCode> {
             (None, true) => "fixable",
             (None, false) => "problem",
         };
-        println!("{tag:9} {:<20} {p}", format!("{:?}", p.kind));
+        outln!("{tag:9} {:<20} {p}", format!("{:?}", p.kind));
         if let Some(what) = &p.repaired {
-            println!("          → {what}");
+            outln!("          → {what}");
         }
     }
     let fixable = report.remaining.iter().filter(|p| p.fixable).count();
-    println!(
+    outln!(
         "{} task(s), {} director{} checked: {} problem(s) found, {} repaired, {} remaining{}",
         report.tasks,
         report.dirs,
@@ -135,7 +155,7 @@ pub(super) fn fsck(env: &Env, args: &FsckArgs) -> anyhow::Result<ExitCode> {
     );
     if args.repair {
         for p in &report.remaining {
-            println!("remaining {p}");
+            outln!("remaining {p}");
         }
     }
     Ok(code)

@@ -1,5 +1,6 @@
 //! `ctxhost tasks`, `show` and `stats`: read-only reports, as tables or `--json`.
 
+use super::out::outln;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -35,7 +36,8 @@ pub struct ShowArgs {
     /// How many of the last messages of messages.jsonl to show.
     #[arg(long, default_value_t = 5)]
     pub messages: usize,
-    /// Print JSON: {task, dir, dir_state, result, last_messages}.
+    /// Print JSON: {task, dir, dir_state, result, last_messages, planning, planning_error,
+    /// inherited_from, inheritance_skipped}.
     #[arg(long)]
     pub json: bool,
 }
@@ -74,11 +76,11 @@ pub(super) fn tasks(env: &Env, args: &TasksArgs) -> anyhow::Result<ExitCode> {
         limit: Some(args.limit),
     })?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
-        println!("no tasks");
+        outln!("no tasks");
         return Ok(ExitCode::SUCCESS);
     }
     let mut table = vec![
@@ -107,7 +109,7 @@ pub(super) fn tasks(env: &Env, args: &TasksArgs) -> anyhow::Result<ExitCode> {
             describe(r),
         ]);
     }
-    print_table(&table);
+    print_table(&table)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -145,7 +147,7 @@ fn shorten(text: &str, max: usize) -> String {
     }
 }
 
-fn print_table(rows: &[Vec<String>]) {
+fn print_table(rows: &[Vec<String>]) -> anyhow::Result<()> {
     let cols = rows[0].len();
     let widths: Vec<usize> = (0..cols)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
@@ -160,8 +162,9 @@ fn print_table(rows: &[Vec<String>]) {
                 line.push_str(&" ".repeat(widths[c] - cell.chars().count() + 2));
             }
         }
-        println!("{}", line.trim_end());
+        outln!("{}", line.trim_end());
     }
+    Ok(())
 }
 
 pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
@@ -169,22 +172,22 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     let db = open_db(env)?;
     let report = crate::ops::show::show(&db, &env.layout, &uuid, args.messages)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
     let t = &report.task;
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-    println!("uuid:          {}", t.uuid);
-    println!("status:        {}", t.status);
+    outln!("uuid:          {}", t.uuid);
+    outln!("status:        {}", t.status);
     if let Some(e) = &t.error_message {
-        println!("error:         {e}");
+        outln!("error:         {e}");
     }
-    println!("task:          {}", describe(t));
-    println!("user:          {}", opt(&t.user));
-    println!("created:       {}", t.created_at);
-    println!("started:       {}", opt(&t.started_at));
-    println!("completed:     {}", opt(&t.completed_at));
-    println!(
+    outln!("task:          {}", describe(t));
+    outln!("user:          {}", opt(&t.user));
+    outln!("created:       {}", t.created_at);
+    outln!("started:       {}", opt(&t.started_at));
+    outln!("completed:     {}", opt(&t.completed_at));
+    outln!(
         "llm:           {} {} (context {})",
         opt(&t.llm_provider),
         opt(&t.model),
@@ -192,29 +195,66 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
             .map(|c| c.to_string())
             .unwrap_or_else(|| "-".into())
     );
-    println!(
+    outln!(
         "counters:      {} LLM calls, {} tool calls, {} tokens, {} compressions",
-        t.llm_call_count, t.tool_call_count, t.total_tokens, t.compression_count
+        t.llm_call_count,
+        t.tool_call_count,
+        t.total_tokens,
+        t.compression_count
     );
     if t.cache_read_tokens > 0 || t.cache_creation_tokens > 0 {
-        println!(
+        outln!(
             "prompt cache:  {} tokens read, {} written (of the {} tokens)",
-            t.cache_read_tokens, t.cache_creation_tokens, t.total_tokens
+            t.cache_read_tokens,
+            t.cache_creation_tokens,
+            t.total_tokens
         );
     }
     if let (Some(pid), Some(host)) = (t.process_id, &t.hostname) {
-        println!("process:       {pid} on {host}");
+        outln!("process:       {pid} on {host}");
     }
     if t.resume_count > 0 || t.crash_count > 0 {
-        println!(
+        outln!(
             "lifecycle:     resumed {} time(s), {} crash(es) of its process",
-            t.resume_count, t.crash_count
+            t.resume_count,
+            t.crash_count
         );
     }
+    if let Some(p) = &report.publication {
+        use crate::db::sources::CommentState;
+        if let Some(url) = &p.item_url {
+            outln!("item:          {url}");
+        }
+        let comment = match p.comment_state {
+            CommentState::Posted => format!(
+                "result posted {}{}",
+                p.comment_url
+                    .as_deref()
+                    .or(p.comment_id.as_deref())
+                    .unwrap_or(""),
+                p.posted_at
+                    .as_deref()
+                    .map(|at| format!(" at {at}"))
+                    .unwrap_or_default()
+            ),
+            CommentState::Posting => "result being posted".to_string(),
+            CommentState::None => "no result posted yet".to_string(),
+        };
+        outln!(
+            "published:     {comment}; labels {}",
+            p.labels_state.as_deref().unwrap_or("not moved yet")
+        );
+        if let Some(e) = &p.last_error {
+            outln!(
+                "publish error: {e} ({} failed attempt(s); retried by `ctxhost run` / `poll`)",
+                p.attempts
+            );
+        }
+    }
     if t.stop_requested {
-        println!("requested:     stop (at the next safe point)");
+        outln!("requested:     stop (at the next safe point)");
     } else if t.pause_requested {
-        println!(
+        outln!(
             "requested:     pause (at the next safe point){}",
             t.pause_reason
                 .as_deref()
@@ -222,17 +262,36 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default()
         );
     } else if let (crate::db::Status::Paused, Some(r)) = (t.status, &t.pause_reason) {
-        println!("paused:        {r}");
+        outln!("paused:        {r}");
     }
     match (&report.dir, &t.files_deleted_at) {
-        (None, Some(at)) => println!("directory:     deleted by `ctxhost cleanup` at {at}"),
-        (dir, _) => println!("directory:     {}", dir.as_deref().unwrap_or("-")),
+        (None, Some(at)) => outln!("directory:     deleted by `ctxhost cleanup` at {at}"),
+        (dir, _) => outln!("directory:     {}", dir.as_deref().unwrap_or("-")),
+    }
+    if let Some(from) = &report.inherited_from {
+        println!(
+            "inherited:     from task {} (completed {}; link {} of its chain; {} tokens: {})",
+            from.uuid,
+            from.completed_at,
+            from.generation,
+            from.tokens,
+            from.parts.join(", ")
+        );
+    }
+    for s in &report.inheritance_skipped {
+        println!("not inherited: task {}: {}", s.uuid, s.reason);
+    }
+    if let Some(e) = &report.planning_error {
+        println!("planning:      unreadable: {e}");
+    }
+    if let Some(h) = &report.planning {
+        print_plan(h);
     }
     if let Some(r) = &report.result {
-        println!("\nresult:\n{r}");
+        outln!("\nresult:\n{r}");
     }
     if !report.last_messages.is_empty() {
-        println!("\nlast messages:");
+        outln!("\nlast messages:");
         for m in &report.last_messages {
             match m {
                 ShownLine::Message(h) => {
@@ -243,15 +302,53 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
                             c.id, c.function.name, c.function.arguments
                         ));
                     }
-                    println!("  #{:<4} {:<9} {}", h.seq, h.role, shorten(&text, 100));
+                    outln!("  #{:<4} {:<9} {}", h.seq, h.role, shorten(&text, 100));
                 }
                 ShownLine::Unreadable { line, error } => {
-                    println!("  line {line}: unreadable: {error}")
+                    outln!("  line {line}: unreadable: {error}")
                 }
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The latest plan with each step's status, and what the planning history counts.
+fn print_plan(h: &ctxhost_format::planning::PlanningHistory) {
+    let mut counts = vec![format!("{} revision(s)", h.revisions)];
+    counts.push(format!("{} reflection(s)", h.reflections));
+    match (h.verifications, h.last_verdict) {
+        (0, _) => counts.push("not verified".to_string()),
+        (n, Some(v)) => counts.push(format!(
+            "{n} verification(s), last {}",
+            match v {
+                ctxhost_format::planning::Verdict::Passed => "passed",
+                ctxhost_format::planning::Verdict::Failed => "failed",
+                ctxhost_format::planning::Verdict::Unclear => "unclear",
+            }
+        )),
+        (n, None) => counts.push(format!("{n} verification(s)")),
+    }
+    match &h.latest {
+        None => {}
+        Some(p) if p.steps.is_empty() => {
+            println!(
+                "plan:          none ({})",
+                h.no_plan_reason.as_deref().unwrap_or("no steps")
+            );
+        }
+        Some(p) => {
+            let done = p.steps.iter().filter(|s| s.status.is_closed()).count();
+            println!(
+                "plan:          {done} of {} step(s) done; {}",
+                p.steps.len(),
+                counts.join(", ")
+            );
+            for line in p.render().lines() {
+                println!("  {line}");
+            }
+        }
+    }
 }
 
 pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
@@ -269,7 +366,7 @@ pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|(s, n)| (s.to_string(), serde_json::Value::from(*n)))
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&Out {
                 by_status,
@@ -284,7 +381,7 @@ pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|(s, n)| format!("{s} {n}"))
         .collect();
-    println!("tasks: {} ({})", stats.total.tasks, counts.join(", "));
+    outln!("tasks: {} ({})", stats.total.tasks, counts.join(", "));
     let mut table = vec![
         [
             "MODEL",
@@ -323,6 +420,6 @@ pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
         table.push(row(m, m.model.clone().unwrap_or_else(|| "-".into())));
     }
     table.push(row(&stats.total, "(all)".into()));
-    print_table(&table);
+    print_table(&table)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! `ctxhost submit`: queue a task and print its UUID (or its row as JSON).
 
+use super::out::outln;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -60,6 +61,10 @@ pub struct SubmitArgs {
     /// Who submits the task (default: $USER).
     #[arg(long)]
     pub user: Option<String>,
+    /// Start from scratch: do not inherit the final state of an earlier completed task with
+    /// the same task key (source, owner, repo, type, id).
+    #[arg(long)]
+    pub no_inherit: bool,
     /// Print the new task's row as JSON instead of the bare UUID.
     #[arg(long)]
     pub json: bool,
@@ -153,12 +158,17 @@ pub(super) fn run(env: &Env, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         Some(u) => Some(u.trim().to_string()),
         None => std::env::var("USER").ok().filter(|u| !u.is_empty()),
     };
-    let submission = Submission { prompt, key, user };
+    let submission = Submission {
+        prompt,
+        key,
+        user,
+        no_inherit: args.no_inherit,
+    };
     let row = crate::ops::submit::submit(&env.config, &env.layout, submission)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&row)?);
+        outln!("{}", serde_json::to_string_pretty(&row)?);
     } else {
-        println!("{}", row.uuid);
+        outln!("{}", row.uuid);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -18,7 +18,13 @@ pub struct ContextStorage {
     pub compression_threshold: f64,
     /// Most recent messages kept verbatim by a compression (≥ 1).
     pub keep_recent_messages: u32,
-    /// Completed task directories older than this many days may be deleted (≥ 1).
+    /// The kept messages hold at most this many estimated tokens as well (≥ 1); `None`: half of
+    /// the compression threshold in tokens ([`crate::config::Config::keep_recent_tokens`]).
+    /// The newest message's tool-call group is always kept, whatever its size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_recent_tokens: Option<u64>,
+    /// Completed task directories older than this many days may be deleted (≥ 1; deleting
+    /// every finished task's directory is `ctxhost cleanup --all`).
     pub cleanup_days: u32,
     /// Prompt for summaries; must contain `{messages}`.
     pub summary_prompt: String,
@@ -45,6 +51,7 @@ impl Default for ContextStorage {
             base_dir: PathBuf::from("./contexts"),
             compression_threshold: 0.7,
             keep_recent_messages: 5,
+            keep_recent_tokens: None,
             cleanup_days: 30,
             summary_prompt: DEFAULT_SUMMARY_PROMPT.to_string(),
             max_task_dir_mib: 1024,
@@ -84,8 +91,17 @@ impl ContextStorage {
                 "must be at least 1, got 0",
             );
         }
+        if self.keep_recent_tokens == Some(0) {
+            return Invalid::err(
+                "context_storage.keep_recent_tokens",
+                "must be at least 1, got 0 (leave it out for the default: half the compression threshold)",
+            );
+        }
         if self.cleanup_days < 1 {
-            return Invalid::err("context_storage.cleanup_days", "must be at least 1, got 0");
+            return Invalid::err(
+                "context_storage.cleanup_days",
+                "must be at least 1, got 0 (to delete the directory of every finished task, run `ctxhost cleanup --all`)",
+            );
         }
         for (key, v) in [
             ("context_storage.max_task_dir_mib", self.max_task_dir_mib),

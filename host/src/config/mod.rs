@@ -2,20 +2,25 @@
 //!
 //! Shape (all sections and keys optional; unknown keys are errors):
 //! ```yaml
-//! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, cleanup_days, summary_prompt,
-//!           max_task_dir_mib, max_llm_calls_per_compression, max_compression_secs}
+//! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, keep_recent_tokens,
+//!                   cleanup_days, summary_prompt, max_task_dir_mib, max_llm_calls_per_compression,
+//!                   max_compression_secs}
 //! llm:     {provider, base_url, model, api_key_env, context_length, max_output_tokens, temperature,
 //!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib,
 //!           max_request_mib}
-//! plugins: {message_store, compressor, request_format}
+//! plugins: {message_store, compressor, request_format, strategy}
 //! runtime: {memory_limit_mib, call_timeout_secs}
 //! agent:   {system_prompt, max_steps}
+//! strategy: {reflect_every, max_verifications, options}
+//! context_inheritance: {enabled, max_inherited_tokens, context_expiry_days}
 //! worker:  {max_parallel_tasks, poll_interval_ms, max_crashes}
 //! mcp_servers: {NAME: {command, args, env, cwd}}    # see crate::tools::config
 //! tools:   {max_tool_output_tokens, call_timeout_secs, start_timeout_secs}
+//! sources: {github: {...}, gitlab: {...}}          # see sources (the task sources)
 //! ```
 //! One module per section, each with its own validation: `context_storage`, `llm`, `plugins`,
-//! `process` (`runtime`, `agent`, `worker`); `mcp_servers` and `tools` in
+//! `process` (`runtime`, `agent`, `worker`), `sources`, `strategy` (`strategy`,
+//! `context_inheritance`); `mcp_servers` and `tools` in
 //! [`crate::tools::config`]. [`Config::default_yaml`] is the commented file `ctxhost init` writes. Errors name the file and
 //! the key, e.g. `config.yaml: llm.context_length: must be at least 256, got 12`.
 //!
@@ -26,7 +31,10 @@ mod context_storage;
 mod llm;
 mod plugins;
 mod process;
+mod sources;
+mod strategy;
 mod template;
+mod window;
 
 use std::path::Path;
 
@@ -74,8 +82,11 @@ pub enum ConfigError {
 
 pub use context_storage::{ContextStorage, DEFAULT_SUMMARY_PROMPT};
 pub use llm::{LlmConfig, Provider};
-pub use plugins::{DEFAULT_COMPRESSOR, NO_COMPRESSOR, PluginsConfig};
+pub use plugins::{DEFAULT_COMPRESSOR, DEFAULT_STRATEGY, NO_COMPRESSOR, PluginsConfig};
 pub use process::{AgentConfig, DEFAULT_SYSTEM_PROMPT, RuntimeConfig, WorkerConfig};
+pub use sources::{SourceConfig, SourceKind, SourcesConfig};
+pub use strategy::{ContextInheritance, StrategySection};
+pub use window::{DEFAULT_RESERVE_OUTPUT_TOKENS, MIN_TOOL_OUTPUT_CAP};
 
 /// A value out of range: the key and what is wrong (the file is added by [`Config::validate`]).
 #[derive(Debug)]
@@ -108,12 +119,18 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     /// `agent`: the agent loop.
     pub agent: AgentConfig,
+    /// `strategy`: settings of the agent strategy.
+    pub strategy: StrategySection,
+    /// `context_inheritance`: starting from an earlier task with the same key.
+    pub context_inheritance: ContextInheritance,
     /// `worker`: the `ctxhost run` process.
     pub worker: WorkerConfig,
     /// MCP servers started for every task (stdio); their tools are offered to the model.
     pub mcp_servers: std::collections::BTreeMap<String, crate::tools::McpServerConfig>,
     /// Tool call limits: output size, deadlines.
     pub tools: crate::tools::ToolsConfig,
+    /// `sources`: GitHub / GitLab repositories whose labelled items become tasks.
+    pub sources: SourcesConfig,
 }
 
 impl Config {
@@ -178,7 +195,10 @@ impl Config {
             self.plugins.validate(),
             self.runtime.validate(),
             self.agent.validate(),
+            self.strategy.validate(),
+            self.context_inheritance.validate(),
             self.worker.validate(),
+            self.sources.validate(),
             crate::tools::config::validate(&self.mcp_servers, &self.tools)
                 .map_err(|(key, message)| Invalid { key, message }),
         ];
@@ -348,6 +368,45 @@ mod tests {
         let e =
             err("llm:\n  provider: anthropic\n  base_url: https://api.anthropic.com/v1/messages\n");
         assert!(e.contains("give `https://api.anthropic.com`"), "{e}");
+    }
+
+    #[test]
+    fn strategy_and_inheritance_settings() {
+        let d = Config::default();
+        assert_eq!(d.plugins.strategy, "builtin:react");
+        assert!(d.context_inheritance.enabled);
+        assert_eq!(d.context_inheritance.max_inherited_tokens, 8000);
+        assert_eq!(d.context_inheritance.context_expiry_days, 90);
+        assert_eq!(
+            d.inherited_token_budget(),
+            8000.min(d.llm.context_length / 4)
+        );
+        let c = Config::from_yaml(
+            "plugins:\n  strategy: builtin:plan-execute\nstrategy:\n  reflect_every: 3\n  options:\n    style: terse\n    depth: 2\n",
+            "c",
+        )
+        .unwrap();
+        assert_eq!(c.plugins.strategy, "builtin:plan-execute");
+        let v: serde_json::Value = serde_json::from_str(&c.strategy.settings_json()).unwrap();
+        assert_eq!(v["reflect_every"], 3);
+        assert_eq!(v["max_verifications"], 2);
+        assert_eq!(v["style"], "terse");
+        assert_eq!(v["depth"], 2);
+        assert!(err("strategy:\n  max_verifications: 0\n").contains("strategy.max_verifications"));
+        assert!(
+            err("strategy:\n  options:\n    reflect_every: 1\n")
+                .contains("strategy.options.reflect_every: set strategy.reflect_every instead")
+        );
+        assert!(
+            err("context_inheritance:\n  max_inherited_tokens: 5\n")
+                .contains("context_inheritance.max_inherited_tokens")
+        );
+        assert!(
+            err("context_inheritance:\n  context_expiry_days: 0\n")
+                .contains("context_inheritance.context_expiry_days")
+        );
+        assert!(err("plugins:\n  strategy: \"\"\n").contains("plugins.strategy"));
+        assert!(err("plugins:\n  strategy: builtin:Plan\n").contains("plugins.strategy"));
     }
 
     #[test]

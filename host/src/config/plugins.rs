@@ -1,4 +1,5 @@
-//! `plugins`: which components implement the message store, compressor and request format.
+//! `plugins`: which components implement the message store, compressor, request format and
+//! agent strategy.
 
 use std::path::Path;
 
@@ -6,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Config, Invalid};
 
-/// `plugins`: which components implement the message store, compressor and request format.
-/// Each is `builtin:NAME` or a path to a `.wasm` component file.
+/// `plugins`: which components implement the message store, compressor, request format and
+/// agent strategy. Each is `builtin:NAME` or a path to a `.wasm` component file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginsConfig {
@@ -17,12 +18,16 @@ pub struct PluginsConfig {
     pub compressor: String,
     /// `None`: from the provider (ollama → `builtin:ollama-chat`, else `builtin:openai-chat`).
     pub request_format: Option<String>,
+    /// The agent strategy: `builtin:react` (the default), `builtin:plan-execute` or a path.
+    pub strategy: String,
 }
 
 /// The `plugins.compressor` value that disables compression.
 pub const NO_COMPRESSOR: &str = "none";
 /// The default `plugins.compressor`: an LLM summary of the older messages (DESIGN §6).
 pub const DEFAULT_COMPRESSOR: &str = "builtin:llm-summarizer";
+/// The default `plugins.strategy`: call the model, make its tool calls, repeat until it answers.
+pub const DEFAULT_STRATEGY: &str = "builtin:react";
 
 impl Default for PluginsConfig {
     fn default() -> Self {
@@ -30,6 +35,7 @@ impl Default for PluginsConfig {
             message_store: "builtin:jsonl-store".to_string(),
             compressor: DEFAULT_COMPRESSOR.to_string(),
             request_format: None,
+            strategy: DEFAULT_STRATEGY.to_string(),
         }
     }
 }
@@ -50,6 +56,12 @@ impl PluginsConfig {
                 "must be `none`, `builtin:NAME` or a path to a .wasm file",
             );
         }
+        if self.strategy.trim().is_empty() {
+            return Invalid::err(
+                "plugins.strategy",
+                "must be `builtin:react`, `builtin:plan-execute` or a path to a .wasm file",
+            );
+        }
         if let Some(f) = &self.request_format
             && f.trim().is_empty()
         {
@@ -62,6 +74,7 @@ impl PluginsConfig {
             ("plugins.message_store", Some(self.message_store.as_str())),
             ("plugins.compressor", Some(self.compressor.as_str())),
             ("plugins.request_format", self.request_format.as_deref()),
+            ("plugins.strategy", Some(self.strategy.as_str())),
         ] {
             if let Some(name) = spec.and_then(|s| s.strip_prefix("builtin:"))
                 && (name.is_empty()

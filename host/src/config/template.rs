@@ -32,7 +32,11 @@ context_storage:
   compression_threshold: {threshold}
   # Most recent messages kept verbatim by a compression.
   keep_recent_messages: {keep}
-  # Completed task directories older than this many days may be deleted (rows stay in tasks.db).
+  # ... holding at most this many tokens (default: half the threshold in tokens); older tool-call
+  # groups are summarised instead. The newest message's group is always kept.
+  # keep_recent_tokens: 2867
+  # Completed task directories older than this many days may be deleted (rows stay in tasks.db;
+  # at least 1: `ctxhost cleanup --all` deletes every finished task's directory).
   cleanup_days: {cleanup}
   # Most MiB one task directory may hold; a component writing past it is stopped and the task fails.
   max_task_dir_mib: {max_dir}
@@ -81,6 +85,10 @@ plugins:
   # anthropic (with prompt caching), builtin:openai-chat otherwise.
   # builtin:prompted-tools describes the tools in the prompt, for models without native tool calls.
   # request_format: builtin:openai-chat
+  # The agent strategy: builtin:react (call the model, make its tool calls, repeat until it
+  # answers), builtin:plan-execute (a plan first, then its steps, reflection, verification), or
+  # a path to a .wasm strategy component.
+  strategy: {strategy}
 
 runtime:
   # Per component instance.
@@ -92,6 +100,26 @@ agent:
   max_steps: {steps}
   system_prompt: |-
 {system}
+
+# Settings of the strategy (builtin:plan-execute's keys; a third-party strategy gets all of them
+# with options merged in, as JSON).
+strategy:
+  # Reflect on the plan after every N model replies that called tools (and after every tool
+  # error); 0: only after a tool error. A reflection may revise the plan.
+  reflect_every: {reflect}
+  # Verifications of the result before finishing; a failed one sends the model back to work
+  # while agent.max_steps leaves room.
+  max_verifications: {verifications}
+  options: {{}}
+
+# A task submitted with the same task key (source, owner, repo, type, id) as an earlier completed
+# task starts from that task's final answer, last summary and latest plan.
+context_inheritance:
+  enabled: {inherit}
+  # Also at most a quarter of llm.context_length.
+  max_inherited_tokens: {inherit_tokens}
+  # Only from tasks completed at most this many days ago.
+  context_expiry_days: {inherit_days}
 
 worker:
   # Task processes run at once by `ctxhost run`.
@@ -115,6 +143,28 @@ tools:
   max_tool_output_tokens: {tool_max}
   call_timeout_secs: {tool_call}
   start_timeout_secs: {tool_start}
+
+# Task sources: open issues and pull/merge requests carrying `label` become tasks (`ctxhost poll
+# --once`, or `ctxhost run` every poll_interval_secs); the answer (or the error) is posted back as
+# one comment and the labels move: label -> processing_label -> done_label / failed_label
+# (paused_label while paused). Tokens come from the environment variable token_env, never from
+# this file. See README, "Running ctxhost as a GitHub or GitLab bot".
+sources: {{}}
+#  github:
+#    api_url: https://api.github.com      # GitHub Enterprise: https://HOST/api/v3
+#    token_env: GITHUB_TOKEN
+#    repos: [owner/name]
+#    label: coding agent
+#    processing_label: coding agent processing
+#    done_label: coding agent done
+#    failed_label: coding agent failed
+#    paused_label: coding agent paused
+#    poll_interval_secs: 60
+#  gitlab:
+#    api_url: https://gitlab.com/api/v4
+#    token_env: GITLAB_TOKEN
+#    projects: [group/project]
+#    # the same label keys and poll_interval_secs as github
 "#,
             tool_max = d.tools.max_tool_output_tokens,
             tool_call = d.tools.call_timeout_secs,
@@ -141,6 +191,12 @@ tools:
             max_compress_secs = d.context_storage.max_compression_secs,
             store = d.plugins.message_store,
             compressor = d.plugins.compressor,
+            strategy = d.plugins.strategy,
+            reflect = d.strategy.reflect_every,
+            verifications = d.strategy.max_verifications,
+            inherit = d.context_inheritance.enabled,
+            inherit_tokens = d.context_inheritance.max_inherited_tokens,
+            inherit_days = d.context_inheritance.context_expiry_days,
             mem = d.runtime.memory_limit_mib,
             call = d.runtime.call_timeout_secs,
             steps = d.agent.max_steps,

@@ -4,6 +4,9 @@
 //! - [`queue`]: submitting tasks and finding them (queued, running on a host, finished).
 //! - [`control`]: requests to a running task (pause, stop) and its resume count.
 //! - [`stats`]: the counters of a task ([`UsageDelta`]) and the statistics over all tasks.
+//! - [`sources`]: what the GitHub / GitLab task sources keep: one open task per item, and
+//!   what was published back to it.
+//! - [`health`]: whether the database can still be written and read (for `ctxhost fsck`).
 //!
 //! Status changes are not here: each is one conditional `UPDATE` owned by
 //! [`crate::lifecycle`], the only code that changes a task's status or moves its directory.
@@ -16,8 +19,10 @@
 //! `SQLITE_LOCKED`, with a short backoff.
 
 pub mod control;
+pub mod health;
 pub mod queue;
 pub mod schema;
+pub mod sources;
 pub mod stats;
 mod status;
 
@@ -108,6 +113,9 @@ pub struct NewTask {
     pub model: String,
     /// Context window of the config at submit time, tokens.
     pub context_length: u64,
+    /// Start from scratch even if an earlier task with the same key completed
+    /// (`submit --no-inherit`).
+    pub no_inherit: bool,
 }
 
 /// One `tasks` row (DESIGN.md §2; timestamps RFC 3339 UTC text).
@@ -177,6 +185,8 @@ pub struct TaskRow {
     /// Prompt tokens the provider wrote to its prompt cache (part of `total_tokens`):
     /// Anthropic `cache_creation_input_tokens`.
     pub cache_creation_tokens: i64,
+    /// Submitted with `--no-inherit`: the task does not start from an earlier task's state.
+    pub no_inherit: bool,
 }
 
 /// Filter for [`Db::list`]. Rows come newest first.
@@ -205,7 +215,8 @@ pub struct Db {
 pub(crate) const COLUMNS: &str = "uuid, task_source, owner, repo, task_type, task_id, status, created_at, started_at, \
 completed_at, updated_at, process_id, hostname, llm_provider, model, context_length, llm_call_count, \
 tool_call_count, total_tokens, compression_count, error_message, user, prompt, resume_count, crash_count, \
-pause_requested, stop_requested, pause_reason, files_deleted_at, cache_read_tokens, cache_creation_tokens";
+pause_requested, stop_requested, pause_reason, files_deleted_at, cache_read_tokens, cache_creation_tokens, \
+no_inherit";
 
 fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
@@ -367,6 +378,7 @@ pub(crate) fn raw_row(r: &Row<'_>) -> rusqlite::Result<(TaskRow, String)> {
             files_deleted_at: r.get(28)?,
             cache_read_tokens: r.get(29)?,
             cache_creation_tokens: r.get(30)?,
+            no_inherit: r.get::<_, i64>(31)? != 0,
         },
         status,
     ))
@@ -390,6 +402,45 @@ pub(crate) mod testing {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 4096,
+            no_inherit: false,
+        }
+    }
+
+    /// A queued local row `uuid` with every counter 0.
+    pub fn task_row(uuid: &str) -> TaskRow {
+        TaskRow {
+            uuid: uuid.to_string(),
+            task_source: "local".into(),
+            owner: None,
+            repo: None,
+            task_type: None,
+            task_id: None,
+            status: Status::Queued,
+            created_at: "2025-01-01T00:00:00.000Z".into(),
+            started_at: None,
+            completed_at: None,
+            updated_at: "2025-01-01T00:00:00.000Z".into(),
+            process_id: None,
+            hostname: None,
+            llm_provider: None,
+            model: None,
+            context_length: None,
+            llm_call_count: 0,
+            tool_call_count: 0,
+            total_tokens: 0,
+            compression_count: 0,
+            error_message: None,
+            user: None,
+            prompt: "do it".into(),
+            resume_count: 0,
+            crash_count: 0,
+            pause_requested: false,
+            stop_requested: false,
+            pause_reason: None,
+            files_deleted_at: None,
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
+            no_inherit: false,
         }
     }
 }

@@ -14,8 +14,8 @@ impl Db {
         self.retry(|c| {
             c.execute(
                 "INSERT INTO tasks (uuid, task_source, owner, repo, task_type, task_id, status, created_at, \
-                 updated_at, llm_provider, model, context_length, user, prompt) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?7, ?8, ?9, ?10, ?11, ?12)",
+                 updated_at, llm_provider, model, context_length, user, prompt, no_inherit) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
                     task.uuid,
                     task.key.task_source,
@@ -29,10 +29,46 @@ impl Db {
                     task.context_length as i64,
                     task.user,
                     task.prompt,
+                    task.no_inherit,
                 ],
             )
         })?;
         Ok(())
+    }
+
+    /// Completed tasks with task key `key` (every field equal, missing ones included) completed at
+    /// or after `since` (RFC 3339 UTC text), other than `except`, newest first, at most `limit`:
+    /// the candidates a new task of that key inherits from.
+    pub fn completed_with_key(
+        &self,
+        key: &super::TaskKey,
+        since: &str,
+        except: &str,
+        limit: u32,
+    ) -> Result<Vec<TaskRow>, DbError> {
+        let raws = self.retry(|c| {
+            let mut st = c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM tasks WHERE status = 'completed' AND task_source = ?1 \
+                 AND owner IS ?2 AND repo IS ?3 AND task_type IS ?4 AND task_id IS ?5 \
+                 AND completed_at IS NOT NULL AND completed_at >= ?6 AND uuid <> ?7 \
+                 ORDER BY completed_at DESC, rowid DESC LIMIT ?8"
+            ))?;
+            let rows = st.query_map(
+                params![
+                    key.task_source,
+                    key.owner,
+                    key.repo,
+                    key.task_type,
+                    key.task_id,
+                    since,
+                    except,
+                    i64::from(limit)
+                ],
+                raw_row,
+            )?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+        })?;
+        raws.into_iter().map(|r| self.finish_row(r)).collect()
     }
 
     /// UUIDs of queued tasks, oldest first, at most `limit`.

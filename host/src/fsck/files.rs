@@ -1,7 +1,8 @@
 //! The files of one task directory, read through its [`TaskDir`] handle: no symbolic link in
-//! it and nothing looser than owner-only; metadata.json and task_state.json parse; every line
-//! of every JSONL file parses as its format, seq runs 1..n, current.jsonl keeps the context
-//! invariants and is not behind messages.jsonl; no step temporary is left.
+//! it and nothing looser than owner-only; metadata.json and task_state.json parse; messages.jsonl
+//! exists once the task has a context; every line of every JSONL file parses as its format and
+//! holds no NUL byte, seq runs 1..n, current.jsonl keeps the context invariants and is not
+//! behind messages.jsonl; no step temporary is left.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -9,13 +10,16 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use ctxhost_format::files::{
-    CURRENT, DEBUG_FILES, LLM_CALLS, MESSAGES, SUMMARIES, TOOLS, is_temporary,
+    CURRENT, DEBUG_FILES, LLM_CALLS, MESSAGES, PLANNING_DIR, SUMMARIES, TOOL_DEFINITIONS, TOOLS,
+    is_temporary,
 };
+use ctxhost_format::planning::{PlanningHistory, PlanningLine};
 use ctxhost_format::{CallLogLine, ChatMessage, HistoryLine, SummaryLine, ToolLine};
 
 use super::{Problem, ProblemKind, problem};
 use crate::invariants::{ContextChecker, Violation};
 use crate::repair::{jsonl_files, reconcile_current};
+use crate::schemas::{self, Schema};
 use crate::summary_ids::{OldId, split_old_id};
 use crate::task::metadata::Metadata;
 use crate::task_dir::{DIR_MODE, FILE_MODE, TaskDir};
@@ -56,10 +60,19 @@ enum LineFormat {
     Summary,
     Tool,
     CallLog,
+    Planning,
     Object,
 }
 
+/// The format of the JSONL file `name` (relative to the task directory): `planning/*.jsonl` are
+/// planning histories, top-level files by their name.
 fn format_of(name: &str) -> LineFormat {
+    if name
+        .strip_prefix(PLANNING_DIR)
+        .is_some_and(|rest| rest.starts_with('/'))
+    {
+        return LineFormat::Planning;
+    }
     match name {
         MESSAGES => LineFormat::History,
         CURRENT => LineFormat::Context,
@@ -99,28 +112,59 @@ pub(crate) fn check_dir(
     for (name, parse) in [
         (
             crate::task::metadata::METADATA_FILE,
-            (|b: &[u8]| serde_json::from_slice::<Metadata>(b).map(|_| ()))
-                as fn(&[u8]) -> serde_json::Result<()>,
+            (|v: serde_json::Value| serde_json::from_value::<Metadata>(v).map(|_| ()))
+                as fn(serde_json::Value) -> serde_json::Result<()>,
         ),
-        (crate::task::state::TASK_STATE_FILE, |b: &[u8]| {
-            serde_json::from_slice::<crate::task::state::TaskState>(b).map(|_| ())
+        (crate::task::state::TASK_STATE_FILE, |v| {
+            serde_json::from_value::<crate::task::state::TaskState>(v).map(|_| ())
         }),
+        // Read by the request format only: its schema is all there is to check.
+        (TOOL_DEFINITIONS, |_| Ok(())),
     ] {
-        if let Ok(Some(bytes)) = dir.read_if_exists(name)
-            && let Err(e) = parse(&bytes)
-            && !live
-        {
-            problems.push(problem(
+        let Ok(Some(bytes)) = dir.read_if_exists(name) else {
+            continue;
+        };
+        if live {
+            continue;
+        }
+        let path = dir.file_path(name);
+        let bad_file = |e: &dyn std::fmt::Display| {
+            problem(
                 ProblemKind::BadFile,
                 uuid,
-                Some(&dir.file_path(name)),
+                Some(&path),
                 None,
                 format!(
                     "does not parse: {}",
                     untrusted::text(&e.to_string(), untrusted::MAX_ERROR_BYTES)
                 ),
                 false,
+            )
+        };
+        let value: serde_json::Value = match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                problems.push(bad_file(&e));
+                continue;
+            }
+        };
+        let mismatch =
+            Schema::for_task_file(name).and_then(|schema| schema_mismatch(schema, &value));
+        let matched = mismatch.is_none();
+        if let Some(message) = mismatch {
+            problems.push(problem(
+                ProblemKind::SchemaMismatch,
+                uuid,
+                Some(&path),
+                None,
+                message,
+                false,
             ));
+        }
+        if let Err(e) = parse(value)
+            && matched
+        {
+            problems.push(bad_file(&e));
         }
     }
     if !live && let Ok(entries) = dir.entries(None) {
@@ -134,6 +178,32 @@ pub(crate) fn check_dir(
                 None,
                 "a step's temporary file left behind",
                 true,
+            ));
+        }
+    }
+    // A context without its history: the task cannot be resumed, nor its context rebuilt.
+    let messages = dir.file_path(MESSAGES);
+    if !live && !dir.is_file(MESSAGES) {
+        let written: Vec<&str> = [CURRENT, SUMMARIES, TOOLS]
+            .into_iter()
+            .filter(|f| dir.is_file(f))
+            .collect();
+        if !written.is_empty() || !allow_pending {
+            problems.push(problem(
+                ProblemKind::MissingFile,
+                uuid,
+                Some(&messages),
+                None,
+                if written.is_empty() {
+                    "missing: a completed task always has its history".to_string()
+                } else {
+                    format!(
+                        "missing, but {} exist(s): the history of the task is lost (restore it from a backup; \
+                         the task cannot be resumed without it)",
+                        written.join(", ")
+                    )
+                },
+                false,
             ));
         }
     }
@@ -234,7 +304,7 @@ fn check_jsonl(
     let before = problems.len();
     let path_buf = dir.file_path(name);
     let path = path_buf.as_path();
-    let format = format_of(name.rsplit('/').next().unwrap_or(name));
+    let format = format_of(name);
     let mut reader = match dir.open_read(name) {
         Ok(f) => BufReader::new(f),
         Err(e) => {
@@ -254,6 +324,8 @@ fn check_jsonl(
     let mut offset = 0u64;
     let mut expected_seq = 1u64;
     let mut checker = (format == LineFormat::Context).then(ContextChecker::new);
+    let schema = schema_of(path);
+    let mut planning = (format == LineFormat::Planning).then(PlanningHistory::default);
     let mut messages = 0u64;
     loop {
         buf.clear();
@@ -277,6 +349,24 @@ fn check_jsonl(
         offset += n as u64;
         let terminated = buf.last() == Some(&b'\n');
         let is_last = reader.fill_buf().map(|b| b.is_empty()).unwrap_or(true);
+        if buf.contains(&0) && !live {
+            // A lost write: the bytes are read as what they would be without the NULs.
+            let nuls = buf.iter().filter(|b| **b == 0).count();
+            buf.retain(|b| *b != 0);
+            let only = buf.iter().all(u8::is_ascii_whitespace);
+            problems.push(problem(
+                ProblemKind::NulBytes,
+                uuid,
+                Some(path),
+                Some(line_no),
+                if only {
+                    format!("a line of {nuls} NUL byte(s) (a lost write)")
+                } else {
+                    format!("{nuls} NUL byte(s) before the line's text (a lost write)")
+                },
+                true,
+            ));
+        }
         let text = String::from_utf8_lossy(&buf);
         let text = text.trim_end_matches(['\n', '\r']);
         if text.trim().is_empty() {
@@ -292,12 +382,35 @@ fn check_jsonl(
             }
             continue;
         }
+        // A complete line that is JSON is checked against its schema (an unterminated last
+        // line is torn, or being written: not a question of format).
+        let schema_mismatch = match schema {
+            Some(schema) if terminated || !is_last => line_mismatch(schema, text),
+            _ => None,
+        };
+        let mismatched = schema_mismatch.is_some();
+        if let Some(message) = schema_mismatch {
+            problems.push(problem(
+                ProblemKind::SchemaMismatch,
+                uuid,
+                Some(path),
+                Some(line_no),
+                message,
+                false,
+            ));
+        }
         let parsed = parse_line(format, text);
         match parsed {
             Err(e) if is_last && live && !terminated => {
                 // Being written by the task's process.
                 let _ = e;
                 break;
+            }
+            Err(_) if mismatched => {
+                // Reported above; later seq / invariant findings would only repeat it.
+                checker = None;
+                expected_seq = 0;
+                continue;
             }
             Err(e) if is_last => {
                 problems.push(problem(
@@ -372,6 +485,21 @@ fn check_jsonl(
                         }
                         expected_seq = seq + 1;
                     }
+                    Parsed::Planning(line) => {
+                        if let Some(h) = planning.as_mut()
+                            && let Err(e) = h.push(*line)
+                        {
+                            problems.push(problem(
+                                ProblemKind::PlanningRule,
+                                uuid,
+                                Some(path),
+                                Some(line_no),
+                                format!("breaks the planning history's rules: {e}"),
+                                false,
+                            ));
+                            planning = None;
+                        }
+                    }
                     Parsed::Message(m) => {
                         messages += 1;
                         if let Some(c) = checker.as_mut()
@@ -382,8 +510,8 @@ fn check_jsonl(
                                 uuid,
                                 Some(path),
                                 Some(line_no),
-                                v.to_string(),
-                                false,
+                                describe_violation(&v),
+                                v.is_repairable() && !live,
                             ));
                             checker = None;
                         }
@@ -392,6 +520,22 @@ fn check_jsonl(
                 }
             }
         }
+    }
+    if let Some(h) = planning
+        && h.uncommitted > 0
+        && !live
+    {
+        problems.push(problem(
+            ProblemKind::UncommittedPlanning,
+            uuid,
+            Some(path),
+            Some(line_no + 1 - h.uncommitted),
+            format!(
+                "{} line(s) after the last decision: entries of a strategy hook that never returned",
+                h.uncommitted
+            ),
+            true,
+        ));
     }
     if let Some(c) = checker
         && messages > 0
@@ -403,18 +547,87 @@ fn check_jsonl(
                 uuid,
                 Some(path),
                 None,
-                format!("at the end: {v}"),
-                false,
+                format!("at the end: {}", describe_violation(&v)),
+                v.is_repairable() && !live,
             )),
         }
     }
     problems.len() == before
 }
 
+/// The schema of the JSONL file at `path`: by its name, or `planning/*.jsonl`.
+fn schema_of(path: &Path) -> Option<Schema> {
+    let name = path.file_name()?.to_str()?;
+    let in_planning = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n == PLANNING_DIR);
+    if in_planning {
+        Schema::for_task_file(&format!("{PLANNING_DIR}/{name}"))
+    } else {
+        Schema::for_task_file(name)
+    }
+}
+
+/// What is wrong with JSONL line `text` against `schema`; `None` when it matches, or is not
+/// JSON (the line's parse reports that). A summary id in ctxhost 0.1's string form counts as
+/// the number it stands for here: it is reported as `old-summary-id`, which `--repair` fixes.
+fn line_mismatch(schema: Schema, text: &str) -> Option<String> {
+    let mut value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let id_key = match schema {
+        Schema::Messages => Some("summary_id"),
+        Schema::Summaries => Some("id"),
+        _ => None,
+    };
+    if let Some(key) = id_key
+        && let Some(id) = value.get_mut(key)
+        && id.is_string()
+    {
+        *id = serde_json::Value::from(1);
+    }
+    schema_mismatch(schema, &value)
+}
+
+/// `does not match <schema>: <what>` for a value that does not match `schema`.
+fn schema_mismatch(schema: Schema, value: &serde_json::Value) -> Option<String> {
+    match schema.validate(value) {
+        Ok(m) if m.is_empty() => None,
+        Ok(m) => {
+            let sep = if m.iter().any(|x| x.kind.is_some()) {
+                " "
+            } else {
+                ": "
+            };
+            Some(format!(
+                "does not match docs/schemas/{schema}{sep}{}",
+                schemas::describe(&m, MAX_MISMATCHES)
+            ))
+        }
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+/// Mismatches named per line (the rest are counted).
+const MAX_MISMATCHES: usize = 5;
+
+/// A violation, and what `--repair` does about it when it can.
+fn describe_violation(v: &Violation) -> String {
+    if v.is_repairable() {
+        format!(
+            "{v} (--repair drops a duplicate or orphan result, answers a call left without one, \
+             replaces invalid arguments by {{}}, and records it in {MESSAGES})"
+        )
+    } else {
+        v.to_string()
+    }
+}
+
 enum Parsed {
     /// A history line: its seq, and its `summary_id` if written in an old string form.
     History(u64, Option<OldId>),
     Message(ChatMessage),
+    /// A planning-history line.
+    Planning(Box<PlanningLine>),
     /// A summaries.jsonl line, with its `id` if written in an old string form.
     Summary(Option<OldId>),
     Other,
@@ -449,6 +662,9 @@ fn parse_line(format: LineFormat, text: &str) -> Result<Parsed, String> {
             serde_json::from_str::<CallLogLine>(text).map_err(e)?;
             Parsed::Other
         }
+        LineFormat::Planning => Parsed::Planning(Box::new(
+            serde_json::from_str::<PlanningLine>(text).map_err(e)?,
+        )),
         LineFormat::Object => {
             let v: serde_json::Value = serde_json::from_str(text).map_err(e)?;
             if !v.is_object() {

@@ -1,7 +1,7 @@
 //! `ctxhost fsck --repair`: the fixes of one task's fixable problems, made with the lifecycle
 //! (recovery, interrupted transitions, misplaced directories), the crash-repair functions
-//! of [`crate::repair`] (torn lines, temporaries, current.jsonl behind) and the task
-//! directory's handle (symbolic links deleted, modes tightened).
+//! of [`crate::repair`] (NUL bytes, torn lines, temporaries, current.jsonl behind, tool-call
+//! pairing) and the task directory's handle (symbolic links deleted, modes tightened).
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
@@ -11,10 +11,12 @@ use anyhow::Context;
 use ctxhost_format::files::CURRENT;
 
 use super::{Problem, ProblemKind};
-use crate::db::{Db, Status};
+use crate::db::{Db, Status, now_rfc3339};
 use crate::layout::Layout;
 use crate::lifecycle;
 use crate::recovery::recover_task;
+use crate::repair::nul::remove_nul_bytes;
+use crate::repair::pairing::{note_text, repair_context};
 use crate::repair::{fix_torn_tail, jsonl_files, reconcile_current, remove_temporaries};
 use crate::task_dir::{DIR_MODE, FILE_MODE, TaskDir};
 
@@ -105,9 +107,11 @@ pub(crate) fn repair_task(
         done.push(what);
     }
     let file_kinds = [
+        ProblemKind::NulBytes,
         ProblemKind::TornLine,
         ProblemKind::TemporaryFile,
         ProblemKind::CurrentBehind,
+        ProblemKind::ContextInvariant,
     ];
     let open = |path: &Path| {
         TaskDir::open(path).with_context(|| format!("cannot open {}", path.display()))
@@ -126,6 +130,16 @@ pub(crate) fn repair_task(
         if !removed.is_empty() {
             done.push(format!("deleted {}", removed.join(", ")));
         }
+        if indexes
+            .iter()
+            .any(|i| problems[*i].kind == ProblemKind::NulBytes)
+        {
+            for file in jsonl_files(&dir)? {
+                if let Some(fix) = remove_nul_bytes(&dir, &file)? {
+                    done.push(format!("{}: {fix}", dir.show(&file)));
+                }
+            }
+        }
         for file in jsonl_files(&dir)? {
             if let Some(fix) = fix_torn_tail(&dir, &file, true)? {
                 done.push(fix.to_string());
@@ -134,6 +148,22 @@ pub(crate) fn repair_task(
         let appended = reconcile_current(&dir, true)?;
         if !appended.is_empty() {
             done.push(format!("appended seq {appended:?} to {CURRENT}"));
+        }
+        // A paused or queued task makes the calls waiting at the end when it runs again.
+        let allow_pending = row.as_ref().is_some_and(|r| !r.status.is_final());
+        let fixes = repair_context(&dir, &now_rfc3339(), allow_pending)?;
+        if !fixes.is_empty() {
+            done.push(note_text(&fixes));
+        }
+    }
+    if kinds.contains(&ProblemKind::UncommittedPlanning)
+        && let Some((_, path)) = layout.find_task_dir(uuid)
+    {
+        let cut = crate::task::PlanningStore::repair(&open(&path)?, uuid)?;
+        if cut > 0 {
+            done.push(format!(
+                "cut {cut} uncommitted planning line(s) (kept in the planning file's .torn)"
+            ));
         }
     }
     if kinds.contains(&ProblemKind::OldSummaryId)

@@ -18,10 +18,22 @@
 //!   its end are allowed except for a completed task: a paused task makes them when resumed)
 //!   and is not behind messages.jsonl; no step temporaries are left (a failed task may keep its
 //!   request/response for debugging); summary ids are JSON numbers (the old string form
-//!   `"sum-N"` of ctxhost 0.1 is reported); no symbolic link (the host never follows one);
+//!   `"sum-N"` of ctxhost 0.1 is reported); every file and line with a published JSON Schema
+//!   (metadata.json, task_state.json, tools.json, and the lines of messages.jsonl,
+//!   current.jsonl, summaries.jsonl, tools.jsonl, llm_calls.jsonl, planning/*.jsonl) matches it
+//!   ([`crate::schemas`]; a mismatch names the file, the line, the line kind, the field and what
+//!   is wrong);
+//!   no symbolic link (the host never follows one);
+//!   the planning history (`planning/{uuid}.jsonl`) reads as planning lines that keep its
+//!   rules (one first plan, valid plans, progress of steps the plan has) and ends with a
+//!   hook's decision (lines after it: a hook whose process died mid-append);
 //! - modes: `contexts/`, its folders, tasks.db and every task directory and file are
 //!   owner-only (0700 folders, 0600 files); anything the group or others may access is
 //!   reported.
+//!
+//! Before the tree, tasks.db itself ([`crate::db::Db::health`]): SQLite's integrity check, the
+//! columns of the `tasks` table, a write transaction — a database `ctxhost submit` would reject
+//! is reported (and, when not even its rows can be listed, nothing else is checked).
 //!
 //! A task whose process is alive is checked read-only and its last line is not judged (it may
 //! be being written). Every problem names the file and, where there is one, the line.
@@ -33,8 +45,9 @@
 //! with the status); torn last lines (cut, the bytes kept in
 //! `<file>.torn`; a complete line only missing its newline gets it); current.jsonl behind
 //! messages.jsonl (the missing lines appended); leftover temporaries (deleted); string summary
-//! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]); symbolic links in a task
-//! directory (deleted); loose modes (tightened to 0600 / 0700). Everything
+//! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]); uncommitted planning lines
+//! (cut, kept in `<file>.torn`, as the task itself does when it resumes); symbolic links in a
+//! task directory (deleted); loose modes (tightened to 0600 / 0700). Everything
 //! else (a bad line in the middle, a seq gap, an orphan tool result, a missing directory) is
 //! reported for a human. After repairing, the tree is checked again and what remains is reported.
 
@@ -85,11 +98,27 @@ pub enum ProblemKind {
     Unreconcilable,
     /// A step temporary left behind.
     TemporaryFile,
+    /// A planning-history line that breaks its rules (a second first plan, an invalid plan,
+    /// progress of a step the plan lacks).
+    PlanningRule,
+    /// Planning-history lines after the last decision: a strategy hook whose process died
+    /// mid-append.
+    UncommittedPlanning,
     /// A summary id written as a string (`"sum-3"`, ctxhost 0.1 / WIT 0.1.0) where the spec
     /// has a number.
     OldSummaryId,
-    /// metadata.json or task_state.json does not parse.
+    /// A file or line that is JSON but does not match its published schema
+    /// (`docs/schemas/`, [`crate::schemas`]): a missing or unknown field, a wrong type.
+    SchemaMismatch,
+    /// metadata.json, task_state.json or tools.json does not parse.
     BadFile,
+    /// A file the task needs is missing (messages.jsonl of a task that has a context).
+    MissingFile,
+    /// A JSONL line holds NUL bytes (a write lost by the filesystem).
+    NulBytes,
+    /// tasks.db is damaged: SQLite's integrity check fails, the `tasks` table lacks a column,
+    /// or the database cannot be written.
+    DatabaseDamaged,
     /// A symbolic link in a task directory.
     Symlink,
     /// A file or folder under `contexts/` that the group or others may access (ctxhost creates
@@ -151,7 +180,41 @@ pub fn fsck(
     repair: bool,
     max_crashes: u32,
 ) -> anyhow::Result<FsckReport> {
-    let mut first = tree::check(db, layout)?;
+    let damaged: Vec<Problem> = db
+        .health()
+        .into_iter()
+        .map(|message| {
+            problem(
+                ProblemKind::DatabaseDamaged,
+                None,
+                Some(db.path()),
+                None,
+                format!(
+                    "{message}; `ctxhost submit` and the worker fail on it. With no ctxhost process running, \
+                     keep a copy and rebuild it from what SQLite can still read, e.g. \
+                     `sqlite3 tasks.db \".recover\" | sqlite3 tasks.rebuilt.db`, then put the rebuilt file in its place"
+                ),
+                false,
+            )
+        })
+        .collect();
+    let mut first = match tree::check(db, layout) {
+        Ok(mut pass) => {
+            pass.problems.splice(0..0, damaged);
+            pass
+        }
+        // The rows cannot even be listed: report the database and stop there.
+        Err(e) if !damaged.is_empty() => {
+            tracing::debug!("listing the tasks failed: {e:#}");
+            return Ok(FsckReport {
+                tasks: 0,
+                dirs: 0,
+                problems: damaged.clone(),
+                remaining: damaged,
+            });
+        }
+        Err(e) => return Err(e),
+    };
     if !repair {
         let remaining = first.problems.clone();
         return Ok(FsckReport {
@@ -197,13 +260,30 @@ pub fn fsck(
             });
         }
     }
-    let second = tree::check(db, layout)?;
+    let mut second = tree::check(db, layout)?;
+    let still: Vec<Problem> = first
+        .problems
+        .iter()
+        .filter(|p| p.kind == ProblemKind::DatabaseDamaged)
+        .cloned()
+        .collect();
+    second.problems.splice(0..0, still);
     Ok(FsckReport {
         tasks: first.tasks,
         dirs: first.dirs,
         problems: first.problems,
         remaining: second.problems,
     })
+}
+
+/// The problems of one task directory's files, as `fsck` reports them for a task no process
+/// uses (read-only): what `ctxhost retry` requires to be clean. `allow_pending`: tool calls
+/// waiting at the end of current.jsonl are fine; request/response bodies kept for debugging
+/// are not reported.
+pub fn check_task_dir(dir: &Path, uuid: &str, allow_pending: bool) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    files::check_dir(dir, Some(uuid), false, allow_pending, true, &mut problems);
+    problems
 }
 
 /// One read-only pass.
@@ -292,6 +372,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 1,
+            no_inherit: false,
         })
         .unwrap();
         let mut claim = Claim::test(1);
@@ -433,8 +514,11 @@ mod tests {
         let r = fsck(&db, &layout, true, 3).unwrap();
         assert!(r.problems[0].repaired.is_some());
         assert!(layout.task_dir(DirState::Completed, A).is_dir());
+        // The orphan result is dropped from current.jsonl (and the repair noted in
+        // messages.jsonl); the seq gap needs a human.
+        assert!(r.problems[1].repaired.is_some(), "{:#?}", r.problems[1]);
         let left: Vec<ProblemKind> = r.remaining.iter().map(|p| p.kind).collect();
-        assert_eq!(left, [ProblemKind::ContextInvariant, ProblemKind::SeqGap]);
+        assert_eq!(left, [ProblemKind::SeqGap]);
     }
 
     #[test]
@@ -452,7 +536,38 @@ mod tests {
         let r = fsck(&db, &layout, false, 3).unwrap();
         let got: Vec<(ProblemKind, Option<u64>)> =
             r.problems.iter().map(|p| (p.kind, p.line)).collect();
-        assert_eq!(got, [(ProblemKind::BadLine, Some(2))], "{:#?}", r.problems);
+        // JSON that is not a call line: named against its schema (not re-reported as a bad
+        // line).
+        assert_eq!(
+            got,
+            [(ProblemKind::SchemaMismatch, Some(2))],
+            "{:#?}",
+            r.problems
+        );
+        assert!(
+            r.problems[0]
+                .message
+                .starts_with("does not match docs/schemas/llm_calls.schema.json as a call line: "),
+            "{}",
+            r.problems[0].message
+        );
+        // A line that is not JSON at all is a bad line.
+        let mut text = fs::read_to_string(log.path()).unwrap();
+        text.push_str("not json\n");
+        fs::write(log.path(), text).unwrap();
+        log.record_compression(700, 100, Some(3), "2026-01-01T00:00:02.000Z");
+        let r = fsck(&db, &layout, false, 3).unwrap();
+        let got: Vec<(ProblemKind, Option<u64>)> =
+            r.problems.iter().map(|p| (p.kind, p.line)).collect();
+        assert_eq!(
+            got,
+            [
+                (ProblemKind::SchemaMismatch, Some(2)),
+                (ProblemKind::BadLine, Some(4))
+            ],
+            "{:#?}",
+            r.problems
+        );
     }
 
     #[test]

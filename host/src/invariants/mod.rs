@@ -7,13 +7,22 @@
 //! 2. every `tool` message answers a tool call of the assistant message right before its run of
 //!    tool messages (OpenAI's rule), each id at most once;
 //! 3. every tool call is answered before the next non-tool message (and, unless the caller allows
-//!    a pending tail, before the end).
+//!    a pending tail, before the end);
+//! 4. every tool call's arguments are a JSON object ([`is_valid_arguments`]): providers and chat
+//!    templates parse them when the context is sent again.
 //!
 //! [`check_context_file`] streams a JSONL file through the checker and names file and line.
+//! [`Violation::is_repairable`] tells which breaks [`pairing`] repairs (a duplicate or orphan
+//! result is dropped, a call without result answered, invalid arguments replaced) — the host
+//! runs it before every request and on resume, recording what it did in messages.jsonl
+//! ([`crate::repair::pairing`]).
+//! [`ids`] keeps tool-call ids unique in the whole conversation.
 //! [`queries`] answers what the host asks about a context (final answer, pending tool calls);
-//! [`kept_tail`] checks that a compression kept the most recent messages verbatim.
+//! [`kept_tail`] checks that a compression kept the messages it keeps verbatim.
 
+pub mod ids;
 pub mod kept_tail;
+pub mod pairing;
 pub mod queries;
 
 use std::collections::BTreeSet;
@@ -64,6 +73,24 @@ pub enum Violation {
         /// The tool call id.
         id: String,
     },
+    /// A second tool message for a call that already has its result.
+    #[error("message {index}: a second tool result for {id:?}, whose call already has a result")]
+    DuplicateToolResult {
+        /// 1-based index of the message (its line in a JSONL file without blank lines).
+        index: u64,
+        /// The tool call id.
+        id: String,
+    },
+    /// A tool call whose arguments are not a JSON object.
+    #[error("message {index}: the arguments of tool call {id:?} are not a JSON object: {reason}")]
+    InvalidToolArguments {
+        /// 1-based index of the message (its line in a JSONL file without blank lines).
+        index: u64,
+        /// The tool call id.
+        id: String,
+        /// What is wrong (serde's message).
+        reason: String,
+    },
     /// A tool message without `tool_call_id`.
     #[error("message {index}: tool message without tool_call_id")]
     MissingToolCallId {
@@ -88,6 +115,66 @@ pub enum Violation {
     },
 }
 
+impl Violation {
+    /// Whether [`pairing::PairingRepair`] can repair it without losing what the model was told:
+    /// a duplicate or orphan tool result or one without `tool_call_id` (dropped; the history
+    /// keeps it), tool calls without a result (answered), arguments that are not JSON
+    /// (replaced by `{}`). The others (no or a misplaced system prompt, an unknown role, two
+    /// calls of one message sharing an id) need a human.
+    pub fn is_repairable(&self) -> bool {
+        matches!(
+            self,
+            Violation::OrphanToolResult { .. }
+                | Violation::DuplicateToolResult { .. }
+                | Violation::MissingToolCallId { .. }
+                | Violation::UnansweredToolCalls { .. }
+                | Violation::InvalidToolArguments { .. }
+        )
+    }
+
+    /// The 1-based index of the message where it was found (`None` for an empty context).
+    pub fn index(&self) -> Option<u64> {
+        match self {
+            Violation::Empty => None,
+            Violation::SystemNotFirst { index, .. }
+            | Violation::ExtraSystem { index }
+            | Violation::UnknownRole { index, .. }
+            | Violation::OrphanToolResult { index, .. }
+            | Violation::DuplicateToolResult { index, .. }
+            | Violation::InvalidToolArguments { index, .. }
+            | Violation::MissingToolCallId { index }
+            | Violation::UnansweredToolCalls { index, .. }
+            | Violation::DuplicateToolCallId { index, .. } => Some(*index),
+        }
+    }
+}
+
+/// Whether `arguments` (a tool call's `function.arguments`) is JSON text of an object, as
+/// OpenAI's format requires and chat templates (llama.cpp, vLLM) and Anthropic's `tool_use.input`
+/// parse. Text cut by the output token limit is not.
+pub fn is_valid_arguments(arguments: &str) -> bool {
+    arguments_error(arguments).is_none()
+}
+
+/// Why `arguments` is not JSON text of an object ([`is_valid_arguments`]), or `None`.
+pub fn arguments_error(arguments: &str) -> Option<String> {
+    match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(serde_json::Value::Object(_)) => None,
+        Ok(other) => Some(format!(
+            "a JSON {} where an object was expected",
+            match other {
+                serde_json::Value::Null => "null",
+                serde_json::Value::Bool(_) => "boolean",
+                serde_json::Value::Number(_) => "number",
+                serde_json::Value::String(_) => "string",
+                serde_json::Value::Array(_) => "array",
+                serde_json::Value::Object(_) => "object",
+            }
+        )),
+        Err(e) => Some(e.to_string()),
+    }
+}
+
 /// What a successful check saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ContextSummary {
@@ -104,6 +191,8 @@ pub struct ContextChecker {
     summary: ContextSummary,
     /// Ids of the last assistant message's tool calls not yet answered.
     pending: BTreeSet<String>,
+    /// Ids of the last assistant message's tool calls already answered.
+    answered: BTreeSet<String>,
 }
 
 impl ContextChecker {
@@ -128,20 +217,35 @@ impl ContextChecker {
                 let Some(id) = &message.tool_call_id else {
                     return Err(Violation::MissingToolCallId { index });
                 };
+                if self.answered.contains(id) {
+                    return Err(Violation::DuplicateToolResult {
+                        index,
+                        id: id.clone(),
+                    });
+                }
                 if !self.pending.remove(id) {
                     return Err(Violation::OrphanToolResult {
                         index,
                         id: id.clone(),
                     });
                 }
+                self.answered.insert(id.clone());
             }
             "user" | "assistant" => {
                 self.expect_no_pending(index)?;
+                self.answered.clear();
                 for call in message.calls() {
                     if !self.pending.insert(call.id.clone()) {
                         return Err(Violation::DuplicateToolCallId {
                             index,
                             id: call.id.clone(),
+                        });
+                    }
+                    if let Some(reason) = arguments_error(&call.function.arguments) {
+                        return Err(Violation::InvalidToolArguments {
+                            index,
+                            id: call.id.clone(),
+                            reason,
                         });
                     }
                 }
@@ -348,11 +452,17 @@ mod tests {
         );
         assert_eq!(
             check_messages(&[sys(), call(&["a"]), result("a"), result("a")]),
-            Err(Violation::OrphanToolResult {
+            Err(Violation::DuplicateToolResult {
                 index: 4,
                 id: "a".into()
             })
         );
+        let mut bad = call(&["a"]);
+        bad.tool_calls.as_mut().unwrap()[0].function.arguments = r#"{"path": "a.t"#.into();
+        assert!(matches!(
+            check_messages(&[sys(), bad, result("a")]),
+            Err(Violation::InvalidToolArguments { index: 2, .. })
+        ));
         assert_eq!(
             check_messages(&[sys(), call(&["a", "a"])]),
             Err(Violation::DuplicateToolCallId {

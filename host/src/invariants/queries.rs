@@ -24,7 +24,7 @@ pub fn pending_tool_calls(messages: impl IntoIterator<Item = ChatMessage>) -> Ve
 }
 
 /// One step of [`pending_tool_calls`]: `m` answers a pending call, or starts a new list.
-fn track_pending(pending: &mut Vec<ToolCall>, m: ChatMessage) {
+pub fn track_pending(pending: &mut Vec<ToolCall>, m: ChatMessage) {
     match m.role.as_str() {
         "tool" => {
             if let Some(id) = &m.tool_call_id
@@ -84,6 +84,92 @@ pub fn pending_tool_calls_in(dir: &TaskDir, name: &str) -> anyhow::Result<Vec<To
     Ok(pending)
 }
 
+/// Where a context ends, as the agent loop resumes from it ([`tail_in`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tail {
+    /// No message.
+    Empty,
+    /// A `system` or `user` message: ready for a model call (or, for the task's first prompt,
+    /// for the strategy's start).
+    Prompt,
+    /// An assistant reply without tool calls.
+    Answer(ChatMessage),
+    /// An assistant reply with tool calls, followed by the `tool` messages answering some or
+    /// all of them (`answers`, in order); `pending` are the calls still unanswered.
+    ToolRound {
+        /// The assistant message that made the calls.
+        reply: ChatMessage,
+        /// The `tool` messages after it.
+        answers: Vec<ChatMessage>,
+        /// Its calls without an answer, in call order.
+        pending: Vec<ToolCall>,
+    },
+}
+
+/// How the context file `name` of `dir` ends ([`Tail`]), streamed: one message of the file in
+/// memory, plus the last tool round.
+pub fn tail_in(dir: &TaskDir, name: &str) -> anyhow::Result<Tail> {
+    let Some(mut lines) = open_lines(dir, name)? else {
+        return Ok(Tail::Empty);
+    };
+    let mut tail = Tail::Empty;
+    while let Some((_, m)) = lines.next_value::<ChatMessage>()? {
+        tail = match (tail, m) {
+            (
+                Tail::ToolRound {
+                    reply, mut answers, ..
+                },
+                m,
+            ) if m.role == "tool" => {
+                answers.push(m);
+                Tail::ToolRound {
+                    reply,
+                    answers,
+                    pending: Vec::new(),
+                }
+            }
+            (_, m) if m.role == "assistant" && !m.calls().is_empty() => Tail::ToolRound {
+                reply: m,
+                answers: Vec::new(),
+                pending: Vec::new(),
+            },
+            (_, m) if m.role == "assistant" => Tail::Answer(m),
+            (_, _) => Tail::Prompt,
+        };
+    }
+    if let Tail::ToolRound { reply, answers, .. } = tail {
+        let pending = reply
+            .calls()
+            .iter()
+            .filter(|c| {
+                !answers
+                    .iter()
+                    .any(|a| a.tool_call_id.as_deref() == Some(c.id.as_str()))
+            })
+            .cloned()
+            .collect();
+        return Ok(Tail::ToolRound {
+            reply,
+            answers,
+            pending,
+        });
+    }
+    Ok(tail)
+}
+
+/// The ids of every tool call in the history file `name` of `dir` (messages.jsonl, streamed;
+/// empty when missing), for [`super::ids::make_call_ids_unique`].
+pub fn call_ids_in(dir: &TaskDir, name: &str) -> anyhow::Result<std::collections::HashSet<String>> {
+    let mut ids = std::collections::HashSet::new();
+    let Some(mut lines) = open_lines(dir, name)? else {
+        return Ok(ids);
+    };
+    while let Some((_, h)) = lines.next_value::<ctxhost_format::HistoryLine>()? {
+        ids.extend(h.tool_calls.into_iter().flatten().map(|c| c.id));
+    }
+    Ok(ids)
+}
+
 /// The final answer the context file `name` of `dir` already ends with ([`final_answer`] of
 /// its last message). A process that died after appending it, before the task was marked
 /// completed, leaves such a context; the next run completes the task without asking the model
@@ -135,6 +221,50 @@ mod tests {
             ids(pending_tool_calls_in(&task, "current.jsonl").unwrap()),
             ["y"]
         );
+    }
+
+    #[test]
+    fn the_tail_says_where_the_loop_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("current.jsonl");
+        let task = TaskDir::open(dir.path()).unwrap();
+        let write = |ms: &[ChatMessage]| {
+            let text: String = ms
+                .iter()
+                .map(|m| serde_json::to_string(m).unwrap() + "\n")
+                .collect();
+            std::fs::write(&p, text).unwrap();
+        };
+        assert_eq!(tail_in(&task, "current.jsonl").unwrap(), Tail::Empty);
+        let sys = ChatMessage::text("system", "s");
+        let user = ChatMessage::text("user", "u");
+        write(&[sys.clone(), user.clone()]);
+        assert_eq!(tail_in(&task, "current.jsonl").unwrap(), Tail::Prompt);
+        let answer = ChatMessage::text("assistant", "done");
+        write(&[sys.clone(), user.clone(), answer.clone()]);
+        assert_eq!(
+            tail_in(&task, "current.jsonl").unwrap(),
+            Tail::Answer(answer)
+        );
+        write(&[sys.clone(), user.clone(), call(&["a", "b"]), result("b")]);
+        match tail_in(&task, "current.jsonl").unwrap() {
+            Tail::ToolRound {
+                answers, pending, ..
+            } => {
+                assert_eq!(answers.len(), 1);
+                assert_eq!(pending.len(), 1);
+                assert_eq!(pending[0].id, "a");
+            }
+            other => panic!("{other:?}"),
+        }
+        write(&[
+            sys,
+            user,
+            call(&["a"]),
+            result("a"),
+            ChatMessage::text("user", "next"),
+        ]);
+        assert_eq!(tail_in(&task, "current.jsonl").unwrap(), Tail::Prompt);
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //!                                                         queued, paused, stopped, failed (recovery)
 //! paused      paused/{uuid}                             → queued (resume), stopped
 //! completed   completed/{uuid}, or none (never ran,     none
-//! failed        or files deleted by cleanup)
-//! stopped
+//! failed        or files deleted by cleanup)            → queued (retry: `ctxhost retry`)
+//! stopped                                               none
 //! ```
 //! ([`dir_rule`] and [`allowed`] are that table, as exhaustive matches.)
 //!
@@ -93,10 +93,9 @@ pub const fn allowed(from: Status, to: Status) -> bool {
         (Running, Running) => false,
         (Paused, Queued | Stopped) => true,
         (Paused, Running | Paused | Completed | Failed) => false,
-        (
-            Completed | Failed | Stopped,
-            Queued | Running | Paused | Completed | Failed | Stopped,
-        ) => false,
+        (Failed, Queued) => true,
+        (Failed, Running | Paused | Completed | Failed | Stopped) => false,
+        (Completed | Stopped, Queued | Running | Paused | Completed | Failed | Stopped) => false,
     }
 }
 
@@ -169,6 +168,10 @@ pub enum Transition<'a> {
         /// Why, for `error_message`.
         message: &'a str,
     },
+    /// failed → queued (`ctxhost retry`): the task runs again from its context; its directory
+    /// moves from `completed/` to `paused/`, where a queued task that ran keeps it. Not for a
+    /// task whose files cleanup deleted.
+    Retry,
     /// A finished task's directory is deleted (`ctxhost cleanup`); the row stays, marked
     /// `files_deleted_at`. The status does not change.
     DeleteFiles,
@@ -176,7 +179,7 @@ pub enum Transition<'a> {
 
 impl Transition<'_> {
     /// Short name, for logs and failpoints: `claim`, `pause`, `finish`, `recover`, `resume`,
-    /// `stop`, `fail-start`, `delete-files`.
+    /// `stop`, `fail-start`, `retry`, `delete-files`.
     pub fn name(&self) -> &'static str {
         match self {
             Transition::Claim(_) => "claim",
@@ -186,6 +189,7 @@ impl Transition<'_> {
             Transition::Resume => "resume",
             Transition::StopWaiting => "stop",
             Transition::FailStart { .. } => "fail-start",
+            Transition::Retry => "retry",
             Transition::DeleteFiles => "delete-files",
         }
     }
@@ -199,6 +203,7 @@ impl Transition<'_> {
             }
             Transition::Resume => &[Status::Paused],
             Transition::StopWaiting => &[Status::Queued, Status::Paused],
+            Transition::Retry => &[Status::Failed],
             Transition::DeleteFiles => &[Status::Completed, Status::Failed, Status::Stopped],
         }
     }
@@ -209,7 +214,7 @@ impl Transition<'_> {
             Transition::Claim(_) => Some(Status::Running),
             Transition::Pause { .. } => Some(Status::Paused),
             Transition::Finish { status, .. } | Transition::Recover { status, .. } => Some(*status),
-            Transition::Resume => Some(Status::Queued),
+            Transition::Resume | Transition::Retry => Some(Status::Queued),
             Transition::StopWaiting => Some(Status::Stopped),
             Transition::FailStart { .. } => Some(Status::Failed),
             Transition::DeleteFiles => None,
@@ -341,6 +346,7 @@ fn apply_inner(
         Transition::FailStart { message } => {
             row::fail_queued(db, uuid, message)?.then_some(Status::Queued)
         }
+        Transition::Retry => row::retry(db, uuid)?.then_some(Status::Failed),
         Transition::DeleteFiles => {
             let status = db.get(uuid)?.map(|r| r.status);
             row::mark_files_deleted(db, uuid)?
@@ -473,7 +479,8 @@ pub fn deleting_path(layout: &Layout, uuid: &str) -> std::path::PathBuf {
 }
 
 /// Finish every interrupted transition whose directory is in `running/` or `paused/` (the
-/// folders a transition moves out of; cleanup finishes its own in `completed/`). Takes the
+/// folders a transition moves out of), or in `completed/` for a queued task (a retry; cleanup
+/// finishes its own in `completed/`). Takes the
 /// tree lock unless `held`. Returns `(uuid, what was done)` per task fixed.
 pub fn complete_all_interrupted(
     db: &Db,
@@ -486,13 +493,22 @@ pub fn complete_all_interrupted(
     };
     let held = held.or(_lock.as_ref());
     let mut done = Vec::new();
+    let mut candidates = Vec::new();
     for state in [DirState::Running, DirState::Paused] {
-        for uuid in task_dirs_in(&layout.state_dir(state))? {
-            match complete_interrupted(db, layout, &uuid, held) {
-                Ok(Some(what)) => done.push((uuid, what)),
-                Ok(None) => {}
-                Err(e) => tracing::error!(%uuid, "cannot finish an interrupted transition: {e:#}"),
-            }
+        candidates.extend(task_dirs_in(&layout.state_dir(state))?);
+    }
+    // A retry interrupted after its row: a queued task whose directory is still in completed/
+    // (looked up from the queue, which is short, rather than from completed/).
+    for uuid in db.list_queued(u32::MAX)? {
+        if layout.task_dir(DirState::Completed, &uuid).is_dir() {
+            candidates.push(uuid);
+        }
+    }
+    for uuid in candidates {
+        match complete_interrupted(db, layout, &uuid, held) {
+            Ok(Some(what)) => done.push((uuid, what)),
+            Ok(None) => {}
+            Err(e) => tracing::error!(%uuid, "cannot finish an interrupted transition: {e:#}"),
         }
     }
     Ok(done)
@@ -561,6 +577,7 @@ mod tests {
             Transition::Resume,
             Transition::StopWaiting,
             Transition::FailStart { message: "x" },
+            Transition::Retry,
             Transition::DeleteFiles,
         ];
         for t in &transitions {
@@ -573,8 +590,11 @@ mod tests {
         for s in Status::ALL {
             assert!(!allowed(s, s), "{s} → {s}");
             if s.is_final() {
+                // A final status changes no more, but for a failed task's retry.
                 assert!(
-                    Status::ALL.iter().all(|to| !allowed(s, *to)),
+                    Status::ALL
+                        .iter()
+                        .all(|to| !allowed(s, *to) || (s, *to) == (Status::Failed, Status::Queued)),
                     "{s} is final"
                 );
                 assert_eq!(dir_rule(s).folder, DirState::Completed);
@@ -629,8 +649,16 @@ mod tests {
             dir_fix(Status::Completed, false, &[Paused]),
             DirFix::Unexplained { at: Paused }
         );
+        // A retry's row written, its directory not moved yet.
         assert_eq!(
             dir_fix(Status::Queued, false, &[Completed]),
+            DirFix::Move {
+                from: Completed,
+                to: Paused
+            }
+        );
+        assert_eq!(
+            dir_fix(Status::Paused, false, &[Completed]),
             DirFix::Unexplained { at: Completed }
         );
         assert_eq!(dir_fix(Status::Paused, false, &[]), DirFix::Missing);
@@ -682,6 +710,43 @@ mod tests {
         let row = db.get(U).unwrap().unwrap();
         assert_eq!(row.status, Status::Completed);
         assert!(row.files_deleted_at.is_some());
+    }
+
+    #[test]
+    fn a_failed_task_is_retried_from_its_directory() {
+        let (_d, layout, db) = setup();
+        apply(&db, &layout, U, &Transition::Claim(&Claim::test(7))).unwrap();
+        let fail = Transition::Finish {
+            pid: 7,
+            status: Status::Failed,
+            error: Some("boom"),
+        };
+        apply(&db, &layout, U, &fail).unwrap();
+        assert_eq!(
+            apply(&db, &layout, U, &Transition::Retry).unwrap(),
+            Some(Status::Failed)
+        );
+        assert_eq!(find_dirs(&layout, U), [DirState::Paused]);
+        let row = db.get(U).unwrap().unwrap();
+        assert_eq!(row.status, Status::Queued);
+        assert_eq!((row.completed_at, row.error_message), (None, None));
+        // Only a failed task.
+        assert_eq!(apply(&db, &layout, U, &Transition::Retry).unwrap(), None);
+        // Interrupted between the row and the directory: recovery finishes the move.
+        apply(&db, &layout, U, &Transition::Claim(&Claim::test(8))).unwrap();
+        let fail = Transition::Finish {
+            pid: 8,
+            status: Status::Failed,
+            error: Some("again"),
+        };
+        apply(&db, &layout, U, &fail).unwrap();
+        row::retry(&db, U).unwrap();
+        assert_eq!(find_dirs(&layout, U), [DirState::Completed]);
+        assert_eq!(
+            complete_all_interrupted(&db, &layout, None).unwrap().len(),
+            1
+        );
+        assert_eq!(find_dirs(&layout, U), [DirState::Paused]);
     }
 
     #[test]

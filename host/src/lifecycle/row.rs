@@ -167,6 +167,22 @@ pub fn fail_queued(db: &Db, uuid: &str, error_message: &str) -> Result<bool, DbE
     Ok(n == 1)
 }
 
+/// Failed → queued (`ctxhost retry`), unless its files were deleted: `completed_at`,
+/// `error_message`, requests and the crash count cleared (the task gets the worker's full
+/// crash budget again). Returns whether it changed.
+pub fn retry(db: &Db, uuid: &str) -> Result<bool, DbError> {
+    let now = now_rfc3339();
+    let n = db.retry(|c| {
+        c.execute(
+            "UPDATE tasks SET status = 'queued', completed_at = NULL, error_message = NULL, \
+             crash_count = 0, pause_requested = 0, stop_requested = 0, pause_reason = NULL, updated_at = ?2 \
+             WHERE uuid = ?1 AND status = 'failed' AND files_deleted_at IS NULL",
+            params![uuid, now],
+        )
+    })?;
+    Ok(n == 1)
+}
+
 /// Mark a finished task's files deleted (`ctxhost cleanup`; keeps an earlier mark). Returns
 /// whether the row is a finished task.
 pub fn mark_files_deleted(db: &Db, uuid: &str) -> Result<bool, DbError> {

@@ -126,6 +126,25 @@ impl TransportError {
         }
     }
 
+    /// Whether the provider answered that the request's context is longer than the model's
+    /// window ([`super::overflow::is_context_overflow`] of its error message or body): a
+    /// compressed context may pass.
+    pub fn is_context_overflow(&self) -> bool {
+        match self {
+            TransportError::Http {
+                provider_error,
+                body,
+                ..
+            } => {
+                provider_error
+                    .as_deref()
+                    .is_some_and(super::overflow::is_context_overflow)
+                    || super::overflow::is_context_overflow(body)
+            }
+            _ => false,
+        }
+    }
+
     /// The HTTP status, for [`TransportError::Http`].
     pub fn status(&self) -> Option<u16> {
         match self {

@@ -10,12 +10,14 @@
 //! - [`config`] — [`TransportConfig`] (URL, optional API key and how it is sent, timeouts, retry
 //!   budget, size cap)
 //! - [`retry`]: which failures are retried, backoff delays, `Retry-After` parsing
+//! - [`overflow`]: a provider's "the context is too long" answer (never retried as it is)
 //! - [`error`] — [`TransportError`] (names the URL and attempts, never the key)
 //! - [`redact`]: the API key out of every body, error and kept file; URL credentials hidden
 //! - [`transport`]: [`Transport`] and [`PostOutcome`]
 
 pub mod config;
 pub mod error;
+pub mod overflow;
 pub mod redact;
 pub mod retry;
 pub mod transport;

@@ -404,6 +404,13 @@ impl Transport {
             .and_then(|v| ctxhost_format::body::provider_error(&v))
             .map(|e| body_snippet(redact(&e, key).as_bytes(), BODY_SNIPPET_BYTES, None));
         let mut body = body_snippet(&buf, BODY_SNIPPET_BYTES, key);
+        // "The context is too long" (llama.cpp used to send it with a 500): sending the same
+        // request again cannot help.
+        let retryable = retryable
+            && !provider_error
+                .as_deref()
+                .is_some_and(super::overflow::is_context_overflow)
+            && !super::overflow::is_context_overflow(&body);
         if let Some(loc) = location {
             body = format!("(redirect to {loc}; set llm.base_url to the final URL) {body}");
         }

@@ -1,6 +1,6 @@
-//! Changing a task's lifecycle from outside: `pause`, `resume`, `stop`, `recover`. A refusal
-//! (the task is not in a state that allows it) is a [`Refused`] error saying which state it is
-//! in and what to do (the CLI exits 1 with it; the web dashboard answers 409).
+//! Changing a task's lifecycle from outside: `pause`, `resume`, `stop`, `retry`, `recover`. A
+//! refusal (the task is not in a state that allows it) is a [`Refused`] error saying which state
+//! it is in and what to do (the CLI exits 1 with it; the web dashboard answers 409).
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +55,52 @@ pub fn resume(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
         Status::Queued => refuse!("task {uuid} is already queued"),
         s => refuse!("task {uuid} is {s}: only a paused task can be resumed"),
     }
+}
+
+/// Queue failed task `uuid` again, to continue from its context (`ctxhost retry`): its
+/// directory must pass `ctxhost fsck`'s checks (tool calls waiting at the end of current.jsonl
+/// are fine: the task makes them); it moves from `completed/` to `paused/`
+/// ([`Transition::Retry`]). A failed task that never ran (no directory) starts afresh.
+///
+/// Errors: the task is not failed, its files were deleted by cleanup, or its directory has
+/// problems (each named with file and line; `ctxhost fsck --repair` fixes what it can).
+pub fn retry(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
+    let Some(row) = db.get(uuid)? else {
+        bail!("task {uuid} disappeared from the database")
+    };
+    match row.status {
+        Status::Failed => {}
+        Status::Completed | Status::Stopped => refuse!(
+            "task {uuid} is {}: only a failed task can be retried (submit a new task instead)",
+            row.status
+        ),
+        s => refuse!("task {uuid} is {s}: only a failed task can be retried"),
+    }
+    if row.files_deleted_at.is_some() {
+        refuse!(
+            "task {uuid} cannot be retried: `ctxhost cleanup` deleted its files (submit a new task instead)"
+        );
+    }
+    if let Some((_, dir)) = layout.find_task_dir(uuid) {
+        let problems = crate::fsck::check_task_dir(&dir, uuid, true);
+        if !problems.is_empty() {
+            let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+            refuse!(
+                "task {uuid} cannot be retried: its files have {} problem(s); run `ctxhost fsck --repair` \
+                 (it fixes what can be fixed without losing data), then `ctxhost retry {uuid}` again:\n{}",
+                problems.len(),
+                list.join("\n")
+            );
+        }
+    }
+    if lifecycle::apply(db, layout, uuid, &Transition::Retry)?.is_none() {
+        let now = db.get(uuid)?.map(|r| r.status);
+        refuse!(
+            "task {uuid} changed meanwhile (it is {}); nothing done",
+            now.map(|s| s.to_string()).unwrap_or_else(|| "gone".into())
+        );
+    }
+    Ok(())
 }
 
 /// What [`stop`] did.

@@ -6,7 +6,8 @@
 //! - [`submit`]: queue a task;
 //! - [`control`]: pause, resume, stop a task, wait for it, recover dead ones;
 //! - [`show`]: one task's row, directory, result and last messages;
-//! - [`plugin_new`]: a new plugin project (`ctxhost plugin new`).
+//! - [`plugin_new`]: a new plugin project (`ctxhost plugin new`);
+//! - [`poll`]: the GitHub / GitLab task sources, once or continuously.
 //!
 //! Operations that live with their concept are called directly: [`crate::worker::run`]
 //! (`run`), [`crate::cleanup::cleanup`], [`crate::fsck::fsck`], [`crate::plugin_check::run`],
@@ -15,5 +16,6 @@
 pub mod control;
 pub mod init;
 pub mod plugin_new;
+pub mod poll;
 pub mod show;
 pub mod submit;

@@ -1,10 +1,12 @@
-//! `show`: one task's row, where its directory is, its result and last messages.
+//! `show`: one task's row, where its directory is, its result and last messages, its latest
+//! plan (planning history) and the task it inherited its context from.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 
 use ctxhost_format::HistoryLine;
 use ctxhost_format::files::MESSAGES;
+use ctxhost_format::planning::PlanningHistory;
 use serde::Serialize;
 
 use crate::db::{Db, Status, TaskRow};
@@ -40,6 +42,18 @@ pub struct ShowReport {
     pub result: Option<String>,
     /// The last lines of messages.jsonl.
     pub last_messages: Vec<ShownLine>,
+    /// What was published to the task's GitHub / GitLab item (polled tasks only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub publication: Option<crate::db::sources::Publication>,
+    /// The planning history folded (`latest` plan with each step's status, counts of
+    /// revisions, reflections and verifications, the last decision), when the task has one.
+    pub planning: Option<PlanningHistory>,
+    /// Why the planning history could not be read (file and line), when it could not.
+    pub planning_error: Option<String>,
+    /// metadata.json `inherited_from`: the earlier task of the same key this one started from.
+    pub inherited_from: Option<crate::task::InheritedFrom>,
+    /// metadata.json `inheritance_skipped`: earlier tasks of the key that were skipped, and why.
+    pub inheritance_skipped: Vec<crate::task::SkippedPredecessor>,
 }
 
 /// The last `n` lines of `messages.jsonl` of `dir`, streamed (memory bounded by `n` lines),
@@ -108,12 +122,15 @@ pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<Sh
         ))
     })?;
     let found = layout.find_task_dir(uuid);
-    let (last_messages, answer) = match &found {
-        Some((_, dir)) => {
-            let dir = TaskDir::open(dir)
-                .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", dir.display()))?;
-            tail_messages(&dir, n)?
-        }
+    let task_dir = match &found {
+        Some((_, dir)) => Some(
+            TaskDir::open(dir)
+                .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", dir.display()))?,
+        ),
+        None => None,
+    };
+    let (last_messages, answer) = match &task_dir {
+        Some(dir) => tail_messages(dir, n)?,
         None => (Vec::new(), None),
     };
     let result = if task.status == Status::Completed {
@@ -121,11 +138,29 @@ pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<Sh
     } else {
         None
     };
+    let publication = db.publication(uuid)?;
+    let (mut planning, mut planning_error, mut meta) = (None, None, None);
+    if let Some(dir) = &task_dir {
+        match crate::task::PlanningStore::read(dir, uuid) {
+            Ok(p) => planning = p,
+            Err(e) => planning_error = Some(format!("{e:#}")),
+        }
+        // A damaged metadata.json is fsck's to report; show shows what it can.
+        meta = crate::task::read_metadata(dir).ok().flatten();
+    }
+    let (inherited_from, inheritance_skipped) = meta
+        .map(|m| (m.inherited_from, m.inheritance_skipped))
+        .unwrap_or_default();
     Ok(ShowReport {
+        publication,
         dir: found.as_ref().map(|(_, d)| d.display().to_string()),
         dir_state: found.as_ref().map(|(s, _)| s.to_string()),
         task,
         result,
         last_messages,
+        planning,
+        planning_error,
+        inherited_from,
+        inheritance_skipped,
     })
 }

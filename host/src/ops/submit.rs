@@ -13,6 +13,8 @@ pub struct Submission {
     pub key: TaskKey,
     /// Who submits it.
     pub user: Option<String>,
+    /// Do not start from an earlier task with the same key (`--no-inherit`).
+    pub no_inherit: bool,
 }
 
 /// Queue `task` in the tree of `layout` (created if missing) with a new UUID and `config`'s
@@ -29,6 +31,7 @@ pub fn submit(config: &Config, layout: &Layout, task: Submission) -> anyhow::Res
         llm_provider: config.llm.provider.to_string(),
         model: config.llm.model.clone(),
         context_length: config.llm.context_length,
+        no_inherit: task.no_inherit,
     })?;
     tracing::debug!(%uuid, "task queued");
     db.get(&uuid)?

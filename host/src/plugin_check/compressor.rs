@@ -241,11 +241,13 @@ fn write_task(dir: &Path, context: &[ChatMessage]) -> Result<(), String> {
 }
 
 pub(super) fn compress_config(context_tokens: u64) -> CompressConfig {
-    // The context is at 90 % of the window: over a 0.7 threshold.
+    // The context is at 90 % of the window: over a 0.7 threshold. No token bound on the kept
+    // messages: the suite checks the count rule every version has.
     CompressConfig {
         context_length: context_tokens * 10 / 9,
         threshold: 0.7,
         keep_recent_messages: 5,
+        keep_recent_tokens: 0,
         summary_prompt: "Summarize the conversation so far for the agent to continue:\n{messages}"
             .into(),
         reserve_output_tokens: 256,
@@ -311,6 +313,7 @@ fn should_compress_check(
             context_length: 1000,
             threshold: 0.5,
             keep_recent_messages: 5,
+            keep_recent_tokens: 0,
             summary_prompt: "{messages}".into(),
             reserve_output_tokens: 100,
         };

@@ -26,11 +26,15 @@
 //!   first user message kept or summarised (else a warning), summary requests within the
 //!   window, the summary recorded, current.jsonl untouched and temporaries removed; and with a
 //!   failing LLM (error, context untouched). LLM checks are SKIPped for a compressor that
-//!   never calls the LLM.
+//!   never calls the LLM;
+//! - strategy: each hook on a scratch task through the agent loop's own driver (decisions the
+//!   host accepts, planning entries committed with them), a new instance continuing from the
+//!   files, the planning history reading back, and `start` with a failing LLM ([`strategy`]).
 //!
-//! One module per WIT interface ([`message_store`], [`request_format`], [`compressor`]), the
-//! shared [`harness`], and the [`report`]: the world, the WIT version, and each check as PASS,
-//! FAIL, WARN or SKIP with the reason; only a FAIL fails the check. `--json` prints
+//! One module per WIT interface ([`message_store`], [`request_format`], [`compressor`],
+//! [`strategy`]), the shared [`harness`], and the [`report`]: the world, the WIT version, and
+//! each check as PASS, FAIL, WARN or SKIP with the reason; only a FAIL fails the check.
+//! `--json` prints
 //! `{"component","world","version","passed","kept","checks":[{"name","passed","status","detail"}]}`.
 
 /// `Err(format!(..))` unless `cond`.
@@ -47,6 +51,7 @@ pub mod harness;
 pub mod message_store;
 pub mod report;
 pub mod request_format;
+pub mod strategy;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -124,9 +129,15 @@ pub fn run(path_or_builtin: &str, json: bool, keep: Option<&Path>) -> anyhow::Re
     }
     let report = check(&runtime, path_or_builtin, &options);
     if json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+        crate::cli::out::line(format_args!(
+            "{}",
+            serde_json::to_string_pretty(&report.to_json())?
+        ))?;
     } else {
-        print!("{}", report.to_text());
+        use std::io::Write;
+        std::io::stdout()
+            .lock()
+            .write_all(report.to_text().as_bytes())?;
     }
     Ok(report.passed())
 }
@@ -201,6 +212,9 @@ pub fn check(runtime: &Runtime, source: &str, options: &CheckOptions) -> CheckRe
                 }
                 PluginKind::Compressor => {
                     compressor::compressor_suite(runtime, &plugin, &scratch, &mut suite)
+                }
+                PluginKind::Strategy => {
+                    strategy::strategy_suite(runtime, &plugin, &scratch, &mut suite)
                 }
             }
         }

@@ -5,7 +5,12 @@
 //!   ctxhost let it) are deleted first, so nothing below ever meets one.
 //! - [`tail`]: a JSONL file whose last line was cut by a crash loses that line (kept in
 //!   `<file>.torn`); a complete last line missing its `\n` gets it.
-//! - [`reconcile`]: current.jsonl gets the history lines it lacks at its end.
+//! - [`reconcile`]: current.jsonl gets the history lines it lacks at its end (messages only, and
+//!   no tool result that answers nothing).
+//! - [`pairing`]: current.jsonl's tool calls and results paired again (duplicate or orphan
+//!   results dropped, calls left without a result answered, invalid arguments replaced),
+//!   recorded in messages.jsonl ([`crate::invariants::pairing`]).
+//! - [`nul`]: lines of NUL bytes (a filesystem that lost a write) removed from a JSONL file.
 //! - [`close_pending_calls`]: an assistant message at the end of current.jsonl whose tool calls
 //!   have no result gets an [`INTERRUPTED_TEXT`] `tool` message for each missing id, appended to
 //!   messages.jsonl (next seq) and current.jsonl, so the context can be sent again.
@@ -13,9 +18,12 @@
 //!   ([`ctxhost_format::files::TEMPORARY_FILES`]).
 //! - [`readers`]: the directory's JSONL files and history counts (shared with `ctxhost fsck`).
 //!
-//! [`repair_task_dir`] runs them in that order and returns what it did ([`RepairReport`]).
+//! [`repair_task_dir`] runs them (but [`nul`]: only `ctxhost fsck --repair` removes bytes from
+//! the middle of a file) and returns what it did ([`RepairReport`]).
 //! Every function streams its files (one line, or a bounded window of lines, in memory).
 
+pub mod nul;
+pub mod pairing;
 pub mod readers;
 pub mod reconcile;
 pub mod tail;
@@ -107,6 +115,8 @@ pub struct RepairReport {
     pub appended_to_current: Vec<u64>,
     /// Tool call ids answered with an interrupted result.
     pub interrupted: Vec<String>,
+    /// Repairs of current.jsonl's tool-call pairing.
+    pub pairing: Vec<crate::invariants::pairing::PairingFix>,
 }
 
 impl RepairReport {
@@ -117,6 +127,7 @@ impl RepairReport {
             && self.tails.is_empty()
             && self.appended_to_current.is_empty()
             && self.interrupted.is_empty()
+            && self.pairing.is_empty()
     }
 
     /// One sentence per change, for logs and reports.
@@ -147,15 +158,19 @@ impl RepairReport {
                 self.interrupted
             ));
         }
+        for f in &self.pairing {
+            out.push(format!("{CURRENT} {f} (recorded in {MESSAGES})"));
+        }
         out
     }
 }
 
 /// Repair the task directory `dir` (no process may be using it): delete symbolic links and
 /// temporaries, fix torn last lines of every JSONL file (cut bytes kept in `*.torn`), append
-/// to current.jsonl the history lines it lacks, and, with `close_pending`, answer unanswered
-/// tool calls at its end as interrupted (a paused task keeps them: the next run makes those
-/// calls).
+/// to current.jsonl the history lines it lacks, repair its tool-call pairing
+/// ([`pairing::repair_context`]), and, with `close_pending`, answer unanswered tool calls at its
+/// end as interrupted (a paused task keeps them: the next run makes those calls). Errors: a
+/// context that cannot be repaired, naming file and line.
 pub fn repair_task_dir(
     dir: &TaskDir,
     close_pending: bool,
@@ -175,6 +190,7 @@ pub fn repair_task_dir(
         }
     }
     report.appended_to_current = reconcile_current(dir, true)?;
+    report.pairing = pairing::repair_context(dir, timestamp, true)?;
     if close_pending {
         report.interrupted = close_pending_calls(dir, timestamp)?;
     }

@@ -40,6 +40,9 @@ pub struct HistoryStats {
     /// Assistant messages that are not summaries: the agent loop's LLM calls that got an answer
     /// (what `agent.max_steps` counts).
     pub agent_steps: u64,
+    /// The last line is a summary (a compression's last write before it installs the new
+    /// context; nothing was appended after it).
+    pub ends_with_summary: bool,
 }
 
 /// Stream the history file `name` (messages.jsonl) of `dir` and count its lines, last seq
@@ -53,6 +56,7 @@ pub fn history_stats(dir: &TaskDir, name: &str) -> anyhow::Result<HistoryStats> 
     while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
         stats.lines += 1;
         stats.last_seq = h.seq;
+        stats.ends_with_summary = h.summary_id.is_some();
         if h.role == "assistant" && h.summary_id.is_none() {
             stats.agent_steps += 1;
         }

@@ -1,6 +1,12 @@
 //! current.jsonl behind messages.jsonl: the message store appends to messages.jsonl first, then
 //! to current.jsonl, so a crash in between leaves current.jsonl without the last history
 //! line(s); [`reconcile_current`] finds them (and appends them).
+//!
+//! Only messages are copied: summaries and context-repair notes
+//! ([`ctxhost_format::HistoryLine::is_message`]) never are, nor is a `tool` line that answers no
+//! call waiting at the end of current.jsonl (an orphan or second result in the history, or an
+//! answer a context repair already put in its place): copying it would make a context the
+//! provider rejects.
 
 use std::collections::VecDeque;
 
@@ -9,8 +15,12 @@ use ctxhost_format::HistoryLine;
 use ctxhost_format::compress::parse_summary_range;
 use ctxhost_format::files::{CURRENT, MESSAGES};
 
-use crate::invariants::queries::{last_message_in, open_lines};
+use crate::invariants::pairing::same_message_sent;
+use crate::invariants::queries::{
+    last_message_in, open_lines, pending_tool_calls_in, track_pending,
+};
 use crate::task_dir::TaskDir;
+use ctxhost_format::jsonl::to_line;
 
 /// History lines kept in memory while looking for the lines current.jsonl lacks.
 pub const RECONCILE_WINDOW: usize = 256;
@@ -31,6 +41,9 @@ pub fn reconcile_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>>
         while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
             if h.summary_id.is_some() {
                 last_summary_seq = Some(h.seq);
+                continue;
+            }
+            if h.is_note() {
                 continue;
             }
             non_summary_total += 1;
@@ -56,8 +69,11 @@ pub fn reconcile_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>>
         let mut text = String::new();
         if let Some(mut lines) = open_lines(dir, MESSAGES)? {
             while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
+                if !h.is_message() {
+                    continue;
+                }
                 seqs.push(h.seq);
-                text.push_str(&serde_json::to_string(&h.to_chat())?);
+                text.push_str(&to_line(&h.to_chat())?);
                 text.push('\n');
             }
         }
@@ -71,7 +87,7 @@ pub fn reconcile_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>>
     // Fewest missing lines first: the last history line equal to current's last message.
     let matched = (0..lines.len())
         .map(|k| lines.len() - 1 - k)
-        .find(|&i| lines[i].to_chat() == last);
+        .find(|&i| same_message_sent(&lines[i].to_chat(), &last));
     let missing: Vec<&HistoryLine> = match matched {
         Some(i) => lines[i + 1..].to_vec(),
         None => {
@@ -95,17 +111,36 @@ pub fn reconcile_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>>
             }
         }
     };
+    // Only what answers a call waiting at the end of current.jsonl, or starts a new message.
+    let mut pending = pending_tool_calls_in(dir, CURRENT)?;
+    let mut copy = Vec::with_capacity(missing.len());
+    for h in missing {
+        let m = h.to_chat();
+        let answers_pending = m
+            .tool_call_id
+            .as_ref()
+            .is_some_and(|id| pending.iter().any(|c| &c.id == id));
+        if m.role == "tool" && !answers_pending {
+            tracing::debug!(
+                seq = h.seq,
+                "{}: not copying a tool result that answers no waiting call",
+                messages.display()
+            );
+            continue;
+        }
+        track_pending(&mut pending, m.clone());
+        copy.push((h.seq, m));
+    }
     if apply {
         let ctx = || format!("cannot append to {}", current.display());
-        for h in &missing {
-            dir.append_line(CURRENT, &serde_json::to_string(&h.to_chat())?)
-                .with_context(ctx)?;
+        for (_, m) in &copy {
+            dir.append_line(CURRENT, &to_line(m)?).with_context(ctx)?;
         }
-        if !missing.is_empty() {
+        if !copy.is_empty() {
             dir.sync_file(CURRENT).with_context(ctx)?;
         }
     }
-    Ok(missing.iter().map(|h| h.seq).collect())
+    Ok(copy.iter().map(|(seq, _)| *seq).collect())
 }
 
 #[cfg(test)]
@@ -216,6 +251,33 @@ mod tests {
         assert_eq!(
             reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
             Vec::<u64>::new()
+        );
+    }
+
+    #[test]
+    fn an_orphan_or_second_result_in_the_history_is_not_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = [
+            sys(),
+            ChatMessage::text("user", "go"),
+            call(&["a"]),
+            result("a"),
+            result("a"),
+            result("zz"),
+        ];
+        write_task(dir.path(), &history, &history[..4]);
+        assert!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true)
+                .unwrap()
+                .is_empty()
+        );
+        crate::invariants::check_context_file(&TaskDir::open(dir.path()).unwrap(), CURRENT, false)
+            .unwrap();
+        // A crash between the two appends: the waiting call's result is still copied.
+        write_task(dir.path(), &history[..4], &history[..3]);
+        assert_eq!(
+            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
+            [4]
         );
     }
 

@@ -40,6 +40,14 @@ const BUILTINS: &[(&str, &[u8])] = &[
             "/anthropic_messages.wasm"
         )),
     ),
+    (
+        "react",
+        include_bytes!(concat!(env!("CTXHOST_GUEST_DIR"), "/react.wasm")),
+    ),
+    (
+        "plan-execute",
+        include_bytes!(concat!(env!("CTXHOST_GUEST_DIR"), "/plan_execute.wasm")),
+    ),
 ];
 
 /// The bytes of builtin `name` (without the `builtin:` prefix).

@@ -1,20 +1,22 @@
-//! The host side of the component imports `ctxhost:plugin/log` and `ctxhost:plugin/llm`, for
-//! every supported WIT version (each version's bindings call these from their `Host` impls,
-//! see [`super::wit`]).
+//! The host side of the component imports `ctxhost:plugin/log`, `ctxhost:plugin/llm` and
+//! `ctxhost:plugin/planning`, for every supported WIT version (each version's bindings call
+//! these from their `Host` impls, see [`super::wit`]).
 //!
 //! `log` goes to `tracing` (target `ctxhost::plugin`, field `component`), bounded and escaped
 //! ([`crate::untrusted::text`]). `llm.complete` calls the instance's [`super::LlmImport`]
-//! (compressors only; other worlds cannot import `llm`), at most
-//! [`super::RuntimeLimits::llm_calls_per_call`] times per call of the component and only while
+//! (compressors and strategies; other worlds cannot import `llm`), at most
+//! [`super::RuntimeLimits::llm_calls_per_call`] times per call of the component (a strategy:
+//! at most [`super::MAX_LLM_CALLS_PER_HOOK`] per hook) and only while
 //! [`super::RuntimeLimits::wall_time_per_call`] has time left (which the import gets as its
 //! deadline); the time it takes does not count against the component's own call timeout.
-//! `llm.estimate-tokens` is [`ctxhost_format::estimate_tokens`].
+//! `llm.estimate-tokens` is [`ctxhost_format::estimate_tokens`]. `planning` calls the
+//! instance's [`super::PlanningImport`] (strategies only).
 
 use std::time::Instant;
 
 use super::error::fmt_duration;
 use super::sandbox::StoreState;
-use super::types::Completion;
+use super::types::{Completion, PlanningImport};
 use crate::untrusted::{self, MAX_LOG_BYTES};
 
 /// WIT `log.level`, the same in every supported WIT version.
@@ -55,9 +57,8 @@ pub(crate) fn complete(
     if call.llm_calls > limits.llm_calls_per_call {
         call.llm_refused += 1;
         return Err(format!(
-            "refused: this call already made {} LLM call(s), the most one compression may make \
-             (context_storage.max_llm_calls_per_compression)",
-            limits.llm_calls_per_call
+            "refused: this call already made {} LLM call(s), the most {}",
+            limits.llm_calls_per_call, state.llm_limit_source
         ));
     }
     let left = limits
@@ -80,4 +81,16 @@ pub(crate) fn complete(
         tracing::debug!(target: "ctxhost::plugin", component = &*state.component, "llm.complete failed: {reason}");
     }
     result
+}
+
+/// A `planning` function: `f` on the instance's [`PlanningImport`] (an error when it has none).
+/// `Err(text)` becomes WIT `plugin-error::invalid-input(text)` where the function has one.
+pub(crate) fn planning<T>(
+    state: &mut StoreState,
+    f: impl FnOnce(&mut dyn PlanningImport) -> Result<T, String>,
+) -> Result<T, String> {
+    match state.planning.as_mut() {
+        Some(p) => f(p.as_mut()),
+        None => Err("no planning history is available to this component".to_string()),
+    }
 }

@@ -16,7 +16,7 @@
 //!   mapping. [`output`]: component stdout/stderr → `tracing`. [`fs_guard`]: no symbolic links
 //!   from WASI, the task directory's byte budget.
 //! - [`MessageStore`], [`RequestFormat`], [`Compressor`]: the typed instances, holding either
-//!   version's bindings.
+//!   version's bindings; [`Strategy`] (0.2.0 only).
 
 mod builtin;
 pub mod cache;
@@ -29,6 +29,7 @@ mod message_store;
 pub mod output;
 mod request_format;
 mod sandbox;
+mod strategy;
 pub mod types;
 pub mod wit;
 pub mod world;
@@ -52,9 +53,11 @@ pub use compressor::Compressor;
 pub use error::{PluginError, RuntimeError};
 pub use message_store::MessageStore;
 pub use request_format::RequestFormat;
+pub use strategy::{HookCall, MAX_LLM_CALLS_PER_HOOK, Strategy};
 pub use types::{
-    AddedMessage, Completion, CompressConfig, CompressResult, LlmImport, NoLlm, Reply,
-    RequestConfig, RequestInfo, StoreStats, SummaryInfo, Usage,
+    AddedMessage, Completion, CompressConfig, CompressResult, Decision, LlmImport, NoLlm, Plan,
+    PlanStep, PlanningEntry, PlanningImport, Reply, RequestConfig, RequestInfo, StepStatus,
+    StoreStats, StrategyConfig, SummaryInfo, TaskState, ToolOutcome, Usage, Verdict,
 };
 pub use wit::WitVersion;
 pub use world::{PluginKind, WIT_PACKAGE, WIT_VERSION};
@@ -169,6 +172,7 @@ enum Pre {
     MessageStore(message_store::Pre),
     Compressor(compressor::Pre),
     RequestFormat(request_format::Pre),
+    Strategy(strategy::Pre),
 }
 
 impl LoadedPlugin {
@@ -214,19 +218,22 @@ impl fmt::Debug for LoadedPlugin {
     }
 }
 
-/// The linkers of one WIT version: one per world (WASI p2 + `log`, and `llm` for compressors).
+/// The linkers of one WIT version: one per world (WASI p2 + `log`, `llm` for compressors and
+/// strategies, `planning` for strategies). `strategy` is `None` for a version without the world.
 struct WorldLinkers {
     message_store: Linker<StoreState>,
     compressor: Linker<StoreState>,
     request_format: Linker<StoreState>,
+    strategy: Option<Linker<StoreState>>,
 }
 
 impl WorldLinkers {
-    fn get(&self, kind: PluginKind) -> &Linker<StoreState> {
+    fn get(&self, kind: PluginKind) -> Option<&Linker<StoreState>> {
         match kind {
-            PluginKind::MessageStore => &self.message_store,
-            PluginKind::Compressor => &self.compressor,
-            PluginKind::RequestFormat => &self.request_format,
+            PluginKind::MessageStore => Some(&self.message_store),
+            PluginKind::Compressor => Some(&self.compressor),
+            PluginKind::RequestFormat => Some(&self.request_format),
+            PluginKind::Strategy => self.strategy.as_ref(),
         }
     }
 }
@@ -276,6 +283,7 @@ impl Runtime {
             request_format: linker(&engine, |l| {
                 v0_1_0::RequestFormatPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
+            strategy: None,
         };
         let linkers_v0_2_0 = WorldLinkers {
             message_store: linker(&engine, |l| {
@@ -287,6 +295,9 @@ impl Runtime {
             request_format: linker(&engine, |l| {
                 v0_2_0::RequestFormatPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
+            strategy: Some(linker(&engine, |l| {
+                v0_2_0::StrategyPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?),
         };
 
         let cache = cache::ComponentCache::new(cache_dir, &engine);
@@ -382,6 +393,23 @@ impl Runtime {
         Compressor::instantiate(sandbox, pre, task_dir.to_path_buf())
     }
 
+    /// A new strategy instance of `plugin` on `task_dir`; its `llm` import calls `llm`, its
+    /// `planning` import `planning`.
+    pub fn strategy(
+        &self,
+        plugin: &LoadedPlugin,
+        task_dir: &Path,
+        llm: Box<dyn LlmImport>,
+        planning: Box<dyn PlanningImport>,
+    ) -> Result<Strategy, RuntimeError> {
+        let Pre::Strategy(pre) = &plugin.pre else {
+            return Err(self.kind_mismatch(plugin, PluginKind::Strategy));
+        };
+        let mut sandbox = self.sandbox(plugin, task_dir, Some(llm))?;
+        sandbox.state_mut().planning = Some(planning);
+        Strategy::instantiate(sandbox, pre)
+    }
+
     fn sandbox(
         &self,
         plugin: &LoadedPlugin,
@@ -456,10 +484,14 @@ impl Runtime {
             WitVersion::V0_1_0 => &self.linkers_v0_1_0,
             WitVersion::V0_2_0 => &self.linkers_v0_2_0,
         };
-        let ip = linkers
-            .get(kind)
-            .instantiate_pre(&component)
-            .map_err(link_error)?;
+        let Some(linker) = linkers.get(kind) else {
+            return Err(RuntimeError::Link {
+                component: name.to_string(),
+                world: format!("{} ({WIT_PACKAGE}@{wit})", kind.world()),
+                reason: format!("WIT {wit} has no {} world", kind.world()),
+            });
+        };
+        let ip = linker.instantiate_pre(&component).map_err(link_error)?;
         let pre = match (kind, wit) {
             (PluginKind::MessageStore, WitVersion::V0_1_0) => Pre::MessageStore(Versioned::V0_1_0(
                 v0_1_0::MessageStorePluginPre::new(ip).map_err(link_error)?,
@@ -479,6 +511,16 @@ impl Runtime {
             (PluginKind::RequestFormat, WitVersion::V0_2_0) => Pre::RequestFormat(
                 Versioned::V0_2_0(v0_2_0::RequestFormatPluginPre::new(ip).map_err(link_error)?),
             ),
+            (PluginKind::Strategy, WitVersion::V0_2_0) => {
+                Pre::Strategy(v0_2_0::StrategyPluginPre::new(ip).map_err(link_error)?)
+            }
+            (PluginKind::Strategy, WitVersion::V0_1_0) => {
+                return Err(RuntimeError::Link {
+                    component: name.to_string(),
+                    world: format!("{} ({WIT_PACKAGE}@{wit})", kind.world()),
+                    reason: format!("WIT {wit} has no {} world", kind.world()),
+                });
+            }
         };
         Ok(LoadedPlugin {
             name,
@@ -549,6 +591,7 @@ const _: () = {
     send::<MessageStore>();
     send::<RequestFormat>();
     send::<Compressor>();
+    send::<Strategy>();
 };
 
 /// wasmtime's "component imports instance `X`, but a matching implementation was not found in

@@ -38,7 +38,7 @@ use super::epoch::EpochTicker;
 use super::error::{PluginError, RuntimeError};
 use super::fs_guard::DirBudget;
 use super::output::{GuestOutput, Stream};
-use super::types::LlmImport;
+use super::types::{LlmImport, PlanningImport};
 use crate::untrusted;
 
 /// The clock and counters of the call in progress.
@@ -72,6 +72,10 @@ impl CallState {
     }
 }
 
+/// [`StoreState::llm_limit_source`] of every instance but a strategy.
+pub(crate) const COMPRESSION_LLM_LIMIT: &str =
+    "one compression may make (context_storage.max_llm_calls_per_compression)";
+
 /// The data of a component's `Store`.
 pub struct StoreState {
     wasi: WasiCtx,
@@ -79,13 +83,18 @@ pub struct StoreState {
     limiter: SandboxLimiter,
     /// The component's display name (`builtin:NAME` or its path), for logs.
     pub(crate) component: Arc<str>,
-    /// What the `llm` import calls (compressors only).
+    /// What the `llm` import calls (compressors and strategies).
     pub(crate) llm: Option<Box<dyn LlmImport>>,
+    /// What the `planning` import calls (strategies only).
+    pub(crate) planning: Option<Box<dyn PlanningImport>>,
     /// The instance's limits.
     pub(crate) limits: RuntimeLimits,
     /// The call in progress.
     pub(crate) call: CallState,
     budget: Option<DirBudget>,
+    /// What bounds `limits.llm_calls_per_call`, for the refusal message ("one compression
+    /// may make (…)", "one strategy hook may make").
+    pub(crate) llm_limit_source: &'static str,
     stdout: GuestOutput,
     stderr: GuestOutput,
 }
@@ -244,9 +253,11 @@ impl Sandbox {
             limiter,
             component: name.clone(),
             llm,
+            planning: None,
             limits: *limits,
             call: CallState::new(),
             budget,
+            llm_limit_source: COMPRESSION_LLM_LIMIT,
             stdout,
             stderr,
         };
@@ -288,6 +299,18 @@ impl Sandbox {
     /// The largest linear memory the instance has had (bytes).
     pub fn memory_peak_bytes(&self) -> usize {
         self.store.data().limiter.peak_bytes
+    }
+
+    /// The store's data, to give an instance its imports (planning, llm limits) after it is made.
+    pub(crate) fn state_mut(&mut self) -> &mut StoreState {
+        self.store.data_mut()
+    }
+
+    /// `llm.complete` calls made by the last component call (refused ones not counted), and
+    /// the time spent in them.
+    pub(crate) fn last_llm_use(&self) -> (u32, Duration) {
+        let c = &self.store.data().call;
+        (c.llm_calls - c.llm_refused, c.host_time)
     }
 
     /// Run `f` (a call into the component, or its instantiation) under the deadline, mapping a

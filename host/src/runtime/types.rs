@@ -140,6 +140,9 @@ pub struct CompressConfig {
     pub threshold: f64,
     /// Most recent messages kept verbatim.
     pub keep_recent_messages: u32,
+    /// The kept tail holds at most this many estimated tokens (0: no token bound; WIT 0.2.0's
+    /// `keep-recent-tokens`, not seen by 0.1.0 components).
+    pub keep_recent_tokens: u64,
     /// Summary prompt; `{messages}` is replaced by the messages to summarise.
     pub summary_prompt: String,
     /// Tokens reserved for the model's reply in a summary request.
@@ -172,4 +175,107 @@ pub struct CompressResult {
     pub context_file: String,
     /// The summary, if the strategy made one.
     pub summary: Option<SummaryInfo>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strategies (WIT `strategy` and `planning`, new in 0.2.0)
+
+pub use ctxhost_format::planning::{Plan, PlanStep, StepStatus, Verdict};
+
+/// A planning-history entry other than a plan (WIT `planning.entry`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanningEntry {
+    /// A step's status changed.
+    Progress {
+        /// The step (must be in the latest plan).
+        step_id: u32,
+        /// Its new status.
+        status: StepStatus,
+        /// What happened.
+        note: Option<String>,
+    },
+    /// A reflection on the work so far.
+    Reflection {
+        /// `tool-error`, `interval`, or the strategy's own word.
+        trigger: String,
+        /// What it said.
+        text: String,
+    },
+    /// A check of the result before finishing.
+    Verification {
+        /// What the verifier found.
+        verdict: Verdict,
+        /// Its reasons.
+        text: String,
+    },
+}
+
+/// What the host's `planning` import does for a strategy (WIT `planning`): the task's planning
+/// history, of which the host is the one writer. `Err(text)` reaches the component as
+/// `plugin-error::invalid-input(text)`; say which field is wrong.
+pub trait PlanningImport: Send {
+    /// Save a plan: the first is the task's `plan`, later ones are `revision`s.
+    fn save_plan(&mut self, plan: Plan, note: Option<String>) -> Result<(), String>;
+    /// Whether the task has a first plan.
+    fn has_plan(&mut self) -> bool;
+    /// The latest plan with its steps' status.
+    fn latest_plan(&mut self) -> Option<Plan>;
+    /// Append a progress, reflection or verification entry.
+    fn append_entry(&mut self, entry: PlanningEntry) -> Result<(), String>;
+    /// Every line of the history so far (JSON text), the current hook's included.
+    fn entries(&mut self) -> Vec<String>;
+}
+
+/// Settings from the task's config given to every hook (WIT `strategy-config`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StrategyConfig {
+    /// `agent.max_steps`.
+    pub max_steps: u32,
+    /// `llm.context_length`, tokens.
+    pub context_length: u64,
+    /// `llm.max_output_tokens`.
+    pub max_output_tokens: Option<u32>,
+    /// The config's `strategy` section as a JSON object (with `strategy.options` merged in).
+    pub settings: String,
+}
+
+/// Where the task is when a hook is called (WIT `task-state`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TaskState {
+    /// The task's prompt.
+    pub prompt: String,
+    /// Agent steps (model replies) so far.
+    pub steps_done: u32,
+    /// The last messages.jsonl seq (the context position).
+    pub seq: u64,
+    /// The live context file (relative to the task directory).
+    pub context_file: String,
+    /// Estimated tokens of the live context.
+    pub context_tokens: u64,
+    /// The tool definitions file, if tools are offered.
+    pub tools_file: Option<String>,
+}
+
+/// The outcome of one tool call of a reply (WIT `tool-outcome`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutcome {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The tool reported success.
+    pub success: bool,
+    /// The error text given to the model, when it failed.
+    pub error: Option<String>,
+}
+
+/// What a strategy hook decided (WIT `decision`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Go on with the next model call, after adding this `user` message, if any.
+    Proceed(Option<String>),
+    /// The last reply is the final answer.
+    Finish,
+    /// Fail the task with this reason.
+    Fail(String),
 }

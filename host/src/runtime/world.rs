@@ -1,8 +1,9 @@
 //! Which plugin world a component implements, read from its exports.
 //!
 //! A plugin component exports exactly one interface of `ctxhost:plugin` (see `wit/plugin.wit`):
-//! `ctxhost:plugin/message-store@0.2.0`, `…/compressor@0.2.0` or `…/request-format@0.2.0`, or
-//! the same at another version this host loads ([`WitVersion::SUPPORTED`], e.g. `@0.1.0`).
+//! `ctxhost:plugin/message-store@0.2.0`, `…/compressor@0.2.0`, `…/request-format@0.2.0` or
+//! `…/strategy@0.2.0`, or the same at another version this host loads
+//! ([`WitVersion::SUPPORTED`], e.g. `@0.1.0`) that has the world (strategies are 0.2.0 only).
 //! The export names come from the component's type (`Component::component_type().exports`),
 //! so a wrong or outdated component is named precisely before any instantiation is tried, and
 //! the version after `@` picks the bindings and shim that run it ([`super::wit`]).
@@ -21,7 +22,7 @@ pub const WIT_PACKAGE: &str = "ctxhost:plugin";
 /// [`WitVersion::SUPPORTED`] load too, any other version is refused.
 pub const WIT_VERSION: &str = WitVersion::CURRENT.as_str();
 
-/// The three kinds of plugin, one per WIT world.
+/// The four kinds of plugin, one per WIT world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PluginKind {
     /// `message-store-plugin`: keeps messages.jsonl and current.jsonl.
@@ -30,32 +31,53 @@ pub enum PluginKind {
     Compressor,
     /// `request-format-plugin`: writes requests, reads responses.
     RequestFormat,
+    /// `strategy-plugin`: decides the task's flow around the model's replies (WIT 0.2.0 on).
+    Strategy,
 }
 
 impl PluginKind {
     /// Every kind.
-    pub const ALL: [PluginKind; 3] = [
+    pub const ALL: [PluginKind; 4] = [
         PluginKind::MessageStore,
         PluginKind::Compressor,
         PluginKind::RequestFormat,
+        PluginKind::Strategy,
     ];
 
-    /// The exported interface's name: `message-store`, `compressor`, `request-format`.
+    /// The exported interface's name: `message-store`, `compressor`, `request-format`,
+    /// `strategy`.
     pub fn interface(self) -> &'static str {
         match self {
             PluginKind::MessageStore => "message-store",
             PluginKind::Compressor => "compressor",
             PluginKind::RequestFormat => "request-format",
+            PluginKind::Strategy => "strategy",
         }
     }
 
-    /// The world's name: `message-store-plugin`, `compressor-plugin`, `request-format-plugin`.
+    /// The world's name: `message-store-plugin`, `compressor-plugin`, `request-format-plugin`,
+    /// `strategy-plugin`.
     pub fn world(self) -> &'static str {
         match self {
             PluginKind::MessageStore => "message-store-plugin",
             PluginKind::Compressor => "compressor-plugin",
             PluginKind::RequestFormat => "request-format-plugin",
+            PluginKind::Strategy => "strategy-plugin",
         }
+    }
+
+    /// Whether WIT `version` has this kind's world (strategies came with 0.2.0).
+    pub fn available_in(self, version: WitVersion) -> bool {
+        match self {
+            PluginKind::Strategy => version >= WitVersion::V0_2_0,
+            _ => true,
+        }
+    }
+
+    /// The supported version that runs a component exporting this kind's interface at
+    /// `version`: [`WitVersion::for_export`], if that version has the world.
+    pub fn version_for_export(self, version: &str) -> Option<WitVersion> {
+        WitVersion::for_export(version).filter(|v| self.available_in(*v))
     }
 
     /// The fully qualified export at the current WIT version, e.g.
@@ -137,7 +159,7 @@ pub(crate) fn detect(
     match kinds.as_slice() {
         [(kind, one)] => {
             let kind = *kind;
-            match WitVersion::for_export(&one.version) {
+            match kind.version_for_export(&one.version) {
                 Some(wit) => Ok((kind, one.version.clone(), wit)),
                 None => Err(incompatible(component, kind, &one.name)),
             }
@@ -185,7 +207,7 @@ pub(crate) fn expect_kind(
 ) -> Result<(String, WitVersion), RuntimeError> {
     let exports = plugin_exports(names);
     if let Some(found) = exports.iter().find(|e| e.kind == Some(kind)) {
-        return match WitVersion::for_export(&found.version) {
+        return match kind.version_for_export(&found.version) {
             Some(wit) => Ok((found.version.clone(), wit)),
             None => Err(incompatible(component, kind, &found.name)),
         };
@@ -204,6 +226,7 @@ fn incompatible(component: &str, kind: PluginKind, found: &str) -> RuntimeError 
         found: found.to_string(),
         supported: WitVersion::SUPPORTED
             .iter()
+            .filter(|v| kind.available_in(**v))
             .map(|v| format!("{WIT_PACKAGE}@{v}"))
             .collect::<Vec<_>>()
             .join(" and "),
@@ -286,6 +309,28 @@ mod tests {
         assert!(!version_compatible("0.3.0"));
         assert!(!version_compatible(""));
     }
+    #[test]
+    fn strategies_need_0_2_0() {
+        let n = names(&["ctxhost:plugin/strategy@0.2.0"]);
+        assert_eq!(
+            detect("x.wasm", &n).unwrap(),
+            (
+                PluginKind::Strategy,
+                "0.2.0".to_string(),
+                WitVersion::V0_2_0
+            )
+        );
+        let old = names(&["ctxhost:plugin/strategy@0.1.0"]);
+        let e = expect_kind("x.wasm", &old, PluginKind::Strategy).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "component x.wasm: exports ctxhost:plugin/strategy@0.1.0, a WIT version this host does \
+             not load; it loads ctxhost:plugin@0.2.0 (world strategy-plugin): rebuild it against \
+             wit/plugin.wit (0.2.0)"
+        );
+        assert!(detect("x.wasm", &old).is_err());
+    }
+
     #[test]
     fn a_command_component_is_no_plugin() {
         let n = names(&["wasi:cli/run@0.2.6"]);

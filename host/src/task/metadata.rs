@@ -37,9 +37,37 @@ pub struct MetadataConfig {
     pub compression_threshold: f64,
 }
 
+/// The task a task inherited its starting context from (metadata.json `inherited_from`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InheritedFrom {
+    /// The earlier task's UUID.
+    pub uuid: String,
+    /// When it completed (RFC 3339 UTC).
+    pub completed_at: String,
+    /// Its place in the chain of tasks on this key: 1 when the earlier task inherited nothing,
+    /// else one more than its own.
+    pub generation: u32,
+    /// Estimated tokens of the inherited context (at most the budget,
+    /// `context_inheritance.max_inherited_tokens` and a quarter of the window).
+    pub tokens: u64,
+    /// What was inherited, in order: `answer`, `plan`, `summary`.
+    pub parts: Vec<String>,
+}
+
+/// An earlier task of the same key that could not be inherited from (metadata.json
+/// `inheritance_skipped`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedPredecessor {
+    /// Its UUID.
+    pub uuid: String,
+    /// Why (its directory was cleaned up, a file is damaged, ...).
+    pub reason: String,
+}
+
 /// `metadata.json` of a task directory:
 /// `{uuid, task_key{task_source, owner, repo, task_type, task_id}, created_at, process_id,
-///   hostname, config{llm_provider, model, context_length, compression_threshold}, user}`.
+///   hostname, config{llm_provider, model, context_length, compression_threshold}, user,
+///   inherited_from?, inheritance_skipped?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Metadata {
     /// The task's UUID.
@@ -56,6 +84,27 @@ pub struct Metadata {
     pub config: MetadataConfig,
     /// Who submitted it.
     pub user: Option<String>,
+    /// The earlier task of the same key whose final state this task started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherited_from: Option<InheritedFrom>,
+    /// Earlier tasks of the same key that were skipped, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inheritance_skipped: Vec<SkippedPredecessor>,
+}
+
+/// Read `metadata.json` of the task directory `dir` (through the handle: a link of that name
+/// or a file over [`crate::task_dir::MAX_RECORD_BYTES`] is refused): `None` when it does not
+/// exist. Errors name the file.
+pub fn read_metadata(dir: &TaskDir) -> anyhow::Result<Option<Metadata>> {
+    match dir
+        .read_if_exists(METADATA_FILE)
+        .with_context(|| format!("cannot read {}", dir.show(METADATA_FILE)))?
+    {
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .with_context(|| format!("{}: does not parse", dir.show(METADATA_FILE))),
+        None => Ok(None),
+    }
 }
 
 /// Write metadata.json of the task directory `dir` atomically unless it exists as a file (it
@@ -99,11 +148,24 @@ mod tests {
                 compression_threshold: 0.7,
             },
             user: None,
+            inherited_from: None,
+            inheritance_skipped: Vec::new(),
         };
         assert!(write_metadata_once(&dir, &meta).unwrap());
+        let text = String::from_utf8(dir.read(METADATA_FILE).unwrap()).unwrap();
+        assert!(
+            !text.contains("inherited_from"),
+            "omitted when absent: {text}"
+        );
         meta.process_id = 2;
         assert!(!write_metadata_once(&dir, &meta).unwrap());
         let back: Metadata = serde_json::from_slice(&dir.read(METADATA_FILE).unwrap()).unwrap();
         assert_eq!(back.process_id, 1);
+        assert_eq!(read_metadata(&dir).unwrap(), Some(back));
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(
+            read_metadata(&TaskDir::open(empty.path()).unwrap()).unwrap(),
+            None
+        );
     }
 }

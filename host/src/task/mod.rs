@@ -5,15 +5,18 @@
 //!
 //! - the message store component (messages.jsonl, current.jsonl);
 //! - a [`SummaryStore`] (summaries.jsonl, read only), a [`ToolStore`] (the only writer of
-//!   tools.jsonl and tool-results/), a [`PlanningStore`] slot (planning/), a [`CallLog`]
+//!   tools.jsonl and tool-results/), a [`PlanningStore`] (the only writer of
+//!   planning/{uuid}.jsonl, shared with the strategy's `planning` import), a [`CallLog`]
 //!   (llm_calls.jsonl: each LLM call's context size, each compression);
 //! - the LLM transport and a [`UsageMeter`] (the row's counters);
 //! - its status, changed only through [`crate::lifecycle`]: [`TaskContext::update_status`],
 //!   [`TaskContext::complete`], [`TaskContext::fail`], [`TaskContext::pause`].
 //!
-//! Also here: [`metadata`] (metadata.json); [`state`] (task_state.json) is the lifecycle's.
+//! Also here: [`metadata`] (metadata.json); [`inheritance`] (what a new task takes over from
+//! an earlier completed task with the same key); [`state`] (task_state.json) is the lifecycle's.
 
 pub mod calls;
+pub mod inheritance;
 pub mod metadata;
 pub mod planning;
 pub use crate::lifecycle::task_state as state;
@@ -21,13 +24,17 @@ pub mod summaries;
 pub mod tools;
 pub mod usage;
 
+use std::collections::HashSet;
+
 use anyhow::{Context, bail};
-use ctxhost_format::ToolCall;
-use ctxhost_format::files::MESSAGES;
+use ctxhost_format::files::{CURRENT, MESSAGES};
+use ctxhost_format::{ChatMessage, ToolCall};
 
 use crate::config::Config;
 use crate::db::{Db, Status, TaskRow, now_rfc3339};
-use crate::invariants::queries;
+use crate::invariants::ids::make_call_ids_unique;
+use crate::invariants::pairing::PairingFix;
+use crate::invariants::{check_context_file, queries};
 use crate::layout::{DirState, Layout};
 use crate::lifecycle::{self, Transition};
 use crate::llm::Transport;
@@ -37,8 +44,12 @@ use crate::task_dir::TaskDir;
 use crate::untrusted;
 
 pub use calls::{CallLog, CallRecord};
-pub use metadata::{Metadata, MetadataConfig, MetadataTaskKey, write_metadata_once};
-pub use planning::PlanningStore;
+pub use inheritance::Inheritance;
+pub use metadata::{
+    InheritedFrom, Metadata, MetadataConfig, MetadataTaskKey, SkippedPredecessor, read_metadata,
+    write_metadata_once,
+};
+pub use planning::{PlanningStore, SharedPlanning};
 pub use summaries::SummaryStore;
 pub use tools::{RecordedCall, ToolStore};
 pub use usage::{UsageDelta, UsageMeter};
@@ -65,13 +76,19 @@ pub struct TaskContext {
     max_dir_bytes: u64,
     db: Db,
     steps_done: u32,
+    history_ends_with_summary: bool,
     store: MessageStore,
     summaries: SummaryStore,
     tools: ToolStore,
-    planning: Option<PlanningStore>,
+    planning: SharedPlanning,
+    inherited: Option<String>,
     calls: CallLog,
     transport: Transport,
     usage: UsageMeter,
+    /// The plugins, to open the message store again after the host repaired the files.
+    plugins: PluginSet,
+    /// The id of every tool call of the conversation (kept unique, [`make_call_ids_unique`]).
+    call_ids: HashSet<String>,
 }
 
 impl TaskContext {
@@ -107,10 +124,31 @@ impl TaskContext {
             db.set_resume_count(&uuid, n)?;
             tracing::info!(%uuid, resume_count = n, "task resumed");
         }
-        write_metadata_once(&dir, &metadata(config, &row, pid, host))?;
         // Steps of earlier runs count against agent.max_steps: the loop's answered LLM calls
         // are the history's assistant messages that are not summaries.
-        let steps_done = crate::repair::history_stats(&dir, MESSAGES)?.agent_steps;
+        let history = crate::repair::history_stats(&dir, MESSAGES)?;
+        // A task whose context is still empty takes over an earlier task's final state (the
+        // one metadata.json names, when an earlier process of this task chose it already).
+        let inheritance = if history.lines > 0 {
+            Inheritance::default()
+        } else {
+            match read_metadata(&dir)? {
+                Some(meta) => meta
+                    .inherited_from
+                    .map(|from| inheritance::rebuild(config, layout, &db, &from))
+                    .unwrap_or_default(),
+                None => inheritance::find(config, layout, &db, &row)?,
+            }
+        };
+        if let Some(from) = &inheritance.from {
+            tracing::info!(%uuid, predecessor = %from.uuid, tokens = from.tokens, parts = ?from.parts, "inheriting the final state of an earlier task with the same key");
+        }
+        let mut meta = metadata(config, &row, pid, host);
+        meta.inherited_from = inheritance.from.clone();
+        meta.inheritance_skipped = inheritance.skipped.clone();
+        write_metadata_once(&dir, &meta)?;
+        let planning = PlanningStore::open(&dir, &uuid)?;
+        let call_ids = queries::call_ids_in(&dir, MESSAGES)?;
 
         let mut store = plugins
             .message_store(dir.path())
@@ -120,19 +158,88 @@ impl TaskContext {
         Ok(TaskContext {
             pid,
             layout: layout.clone(),
-            steps_done: u32::try_from(steps_done).unwrap_or(u32::MAX),
+            steps_done: u32::try_from(history.agent_steps).unwrap_or(u32::MAX),
+            history_ends_with_summary: history.ends_with_summary,
             store,
             summaries: SummaryStore::new(&dir),
-            tools: ToolStore::open(&dir, config.tools.max_tool_output_tokens)?,
-            planning: PlanningStore::existing(&dir),
+            tools: ToolStore::open(&dir, config.tool_output_cap())?,
+            planning: SharedPlanning::new(planning),
+            inherited: inheritance.text,
             calls: CallLog::new(&dir),
             transport: Transport::new(config.transport_config()?),
             usage: UsageMeter::open(layout, &uuid)?,
+            plugins: plugins.clone(),
+            call_ids,
             max_dir_bytes: config.context_storage.max_task_dir_bytes(),
             db,
             dir,
             row,
         })
+    }
+
+    /// The context inherited from an earlier task with the same key, to add after the system
+    /// prompt of a new context ([`inheritance`]); `None` for a resumed task or when nothing is
+    /// inherited.
+    pub fn inherited(&self) -> Option<&str> {
+        self.inherited.as_deref()
+    }
+
+    /// Make sure the context about to be sent keeps every invariant
+    /// ([`crate::invariants`]): a repairable break (a duplicate or orphan tool result, a call
+    /// without result, arguments that are not JSON) is repaired in the files and recorded in
+    /// messages.jsonl ([`crate::repair::pairing::repair_context`]), and the message store opened
+    /// again on them; returns the repairs. Errors: a break that cannot be repaired, naming the
+    /// file and line — nothing is sent then.
+    pub fn ensure_sendable(&mut self) -> anyhow::Result<Vec<PairingFix>> {
+        let current = self.current_file()?;
+        if current != CURRENT {
+            // A store with its own context file: check it, repair nothing.
+            check_context_file(&self.dir, &current, false).map_err(|e| {
+                anyhow::anyhow!(
+                    "the context about to be sent breaks an invariant: {e}; nothing was sent"
+                )
+            })?;
+            return Ok(Vec::new());
+        }
+        match crate::repair::pairing::needs_repair(&self.dir, false) {
+            Ok(false) => Ok(Vec::new()),
+            Ok(true) => {
+                let fixes =
+                    crate::repair::pairing::repair_context(&self.dir, &now_rfc3339(), false)
+                        .context("repairing the context before sending it")?;
+                self.reopen_store()?;
+                Ok(fixes)
+            }
+            Err(e) => bail!(
+                "the context about to be sent breaks an invariant that cannot be repaired: {e}; nothing was sent (see `ctxhost fsck`)"
+            ),
+        }
+    }
+
+    /// Drop the message store instance and open a new one on the files (after the host changed
+    /// them).
+    fn reopen_store(&mut self) -> anyhow::Result<()> {
+        let mut store = self
+            .plugins
+            .message_store(self.dir.path())
+            .with_context(|| format!("plugins.message_store ({})", self.plugins.spec_of_store()))?;
+        store.open()?;
+        self.store = store;
+        Ok(())
+    }
+
+    /// Give the tool calls of `message` (a reply about to be appended) ids unused in the
+    /// conversation ([`make_call_ids_unique`]); returns the `(old, new)` ids replaced.
+    pub fn make_call_ids_unique(
+        &mut self,
+        message: &mut ChatMessage,
+    ) -> anyhow::Result<Vec<(String, String)>> {
+        let seq = self
+            .store
+            .count_messages()
+            .context("message store: count-messages")?
+            + 1;
+        Ok(make_call_ids_unique(message, seq, &mut self.call_ids))
     }
 
     /// The task's UUID.
@@ -157,6 +264,12 @@ impl TaskContext {
         self.steps_done
     }
 
+    /// messages.jsonl ended with a summary when the task was opened: a compression's new
+    /// context was installed, and nothing was appended after it (the plan was not stated again).
+    pub fn history_ends_with_summary(&self) -> bool {
+        self.history_ends_with_summary
+    }
+
     /// The message store (opened).
     pub fn store(&mut self) -> &mut MessageStore {
         &mut self.store
@@ -172,9 +285,14 @@ impl TaskContext {
         &mut self.tools
     }
 
-    /// The planning history, when the task has one.
-    pub fn planning(&self) -> Option<&PlanningStore> {
-        self.planning.as_ref()
+    /// The record of the task's tool calls, to read.
+    pub fn tools_ref(&self) -> &ToolStore {
+        &self.tools
+    }
+
+    /// The planning history (empty for a task whose strategy never planned).
+    pub fn planning(&self) -> &SharedPlanning {
+        &self.planning
     }
 
     /// The record of the task's LLM calls and compressions (llm_calls.jsonl).
@@ -345,5 +463,7 @@ fn metadata(config: &Config, row: &TaskRow, pid: u32, host: &str) -> Metadata {
             compression_threshold: config.context_storage.compression_threshold,
         },
         user: row.user.clone(),
+        inherited_from: None,
+        inheritance_skipped: Vec::new(),
     }
 }

@@ -82,6 +82,17 @@ impl ToolStore {
         })
     }
 
+    /// Change the cap of what one result puts into the context (estimated tokens), e.g. once
+    /// the tool definitions' share of the window is known.
+    pub fn set_max_output_tokens(&mut self, max_output_tokens: u64) {
+        self.max_output_tokens = max_output_tokens;
+    }
+
+    /// The cap of what one result puts into the context (estimated tokens).
+    pub fn max_output_tokens(&self) -> u64 {
+        self.max_output_tokens
+    }
+
     /// The seq the next call will get.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
@@ -159,7 +170,9 @@ impl ToolStore {
             timestamp: crate::db::now_rfc3339(),
         };
         let path = self.dir.file_path(TOOLS);
-        let mut bytes = serde_json::to_vec(&line).map_err(|e| ToolError::io(&path, e))?;
+        let mut bytes = ctxhost_format::jsonl::to_line(&line)
+            .map_err(|e| ToolError::io(&path, e))?
+            .into_bytes();
         bytes.push(b'\n');
         let file = match &mut self.file {
             Some(f) => f,
@@ -179,6 +192,26 @@ impl ToolStore {
             spilled_to,
             duration_ms,
         })
+    }
+
+    /// The recorded status of the calls `ids` (tool call ids), streamed from tools.jsonl; an id
+    /// with no line (a call whose result repair wrote after a crash) is missing from the map.
+    pub fn statuses(
+        &self,
+        ids: &[&str],
+    ) -> anyhow::Result<std::collections::HashMap<String, ToolStatus>> {
+        let mut out = std::collections::HashMap::new();
+        let Some(mut lines) = crate::invariants::queries::open_lines(&self.dir, TOOLS)? else {
+            return Ok(out);
+        };
+        while let Some((_, line)) = lines.next_value::<ToolLine>()? {
+            if let Some(id) = line.tool_call_id
+                && ids.contains(&id.as_str())
+            {
+                out.insert(id, line.status);
+            }
+        }
+        Ok(out)
     }
 
     /// Flush tools.jsonl to disk (at step boundaries). Nothing to do before the first call.

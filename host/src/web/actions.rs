@@ -1,5 +1,5 @@
-//! The dashboard's actions (POST): pause, resume and stop a task — the same operations as
-//! `ctxhost pause|resume|stop` ([`crate::ops::control`]) — and logging in with the access
+//! The dashboard's actions (POST): pause, resume, stop and retry a task — the same operations
+//! as `ctxhost pause|resume|stop|retry` ([`crate::ops::control`]) — and logging in with the access
 //! token. Every action form carries the CSRF token ([`super::security`]); a missing or wrong
 //! one is 403 and nothing happens. A done action answers `303` back to the task page with a
 //! fixed notice; an action the task's state does not allow answers 409 with the reason.
@@ -22,6 +22,7 @@ enum Action {
     Pause,
     Resume,
     Stop,
+    Retry,
 }
 
 fn form_fields(body: &[u8]) -> Result<HashMap<String, String>, WebError> {
@@ -61,6 +62,7 @@ async fn act(
                 Stopped::Requested => "stop-requested",
                 Stopped::Now { .. } => "stopped",
             }),
+            Action::Retry => control::retry(&db, &state.layout, &uuid).map(|()| "retried"),
         };
         match result {
             Ok(notice) => {
@@ -104,6 +106,17 @@ pub async fn stop(
     RawForm(body): RawForm,
 ) -> Response {
     act(state, uuid, csrf, body.to_vec(), Action::Stop).await
+}
+
+/// `POST /tasks/{uuid}/retry` (form: `csrf`): a failed task back to the queue, from its
+/// context, like `ctxhost retry`; 409 naming the problems while fsck finds some in its files.
+pub async fn retry(
+    State(state): State<AppState>,
+    Path(uuid): Path<String>,
+    Extension(csrf): Extension<CsrfCookie>,
+    RawForm(body): RawForm,
+) -> Response {
+    act(state, uuid, csrf, body.to_vec(), Action::Retry).await
 }
 
 /// `POST /login` (form: `token`, `next`): with the right token, set the session cookie and go

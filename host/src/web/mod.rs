@@ -9,7 +9,7 @@
 //! | `GET /tasks/{uuid}/messages/{offset}` | one message of messages.jsonl in full |
 //! | `GET /tasks/{uuid}/files/{name}` | a task file (request.json, response.json, …) in windows of bytes |
 //! | `GET /tasks/{uuid}/tool-results/{seq}` | a tool call's full (spilled) output |
-//! | `POST /tasks/{uuid}/{pause,resume,stop}` | actions (CSRF token required) |
+//! | `POST /tasks/{uuid}/{pause,resume,stop,retry}` | actions (CSRF token required) |
 //! | `GET /stats` | the `stats` figures and charts |
 //! | `GET /events` | server-sent events: `change` whenever tasks.db changes |
 //! | `GET /static/…` | the embedded CSS and JS |
@@ -81,6 +81,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/tasks/{uuid}/pause", post(actions::pause))
         .route("/tasks/{uuid}/resume", post(actions::resume))
         .route("/tasks/{uuid}/stop", post(actions::stop))
+        .route("/tasks/{uuid}/retry", post(actions::retry))
         .route("/stats", get(pages::stats))
         .route("/login", post(actions::login))
         .route("/events", get(events::stream))

@@ -484,6 +484,9 @@ pub fn notice(code: &str) -> Option<Notice> {
         }
         "stop-requested" => ok("Stop requested: the task stops at its next safe point."),
         "stopped" => ok("The task is stopped."),
+        "retried" => ok(
+            "The failed task is queued again; a worker (`ctxhost run`) continues it from its context.",
+        ),
         _ => None,
     }
 }
@@ -502,6 +505,8 @@ struct TaskPage {
     /// The view shows the latest lines of its file: it follows the task live.
     view_live: bool,
     fields: Vec<(String, String)>,
+    /// The GitHub / GitLab item the task answers, if any.
+    source: Option<task_page::SourceItem>,
     actions: Actions,
     dir: Option<DirInfo>,
     no_dir: String,
@@ -584,6 +589,10 @@ pub async fn task(
                 .into_iter()
                 .map(|(k, v)| (k, redactor.redact(&v)))
                 .collect(),
+            source: task_page::source_item(&row, db.publication(&uuid)?.as_ref()).map(|mut s| {
+                s.error = redactor.redact(&s.error);
+                s
+            }),
             actions: Actions::of(&row, state.keys.csrf_token(&csrf.0)),
             dir: dir_info,
             no_dir,

@@ -315,6 +315,7 @@ mod tests {
             llm_provider: "openai".into(),
             model: "m".into(),
             context_length: 1000,
+            no_inherit: false,
         }
     }
 

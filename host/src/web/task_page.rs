@@ -1,6 +1,6 @@
 //! What the task page shows, read from the task's row and its directory: the row and
-//! metadata, the context chart (from `llm_calls.jsonl`), the files kept by a failed call, and
-//! one paged view — messages, current context, summaries, tool calls, LLM calls or planning.
+//! metadata, the task it inherited its context from and the latest plan of its planning history,
+//! the context chart (from `llm_calls.jsonl`), the files kept by a failed call, and one paged view — messages, current context, summaries, tool calls, LLM calls or planning.
 //! Every text from a file goes through the [`Redactor`]; the templates escape it.
 
 use std::fs::File;
@@ -13,7 +13,9 @@ use super::charts::{self, ContextChart};
 use super::files::{TaskDir, TaskFile};
 use super::pager::{self, Anchor, Limits, Page, PagedLine};
 use super::security::Redactor;
+use crate::db::sources::{CommentState, Publication, is_web_url};
 use crate::db::{Status, TaskRow};
+use crate::sources::ItemRef;
 
 /// Characters of a message's content shown in a list (the message's own page shows it all).
 pub const LIST_CONTENT_CHARS: usize = 20_000;
@@ -220,6 +222,34 @@ pub struct DirInfo {
     pub failed_call_files: Vec<FileLink>,
     pub chart: Option<ContextChart>,
     pub chart_note: String,
+    /// The latest plan of `planning/{uuid}.jsonl`, when the task has a planning history.
+    pub plan: Option<LatestPlan>,
+    /// metadata.json `inherited_from` / `inheritance_skipped`, when there is either.
+    pub inherited: Option<Inherited>,
+}
+
+/// The latest plan of a task's planning history (the fold of
+/// [`ctxhost_format::planning::PlanningHistory`]), for the task page.
+#[derive(Debug, Clone, Default)]
+pub struct LatestPlan {
+    pub goal: String,
+    /// Each step: id, description, status (`pending`, `in_progress`, `done`, `skipped`).
+    pub steps: Vec<(u32, String, &'static str)>,
+    /// "2 revisions · 1 reflection · 1 verification (last: passed)".
+    pub counts: String,
+    /// Why there is no plan, or what is wrong with the file (line number and error).
+    pub note: String,
+}
+
+/// Where the task's context was inherited from (metadata.json), for the task page.
+#[derive(Debug, Clone, Default)]
+pub struct Inherited {
+    /// The earlier task's UUID and its page, when one was inherited from.
+    pub from: Option<(String, String)>,
+    /// "generation 2 · 412 tokens · answer, plan · completed …".
+    pub detail: String,
+    /// Earlier tasks of the key that were skipped: UUID, page, reason.
+    pub skipped: Vec<(String, String, String)>,
 }
 
 /// `n` bytes in human units.
@@ -268,6 +298,62 @@ fn view_href(uuid: &str, view: View, extra: &[(&str, String)]) -> String {
         task_href(uuid),
         serde_urlencoded::to_string(&pairs).unwrap_or_default()
     )
+}
+
+/// The GitHub / GitLab item a task answers (a task whose key names one) and what was
+/// published to it: the task page's "Source item" block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceItem {
+    /// `acme/app#42 (GitHub issue)`.
+    pub item: String,
+    /// The item's web page (polled tasks; `http(s)://` only).
+    pub item_href: Option<String>,
+    /// `result posted at TIME; labels done`, empty when nothing was published.
+    pub published: String,
+    /// The result comment's web page, once posted.
+    pub comment_href: Option<String>,
+    /// Why the last publishing attempt failed, empty if it did not.
+    pub error: String,
+}
+
+/// The source item block of `row`, `None` unless its key names a GitHub / GitLab item.
+/// Links are kept only when they are `http(s)://` URLs ([`crate::db::sources::is_web_url`]).
+pub fn source_item(row: &TaskRow, publication: Option<&Publication>) -> Option<SourceItem> {
+    let item = ItemRef::from_task(row)?;
+    let link = |u: &Option<String>| u.clone().filter(|u| is_web_url(u));
+    let (item_href, published, comment_href, error) = match publication {
+        None => (None, String::new(), None, String::new()),
+        Some(p) => {
+            let comment = match p.comment_state {
+                CommentState::Posted => format!(
+                    "result posted{}",
+                    p.posted_at
+                        .as_deref()
+                        .map(|at| format!(" at {at}"))
+                        .unwrap_or_default()
+                ),
+                CommentState::Posting => "result being posted".into(),
+                CommentState::None => "no result posted yet".into(),
+            };
+            let labels = p.labels_state.as_deref().unwrap_or("not moved yet");
+            (
+                link(&p.item_url),
+                format!("{comment}; labels {labels}"),
+                link(&p.comment_url),
+                p.last_error
+                    .as_ref()
+                    .map(|e| format!("{e} ({} failed attempt(s))", p.attempts))
+                    .unwrap_or_default(),
+            )
+        }
+    };
+    Some(SourceItem {
+        item: format!("{} ({})", item.short(), item.describe_kind()),
+        item_href,
+        published,
+        comment_href,
+        error,
+    })
 }
 
 /// The row's fields as label/value pairs.
@@ -403,7 +489,13 @@ pub fn dir_info(
             .collect()
     };
     let (chart, chart_note) = context_chart(uuid, dir, row, charts);
+    let mut plan_files = dir.planning_files();
+    plan_files.sort_by_key(|n| *n != format!("{uuid}.jsonl"));
     DirInfo {
+        plan: plan_files
+            .first()
+            .and_then(|name| latest_plan(dir, name, redactor)),
+        inherited: inherited(dir, redactor),
         state: dir.state.to_string(),
         path: dir.path.display().to_string(),
         metadata: json_fields(dir, &TaskFile::Metadata, redactor),
@@ -413,6 +505,170 @@ pub fn dir_info(
         chart,
         chart_note,
     }
+}
+
+/// Most bytes of a planning history the task page folds (the Planning view pages through any
+/// size); a longer file shows the plan as of this point, with a note.
+pub const PLAN_READ_BYTES: u64 = 8 << 20;
+
+/// Fold `planning/{name}` into its latest plan. `None` when the file cannot be opened.
+fn latest_plan(dir: &TaskDir, name: &str, redactor: &Redactor) -> Option<LatestPlan> {
+    use ctxhost_format::planning::{PlanningHistory, PlanningLine, Verdict};
+    use std::io::{BufRead, BufReader, Read};
+    let file = dir.open(&TaskFile::Planning(name.to_string()))?;
+    let mut reader = BufReader::new(file.take(PLAN_READ_BYTES));
+    let (mut history, mut buf, mut line_no) = (PlanningHistory::default(), Vec::new(), 0u64);
+    let mut note = String::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                note = format!("planning/{name}: cannot read: {e}");
+                break;
+            }
+        }
+        line_no += 1;
+        if buf.trim_ascii().is_empty() {
+            continue;
+        }
+        if !buf.ends_with(b"\n") {
+            // The end of the read: a line being appended, or the cap.
+            if reader.get_ref().limit() == 0 {
+                note = format!(
+                    "planning/{name} is longer than {}: the plan as of line {}",
+                    bytes(PLAN_READ_BYTES),
+                    line_no - 1
+                );
+            }
+            break;
+        }
+        let pushed = serde_json::from_slice::<PlanningLine>(&buf)
+            .map_err(|e| e.to_string())
+            .and_then(|line| history.push(line));
+        if let Err(e) = pushed {
+            note = format!("planning/{name} line {line_no}: {e}");
+            break;
+        }
+    }
+    let mut counts = Vec::new();
+    let plural = |n: u32, one: &str| {
+        if n == 1 {
+            format!("1 {one}")
+        } else {
+            format!("{n} {one}s")
+        }
+    };
+    if history.revisions > 0 {
+        counts.push(plural(history.revisions, "revision"));
+    }
+    if history.reflections > 0 {
+        counts.push(plural(history.reflections, "reflection"));
+    }
+    if history.verifications > 0 {
+        let last = match history.last_verdict {
+            Some(Verdict::Passed) => " (last: passed)",
+            Some(Verdict::Failed) => " (last: failed)",
+            Some(Verdict::Unclear) => " (last: unclear)",
+            None => "",
+        };
+        counts.push(format!(
+            "{}{last}",
+            plural(history.verifications, "verification")
+        ));
+    }
+    if history.uncommitted > 0 {
+        counts.push(format!(
+            "{} lines of a hook in progress",
+            history.uncommitted
+        ));
+    }
+    let plan = history.latest.clone().unwrap_or_default();
+    if note.is_empty() {
+        note = match (&history.latest, &history.no_plan_reason) {
+            (None, _) => "No plan yet.".into(),
+            (Some(_), Some(reason)) => format!("No usable plan: {reason}"),
+            _ => String::new(),
+        };
+    }
+    Some(LatestPlan {
+        goal: redactor.redact(&cut_chars(&plan.goal, 2_000).0),
+        steps: plan
+            .steps
+            .iter()
+            .map(|s| {
+                (
+                    s.id,
+                    redactor.redact(&cut_chars(&s.description, 2_000).0),
+                    s.status.as_str(),
+                )
+            })
+            .collect(),
+        counts: counts.join(" · "),
+        note: redactor.redact(&note),
+    })
+}
+
+/// metadata.json's `inherited_from` and `inheritance_skipped`; `None` when it has neither
+/// (or cannot be read: the metadata section says so).
+fn inherited(dir: &TaskDir, redactor: &Redactor) -> Option<Inherited> {
+    use std::io::Read;
+    let mut text = String::new();
+    dir.open(&TaskFile::Metadata)?
+        .take(1 << 20)
+        .read_to_string(&mut text)
+        .ok()?;
+    let meta: Value = serde_json::from_str(&text).ok()?;
+    let page = |uuid: &str| -> Option<(String, String)> {
+        let uuid = crate::layout::parse_uuid(uuid).ok()?;
+        Some((uuid.clone(), task_href(&uuid)))
+    };
+    let from = meta.get("inherited_from").filter(|v| v.is_object());
+    let skipped: Vec<(String, String, String)> = meta
+        .get("inheritance_skipped")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            let (uuid, href) = page(s.get("uuid")?.as_str()?)?;
+            let reason = s.get("reason").and_then(Value::as_str).unwrap_or("");
+            Some((uuid, href, redactor.redact(&cut_chars(reason, 500).0)))
+        })
+        .collect();
+    if from.is_none() && skipped.is_empty() {
+        return None;
+    }
+    let detail = from
+        .map(|f| {
+            let mut d = Vec::new();
+            if let Some(g) = f.get("generation").and_then(Value::as_u64) {
+                d.push(format!("generation {g}"));
+            }
+            if let Some(t) = f.get("tokens").and_then(Value::as_u64) {
+                d.push(format!("{t} tokens"));
+            }
+            let parts: Vec<&str> = f
+                .get("parts")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if !parts.is_empty() {
+                d.push(parts.join(", "));
+            }
+            if let Some(c) = f.get("completed_at").and_then(Value::as_str) {
+                d.push(format!("completed {c}"));
+            }
+            redactor.redact(&d.join(" · "))
+        })
+        .unwrap_or_default();
+    Some(Inherited {
+        from: from.and_then(|f| page(f.get("uuid")?.as_str()?)),
+        detail,
+        skipped,
+    })
 }
 
 /// The context chart from llm_calls.jsonl (through `cache`: only new lines are read).
@@ -957,6 +1213,9 @@ pub struct Actions {
     pub can_pause: bool,
     pub can_resume: bool,
     pub can_stop: bool,
+    /// A failed task whose files are still there (`ctxhost retry`; the operation itself
+    /// refuses while fsck finds problems in them).
+    pub can_retry: bool,
 }
 
 impl Actions {
@@ -967,6 +1226,7 @@ impl Actions {
             can_pause: row.status == Status::Running && !row.pause_requested && !row.stop_requested,
             can_resume: row.status == Status::Paused,
             can_stop: !row.status.is_final() && !row.stop_requested,
+            can_retry: row.status == Status::Failed && row.files_deleted_at.is_none(),
         }
     }
 }
@@ -994,5 +1254,44 @@ mod tests {
             assert_eq!(v.name(), name);
         }
         assert_eq!(View::parse("../x"), None);
+    }
+
+    #[test]
+    fn the_source_item_block_links_only_web_urls() {
+        let mut row = crate::db::testing::task_row("u");
+        assert_eq!(source_item(&row, None), None, "a local task has none");
+        row.task_source = "gitlab".into();
+        row.owner = Some("group".into());
+        row.repo = Some("proj".into());
+        row.task_type = Some("pull_request".into());
+        row.task_id = Some("7".into());
+        let bare = source_item(&row, None).unwrap();
+        assert_eq!(bare.item, "group/proj!7 (GitLab merge request)");
+        assert_eq!((bare.item_href, bare.published), (None, String::new()));
+        let p = Publication {
+            task_uuid: "u".into(),
+            labels_state: Some("failed".into()),
+            comment_state: CommentState::Posted,
+            comment_id: Some("9".into()),
+            comment_url: Some("javascript:alert(1)".into()),
+            posted_at: Some("2026-11-30T17:00:00Z".into()),
+            lease_owner: None,
+            lease_until_ms: None,
+            attempts: 2,
+            last_error: Some("HTTP 502".into()),
+            next_attempt_ms: None,
+            item_url: Some("https://gitlab.example/group/proj/-/merge_requests/7".into()),
+        };
+        let s = source_item(&row, Some(&p)).unwrap();
+        assert_eq!(
+            s.item_href.as_deref(),
+            Some("https://gitlab.example/group/proj/-/merge_requests/7")
+        );
+        assert_eq!(s.comment_href, None, "not a web URL: no link");
+        assert_eq!(
+            s.published,
+            "result posted at 2026-11-30T17:00:00Z; labels failed"
+        );
+        assert_eq!(s.error, "HTTP 502 (2 failed attempt(s))");
     }
 }

@@ -287,11 +287,13 @@ impl Task {
     }
 }
 
+/// Settings with the count bound only (`keep_recent_tokens` 0), so a test knows the cut.
 pub fn config(context_length: u64, keep: u32) -> CompressConfig {
     CompressConfig {
         context_length,
         threshold: 0.7,
         keep_recent_messages: keep,
+        keep_recent_tokens: 0,
         summary_prompt: DEFAULT_SUMMARY_PROMPT.to_string(),
         reserve_output_tokens: 256,
     }

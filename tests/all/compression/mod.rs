@@ -4,9 +4,11 @@
 //! a scripted fake `LlmImport` (no HTTP) that records every summary request it receives.
 //!
 //! - a property test over random histories (text, CJK, emoji, tool calls, parallel tool calls,
-//!   repeated call ids, very long tool results), several compressions per history with either
-//!   compressor: the invariants hold, the system prompt is unchanged, the kept tail is exactly
-//!   the last messages of the old context, summary ranges match messages.jsonl, masked results
+//!   repeated call ids, very long tool results, phases ending with large tool results as the
+//!   newest messages), several compressions per history with either compressor, the kept tail
+//!   bounded by count only or by tokens too (`plan_tail`): the invariants hold, the system
+//!   prompt is unchanged, the kept tail is exactly
+//!   the last messages of the old context (older results of the newest group cut as planned), summary ranges match messages.jsonl, masked results
 //!   name the tools.jsonl line that holds their text, every summary request fits the window,
 //!   messages.jsonl only grows, and a failure leaves every file as it was;
 //! - targeted tests: LLM failure and empty reply, a summary that is not smaller, threshold and
@@ -23,9 +25,13 @@ use ctxhost::config::DEFAULT_SUMMARY_PROMPT;
 use ctxhost::invariants::check_context_file;
 use ctxhost::runtime::{CompressConfig, RuntimeError};
 use ctxhost_format::compress::{
-    cut_point, is_masked, is_summary_line, parse_summary_range, render_message, summary_content,
+    SHRUNK_NOTE_PREFIX, is_masked, is_summary_line, parse_summary_range, plan_tail, render_message,
+    summary_content,
 };
-use ctxhost_format::{ChatMessage, HistoryLine, SummaryLine, ToolCall, ToolLine, estimate_tokens};
+use ctxhost_format::{
+    ChatMessage, HistoryLine, SummaryLine, ToolCall, ToolLine, estimate_message_tokens,
+    estimate_tokens,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 
@@ -97,7 +103,15 @@ fn check_step(
         Ok(())
     };
     let kinds = kinds(&before.context);
-    let cut = cut_point(&kinds, config.keep_recent_messages as usize);
+    let weights: Vec<u64> = before.context.iter().map(estimate_message_tokens).collect();
+    let plan = plan_tail(
+        &kinds,
+        &weights,
+        config.keep_recent_messages as usize,
+        config.keep_recent_tokens,
+    );
+    let cut = plan.cut;
+    let shrunk = |i: usize| plan.shrink.iter().any(|(j, _)| *j == i);
 
     let replaced = match outcome {
         Ok(CompactionOutcome::NotNeeded) => {
@@ -135,17 +149,25 @@ fn check_step(
             let documented = match kind {
                 Kind::Summarizer if text.contains("nothing to summarise") => {
                     ensure!(
-                        cut <= 1,
-                        "\"nothing to summarise\" although the cut is at {cut}: {text}"
+                        cut <= 1 && plan.shrink.is_empty(),
+                        "\"nothing to summarise\" although the cut is at {cut} and {} result(s) can be cut: {text}",
+                        plan.shrink.len()
                     );
                     "nothing to summarise"
                 }
                 Kind::Summarizer if text.contains("is not smaller than") => {
                     ensure!(cut > 1, "summarised with the cut at {cut}");
+                    ensure!(
+                        plan.shrink.is_empty(),
+                        "gave up although older results of the kept part can be cut"
+                    );
                     "summary not smaller"
                 }
                 Kind::Masking if text.contains("masking makes nothing smaller") => {
-                    for (i, m) in before.context.iter().enumerate().take(cut).skip(1) {
+                    for (i, m) in before.context.iter().enumerate().skip(1) {
+                        if i >= cut && !shrunk(i) {
+                            continue;
+                        }
                         let c = m.content.as_deref().unwrap_or("");
                         ensure!(
                             m.role != "tool" || is_masked(c) || estimate_tokens(c) <= 40,
@@ -189,6 +211,61 @@ fn check_step(
         "messages.jsonl was rewritten, not appended to"
     );
 
+    // The kept part: the old context's tail, except the older results the plan cuts.
+    let check_kept = |after_kept: &[ChatMessage], from: usize| -> Result<(), String> {
+        ensure!(
+            after_kept.len() == before.context.len() - from,
+            "{} kept messages, expected {}",
+            after_kept.len(),
+            before.context.len() - from
+        );
+        for (j, new) in after_kept.iter().enumerate() {
+            let i = from + j;
+            let old = &before.context[i];
+            if shrunk(i) {
+                ensure!(
+                    i >= cut && i + 1 < before.context.len(),
+                    "cut message {i} is not in the kept part or is the newest"
+                );
+                let c = new.content.as_deref().unwrap_or("");
+                ensure!(
+                    c.contains(SHRUNK_NOTE_PREFIX)
+                        && estimate_tokens(c)
+                            < estimate_tokens(old.content.as_deref().unwrap_or("")),
+                    "message {i} is not cut: {c:.80}"
+                );
+                ensure!(
+                    ChatMessage {
+                        content: old.content.clone(),
+                        ..new.clone()
+                    } == *old,
+                    "message {i}: more than its content changed"
+                );
+            } else {
+                ensure!(new == old, "kept message {i} changed");
+            }
+        }
+        Ok(())
+    };
+    let summarised = task.bytes("summaries.jsonl") != before.summaries;
+    if kind == Kind::Summarizer && !summarised {
+        // Only the older results of the kept part were cut: nothing else changes.
+        ensure!(
+            !plan.shrink.is_empty(),
+            "replaced without a summary and nothing to cut"
+        );
+        ensure!(
+            messages_now == before.messages,
+            "messages.jsonl changed without a summary"
+        );
+        ensure!(
+            after.len() == before.context.len(),
+            "messages were dropped without a summary"
+        );
+        check_kept(&after[1..], 1)?;
+        return Ok("cut older results only");
+    }
+
     match kind {
         Kind::Summarizer => {
             ensure!(cut > 1, "compressed with nothing before the cut");
@@ -198,10 +275,7 @@ fn check_step(
                 after.len(),
                 before.context.len()
             );
-            ensure!(
-                after[2..] == before.context[cut..],
-                "the kept tail is not the last messages of the old context"
-            );
+            check_kept(&after[2..], cut)?;
             let start = match before.origins[1] {
                 Origin::Seq(s) | Origin::Summary(s, _) => s,
             };
@@ -297,7 +371,7 @@ fn check_step(
                     continue;
                 }
                 ensure!(
-                    i < cut && old.role == "tool",
+                    (i < cut || shrunk(i)) && old.role == "tool",
                     "message {i} ({}) changed although it is not an old tool result",
                     old.role
                 );
@@ -335,7 +409,11 @@ fn check_step(
                             line.tool_call_id
                         );
                         ensure!(
-                            line.result.as_deref() == Some(old_content),
+                            line.result.as_deref() == Some(old_content)
+                                || line
+                                    .result
+                                    .as_deref()
+                                    .is_some_and(|full| cut_from(old_content, full)),
                             "tools.jsonl seq {seq} holds another result than message {i}"
                         );
                     }
@@ -359,6 +437,14 @@ fn check_step(
         }
     }
     Ok(replaced)
+}
+
+/// Whether `content` is `full` cut by an earlier compression (its head kept, then a note).
+fn cut_from(content: &str, full: &str) -> bool {
+    content.contains(SHRUNK_NOTE_PREFIX)
+        && content
+            .split_once("\n[... ")
+            .is_some_and(|(head, _)| full.starts_with(head))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -421,6 +507,9 @@ struct Case {
     /// Each phase: turns added, then one compaction step with that compressor.
     phases: Vec<(Vec<Turn>, Kind)>,
     keep: u32,
+    /// Bound the kept tail by tokens as the host does (half the threshold), or by count only
+    /// (`keep_recent_tokens` 0, as for a 0.1.0 compressor).
+    keep_tokens: bool,
     /// context_length = first phase's tokens × 100 / pct (at least 700, so a 1024-token
     /// reserve is sometimes more than half the window).
     pct: u64,
@@ -429,22 +518,53 @@ struct Case {
     log_tools: bool,
 }
 
+/// A tool-call turn whose 1–3 results are all long: what a phase may end with, so the newest
+/// messages of a history are large tool results (the kept tail's token bound at work).
+fn arb_big_results() -> impl Strategy<Value = Turn> {
+    (
+        proptest::collection::vec(
+            (
+                "[a-z_]{3,12}",
+                (1_000usize..16_000, any::<u8>()).prop_map(|(n, f)| long_text(n, f)),
+            ),
+            1..=3,
+        ),
+        any::<usize>(),
+    )
+        .prop_map(|(calls, rotate)| Turn::Tools {
+            text: None,
+            calls,
+            rotate,
+        })
+}
+
 fn arb_case() -> impl Strategy<Value = Case> {
     let kind = prop_oneof![Just(Kind::Summarizer), Just(Kind::Masking)];
+    let phase = (
+        proptest::collection::vec(arb_turn(), 1..12),
+        proptest::option::weighted(0.4, arb_big_results()),
+        kind,
+    )
+        .prop_map(|(mut turns, big, kind)| {
+            turns.extend(big);
+            (turns, kind)
+        });
     (
         arb_text(),
-        proptest::collection::vec((proptest::collection::vec(arb_turn(), 1..12), kind), 1..=3),
+        proptest::collection::vec(phase, 1..=3),
         0u32..8,
+        proptest::bool::weighted(0.7),
         50u64..150,
         prop_oneof![Just(64u32), Just(256), Just(1024)],
         any::<bool>(),
         proptest::bool::weighted(0.85),
     )
         .prop_map(
-            |(system, phases, keep, pct, reserve, repeat_ids, log_tools)| Case {
+            |(system, phases, keep, keep_tokens, pct, reserve, repeat_ids, log_tools)| Case {
                 system,
                 phases,
                 keep,
+                keep_tokens,
                 pct,
                 reserve,
                 repeat_ids,
@@ -498,12 +618,21 @@ fn run_case(case: &Case, stats: &mut HashMap<&'static str, u32>) -> Result<(), S
             add_turn(&mut task, turn, case.repeat_ids);
         }
         let tokens = task.tokens();
-        let config = config.get_or_insert_with(|| CompressConfig {
-            context_length: (tokens * 100 / case.pct).max(700),
-            threshold: 0.7,
-            keep_recent_messages: case.keep,
-            summary_prompt: DEFAULT_SUMMARY_PROMPT.to_string(),
-            reserve_output_tokens: case.reserve,
+        let config = config.get_or_insert_with(|| {
+            let context_length = (tokens * 100 / case.pct).max(700);
+            CompressConfig {
+                context_length,
+                threshold: 0.7,
+                keep_recent_messages: case.keep,
+                // The host's default: half the threshold in tokens.
+                keep_recent_tokens: if case.keep_tokens {
+                    (context_length as f64 * 0.7 / 2.0) as u64
+                } else {
+                    0
+                },
+                summary_prompt: DEFAULT_SUMMARY_PROMPT.to_string(),
+                reserve_output_tokens: case.reserve,
+            }
         });
         let before = snapshot(&mut task);
         let llm = FakeLlm::new(task.dir.path());
@@ -513,6 +642,17 @@ fn run_case(case: &Case, stats: &mut HashMap<&'static str, u32>) -> Result<(), S
         *stats.entry(label).or_default() += 1;
         if llm.calls().len() > 1 {
             *stats.entry("summaries in several requests").or_default() += 1;
+        }
+        if label != "not needed"
+            && case.keep_tokens
+            && before
+                .context
+                .last()
+                .is_some_and(|m| m.role == "tool" && estimate_message_tokens(m) > 1_000)
+        {
+            *stats
+                .entry("steps with a large newest tool result")
+                .or_default() += 1;
         }
         if label != "not needed" {
             *stats
@@ -563,6 +703,8 @@ fn random_histories_compress_safely_with_either_compressor() {
         "steps: summarizer",
         "steps: masking",
         "still over threshold",
+        "steps with a large newest tool result",
+        "cut older results only",
     ] {
         assert!(
             stats.get(label).copied().unwrap_or(0) > 0,
@@ -769,13 +911,40 @@ fn nothing_to_summarise_is_a_clear_error() {
         .compact(Kind::Summarizer, &cfg, &FakeLlm::new(task.dir.path()))
         .unwrap_err()
         .to_string();
+    // Count bound only (a 0.1.0 compressor's rule): lowering it is what helps.
     assert!(
-        err.contains("nothing to summarise")
-            && err.contains("kept messages alone exceed the threshold"),
+        err.contains("nothing to summarise") && err.contains("lower keep-recent-messages"),
         "{err}"
     );
     assert_eq!(task.bytes("current.jsonl"), before.current);
     assert!(task.leftovers().is_empty());
+    // With the token bound the question is summarised: the newest message alone is kept.
+    let tokens_cfg = CompressConfig {
+        keep_recent_tokens: 100,
+        ..cfg.clone()
+    };
+    let llm = FakeLlm::new(task.dir.path());
+    assert!(matches!(
+        task.compact(Kind::Summarizer, &tokens_cfg, &llm),
+        Ok(CompactionOutcome::Compressed { .. })
+    ));
+    // Only the newest message's group after the system prompt: nothing older to summarise,
+    // and the error says the newest message alone is too big.
+    let mut task = Task::new("sys");
+    task.add(&calls(&["c1"], "read_text_file"));
+    task.add(&result("c1", "read_text_file", &"x".repeat(8000)));
+    let cfg = CompressConfig {
+        keep_recent_tokens: 100,
+        ..config(window_for(&mut task), 5)
+    };
+    let err = task
+        .compact(Kind::Summarizer, &cfg, &FakeLlm::new(task.dir.path()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("nothing to summarise") && err.contains("newest message"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -1047,4 +1216,124 @@ fn switching_compressor_is_only_a_config_change() {
     let context = task.context();
     assert!(is_summary_line(1, &context[1]));
     assert_eq!(context.len(), 2 + 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots of a context before and after a compaction (issue 11: the kept tail bounded by
+// tokens)
+
+/// One line per message: index, role, estimated tokens, id, and the start of the content.
+fn outline(context: &[ChatMessage]) -> String {
+    let mut out = String::new();
+    for (i, m) in context.iter().enumerate() {
+        let text = m.content.as_deref().unwrap_or("");
+        let mut preview: String = text.chars().take(60).collect();
+        if text.chars().count() > 60 {
+            preview.push('…');
+        }
+        let id = m
+            .tool_call_id
+            .clone()
+            .or_else(|| m.calls().first().map(|c| format!("calls {}", c.id)))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{i:>2} {:<9} {:>5} {:<14} {}\n",
+            m.role,
+            estimate_message_tokens(m),
+            id,
+            preview.replace('\n', "⏎")
+        ));
+        if let Some((_, note)) = text.rsplit_once(SHRUNK_NOTE_PREFIX) {
+            out.push_str(&format!("   … {SHRUNK_NOTE_PREFIX}{note}\n"));
+        }
+    }
+    out
+}
+
+/// A 13 KB source file, as the four-file task reads.
+fn source(n: usize) -> String {
+    let mut s = format!("// module_{n}.rs\n");
+    let mut i = 0;
+    while s.len() < 13_000 {
+        i += 1;
+        s.push_str(&format!(
+            "pub fn field_{n}_{i}(x: &str) -> Option<u64> {{ x.trim().parse().ok() }}\n"
+        ));
+    }
+    s
+}
+
+/// The host's settings for the default window: 8192 tokens, threshold 0.7, keep 5, the kept
+/// tail at most half the threshold.
+fn host_defaults() -> CompressConfig {
+    CompressConfig {
+        keep_recent_tokens: 2867,
+        reserve_output_tokens: 1024,
+        ..config(8192, 5)
+    }
+}
+
+#[test]
+fn snapshot_three_file_reads_before_and_after_a_compaction() {
+    let mut task = Task::new("You are a coding agent.");
+    task.add(&user("Read module_1.rs to module_4.rs and report."));
+    for n in 1..=2 {
+        let id = format!("call_{n}");
+        task.add(&calls(&[&id], "read_text_file"));
+        task.add(&result(&id, "read_text_file", &source(n)));
+    }
+    let before = task.context();
+    let llm = FakeLlm::new(task.dir.path()).script([Ok(
+        "The agent read module_1.rs: 200 field parsers returning Option<u64>.".to_string(),
+    )]);
+    let outcome = task
+        .compact(Kind::Summarizer, &host_defaults(), &llm)
+        .unwrap();
+    assert!(
+        matches!(outcome, CompactionOutcome::Compressed { .. }),
+        "{outcome:?}"
+    );
+    let after = task.context();
+    insta::assert_snapshot!(
+        "compaction_two_reads",
+        format!("before:\n{}\nafter:\n{}", outline(&before), outline(&after))
+    );
+}
+
+#[test]
+fn snapshot_parallel_reads_whose_older_results_are_cut() {
+    let mut task = Task::new("You are a coding agent.");
+    task.add(&user("Read three files at once."));
+    let ids = ["call_a", "call_b", "call_c"];
+    task.add(&calls(&ids, "read_text_file"));
+    for (n, id) in ids.iter().enumerate() {
+        task.add(&result(id, "read_text_file", &source(n + 1)));
+    }
+    let before = task.context();
+    let llm = FakeLlm::new(task.dir.path());
+    let outcome = task
+        .compact(Kind::Summarizer, &host_defaults(), &llm)
+        .unwrap();
+    // The newest group is kept whole, its two older results cut. The short user message before
+    // it would not get smaller as a summary: it is kept too, and no summary is made.
+    assert!(
+        matches!(
+            outcome,
+            CompactionOutcome::Compressed {
+                summary_id: None,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        llm.calls().len(),
+        1,
+        "a summary of the user message was tried"
+    );
+    let after = task.context();
+    insta::assert_snapshot!(
+        "compaction_parallel_reads",
+        format!("before:\n{}\nafter:\n{}", outline(&before), outline(&after))
+    );
 }

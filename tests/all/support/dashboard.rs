@@ -216,6 +216,7 @@ pub fn insert_task(db: &Db, uuid: &str, prompt: &str, owner: Option<&str>, model
         llm_provider: "openai".into(),
         model: model.into(),
         context_length: 1000,
+        no_inherit: false,
     })
     .expect("insert task");
 }
@@ -235,6 +236,9 @@ pub fn write_task_dir(
             std::fs::create_dir_all(parent).expect("folder");
         }
         std::fs::write(&p, content).expect("write task file");
+        // Owner-only, as ctxhost writes its files (fsck, and so `retry`, report anything looser).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     }
     dir
 }

@@ -2,6 +2,8 @@
 //!
 //! - [`fake_llm`]: a fake OpenAI/Ollama/Anthropic server on 127.0.0.1 with scripted replies;
 //!   [`anthropic_api`]: its Anthropic side (the API's checks, prompt-cache accounting).
+//! - [`fake_forge`]: a fake GitHub and a fake GitLab REST API on 127.0.0.1 (issues, pull/merge
+//!   requests, comments, labels, pagination, rate limits), recording every call.
 //! - [`TestEnv`]: a temporary working directory with a `config.yaml` and a `contexts/` dir, and
 //!   [`TestEnv::ctxhost`] to run the `ctxhost` binary in it and capture its output.
 //! - [`task::TaskBuilder`]: a task put in a given state through the library (no process).
@@ -21,7 +23,9 @@
 //! ```
 
 pub mod anthropic_api;
+pub mod conformance;
 pub mod dashboard;
+pub mod fake_forge;
 pub mod fake_llm;
 pub mod task;
 
@@ -39,6 +43,12 @@ pub fn ctxhost_bin() -> PathBuf {
 }
 
 /// A temporary directory that ctxhost runs in: `config.yaml` at its root, `contexts/` below it.
+///
+/// When dropped (and the test has not already failed), every task directory under `contexts/`
+/// is validated against the published JSON Schemas ([`conformance`]): a file or line that does
+/// not match fails the test, naming file, line and field, and the directory is kept for a look.
+/// A test that damages files on purpose says so with [`TestEnv::expect_nonconforming`].
+///
 /// Removed when dropped, unless the env var `CTXHOST_KEEP_TEST_DIRS` is set (then its path is
 /// printed, for debugging a failed test).
 pub struct TestEnv {
@@ -46,6 +56,8 @@ pub struct TestEnv {
     root: PathBuf,
     /// Extra environment variables for every [`TestEnv::ctxhost`] run.
     pub env: Vec<(String, String)>,
+    /// Why this test's task directories may not match the schemas (damage it planted).
+    nonconforming: Option<&'static str>,
 }
 
 impl TestEnv {
@@ -65,7 +77,14 @@ impl TestEnv {
                 "CTXHOST_CACHE_DIR".to_string(),
                 concat!(env!("CARGO_TARGET_TMPDIR"), "/component-cache").to_string(),
             )],
+            nonconforming: None,
         }
+    }
+
+    /// This test plants files or lines that do not match the schemas on purpose (`why`): the
+    /// check on drop reports them instead of failing the test.
+    pub fn expect_nonconforming(&mut self, why: &'static str) {
+        self.nonconforming = Some(why);
     }
 
     /// Write a config.yaml for an OpenAI-compatible server at `base_url` (see [`config_yaml`]).
@@ -131,10 +150,33 @@ impl Default for TestEnv {
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
-        if std::env::var_os("CTXHOST_KEEP_TEST_DIRS").is_some()
-            && let Some(d) = self.dir.take()
-        {
+        let mut keep = std::env::var_os("CTXHOST_KEEP_TEST_DIRS").is_some();
+        let mut failure = None;
+        if !std::thread::panicking() && self.contexts().is_dir() {
+            let report = conformance::check_tree(&self.contexts());
+            conformance::record_totals(&report);
+            if !report.mismatches.is_empty() {
+                let list = report.mismatches.join("\n  ");
+                match self.nonconforming {
+                    Some(why) => eprintln!(
+                        "schema conformance: {} (expected: {why}):\n  {list}",
+                        report.summary()
+                    ),
+                    None => {
+                        keep = true;
+                        failure = Some(format!(
+                            "task directories of this test do not match docs/schemas/ ({}):\n  {list}",
+                            report.summary()
+                        ));
+                    }
+                }
+            }
+        }
+        if keep && let Some(d) = self.dir.take() {
             eprintln!("keeping test dir {}", d.keep().display());
+        }
+        if let Some(f) = failure {
+            panic!("{f}");
         }
     }
 }

@@ -50,6 +50,7 @@ impl TaskBuilder {
                 llm_provider: "openai".into(),
                 model: "fake-model".into(),
                 context_length: 8192,
+                no_inherit: false,
             })
             .unwrap();
         uuid

@@ -117,11 +117,11 @@ fn major_minor(version: &str) -> Option<(u64, u64)> {
 
 /// The parts of the shim that are the same in every supported version, because the WIT
 /// records and interfaces they convert did not change: chat messages, plugin errors, store
-/// stats, added messages, request config/info, compress config, reply, completion, and the host
+/// stats, added messages, request config/info, reply, completion, and the host
 /// side of the `types`, `log` and `llm` imports. A version module brings its generated modules
 /// into scope as `wit_types`, `wit_log`, `wit_llm`, `wit_store`, `wit_format` and
-/// `wit_compressor`, implements `From` for `usage` in both directions (which changed in
-/// 0.2.0), and invokes this macro.
+/// `wit_compressor`, implements `From` for `usage` in both directions and for
+/// `compress-config` (both changed in 0.2.0), and invokes this macro.
 ///
 /// When a later version changes one of these records, move its conversion out of the macro into
 /// each version module.
@@ -236,18 +236,6 @@ macro_rules! unchanged_conversions {
                     message: r.message.into(),
                     usage: r.usage.map(Into::into),
                     finish_reason: r.finish_reason,
-                }
-            }
-        }
-
-        impl From<&$crate::runtime::CompressConfig> for wit_compressor::CompressConfig {
-            fn from(c: &$crate::runtime::CompressConfig) -> Self {
-                wit_compressor::CompressConfig {
-                    context_length: c.context_length,
-                    threshold: c.threshold,
-                    keep_recent_messages: c.keep_recent_messages,
-                    summary_prompt: c.summary_prompt.clone(),
-                    reserve_output_tokens: c.reserve_output_tokens,
                 }
             }
         }

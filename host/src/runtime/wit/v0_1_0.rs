@@ -9,6 +9,8 @@
 //!   ([`compress_result`]). `record-summary` is given `sum-N` ([`summary_id_arg`]), the form
 //!   0.1.0 stores were written for; the ids such a store or compressor writes to disk stay
 //!   strings until `ctxhost fsck --repair` rewrites them.
+//! - `compress-config` has no `keep-recent-tokens`: a 0.1.0 compressor bounds its kept tail by
+//!   count only (the host's value is dropped).
 
 /// World `compressor-plugin` at 0.1.0: imports `log` and `llm`, exports `compressor`.
 pub mod compressor {
@@ -74,6 +76,20 @@ impl From<wit_types::Usage> for Usage {
 }
 
 /// The prompt-cache counts are dropped (0.1.0 has no field for them).
+/// Without `keep-recent-tokens` (new in 0.2.0): the kept tail of a 0.1.0 compressor is bounded
+/// by `keep-recent-messages` only.
+impl From<&crate::runtime::CompressConfig> for wit_compressor::CompressConfig {
+    fn from(c: &crate::runtime::CompressConfig) -> Self {
+        wit_compressor::CompressConfig {
+            context_length: c.context_length,
+            threshold: c.threshold,
+            keep_recent_messages: c.keep_recent_messages,
+            summary_prompt: c.summary_prompt.clone(),
+            reserve_output_tokens: c.reserve_output_tokens,
+        }
+    }
+}
+
 impl From<Usage> for wit_types::Usage {
     fn from(u: Usage) -> Self {
         wit_types::Usage {

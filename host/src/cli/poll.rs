@@ -1,0 +1,71 @@
+//! `ctxhost poll`: parse, call [`crate::ops::poll`], print.
+//!
+//! Exit codes: 0 every repository polled and every pending result published; 1 a repository
+//! or a publication failed (the message names it; the rest was done); 2 no `sources` in the
+//! config, or a token variable is not set.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::out::outln;
+use super::{EXIT_FAILED, Env};
+use crate::sources::publish::Synced;
+
+/// `ctxhost poll` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct PollArgs {
+    /// Poll every source once and exit (without it: poll every poll_interval_secs until
+    /// stopped, and publish results as tasks end).
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: print the report as JSON ({published: {done, errors}, polls: [[source,
+    /// {queued, already_held, errors}]]}).
+    #[arg(long, requires = "once")]
+    pub json: bool,
+}
+
+pub(super) fn poll(env: &Env, args: &PollArgs) -> anyhow::Result<ExitCode> {
+    if !args.once {
+        crate::ops::poll::poll_forever(&env.config, &env.layout)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report = crate::ops::poll::poll_once(&env.config, &env.layout)?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for (uuid, item, what) in &report.published.done {
+            let text = match what {
+                Synced::Published(at) => format!("result posted: {at}"),
+                Synced::Recovered(at) => format!("result found already posted: {at}"),
+                Synced::Labels(state) => format!("labels moved to {state}"),
+                Synced::Skipped(why) => format!("skipped: {why}"),
+                Synced::UpToDate => continue,
+            };
+            outln!("{item}  task {uuid}: {text}");
+        }
+        for (source, r) in &report.polls {
+            for q in &r.queued {
+                outln!("{}  queued task {}", q.item, q.uuid);
+            }
+            outln!(
+                "{source}: {} task(s) queued, {} labelled item(s) already have one",
+                r.queued.len(),
+                r.already_held
+            );
+        }
+    }
+    for (uuid, e) in &report.published.errors {
+        eprintln!("error: publishing task {uuid}: {e}");
+    }
+    for (_, r) in &report.polls {
+        for e in &r.errors {
+            eprintln!("error: {e}");
+        }
+    }
+    Ok(if report.error_count() > 0 {
+        ExitCode::from(EXIT_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,441 @@
+//! Publishing a polled task's status to its item: labels while it runs, and once it ends one
+//! comment with the final answer (or the error) — exactly once.
+//!
+//! The publisher is a reconciler over the task store, not a hook in the task process: it
+//! reads what a task's row says (a status is only ever changed by [`crate::lifecycle`]) and
+//! what was already published (`publications`, [`crate::db::sources`]), and does what is
+//! missing. The worker runs it continuously (and right after a task process exits),
+//! `ctxhost poll` before every poll, `ctxhost run --once` once more at its end; any of them,
+//! on any host, may crash at any point and another picks up where it stopped.
+//!
+//! # Exactly one result comment
+//! For one task ([`Publisher::sync`]):
+//! 1. **Lease.** Only the holder of the task's publishing lease acts. Taking it is one
+//!    conditional UPDATE (free, expired, already ours, or held by a process of this host that
+//!    is dead); every later write is conditional on still holding it.
+//! 2. **Intent before effect.** `comment_state` goes `none` → `posting` (committed) before the
+//!    request is sent. So a comment can only exist on the item if the row says `posting` or
+//!    `posted`.
+//! 3. **Look before posting again.** Every comment carries a hidden marker with the task's
+//!    UUID ([`result_marker`]). In `posting`, the holder first reads the item's comments: a
+//!    comment with the marker is the one an earlier attempt posted (it crashed, or the request
+//!    failed after it may have reached the forge): it is recorded, not posted again. Only when
+//!    none exists is it posted.
+//! 4. **Record.** `posting` → `posted` with the comment's id and URL. Then the final labels,
+//!    then the task lets go of its item (`source_item` = NULL).
+//!
+//! Crash cases: before 2 — nothing was posted, the next holder posts. Between 2 and the
+//! request — `posting`, no marker on the item: the next holder posts (nothing lost). Between
+//! the request and 4 — `posting`, the marker is on the item: the next holder records it
+//! (nothing doubled). After 4 — `posted`: nothing more is posted. A request whose answer was
+//! lost (timeout, 5xx) is not repeated by the client ([`super::http::Repeat::Once`]); it is
+//! a failed attempt, retried later through step 3. Two publishers at once: the lease lets one
+//! act; the lease is renewed right before the request, and a request lasts at most the HTTP
+//! timeout (30 s), far less than [`LEASE`], so no other holder can look for the marker while
+//! a request of the first is under way — except after the first process died, which the
+//! takeover of a dead holder's lease assumes means its request is over.
+//!
+//! Labels converge instead (adding or removing a label twice changes nothing); they are set
+//! under the same lease, after reading the status under it, so a slow publisher never puts an
+//! old state over a newer one for good: the state it records is compared with the status on
+//! the next pass.
+//!
+//! Failpoints (tests): `publish:before-comment` (after 2) and `publish:after-comment` (after
+//! the request, before 4) kill the process with SIGKILL.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+
+use super::labels::{moves, state_for};
+use super::{ItemRef, Source, Sources};
+use crate::db::sources::CommentState;
+use crate::db::{Db, Status, TaskRow};
+use crate::layout::{Layout, hostname};
+
+/// How long a publishing lease lasts without renewal.
+pub const LEASE: Duration = Duration::from_secs(300);
+
+/// First wait before a worker retries a failed publication; doubles per failure, at most
+/// [`MAX_RETRY_WAIT`].
+pub const FIRST_RETRY_WAIT: Duration = Duration::from_secs(10);
+
+/// Longest wait between two attempts to publish.
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(3600);
+
+/// Longest final answer or error posted, characters (GitHub takes 65,536 per comment).
+pub const MAX_RESULT_CHARS: usize = 60_000;
+
+const MARKER_PREFIX: &str = "<!-- ctxhost:result task=";
+
+/// The hidden first line of the result comment of task `uuid`:
+/// `<!-- ctxhost:result task=UUID -->` (an HTML comment: not shown on the page).
+pub fn result_marker(uuid: &str) -> String {
+    format!("{MARKER_PREFIX}{uuid} -->")
+}
+
+/// Whether a comment body is a ctxhost result (of any task).
+pub fn is_result_comment(body: &str) -> bool {
+    body.contains(MARKER_PREFIX)
+}
+
+/// The comment posted for `row` (a task that ended) with its final `answer`. The marker comes
+/// first; text longer than [`MAX_RESULT_CHARS`] is cut with a pointer to `ctxhost show`.
+pub fn result_comment(row: &TaskRow, answer: Option<&str>) -> String {
+    let uuid = &row.uuid;
+    let cut = |s: &str| {
+        let n = s.chars().count();
+        if n <= MAX_RESULT_CHARS {
+            s.trim().to_string()
+        } else {
+            let kept: String = s.chars().take(MAX_RESULT_CHARS).collect();
+            format!(
+                "{kept}\n\n[... {} more characters: `ctxhost show {uuid}` has it all]",
+                n - MAX_RESULT_CHARS
+            )
+        }
+    };
+    let body = match row.status {
+        Status::Completed => match answer {
+            Some(a) if !a.trim().is_empty() => cut(a),
+            _ => format!(
+                "The task completed, but its final answer is no longer available (its files were \
+                 removed); `ctxhost show {uuid}` has its record."
+            ),
+        },
+        Status::Failed => format!(
+            "The task failed:\n\n```text\n{}\n```",
+            cut(row
+                .error_message
+                .as_deref()
+                .unwrap_or("(no error message recorded)"))
+            .replace("```", "'''")
+        ),
+        Status::Stopped => "The task was stopped before it finished (`ctxhost stop`).".to_string(),
+        s => format!("The task is {s}."),
+    };
+    format!(
+        "{}\n{body}\n\n<sub>ctxhost task `{uuid}` · {} · {} LLM calls · {} tool calls · {} tokens</sub>\n",
+        result_marker(uuid),
+        row.status,
+        row.llm_call_count,
+        row.tool_call_count,
+        row.total_tokens,
+    )
+}
+
+/// What one [`Publisher::sync`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Synced {
+    /// The item shows the task's status; nothing was needed.
+    UpToDate,
+    /// Labels were moved (`label state`).
+    Labels(String),
+    /// The result comment was posted (its URL or id), labels moved, the item let go.
+    Published(String),
+    /// The result comment an earlier attempt posted was found and recorded.
+    Recovered(String),
+    /// Another publisher holds the lease, or a failed attempt's wait is not over.
+    Skipped(String),
+}
+
+/// What [`Publisher::sweep`] did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SweepReport {
+    /// (task UUID, item, what happened) for every task that needed something.
+    pub done: Vec<(String, String, Synced)>,
+    /// Errors (task UUID, message), each also recorded in the task's publication.
+    pub errors: Vec<(String, String)>,
+}
+
+/// Publishes for every configured source, with one lease identity.
+pub struct Publisher<'a> {
+    sources: &'a Sources,
+    db: &'a Db,
+    layout: &'a Layout,
+    owner: String,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as i64
+}
+
+/// Whether the lease `owner` (`HOST/PID/NONCE`) belongs to a process of this host that is no
+/// longer alive.
+fn owner_is_dead(owner: &str) -> bool {
+    let mut parts = owner.split('/');
+    let (Some(host), Some(pid)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<i32>() else {
+        return false;
+    };
+    if host != hostname() || pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for the process; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+impl<'a> Publisher<'a> {
+    /// A publisher of this process (lease identity `HOST/PID/NONCE`).
+    pub fn new(sources: &'a Sources, db: &'a Db, layout: &'a Layout) -> Publisher<'a> {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        Publisher {
+            sources,
+            db,
+            layout,
+            owner: format!("{}/{}/{}", hostname(), std::process::id(), &nonce[..8]),
+        }
+    }
+
+    /// Sync every task whose item is still held. `force`: also tasks whose last attempt
+    /// failed recently (one-shot commands); a worker waits out the backoff.
+    pub fn sweep(&self, force: bool) -> anyhow::Result<SweepReport> {
+        let mut report = SweepReport::default();
+        for row in self.db.unpublished_tasks()? {
+            let Some(item) = ItemRef::from_task(&row) else {
+                continue;
+            };
+            match self.sync(&row, None, force) {
+                Ok(Synced::UpToDate) => {}
+                Ok(s) => report.done.push((row.uuid.clone(), item.short(), s)),
+                Err(e) => report.errors.push((row.uuid.clone(), format!("{e:#}"))),
+            }
+        }
+        Ok(report)
+    }
+
+    /// Bring the item of task `row` up to date with its status (module docs); `labels`: the
+    /// item's labels when just read (spares a request). Errors are recorded in the task's
+    /// publication (with the time of the next attempt) and returned.
+    pub fn sync(
+        &self,
+        row: &TaskRow,
+        labels: Option<&[String]>,
+        force: bool,
+    ) -> anyhow::Result<Synced> {
+        let uuid = row.uuid.as_str();
+        let item = ItemRef::from_task(row)
+            .with_context(|| format!("task {uuid} has no GitHub/GitLab task key"))?;
+        let Some(source) = self.sources.find(item.forge, &item.repo) else {
+            return Ok(Synced::Skipped(format!(
+                "{} {} is not in sources.{}.{} any more",
+                item.forge,
+                item.repo,
+                item.forge.as_str(),
+                item.forge.repos_key()
+            )));
+        };
+        let seen = self.db.publication(uuid)?;
+        let now = now_ms();
+        if let Some(p) = &seen {
+            if !force && p.next_attempt_ms.is_some_and(|t| t > now) {
+                return Ok(Synced::Skipped("waiting to retry after an error".into()));
+            }
+            // A task still under way whose labels show its status: nothing to do (a finished
+            // task is only seen here until its result is published).
+            if !row.status.is_final()
+                && p.labels_state.as_deref() == Some(state_for(row.status).as_str())
+            {
+                return Ok(Synced::UpToDate);
+            }
+        }
+        let dead = seen
+            .as_ref()
+            .and_then(|p| p.lease_owner.as_deref())
+            .filter(|o| *o != self.owner && owner_is_dead(o));
+        let until = now + LEASE.as_millis() as i64;
+        if !self
+            .db
+            .take_publish_lease(uuid, &self.owner, until, now, dead)?
+        {
+            return Ok(Synced::Skipped(
+                "another ctxhost process is publishing it".into(),
+            ));
+        }
+        if let Some(d) = dead {
+            tracing::info!(%uuid, dead_owner = d, "took over the publication of a process that died");
+        }
+        let attempts = seen.as_ref().map_or(0, |p| p.attempts);
+        match self.sync_leased(source, &item, uuid, labels) {
+            Ok(done) => {
+                self.db.release_publish_lease(uuid, &self.owner)?;
+                Ok(done)
+            }
+            Err(e) => {
+                let msg = source.forge.redact(&format!("{e:#}"));
+                let wait = FIRST_RETRY_WAIT
+                    .saturating_mul(1u32 << attempts.clamp(0, 16) as u32)
+                    .min(MAX_RETRY_WAIT);
+                tracing::warn!(%uuid, item = %item.short(), retry_in_secs = wait.as_secs(), "publishing failed: {msg}");
+                self.db.record_publish_error(
+                    uuid,
+                    &self.owner,
+                    &msg,
+                    now_ms() + wait.as_millis() as i64,
+                )?;
+                Err(anyhow::anyhow!(msg))
+            }
+        }
+    }
+
+    /// The work under the lease: re-read the row, post the result of a finished task, move
+    /// the labels, let go of the item.
+    fn sync_leased(
+        &self,
+        source: &Source,
+        item: &ItemRef,
+        uuid: &str,
+        labels: Option<&[String]>,
+    ) -> anyhow::Result<Synced> {
+        let row = self
+            .db
+            .get(uuid)?
+            .with_context(|| format!("task {uuid} vanished"))?;
+        let mut outcome = Synced::UpToDate;
+        if row.status.is_final() {
+            outcome = self.ensure_comment(source, item, &row)?;
+        }
+        let state = state_for(row.status);
+        let publication = self.db.publication(uuid)?;
+        if publication.and_then(|p| p.labels_state).as_deref() != Some(state.as_str()) {
+            let (add, remove) = moves(&source.config, state);
+            source.forge.move_labels(item, labels, add, &remove)?;
+            if !self.db.record_labels(uuid, &self.owner, state.as_str())? {
+                bail!("lost the publishing lease of task {uuid} while moving its labels");
+            }
+            if outcome == Synced::UpToDate {
+                outcome = Synced::Labels(state.as_str().to_string());
+            }
+        }
+        if row.status.is_final() {
+            self.db.release_item(uuid, &self.owner)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Steps 2–4 of the module docs for a finished task.
+    fn ensure_comment(
+        &self,
+        source: &Source,
+        item: &ItemRef,
+        row: &TaskRow,
+    ) -> anyhow::Result<Synced> {
+        let uuid = row.uuid.as_str();
+        let state = self
+            .db
+            .publication(uuid)?
+            .map_or(CommentState::None, |p| p.comment_state);
+        match state {
+            CommentState::Posted => return Ok(Synced::UpToDate),
+            CommentState::Posting => {
+                let marker = result_marker(uuid);
+                let comments = source.forge.comments(item)?;
+                if let Some(c) = comments.iter().find(|c| c.body.contains(&marker)) {
+                    if !self
+                        .db
+                        .record_comment(uuid, &self.owner, &c.id, c.url.as_deref())?
+                    {
+                        bail!(
+                            "lost the publishing lease of task {uuid} while recording its comment"
+                        );
+                    }
+                    tracing::info!(%uuid, item = %item.short(), comment = %c.id, "found the result comment an earlier attempt posted; recorded it");
+                    return Ok(Synced::Recovered(
+                        c.url.clone().unwrap_or_else(|| c.id.clone()),
+                    ));
+                }
+            }
+            CommentState::None => {
+                if !self.db.mark_comment_posting(uuid, &self.owner)? {
+                    bail!("lost the publishing lease of task {uuid} before commenting");
+                }
+            }
+        }
+        crate::failpoint::kill_if_set("publish:before-comment");
+        let answer = if row.status == Status::Completed {
+            crate::ops::show::show(self.db, self.layout, uuid, 0)
+                .map(|r| r.result)
+                .unwrap_or_else(|e| {
+                    tracing::warn!(%uuid, "cannot read the final answer: {e:#}");
+                    None
+                })
+        } else {
+            None
+        };
+        let body = source.forge.redact(&result_comment(row, answer.as_deref()));
+        // Renew right before the request: it then ends long before the lease can.
+        let now = now_ms();
+        if !self.db.take_publish_lease(
+            uuid,
+            &self.owner,
+            now + LEASE.as_millis() as i64,
+            now,
+            None,
+        )? {
+            bail!("lost the publishing lease of task {uuid} before commenting");
+        }
+        let posted = source.forge.post_comment(item, &body)?;
+        crate::failpoint::kill_if_set("publish:after-comment");
+        if !self
+            .db
+            .record_comment(uuid, &self.owner, &posted.id, posted.url.as_deref())?
+        {
+            bail!(
+                "lost the publishing lease of task {uuid} after commenting (comment {}); the next \
+                 attempt finds and records it",
+                posted.id
+            );
+        }
+        tracing::info!(%uuid, item = %item.short(), comment = %posted.id, status = %row.status, "result posted");
+        Ok(Synced::Published(posted.url.unwrap_or(posted.id)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_comments_carry_the_marker_first() {
+        let mut row = crate::db::testing::task_row("1234");
+        row.status = Status::Completed;
+        row.llm_call_count = 3;
+        let c = result_comment(&row, Some("All good."));
+        assert!(
+            c.starts_with("<!-- ctxhost:result task=1234 -->\nAll good.\n"),
+            "{c}"
+        );
+        assert!(is_result_comment(&c));
+        assert!(c.contains("3 LLM calls"));
+        row.status = Status::Failed;
+        row.error_message = Some("LLM said ```no```".into());
+        let c = result_comment(&row, None);
+        assert!(
+            c.contains("The task failed:\n\n```text\nLLM said '''no'''\n```"),
+            "{c}"
+        );
+        row.status = Status::Completed;
+        let long = "y".repeat(MAX_RESULT_CHARS + 5);
+        let c = result_comment(&row, Some(&long));
+        assert!(c.contains("[... 5 more characters: `ctxhost show 1234` has it all]"));
+        assert!(!is_result_comment("a normal comment"));
+    }
+
+    #[test]
+    fn only_dead_owners_of_this_host_are_dead() {
+        let me = format!("{}/{}/x", hostname(), std::process::id());
+        assert!(!owner_is_dead(&me));
+        assert!(!owner_is_dead("some-other-host/1/x"));
+        assert!(!owner_is_dead("garbage"));
+        // A pid far above any pid_max (2^22) is not alive.
+        assert!(owner_is_dead(&format!("{}/2147483000/x", hostname())));
+    }
+}

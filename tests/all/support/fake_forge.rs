@@ -1,0 +1,972 @@
+//! A fake GitHub REST API and a fake GitLab REST API (v4) for tests: real HTTP/1.1 on
+//! `127.0.0.1:<ephemeral port>`, hand-written on `std::net`, over an in-memory model of
+//! repositories, issues, pull/merge requests, comments and labels. Every call is recorded
+//! ([`Call`]).
+//!
+//! ```ignore
+//! let gh = FakeForge::github();
+//! let n = gh.add_item("acme/app", Kind::Issue, "Fix it", "Details", &["coding agent"]);
+//! // config: sources.github.api_url = gh.api_url(), token in the env var the test sets to gh.token()
+//! // ... run ctxhost poll --once, run --once ...
+//! assert_eq!(gh.comments("acme/app", n).len(), 1);
+//! assert_eq!(gh.labels("acme/app", n), ["coding agent done"]);
+//! ```
+//!
+//! What it checks and serves, as the real APIs do:
+//! - the token (GitHub `Authorization: Bearer`, GitLab `PRIVATE-TOKEN`): 401 otherwise;
+//!   an unknown repository or item: 404;
+//! - GitHub: `GET /repos/{o}/{r}/issues` (open, `labels` filter, pull requests included with a
+//!   `pull_request` field), `GET …/issues/{n}`, `GET …/pulls/{n}`, `GET/POST …/issues/{n}/comments`,
+//!   `POST …/issues/{n}/labels`, `DELETE …/issues/{n}/labels/{name}` (404 when absent);
+//! - GitLab: `GET /api/v4/projects/{id}/{issues,merge_requests}` (`state=opened`, `labels`),
+//!   `GET/PUT …/{iid}` (`add_labels` / `remove_labels`, which also add a system note, as GitLab
+//!   does), `GET/POST …/{iid}/notes`;
+//! - pagination: `per_page` (at most 100) and `page`, with `Link: <…>; rel="next"` (and
+//!   GitLab's `X-Next-Page`, `X-Total`);
+//! - faults queued with [`FakeForge::push_fault`]: a rate limit (GitHub 403 with
+//!   `x-ratelimit-remaining: 0` + `x-ratelimit-reset`; GitLab 429 with `RateLimit-Reset`), a
+//!   `Retry-After`, or any status, for the next request matching a method and path fragment.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+/// Which API the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// GitHub REST v3.
+    Github,
+    /// GitLab REST v4.
+    Gitlab,
+}
+
+/// An issue or a pull/merge request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Issue,
+    Pull,
+}
+
+/// A comment (GitLab: note) in the model.
+#[derive(Debug, Clone)]
+pub struct FComment {
+    pub id: u64,
+    pub author: String,
+    pub body: String,
+    pub system: bool,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone)]
+struct FItem {
+    number: u64,
+    kind: Kind,
+    title: String,
+    body: String,
+    open: bool,
+    author: String,
+    labels: Vec<String>,
+    comments: Vec<FComment>,
+    created_at: String,
+}
+
+/// One request as received, with the status it got.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: String,
+    /// Path without the query, percent-decoded.
+    pub path: String,
+    /// Query parameters, decoded.
+    pub query: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+    pub status: u16,
+    pub at: Instant,
+}
+
+impl Call {
+    /// The query parameter `k`.
+    pub fn param(&self, k: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(a, _)| a == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A fault served instead of the real answer.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// The forge's rate-limit answer, resetting `secs` seconds from now.
+    RateLimit { secs: u64 },
+    /// 429 with `Retry-After: secs`.
+    RetryAfter { secs: u64 },
+    /// Any status with a JSON `{"message"}` body.
+    Status(u16),
+    /// Do the real work, then close the connection without answering (the client cannot
+    /// know whether it happened).
+    DropAnswer,
+}
+
+struct PendingFault {
+    method: String,
+    path_contains: String,
+    fault: Fault,
+}
+
+struct State {
+    flavor: Flavor,
+    token: String,
+    repos: BTreeMap<String, BTreeMap<u64, FItem>>,
+    calls: Vec<Call>,
+    faults: VecDeque<PendingFault>,
+    next_comment_id: u64,
+    delay: Duration,
+    base: String,
+}
+
+/// A running fake forge. Stops accepting when dropped.
+pub struct FakeForge {
+    flavor: Flavor,
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    stop: Arc<AtomicBool>,
+    accept: Option<thread::JoinHandle<()>>,
+}
+
+impl FakeForge {
+    /// A fake GitHub API.
+    pub fn github() -> FakeForge {
+        FakeForge::start(Flavor::Github)
+    }
+
+    /// A fake GitLab API.
+    pub fn gitlab() -> FakeForge {
+        FakeForge::start(Flavor::Gitlab)
+    }
+
+    fn start(flavor: Flavor) -> FakeForge {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind fake forge");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(Mutex::new(State {
+            flavor,
+            token: format!("tok-{}-secret", addr.port()),
+            repos: BTreeMap::new(),
+            calls: Vec::new(),
+            faults: VecDeque::new(),
+            next_comment_id: 1000,
+            delay: Duration::ZERO,
+            base: format!("http://{addr}"),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (st, sp) = (state.clone(), stop.clone());
+        let accept = thread::spawn(move || {
+            for stream in listener.incoming() {
+                if sp.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let st = st.clone();
+                thread::spawn(move || {
+                    let _ = serve(stream, &st);
+                });
+            }
+        });
+        FakeForge {
+            flavor,
+            addr,
+            state,
+            stop,
+            accept: Some(accept),
+        }
+    }
+
+    /// The `api_url` for config.yaml: `http://127.0.0.1:PORT` (GitHub) or
+    /// `http://127.0.0.1:PORT/api/v4` (GitLab).
+    pub fn api_url(&self) -> String {
+        match self.flavor {
+            Flavor::Github => format!("http://{}", self.addr),
+            Flavor::Gitlab => format!("http://{}/api/v4", self.addr),
+        }
+    }
+
+    /// The token the API accepts.
+    pub fn token(&self) -> String {
+        self.lock().token.clone()
+    }
+
+    /// Create `repo` (empty).
+    pub fn add_repo(&self, repo: &str) {
+        self.lock().repos.entry(repo.to_string()).or_default();
+    }
+
+    /// Add an open item to `repo` (created if missing); returns its number. GitHub numbers
+    /// issues and pull requests in one sequence, GitLab each kind in its own.
+    pub fn add_item(
+        &self,
+        repo: &str,
+        kind: Kind,
+        title: &str,
+        body: &str,
+        labels: &[&str],
+    ) -> u64 {
+        let mut s = self.lock();
+        let flavor = s.flavor;
+        let items = s.repos.entry(repo.to_string()).or_default();
+        let number = items
+            .values()
+            .filter(|i| flavor == Flavor::Github || i.kind == kind)
+            .map(|i| i.number)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let key = match (flavor, kind) {
+            (Flavor::Gitlab, Kind::Pull) => number + 1_000_000,
+            _ => number,
+        };
+        items.insert(
+            key,
+            FItem {
+                number,
+                kind,
+                title: title.to_string(),
+                body: body.to_string(),
+                open: true,
+                author: "alice".into(),
+                labels: labels.iter().map(|l| l.to_string()).collect(),
+                comments: Vec::new(),
+                created_at: "2025-01-01T00:00:00Z".into(),
+            },
+        );
+        number
+    }
+
+    /// Add a comment by `author`.
+    pub fn add_comment(&self, repo: &str, kind: Kind, number: u64, author: &str, body: &str) {
+        let mut s = self.lock();
+        let id = s.next_comment_id;
+        s.next_comment_id += 1;
+        let it = item_mut(&mut s, repo, kind, number).expect("no such item");
+        it.comments.push(FComment {
+            id,
+            author: author.into(),
+            body: body.into(),
+            system: false,
+            created_at: format!("2025-01-02T00:00:{:02}Z", id % 60),
+        });
+    }
+
+    /// The item's labels.
+    pub fn labels(&self, repo: &str, kind: Kind, number: u64) -> Vec<String> {
+        let mut s = self.lock();
+        item_mut(&mut s, repo, kind, number)
+            .expect("no such item")
+            .labels
+            .clone()
+    }
+
+    /// Replace the item's labels (a person relabelling it).
+    pub fn set_labels(&self, repo: &str, kind: Kind, number: u64, labels: &[&str]) {
+        let mut s = self.lock();
+        item_mut(&mut s, repo, kind, number)
+            .expect("no such item")
+            .labels = labels.iter().map(|l| l.to_string()).collect();
+    }
+
+    /// The item's comments that are not system notes.
+    pub fn comments(&self, repo: &str, kind: Kind, number: u64) -> Vec<FComment> {
+        let mut s = self.lock();
+        item_mut(&mut s, repo, kind, number)
+            .expect("no such item")
+            .comments
+            .iter()
+            .filter(|c| !c.system)
+            .cloned()
+            .collect()
+    }
+
+    /// Every call so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.lock().calls.clone()
+    }
+
+    /// Calls with `method` whose path ends with `suffix`.
+    pub fn calls_to(&self, method: &str, suffix: &str) -> Vec<Call> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.method == method && c.path.ends_with(suffix))
+            .collect()
+    }
+
+    /// Serve `fault` to the next request with `method` whose path contains `path_contains`.
+    pub fn push_fault(&self, method: &str, path_contains: &str, fault: Fault) {
+        self.lock().faults.push_back(PendingFault {
+            method: method.into(),
+            path_contains: path_contains.into(),
+            fault,
+        });
+    }
+
+    /// Wait this long before answering each request.
+    pub fn set_delay(&self, d: Duration) {
+        self.lock().delay = d;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for FakeForge {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn item_mut<'a>(s: &'a mut State, repo: &str, kind: Kind, number: u64) -> Option<&'a mut FItem> {
+    let flavor = s.flavor;
+    let key = match (flavor, kind) {
+        (Flavor::Gitlab, Kind::Pull) => number + 1_000_000,
+        _ => number,
+    };
+    s.repos
+        .get_mut(repo)?
+        .get_mut(&key)
+        .filter(|i| i.kind == kind || flavor == Flavor::Github)
+}
+
+/// An answer: status, extra headers, JSON body (`None`: no answer at all).
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Value,
+    drop: bool,
+}
+
+fn answer(status: u16, body: Value) -> Answer {
+    Answer {
+        status,
+        headers: Vec::new(),
+        body,
+        drop: false,
+    }
+}
+
+fn message(status: u16, text: &str) -> Answer {
+    answer(status, json!({ "message": text }))
+}
+
+fn serve(stream: TcpStream, state: &Mutex<State>) -> io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    loop {
+        let Some((method, target, headers, body)) = read_request(&mut reader)? else {
+            return Ok(());
+        };
+        let delay = state.lock().unwrap_or_else(|p| p.into_inner()).delay;
+        if !delay.is_zero() {
+            thread::sleep(delay);
+        }
+        let (path, query) = split_target(&target);
+        let body_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let ans = {
+            let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+            let fault_at = s
+                .faults
+                .iter()
+                .position(|f| f.method == method && path.contains(&f.path_contains));
+            let fault = fault_at.and_then(|i| s.faults.remove(i)).map(|f| f.fault);
+            let mut ans = match &fault {
+                Some(Fault::DropAnswer) | None => {
+                    route(&mut s, &method, &path, &query, &headers, &body_json)
+                }
+                Some(f) => fault_answer(s.flavor, f),
+            };
+            if matches!(fault, Some(Fault::DropAnswer)) {
+                ans.drop = true;
+            }
+            s.calls.push(Call {
+                method: method.clone(),
+                path: path.clone(),
+                query: query.clone(),
+                headers: headers.clone(),
+                body: body_json,
+                status: ans.status,
+                at: Instant::now(),
+            });
+            ans
+        };
+        if ans.drop {
+            let _ = writer.shutdown(std::net::Shutdown::Both);
+            return Ok(());
+        }
+        let text = if ans.status == 204 {
+            String::new()
+        } else {
+            ans.body.to_string()
+        };
+        let mut head = format!(
+            "HTTP/1.1 {} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+            ans.status,
+            text.len()
+        );
+        for (k, v) in &ans.headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        writer.write_all(head.as_bytes())?;
+        writer.write_all(text.as_bytes())?;
+        writer.flush()?;
+    }
+}
+
+fn fault_answer(flavor: Flavor, f: &Fault) -> Answer {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    match (flavor, f) {
+        (Flavor::Github, Fault::RateLimit { secs }) => Answer {
+            status: 403,
+            headers: vec![
+                ("x-ratelimit-limit".into(), "5000".into()),
+                ("x-ratelimit-remaining".into(), "0".into()),
+                ("x-ratelimit-reset".into(), (now + secs).to_string()),
+            ],
+            body: json!({"message": "API rate limit exceeded for user ID 1."}),
+            drop: false,
+        },
+        (Flavor::Gitlab, Fault::RateLimit { secs }) => Answer {
+            status: 429,
+            headers: vec![
+                ("RateLimit-Limit".into(), "600".into()),
+                ("RateLimit-Remaining".into(), "0".into()),
+                ("RateLimit-Reset".into(), (now + secs).to_string()),
+            ],
+            body: json!({"message": "Retry later"}),
+            drop: false,
+        },
+        (_, Fault::RetryAfter { secs }) => Answer {
+            status: 429,
+            headers: vec![("Retry-After".into(), secs.to_string())],
+            body: json!({"message": "You have exceeded a secondary rate limit."}),
+            drop: false,
+        },
+        (_, Fault::Status(code)) => message(*code, "injected fault"),
+        (_, Fault::DropAnswer) => unreachable!(),
+    }
+}
+
+fn route(
+    s: &mut State,
+    method: &str,
+    path: &str,
+    query: &[(String, String)],
+    headers: &[(String, String)],
+    body: &Value,
+) -> Answer {
+    let header = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.as_str())
+    };
+    match s.flavor {
+        Flavor::Github => {
+            if header("authorization") != Some(&format!("Bearer {}", s.token)) {
+                return message(401, "Bad credentials");
+            }
+            github(s, method, path, query, body)
+        }
+        Flavor::Gitlab => {
+            if header("private-token") != Some(s.token.as_str()) {
+                return message(401, "401 Unauthorized");
+            }
+            gitlab(s, method, path, query, body)
+        }
+    }
+}
+
+fn param<'a>(q: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    q.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
+}
+
+/// One page of `all` and the pagination headers, for request `path` + `query`.
+fn paginate(
+    base: &str,
+    path: &str,
+    query: &[(String, String)],
+    all: Vec<Value>,
+    gitlab: bool,
+) -> Answer {
+    let per_page = param(query, "per_page")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(if gitlab { 20 } else { 30 })
+        .clamp(1, 100);
+    let page = param(query, "page")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let pages = all.len().div_ceil(per_page).max(1);
+    let items: Vec<Value> = all
+        .iter()
+        .skip((page - 1) * per_page)
+        .take(per_page)
+        .cloned()
+        .collect();
+    let link_to = |p: usize| {
+        let mut q: Vec<String> = query
+            .iter()
+            .filter(|(k, _)| k != "page")
+            .map(|(k, v)| format!("{k}={}", encode(v)))
+            .collect();
+        q.push(format!("page={p}"));
+        let enc_path = if gitlab {
+            reencode_project(path)
+        } else {
+            path.to_string()
+        };
+        format!("{base}{enc_path}?{}", q.join("&"))
+    };
+    let mut links = Vec::new();
+    if page < pages {
+        links.push(format!("<{}>; rel=\"next\"", link_to(page + 1)));
+    }
+    links.push(format!("<{}>; rel=\"first\"", link_to(1)));
+    links.push(format!("<{}>; rel=\"last\"", link_to(pages)));
+    let mut headers = vec![("Link".to_string(), links.join(", "))];
+    if gitlab {
+        headers.push(("X-Page".into(), page.to_string()));
+        headers.push(("X-Per-Page".into(), per_page.to_string()));
+        headers.push(("X-Total".into(), all.len().to_string()));
+        headers.push((
+            "X-Next-Page".into(),
+            if page < pages {
+                (page + 1).to_string()
+            } else {
+                String::new()
+            },
+        ));
+    }
+    Answer {
+        status: 200,
+        headers,
+        body: Value::Array(items),
+        drop: false,
+    }
+}
+
+/// `/api/v4/projects/a/b/issues` -> `/api/v4/projects/a%2Fb/issues` (the project id encoded
+/// back, as GitLab's links have it). Only used for the fake's own next links.
+fn reencode_project(path: &str) -> String {
+    let Some(rest) = path.strip_prefix("/api/v4/projects/") else {
+        return path.to_string();
+    };
+    for coll in ["/issues", "/merge_requests"] {
+        if let Some(i) = rest.find(coll) {
+            return format!("/api/v4/projects/{}{}", encode(&rest[..i]), &rest[i..]);
+        }
+    }
+    path.to_string()
+}
+
+fn gh_issue(base: &str, repo: &str, i: &FItem) -> Value {
+    let mut v = json!({
+        "number": i.number,
+        "title": i.title,
+        "body": if i.body.is_empty() { Value::Null } else { Value::String(i.body.clone()) },
+        "state": if i.open { "open" } else { "closed" },
+        "html_url": format!("{base}/{repo}/{}/{}", if i.kind == Kind::Pull { "pull" } else { "issues" }, i.number),
+        "user": {"login": i.author},
+        "labels": i.labels.iter().map(|l| json!({"name": l, "color": "ededed"})).collect::<Vec<_>>(),
+        "comments": i.comments.len(),
+        "created_at": i.created_at,
+    });
+    if i.kind == Kind::Pull {
+        v["pull_request"] = json!({"url": format!("{base}/repos/{repo}/pulls/{}", i.number)});
+    }
+    v
+}
+
+fn gh_comment(base: &str, repo: &str, n: u64, c: &FComment) -> Value {
+    json!({
+        "id": c.id,
+        "user": {"login": c.author},
+        "body": c.body,
+        "created_at": c.created_at,
+        "html_url": format!("{base}/{repo}/issues/{n}#issuecomment-{}", c.id),
+    })
+}
+
+fn github(
+    s: &mut State,
+    method: &str,
+    path: &str,
+    query: &[(String, String)],
+    body: &Value,
+) -> Answer {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if parts.len() < 4 || parts[0] != "repos" {
+        return message(404, "Not Found");
+    }
+    let repo = format!("{}/{}", parts[1], parts[2]);
+    let base = s.base.clone();
+    if !s.repos.contains_key(&repo) {
+        return message(404, "Not Found");
+    }
+    let rest = &parts[3..];
+    let next_id = s.next_comment_id;
+    let items = s.repos.get_mut(&repo).unwrap();
+    match (method, rest) {
+        ("GET", ["issues"]) => {
+            let wanted: Vec<&str> = param(query, "labels")
+                .map(|l| l.split(',').collect())
+                .unwrap_or_default();
+            let state = param(query, "state").unwrap_or("open");
+            let all: Vec<Value> = items
+                .values()
+                .filter(|i| state == "all" || (state == "open") == i.open)
+                .filter(|i| wanted.iter().all(|w| i.labels.iter().any(|l| l == w)))
+                .map(|i| gh_issue(&base, &repo, i))
+                .collect();
+            paginate(&base, path, query, all, false)
+        }
+        (_, [kind, n, tail @ ..]) if *kind == "issues" || *kind == "pulls" => {
+            let Ok(n) = n.parse::<u64>() else {
+                return message(404, "Not Found");
+            };
+            let Some(it) = items.get_mut(&n) else {
+                return message(404, "Not Found");
+            };
+            match (method, *kind, tail) {
+                ("GET", "issues", []) => answer(200, gh_issue(&base, &repo, it)),
+                ("GET", "pulls", []) if it.kind == Kind::Pull => answer(
+                    200,
+                    json!({"number": n, "head": {"ref": format!("feature-{n}")}, "base": {"ref": "main"}}),
+                ),
+                ("GET", "issues", ["comments"]) => {
+                    let all = it
+                        .comments
+                        .iter()
+                        .map(|c| gh_comment(&base, &repo, n, c))
+                        .collect();
+                    paginate(&base, path, query, all, false)
+                }
+                ("POST", "issues", ["comments"]) => {
+                    let Some(text) = body["body"].as_str() else {
+                        return message(422, "body is missing");
+                    };
+                    let c = FComment {
+                        id: next_id,
+                        author: "ctxhost-bot".into(),
+                        body: text.into(),
+                        system: false,
+                        created_at: "2025-01-03T00:00:00Z".into(),
+                    };
+                    it.comments.push(c.clone());
+                    s.next_comment_id += 1;
+                    answer(201, gh_comment(&base, &repo, n, &c))
+                }
+                ("POST", "issues", ["labels"]) => {
+                    let Some(add) = body["labels"].as_array() else {
+                        return message(422, "labels is missing");
+                    };
+                    for l in add.iter().filter_map(Value::as_str) {
+                        if !it.labels.iter().any(|x| x == l) {
+                            it.labels.push(l.to_string());
+                        }
+                    }
+                    answer(
+                        200,
+                        json!(
+                            it.labels
+                                .iter()
+                                .map(|l| json!({"name": l}))
+                                .collect::<Vec<_>>()
+                        ),
+                    )
+                }
+                ("DELETE", "issues", ["labels", name]) => {
+                    let before = it.labels.len();
+                    it.labels.retain(|l| l != name);
+                    if it.labels.len() == before {
+                        message(404, "Label does not exist")
+                    } else {
+                        answer(
+                            200,
+                            json!(
+                                it.labels
+                                    .iter()
+                                    .map(|l| json!({"name": l}))
+                                    .collect::<Vec<_>>()
+                            ),
+                        )
+                    }
+                }
+                _ => message(404, "Not Found"),
+            }
+        }
+        _ => message(404, "Not Found"),
+    }
+}
+
+fn gl_item(base: &str, repo: &str, i: &FItem) -> Value {
+    let coll = if i.kind == Kind::Pull {
+        "merge_requests"
+    } else {
+        "issues"
+    };
+    let mut v = json!({
+        "iid": i.number,
+        "id": i.number + 5000,
+        "title": i.title,
+        "description": if i.body.is_empty() { Value::Null } else { Value::String(i.body.clone()) },
+        "state": if i.open { "opened" } else { "closed" },
+        "web_url": format!("{base}/{repo}/-/{coll}/{}", i.number),
+        "author": {"username": i.author},
+        "labels": i.labels,
+        "user_notes_count": i.comments.iter().filter(|c| !c.system).count(),
+        "created_at": i.created_at,
+    });
+    if i.kind == Kind::Pull {
+        v["source_branch"] = json!(format!("feature-{}", i.number));
+        v["target_branch"] = json!("main");
+    }
+    v
+}
+
+fn gitlab(
+    s: &mut State,
+    method: &str,
+    path: &str,
+    query: &[(String, String)],
+    body: &Value,
+) -> Answer {
+    let Some(rest) = path.strip_prefix("/api/v4/projects/") else {
+        return message(404, "404 Not Found");
+    };
+    // The project id is a decoded path: split at the collection.
+    let (project, tail) = match ["/issues", "/merge_requests"]
+        .iter()
+        .filter_map(|c| rest.find(c).map(|i| (&rest[..i], &rest[i + 1..])))
+        .next()
+    {
+        Some(x) => x,
+        None => return message(404, "404 Not Found"),
+    };
+    let base = s.base.clone();
+    if !s.repos.contains_key(project) {
+        return message(404, "404 Project Not Found");
+    }
+    let next_id = s.next_comment_id;
+    let parts: Vec<&str> = tail.split('/').collect();
+    let kind = if parts[0] == "merge_requests" {
+        Kind::Pull
+    } else {
+        Kind::Issue
+    };
+    let items = s.repos.get_mut(project).unwrap();
+    match (method, &parts[1..]) {
+        ("GET", []) => {
+            let wanted: Vec<&str> = param(query, "labels")
+                .map(|l| l.split(',').collect())
+                .unwrap_or_default();
+            let state = param(query, "state").unwrap_or("all");
+            let all: Vec<Value> = items
+                .values()
+                .filter(|i| i.kind == kind)
+                .filter(|i| state == "all" || (state == "opened") == i.open)
+                .filter(|i| wanted.iter().all(|w| i.labels.iter().any(|l| l == w)))
+                .map(|i| gl_item(&base, project, i))
+                .collect();
+            paginate(&base, path, query, all, true)
+        }
+        (_, [iid, tail @ ..]) => {
+            let Ok(n) = iid.parse::<u64>() else {
+                return message(404, "404 Not Found");
+            };
+            let key = if kind == Kind::Pull { n + 1_000_000 } else { n };
+            let Some(it) = items.get_mut(&key) else {
+                return message(404, "404 Not Found");
+            };
+            match (method, tail) {
+                ("GET", []) => answer(200, gl_item(&base, project, it)),
+                ("PUT", []) => {
+                    let list = |k: &str| -> Vec<String> {
+                        body[k]
+                            .as_str()
+                            .unwrap_or("")
+                            .split(',')
+                            .map(str::trim)
+                            .filter(|l| !l.is_empty())
+                            .map(str::to_string)
+                            .collect()
+                    };
+                    let (add, remove) = (list("add_labels"), list("remove_labels"));
+                    let mut changed = Vec::new();
+                    for l in &add {
+                        if !it.labels.contains(l) {
+                            it.labels.push(l.clone());
+                            changed.push(format!("added ~\"{l}\""));
+                        }
+                    }
+                    let before = it.labels.clone();
+                    it.labels.retain(|l| !remove.contains(l));
+                    for l in before.iter().filter(|l| !it.labels.contains(l)) {
+                        changed.push(format!("removed ~\"{l}\""));
+                    }
+                    if !changed.is_empty() {
+                        it.comments.push(FComment {
+                            id: next_id,
+                            author: "ctxhost-bot".into(),
+                            body: changed.join(" "),
+                            system: true,
+                            created_at: "2025-01-03T00:00:00Z".into(),
+                        });
+                        s.next_comment_id += 1;
+                    }
+                    let items = s.repos.get_mut(project).unwrap();
+                    answer(200, gl_item(&base, project, items.get(&key).unwrap()))
+                }
+                ("GET", ["notes"]) => {
+                    let all = it
+                        .comments
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "body": c.body, "author": {"username": c.author},
+                                   "created_at": c.created_at, "system": c.system})
+                        })
+                        .collect();
+                    paginate(&base, path, query, all, true)
+                }
+                ("POST", ["notes"]) => {
+                    let Some(text) = body["body"].as_str() else {
+                        return message(400, "body is missing");
+                    };
+                    let c = FComment {
+                        id: next_id,
+                        author: "ctxhost-bot".into(),
+                        body: text.into(),
+                        system: false,
+                        created_at: "2025-01-03T00:00:00Z".into(),
+                    };
+                    it.comments.push(c.clone());
+                    s.next_comment_id += 1;
+                    answer(
+                        201,
+                        json!({"id": c.id, "body": c.body, "author": {"username": c.author},
+                               "created_at": c.created_at, "system": false}),
+                    )
+                }
+                _ => message(404, "404 Not Found"),
+            }
+        }
+        _ => message(404, "404 Not Found"),
+    }
+}
+
+type Request = (String, String, Vec<(String, String)>, Vec<u8>);
+
+fn read_request(r: &mut BufReader<TcpStream>) -> io::Result<Option<Request>> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let mut parts = line.split_whitespace();
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad request line",
+        ));
+    };
+    let (method, target) = (method.to_string(), target.to_string());
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h)? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let h = h.trim_end_matches(['\r', '\n']);
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    let len = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    Ok(Some((method, target, headers, body)))
+}
+
+/// (decoded path, decoded query pairs) of a request target.
+fn split_target(target: &str) -> (String, Vec<(String, String)>) {
+    let (p, q) = target.split_once('?').unwrap_or((target, ""));
+    let query = q
+        .split('&')
+        .filter(|x| !x.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (decode(k), decode(v))
+        })
+        .collect();
+    (decode(p), query)
+}
+
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(v);
+            i += 3;
+        } else if b[i] == b'+' {
+            out.push(b' ');
+            i += 1;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
