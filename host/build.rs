@@ -19,7 +19,12 @@ fn main() {
         .expect("host/ has a parent")
         .to_path_buf();
     let guests = root.join("guest-components");
-    for watched in ["guest-components", "wit", "crates/ctxhost-format"] {
+    for watched in [
+        "guest-components",
+        "wit",
+        "crates/ctxhost-format",
+        "crates/ctxhost-plugin",
+    ] {
         let p = root.join(watched);
         println!("cargo:rerun-if-changed={}", p.display());
     }

@@ -2,10 +2,16 @@
 //! own, so that what you write is what the host and crash recovery expect:
 //!
 //! - when: [`over_threshold`] (strictly more than `context-length × threshold` tokens);
-//! - where to cut: [`line_kind`] for each line of current.jsonl, then [`cut_point`], which keeps
-//!   the `keep-recent-messages` most recent messages and moves the cut earlier so an assistant
-//!   message with tool calls and all of its results stay on the same side (the host rejects a
-//!   context with a tool result whose call is gone);
+//! - where to cut: [`line_kind`] for each line of current.jsonl, then [`plan_tail`] (what the
+//!   builtins do), which keeps the `keep-recent-messages` most recent messages, moves the cut
+//!   earlier so an assistant message with tool calls and all of its results stay on the same
+//!   side (the host rejects a context with a tool result whose call is gone), and, with
+//!   `keep-recent-tokens`, keeps fewer so the tail fits that many tokens: older groups are
+//!   compressed too, down to the newest message's group, whose older tool results are cut
+//!   ([`shrunk_result`]) when it alone is too large. [`cut_point`] is the count rule alone;
+//! - what a compressor may do to what it keeps: nothing, except mask or cut an older tool
+//!   result with its mark ([`mask_placeholder`], [`shrunk_result`]; the host's check is
+//!   [`is_marked_reduction`]). A kept message with other text is rejected by the host;
 //! - what replaces the old part: [`summary_message`], a `user` message right after the system
 //!   prompt whose content starts `Summary of the conversation so far (messages S–E):\n`. The
 //!   next compression and crash recovery recognise it by that prefix ([`is_summary_line`]);
@@ -24,9 +30,10 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 pub use crate::format::compress::{
-    Chunk, Chunker, LineKind, MASK_PREFIX, SUMMARY_PREFIX, cut_point, cut_to_tokens, is_masked,
-    is_summary_line, mask_placeholder, over_threshold, parse_summary_range, render_message,
-    request_budget, summary_content, summary_message,
+    Chunk, Chunker, LineKind, MASK_PREFIX, MIN_SHRUNK_RESULT_TOKENS, SHRUNK_NOTE_PREFIX,
+    SUMMARY_PREFIX, TailPlan, cut_point, cut_to_tokens, group_start, is_marked_reduction,
+    is_masked, is_summary_line, mask_placeholder, over_threshold, parse_summary_range, plan_tail,
+    render_message, request_budget, shrunk_result, summary_content, summary_message,
 };
 pub use crate::format::files::{
     COMPRESSED, CURRENT, MESSAGES, SUMMARIES, SUMMARY_REQUEST, TO_SUMMARIZE, TOOLS, UNSUMMARIZED,
@@ -90,13 +97,16 @@ pub fn append_summary(
 #[derive(Deserialize)]
 struct SeqOnly {
     seq: u64,
+    role: String,
     #[serde(default)]
     summary_id: Option<IgnoredAny>,
 }
 
-/// The messages.jsonl seqs of the last `m` history lines that are not summaries, oldest first:
-/// current.jsonl holds the system prompt, maybe a summary, then the last such lines of the
-/// history, so `tail_seqs(n)` for its `n` other messages gives each one's seq. One pass over
+/// The messages.jsonl seqs of the last `m` history lines that are messages, oldest first:
+/// neither summaries (`summary_id`) nor the host's context-repair notes (a `system` line after
+/// the first; the system prompt is never among a context's last messages). current.jsonl holds
+/// the system prompt, maybe a summary, then the last such lines of the history, so
+/// `tail_seqs(n)` for its `n` other messages gives each one's seq. One pass over
 /// messages.jsonl, `m` numbers in memory.
 ///
 /// Errors: `invalid-input` when a line does not parse or messages.jsonl has fewer than `m`
@@ -108,7 +118,7 @@ pub fn tail_seqs(m: usize) -> Result<VecDeque<u64>, PluginError> {
     }
     let mut reader = require_lines(MESSAGES)?;
     while let Some((_, line)) = reader.next_value::<SeqOnly>()? {
-        if line.summary_id.is_some() {
+        if line.summary_id.is_some() || line.role == "system" {
             continue;
         }
         if ring.len() == m {

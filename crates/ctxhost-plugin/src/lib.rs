@@ -7,10 +7,12 @@
 //! - the bindings of every world, one module each, with an export macro:
 //!   [`compressor`] (world `compressor-plugin`, [`export_compressor!`]),
 //!   [`message_store`] (world `message-store-plugin`, [`export_message_store!`]),
-//!   [`request_format`] (world `request-format-plugin`, [`export_request_format!`]);
+//!   [`request_format`] (world `request-format-plugin`, [`export_request_format!`]),
+//!   [`strategy`] (world `strategy-plugin`, [`export_strategy!`]);
 //! - the shared WIT types ([`types`]: `ChatMessage`, `PluginError`, `Usage`, ...) and the host
-//!   imports: [`log`] and [`llm`] (the latter for compressors only: a message store or request
-//!   format that calls it does not load);
+//!   imports: [`log`], [`llm`] (for compressors and strategies only) and [`planning`] (the
+//!   task's planning history, for strategies only). A component that calls an import its
+//!   world does not have does not load: the host names the import;
 //! - helpers: JSONL reading and writing ([`jsonl`]), the token estimate ([`tokens`]), the
 //!   compression rules of the builtins (threshold, the tool-group-aware cut, the summary
 //!   message format, summary ids: [`compress`]), and a guard that removes temporaries
@@ -53,6 +55,7 @@ mod imports_bindings {
                      import ctxhost:plugin/types@0.2.0;
                      import ctxhost:plugin/log@0.2.0;
                      import ctxhost:plugin/llm@0.2.0;
+                     import ctxhost:plugin/planning@0.2.0;
                  }",
         world: "ctxhost:plugin-sdk/imports",
         generate_all,
@@ -60,7 +63,7 @@ mod imports_bindings {
     });
 }
 
-pub use imports_bindings::ctxhost::plugin::{llm, log, types};
+pub use imports_bindings::ctxhost::plugin::{llm, log, planning, types};
 
 /// The world `compressor-plugin`: implement [`compressor::Guest`] and call
 /// [`export_compressor!`].
@@ -120,6 +123,29 @@ pub mod request_format {
     pub use self::exports::ctxhost::plugin::request_format::*;
 }
 
+/// The world `strategy-plugin` (an agent strategy): implement [`strategy::Guest`] and call
+/// [`export_strategy!`]. Its hooks may call [`llm`] (at most 4 side calls per hook) and
+/// [`planning`]; a strategy's state is its task directory (a hook may be asked again after a
+/// pause or crash), see docs/PLUGINS.md.
+#[allow(missing_docs, clippy::all)]
+pub mod strategy {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "strategy-plugin",
+        with: {
+            "ctxhost:plugin/types@0.2.0": crate::types,
+            "ctxhost:plugin/log@0.2.0": crate::log,
+            "ctxhost:plugin/llm@0.2.0": crate::llm,
+            "ctxhost:plugin/planning@0.2.0": crate::planning,
+        },
+        pub_export_macro: true,
+        export_macro_name: "_export_strategy",
+        default_bindings_module: "$crate::strategy",
+        type_section_suffix: "ctxhost-plugin-sdk-strategy",
+    });
+    pub use self::exports::ctxhost::plugin::strategy::*;
+}
+
 /// Export `$ty` (which implements [`compressor::Guest`]) as this component's
 /// `ctxhost:plugin/compressor@0.2.0`. Use once per crate.
 #[macro_export]
@@ -144,6 +170,15 @@ macro_rules! export_message_store {
 macro_rules! export_request_format {
     ($ty:ident) => {
         $crate::request_format::_export_request_format!($ty with_types_in $crate::request_format);
+    };
+}
+
+/// Export `$ty` (which implements [`strategy::Guest`]) as this component's
+/// `ctxhost:plugin/strategy@0.2.0`. Use once per crate.
+#[macro_export]
+macro_rules! export_strategy {
+    ($ty:ident) => {
+        $crate::strategy::_export_strategy!($ty with_types_in $crate::strategy);
     };
 }
 
