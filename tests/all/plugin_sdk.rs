@@ -7,8 +7,8 @@
 //!   a split tool pair, a dropped system prompt, a grown context, a rewritten kept message;
 //! - the host rejects the rewritten kept message at run time (`compact_if_needed`) and leaves
 //!   current.jsonl as it was;
-//! - `ctxhost plugin new` generates a Rust compressor that builds (cargo, wasm32-wasip2) and
-//!   passes `plugin check` as generated, and a Python one that does with componentize-py
+//! - `ctxhost plugin new` generates a Rust compressor and a Rust strategy that build (cargo,
+//!   wasm32-wasip2) and pass `plugin check` as generated, and a Python compressor that does with componentize-py
 //!   (ignored, with the reason, when componentize-py is not installed);
 //! - `plugin check --keep DIR` keeps the fixtures, the cache makes a second check load in
 //!   milliseconds, a `--keep` directory that is not empty is refused.
@@ -231,6 +231,9 @@ fn the_host_rejects_a_rewritten_kept_message_at_run_time() {
         context_length: tokens * 10 / 9,
         threshold: 0.7,
         keep_recent_messages: 5,
+        // A token bound as the host sets one: a compressor may keep fewer messages, not
+        // rewrite those it keeps.
+        keep_recent_tokens: tokens / 4,
         summary_prompt: "{messages}".into(),
         reserve_output_tokens: 256,
     };
@@ -367,25 +370,28 @@ fn cargo_build(project: &Path, target_dir: &Path) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
-fn plugin_new_makes_a_rust_compressor_that_builds_and_passes_plugin_check() {
+/// `ctxhost plugin new --kind KIND NAME` in a new directory, `cargo build --release` of the
+/// project, `ctxhost plugin check --json` of its component: the check's report, after asserting
+/// the project names the SDK by path, it built, the check passed, and its world is `world`.
+fn scaffold_build_and_check(kind: &str, name: &str, world: &str) -> serde_json::Value {
     let work = tempfile::tempdir().unwrap();
     let cache = work.path().join("cache");
+    let crate_name = name.replace('-', "_");
     let started = std::time::Instant::now();
-    let new = ctxhost(
-        work.path(),
-        &cache,
-        &["plugin", "new", "--kind", "compressor", "my-compressor"],
-    );
+    let new = ctxhost(work.path(), &cache, &["plugin", "new", "--kind", kind, name]);
     assert!(new.status.success(), "{}", text(&new));
     let printed = text(&new);
     assert!(
-        printed.contains("cargo build --release") && printed.contains("my_compressor.wasm"),
+        printed.contains("cargo build --release")
+            && printed.contains(&format!("{crate_name}.wasm")),
         "{printed}"
     );
-    let project = work.path().join("my-compressor");
+    let project = work.path().join(name);
     let manifest = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
-    assert!(manifest.contains("name = \"my_compressor\""), "{manifest}");
+    assert!(
+        manifest.contains(&format!("name = \"{crate_name}\"")),
+        "{manifest}"
+    );
     assert!(
         manifest.contains("crates/ctxhost-plugin\", version = \"0.2.0\""),
         "{manifest}"
@@ -401,7 +407,7 @@ fn plugin_new_makes_a_rust_compressor_that_builds_and_passes_plugin_check() {
         text(&build)
     );
     let built = started.elapsed();
-    let wasm = target.join("wasm32-wasip2/release/my_compressor.wasm");
+    let wasm = target.join(format!("wasm32-wasip2/release/{crate_name}.wasm"));
     let check = ctxhost(
         &project,
         &cache,
@@ -410,24 +416,57 @@ fn plugin_new_makes_a_rust_compressor_that_builds_and_passes_plugin_check() {
     let report: serde_json::Value =
         serde_json::from_slice(&check.stdout).unwrap_or_else(|_| panic!("{}", text(&check)));
     assert_eq!(check.status.code(), Some(0), "{report:#}");
-    assert_eq!(report["world"], "compressor-plugin");
-    let statuses: Vec<&str> = report["checks"]
+    assert_eq!(report["world"], world);
+    println!(
+        "{kind}: scaffold → built in {:.1} s → plugin check passed at {:.1} s ({} checks, {} bytes)",
+        built.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        report["checks"].as_array().map_or(0, Vec::len),
+        std::fs::metadata(&wasm).map_or(0, |m| m.len())
+    );
+    report
+}
+
+fn statuses(report: &serde_json::Value) -> Vec<(String, String)> {
+    report["checks"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| c["status"].as_str().unwrap())
-        .collect();
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn plugin_new_makes_a_rust_compressor_that_builds_and_passes_plugin_check() {
+    let report = scaffold_build_and_check("compressor", "my-compressor", "compressor-plugin");
+    let statuses = statuses(&report);
     assert!(
-        statuses.iter().all(|s| *s == "pass"),
+        statuses.iter().all(|(_, s)| s == "pass"),
         "every check applies to it and passes: {report:#}"
     );
     assert!(statuses.len() >= 30, "{} checks", statuses.len());
-    println!(
-        "scaffold → built in {:.1} s → plugin check passed at {:.1} s ({} checks)",
-        built.as_secs_f64(),
-        started.elapsed().as_secs_f64(),
-        statuses.len()
+}
+
+#[test]
+fn plugin_new_makes_a_rust_strategy_that_builds_and_passes_plugin_check() {
+    let report = scaffold_build_and_check("strategy", "my-strategy", "strategy-plugin");
+    let statuses = statuses(&report);
+    assert!(
+        statuses.iter().all(|(_, s)| s == "pass"),
+        "every check applies to it and passes: {report:#}"
     );
+    // The hooks, a new instance continuing from the files, the planning history.
+    for name in ["start", "after-tools", "after-reply", "planning history reads back"] {
+        assert!(
+            statuses.iter().any(|(n, _)| n.starts_with(name)),
+            "no {name} check: {report:#}"
+        );
+    }
 }
 
 #[test]
@@ -440,8 +479,20 @@ fn plugin_new_refuses_bad_names_existing_directories_and_kinds_without_a_templat
             "use lowercase letters",
         ),
         (
-            vec!["plugin", "new", "--kind", "strategy", "my-strategy"],
-            "no strategy world",
+            vec![
+                "plugin",
+                "new",
+                "--kind",
+                "strategy",
+                "--lang",
+                "python",
+                "py-strategy",
+            ],
+            "no python template for --kind strategy",
+        ),
+        (
+            vec!["plugin", "new", "--kind", "request-format", "my-format"],
+            "no rust template for --kind request-format",
         ),
         (
             vec![

@@ -1,9 +1,9 @@
 //! `ctxhost plugin new`: a new plugin project that builds and passes `ctxhost plugin check` as
 //! generated.
 //!
-//! Templates (this folder, compiled into the binary): `rust-compressor/` (a crate on the
-//! `ctxhost-plugin` SDK, `crates/ctxhost-plugin`) and `python-compressor/` (componentize-py
-//! 0.25.1, with the WIT contract written next to it). The Rust project depends on the SDK by
+//! Templates (this folder, compiled into the binary): `rust-compressor/` and `rust-strategy/`
+//! (crates on the `ctxhost-plugin` SDK, `crates/ctxhost-plugin`) and `python-compressor/`
+//! (componentize-py 0.25.1, with the WIT contract written next to it). The Rust project depends on the SDK by
 //! path when this binary's source tree is still where it was built (or `--sdk DIR` names a
 //! checkout of the SDK), else on the registry version `ctxhost-plugin = "0.2.0"`.
 //!
@@ -109,6 +109,17 @@ const RUST_COMPRESSOR: &[Template] = &[
     (".gitignore", include_str!("rust-compressor/gitignore")),
 ];
 
+const RUST_STRATEGY: &[Template] = &[
+    ("Cargo.toml", include_str!("rust-strategy/Cargo.toml")),
+    (
+        ".cargo/config.toml",
+        include_str!("rust-compressor/config.toml"),
+    ),
+    ("src/lib.rs", include_str!("rust-strategy/lib.rs")),
+    ("README.md", include_str!("rust-strategy/README.md")),
+    (".gitignore", include_str!("rust-compressor/gitignore")),
+];
+
 const PYTHON_COMPRESSOR: &[Template] = &[
     ("app.py", include_str!("python-compressor/app.py")),
     ("build.sh", include_str!("python-compressor/build.sh")),
@@ -131,15 +142,11 @@ pub fn new_plugin(spec: &NewPlugin) -> anyhow::Result<Created> {
     let templates = match (spec.kind, spec.lang) {
         (Kind::Compressor, Lang::Rust) => RUST_COMPRESSOR,
         (Kind::Compressor, Lang::Python) => PYTHON_COMPRESSOR,
-        (Kind::Strategy, _) => {
-            return Err(usage(
-                "--kind strategy: this build's WIT (ctxhost:plugin@0.2.0) has no strategy world yet; \
-                 agent strategies are builtin (see docs/PLUGINS.md)",
-            ));
-        }
+        (Kind::Strategy, Lang::Rust) => RUST_STRATEGY,
         (kind, lang) => {
             return Err(usage(format!(
-                "no {lang} template for --kind {kind} in this build (there is one for --kind compressor); \
+                "no {lang} template for --kind {kind} in this build (there are Rust templates for \
+                 --kind compressor and --kind strategy, and a Python one for --kind compressor); \
                  docs/PLUGINS.md describes the {kind} interface, and the builtin components in \
                  guest-components/ are complete examples"
             )));
@@ -270,7 +277,11 @@ mod tests {
 
     #[test]
     fn templates_have_no_unfilled_placeholders_after_substitution() {
-        for (path, text) in RUST_COMPRESSOR.iter().chain(PYTHON_COMPRESSOR) {
+        for (path, text) in RUST_COMPRESSOR
+            .iter()
+            .chain(RUST_STRATEGY)
+            .chain(PYTHON_COMPRESSOR)
+        {
             let filled = text
                 .replace("{{name}}", "n")
                 .replace("{{crate}}", "n")
