@@ -378,7 +378,11 @@ fn scaffold_build_and_check(kind: &str, name: &str, world: &str) -> serde_json::
     let cache = work.path().join("cache");
     let crate_name = name.replace('-', "_");
     let started = std::time::Instant::now();
-    let new = ctxhost(work.path(), &cache, &["plugin", "new", "--kind", kind, name]);
+    let new = ctxhost(
+        work.path(),
+        &cache,
+        &["plugin", "new", "--kind", kind, name],
+    );
     assert!(new.status.success(), "{}", text(&new));
     let printed = text(&new);
     assert!(
@@ -461,7 +465,12 @@ fn plugin_new_makes_a_rust_strategy_that_builds_and_passes_plugin_check() {
         "every check applies to it and passes: {report:#}"
     );
     // The hooks, a new instance continuing from the files, the planning history.
-    for name in ["start", "after-tools", "after-reply", "planning history reads back"] {
+    for name in [
+        "start",
+        "after-tools",
+        "after-reply",
+        "planning history reads back",
+    ] {
         assert!(
             statuses.iter().any(|(n, _)| n.starts_with(name)),
             "no {name} check: {report:#}"

@@ -316,7 +316,10 @@ mod tests {
             ToolCall::new("c2", "read", "{}"),
         ]);
         let result = |id: &str, fill: char| {
-            let mut m = ChatMessage::text("tool", format!("{id} head {} {id} tail", fill.to_string().repeat(8000)));
+            let mut m = ChatMessage::text(
+                "tool",
+                format!("{id} head {} {id} tail", fill.to_string().repeat(8000)),
+            );
             m.tool_call_id = Some(id.into());
             m
         };
@@ -371,14 +374,19 @@ mod tests {
         let c2 = old[6].content.clone().unwrap();
         newest_cut[4].content = Some(shrunk_result(&c2, 200, Some(5), "c2"));
         let path = write(dir.path(), "newest.jsonl", &newest_cut);
-        let err = check_kept_tail(&task, old_path, path, 5).unwrap_err().to_string();
+        let err = check_kept_tail(&task, old_path, path, 5)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("kept message 3 of 3"), "{err}");
 
         let mut edited = base.clone();
         let c1 = old[5].content.clone().unwrap();
-        edited[3].content = Some(shrunk_result(&c1, 200, Some(4), "c1").replace("c1 head", "c1 HEAD"));
+        edited[3].content =
+            Some(shrunk_result(&c1, 200, Some(4), "c1").replace("c1 head", "c1 HEAD"));
         let path = write(dir.path(), "edited.jsonl", &edited);
-        let err = check_kept_tail(&task, old_path, path, 5).unwrap_err().to_string();
+        let err = check_kept_tail(&task, old_path, path, 5)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("kept message 2 of 3"), "{err}");
         assert!(err.contains("content changed"), "{err}");
     }
