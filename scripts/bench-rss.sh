@@ -16,10 +16,16 @@
 #      write it out.
 #   It prints both, their ratio, wall times, and checks that the fake server received a body
 #   of the size the format component reported.
+#   3. resume: the task process's time from its start to its first POST arriving at the fake
+#      server (request line and headers read), next to the in-memory baseline's wall time
+#      (process start to request body written): issue 14's resume target.
 #
 # How the task is set up (the same path as a resumed task, DESIGN §3): `ctxhost submit` queues
 # a row; the synthetic history is written into contexts/paused/UUID/ (what a paused task leaves
-# behind); `ctxhost task-exec UUID` claims the row, moves the directory to running/, continues
+# behind: with BENCH_CHECKPOINT=1, the default, the history is also opened once by the message
+# store and counted by the host, `bench_context gen --checkpoint`, which leaves the checkpoints
+# an earlier run leaves; BENCH_CHECKPOINT=0 measures a history without them, read whole);
+# `ctxhost task-exec UUID` claims the row, moves the directory to running/, continues
 # from current.jsonl (no system prompt or prompt re-added), and ends in completed/.
 # One untimed warm-up task (1 MiB) runs first, so the measured runs load the components from
 # the compiled-component cache (contexts/.cache), as every task after the first on a machine.
@@ -33,6 +39,8 @@
 #                                        # task.SIZE.RUN.err, time.*, itime.*)
 #   BENCH_CALL_TIMEOUT_SECS=30 scripts/bench-rss.sh 256  # runtime.call_timeout_secs (default
 #                                        # here 600; ctxhost's own default is 30)
+#   BENCH_INMEM_MAX_MIB=256 (default): sizes above it skip the in-memory baseline (it needs
+#                                        # ~3 x the history in RAM); its columns show "-".
 # Needs: cargo, python3 (the fake OpenAI server), GNU time at /usr/bin/time
 # (Debian/Ubuntu: apt-get install -y time), ~3.5 x the largest size of free space in $TMPDIR.
 # Takes about 1.5 min per 256 MiB run with the debug build on 2 cores.
@@ -42,6 +50,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PROFILE=${BENCH_PROFILE:-dev}
 RUNS=${BENCH_RUNS:-3}
 CALL_TIMEOUT=${BENCH_CALL_TIMEOUT_SECS:-600}
+INMEM_MAX=${BENCH_INMEM_MAX_MIB:-256}
+CHECKPOINT=${BENCH_CHECKPOINT:-1}
 SIZES=("$@")
 [[ ${#SIZES[@]} -gt 0 ]] || SIZES=(1 256)
 
@@ -60,9 +70,11 @@ case $PROFILE in
   release | bench) OUT=release ;;
   *) die "BENCH_PROFILE must be dev, bench or release, got '$PROFILE'" ;;
 esac
-echo "building ctxhost, inmem_request and bench_context ($PROFILE profile)..." >&2
-(cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --bin ctxhost \
-  --example inmem_request --example bench_context)
+if [[ ${BENCH_NO_BUILD:-0} != 1 ]]; then
+  echo "building ctxhost, inmem_request and bench_context ($PROFILE profile)..." >&2
+  (cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --bin ctxhost \
+    --example inmem_request --example bench_context)
+fi
 BIN="$ROOT/target/$OUT"
 CTXHOST="$BIN/ctxhost"
 INMEM="$BIN/examples/inmem_request"
@@ -79,7 +91,7 @@ trap 'exit 130' INT TERM
 
 # --- fake OpenAI server: reads and discards the body in 1 MiB chunks, answers "Done." --------
 cat >"$WORK/sink_llm.py" <<'PY'
-import http.server, json, sys
+import http.server, json, sys, time
 
 PORT_FILE, LOG_FILE = sys.argv[1], sys.argv[2]
 REPLY = json.dumps({
@@ -93,6 +105,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_POST(self):
+        arrival = time.time()
         length = self.headers.get("Content-Length")
         if length is None:
             self.send_error(411, "Content-Length required")
@@ -107,7 +120,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             got += len(chunk)
             left -= len(chunk)
         with open(LOG_FILE, "a") as log:
-            log.write(f"{self.path} {got} {head[:16]!r}\n")
+            log.write(f"{self.path} {got} {arrival:.6f} {head[:16]!r}\n")
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(REPLY)))
@@ -162,22 +175,30 @@ wall() {
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 # measure MIB TAG: a fresh task with a synthetic history of MIB MiB; runs the in-memory
-# baseline over its current.jsonl, then the real task process. Prints
-# "task_rss_kib task_wall_s inmem_rss_kib inmem_wall_s posted_bytes inmem_bytes".
+# baseline over its current.jsonl (not above BENCH_INMEM_MAX_MIB), then the real task process.
+# Prints "task_rss_kib task_wall_s inmem_rss_kib inmem_wall_s posted_bytes inmem_bytes
+# first_post_s" ("-" for the in-memory figures when skipped).
 measure() {
-  local mib=$1 tag=$2 uuid dir before posted inmem_bytes
+  local mib=$1 tag=$2 uuid dir before posted inmem_bytes start first gen_flags=()
   uuid=$(ctx submit "bench: continue the task" 2>"$WORK/submit.err") ||
     die "submit failed: $(cat "$WORK/submit.err")"
   dir="$CTX/paused/$uuid"
-  "$GEN" gen "$dir" --mib "$mib" >"$WORK/gen.$tag.out"
+  [[ $CHECKPOINT == 1 ]] && gen_flags=(--checkpoint --cache "$CTX/.cache")
+  "$GEN" gen "$dir" --mib "$mib" "${gen_flags[@]}" >"$WORK/gen.$tag.out"
 
-  /usr/bin/time -v -o "$WORK/itime.$tag" "$INMEM" "$dir/current.jsonl" "$WORK/inmem.json" \
-    --model bench-model --max-tokens 1024 >"$WORK/inmem.$tag.out" ||
-    die "inmem_request failed on $dir/current.jsonl"
-  inmem_bytes=$(stat -c %s "$WORK/inmem.json")
-  rm -f "$WORK/inmem.json"
+  local irss=- iwall=- inmem_bytes=-
+  if [[ $mib -le $INMEM_MAX ]]; then
+    /usr/bin/time -v -o "$WORK/itime.$tag" "$INMEM" "$dir/current.jsonl" "$WORK/inmem.json" \
+      --model bench-model --max-tokens 1024 >"$WORK/inmem.$tag.out" ||
+      die "inmem_request failed on $dir/current.jsonl"
+    inmem_bytes=$(stat -c %s "$WORK/inmem.json")
+    rm -f "$WORK/inmem.json"
+    irss=$(field "Maximum resident set size" "$WORK/itime.$tag")
+    iwall=$(wall "$WORK/itime.$tag")
+  fi
 
   before=$(wc -l <"$WORK/llm.log")
+  start=$(date +%s.%N)
   if ! /usr/bin/time -v -o "$WORK/time.$tag" "$CTXHOST" --config "$WORK/config.yaml" \
     --contexts "$CTX" task-exec "$uuid" 2>"$WORK/task.$tag.err"; then
     cat "$WORK/task.$tag.err" >&2
@@ -189,13 +210,14 @@ measure() {
   grep -q '"status": *"completed"' "$WORK/show.json" ||
     die "task $uuid is not completed: $(ctx show "$uuid")"
   posted=$(tail -n +"$((before + 1))" "$WORK/llm.log" | awk '{ s += $2 } END { print s + 0 }')
+  first=$(tail -n +"$((before + 1))" "$WORK/llm.log" | head -n 1 |
+    awk -v s="$start" '{ printf "%.2f", $3 - s }')
   # The body is current.jsonl re-serialised (tool_name -> name, no newlines): about its size.
   [[ $posted -ge $((mib * 1024 * 1024 * 9 / 10)) ]] ||
     die "the fake server received $posted bytes for a $mib MiB history"
   rm -rf "${CTX:?}/completed/$uuid"
   echo "$(field "Maximum resident set size" "$WORK/time.$tag") $(wall "$WORK/time.$tag")" \
-    "$(field "Maximum resident set size" "$WORK/itime.$tag") $(wall "$WORK/itime.$tag")" \
-    "$posted $inmem_bytes"
+    "$irss $iwall $posted $inmem_bytes $first"
 }
 
 echo "warm-up task (fills the compiled-component cache)..." >&2
@@ -209,22 +231,29 @@ for mib in "${SIZES[@]}"; do
   done
 done
 
-mib_of() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
-printf '\n%-9s %-14s %-14s %-9s %-10s %-11s %s\n' "history" "ctxhost task" "in-memory" "ratio" \
-  "task wall" "inmem wall" "request body bytes"
-printf '%-9s %-14s %-14s %-9s %-10s %-11s %s\n' "MiB" "peak RSS MiB" "peak RSS MiB" "mem/ctx" \
-  "s" "s" "(ctxhost / in-memory)"
+mib_of() { if [[ $1 == - ]]; then echo -; else awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; fi; }
+col_median() { awk -v c="$1" '$c != "-" { print $c }' "$2" | median; }
+printf '\n%-9s %-14s %-14s %-9s %-10s %-11s %-13s %s\n' "history" "ctxhost task" "in-memory" "ratio" \
+  "task wall" "inmem wall" "first POST" "request body bytes"
+printf '%-9s %-14s %-14s %-9s %-10s %-11s %-13s %s\n' "MiB" "peak RSS MiB" "peak RSS MiB" "mem/ctx" \
+  "s" "s" "s" "(ctxhost / in-memory)"
 for mib in "${SIZES[@]}"; do
-  task_rss=$(awk '{ print $1 }' "$WORK/runs.$mib" | median)
-  task_wall=$(awk '{ print $2 }' "$WORK/runs.$mib" | median)
-  inmem_rss=$(awk '{ print $3 }' "$WORK/runs.$mib" | median)
-  inmem_wall=$(awk '{ print $4 }' "$WORK/runs.$mib" | median)
-  read -r _ _ _ _ posted inmem_bytes < <(tail -n 1 "$WORK/runs.$mib")
-  printf '%-9s %-14s %-14s %-9s %-10s %-11s %s\n' "$mib" "$(mib_of "$task_rss")" \
-    "$(mib_of "$inmem_rss")" "$(awk -v a="$inmem_rss" -v b="$task_rss" 'BEGIN { printf "%.1fx", a / b }')" \
-    "$task_wall" "$inmem_wall" "$posted / $inmem_bytes"
+  task_rss=$(col_median 1 "$WORK/runs.$mib")
+  task_wall=$(col_median 2 "$WORK/runs.$mib")
+  inmem_rss=$(col_median 3 "$WORK/runs.$mib")
+  inmem_wall=$(col_median 4 "$WORK/runs.$mib")
+  first_post=$(col_median 7 "$WORK/runs.$mib")
+  [[ -n $inmem_rss ]] || inmem_rss=-
+  [[ -n $inmem_wall ]] || inmem_wall=-
+  read -r _ _ _ _ posted inmem_bytes _ < <(tail -n 1 "$WORK/runs.$mib")
+  ratio=-
+  [[ $inmem_rss != - ]] && ratio=$(awk -v a="$inmem_rss" -v b="$task_rss" 'BEGIN { printf "%.1fx", a / b }')
+  printf '%-9s %-14s %-14s %-9s %-10s %-11s %-13s %s\n' "$mib" "$(mib_of "$task_rss")" \
+    "$(mib_of "$inmem_rss")" "$ratio" "$task_wall" "$inmem_wall" "$first_post" "$posted / $inmem_bytes"
 done
 echo
 echo "Medians of $RUNS run(s), $PROFILE build. Peak RSS: /usr/bin/time -v (Maximum resident set size)."
 echo "history = size of current.jsonl; messages.jsonl holds the same messages again (both are read)."
-echo "ratio = in-memory peak RSS / ctxhost task peak RSS."
+echo "ratio = in-memory peak RSS / ctxhost task peak RSS. first POST = task process start to its"
+echo "first request arriving at the fake server (headers read); inmem wall = the in-memory"
+echo "baseline's whole run (start to request body written). Checkpoints: BENCH_CHECKPOINT=$CHECKPOINT."

@@ -32,7 +32,9 @@ fn open(path: &str, flags: OpenFlags) -> Result<Descriptor, io::Error> {
     let dir = get_directories()
         .into_iter()
         .find_map(|(dir, name)| (name == ".").then_some(dir))
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no task directory (preopen `.`)"))?;
+        .ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "no task directory (preopen `.`)")
+        })?;
     dir.open_at(PathFlags::empty(), path, flags, DescriptorFlags::WRITE)
         .map_err(fs_error)
 }
@@ -78,9 +80,9 @@ impl Appender {
         if self.open.is_none() {
             let file = open(name, OpenFlags::CREATE)
                 .map_err(|e| crate::plugin_error::io_error(format!("opening {name}"), e))?;
-            let stream = file
-                .append_via_stream()
-                .map_err(|e| crate::plugin_error::io_error(format!("opening {name}"), fs_error(e)))?;
+            let stream = file.append_via_stream().map_err(|e| {
+                crate::plugin_error::io_error(format!("opening {name}"), fs_error(e))
+            })?;
             self.open = Some((stream, file));
         }
         let (stream, _) = self.open.as_ref().expect("opened above");

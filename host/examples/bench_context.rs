@@ -2,9 +2,13 @@
 //! `scripts/bench-request-build.sh`.
 //!
 //! ```text
-//! bench_context gen DIR --mib N [--seed S]
+//! bench_context gen DIR --mib N [--seed S] [--checkpoint] [--cache DIR]
 //!     Write a synthetic DIR/messages.jsonl + DIR/current.jsonl with current.jsonl ≥ N MiB
 //!     (see bench_support/history.rs for the content). Prints messages, bytes and tokens.
+//!     With --checkpoint, then open the history once as a task process that ran on it did
+//!     (builtin:jsonl-store's `open`, the host's history counts), which leaves the checkpoints
+//!     a paused task has (store_checkpoint.json, history_checkpoint.json,
+//!     context_checkpoint.json); timed apart.
 //! bench_context build DIR [--runs N] [--cache DIR] [--format SOURCE]... [--no-inmem]
 //!     Request build throughput over DIR/current.jsonl, in this process:
 //!     - `write-request` of each request format (`--format`, repeatable: `builtin:NAME` or a
@@ -51,7 +55,7 @@ fn run() -> Result<(), String> {
         Some("build") => build_cmd(&args[1..]),
         Some("-h" | "--help") | None => {
             println!(
-                "usage: bench_context gen DIR --mib N [--seed S]\n       \
+                "usage: bench_context gen DIR --mib N [--seed S] [--checkpoint] [--cache DIR]\n       \
                  bench_context build DIR [--runs N] [--cache DIR] [--format SOURCE]... [--no-inmem]"
             );
             Ok(())
@@ -109,7 +113,7 @@ impl Opts {
 }
 
 fn gen_cmd(args: &[String]) -> Result<(), String> {
-    let o = Opts::parse(args, &["--mib", "--seed"], &[])?;
+    let o = Opts::parse(args, &["--mib", "--seed", "--cache"], &["--checkpoint"])?;
     let mib = o.num("--mib", 0)?;
     if mib == 0 {
         return Err("gen needs --mib N (N ≥ 1)".into());
@@ -127,6 +131,61 @@ fn gen_cmd(args: &[String]) -> Result<(), String> {
         g.tokens,
         start.elapsed().as_secs_f64()
     );
+    if o.flags.iter().any(|f| f == "--checkpoint") {
+        let cache = o
+            .get("--cache")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| o.dir.join(".bench-cache"));
+        let start = Instant::now();
+        let runtime = Runtime::new(
+            &cache,
+            RuntimeLimits {
+                call_timeout: Duration::from_secs(600),
+                ..Default::default()
+            },
+        )
+        .map_err(|e| format!("runtime: {e:#}"))?;
+        let plugin = runtime
+            .load(
+                &"builtin:jsonl-store".parse().map_err(|e| format!("{e}"))?,
+                PluginKind::MessageStore,
+            )
+            .map_err(|e| e.to_string())?;
+        let mut store = runtime
+            .message_store(&plugin, &o.dir)
+            .map_err(|e| e.to_string())?;
+        let stats = store
+            .open()
+            .map_err(|e| format!("message store open: {e:#}"))?;
+        drop(store);
+        let task_dir = ctxhost::task_dir::TaskDir::open(&o.dir)
+            .map_err(|e| format!("{}: {e}", o.dir.display()))?;
+        let counts = ctxhost::task::HistoryCounts::open(&task_dir)
+            .map_err(|e| format!("history counts: {e:#}"))?;
+        // The context check a paused task saved (context_checkpoint.json).
+        let mut check = ctxhost::invariants::context_check::ContextCheck::default();
+        check
+            .check(&task_dir, "current.jsonl", true)
+            .map_err(|e| format!("context check: {e}"))?;
+        check
+            .save(&task_dir)
+            .map_err(|e| format!("context checkpoint: {e}"))?;
+        println!(
+            "checkpointed: {} history lines, {} context messages, ~{} tokens, {} agent steps, in {:.1} s",
+            stats.history_count,
+            stats.current_count,
+            stats.current_tokens,
+            counts.stats().agent_steps,
+            start.elapsed().as_secs_f64()
+        );
+        if let Some(dir) = o
+            .get("--cache")
+            .is_none()
+            .then(|| o.dir.join(".bench-cache"))
+        {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
     Ok(())
 }
 

@@ -461,6 +461,15 @@ impl TaskDir {
 }
 
 /// Open the folder `name` of `dir` (not through a link) for listing and fsync.
+/// The identity of an open file, `"<device>:<inode>"`: a file replaced atomically (a temporary
+/// renamed over it) has another identity, whatever its content; appending keeps it. Checkpoints
+/// use it to tell a file they counted from its replacement.
+pub fn file_id(file: &File) -> io::Result<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = file.metadata()?;
+    Ok(format!("{}:{}", m.dev(), m.ino()))
+}
+
 fn open_subdir(dir: &Dir, name: &str) -> io::Result<Dir> {
     let mut o = options();
     o.read(true).custom_flags(libc::O_DIRECTORY);

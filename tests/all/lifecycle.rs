@@ -147,6 +147,9 @@ fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
         !paused.join("tools.jsonl").exists(),
         "no tool ran before the pause"
     );
+    // The pause saved the host's checkpoints (issue 14): a resume reads nothing of the history
+    // and only the context lines appended after the last check before a request.
+    assert_checkpoints_hold(&paused);
 
     // Wrong states get clear errors (exit 1).
     let e = env.ctxhost(&["pause", &uuid]).fails();
@@ -182,6 +185,38 @@ fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
         (state["resume_count"].as_i64(), state["reason"].clone()),
         (Some(1), Value::Null)
     );
+    assert_checkpoints_hold(&paused);
+    // A forged history checkpoint (wrong counts, a mark that does not match) and a torn context
+    // checkpoint are ignored: run 3 still counts the 2 earlier steps and ends exactly.
+    let mut forged = read_json(&paused.join("history_checkpoint.json"));
+    forged["stats"]["agent_steps"] = 40.into();
+    forged["messages"]["last_line"] = "0123456789abcdef".into();
+    std::fs::write(paused.join("history_checkpoint.json"), forged.to_string()).unwrap();
+    let context = std::fs::read(paused.join("context_checkpoint.json")).unwrap();
+    std::fs::write(
+        paused.join("context_checkpoint.json"),
+        &context[..context.len() / 2],
+    )
+    .unwrap();
+    let task = ctxhost::task_dir::TaskDir::open(&paused).unwrap();
+    let counts = ctxhost::task::HistoryCounts::open(&task).unwrap();
+    assert_eq!(
+        counts.stats().agent_steps,
+        2,
+        "the forged counts are not believed"
+    );
+    assert_eq!(
+        counts.bytes_read(),
+        std::fs::metadata(paused.join("messages.jsonl"))
+            .unwrap()
+            .len()
+    );
+    std::fs::write(
+        paused.join("context_checkpoint.json"),
+        &context[..context.len() / 2],
+    )
+    .unwrap();
+    std::fs::write(paused.join("history_checkpoint.json"), forged.to_string()).unwrap();
 
     // Run 3: two workers race for the resumed task; one process runs it to the end.
     env.ctxhost(&["resume", &uuid]).ok();
@@ -749,4 +784,33 @@ fn pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call() {
     );
     assert_eq!(read_jsonl(&dir.join("tools.jsonl")).len(), 1);
     assert!(crate::support::filesystem_server_pids(&sample_path).is_empty());
+}
+
+/// The checkpoints a pause saves (history_checkpoint.json, context_checkpoint.json) match the
+/// files of the paused task `dir`: the history counts read nothing, the context check reads
+/// only what follows its mark, and both agree with a full read.
+fn assert_checkpoints_hold(dir: &Path) {
+    use ctxhost::invariants::context_check::ContextCheck;
+    let task = ctxhost::task_dir::TaskDir::open(dir).unwrap();
+    let counts = ctxhost::task::HistoryCounts::open(&task).unwrap();
+    assert_eq!(counts.bytes_read(), 0, "the history is not read again");
+    assert_eq!(
+        counts.stats(),
+        ctxhost::repair::history_stats(&task, "messages.jsonl").unwrap()
+    );
+    assert_eq!(
+        counts.call_ids(),
+        &ctxhost::invariants::queries::call_ids_in(&task, "messages.jsonl").unwrap()
+    );
+    let mut check = ContextCheck::load(&task);
+    let saved = check.checked_bytes();
+    assert!(saved > 0, "a context check was saved at pause");
+    let full = ctxhost::invariants::check_context_file(&task, "current.jsonl", true).unwrap();
+    assert_eq!(check.check(&task, "current.jsonl", true).unwrap(), full);
+    let len = std::fs::metadata(dir.join("current.jsonl")).unwrap().len();
+    assert_eq!(
+        check.bytes_read(),
+        len - saved,
+        "only what follows the mark"
+    );
 }

@@ -31,6 +31,7 @@ mod plugin_sdk;
 mod plugin_select;
 mod request_snapshots;
 mod request_write_path;
+mod resume_checkpoints;
 mod runtime_sandbox;
 mod security;
 mod sources;

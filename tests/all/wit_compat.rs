@@ -415,6 +415,14 @@ fn a_task_directory_with_old_string_ids_still_reads_and_fsck_repair_rewrites_it(
     let lines = read_jsonl(&dir.join("messages.jsonl")).len() as u64;
     let stats = rt.message_store(&store, &dir).unwrap().open().unwrap();
     assert_eq!(stats.history_count, lines);
+    // That open (the history changed: a full read) wrote builtin:jsonl-store's checkpoint with
+    // this test process's umask; a task process runs with 077 (issue 10), as here.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(
+        dir.join("store_checkpoint.json"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
 
     // fsck reports every string id; --repair rewrites them as numbers, nothing else changes.
     let report = env.ctxhost(&["fsck", "--json"]).fails().json();

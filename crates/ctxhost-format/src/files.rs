@@ -8,6 +8,9 @@
 //!   task_state.json    host (lifecycle)         pause/resume state
 //!   messages.jsonl     message store            full history, append-only
 //!   current.jsonl      message store            the live context (replaced atomically)
+//!   store_checkpoint.json  message store        counts up to a byte offset (builtin store)
+//!   history_checkpoint.json  host (task context)  history counts, call ids up to a byte offset
+//!   context_checkpoint.json  host (task context)  invariant check of current.jsonl up to an offset
 //!   summaries.jsonl    compressor               one line per summary
 //!   tools.jsonl        host (tool store)        one line per tool call
 //!   tool-results/      host (tool store)        full outputs cut for the context
@@ -63,6 +66,18 @@ pub const MESSAGES: &str = "messages.jsonl";
 pub const CURRENT: &str = "current.jsonl";
 /// Where the message store builds a new `current.jsonl` before renaming it over the old one.
 pub const CURRENT_TMP: &str = "current.jsonl.tmp";
+/// `store_checkpoint.json`: the builtin message store's counts of messages.jsonl and
+/// current.jsonl up to a byte offset of each ([`crate::checkpoint::StoreCheckpoint`]), so
+/// opening a long history reads only what was appended since.
+pub const STORE_CHECKPOINT: &str = "store_checkpoint.json";
+/// `history_checkpoint.json`: the host's counts of messages.jsonl (lines, last seq, agent
+/// steps) and the ids of its tool calls up to a byte offset, written at step boundaries, so a
+/// resumed task does not read its whole history again.
+pub const HISTORY_CHECKPOINT: &str = "history_checkpoint.json";
+/// `context_checkpoint.json`: the host's invariant check of current.jsonl up to a byte offset
+/// (the checker's state there), written at step boundaries, so the check before each request
+/// reads only what was appended.
+pub const CONTEXT_CHECKPOINT: &str = "context_checkpoint.json";
 /// `summaries.jsonl`: one [`crate::SummaryLine`] per compression, compressor.
 pub const SUMMARIES: &str = "summaries.jsonl";
 /// `tools.jsonl`: one [`crate::ToolLine`] per tool call, host tool store.
@@ -106,6 +121,9 @@ pub const TASK_FILES: &[TaskFile] = &[
     file(MESSAGES, Owner::MessageStore, false),
     file(CURRENT, Owner::MessageStore, false),
     file(CURRENT_TMP, Owner::MessageStore, true),
+    file(STORE_CHECKPOINT, Owner::MessageStore, false),
+    file(HISTORY_CHECKPOINT, Owner::Host, false),
+    file(CONTEXT_CHECKPOINT, Owner::Host, false),
     file(SUMMARIES, Owner::Compressor, false),
     file(TOOLS, Owner::ToolStore, false),
     file(TOOL_RESULTS_DIR, Owner::ToolStore, false),

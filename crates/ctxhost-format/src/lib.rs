@@ -5,7 +5,8 @@
 //!
 //! - [`files`]: the names of the task directory's files, their owners and the temporaries.
 //! - [`lines`]: serde shapes of the JSONL lines; [`tokens`]: the token estimate.
-//! - [`jsonl`]: streaming, line-numbered JSONL reading.
+//! - [`jsonl`]: streaming, line-numbered JSONL reading; [`tail`]: reading one backwards from
+//!   its end (the last lines only); [`checkpoint`]: what a reader already knows of a file.
 //! - [`stream`]: streaming a JSONL file of chat messages into a JSON array (request bodies);
 //!   [`raw`]: a chat message line validated without building a value; [`shape`]: each request
 //!   format's shape of a message in that array.
@@ -22,6 +23,7 @@
 
 pub mod anthropic;
 pub mod body;
+pub mod checkpoint;
 pub mod compress;
 pub mod files;
 pub mod jsonl;
@@ -33,6 +35,7 @@ pub mod reply;
 pub mod shape;
 pub mod stream;
 pub mod summary_id;
+pub mod tail;
 pub mod time;
 pub mod tokens;
 

@@ -74,11 +74,20 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
 /// `<file>: changed in the request to keep the Anthropic API's rules: ...`.
 fn repairs_text(file: &str, r: &Repairs) -> String {
     let parts: Vec<String> = [
-        (r.missing_results, "tool call(s) without a result answered as missing"),
-        (r.dropped_results, "tool result(s) answering no waiting call left out"),
+        (
+            r.missing_results,
+            "tool call(s) without a result answered as missing",
+        ),
+        (
+            r.dropped_results,
+            "tool result(s) answering no waiting call left out",
+        ),
         (r.renamed_ids, "tool-call id(s) sent renamed"),
         (r.late_system, "later system message(s) sent as user text"),
-        (r.leading_user_turn, "user turn put before a first assistant turn"),
+        (
+            r.leading_user_turn,
+            "user turn put before a first assistant turn",
+        ),
     ]
     .into_iter()
     .filter(|(n, _)| *n > 0)

@@ -5,11 +5,20 @@
 //! line of up to 4 KiB instead of open, write, close through std), which relies on the store
 //! being their only writer while it is open (DESIGN §5); they are reopened after `open` and
 //! after `recreate-current-context` replaces current.jsonl.
+//!
+//! Checkpoint ([`STORE_CHECKPOINT`], `ctxhost_format::checkpoint`): the counts up to a byte
+//! offset of each file, written at the end of `open`, after `recreate-current-context` and every
+//! [`STORE_CHECKPOINT_EVERY`] bytes appended. `open` checks it against the files' tails and then
+//! streams only the bytes after it; a missing, stale or unreadable checkpoint means a full read.
 
 use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter, Write};
+use std::io::{self, BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::sync::Mutex;
 
+use ctxhost_format::checkpoint::{
+    CHECKPOINT_VERSION, FileMark, STORE_CHECKPOINT_EVERY, StoreCheckpoint,
+};
+use ctxhost_format::files::STORE_CHECKPOINT;
 use ctxhost_format::jsonl::for_each_line;
 use ctxhost_format::lines::encode_message_lines;
 use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
@@ -47,6 +56,8 @@ pub struct Store {
     /// The lines being appended (buffers reused between calls).
     history_line: Vec<u8>,
     current_line: Vec<u8>,
+    /// Bytes appended (both files) since the last checkpoint.
+    since_checkpoint: u64,
 }
 
 static STORE: Mutex<Store> = Mutex::new(Store {
@@ -58,6 +69,7 @@ static STORE: Mutex<Store> = Mutex::new(Store {
     current_file: Appender::new(CURRENT),
     history_line: Vec::new(),
     current_line: Vec::new(),
+    since_checkpoint: 0,
 });
 
 /// Runs `f` on the component's store.
@@ -77,33 +89,25 @@ impl Store {
         }
     }
 
-    /// Streams both files once: the last seq of messages.jsonl (checking seq runs 1..n) and
-    /// the lines and tokens of current.jsonl. Missing files count as empty; none is created.
+    /// Counts both files: from the checkpoint on when it still holds (only the bytes appended
+    /// after it are read), else streamed whole: the last seq of messages.jsonl (checking seq
+    /// runs 1..n) and the lines and tokens of current.jsonl. Missing files count as empty;
+    /// neither is created. Writes a new checkpoint when anything was read.
     pub fn open(&mut self) -> Result<StoreStats, PluginError> {
-        let mut history_count = 0u64;
-        if let Some(reader) = open_if_exists(MESSAGES)? {
-            for_each_line(reader, MESSAGES, |line, h: HistoryLine| {
-                if h.seq != history_count + 1 {
-                    return Err(PluginError::InvalidInput(format!(
-                        "{MESSAGES} line {line}: seq {} where {} was expected (seq runs from 1 without gaps)",
-                        h.seq,
-                        history_count + 1
-                    )));
-                }
-                history_count = h.seq;
-                Ok(())
-            })?;
-        }
-        let (current_count, current_tokens) = match open_if_exists(CURRENT)? {
-            Some(reader) => count_context(reader, CURRENT, |_| Ok(()))?,
-            None => (0, 0),
-        };
+        let start = read_checkpoint().unwrap_or_default();
+        let (history_count, history_read) = count_history(&start)?;
+        let (current_count, current_tokens, current_read) = count_current(&start)?;
         self.history_file.close();
         self.current_file.close();
         self.opened = true;
         self.history_count = history_count;
         self.current_count = current_count;
         self.current_tokens = current_tokens;
+        self.since_checkpoint = 0;
+        if history_read || current_read {
+            // Something was read: the next open starts from here.
+            self.checkpoint();
+        }
         Ok(self.stats())
     }
 
@@ -120,6 +124,10 @@ impl Store {
         self.current_file.append(&self.current_line)?;
         self.current_count += 1;
         self.current_tokens += tokens;
+        self.since_checkpoint += (self.history_line.len() + self.current_line.len()) as u64;
+        if self.since_checkpoint >= STORE_CHECKPOINT_EVERY {
+            self.checkpoint();
+        }
         Ok(added)
     }
 
@@ -138,7 +146,9 @@ impl Store {
             ));
         }
         let tokens = estimate_message_tokens(&summary);
-        self.append_history(&summary, timestamp, tokens, Some(summary_id))
+        let added = self.append_history(&summary, timestamp, tokens, Some(summary_id))?;
+        self.since_checkpoint += self.history_line.len() as u64;
+        Ok(added)
     }
 
     /// Replaces current.jsonl with the chat message lines of `source` (streamed through
@@ -156,6 +166,8 @@ impl Store {
         );
         // Whatever happens below, current.jsonl is reopened by name on the next append.
         self.current_file.close();
+        // The checkpoint's counts of current.jsonl end with it: gone before it is replaced.
+        remove_checkpoint();
         let (count, tokens) = match write_context(reader, source) {
             Ok(counts) => counts,
             Err(e) => {
@@ -169,6 +181,7 @@ impl Store {
         }
         self.current_count = count;
         self.current_tokens = tokens;
+        self.checkpoint();
         if let Err(e) = fs::remove_file(source) {
             // current.jsonl is already replaced: report, don't fail.
             log(
@@ -177,6 +190,38 @@ impl Store {
             );
         }
         Ok(self.stats())
+    }
+
+    /// Writes the checkpoint of the counts as they are now (both files end with whole lines:
+    /// the store wrote them). Failing to write it only costs the next `open` a full read, so a
+    /// failure is logged, not returned.
+    fn checkpoint(&mut self) {
+        self.since_checkpoint = 0;
+        let result = (|| -> Result<(), String> {
+            let messages = mark_of(MESSAGES)?;
+            let current = mark_of(CURRENT)?;
+            let (Some(messages), Some(current)) = (messages, current) else {
+                // A last line that is not whole (not written by this store): no checkpoint.
+                remove_checkpoint();
+                return Ok(());
+            };
+            let cp = StoreCheckpoint {
+                version: CHECKPOINT_VERSION,
+                messages,
+                history_count: self.history_count,
+                current,
+                current_count: self.current_count,
+                current_tokens: self.current_tokens,
+            };
+            let text = serde_json::to_vec(&cp).map_err(|e| e.to_string())?;
+            let tmp = format!("{STORE_CHECKPOINT}.tmp");
+            fs::write(&tmp, text)
+                .and_then(|_| fs::rename(&tmp, STORE_CHECKPOINT))
+                .map_err(|e| format!("writing {STORE_CHECKPOINT}: {e}"))
+        })();
+        if let Err(e) = result {
+            log(Level::Warn, &format!("checkpoint not written: {e}"));
+        }
     }
 
     fn require_open(&self, function: &str) -> Result<(), PluginError> {
@@ -260,4 +305,114 @@ fn write_context(reader: impl io::BufRead, source: &str) -> Result<(u64, u64), P
     file.sync_all()
         .map_err(|e| io_error(format!("syncing {CURRENT_TMP}"), e))?;
     Ok(counts)
+}
+
+/// The checkpoint file, if present, readable and of this version.
+fn read_checkpoint() -> Option<StoreCheckpoint> {
+    let text = fs::read(STORE_CHECKPOINT).ok()?;
+    let cp: StoreCheckpoint = serde_json::from_slice(&text).ok()?;
+    (cp.version == CHECKPOINT_VERSION).then_some(cp)
+}
+
+fn remove_checkpoint() {
+    match fs::remove_file(STORE_CHECKPOINT) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => log(
+            Level::Warn,
+            &format!("could not delete {STORE_CHECKPOINT}: {e}"),
+        ),
+        _ => {}
+    }
+}
+
+/// The mark of `file` as it is now (`None` when its last line is not whole; an empty mark
+/// when it is missing).
+fn mark_of(file: &str) -> Result<Option<FileMark>, String> {
+    match File::open(file) {
+        Ok(mut f) => {
+            let len = f
+                .seek(SeekFrom::End(0))
+                .map_err(|e| format!("{file}: {e}"))?;
+            FileMark::of(f, len, file).map_err(|e| e.to_string())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some(FileMark::default())),
+        Err(e) => Err(format!("opening {file}: {e}")),
+    }
+}
+
+/// A file opened for counting: positioned after the mark when it still holds.
+struct Opened {
+    reader: BufReader<File>,
+    /// Where reading starts: the mark's offset, or 0 when it does not hold.
+    from: u64,
+    /// Whether the mark held (the counts up to `from` are the checkpoint's).
+    resumed: bool,
+    /// Whether there are bytes after `from`.
+    more: bool,
+}
+
+/// `file` opened after `mark` when the mark still holds, else at its start; `None` when the
+/// file does not exist.
+fn open_after(file: &str, mark: &FileMark) -> Result<Option<Opened>, PluginError> {
+    let Some(reader) = open_if_exists(file)? else {
+        return Ok(None);
+    };
+    let mut f = reader.into_inner();
+    let len = f
+        .seek(SeekFrom::End(0))
+        .map_err(|e| io_error(format!("reading {file}"), e))?;
+    let resumed = mark.bytes > 0 && mark.holds(&mut f, len, file).unwrap_or(false);
+    let from = if resumed { mark.bytes } else { 0 };
+    f.seek(SeekFrom::Start(from))
+        .map_err(|e| io_error(format!("reading {file}"), e))?;
+    Ok(Some(Opened {
+        reader: BufReader::new(f),
+        from,
+        resumed,
+        more: len > from,
+    }))
+}
+
+/// The name errors give a file read from byte `from` on (line numbers count from there).
+fn shown(file: &str, from: u64) -> String {
+    if from > 0 {
+        format!("{file} (after byte {from})")
+    } else {
+        file.to_string()
+    }
+}
+
+/// The last seq of messages.jsonl (checking seq runs 1..n), counted from the checkpoint when
+/// it holds; and whether any bytes were read.
+fn count_history(cp: &StoreCheckpoint) -> Result<(u64, bool), PluginError> {
+    let Some(o) = open_after(MESSAGES, &cp.messages)? else {
+        return Ok((0, false));
+    };
+    let mut count = if o.resumed { cp.history_count } else { 0 };
+    let name = shown(MESSAGES, o.from);
+    for_each_line(o.reader, &name, |line, h: HistoryLine| {
+        if h.seq != count + 1 {
+            return Err(PluginError::InvalidInput(format!(
+                "{name} line {line}: seq {} where {} was expected (seq runs from 1 without gaps)",
+                h.seq,
+                count + 1
+            )));
+        }
+        count = h.seq;
+        Ok(())
+    })?;
+    Ok((count, o.more || !o.resumed))
+}
+
+/// The chat message lines and tokens of current.jsonl, counted from the checkpoint when it
+/// holds; and whether any bytes were read.
+fn count_current(cp: &StoreCheckpoint) -> Result<(u64, u64, bool), PluginError> {
+    let Some(o) = open_after(CURRENT, &cp.current)? else {
+        return Ok((0, 0, false));
+    };
+    let (count, tokens) = count_context(o.reader, &shown(CURRENT, o.from), |_| Ok(()))?;
+    Ok(if o.resumed {
+        (cp.current_count + count, cp.current_tokens + tokens, o.more)
+    } else {
+        (count, tokens, true)
+    })
 }

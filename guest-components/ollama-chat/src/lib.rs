@@ -13,10 +13,10 @@ wit_bindgen::generate!({ world: "request-format-plugin", path: "../../wit" });
 mod common;
 #[path = "../../shared/plugin_error.rs"]
 mod plugin_error;
-#[path = "../../shared/wasi_output.rs"]
-mod wasi_output;
 mod request;
 mod response;
+#[path = "../../shared/wasi_output.rs"]
+mod wasi_output;
 
 use ctxhost::plugin::types::PluginError;
 use exports::ctxhost::plugin::request_format::{Guest, Reply, RequestConfig, RequestInfo};

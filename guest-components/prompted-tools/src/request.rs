@@ -34,20 +34,15 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
         ..config.clone()
     };
     let (max_tokens, temperature) = (config.max_output_tokens, config.temperature);
-    common::write_request(
-        &config,
-        ENDPOINT_PATH,
-        shape,
-        |out, _| {
-            out.write_all(b",\"stream\":false")?;
-            if let Some(n) = max_tokens {
-                write!(out, ",\"max_tokens\":{n}")?;
-            }
-            if let Some(t) = temperature {
-                out.write_all(b",\"temperature\":")?;
-                serde_json::to_writer(&mut *out, &t).map_err(io::Error::from)?;
-            }
-            Ok(())
-        },
-    )
+    common::write_request(&config, ENDPOINT_PATH, shape, |out, _| {
+        out.write_all(b",\"stream\":false")?;
+        if let Some(n) = max_tokens {
+            write!(out, ",\"max_tokens\":{n}")?;
+        }
+        if let Some(t) = temperature {
+            out.write_all(b",\"temperature\":")?;
+            serde_json::to_writer(&mut *out, &t).map_err(io::Error::from)?;
+        }
+        Ok(())
+    })
 }

@@ -10,8 +10,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use ctxhost_format::files::{
-    CURRENT, DEBUG_FILES, LLM_CALLS, MESSAGES, PLANNING_DIR, SUMMARIES, TOOL_DEFINITIONS, TOOLS,
-    is_temporary,
+    CONTEXT_CHECKPOINT, CURRENT, DEBUG_FILES, HISTORY_CHECKPOINT, LLM_CALLS, MESSAGES,
+    PLANNING_DIR, STORE_CHECKPOINT, SUMMARIES, TOOL_DEFINITIONS, TOOLS, is_temporary,
 };
 use ctxhost_format::planning::{PlanningHistory, PlanningLine};
 use ctxhost_format::{CallLogLine, ChatMessage, HistoryLine, SummaryLine, ToolLine};
@@ -120,6 +120,11 @@ pub(crate) fn check_dir(
         }),
         // Read by the request format only: its schema is all there is to check.
         (TOOL_DEFINITIONS, |_| Ok(())),
+        // Checkpoints: an optimisation readers ignore when it does not match the files, so
+        // only their schema is checked.
+        (STORE_CHECKPOINT, |_| Ok(())),
+        (HISTORY_CHECKPOINT, |_| Ok(())),
+        (CONTEXT_CHECKPOINT, |_| Ok(())),
     ] {
         let Ok(Some(bytes)) = dir.read_if_exists(name) else {
             continue;

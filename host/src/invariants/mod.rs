@@ -11,7 +11,9 @@
 //! 4. every tool call's arguments are a JSON object ([`is_valid_arguments`]): providers and chat
 //!    templates parse them when the context is sent again.
 //!
-//! [`check_context_file`] streams a JSONL file through the checker and names file and line.
+//! [`check_context_file`] streams a JSONL file through the checker and names file and line;
+//! [`context_check::ContextCheck`] does the same from a checked prefix on (kept in
+//! `context_checkpoint.json`), so the check before every request reads only what was appended.
 //! [`Violation::is_repairable`] tells which breaks [`pairing`] repairs (a duplicate or orphan
 //! result is dropped, a call without result answered, invalid arguments replaced) — the host
 //! runs it before every request and on resume, recording what it did in messages.jsonl
@@ -20,13 +22,13 @@
 //! [`queries`] answers what the host asks about a context (final answer, pending tool calls);
 //! [`kept_tail`] checks that a compression kept the messages it keeps verbatim.
 
+pub mod context_check;
 pub mod ids;
 pub mod kept_tail;
 pub mod pairing;
 pub mod queries;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 
 use ctxhost_format::{ChatMessage, estimate_message_tokens};
 
@@ -176,7 +178,8 @@ pub fn arguments_error(arguments: &str) -> Option<String> {
 }
 
 /// What a successful check saw.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ContextSummary {
     /// Messages checked.
     pub messages: u64,
@@ -185,8 +188,10 @@ pub struct ContextSummary {
 }
 
 /// Streaming checker: feed messages in order with [`ContextChecker::push`], then call
-/// [`ContextChecker::finish`].
-#[derive(Debug, Default)]
+/// [`ContextChecker::finish`]. Its state (serialisable: what a checkpoint keeps) is the counts
+/// and the ids of the last assistant message's calls.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ContextChecker {
     summary: ContextSummary,
     /// Ids of the last assistant message's tool calls not yet answered.
@@ -199,6 +204,11 @@ impl ContextChecker {
     /// A checker that has seen nothing.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// What the messages pushed so far add up to.
+    pub fn summary(&self) -> ContextSummary {
+        self.summary
     }
 
     /// Check the next message.
@@ -340,44 +350,13 @@ pub enum ContextFileError {
 
 /// Stream the JSONL file `name` of the task directory `dir` (chat message lines) through
 /// [`ContextChecker`]. Blank lines are skipped; errors name the file and its 1-based line
-/// number.
+/// number. (A check from nothing: [`context_check::ContextCheck::check`].)
 pub fn check_context_file(
     dir: &TaskDir,
     name: &str,
     allow_pending_tail: bool,
 ) -> Result<ContextSummary, ContextFileError> {
-    let file = dir.show(name);
-    let io = |source| ContextFileError::Io {
-        file: file.clone(),
-        source,
-    };
-    let reader = BufReader::new(dir.open_read(name).map_err(io)?);
-    let mut checker = ContextChecker::new();
-    for (i, line) in reader.lines().enumerate() {
-        let line_no = i as u64 + 1;
-        let line = line.map_err(io)?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let message: ChatMessage =
-            serde_json::from_str(&line).map_err(|e| ContextFileError::Parse {
-                file: file.clone(),
-                line: line_no,
-                // serde quotes the value it did not expect, which a component wrote.
-                reason: crate::untrusted::text(&e.to_string(), crate::untrusted::MAX_ERROR_BYTES)
-                    .into_owned(),
-            })?;
-        checker
-            .push(&message)
-            .map_err(|violation| ContextFileError::Violation {
-                file: file.clone(),
-                line: line_no,
-                violation,
-            })?;
-    }
-    checker
-        .finish(allow_pending_tail)
-        .map_err(|violation| ContextFileError::AtEnd { file, violation })
+    context_check::ContextCheck::default().check(dir, name, allow_pending_tail)
 }
 
 #[cfg(test)]

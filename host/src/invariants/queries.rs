@@ -1,13 +1,16 @@
 //! Questions the host asks about a context, next to the invariants they rely on: is its last
 //! message a final answer, which tool calls at its end still wait for a result. Pure functions
-//! over messages ([`pending_tool_calls`], [`final_answer`]), and their streaming versions over
-//! a context file (`current.jsonl`: one chat message per line, one line in memory).
+//! over messages ([`pending_tool_calls`], [`final_answer`]), and their versions over a context
+//! file (`current.jsonl`: one chat message per line), which read it from its end: only the
+//! last lines, so a resumed task pays the same whatever the size of its context.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
 
 use anyhow::Context;
 use ctxhost_format::jsonl::LineReader;
+use ctxhost_format::tail::{BackwardLines, TailError};
 use ctxhost_format::{ChatMessage, ToolCall};
 
 use crate::task_dir::TaskDir;
@@ -59,29 +62,72 @@ pub fn open_lines(
     }
 }
 
-/// The last message of the context file `name` of `dir` (`None` when empty or missing).
-/// Errors name the file and line of a line that is not a chat message.
+/// The last message of the context file `name` of `dir` (`None` when empty or missing), read
+/// from the end of the file: only its last line is read and parsed. Errors name the file and
+/// the byte offset of a last line that is not a chat message.
 pub fn last_message_in(dir: &TaskDir, name: &str) -> anyhow::Result<Option<ChatMessage>> {
-    let Some(mut lines) = open_lines(dir, name)? else {
+    let Some(mut lines) = open_backwards(dir, name)? else {
         return Ok(None);
     };
-    let mut last = None;
-    while let Some((_, m)) = lines.next_value::<ChatMessage>()? {
-        last = Some(m);
-    }
-    Ok(last)
+    prev_message(&mut lines)
 }
 
-/// [`pending_tool_calls`] of the context file `name` of `dir` (streamed).
+/// [`pending_tool_calls`] of the context file `name` of `dir`, read from its end: the `tool`
+/// messages at its end and the message before them, whatever the file's size. Same result as
+/// feeding every message to [`pending_tool_calls`]: only the last non-`tool` message's calls
+/// can be pending, and each `tool` message after it answers the first pending call with its id.
 pub fn pending_tool_calls_in(dir: &TaskDir, name: &str) -> anyhow::Result<Vec<ToolCall>> {
-    let mut pending = Vec::new();
-    let Some(mut lines) = open_lines(dir, name)? else {
-        return Ok(pending);
+    let Some(mut lines) = open_backwards(dir, name)? else {
+        return Ok(Vec::new());
     };
-    while let Some((_, m)) = lines.next_value::<ChatMessage>()? {
-        track_pending(&mut pending, m);
+    // Ids answered after the last non-tool message, with how many times each.
+    let mut answered: HashMap<String, usize> = HashMap::new();
+    while let Some(m) = prev_message(&mut lines)? {
+        if m.role == "tool" {
+            if let Some(id) = m.tool_call_id {
+                *answered.entry(id).or_default() += 1;
+            }
+            continue;
+        }
+        let mut pending = Vec::new();
+        for call in m.calls() {
+            match answered.get_mut(&call.id) {
+                Some(n) if *n > 0 => *n -= 1,
+                _ => pending.push(call.clone()),
+            }
+        }
+        return Ok(pending);
     }
-    Ok(pending)
+    Ok(Vec::new())
+}
+
+/// A backward line reader over the file `name` of `dir` ([`BackwardLines`]), or `None` when it
+/// does not exist. Errors name the file.
+pub fn open_backwards(dir: &TaskDir, name: &str) -> anyhow::Result<Option<BackwardLines<File>>> {
+    match dir.open_read_if_exists(name) {
+        Ok(Some(f)) => Ok(Some(
+            BackwardLines::from_end(f, dir.show(name)).map_err(bounded)?,
+        )),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", dir.show(name))),
+    }
+}
+
+/// The previous chat message of `lines` (`None` at the start of the file).
+fn prev_message(lines: &mut BackwardLines<File>) -> anyhow::Result<Option<ChatMessage>> {
+    Ok(lines
+        .prev_value::<ChatMessage>()
+        .map_err(bounded)?
+        .map(|(_, m)| m))
+}
+
+/// A backward read's error as the host reports it: serde quotes the value it did not expect,
+/// which a component wrote, so the text is bounded and escaped ([`crate::untrusted::text`]).
+pub fn bounded(e: TailError) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{}",
+        crate::untrusted::text(&e.to_string(), crate::untrusted::MAX_ERROR_BYTES)
+    )
 }
 
 /// Where a context ends, as the agent loop resumes from it ([`tail_in`]).
@@ -106,55 +152,44 @@ pub enum Tail {
     },
 }
 
-/// How the context file `name` of `dir` ends ([`Tail`]), streamed: one message of the file in
-/// memory, plus the last tool round.
+/// How the context file `name` of `dir` ends ([`Tail`]), read from its end: the `tool`
+/// messages at its end and the message before them. Same result as streaming the file through
+/// the loop's rule (a `tool` message continues the tool round before it; after anything but an
+/// assistant message with calls it leaves a prompt).
 pub fn tail_in(dir: &TaskDir, name: &str) -> anyhow::Result<Tail> {
-    let Some(mut lines) = open_lines(dir, name)? else {
+    let Some(mut lines) = open_backwards(dir, name)? else {
         return Ok(Tail::Empty);
     };
-    let mut tail = Tail::Empty;
-    while let Some((_, m)) = lines.next_value::<ChatMessage>()? {
-        tail = match (tail, m) {
-            (
-                Tail::ToolRound {
-                    reply, mut answers, ..
-                },
-                m,
-            ) if m.role == "tool" => {
-                answers.push(m);
-                Tail::ToolRound {
-                    reply,
-                    answers,
-                    pending: Vec::new(),
-                }
-            }
-            (_, m) if m.role == "assistant" && !m.calls().is_empty() => Tail::ToolRound {
+    let mut answers = Vec::new();
+    let before = loop {
+        match prev_message(&mut lines)? {
+            Some(m) if m.role == "tool" => answers.push(m),
+            other => break other,
+        }
+    };
+    answers.reverse();
+    Ok(match before {
+        None if answers.is_empty() => Tail::Empty,
+        Some(m) if m.role == "assistant" && !m.calls().is_empty() => {
+            let pending = m
+                .calls()
+                .iter()
+                .filter(|c| {
+                    !answers
+                        .iter()
+                        .any(|a| a.tool_call_id.as_deref() == Some(c.id.as_str()))
+                })
+                .cloned()
+                .collect();
+            Tail::ToolRound {
                 reply: m,
-                answers: Vec::new(),
-                pending: Vec::new(),
-            },
-            (_, m) if m.role == "assistant" => Tail::Answer(m),
-            (_, _) => Tail::Prompt,
-        };
-    }
-    if let Tail::ToolRound { reply, answers, .. } = tail {
-        let pending = reply
-            .calls()
-            .iter()
-            .filter(|c| {
-                !answers
-                    .iter()
-                    .any(|a| a.tool_call_id.as_deref() == Some(c.id.as_str()))
-            })
-            .cloned()
-            .collect();
-        return Ok(Tail::ToolRound {
-            reply,
-            answers,
-            pending,
-        });
-    }
-    Ok(tail)
+                answers,
+                pending,
+            }
+        }
+        Some(m) if m.role == "assistant" && answers.is_empty() => Tail::Answer(m),
+        _ => Tail::Prompt,
+    })
 }
 
 /// The ids of every tool call in the history file `name` of `dir` (messages.jsonl, streamed;
@@ -279,5 +314,100 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let task = TaskDir::open(dir.path()).unwrap();
         assert_eq!(final_answer_in(&task, "none.jsonl").unwrap(), None);
+    }
+
+    use proptest::prelude::*;
+
+    /// A message of a small alphabet: user text, assistant text or calls (ids may repeat),
+    /// tool results (for ids that may or may not be waiting).
+    fn message() -> impl Strategy<Value = ChatMessage> {
+        let id = prop::sample::select(vec!["a", "b", "c"]);
+        prop_oneof![
+            Just(ChatMessage::text("system", "s")),
+            Just(ChatMessage::text("user", "u")),
+            Just(ChatMessage::text("assistant", "t")),
+            prop::collection::vec(id.clone(), 0..4).prop_map(|ids| call(&ids)),
+            id.prop_map(result),
+        ]
+    }
+
+    /// [`tail_in`]'s rule, streamed over every message (the definition the backward read
+    /// must agree with).
+    fn tail_streamed(messages: &[ChatMessage]) -> Tail {
+        let mut tail = Tail::Empty;
+        for m in messages.iter().cloned() {
+            tail = match (tail, m) {
+                (
+                    Tail::ToolRound {
+                        reply, mut answers, ..
+                    },
+                    m,
+                ) if m.role == "tool" => {
+                    answers.push(m);
+                    Tail::ToolRound {
+                        reply,
+                        answers,
+                        pending: Vec::new(),
+                    }
+                }
+                (_, m) if m.role == "assistant" && !m.calls().is_empty() => Tail::ToolRound {
+                    reply: m,
+                    answers: Vec::new(),
+                    pending: Vec::new(),
+                },
+                (_, m) if m.role == "assistant" => Tail::Answer(m),
+                (_, _) => Tail::Prompt,
+            };
+        }
+        if let Tail::ToolRound { reply, answers, .. } = tail {
+            let pending = reply
+                .calls()
+                .iter()
+                .filter(|c| {
+                    !answers
+                        .iter()
+                        .any(|a| a.tool_call_id.as_deref() == Some(c.id.as_str()))
+                })
+                .cloned()
+                .collect();
+            return Tail::ToolRound {
+                reply,
+                answers,
+                pending,
+            };
+        }
+        tail
+    }
+
+    proptest! {
+        /// Reading from the end gives what streaming every message gives.
+        #[test]
+        fn the_backward_reads_agree_with_the_streaming_definitions(
+            messages in prop::collection::vec(message(), 0..12),
+            blank_every in 0usize..4,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("current.jsonl");
+            let mut text = String::new();
+            for (i, m) in messages.iter().enumerate() {
+                text.push_str(&serde_json::to_string(m).unwrap());
+                text.push('\n');
+                if blank_every > 0 && i % blank_every == 0 {
+                    text.push_str("  \n");
+                }
+            }
+            std::fs::write(&p, text).unwrap();
+            let task = TaskDir::open(dir.path()).unwrap();
+            let ids = |v: Vec<ToolCall>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
+            prop_assert_eq!(
+                ids(pending_tool_calls_in(&task, "current.jsonl").unwrap()),
+                ids(pending_tool_calls(messages.clone()))
+            );
+            prop_assert_eq!(
+                last_message_in(&task, "current.jsonl").unwrap(),
+                messages.last().cloned()
+            );
+            prop_assert_eq!(tail_in(&task, "current.jsonl").unwrap(), tail_streamed(&messages));
+        }
     }
 }

@@ -32,10 +32,11 @@ use anyhow::Context;
 use ctxhost_format::files::{CURRENT, DEBUG_FILES, MESSAGES, is_temporary};
 use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
 
+use crate::invariants::context_check::ContextCheck;
 use crate::invariants::queries::pending_tool_calls_in;
 use crate::task_dir::TaskDir;
 
-pub use readers::{HistoryStats, history_stats, jsonl_files};
+pub use readers::{HistoryStats, history_stats, jsonl_files, last_seq_in};
 pub use reconcile::{RECONCILE_WINDOW, reconcile_current};
 pub use tail::{Tail, TailAction, TailFix, fix_torn_tail, inspect_tail, torn_name};
 
@@ -51,7 +52,7 @@ pub fn close_pending_calls(dir: &TaskDir, timestamp: &str) -> anyhow::Result<Vec
     if pending.is_empty() {
         return Ok(Vec::new());
     }
-    let last_seq = history_stats(dir, MESSAGES)?.last_seq;
+    let last_seq = last_seq_in(dir)?;
     let mut ids = Vec::new();
     for (seq, call) in (last_seq + 1..).zip(pending) {
         let message = ChatMessage::tool_result(&call, INTERRUPTED_TEXT);
@@ -176,6 +177,17 @@ pub fn repair_task_dir(
     close_pending: bool,
     timestamp: &str,
 ) -> anyhow::Result<RepairReport> {
+    repair_task_dir_from(dir, close_pending, timestamp, &mut ContextCheck::default())
+}
+
+/// [`repair_task_dir`], its check of current.jsonl's pairing from the checked prefix `check`
+/// on ([`pairing::repair_context_from`]): what a resumed task does, with the check it saved.
+pub fn repair_task_dir_from(
+    dir: &TaskDir,
+    close_pending: bool,
+    timestamp: &str,
+    check: &mut ContextCheck,
+) -> anyhow::Result<RepairReport> {
     let links = dir
         .remove_symlinks()
         .with_context(|| format!("cannot remove the links in {}", dir.path().display()))?;
@@ -190,7 +202,7 @@ pub fn repair_task_dir(
         }
     }
     report.appended_to_current = reconcile_current(dir, true)?;
-    report.pairing = pairing::repair_context(dir, timestamp, true)?;
+    report.pairing = pairing::repair_context_from(dir, timestamp, true, check)?;
     if close_pending {
         report.interrupted = close_pending_calls(dir, timestamp)?;
     }

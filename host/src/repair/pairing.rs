@@ -19,13 +19,14 @@
 use std::io::{self, BufReader};
 
 use anyhow::{Context, anyhow};
-use ctxhost_format::files::{CURRENT, MESSAGES};
+use ctxhost_format::files::{CONTEXT_CHECKPOINT, CURRENT, MESSAGES};
 use ctxhost_format::jsonl::{LineReader, to_line, write_line};
 use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
 
-use super::readers::history_stats;
+use super::readers::last_seq_in;
+use crate::invariants::ContextFileError;
+use crate::invariants::context_check::ContextCheck;
 use crate::invariants::pairing::{PairingFix, PairingRepair};
-use crate::invariants::{ContextFileError, check_context_file};
 use crate::task_dir::TaskDir;
 
 /// Start of the content of a context-repair note in messages.jsonl.
@@ -35,10 +36,20 @@ pub const NOTE_PREFIX: &str = "[context repair] ";
 /// (with `allow_pending_tail`, calls waiting at its end are fine). Errors: an unrepairable
 /// break or a line that does not parse, naming file and line; a missing file is sound.
 pub fn needs_repair(dir: &TaskDir, allow_pending_tail: bool) -> Result<bool, ContextFileError> {
+    needs_repair_from(dir, allow_pending_tail, &mut ContextCheck::default())
+}
+
+/// [`needs_repair`] from the checked prefix `check` on (only what follows it is read while its
+/// mark holds, [`ContextCheck::check`]); `check` then covers the whole file.
+pub fn needs_repair_from(
+    dir: &TaskDir,
+    allow_pending_tail: bool,
+    check: &mut ContextCheck,
+) -> Result<bool, ContextFileError> {
     if !dir.is_file(CURRENT) {
         return Ok(false);
     }
-    match check_context_file(dir, CURRENT, allow_pending_tail) {
+    match check.check(dir, CURRENT, allow_pending_tail) {
         Ok(_) => Ok(false),
         Err(ContextFileError::Violation { violation, .. })
         | Err(ContextFileError::AtEnd { violation, .. })
@@ -63,7 +74,22 @@ pub fn repair_context(
     timestamp: &str,
     allow_pending_tail: bool,
 ) -> anyhow::Result<Vec<PairingFix>> {
-    if !needs_repair(dir, allow_pending_tail)? {
+    repair_context_from(
+        dir,
+        timestamp,
+        allow_pending_tail,
+        &mut ContextCheck::default(),
+    )
+}
+
+/// [`repair_context`], its check from the checked prefix `check` on ([`needs_repair_from`]).
+pub fn repair_context_from(
+    dir: &TaskDir,
+    timestamp: &str,
+    allow_pending_tail: bool,
+    check: &mut ContextCheck,
+) -> anyhow::Result<Vec<PairingFix>> {
+    if !needs_repair_from(dir, allow_pending_tail, check)? {
         return Ok(Vec::new());
     }
     let append = |text: String| {
@@ -76,7 +102,7 @@ pub fn repair_context(
         return Ok(fixes);
     }
     // 1. The history: answers, then the note.
-    let mut seq = history_stats(dir, MESSAGES)?.last_seq;
+    let mut seq = last_seq_in(dir)?;
     for answer in fixes.iter().filter_map(PairingFix::answer) {
         seq += 1;
         append(to_line(&history_line(seq, &answer, timestamp))?)?;
@@ -86,7 +112,10 @@ pub fn repair_context(
     append(to_line(&history_line(seq, &note, timestamp))?)?;
     dir.sync_file(MESSAGES)
         .with_context(|| format!("cannot sync {}", dir.show(MESSAGES)))?;
-    // 2. current.jsonl.
+    // 2. current.jsonl (the host's check of the old one goes first: a crash in between costs
+    // the next check a full read, never a verdict on the wrong file).
+    dir.remove_file_if_exists(CONTEXT_CHECKPOINT)
+        .with_context(|| format!("cannot delete {}", dir.show(CONTEXT_CHECKPOINT)))?;
     let mut again = Vec::new();
     dir.write_atomic_with(CURRENT, |out| {
         again = stream(dir, allow_pending_tail, out).map_err(io::Error::other)?;
@@ -153,6 +182,7 @@ fn history_line(seq: u64, message: &ChatMessage, timestamp: &str) -> HistoryLine
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::invariants::check_context_file;
     use crate::repair::testing::*;
     use ctxhost_format::ToolCall;
     use std::path::Path;

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use ctxhost_format::HistoryLine;
-use ctxhost_format::files::{PLANNING_DIR, is_temporary};
+use ctxhost_format::files::{MESSAGES, PLANNING_DIR, is_temporary};
 
 use crate::invariants::queries::open_lines;
 use crate::task_dir::TaskDir;
@@ -31,7 +31,7 @@ pub fn jsonl_files(dir: &TaskDir) -> anyhow::Result<Vec<String>> {
 }
 
 /// Counts of messages.jsonl ([`history_stats`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct HistoryStats {
     /// Non-blank lines.
     pub lines: u64,
@@ -54,14 +54,34 @@ pub fn history_stats(dir: &TaskDir, name: &str) -> anyhow::Result<HistoryStats> 
         return Ok(stats);
     };
     while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
-        stats.lines += 1;
-        stats.last_seq = h.seq;
-        stats.ends_with_summary = h.summary_id.is_some();
-        if h.role == "assistant" && h.summary_id.is_none() {
-            stats.agent_steps += 1;
-        }
+        stats.add(&h);
     }
     Ok(stats)
+}
+
+/// The seq of the last line of the history file messages.jsonl of `dir` (0 when empty or
+/// missing), read from its end: only the last line is read. Errors name the file and the byte
+/// offset of a last line that is not a history line.
+pub fn last_seq_in(dir: &TaskDir) -> anyhow::Result<u64> {
+    let Some(mut lines) = crate::invariants::queries::open_backwards(dir, MESSAGES)? else {
+        return Ok(0);
+    };
+    Ok(lines
+        .prev_value::<HistoryLine>()
+        .map_err(crate::invariants::queries::bounded)?
+        .map_or(0, |(_, h)| h.seq))
+}
+
+impl HistoryStats {
+    /// Count one more history line (the next one of the file).
+    pub fn add(&mut self, h: &HistoryLine) {
+        self.lines += 1;
+        self.last_seq = h.seq;
+        self.ends_with_summary = h.summary_id.is_some();
+        if h.role == "assistant" && h.summary_id.is_none() {
+            self.agent_steps += 1;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,13 @@
 //! current.jsonl behind messages.jsonl: the message store appends to messages.jsonl first, then
 //! to current.jsonl, so a crash in between leaves current.jsonl without the last history
-//! line(s); [`reconcile_current`] finds them (and appends them).
+//! line(s); [`reconcile_current`] finds them (and appends them). Both files are read from
+//! their end: a resumed task pays for the lines it lacks, not for the size of its history.
 //!
 //! Only messages are copied: summaries and context-repair notes
 //! ([`ctxhost_format::HistoryLine::is_message`]) never are, nor is a `tool` line that answers no
 //! call waiting at the end of current.jsonl (an orphan or second result in the history, or an
 //! answer a context repair already put in its place): copying it would make a context the
 //! provider rejects.
-
-use std::collections::VecDeque;
 
 use anyhow::{Context, bail};
 use ctxhost_format::HistoryLine;
@@ -17,7 +16,7 @@ use ctxhost_format::files::{CURRENT, MESSAGES};
 
 use crate::invariants::pairing::same_message_sent;
 use crate::invariants::queries::{
-    last_message_in, open_lines, pending_tool_calls_in, track_pending,
+    bounded, last_message_in, open_backwards, open_lines, pending_tool_calls_in, track_pending,
 };
 use crate::task_dir::TaskDir;
 use ctxhost_format::jsonl::to_line;
@@ -33,61 +32,15 @@ pub const RECONCILE_WINDOW: usize = 256;
 pub fn reconcile_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>> {
     let messages = dir.file_path(MESSAGES);
     let current = dir.file_path(CURRENT);
-    // The last RECONCILE_WINDOW non-summary history lines, and the seq of the last summary.
-    let mut window: VecDeque<HistoryLine> = VecDeque::with_capacity(RECONCILE_WINDOW + 1);
-    let mut last_summary_seq: Option<u64> = None;
-    let mut non_summary_total = 0u64;
-    if let Some(mut lines) = open_lines(dir, MESSAGES)? {
-        while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
-            if h.summary_id.is_some() {
-                last_summary_seq = Some(h.seq);
-                continue;
-            }
-            if h.is_note() {
-                continue;
-            }
-            non_summary_total += 1;
-            if window.len() == RECONCILE_WINDOW {
-                window.pop_front();
-            }
-            window.push_back(h);
-        }
-    }
     let Some(last) = last_message_in(dir, CURRENT)? else {
-        if non_summary_total == 0 {
-            return Ok(Vec::new());
-        }
-        if last_summary_seq.is_some() {
-            bail!(
-                "{} is empty but {} holds a compressed history: the context cannot be rebuilt",
-                current.display(),
-                messages.display()
-            );
-        }
-        // The first history line(s) were written, current.jsonl never: rebuild it from them.
-        let mut seqs = Vec::new();
-        let mut text = String::new();
-        if let Some(mut lines) = open_lines(dir, MESSAGES)? {
-            while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
-                if !h.is_message() {
-                    continue;
-                }
-                seqs.push(h.seq);
-                text.push_str(&to_line(&h.to_chat())?);
-                text.push('\n');
-            }
-        }
-        if apply {
-            dir.write_atomic(CURRENT, text.as_bytes())
-                .with_context(|| format!("cannot write {}", current.display()))?;
-        }
-        return Ok(seqs);
+        return rebuild_current(dir, apply);
     };
-    let lines: Vec<&HistoryLine> = window.iter().collect();
-    // Fewest missing lines first: the last history line equal to current's last message.
-    let matched = (0..lines.len())
-        .map(|k| lines.len() - 1 - k)
-        .find(|&i| same_message_sent(&lines[i].to_chat(), &last));
+    // The history read from its end, up to the newest message line the same as current's last
+    // message as sent (fewest missing lines first).
+    let window = window_from_end(dir, |h| same_message_sent(&h.to_chat(), &last))?;
+    let lines: Vec<&HistoryLine> = window.lines.iter().collect();
+    let last_summary_seq = window.last_summary_seq;
+    let matched = window.matched;
     let missing: Vec<&HistoryLine> = match matched {
         Some(i) => lines[i + 1..].to_vec(),
         None => {
@@ -141,6 +94,99 @@ pub fn reconcile_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>>
         }
     }
     Ok(copy.iter().map(|(seq, _)| *seq).collect())
+}
+
+/// The last message lines of messages.jsonl ([`window_from_end`]).
+struct Window {
+    /// At most [`RECONCILE_WINDOW`] message lines (no summary, no note), oldest first, ending
+    /// with the file's last one.
+    lines: Vec<HistoryLine>,
+    /// Index in `lines` of the line accepted by the match, if one was (the oldest kept).
+    matched: Option<usize>,
+    /// Seq of the newest summary line among (and after) the lines read.
+    last_summary_seq: Option<u64>,
+}
+
+/// Reads messages.jsonl of `dir` from its end, keeping message lines (summaries and
+/// context-repair notes skipped, [`HistoryLine::is_message`]) until one is accepted by
+/// `is_match` or [`RECONCILE_WINDOW`] are kept (or the file starts); notes the newest summary
+/// line met. Only those lines are read, whatever the size of the history.
+fn window_from_end(
+    dir: &TaskDir,
+    mut is_match: impl FnMut(&HistoryLine) -> bool,
+) -> anyhow::Result<Window> {
+    let mut newest_first = Vec::new();
+    let mut last_summary_seq = None;
+    let mut matched = false;
+    if let Some(mut lines) = open_backwards(dir, MESSAGES)? {
+        while let Some((_, h)) = lines.prev_value::<HistoryLine>().map_err(bounded)? {
+            if h.summary_id.is_some() {
+                last_summary_seq = last_summary_seq.or(Some(h.seq));
+                continue;
+            }
+            if h.is_note() {
+                continue;
+            }
+            matched = is_match(&h);
+            newest_first.push(h);
+            if matched || newest_first.len() == RECONCILE_WINDOW {
+                break;
+            }
+        }
+    }
+    newest_first.reverse();
+    Ok(Window {
+        matched: matched.then_some(0),
+        lines: newest_first,
+        last_summary_seq,
+    })
+}
+
+/// current.jsonl of `dir` is empty or missing: when messages.jsonl holds messages and no
+/// summary (the first history line(s) were written, current.jsonl never), current.jsonl is
+/// rebuilt from its message lines (with `apply`, atomically); returns their seqs. Reads the
+/// whole history (this only happens before a task's first LLM call).
+fn rebuild_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>> {
+    let messages = dir.file_path(MESSAGES);
+    let current = dir.file_path(CURRENT);
+    let mut last_summary_seq: Option<u64> = None;
+    let mut message_lines = 0u64;
+    if let Some(mut lines) = open_lines(dir, MESSAGES)? {
+        while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
+            if h.summary_id.is_some() {
+                last_summary_seq = Some(h.seq);
+            } else if !h.is_note() {
+                message_lines += 1;
+            }
+        }
+    }
+    if message_lines == 0 {
+        return Ok(Vec::new());
+    }
+    if last_summary_seq.is_some() {
+        bail!(
+            "{} is empty but {} holds a compressed history: the context cannot be rebuilt",
+            current.display(),
+            messages.display()
+        );
+    }
+    let mut seqs = Vec::new();
+    let mut text = String::new();
+    if let Some(mut lines) = open_lines(dir, MESSAGES)? {
+        while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
+            if !h.is_message() {
+                continue;
+            }
+            seqs.push(h.seq);
+            text.push_str(&to_line(&h.to_chat())?);
+            text.push('\n');
+        }
+    }
+    if apply {
+        dir.write_atomic(CURRENT, text.as_bytes())
+            .with_context(|| format!("cannot write {}", current.display()))?;
+    }
+    Ok(seqs)
 }
 
 #[cfg(test)]

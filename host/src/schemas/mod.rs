@@ -19,6 +19,9 @@
 //! | tools.json | `tool_definitions.schema.json` | the file |
 //! | llm_calls.jsonl | `llm_calls.schema.json` | a line |
 //! | planning/{uuid}.jsonl | `planning.schema.json` | a line |
+//! | store_checkpoint.json | `store_checkpoint.schema.json` | the file |
+//! | history_checkpoint.json | `history_checkpoint.schema.json` | the file |
+//! | context_checkpoint.json | `context_checkpoint.schema.json` | the file |
 //!
 //! Validation asserts `format` (`date-time`, `uuid`): ctxhost's own readers rely on it, though
 //! draft 2020-12 makes `format` an annotation by default. Schema keywords starting with `x-`
@@ -58,11 +61,17 @@ pub enum Schema {
     LlmCalls,
     /// A line of `planning/{uuid}.jsonl`.
     Planning,
+    /// `store_checkpoint.json` (the whole file; builtin:jsonl-store's).
+    StoreCheckpoint,
+    /// `history_checkpoint.json` (the whole file).
+    HistoryCheckpoint,
+    /// `context_checkpoint.json` (the whole file).
+    ContextCheckpoint,
 }
 
 impl Schema {
     /// Every schema, in the order DESIGN.md lists them.
-    pub const ALL: [Schema; 9] = [
+    pub const ALL: [Schema; 12] = [
         Schema::Metadata,
         Schema::TaskState,
         Schema::Messages,
@@ -72,6 +81,9 @@ impl Schema {
         Schema::ToolDefinitions,
         Schema::LlmCalls,
         Schema::Planning,
+        Schema::StoreCheckpoint,
+        Schema::HistoryCheckpoint,
+        Schema::ContextCheckpoint,
     ];
 
     /// The schema's file name in `docs/schemas/` (`messages.schema.json`).
@@ -86,6 +98,9 @@ impl Schema {
             Schema::ToolDefinitions => "tool_definitions.schema.json",
             Schema::LlmCalls => "llm_calls.schema.json",
             Schema::Planning => "planning.schema.json",
+            Schema::StoreCheckpoint => "store_checkpoint.schema.json",
+            Schema::HistoryCheckpoint => "history_checkpoint.schema.json",
+            Schema::ContextCheckpoint => "context_checkpoint.schema.json",
         }
     }
 
@@ -102,6 +117,9 @@ impl Schema {
             Schema::ToolDefinitions => files::TOOL_DEFINITIONS,
             Schema::LlmCalls => files::LLM_CALLS,
             Schema::Planning => "planning/{uuid}.jsonl",
+            Schema::StoreCheckpoint => files::STORE_CHECKPOINT,
+            Schema::HistoryCheckpoint => files::HISTORY_CHECKPOINT,
+            Schema::ContextCheckpoint => files::CONTEXT_CHECKPOINT,
         }
     }
 
@@ -109,7 +127,12 @@ impl Schema {
     pub fn is_line(self) -> bool {
         !matches!(
             self,
-            Schema::Metadata | Schema::TaskState | Schema::ToolDefinitions
+            Schema::Metadata
+                | Schema::TaskState
+                | Schema::ToolDefinitions
+                | Schema::StoreCheckpoint
+                | Schema::HistoryCheckpoint
+                | Schema::ContextCheckpoint
         )
     }
 
@@ -142,6 +165,15 @@ impl Schema {
             }
             Schema::LlmCalls => include_str!("../../../docs/schemas/llm_calls.schema.json"),
             Schema::Planning => include_str!("../../../docs/schemas/planning.schema.json"),
+            Schema::StoreCheckpoint => {
+                include_str!("../../../docs/schemas/store_checkpoint.schema.json")
+            }
+            Schema::HistoryCheckpoint => {
+                include_str!("../../../docs/schemas/history_checkpoint.schema.json")
+            }
+            Schema::ContextCheckpoint => {
+                include_str!("../../../docs/schemas/context_checkpoint.schema.json")
+            }
         }
     }
 
@@ -231,7 +263,8 @@ struct Compiled {
 }
 
 fn compiled(schema: Schema) -> Result<&'static Compiled, SchemaError> {
-    static CELLS: [OnceLock<Result<Compiled, SchemaError>>; 9] = [const { OnceLock::new() }; 9];
+    static CELLS: [OnceLock<Result<Compiled, SchemaError>>; Schema::ALL.len()] =
+        [const { OnceLock::new() }; Schema::ALL.len()];
     let index = Schema::ALL
         .iter()
         .position(|s| *s == schema)

@@ -16,6 +16,7 @@
 //! an earlier completed task with the same key); [`state`] (task_state.json) is the lifecycle's.
 
 pub mod calls;
+pub mod history_counts;
 pub mod inheritance;
 pub mod metadata;
 pub mod planning;
@@ -24,14 +25,13 @@ pub mod summaries;
 pub mod tools;
 pub mod usage;
 
-use std::collections::HashSet;
-
 use anyhow::{Context, bail};
 use ctxhost_format::files::{CURRENT, MESSAGES};
 use ctxhost_format::{ChatMessage, ToolCall};
 
 use crate::config::Config;
 use crate::db::{Db, Status, TaskRow, now_rfc3339};
+use crate::invariants::context_check::{self, ContextCheck};
 use crate::invariants::ids::make_call_ids_unique;
 use crate::invariants::pairing::PairingFix;
 use crate::invariants::{check_context_file, queries};
@@ -44,6 +44,7 @@ use crate::task_dir::TaskDir;
 use crate::untrusted;
 
 pub use calls::{CallLog, CallRecord};
+pub use history_counts::HistoryCounts;
 pub use inheritance::Inheritance;
 pub use metadata::{
     InheritedFrom, Metadata, MetadataConfig, MetadataTaskKey, SkippedPredecessor, read_metadata,
@@ -76,7 +77,13 @@ pub struct TaskContext {
     max_dir_bytes: u64,
     db: Db,
     steps_done: u32,
+    /// messages.jsonl's counts and tool-call ids, kept up to date at step boundaries.
+    history: HistoryCounts,
     history_ends_with_summary: bool,
+    /// The invariant check of current.jsonl up to what was last checked.
+    context: ContextCheck,
+    /// Bytes of current.jsonl covered by the saved context_checkpoint.json.
+    context_saved: u64,
     store: MessageStore,
     summaries: SummaryStore,
     tools: ToolStore,
@@ -87,8 +94,6 @@ pub struct TaskContext {
     usage: UsageMeter,
     /// The plugins, to open the message store again after the host repaired the files.
     plugins: PluginSet,
-    /// The id of every tool call of the conversation (kept unique, [`make_call_ids_unique`]).
-    call_ids: HashSet<String>,
 }
 
 impl TaskContext {
@@ -115,8 +120,19 @@ impl TaskContext {
         let dir = TaskDir::open(&path)
             .with_context(|| format!("cannot open the task directory {}", path.display()))?;
         let db = Db::open(layout.root())?;
-        let report = crate::repair::repair_task_dir(&dir, false, &now_rfc3339())
+        // The pairing check reads current.jsonl from context_checkpoint.json on (only what was
+        // appended since it was saved).
+        let mut context = ContextCheck::load(&dir);
+        let mut context_saved = context.checked_bytes();
+        let report = crate::repair::repair_task_dir_from(&dir, false, &now_rfc3339(), &mut context)
             .context("repairing the task directory before resuming")?;
+        // Saved again when the check read lines (no checkpoint, a stale one, or appends).
+        if context.checked_bytes() != context_saved {
+            match context.save(&dir) {
+                Ok(()) => context_saved = context.checked_bytes(),
+                Err(e) => tracing::warn!(%uuid, "context checkpoint not written: {e:#}"),
+            }
+        }
         for r in report.describe() {
             tracing::warn!(%uuid, "repair: {r}");
         }
@@ -126,10 +142,13 @@ impl TaskContext {
         }
         // Steps of earlier runs count against agent.max_steps: the loop's answered LLM calls
         // are the history's assistant messages that are not summaries.
-        let history = crate::repair::history_stats(&dir, MESSAGES)?;
+        // Counted from history_checkpoint.json on: only the lines appended since are read, with
+        // the id of every tool call of the conversation (kept unique, `make_call_ids_unique`).
+        let history = HistoryCounts::open(&dir)?;
+        let stats = history.stats();
         // A task whose context is still empty takes over an earlier task's final state (the
         // one metadata.json names, when an earlier process of this task chose it already).
-        let inheritance = if history.lines > 0 {
+        let inheritance = if stats.lines > 0 {
             Inheritance::default()
         } else {
             match read_metadata(&dir)? {
@@ -148,18 +167,20 @@ impl TaskContext {
         meta.inheritance_skipped = inheritance.skipped.clone();
         write_metadata_once(&dir, &meta)?;
         let planning = PlanningStore::open(&dir, &uuid)?;
-        let call_ids = queries::call_ids_in(&dir, MESSAGES)?;
 
         let mut store = plugins
             .message_store(dir.path())
             .with_context(|| format!("plugins.message_store ({})", plugins.spec_of_store()))?;
-        let stats = store.open()?;
-        tracing::debug!(%uuid, history = stats.history_count, current = stats.current_count, "message store open");
+        let opened = store.open()?;
+        tracing::debug!(%uuid, history = opened.history_count, current = opened.current_count, "message store open");
         Ok(TaskContext {
             pid,
             layout: layout.clone(),
-            steps_done: u32::try_from(history.agent_steps).unwrap_or(u32::MAX),
-            history_ends_with_summary: history.ends_with_summary,
+            steps_done: u32::try_from(stats.agent_steps).unwrap_or(u32::MAX),
+            history_ends_with_summary: stats.ends_with_summary,
+            history,
+            context,
+            context_saved,
             store,
             summaries: SummaryStore::new(&dir),
             tools: ToolStore::open(&dir, config.tool_output_cap())?,
@@ -169,7 +190,6 @@ impl TaskContext {
             transport: Transport::new(config.transport_config()?),
             usage: UsageMeter::open(layout, &uuid)?,
             plugins: plugins.clone(),
-            call_ids,
             max_dir_bytes: config.context_storage.max_task_dir_bytes(),
             db,
             dir,
@@ -201,12 +221,16 @@ impl TaskContext {
             })?;
             return Ok(Vec::new());
         }
-        match crate::repair::pairing::needs_repair(&self.dir, false) {
+        match crate::repair::pairing::needs_repair_from(&self.dir, false, &mut self.context) {
             Ok(false) => Ok(Vec::new()),
             Ok(true) => {
-                let fixes =
-                    crate::repair::pairing::repair_context(&self.dir, &now_rfc3339(), false)
-                        .context("repairing the context before sending it")?;
+                let fixes = crate::repair::pairing::repair_context_from(
+                    &self.dir,
+                    &now_rfc3339(),
+                    false,
+                    &mut self.context,
+                )
+                .context("repairing the context before sending it")?;
                 self.reopen_store()?;
                 Ok(fixes)
             }
@@ -239,7 +263,11 @@ impl TaskContext {
             .count_messages()
             .context("message store: count-messages")?
             + 1;
-        Ok(make_call_ids_unique(message, seq, &mut self.call_ids))
+        Ok(make_call_ids_unique(
+            message,
+            seq,
+            self.history.call_ids_mut(),
+        ))
     }
 
     /// The task's UUID.
@@ -345,6 +373,7 @@ impl TaskContext {
                 .with_context(|| format!("cannot fsync {}", self.dir.show(name)))?;
         }
         self.tools.sync()?;
+        self.checkpoint(false);
         self.check_budget()
     }
 
@@ -365,6 +394,27 @@ impl TaskContext {
             );
         }
         Ok(())
+    }
+
+    /// Bring the checkpoints up to date: the history's ([`HistoryCounts::advance`]) and the
+    /// context check's ([`ContextCheck::save`]), each when its file grew by 1 MiB since it was
+    /// last saved (`force`: whenever it grew). A failure only costs the next resume a full
+    /// read, so it is logged.
+    fn checkpoint(&mut self, force: bool) {
+        if let Err(e) = self.history.advance(force) {
+            tracing::warn!(uuid = %self.row.uuid, "history checkpoint not written: {e:#}");
+        }
+        let checked = self.context.checked_bytes();
+        if checked != self.context_saved
+            && (force || checked >= self.context_saved + context_check::CHECKPOINT_EVERY)
+        {
+            match self.context.save(&self.dir) {
+                Ok(()) => self.context_saved = checked,
+                Err(e) => {
+                    tracing::warn!(uuid = %self.row.uuid, "context checkpoint not written: {e:#}")
+                }
+            }
+        }
     }
 
     /// Add `delta` to the task's counters in its row.
@@ -410,7 +460,8 @@ impl TaskContext {
     /// Honour a pause at a safe point: the context is closed (components dropped), then the
     /// lifecycle writes task_state.json, the row (`paused`) and moves the directory to
     /// `paused/`.
-    pub fn pause(self) -> anyhow::Result<Status> {
+    pub fn pause(mut self) -> anyhow::Result<Status> {
+        self.checkpoint(true);
         let (db, layout, uuid, pid) = self.close();
         if lifecycle::apply(&db, &layout, &uuid, &Transition::Pause { pid })?.is_none() {
             tracing::warn!(%uuid, pid, "the task's row was no longer running under this process when it paused");

@@ -1,0 +1,160 @@
+//! Checkpoints of append-only JSONL files: what a reader learnt from a file's first `bytes`
+//! bytes, kept next to it so the next reader streams only what was appended since.
+//!
+//! A [`FileMark`] names a prefix of a file by its length and a hash of its last line; it still
+//! holds when the file has that length or more and the line ending at that length hashes the
+//! same ([`FileMark::holds`], which reads only that line). A file rewritten in any way that
+//! moves or changes its last line fails the check, and the reader then streams the whole file,
+//! as it would without a checkpoint. Checkpoints are an optimisation: a missing, unreadable or
+//! stale one only costs a full read.
+//!
+//! Three checkpoints use this (each written by the only writer of its file, atomically: a
+//! temporary file renamed over it):
+//! - [`StoreCheckpoint`] (`store_checkpoint.json`, [`crate::files::STORE_CHECKPOINT`]): the
+//!   builtin message store's counts of messages.jsonl and current.jsonl, written when it opens,
+//!   after it replaces current.jsonl, and every [`STORE_CHECKPOINT_EVERY`] bytes appended.
+//! - the host's history counts and tool-call ids (`history_checkpoint.json`) and its invariant
+//!   check of current.jsonl (`context_checkpoint.json`), written at step boundaries and at
+//!   pause; the host also records each file's identity (device and inode), so a file replaced
+//!   atomically is never taken for the one it counted.
+
+use std::io::{Read, Seek};
+
+use serde::{Deserialize, Serialize};
+
+use crate::tail::{BackwardLines, TailError};
+
+/// Version of the checkpoint files' shape; a file with another version is ignored.
+pub const CHECKPOINT_VERSION: u32 = 1;
+
+/// Bytes the message store appends (both files together) between two checkpoints: a resumed
+/// task re-reads at most about this much, whatever the size of its history.
+pub const STORE_CHECKPOINT_EVERY: u64 = 1024 * 1024;
+
+/// A prefix of a JSONL file: `{"bytes": N, "last_line": "<16 hex digits>"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FileMark {
+    /// Length of the prefix, bytes (0, or the prefix ends with `\n`).
+    pub bytes: u64,
+    /// FNV-1a 64-bit hash of the prefix's last non-blank line (without its terminator), as 16
+    /// lowercase hex digits; empty when `bytes` is 0.
+    pub last_line: String,
+}
+
+impl FileMark {
+    /// The mark of the first `end` bytes of `reader` (the whole file: its size). Reads only
+    /// the last line before `end`. `end` must be 0 or follow a `\n`; otherwise `None` (a file
+    /// whose last line is not whole gets no mark).
+    pub fn of<R: Read + Seek>(reader: R, end: u64, file: &str) -> Result<Option<Self>, TailError> {
+        if end == 0 {
+            return Ok(Some(FileMark::default()));
+        }
+        let mut lines = BackwardLines::new(reader, end, file);
+        if !lines.ends_with_newline()? {
+            return Ok(None);
+        }
+        Ok(Some(FileMark {
+            bytes: end,
+            last_line: match lines.prev_line()? {
+                Some((_, line)) => line_hash(line),
+                None => String::new(),
+            },
+        }))
+    }
+
+    /// Whether `reader` (the file, `len` bytes long) still starts with this prefix: it is at
+    /// least `bytes` long and the line ending at `bytes` hashes to `last_line`.
+    pub fn holds<R: Read + Seek>(
+        &self,
+        reader: R,
+        len: u64,
+        file: &str,
+    ) -> Result<bool, TailError> {
+        if self.bytes > len {
+            return Ok(false);
+        }
+        Ok(Self::of(reader, self.bytes, file)?.as_ref() == Some(self))
+    }
+}
+
+/// FNV-1a 64 of `line`, 16 hex digits.
+pub fn line_hash(line: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in line {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// `store_checkpoint.json`: the builtin message store's counts up to two file marks.
+///
+/// ```json
+/// {"version":1,"messages":{"bytes":812,"last_line":"…"},"history_count":5,
+///  "current":{"bytes":640,"last_line":"…"},"current_count":5,"current_tokens":130}
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StoreCheckpoint {
+    /// [`CHECKPOINT_VERSION`].
+    pub version: u32,
+    /// The prefix of messages.jsonl counted.
+    pub messages: FileMark,
+    /// Lines in that prefix (= its last seq).
+    pub history_count: u64,
+    /// The prefix of current.jsonl counted.
+    pub current: FileMark,
+    /// Chat message lines in that prefix.
+    pub current_count: u64,
+    /// Their estimated tokens.
+    pub current_tokens: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    fn mark(text: &str) -> Option<FileMark> {
+        FileMark::of(Cursor::new(text.as_bytes()), text.len() as u64, "f").unwrap()
+    }
+
+    fn holds(m: &FileMark, text: &str) -> bool {
+        m.holds(Cursor::new(text.as_bytes()), text.len() as u64, "f")
+            .unwrap()
+    }
+
+    #[test]
+    fn a_mark_holds_while_the_file_only_grows() {
+        let m = mark("{\"a\":1}\n{\"a\":2}\n").unwrap();
+        assert_eq!(m.bytes, 16);
+        assert_eq!(m.last_line, line_hash(b"{\"a\":2}"));
+        assert!(holds(&m, "{\"a\":1}\n{\"a\":2}\n"));
+        assert!(holds(&m, "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n"));
+        assert!(
+            holds(&m, "{\"a\":1}\n{\"a\":2}\n{\"a\":"),
+            "a torn line after the mark"
+        );
+        assert!(holds(&FileMark::default(), ""));
+        assert!(holds(&FileMark::default(), "{}\n"));
+    }
+
+    #[test]
+    fn a_mark_fails_when_the_file_was_cut_or_rewritten() {
+        let m = mark("{\"a\":1}\n{\"a\":2}\n").unwrap();
+        assert!(!holds(&m, "{\"a\":1}\n"), "shorter");
+        assert!(
+            !holds(&m, "{\"a\":1}\n{\"a\":3}\n"),
+            "same size, other last line"
+        );
+        assert!(!holds(&m, "{\"a\":9}\n{\"a\":1}\n{\"a\":2}\n"), "shifted");
+        assert!(
+            !holds(&m, "{\"a\":1}\n{\"a\":22}\n"),
+            "no newline at the mark"
+        );
+        assert_eq!(
+            mark("{\"a\":1}\n{\"a\""),
+            None,
+            "a file ending in a torn line"
+        );
+    }
+}

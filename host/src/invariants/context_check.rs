@@ -1,0 +1,350 @@
+//! [`ContextCheck`]: the invariant check of a context file ([`super::ContextChecker`]) kept up to
+//! a byte offset, so checking current.jsonl again — on resume, and before every request
+//! ([`crate::task::TaskContext::ensure_sendable`]) — reads only the lines appended since the
+//! last check, not the whole context.
+//!
+//! The state after a checked prefix (its [`FileMark`], its line count, the checker's counts and
+//! the ids of the last assistant message's calls) is held by the task process and saved in
+//! `context_checkpoint.json` ([`ctxhost_format::files::CONTEXT_CHECKPOINT`], schema
+//! `docs/schemas/context_checkpoint.schema.json`) at step boundaries every
+//! [`CHECKPOINT_EVERY`] bytes of growth and at pause, atomically through the task's
+//! [`TaskDir`]. It is used only while its mark holds (the file is at least that long and the
+//! line ending there hashes the same, [`FileMark::holds`]); a missing, unreadable, oversized,
+//! other-version, other-file or stale checkpoint is ignored and the whole file is checked, as
+//! without one (a compression or a repair replaces current.jsonl: the next check is whole). A
+//! crash at any point costs at most a full check, never a wrong verdict on the files.
+//!
+//! Trust: like the history checkpoint ([`crate::task::history_counts`]), it lies in the task
+//! directory and summarises a file the message store writes; it gives a component no power it
+//! lacks over what is sent.
+
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+
+use ctxhost_format::ChatMessage;
+use ctxhost_format::checkpoint::{CHECKPOINT_VERSION, FileMark};
+use ctxhost_format::files::CONTEXT_CHECKPOINT;
+use serde::{Deserialize, Serialize};
+
+use super::{ContextChecker, ContextFileError, ContextSummary};
+use crate::task_dir::{TaskDir, file_id};
+
+/// Growth of the context file, bytes, after which a step boundary saves the checkpoint.
+pub const CHECKPOINT_EVERY: u64 = 1024 * 1024;
+
+/// Largest checkpoint file read, bytes (it holds one message's call ids); a larger one is
+/// ignored.
+pub const MAX_CHECKPOINT_BYTES: u64 = 1024 * 1024;
+
+/// The check of a context file up to a prefix of it. `Default`: nothing checked (the next
+/// [`ContextCheck::check`] reads the whole file).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextCheck {
+    /// The file checked, relative to the task directory.
+    file: String,
+    /// The file's identity ([`file_id`]): a replaced file (a compression, a repair) is
+    /// another file, whatever its length and last line.
+    file_id: String,
+    /// The prefix checked (ends with `\n`).
+    mark: FileMark,
+    /// Lines in that prefix, blank ones included (errors after it name line numbers).
+    lines: u64,
+    /// The checker's state after that prefix.
+    checker: ContextChecker,
+    /// Bytes read by this value's checks (not saved).
+    #[serde(skip)]
+    bytes_read: u64,
+}
+
+/// `context_checkpoint.json`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Checkpoint {
+    version: u32,
+    #[serde(flatten)]
+    check: ContextCheck,
+}
+
+impl ContextCheck {
+    /// The saved check of `dir` (`context_checkpoint.json`), or nothing checked when it is
+    /// missing or cannot be used (logged at debug level).
+    pub fn load(dir: &TaskDir) -> ContextCheck {
+        let read = || -> anyhow::Result<Option<ContextCheck>> {
+            let f = match dir.open_regular(CONTEXT_CHECKPOINT) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let mut bytes = Vec::new();
+            f.take(MAX_CHECKPOINT_BYTES + 1).read_to_end(&mut bytes)?;
+            anyhow::ensure!(
+                bytes.len() as u64 <= MAX_CHECKPOINT_BYTES,
+                "larger than {MAX_CHECKPOINT_BYTES} bytes"
+            );
+            let cp: Checkpoint = serde_json::from_slice(&bytes)?;
+            anyhow::ensure!(cp.version == CHECKPOINT_VERSION, "version {}", cp.version);
+            Ok(Some(cp.check))
+        };
+        match read() {
+            Ok(c) => c.unwrap_or_default(),
+            Err(e) => {
+                tracing::debug!(
+                    "{} ignored (the context is checked whole): {e:#}",
+                    dir.show(CONTEXT_CHECKPOINT)
+                );
+                ContextCheck::default()
+            }
+        }
+    }
+
+    /// Save this check as `dir`'s `context_checkpoint.json` (atomically).
+    pub fn save(&self, dir: &TaskDir) -> io::Result<()> {
+        let cp = Checkpoint {
+            version: CHECKPOINT_VERSION,
+            check: self.clone(),
+        };
+        dir.write_atomic(CONTEXT_CHECKPOINT, &serde_json::to_vec(&cp)?)
+    }
+
+    /// Bytes of the prefix checked.
+    pub fn checked_bytes(&self) -> u64 {
+        self.mark.bytes
+    }
+
+    /// Bytes read by this value's checks so far (the line before the mark, read again to check
+    /// it, is not counted).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+
+    /// Check the context file `name` of `dir` like [`super::check_context_file`], reading only
+    /// what follows the checked prefix when its mark still holds (else the whole file); the
+    /// checked prefix then extends to the file's last whole line. A last line without `\n` is
+    /// checked but not kept (it may still be being written). On error the prefix stays as it
+    /// was (or nothing, when the mark no longer held).
+    pub fn check(
+        &mut self,
+        dir: &TaskDir,
+        name: &str,
+        allow_pending_tail: bool,
+    ) -> Result<ContextSummary, ContextFileError> {
+        let file = dir.show(name);
+        let io = |source| ContextFileError::Io {
+            file: file.clone(),
+            source,
+        };
+        let mut f = dir.open_read(name).map_err(io)?;
+        let len = f.seek(SeekFrom::End(0)).map_err(io)?;
+        let id = file_id(&f).map_err(io)?;
+        let holds = self.file == name
+            && self.file_id == id
+            && self
+                .mark
+                .holds(&mut f, len, &file)
+                .map_err(|e| io(io::Error::other(e.to_string())))?;
+        if !holds {
+            *self = ContextCheck {
+                file: name.to_string(),
+                file_id: id,
+                bytes_read: self.bytes_read,
+                ..ContextCheck::default()
+            };
+        }
+        let from = self.mark.bytes;
+        f.seek(SeekFrom::Start(from)).map_err(io)?;
+        let mut reader = BufReader::with_capacity(256 * 1024, (&mut f).take(len - from));
+        let mut checker = self.checker.clone();
+        let mut line_no = self.lines;
+        let mut end = from;
+        // Where the last whole line ends, and the checker's state there when a last line
+        // without `\n` followed it.
+        let (mut whole_lines, mut whole_end, mut before_unterminated) = (self.lines, from, None);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
+            self.bytes_read += n as u64;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            end += n as u64;
+            let terminated = buf.last() == Some(&b'\n');
+            if terminated {
+                whole_lines = line_no;
+                whole_end = end;
+            } else {
+                before_unterminated = Some(checker.clone());
+            }
+            // As `BufRead::lines`: without its `\n` or `\r\n`, UTF-8 or an I/O error.
+            let mut bytes = &buf[..];
+            if let Some(b) = bytes.strip_suffix(b"\n") {
+                bytes = b.strip_suffix(b"\r").unwrap_or(b);
+            }
+            let line = std::str::from_utf8(bytes).map_err(|_| {
+                io(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "stream did not contain valid UTF-8",
+                ))
+            })?;
+            if !line.trim().is_empty() {
+                let message: ChatMessage =
+                    serde_json::from_str(line).map_err(|e| ContextFileError::Parse {
+                        file: file.clone(),
+                        line: line_no,
+                        // serde quotes the value it did not expect, which a component wrote.
+                        reason: crate::untrusted::text(
+                            &e.to_string(),
+                            crate::untrusted::MAX_ERROR_BYTES,
+                        )
+                        .into_owned(),
+                    })?;
+                checker
+                    .push(&message)
+                    .map_err(|violation| ContextFileError::Violation {
+                        file: file.clone(),
+                        line: line_no,
+                        violation,
+                    })?;
+            }
+        }
+        drop(reader);
+        if whole_end != self.mark.bytes
+            && let Ok(Some(mark)) = FileMark::of(&mut f, whole_end, &file)
+        {
+            self.mark = mark;
+            self.lines = whole_lines;
+            self.checker = before_unterminated.unwrap_or_else(|| checker.clone());
+        }
+        checker
+            .finish(allow_pending_tail)
+            .map_err(|violation| ContextFileError::AtEnd { file, violation })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::invariants::check_context_file;
+    use crate::repair::testing::{call, result, sys};
+    use std::fs;
+
+    fn line(m: &ChatMessage) -> String {
+        serde_json::to_string(m).unwrap() + "\n"
+    }
+
+    fn context(n: usize) -> String {
+        let mut text = line(&sys()) + &line(&ChatMessage::text("user", "go"));
+        for i in 0..n {
+            let id = format!("c{i}");
+            text += &line(&call(&[&id]));
+            text += &line(&result(&id));
+        }
+        text
+    }
+
+    #[test]
+    fn a_check_from_the_checkpoint_reads_only_what_was_appended_and_agrees_with_a_full_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let task = TaskDir::open(d).unwrap();
+        let p = d.join("current.jsonl");
+        let first = context(20);
+        fs::write(&p, &first).unwrap();
+        let mut check = ContextCheck::default();
+        let s = check.check(&task, "current.jsonl", false).unwrap();
+        assert_eq!(
+            s,
+            check_context_file(&task, "current.jsonl", false).unwrap()
+        );
+        assert_eq!(check.bytes_read(), first.len() as u64);
+        check.save(&task).unwrap();
+        // Appended: a new check (from the saved file) reads only the new lines. A line before
+        // the mark damaged in place is not read.
+        let more = line(&call(&["z"])) + &line(&result("z"));
+        fs::write(&p, first.replacen("go", "GO", 1) + &more).unwrap();
+        let mut again = ContextCheck::load(&task);
+        let s = again.check(&task, "current.jsonl", false).unwrap();
+        assert_eq!(again.bytes_read(), more.len() as u64);
+        fs::write(&p, first.clone() + &more).unwrap();
+        assert_eq!(
+            s,
+            check_context_file(&task, "current.jsonl", false).unwrap()
+        );
+        // A violation after the mark is named by its line in the whole file.
+        fs::write(&p, first.clone() + &line(&result("nobody"))).unwrap();
+        let e = ContextCheck::load(&task)
+            .check(&task, "current.jsonl", false)
+            .unwrap_err();
+        let full = check_context_file(&task, "current.jsonl", false).unwrap_err();
+        assert_eq!(e.to_string(), full.to_string());
+        assert!(e.to_string().contains(":43:"), "{e}");
+        // Calls pending at the mark are still known after it.
+        fs::write(&p, first.clone() + &line(&call(&["p", "q"]))).unwrap();
+        let mut c = ContextCheck::load(&task);
+        c.check(&task, "current.jsonl", true).unwrap();
+        c.save(&task).unwrap();
+        fs::write(
+            &p,
+            first.clone() + &line(&call(&["p", "q"])) + &line(&result("q")),
+        )
+        .unwrap();
+        let mut c = ContextCheck::load(&task);
+        let e = c.check(&task, "current.jsonl", false).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            check_context_file(&task, "current.jsonl", false)
+                .unwrap_err()
+                .to_string()
+        );
+        assert!(c.check(&task, "current.jsonl", true).is_ok());
+    }
+
+    #[test]
+    fn a_stale_forged_torn_or_foreign_checkpoint_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let task = TaskDir::open(d).unwrap();
+        let p = d.join("current.jsonl");
+        let text = context(10);
+        fs::write(&p, &text).unwrap();
+        let mut check = ContextCheck::default();
+        check.check(&task, "current.jsonl", false).unwrap();
+        check.save(&task).unwrap();
+        let good = fs::read_to_string(d.join(CONTEXT_CHECKPOINT)).unwrap();
+        let cp: serde_json::Value = serde_json::from_str(&good).unwrap();
+        let mut forged = cp.clone();
+        forged["mark"]["last_line"] = "0123456789abcdef".into();
+        let mut other_file = cp.clone();
+        other_file["file"] = "compressed.jsonl".into();
+        let mut other_version = cp.clone();
+        other_version["version"] = 2.into();
+        for (what, cp) in [
+            ("forged mark", forged.to_string()),
+            ("other file", other_file.to_string()),
+            ("other version", other_version.to_string()),
+            ("torn", good[..good.len() / 2].to_string()),
+        ] {
+            fs::write(d.join(CONTEXT_CHECKPOINT), cp).unwrap();
+            let mut c = ContextCheck::load(&task);
+            c.check(&task, "current.jsonl", false).unwrap();
+            assert_eq!(c.bytes_read(), text.len() as u64, "{what}: a full check");
+        }
+        // The context replaced (as a compression or a repair does: atomically) by one with a
+        // violation, of the same length and last line: the checkpoint of the old one does not
+        // hide it.
+        fs::write(d.join(CONTEXT_CHECKPOINT), &good).unwrap();
+        let broken = context(10).replacen("\"c3\"", "\"c4\"", 1);
+        assert_eq!(broken.len(), text.len(), "same length, same last line");
+        task.write_atomic("current.jsonl", broken.as_bytes())
+            .unwrap();
+        let e = ContextCheck::load(&task).check(&task, "current.jsonl", false);
+        assert!(e.is_err(), "the replaced context is checked whole");
+        // A context cut short (same start): the mark is past its end.
+        fs::write(&p, &text[..text.len() / 2]).unwrap();
+        fs::write(d.join(CONTEXT_CHECKPOINT), &good).unwrap();
+        let mut c = ContextCheck::load(&task);
+        let _ = c.check(&task, "current.jsonl", true);
+        assert_eq!(c.bytes_read(), (text.len() / 2) as u64);
+    }
+}

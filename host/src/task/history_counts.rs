@@ -1,0 +1,467 @@
+//! [`HistoryCounts`]: what the host learns from messages.jsonl in one read — its counts
+//! ([`HistoryStats`]: lines, last seq, agent steps, whether it ends with a summary) and the id
+//! of every tool call of the conversation (kept unique, [`crate::invariants::ids`]) — kept up
+//! to a byte offset in `history_checkpoint.json` ([`ctxhost_format::files::HISTORY_CHECKPOINT`])
+//! so a resumed task reads only the lines appended since, not its whole history again.
+//!
+//! The checkpoint (`{"version":1,"file_id":"dev:ino","messages":{"bytes":N,"last_line":"…"},
+//! "stats":{…},"call_ids":["…"]}`, schema `docs/schemas/history_checkpoint.schema.json`) is written when the
+//! counts were read from the file (opening), when the task pauses, and at step boundaries once
+//! messages.jsonl grew by [`CHECKPOINT_EVERY`] bytes since the last one, atomically through the
+//! task's [`TaskDir`]. It is used only while it names the same file ([`file_id`]: a file
+//! replaced atomically, as `ctxhost fsck --repair` does, is another) and its [`FileMark`] holds
+//! (the file still starts with the counted bytes: at least that long, the line ending there
+//! hashes the same); a missing,
+//! unreadable, oversized, other-version or stale checkpoint is ignored and the whole file is
+//! read, as without one. A crash at any point costs at most a full read, never a wrong count.
+//!
+//! Trust: the checkpoint lies in the task directory, which the task's components can write; it
+//! gives them no power they lack, since it only summarises messages.jsonl, which the message
+//! store writes anyway (a checkpoint whose mark holds is believed, as the file would be).
+
+use std::collections::{BTreeSet, HashSet};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+
+use anyhow::Context;
+use ctxhost_format::HistoryLine;
+use ctxhost_format::checkpoint::{CHECKPOINT_VERSION, FileMark};
+use ctxhost_format::files::{HISTORY_CHECKPOINT, MESSAGES};
+use serde::{Deserialize, Serialize};
+
+use crate::invariants::queries::bounded;
+use crate::repair::HistoryStats;
+use crate::task_dir::{TaskDir, file_id};
+
+/// Growth of messages.jsonl, bytes, after which a step boundary writes a new checkpoint.
+pub const CHECKPOINT_EVERY: u64 = 1024 * 1024;
+
+/// Largest checkpoint file read, bytes (its call ids grow with the conversation's tool calls);
+/// a larger one is ignored (a full read).
+pub const MAX_CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// `history_checkpoint.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Checkpoint {
+    version: u32,
+    /// messages.jsonl's identity ([`file_id`]).
+    file_id: String,
+    messages: FileMark,
+    stats: HistoryStats,
+    /// Sorted, so the file is the same for the same history.
+    call_ids: BTreeSet<String>,
+}
+
+/// The counts of a task directory's messages.jsonl and the prefix they cover.
+#[derive(Debug, Clone)]
+pub struct HistoryCounts {
+    dir: TaskDir,
+    stats: HistoryStats,
+    /// Ids of the tool calls in the prefix (plus ids the agent loop reserved for a reply it is
+    /// about to append, [`HistoryCounts::call_ids_mut`]).
+    call_ids: HashSet<String>,
+    /// The prefix of messages.jsonl `stats` counts.
+    mark: FileMark,
+    /// The identity of the messages.jsonl counted ([`file_id`]; empty: none yet).
+    file_id: String,
+    /// The mark of the checkpoint file as last written or read.
+    saved: Option<FileMark>,
+    /// Bytes of messages.jsonl read by this value so far (for tests and benchmarks: a resume
+    /// from a checkpoint that holds reads only what follows it).
+    bytes_read: u64,
+}
+
+impl HistoryCounts {
+    /// The counts of `dir`'s messages.jsonl: from its checkpoint on when it holds, else the
+    /// whole file; writes a new checkpoint when lines were read (a failure to write it is
+    /// logged). Errors name the file and line of a line that does not parse.
+    pub fn open(dir: &TaskDir) -> anyhow::Result<HistoryCounts> {
+        let mut counts = HistoryCounts {
+            dir: dir.clone(),
+            stats: HistoryStats::default(),
+            call_ids: HashSet::new(),
+            mark: FileMark::default(),
+            file_id: String::new(),
+            saved: None,
+            bytes_read: 0,
+        };
+        if let Some(cp) = read_checkpoint(dir) {
+            counts.stats = cp.stats;
+            counts.call_ids = cp.call_ids.into_iter().collect();
+            counts.mark = cp.messages.clone();
+            counts.file_id = cp.file_id;
+            counts.saved = Some(cp.messages);
+        }
+        if counts.catch_up()? {
+            counts.save_logged();
+        }
+        Ok(counts)
+    }
+
+    /// The counts.
+    pub fn stats(&self) -> HistoryStats {
+        self.stats
+    }
+
+    /// The id of every tool call in messages.jsonl as counted.
+    pub fn call_ids(&self) -> &HashSet<String> {
+        &self.call_ids
+    }
+
+    /// The ids, for [`crate::invariants::ids::make_call_ids_unique`] to add the ids of a reply
+    /// about to be appended (a superset of the file's ids only until that reply is: harmless,
+    /// an id is then renamed that needed not be).
+    pub fn call_ids_mut(&mut self) -> &mut HashSet<String> {
+        &mut self.call_ids
+    }
+
+    /// Bytes of messages.jsonl this value has read (the counted prefix's last line is read
+    /// again to check the mark, and is not included).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+
+    /// At a step boundary: count the lines appended since, and write the checkpoint when the
+    /// file grew by [`CHECKPOINT_EVERY`] bytes since the last one (`force`: whenever it grew).
+    pub fn advance(&mut self, force: bool) -> anyhow::Result<()> {
+        self.catch_up()?;
+        let saved = self.saved.as_ref().map_or(0, |m| m.bytes);
+        if self.mark.bytes != saved && (force || self.mark.bytes >= saved + CHECKPOINT_EVERY) {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Count the lines after the mark (all of them when the mark no longer holds) up to the
+    /// last whole line; returns whether anything was read.
+    fn catch_up(&mut self) -> anyhow::Result<bool> {
+        let shown = self.dir.show(MESSAGES);
+        let Some(mut file) = self
+            .dir
+            .open_read_if_exists(MESSAGES)
+            .with_context(|| format!("cannot open {shown}"))?
+        else {
+            let was = self.mark.bytes > 0;
+            self.reset();
+            return Ok(was);
+        };
+        let len = file
+            .seek(SeekFrom::End(0))
+            .with_context(|| format!("cannot read {shown}"))?;
+        let id = file_id(&file).with_context(|| format!("cannot read {shown}"))?;
+        let holds =
+            self.file_id == id && self.mark.holds(&mut file, len, &shown).map_err(bounded)?;
+        if holds && len == self.mark.bytes {
+            return Ok(false);
+        }
+        if !holds {
+            self.reset();
+            self.file_id = id;
+        }
+        let from = self.mark.bytes;
+        file.seek(SeekFrom::Start(from))
+            .with_context(|| format!("cannot read {shown}"))?;
+        // Whole lines only: a last line without `\n` is being written (or torn) and is left
+        // for the next count.
+        let mut end = from;
+        let mut stats = self.stats;
+        let mut reader = BufReader::with_capacity(256 * 1024, (&mut file).take(len - from));
+        let mut buf = Vec::new();
+        let mut line_no = 0u64;
+        loop {
+            buf.clear();
+            let n = io::BufRead::read_until(&mut reader, b'\n', &mut buf)
+                .with_context(|| format!("cannot read {shown}"))?;
+            self.bytes_read += n as u64;
+            if n == 0 || buf.last() != Some(&b'\n') {
+                break;
+            }
+            line_no += 1;
+            end += n as u64;
+            if buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let h: HistoryLine = serde_json::from_slice(&buf).map_err(|e| {
+                let at = if from > 0 {
+                    format!(" (after byte {from})")
+                } else {
+                    String::new()
+                };
+                anyhow::anyhow!(
+                    "{shown}{at} line {line_no}: not a history line: {}",
+                    crate::untrusted::text(&e.to_string(), crate::untrusted::MAX_ERROR_BYTES)
+                )
+            })?;
+            stats.add(&h);
+            self.call_ids
+                .extend(h.tool_calls.into_iter().flatten().map(|c| c.id));
+        }
+        let mark = FileMark::of(&mut file, end, &shown)
+            .map_err(bounded)?
+            .unwrap_or_default();
+        let read = end != from || self.mark != mark;
+        self.stats = stats;
+        self.mark = mark;
+        Ok(read)
+    }
+
+    /// Forget the counts (the file is gone, or no longer starts with the counted prefix).
+    fn reset(&mut self) {
+        self.file_id.clear();
+        self.stats = HistoryStats::default();
+        self.call_ids.clear();
+        self.mark = FileMark::default();
+    }
+
+    /// Write the checkpoint (atomically).
+    fn save(&mut self) -> anyhow::Result<()> {
+        let cp = Checkpoint {
+            version: CHECKPOINT_VERSION,
+            file_id: self.file_id.clone(),
+            messages: self.mark.clone(),
+            stats: self.stats,
+            call_ids: self.call_ids.iter().cloned().collect(),
+        };
+        self.dir
+            .write_atomic(HISTORY_CHECKPOINT, &serde_json::to_vec(&cp)?)
+            .with_context(|| format!("cannot write {}", self.dir.show(HISTORY_CHECKPOINT)))?;
+        self.saved = Some(self.mark.clone());
+        Ok(())
+    }
+
+    /// [`HistoryCounts::save`], a failure logged: it only costs the next resume a full read.
+    fn save_logged(&mut self) {
+        if let Err(e) = self.save() {
+            tracing::warn!("history checkpoint not written: {e:#}");
+        }
+    }
+}
+
+/// The checkpoint of `dir`, if present, a regular file of at most [`MAX_CHECKPOINT_BYTES`],
+/// readable and of this version; anything else is ignored (logged at debug level).
+fn read_checkpoint(dir: &TaskDir) -> Option<Checkpoint> {
+    let read = || -> anyhow::Result<Option<Checkpoint>> {
+        let f = match dir.open_regular(HISTORY_CHECKPOINT) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut bytes = Vec::new();
+        f.take(MAX_CHECKPOINT_BYTES + 1).read_to_end(&mut bytes)?;
+        anyhow::ensure!(
+            bytes.len() as u64 <= MAX_CHECKPOINT_BYTES,
+            "larger than {MAX_CHECKPOINT_BYTES} bytes"
+        );
+        let cp: Checkpoint = serde_json::from_slice(&bytes)?;
+        anyhow::ensure!(cp.version == CHECKPOINT_VERSION, "version {}", cp.version);
+        Ok(Some(cp))
+    };
+    match read() {
+        Ok(cp) => cp,
+        Err(e) => {
+            tracing::debug!(
+                "{} ignored (the history is read whole): {e:#}",
+                dir.show(HISTORY_CHECKPOINT)
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::invariants::queries::call_ids_in;
+    use crate::repair::history_stats;
+    use crate::repair::testing::{call, result, sys, write_task};
+    use ctxhost_format::ChatMessage;
+    use std::fs;
+    use std::path::Path;
+
+    fn history() -> Vec<ChatMessage> {
+        let mut h = vec![sys(), ChatMessage::text("user", "go")];
+        for i in 0..20 {
+            h.push(call(&[&format!("c{i}")]));
+            h.push(result(&format!("c{i}")));
+        }
+        h.push(ChatMessage::text("assistant", "done"));
+        h
+    }
+
+    fn task(d: &Path) -> TaskDir {
+        TaskDir::open(d).unwrap()
+    }
+
+    /// The counts and ids of a full read.
+    fn full(d: &Path) -> (HistoryStats, HashSet<String>) {
+        (
+            history_stats(&task(d), MESSAGES).unwrap(),
+            call_ids_in(&task(d), MESSAGES).unwrap(),
+        )
+    }
+
+    fn of(c: &HistoryCounts) -> (HistoryStats, HashSet<String>) {
+        (c.stats(), c.call_ids().clone())
+    }
+
+    #[test]
+    fn counts_equal_a_full_count_and_later_opens_read_only_what_was_appended() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let h = history();
+        write_task(d, &h[..30], &[]);
+        let counts = HistoryCounts::open(&task(d)).unwrap();
+        assert_eq!(of(&counts), full(d));
+        assert_eq!(
+            counts.bytes_read(),
+            fs::metadata(d.join(MESSAGES)).unwrap().len()
+        );
+        assert!(d.join(HISTORY_CHECKPOINT).is_file());
+        let before = fs::metadata(d.join(MESSAGES)).unwrap().len();
+        // More lines, then a line before the checkpoint damaged (same length): an open from
+        // the checkpoint never reads it.
+        write_task(d, &h, &[]);
+        let text = fs::read_to_string(d.join(MESSAGES)).unwrap();
+        fs::write(
+            d.join(MESSAGES),
+            text.replacen("\"seq\":2,", "\"seq\":X,", 1),
+        )
+        .unwrap();
+        let counts = HistoryCounts::open(&task(d)).unwrap();
+        assert_eq!(counts.bytes_read(), text.len() as u64 - before);
+        fs::write(d.join(MESSAGES), &text).unwrap();
+        assert_eq!(of(&counts), full(d));
+        assert_eq!(counts.stats().agent_steps, 21);
+        assert_eq!(counts.call_ids().len(), 20);
+        // Nothing appended: nothing read but the mark's line.
+        let again = HistoryCounts::open(&task(d)).unwrap();
+        assert_eq!(again.bytes_read(), 0);
+        assert_eq!(of(&again), full(d));
+    }
+
+    #[test]
+    fn a_cut_or_rewritten_history_is_counted_again_and_a_torn_last_line_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let h = history();
+        write_task(d, &h, &[]);
+        HistoryCounts::open(&task(d)).unwrap();
+        write_task(d, &h[..10], &[]);
+        assert_eq!(of(&HistoryCounts::open(&task(d)).unwrap()), full(d), "cut");
+        let mut other = h.clone();
+        other[9] = ChatMessage::text("user", "something else entirely");
+        write_task(d, &other[..10], &[]);
+        assert_eq!(
+            of(&HistoryCounts::open(&task(d)).unwrap()),
+            full(d),
+            "rewritten"
+        );
+        // A last line being written is not counted until it is whole.
+        let mut counts = HistoryCounts::open(&task(d)).unwrap();
+        let before = counts.stats();
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(d.join(MESSAGES))
+            .unwrap();
+        io::Write::write_all(&mut f, b"{\"seq\":11,\"ro").unwrap();
+        counts.advance(true).unwrap();
+        assert_eq!(counts.stats(), before);
+        fs::remove_file(d.join(MESSAGES)).unwrap();
+        counts.advance(true).unwrap();
+        assert_eq!(counts.stats(), HistoryStats::default());
+        assert!(counts.call_ids().is_empty());
+    }
+
+    #[test]
+    fn a_forged_torn_or_foreign_checkpoint_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let h = history();
+        write_task(d, &h, &[]);
+        HistoryCounts::open(&task(d)).unwrap();
+        let good = fs::read_to_string(d.join(HISTORY_CHECKPOINT)).unwrap();
+        let cp: serde_json::Value = serde_json::from_str(&good).unwrap();
+        let len = fs::metadata(d.join(MESSAGES)).unwrap().len();
+        let mut forged_mark = cp.clone();
+        forged_mark["messages"]["last_line"] = "0123456789abcdef".into();
+        let mut too_long = cp.clone();
+        too_long["messages"]["bytes"] = (len + 10).into();
+        let mut mid_line = cp.clone();
+        mid_line["messages"]["bytes"] = (len - 3).into();
+        let mut other_version = cp.clone();
+        other_version["version"] = 99.into();
+        let mut unknown_field = cp.clone();
+        unknown_field["extra"] = 1.into();
+        for (what, text) in [
+            ("forged mark", forged_mark.to_string()),
+            ("longer than the file", too_long.to_string()),
+            ("inside a line", mid_line.to_string()),
+            ("other version", other_version.to_string()),
+            ("unknown field", unknown_field.to_string()),
+            ("torn", good[..good.len() / 2].to_string()),
+            ("empty", String::new()),
+        ] {
+            // The stats are wrong on purpose: they must not be believed.
+            let text = text.replace("\"agent_steps\":21", "\"agent_steps\":1");
+            fs::write(d.join(HISTORY_CHECKPOINT), &text).unwrap();
+            let counts = HistoryCounts::open(&task(d)).unwrap();
+            assert_eq!(of(&counts), full(d), "{what}");
+            assert_eq!(counts.bytes_read(), len, "{what}: a full read");
+        }
+        // A link in its place is not followed.
+        fs::remove_file(d.join(HISTORY_CHECKPOINT)).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        fs::write(elsewhere.path().join("cp.json"), &good).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join("cp.json"), d.join(HISTORY_CHECKPOINT))
+            .unwrap();
+        let counts = HistoryCounts::open(&task(d)).unwrap();
+        assert_eq!(counts.bytes_read(), len, "link: a full read");
+    }
+
+    #[test]
+    fn a_checkpoint_is_written_at_step_boundaries_every_mib_and_at_pause() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write_task(d, &history()[..2], &[]);
+        let mut counts = HistoryCounts::open(&task(d)).unwrap();
+        let written = || -> u64 {
+            let cp: serde_json::Value =
+                serde_json::from_slice(&fs::read(d.join(HISTORY_CHECKPOINT)).unwrap()).unwrap();
+            cp["messages"]["bytes"].as_u64().unwrap()
+        };
+        let first = written();
+        let t = task(d);
+        let big = "x".repeat(64 * 1024);
+        let mut seq = 2;
+        let mut append = |n: usize| {
+            for _ in 0..n {
+                seq += 1;
+                let line = HistoryLine {
+                    seq,
+                    role: "user".into(),
+                    content: Some(big.clone()),
+                    timestamp: "2025-01-01T00:00:00.000Z".into(),
+                    tokens: 1,
+                    tool_name: None,
+                    tool_calls: None,
+                    tool_call_id: None,
+                    summary_id: None,
+                };
+                t.append_line(MESSAGES, &serde_json::to_string(&line).unwrap())
+                    .unwrap();
+            }
+        };
+        append(4);
+        counts.advance(false).unwrap();
+        assert_eq!(written(), first, "less than CHECKPOINT_EVERY: not yet");
+        append(16);
+        counts.advance(false).unwrap();
+        let len = fs::metadata(d.join(MESSAGES)).unwrap().len();
+        assert_eq!(written(), len, "past CHECKPOINT_EVERY: written");
+        append(1);
+        counts.advance(true).unwrap();
+        let len = fs::metadata(d.join(MESSAGES)).unwrap().len();
+        assert_eq!(written(), len, "forced (pause)");
+        assert_eq!(of(&counts), full(d));
+    }
+}

@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""bench_tasks.py — task-process benchmarks of issue 14 (P4 and P6), against a fake LLM.
+
+The fake OpenAI server runs in this process (a thread), so a task process's start and the
+arrival of its first request are read from one clock (time.perf_counter).
+
+  bench_tasks.py p4 CTXHOST [--runs N]
+      P4: time from the start of a task process (`ctxhost task-exec UUID`, a fresh task: no
+      history) to its first request arriving at the server (request line and headers read),
+      with the components already in the compiled-component cache (one untimed warm-up task
+      fills it). Tasks run one after another; each gets "Done." at once. Prints every run and
+      `P4 median_ms=... min_ms=... max_ms=... runs=N task_wall_median_ms=...`.
+
+  bench_tasks.py p6 CTXHOST [--tasks 64] [--delay-ms 500]
+      P6: TASKS tasks queued, then `ctxhost run --once --max-parallel TASKS` (one worker, one
+      process per task, all at once on this machine's cores). Each task makes two LLM calls:
+      the first reply (after --delay-ms, so every process is alive at the same time) asks for
+      a tool call (no tools are configured: the host answers it with an error result, counted
+      as a tool call), the second reply is the final answer. While it runs, the PSS of every
+      live task process is read from /proc/PID/smaps_rollup every 50 ms. Checks afterwards: every
+      task `completed`, its row's counters exact (2 LLM calls, 1 tool call, 24 tokens from the
+      provider's usage, no compression, no resume, no crash, no error), the server got exactly
+      2 x TASKS requests, and no database error in the worker's output. Prints
+      `P6 tasks=.. pss_sum_peak_mib=.. pss_per_task_peak_mib=.. alive_peak=.. db_errors=..
+      counter_errors=.. wall_s=.. per_task_ms=.. host_ms_per_task=..`.
+
+Needs python3 (standard library only) and a built `ctxhost`. Leaves nothing behind (a
+temporary directory under $TMPDIR, deleted at the end).
+"""
+
+import argparse
+import http.server
+import json
+import os
+import re
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+def reply_body(kind, n):
+    """An OpenAI chat completion: a final answer or a tool call; usage 10 + 2 tokens."""
+    if kind == "tool":
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{
+                "id": f"call_{n}",
+                "type": "function",
+                "function": {"name": "bench_tool", "arguments": "{}"},
+            }],
+        }
+        finish = "tool_calls"
+    else:
+        message = {"role": "assistant", "content": "Done."}
+        finish = "stop"
+    return json.dumps({
+        "id": f"chatcmpl-bench-{n}", "object": "chat.completion", "created": 0,
+        "model": "bench-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+    }).encode()
+
+
+class FakeLlm:
+    """Threaded fake OpenAI server. `mode` "done": always the final answer; "tool-then-done":
+    a tool call unless the request already holds a tool result. Records each request's arrival
+    (perf_counter, when its headers are read) and size."""
+
+    def __init__(self, mode, delay_ms=0):
+        self.mode, self.delay = mode, delay_ms / 1000.0
+        self.lock = threading.Lock()
+        self.requests = []  # (arrival, bytes, kind)
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                arrival = time.perf_counter()
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                kind = "done"
+                if outer.mode == "tool-then-done" and b'"role":"tool"' not in body:
+                    kind = "tool"
+                with outer.lock:
+                    outer.requests.append((arrival, len(body), kind))
+                    n = len(outer.requests)
+                if outer.delay:
+                    time.sleep(outer.delay)
+                data = reply_body(kind, n)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 256
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.requests)
+
+    def stop(self):
+        self.server.shutdown()
+
+
+class Env:
+    """A contexts tree and a config for the fake server, in a temporary directory."""
+
+    def __init__(self, ctxhost, llm, work, parallel=2):
+        self.ctxhost, self.work = ctxhost, work
+        self.contexts = os.path.join(work, "contexts")
+        self.config = os.path.join(work, "config.yaml")
+        with open(self.config, "w") as f:
+            f.write(f"""llm:
+  provider: openai
+  base_url: {llm.url}
+  model: bench-model
+  api_key_env: ""
+  context_length: 32000
+  max_output_tokens: 256
+  timeout_secs: 120
+  max_retries: 0
+plugins:
+  compressor: none
+worker:
+  max_parallel_tasks: {parallel}
+  poll_interval_ms: 50
+runtime:
+  call_timeout_secs: 120
+""")
+
+    def cmd(self, *args):
+        return [self.ctxhost, "--config", self.config, "--contexts", self.contexts, *args]
+
+    def submit(self, prompt):
+        out = subprocess.run(self.cmd("submit", prompt), capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"bench_tasks: submit failed: {out.stderr.strip()}")
+        return out.stdout.strip().split()[-1]
+
+    def task_exec(self, uuid):
+        """Runs one task process; returns (start perf_counter, wall seconds)."""
+        with open(os.path.join(self.work, "task.err"), "w") as err:
+            t0 = time.perf_counter()
+            rc = subprocess.call(self.cmd("task-exec", uuid), stdout=subprocess.DEVNULL,
+                                 stderr=err)
+            wall = time.perf_counter() - t0
+        if rc != 0:
+            sys.exit(f"bench_tasks: task-exec {uuid} exited {rc}: "
+                     f"{open(os.path.join(self.work, 'task.err')).read()}")
+        return t0, wall
+
+    def rows(self):
+        db = sqlite3.connect(f"file:{os.path.join(self.contexts, 'tasks.db')}?mode=ro", uri=True)
+        db.row_factory = sqlite3.Row
+        try:
+            return [dict(r) for r in db.execute("SELECT * FROM tasks")]
+        finally:
+            db.close()
+
+
+def p4(args):
+    llm = FakeLlm("done")
+    work = tempfile.mkdtemp(prefix="ctxhost-bench-p4.")
+    try:
+        env = Env(args.ctxhost, llm, work)
+        env.task_exec(env.submit("warm-up: fills the compiled-component cache"))
+        times, walls = [], []
+        for r in range(args.runs):
+            uuid = env.submit(f"bench: say done ({r})")
+            seen = len(llm.snapshot())
+            t0, wall = env.task_exec(uuid)
+            new = llm.snapshot()[seen:]
+            if not new:
+                sys.exit(f"bench_tasks: task {uuid} sent no request")
+            ms = (new[0][0] - t0) * 1000
+            times.append(ms)
+            walls.append(wall * 1000)
+            print(f"run {r + 1}/{args.runs}: first request after {ms:.1f} ms, "
+                  f"task process {wall * 1000:.1f} ms", file=sys.stderr)
+        bad = [r for r in env.rows() if r["status"] != "completed"]
+        if bad:
+            sys.exit(f"bench_tasks: {len(bad)} task(s) did not complete: {bad[0]}")
+        print(f"P4 median_ms={statistics.median(times):.1f} min_ms={min(times):.1f} "
+              f"max_ms={max(times):.1f} runs={args.runs} "
+              f"task_wall_median_ms={statistics.median(walls):.1f}")
+    finally:
+        llm.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def pss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def task_pids(contexts):
+    """PIDs of live `ctxhost ... task-exec` processes of this contexts tree."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"task-exec" in argv and contexts.encode() in argv:
+            pids.append(int(name))
+    return pids
+
+
+def p6(args):
+    llm = FakeLlm("tool-then-done", args.delay_ms)
+    work = tempfile.mkdtemp(prefix="ctxhost-bench-p6.")
+    try:
+        env = Env(args.ctxhost, llm, work, parallel=args.tasks)
+        # Fill the component cache first (what `ctxhost run`'s preflight also does).
+        env.task_exec(env.submit("warm-up"))
+        warm = {r["uuid"] for r in env.rows()}
+        uuids = [env.submit(f"bench: task {i}") for i in range(args.tasks)]
+        seen = len(llm.snapshot())
+        stop = threading.Event()
+        samples = {"sum_peak": 0, "alive_peak": 0, "per_pid": {}}
+
+        def sample():
+            while not stop.is_set():
+                total, alive = 0, 0
+                for pid in task_pids(env.contexts):
+                    kib = pss_kib(pid)
+                    if kib is None:
+                        continue
+                    total += kib
+                    alive += 1
+                    per = samples["per_pid"]
+                    per[pid] = max(per.get(pid, 0), kib)
+                samples["sum_peak"] = max(samples["sum_peak"], total)
+                samples["alive_peak"] = max(samples["alive_peak"], alive)
+                stop.wait(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        log = os.path.join(work, "worker.err")
+        t0 = time.perf_counter()
+        with open(log, "w") as err:
+            rc = subprocess.call(env.cmd("run", "--once", "--max-parallel", str(args.tasks)),
+                                 stdout=subprocess.DEVNULL, stderr=err)
+        wall = time.perf_counter() - t0
+        stop.set()
+        sampler.join()
+        text = open(log, errors="replace").read()
+        db_errors = len(re.findall(r"database is locked|database is busy|SQLITE_BUSY|"
+                                   r"database error|disk I/O error", text, re.I))
+        rows = [r for r in env.rows() if r["uuid"] not in warm]
+        want = {"status": "completed", "llm_call_count": 2, "tool_call_count": 1,
+                "total_tokens": 24, "compression_count": 0, "resume_count": 0,
+                "crash_count": 0, "error_message": None}
+        counter_errors = []
+        for r in rows:
+            for k, v in want.items():
+                if r[k] != v:
+                    counter_errors.append(f"{r['uuid']}: {k} = {r[k]!r}, expected {v!r}")
+        if len(rows) != len(uuids):
+            counter_errors.append(f"{len(rows)} rows for {len(uuids)} tasks")
+        requests = llm.snapshot()[seen:]
+        if len(requests) != 2 * args.tasks:
+            counter_errors.append(f"the server got {len(requests)} requests, "
+                                  f"expected {2 * args.tasks}")
+        for e in counter_errors[:10]:
+            print(f"bench_tasks: {e}", file=sys.stderr)
+        if rc != 0:
+            print(f"bench_tasks: `ctxhost run --once` exited {rc}; its output:\n{text[-4000:]}",
+                  file=sys.stderr)
+        per_pid = samples["per_pid"].values()
+        # Time per task on this machine: the batch's wall time over the tasks (they ran at
+        # once), and the same without the fake LLM's two delays.
+        per_task_ms = wall * 1000 / args.tasks
+        host_ms = (wall - 2 * args.delay_ms / 1000) * 1000 / args.tasks
+        print(f"P6 tasks={args.tasks} pss_sum_peak_mib={samples['sum_peak'] / 1024:.1f} "
+              f"pss_per_task_peak_mib={max(per_pid, default=0) / 1024:.1f} "
+              f"pss_per_task_median_mib={statistics.median(per_pid) / 1024 if per_pid else 0:.1f} "
+              f"alive_peak={samples['alive_peak']} db_errors={db_errors} "
+              f"counter_errors={len(counter_errors)} wall_s={wall:.2f} "
+              f"per_task_ms={per_task_ms:.1f} host_ms_per_task={host_ms:.1f} "
+              f"delay_ms={args.delay_ms} exit={rc}")
+    finally:
+        llm.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("p4")
+    a.add_argument("ctxhost")
+    a.add_argument("--runs", type=int, default=10)
+    b = sub.add_parser("p6")
+    b.add_argument("ctxhost")
+    b.add_argument("--tasks", type=int, default=64)
+    b.add_argument("--delay-ms", type=int, default=500)
+    args = ap.parse_args()
+    {"p4": p4, "p6": p6}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
