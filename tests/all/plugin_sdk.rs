@@ -373,7 +373,7 @@ fn cargo_build(project: &Path, target_dir: &Path) -> std::process::Output {
 /// `ctxhost plugin new --kind KIND NAME` in a new directory, `cargo build --release` of the
 /// project, `ctxhost plugin check --json` of its component: the check's report, after asserting
 /// the project names the SDK by path, it built, the check passed, and its world is `world`.
-fn scaffold_build_and_check(kind: &str, name: &str, world: &str) -> serde_json::Value {
+fn scaffold_build_and_check(kind: &str, name: &str, world: &str) -> (serde_json::Value, PathBuf) {
     let work = tempfile::tempdir().unwrap();
     let cache = work.path().join("cache");
     let crate_name = name.replace('-', "_");
@@ -428,7 +428,7 @@ fn scaffold_build_and_check(kind: &str, name: &str, world: &str) -> serde_json::
         report["checks"].as_array().map_or(0, Vec::len),
         std::fs::metadata(&wasm).map_or(0, |m| m.len())
     );
-    report
+    (report, wasm)
 }
 
 fn statuses(report: &serde_json::Value) -> Vec<(String, String)> {
@@ -447,18 +447,142 @@ fn statuses(report: &serde_json::Value) -> Vec<(String, String)> {
 
 #[test]
 fn plugin_new_makes_a_rust_compressor_that_builds_and_passes_plugin_check() {
-    let report = scaffold_build_and_check("compressor", "my-compressor", "compressor-plugin");
+    let (report, wasm) =
+        scaffold_build_and_check("compressor", "my-compressor", "compressor-plugin");
     let statuses = statuses(&report);
     assert!(
         statuses.iter().all(|(_, s)| s == "pass"),
         "every check applies to it and passes: {report:#}"
     );
     assert!(statuses.len() >= 30, "{} checks", statuses.len());
+    let cache = tempfile::tempdir().unwrap();
+    compact_over_the_token_bound(&wasm, cache.path());
+}
+
+/// An LLM that answers every summary request with the same text.
+struct FixedSummary;
+
+impl LlmImport for FixedSummary {
+    fn complete(&mut self, _: &str, _: u32, _: std::time::Instant) -> Result<Completion, String> {
+        Ok(Completion {
+            message: ChatMessage::text("assistant", "The user asked about the files; answered."),
+            usage: None,
+        })
+    }
+}
+
+/// The compressor `wasm` run by the host (`compact_if_needed`, compiled components cached in
+/// `cache`) on a task whose newest message is the second of two parallel tool results, each
+/// larger than half the token bound `keep-recent-tokens`: the older rounds are summarised and
+/// the newest group is kept, with c1's result cut to head and tail with the note (the builtins'
+/// rule, `plan_tail`) and c2's result, the newest message, unchanged; the host's kept-tail
+/// check accepts it.
+fn compact_over_the_token_bound(wasm: &Path, cache: &Path) {
+    use ctxhost::compaction::CompactionOutcome;
+    use ctxhost_format::compress::{SHRUNK_NOTE_PREFIX, SUMMARY_PREFIX};
+    let rt = Runtime::new(cache, RuntimeLimits::default()).unwrap();
+    let store_plugin = rt
+        .load(
+            &"builtin:jsonl-store".parse::<PluginSource>().unwrap(),
+            PluginKind::MessageStore,
+        )
+        .unwrap();
+    let plugin = rt
+        .load(
+            &PluginSource::Path(wasm.to_path_buf()),
+            PluginKind::Compressor,
+        )
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = rt.message_store(&store_plugin, dir.path()).unwrap();
+    store.open().unwrap();
+    let ts = "2026-01-02T03:04:05Z";
+    let mut add = |m: ChatMessage| {
+        store.add_message(&m, ts).unwrap();
+        m
+    };
+    add(ChatMessage::text("system", "sys"));
+    add(ChatMessage::text("user", "Compare a.rs and b.rs"));
+    for t in 0..3 {
+        add(ChatMessage::text(
+            "user",
+            format!("question {t} {}", "words ".repeat(30)),
+        ));
+        add(ChatMessage::text("assistant", format!("answer {t}")));
+    }
+    add(ChatMessage {
+        role: "assistant".into(),
+        tool_calls: Some(vec![
+            ToolCall::new("c1", "read", r#"{"path":"a.rs"}"#),
+            ToolCall::new("c2", "read", r#"{"path":"b.rs"}"#),
+        ]),
+        ..Default::default()
+    });
+    let result = |id: &str, fill: &str| ChatMessage {
+        role: "tool".into(),
+        content: Some(format!("{id} head {} {id} tail", fill.repeat(8000))),
+        tool_call_id: Some(id.into()),
+        tool_name: Some("read".into()),
+        ..Default::default()
+    };
+    let c1 = add(result("c1", "x"));
+    let c2 = add(result("c2", "y"));
+    let tokens = store.current_token_count().unwrap();
+    let config = CompressConfig {
+        context_length: tokens * 10 / 9,
+        threshold: 0.7,
+        keep_recent_messages: 5,
+        keep_recent_tokens: 2500,
+        summary_prompt: "Summarize:\n{messages}".into(),
+        reserve_output_tokens: 256,
+    };
+    let mut compressor = rt
+        .compressor(&plugin, dir.path(), Box::new(FixedSummary))
+        .unwrap();
+    let outcome = compact_if_needed(
+        &mut store,
+        &mut compressor,
+        &ctxhost::task_dir::TaskDir::open(dir.path()).unwrap(),
+        &config,
+        &|| ts.to_string(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(
+            outcome,
+            CompactionOutcome::Compressed {
+                summary_id: Some(1),
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    let context: Vec<ChatMessage> = std::fs::read_to_string(dir.path().join("current.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let roles: Vec<&str> = context.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "tool"]);
+    assert!(
+        context[1]
+            .content
+            .as_deref()
+            .unwrap()
+            .starts_with(SUMMARY_PREFIX)
+    );
+    let cut = context[3].content.as_deref().unwrap();
+    assert!(
+        cut.starts_with("c1 head") && cut.contains(SHRUNK_NOTE_PREFIX) && cut.len() < 4000,
+        "{cut}"
+    );
+    assert_eq!(context[3].tool_call_id, c1.tool_call_id);
+    assert_eq!(context[4], c2, "the newest message is kept as it was");
 }
 
 #[test]
 fn plugin_new_makes_a_rust_strategy_that_builds_and_passes_plugin_check() {
-    let report = scaffold_build_and_check("strategy", "my-strategy", "strategy-plugin");
+    let (report, _) = scaffold_build_and_check("strategy", "my-strategy", "strategy-plugin");
     let statuses = statuses(&report);
     assert!(
         statuses.iter().all(|(_, s)| s == "pass"),
@@ -613,8 +737,12 @@ fn the_python_example_compressor_builds_with_componentize_py_and_passes_plugin_c
         "{report}"
     );
     println!(
-        "componentize-py build {:.1} s; plugin check {:.1} s\n{report}",
+        "componentize-py build {:.1} s, {} bytes; plugin check {:.1} s\n{report}",
         built.as_secs_f64(),
+        std::fs::metadata(&wasm).map_or(0, |m| m.len()),
         (started.elapsed() - built).as_secs_f64()
     );
+    // The token bound, as the host sets one: older groups summarised, the newest group's
+    // older result cut with its note, the newest message kept.
+    compact_over_the_token_bound(&wasm, &cache);
 }

@@ -5,9 +5,10 @@ It does what the builtin `llm-summarizer` does, in the simplest form: keep the s
 the most recent messages (moved earlier so a tool call keeps its results, and fewer when they
 hold more than `keep-recent-tokens`), ask the task's LLM to summarise the rest, and hand the host
 `system prompt + summary + kept messages` in compressed.jsonl. Kept messages are copied as they
-were: the host rejects a compression that changes one. (The builtin also cuts the older tool
-results of the newest tool-call group when it alone is over `keep-recent-tokens`; this one
-does not.) current.jsonl is only read; files are read a line at a time.
+were, except that, when the newest tool-call group alone is over `keep-recent-tokens`, its older
+tool results are cut to head and tail with the note the host recognises (`cut_result`): the host
+rejects any other change to a kept message. current.jsonl is only read; files are read a line
+at a time.
 
 Build: ./build.sh (componentize-py 0.25.1), then `ctxhost plugin check {{crate}}.wasm`.
 The contract (every function, the files, the limits): docs/PLUGINS.md of ctxhost.
@@ -74,6 +75,27 @@ def render(m: dict) -> str:
         f = call.get("function", {})
         parts.append(f"{m.get('role')} called {f.get('name')}({f.get('arguments')})")
     return "\n".join(parts)
+
+
+# The note that ends a tool result cut to make room (ctxhost_format::compress::shrunk_result).
+CUT_NOTE = "[older tool result cut by a compression to make room: "
+# The smallest a cut result gets, and what the marker and the note weigh (estimated tokens).
+MIN_CUT_TOKENS, NOTE_TOKENS = 200, 64
+
+
+def cut_result(content: str, max_tokens: int, call_id: str) -> str:
+    """A tool result cut to its head and tail (about `max_tokens` estimated tokens) around a
+    marker, then the note naming where the full text is: the only change the host accepts to
+    a message a compression keeps."""
+    half = min(max_tokens * 2, (len(content) - 1) // 2)
+    while half > 0 and llm.estimate_tokens(content[:half] + content[-half:]) > max_tokens - 12:
+        half = half * 3 // 4
+    omitted = len(content) - 2 * half
+    return (
+        f"{content[:half]}\n[... {omitted} characters cut ...]\n{content[len(content) - half:]}\n"
+        f"{CUT_NOTE}about {omitted} characters left out; full text in tools.jsonl "
+        f"(tool_call_id {call_id}); call the tool again if you need them]"
+    )
 
 
 def read_lines(path: str):
@@ -149,6 +171,7 @@ class Compressor(exports.Compressor):
         cut = max(len(roles) - config.keep_recent_messages, 1)
         while 1 < cut < len(roles) and roles[cut] == "tool":
             cut -= 1  # a tool result stays with the call that asked for it
+        shrink = {}  # index of a kept tool result to cut -> its token budget
         if config.keep_recent_tokens and cut < len(roles):
             # Over the token bound, the oldest kept tool-call group is summarised too, down to
             # the newest message's group, which always stays.
@@ -162,11 +185,24 @@ class Compressor(exports.Compressor):
                     after += 1
                 tail -= sum(weights[cut:after])
                 cut = after
+            # Still over: cut the older results of the newest group (never the newest
+            # message), oldest first.
+            for i in range(cut, len(roles) - 1):
+                if tail <= config.keep_recent_tokens:
+                    break
+                if roles[i] != "tool" or weights[i] <= MIN_CUT_TOKENS + NOTE_TOKENS:
+                    continue
+                excess = tail - config.keep_recent_tokens
+                budget = max(weights[i] - excess - NOTE_TOKENS, MIN_CUT_TOKENS)
+                saved = weights[i] - budget - NOTE_TOKENS
+                if saved > 0:
+                    shrink[i] = budget
+                    tail -= saved
         if cut <= 1:
             raise Err(PluginError_Unsupported(
                 f"nothing to compress: all {len(roles) - 1} messages after the system prompt are kept"))
 
-        # Pass 2: old messages as text, kept messages copied byte for byte.
+        # Pass 2: old messages as text, kept messages copied byte for byte (or cut as planned).
         system_line, pieces, original_tokens, previous = None, [], 0, None
         with open(KEPT, "w", encoding="utf-8") as kept:
             for index, (_, raw, m) in enumerate(read_lines(CURRENT)):
@@ -177,6 +213,10 @@ class Compressor(exports.Compressor):
                         previous = summary_range(m)
                     original_tokens += message_tokens(m)
                     pieces.append(render(m))
+                elif index in shrink:
+                    m["content"] = cut_result(m.get("content") or "", shrink[index],
+                                              m.get("tool_call_id", ""))
+                    kept.write(json.dumps(m, ensure_ascii=False) + "\n")
                 else:
                     kept.write(raw + "\n")
 
