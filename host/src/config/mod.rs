@@ -288,6 +288,16 @@ mod tests {
             );
         }
         assert!(err("llm:\n  max_request_mib: 0\n").contains("llm.max_request_mib"));
+        // u64::MAX seconds used to pass and then fail every request ("deadline overflowed").
+        for key in ["timeout_secs", "connect_timeout_secs", "max_backoff_secs"] {
+            assert_eq!(
+                err(&format!("llm:\n  {key}: 18446744073709551615\n")),
+                format!(
+                    "config.yaml: llm.{key}: must be at most 86400 (a day), got 18446744073709551615"
+                )
+            );
+            assert!(Config::from_yaml(&format!("llm:\n  {key}: 86400\n"), "c").is_ok());
+        }
         let e = err("llm:\n  base_url: \"https://me:pa55word@h.example\"\n");
         assert!(
             e.contains("https://***@h.example") && !e.contains("pa55word"),
@@ -343,6 +353,14 @@ mod tests {
         );
         let c = Config::from_yaml("plugins:\n  compressor: none\n", "c").unwrap();
         assert_eq!(c.compressor(), None);
+        for key in ["message_store", "request_format", "strategy"] {
+            assert_eq!(
+                err(&format!("plugins:\n  {key}: none\n")),
+                format!(
+                    "config.yaml: plugins.{key}: cannot be `none` (only plugins.compressor can be switched off)"
+                )
+            );
+        }
     }
 
     #[test]

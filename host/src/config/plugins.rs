@@ -62,6 +62,20 @@ impl PluginsConfig {
                 "must be `builtin:react`, `builtin:plan-execute` or a path to a .wasm file",
             );
         }
+        // `none` is a path to nothing ("component none: file not found"): only the compressor
+        // can be switched off.
+        for (key, spec) in [
+            ("plugins.message_store", Some(self.message_store.as_str())),
+            ("plugins.request_format", self.request_format.as_deref()),
+            ("plugins.strategy", Some(self.strategy.as_str())),
+        ] {
+            if spec.map(str::trim) == Some(NO_COMPRESSOR) {
+                return Invalid::err(
+                    key,
+                    "cannot be `none` (only plugins.compressor can be switched off)",
+                );
+            }
+        }
         if let Some(f) = &self.request_format
             && f.trim().is_empty()
         {
