@@ -28,6 +28,7 @@ mod mcp_tools;
 mod multi_host;
 mod operators;
 mod plugin_check;
+mod plugin_sdk;
 mod plugin_select;
 mod request_snapshots;
 mod request_write_path;

@@ -7,6 +7,7 @@
 //! - [`control`]: pause, resume, stop a task, wait for it, recover dead ones;
 //! - [`show`]: one task's row, directory, result and last messages;
 //! - [`migrate`]: move a tree's tasks from one task store to the other.
+//! - [`plugin_new`]: a new plugin project (`ctxhost plugin new`);
 //! - [`poll`]: the GitHub / GitLab task sources, once or continuously.
 //!
 //! Operations that live with their concept are called directly: [`crate::worker::run`]
@@ -16,6 +17,7 @@
 pub mod control;
 pub mod init;
 pub mod migrate;
+pub mod plugin_new;
 pub mod poll;
 pub mod show;
 pub mod submit;
