@@ -26,6 +26,7 @@ use ctxhost_format::files::CONTEXT_CHECKPOINT;
 use serde::{Deserialize, Serialize};
 
 use super::{ContextChecker, ContextFileError, ContextSummary};
+use crate::checkpoint;
 use crate::task_dir::{TaskDir, file_id};
 
 /// Growth of the context file, bytes, after which a step boundary saves the checkpoint.
@@ -65,36 +66,24 @@ struct Checkpoint {
     check: ContextCheck,
 }
 
+impl checkpoint::Versioned for Checkpoint {
+    fn version(&self) -> u32 {
+        self.version
+    }
+}
+
 impl ContextCheck {
     /// The saved check of `dir` (`context_checkpoint.json`), or nothing checked when it is
     /// missing or cannot be used (logged at debug level).
     pub fn load(dir: &TaskDir) -> ContextCheck {
-        let read = || -> anyhow::Result<Option<ContextCheck>> {
-            let f = match dir.open_regular(CONTEXT_CHECKPOINT) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            let mut bytes = Vec::new();
-            f.take(MAX_CHECKPOINT_BYTES + 1).read_to_end(&mut bytes)?;
-            anyhow::ensure!(
-                bytes.len() as u64 <= MAX_CHECKPOINT_BYTES,
-                "larger than {MAX_CHECKPOINT_BYTES} bytes"
-            );
-            let cp: Checkpoint = serde_json::from_slice(&bytes)?;
-            anyhow::ensure!(cp.version == CHECKPOINT_VERSION, "version {}", cp.version);
-            Ok(Some(cp.check))
-        };
-        match read() {
-            Ok(c) => c.unwrap_or_default(),
-            Err(e) => {
-                tracing::debug!(
-                    "{} ignored (the context is checked whole): {e:#}",
-                    dir.show(CONTEXT_CHECKPOINT)
-                );
-                ContextCheck::default()
-            }
-        }
+        checkpoint::load::<Checkpoint>(
+            dir,
+            CONTEXT_CHECKPOINT,
+            MAX_CHECKPOINT_BYTES,
+            "the context is checked whole",
+        )
+        .map(|cp| cp.check)
+        .unwrap_or_default()
     }
 
     /// Save this check as `dir`'s `context_checkpoint.json` (atomically).
