@@ -707,6 +707,127 @@ fn fsck_finds_planted_faults_and_repairs_the_fixable_ones() {
     assert!(dir(moved).is_dir());
 }
 
+/// Checkpoints are derived caches: fsck reports one of another version, one that breaks its
+/// schema and one that no longer matches its file as fixable (`bad-checkpoint`), `--repair`
+/// deletes them, and the paused task then resumes from full reads with exact counts.
+#[test]
+fn fsck_repair_deletes_bad_checkpoints_and_the_task_resumes_with_exact_counts() {
+    let llm = FakeLlm::start(vec![]);
+    let n = Arc::new(AtomicUsize::new(0));
+    let calls = n.clone();
+    llm.set_handler(move |_req| {
+        Some(match calls.fetch_add(1, Ordering::SeqCst) {
+            // Slow: the pause request lands while it is in flight.
+            0 => Reply::delay(Duration::from_millis(1500), tool_calls(&["call_1"])),
+            _ => Reply::text("All done.", Some((30, 3))),
+        })
+    });
+    let env = env_for(&llm, "");
+    let uuid = submit(&env, "read a.txt");
+    let w = worker(&env, &[]);
+    assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
+    env.ctxhost(&["pause", &uuid]).ok();
+    wait_ok(w);
+    assert_eq!(row(&env, &uuid)["status"], "paused");
+    let paused = env.contexts().join("paused").join(&uuid);
+    env.ctxhost(&["fsck"]).ok();
+
+    // Another version (the store of a later ctxhost); a field the schema does not have; a
+    // mark that no longer holds.
+    let store = paused.join("store_checkpoint.json");
+    let empty = serde_json::json!({"bytes": 0, "last_line": ""});
+    let cp = serde_json::json!({"version": 2, "messages": empty, "history_count": 0,
+        "current": empty, "current_count": 0, "current_tokens": 0});
+    std::fs::write(&store, cp.to_string()).unwrap();
+    std::fs::set_permissions(&store, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let history = paused.join("history_checkpoint.json");
+    let mut cp = read_json(&history);
+    cp["extra"] = true.into();
+    std::fs::write(&history, cp.to_string()).unwrap();
+    let context = paused.join("context_checkpoint.json");
+    let mut cp = read_json(&context);
+    cp["mark"]["last_line"] = "0123456789abcdef".into();
+    std::fs::write(&context, cp.to_string()).unwrap();
+
+    let e = env.ctxhost(&["fsck", "--json"]).fails();
+    assert_eq!(e.code(), Some(1));
+    let report = e.json();
+    let problems = report["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 3, "{report:#}");
+    for (file, says) in [
+        ("store_checkpoint.json", "version 2"),
+        ("history_checkpoint.json", "unknown field `extra`"),
+        (
+            "context_checkpoint.json",
+            "current.jsonl no longer starts with the",
+        ),
+    ] {
+        let p = problems
+            .iter()
+            .find(|p| p["path"].as_str().unwrap().ends_with(file))
+            .unwrap_or_else(|| panic!("{file} not reported: {report:#}"));
+        assert_eq!(
+            (
+                p["kind"].as_str(),
+                p["uuid"].as_str(),
+                p["fixable"].as_bool()
+            ),
+            (Some("bad-checkpoint"), Some(uuid.as_str()), Some(true)),
+            "{p}"
+        );
+        let message = p["message"].as_str().unwrap();
+        assert!(
+            message.contains(says) && message.contains("--repair deletes it"),
+            "{p}"
+        );
+    }
+
+    let report = env.ctxhost(&["fsck", "--repair", "--json"]).ok().json();
+    assert_eq!(
+        report["remaining"].as_array().unwrap().len(),
+        0,
+        "{report:#}"
+    );
+    let repaired: Vec<&Value> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["repaired"].is_string())
+        .collect();
+    assert_eq!(repaired.len(), 3, "{report:#}");
+    for file in [&store, &history, &context] {
+        assert!(!file.exists(), "{} deleted", file.display());
+    }
+    env.ctxhost(&["fsck"]).ok();
+
+    // The resumed task counts its history and checks its context by full reads: the pending
+    // call is made once, one more LLM call ends it, and every count is exact.
+    env.ctxhost(&["resume", &uuid]).ok();
+    wait_ok(worker(&env, &[]));
+    let r = row(&env, &uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(
+        (
+            r["llm_call_count"].as_i64(),
+            r["tool_call_count"].as_i64(),
+            r["resume_count"].as_i64()
+        ),
+        (Some(2), Some(1), Some(1)),
+        "{r}"
+    );
+    assert_eq!(llm.request_count(), 2, "every LLM call made once");
+    let dir = env.contexts().join("completed").join(&uuid);
+    let history = read_jsonl(&dir.join("messages.jsonl"));
+    assert_seq(&history);
+    assert_eq!(history.len(), 5, "system, user, call, result, answer");
+    assert_eq!(count_role(&history, "tool"), 1);
+    let show = env.ctxhost(&["show", &uuid]).ok().stdout();
+    assert!(show.contains("completed"), "{show}");
+    // The opens wrote new checkpoints, and they hold.
+    assert!(dir.join("history_checkpoint.json").is_file());
+    env.ctxhost(&["fsck"]).ok();
+}
+
 /// A task with a real MCP server pauses before its tool call: the server is shut down with the
 /// pause, and the call is made (by a new server) when the task is resumed.
 #[test]

@@ -1,6 +1,7 @@
 //! The files of one task directory, read through its [`TaskDir`] handle: no symbolic link in
 //! it and nothing looser than owner-only; metadata.json and task_state.json parse; messages.jsonl
-//! exists once the task has a context; every line of every JSONL file parses as its format and
+//! exists once the task has a context; its checkpoints are usable ([`super::checkpoints`]);
+//! every line of every JSONL file parses as its format and
 //! holds no NUL byte, seq runs 1..n, current.jsonl keeps the context invariants and is not
 //! behind messages.jsonl; no step temporary is left.
 
@@ -10,8 +11,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use ctxhost_format::files::{
-    CONTEXT_CHECKPOINT, CURRENT, DEBUG_FILES, HISTORY_CHECKPOINT, LLM_CALLS, MESSAGES,
-    PLANNING_DIR, STORE_CHECKPOINT, SUMMARIES, TOOL_DEFINITIONS, TOOLS, is_temporary,
+    CURRENT, DEBUG_FILES, LLM_CALLS, MESSAGES, PLANNING_DIR, SUMMARIES, TOOL_DEFINITIONS, TOOLS,
+    is_temporary,
 };
 use ctxhost_format::planning::{PlanningHistory, PlanningLine};
 use ctxhost_format::{CallLogLine, ChatMessage, HistoryLine, SummaryLine, ToolLine};
@@ -109,6 +110,7 @@ pub(crate) fn check_dir(
         }
     };
     check_entries(&dir, uuid, live, problems);
+    super::checkpoints::check_checkpoints(&dir, uuid, live, problems);
     for (name, parse) in [
         (
             crate::task::metadata::METADATA_FILE,
@@ -120,11 +122,6 @@ pub(crate) fn check_dir(
         }),
         // Read by the request format only: its schema is all there is to check.
         (TOOL_DEFINITIONS, |_| Ok(())),
-        // Checkpoints: an optimisation readers ignore when it does not match the files, so
-        // only their schema is checked.
-        (STORE_CHECKPOINT, |_| Ok(())),
-        (HISTORY_CHECKPOINT, |_| Ok(())),
-        (CONTEXT_CHECKPOINT, |_| Ok(())),
     ] {
         let Ok(Some(bytes)) = dir.read_if_exists(name) else {
             continue;
@@ -594,7 +591,7 @@ fn line_mismatch(schema: Schema, text: &str) -> Option<String> {
 }
 
 /// `does not match <schema>: <what>` for a value that does not match `schema`.
-fn schema_mismatch(schema: Schema, value: &serde_json::Value) -> Option<String> {
+pub(crate) fn schema_mismatch(schema: Schema, value: &serde_json::Value) -> Option<String> {
     match schema.validate(value) {
         Ok(m) if m.is_empty() => None,
         Ok(m) => {

@@ -22,7 +22,7 @@ use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 
 use ctxhost_format::ChatMessage;
 use ctxhost_format::checkpoint::{CHECKPOINT_VERSION, FileMark};
-use ctxhost_format::files::CONTEXT_CHECKPOINT;
+use ctxhost_format::files::{CONTEXT_CHECKPOINT, CURRENT};
 use serde::{Deserialize, Serialize};
 
 use super::{ContextChecker, ContextFileError, ContextSummary};
@@ -72,6 +72,27 @@ impl checkpoint::Versioned for Checkpoint {
     }
 }
 
+/// For `ctxhost fsck` ([`checkpoint::verify`]): why `dir`'s checkpoint would not be used by
+/// the check of current.jsonl (unreadable, not of its shape or version, of another file, a
+/// mark that no longer holds); `Ok` when there is none or it would be used.
+pub fn verify_checkpoint(dir: &TaskDir) -> anyhow::Result<()> {
+    let Some(cp) = checkpoint::read::<Checkpoint>(dir, CONTEXT_CHECKPOINT, MAX_CHECKPOINT_BYTES)?
+    else {
+        return Ok(());
+    };
+    let check = cp.check;
+    if check.mark.bytes == 0 && check.file_id.is_empty() {
+        // Nothing checked: the next check reads the whole file, as it would anyway.
+        return Ok(());
+    }
+    anyhow::ensure!(
+        check.file == CURRENT,
+        "checks {:?}, not {CURRENT}",
+        check.file
+    );
+    checkpoint::ensure_holds(dir, CURRENT, Some(&check.file_id), &check.mark)
+}
+
 impl ContextCheck {
     /// The saved check of `dir` (`context_checkpoint.json`), or nothing checked when it is
     /// missing or cannot be used (logged at debug level).
@@ -86,8 +107,16 @@ impl ContextCheck {
         .unwrap_or_default()
     }
 
-    /// Save this check as `dir`'s `context_checkpoint.json` (atomically).
+    /// Save this check as `dir`'s `context_checkpoint.json` (atomically). A check of a file
+    /// that has since been replaced (a compression installed a new current.jsonl) would be
+    /// stale at once: the checkpoint is deleted instead.
     pub fn save(&self, dir: &TaskDir) -> io::Result<()> {
+        if !self.file.is_empty()
+            && let Some(f) = dir.open_read_if_exists(&self.file)?
+            && file_id(&f)? != self.file_id
+        {
+            return dir.remove_file_if_exists(CONTEXT_CHECKPOINT).map(drop);
+        }
         let cp = Checkpoint {
             version: CHECKPOINT_VERSION,
             check: self.clone(),

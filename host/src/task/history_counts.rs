@@ -255,6 +255,19 @@ fn read_checkpoint(dir: &TaskDir) -> Option<Checkpoint> {
     )
 }
 
+/// For `ctxhost fsck` ([`checkpoint::verify`]): why [`HistoryCounts::open`] would not use
+/// `dir`'s checkpoint (unreadable, not of its shape or version, another messages.jsonl, a mark
+/// that no longer holds); `Ok` when there is none or it would be used.
+pub fn verify_checkpoint(dir: &TaskDir) -> anyhow::Result<()> {
+    let Some(cp) = checkpoint::read::<Checkpoint>(dir, HISTORY_CHECKPOINT, MAX_CHECKPOINT_BYTES)?
+    else {
+        return Ok(());
+    };
+    // As `catch_up`: no file holds only an empty mark; a file must be the one counted.
+    let id = (cp.messages.bytes > 0 || !cp.file_id.is_empty()).then_some(cp.file_id.as_str());
+    checkpoint::ensure_holds(dir, MESSAGES, id, &cp.messages)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
