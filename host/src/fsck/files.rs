@@ -53,6 +53,19 @@ pub(crate) fn loose_mode(
     })
 }
 
+/// A [`ProblemKind::Unreadable`] problem (for a human: nothing to repair): `path` (at `line`)
+/// could not be opened, listed or read; `message` says which and why.
+fn unreadable(uuid: Option<&str>, path: &Path, line: Option<u64>, message: String) -> Problem {
+    problem(
+        ProblemKind::Unreadable,
+        uuid,
+        Some(path),
+        line,
+        message,
+        false,
+    )
+}
+
 /// The format a JSONL file's lines must have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LineFormat {
@@ -98,14 +111,7 @@ pub(crate) fn check_dir(
     let dir = match TaskDir::open(path) {
         Ok(d) => d,
         Err(e) => {
-            problems.push(problem(
-                ProblemKind::Unreadable,
-                uuid,
-                Some(path),
-                None,
-                format!("cannot open: {e}"),
-                false,
-            ));
+            problems.push(unreadable(uuid, path, None, format!("cannot open: {e}")));
             return;
         }
     };
@@ -212,14 +218,7 @@ pub(crate) fn check_dir(
     let files = match jsonl_files(&dir) {
         Ok(f) => f,
         Err(e) => {
-            problems.push(problem(
-                ProblemKind::Unreadable,
-                uuid,
-                Some(path),
-                None,
-                format!("{e:#}"),
-                false,
-            ));
+            problems.push(unreadable(uuid, path, None, format!("{e:#}")));
             return;
         }
     };
@@ -282,13 +281,11 @@ fn check_entries(dir: &TaskDir, uuid: Option<&str>, live: bool, problems: &mut V
         }
     });
     if let Err(e) = walked {
-        found.push(problem(
-            ProblemKind::Unreadable,
+        found.push(unreadable(
             uuid,
-            Some(dir.path()),
+            dir.path(),
             None,
             format!("cannot list: {e}"),
-            false,
         ));
     }
     problems.extend(found);
@@ -307,17 +304,14 @@ fn check_jsonl(
     let path_buf = dir.file_path(name);
     let path = path_buf.as_path();
     let format = format_of(name);
+    // A problem at a line of this file.
+    let at_line = |kind, line, message: String, fixable| {
+        problem(kind, uuid, Some(path), Some(line), message, fixable)
+    };
     let mut reader = match dir.open_read(name) {
         Ok(f) => BufReader::new(f),
         Err(e) => {
-            problems.push(problem(
-                ProblemKind::Unreadable,
-                uuid,
-                Some(path),
-                None,
-                format!("cannot open: {e}"),
-                false,
-            ));
+            problems.push(unreadable(uuid, path, None, format!("cannot open: {e}")));
             return false;
         }
     };
@@ -335,13 +329,11 @@ fn check_jsonl(
             Ok(0) => break,
             Ok(n) => n,
             Err(e) => {
-                problems.push(problem(
-                    ProblemKind::Unreadable,
+                problems.push(unreadable(
                     uuid,
-                    Some(path),
+                    path,
                     Some(line_no + 1),
                     format!("cannot read: {e}"),
-                    false,
                 ));
                 return false;
             }
@@ -356,11 +348,9 @@ fn check_jsonl(
             let nuls = buf.iter().filter(|b| **b == 0).count();
             buf.retain(|b| *b != 0);
             let only = buf.iter().all(u8::is_ascii_whitespace);
-            problems.push(problem(
+            problems.push(at_line(
                 ProblemKind::NulBytes,
-                uuid,
-                Some(path),
-                Some(line_no),
+                line_no,
                 if only {
                     format!("a line of {nuls} NUL byte(s) (a lost write)")
                 } else {
@@ -373,11 +363,9 @@ fn check_jsonl(
         let text = text.trim_end_matches(['\n', '\r']);
         if text.trim().is_empty() {
             if !terminated && !live {
-                problems.push(problem(
+                problems.push(at_line(
                     ProblemKind::TornLine,
-                    uuid,
-                    Some(path),
-                    Some(line_no),
+                    line_no,
                     format!("torn last line ({n} bytes at byte offset {start}, no newline)"),
                     true,
                 ));
@@ -392,11 +380,9 @@ fn check_jsonl(
         };
         let mismatched = schema_mismatch.is_some();
         if let Some(message) = schema_mismatch {
-            problems.push(problem(
+            problems.push(at_line(
                 ProblemKind::SchemaMismatch,
-                uuid,
-                Some(path),
-                Some(line_no),
+                line_no,
                 message,
                 false,
             ));
@@ -415,22 +401,18 @@ fn check_jsonl(
                 continue;
             }
             Err(e) if is_last => {
-                problems.push(problem(
+                problems.push(at_line(
                     ProblemKind::TornLine,
-                    uuid,
-                    Some(path),
-                    Some(line_no),
+                    line_no,
                     format!("torn last line ({n} bytes at byte offset {start}): {e}"),
                     true,
                 ));
                 break;
             }
             Err(e) => {
-                problems.push(problem(
+                problems.push(at_line(
                     ProblemKind::BadLine,
-                    uuid,
-                    Some(path),
-                    Some(line_no),
+                    line_no,
                     format!(
                         "not a valid line: {}",
                         untrusted::text(&e, untrusted::MAX_ERROR_BYTES)
@@ -444,11 +426,9 @@ fn check_jsonl(
             }
             Ok(parsed) => {
                 if !terminated && !live {
-                    problems.push(problem(
+                    problems.push(at_line(
                         ProblemKind::TornLine,
-                        uuid,
-                        Some(path),
-                        Some(line_no),
+                        line_no,
                         "the last line lacks its newline".to_string(),
                         true,
                     ));
@@ -459,14 +439,7 @@ fn check_jsonl(
                     _ => None,
                 };
                 if let Some(message) = old_id {
-                    problems.push(problem(
-                        ProblemKind::OldSummaryId,
-                        uuid,
-                        Some(path),
-                        Some(line_no),
-                        message,
-                        !live,
-                    ));
+                    problems.push(at_line(ProblemKind::OldSummaryId, line_no, message, !live));
                 }
                 match parsed {
                     Parsed::History(seq, _) if expected_seq != 0 => {
@@ -476,14 +449,7 @@ fn check_jsonl(
                             } else {
                                 "a gap"
                             };
-                            problems.push(problem(
-                                ProblemKind::SeqGap,
-                                uuid,
-                                Some(path),
-                                Some(line_no),
-                                format!("seq {seq} where {expected_seq} was expected ({what}; seq runs 1..n)"),
-                                false,
-                            ));
+                            problems.push(at_line(ProblemKind::SeqGap, line_no, format!("seq {seq} where {expected_seq} was expected ({what}; seq runs 1..n)"), false));
                         }
                         expected_seq = seq + 1;
                     }
@@ -491,11 +457,9 @@ fn check_jsonl(
                         if let Some(h) = planning.as_mut()
                             && let Err(e) = h.push(*line)
                         {
-                            problems.push(problem(
+                            problems.push(at_line(
                                 ProblemKind::PlanningRule,
-                                uuid,
-                                Some(path),
-                                Some(line_no),
+                                line_no,
                                 format!("breaks the planning history's rules: {e}"),
                                 false,
                             ));
@@ -507,11 +471,9 @@ fn check_jsonl(
                         if let Some(c) = checker.as_mut()
                             && let Err(v) = c.push(&m)
                         {
-                            problems.push(problem(
+                            problems.push(at_line(
                                 ProblemKind::ContextInvariant,
-                                uuid,
-                                Some(path),
-                                Some(line_no),
+                                line_no,
                                 describe_violation(&v),
                                 v.is_repairable() && !live,
                             ));
@@ -527,17 +489,10 @@ fn check_jsonl(
         && h.uncommitted > 0
         && !live
     {
-        problems.push(problem(
-            ProblemKind::UncommittedPlanning,
-            uuid,
-            Some(path),
-            Some(line_no + 1 - h.uncommitted),
-            format!(
+        problems.push(at_line(ProblemKind::UncommittedPlanning, line_no + 1 - h.uncommitted, format!(
                 "{} line(s) after the last decision: entries of a strategy hook that never returned",
                 h.uncommitted
-            ),
-            true,
-        ));
+            ), true));
     }
     if let Some(c) = checker
         && messages > 0
