@@ -7,6 +7,8 @@
 //! - [`TestEnv`]: a temporary working directory with a `config.yaml` and a `contexts/` dir, and
 //!   [`TestEnv::ctxhost`] to run the `ctxhost` binary in it and capture its output.
 //! - [`task::TaskBuilder`]: a task put in a given state through the library (no process).
+//! - [`components`]: builtin components instantiated in process on one shared runtime, and the
+//!   golden inputs.
 //! - [`read_jsonl`], [`read_lines`], [`find_task_dir`], [`wait_until`]: inspecting what ctxhost
 //!   wrote.
 //!
@@ -23,6 +25,7 @@
 //! ```
 
 pub mod anthropic_api;
+pub mod components;
 pub mod conformance;
 pub mod dashboard;
 pub mod fake_forge;
