@@ -96,6 +96,29 @@ impl TestEnv {
         self
     }
 
+    /// A fresh directory whose config.yaml points at the fake OpenAI-compatible server `llm`,
+    /// plus the YAML `extra` ([`config_yaml`]), initialised (`ctxhost init`).
+    pub fn for_llm(llm: &fake_llm::FakeLlm, extra: &str) -> TestEnv {
+        let env = TestEnv::new();
+        env.write_config(&config_yaml(&llm.base_url(), "openai", extra));
+        env.ctxhost(&["init"]).ok();
+        env
+    }
+
+    /// Submit a task with `prompt` (`ctxhost submit --prompt`); its UUID.
+    pub fn submit(&self, prompt: &str) -> String {
+        self.ctxhost(&["submit", "--prompt", prompt])
+            .ok()
+            .stdout()
+            .trim()
+            .to_string()
+    }
+
+    /// The task row of `uuid` as `ctxhost show --json` prints it (its `task` object).
+    pub fn row(&self, uuid: &str) -> Value {
+        self.ctxhost(&["show", uuid, "--json"]).ok().json()["task"].clone()
+    }
+
     /// The working directory.
     pub fn root(&self) -> &Path {
         &self.root
