@@ -74,6 +74,24 @@ pub fn text(s: &str, max_bytes: usize) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `s` made safe to print on a terminal as lines: like [`text`] (escape sequences, NUL, the
+/// line separators and bidirectional overrides escaped), but line breaks and tabs kept and
+/// nothing cut. For what the CLI prints of LLM, tool and forge text (`ctxhost show`).
+pub fn terminal(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c != '\n' && c != '\t' && must_escape(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if c != '\n' && c != '\t' && must_escape(c) {
+            push_escaped(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// A value quoted in a message (a file name, an id): [`text`] with [`MAX_NAME_BYTES`].
 pub fn name(s: &str) -> Cow<'_, str> {
     text(s, MAX_NAME_BYTES)
@@ -178,6 +196,15 @@ pub fn endpoint_path(path: &str) -> Result<&str, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminal_keeps_lines_and_escapes_the_rest() {
+        assert!(matches!(terminal("a\n\tb"), Cow::Borrowed("a\n\tb")));
+        assert_eq!(
+            terminal("red \u{1b}[31m\r\0 \u{2028}\u{202e}x\nnext"),
+            "red \\u{1b}[31m\\r\\u{0} \\u{2028}\\u{202e}x\nnext"
+        );
+    }
 
     #[test]
     fn text_escapes_control_characters_and_cuts_on_a_char_boundary() {

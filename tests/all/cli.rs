@@ -472,6 +472,117 @@ fn show_reports_a_line_of_invalid_utf8_as_unreadable() {
     assert_eq!(last[2]["content"], "done", "{json}");
 }
 
+/// A symbolic link in place of messages.jsonl (pointing out of the task directory) is not
+/// followed, and `show` still shows the task: the link is reported where the messages would be.
+#[test]
+fn show_reports_a_linked_history_and_still_shows_the_task() {
+    let sb = Sandbox::new();
+    sb.ok(&["init"]);
+    let uuid = sb.ok(&["submit", "--prompt", "x"]).trim().to_string();
+    let dir = sb.contexts().join("paused").join(&uuid);
+    std::fs::create_dir_all(&dir).unwrap();
+    let outside = sb.path().join("outside.txt");
+    std::fs::write(&outside, "OUTSIDE-SECRET\n").unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join("messages.jsonl")).unwrap();
+
+    let text = sb.ok(&["show", &uuid]);
+    assert!(text.contains(&format!("uuid:          {uuid}")), "{text}");
+    assert!(
+        text.contains("last messages: unreadable: ") && text.contains("symbolic link"),
+        "{text}"
+    );
+    assert!(!text.contains("OUTSIDE-SECRET"), "{text}");
+    let json = sb.json(&["show", &uuid, "--json"]);
+    assert_eq!(json["last_messages"].as_array().unwrap().len(), 0, "{json}");
+    assert!(
+        json["messages_error"]
+            .as_str()
+            .unwrap()
+            .contains("messages.jsonl is a symbolic link"),
+        "{json}"
+    );
+
+    // The task directory itself a link to a directory outside contexts/: not followed either.
+    std::fs::remove_file(dir.join("messages.jsonl")).unwrap();
+    let elsewhere = sb.path().join("elsewhere");
+    std::fs::rename(&dir, &elsewhere).unwrap();
+    std::fs::write(elsewhere.join("messages.jsonl"), "OUTSIDE-SECRET\n").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+    let text = sb.ok(&["show", &uuid]);
+    assert!(
+        text.contains("last messages: unreadable: cannot open ")
+            && text.contains("is a symbolic link, not a task directory"),
+        "{text}"
+    );
+    assert!(!text.contains("OUTSIDE-SECRET"), "{text}");
+}
+
+/// What the model, a tool or a forge wrote reaches the terminal with its escape sequences and
+/// other control characters escaped (`show`'s messages and result, `tasks`' prompt column).
+#[test]
+fn show_and_tasks_escape_control_characters_of_untrusted_text() {
+    let sb = Sandbox::new();
+    sb.ok(&["init"]);
+    let uuid = sb
+        .ok(&["submit", "--prompt", "fix \u{1b}]0;owned\u{7} it"])
+        .trim()
+        .to_string();
+    let dir = sb.contexts().join("paused").join(&uuid);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("messages.jsonl"),
+        concat!(
+            r#"{"seq":1,"timestamp":"2026-01-01T00:00:00Z","role":"user","content":"hi","tokens":1}"#,
+            "\n",
+            r#"{"seq":2,"timestamp":"2026-01-01T00:00:01Z","role":"assistant","content":"\u001b[2J\u001b[31mred\u0000 \u202e","tokens":1}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    for args in [vec!["show", uuid.as_str()], vec!["tasks"]] {
+        let text = sb.ok(&args);
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\0') && !text.contains('\u{202e}'),
+            "{args:?}: {text:?}"
+        );
+    }
+    let show = sb.ok(&["show", &uuid]);
+    assert!(
+        show.contains("\\u{1b}[2J\\u{1b}[31mred\\u{0} \\u{202e}"),
+        "{show}"
+    );
+    assert!(sb.ok(&["tasks"]).contains("fix \\u{1b}]0;owned\\u{7} it"));
+}
+
+/// A summary line of the history is shown as the summary it is, not as a reply of the model
+/// (the demo's 0.5B model wrote a wrong port into its summary, which read as a second answer).
+#[test]
+fn show_marks_summary_lines_of_the_history() {
+    let sb = Sandbox::new();
+    sb.ok(&["init"]);
+    let uuid = sb.ok(&["submit", "--prompt", "x"]).trim().to_string();
+    let dir = sb.contexts().join("paused").join(&uuid);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("messages.jsonl"),
+        concat!(
+            r#"{"seq":1,"timestamp":"2026-01-01T00:00:00Z","role":"user","content":"hi","tokens":1}"#,
+            "\n",
+            r#"{"seq":2,"timestamp":"2026-01-01T00:00:01Z","role":"assistant","content":"They said hi.","tokens":3,"summary_id":1}"#,
+            "\n",
+            r#"{"seq":3,"timestamp":"2026-01-01T00:00:02Z","role":"assistant","content":"Hello.","tokens":2}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let text = sb.ok(&["show", &uuid]);
+    assert!(
+        text.contains("  #2    summary   [summary 1] They said hi.\n"),
+        "{text}"
+    );
+    assert!(text.contains("  #3    assistant Hello.\n"), "{text}");
+}
+
 #[test]
 fn run_checks_plugins_and_the_api_key_before_touching_any_task() {
     let sb = Sandbox::new();

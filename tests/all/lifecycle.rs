@@ -530,6 +530,14 @@ fn cleanup_deletes_old_directories_and_keeps_rows() {
     assert!(r["bytes"].as_u64().unwrap() > 0);
     assert_eq!(snapshot(), before, "--dry-run changed nothing");
     assert_eq!(env.row(&a)["files_deleted_at"], Value::Null);
+    let out = env.ctxhost(&["cleanup", "--all", "--dry-run"]).ok();
+    assert!(
+        out.stdout()
+            .contains("2 task directories would be deleted, "),
+        "{}",
+        out.stdout()
+    );
+    assert_eq!(snapshot(), before, "--dry-run changed nothing");
 
     let out = env.ctxhost(&["cleanup", "--all"]).ok();
     assert!(

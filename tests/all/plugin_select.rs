@@ -150,6 +150,52 @@ fn a_missing_file_is_named() {
     );
 }
 
+/// A plugin path that is not a regular file (a directory, `/dev/null`, and so `/dev/zero` or a
+/// FIFO) or is larger than any component is refused before it is read: `/dev/zero` used to be
+/// read until the machine ran out of memory.
+#[test]
+fn a_path_that_is_not_a_component_file_is_refused_before_reading() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = runtime(&tmp.path().join("cache"));
+    let load = |p: &Path| {
+        rt.load(
+            &PluginSource::Path(p.to_path_buf()),
+            PluginKind::MessageStore,
+        )
+        .unwrap_err()
+    };
+    let dir = tmp.path().join("plugins.wasm");
+    fs::create_dir(&dir).unwrap();
+    let err = load(&dir);
+    assert!(matches!(err, RuntimeError::Read { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "component {}: cannot read the file: not a regular file (a directory)",
+            dir.display()
+        )
+    );
+    let err = load(Path::new("/dev/null"));
+    assert_eq!(
+        err.to_string(),
+        "component /dev/null: cannot read the file: not a regular file (a device, FIFO or socket)"
+    );
+    // A sparse file past the limit: refused by its size, nothing read.
+    let big = tmp.path().join("big.wasm");
+    fs::File::create(&big)
+        .unwrap()
+        .set_len(ctxhost::runtime::MAX_COMPONENT_FILE_BYTES + 1)
+        .unwrap();
+    let err = load(&big);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "component {}: cannot read the file: larger than 256 MiB, the most a component file may hold",
+            big.display()
+        )
+    );
+}
+
 #[test]
 fn files_that_are_not_components_are_refused_by_name() {
     let tmp = tempfile::tempdir().unwrap();

@@ -257,6 +257,37 @@ fn a_labelled_github_issue_becomes_a_task_and_gets_one_comment_with_the_answer()
     assert_eq!(gh.calls_to("POST", "/comments").len(), 1);
 }
 
+/// A forge whose `html_url`s are `javascript:` links: none reaches the prompt, tasks.db or the
+/// poll report (README: URLs are checked before they reach tasks.db).
+#[test]
+fn an_item_url_that_is_not_http_is_dropped_everywhere() {
+    let llm = FakeLlm::start(vec![Reply::text("Done.", None)]);
+    let gh = FakeForge::github();
+    gh.set_web_base("javascript:alert(document.cookie)//");
+    gh.add_item("acme/app", Kind::Issue, "Hostile links", "Body.", &[LABEL]);
+    let env = bot_env(
+        &llm,
+        Some(&gh),
+        None,
+        &github_section(&gh, &["acme/app"]),
+        "",
+    );
+    let report = poll_once(&env);
+    let uuids = queued(&report);
+    assert_eq!(uuids.len(), 1, "{report:#}");
+    assert!(!report.to_string().contains("javascript:"), "{report:#}");
+    let row = db(&env).get(&uuids[0]).unwrap().unwrap();
+    assert!(row.prompt.contains("Hostile links"), "{}", row.prompt);
+    assert!(!row.prompt.contains("javascript:"), "{}", row.prompt);
+    assert!(!row.prompt.contains("\nURL: "), "{}", row.prompt);
+    env.ctxhost(&["run", "--once"]).ok();
+    let show = env.ctxhost(&["show", "--json", &uuids[0]]).ok().json();
+    assert_eq!(show["task"]["status"], "completed");
+    assert_eq!(show["publication"]["item_url"], Value::Null, "{show:#}");
+    assert_eq!(show["publication"]["comment_url"], Value::Null, "{show:#}");
+    assert!(!contains(&all_written_bytes(&env), "javascript:"));
+}
+
 #[test]
 fn a_labelled_gitlab_merge_request_becomes_a_task_and_gets_one_note() {
     let llm = FakeLlm::start(vec![Reply::text("Reviewed: looks good.", Some((30, 5)))]);

@@ -82,12 +82,17 @@ pub(super) fn cleanup(env: &Env, args: &CleanupArgs) -> anyhow::Result<ExitCode>
         );
     }
     outln!(
-        "{} task director{} {verb}, {} (tasks finished before {}; rows kept in tasks.db)",
+        "{} task director{} {}, {} (tasks finished before {}; rows kept in tasks.db)",
         report.deleted.len(),
         if report.deleted.len() == 1 {
             "y"
         } else {
             "ies"
+        },
+        if args.dry_run {
+            "would be deleted"
+        } else {
+            "deleted"
         },
         human_bytes(report.bytes),
         report.cutoff

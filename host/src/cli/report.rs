@@ -36,8 +36,8 @@ pub struct ShowArgs {
     /// How many of the last messages of messages.jsonl to show.
     #[arg(long, default_value_t = 5)]
     pub messages: usize,
-    /// Print JSON: {task, dir, dir_state, result, last_messages, planning, planning_error,
-    /// inherited_from, inheritance_skipped}.
+    /// Print JSON: {task, dir, dir_state, result, last_messages, messages_error, planning,
+    /// planning_error, inherited_from, inheritance_skipped}.
     #[arg(long)]
     pub json: bool,
 }
@@ -133,13 +133,15 @@ fn describe(r: &TaskRow) -> String {
     shorten(&r.prompt, 48)
 }
 
-/// First line of `text`, cut to `max` characters with `…`.
+/// First line of `text`, cut to `max` characters with `…`, control characters escaped (the
+/// text comes from the LLM, tools or a forge: no escape sequence reaches the terminal).
 fn shorten(text: &str, max: usize) -> String {
     let line = text
         .lines()
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .trim();
+    let line = crate::untrusted::terminal(line);
     if line.chars().count() > max {
         format!("{}…", line.chars().take(max - 1).collect::<String>())
     } else {
@@ -168,6 +170,7 @@ fn print_table(rows: &[Vec<String>]) -> anyhow::Result<()> {
 }
 
 pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
+    use crate::untrusted::terminal;
     let uuid = parse_uuid(&args.uuid).map_err(|e| usage(e.to_string()))?;
     let db = open_db(env)?;
     let report = crate::ops::show::show(&db, &env.layout, &uuid, args.messages)?;
@@ -183,7 +186,7 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         outln!("error:         {e}");
     }
     outln!("task:          {}", describe(t));
-    outln!("user:          {}", opt(&t.user));
+    outln!("user:          {}", terminal(&opt(&t.user)));
     outln!("created:       {}", t.created_at);
     outln!("started:       {}", opt(&t.started_at));
     outln!("completed:     {}", opt(&t.completed_at));
@@ -258,11 +261,11 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
             "requested:     pause (at the next safe point){}",
             t.pause_reason
                 .as_deref()
-                .map(|r| format!(": {r}"))
+                .map(|r| format!(": {}", terminal(r)))
                 .unwrap_or_default()
         );
     } else if let (crate::db::Status::Paused, Some(r)) = (t.status, &t.pause_reason) {
-        outln!("paused:        {r}");
+        outln!("paused:        {}", terminal(r));
     }
     match (&report.dir, &t.files_deleted_at) {
         (None, Some(at)) => outln!("directory:     deleted by `ctxhost cleanup` at {at}"),
@@ -288,7 +291,10 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         print_plan(h);
     }
     if let Some(r) = &report.result {
-        outln!("\nresult:\n{r}");
+        outln!("\nresult:\n{}", terminal(r));
+    }
+    if let Some(e) = &report.messages_error {
+        outln!("\nlast messages: unreadable: {e}");
     }
     if !report.last_messages.is_empty() {
         outln!("\nlast messages:");
@@ -302,7 +308,15 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
                             c.id, c.function.name, c.function.arguments
                         ));
                     }
-                    outln!("  #{:<4} {:<9} {}", h.seq, h.role, shorten(&text, 100));
+                    // A summary line is the compressor's, not the model's reply: say so.
+                    let role = match h.summary_id {
+                        Some(id) => {
+                            text = format!("[summary {id}] {text}");
+                            "summary"
+                        }
+                        None => h.role.as_str(),
+                    };
+                    outln!("  #{:<4} {:<9} {}", h.seq, role, shorten(&text, 100));
                 }
                 ShownLine::Unreadable { line, error } => {
                     outln!("  line {line}: unreadable: {error}")
@@ -315,6 +329,7 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
 
 /// The latest plan with each step's status, and what the planning history counts.
 fn print_plan(h: &ctxhost_format::planning::PlanningHistory) {
+    use crate::untrusted::terminal;
     let mut counts = vec![format!("{} revision(s)", h.revisions)];
     counts.push(format!("{} reflection(s)", h.reflections));
     match (h.verifications, h.last_verdict) {
@@ -334,7 +349,7 @@ fn print_plan(h: &ctxhost_format::planning::PlanningHistory) {
         Some(p) if p.steps.is_empty() => {
             println!(
                 "plan:          none ({})",
-                h.no_plan_reason.as_deref().unwrap_or("no steps")
+                terminal(h.no_plan_reason.as_deref().unwrap_or("no steps"))
             );
         }
         Some(p) => {
@@ -345,7 +360,7 @@ fn print_plan(h: &ctxhost_format::planning::PlanningHistory) {
                 counts.join(", ")
             );
             for line in p.render().lines() {
-                println!("  {line}");
+                println!("  {}", terminal(line));
             }
         }
     }

@@ -138,19 +138,23 @@ pub struct LlmConfig {
     pub max_output_tokens: Option<u32>,
     /// Sampling temperature in [0, 2] ([0, 1] for Anthropic) (`None`: provider default).
     pub temperature: Option<f32>,
-    /// Whole-request timeout, seconds (≥ 1).
+    /// Whole-request timeout, seconds (1 to [`MAX_LLM_SECS`]).
     pub timeout_secs: u64,
-    /// Connect timeout, seconds (≥ 1).
+    /// Connect timeout, seconds (1 to [`MAX_LLM_SECS`]).
     pub connect_timeout_secs: u64,
     /// Retries after the first attempt on 429/5xx/connection errors/timeouts.
     pub max_retries: u32,
-    /// Longest wait between retries, seconds (≥ 1); Retry-After is honoured up to this.
+    /// Longest wait between retries, seconds (1 to [`MAX_LLM_SECS`]); Retry-After is honoured
+    /// up to this.
     pub max_backoff_secs: u64,
     /// Largest response body accepted, MiB (≥ 1).
     pub max_response_mib: u64,
     /// Largest request body sent, MiB (≥ 1); a bigger request fails the call without sending it.
     pub max_request_mib: u64,
 }
+
+/// Upper bound of `llm.timeout_secs`, `connect_timeout_secs` and `max_backoff_secs`: 86,400 s.
+pub const MAX_LLM_SECS: u64 = 86_400;
 
 impl Default for LlmConfig {
     fn default() -> Self {
@@ -233,6 +237,20 @@ impl LlmConfig {
         ] {
             if v < 1 {
                 return Invalid::err(key, "must be at least 1, got 0");
+            }
+        }
+        // A deadline past what the clock can represent fails every request ("Request deadline
+        // overflowed"); a day is longer than any call or wait should take.
+        for (key, v) in [
+            ("llm.timeout_secs", self.timeout_secs),
+            ("llm.connect_timeout_secs", self.connect_timeout_secs),
+            ("llm.max_backoff_secs", self.max_backoff_secs),
+        ] {
+            if v > MAX_LLM_SECS {
+                return Invalid::err(
+                    key,
+                    format!("must be at most {MAX_LLM_SECS} (a day), got {v}"),
+                );
             }
         }
         if self.max_retries > 20 {

@@ -140,7 +140,7 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
         match std::fs::read_to_string(path) {
-            Ok(text) => Config::from_yaml(&text, &file),
+            Ok(text) => Config::from_yaml(&text, &file).map(|c| c.relative_to(path)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let cfg = Config::default();
                 cfg.validate(&file)?;
@@ -155,7 +155,7 @@ impl Config {
     pub fn load_existing(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
         match std::fs::read_to_string(path) {
-            Ok(text) => Config::from_yaml(&text, &file),
+            Ok(text) => Config::from_yaml(&text, &file).map(|c| c.relative_to(path)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Err(ConfigError::Missing { file })
             }
@@ -288,6 +288,16 @@ mod tests {
             );
         }
         assert!(err("llm:\n  max_request_mib: 0\n").contains("llm.max_request_mib"));
+        // u64::MAX seconds used to pass and then fail every request ("deadline overflowed").
+        for key in ["timeout_secs", "connect_timeout_secs", "max_backoff_secs"] {
+            assert_eq!(
+                err(&format!("llm:\n  {key}: 18446744073709551615\n")),
+                format!(
+                    "config.yaml: llm.{key}: must be at most 86400 (a day), got 18446744073709551615"
+                )
+            );
+            assert!(Config::from_yaml(&format!("llm:\n  {key}: 86400\n"), "c").is_ok());
+        }
         let e = err("llm:\n  base_url: \"https://me:pa55word@h.example\"\n");
         assert!(
             e.contains("https://***@h.example") && !e.contains("pa55word"),
@@ -308,6 +318,34 @@ mod tests {
     }
 
     #[test]
+    fn relative_plugin_paths_resolve_against_the_config_files_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("conf");
+        std::fs::create_dir(&conf).unwrap();
+        let path = conf.join("config.yaml");
+        std::fs::write(
+            &path,
+            "plugins:\n  compressor: plugins/mine.wasm\n  request_format: /opt/f.wasm\n  message_store: builtin:jsonl-store\n",
+        )
+        .unwrap();
+        let cfg = Config::load_existing(&path).unwrap();
+        assert_eq!(
+            cfg.compressor(),
+            Some(conf.join("plugins/mine.wasm").to_str().unwrap())
+        );
+        assert_eq!(cfg.request_format(), "/opt/f.wasm");
+        assert_eq!(cfg.plugins.message_store, "builtin:jsonl-store");
+        std::fs::write(&path, "plugins:\n  compressor: none\n").unwrap();
+        assert_eq!(Config::load(&path).unwrap().compressor(), None);
+        // A config in the current directory keeps its relative paths as they are.
+        let here = Config::from_yaml("plugins:\n  compressor: x.wasm\n", "config.yaml").unwrap();
+        assert_eq!(
+            here.relative_to(Path::new("config.yaml")).compressor(),
+            Some("x.wasm")
+        );
+    }
+
+    #[test]
     fn compressor_none_disables_compression() {
         assert_eq!(
             Config::default().compressor(),
@@ -315,6 +353,14 @@ mod tests {
         );
         let c = Config::from_yaml("plugins:\n  compressor: none\n", "c").unwrap();
         assert_eq!(c.compressor(), None);
+        for key in ["message_store", "request_format", "strategy"] {
+            assert_eq!(
+                err(&format!("plugins:\n  {key}: none\n")),
+                format!(
+                    "config.yaml: plugins.{key}: cannot be `none` (only plugins.compressor can be switched off)"
+                )
+            );
+        }
     }
 
     #[test]

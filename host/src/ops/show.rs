@@ -42,6 +42,9 @@ pub struct ShowReport {
     pub result: Option<String>,
     /// The last lines of messages.jsonl.
     pub last_messages: Vec<ShownLine>,
+    /// Why messages.jsonl, or the task directory itself, could not be read (a symbolic link in
+    /// its place, an I/O error), when it could not; `last_messages` is then empty.
+    pub messages_error: Option<String>,
     /// What was published to the task's GitHub / GitLab item (polled tasks only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub publication: Option<crate::db::sources::Publication>,
@@ -122,17 +125,25 @@ pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<Sh
         ))
     })?;
     let found = layout.find_task_dir(uuid);
+    // A directory or history that cannot be opened (a link in its place, say) is reported, not
+    // fatal: the row and the other files are still worth showing.
+    let (mut last_messages, mut answer, mut messages_error) = (Vec::new(), None, None);
     let task_dir = match &found {
-        Some((_, dir)) => Some(
-            TaskDir::open(dir)
-                .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", dir.display()))?,
-        ),
+        Some((_, dir)) => match TaskDir::open(dir) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                messages_error = Some(format!("cannot open {}: {e}", dir.display()));
+                None
+            }
+        },
         None => None,
     };
-    let (last_messages, answer) = match &task_dir {
-        Some(dir) => tail_messages(dir, n)?,
-        None => (Vec::new(), None),
-    };
+    if let Some(dir) = &task_dir {
+        match tail_messages(dir, n) {
+            Ok((lines, a)) => (last_messages, answer) = (lines, a),
+            Err(e) => messages_error = Some(format!("{e:#}")),
+        }
+    }
     let result = if task.status == Status::Completed {
         answer
     } else {
@@ -158,6 +169,7 @@ pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<Sh
         task,
         result,
         last_messages,
+        messages_error,
         planning,
         planning_error,
         inherited_from,

@@ -35,6 +35,18 @@ pub fn reconcile_current(dir: &TaskDir, apply: bool) -> anyhow::Result<Vec<u64>>
     let Some(last) = last_message_in(dir, CURRENT)? else {
         return rebuild_current(dir, apply);
     };
+    if dir
+        .open_read_if_exists(MESSAGES)
+        .with_context(|| format!("cannot open {}", messages.display()))?
+        .is_none()
+    {
+        bail!(
+            "{} is missing while {} holds the context: the history of the task is lost (restore \
+             it from a backup)",
+            messages.display(),
+            current.display()
+        );
+    }
     // The history read from its end, up to the newest message line the same as current's last
     // message as sent (fewest missing lines first).
     let window = window_from_end(dir, |h| same_message_sent(&h.to_chat(), &last))?;
@@ -243,6 +255,25 @@ mod tests {
         // Both empty: nothing to do.
         let empty = tempfile::tempdir().unwrap();
         assert!(reconcile(empty.path(), true).unwrap().is_empty());
+    }
+
+    /// A context without its history (messages.jsonl deleted, or a symbolic link in its place
+    /// removed by the repair) says so, not that the two files do not match.
+    #[test]
+    fn a_missing_history_behind_a_context_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = [sys(), ChatMessage::text("user", "go")];
+        write_task(dir.path(), &history, &history);
+        fs::remove_file(dir.path().join(MESSAGES)).unwrap();
+        let err = reconcile_current(&TaskDir::open(dir.path()).unwrap(), true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("messages.jsonl is missing while")
+                && err.contains("the history of the task is lost"),
+            "{err}"
+        );
+        assert_eq!(lines_of(&dir.path().join(CURRENT)).len(), 2, "untouched");
     }
 
     #[test]

@@ -445,15 +445,7 @@ impl Runtime {
             PluginSource::Builtin(n) => {
                 Cow::Borrowed(builtin::bytes(n).ok_or_else(|| unknown_builtin(n))?)
             }
-            PluginSource::Path(p) => Cow::Owned(std::fs::read(p).map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => RuntimeError::NotFound {
-                    component: name.clone(),
-                },
-                _ => RuntimeError::Read {
-                    component: name.clone(),
-                    reason: e.to_string(),
-                },
-            })?),
+            PluginSource::Path(p) => Cow::Owned(read_component_file(&name, p)?),
         };
         check_header(&name, &bytes)?;
         let (component, outcome) = self.cache.load_or_compile(&self.engine, &bytes, || {
@@ -478,7 +470,7 @@ impl Runtime {
         let link_error = |e: wasmtime::Error| RuntimeError::Link {
             component: name.to_string(),
             world: format!("{} ({WIT_PACKAGE}@{wit})", kind.world()),
-            reason: format!("{e:#}"),
+            reason: explain_link_error(&format!("{e:#}"), kind),
         };
         let linkers = match wit {
             WitVersion::V0_1_0 => &self.linkers_v0_1_0,
@@ -594,9 +586,122 @@ const _: () = {
     send::<Strategy>();
 };
 
+/// wasmtime's "component imports instance `X`, but a matching implementation was not found in
+/// the linker" (for a component loaded as `kind`) as a person can act on it: what the component imports that ctxhost does not
+/// provide, and what to do about it. Other linker errors are returned as they are.
+pub fn explain_link_error(reason: &str, kind: PluginKind) -> String {
+    let Some(import) = reason
+        .contains("matching implementation was not found in the linker")
+        .then(|| reason.split('`').nth(1))
+        .flatten()
+    else {
+        return reason.to_string();
+    };
+    let hint = if import.starts_with("wasi:http/") {
+        "components get no network (a compressor asks the task's LLM through the `llm` import); \
+         with componentize-js, build with `-d http -d fetch-event` so the component does not import it"
+    } else if import.starts_with("ctxhost:plugin/llm") {
+        "only a compressor or a strategy (worlds compressor-plugin, strategy-plugin) may import `llm`"
+    } else if import.starts_with("ctxhost:plugin/planning") {
+        "only a strategy (world strategy-plugin) may import `planning`"
+    } else if import.starts_with("wasi:") {
+        "a plugin gets WASI 0.2 filesystem (its task directory), clocks, random and stdio only"
+    } else {
+        "a plugin may import only what its world in wit/plugin.wit imports"
+    };
+    format!(
+        "this component imports {import}, which ctxhost does not provide to a {} ({hint})",
+        kind.world()
+    )
+}
+
+/// Largest `.wasm` file the host reads: 256 MiB (a Python component is ~19 MB, a JavaScript one
+/// ~13 MB). Bounds what a wrong path (`/dev/zero`, a disk image) can make the host allocate.
+pub const MAX_COMPONENT_FILE_BYTES: u64 = 256 << 20;
+
+/// The bytes of the component file at `path`: a regular file (a symlink to one is followed) of at
+/// most [`MAX_COMPONENT_FILE_BYTES`]. A directory, a device or a FIFO is refused before it is
+/// opened, so neither `/dev/zero` nor a named pipe can exhaust memory or block the host.
+///
+/// # Errors
+/// [`RuntimeError::NotFound`] when nothing is there; [`RuntimeError::Read`] naming the reason
+/// (not a regular file, too large, an I/O error) otherwise.
+fn read_component_file(name: &str, path: &Path) -> Result<Vec<u8>, RuntimeError> {
+    use std::io::Read as _;
+    let read_err = |reason: String| RuntimeError::Read {
+        component: name.to_string(),
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => RuntimeError::NotFound {
+            component: name.to_string(),
+        },
+        _ => read_err(e.to_string()),
+    })?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let what = if ft.is_dir() {
+            "a directory"
+        } else {
+            "a device, FIFO or socket"
+        };
+        return Err(read_err(format!("not a regular file ({what})")));
+    }
+    let too_large = || {
+        read_err(format!(
+            "larger than {} MiB, the most a component file may hold",
+            MAX_COMPONENT_FILE_BYTES >> 20
+        ))
+    };
+    if meta.len() > MAX_COMPONENT_FILE_BYTES {
+        return Err(too_large());
+    }
+    let file = std::fs::File::open(path).map_err(|e| read_err(e.to_string()))?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_COMPONENT_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| read_err(e.to_string()))?;
+    if bytes.len() as u64 > MAX_COMPONENT_FILE_BYTES {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_import_is_named_with_what_to_do() {
+        let http = explain_link_error(
+            "component imports instance `wasi:http/outgoing-handler@0.2.6`, but a matching implementation was not found in the linker",
+            PluginKind::Compressor,
+        );
+        assert!(
+            http.starts_with("this component imports wasi:http/outgoing-handler@0.2.6, which ctxhost does not provide to a compressor-plugin"),
+            "{http}"
+        );
+        assert!(http.contains("-d http -d fetch-event"), "{http}");
+        let llm = explain_link_error(
+            "component imports instance `ctxhost:plugin/llm@0.2.0`, but a matching implementation was not found in the linker",
+            PluginKind::MessageStore,
+        );
+        assert!(llm.contains("only a compressor or a strategy"), "{llm}");
+        let planning = explain_link_error(
+            "component imports instance `ctxhost:plugin/planning@0.2.0`, but a matching implementation was not found in the linker",
+            PluginKind::Compressor,
+        );
+        assert!(
+            planning.contains("to a compressor-plugin")
+                && planning
+                    .contains("only a strategy (world strategy-plugin) may import `planning`"),
+            "{planning}"
+        );
+        assert_eq!(
+            explain_link_error("type mismatch", PluginKind::Compressor),
+            "type mismatch"
+        );
+    }
 
     #[test]
     fn sources_parse_and_display() {

@@ -69,6 +69,11 @@ fn poll_repo(
     let items = forge.labelled_items(repo, &source.config.label)?;
     tracing::debug!(forge = %source.kind, repo, items = items.len(), "labelled items");
     for mut item in items {
+        // The item's page is shown in the prompt, stored and linked: only an http(s) URL.
+        item.url = item
+            .url
+            .take()
+            .filter(|u| crate::db::sources::is_web_url(u));
         let key = item.r.task_key();
         if let Some(holder) = db.task_holding_item(&key)? {
             tracing::debug!(item = %item.r.short(), task = %holder.uuid, status = %holder.status, "item already has a task");

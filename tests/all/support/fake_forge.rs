@@ -138,6 +138,8 @@ struct State {
     next_comment_id: u64,
     delay: Duration,
     base: String,
+    /// What GitHub's `html_url`s start with, when not `base` (a hostile forge's `javascript:`).
+    web_base: Option<String>,
 }
 
 /// A running fake forge. Stops accepting when dropped.
@@ -172,6 +174,7 @@ impl FakeForge {
             next_comment_id: 1000,
             delay: Duration::ZERO,
             base: format!("http://{addr}"),
+            web_base: None,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (st, sp) = (state.clone(), stop.clone());
@@ -208,6 +211,12 @@ impl FakeForge {
     /// The token the API accepts.
     pub fn token(&self) -> String {
         self.lock().token.clone()
+    }
+
+    /// Make GitHub's `html_url`s start with `web_base` instead of the API's address (a hostile
+    /// forge sending `javascript:` links).
+    pub fn set_web_base(&self, web_base: &str) {
+        self.lock().web_base = Some(web_base.to_string());
     }
 
     /// Create `repo` (empty).
@@ -630,6 +639,7 @@ fn github(
     }
     let repo = format!("{}/{}", parts[1], parts[2]);
     let base = s.base.clone();
+    let web = s.web_base.clone().unwrap_or_else(|| base.clone());
     if !s.repos.contains_key(&repo) {
         return message(404, "Not Found");
     }
@@ -646,7 +656,7 @@ fn github(
                 .values()
                 .filter(|i| state == "all" || (state == "open") == i.open)
                 .filter(|i| wanted.iter().all(|w| i.labels.iter().any(|l| l == w)))
-                .map(|i| gh_issue(&base, &repo, i))
+                .map(|i| gh_issue(&web, &repo, i))
                 .collect();
             paginate(&base, path, query, all, false)
         }
@@ -658,7 +668,7 @@ fn github(
                 return message(404, "Not Found");
             };
             match (method, *kind, tail) {
-                ("GET", "issues", []) => answer(200, gh_issue(&base, &repo, it)),
+                ("GET", "issues", []) => answer(200, gh_issue(&web, &repo, it)),
                 ("GET", "pulls", []) if it.kind == Kind::Pull => answer(
                     200,
                     json!({"number": n, "head": {"ref": format!("feature-{n}")}, "base": {"ref": "main"}}),
@@ -667,7 +677,7 @@ fn github(
                     let all = it
                         .comments
                         .iter()
-                        .map(|c| gh_comment(&base, &repo, n, c))
+                        .map(|c| gh_comment(&web, &repo, n, c))
                         .collect();
                     paginate(&base, path, query, all, false)
                 }
@@ -684,7 +694,7 @@ fn github(
                     };
                     it.comments.push(c.clone());
                     s.next_comment_id += 1;
-                    answer(201, gh_comment(&base, &repo, n, &c))
+                    answer(201, gh_comment(&web, &repo, n, &c))
                 }
                 ("POST", "issues", ["labels"]) => {
                     let Some(add) = body["labels"].as_array() else {
