@@ -141,24 +141,14 @@ pub fn ensure_holds(
 mod tests {
     use super::*;
     use crate::invariants::context_check::ContextCheck;
-    use crate::repair::testing::{call, result, sys, write_task};
+    use crate::repair::testing::{one_round, write_task};
     use crate::task::HistoryCounts;
-    use ctxhost_format::ChatMessage;
     use std::fs;
-
-    fn messages() -> Vec<ChatMessage> {
-        vec![
-            sys(),
-            ChatMessage::text("user", "go"),
-            call(&["a"]),
-            result("a"),
-        ]
-    }
 
     #[test]
     fn checkpoints_that_hold_are_kept_and_stale_ones_are_named_and_deleted() {
         let tmp = tempfile::tempdir().unwrap();
-        write_task(tmp.path(), &messages(), &messages());
+        write_task(tmp.path(), &one_round(), &one_round());
         let dir = TaskDir::open(tmp.path()).unwrap();
         let mut check = ContextCheck::load(&dir);
         check.check(&dir, CURRENT, true).unwrap();

@@ -214,16 +214,6 @@ mod tests {
         reconcile_current(&TaskDir::open(dir).unwrap(), apply)
     }
 
-    /// A prompt and one answered tool call.
-    fn one_round() -> Vec<ChatMessage> {
-        vec![
-            sys(),
-            ChatMessage::text("user", "go"),
-            call(&["a"]),
-            result("a"),
-        ]
-    }
-
     /// current.jsonl at `dir` keeps the context invariants.
     fn assert_sound(dir: &Path) {
         crate::invariants::check_context_file(&TaskDir::open(dir).unwrap(), CURRENT, false)
