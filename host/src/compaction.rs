@@ -19,6 +19,7 @@
 use std::io::{BufRead, BufReader};
 
 use ctxhost_format::ChatMessage;
+use ctxhost_format::files::CONTEXT_CHECKPOINT;
 
 use crate::invariants::kept_tail::{KeptTailError, check_kept_tail};
 use crate::invariants::{ContextFileError, check_context_file};
@@ -221,6 +222,11 @@ pub fn compact(
             let _ = task_dir.remove_file(&file);
             return Err(e.into());
         }
+    }
+    // The host's check of current.jsonl is of the file about to be replaced (DESIGN §2: its
+    // checkpoint is deleted first; the next check reads the new file whole).
+    if let Err(e) = task_dir.remove_file_if_exists(CONTEXT_CHECKPOINT) {
+        tracing::warn!("{} not deleted: {e}", task_dir.show(CONTEXT_CHECKPOINT));
     }
     let stats = store.recreate_current_context(&file)?;
 
