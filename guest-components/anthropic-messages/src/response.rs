@@ -1,14 +1,14 @@
 //! `read-response`: a Messages API response body → reply
-//! (`ctxhost_format::anthropic::parse_response`). Usage: `prompt-tokens` is all input tokens
+//! (`ctxhost_plugin::format::anthropic::parse_response`). Usage: `prompt-tokens` is all input tokens
 //! (`input_tokens` + `cache_creation_input_tokens` + `cache_read_input_tokens`),
 //! `completion-tokens` is `output_tokens`, `cache-read-tokens` and `cache-creation-tokens` are
 //! `cache_read_input_tokens` and `cache_creation_input_tokens`.
 
-use ctxhost_format::anthropic::parse_response;
+use ctxhost_plugin::format::anthropic::parse_response;
 
-use crate::common::{self, bad_shape};
-use crate::ctxhost::plugin::types::{PluginError, Usage};
-use crate::exports::ctxhost::plugin::request_format::Reply;
+use ctxhost_plugin::request::{self as common, bad_shape};
+use ctxhost_plugin::request_format::Reply;
+use ctxhost_plugin::types::{PluginError, Usage};
 
 /// Parses the response in `file`. Errors (`invalid-input`): see
 /// [`common::read_response_json`] (an `{"type":"error","error":{"type","message"}}` body is

@@ -7,12 +7,12 @@
 //! tools, else `done_reason`. Usage comes from `prompt_eval_count` / `eval_count` (either may
 //! be missing, e.g. when the prompt was cached).
 
-use ctxhost_format::reply::{ProviderToolCall, assistant_message};
+use ctxhost_plugin::format::reply::{ProviderToolCall, assistant_message};
 use serde::Deserialize;
 
-use crate::common::{self, bad_shape};
-use crate::ctxhost::plugin::types::PluginError;
-use crate::exports::ctxhost::plugin::request_format::Reply;
+use ctxhost_plugin::request::{self as common, bad_shape};
+use ctxhost_plugin::request_format::Reply;
+use ctxhost_plugin::types::PluginError;
 
 #[derive(Deserialize)]
 struct Response {

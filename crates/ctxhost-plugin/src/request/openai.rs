@@ -1,4 +1,5 @@
-//! `read-response`: an OpenAI chat-completions response body → reply.
+//! `read-response` of the OpenAI chat-completions API (`builtin:openai-chat`, and the reply
+//! of `builtin:prompted-tools`): a response body → reply.
 //!
 //! Accepts `{"choices":[{"message":{"role","content","tool_calls"?},"finish_reason"?}],
 //! "usage"?:{"prompt_tokens","completion_tokens","total_tokens",
@@ -9,13 +10,13 @@
 //! missing or repeated (`call_<n>` is generated, unique within the reply); `total_tokens` defaults to the
 //! sum of the other two.
 
-use ctxhost_format::reply::{ProviderToolCall, assistant_message};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::common::{self, bad_shape};
-use crate::ctxhost::plugin::types::{PluginError, Usage};
-use crate::exports::ctxhost::plugin::request_format::Reply;
+use super::bad_shape;
+use crate::format::reply::{ProviderToolCall, assistant_message};
+use crate::request_format::Reply;
+use crate::types::{PluginError, Usage};
 
 #[derive(Deserialize)]
 struct Response {
@@ -62,10 +63,10 @@ struct PromptTokensDetails {
     cached_tokens: Option<u64>,
 }
 
-/// Parses the response in `file`. Errors (`invalid-input`): see [`common::read_response_json`],
+/// Parses the response in `file`. Errors (`invalid-input`): see [`super::read_response_json`],
 /// plus missing or empty `choices`, a choice without `message`, an unexpected shape.
 pub fn read_response(file: &str) -> Result<Reply, PluginError> {
-    let value = common::read_response_json(file)?;
+    let value = super::read_response_json(file)?;
     let response: Response = serde_json::from_value(value.clone())
         .map_err(|e| bad_shape(file, format_args!("not a chat completion ({e})"), &value))?;
     let Some(choice) = response.choices.and_then(|c| c.into_iter().next()) else {
@@ -83,11 +84,11 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
         let cached = u.prompt_tokens_details.and_then(|d| d.cached_tokens);
         Usage {
             cache_read_tokens: cached.unwrap_or(0),
-            ..common::usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
+            ..super::usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
         }
     });
     Ok(Reply {
-        message: common::to_wit(message),
+        message: super::to_wit(message),
         usage,
         finish_reason: choice.finish_reason,
     })
