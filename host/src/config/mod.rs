@@ -7,7 +7,7 @@
 //!                   max_compression_secs}
 //! llm:     {provider, base_url, model, api_key_env, context_length, max_output_tokens, temperature,
 //!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib,
-//!           max_request_mib}
+//!           max_request_mib, interrupt_grace_secs}
 //! plugins: {message_store, compressor, request_format, strategy}
 //! runtime: {memory_limit_mib, call_timeout_secs}
 //! agent:   {system_prompt, max_steps}
@@ -289,7 +289,12 @@ mod tests {
         }
         assert!(err("llm:\n  max_request_mib: 0\n").contains("llm.max_request_mib"));
         // u64::MAX seconds used to pass and then fail every request ("deadline overflowed").
-        for key in ["timeout_secs", "connect_timeout_secs", "max_backoff_secs"] {
+        for key in [
+            "timeout_secs",
+            "connect_timeout_secs",
+            "max_backoff_secs",
+            "interrupt_grace_secs",
+        ] {
             assert_eq!(
                 err(&format!("llm:\n  {key}: 18446744073709551615\n")),
                 format!(
