@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn snippet_cuts_and_redacts() {
-        let s = body_snippet(b"error: bad key sk-123 given", 500, Some("sk-123"));
+        let s = body_snippet(b"error: bad key sk-12345 given", 500, Some("sk-12345"));
         assert_eq!(s, "error: bad key [redacted] given");
         let s = body_snippet("ééé".as_bytes(), 3, None);
         assert_eq!(s, "é…");
