@@ -177,6 +177,10 @@ fn task_completes_with_exact_counters_and_clean_files() {
     assert_eq!(show["dir_state"], "completed");
     let text = env.ctxhost(&["show", &uuid]).ok().stdout();
     assert!(text.contains("All done: main.rs prints hello."), "{text}");
+    assert!(
+        text.contains("counters:      2 LLM calls, 1 tool call, 145 tokens, 0 compressions"),
+        "{text}"
+    );
 
     let stats = env.ctxhost(&["stats", "--json"]).ok().json();
     assert_eq!(stats["by_status"]["completed"], 1);
@@ -203,6 +207,13 @@ fn tokens_are_estimated_when_the_provider_reports_no_usage() {
     assert!(
         !dir.join("tools.jsonl").exists(),
         "no tool call, no tools.jsonl"
+    );
+    let text = env.ctxhost(&["show", &uuid]).ok().stdout();
+    assert!(
+        text.contains(&format!(
+            "counters:      1 LLM call, 0 tool calls, {expected} tokens, 0 compressions"
+        )),
+        "{text}"
     );
 }
 
