@@ -692,3 +692,22 @@ fn run_and_init_create_no_tree_before_the_config_is_checked() {
     sb.ok(&["--config", "good.yaml", "init"]);
     assert!(fresh.join("tasks.db").is_file());
 }
+
+/// A plugin that does not load at `run` is reported with the config file it comes from, as the
+/// file's other errors are, and before the contexts tree is created.
+#[test]
+fn a_plugin_load_error_names_the_config_file() {
+    let sb = Sandbox::new();
+    sb.write(
+        "bad.yaml",
+        "context_storage:\n  base_dir: ./ctx\nllm:\n  api_key_env: \"\"\nplugins:\n  message_store: ./nope.wasm\n",
+    );
+    let out = sb.run(&["--config", "bad.yaml", "run", "--once"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains("error: bad.yaml: plugins.message_store (`./nope.wasm`) cannot be loaded"),
+        "{e}"
+    );
+    assert!(!sb.path().join("ctx").exists());
+}

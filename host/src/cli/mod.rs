@@ -323,6 +323,16 @@ impl Env {
         })
     }
 
+    /// `"FILE: "` for an error about a setting of the config file, like the file's own
+    /// validation errors (`config.yaml: llm.x: ...`); empty when no file is in use (defaults).
+    pub(crate) fn config_file_prefix(&self) -> String {
+        if self.config_path.exists() {
+            format!("{}: ", self.config_path.display())
+        } else {
+            String::new()
+        }
+    }
+
     /// Fail with a usage error, creating nothing, when the contexts/ tree cannot be created
     /// where it is configured ([`Layout::creation_blocker`]); the error names the directory and
     /// where it was set.
@@ -376,7 +386,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             // task is touched and before the tree is created.
             env.check_tree_location()?;
             crate::worker::preflight(&env.config, &env.layout)
-                .map_err(|e| usage(format!("{e:#}")))?;
+                .map_err(|e| usage(format!("{}{e:#}", env.config_file_prefix())))?;
             env.layout.ensure()?;
             let sources = if env.config.sources.any() {
                 Some(crate::sources::Sources::connect(&env.config.sources)?)
