@@ -19,11 +19,17 @@ fn main() {
         .expect("host/ has a parent")
         .to_path_buf();
     let guests = root.join("guest-components");
-    for watched in ["guest-components", "wit", "crates/ctxhost-format"] {
+    for watched in [
+        "guest-components",
+        "wit",
+        "crates/ctxhost-format",
+        "crates/ctxhost-plugin",
+    ] {
         let p = root.join(watched);
         println!("cargo:rerun-if-changed={}", p.display());
     }
     browser_test_cfg();
+    componentize_py_cfg();
 
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     // OUT_DIR = <target>/<profile>/build/ctxhost-<hash>/out
@@ -81,5 +87,24 @@ fn browser_test_cfg() {
         .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
     if ci || browser.is_file() {
         println!("cargo:rustc-cfg=ctxhost_browser_test");
+    }
+}
+
+/// `cfg(ctxhost_componentize_py)` for the Python plugin test (tests/all/plugin_sdk.rs): set when
+/// componentize-py is found (the file `CTXHOST_COMPONENTIZE_PY` names, or `componentize-py` on
+/// PATH) or when running in CI (where a missing componentize-py must fail the test). Without
+/// it the test is `#[ignore]`d with the reason. Installing componentize-py after a build needs
+/// `touch host/build.rs` (PATH itself is not watched: it changes too often).
+fn componentize_py_cfg() {
+    println!("cargo:rustc-check-cfg=cfg(ctxhost_componentize_py)");
+    println!("cargo:rerun-if-env-changed=CTXHOST_COMPONENTIZE_PY");
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    let named =
+        std::env::var_os("CTXHOST_COMPONENTIZE_PY").is_some_and(|p| PathBuf::from(p).is_file());
+    let on_path = std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|dir| dir.join("componentize-py").is_file())
+    });
+    if ci || named || on_path {
+        println!("cargo:rustc-cfg=ctxhost_componentize_py");
     }
 }

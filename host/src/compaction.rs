@@ -6,7 +6,8 @@
 //! 2. `compress` writes a new context to a file of its own (never current.jsonl).
 //! 3. The host checks that file whatever the component is: a plain relative path inside the
 //!    task directory, not through a link ([`untrusted::component_path`]), every line a chat message, the same system prompt first, tool calls and results
-//!    paired ([`crate::invariants`]), fewer tokens than before, and a non-empty summary text.
+//!    paired ([`crate::invariants`]), the most recent messages it kept copied verbatim
+//!    ([`crate::invariants::kept_tail`]), fewer tokens than before, and a non-empty summary text.
 //!    Anything else is rejected, the file deleted and current.jsonl left as it was.
 //! 4. The summary (if any) is appended to messages.jsonl, then the message store installs the
 //!    new context (temp file + rename) and recounts its tokens exactly.
@@ -18,7 +19,9 @@
 use std::io::{BufRead, BufReader};
 
 use ctxhost_format::ChatMessage;
+use ctxhost_format::files::CONTEXT_CHECKPOINT;
 
+use crate::invariants::kept_tail::{KeptTailError, check_kept_tail};
 use crate::invariants::{ContextFileError, check_context_file};
 use crate::runtime::{CompressConfig, Compressor, MessageStore, RuntimeError};
 use crate::task_dir::TaskDir;
@@ -75,6 +78,16 @@ pub enum CompactionError {
     SystemPromptChanged {
         /// The component: `builtin:NAME` or its path.
         component: String,
+    },
+    /// The new context changed a message it kept from the most recent ones.
+    #[error(
+        "compressor {component} rewrote a kept message ({source}); rejected, the context was left as it was"
+    )]
+    KeptTailRewritten {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+        /// Which message and what changed.
+        source: KeptTailError,
     },
     /// The new context is not smaller.
     #[error(
@@ -185,6 +198,14 @@ pub fn compact(
     if old_system.is_none() || old_system != new_system {
         return reject(CompactionError::SystemPromptChanged { component });
     }
+    if let Err(source) = check_kept_tail(
+        task_dir,
+        &current_name,
+        &file,
+        config.keep_recent_messages as usize,
+    ) {
+        return reject(CompactionError::KeptTailRewritten { component, source });
+    }
     if checked.tokens >= before_tokens {
         return reject(CompactionError::NotSmaller {
             component,
@@ -201,6 +222,11 @@ pub fn compact(
             let _ = task_dir.remove_file(&file);
             return Err(e.into());
         }
+    }
+    // The host's check of current.jsonl is of the file about to be replaced (DESIGN §2: its
+    // checkpoint is deleted first; the next check reads the new file whole).
+    if let Err(e) = task_dir.remove_file_if_exists(CONTEXT_CHECKPOINT) {
+        tracing::warn!("{} not deleted: {e}", task_dir.show(CONTEXT_CHECKPOINT));
     }
     let stats = store.recreate_current_context(&file)?;
 

@@ -198,21 +198,37 @@ impl TaskDir {
     /// The whole content of `name`, a small record file (metadata.json, task_state.json): at
     /// most [`MAX_RECORD_BYTES`], a larger file is an error (a component may have grown it).
     pub fn read(&self, name: &str) -> io::Result<Vec<u8>> {
+        self.read_bounded(name, MAX_RECORD_BYTES)
+    }
+
+    /// The whole content of `name`; `None` when it does not exist.
+    pub fn read_if_exists(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        self.read_bounded_if_exists(name, MAX_RECORD_BYTES)
+    }
+
+    /// The whole content of the regular file `name` ([`TaskDir::open_regular`]), at most
+    /// `max_bytes` bytes: a larger file is an error (`InvalidData`, naming it), and no more than
+    /// `max_bytes + 1` bytes of it are read.
+    pub fn read_bounded(&self, name: &str, max_bytes: u64) -> io::Result<Vec<u8>> {
         let f = self.open_regular(name)?;
         let mut bytes = Vec::new();
-        io::Read::read_to_end(&mut io::Read::take(f, MAX_RECORD_BYTES + 1), &mut bytes)?;
-        if bytes.len() as u64 > MAX_RECORD_BYTES {
+        io::Read::read_to_end(&mut io::Read::take(f, max_bytes + 1), &mut bytes)?;
+        if bytes.len() as u64 > max_bytes {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{name} is larger than {MAX_RECORD_BYTES} bytes; not read"),
+                format!("{name} is larger than {max_bytes} bytes; not read"),
             ));
         }
         Ok(bytes)
     }
 
-    /// The whole content of `name`; `None` when it does not exist.
-    pub fn read_if_exists(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
-        match self.read(name) {
+    /// [`TaskDir::read_bounded`]; `None` when `name` does not exist.
+    pub fn read_bounded_if_exists(
+        &self,
+        name: &str,
+        max_bytes: u64,
+    ) -> io::Result<Option<Vec<u8>>> {
+        match self.read_bounded(name, max_bytes) {
             Ok(b) => Ok(Some(b)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),

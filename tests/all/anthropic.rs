@@ -15,16 +15,16 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
 
 use crate::support::anthropic_api::{CacheUsage, error_reply};
+use crate::support::components::{golden, request_format};
 use crate::support::fake_llm::{FakeLlm, RecordedRequest, Reply};
 use crate::support::{TestEnv, find_task_dir, read_jsonl};
 use ctxhost::llm::{AuthScheme, Transport, TransportConfig, TransportError};
 use ctxhost::runtime::{
-    PluginError, PluginKind, Reply as FormatReply, RequestConfig, RequestFormat, Runtime,
-    RuntimeError, RuntimeLimits, Usage,
+    PluginError, Reply as FormatReply, RequestConfig, RequestFormat, RuntimeError, Usage,
 };
 use ctxhost_format::{ChatMessage, ToolCall};
 use serde_json::{Value, json};
@@ -33,33 +33,13 @@ use tempfile::TempDir;
 // ---------------------------------------------------------------------------------------------
 // The component on golden inputs.
 
-/// One runtime (and compile cache) for the component tests of this file.
-static RUNTIME: LazyLock<(TempDir, Runtime)> = LazyLock::new(|| {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(&dir.path().join(".cache"), RuntimeLimits::default()).unwrap();
-    (dir, runtime)
-});
-
-fn golden(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/golden")
-        .join(name)
-}
-
 /// A task directory holding the golden context `context` as current.jsonl and tools.json, and
 /// an instance of `builtin:anthropic-messages` on it.
 fn format(context: &str) -> (TempDir, RequestFormat) {
     let task = tempfile::tempdir().unwrap();
     fs::copy(golden(context), task.path().join("current.jsonl")).unwrap();
     fs::copy(golden("tools.json"), task.path().join("tools.json")).unwrap();
-    let runtime = &RUNTIME.1;
-    let plugin = runtime
-        .load(
-            &"builtin:anthropic-messages".parse().unwrap(),
-            PluginKind::RequestFormat,
-        )
-        .unwrap();
-    let instance = runtime.request_format(&plugin, task.path()).unwrap();
+    let instance = request_format("builtin:anthropic-messages", task.path());
     (task, instance)
 }
 

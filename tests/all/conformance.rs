@@ -29,18 +29,6 @@ fn is_summary_request(req: &RecordedRequest) -> bool {
         .any(|m| m["content"].as_str().is_some_and(|c| c.contains(MARK)))
 }
 
-fn submit(env: &TestEnv, prompt: &str) -> String {
-    env.ctxhost(&["submit", "--prompt", prompt])
-        .ok()
-        .stdout()
-        .trim()
-        .to_string()
-}
-
-fn row(env: &TestEnv, uuid: &str) -> Value {
-    env.ctxhost(&["show", uuid, "--json"]).ok().json()["task"].clone()
-}
-
 /// A sample folder for the filesystem server: a short file and one long enough to be cut.
 fn sample_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -123,9 +111,9 @@ fn every_file_of_the_representative_scenarios_matches_its_schema() {
             _ => Reply::text("All files read.", Some((500, 5))),
         })
     });
-    let tools_task = submit(&env, "Read the files.");
+    let tools_task = env.submit("Read the files.");
     env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
-    let r = row(&env, &tools_task);
+    let r = env.row(&tools_task);
     assert_eq!(r["status"], "completed", "{r}");
     assert!(r["compression_count"].as_u64().unwrap() >= 2, "{r}");
 
@@ -144,20 +132,18 @@ fn every_file_of_the_representative_scenarios_matches_its_schema() {
             )
         })
     });
-    let paused_task = submit(&env, "Pause me.");
+    let paused_task = env.submit("Pause me.");
     let mut worker = spawn_worker(&env);
-    assert!(wait_until(Duration::from_secs(60), || row(
-        &env,
-        &paused_task
-    )["status"]
+    assert!(wait_until(Duration::from_secs(60), || env
+        .row(&paused_task)["status"]
         == "running"));
     env.ctxhost(&["pause", &paused_task, "--wait", "--timeout", "60"])
         .ok();
     assert!(worker.wait().unwrap().success());
-    assert_eq!(row(&env, &paused_task)["status"], "paused");
+    assert_eq!(env.row(&paused_task)["status"], "paused");
     env.ctxhost(&["resume", &paused_task]).ok();
     env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
-    let r = row(&env, &paused_task);
+    let r = env.row(&paused_task);
     assert_eq!(
         (r["status"].as_str(), r["resume_count"].as_u64()),
         (Some("completed"), Some(1)),
@@ -178,11 +164,11 @@ fn every_file_of_the_representative_scenarios_matches_its_schema() {
             (_, true) => Reply::text("Finished after a crash.", Some((25, 5))),
         })
     });
-    let crashed_task = submit(&env, "Crash me.");
+    let crashed_task = env.submit("Crash me.");
     let mut worker = spawn_worker(&env);
     let mut pid = 0;
     assert!(wait_until(Duration::from_secs(60), || {
-        let r = row(&env, &crashed_task);
+        let r = env.row(&crashed_task);
         pid = r["process_id"].as_i64().unwrap_or(0);
         r["status"] == "running" && calls.load(Ordering::SeqCst) >= 1
     }));
@@ -192,7 +178,7 @@ fn every_file_of_the_representative_scenarios_matches_its_schema() {
         .unwrap();
     assert!(killed.success());
     assert!(worker.wait().unwrap().success());
-    let r = row(&env, &crashed_task);
+    let r = env.row(&crashed_task);
     assert_eq!(
         (r["status"].as_str(), r["crash_count"].as_u64()),
         (Some("completed"), Some(1)),
@@ -201,9 +187,9 @@ fn every_file_of_the_representative_scenarios_matches_its_schema() {
 
     // 4. A provider that keeps failing: the task fails, its request kept for debugging.
     llm.set_handler(|_| Some(Reply::status(500, "upstream down", &[])));
-    let failed_task = submit(&env, "Fail me.");
+    let failed_task = env.submit("Fail me.");
     env.ctxhost(&["run", "--once", "--poll-ms", "20"]).fails();
-    assert_eq!(row(&env, &failed_task)["status"], "failed");
+    assert_eq!(env.row(&failed_task)["status"], "failed");
 
     // Every file and line matches its schema, and every kind was produced.
     let report = check_tree(&env.contexts());

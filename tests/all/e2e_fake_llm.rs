@@ -10,22 +10,6 @@ use crate::support::fake_llm::{FakeLlm, RecordedRequest, Reply};
 use crate::support::{TestEnv, config_yaml, find_task_dir, read_json, read_jsonl, wait_until};
 use serde_json::Value;
 
-fn env_for(llm: &FakeLlm, extra: &str) -> TestEnv {
-    let env = TestEnv::new();
-    env.write_config(&config_yaml(&llm.base_url(), "openai", extra));
-    env.ctxhost(&["init"]).ok();
-    env
-}
-
-fn submit(env: &TestEnv, prompt: &str) -> String {
-    let out = env.ctxhost(&["submit", "--prompt", prompt]).ok();
-    out.stdout().trim().to_string()
-}
-
-fn row(env: &TestEnv, uuid: &str) -> Value {
-    env.ctxhost(&["show", uuid, "--json"]).ok().json()["task"].clone()
-}
-
 fn run_once(env: &TestEnv, extra_args: &[&str]) {
     let mut args = vec!["run", "--once", "--poll-ms", "20"];
     args.extend_from_slice(extra_args);
@@ -109,11 +93,11 @@ fn task_completes_with_exact_counters_and_clean_files() {
         ),
         Reply::text("All done: main.rs prints hello.", Some((80, 5))),
     ]);
-    let env = env_for(&llm, "");
-    let uuid = submit(&env, "Explain src/main.rs");
+    let env = TestEnv::for_llm(&llm, "");
+    let uuid = env.submit("Explain src/main.rs");
     run_once(&env, &[]);
 
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(r["llm_call_count"], 2);
     assert_eq!(r["tool_call_count"], 1);
@@ -192,10 +176,10 @@ fn task_completes_with_exact_counters_and_clean_files() {
 #[test]
 fn tokens_are_estimated_when_the_provider_reports_no_usage() {
     let llm = FakeLlm::start(vec![Reply::text("The answer is 42.", None)]);
-    let env = env_for(&llm, "");
-    let uuid = submit(&env, "What is six times seven?");
+    let env = TestEnv::for_llm(&llm, "");
+    let uuid = env.submit("What is six times seven?");
     run_once(&env, &[]);
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "completed", "{r}");
     let (messages, _) = check_finished_dir(&env, &uuid);
     assert_eq!(messages.len(), 3);
@@ -229,10 +213,10 @@ fn several_tool_calls_in_one_reply_each_get_an_answer() {
         ),
         Reply::text("Nothing to do.", Some((70, 4))),
     ]);
-    let env = env_for(&llm, "");
-    let uuid = submit(&env, "Look around");
+    let env = TestEnv::for_llm(&llm, "");
+    let uuid = env.submit("Look around");
     run_once(&env, &[]);
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(r["tool_call_count"], 2);
     assert_eq!(r["total_tokens"], 48 + 74);
@@ -267,11 +251,11 @@ fn persistent_500_fails_the_task_and_keeps_request_and_history() {
         r#"{"error":{"message":"model overloaded"}}"#,
         &[],
     ));
-    let env = env_for(&llm, "");
-    let uuid = submit(&env, "Do something");
+    let env = TestEnv::for_llm(&llm, "");
+    let uuid = env.submit("Do something");
     run_once_failing(&env, &[]);
 
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "failed", "{r}");
     let err = r["error_message"].as_str().unwrap();
     assert!(err.contains("500"), "{err}");
@@ -308,13 +292,13 @@ fn unreadable_responses_fail_with_clear_messages() {
             other => panic!("unexpected prompt {other:?}"),
         })
     });
-    let env = env_for(&llm, "");
+    let env = TestEnv::for_llm(&llm, "");
     let cases = ["invalid json", "no choices", "html page", "html 502"];
-    let uuids: Vec<String> = cases.iter().map(|c| submit(&env, c)).collect();
+    let uuids: Vec<String> = cases.iter().map(|c| env.submit(c)).collect();
     run_once_failing(&env, &["--max-parallel", "2"]);
 
     for (case, uuid) in cases.iter().zip(&uuids) {
-        let r = row(&env, uuid);
+        let r = env.row(uuid);
         assert_eq!(r["status"], "failed", "{case}: {r}");
         let err = r["error_message"].as_str().unwrap();
         let lower = err.to_lowercase();
@@ -358,10 +342,10 @@ fn step_limit_fails_the_task_after_answering_every_call() {
         vec![("c", "loop_forever", "{}")],
         Some((10, 1)),
     ));
-    let env = env_for(&llm, "agent:\n  max_steps: 3\n");
-    let uuid = submit(&env, "never ends");
+    let env = TestEnv::for_llm(&llm, "agent:\n  max_steps: 3\n");
+    let uuid = env.submit("never ends");
     run_once_failing(&env, &[]);
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "failed", "{r}");
     assert!(
         r["error_message"]
@@ -392,15 +376,15 @@ fn ten_tasks_on_four_workers_all_complete_with_exact_counters() {
             )
         })
     });
-    let env = env_for(&llm, "");
+    let env = TestEnv::for_llm(&llm, "");
     let uuids: Vec<String> = (0..10)
-        .map(|i| submit(&env, &format!("task number {i}")))
+        .map(|i| env.submit(&format!("task number {i}")))
         .collect();
     run_once(&env, &["--max-parallel", "4"]);
 
     let mut pids = BTreeSet::new();
     for (i, uuid) in uuids.iter().enumerate() {
-        let r = row(&env, uuid);
+        let r = env.row(uuid);
         assert_eq!(r["status"], "completed", "{r}");
         assert_eq!(r["llm_call_count"], 2, "{r}");
         assert_eq!(r["tool_call_count"], 1, "{r}");
@@ -433,8 +417,8 @@ fn a_killed_task_process_fails_its_task_and_harms_no_other() {
     });
     // One crash fails the task (by default a killed task is repaired and run again, see
     // tests/lifecycle.rs and tests/crash_torture.rs).
-    let env = env_for(&llm, "worker:\n  max_crashes: 1\n");
-    let slow = submit(&env, "slow");
+    let env = TestEnv::for_llm(&llm, "worker:\n  max_crashes: 1\n");
+    let slow = env.submit("slow");
     let mut worker = env
         .ctxhost_cmd(&["run", "--once", "--poll-ms", "20", "--max-parallel", "2"])
         .spawn();
@@ -443,13 +427,13 @@ fn a_killed_task_process_fails_its_task_and_harms_no_other() {
     let mut pid = None;
     assert!(
         wait_until(Duration::from_secs(60), || {
-            let r = row(&env, &slow);
+            let r = env.row(&slow);
             pid = r["process_id"].as_i64();
             r["status"] == "running" && llm.requests().iter().any(|q| prompt_of(q) == "slow")
         }),
         "the slow task never started"
     );
-    let quick = submit(&env, "quick");
+    let quick = env.submit("quick");
     let pid = pid.unwrap();
     let killed = std::process::Command::new("kill")
         .args(["-9", &pid.to_string()])
@@ -460,7 +444,7 @@ fn a_killed_task_process_fails_its_task_and_harms_no_other() {
     let status = worker.wait().unwrap();
     // The worker survived the crash of a child; it exits 1 because a task it ran failed.
     assert_eq!(status.code(), Some(1), "the worker ended with {status}");
-    let r = row(&env, &slow);
+    let r = env.row(&slow);
     assert_eq!(r["status"], "failed", "{r}");
     let err = r["error_message"].as_str().unwrap();
     assert!(
@@ -478,7 +462,7 @@ fn a_killed_task_process_fails_its_task_and_harms_no_other() {
     );
     assert_eq!(messages.len(), 2);
 
-    let q = row(&env, &quick);
+    let q = env.row(&quick);
     assert_eq!(q["status"], "completed", "{q}");
     assert_eq!(q["total_tokens"], 5);
 }
@@ -491,9 +475,9 @@ fn api_key_comes_from_the_environment_and_is_never_written() {
         .replace("api_key_env: \"\"", "api_key_env: CTXHOST_TEST_KEY");
     env.write_config(&yaml);
     env.set_env("CTXHOST_TEST_KEY", "sk-test-secret-123");
-    let uuid = submit(&env, "hello");
+    let uuid = env.submit("hello");
     run_once(&env, &[]);
-    assert_eq!(row(&env, &uuid)["status"], "completed");
+    assert_eq!(env.row(&uuid)["status"], "completed");
     assert_eq!(
         llm.requests()[0].header("authorization"),
         Some("Bearer sk-test-secret-123")
@@ -508,7 +492,7 @@ fn a_missing_api_key_stops_run_before_any_task_naming_the_variable() {
     let yaml = config_yaml(&llm.base_url(), "openai", "")
         .replace("api_key_env: \"\"", "api_key_env: CTXHOST_UNSET_KEY_VAR");
     env.write_config(&yaml);
-    let uuid = submit(&env, "hello");
+    let uuid = env.submit("hello");
     // `run` checks the key before starting any task process: exit 2, the task untouched.
     let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
     assert_eq!(out.code(), Some(2), "{}", out.stderr());
@@ -517,12 +501,12 @@ fn a_missing_api_key_stops_run_before_any_task_naming_the_variable() {
         err.contains("llm.api_key_env") && err.contains("CTXHOST_UNSET_KEY_VAR"),
         "{err}"
     );
-    assert_eq!(row(&env, &uuid)["status"], "queued");
+    assert_eq!(env.row(&uuid)["status"], "queued");
     assert_eq!(llm.request_count(), 0);
 
     // A task process started some other way still fails the task naming the variable.
     env.ctxhost(&["task-exec", &uuid]).fails();
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "failed");
     let err = r["error_message"].as_str().unwrap();
     assert!(

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::strategies::{Kind, Scripted, env_with, plan_reply};
+use crate::strategies::{Kind, Scripted, plan_reply};
 use crate::support::fake_llm::Reply;
 use crate::support::{TestEnv, find_task_dir, read_json, read_jsonl};
 
@@ -71,7 +71,7 @@ fn a_chain_of_three_tasks_inherits_and_stays_bounded() {
             ],
         );
     let llm = script.start();
-    let env = env_with(
+    let env = TestEnv::for_llm(
         &llm,
         &format!(
             "{PLAN}agent:\n  system_prompt: \"{BASE_PROMPT}\"\ncontext_inheritance:\n  max_inherited_tokens: 400\n"
@@ -179,7 +179,7 @@ fn a_cleaned_up_or_damaged_predecessor_is_skipped_with_a_warning() {
         Reply::text("MIDDLE-ANSWER", Some((10, 2))),
         Reply::text("NEWEST-ANSWER", Some((10, 2))),
     ]);
-    let mut env = env_with(
+    let mut env = TestEnv::for_llm(
         &llm,
         &format!("agent:\n  system_prompt: \"{BASE_PROMPT}\"\n"),
     );

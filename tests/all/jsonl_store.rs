@@ -5,31 +5,16 @@
 
 use std::fs;
 use std::path::Path;
-use std::sync::LazyLock;
 
-use ctxhost::runtime::{
-    MessageStore, PluginError, PluginKind, Runtime, RuntimeError, RuntimeLimits, StoreStats,
-};
+use ctxhost::runtime::{MessageStore, PluginError, RuntimeError, StoreStats};
 use ctxhost_format::{ChatMessage, HistoryLine, ToolCall, estimate_message_tokens};
-use tempfile::TempDir;
 
-static RUNTIME: LazyLock<(TempDir, Runtime)> = LazyLock::new(|| {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(&dir.path().join(".cache"), RuntimeLimits::default()).unwrap();
-    (dir, runtime)
-});
+use crate::support::components::message_store;
 
 const TS: &str = "2024-11-29T10:00:00Z";
 
 fn store(task: &Path) -> MessageStore {
-    let runtime = &RUNTIME.1;
-    let plugin = runtime
-        .load(
-            &"builtin:jsonl-store".parse().unwrap(),
-            PluginKind::MessageStore,
-        )
-        .unwrap();
-    runtime.message_store(&plugin, task).unwrap()
+    message_store("builtin:jsonl-store", task)
 }
 
 fn plugin_error<T: std::fmt::Debug>(r: Result<T, RuntimeError>) -> PluginError {

@@ -11,25 +11,6 @@ use crate::support::fake_llm::{FakeLlm, RecordedRequest, Reply};
 use crate::support::{TestEnv, config_yaml, find_task_dir, read_json, read_jsonl, wait_until};
 use serde_json::Value;
 
-fn env_for(llm: &FakeLlm, extra: &str) -> TestEnv {
-    let env = TestEnv::new();
-    env.write_config(&config_yaml(&llm.base_url(), "openai", extra));
-    env.ctxhost(&["init"]).ok();
-    env
-}
-
-fn submit(env: &TestEnv, prompt: &str) -> String {
-    env.ctxhost(&["submit", "--prompt", prompt])
-        .ok()
-        .stdout()
-        .trim()
-        .to_string()
-}
-
-fn row(env: &TestEnv, uuid: &str) -> Value {
-    env.ctxhost(&["show", uuid, "--json"]).ok().json()["task"].clone()
-}
-
 /// A worker (`run --once`) in the background. Its log (and its children's) goes to a file in
 /// the test directory: a pipe nobody reads would fill up and block the processes.
 struct Worker {
@@ -113,8 +94,8 @@ fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
             _ => Reply::text("All done.", Some((30, 3))),
         })
     });
-    let env = env_for(&llm, "");
-    let uuid = submit(&env, "read a.txt twice");
+    let env = TestEnv::for_llm(&llm, "");
+    let uuid = env.submit("read a.txt twice");
 
     // Run 1: paused after the first reply, before its two tool calls.
     let w = worker(&env, &[]);
@@ -124,7 +105,7 @@ fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
         .ok();
     assert!(out.stdout().contains("pause requested"), "{}", out.stdout());
     wait_ok(w);
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "paused", "{r}");
     assert_eq!(r["pause_requested"], false);
     let paused = env.contexts().join("paused").join(&uuid);
@@ -156,7 +137,7 @@ fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
     assert_eq!(e.code(), Some(1));
     assert!(e.stderr().contains("already paused"), "{}", e.stderr());
     env.ctxhost(&["resume", &uuid]).ok();
-    assert_eq!(row(&env, &uuid)["status"], "queued");
+    assert_eq!(env.row(&uuid)["status"], "queued");
     let e = env.ctxhost(&["resume", &uuid]).fails();
     assert_eq!(e.code(), Some(1));
     assert!(e.stderr().contains("already queued"), "{}", e.stderr());
@@ -174,7 +155,7 @@ fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
     env.ctxhost(&["pause", &uuid, "--wait", "--timeout", "60"])
         .ok();
     wait_ok(w);
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(
         (r["status"].as_str(), r["resume_count"].as_i64()),
         (Some("paused"), Some(1)),
@@ -223,7 +204,7 @@ fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
     let (a, b) = (worker(&env, &[]), worker(&env, &[]));
     wait_ok(a);
     wait_ok(b);
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(r["resume_count"], 2);
     assert_eq!(r["llm_call_count"], 3);
@@ -280,16 +261,16 @@ fn stop_ends_queued_running_and_paused_tasks() {
             Reply::text("ok", Some((1, 1)))
         })
     });
-    let env = env_for(&llm, "");
+    let env = TestEnv::for_llm(&llm, "");
 
-    let queued = submit(&env, "never runs");
+    let queued = env.submit("never runs");
     let out = env.ctxhost(&["stop", &queued]).ok();
     assert!(
         out.stdout().contains("stopped (it was queued)"),
         "{}",
         out.stdout()
     );
-    let r = row(&env, &queued);
+    let r = env.row(&queued);
     assert_eq!(r["status"], "stopped");
     assert!(r["completed_at"].is_string());
     let e = env.ctxhost(&["stop", &queued]).fails();
@@ -297,13 +278,13 @@ fn stop_ends_queued_running_and_paused_tasks() {
     assert!(e.stderr().contains("already stopped"), "{}", e.stderr());
 
     // Running: the stop lands during the slow call and is honoured before the tool call.
-    let running = submit(&env, "slow one");
+    let running = env.submit("slow one");
     let w = worker(&env, &[]);
     assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
     env.ctxhost(&["stop", &running, "--wait", "--timeout", "60"])
         .ok();
     wait_ok(w);
-    let r = row(&env, &running);
+    let r = env.row(&running);
     assert_eq!(r["status"], "stopped", "{r}");
     assert_eq!(r["error_message"], Value::Null);
     assert_eq!(r["tool_call_count"], 0, "stopped before the tool call");
@@ -313,7 +294,7 @@ fn stop_ends_queued_running_and_paused_tasks() {
     assert_eq!(current.len(), 3, "system, user, the reply");
 
     // Paused: pause it first, then stop → stopped at once, directory to completed/.
-    let paused = submit(&env, "slow two");
+    let paused = env.submit("slow two");
     let w = worker(&env, &[]);
     assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 2));
     env.ctxhost(&["pause", &paused, "--wait"]).ok();
@@ -321,7 +302,7 @@ fn stop_ends_queued_running_and_paused_tasks() {
     assert!(env.contexts().join("paused").join(&paused).is_dir());
     let out = env.ctxhost(&["stop", &paused]).ok();
     assert!(out.stdout().contains("it was paused"), "{}", out.stdout());
-    assert_eq!(row(&env, &paused)["status"], "stopped");
+    assert_eq!(env.row(&paused)["status"], "stopped");
     assert_eq!(
         find_task_dir(&env.contexts(), &paused),
         Some(env.contexts().join("completed").join(&paused))
@@ -461,7 +442,7 @@ fn pause_during_a_retry_back_off_is_honoured_at_once_and_resumes() {
 #[test]
 fn lifecycle_commands_validate_uuids() {
     let llm = FakeLlm::start(vec![]);
-    let env = env_for(&llm, "");
+    let env = TestEnv::for_llm(&llm, "");
     for cmd in ["pause", "resume", "stop"] {
         for bad in [
             "../../etc",
@@ -479,9 +460,9 @@ fn lifecycle_commands_validate_uuids() {
         assert!(e.stderr().contains("no task with UUID"), "{}", e.stderr());
     }
     // A finished task can be neither paused nor resumed.
-    let done = submit(&env, "quick");
+    let done = env.submit("quick");
     env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
-    assert_eq!(row(&env, &done)["status"], "completed");
+    assert_eq!(env.row(&done)["status"], "completed");
     for cmd in ["pause", "resume"] {
         let e = env.ctxhost(&[cmd, &done]).fails();
         assert_eq!(e.code(), Some(1));
@@ -505,12 +486,12 @@ fn a_killed_task_is_recovered_and_completed() {
             (_, true) => Reply::text("finished after a crash", Some((5, 5))),
         })
     });
-    let env = env_for(&llm, "");
-    let uuid = submit(&env, "crash me");
+    let env = TestEnv::for_llm(&llm, "");
+    let uuid = env.submit("crash me");
     let w = worker(&env, &[]);
     let mut pid = 0;
     assert!(wait_until(Duration::from_secs(60), || {
-        let r = row(&env, &uuid);
+        let r = env.row(&uuid);
         pid = r["process_id"].as_i64().unwrap_or(0);
         r["status"] == "running" && llm.request_count() >= 1
     }));
@@ -522,7 +503,7 @@ fn a_killed_task_is_recovered_and_completed() {
             .success()
     );
     wait_ok(w);
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(r["crash_count"], 1);
     assert_ne!(r["process_id"].as_i64(), Some(pid));
@@ -543,15 +524,15 @@ fn a_killed_task_is_recovered_and_completed() {
             Reply::text("x", None)
         })
     });
-    let env2 = env_for(&llm2, "");
-    let uuid2 = submit(&env2, "orphaned");
+    let env2 = TestEnv::for_llm(&llm2, "");
+    let uuid2 = env2.submit("orphaned");
     let mut cmd = env2.ctxhost_cmd(&["task-exec", &uuid2]).cmd;
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let mut child = cmd.spawn().unwrap();
     assert!(wait_until(Duration::from_secs(60), || llm2.request_count() >= 1));
     assert_eq!(
-        row(&env2, &uuid2)["process_id"].as_i64(),
+        env2.row(&uuid2)["process_id"].as_i64(),
         Some(child.id() as i64)
     );
     child.kill().unwrap();
@@ -563,7 +544,7 @@ fn a_killed_task_is_recovered_and_completed() {
     assert_eq!(rec[0]["status"], "queued");
     assert_eq!(rec[0]["crash_count"], 1);
     assert!(env2.contexts().join("paused").join(&uuid2).is_dir());
-    assert_eq!(row(&env2, &uuid2)["status"], "queued");
+    assert_eq!(env2.row(&uuid2)["status"], "queued");
     env2.ctxhost(&["fsck"]).ok();
     let again = env2.ctxhost(&["recover", "--json"]).ok().json();
     assert_eq!(again.as_array().unwrap().len(), 0);
@@ -583,10 +564,10 @@ fn a_hundred_tasks_on_eight_processes_keep_exact_counters() {
             tool_calls(&["call_1"])
         })
     });
-    let env = env_for(&llm, "");
+    let env = TestEnv::for_llm(&llm, "");
     let started = Instant::now();
     let uuids: Vec<String> = (0..TASKS)
-        .map(|i| submit(&env, &format!("task {i}")))
+        .map(|i| env.submit(&format!("task {i}")))
         .collect();
     let submitted = started.elapsed();
     let w = worker(&env, &["--max-parallel", "8"]);
@@ -633,11 +614,11 @@ fn a_hundred_tasks_on_eight_processes_keep_exact_counters() {
 #[test]
 fn cleanup_deletes_old_directories_and_keeps_rows() {
     let llm = FakeLlm::start(vec![]);
-    let env = env_for(&llm, "");
-    let a = submit(&env, "one");
-    let b = submit(&env, "two");
+    let env = TestEnv::for_llm(&llm, "");
+    let a = env.submit("one");
+    let b = env.submit("two");
     env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
-    let waiting = submit(&env, "still queued");
+    let waiting = env.submit("still queued");
     let snapshot = || -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = ["running", "paused", "completed"]
             .iter()
@@ -672,7 +653,7 @@ fn cleanup_deletes_old_directories_and_keeps_rows() {
     assert!(listed.contains(&a.as_str()) && listed.contains(&b.as_str()));
     assert!(r["bytes"].as_u64().unwrap() > 0);
     assert_eq!(snapshot(), before, "--dry-run changed nothing");
-    assert_eq!(row(&env, &a)["files_deleted_at"], Value::Null);
+    assert_eq!(env.row(&a)["files_deleted_at"], Value::Null);
     let out = env.ctxhost(&["cleanup", "--all", "--dry-run"]).ok();
     assert!(
         out.stdout()
@@ -692,7 +673,7 @@ fn cleanup_deletes_old_directories_and_keeps_rows() {
     let tasks = env.ctxhost(&["tasks", "--json"]).ok().json();
     assert_eq!(tasks.as_array().unwrap().len(), 3, "rows stay");
     for u in [&a, &b] {
-        let r = row(&env, u);
+        let r = env.row(u);
         assert_eq!(r["status"], "completed");
         assert!(r["files_deleted_at"].is_string());
         let show = env.ctxhost(&["show", u]).ok().stdout();
@@ -704,7 +685,7 @@ fn cleanup_deletes_old_directories_and_keeps_rows() {
             .stdout()
             .contains("completed (files deleted)")
     );
-    assert_eq!(row(&env, &waiting)["status"], "queued");
+    assert_eq!(env.row(&waiting)["status"], "queued");
     let stats = env.ctxhost(&["stats", "--json"]).ok().json();
     assert_eq!(stats["by_status"]["completed"], 2);
     env.ctxhost(&["fsck"]).ok();
@@ -735,8 +716,8 @@ fn fsck_finds_planted_faults_and_repairs_the_fixable_ones() {
             tool_calls(&["call_1"])
         })
     });
-    let env = env_for(&llm, "");
-    let ids: Vec<String> = (0..4).map(|i| submit(&env, &format!("task {i}"))).collect();
+    let env = TestEnv::for_llm(&llm, "");
+    let ids: Vec<String> = (0..4).map(|i| env.submit(&format!("task {i}"))).collect();
     env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
     env.ctxhost(&["fsck"]).ok();
     let dir = |u: &str| env.contexts().join("completed").join(u);
@@ -839,6 +820,127 @@ fn fsck_finds_planted_faults_and_repairs_the_fixable_ones() {
     assert!(dir(moved).is_dir());
 }
 
+/// Checkpoints are derived caches: fsck reports one of another version, one that breaks its
+/// schema and one that no longer matches its file as fixable (`bad-checkpoint`), `--repair`
+/// deletes them, and the paused task then resumes from full reads with exact counts.
+#[test]
+fn fsck_repair_deletes_bad_checkpoints_and_the_task_resumes_with_exact_counts() {
+    let llm = FakeLlm::start(vec![]);
+    let n = Arc::new(AtomicUsize::new(0));
+    let calls = n.clone();
+    llm.set_handler(move |_req| {
+        Some(match calls.fetch_add(1, Ordering::SeqCst) {
+            // Slow: the pause request lands while it is in flight.
+            0 => Reply::delay(Duration::from_millis(1500), tool_calls(&["call_1"])),
+            _ => Reply::text("All done.", Some((30, 3))),
+        })
+    });
+    let env = TestEnv::for_llm(&llm, "");
+    let uuid = env.submit("read a.txt");
+    let w = worker(&env, &[]);
+    assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
+    env.ctxhost(&["pause", &uuid]).ok();
+    wait_ok(w);
+    assert_eq!(env.row(&uuid)["status"], "paused");
+    let paused = env.contexts().join("paused").join(&uuid);
+    env.ctxhost(&["fsck"]).ok();
+
+    // Another version (the store of a later ctxhost); a field the schema does not have; a
+    // mark that no longer holds.
+    let store = paused.join("store_checkpoint.json");
+    let empty = serde_json::json!({"bytes": 0, "last_line": ""});
+    let cp = serde_json::json!({"version": 2, "messages": empty, "history_count": 0,
+        "current": empty, "current_count": 0, "current_tokens": 0});
+    std::fs::write(&store, cp.to_string()).unwrap();
+    std::fs::set_permissions(&store, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let history = paused.join("history_checkpoint.json");
+    let mut cp = read_json(&history);
+    cp["extra"] = true.into();
+    std::fs::write(&history, cp.to_string()).unwrap();
+    let context = paused.join("context_checkpoint.json");
+    let mut cp = read_json(&context);
+    cp["mark"]["last_line"] = "0123456789abcdef".into();
+    std::fs::write(&context, cp.to_string()).unwrap();
+
+    let e = env.ctxhost(&["fsck", "--json"]).fails();
+    assert_eq!(e.code(), Some(1));
+    let report = e.json();
+    let problems = report["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 3, "{report:#}");
+    for (file, says) in [
+        ("store_checkpoint.json", "version 2"),
+        ("history_checkpoint.json", "unknown field `extra`"),
+        (
+            "context_checkpoint.json",
+            "current.jsonl no longer starts with the",
+        ),
+    ] {
+        let p = problems
+            .iter()
+            .find(|p| p["path"].as_str().unwrap().ends_with(file))
+            .unwrap_or_else(|| panic!("{file} not reported: {report:#}"));
+        assert_eq!(
+            (
+                p["kind"].as_str(),
+                p["uuid"].as_str(),
+                p["fixable"].as_bool()
+            ),
+            (Some("bad-checkpoint"), Some(uuid.as_str()), Some(true)),
+            "{p}"
+        );
+        let message = p["message"].as_str().unwrap();
+        assert!(
+            message.contains(says) && message.contains("--repair deletes it"),
+            "{p}"
+        );
+    }
+
+    let report = env.ctxhost(&["fsck", "--repair", "--json"]).ok().json();
+    assert_eq!(
+        report["remaining"].as_array().unwrap().len(),
+        0,
+        "{report:#}"
+    );
+    let repaired: Vec<&Value> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["repaired"].is_string())
+        .collect();
+    assert_eq!(repaired.len(), 3, "{report:#}");
+    for file in [&store, &history, &context] {
+        assert!(!file.exists(), "{} deleted", file.display());
+    }
+    env.ctxhost(&["fsck"]).ok();
+
+    // The resumed task counts its history and checks its context by full reads: the pending
+    // call is made once, one more LLM call ends it, and every count is exact.
+    env.ctxhost(&["resume", &uuid]).ok();
+    wait_ok(worker(&env, &[]));
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(
+        (
+            r["llm_call_count"].as_i64(),
+            r["tool_call_count"].as_i64(),
+            r["resume_count"].as_i64()
+        ),
+        (Some(2), Some(1), Some(1)),
+        "{r}"
+    );
+    assert_eq!(llm.request_count(), 2, "every LLM call made once");
+    let dir = env.contexts().join("completed").join(&uuid);
+    let history = read_jsonl(&dir.join("messages.jsonl"));
+    assert_seq(&history);
+    assert_eq!(history.len(), 5, "system, user, call, result, answer");
+    assert_eq!(count_role(&history, "tool"), 1);
+    let show = env.ctxhost(&["show", &uuid]).ok().stdout();
+    assert!(show.contains("completed"), "{show}");
+    // The opens wrote new checkpoints, and they hold.
+    assert!(dir.join("history_checkpoint.json").is_file());
+    env.ctxhost(&["fsck"]).ok();
+}
+
 /// A task with a real MCP server pauses before its tool call: the server is shut down with the
 /// pause, and the call is made (by a new server) when the task is resumed.
 #[test]
@@ -873,7 +975,7 @@ fn pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call() {
     );
     env.write_config(&config_yaml(&llm.base_url(), "openai", &yaml));
     env.ctxhost(&["init"]).ok();
-    let uuid = submit(&env, "read hello.txt");
+    let uuid = env.submit("read hello.txt");
 
     let w = worker(&env, &[]);
     assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
@@ -889,7 +991,7 @@ fn pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call() {
         "the MCP server outlived the pause"
     );
     wait_ok(w);
-    assert_eq!(row(&env, &uuid)["status"], "paused");
+    assert_eq!(env.row(&uuid)["status"], "paused");
     let paused = env.contexts().join("paused").join(&uuid);
     assert!(
         !paused.join("tools.jsonl").exists() || read_jsonl(&paused.join("tools.jsonl")).is_empty()
@@ -897,7 +999,7 @@ fn pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call() {
 
     env.ctxhost(&["resume", &uuid]).ok();
     wait_ok(worker(&env, &[]));
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(
         (r["tool_call_count"].as_i64(), r["resume_count"].as_i64()),

@@ -27,6 +27,7 @@ mod lifecycle_crash;
 mod mcp_tools;
 mod operators;
 mod plugin_check;
+mod plugin_sdk;
 mod plugin_select;
 mod request_snapshots;
 mod request_write_path;

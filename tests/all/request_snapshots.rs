@@ -8,29 +8,13 @@
 //!   the error naming what is wrong.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
 
-use ctxhost::runtime::{
-    PluginError, PluginKind, Reply, RequestConfig, RequestFormat, Runtime, RuntimeError,
-    RuntimeLimits, Usage,
-};
+use ctxhost::runtime::{PluginError, Reply, RequestConfig, RequestFormat, RuntimeError, Usage};
 use ctxhost_format::{ChatMessage, ToolCall};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-/// One runtime (and compile cache) for every test of this file.
-static RUNTIME: LazyLock<(TempDir, Runtime)> = LazyLock::new(|| {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(&dir.path().join(".cache"), RuntimeLimits::default()).unwrap();
-    (dir, runtime)
-});
-
-fn golden(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/golden")
-        .join(name)
-}
+use crate::support::components::{golden, request_format};
 
 /// A task directory holding the golden current.jsonl and tools.json, and an instance of the
 /// builtin request format `name` on it.
@@ -38,14 +22,7 @@ fn format(name: &str) -> (TempDir, RequestFormat) {
     let task = tempfile::tempdir().unwrap();
     fs::copy(golden("current.jsonl"), task.path().join("current.jsonl")).unwrap();
     fs::copy(golden("tools.json"), task.path().join("tools.json")).unwrap();
-    let runtime = &RUNTIME.1;
-    let plugin = runtime
-        .load(
-            &format!("builtin:{name}").parse().unwrap(),
-            PluginKind::RequestFormat,
-        )
-        .unwrap();
-    let instance = runtime.request_format(&plugin, task.path()).unwrap();
+    let instance = request_format(&format!("builtin:{name}"), task.path());
     (task, instance)
 }
 

@@ -10,9 +10,8 @@
 
 use std::cell::RefCell;
 use std::fs;
-use std::sync::LazyLock;
 
-use ctxhost::runtime::{PluginKind, RequestConfig, RequestFormat, Runtime, RuntimeLimits};
+use ctxhost::runtime::{RequestConfig, RequestFormat};
 use ctxhost_format::shape::MessageShape;
 use ctxhost_format::shape::ollama::OllamaShape;
 use ctxhost_format::shape::openai::OpenAiShape;
@@ -24,11 +23,7 @@ use proptest::test_runner::{Config, TestRunner};
 use serde_json::Value;
 use tempfile::TempDir;
 
-static RUNTIME: LazyLock<(TempDir, Runtime)> = LazyLock::new(|| {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(&dir.path().join(".cache"), RuntimeLimits::default()).unwrap();
-    (dir, runtime)
-});
+use crate::support::components::request_format;
 
 const TOOLS: &str = r#"[{"type":"function","function":{"name":"read_file","description":"Read a file.","parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}}]"#;
 
@@ -82,14 +77,7 @@ fn history() -> impl Strategy<Value = String> {
 }
 
 fn instance(name: &str, task: &TempDir) -> RequestFormat {
-    let runtime = &RUNTIME.1;
-    let plugin = runtime
-        .load(
-            &format!("builtin:{name}").parse().unwrap(),
-            PluginKind::RequestFormat,
-        )
-        .unwrap();
-    runtime.request_format(&plugin, task.path()).unwrap()
+    request_format(&format!("builtin:{name}"), task.path())
 }
 
 /// The reference `messages` of `input` in `shape`.

@@ -6,31 +6,19 @@
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::Path;
-use std::sync::LazyLock;
 
-use ctxhost::runtime::{MessageStore, PluginKind, Runtime, RuntimeLimits, StoreStats};
+use ctxhost::runtime::{MessageStore, StoreStats};
 use ctxhost_format::ChatMessage;
 use ctxhost_format::checkpoint::{STORE_CHECKPOINT_EVERY, StoreCheckpoint};
 use ctxhost_format::files::{CURRENT, MESSAGES, STORE_CHECKPOINT};
 use tempfile::TempDir;
 
-static RUNTIME: LazyLock<(TempDir, Runtime)> = LazyLock::new(|| {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(&dir.path().join(".cache"), RuntimeLimits::default()).unwrap();
-    (dir, runtime)
-});
+use crate::support::components::message_store;
 
 const TS: &str = "2024-11-29T10:00:00Z";
 
 fn store(task: &Path) -> MessageStore {
-    let runtime = &RUNTIME.1;
-    let plugin = runtime
-        .load(
-            &"builtin:jsonl-store".parse().unwrap(),
-            PluginKind::MessageStore,
-        )
-        .unwrap();
-    runtime.message_store(&plugin, task).unwrap()
+    message_store("builtin:jsonl-store", task)
 }
 
 /// What a full read of the files gives (no checkpoint).

@@ -8,7 +8,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
 use ctxhost::db::sources::CommentState;
-use ctxhost::db::{Db, Status, TaskFilter};
+use ctxhost::db::{Db, Status, TaskFilter, TaskRow};
 use serde_json::Value;
 
 use crate::support::dashboard::Dashboard;
@@ -23,6 +23,18 @@ const PROCESSING: &str = "coding agent processing";
 const DONE: &str = "coding agent done";
 const FAILED: &str = "coding agent failed";
 const PAUSED: &str = "coding agent paused";
+
+/// Where the task of `row` came from: (source, owner, repo, item type, item number), a field
+/// not set as "".
+fn origin(row: &TaskRow) -> (&str, &str, &str, &str, String) {
+    (
+        row.task_source.as_str(),
+        row.owner.as_deref().unwrap_or_default(),
+        row.repo.as_deref().unwrap_or_default(),
+        row.task_type.as_deref().unwrap_or_default(),
+        row.task_id.clone().unwrap_or_default(),
+    )
+}
 
 /// A `sources.github` section for `gh` watching `repos`.
 fn github_section(gh: &FakeForge, repos: &[&str]) -> String {
@@ -65,6 +77,11 @@ fn bot_env(
     }
     env.ctxhost(&["init"]).ok();
     env
+}
+
+/// [`bot_env`] with one source: `gh` watching `acme/app`.
+fn acme_env(llm: &FakeLlm, gh: &FakeForge) -> TestEnv {
+    bot_env(llm, Some(gh), None, &github_section(gh, &["acme/app"]), "")
 }
 
 fn poll_once(env: &TestEnv) -> Value {
@@ -130,13 +147,7 @@ fn a_labelled_github_issue_becomes_a_task_and_gets_one_comment_with_the_answer()
         "Please raise the timeout to 30 s.",
     );
     let other = gh.add_item("acme/app", Kind::Issue, "Unrelated", "no label", &["bug"]);
-    let env = bot_env(
-        &llm,
-        Some(&gh),
-        None,
-        &github_section(&gh, &["acme/app"]),
-        "",
-    );
+    let env = acme_env(&llm, &gh);
 
     let report = poll_once(&env);
     let uuids = queued(&report);
@@ -145,20 +156,8 @@ fn a_labelled_github_issue_becomes_a_task_and_gets_one_comment_with_the_answer()
     let row = db(&env).get(uuid).unwrap().unwrap();
     assert_eq!(row.status, Status::Queued);
     assert_eq!(
-        (
-            row.task_source.as_str(),
-            row.owner.as_deref(),
-            row.repo.as_deref(),
-            row.task_type.as_deref(),
-            row.task_id.as_deref()
-        ),
-        (
-            "github",
-            Some("acme"),
-            Some("app"),
-            Some("issue"),
-            Some(n.to_string().as_str())
-        )
+        origin(&row),
+        ("github", "acme", "app", "issue", n.to_string())
     );
     assert_eq!(row.user.as_deref(), Some("carol"));
     assert!(
@@ -317,19 +316,13 @@ fn a_labelled_gitlab_merge_request_becomes_a_task_and_gets_one_note() {
     assert_eq!(uuids.len(), 1, "{report:#}");
     let row = db(&env).get(&uuids[0]).unwrap().unwrap();
     assert_eq!(
-        (
-            row.task_source.as_str(),
-            row.owner.as_deref(),
-            row.repo.as_deref(),
-            row.task_type.as_deref(),
-            row.task_id.as_deref()
-        ),
+        origin(&row),
         (
             "gitlab",
-            Some("group/sub"),
-            Some("proj"),
-            Some("pull_request"),
-            Some(iid.to_string().as_str())
+            "group/sub",
+            "proj",
+            "pull_request",
+            iid.to_string()
         )
     );
     assert!(row.prompt.starts_with(&format!(
@@ -395,13 +388,7 @@ fn a_failed_task_posts_its_error_and_gets_the_failed_label() {
         "Split the module.",
         &[LABEL],
     );
-    let env = bot_env(
-        &llm,
-        Some(&gh),
-        None,
-        &github_section(&gh, &["acme/app"]),
-        "",
-    );
+    let env = acme_env(&llm, &gh);
     let uuid = queued(&poll_once(&env)).remove(0);
     assert!(
         db(&env)
@@ -537,13 +524,7 @@ fn a_kill_between_posting_and_recording_the_comment_posts_exactly_one() {
     let llm = FakeLlm::start(vec![]);
     let gh = FakeForge::github();
     let n = gh.add_item("acme/app", Kind::Issue, "Crash me", "x", &[LABEL]);
-    let env = bot_env(
-        &llm,
-        Some(&gh),
-        None,
-        &github_section(&gh, &["acme/app"]),
-        "",
-    );
+    let env = acme_env(&llm, &gh);
     let uuid = queued(&poll_once(&env)).remove(0);
     // The worker runs the task, posts the comment, and dies before recording it.
     killed(&env, "publish:after-comment", &["run", "--once"]);
@@ -581,13 +562,7 @@ fn a_kill_before_posting_loses_nothing_and_a_lost_answer_is_not_posted_twice() {
     let llm = FakeLlm::start(vec![]);
     let gh = FakeForge::github();
     let a = gh.add_item("acme/app", Kind::Issue, "A", "x", &[LABEL]);
-    let env = bot_env(
-        &llm,
-        Some(&gh),
-        None,
-        &github_section(&gh, &["acme/app"]),
-        "",
-    );
+    let env = acme_env(&llm, &gh);
     queued(&poll_once(&env));
     // Killed after recording the intent, before the request: no comment yet.
     killed(&env, "publish:before-comment", &["run", "--once"]);
@@ -646,13 +621,7 @@ fn two_pollers_at_once_queue_each_item_once() {
     }
     // Slow answers, so that the two pollers overlap item by item.
     gh.set_delay(Duration::from_millis(3));
-    let env = bot_env(
-        &llm,
-        Some(&gh),
-        None,
-        &github_section(&gh, &["acme/app"]),
-        "",
-    );
+    let env = acme_env(&llm, &gh);
     let a = env.ctxhost_cmd(&["poll", "--once", "--json"]).spawn();
     let b = env.ctxhost_cmd(&["poll", "--once", "--json"]).spawn();
     let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
@@ -684,13 +653,7 @@ fn a_done_item_labelled_again_after_a_new_comment_starts_a_new_task_with_the_sam
     ]);
     let gh = FakeForge::github();
     let n = gh.add_item("acme/app", Kind::Issue, "Do X", "Please do X.", &[LABEL]);
-    let env = bot_env(
-        &llm,
-        Some(&gh),
-        None,
-        &github_section(&gh, &["acme/app"]),
-        "",
-    );
+    let env = acme_env(&llm, &gh);
     let first = queued(&poll_once(&env)).remove(0);
     env.ctxhost(&["run", "--once"]).ok();
     assert_eq!(gh.labels("acme/app", Kind::Issue, n), [DONE]);
@@ -755,13 +718,7 @@ fn ctxhost_run_polls_on_its_own_and_shows_a_pause_with_the_paused_label() {
     ]);
     let gh = FakeForge::github();
     let n = gh.add_item("acme/app", Kind::Issue, "Long job", "x", &[LABEL]);
-    let env = bot_env(
-        &llm,
-        Some(&gh),
-        None,
-        &github_section(&gh, &["acme/app"]),
-        "",
-    );
+    let env = acme_env(&llm, &gh);
     let mut worker = env.ctxhost_cmd(&["run", "--poll-ms", "50"]).spawn();
     let contexts = env.contexts();
     let running = || {
@@ -874,13 +831,7 @@ fn a_rate_limited_comment_is_not_waited_for_under_the_lease_and_is_posted_once_l
     let llm = FakeLlm::start(vec![Reply::text("Answer.", None)]);
     let gh = FakeForge::github();
     let n = gh.add_item("acme/app", Kind::Issue, "Q", "x", &[LABEL]);
-    let env = bot_env(
-        &llm,
-        Some(&gh),
-        None,
-        &github_section(&gh, &["acme/app"]),
-        "",
-    );
+    let env = acme_env(&llm, &gh);
     let uuid = queued(&poll_once(&env)).remove(0);
     gh.push_fault("POST", "/comments", Fault::RateLimit { secs: 30 });
     // The refused POST is not waited for (30 s): the run ends at once, with or without a

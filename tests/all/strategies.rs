@@ -137,21 +137,20 @@ fn text(t: &str) -> Reply {
     Reply::text(t, Some((30, 5)))
 }
 
-pub(crate) fn env_with(llm: &FakeLlm, extra: &str) -> TestEnv {
-    let env = TestEnv::new();
-    env.write_config(&config_yaml(&llm.base_url(), "openai", extra));
-    env.ctxhost(&["init"]).ok();
-    env
-}
-
 const PLAN_EXECUTE: &str = "plugins:\n  strategy: builtin:plan-execute\n";
 
-fn submit(env: &TestEnv, prompt: &str) -> String {
-    env.ctxhost(&["submit", "--prompt", prompt])
-        .ok()
-        .stdout()
-        .trim()
-        .to_string()
+/// Run task `uuid`'s process (`ctxhost task-exec`) with `failpoint` on; it must die by SIGKILL.
+fn exec_killed_at(env: &TestEnv, uuid: &str, failpoint: &str) {
+    let mut cmd = env.ctxhost_cmd(&["task-exec", uuid]).cmd;
+    cmd.env(ctxhost::failpoint::FAILPOINT_ENV, failpoint)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let status = cmd.status().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL),
+        "not killed at {failpoint}"
+    );
 }
 
 fn run_once(env: &TestEnv) {
@@ -206,8 +205,8 @@ fn plan_execute_plans_works_through_the_steps_and_verifies() {
             ],
         );
     let llm = script.start();
-    let env = env_with(&llm, PLAN_EXECUTE);
-    let uuid = submit(&env, "What does src/main.rs print?");
+    let env = TestEnv::for_llm(&llm, PLAN_EXECUTE);
+    let uuid = env.submit("What does src/main.rs print?");
     run_once(&env);
 
     let report = show(&env, &uuid);
@@ -331,8 +330,8 @@ fn a_malformed_plan_gets_one_repair_prompt_then_the_task_goes_on_without_a_plan(
         )
         .push(Kind::Loop, [text("It prints hello.")]);
     let llm = script.start();
-    let env = env_with(&llm, PLAN_EXECUTE);
-    let uuid = submit(&env, "What does src/main.rs print?");
+    let env = TestEnv::for_llm(&llm, PLAN_EXECUTE);
+    let uuid = env.submit("What does src/main.rs print?");
     run_once(&env);
     let report = show(&env, &uuid);
     assert_eq!(report["task"]["status"], "completed", "{report:#}");
@@ -389,8 +388,8 @@ fn a_malformed_plan_gets_one_repair_prompt_then_the_task_goes_on_without_a_plan(
         .push(Kind::Plan, [text("Sure."), plan_reply(&["Look", "Answer"])])
         .push(Kind::Loop, [text("Looked."), text("Answered.")]);
     let llm = script.start();
-    let env = env_with(&llm, PLAN_EXECUTE);
-    let uuid = submit(&env, "What does src/main.rs print?");
+    let env = TestEnv::for_llm(&llm, PLAN_EXECUTE);
+    let uuid = env.submit("What does src/main.rs print?");
     run_once(&env);
     assert_eq!(show(&env, &uuid)["task"]["status"], "completed");
     let lines = planning(&dir_of(&env, &uuid), &uuid);
@@ -429,8 +428,8 @@ fn a_tool_error_leads_to_a_reflection_that_revises_the_plan() {
             ],
         );
     let llm = script.start();
-    let env = env_with(&llm, PLAN_EXECUTE);
-    let uuid = submit(&env, "What does src/main.rs print?");
+    let env = TestEnv::for_llm(&llm, PLAN_EXECUTE);
+    let uuid = env.submit("What does src/main.rs print?");
     run_once(&env);
     let report = show(&env, &uuid);
     assert_eq!(report["task"]["status"], "completed", "{report:#}");
@@ -516,8 +515,8 @@ fn a_failed_verification_sends_the_model_back_while_budget_remains() {
             [text("It prints hello."), text("src/main.rs prints hello.")],
         );
     let llm = script.start();
-    let env = env_with(&llm, PLAN_EXECUTE);
-    let uuid = submit(&env, "What does src/main.rs print?");
+    let env = TestEnv::for_llm(&llm, PLAN_EXECUTE);
+    let uuid = env.submit("What does src/main.rs print?");
     run_once(&env);
     let report = show(&env, &uuid);
     assert_eq!(report["task"]["status"], "completed", "{report:#}");
@@ -550,8 +549,8 @@ fn a_failed_verification_sends_the_model_back_while_budget_remains() {
         .push(Kind::Verify, [text("FAIL: says nothing about the file")])
         .push(Kind::Loop, [text("It prints hello.")]);
     let llm = script.start();
-    let env = env_with(&llm, &format!("{PLAN_EXECUTE}agent:\n  max_steps: 1\n"));
-    let uuid = submit(&env, "What does src/main.rs print?");
+    let env = TestEnv::for_llm(&llm, &format!("{PLAN_EXECUTE}agent:\n  max_steps: 1\n"));
+    let uuid = env.submit("What does src/main.rs print?");
     run_once(&env);
     let report = show(&env, &uuid);
     assert_eq!(report["task"]["status"], "completed", "{report:#}");
@@ -585,8 +584,8 @@ fn pause_and_resume_mid_plan_continue_at_the_same_step() {
             ],
         );
     let llm = script.start();
-    let env = env_with(&llm, PLAN_EXECUTE);
-    let uuid = submit(&env, "What does src/main.rs print?");
+    let env = TestEnv::for_llm(&llm, PLAN_EXECUTE);
+    let uuid = env.submit("What does src/main.rs print?");
     let mut w = worker(&env, "worker-1.log");
     assert!(wait_until(Duration::from_secs(60), || script
         .count(Kind::Loop)
@@ -662,8 +661,8 @@ fn kill_minus_nine_during_the_planning_call_plans_once() {
         .push(Kind::Plan, [plan_reply(&["Look", "Answer"])])
         .push(Kind::Loop, [text("Looked."), text("It prints hello.")]);
     let llm = script.start();
-    let env = env_with(&llm, PLAN_EXECUTE);
-    let uuid = submit(&env, "What does src/main.rs print?");
+    let env = TestEnv::for_llm(&llm, PLAN_EXECUTE);
+    let uuid = env.submit("What does src/main.rs print?");
     let mut cmd = env.ctxhost_cmd(&["task-exec", &uuid]).cmd;
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let mut child = cmd.spawn().unwrap();
@@ -706,19 +705,11 @@ fn kill_minus_nine_after_a_recorded_decision_applies_it_without_asking_again() {
         .push(Kind::Plan, [plan_reply(&["Look", "Answer"])])
         .push(Kind::Loop, [text("Looked."), text("It prints hello.")]);
     let llm = script.start();
-    let env = env_with(&llm, PLAN_EXECUTE);
-    let uuid = submit(&env, "What does src/main.rs print?");
+    let env = TestEnv::for_llm(&llm, PLAN_EXECUTE);
+    let uuid = env.submit("What does src/main.rs print?");
     // Killed right after the start hook's plan and decision are on disk, before the plan
     // message is in the context.
-    let mut cmd = env.ctxhost_cmd(&["task-exec", &uuid]).cmd;
-    cmd.env(ctxhost::failpoint::FAILPOINT_ENV, "strategy:recorded")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let status = cmd.status().unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(libc::SIGKILL)
-    );
+    exec_killed_at(&env, &uuid, "strategy:recorded");
     let dir = dir_of(&env, &uuid);
     assert_eq!(
         types(&planning(&dir, &uuid)),
@@ -789,8 +780,8 @@ fn a_third_party_strategy_is_swapped_in_by_config() {
         text("perhaps"),
         text("who knows"),
     ]);
-    let env = env_with(&llm, &extra);
-    let done = submit(&env, "What does src/main.rs print?");
+    let env = TestEnv::for_llm(&llm, &extra);
+    let done = env.submit("What does src/main.rs print?");
     run_once(&env);
     let report = show(&env, &done);
     assert_eq!(report["task"]["status"], "completed", "{report:#}");
@@ -809,7 +800,7 @@ fn a_third_party_strategy_is_swapped_in_by_config() {
     assert_eq!(types(&lines), ["reflection", "decision"]);
     assert_eq!(lines[0]["trigger"], "nudge");
 
-    let stuck = submit(&env, "Say DONE.");
+    let stuck = env.submit("Say DONE.");
     let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
     assert_eq!(out.code(), Some(1), "{}", out.stderr());
     let row = &show(&env, &stuck)["task"];
@@ -824,8 +815,8 @@ fn a_third_party_strategy_is_swapped_in_by_config() {
 #[test]
 fn a_component_that_is_no_strategy_is_refused_when_the_plugins_load() {
     let llm = FakeLlm::start(vec![]);
-    let env = env_with(&llm, "plugins:\n  strategy: builtin:openai-chat\n");
-    submit(&env, "hi");
+    let env = TestEnv::for_llm(&llm, "plugins:\n  strategy: builtin:openai-chat\n");
+    env.submit("hi");
     let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
     assert!(!out.output.status.success());
     assert!(
@@ -874,7 +865,7 @@ fn the_latest_plan_is_stated_again_after_every_compression() {
         );
     let llm = script.start();
     let env = compressing_env(&llm);
-    let uuid = submit(&env, "Do the four things.");
+    let uuid = env.submit("Do the four things.");
     run_once(&env);
     let report = show(&env, &uuid);
     assert_eq!(report["task"]["status"], "completed", "{report:#}");
@@ -924,16 +915,8 @@ fn a_plan_lost_between_a_compression_and_its_restatement_is_restated_on_resume()
         );
     let llm = script.start();
     let env = compressing_env(&llm);
-    let uuid = submit(&env, "Do the four things.");
-    let mut cmd = env.ctxhost_cmd(&["task-exec", &uuid]).cmd;
-    cmd.env(ctxhost::failpoint::FAILPOINT_ENV, "agent:compressed")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let status = cmd.status().unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(libc::SIGKILL)
-    );
+    let uuid = env.submit("Do the four things.");
+    exec_killed_at(&env, &uuid, "agent:compressed");
     let dir = dir_of(&env, &uuid);
     let history = read_jsonl(&dir.join("messages.jsonl"));
     assert!(

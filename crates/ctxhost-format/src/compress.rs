@@ -309,10 +309,59 @@ pub fn cut_to_tokens(text: &str, max_tokens: u64) -> Cow<'_, str> {
     let tail = tail_start(text, keep - keep / 2).max(head);
     let omitted = text[head..tail].chars().count();
     Cow::Owned(format!(
-        "{}\n[... {omitted} characters cut ...]\n{}",
+        "{}{CUT_MARKER_OPEN}{omitted}{CUT_MARKER_CLOSE}{}",
         &text[..head],
         &text[tail..]
     ))
+}
+
+/// The marker [`cut_to_tokens`] puts where it cut: `CUT_MARKER_OPEN`, the count of characters
+/// cut, `CUT_MARKER_CLOSE`.
+const CUT_MARKER_OPEN: &str = "\n[... ";
+/// See [`CUT_MARKER_OPEN`].
+const CUT_MARKER_CLOSE: &str = " characters cut ...]\n";
+
+/// Whether `reduced` is the tool result `original` masked or cut by a compression, with its
+/// mark: a [`mask_placeholder`] ([`is_masked`]), or a [`shrunk_result`] of it — a head of
+/// `original` and, around [`cut_to_tokens`]' marker, a tail of it, followed by the note that
+/// starts [`SHRUNK_NOTE_PREFIX`]. Both leave the full text in tools.jsonl and say so.
+///
+/// This is the only change a compressor may make to a tool result it keeps (the host's kept-tail
+/// check, DESIGN.md §6): any other change of a kept message's text is a rewrite. `false` when
+/// `reduced == original` (that is verbatim, not reduced).
+pub fn is_marked_reduction(original: &str, reduced: &str) -> bool {
+    if reduced == original {
+        return false;
+    }
+    if is_masked(reduced) {
+        return true;
+    }
+    let note = format!("\n{SHRUNK_NOTE_PREFIX}");
+    let Some(note_at) = reduced.rfind(&note) else {
+        return false;
+    };
+    if !reduced.ends_with(']') {
+        return false;
+    }
+    let kept = &reduced[..note_at];
+    // A budget too small for the marker keeps a head only.
+    if kept.len() < original.len() && original.starts_with(kept) {
+        return true;
+    }
+    kept.match_indices(CUT_MARKER_OPEN).any(|(at, _)| {
+        let head = &kept[..at];
+        let rest = &kept[at + CUT_MARKER_OPEN.len()..];
+        let Some(close) = rest.find(CUT_MARKER_CLOSE) else {
+            return false;
+        };
+        let count = &rest[..close];
+        let tail = &rest[close + CUT_MARKER_CLOSE.len()..];
+        !count.is_empty()
+            && count.bytes().all(|b| b.is_ascii_digit())
+            && head.len() + tail.len() < original.len()
+            && original.starts_with(head)
+            && original.ends_with(tail)
+    })
 }
 
 /// The largest char-boundary byte index `i` with `text[..i]` weighing at most `quarters`.
@@ -546,6 +595,36 @@ mod tests {
         let s = shrunk_result(&content, 200, None, "call_9");
         assert!(s.contains("tool_call_id call_9"), "{s}");
         assert_eq!(shrunk_result("short", 200, Some(1), "c"), "short");
+    }
+
+    #[test]
+    fn masked_and_shrunk_results_are_marked_reductions_and_edits_are_not() {
+        let content = format!("HEAD{}TAIL é😀", "x".repeat(40_000));
+        // Cut to head and tail, to a head only (tiny budget), masked.
+        for reduced in [
+            shrunk_result(&content, 200, Some(7), "call_1"),
+            shrunk_result(&content, 5, None, "call_1"),
+            mask_placeholder(Some(3), "call_1"),
+        ] {
+            assert!(is_marked_reduction(&content, &reduced), "{reduced}");
+        }
+        // A result cut by one compression and cut again by the next.
+        let once = shrunk_result(&content, 400, Some(7), "c");
+        let twice = shrunk_result(&once, 200, Some(7), "c");
+        assert!(is_marked_reduction(&once, &twice), "{twice}");
+        assert!(!is_marked_reduction(&content, &content));
+        // Text that is not the original's head and tail, or no note: rewritten.
+        let shrunk = shrunk_result(&content, 200, Some(7), "call_1");
+        for edited in [
+            shrunk.replacen("HEAD", "HEAP", 1),
+            shrunk.replacen("TAIL", "TALL", 1),
+            shrunk.replacen("characters cut", "chars cut", 1),
+            format!("{content} (edited)"),
+            "HEAD".to_string(),
+            format!("HEAD\n{SHRUNK_NOTE_PREFIX}made up"),
+        ] {
+            assert!(!is_marked_reduction(&content, &edited), "{edited}");
+        }
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub mod time;
 pub mod tokens;
 
 pub use lines::{
-    CallLogLine, CallStatus, ChatMessage, CompressionLine, FunctionCall, HistoryLine, LlmCallLine,
-    SummaryCallLine, SummaryLine, ToolCall, ToolLine, ToolStatus,
+    CallLogLine, CallStatus, CallUsage, ChatMessage, CompressionLine, FunctionCall, HistoryLine,
+    LlmCallLine, SummaryCallLine, SummaryLine, ToolCall, ToolLine, ToolStatus,
 };
 pub use tokens::{estimate_message_tokens, estimate_tokens};

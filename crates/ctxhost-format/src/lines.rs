@@ -356,18 +356,28 @@ pub struct SummaryCallLine {
     pub duration_ms: u64,
     /// Whether it got an answer.
     pub status: CallStatus,
-    /// Provider-reported prompt tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt_tokens: Option<u64>,
-    /// Provider-reported completion tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_tokens: Option<u64>,
-    /// Provider-reported total tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub total_tokens: Option<u64>,
+    /// Provider-reported token counts (`prompt_tokens`, `completion_tokens`, `total_tokens`).
+    #[serde(flatten)]
+    pub usage: CallUsage,
     /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// The token counts a provider reported for one LLM call, as the fields `prompt_tokens`,
+/// `completion_tokens` and `total_tokens` of a `call` or `summary_call` line of
+/// `llm_calls.jsonl` (flattened into both; each absent when not reported).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallUsage {
+    /// Prompt tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// Completion tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
+    /// Total tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
 }
 
 /// Outcome of an LLM call in `llm_calls.jsonl`.
@@ -410,15 +420,9 @@ pub struct LlmCallLine {
     pub duration_ms: u64,
     /// Whether it got a usable answer.
     pub status: CallStatus,
-    /// Provider-reported prompt tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt_tokens: Option<u64>,
-    /// Provider-reported completion tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_tokens: Option<u64>,
-    /// Provider-reported total tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub total_tokens: Option<u64>,
+    /// Provider-reported token counts (`prompt_tokens`, `completion_tokens`, `total_tokens`).
+    #[serde(flatten)]
+    pub usage: CallUsage,
     /// Prompt tokens served from the provider's prompt cache (absent when 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read_tokens: Option<u64>,

@@ -197,6 +197,34 @@ pub enum PluginCommand {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Keep every check's task directory (fixtures, what the component wrote) in DIR
+        /// (created; must be empty) instead of a temporary directory removed at the end.
+        #[arg(long, value_name = "DIR")]
+        keep: Option<std::path::PathBuf>,
+    },
+    /// Create a plugin project that builds and passes `plugin check` as generated.
+    #[command(
+        after_help = "Examples:\n  ctxhost plugin new --kind compressor my-compressor\n  \
+        cd my-compressor && cargo build --release && \
+        ctxhost plugin check target/wasm32-wasip2/release/my_compressor.wasm\n  \
+        ctxhost plugin new --kind compressor --lang python py-compressor\n\n\
+        The plugin contract and build instructions per language: docs/PLUGINS.md."
+    )]
+    New {
+        /// The project directory to create; its name is the plugin's name (lowercase letters,
+        /// digits, `-`).
+        dir: std::path::PathBuf,
+        /// The plugin kind (its WIT world).
+        #[arg(long, value_enum)]
+        kind: crate::ops::plugin_new::Kind,
+        /// The language.
+        #[arg(long, value_enum, default_value_t = crate::ops::plugin_new::Lang::Rust)]
+        lang: crate::ops::plugin_new::Lang,
+        /// A checkout of the ctxhost-plugin SDK crate (crates/ctxhost-plugin) for the Rust
+        /// project to depend on by path (default: this build's source tree when present, else
+        /// the registry version).
+        #[arg(long, value_name = "DIR")]
+        sdk: Option<std::path::PathBuf>,
     },
 }
 
@@ -460,8 +488,34 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cleanup(args) => maintenance::cleanup(&Env::load(&global)?, &args),
         Command::Fsck(args) => maintenance::fsck(&Env::load(&global)?, &args),
         Command::Serve(args) => serve::run(&Env::load(&global)?, &args),
-        Command::Plugin(PluginCommand::Check { spec, json }) => {
-            let passed = crate::plugin_check::run(&spec, json)?;
+        Command::Plugin(PluginCommand::New {
+            dir,
+            kind,
+            lang,
+            sdk,
+        }) => {
+            let created = crate::ops::plugin_new::new_plugin(&crate::ops::plugin_new::NewPlugin {
+                kind,
+                lang,
+                dir,
+                sdk,
+            })?;
+            println!(
+                "created {lang} {kind} plugin `{}` in {}:",
+                created.name,
+                created.dir.display()
+            );
+            for f in &created.files {
+                println!("  {f}");
+            }
+            println!("next:\n  cd {}", created.dir.display());
+            for step in &created.next_steps {
+                println!("  {step}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin(PluginCommand::Check { spec, json, keep }) => {
+            let passed = crate::plugin_check::run(&spec, json, keep.as_deref())?;
             Ok(if passed {
                 ExitCode::SUCCESS
             } else {

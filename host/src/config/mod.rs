@@ -140,7 +140,7 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
         match std::fs::read_to_string(path) {
-            Ok(text) => Config::from_yaml(&text, &file),
+            Ok(text) => Config::from_yaml(&text, &file).map(|c| c.relative_to(path)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let cfg = Config::default();
                 cfg.validate(&file)?;
@@ -155,7 +155,7 @@ impl Config {
     pub fn load_existing(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
         match std::fs::read_to_string(path) {
-            Ok(text) => Config::from_yaml(&text, &file),
+            Ok(text) => Config::from_yaml(&text, &file).map(|c| c.relative_to(path)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Err(ConfigError::Missing { file })
             }
@@ -386,6 +386,34 @@ mod tests {
         assert!(e.contains("llm.context_length"), "{e}");
         let e = err("llm:\n  provider: gemini\n");
         assert!(e.contains("llm.provider") && e.contains("gemini"), "{e}");
+    }
+
+    #[test]
+    fn relative_plugin_paths_resolve_against_the_config_files_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("conf");
+        std::fs::create_dir(&conf).unwrap();
+        let path = conf.join("config.yaml");
+        std::fs::write(
+            &path,
+            "plugins:\n  compressor: plugins/mine.wasm\n  request_format: /opt/f.wasm\n  message_store: builtin:jsonl-store\n",
+        )
+        .unwrap();
+        let cfg = Config::load_existing(&path).unwrap();
+        assert_eq!(
+            cfg.compressor(),
+            Some(conf.join("plugins/mine.wasm").to_str().unwrap())
+        );
+        assert_eq!(cfg.request_format(), "/opt/f.wasm");
+        assert_eq!(cfg.plugins.message_store, "builtin:jsonl-store");
+        std::fs::write(&path, "plugins:\n  compressor: none\n").unwrap();
+        assert_eq!(Config::load(&path).unwrap().compressor(), None);
+        // A config in the current directory keeps its relative paths as they are.
+        let here = Config::from_yaml("plugins:\n  compressor: x.wasm\n", "config.yaml").unwrap();
+        assert_eq!(
+            here.relative_to(Path::new("config.yaml")).compressor(),
+            Some("x.wasm")
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! `plugins`: which components implement the message store, compressor, request format and
 //! agent strategy.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use super::{Config, Invalid};
@@ -104,7 +106,35 @@ impl PluginsConfig {
     }
 }
 
+impl PluginsConfig {
+    /// Relative `.wasm` paths made relative to `dir` (the config file's directory), so a
+    /// config names its plugins the same way whatever the current directory; `builtin:NAME`,
+    /// `none` and absolute paths are left as they are.
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        let resolve = |spec: &mut String| {
+            let is_path = !spec.starts_with("builtin:") && spec.trim() != NO_COMPRESSOR;
+            if is_path && Path::new(spec.as_str()).is_relative() {
+                *spec = dir.join(spec.as_str()).display().to_string();
+            }
+        };
+        resolve(&mut self.message_store);
+        resolve(&mut self.compressor);
+        if let Some(f) = self.request_format.as_mut() {
+            resolve(f);
+        }
+    }
+}
+
 impl Config {
+    /// This config, read from the file `path`, with its plugin paths resolved against the
+    /// file's directory ([`PluginsConfig::resolve_paths`]).
+    pub(super) fn relative_to(mut self, path: &Path) -> Config {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            self.plugins.resolve_paths(dir);
+        }
+        self
+    }
+
     /// The request format plugin spec in effect (config or provider default).
     pub fn request_format(&self) -> &str {
         self.plugins

@@ -79,7 +79,7 @@ llm:
   max_request_mib: {max_req}
 
 plugins:
-  # Each is builtin:NAME or a path to a .wasm component.
+  # Each is builtin:NAME or a path to a .wasm component (relative: to this file's directory).
   message_store: {store}
   # builtin:llm-summarizer (LLM summary of older messages), builtin:observation-masking
   # (masks old tool results, no LLM), a path to a .wasm compressor, or none.

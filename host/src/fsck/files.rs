@@ -1,6 +1,7 @@
 //! The files of one task directory, read through its [`TaskDir`] handle: no symbolic link in
 //! it and nothing looser than owner-only; metadata.json and task_state.json parse; messages.jsonl
-//! exists once the task has a context; every line of every JSONL file parses as its format and
+//! exists once the task has a context; its checkpoints are usable ([`super::checkpoints`]);
+//! every line of every JSONL file parses as its format and
 //! holds no NUL byte, seq runs 1..n, current.jsonl keeps the context invariants and is not
 //! behind messages.jsonl; no step temporary is left.
 
@@ -10,8 +11,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use ctxhost_format::files::{
-    CONTEXT_CHECKPOINT, CURRENT, DEBUG_FILES, HISTORY_CHECKPOINT, LLM_CALLS, MESSAGES,
-    PLANNING_DIR, STORE_CHECKPOINT, SUMMARIES, TOOL_DEFINITIONS, TOOLS, is_temporary,
+    CURRENT, DEBUG_FILES, LLM_CALLS, MESSAGES, PLANNING_DIR, SUMMARIES, TOOL_DEFINITIONS, TOOLS,
+    is_temporary,
 };
 use ctxhost_format::planning::{PlanningHistory, PlanningLine};
 use ctxhost_format::{CallLogLine, ChatMessage, HistoryLine, SummaryLine, ToolLine};
@@ -50,6 +51,19 @@ pub(crate) fn loose_mode(
             true,
         )
     })
+}
+
+/// A [`ProblemKind::Unreadable`] problem (for a human: nothing to repair): `path` (at `line`)
+/// could not be opened, listed or read; `message` says which and why.
+fn unreadable(uuid: Option<&str>, path: &Path, line: Option<u64>, message: String) -> Problem {
+    problem(
+        ProblemKind::Unreadable,
+        uuid,
+        Some(path),
+        line,
+        message,
+        false,
+    )
 }
 
 /// The format a JSONL file's lines must have.
@@ -97,18 +111,12 @@ pub(crate) fn check_dir(
     let dir = match TaskDir::open(path) {
         Ok(d) => d,
         Err(e) => {
-            problems.push(problem(
-                ProblemKind::Unreadable,
-                uuid,
-                Some(path),
-                None,
-                format!("cannot open: {e}"),
-                false,
-            ));
+            problems.push(unreadable(uuid, path, None, format!("cannot open: {e}")));
             return;
         }
     };
     check_entries(&dir, uuid, live, problems);
+    super::checkpoints::check_checkpoints(&dir, uuid, live, problems);
     for (name, parse) in [
         (
             crate::task::metadata::METADATA_FILE,
@@ -120,11 +128,6 @@ pub(crate) fn check_dir(
         }),
         // Read by the request format only: its schema is all there is to check.
         (TOOL_DEFINITIONS, |_| Ok(())),
-        // Checkpoints: an optimisation readers ignore when it does not match the files, so
-        // only their schema is checked.
-        (STORE_CHECKPOINT, |_| Ok(())),
-        (HISTORY_CHECKPOINT, |_| Ok(())),
-        (CONTEXT_CHECKPOINT, |_| Ok(())),
     ] {
         let Ok(Some(bytes)) = dir.read_if_exists(name) else {
             continue;
@@ -215,14 +218,7 @@ pub(crate) fn check_dir(
     let files = match jsonl_files(&dir) {
         Ok(f) => f,
         Err(e) => {
-            problems.push(problem(
-                ProblemKind::Unreadable,
-                uuid,
-                Some(path),
-                None,
-                format!("{e:#}"),
-                false,
-            ));
+            problems.push(unreadable(uuid, path, None, format!("{e:#}")));
             return;
         }
     };
@@ -285,13 +281,11 @@ fn check_entries(dir: &TaskDir, uuid: Option<&str>, live: bool, problems: &mut V
         }
     });
     if let Err(e) = walked {
-        found.push(problem(
-            ProblemKind::Unreadable,
+        found.push(unreadable(
             uuid,
-            Some(dir.path()),
+            dir.path(),
             None,
             format!("cannot list: {e}"),
-            false,
         ));
     }
     problems.extend(found);
@@ -310,17 +304,14 @@ fn check_jsonl(
     let path_buf = dir.file_path(name);
     let path = path_buf.as_path();
     let format = format_of(name);
+    // A problem at a line of this file.
+    let at_line = |kind, line, message: String, fixable| {
+        problem(kind, uuid, Some(path), Some(line), message, fixable)
+    };
     let mut reader = match dir.open_read(name) {
         Ok(f) => BufReader::new(f),
         Err(e) => {
-            problems.push(problem(
-                ProblemKind::Unreadable,
-                uuid,
-                Some(path),
-                None,
-                format!("cannot open: {e}"),
-                false,
-            ));
+            problems.push(unreadable(uuid, path, None, format!("cannot open: {e}")));
             return false;
         }
     };
@@ -338,13 +329,11 @@ fn check_jsonl(
             Ok(0) => break,
             Ok(n) => n,
             Err(e) => {
-                problems.push(problem(
-                    ProblemKind::Unreadable,
+                problems.push(unreadable(
                     uuid,
-                    Some(path),
+                    path,
                     Some(line_no + 1),
                     format!("cannot read: {e}"),
-                    false,
                 ));
                 return false;
             }
@@ -359,11 +348,9 @@ fn check_jsonl(
             let nuls = buf.iter().filter(|b| **b == 0).count();
             buf.retain(|b| *b != 0);
             let only = buf.iter().all(u8::is_ascii_whitespace);
-            problems.push(problem(
+            problems.push(at_line(
                 ProblemKind::NulBytes,
-                uuid,
-                Some(path),
-                Some(line_no),
+                line_no,
                 if only {
                     format!("a line of {nuls} NUL byte(s) (a lost write)")
                 } else {
@@ -376,11 +363,9 @@ fn check_jsonl(
         let text = text.trim_end_matches(['\n', '\r']);
         if text.trim().is_empty() {
             if !terminated && !live {
-                problems.push(problem(
+                problems.push(at_line(
                     ProblemKind::TornLine,
-                    uuid,
-                    Some(path),
-                    Some(line_no),
+                    line_no,
                     format!("torn last line ({n} bytes at byte offset {start}, no newline)"),
                     true,
                 ));
@@ -395,11 +380,9 @@ fn check_jsonl(
         };
         let mismatched = schema_mismatch.is_some();
         if let Some(message) = schema_mismatch {
-            problems.push(problem(
+            problems.push(at_line(
                 ProblemKind::SchemaMismatch,
-                uuid,
-                Some(path),
-                Some(line_no),
+                line_no,
                 message,
                 false,
             ));
@@ -418,22 +401,18 @@ fn check_jsonl(
                 continue;
             }
             Err(e) if is_last => {
-                problems.push(problem(
+                problems.push(at_line(
                     ProblemKind::TornLine,
-                    uuid,
-                    Some(path),
-                    Some(line_no),
+                    line_no,
                     format!("torn last line ({n} bytes at byte offset {start}): {e}"),
                     true,
                 ));
                 break;
             }
             Err(e) => {
-                problems.push(problem(
+                problems.push(at_line(
                     ProblemKind::BadLine,
-                    uuid,
-                    Some(path),
-                    Some(line_no),
+                    line_no,
                     format!(
                         "not a valid line: {}",
                         untrusted::text(&e, untrusted::MAX_ERROR_BYTES)
@@ -447,11 +426,9 @@ fn check_jsonl(
             }
             Ok(parsed) => {
                 if !terminated && !live {
-                    problems.push(problem(
+                    problems.push(at_line(
                         ProblemKind::TornLine,
-                        uuid,
-                        Some(path),
-                        Some(line_no),
+                        line_no,
                         "the last line lacks its newline".to_string(),
                         true,
                     ));
@@ -462,14 +439,7 @@ fn check_jsonl(
                     _ => None,
                 };
                 if let Some(message) = old_id {
-                    problems.push(problem(
-                        ProblemKind::OldSummaryId,
-                        uuid,
-                        Some(path),
-                        Some(line_no),
-                        message,
-                        !live,
-                    ));
+                    problems.push(at_line(ProblemKind::OldSummaryId, line_no, message, !live));
                 }
                 match parsed {
                     Parsed::History(seq, _) if expected_seq != 0 => {
@@ -479,14 +449,7 @@ fn check_jsonl(
                             } else {
                                 "a gap"
                             };
-                            problems.push(problem(
-                                ProblemKind::SeqGap,
-                                uuid,
-                                Some(path),
-                                Some(line_no),
-                                format!("seq {seq} where {expected_seq} was expected ({what}; seq runs 1..n)"),
-                                false,
-                            ));
+                            problems.push(at_line(ProblemKind::SeqGap, line_no, format!("seq {seq} where {expected_seq} was expected ({what}; seq runs 1..n)"), false));
                         }
                         expected_seq = seq + 1;
                     }
@@ -494,11 +457,9 @@ fn check_jsonl(
                         if let Some(h) = planning.as_mut()
                             && let Err(e) = h.push(*line)
                         {
-                            problems.push(problem(
+                            problems.push(at_line(
                                 ProblemKind::PlanningRule,
-                                uuid,
-                                Some(path),
-                                Some(line_no),
+                                line_no,
                                 format!("breaks the planning history's rules: {e}"),
                                 false,
                             ));
@@ -510,11 +471,9 @@ fn check_jsonl(
                         if let Some(c) = checker.as_mut()
                             && let Err(v) = c.push(&m)
                         {
-                            problems.push(problem(
+                            problems.push(at_line(
                                 ProblemKind::ContextInvariant,
-                                uuid,
-                                Some(path),
-                                Some(line_no),
+                                line_no,
                                 describe_violation(&v),
                                 v.is_repairable() && !live,
                             ));
@@ -530,17 +489,10 @@ fn check_jsonl(
         && h.uncommitted > 0
         && !live
     {
-        problems.push(problem(
-            ProblemKind::UncommittedPlanning,
-            uuid,
-            Some(path),
-            Some(line_no + 1 - h.uncommitted),
-            format!(
+        problems.push(at_line(ProblemKind::UncommittedPlanning, line_no + 1 - h.uncommitted, format!(
                 "{} line(s) after the last decision: entries of a strategy hook that never returned",
                 h.uncommitted
-            ),
-            true,
-        ));
+            ), true));
     }
     if let Some(c) = checker
         && messages > 0
@@ -594,7 +546,7 @@ fn line_mismatch(schema: Schema, text: &str) -> Option<String> {
 }
 
 /// `does not match <schema>: <what>` for a value that does not match `schema`.
-fn schema_mismatch(schema: Schema, value: &serde_json::Value) -> Option<String> {
+pub(crate) fn schema_mismatch(schema: Schema, value: &serde_json::Value) -> Option<String> {
     match schema.validate(value) {
         Ok(m) if m.is_empty() => None,
         Ok(m) => {

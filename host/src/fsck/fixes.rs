@@ -1,7 +1,8 @@
 //! `ctxhost fsck --repair`: the fixes of one task's fixable problems, made with the lifecycle
 //! (recovery, interrupted transitions, misplaced directories), the crash-repair functions
 //! of [`crate::repair`] (NUL bytes, torn lines, temporaries, current.jsonl behind, tool-call
-//! pairing) and the task directory's handle (symbolic links deleted, modes tightened).
+//! pairing) and the task directory's handle (symbolic links deleted, modes tightened, bad or
+//! stale checkpoints deleted: [`crate::checkpoint::remove_unusable`]).
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
@@ -170,6 +171,21 @@ pub(crate) fn repair_task(
         && let Some((_, path)) = layout.find_task_dir(uuid)
     {
         done.push(crate::summary_ids::rewrite(&open(&path)?)?.to_string());
+    }
+    // Last: a checkpoint reported bad, or left stale by a fix above (a file rewritten or
+    // replaced), is deleted; the next open reads the files whole and writes a new one.
+    let rewrote = [ProblemKind::BadCheckpoint, ProblemKind::OldSummaryId]
+        .iter()
+        .chain(&file_kinds)
+        .any(|k| kinds.contains(k));
+    if rewrote && let Some((_, path)) = layout.find_task_dir(uuid) {
+        let removed = crate::checkpoint::remove_unusable(&open(&path)?)?;
+        if !removed.is_empty() {
+            done.push(format!(
+                "deleted {} (rebuilt by a full read when the task next opens)",
+                removed.join(", ")
+            ));
+        }
     }
     Ok(if done.is_empty() {
         "nothing left to do".to_string()

@@ -24,6 +24,8 @@
 //!   ([`crate::schemas`]; a mismatch names the file, the line, the line kind, the field and what
 //!   is wrong);
 //!   no symbolic link (the host never follows one);
+//!   the checkpoints (store_checkpoint.json, history_checkpoint.json, context_checkpoint.json)
+//!   parse, match their schemas and still describe the files they count ([`checkpoints`]);
 //!   the planning history (`planning/{uuid}.jsonl`) reads as planning lines that keep its
 //!   rules (one first plan, valid plans, progress of steps the plan has) and ends with a
 //!   hook's decision (lines after it: a hook whose process died mid-append);
@@ -47,10 +49,12 @@
 //! messages.jsonl (the missing lines appended); leftover temporaries (deleted); string summary
 //! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]); uncommitted planning lines
 //! (cut, kept in `<file>.torn`, as the task itself does when it resumes); symbolic links in a
-//! task directory (deleted); loose modes (tightened to 0600 / 0700). Everything
+//! task directory (deleted); loose modes (tightened to 0600 / 0700); bad checkpoints, and any a
+//! fix above left stale (deleted: the next open reads the files whole and writes new ones). Everything
 //! else (a bad line in the middle, a seq gap, an orphan tool result, a missing directory) is
 //! reported for a human. After repairing, the tree is checked again and what remains is reported.
 
+mod checkpoints;
 mod files;
 pub mod fixes;
 pub mod tree;
@@ -112,6 +116,10 @@ pub enum ProblemKind {
     SchemaMismatch,
     /// metadata.json, task_state.json or tools.json does not parse.
     BadFile,
+    /// A checkpoint (store_checkpoint.json, history_checkpoint.json, context_checkpoint.json)
+    /// that does not parse, breaks its schema, is of another version or no longer describes the
+    /// file it counts: a derived cache its reader ignores; `--repair` deletes it.
+    BadCheckpoint,
     /// A file the task needs is missing (messages.jsonl of a task that has a context).
     MissingFile,
     /// A JSONL line holds NUL bytes (a write lost by the filesystem).

@@ -22,10 +22,11 @@ use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 
 use ctxhost_format::ChatMessage;
 use ctxhost_format::checkpoint::{CHECKPOINT_VERSION, FileMark};
-use ctxhost_format::files::CONTEXT_CHECKPOINT;
+use ctxhost_format::files::{CONTEXT_CHECKPOINT, CURRENT};
 use serde::{Deserialize, Serialize};
 
 use super::{ContextChecker, ContextFileError, ContextSummary};
+use crate::checkpoint;
 use crate::task_dir::{TaskDir, file_id};
 
 /// Growth of the context file, bytes, after which a step boundary saves the checkpoint.
@@ -65,40 +66,57 @@ struct Checkpoint {
     check: ContextCheck,
 }
 
+impl checkpoint::Versioned for Checkpoint {
+    fn version(&self) -> u32 {
+        self.version
+    }
+}
+
+/// For `ctxhost fsck` ([`checkpoint::verify`]): why `dir`'s checkpoint would not be used by
+/// the check of current.jsonl (unreadable, not of its shape or version, of another file, a
+/// mark that no longer holds); `Ok` when there is none or it would be used.
+pub fn verify_checkpoint(dir: &TaskDir) -> anyhow::Result<()> {
+    let Some(cp) = checkpoint::read::<Checkpoint>(dir, CONTEXT_CHECKPOINT, MAX_CHECKPOINT_BYTES)?
+    else {
+        return Ok(());
+    };
+    let check = cp.check;
+    if check.mark.bytes == 0 && check.file_id.is_empty() {
+        // Nothing checked: the next check reads the whole file, as it would anyway.
+        return Ok(());
+    }
+    anyhow::ensure!(
+        check.file == CURRENT,
+        "checks {:?}, not {CURRENT}",
+        check.file
+    );
+    checkpoint::ensure_holds(dir, CURRENT, Some(&check.file_id), &check.mark)
+}
+
 impl ContextCheck {
     /// The saved check of `dir` (`context_checkpoint.json`), or nothing checked when it is
     /// missing or cannot be used (logged at debug level).
     pub fn load(dir: &TaskDir) -> ContextCheck {
-        let read = || -> anyhow::Result<Option<ContextCheck>> {
-            let f = match dir.open_regular(CONTEXT_CHECKPOINT) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            let mut bytes = Vec::new();
-            f.take(MAX_CHECKPOINT_BYTES + 1).read_to_end(&mut bytes)?;
-            anyhow::ensure!(
-                bytes.len() as u64 <= MAX_CHECKPOINT_BYTES,
-                "larger than {MAX_CHECKPOINT_BYTES} bytes"
-            );
-            let cp: Checkpoint = serde_json::from_slice(&bytes)?;
-            anyhow::ensure!(cp.version == CHECKPOINT_VERSION, "version {}", cp.version);
-            Ok(Some(cp.check))
-        };
-        match read() {
-            Ok(c) => c.unwrap_or_default(),
-            Err(e) => {
-                tracing::debug!(
-                    "{} ignored (the context is checked whole): {e:#}",
-                    dir.show(CONTEXT_CHECKPOINT)
-                );
-                ContextCheck::default()
-            }
-        }
+        checkpoint::load::<Checkpoint>(
+            dir,
+            CONTEXT_CHECKPOINT,
+            MAX_CHECKPOINT_BYTES,
+            "the context is checked whole",
+        )
+        .map(|cp| cp.check)
+        .unwrap_or_default()
     }
 
-    /// Save this check as `dir`'s `context_checkpoint.json` (atomically).
+    /// Save this check as `dir`'s `context_checkpoint.json` (atomically). A check of a file
+    /// that has since been replaced (a compression installed a new current.jsonl) would be
+    /// stale at once: the checkpoint is deleted instead.
     pub fn save(&self, dir: &TaskDir) -> io::Result<()> {
+        if !self.file.is_empty()
+            && let Some(f) = dir.open_read_if_exists(&self.file)?
+            && file_id(&f)? != self.file_id
+        {
+            return dir.remove_file_if_exists(CONTEXT_CHECKPOINT).map(drop);
+        }
         let cp = Checkpoint {
             version: CHECKPOINT_VERSION,
             check: self.clone(),

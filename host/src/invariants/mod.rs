@@ -19,10 +19,12 @@
 //! runs it before every request and on resume, recording what it did in messages.jsonl
 //! ([`crate::repair::pairing`]).
 //! [`ids`] keeps tool-call ids unique in the whole conversation.
-//! [`queries`] answers what the host asks about a context (final answer, pending tool calls).
+//! [`queries`] answers what the host asks about a context (final answer, pending tool calls);
+//! [`kept_tail`] checks that a compression kept the messages it keeps verbatim.
 
 pub mod context_check;
 pub mod ids;
+pub mod kept_tail;
 pub mod pairing;
 pub mod queries;
 

@@ -1,6 +1,6 @@
 //! Questions the host asks about a context, next to the invariants they rely on: is its last
 //! message a final answer, which tool calls at its end still wait for a result. Pure functions
-//! over messages ([`pending_tool_calls`], [`final_answer`]), and their versions over a context
+//! over messages ([`pending_tool_calls`], [`pending_calls`], [`final_answer`]), and their versions over a context
 //! file (`current.jsonl`: one chat message per line), which read it from its end: only the
 //! last lines, so a resumed task pays the same whatever the size of its context.
 
@@ -24,6 +24,22 @@ pub fn pending_tool_calls(messages: impl IntoIterator<Item = ChatMessage>) -> Ve
         track_pending(&mut pending, m);
     }
     pending
+}
+
+/// The calls of a tool round still waiting for a result: those of `reply` (an assistant
+/// message) that no message of `answers` (the `tool` messages after it) names in its
+/// `tool_call_id`, in call order.
+pub fn pending_calls(reply: &ChatMessage, answers: &[ChatMessage]) -> Vec<ToolCall> {
+    reply
+        .calls()
+        .iter()
+        .filter(|c| {
+            !answers
+                .iter()
+                .any(|a| a.tool_call_id.as_deref() == Some(c.id.as_str()))
+        })
+        .cloned()
+        .collect()
 }
 
 /// One step of [`pending_tool_calls`]: `m` answers a pending call, or starts a new list.
@@ -171,16 +187,7 @@ pub fn tail_in(dir: &TaskDir, name: &str) -> anyhow::Result<Tail> {
     Ok(match before {
         None if answers.is_empty() => Tail::Empty,
         Some(m) if m.role == "assistant" && !m.calls().is_empty() => {
-            let pending = m
-                .calls()
-                .iter()
-                .filter(|c| {
-                    !answers
-                        .iter()
-                        .any(|a| a.tool_call_id.as_deref() == Some(c.id.as_str()))
-                })
-                .cloned()
-                .collect();
+            let pending = pending_calls(&m, &answers);
             Tail::ToolRound {
                 reply: m,
                 answers,
@@ -226,6 +233,20 @@ mod tests {
     }
     fn result(id: &str) -> ChatMessage {
         ChatMessage::tool_result(&ToolCall::new(id, "read", "{}"), "ok")
+    }
+
+    #[test]
+    fn a_tool_rounds_pending_calls_are_those_no_answer_names_in_call_order() {
+        let ids = |v: Vec<ToolCall>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
+        let reply = call(&["a", "b", "c"]);
+        assert_eq!(ids(pending_calls(&reply, &[])), ["a", "b", "c"]);
+        assert_eq!(
+            ids(pending_calls(&reply, &[result("c"), result("a")])),
+            ["b"]
+        );
+        // An answer to a call of another round changes nothing.
+        assert_eq!(ids(pending_calls(&reply, &[result("z")])), ["a", "b", "c"]);
+        assert!(pending_calls(&ChatMessage::text("assistant", "done"), &[]).is_empty());
     }
 
     #[test]
@@ -360,16 +381,7 @@ mod tests {
             };
         }
         if let Tail::ToolRound { reply, answers, .. } = tail {
-            let pending = reply
-                .calls()
-                .iter()
-                .filter(|c| {
-                    !answers
-                        .iter()
-                        .any(|a| a.tool_call_id.as_deref() == Some(c.id.as_str()))
-                })
-                .cloned()
-                .collect();
+            let pending = pending_calls(&reply, &answers);
             return Tail::ToolRound {
                 reply,
                 answers,

@@ -6,6 +6,7 @@
 //! - [`submit`]: queue a task;
 //! - [`control`]: pause, resume, stop a task, wait for it, recover dead ones;
 //! - [`show`]: one task's row, directory, result and last messages;
+//! - [`plugin_new`]: a new plugin project (`ctxhost plugin new`);
 //! - [`poll`]: the GitHub / GitLab task sources, once or continuously.
 //!
 //! Operations that live with their concept are called directly: [`crate::worker::run`]
@@ -14,6 +15,7 @@
 
 pub mod control;
 pub mod init;
+pub mod plugin_new;
 pub mod poll;
 pub mod show;
 pub mod submit;

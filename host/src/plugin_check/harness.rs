@@ -8,25 +8,54 @@ use std::path::{Path, PathBuf};
 
 use ctxhost_format::{ChatMessage, ToolCall};
 
-use super::report::Check;
+use super::report::{Check, Status};
 use crate::runtime::RuntimeError;
 
-/// Collects check results.
+/// Collects check results. Details never name the scratch directory: its path (gone after
+/// the check unless `--keep` was given) is cut from them, leaving paths relative to it such as
+/// `compress/compressed.jsonl line 3` (and `--keep DIR` keeps them under DIR).
 pub(super) struct Suite {
     pub(super) checks: Vec<Check>,
+    /// The scratch directory's path with a trailing `/`, cut from details.
+    pub(super) root: Option<String>,
 }
 
 pub(super) type Outcome = Result<String, String>;
 
+/// A check that did not fail: passed, passed with a warning, or did not apply.
+pub(super) enum Note {
+    Pass(String),
+    Warn(String),
+    Skip(String),
+}
+
 impl Suite {
+    pub(super) fn new(root: Option<&Path>) -> Suite {
+        Suite {
+            checks: Vec::new(),
+            root: root.map(|r| format!("{}/", r.display())),
+        }
+    }
+
     pub(super) fn record(&mut self, name: &str, outcome: Outcome) {
-        let (passed, detail) = match outcome {
-            Ok(d) => (true, d),
-            Err(d) => (false, d),
+        self.record_note(name, outcome.map(Note::Pass));
+    }
+
+    pub(super) fn record_note(&mut self, name: &str, outcome: Result<Note, String>) {
+        let (status, detail) = match outcome {
+            Ok(Note::Pass(d)) => (Status::Pass, d),
+            Ok(Note::Warn(d)) => (Status::Warn, d),
+            Ok(Note::Skip(d)) => (Status::Skip, d),
+            Err(d) => (Status::Fail, d),
+        };
+        let detail = match &self.root {
+            Some(root) => detail.replace(root.as_str(), ""),
+            None => detail,
         };
         self.checks.push(Check {
             name: name.to_string(),
-            passed,
+            passed: status != Status::Fail,
+            status,
             detail,
         });
     }
@@ -36,9 +65,11 @@ pub(super) fn e(err: impl Display) -> String {
     err.to_string()
 }
 
-/// A directory under the system temp dir, removed on drop.
+/// The directory the checks' task directories go in: under the system temp dir and removed on
+/// drop, or the `--keep` directory, which stays.
 pub(super) struct Scratch {
     path: PathBuf,
+    keep: bool,
 }
 
 impl Scratch {
@@ -50,7 +81,25 @@ impl Scratch {
         let path =
             std::env::temp_dir().join(format!("ctxhost-{what}-{}-{nanos}", std::process::id()));
         fs::create_dir(&path)?;
-        Ok(Scratch { path })
+        Ok(Scratch { path, keep: false })
+    }
+
+    /// `dir` (created with its parents; it must be empty if it exists), kept after the check.
+    pub(super) fn kept(dir: &Path) -> Result<Scratch, String> {
+        if dir.exists() {
+            let empty = fs::read_dir(dir)
+                .map(|mut d| d.next().is_none())
+                .map_err(|err| format!("--keep {}: {err}", dir.display()))?;
+            if !empty {
+                return Err(format!(
+                    "--keep {}: the directory is not empty; give a new or empty one",
+                    dir.display()
+                ));
+            }
+        }
+        fs::create_dir_all(dir).map_err(|err| format!("--keep {}: {err}", dir.display()))?;
+        let path = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        Ok(Scratch { path, keep: true })
     }
 
     pub(super) fn path(&self) -> &Path {
@@ -67,7 +116,9 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.path);
+        if !self.keep {
+            let _ = fs::remove_dir_all(&self.path);
+        }
     }
 }
 

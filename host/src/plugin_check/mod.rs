@@ -1,9 +1,12 @@
-//! `ctxhost plugin check PATH|builtin:NAME [--json]`: the conformance suite a plugin component
-//! must pass before an operator points config at it.
+//! `ctxhost plugin check PATH|builtin:NAME [--json] [--keep DIR]`: the conformance suite a
+//! plugin component must pass before an operator points config at it.
 //!
-//! The component's world and WIT version are read from its exports; then the suite of that
-//! kind runs against real instances in a scratch task directory under the system temp dir
-//! (removed afterwards):
+//! The component is loaded as a task's plugins are (compiled once into the cache of
+//! [`check_cache_dir`], so checking an unchanged file again loads it in milliseconds); its
+//! world and WIT version are read from its exports; a component importing what ctxhost does
+//! not provide (e.g. `wasi:http`) is told so in those words. Then the suite of that kind runs
+//! against real instances in scratch task directories (under the system temp dir and removed
+//! afterwards, or kept under `--keep DIR`; failure details name files relative to it):
 //! - message store: open on an empty directory, appends (CJK text, a tool call and its result),
 //!   counts, the exact line formats of messages.jsonl / current.jsonl (`ctxhost_format`),
 //!   token counts, `recreate-current-context` (identity, shorter, malformed source),
@@ -16,19 +19,23 @@
 //!   OpenAI bodies, `/api/chat`: Ollama bodies, `/v1/messages`: Anthropic bodies), an HTML error
 //!   page, a provider error object; a request in Anthropic's shape (top-level `system`, content
 //!   blocks) is read as the equivalent list of messages;
-//! - compressor: `should-compress` around its threshold; `compress` of an over-threshold
-//!   context with a fake LLM returning a fixed summary (system prompt first, tool pairs intact,
-//!   fewer tokens, recent messages kept, current.jsonl untouched, temporaries removed), and with
-//!   a failing LLM (error, context untouched);
+//! - compressor ([`compressor`]): `should-compress` around its threshold; `compress` of five
+//!   fixtures (tool rounds, parallel tool calls across the kept tail, unicode, a history over
+//!   the window, nothing to compress) with a fake LLM returning a fixed summary: a new file,
+//!   system prompt first, tool calls paired, the kept tail verbatim, fewer tokens, the task's
+//!   first user message kept or summarised (else a warning), summary requests within the
+//!   window, the summary recorded, current.jsonl untouched and temporaries removed; and with a
+//!   failing LLM (error, context untouched). LLM checks are SKIPped for a compressor that
+//!   never calls the LLM;
 //! - strategy: each hook on a scratch task through the agent loop's own driver (decisions the
 //!   host accepts, planning entries committed with them), a new instance continuing from the
 //!   files, the planning history reading back, and `start` with a failing LLM ([`strategy`]).
 //!
 //! One module per WIT interface ([`message_store`], [`request_format`], [`compressor`],
-//! [`strategy`]), the
-//! shared [`harness`], and the [`report`]. Report: the world, the WIT version, and each check
-//! with pass/fail and the reason. `--json`
-//! prints `{"component","world","version","passed","checks":[{"name","passed","detail"}]}`.
+//! [`strategy`]), the shared [`harness`], and the [`report`]: the world, the WIT version, and
+//! each check as PASS, FAIL, WARN or SKIP with the reason; only a FAIL fails the check.
+//! `--json` prints
+//! `{"component","world","version","passed","kept","checks":[{"name","passed","status","detail"}]}`.
 
 /// `Err(format!(..))` unless `cond`.
 macro_rules! ensure {
@@ -46,9 +53,12 @@ pub mod report;
 pub mod request_format;
 pub mod strategy;
 
-use crate::runtime::{PluginKind, Runtime, RuntimeLimits, WitVersion};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::runtime::{CacheOutcome, PluginKind, Runtime, RuntimeError, RuntimeLimits, WitVersion};
 use harness::{Scratch, Suite};
-pub use report::{Check, CheckReport};
+pub use report::{Check, CheckReport, Status};
 
 /// Tunables of the suites.
 #[derive(Debug, Clone)]
@@ -59,6 +69,9 @@ pub struct CheckOptions {
     pub large_message_bytes: usize,
     /// Largest linear memory a message store may use in that check (default 16 MiB).
     pub memory_budget_bytes: usize,
+    /// Keep the checks' task directories (fixtures and what the component wrote) in this
+    /// directory (created; must be empty) instead of a temporary one removed at the end.
+    pub keep: Option<PathBuf>,
 }
 
 impl Default for CheckOptions {
@@ -67,20 +80,54 @@ impl Default for CheckOptions {
             large_messages: 20_000,
             large_message_bytes: 1_000,
             memory_budget_bytes: 16 * 1024 * 1024,
+            keep: None,
         }
     }
 }
 
+/// The compiled-component cache `ctxhost plugin check` uses: `$CTXHOST_CACHE_DIR` if set, else
+/// `$XDG_CACHE_HOME/ctxhost/components`, else `~/.cache/ctxhost/components`; `None` when none
+/// can be named (no HOME). Keyed by the component's digest and the engine, like a task's
+/// `contexts/.cache/`, so a rebuilt component is compiled again and an unchanged one is not.
+pub fn check_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os(crate::plugins::CACHE_DIR_ENV) {
+        return Some(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("ctxhost").join("components"))
+}
+
 /// `ctxhost plugin check`: check `path_or_builtin` (a `.wasm` path or `builtin:NAME`) with
-/// default limits and options, print the report to stdout (JSON with `json`), and return
-/// whether it passed (the caller exits 0 / 1).
+/// default limits, the cache of [`check_cache_dir`], and `keep` as [`CheckOptions::keep`];
+/// print the report to stdout (JSON with `json`), and return whether it passed (the caller
+/// exits 0 / 1).
 ///
-/// Errors only when the check cannot run at all (no temp directory, engine setup failed); a
-/// component that cannot be loaded is a failed report, not an error.
-pub fn run(path_or_builtin: &str, json: bool) -> anyhow::Result<bool> {
-    let scratch = Scratch::new("check-cache")?;
-    let runtime = Runtime::new(scratch.path(), RuntimeLimits::default())?;
-    let report = check(&runtime, path_or_builtin, &CheckOptions::default());
+/// Errors only when the check cannot run at all (no temp directory, engine setup failed, a
+/// `--keep` directory that is not empty); a component that cannot be loaded is a failed
+/// report, not an error.
+pub fn run(path_or_builtin: &str, json: bool, keep: Option<&Path>) -> anyhow::Result<bool> {
+    // Without a cache directory, a temporary one: compiled every run.
+    let fallback;
+    let cache = match check_cache_dir() {
+        Some(dir) => dir,
+        None => {
+            fallback = Scratch::new("check-cache")?;
+            fallback.path().to_path_buf()
+        }
+    };
+    let runtime = Runtime::new(&cache, RuntimeLimits::default())?;
+    let options = CheckOptions {
+        keep: keep.map(Path::to_path_buf),
+        ..CheckOptions::default()
+    };
+    if let Some(dir) = keep {
+        // Fail before loading anything when the directory cannot be used.
+        Scratch::kept(dir).map_err(crate::error::usage)?;
+    }
+    let report = check(&runtime, path_or_builtin, &options);
     if json {
         crate::cli::out::line(format_args!(
             "{}",
@@ -102,26 +149,43 @@ pub fn check(runtime: &Runtime, source: &str, options: &CheckOptions) -> CheckRe
         world: None,
         version: None,
         checks: Vec::new(),
+        kept: None,
     };
     // The same load step as the task's plugins (crate::plugins), with the kind detected.
+    let started = Instant::now();
     let plugin = match crate::plugins::load_plugin(runtime, "component", source, None) {
         Ok(p) => p,
         Err(e) => {
-            report.checks.push(Check {
-                name: "load".into(),
-                passed: false,
-                detail: format!("{e:#}"),
-            });
+            let mut suite = Suite::new(None);
+            suite.record("load", Err(load_error_text(&e)));
+            report.checks = suite.checks;
             return report;
         }
     };
+    let load_time = started.elapsed();
     report.world = Some(plugin.kind().world().to_string());
     report.version = Some(plugin.wit_version().to_string());
-    let mut suite = Suite { checks: Vec::new() };
+    let scratch = match &options.keep {
+        Some(dir) => Scratch::kept(dir).map_err(std::io::Error::other),
+        None => Scratch::new("check"),
+    };
+    let mut suite = Suite::new(scratch.as_ref().ok().map(|s| s.path()));
+    let cache = match plugin.cache_outcome() {
+        CacheOutcome::Hit => format!(
+            "loaded from the compiled-component cache {} in {} ms",
+            runtime.cache_dir().display(),
+            load_time.as_millis()
+        ),
+        CacheOutcome::Compiled | CacheOutcome::Replaced => format!(
+            "compiled in {:.1} s and cached in {} (the next check of the same file loads in milliseconds)",
+            load_time.as_secs_f64(),
+            runtime.cache_dir().display()
+        ),
+    };
     suite.record(
         "load",
         Ok(format!(
-            "exports {}{}; compiled for this host ({:?})",
+            "exports {}{}; {cache}",
             plugin.kind().export_name_at(plugin.wit()),
             if plugin.wit() == WitVersion::CURRENT {
                 String::new()
@@ -132,31 +196,46 @@ pub fn check(runtime: &Runtime, source: &str, options: &CheckOptions) -> CheckRe
                     WitVersion::CURRENT
                 )
             },
-            plugin.cache_outcome()
         )),
     );
-    match Scratch::new("check") {
-        Ok(scratch) => match plugin.kind() {
-            PluginKind::MessageStore => {
-                message_store::message_store_suite(runtime, &plugin, &scratch, options, &mut suite)
+    match scratch {
+        Ok(scratch) => {
+            if options.keep.is_some() {
+                report.kept = Some(scratch.path().display().to_string());
             }
-            PluginKind::RequestFormat => {
-                request_format::request_format_suite(runtime, &plugin, &scratch, &mut suite)
+            match plugin.kind() {
+                PluginKind::MessageStore => message_store::message_store_suite(
+                    runtime, &plugin, &scratch, options, &mut suite,
+                ),
+                PluginKind::RequestFormat => {
+                    request_format::request_format_suite(runtime, &plugin, &scratch, &mut suite)
+                }
+                PluginKind::Compressor => {
+                    compressor::compressor_suite(runtime, &plugin, &scratch, &mut suite)
+                }
+                PluginKind::Strategy => {
+                    strategy::strategy_suite(runtime, &plugin, &scratch, &mut suite)
+                }
             }
-            PluginKind::Compressor => {
-                compressor::compressor_suite(runtime, &plugin, &scratch, &mut suite)
-            }
-            PluginKind::Strategy => {
-                strategy::strategy_suite(runtime, &plugin, &scratch, &mut suite)
-            }
-        },
+        }
         Err(e) => suite.record(
             "scratch directory",
-            Err(format!("cannot create a temporary task directory: {e}")),
+            Err(format!(
+                "cannot create a directory for the checks' task directories: {e}"
+            )),
         ),
     }
     report.checks = suite.checks;
     report
+}
+
+/// A load failure as a person can act on it: the runtime's message (which names the
+/// component), without wasmtime's internal chain when the runtime already explained it.
+fn load_error_text(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<RuntimeError>() {
+        Some(err) => err.to_string(),
+        None => format!("{e:#}"),
+    }
 }
 
 #[cfg(test)]
@@ -169,6 +248,7 @@ mod tests {
     #[test]
     fn report_json_has_the_agreed_shape() {
         let r = CheckReport {
+            kept: None,
             component: "builtin:x".into(),
             world: Some("message-store-plugin".into()),
             version: Some("0.1.0".into()),
@@ -176,11 +256,13 @@ mod tests {
                 Check {
                     name: "a".into(),
                     passed: true,
+                    status: report::Status::Pass,
                     detail: "ok".into(),
                 },
                 Check {
                     name: "b".into(),
                     passed: false,
+                    status: report::Status::Fail,
                     detail: "bad".into(),
                 },
             ],

@@ -241,6 +241,16 @@ pub(crate) mod testing {
         ChatMessage::tool_result(&ToolCall::new(id, "read", "{}"), "ok")
     }
 
+    /// A prompt and one answered tool call: system, user, a call `a`, its result.
+    pub fn one_round() -> Vec<ChatMessage> {
+        vec![
+            sys(),
+            ChatMessage::text("user", "go"),
+            call(&["a"]),
+            result("a"),
+        ]
+    }
+
     /// Write messages.jsonl with `history` (seq 1..) and current.jsonl with `current`.
     pub fn write_task(dir: &Path, history: &[ChatMessage], current: &[ChatMessage]) {
         let mut h = String::new();

@@ -207,42 +207,36 @@ mod tests {
     use crate::repair::testing::*;
     use ctxhost_format::ChatMessage;
     use std::fs;
+    use std::path::Path;
+
+    /// [`reconcile_current`] on the task directory at `dir`.
+    fn reconcile(dir: &Path, apply: bool) -> anyhow::Result<Vec<u64>> {
+        reconcile_current(&TaskDir::open(dir).unwrap(), apply)
+    }
+
+    /// current.jsonl at `dir` keeps the context invariants.
+    fn assert_sound(dir: &Path) {
+        crate::invariants::check_context_file(&TaskDir::open(dir).unwrap(), CURRENT, false)
+            .unwrap();
+    }
 
     #[test]
     fn current_gets_the_history_lines_it_lacks() {
         let dir = tempfile::tempdir().unwrap();
-        let history = [
-            sys(),
-            ChatMessage::text("user", "go"),
-            call(&["a"]),
-            result("a"),
-        ];
+        let history = one_round();
         write_task(dir.path(), &history, &history[..3]);
-        assert_eq!(
-            reconcile_current(&TaskDir::open(dir.path()).unwrap(), false).unwrap(),
-            [4]
-        );
+        assert_eq!(reconcile(dir.path(), false).unwrap(), [4]);
         assert_eq!(lines_of(&dir.path().join(CURRENT)).len(), 3, "dry run");
-        assert_eq!(
-            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
-            [4]
-        );
-        assert_eq!(
-            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
-            Vec::<u64>::new()
-        );
-        crate::invariants::check_context_file(&TaskDir::open(dir.path()).unwrap(), CURRENT, false)
-            .unwrap();
+        assert_eq!(reconcile(dir.path(), true).unwrap(), [4]);
+        assert_eq!(reconcile(dir.path(), true).unwrap(), Vec::<u64>::new());
+        assert_sound(dir.path());
     }
 
     #[test]
     fn an_empty_current_is_rebuilt_from_an_uncompressed_history() {
         let dir = tempfile::tempdir().unwrap();
         write_task(dir.path(), &[sys()], &[]);
-        assert_eq!(
-            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
-            [1]
-        );
+        assert_eq!(reconcile(dir.path(), true).unwrap(), [1]);
         let lines = lines_of(&dir.path().join(CURRENT));
         assert_eq!(
             serde_json::from_str::<ChatMessage>(&lines[0]).unwrap(),
@@ -250,11 +244,7 @@ mod tests {
         );
         // Both empty: nothing to do.
         let empty = tempfile::tempdir().unwrap();
-        assert!(
-            reconcile_current(&TaskDir::open(empty.path()).unwrap(), true)
-                .unwrap()
-                .is_empty()
-        );
+        assert!(reconcile(empty.path(), true).unwrap().is_empty());
     }
 
     /// A context without its history (messages.jsonl deleted, or a symbolic link in its place
@@ -321,41 +311,21 @@ mod tests {
             .map(|m| serde_json::to_string(m).unwrap() + "\n")
             .collect();
         fs::write(dir.path().join(CURRENT), body).unwrap();
-        assert_eq!(
-            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
-            [6]
-        );
-        assert_eq!(
-            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
-            Vec::<u64>::new()
-        );
+        assert_eq!(reconcile(dir.path(), true).unwrap(), [6]);
+        assert_eq!(reconcile(dir.path(), true).unwrap(), Vec::<u64>::new());
     }
 
     #[test]
     fn an_orphan_or_second_result_in_the_history_is_not_copied() {
         let dir = tempfile::tempdir().unwrap();
-        let history = [
-            sys(),
-            ChatMessage::text("user", "go"),
-            call(&["a"]),
-            result("a"),
-            result("a"),
-            result("zz"),
-        ];
+        let mut history = one_round();
+        history.extend([result("a"), result("zz")]);
         write_task(dir.path(), &history, &history[..4]);
-        assert!(
-            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true)
-                .unwrap()
-                .is_empty()
-        );
-        crate::invariants::check_context_file(&TaskDir::open(dir.path()).unwrap(), CURRENT, false)
-            .unwrap();
+        assert!(reconcile(dir.path(), true).unwrap().is_empty());
+        assert_sound(dir.path());
         // A crash between the two appends: the waiting call's result is still copied.
         write_task(dir.path(), &history[..4], &history[..3]);
-        assert_eq!(
-            reconcile_current(&TaskDir::open(dir.path()).unwrap(), true).unwrap(),
-            [4]
-        );
+        assert_eq!(reconcile(dir.path(), true).unwrap(), [4]);
     }
 
     #[test]
@@ -366,9 +336,7 @@ mod tests {
             &[sys(), ChatMessage::text("user", "go")],
             &[sys(), ChatMessage::text("user", "something else")],
         );
-        let e = reconcile_current(&TaskDir::open(dir.path()).unwrap(), true)
-            .unwrap_err()
-            .to_string();
+        let e = reconcile(dir.path(), true).unwrap_err().to_string();
         assert!(
             e.contains("current.jsonl") && e.contains("messages.jsonl"),
             "{e}"

@@ -11,7 +11,9 @@
 use std::path::PathBuf;
 
 use ctxhost_format::files::LLM_CALLS;
-use ctxhost_format::{CallLogLine, CallStatus, CompressionLine, LlmCallLine, SummaryCallLine};
+use ctxhost_format::{
+    CallLogLine, CallStatus, CallUsage, CompressionLine, LlmCallLine, SummaryCallLine,
+};
 
 use crate::runtime::Usage;
 use crate::task_dir::TaskDir;
@@ -35,6 +37,15 @@ pub struct CallRecord<'a> {
     pub usage: Option<Usage>,
     /// `None` for a call that succeeded; the error text otherwise.
     pub error: Option<&'a str>,
+}
+
+/// A line's token counts: the provider's, all absent when it reported none.
+fn reported(usage: Option<Usage>) -> CallUsage {
+    CallUsage {
+        prompt_tokens: usage.map(|u| u.prompt_tokens),
+        completion_tokens: usage.map(|u| u.completion_tokens),
+        total_tokens: usage.map(|u| u.total_tokens),
+    }
 }
 
 /// The task's `llm_calls.jsonl` (the host is its only writer).
@@ -65,9 +76,7 @@ impl CallLog {
             request_bytes: call.request_bytes,
             duration_ms: call.duration_ms,
             status: status_of(call.error),
-            prompt_tokens: call.usage.map(|u| u.prompt_tokens),
-            completion_tokens: call.usage.map(|u| u.completion_tokens),
-            total_tokens: call.usage.map(|u| u.total_tokens),
+            usage: reported(call.usage),
             cache_read_tokens: call.usage.map(|u| u.cache_read_tokens).filter(|n| *n > 0),
             error: call.error.map(str::to_string),
         }));
@@ -90,9 +99,7 @@ impl CallLog {
             request_bytes,
             duration_ms,
             status: status_of(error),
-            prompt_tokens: usage.map(|u| u.prompt_tokens),
-            completion_tokens: usage.map(|u| u.completion_tokens),
-            total_tokens: usage.map(|u| u.total_tokens),
+            usage: reported(usage),
             error: error.map(str::to_string),
         }));
     }
@@ -177,7 +184,12 @@ mod tests {
             panic!("{lines:?}")
         };
         assert_eq!(
-            (c.n, c.context_tokens, c.threshold_tokens, c.total_tokens),
+            (
+                c.n,
+                c.context_tokens,
+                c.threshold_tokens,
+                c.usage.total_tokens
+            ),
             (1, 900, Some(700), Some(820))
         );
         assert_eq!(c.status, CallStatus::Ok);
@@ -188,5 +200,67 @@ mod tests {
             (k.before_tokens, k.after_tokens, k.summary_id),
             (900, 300, Some(1))
         );
+    }
+
+    /// Both kinds of call line carry the provider's usage as the same flat fields, in the
+    /// order `llm_calls.schema.json` documents, byte for byte, and each matches the schema.
+    #[test]
+    fn call_lines_serialise_their_usage_flat_and_match_the_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = CallLog::new(&TaskDir::open(dir.path()).unwrap());
+        let usage = |p, c, cached| Usage {
+            prompt_tokens: p,
+            completion_tokens: c,
+            total_tokens: p + c,
+            cache_read_tokens: cached,
+            ..Default::default()
+        };
+        let call = |step, usage, error| CallRecord {
+            step,
+            context_tokens: 900,
+            context_length: 1000,
+            threshold_tokens: Some(700),
+            request_bytes: 4000,
+            duration_ms: 12,
+            usage,
+            error,
+        };
+        log.record_call(
+            &call(1, Some(usage(800, 20, 5)), None),
+            "2025-01-01T00:00:01.000Z",
+        );
+        log.record_call(&call(2, None, Some("down")), "2025-01-01T00:00:02.000Z");
+        log.record_summary_call(
+            600,
+            2500,
+            40,
+            Some(usage(600, 50, 0)),
+            None,
+            "2025-01-01T00:00:03.000Z",
+        );
+        log.record_summary_call(
+            600,
+            2500,
+            40,
+            None,
+            Some("boom"),
+            "2025-01-01T00:00:04.000Z",
+        );
+        let text = std::fs::read_to_string(log.path()).unwrap();
+        let expected = [
+            r#"{"type":"call","n":1,"timestamp":"2025-01-01T00:00:01.000Z","context_tokens":900,"context_length":1000,"threshold_tokens":700,"request_bytes":4000,"duration_ms":12,"status":"ok","prompt_tokens":800,"completion_tokens":20,"total_tokens":820,"cache_read_tokens":5}"#,
+            r#"{"type":"call","n":2,"timestamp":"2025-01-01T00:00:02.000Z","context_tokens":900,"context_length":1000,"threshold_tokens":700,"request_bytes":4000,"duration_ms":12,"status":"error","error":"down"}"#,
+            r#"{"type":"summary_call","timestamp":"2025-01-01T00:00:03.000Z","input_tokens":600,"request_bytes":2500,"duration_ms":40,"status":"ok","prompt_tokens":600,"completion_tokens":50,"total_tokens":650}"#,
+            r#"{"type":"summary_call","timestamp":"2025-01-01T00:00:04.000Z","input_tokens":600,"request_bytes":2500,"duration_ms":40,"status":"error","error":"boom"}"#,
+        ];
+        assert_eq!(text.lines().collect::<Vec<_>>(), expected);
+        for line in expected {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            let mismatches = crate::schemas::Schema::LlmCalls.validate(&value).unwrap();
+            assert!(mismatches.is_empty(), "{line}: {mismatches:?}");
+            // And it reads back as it was written.
+            let parsed: CallLogLine = serde_json::from_str(line).unwrap();
+            assert_eq!(serde_json::to_string(&parsed).unwrap(), line);
+        }
     }
 }

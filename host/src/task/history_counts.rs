@@ -28,6 +28,7 @@ use ctxhost_format::checkpoint::{CHECKPOINT_VERSION, FileMark};
 use ctxhost_format::files::{HISTORY_CHECKPOINT, MESSAGES};
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint;
 use crate::invariants::queries::bounded;
 use crate::repair::HistoryStats;
 use crate::task_dir::{TaskDir, file_id};
@@ -50,6 +51,12 @@ struct Checkpoint {
     stats: HistoryStats,
     /// Sorted, so the file is the same for the same history.
     call_ids: BTreeSet<String>,
+}
+
+impl checkpoint::Versioned for Checkpoint {
+    fn version(&self) -> u32 {
+        self.version
+    }
 }
 
 /// The counts of a task directory's messages.jsonl and the prefix they cover.
@@ -240,32 +247,25 @@ impl HistoryCounts {
 /// The checkpoint of `dir`, if present, a regular file of at most [`MAX_CHECKPOINT_BYTES`],
 /// readable and of this version; anything else is ignored (logged at debug level).
 fn read_checkpoint(dir: &TaskDir) -> Option<Checkpoint> {
-    let read = || -> anyhow::Result<Option<Checkpoint>> {
-        let f = match dir.open_regular(HISTORY_CHECKPOINT) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        let mut bytes = Vec::new();
-        f.take(MAX_CHECKPOINT_BYTES + 1).read_to_end(&mut bytes)?;
-        anyhow::ensure!(
-            bytes.len() as u64 <= MAX_CHECKPOINT_BYTES,
-            "larger than {MAX_CHECKPOINT_BYTES} bytes"
-        );
-        let cp: Checkpoint = serde_json::from_slice(&bytes)?;
-        anyhow::ensure!(cp.version == CHECKPOINT_VERSION, "version {}", cp.version);
-        Ok(Some(cp))
+    checkpoint::load(
+        dir,
+        HISTORY_CHECKPOINT,
+        MAX_CHECKPOINT_BYTES,
+        "the history is read whole",
+    )
+}
+
+/// For `ctxhost fsck` ([`checkpoint::verify`]): why [`HistoryCounts::open`] would not use
+/// `dir`'s checkpoint (unreadable, not of its shape or version, another messages.jsonl, a mark
+/// that no longer holds); `Ok` when there is none or it would be used.
+pub fn verify_checkpoint(dir: &TaskDir) -> anyhow::Result<()> {
+    let Some(cp) = checkpoint::read::<Checkpoint>(dir, HISTORY_CHECKPOINT, MAX_CHECKPOINT_BYTES)?
+    else {
+        return Ok(());
     };
-    match read() {
-        Ok(cp) => cp,
-        Err(e) => {
-            tracing::debug!(
-                "{} ignored (the history is read whole): {e:#}",
-                dir.show(HISTORY_CHECKPOINT)
-            );
-            None
-        }
-    }
+    // As `catch_up`: no file holds only an empty mark; a file must be the one counted.
+    let id = (cp.messages.bytes > 0 || !cp.file_id.is_empty()).then_some(cp.file_id.as_str());
+    checkpoint::ensure_holds(dir, MESSAGES, id, &cp.messages)
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 
 use std::fs::File;
 
-use ctxhost_format::{CallLogLine, CallStatus, ChatMessage, HistoryLine, SummaryLine, ToolLine};
+use ctxhost_format::{
+    CallLogLine, CallStatus, CallUsage, ChatMessage, HistoryLine, SummaryLine, ToolLine,
+};
 use serde_json::Value;
 
 use super::call_series::ChartCache;
@@ -942,6 +944,23 @@ fn tool_view(uuid: &str, dir: &TaskDir, line: &PagedLine, redactor: &Redactor) -
     }
 }
 
+/// A call line's token counts for the table: `P in + C out = T`, the total alone, or "not
+/// reported".
+fn usage_text(u: &CallUsage) -> String {
+    match (u.prompt_tokens, u.completion_tokens, u.total_tokens) {
+        (Some(p), Some(o), Some(t)) => format!("{p} in + {o} out = {t}"),
+        (_, _, Some(t)) => t.to_string(),
+        _ => "not reported".into(),
+    }
+}
+
+fn status_text(status: CallStatus) -> String {
+    match status {
+        CallStatus::Ok => "ok".into(),
+        CallStatus::Error => "error".into(),
+    }
+}
+
 fn call_view(line: &PagedLine, redactor: &Redactor) -> CallView {
     let mut v = CallView {
         kind: String::new(),
@@ -967,19 +986,12 @@ fn call_view(line: &PagedLine, redactor: &Redactor) -> CallView {
                     .map(|t| format!(" (threshold {t})"))
                     .unwrap_or_default()
             );
-            v.usage = match (c.prompt_tokens, c.completion_tokens, c.total_tokens) {
-                (Some(p), Some(o), Some(t)) => format!("{p} in + {o} out = {t}"),
-                (_, _, Some(t)) => t.to_string(),
-                _ => "not reported".into(),
-            };
+            v.usage = usage_text(&c.usage);
             if let Some(cached) = c.cache_read_tokens {
                 v.usage.push_str(&format!(" ({cached} cached)"));
             }
             v.duration = millis(c.duration_ms);
-            v.status = match c.status {
-                CallStatus::Ok => "ok".into(),
-                CallStatus::Error => "error".into(),
-            };
+            v.status = status_text(c.status);
             v.detail = redactor.redact(c.error.as_deref().unwrap_or(""));
             if c.request_bytes > 0 {
                 v.detail = format!("request {}. {}", bytes(c.request_bytes), v.detail)
@@ -991,16 +1003,9 @@ fn call_view(line: &PagedLine, redactor: &Redactor) -> CallView {
             v.kind = "summary request".into();
             v.timestamp = c.timestamp;
             v.context = format!("{} sent", c.input_tokens);
-            v.usage = match (c.prompt_tokens, c.completion_tokens, c.total_tokens) {
-                (Some(p), Some(o), Some(t)) => format!("{p} in + {o} out = {t}"),
-                (_, _, Some(t)) => t.to_string(),
-                _ => "not reported".into(),
-            };
+            v.usage = usage_text(&c.usage);
             v.duration = millis(c.duration_ms);
-            v.status = match c.status {
-                CallStatus::Ok => "ok".into(),
-                CallStatus::Error => "error".into(),
-            };
+            v.status = status_text(c.status);
             v.detail = redactor.redact(c.error.as_deref().unwrap_or(""));
         }
         Ok(CallLogLine::Compression(c)) => {

@@ -7,6 +7,8 @@
 //! - [`TestEnv`]: a temporary working directory with a `config.yaml` and a `contexts/` dir, and
 //!   [`TestEnv::ctxhost`] to run the `ctxhost` binary in it and capture its output.
 //! - [`task::TaskBuilder`]: a task put in a given state through the library (no process).
+//! - [`components`]: builtin components instantiated in process on one shared runtime, and the
+//!   golden inputs.
 //! - [`read_jsonl`], [`read_lines`], [`find_task_dir`], [`wait_until`]: inspecting what ctxhost
 //!   wrote.
 //!
@@ -23,6 +25,7 @@
 //! ```
 
 pub mod anthropic_api;
+pub mod components;
 pub mod conformance;
 pub mod dashboard;
 pub mod fake_forge;
@@ -91,6 +94,29 @@ impl TestEnv {
     pub fn with_llm(self, base_url: &str) -> TestEnv {
         self.write_config(&config_yaml(base_url, "openai", ""));
         self
+    }
+
+    /// A fresh directory whose config.yaml points at the fake OpenAI-compatible server `llm`,
+    /// plus the YAML `extra` ([`config_yaml`]), initialised (`ctxhost init`).
+    pub fn for_llm(llm: &fake_llm::FakeLlm, extra: &str) -> TestEnv {
+        let env = TestEnv::new();
+        env.write_config(&config_yaml(&llm.base_url(), "openai", extra));
+        env.ctxhost(&["init"]).ok();
+        env
+    }
+
+    /// Submit a task with `prompt` (`ctxhost submit --prompt`); its UUID.
+    pub fn submit(&self, prompt: &str) -> String {
+        self.ctxhost(&["submit", "--prompt", prompt])
+            .ok()
+            .stdout()
+            .trim()
+            .to_string()
+    }
+
+    /// The task row of `uuid` as `ctxhost show --json` prints it (its `task` object).
+    pub fn row(&self, uuid: &str) -> Value {
+        self.ctxhost(&["show", uuid, "--json"]).ok().json()["task"].clone()
     }
 
     /// The working directory.

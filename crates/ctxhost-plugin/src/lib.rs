@@ -1,0 +1,192 @@
+//! # ctxhost-plugin: write ctxhost plugin components in Rust
+//!
+//! A ctxhost plugin is a WebAssembly component (`wasm32-wasip2`) implementing one world of the
+//! WIT package `ctxhost:plugin@0.2.0` (vendored in this crate as `wit/plugin.wit`). This crate
+//! gives a plugin crate everything it needs:
+//!
+//! - the bindings of every world, one module each, with an export macro:
+//!   [`compressor`] (world `compressor-plugin`, [`export_compressor!`]),
+//!   [`message_store`] (world `message-store-plugin`, [`export_message_store!`]),
+//!   [`request_format`] (world `request-format-plugin`, [`export_request_format!`]),
+//!   [`strategy`] (world `strategy-plugin`, [`export_strategy!`]);
+//! - the shared WIT types ([`types`]: `ChatMessage`, `PluginError`, `Usage`, ...) and the host
+//!   imports: [`log`], [`llm`] (for compressors and strategies only) and [`planning`] (the
+//!   task's planning history, for strategies only). A component that calls an import its
+//!   world does not have does not load: the host names the import;
+//! - helpers: JSONL reading and writing ([`jsonl`]), the token estimate ([`tokens`]), the
+//!   compression rules of the builtins (threshold, the tool-group-aware cut, the summary
+//!   message format, summary ids: [`compress`]), and a guard that removes temporaries
+//!   ([`Cleanup`]). They are the code the builtin components run (`ctxhost-format`, re-exported
+//!   as [`format`]).
+//!
+//! Every path is relative to the task directory, which the host preopens as `.`; see
+//! docs/PLUGINS.md of the ctxhost repository for every function, the files it reads and
+//! writes, the limits and the errors.
+//!
+//! ```ignore
+//! use ctxhost_plugin::compressor::{CompressConfig, CompressResult, Guest};
+//! use ctxhost_plugin::types::PluginError;
+//!
+//! struct Mine;
+//! impl Guest for Mine {
+//!     fn should_compress(tokens: u64, c: CompressConfig) -> bool {
+//!         ctxhost_plugin::compress::over_threshold(tokens, c.context_length, c.threshold)
+//!     }
+//!     fn compress(c: CompressConfig) -> Result<CompressResult, PluginError> { todo!() }
+//! }
+//! ctxhost_plugin::export_compressor!(Mine);
+//! ```
+
+pub use ctxhost_format as format;
+
+/// The WIT version this crate's bindings implement (`ctxhost:plugin@WIT_VERSION`).
+pub const WIT_VERSION: &str = "0.2.0";
+
+/// The vendored contract, `wit/plugin.wit` (for tools that write it out, e.g. for
+/// componentize-py).
+pub const WIT: &str = include_str!("../wit/plugin.wit");
+
+#[allow(missing_docs, clippy::all)]
+mod imports_bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        inline: "package ctxhost:plugin-sdk;
+                 world imports {
+                     import ctxhost:plugin/types@0.2.0;
+                     import ctxhost:plugin/log@0.2.0;
+                     import ctxhost:plugin/llm@0.2.0;
+                     import ctxhost:plugin/planning@0.2.0;
+                 }",
+        world: "ctxhost:plugin-sdk/imports",
+        generate_all,
+        type_section_suffix: "ctxhost-plugin-sdk-imports",
+    });
+}
+
+pub use imports_bindings::ctxhost::plugin::{llm, log, planning, types};
+
+/// The world `compressor-plugin`: implement [`compressor::Guest`] and call
+/// [`export_compressor!`].
+#[allow(missing_docs, clippy::all)]
+pub mod compressor {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "compressor-plugin",
+        with: {
+            "ctxhost:plugin/types@0.2.0": crate::types,
+            "ctxhost:plugin/log@0.2.0": crate::log,
+            "ctxhost:plugin/llm@0.2.0": crate::llm,
+        },
+        pub_export_macro: true,
+        export_macro_name: "_export_compressor",
+        default_bindings_module: "$crate::compressor",
+        type_section_suffix: "ctxhost-plugin-sdk-compressor",
+    });
+    pub use self::exports::ctxhost::plugin::compressor::*;
+}
+
+/// The world `message-store-plugin`: implement [`message_store::Guest`] and call
+/// [`export_message_store!`].
+#[allow(missing_docs, clippy::all)]
+pub mod message_store {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "message-store-plugin",
+        with: {
+            "ctxhost:plugin/types@0.2.0": crate::types,
+            "ctxhost:plugin/log@0.2.0": crate::log,
+        },
+        pub_export_macro: true,
+        export_macro_name: "_export_message_store",
+        default_bindings_module: "$crate::message_store",
+        type_section_suffix: "ctxhost-plugin-sdk-message-store",
+    });
+    pub use self::exports::ctxhost::plugin::message_store::*;
+}
+
+/// The world `request-format-plugin`: implement [`request_format::Guest`] and call
+/// [`export_request_format!`].
+#[allow(missing_docs, clippy::all)]
+pub mod request_format {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "request-format-plugin",
+        with: {
+            "ctxhost:plugin/types@0.2.0": crate::types,
+            "ctxhost:plugin/log@0.2.0": crate::log,
+        },
+        pub_export_macro: true,
+        export_macro_name: "_export_request_format",
+        default_bindings_module: "$crate::request_format",
+        type_section_suffix: "ctxhost-plugin-sdk-request-format",
+    });
+    pub use self::exports::ctxhost::plugin::request_format::*;
+}
+
+/// The world `strategy-plugin` (an agent strategy): implement [`strategy::Guest`] and call
+/// [`export_strategy!`]. Its hooks may call [`llm`] (at most 4 side calls per hook) and
+/// [`planning`]; a strategy's state is its task directory (a hook may be asked again after a
+/// pause or crash), see docs/PLUGINS.md.
+#[allow(missing_docs, clippy::all)]
+pub mod strategy {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "strategy-plugin",
+        with: {
+            "ctxhost:plugin/types@0.2.0": crate::types,
+            "ctxhost:plugin/log@0.2.0": crate::log,
+            "ctxhost:plugin/llm@0.2.0": crate::llm,
+            "ctxhost:plugin/planning@0.2.0": crate::planning,
+        },
+        pub_export_macro: true,
+        export_macro_name: "_export_strategy",
+        default_bindings_module: "$crate::strategy",
+        type_section_suffix: "ctxhost-plugin-sdk-strategy",
+    });
+    pub use self::exports::ctxhost::plugin::strategy::*;
+}
+
+/// Export `$ty` (which implements [`compressor::Guest`]) as this component's
+/// `ctxhost:plugin/compressor@0.2.0`. Use once per crate.
+#[macro_export]
+macro_rules! export_compressor {
+    ($ty:ident) => {
+        $crate::compressor::_export_compressor!($ty with_types_in $crate::compressor);
+    };
+}
+
+/// Export `$ty` (which implements [`message_store::Guest`]) as this component's
+/// `ctxhost:plugin/message-store@0.2.0`. Use once per crate.
+#[macro_export]
+macro_rules! export_message_store {
+    ($ty:ident) => {
+        $crate::message_store::_export_message_store!($ty with_types_in $crate::message_store);
+    };
+}
+
+/// Export `$ty` (which implements [`request_format::Guest`]) as this component's
+/// `ctxhost:plugin/request-format@0.2.0`. Use once per crate.
+#[macro_export]
+macro_rules! export_request_format {
+    ($ty:ident) => {
+        $crate::request_format::_export_request_format!($ty with_types_in $crate::request_format);
+    };
+}
+
+/// Export `$ty` (which implements [`strategy::Guest`]) as this component's
+/// `ctxhost:plugin/strategy@0.2.0`. Use once per crate.
+#[macro_export]
+macro_rules! export_strategy {
+    ($ty:ident) => {
+        $crate::strategy::_export_strategy!($ty with_types_in $crate::strategy);
+    };
+}
+
+mod cleanup;
+pub mod compress;
+pub mod jsonl;
+pub mod logging;
+pub mod tokens;
+
+pub use cleanup::Cleanup;
+pub use format::{ChatMessage, FunctionCall, SummaryLine, ToolCall};

@@ -1,0 +1,214 @@
+//! Reading the host's checkpoint files from a task directory: `history_checkpoint.json`
+//! ([`crate::task::history_counts`]) and `context_checkpoint.json`
+//! ([`crate::invariants::context_check`]), both a JSON object with a `version` field
+//! ([`ctxhost_format::checkpoint::CHECKPOINT_VERSION`]), written atomically by the task process.
+//!
+//! A checkpoint is a derived cache: one that is missing, not a regular file, larger than its
+//! bound, not of its shape or of another version is not used, and its reader reads the file it
+//! summarises whole, as without one. [`read`] says why a checkpoint cannot be used;
+//! [`load`] logs that at debug level and gives `None`.
+//!
+//! For `ctxhost fsck`, [`verify`] applies each checkpoint's readers' rule to the files as they
+//! are — the builtin message store's `store_checkpoint.json` too, which the host never reads
+//! otherwise — and says why one would not be used: it is then a stale cache, which
+//! `fsck --repair` deletes ([`remove_unusable`]); the next open rebuilds it by a full read.
+
+use std::io::{Seek, SeekFrom};
+
+use anyhow::Context as _;
+use ctxhost_format::checkpoint::{CHECKPOINT_VERSION, FileMark, StoreCheckpoint};
+use ctxhost_format::files::{
+    CONTEXT_CHECKPOINT, CURRENT, HISTORY_CHECKPOINT, MESSAGES, STORE_CHECKPOINT,
+};
+use serde::de::DeserializeOwned;
+
+use crate::task_dir::{MAX_RECORD_BYTES, TaskDir, file_id};
+
+/// The checkpoint files of a task directory (DESIGN.md §2): the message store's and the host's.
+pub const FILES: [&str; 3] = [STORE_CHECKPOINT, HISTORY_CHECKPOINT, CONTEXT_CHECKPOINT];
+
+/// A checkpoint file's shape: a JSON object whose `version` says how to read the rest.
+pub trait Versioned: DeserializeOwned {
+    /// The file's `version` field.
+    fn version(&self) -> u32;
+}
+
+/// The checkpoint `name` of `dir`: `Ok(None)` when there is none; an error (naming the file)
+/// when it is not a regular file, is larger than `max_bytes`, does not parse as `T` or is not
+/// of version [`CHECKPOINT_VERSION`].
+pub fn read<T: Versioned>(dir: &TaskDir, name: &str, max_bytes: u64) -> anyhow::Result<Option<T>> {
+    let Some(bytes) = dir.read_bounded_if_exists(name, max_bytes)? else {
+        return Ok(None);
+    };
+    let cp: T =
+        serde_json::from_slice(&bytes).with_context(|| format!("{name}: not a checkpoint"))?;
+    anyhow::ensure!(
+        cp.version() == CHECKPOINT_VERSION,
+        "{name}: version {} (this host reads {CHECKPOINT_VERSION})",
+        cp.version()
+    );
+    Ok(Some(cp))
+}
+
+/// [`read`], an error logged at debug level (with `fallback`, what the caller does without the
+/// checkpoint) and taken as no checkpoint: a checkpoint only saves a read.
+pub fn load<T: Versioned>(dir: &TaskDir, name: &str, max_bytes: u64, fallback: &str) -> Option<T> {
+    read(dir, name, max_bytes).unwrap_or_else(|e| {
+        tracing::debug!("{} ignored ({fallback}): {e:#}", dir.show(name));
+        None
+    })
+}
+
+impl Versioned for StoreCheckpoint {
+    fn version(&self) -> u32 {
+        self.version
+    }
+}
+
+/// Why the checkpoint `name` (one of [`FILES`]) of `dir` would not be used by its reader — it
+/// cannot be read, is not of its shape or version, or no longer describes the file(s) it
+/// counts — as an error naming the file; `Ok` when it is absent or would be used.
+pub fn verify(dir: &TaskDir, name: &str) -> anyhow::Result<()> {
+    match name {
+        STORE_CHECKPOINT => {
+            // builtin:jsonl-store's rule (guest-components/jsonl-store): each mark holds.
+            if let Some(cp) = read::<StoreCheckpoint>(dir, name, MAX_RECORD_BYTES)? {
+                ensure_holds(dir, MESSAGES, None, &cp.messages)?;
+                ensure_holds(dir, CURRENT, None, &cp.current)?;
+            }
+            Ok(())
+        }
+        HISTORY_CHECKPOINT => crate::task::history_counts::verify_checkpoint(dir),
+        CONTEXT_CHECKPOINT => crate::invariants::context_check::verify_checkpoint(dir),
+        _ => anyhow::bail!("{name} is not a checkpoint file"),
+    }
+}
+
+/// Delete each checkpoint of `dir` that [`verify`] finds unusable (a derived cache: the next
+/// open reads its file whole and writes a new one). Returns the names deleted.
+pub fn remove_unusable(dir: &TaskDir) -> anyhow::Result<Vec<&'static str>> {
+    let mut removed = Vec::new();
+    for name in FILES {
+        if verify(dir, name).is_err() {
+            dir.remove_file_if_exists(name)
+                .with_context(|| format!("cannot delete {}", dir.show(name)))?;
+            removed.push(name);
+        }
+    }
+    Ok(removed)
+}
+
+/// That `mark` still names a prefix of file `name` of `dir` ([`FileMark::holds`]) and, with
+/// `id`, that the file is the one it was taken of ([`file_id`]); a missing file holds only
+/// an empty mark. The error says which (and names the file).
+pub fn ensure_holds(
+    dir: &TaskDir,
+    name: &str,
+    id: Option<&str>,
+    mark: &FileMark,
+) -> anyhow::Result<()> {
+    let shown = dir.show(name);
+    let Some(mut f) = dir
+        .open_read_if_exists(name)
+        .with_context(|| format!("cannot open {shown}"))?
+    else {
+        anyhow::ensure!(
+            mark.bytes == 0,
+            "counts {} bytes of {name}, which is missing",
+            mark.bytes
+        );
+        return Ok(());
+    };
+    if let Some(id) = id {
+        let now = file_id(&f).with_context(|| format!("cannot read {shown}"))?;
+        anyhow::ensure!(
+            now == id,
+            "counts another {name} (file {id}; it is now {now}: the file was replaced)"
+        );
+    }
+    let len = f
+        .seek(SeekFrom::End(0))
+        .with_context(|| format!("cannot read {shown}"))?;
+    anyhow::ensure!(
+        mark.holds(&mut f, len, &shown)?,
+        "{name} no longer starts with the {} bytes it counts",
+        mark.bytes
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::invariants::context_check::ContextCheck;
+    use crate::repair::testing::{one_round, write_task};
+    use crate::task::HistoryCounts;
+    use std::fs;
+
+    #[test]
+    fn checkpoints_that_hold_are_kept_and_stale_ones_are_named_and_deleted() {
+        let tmp = tempfile::tempdir().unwrap();
+        write_task(tmp.path(), &one_round(), &one_round());
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let mut check = ContextCheck::load(&dir);
+        check.check(&dir, CURRENT, true).unwrap();
+        check.save(&dir).unwrap();
+        HistoryCounts::open(&dir).unwrap();
+        for name in [HISTORY_CHECKPOINT, CONTEXT_CHECKPOINT] {
+            assert!(dir.is_file(name), "{name} written");
+            verify(&dir, name).unwrap();
+        }
+        // None yet: nothing to say.
+        verify(&dir, STORE_CHECKPOINT).unwrap();
+        assert!(remove_unusable(&dir).unwrap().is_empty());
+
+        // Both files replaced by copies of the same bytes (as an atomic rewrite does): the
+        // marks hold, the files are not the ones counted.
+        for name in [MESSAGES, CURRENT] {
+            let copy = tmp.path().join("copy");
+            fs::copy(tmp.path().join(name), &copy).unwrap();
+            fs::rename(&copy, tmp.path().join(name)).unwrap();
+        }
+        for name in [HISTORY_CHECKPOINT, CONTEXT_CHECKPOINT] {
+            let e = format!("{:#}", verify(&dir, name).unwrap_err());
+            assert!(e.contains("the file was replaced"), "{name}: {e}");
+        }
+        // A store checkpoint counting more of messages.jsonl than it has.
+        let store = StoreCheckpoint {
+            version: CHECKPOINT_VERSION,
+            messages: FileMark {
+                bytes: 1 << 20,
+                last_line: "0123456789abcdef".into(),
+            },
+            ..StoreCheckpoint::default()
+        };
+        dir.write_atomic(STORE_CHECKPOINT, &serde_json::to_vec(&store).unwrap())
+            .unwrap();
+        let e = format!("{:#}", verify(&dir, STORE_CHECKPOINT).unwrap_err());
+        assert!(e.contains("messages.jsonl no longer starts with"), "{e}");
+        assert_eq!(remove_unusable(&dir).unwrap(), FILES);
+        assert!(FILES.iter().all(|f| !dir.is_file(f)));
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_version_or_too_large_is_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        assert!(
+            read::<StoreCheckpoint>(&dir, STORE_CHECKPOINT, 1024)
+                .unwrap()
+                .is_none()
+        );
+        let other = StoreCheckpoint {
+            version: CHECKPOINT_VERSION + 1,
+            ..StoreCheckpoint::default()
+        };
+        let bytes = serde_json::to_vec(&other).unwrap();
+        dir.write_atomic(STORE_CHECKPOINT, &bytes).unwrap();
+        let e = read::<StoreCheckpoint>(&dir, STORE_CHECKPOINT, 1024).unwrap_err();
+        assert!(format!("{e:#}").contains("version 2"), "{e:#}");
+        let e = read::<StoreCheckpoint>(&dir, STORE_CHECKPOINT, 10).unwrap_err();
+        assert!(format!("{e:#}").contains("larger than 10 bytes"), "{e:#}");
+        assert!(load::<StoreCheckpoint>(&dir, STORE_CHECKPOINT, 1024, "read whole").is_none());
+    }
+}

@@ -1,0 +1,54 @@
+//! The checkpoints of one task directory ([`crate::checkpoint::FILES`]: store_checkpoint.json,
+//! history_checkpoint.json, context_checkpoint.json): each present one must be readable, of its
+//! shape and version, match its published schema and still describe the files it counts
+//! ([`crate::checkpoint::verify`], its reader's own rule). A checkpoint is a derived cache, so
+//! every fault is fixable: `--repair` deletes it ([`crate::checkpoint::remove_unusable`]) and
+//! the next open of the task reads the file whole and writes a new one.
+
+use super::{Problem, ProblemKind, problem};
+use crate::checkpoint;
+use crate::schemas::Schema;
+use crate::task::history_counts::MAX_CHECKPOINT_BYTES;
+use crate::task_dir::TaskDir;
+
+/// What is said of every bad checkpoint after its fault.
+const REPAIR: &str = "a cache of counts that its reader ignores as it is; --repair deletes it and the next \
+                      open of the task reads the file whole and writes a new one";
+
+/// Report each checkpoint of `dir` that its reader would not use or that breaks its schema
+/// ([`ProblemKind::BadCheckpoint`]). A live task is skipped: its process rewrites them.
+pub(crate) fn check_checkpoints(
+    dir: &TaskDir,
+    uuid: Option<&str>,
+    live: bool,
+    problems: &mut Vec<Problem>,
+) {
+    if live {
+        return;
+    }
+    for name in checkpoint::FILES {
+        if let Some(fault) = fault(dir, name) {
+            problems.push(problem(
+                ProblemKind::BadCheckpoint,
+                uuid,
+                Some(&dir.file_path(name)),
+                None,
+                format!("{fault}; {REPAIR}"),
+                true,
+            ));
+        }
+    }
+}
+
+/// Why checkpoint `name` of `dir` is bad, if it is.
+fn fault(dir: &TaskDir, name: &str) -> Option<String> {
+    if let Err(e) = checkpoint::verify(dir, name) {
+        return Some(format!("{e:#}"));
+    }
+    // Its reader would use it: it parsed, so it is JSON of at most the largest bound.
+    let bytes = dir
+        .read_bounded_if_exists(name, MAX_CHECKPOINT_BYTES)
+        .ok()??;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    super::files::schema_mismatch(Schema::for_task_file(name)?, &value)
+}
