@@ -552,26 +552,26 @@ fn invalid_usage_counts_count_as_zero_and_the_reply_is_used() {
         ),
         reply(serde_json::json!("lots")),
     ]);
-    let env = env_for(&llm, "");
-    let first = submit(&env, "first");
+    let env = TestEnv::for_llm(&llm, "");
+    let first = env.submit("first");
     let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
     let log = out.stderr();
     assert!(
         log.contains("usage.completion_tokens is -1, usage.total_tokens is 1.5: not a token count, counted as 0"),
         "{log}"
     );
-    let r = row(&env, &first);
+    let r = env.row(&first);
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(r["llm_call_count"], 1);
     // total_tokens invalid (0) as reported: the counts the provider gave are used as they are.
-    let second = submit(&env, "second");
+    let second = env.submit("second");
     let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
     assert!(
         out.stderr().contains("usage ignored: not a usage object"),
         "{}",
         out.stderr()
     );
-    let r = row(&env, &second);
+    let r = env.row(&second);
     assert_eq!(r["status"], "completed", "{r}");
     assert!(r["total_tokens"].as_u64().unwrap() > 0, "estimated: {r}");
 
@@ -583,7 +583,7 @@ fn invalid_usage_counts_count_as_zero_and_the_reply_is_used() {
     let env = TestEnv::new();
     env.write_config(&config_yaml(&llm.base_url(), "ollama", ""));
     env.ctxhost(&["init"]).ok();
-    let uuid = submit(&env, "third");
+    let uuid = env.submit("third");
     let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
     assert!(
         out.stderr()
@@ -591,7 +591,7 @@ fn invalid_usage_counts_count_as_zero_and_the_reply_is_used() {
         "{}",
         out.stderr()
     );
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(r["total_tokens"], 12);
 
@@ -604,7 +604,7 @@ fn invalid_usage_counts_count_as_zero_and_the_reply_is_used() {
     let env = TestEnv::new();
     env.write_config(&config_yaml(&llm.base_url(), "anthropic", ""));
     env.ctxhost(&["init"]).ok();
-    let uuid = submit(&env, "fourth");
+    let uuid = env.submit("fourth");
     let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
     assert!(
         out.stderr()
@@ -612,7 +612,7 @@ fn invalid_usage_counts_count_as_zero_and_the_reply_is_used() {
         "{}",
         out.stderr()
     );
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(r["total_tokens"], 20);
 }

@@ -354,7 +354,7 @@ fn stop_during_a_slow_llm_call_abandons_it_instead_of_retrying() {
             "max_retries: 2\n  interrupt_grace_secs: 1",
         )],
     );
-    let uuid = submit(&env, "never answered");
+    let uuid = env.submit("never answered");
     let w = worker(&env, &[]);
     assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
     let asked = Instant::now();
@@ -364,7 +364,7 @@ fn stop_during_a_slow_llm_call_abandons_it_instead_of_retrying() {
     wait_ok(w);
     // Far below one attempt's timeout, let alone the retry total (60 s and more).
     assert!(took < Duration::from_secs(15), "stop took {took:?}");
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "stopped", "{r}");
     assert_eq!(r["error_message"], Value::Null);
     assert_eq!(r["llm_call_count"], 0, "the provider never answered");
@@ -400,7 +400,7 @@ fn pause_during_a_retry_back_off_is_honoured_at_once_and_resumes() {
         })
     });
     let env = env_with_llm(&llm, &[("max_backoff_secs: 2", "max_backoff_secs: 60")]);
-    let uuid = submit(&env, "answer after a 503");
+    let uuid = env.submit("answer after a 503");
     let w = worker(&env, &[]);
     assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
     let asked = Instant::now();
@@ -409,7 +409,7 @@ fn pause_during_a_retry_back_off_is_honoured_at_once_and_resumes() {
     let took = asked.elapsed();
     wait_ok(w);
     assert!(took < Duration::from_secs(15), "pause took {took:?}");
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "paused", "{r}");
     assert_eq!(r["error_message"], Value::Null);
     assert_eq!(llm.request_count(), 1, "the retry was not made");
@@ -418,7 +418,7 @@ fn pause_during_a_retry_back_off_is_honoured_at_once_and_resumes() {
 
     env.ctxhost(&["resume", &uuid]).ok();
     wait_ok(worker(&env, &[]));
-    let r = row(&env, &uuid);
+    let r = env.row(&uuid);
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(r["llm_call_count"], 1);
     let reqs = llm.requests();
