@@ -136,6 +136,47 @@ fn plugin_check_rejects_each_flawed_compressor() {
 }
 
 #[test]
+fn plugin_check_warns_about_a_dropped_first_user_message_and_reports_a_masked_kept_result() {
+    // Drops the old part without a summary: the first user message is gone without a word.
+    let report = run_check(&guest("bad_compressor_drop_first_user.wasm"));
+    let warned: Vec<_> = report
+        .checks
+        .iter()
+        .filter(|c| c.name.ends_with("the task's first user message"))
+        .collect();
+    assert!(!warned.is_empty(), "{}", report.to_text());
+    assert!(
+        warned.iter().any(|c| c.status == Status::Warn
+            && c.detail.contains("neither kept nor covered by a summary")),
+        "{}",
+        report.to_text()
+    );
+    assert!(
+        report
+            .checks
+            .iter()
+            .all(|c| c.status != Status::Warn || c.name.ends_with("the task's first user message")),
+        "only the first-user-message check warns:\n{}",
+        report.to_text()
+    );
+    println!("drop-first-user:\n{}", report.to_text());
+
+    // Masks an older kept tool result with the mark: accepted, and the detail says so.
+    let report = run_check(&guest("bad_compressor_mask_kept_result.wasm"));
+    let reported: Vec<_> = report
+        .checks
+        .iter()
+        .filter(|c| c.name.ends_with("kept tail verbatim") && c.detail.contains("masked or cut"))
+        .collect();
+    assert!(!reported.is_empty(), "{}", report.to_text());
+    for c in &reported {
+        assert_eq!(c.status, Status::Pass, "{}: {}", c.name, c.detail);
+        assert!(c.detail.contains("tools.jsonl"), "{}", c.detail);
+    }
+    println!("mask-kept-result: {}", reported[0].detail);
+}
+
+#[test]
 fn builtins_report_no_skips_but_the_masker_skips_the_llm_checks() {
     for (name, skips) in [
         ("builtin:llm-summarizer", false),
@@ -603,6 +644,59 @@ fn plugin_new_makes_a_rust_strategy_that_builds_and_passes_plugin_check() {
 }
 
 #[test]
+fn plugin_new_makes_a_rust_request_format_that_builds_and_passes_plugin_check() {
+    let (report, _) =
+        scaffold_build_and_check("request-format", "my-format", "request-format-plugin");
+    let statuses = statuses(&report);
+    assert!(
+        statuses.iter().all(|(_, s)| s == "pass"),
+        "every check applies to it and passes: {report:#}"
+    );
+    // The body (streamed messages, unicode intact, the tool offered), a malformed messages
+    // line refused, and the OpenAI replies: text with usage, a tool call, errors refused.
+    for name in [
+        "write-request",
+        "tools offered",
+        "write-request rejects a malformed line",
+        "read-response: OpenAI text reply with usage",
+        "read-response: OpenAI tool call reply",
+        "read-response: provider error object",
+        "read-response: HTML error page",
+    ] {
+        assert!(
+            statuses.iter().any(|(n, _)| n.starts_with(name)),
+            "no {name} check: {report:#}"
+        );
+    }
+}
+
+#[test]
+fn plugin_new_makes_a_rust_message_store_that_builds_and_passes_plugin_check() {
+    let (report, _) = scaffold_build_and_check("message-store", "my-store", "message-store-plugin");
+    let statuses = statuses(&report);
+    assert!(
+        statuses.iter().all(|(_, s)| s == "pass"),
+        "every check applies to it and passes: {report:#}"
+    );
+    // Appends with gap-free seqs, both files' lines, the running token count against a
+    // recount, and current.jsonl replaced (and left alone when the source is malformed).
+    for name in [
+        "open on an empty task directory",
+        "add-message",
+        "messages.jsonl lines",
+        "current.jsonl lines",
+        "current-token-count",
+        "recreate-current-context from a shorter context",
+        "recreate-current-context rejects a malformed source",
+    ] {
+        assert!(
+            statuses.iter().any(|(n, _)| n.starts_with(name)),
+            "no {name} check: {report:#}"
+        );
+    }
+}
+
+#[test]
 fn plugin_new_refuses_bad_names_existing_directories_and_kinds_without_a_template() {
     let work = tempfile::tempdir().unwrap();
     let cache = work.path().join("cache");
@@ -624,8 +718,16 @@ fn plugin_new_refuses_bad_names_existing_directories_and_kinds_without_a_templat
             "no python template for --kind strategy",
         ),
         (
-            vec!["plugin", "new", "--kind", "request-format", "my-format"],
-            "no rust template for --kind request-format",
+            vec![
+                "plugin",
+                "new",
+                "--kind",
+                "request-format",
+                "--lang",
+                "python",
+                "py-format",
+            ],
+            "no python template for --kind request-format",
         ),
         (
             vec![

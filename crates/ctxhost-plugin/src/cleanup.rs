@@ -31,12 +31,20 @@ impl Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        for file in self.temporaries.iter().chain(self.output.iter()) {
-            if let Err(e) = fs::remove_file(file)
-                && e.kind() != io::ErrorKind::NotFound
-            {
-                logging::warn(&format!("cannot delete {file}: {e}"));
-            }
+        for file in &self.temporaries {
+            remove(file, "the temporary ");
         }
+        if let Some(file) = &self.output {
+            remove(file, "");
+        }
+    }
+}
+
+/// Removes `file`, logging a failure as `cannot delete <what><file>: <error>`.
+fn remove(file: &str, what: &str) {
+    if let Err(e) = fs::remove_file(file)
+        && e.kind() != io::ErrorKind::NotFound
+    {
+        logging::warn(&format!("cannot delete {what}{file}: {e}"));
     }
 }

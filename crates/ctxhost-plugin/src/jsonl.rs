@@ -1,6 +1,8 @@
 //! JSONL files of the task directory, a line at a time (paths relative to the task directory,
 //! which the host preopens as `.`): reading chat messages ([`read_messages`], [`MessageReader`]),
 //! writing a new file ([`LineWriter`]) and appending one whole line ([`append_json_line`]).
+//! Every line written has U+2028 / U+2029 escaped (`\u2028`, `\u2029`), as the host writes
+//! them, so readers that split on them still see whole lines.
 //! Errors are `plugin-error`s naming the file and, when reading, the 1-based line
 //! (`current.jsonl line 3: not valid: missing field `role``).
 //!
@@ -10,7 +12,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, Write};
 
 use crate::format::ChatMessage;
-use crate::format::jsonl::{JsonlError, LineReader};
+use crate::format::jsonl::{JsonlError, LineReader, escape_line_separators, to_line};
 use crate::types::PluginError;
 
 /// `io` error `<what>: <OS error>`, e.g. `opening current.jsonl: Permission denied`.
@@ -29,14 +31,19 @@ impl From<JsonlError> for PluginError {
     }
 }
 
-/// A line reader of `file` (blank lines skipped, line numbers counted), or `None` when the
-/// file does not exist.
-pub fn open_lines(file: &str) -> Result<Option<LineReader<BufReader<File>>>, PluginError> {
+/// A buffered reader of `file`, or `None` when it does not exist.
+pub fn open_if_exists(file: &str) -> Result<Option<BufReader<File>>, PluginError> {
     match File::open(file) {
-        Ok(f) => Ok(Some(LineReader::new(BufReader::new(f), file))),
+        Ok(f) => Ok(Some(BufReader::new(f))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_error(format!("opening {file}"), e)),
     }
+}
+
+/// A line reader of `file` (blank lines skipped, line numbers counted), or `None` when the
+/// file does not exist.
+pub fn open_lines(file: &str) -> Result<Option<LineReader<BufReader<File>>>, PluginError> {
+    Ok(open_if_exists(file)?.map(|reader| LineReader::new(reader, file)))
 }
 
 /// A line reader of `file`, which must exist (`io` error `opening <file>: no such file`).
@@ -79,8 +86,9 @@ pub fn first_line(file: &str) -> Result<String, PluginError> {
 }
 
 /// A JSONL file being written, one whole line per call. Create it, write lines, then
-/// [`LineWriter::finish`] (which flushes and syncs); a writer dropped without `finish` leaves
-/// a file the host must not use (delete it, e.g. with [`crate::Cleanup`]).
+/// [`LineWriter::finish`] (which flushes and syncs) or [`LineWriter::finish_unsynced`]; a
+/// writer dropped without either leaves a file the host must not use (delete it, e.g. with
+/// [`crate::Cleanup`]).
 pub struct LineWriter {
     file: String,
     out: BufWriter<File>,
@@ -96,30 +104,41 @@ impl LineWriter {
         })
     }
 
-    /// Writes `text` (one line, without its `\n`) and a `\n`.
+    /// Writes `text` (one line of JSON text, without its `\n`; its U+2028 / U+2029 escaped)
+    /// and a `\n`.
     pub fn line(&mut self, text: &str) -> Result<(), PluginError> {
         self.out
-            .write_all(text.as_bytes())
+            .write_all(escape_line_separators(text).as_bytes())
             .and_then(|_| self.out.write_all(b"\n"))
             .map_err(|e| io_error(format!("writing {}", self.file), e))
     }
 
     /// Writes `value` as one JSON line (e.g. a [`ChatMessage`]).
     pub fn json(&mut self, value: &impl serde::Serialize) -> Result<(), PluginError> {
-        let text = serde_json::to_string(value).map_err(|e| {
+        let text = to_line(value).map_err(|e| {
             PluginError::Internal(format!("serialising a line of {}: {e}", self.file))
         })?;
         self.line(&text)
     }
 
+    /// Flushes and closes the file without syncing it: for temporaries, and for a
+    /// compressor's output, which the host copies into current.jsonl and syncs itself.
+    pub fn finish_unsynced(self) -> Result<(), PluginError> {
+        self.flush().map(drop)
+    }
+
+    fn flush(self) -> Result<File, PluginError> {
+        let file = self.file;
+        self.out
+            .into_inner()
+            .map_err(|e| io_error(format!("writing {file}"), e.into_error()))
+    }
+
     /// Flushes, syncs and closes the file.
     pub fn finish(self) -> Result<(), PluginError> {
-        let file = self.file;
-        let f = self
-            .out
-            .into_inner()
-            .map_err(|e| io_error(format!("writing {file}"), e.into_error()))?;
-        f.sync_all()
+        let file = self.file.clone();
+        self.flush()?
+            .sync_all()
             .map_err(|e| io_error(format!("syncing {file}"), e))
     }
 }
@@ -128,7 +147,7 @@ impl LineWriter {
 /// line is built in memory and written with one `write_all`, so a reader never sees half a
 /// line.
 pub fn append_json_line(file: &str, value: &impl serde::Serialize) -> Result<(), PluginError> {
-    let mut line = serde_json::to_string(value)
+    let mut line = to_line(value)
         .map_err(|e| PluginError::Internal(format!("serialising a line of {file}: {e}")))?;
     line.push('\n');
     let mut f = OpenOptions::new()
@@ -142,42 +161,52 @@ pub fn append_json_line(file: &str, value: &impl serde::Serialize) -> Result<(),
         .map_err(|e| io_error(format!("syncing {file}"), e))
 }
 
-/// The WIT record of a chat message line.
+/// The WIT record of a chat message line (a copy; `From` moves instead).
 pub fn to_wit(m: &ChatMessage) -> crate::types::ChatMessage {
-    crate::types::ChatMessage {
-        role: m.role.clone(),
-        content: m.content.clone(),
-        tool_calls: m
-            .calls()
-            .iter()
-            .map(|c| crate::types::ToolCall {
-                id: c.id.clone(),
-                name: c.function.name.clone(),
-                arguments: c.function.arguments.clone(),
-            })
-            .collect(),
-        tool_call_id: m.tool_call_id.clone(),
-        tool_name: m.tool_name.clone(),
+    m.clone().into()
+}
+
+/// The chat message line of a WIT record (a copy; `From` moves instead).
+pub fn from_wit(m: &crate::types::ChatMessage) -> ChatMessage {
+    m.clone().into()
+}
+
+/// A chat message line as the WIT record (`tool-calls` empty when the line has none).
+impl From<ChatMessage> for crate::types::ChatMessage {
+    fn from(m: ChatMessage) -> Self {
+        crate::types::ChatMessage {
+            role: m.role,
+            content: m.content,
+            tool_calls: m
+                .tool_calls
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| crate::types::ToolCall {
+                    id: c.id,
+                    name: c.function.name,
+                    arguments: c.function.arguments,
+                })
+                .collect(),
+            tool_call_id: m.tool_call_id,
+            tool_name: m.tool_name,
+        }
     }
 }
 
-/// The chat message line of a WIT record (no `tool_calls` key when there are none).
-pub fn from_wit(m: &crate::types::ChatMessage) -> ChatMessage {
-    ChatMessage {
-        role: m.role.clone(),
-        content: m.content.clone(),
-        tool_calls: if m.tool_calls.is_empty() {
-            None
-        } else {
-            Some(
-                m.tool_calls
-                    .iter()
-                    .map(|c| crate::format::ToolCall::new(&c.id, &c.name, &c.arguments))
-                    .collect(),
-            )
-        },
-        tool_call_id: m.tool_call_id.clone(),
-        tool_name: m.tool_name.clone(),
-        ..Default::default()
+/// A WIT record as the chat message line (no `tool_calls` key when there are none).
+impl From<crate::types::ChatMessage> for ChatMessage {
+    fn from(m: crate::types::ChatMessage) -> Self {
+        let calls: Vec<crate::format::ToolCall> = m
+            .tool_calls
+            .into_iter()
+            .map(|c| crate::format::ToolCall::new(c.id, c.name, c.arguments))
+            .collect();
+        ChatMessage {
+            role: m.role,
+            content: m.content,
+            tool_calls: (!calls.is_empty()).then_some(calls),
+            tool_call_id: m.tool_call_id,
+            tool_name: m.tool_name,
+        }
     }
 }

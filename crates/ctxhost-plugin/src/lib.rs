@@ -15,9 +15,11 @@
 //!   world does not have does not load: the host names the import;
 //! - helpers: JSONL reading and writing ([`jsonl`]), the token estimate ([`tokens`]), the
 //!   compression rules of the builtins (threshold, the tool-group-aware cut, the summary
-//!   message format, summary ids: [`compress`]), and a guard that removes temporaries
-//!   ([`Cleanup`]). They are the code the builtin components run (`ctxhost-format`, re-exported
-//!   as [`format`]).
+//!   message format, summary ids: [`compress`]), a guard that removes temporaries
+//!   ([`Cleanup`]), the provider-independent part of a request format (streaming the messages
+//!   file into the request body, reading the response, usage: [`request`]) and fast WASI
+//!   writes ([`wasi_output`]). The builtin components are built on this crate and run exactly
+//!   this code (with `ctxhost-format`, the host's own formats, re-exported as [`format`]).
 //!
 //! Every path is relative to the task directory, which the host preopens as `.`; see
 //! docs/PLUGINS.md of the ctxhost repository for every function, the files it reads and
@@ -186,7 +188,9 @@ mod cleanup;
 pub mod compress;
 pub mod jsonl;
 pub mod logging;
+pub mod request;
 pub mod tokens;
+pub mod wasi_output;
 
 pub use cleanup::Cleanup;
 pub use format::{ChatMessage, FunctionCall, SummaryLine, ToolCall};

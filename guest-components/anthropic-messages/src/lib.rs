@@ -4,7 +4,7 @@
 //! - [`request`]: `write-request` streams the messages file (twice, one line at a time) into
 //!   `{"model","max_tokens","temperature"?,"system"?,"tools"?,"messages":[...]}` for
 //!   `POST /v1/messages`, with prompt-cache breakpoints on the system prompt, the latest summary
-//!   and the last two user turns (`ctxhost_format::anthropic`).
+//!   and the last two user turns (`ctxhost_plugin::format::anthropic`).
 //! - [`response`]: `read-response` parses `{"type":"message","content":[...],"stop_reason",
 //!   "usage"}` or an `{"type":"error","error":{...}}` body into a reply with OpenAI-shaped tool
 //!   calls and finish reason.
@@ -12,22 +12,11 @@
 //! The API key never reaches the component: the host's transport sends it (`x-api-key`, with
 //! `anthropic-version`).
 
-wit_bindgen::generate!({ world: "request-format-plugin", path: "../../wit" });
-
-// Only the reading helpers are used: the body is written by `ctxhost_format::anthropic`.
-#[allow(dead_code)]
-#[path = "../../shared/request_common.rs"]
-mod common;
-#[path = "../../shared/plugin_error.rs"]
-mod plugin_error;
-// Used by shared/request_common.rs's body writer (unused here).
-#[path = "../../shared/wasi_output.rs"]
-mod wasi_output;
 mod request;
 mod response;
 
-use ctxhost::plugin::types::PluginError;
-use exports::ctxhost::plugin::request_format::{Guest, Reply, RequestConfig, RequestInfo};
+use ctxhost_plugin::request_format::{Guest, Reply, RequestConfig, RequestInfo};
+use ctxhost_plugin::types::PluginError;
 
 struct AnthropicMessages;
 
@@ -41,4 +30,4 @@ impl Guest for AnthropicMessages {
     }
 }
 
-export!(AnthropicMessages);
+ctxhost_plugin::export_request_format!(AnthropicMessages);

@@ -1,20 +1,20 @@
-//! `write-request`: the Messages API request body (`ctxhost_format::anthropic::write_request`),
+//! `write-request`: the Messages API request body (`ctxhost_plugin::format::anthropic::write_request`),
 //! written to the request file; repairs made to keep the API's rules are logged as a warning.
 
 use std::fs::{self, File};
 use std::io::{BufReader, BufWriter, Write};
 
-use ctxhost_format::anthropic::{
+use ctxhost_plugin::format::anthropic::{
     self, BodyError, DEFAULT_MAX_TOKENS, ENDPOINT_PATH, Repairs, RequestSettings,
 };
-use ctxhost_format::body;
-use ctxhost_format::stream::CountingWriter;
+use ctxhost_plugin::format::body;
+use ctxhost_plugin::format::stream::CountingWriter;
 
-use crate::common;
-use crate::ctxhost::plugin::log::{Level, log};
-use crate::ctxhost::plugin::types::PluginError;
-use crate::exports::ctxhost::plugin::request_format::{RequestConfig, RequestInfo};
-use crate::plugin_error::io_error;
+use ctxhost_plugin::jsonl::io_error;
+use ctxhost_plugin::log::{Level, log};
+use ctxhost_plugin::request as common;
+use ctxhost_plugin::request_format::{RequestConfig, RequestInfo};
+use ctxhost_plugin::types::PluginError;
 
 /// Writes the body for `config` (`max_tokens` is `max-output-tokens`, or
 /// [`DEFAULT_MAX_TOKENS`]). Errors: `invalid-input` for a messages line that is not a chat

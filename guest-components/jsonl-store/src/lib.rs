@@ -2,24 +2,15 @@
 //!
 //! The single writer of the task directory's `messages.jsonl` (full history, `HistoryLine`s
 //! with `seq` from 1, gap-free) and `current.jsonl` (the live context, one chat message per
-//! line), formats of DESIGN.md §2 (`ctxhost_format::lines`). Files are streamed a line at a
+//! line), formats of DESIGN.md §2 (`ctxhost_plugin::format::lines`). Files are streamed a line at a
 //! time and kept open for appending between calls, so guest memory stays flat whatever their size;
 //! message/line counts and the token estimate are kept in a static between calls.
 //! The logic lives in [`store`]; this file only binds it to the WIT exports.
 
-wit_bindgen::generate!({ world: "message-store-plugin", path: "../../wit" });
-
-mod convert;
-#[path = "../../shared/jsonl_files.rs"]
-mod jsonl_files;
-#[path = "../../shared/plugin_error.rs"]
-mod plugin_error;
 mod store;
-#[path = "../../shared/wasi_output.rs"]
-mod wasi_output;
 
-use ctxhost::plugin::types::{ChatMessage, PluginError};
-use exports::ctxhost::plugin::message_store::{AddedMessage, Guest, StoreStats};
+use ctxhost_plugin::message_store::{AddedMessage, Guest, StoreStats};
+use ctxhost_plugin::types::{ChatMessage, PluginError};
 
 struct JsonlStore;
 
@@ -29,7 +20,7 @@ impl Guest for JsonlStore {
     }
 
     fn add_message(message: ChatMessage, timestamp: String) -> Result<AddedMessage, PluginError> {
-        store::with(|s| s.add_message(convert::to_format(message), &timestamp))
+        store::with(|s| s.add_message(message.into(), &timestamp))
     }
 
     fn record_summary(
@@ -37,7 +28,7 @@ impl Guest for JsonlStore {
         summary_id: u64,
         timestamp: String,
     ) -> Result<AddedMessage, PluginError> {
-        store::with(|s| s.record_summary(convert::to_format(summary), summary_id, &timestamp))
+        store::with(|s| s.record_summary(summary.into(), summary_id, &timestamp))
     }
 
     fn current_token_count() -> u64 {
@@ -57,4 +48,4 @@ impl Guest for JsonlStore {
     }
 }
 
-export!(JsonlStore);
+ctxhost_plugin::export_message_store!(JsonlStore);

@@ -1,12 +1,12 @@
 //! The store's state and operations on `messages.jsonl` / `current.jsonl` (paths relative to
 //! the preopened task directory).
 //!
-//! Both files stay open for appending between calls (`shared/wasi_output.rs`: one WASI call per
+//! Both files stay open for appending between calls (`ctxhost_plugin::wasi_output`: one WASI call per
 //! line of up to 4 KiB instead of open, write, close through std), which relies on the store
 //! being their only writer while it is open (DESIGN §5); they are reopened after `open` and
 //! after `recreate-current-context` replaces current.jsonl.
 //!
-//! Checkpoint ([`STORE_CHECKPOINT`], `ctxhost_format::checkpoint`): the counts up to a byte
+//! Checkpoint ([`STORE_CHECKPOINT`], `ctxhost_plugin::format::checkpoint`): the counts up to a byte
 //! offset of each file, written at the end of `open`, after `recreate-current-context` and every
 //! [`STORE_CHECKPOINT_EVERY`] bytes appended. `open` checks it against the files' tails and then
 //! streams only the bytes after it; a missing, stale or unreadable checkpoint means a full read.
@@ -15,27 +15,27 @@ use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::sync::Mutex;
 
-use ctxhost_format::checkpoint::{
+use ctxhost_plugin::format::checkpoint::{
     CHECKPOINT_VERSION, FileMark, STORE_CHECKPOINT_EVERY, StoreCheckpoint,
 };
-use ctxhost_format::files::STORE_CHECKPOINT;
-use ctxhost_format::jsonl::for_each_line;
-use ctxhost_format::lines::encode_message_lines;
-use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
+use ctxhost_plugin::format::files::STORE_CHECKPOINT;
+use ctxhost_plugin::format::jsonl::for_each_line;
+use ctxhost_plugin::format::lines::encode_message_lines;
+use ctxhost_plugin::format::{ChatMessage, HistoryLine, estimate_message_tokens};
 
-use crate::ctxhost::plugin::log::{Level, log};
-use crate::ctxhost::plugin::types::PluginError;
-use crate::exports::ctxhost::plugin::message_store::{AddedMessage, StoreStats};
-use crate::jsonl_files::open_if_exists;
-use crate::plugin_error::io_error;
-use crate::wasi_output::Appender;
+use ctxhost_plugin::jsonl::io_error;
+use ctxhost_plugin::jsonl::open_if_exists;
+use ctxhost_plugin::log::{Level, log};
+use ctxhost_plugin::message_store::{AddedMessage, StoreStats};
+use ctxhost_plugin::types::PluginError;
+use ctxhost_plugin::wasi_output::Appender;
 
 /// The full history, append-only.
-pub const MESSAGES: &str = ctxhost_format::files::MESSAGES;
+pub const MESSAGES: &str = ctxhost_plugin::format::files::MESSAGES;
 /// The live context.
-pub const CURRENT: &str = ctxhost_format::files::CURRENT;
+pub const CURRENT: &str = ctxhost_plugin::format::files::CURRENT;
 /// Where `recreate-current-context` builds the new context before renaming it over [`CURRENT`].
-pub const CURRENT_TMP: &str = ctxhost_format::files::CURRENT_TMP;
+pub const CURRENT_TMP: &str = ctxhost_plugin::format::files::CURRENT_TMP;
 
 /// Roles a chat message may have.
 const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
@@ -298,7 +298,7 @@ fn write_context(reader: impl io::BufRead, source: &str) -> Result<(u64, u64), P
     let mut out = BufWriter::new(tmp);
     let write_err = |e| io_error(format!("writing {CURRENT_TMP}"), e);
     let counts = count_context(reader, source, |m| {
-        ctxhost_format::jsonl::write_value(&mut out, m).map_err(|e| write_err(e.into()))?;
+        ctxhost_plugin::format::jsonl::write_value(&mut out, m).map_err(|e| write_err(e.into()))?;
         out.write_all(b"\n").map_err(write_err)
     })?;
     let file = out.into_inner().map_err(|e| write_err(e.into_error()))?;

@@ -12,7 +12,7 @@
 //! 2. [`split::split`]: lines `2..cut` → to_summarize.jsonl, the rest → unsummarized.jsonl
 //!    (the planned results cut). With nothing before the cut, or a summary that would not be
 //!    smaller, the new context only has those results cut, and no summary is made.
-//! 3. [`history::tail_seqs`]: the messages.jsonl seqs of the summarised messages.
+//! 3. [`ctxhost_plugin::compress::tail_seqs`]: the messages.jsonl seqs of the summarised messages.
 //! 4. [`summarize`]: the summary, through `llm.complete`, every request within the window
 //!    (chunks and merges when needed).
 //! 5. compressed.jsonl = the system prompt line + one summary message (role `user`, `Summary of
@@ -24,29 +24,20 @@
 //! only ever read, stays as it was. An earlier summary is summarised again with the rest and
 //! its range start carries over.
 
-wit_bindgen::generate!({ world: "compressor-plugin", path: "../../wit" });
-
-#[path = "../../shared/cleanup.rs"]
-mod cleanup;
 mod files;
-mod history;
-#[path = "../../shared/jsonl_files.rs"]
-mod jsonl_files;
-#[path = "../../shared/plugin_error.rs"]
-mod plugin_error;
 mod split;
 mod summarize;
 
-use ctxhost_format::compress::{over_threshold, plan_tail, summary_message};
-use ctxhost_format::time::now_rfc3339_utc;
-use ctxhost_format::{SummaryLine, estimate_message_tokens, estimate_tokens};
+use ctxhost_plugin::format::compress::{over_threshold, plan_tail, summary_message};
+use ctxhost_plugin::format::time::now_rfc3339_utc;
+use ctxhost_plugin::format::{SummaryLine, estimate_message_tokens, estimate_tokens};
 
-use cleanup::Cleanup;
-use ctxhost::plugin::log::{Level, log};
-use ctxhost::plugin::types::PluginError;
-use exports::ctxhost::plugin::compressor::{CompressConfig, CompressResult, Guest, SummaryInfo};
+use ctxhost_plugin::Cleanup;
+use ctxhost_plugin::compressor::{CompressConfig, CompressResult, Guest, SummaryInfo};
+use ctxhost_plugin::jsonl::LineWriter;
+use ctxhost_plugin::log::{Level, log};
+use ctxhost_plugin::types::PluginError;
 use files::{COMPRESSED, CURRENT, SUMMARIES, SUMMARY_REQUEST, TO_SUMMARIZE, UNSUMMARIZED};
-use jsonl_files::LineWriter;
 
 struct LlmSummarizer;
 
@@ -80,7 +71,8 @@ fn compress(config: &CompressConfig) -> Result<CompressResult, PluginError> {
 
     // Seqs: the history lines of current.jsonl are the tail of messages.jsonl.
     let summarized = scan.history_lines(1, cut) as usize;
-    let seqs = history::tail_seqs(scan.history_lines(1, scan.kinds.len()) as usize)?;
+    let seqs =
+        ctxhost_plugin::compress::tail_seqs(scan.history_lines(1, scan.kinds.len()) as usize)?;
     let (start_seq, end_seq) = match (scan.previous, summarized) {
         (Some((start, end)), 0) => (start, end),
         (Some((start, _)), k) => (start, seqs[k - 1]),
@@ -112,14 +104,14 @@ fn compress(config: &CompressConfig) -> Result<CompressResult, PluginError> {
     }
 
     let mut out = LineWriter::create(COMPRESSED)?;
-    out.line(&files::first_line(CURRENT)?)?;
+    out.line(&ctxhost_plugin::jsonl::first_line(CURRENT)?)?;
     out.json(&message)?;
     files::copy_lines(UNSUMMARIZED, &mut out)?;
-    out.finish()?;
+    out.finish_unsynced()?;
 
-    let id = files::next_summary_id()?;
+    let id = ctxhost_plugin::compress::next_summary_id()?;
     let original_tokens = parts.summarized_tokens;
-    jsonl_files::append_json_line_synced(
+    ctxhost_plugin::jsonl::append_json_line(
         SUMMARIES,
         &SummaryLine {
             id,
@@ -166,9 +158,9 @@ fn compress(config: &CompressConfig) -> Result<CompressResult, PluginError> {
 /// tool results cut). No summary.
 fn cut_only(parts: &split::Split) -> Result<CompressResult, PluginError> {
     let mut out = LineWriter::create(COMPRESSED)?;
-    out.line(&files::first_line(CURRENT)?)?;
+    out.line(&ctxhost_plugin::jsonl::first_line(CURRENT)?)?;
     files::copy_lines(UNSUMMARIZED, &mut out)?;
-    out.finish()?;
+    out.finish_unsynced()?;
     log(
         Level::Info,
         &format!(
@@ -186,10 +178,10 @@ fn cut_only(parts: &split::Split) -> Result<CompressResult, PluginError> {
 /// be smaller): system prompt, those messages, then the kept part with its results cut.
 fn cut_only_keeping(cut: usize, parts: &split::Split) -> Result<CompressResult, PluginError> {
     let mut out = LineWriter::create(COMPRESSED)?;
-    out.line(&files::first_line(CURRENT)?)?;
+    out.line(&ctxhost_plugin::jsonl::first_line(CURRENT)?)?;
     files::copy_lines(TO_SUMMARIZE, &mut out)?;
     files::copy_lines(UNSUMMARIZED, &mut out)?;
-    out.finish()?;
+    out.finish_unsynced()?;
     log(
         Level::Info,
         &format!(
@@ -227,4 +219,4 @@ fn nothing_to_summarise(scan: &split::Scan, config: &CompressConfig) -> String {
     )
 }
 
-export!(LlmSummarizer);
+ctxhost_plugin::export_compressor!(LlmSummarizer);

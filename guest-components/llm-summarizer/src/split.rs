@@ -1,15 +1,17 @@
 //! Reading current.jsonl twice, a line at a time: [`scan`] learns what each line is and
-//! weighs (for the cut rule, [`ctxhost_format::compress::plan_tail`]), [`split`] writes the
+//! weighs (for the cut rule, [`ctxhost_plugin::format::compress::plan_tail`]), [`split`] writes the
 //! part to summarise and the kept part to their temporaries, cutting the older tool results
 //! the plan names.
 
-use ctxhost_format::compress::{LineKind, is_summary_line, parse_summary_range, shrunk_result};
-use ctxhost_format::{ChatMessage, estimate_message_tokens};
+use ctxhost_plugin::format::compress::{
+    LineKind, is_summary_line, parse_summary_range, shrunk_result,
+};
+use ctxhost_plugin::format::{ChatMessage, estimate_message_tokens};
 use serde::Deserialize;
 
-use crate::ctxhost::plugin::types::PluginError;
 use crate::files::{CURRENT, TO_SUMMARIZE, UNSUMMARIZED, for_each_raw};
-use crate::jsonl_files::{LineWriter, require_lines};
+use ctxhost_plugin::jsonl::{LineWriter, require_lines};
+use ctxhost_plugin::types::PluginError;
 
 /// What current.jsonl holds.
 pub struct Scan {
@@ -126,7 +128,7 @@ pub fn split(cut: usize, shrink: &[(usize, u64)]) -> Result<Split, PluginError> 
         index += 1;
         Ok(())
     })?;
-    old.finish()?;
-    kept.finish()?;
+    old.finish_unsynced()?;
+    kept.finish_unsynced()?;
     Ok(parts)
 }

@@ -12,15 +12,17 @@
 //! summary prompt with `{messages}` replaced by the chunk (appended after a blank line when
 //! the prompt has no placeholder).
 
-use ctxhost_format::compress::{Chunk, Chunker, cut_to_tokens, render_message, request_budget};
-use ctxhost_format::{ChatMessage, estimate_tokens};
+use ctxhost_plugin::format::compress::{
+    Chunk, Chunker, cut_to_tokens, render_message, request_budget,
+};
+use ctxhost_plugin::format::{ChatMessage, estimate_tokens};
 
-use crate::ctxhost::plugin::llm;
-use crate::ctxhost::plugin::log::{Level, log};
-use crate::ctxhost::plugin::types::PluginError;
-use crate::exports::ctxhost::plugin::compressor::CompressConfig;
 use crate::files::SUMMARY_REQUEST;
-use crate::jsonl_files::{LineWriter, require_lines};
+use ctxhost_plugin::compressor::CompressConfig;
+use ctxhost_plugin::jsonl::{LineWriter, require_lines};
+use ctxhost_plugin::llm;
+use ctxhost_plugin::log::{Level, log};
+use ctxhost_plugin::types::PluginError;
 
 /// System instruction of a request that summarises messages.
 const SUMMARIZE_INSTRUCTION: &str = "You write the summary of a part of a conversation between a coding agent, \
@@ -161,7 +163,7 @@ impl<'a> Summarizer<'a> {
         let mut request = LineWriter::create(SUMMARY_REQUEST)?;
         request.json(&ChatMessage::text("system", instruction))?;
         request.json(&ChatMessage::text("user", user))?;
-        request.finish()?;
+        request.finish_unsynced()?;
         let completion = llm::complete(SUMMARY_REQUEST, self.reserve).map_err(|e| match e {
             PluginError::Llm(reason) => PluginError::Llm(format!("summary request {n}: {reason}")),
             other => other,

@@ -13,23 +13,15 @@
 //! message saying so. No summary is made. The new context is compressed.jsonl (deleted on
 //! failure); current.jsonl is only read. See [`mask`] for the passes.
 
-wit_bindgen::generate!({ world: "compressor-plugin", path: "../../wit" });
-
-#[path = "../../shared/cleanup.rs"]
-mod cleanup;
 mod files;
-#[path = "../../shared/jsonl_files.rs"]
-mod jsonl_files;
 mod mask;
-#[path = "../../shared/plugin_error.rs"]
-mod plugin_error;
 
-use ctxhost_format::compress::over_threshold;
+use ctxhost_plugin::format::compress::over_threshold;
 
-use cleanup::Cleanup;
-use ctxhost::plugin::log::{Level, log};
-use ctxhost::plugin::types::PluginError;
-use exports::ctxhost::plugin::compressor::{CompressConfig, CompressResult, Guest};
+use ctxhost_plugin::Cleanup;
+use ctxhost_plugin::compressor::{CompressConfig, CompressResult, Guest};
+use ctxhost_plugin::log::{Level, log};
+use ctxhost_plugin::types::PluginError;
 use files::COMPRESSED;
 
 struct ObservationMasking;
@@ -69,4 +61,4 @@ impl Guest for ObservationMasking {
     }
 }
 
-export!(ObservationMasking);
+ctxhost_plugin::export_compressor!(ObservationMasking);

@@ -14,13 +14,13 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use ctxhost_format::compress::{LineKind, is_masked, mask_placeholder, plan_tail};
-use ctxhost_format::{ChatMessage, estimate_message_tokens, estimate_tokens};
+use ctxhost_plugin::format::compress::{LineKind, is_masked, mask_placeholder, plan_tail};
+use ctxhost_plugin::format::{ChatMessage, estimate_message_tokens, estimate_tokens};
 use serde::Deserialize;
 
-use crate::ctxhost::plugin::types::PluginError;
 use crate::files::{COMPRESSED, CURRENT, TOOLS};
-use crate::jsonl_files::{LineWriter, open_lines, require_lines};
+use ctxhost_plugin::jsonl::{LineWriter, open_lines, require_lines};
+use ctxhost_plugin::types::PluginError;
 
 /// What a masking did.
 pub struct Masked {
@@ -180,7 +180,7 @@ pub fn mask(keep: usize, keep_tokens: u64) -> Result<Masked, PluginError> {
         }
         index += 1;
     }
-    out.finish()?;
+    out.finish_unsynced()?;
     Ok(done)
 }
 

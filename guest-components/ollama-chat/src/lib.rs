@@ -7,19 +7,11 @@
 //!   "prompt_eval_count","eval_count"}` or `{"error":"..."}` into a reply with OpenAI-shaped
 //!   tool calls.
 
-wit_bindgen::generate!({ world: "request-format-plugin", path: "../../wit" });
-
-#[path = "../../shared/request_common.rs"]
-mod common;
-#[path = "../../shared/plugin_error.rs"]
-mod plugin_error;
 mod request;
 mod response;
-#[path = "../../shared/wasi_output.rs"]
-mod wasi_output;
 
-use ctxhost::plugin::types::PluginError;
-use exports::ctxhost::plugin::request_format::{Guest, Reply, RequestConfig, RequestInfo};
+use ctxhost_plugin::request_format::{Guest, Reply, RequestConfig, RequestInfo};
+use ctxhost_plugin::types::PluginError;
 
 struct OllamaChat;
 
@@ -33,4 +25,4 @@ impl Guest for OllamaChat {
     }
 }
 
-export!(OllamaChat);
+ctxhost_plugin::export_request_format!(OllamaChat);

@@ -2,18 +2,18 @@
 
 use std::io::{self, Write};
 
-use ctxhost_format::shape::ollama::OllamaShape;
+use ctxhost_plugin::format::shape::ollama::OllamaShape;
 use serde::Serialize;
 
-use crate::common;
-use crate::ctxhost::plugin::types::PluginError;
-use crate::exports::ctxhost::plugin::request_format::{RequestConfig, RequestInfo};
+use ctxhost_plugin::request as common;
+use ctxhost_plugin::request_format::{RequestConfig, RequestInfo};
+use ctxhost_plugin::types::PluginError;
 
 /// Where the request is posted, relative to the provider's base URL.
 pub const ENDPOINT_PATH: &str = "/api/chat";
 
 /// Writes `{"model","messages":[...],"stream":false,"options"?,"tools"?}` (messages in
-/// Ollama's shape, `ctxhost_format::shape::ollama`); `options` holds
+/// Ollama's shape, `ctxhost_plugin::format::shape::ollama`); `options` holds
 /// `num_predict` (max output tokens) and `temperature` when set; an empty tools array is left
 /// out.
 pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError> {

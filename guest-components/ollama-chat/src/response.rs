@@ -8,13 +8,14 @@
 //! be missing, e.g. when the prompt was cached); a count that is not a whole number ≥ 0 counts
 //! as 0 with a warning in the host log ([`TokenCount`]).
 
-use ctxhost_format::reply::{ProviderToolCall, TokenCount, assistant_message, invalid_counts};
+use ctxhost_plugin::format::reply::{
+    ProviderToolCall, TokenCount, assistant_message, invalid_counts,
+};
 use serde::Deserialize;
 
-use crate::common::{self, bad_shape};
-use crate::ctxhost::plugin::log::{Level, log};
-use crate::ctxhost::plugin::types::PluginError;
-use crate::exports::ctxhost::plugin::request_format::Reply;
+use ctxhost_plugin::request::{self as common, bad_shape};
+use ctxhost_plugin::request_format::Reply;
+use ctxhost_plugin::types::PluginError;
 
 #[derive(Deserialize)]
 struct Response {
@@ -76,7 +77,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
         ("prompt_eval_count", &response.prompt_eval_count),
         ("eval_count", &response.eval_count),
     ]) {
-        log(Level::Warn, &format!("{file}: {warning}"));
+        ctxhost_plugin::logging::warn(&format!("{file}: {warning}"));
     }
     let (prompt, completion) = (
         response.prompt_eval_count.value(),

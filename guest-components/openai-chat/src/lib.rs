@@ -4,22 +4,13 @@
 //! - [`request`]: `write-request` streams the messages file into
 //!   `{"model","messages":[...],"stream":false,"max_tokens"?,"temperature"?,"tools"?}` for
 //!   `POST /v1/chat/completions`.
-//! - [`response`]: `read-response` parses `{"choices":[{"message","finish_reason"}],"usage"?}`
+//! - `read-response` (`ctxhost_plugin::request::openai`, shared with `builtin:prompted-tools`) parses `{"choices":[{"message","finish_reason"}],"usage"?}`
 //!   or an `{"error":{...}}` body into a reply.
 
-wit_bindgen::generate!({ world: "request-format-plugin", path: "../../wit" });
-
-#[path = "../../shared/request_common.rs"]
-mod common;
-#[path = "../../shared/plugin_error.rs"]
-mod plugin_error;
 mod request;
-mod response;
-#[path = "../../shared/wasi_output.rs"]
-mod wasi_output;
 
-use ctxhost::plugin::types::PluginError;
-use exports::ctxhost::plugin::request_format::{Guest, Reply, RequestConfig, RequestInfo};
+use ctxhost_plugin::request_format::{Guest, Reply, RequestConfig, RequestInfo};
+use ctxhost_plugin::types::PluginError;
 
 struct OpenAiChat;
 
@@ -29,8 +20,8 @@ impl Guest for OpenAiChat {
     }
 
     fn read_response(response_file: String) -> Result<Reply, PluginError> {
-        response::read_response(&response_file)
+        ctxhost_plugin::request::openai::read_response(&response_file)
     }
 }
 
-export!(OpenAiChat);
+ctxhost_plugin::export_request_format!(OpenAiChat);

@@ -2,19 +2,19 @@
 
 use std::io::{self, Write};
 
-use ctxhost_format::shape::openai::OpenAiShape;
+use ctxhost_plugin::format::shape::openai::OpenAiShape;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::common;
-use crate::ctxhost::plugin::types::PluginError;
-use crate::exports::ctxhost::plugin::request_format::{RequestConfig, RequestInfo};
+use ctxhost_plugin::request as common;
+use ctxhost_plugin::request_format::{RequestConfig, RequestInfo};
+use ctxhost_plugin::types::PluginError;
 
 /// Where the request is posted, relative to the provider's base URL.
 pub const ENDPOINT_PATH: &str = "/v1/chat/completions";
 
 /// Writes `{"model","messages":[...],"stream":false,"max_tokens"?,"temperature"?,"tools"?}`
-/// (messages in OpenAI's shape, `ctxhost_format::shape::openai`; an empty tools array is left
+/// (messages in OpenAI's shape, `ctxhost_plugin::format::shape::openai`; an empty tools array is left
 /// out: OpenAI rejects `"tools":[]`).
 pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError> {
     let (max_tokens, temperature) = (config.max_output_tokens, config.temperature);

@@ -21,28 +21,26 @@
 //! All state is in the host's planning history (`get-latest-plan`, `entries`): the component
 //! keeps nothing in memory between hooks, so a resumed task continues at the same step.
 
-wit_bindgen::generate!({ world: "strategy-plugin", path: "../../wit" });
-
 mod prompts;
 
 use std::fs;
 use std::io::Write;
 
-use ctxhost_format::ChatMessage as Line;
-use ctxhost_format::files::STRATEGY_REQUEST;
-use ctxhost_format::planning::{
+use ctxhost_plugin::format::ChatMessage as Line;
+use ctxhost_plugin::format::files::STRATEGY_REQUEST;
+use ctxhost_plugin::format::planning::{
     self as fmt, MAX_TEXT_BYTES, PlanningHistory, PlanningLine, StepStatus as FmtStatus, bounded,
     find_json, parse_plan, parse_verdict,
 };
 
-use ctxhost::plugin::llm;
-use ctxhost::plugin::log::{Level, log};
-use ctxhost::plugin::planning::{
+use ctxhost_plugin::llm;
+use ctxhost_plugin::log::{Level, log};
+use ctxhost_plugin::planning::{
     self as planning, Entry, Plan, PlanStep, Progress, Reflection, StepStatus, Verdict,
     Verification,
 };
-use ctxhost::plugin::types::{ChatMessage, PluginError};
-use exports::ctxhost::plugin::strategy::{Decision, Guest, StrategyConfig, TaskState, ToolOutcome};
+use ctxhost_plugin::strategy::{Decision, Guest, StrategyConfig, TaskState, ToolOutcome};
+use ctxhost_plugin::types::{ChatMessage, PluginError};
 
 /// Most tokens a side call may answer with.
 const SIDE_CALL_TOKENS: u32 = 1024;
@@ -585,4 +583,4 @@ impl Guest for PlanExecute {
     }
 }
 
-export!(PlanExecute);
+ctxhost_plugin::export_strategy!(PlanExecute);

@@ -1,7 +1,7 @@
 //! What `builtin:plan-execute` says to the model: the side calls' instructions and the
 //! messages it adds to the task's context.
 
-use ctxhost_format::planning::Plan;
+use ctxhost_plugin::format::planning::Plan;
 
 /// System message of the planning call.
 pub const PLANNER: &str = "You are the planner of a coding agent. You do not do the task yourself: you \

@@ -5,24 +5,16 @@
 //! - [`request`]: `write-request` sends `POST /v1/chat/completions` without `tools`; the tool
 //!   descriptions and the reply protocol are appended to the system prompt, and earlier tool
 //!   calls and results in the history are turned into text the model understands
-//!   (`ctxhost_format::prompted`).
+//!   (`ctxhost_plugin::format::prompted`).
 //! - [`response`]: `read-response` parses the chat completion like `builtin:openai-chat` (same
 //!   code), then parses the reply text for a JSON tool call and returns it as OpenAI
 //!   `tool_calls` with ids `call_<n>`, so current.jsonl looks the same as with native tools.
 
-wit_bindgen::generate!({ world: "request-format-plugin", path: "../../wit" });
-
-#[path = "../../shared/request_common.rs"]
-mod common;
-#[path = "../../shared/plugin_error.rs"]
-mod plugin_error;
 mod request;
 mod response;
-#[path = "../../shared/wasi_output.rs"]
-mod wasi_output;
 
-use ctxhost::plugin::types::PluginError;
-use exports::ctxhost::plugin::request_format::{Guest, Reply, RequestConfig, RequestInfo};
+use ctxhost_plugin::request_format::{Guest, Reply, RequestConfig, RequestInfo};
+use ctxhost_plugin::types::PluginError;
 
 struct PromptedTools;
 
@@ -36,4 +28,4 @@ impl Guest for PromptedTools {
     }
 }
 
-export!(PromptedTools);
+ctxhost_plugin::export_request_format!(PromptedTools);

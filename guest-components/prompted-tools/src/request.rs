@@ -2,17 +2,17 @@
 //! the system prompt.
 //!
 //! Messages are converted one by one while streaming the messages file
-//! (`ctxhost_format::shape::prompted`): the tools prompt goes into the first message, tool
+//! (`ctxhost_plugin::format::shape::prompted`): the tools prompt goes into the first message, tool
 //! calls and results become text, tool fields are dropped; other messages are copied.
 
 use std::io;
 
-use ctxhost_format::shape::prompted::PromptedShape;
-use ctxhost_format::{body, prompted};
+use ctxhost_plugin::format::shape::prompted::PromptedShape;
+use ctxhost_plugin::format::{body, prompted};
 
-use crate::common;
-use crate::ctxhost::plugin::types::PluginError;
-use crate::exports::ctxhost::plugin::request_format::{RequestConfig, RequestInfo};
+use ctxhost_plugin::request as common;
+use ctxhost_plugin::request_format::{RequestConfig, RequestInfo};
+use ctxhost_plugin::types::PluginError;
 
 /// Where the request is posted, relative to the provider's base URL.
 pub const ENDPOINT_PATH: &str = "/v1/chat/completions";

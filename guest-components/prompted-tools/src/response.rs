@@ -1,20 +1,18 @@
-//! `read-response`: the chat completion (parsed by `builtin:openai-chat`'s code), then the
-//! reply text parsed for JSON tool calls (`ctxhost_format::prompted::parse_reply`).
+//! `read-response`: the chat completion (parsed by `builtin:openai-chat`'s code,
+//! `ctxhost_plugin::request::openai`), then the
+//! reply text parsed for JSON tool calls (`ctxhost_plugin::format::prompted::parse_reply`).
 //!
 //! Native `tool_calls`, if the server sent any, are kept as they are. Otherwise calls found in
 //! the text become `tool_calls` with ids `call_1`, `call_2`, ... (unique within the reply),
 //! the message content is the remaining prose (`None` when there is none), and
 //! `finish_reason` becomes `tool_calls`, as with a native tool call.
 
-use ctxhost_format::prompted;
-use ctxhost_format::reply::unique_call_ids;
+use ctxhost_plugin::format::prompted;
+use ctxhost_plugin::format::reply::unique_call_ids;
 
-use crate::ctxhost::plugin::types::{PluginError, ToolCall};
-use crate::exports::ctxhost::plugin::request_format::Reply;
-
-#[path = "../../openai-chat/src/response.rs"]
-mod openai;
-
+use ctxhost_plugin::request::openai;
+use ctxhost_plugin::request_format::Reply;
+use ctxhost_plugin::types::{PluginError, ToolCall};
 /// Parses the response in `file`. Errors: those of `builtin:openai-chat`'s `read-response`.
 pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     let mut reply = openai::read_response(file)?;

@@ -6,10 +6,8 @@
 //! made and nothing is written, so the host never records a decision for it and asking a hook
 //! again after a pause or crash gives the same answer.
 
-wit_bindgen::generate!({ world: "strategy-plugin", path: "../../wit" });
-
-use ctxhost::plugin::types::{ChatMessage, PluginError};
-use exports::ctxhost::plugin::strategy::{Decision, Guest, StrategyConfig, TaskState, ToolOutcome};
+use ctxhost_plugin::strategy::{Decision, Guest, StrategyConfig, TaskState, ToolOutcome};
+use ctxhost_plugin::types::{ChatMessage, PluginError};
 
 struct React;
 
@@ -39,4 +37,4 @@ impl Guest for React {
     }
 }
 
-export!(React);
+ctxhost_plugin::export_strategy!(React);

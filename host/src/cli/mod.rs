@@ -207,7 +207,11 @@ pub enum PluginCommand {
         after_help = "Examples:\n  ctxhost plugin new --kind compressor my-compressor\n  \
         cd my-compressor && cargo build --release && \
         ctxhost plugin check target/wasm32-wasip2/release/my_compressor.wasm\n  \
-        ctxhost plugin new --kind compressor --lang python py-compressor\n\n\
+        ctxhost plugin new --kind compressor --lang python py-compressor\n  \
+        ctxhost plugin new --kind request-format my-format\n  \
+        ctxhost plugin new --kind message-store my-store\n  \
+        ctxhost plugin new --kind strategy my-strategy\n\n\
+        Templates: Rust for every kind; Python for --kind compressor.\n\
         The plugin contract and build instructions per language: docs/PLUGINS.md."
     )]
     New {

@@ -444,7 +444,14 @@ fn compress_fixture(
             kept.compared,
             kept.expected
         );
-        Ok(format!("the {} most recent messages are kept as they were", kept.expected))
+        Ok(if kept.reduced == 0 {
+            format!("the {} most recent messages are kept as they were", kept.expected)
+        } else {
+            format!(
+                "the {} most recent messages are kept; {} of them, older tool result(s), masked or cut with the mark (allowed: the full text stays in tools.jsonl; with keep-recent-tokens 0, as here, the builtins keep them whole)",
+                kept.expected, kept.reduced
+            )
+        })
     })());
 
     suite.record_note(&name("the task's first user message"), (|| {

@@ -1,8 +1,10 @@
 //! `ctxhost plugin new`: a new plugin project that builds and passes `ctxhost plugin check` as
 //! generated.
 //!
-//! Templates (this folder, compiled into the binary): `rust-compressor/` and `rust-strategy/`
-//! (crates on the `ctxhost-plugin` SDK, `crates/ctxhost-plugin`) and `python-compressor/`
+//! Templates (this folder, compiled into the binary): `rust-compressor/`,
+//! `rust-request-format/` (the OpenAI chat-completions API), `rust-message-store/` (two JSONL
+//! files, as `builtin:jsonl-store`) and `rust-strategy/` (crates on the `ctxhost-plugin` SDK,
+//! `crates/ctxhost-plugin`) and `python-compressor/`
 //! (componentize-py 0.25.1, with the WIT contract written next to it). The Rust project depends on the SDK by
 //! path when this binary's source tree is still where it was built (or `--sdk DIR` names a
 //! checkout of the SDK), else on the registry version `ctxhost-plugin = "0.2.0"`.
@@ -120,6 +122,28 @@ const RUST_STRATEGY: &[Template] = &[
     (".gitignore", include_str!("rust-compressor/gitignore")),
 ];
 
+const RUST_REQUEST_FORMAT: &[Template] = &[
+    ("Cargo.toml", include_str!("rust-request-format/Cargo.toml")),
+    (
+        ".cargo/config.toml",
+        include_str!("rust-compressor/config.toml"),
+    ),
+    ("src/lib.rs", include_str!("rust-request-format/lib.rs")),
+    ("README.md", include_str!("rust-request-format/README.md")),
+    (".gitignore", include_str!("rust-compressor/gitignore")),
+];
+
+const RUST_MESSAGE_STORE: &[Template] = &[
+    ("Cargo.toml", include_str!("rust-message-store/Cargo.toml")),
+    (
+        ".cargo/config.toml",
+        include_str!("rust-compressor/config.toml"),
+    ),
+    ("src/lib.rs", include_str!("rust-message-store/lib.rs")),
+    ("README.md", include_str!("rust-message-store/README.md")),
+    (".gitignore", include_str!("rust-compressor/gitignore")),
+];
+
 const PYTHON_COMPRESSOR: &[Template] = &[
     ("app.py", include_str!("python-compressor/app.py")),
     ("build.sh", include_str!("python-compressor/build.sh")),
@@ -143,12 +167,14 @@ pub fn new_plugin(spec: &NewPlugin) -> anyhow::Result<Created> {
         (Kind::Compressor, Lang::Rust) => RUST_COMPRESSOR,
         (Kind::Compressor, Lang::Python) => PYTHON_COMPRESSOR,
         (Kind::Strategy, Lang::Rust) => RUST_STRATEGY,
+        (Kind::RequestFormat, Lang::Rust) => RUST_REQUEST_FORMAT,
+        (Kind::MessageStore, Lang::Rust) => RUST_MESSAGE_STORE,
         (kind, lang) => {
             return Err(usage(format!(
                 "no {lang} template for --kind {kind} in this build (there are Rust templates for \
-                 --kind compressor and --kind strategy, and a Python one for --kind compressor); \
-                 docs/PLUGINS.md describes the {kind} interface, and the builtin components in \
-                 guest-components/ are complete examples"
+                 every kind, and a Python one for --kind compressor); docs/PLUGINS.md describes \
+                 the {kind} interface and how to build it in Python, and the builtin components \
+                 in guest-components/ are complete examples"
             )));
         }
     };
@@ -280,6 +306,8 @@ mod tests {
         for (path, text) in RUST_COMPRESSOR
             .iter()
             .chain(RUST_STRATEGY)
+            .chain(RUST_REQUEST_FORMAT)
+            .chain(RUST_MESSAGE_STORE)
             .chain(PYTHON_COMPRESSOR)
         {
             let filled = text

@@ -9,12 +9,8 @@
 //! - [`FileWriter`]: a new file written from a large buffer with `descriptor.write` at
 //!   explicit offsets (one call per buffer; the request body).
 //!
-//! Paths are relative to the task directory (the preopen `.`). Compiled into the components
-//! that use it with `#[path = "../../shared/wasi_output.rs"] mod wasi_output;`, next to
-//! `shared/plugin_error.rs` (as `mod plugin_error`).
-
-// Each component uses only some of these helpers.
-#![allow(dead_code)]
+//! Paths are relative to the task directory (the preopen `.`). The builtin message store
+//! appends with [`Appender`]; [`crate::request::write_request`] writes with [`FileWriter`].
 
 use std::io;
 
@@ -22,7 +18,8 @@ use wasip2::filesystem::preopens::get_directories;
 use wasip2::filesystem::types::{Descriptor, DescriptorFlags, ErrorCode, OpenFlags, PathFlags};
 use wasip2::io::streams::{OutputStream, StreamError};
 
-use crate::ctxhost::plugin::types::PluginError;
+use crate::jsonl::io_error;
+use crate::types::PluginError;
 
 /// Most bytes one `blocking-write-and-flush` takes (WASI 0.2).
 const MAX_BLOCKING_WRITE: usize = 4096;
@@ -79,20 +76,17 @@ impl Appender {
         let name = self.name;
         if self.open.is_none() {
             let file = open(name, OpenFlags::CREATE)
-                .map_err(|e| crate::plugin_error::io_error(format!("opening {name}"), e))?;
-            let stream = file.append_via_stream().map_err(|e| {
-                crate::plugin_error::io_error(format!("opening {name}"), fs_error(e))
-            })?;
+                .map_err(|e| io_error(format!("opening {name}"), e))?;
+            let stream = file
+                .append_via_stream()
+                .map_err(|e| io_error(format!("opening {name}"), fs_error(e)))?;
             self.open = Some((stream, file));
         }
         let (stream, _) = self.open.as_ref().expect("opened above");
         for chunk in line.chunks(MAX_BLOCKING_WRITE) {
             if let Err(e) = stream.blocking_write_and_flush(chunk) {
                 self.open = None;
-                return Err(crate::plugin_error::io_error(
-                    format!("appending to {name}"),
-                    stream_error(e),
-                ));
+                return Err(io_error(format!("appending to {name}"), stream_error(e)));
             }
         }
         Ok(())

@@ -1,4 +1,5 @@
-//! `read-response`: an OpenAI chat-completions response body → reply.
+//! `read-response` of the OpenAI chat-completions API (`builtin:openai-chat`, and the reply
+//! of `builtin:prompted-tools`): a response body → reply.
 //!
 //! Accepts `{"choices":[{"message":{"role","content","tool_calls"?},"finish_reason"?}],
 //! "usage"?:{"prompt_tokens","completion_tokens","total_tokens",
@@ -11,14 +12,13 @@
 //! `usage` that is not an object is ignored, each with a warning in the host log: the reply is
 //! used ([`TokenCount`]).
 
-use ctxhost_format::reply::{ProviderToolCall, TokenCount, assistant_message, invalid_counts};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::common::{self, bad_shape};
-use crate::ctxhost::plugin::log::{Level, log};
-use crate::ctxhost::plugin::types::{PluginError, Usage};
-use crate::exports::ctxhost::plugin::request_format::Reply;
+use super::bad_shape;
+use crate::format::reply::{ProviderToolCall, TokenCount, assistant_message, invalid_counts};
+use crate::request_format::Reply;
+use crate::types::{PluginError, Usage};
 
 #[derive(Deserialize)]
 struct Response {
@@ -66,10 +66,10 @@ struct PromptTokensDetails {
     cached_tokens: TokenCount,
 }
 
-/// Parses the response in `file`. Errors (`invalid-input`): see [`common::read_response_json`],
+/// Parses the response in `file`. Errors (`invalid-input`): see [`super::read_response_json`],
 /// plus missing or empty `choices`, a choice without `message`, an unexpected shape.
 pub fn read_response(file: &str) -> Result<Reply, PluginError> {
-    let value = common::read_response_json(file)?;
+    let value = super::read_response_json(file)?;
     let response: Response = serde_json::from_value(value.clone())
         .map_err(|e| bad_shape(file, format_args!("not a chat completion ({e})"), &value))?;
     let Some(choice) = response.choices.and_then(|c| c.into_iter().next()) else {
@@ -88,7 +88,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
         .filter(|u| !u.is_null())
         .and_then(|u| usage_of(file, u));
     Ok(Reply {
-        message: common::to_wit(message),
+        message: super::to_wit(message),
         usage,
         finish_reason: choice.finish_reason,
     })
@@ -99,10 +99,9 @@ fn usage_of(file: &str, value: Value) -> Option<Usage> {
     let u: UsageIn = match serde_json::from_value(value) {
         Ok(u) => u,
         Err(e) => {
-            log(
-                Level::Warn,
-                &format!("{file}: usage ignored: not a usage object ({e}); the reply is used"),
-            );
+            crate::logging::warn(&format!(
+                "{file}: usage ignored: not a usage object ({e}); the reply is used"
+            ));
             return None;
         }
     };
@@ -116,11 +115,11 @@ fn usage_of(file: &str, value: Value) -> Option<Usage> {
         ("usage.total_tokens", &u.total_tokens),
         ("usage.prompt_tokens_details.cached_tokens", &cached),
     ]) {
-        log(Level::Warn, &format!("{file}: {warning}"));
+        crate::logging::warn(&format!("{file}: {warning}"));
     }
     Some(Usage {
         cache_read_tokens: cached.value().unwrap_or(0),
-        ..common::usage(
+        ..super::usage(
             u.prompt_tokens.value(),
             u.completion_tokens.value(),
             u.total_tokens.value(),

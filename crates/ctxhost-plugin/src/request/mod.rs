@@ -1,11 +1,8 @@
-//! The parts of a request format that do not depend on the provider: streaming the messages
-//! file into the request body, reading the tools and response files, token usage, WIT
-//! conversions.
-//! Compiled into each request-format crate with
-//! `#[path = "../../shared/request_common.rs"] mod common;`, next to
-//! `shared/plugin_error.rs` (as `mod plugin_error`) and `shared/wasi_output.rs` (as
-//! `mod wasi_output`); it uses that crate's bindings, which are the same for every
-//! `request-format-plugin` component.
+//! The parts of a request format (world `request-format-plugin`) that do not depend on the
+//! provider: streaming the messages file into the request body ([`write_request`]: no line
+//! is parsed into a message, each is copied from its bytes), reading the tools and response
+//! files, token usage, WIT conversions; and [`openai`], the OpenAI chat-completions reply,
+//! which many servers speak.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -16,15 +13,15 @@ use ctxhost_format::shape::MessageShape;
 use ctxhost_format::stream::{ArrayError, CountingWriter, copy_chat_array};
 use serde_json::Value;
 
-use crate::ctxhost::plugin::types::{
-    ChatMessage as WitMessage, PluginError, ToolCall as WitToolCall, Usage,
-};
-use crate::exports::ctxhost::plugin::request_format::{RequestConfig, RequestInfo};
-use crate::plugin_error::io_error;
+use crate::jsonl::io_error;
+use crate::request_format::{RequestConfig, RequestInfo};
+use crate::types::{ChatMessage as WitMessage, PluginError, Usage};
 use crate::wasi_output::FileWriter;
 
+pub mod openai;
+
 /// Bytes written to the request file per WASI call (`descriptor.write`, run on the calling
-/// thread; `shared/wasi_output.rs`).
+/// thread; [`crate::wasi_output`]).
 const WRITE_BUFFER_BYTES: usize = 256 * 1024;
 
 /// Writes the request body for `config` to `config.request_file`:
@@ -150,24 +147,9 @@ pub fn bad_shape(file: &str, what: impl std::fmt::Display, body: &Value) -> Plug
     ))
 }
 
-/// The WIT record of a chat message.
+/// The WIT record of a chat message (moved, not copied).
 pub fn to_wit(m: ChatMessage) -> WitMessage {
-    WitMessage {
-        role: m.role,
-        content: m.content,
-        tool_calls: m
-            .tool_calls
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| WitToolCall {
-                id: c.id,
-                name: c.function.name,
-                arguments: c.function.arguments,
-            })
-            .collect(),
-        tool_call_id: m.tool_call_id,
-        tool_name: m.tool_name,
-    }
+    m.into()
 }
 
 /// Token usage from a provider's counts: a missing count is 0, a missing `total` is the sum
