@@ -142,7 +142,8 @@ fn plugin_check_rejects_each_flawed_compressor() {
         .unwrap();
     assert_eq!(tail.status, Status::Fail, "{}", report.to_text());
     assert!(
-        tail.detail.contains("does not start with the system prompt"),
+        tail.detail
+            .contains("does not start with the system prompt"),
         "{}",
         tail.detail
     );
@@ -794,7 +795,11 @@ fn plugin_new_writes_files_with_the_users_umask() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let mode = |p: &str| {
-        std::fs::metadata(work.path().join(p)).unwrap().permissions().mode() & 0o777
+        std::fs::metadata(work.path().join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
     };
     for (path, expected) in [
         ("nested", 0o755),
