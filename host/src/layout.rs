@@ -112,9 +112,40 @@ impl Layout {
         self.root.is_dir() && DirState::ALL.iter().all(|s| self.state_dir(*s).is_dir())
     }
 
+    /// Why the tree cannot be created here (checked without creating anything), `None` when it
+    /// can: the root exists and is not a directory, or it is missing and so is its parent. The
+    /// host creates the root itself, never missing folders above it (a mistyped `base_dir`
+    /// must not grow a tree under `/`).
+    pub fn creation_blocker(&self) -> Option<String> {
+        let root = &self.root;
+        if root.is_dir() {
+            return None;
+        }
+        if fs::symlink_metadata(root).is_ok() {
+            return Some(format!("{} exists and is not a directory", root.display()));
+        }
+        let parent = root
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        (!parent.is_dir()).then(|| {
+            format!(
+                "its parent directory {} does not exist (ctxhost creates the contexts directory, never the folders above it)",
+                parent.display()
+            )
+        })
+    }
+
     /// Create the tree if missing (root, state folders, `.cache/`), owner-only. Idempotent
-    /// (existing folders keep their mode; `ctxhost fsck` reports looser ones).
+    /// (existing folders keep their mode; `ctxhost fsck` reports looser ones). Error, creating
+    /// nothing, when the root's parent does not exist ([`Layout::creation_blocker`]).
     pub fn ensure(&self) -> anyhow::Result<()> {
+        if let Some(why) = self.creation_blocker() {
+            bail!(
+                "cannot create the contexts directory {}: {why}",
+                self.root.display()
+            );
+        }
         for dir in [
             self.root.clone(),
             self.state_dir(DirState::Running),

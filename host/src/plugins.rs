@@ -49,7 +49,7 @@ pub fn load_plugin(
     match kind {
         Some(kind) => runtime
             .load(&source, kind)
-            .with_context(|| format!("config {key} (`{spec}`) cannot be loaded as a {kind}")),
+            .with_context(|| format!("{key} (`{spec}`) cannot be loaded as a {kind}")),
         None => runtime
             .load_any(&source)
             .with_context(|| format!("{key} `{spec}` cannot be loaded")),

@@ -28,11 +28,16 @@ use crate::lifecycle::{self, Transition};
 
 /// The checks `ctxhost run` makes before starting any task process, so a configuration
 /// mistake is reported once instead of failing every task: the API-key variable named by
-/// `llm.api_key_env` is set, and every configured plugin loads as its kind
+/// `llm.api_key_env` is set (a key too short to be redacted is warned about,
+/// [`crate::llm::redact::short_key_warning`]), and every configured plugin loads as its kind
 /// ([`crate::plugins::PluginSet::load`], which also compiles it into the cache once, instead of
 /// in every child). Errors name the config key.
 pub fn preflight(config: &Config, layout: &Layout) -> anyhow::Result<()> {
-    config.api_key()?;
+    if let (Some(key), Some(var)) = (config.api_key()?, config.api_key_env())
+        && let Some(warning) = crate::llm::redact::short_key_warning(var, &key)
+    {
+        tracing::warn!("{warning}");
+    }
     crate::plugins::PluginSet::load(config, layout)?;
     Ok(())
 }

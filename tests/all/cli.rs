@@ -619,3 +619,95 @@ fn run_checks_plugins_and_the_api_key_before_touching_any_task() {
     assert_eq!(row["status"], "queued", "{row}");
     assert!(row["process_id"].is_null(), "{row}");
 }
+
+/// `run` and `init` check where the contexts directory goes before creating anything: a
+/// `base_dir` whose parent is missing is a usage error naming the directory and the config
+/// file (nothing is created, not even the parent), and `run` with an unset API key creates no
+/// tree. A `base_dir` whose parent exists is created as before.
+#[test]
+fn run_and_init_create_no_tree_before_the_config_is_checked() {
+    let sb = Sandbox::new();
+    let missing = sb.path().join("missing");
+    let base = missing.join("x");
+    sb.write(
+        "bad.yaml",
+        &format!(
+            "context_storage:\n  base_dir: {}\nllm:\n  api_key_env: \"\"\n",
+            base.display()
+        ),
+    );
+    for cmd in [&["run", "--once"][..], &["init"]] {
+        let mut args = vec!["--config", "bad.yaml"];
+        args.extend_from_slice(cmd);
+        let out = sb.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}: {}", describe(&out));
+        let e = stderr(&out);
+        assert!(
+            e.contains("context_storage.base_dir in bad.yaml")
+                && e.contains(&format!(
+                    "cannot create the contexts directory {}",
+                    base.display()
+                ))
+                && e.contains(&format!(
+                    "its parent directory {} does not exist",
+                    missing.display()
+                )),
+            "{cmd:?}: {e}"
+        );
+        assert!(!missing.exists(), "{cmd:?} created {}", missing.display());
+    }
+    // The same through --contexts.
+    let out = sb.run(&["run", "--once", "--contexts", base.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("--contexts: cannot create"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!missing.exists());
+
+    // The parent exists, but the API key variable is unset: refused before the tree is made.
+    let fresh = sb.path().join("fresh");
+    sb.write(
+        "nokey.yaml",
+        &format!(
+            "context_storage:\n  base_dir: {}\nllm:\n  api_key_env: CTXHOST_UNSET_KEY_FOR_TEST\n",
+            fresh.display()
+        ),
+    );
+    let out = sb.run(&["--config", "nokey.yaml", "run", "--once"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("CTXHOST_UNSET_KEY_FOR_TEST"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!fresh.exists(), "the tree was created before the preflight");
+
+    // A base_dir whose parent exists is created by init (and by run).
+    sb.write(
+        "good.yaml",
+        &format!("context_storage:\n  base_dir: {}\n", fresh.display()),
+    );
+    sb.ok(&["--config", "good.yaml", "init"]);
+    assert!(fresh.join("tasks.db").is_file());
+}
+
+/// A plugin that does not load at `run` is reported with the config file it comes from, as the
+/// file's other errors are, and before the contexts tree is created.
+#[test]
+fn a_plugin_load_error_names_the_config_file() {
+    let sb = Sandbox::new();
+    sb.write(
+        "bad.yaml",
+        "context_storage:\n  base_dir: ./ctx\nllm:\n  api_key_env: \"\"\nplugins:\n  message_store: ./nope.wasm\n",
+    );
+    let out = sb.run(&["--config", "bad.yaml", "run", "--once"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains("error: bad.yaml: plugins.message_store (`./nope.wasm`) cannot be loaded"),
+        "{e}"
+    );
+    assert!(!sb.path().join("ctx").exists());
+}

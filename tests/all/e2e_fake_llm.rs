@@ -161,6 +161,10 @@ fn task_completes_with_exact_counters_and_clean_files() {
     assert_eq!(show["dir_state"], "completed");
     let text = env.ctxhost(&["show", &uuid]).ok().stdout();
     assert!(text.contains("All done: main.rs prints hello."), "{text}");
+    assert!(
+        text.contains("counters:      2 LLM calls, 1 tool call, 145 tokens, 0 compressions"),
+        "{text}"
+    );
 
     let stats = env.ctxhost(&["stats", "--json"]).ok().json();
     assert_eq!(stats["by_status"]["completed"], 1);
@@ -187,6 +191,13 @@ fn tokens_are_estimated_when_the_provider_reports_no_usage() {
     assert!(
         !dir.join("tools.jsonl").exists(),
         "no tool call, no tools.jsonl"
+    );
+    let text = env.ctxhost(&["show", &uuid]).ok().stdout();
+    assert!(
+        text.contains(&format!(
+            "counters:      1 LLM call, 0 tool calls, {expected} tokens, 0 compressions"
+        )),
+        "{text}"
     );
 }
 
@@ -521,4 +532,87 @@ fn assert_no_secret(dir: &Path, secret: &str) {
             );
         }
     }
+}
+
+/// A reply whose `usage` holds counts that are not token counts (negative, fractional, text)
+/// is used: the bad counts count as 0 with a warning naming them; an OpenAI reply whose
+/// `usage` is not an object, and an Ollama reply with a negative `eval_count`, alike.
+#[test]
+fn invalid_usage_counts_count_as_zero_and_the_reply_is_used() {
+    let reply = |usage: Value| {
+        Reply::json(serde_json::json!({
+            "choices": [{"message": {"role": "assistant", "content": "Fine answer."},
+                         "finish_reason": "stop"}],
+            "usage": usage,
+        }))
+    };
+    let llm = FakeLlm::start(vec![
+        reply(
+            serde_json::json!({"prompt_tokens": 30, "completion_tokens": -1, "total_tokens": 1.5}),
+        ),
+        reply(serde_json::json!("lots")),
+    ]);
+    let env = TestEnv::for_llm(&llm, "");
+    let first = env.submit("first");
+    let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    let log = out.stderr();
+    assert!(
+        log.contains("usage.completion_tokens is -1, usage.total_tokens is 1.5: not a token count, counted as 0"),
+        "{log}"
+    );
+    let r = env.row(&first);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["llm_call_count"], 1);
+    // total_tokens invalid (0) as reported: the counts the provider gave are used as they are.
+    let second = env.submit("second");
+    let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert!(
+        out.stderr().contains("usage ignored: not a usage object"),
+        "{}",
+        out.stderr()
+    );
+    let r = env.row(&second);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert!(r["total_tokens"].as_u64().unwrap() > 0, "estimated: {r}");
+
+    // Ollama's counts.
+    let llm = FakeLlm::start(vec![Reply::json(serde_json::json!({
+        "model": "m", "message": {"role": "assistant", "content": "Ollama answer."},
+        "done": true, "prompt_eval_count": 12, "eval_count": -3,
+    }))]);
+    let env = TestEnv::new();
+    env.write_config(&config_yaml(&llm.base_url(), "ollama", ""));
+    env.ctxhost(&["init"]).ok();
+    let uuid = env.submit("third");
+    let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert!(
+        out.stderr()
+            .contains("eval_count is -3: not a token count, counted as 0"),
+        "{}",
+        out.stderr()
+    );
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["total_tokens"], 12);
+
+    // Anthropic's counts.
+    let llm = FakeLlm::start(vec![Reply::json(serde_json::json!({
+        "type": "message", "role": "assistant", "stop_reason": "end_turn",
+        "content": [{"type": "text", "text": "Claude answer."}],
+        "usage": {"input_tokens": 20, "output_tokens": "many"},
+    }))]);
+    let env = TestEnv::new();
+    env.write_config(&config_yaml(&llm.base_url(), "anthropic", ""));
+    env.ctxhost(&["init"]).ok();
+    let uuid = env.submit("fourth");
+    let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert!(
+        out.stderr()
+            .contains("usage.output_tokens is \"many\": not a token count, counted as 0"),
+        "{}",
+        out.stderr()
+    );
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["total_tokens"], 20);
 }

@@ -314,6 +314,130 @@ fn stop_ends_queued_running_and_paused_tasks() {
     env.ctxhost(&["fsck"]).ok();
 }
 
+/// A config whose every LLM attempt may take 20 s, with 2 retries (the retry total is over a
+/// minute), `llm` settings replaced as given.
+fn env_with_llm(llm: &FakeLlm, replace: &[(&str, &str)]) -> TestEnv {
+    let env = TestEnv::new();
+    let mut yaml = config_yaml(&llm.base_url(), "openai", "");
+    for (from, to) in replace {
+        assert!(yaml.contains(from), "{from} not in the test config");
+        yaml = yaml.replace(from, to);
+    }
+    env.write_config(&yaml);
+    env.ctxhost(&["init"]).ok();
+    env
+}
+
+/// The lines of llm_calls.jsonl that record agent-loop calls.
+fn call_lines(dir: &Path) -> Vec<Value> {
+    read_jsonl(&dir.join("llm_calls.jsonl"))
+        .into_iter()
+        .filter(|l| l["type"] == "call")
+        .collect()
+}
+
+/// `stop` while an LLM call is in flight: the call is abandoned after
+/// `llm.interrupt_grace_secs` (1 s here) instead of waiting out its timeout and both retries
+/// (3 × 20 s), and the task ends `stopped`, not `failed`.
+#[test]
+fn stop_during_a_slow_llm_call_abandons_it_instead_of_retrying() {
+    let llm = FakeLlm::start(vec![]);
+    // Slower than the 20 s timeout: each attempt would time out.
+    llm.set_default(Reply::delay(
+        Duration::from_secs(40),
+        Reply::text("too late", None),
+    ));
+    let env = env_with_llm(
+        &llm,
+        &[(
+            "max_retries: 2",
+            "max_retries: 2\n  interrupt_grace_secs: 1",
+        )],
+    );
+    let uuid = env.submit("never answered");
+    let w = worker(&env, &[]);
+    assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
+    let asked = Instant::now();
+    env.ctxhost(&["stop", &uuid, "--wait", "--timeout", "120"])
+        .ok();
+    let took = asked.elapsed();
+    wait_ok(w);
+    // Far below one attempt's timeout, let alone the retry total (60 s and more).
+    assert!(took < Duration::from_secs(15), "stop took {took:?}");
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "stopped", "{r}");
+    assert_eq!(r["error_message"], Value::Null);
+    assert_eq!(r["llm_call_count"], 0, "the provider never answered");
+    assert_eq!(llm.request_count(), 1, "no retry after the stop request");
+    let dir = env.contexts().join("completed").join(&uuid);
+    assert_eq!(find_task_dir(&env.contexts(), &uuid), Some(dir.clone()));
+    assert_eq!(
+        read_jsonl(&dir.join("current.jsonl")).len(),
+        2,
+        "system, user"
+    );
+    let calls = call_lines(&dir);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let error = calls[0]["error"].as_str().unwrap();
+    assert!(error.contains("asked to pause or stop"), "{error}");
+    assert!(!dir.join("response.json").exists());
+    assert!(!dir.join("response.json.partial").exists());
+    env.ctxhost(&["fsck"]).ok();
+}
+
+/// `pause` during the back-off before a retry (a 503 with `Retry-After: 30`): the wait ends at
+/// once, the task is `paused` with nothing lost, and on resume the request is sent again and
+/// the task completes.
+#[test]
+fn pause_during_a_retry_back_off_is_honoured_at_once_and_resumes() {
+    let llm = FakeLlm::start(vec![]);
+    let requests = Arc::new(AtomicUsize::new(0));
+    let n = requests.clone();
+    llm.set_handler(move |_req| {
+        Some(match n.fetch_add(1, Ordering::SeqCst) {
+            0 => Reply::status(503, "busy", &[("Retry-After", "30")]),
+            _ => Reply::text("Done after the pause.", Some((10, 2))),
+        })
+    });
+    let env = env_with_llm(&llm, &[("max_backoff_secs: 2", "max_backoff_secs: 60")]);
+    let uuid = env.submit("answer after a 503");
+    let w = worker(&env, &[]);
+    assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
+    let asked = Instant::now();
+    env.ctxhost(&["pause", &uuid, "--wait", "--timeout", "120"])
+        .ok();
+    let took = asked.elapsed();
+    wait_ok(w);
+    assert!(took < Duration::from_secs(15), "pause took {took:?}");
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "paused", "{r}");
+    assert_eq!(r["error_message"], Value::Null);
+    assert_eq!(llm.request_count(), 1, "the retry was not made");
+    let paused = env.contexts().join("paused").join(&uuid);
+    assert_eq!(read_jsonl(&paused.join("current.jsonl")).len(), 2);
+
+    env.ctxhost(&["resume", &uuid]).ok();
+    wait_ok(worker(&env, &[]));
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["llm_call_count"], 1);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "the request was sent again on resume");
+    assert_eq!(reqs[0].messages(), reqs[1].messages(), "the same request");
+    let dir = env.contexts().join("completed").join(&uuid);
+    let current = read_jsonl(&dir.join("current.jsonl"));
+    assert_eq!(count_role(&current, "assistant"), 1);
+    assert_eq!(current.last().unwrap()["content"], "Done after the pause.");
+    let calls = call_lines(&dir);
+    let errors: Vec<bool> = calls.iter().map(|c| c["error"].is_string()).collect();
+    assert_eq!(
+        errors,
+        [true, false],
+        "the given-up call, then the answered one"
+    );
+    env.ctxhost(&["fsck"]).ok();
+}
+
 /// Bad UUIDs are usage errors (exit 2) for every lifecycle command; so are unknown ones.
 #[test]
 fn lifecycle_commands_validate_uuids() {

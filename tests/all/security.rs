@@ -940,3 +940,50 @@ fn a_request_over_max_request_mib_fails_clearly_and_is_not_sent() {
     assert_eq!(llm.request_count(), 0);
     assert_eq!(r["llm_call_count"], 0);
 }
+
+/// A key shorter than 8 bytes (`x`, a local server's dummy) is a placeholder: `run` warns once
+/// that it is too short to be protected, and text that happens to contain it is not mangled
+/// (`max_retries` used to become `ma[redacted]_retries`, telling every reader the key).
+#[test]
+fn a_very_short_api_key_is_warned_about_and_does_not_mangle_text() {
+    let answer = "Set llm.max_retries to 3 and exit.";
+    let llm = FakeLlm::start(vec![Reply::text(answer, None)]);
+    let mut env = env(&llm, "  message_store: builtin:jsonl-store\n", "");
+    let cfg = fs::read_to_string(env.config_path()).unwrap();
+    env.write_config(&cfg.replace("api_key_env: \"\"", "api_key_env: CTXHOST_TEST_KEY"));
+    env.set_env("CTXHOST_TEST_KEY", "x");
+    let uuid = submit(&env, "explain max_retries");
+    let log = run(&env);
+    assert_eq!(
+        log.matches("too short to be protected").count(),
+        1,
+        "warned once at start:\n{log}"
+    );
+    assert!(log.contains("CTXHOST_TEST_KEY"), "{log}");
+    assert_eq!(
+        llm.requests()[0].header("authorization"),
+        Some("Bearer x"),
+        "the key is still sent"
+    );
+    let r = row(&env, &uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+    let history = fs::read_to_string(dir.join("messages.jsonl")).unwrap();
+    assert!(history.contains(answer), "{history}");
+    assert!(!history.contains("[redacted]"), "{history}");
+    let shown = env.ctxhost(&["show", &uuid]).ok().stdout();
+    assert!(shown.contains("max_retries"), "{shown}");
+
+    // A key of 8 bytes is redacted as before, without the warning.
+    let llm = FakeLlm::start(vec![Reply::text("your key: sk-12345", None)]);
+    let mut env = crate::security::env(&llm, "  message_store: builtin:jsonl-store\n", "");
+    let cfg = fs::read_to_string(env.config_path()).unwrap();
+    env.write_config(&cfg.replace("api_key_env: \"\"", "api_key_env: CTXHOST_TEST_KEY"));
+    env.set_env("CTXHOST_TEST_KEY", "sk-12345");
+    let uuid = submit(&env, "echo the key");
+    let log = run(&env);
+    assert!(!log.contains("too short"), "{log}");
+    let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+    let history = fs::read_to_string(dir.join("messages.jsonl")).unwrap();
+    assert!(history.contains("your key: [redacted]"), "{history}");
+}

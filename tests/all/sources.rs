@@ -796,6 +796,11 @@ fn configuration_and_access_errors_are_clear_and_name_the_repository() {
     assert_eq!(out.code(), Some(1));
     assert!(out.stderr().contains(&format!("GitHub acme/app: list open issues and pull requests labelled \"coding agent\": GitHub rejected the token in {GH_TOKEN_ENV} (401")), "{}", out.stderr());
     assert!(!out.stderr().contains("wrong-token-value"));
+    // The summary does not read like a success.
+    assert_eq!(
+        out.stdout().trim(),
+        "github: FAILED with 1 error(s) (on stderr); before that: 0 task(s) queued, 0 labelled item(s) already have one"
+    );
     // An unknown repository next to a good one: 404 naming it; the good one is polled.
     gh.add_item("acme/app", Kind::Issue, "ok", "x", &[LABEL]);
     let env = bot_env(
@@ -809,7 +814,8 @@ fn configuration_and_access_errors_are_clear_and_name_the_repository() {
     assert_eq!(out.code(), Some(1));
     assert!(out.stderr().contains("GitHub acme/gone: list open issues and pull requests labelled \"coding agent\": not found (404)"), "{}", out.stderr());
     assert!(
-        out.stdout().contains("github: 1 task(s) queued"),
+        out.stdout()
+            .contains("github: FAILED with 1 error(s) (on stderr); before that: 1 task(s) queued"),
         "{}",
         out.stdout()
     );

@@ -499,3 +499,78 @@ fn ollama_path_gets_ollama_shape() {
     );
     assert_eq!(v["prompt_eval_count"], 7);
 }
+
+/// An interruptible call ([`Interruption`]): a reply that arrives within the grace period after
+/// a pause/stop request is kept; a slower one is abandoned after the grace (no response file,
+/// no retry), and a request seen before the first attempt sends nothing.
+#[test]
+fn an_interruptible_call_keeps_a_reply_in_grace_and_abandons_a_slow_one() {
+    use ctxhost::llm::Interruption;
+    use std::time::Instant;
+
+    let llm = FakeLlm::start(vec![]);
+    let t = transport(&llm.base_url(), |c| c.max_retries = 3);
+    let post = |f: &Files, requested: &dyn Fn() -> bool, grace: Duration| {
+        t.post_file_interruptible(
+            ENDPOINT,
+            &f.task,
+            REQUEST,
+            RESPONSE,
+            &Interruption { requested, grace },
+        )
+    };
+
+    // The request comes once the attempt is in flight; the reply comes within the grace.
+    llm.set_default(Reply::delay(
+        Duration::from_millis(1500),
+        Reply::text("late but kept", None),
+    ));
+    let f = files();
+    let before = llm.request_count();
+    let out = post(
+        &f,
+        &|| llm.request_count() > before,
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert_eq!(out.attempts, 1);
+    assert_eq!(
+        response_json(&f)["choices"][0]["message"]["content"],
+        "late but kept"
+    );
+    assert_files_clean(&f);
+
+    // A reply slower than the grace: abandoned, nothing written, not retried.
+    llm.set_default(Reply::delay(
+        Duration::from_secs(4),
+        Reply::text("never read", None),
+    ));
+    let f = files();
+    let before = llm.request_count();
+    let t0 = Instant::now();
+    let e = post(
+        &f,
+        &|| llm.request_count() > before,
+        Duration::from_millis(300),
+    )
+    .unwrap_err();
+    let took = t0.elapsed();
+    assert!(
+        matches!(e, TransportError::Interrupted { attempts: 1, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("asked to pause or stop"), "{e}");
+    assert!(took < Duration::from_secs(3), "abandoned after {took:?}");
+    assert_eq!(llm.request_count(), before + 1, "no retry");
+    assert!(!f.response.exists());
+    assert_files_clean(&f);
+
+    // Requested before the first attempt: nothing is sent.
+    let before = llm.request_count();
+    let e = post(&f, &|| true, Duration::ZERO).unwrap_err();
+    assert!(
+        matches!(e, TransportError::Interrupted { attempts: 0, .. }),
+        "{e}"
+    );
+    assert_eq!(llm.request_count(), before);
+}

@@ -651,6 +651,26 @@ fn traversal_encoded_slashes_and_symlinks_are_404() {
         "a symlinked task directory is not read"
     );
     assert!(dpage.body.contains("id=\"no-dir\""));
+
+    // A history that is a symbolic link is said to be one (not "missing"), and not followed.
+    let _ = std::fs::remove_file(a.join("messages.jsonl"));
+    std::os::unix::fs::symlink(&secret, a.join("messages.jsonl")).unwrap();
+    let page = d.get(&format!("/tasks/{A}?view=messages")).expect(200);
+    assert!(
+        page.body
+            .contains("messages.jsonl is a symbolic link; it is not followed."),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("TOP-SECRET"));
+    // A missing one is said to be missing.
+    std::fs::remove_file(a.join("messages.jsonl")).unwrap();
+    let page = d.get(&format!("/tasks/{A}?view=messages")).expect(200);
+    assert!(
+        page.body.contains("No messages.jsonl in this task"),
+        "{}",
+        page.body
+    );
 }
 
 #[test]

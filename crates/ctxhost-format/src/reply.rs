@@ -5,6 +5,10 @@
 //! Both OpenAI's chat completions and Ollama's `/api/chat` send a tool call as
 //! `{"id"?, "function": {"name", "arguments"?}}` (Ollama without `id`; some servers repeat
 //! ids or send `arguments` as an object), which [`ProviderToolCall`] reads.
+//!
+//! Token counts of a reply's `usage` are read leniently ([`TokenCount`]): a count that is not a
+//! whole number ≥ 0 counts as 0 with a warning ([`invalid_counts`]) instead of failing a reply
+//! whose message is fine.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -82,6 +86,82 @@ pub fn unique_call_ids(given: impl IntoIterator<Item = Option<String>>) -> Vec<S
     ids
 }
 
+/// One token count of a provider's `usage` (`prompt_tokens`, `eval_count`, ...), read
+/// leniently: the counts are statistics, and a server that reports nonsense
+/// (`"completion_tokens": -1`, `1.5`, `"12"`) must not fail a reply whose message is fine.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum TokenCount {
+    /// Missing or `null`.
+    #[default]
+    Absent,
+    /// A whole number ≥ 0 (an integral float such as `12.0` included).
+    Valid(u64),
+    /// Anything else, as JSON text (at most 40 bytes): counted as 0.
+    Invalid(String),
+}
+
+impl TokenCount {
+    /// The count to use: `None` when absent, 0 when invalid.
+    pub fn value(&self) -> Option<u64> {
+        match self {
+            TokenCount::Absent => None,
+            TokenCount::Valid(n) => Some(*n),
+            TokenCount::Invalid(_) => Some(0),
+        }
+    }
+
+    /// Read `value` (see the type's doc).
+    pub fn from_value(value: &Value) -> TokenCount {
+        match value {
+            Value::Null => TokenCount::Absent,
+            Value::Number(n) => match (n.as_u64(), n.as_f64()) {
+                (Some(n), _) => TokenCount::Valid(n),
+                (None, Some(f)) if f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_992.0 => {
+                    TokenCount::Valid(f as u64)
+                }
+                _ => TokenCount::Invalid(n.to_string()),
+            },
+            other => {
+                let text = other.to_string();
+                let cut = (0..=40.min(text.len()))
+                    .rev()
+                    .find(|i| text.is_char_boundary(*i))
+                    .unwrap_or(0);
+                TokenCount::Invalid(if cut < text.len() {
+                    format!("{}…", &text[..cut])
+                } else {
+                    text
+                })
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TokenCount {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<TokenCount, D::Error> {
+        Value::deserialize(d).map(|v| TokenCount::from_value(&v))
+    }
+}
+
+/// The warning for the invalid counts among `counts` (name as the provider sent it, count),
+/// `None` when every count is valid or absent: e.g. `usage.completion_tokens is -1: not a
+/// token count, counted as 0`.
+pub fn invalid_counts(counts: &[(&str, &TokenCount)]) -> Option<String> {
+    let bad: Vec<String> = counts
+        .iter()
+        .filter_map(|(name, c)| match c {
+            TokenCount::Invalid(text) => Some(format!("{name} is {text}")),
+            _ => None,
+        })
+        .collect();
+    (!bad.is_empty()).then(|| {
+        format!(
+            "{}: not a token count, counted as 0 (the reply is used)",
+            bad.join(", ")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +221,45 @@ mod tests {
             serde_json::to_string(&m).unwrap(),
             r#"{"role":"assistant","content":"hi"}"#
         );
+    }
+
+    #[test]
+    fn token_counts_are_read_leniently() {
+        use serde_json::json;
+        let read = |v: Value| TokenCount::from_value(&v);
+        assert_eq!(read(json!(12)), TokenCount::Valid(12));
+        assert_eq!(read(json!(12.0)), TokenCount::Valid(12));
+        assert_eq!(read(Value::Null), TokenCount::Absent);
+        for bad in [
+            json!(-1),
+            json!(1.5),
+            json!("12"),
+            json!({"n": 1}),
+            json!(1e300),
+        ] {
+            let c = read(bad.clone());
+            assert!(matches!(c, TokenCount::Invalid(_)), "{bad}");
+            assert_eq!(c.value(), Some(0));
+        }
+        assert_eq!(read(Value::Null).value(), None);
+        let long = read(json!("x".repeat(100)));
+        assert!(
+            matches!(&long, TokenCount::Invalid(t) if t.len() < 50),
+            "{long:?}"
+        );
+        #[derive(Deserialize)]
+        struct U {
+            #[serde(default)]
+            a: TokenCount,
+            #[serde(default)]
+            b: TokenCount,
+        }
+        let u: U = serde_json::from_value(json!({"a": -1})).unwrap();
+        assert_eq!((u.a.value(), u.b.value()), (Some(0), None));
+        assert_eq!(
+            invalid_counts(&[("usage.a", &u.a), ("usage.b", &u.b)]).as_deref(),
+            Some("usage.a is -1: not a token count, counted as 0 (the reply is used)")
+        );
+        assert_eq!(invalid_counts(&[("usage.b", &u.b)]), None);
     }
 }

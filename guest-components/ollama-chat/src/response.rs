@@ -5,9 +5,12 @@
 //! shaped: `id` as given or generated (`call_<n>`, n from 1, unique within the reply),
 //! `arguments` serialised to JSON text. `finish_reason` is `tool_calls` when the model called
 //! tools, else `done_reason`. Usage comes from `prompt_eval_count` / `eval_count` (either may
-//! be missing, e.g. when the prompt was cached).
+//! be missing, e.g. when the prompt was cached); a count that is not a whole number ≥ 0 counts
+//! as 0 with a warning in the host log ([`TokenCount`]).
 
-use ctxhost_plugin::format::reply::{ProviderToolCall, assistant_message};
+use ctxhost_plugin::format::reply::{
+    ProviderToolCall, TokenCount, assistant_message, invalid_counts,
+};
 use serde::Deserialize;
 
 use ctxhost_plugin::request::{self as common, bad_shape};
@@ -23,9 +26,9 @@ struct Response {
     #[serde(default)]
     done_reason: Option<String>,
     #[serde(default)]
-    prompt_eval_count: Option<u64>,
+    prompt_eval_count: TokenCount,
     #[serde(default)]
-    eval_count: Option<u64>,
+    eval_count: TokenCount,
 }
 
 #[derive(Deserialize)]
@@ -70,7 +73,16 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     } else {
         Some("tool_calls".to_string())
     };
-    let (prompt, completion) = (response.prompt_eval_count, response.eval_count);
+    if let Some(warning) = invalid_counts(&[
+        ("prompt_eval_count", &response.prompt_eval_count),
+        ("eval_count", &response.eval_count),
+    ]) {
+        ctxhost_plugin::logging::warn(&format!("{file}: {warning}"));
+    }
+    let (prompt, completion) = (
+        response.prompt_eval_count.value(),
+        response.eval_count.value(),
+    );
     let usage =
         (prompt.is_some() || completion.is_some()).then(|| common::usage(prompt, completion, None));
     Ok(Reply {

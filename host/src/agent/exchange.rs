@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use crate::llm::{PostOutcome, Transport, TransportError};
+use crate::llm::{Interruption, PostOutcome, Transport, TransportError};
 use crate::runtime::{Reply, RequestConfig, RequestFormat, RequestInfo, RuntimeError};
 use crate::task_dir::TaskDir;
 use crate::untrusted;
@@ -85,6 +85,12 @@ impl ExchangeError {
         )
     }
 
+    /// The call was given up for a pause or stop request of the task
+    /// ([`TransportError::Interrupted`]).
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self, ExchangeError::Post { source, .. } if source.is_interrupted())
+    }
+
     /// The provider answered that the context is longer than the model's window
     /// ([`TransportError::is_context_overflow`]).
     pub fn is_context_overflow(&self) -> bool {
@@ -122,12 +128,16 @@ pub fn exchange(
         config,
         response_file,
         deadline,
+        None,
         &|_| Ok(()),
     )
 }
 
 /// [`exchange`], with the reply checked by `accept` before the files are deleted: a reply it
-/// rejects is [`ExchangeError::Rejected`] and both files are kept.
+/// rejects is [`ExchangeError::Rejected`] and both files are kept. With `interruption` (the
+/// agent loop's calls) the POST gives way to a pause or stop of the task
+/// ([`Transport::post_file_interruptible`]; ignored when a `deadline` is given).
+#[allow(clippy::too_many_arguments)]
 pub fn exchange_checked(
     format: &mut RequestFormat,
     transport: &Transport,
@@ -135,6 +145,7 @@ pub fn exchange_checked(
     config: &RequestConfig,
     response_file: &str,
     deadline: Option<Instant>,
+    interruption: Option<&Interruption<'_>>,
     accept: &dyn Fn(&Reply) -> Result<(), String>,
 ) -> Result<Exchange, ExchangeError> {
     let request_name = config.request_file.clone();
@@ -152,13 +163,24 @@ pub fn exchange_checked(
             request: request_name.clone(),
         }
     })?;
-    let post = match deadline {
-        None => transport.post_file(endpoint, dir, &request_name, response_file),
-        Some(d) => transport.post_file_before(endpoint, dir, &request_name, response_file, d),
+    let post = match (deadline, interruption) {
+        (Some(d), _) => transport.post_file_before(endpoint, dir, &request_name, response_file, d),
+        (None, Some(i)) => {
+            transport.post_file_interruptible(endpoint, dir, &request_name, response_file, i)
+        }
+        (None, None) => transport.post_file(endpoint, dir, &request_name, response_file),
     }
-    .map_err(|source| ExchangeError::Post {
-        request: request_name.clone(),
-        source,
+    .map_err(|source| {
+        if source.is_interrupted() {
+            // Written again from the context when the task resumes; nothing to debug.
+            if let Err(e) = dir.remove_file_if_exists(&request_name) {
+                tracing::warn!("cannot delete {}: {e}", dir.show(&request_name));
+            }
+        }
+        ExchangeError::Post {
+            request: request_name.clone(),
+            source,
+        }
     })?;
     let reply = format
         .read_response(response_file)

@@ -38,6 +38,9 @@
 //! Safe points: before each model call and before each tool call (so after each tool result), the
 //! loop asks the task's row ([`TaskContext::interrupt`]) whether the task should pause or stop;
 //! if so it returns [`Outcome::Paused`] / [`Outcome::Stopped`] with every line written whole.
+//! A model call gives way to the same requests ([`crate::llm::Interruption`]): no retry or
+//! back-off wait starts after one, and a reply in flight gets `llm.interrupt_grace_secs`; a call
+//! given up is recorded in llm_calls.jsonl, not counted, and sent again on resume.
 //!
 //! Resuming (after a pause or a crash) starts from the files alone ([`Agent::resume_point`]):
 //! the context's last message says which step comes next — unanswered tool calls are made
@@ -60,6 +63,7 @@ use crate::db::now_rfc3339;
 use crate::invariants::arguments_error;
 use crate::invariants::pairing::invalid_arguments_text;
 use crate::invariants::queries::{self, Tail, last_message_in};
+use crate::llm::Interruption;
 use crate::runtime::{
     Compressor, Decision, HookCall, Reply, RequestConfig, RequestFormat, RuntimeError, Strategy,
     StrategyConfig, TaskState, ToolOutcome,
@@ -227,7 +231,15 @@ impl Agent<'_> {
                     }
                     self.maybe_compress(ctx)?;
                     steps += 1;
-                    let reply = self.llm_step(ctx, steps)?;
+                    let Some(reply) = self.llm_step(ctx, steps)? else {
+                        // The call gave way to a pause or stop request: honour it now.
+                        return match self.interrupted(ctx)? {
+                            Some(outcome) => Ok(outcome),
+                            None => bail!(
+                                "LLM call {steps} was given up for a pause or stop request that is gone"
+                            ),
+                        };
+                    };
                     if reply.calls().is_empty() {
                         Next::Answered { reply }
                     } else {
@@ -497,7 +509,11 @@ impl Agent<'_> {
     /// One LLM call; returns the assistant message as appended. A malformed or empty reply is
     /// asked for again (up to [`MAX_MALFORMED_REPLY_RETRIES`] times); a "context too long"
     /// answer compresses the context and sends it again (up to [`MAX_OVERFLOW_RETRIES`] times).
-    fn llm_step(&mut self, ctx: &mut TaskContext, step: u32) -> anyhow::Result<ChatMessage> {
+    fn llm_step(
+        &mut self,
+        ctx: &mut TaskContext,
+        step: u32,
+    ) -> anyhow::Result<Option<ChatMessage>> {
         let (mut malformed, mut overflows) = (0u32, 0u32);
         loop {
             // Step boundary: what was appended so far is on disk before we wait on the network.
@@ -526,7 +542,7 @@ impl Agent<'_> {
                     record.request_bytes = done.request.bytes;
                     record.usage = done.reply.usage;
                     ctx.calls().record_call(&record, &now_rfc3339());
-                    return self.record_reply(ctx, step, done, tokens_before);
+                    return self.record_reply(ctx, step, done, tokens_before).map(Some);
                 }
                 Err(e) => e,
             };
@@ -540,6 +556,12 @@ impl Agent<'_> {
                 .map_or(0, |m| m.len());
             record.error = Some(&error);
             ctx.calls().record_call(&record, &now_rfc3339());
+            if e.is_interrupted() {
+                // Not a failure: the provider did not answer (the call is not counted), and a
+                // resumed task sends the request again.
+                tracing::info!(uuid = %ctx.uuid(), step, "LLM call {step} given up: pause or stop requested");
+                return Ok(None);
+            }
             if let ExchangeError::Rejected { usage_tokens, .. } = &e {
                 ctx.update_statistics(UsageDelta::llm_call(*usage_tokens))?;
             } else if e.is_malformed_reply() {
@@ -575,12 +597,27 @@ impl Agent<'_> {
     }
 
     /// Write the request from the context, POST it and read the reply; an empty reply is
-    /// rejected (its files kept).
+    /// rejected (its files kept). The POST gives way to a pause or stop request of the task
+    /// (the task's row, as at the safe points), with `llm.interrupt_grace_secs` for a reply in
+    /// flight ([`crate::llm::Interruption`]).
     fn send(&mut self, ctx: &mut TaskContext) -> Result<Exchange, ExchangeError> {
+        let messages_file = ctx.current_file().unwrap_or_else(|_| CURRENT.to_string());
+        let ctx: &TaskContext = ctx;
         let llm = &self.config.llm;
+        let requested = || match ctx.interrupt() {
+            Ok(interrupt) => interrupt.is_some(),
+            Err(e) => {
+                tracing::warn!(uuid = %ctx.uuid(), "cannot read the task's pause/stop requests during the LLM call: {e:#}");
+                false
+            }
+        };
+        let interruption = Interruption {
+            requested: &requested,
+            grace: std::time::Duration::from_secs(llm.interrupt_grace_secs),
+        };
         let config = RequestConfig {
             model: llm.model.clone(),
-            messages_file: ctx.current_file().unwrap_or_else(|_| CURRENT.to_string()),
+            messages_file,
             request_file: REQUEST.to_string(),
             tools_file: self.tools.tools_file(),
             max_output_tokens: llm.max_output_tokens,
@@ -593,6 +630,7 @@ impl Agent<'_> {
             &config,
             RESPONSE,
             None,
+            Some(&interruption),
             &reject_empty_reply,
         )
     }

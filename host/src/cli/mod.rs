@@ -327,6 +327,9 @@ pub(crate) struct Env {
     pub config_path: PathBuf,
     pub layout: Layout,
     pub verbose: u8,
+    /// Where the contexts directory was named: `--contexts`, or `context_storage.base_dir` of
+    /// the config file (or its default), for errors.
+    pub contexts_from: String,
 }
 
 impl Env {
@@ -342,12 +345,38 @@ impl Env {
             .contexts
             .clone()
             .unwrap_or_else(|| config.context_storage.base_dir.clone());
+        let contexts_from = contexts_from(global.contexts.is_some(), &config_path);
         Ok(Env {
             config,
             config_path,
             layout: Layout::new(root),
             verbose: global.verbose,
+            contexts_from,
         })
+    }
+
+    /// `"FILE: "` for an error about a setting of the config file, like the file's own
+    /// validation errors (`config.yaml: llm.x: ...`); empty when no file is in use (defaults).
+    pub(crate) fn config_file_prefix(&self) -> String {
+        if self.config_path.exists() {
+            format!("{}: ", self.config_path.display())
+        } else {
+            String::new()
+        }
+    }
+
+    /// Fail with a usage error, creating nothing, when the contexts/ tree cannot be created
+    /// where it is configured ([`Layout::creation_blocker`]); the error names the directory and
+    /// where it was set.
+    pub(crate) fn check_tree_location(&self) -> anyhow::Result<()> {
+        match self.layout.creation_blocker() {
+            None => Ok(()),
+            Some(why) => Err(usage(format!(
+                "{}: cannot create the contexts directory {}: {why}",
+                self.contexts_from,
+                self.layout.root().display()
+            ))),
+        }
     }
 
     /// Fail with a usage error unless the contexts/ tree exists (read-only commands never create it).
@@ -362,6 +391,21 @@ impl Env {
     }
 }
 
+/// Where the contexts directory in effect was named, for errors: `--contexts`, or
+/// `context_storage.base_dir` of `config_path` (its default when the file is missing).
+pub(crate) fn contexts_from(flag: bool, config_path: &Path) -> String {
+    if flag {
+        "--contexts".to_string()
+    } else if config_path.exists() {
+        format!("context_storage.base_dir in {}", config_path.display())
+    } else {
+        format!(
+            "context_storage.base_dir (the default: {} does not exist)",
+            config_path.display()
+        )
+    }
+}
+
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = cli.global;
     match cli.command {
@@ -369,11 +413,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Submit(args) => submit::run(&Env::load(&global)?, &args),
         Command::Run(args) => {
             let env = Env::load(&global)?;
-            env.layout.ensure()?;
-            // Configuration mistakes (a plugin that does not load, an unset API key or source
-            // token) are reported once here, before any task is touched.
+            // Configuration mistakes (a contexts directory that cannot be created there, a
+            // plugin that does not load, an unset API key) are reported once here, before any
+            // task is touched and before the tree is created.
+            env.check_tree_location()?;
             crate::worker::preflight(&env.config, &env.layout)
-                .map_err(|e| usage(format!("{e:#}")))?;
+                .map_err(|e| usage(format!("{}{e:#}", env.config_file_prefix())))?;
+            env.layout.ensure()?;
             let sources = if env.config.sources.any() {
                 Some(crate::sources::Sources::connect(&env.config.sources)?)
             } else {

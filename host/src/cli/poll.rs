@@ -48,11 +48,20 @@ pub(super) fn poll(env: &Env, args: &PollArgs) -> anyhow::Result<ExitCode> {
             for q in &r.queued {
                 outln!("{}  queued task {}", q.item, q.uuid);
             }
-            outln!(
-                "{source}: {} task(s) queued, {} labelled item(s) already have one",
+            let counts = format!(
+                "{} task(s) queued, {} labelled item(s) already have one",
                 r.queued.len(),
                 r.already_held
             );
+            if r.errors.is_empty() {
+                outln!("{source}: {counts}");
+            } else {
+                // Not a success line: the poll of this source did not finish.
+                outln!(
+                    "{source}: FAILED with {} error(s) (on stderr); before that: {counts}",
+                    r.errors.len()
+                );
+            }
         }
     }
     for (uuid, e) in &report.published.errors {

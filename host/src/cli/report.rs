@@ -199,11 +199,11 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|| "-".into())
     );
     outln!(
-        "counters:      {} LLM calls, {} tool calls, {} tokens, {} compressions",
-        t.llm_call_count,
-        t.tool_call_count,
-        t.total_tokens,
-        t.compression_count
+        "counters:      {}, {}, {}, {}",
+        counted(t.llm_call_count, "LLM call", "LLM calls"),
+        counted(t.tool_call_count, "tool call", "tool calls"),
+        counted(t.total_tokens, "token", "tokens"),
+        counted(t.compression_count, "compression", "compressions")
     );
     if t.cache_read_tokens > 0 || t.cache_creation_tokens > 0 {
         outln!(
@@ -437,4 +437,10 @@ pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
     table.push(row(&stats.total, "(all)".into()));
     print_table(&table)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `n` and the noun for it: `1 LLM call`, `2 LLM calls`, `0 LLM calls`.
+fn counted(n: impl Into<i128>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
 }

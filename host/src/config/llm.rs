@@ -151,9 +151,15 @@ pub struct LlmConfig {
     pub max_response_mib: u64,
     /// Largest request body sent, MiB (≥ 1); a bigger request fails the call without sending it.
     pub max_request_mib: u64,
+    /// How long a pause or stop request waits for an agent-loop LLM call already in flight
+    /// before abandoning it, seconds (0 to [`MAX_LLM_SECS`]; 0: at once). A reply that arrives
+    /// in time is kept; an abandoned call is sent again when a paused task resumes. Retries and
+    /// back-off waits never start or go on after the request.
+    pub interrupt_grace_secs: u64,
 }
 
-/// Upper bound of `llm.timeout_secs`, `connect_timeout_secs` and `max_backoff_secs`: 86,400 s.
+/// Upper bound of `llm.timeout_secs`, `connect_timeout_secs`, `max_backoff_secs` and
+/// `interrupt_grace_secs`: 86,400 s.
 pub const MAX_LLM_SECS: u64 = 86_400;
 
 impl Default for LlmConfig {
@@ -172,6 +178,7 @@ impl Default for LlmConfig {
             max_backoff_secs: 30,
             max_response_mib: 16,
             max_request_mib: 32,
+            interrupt_grace_secs: 10,
         }
     }
 }
@@ -245,6 +252,7 @@ impl LlmConfig {
             ("llm.timeout_secs", self.timeout_secs),
             ("llm.connect_timeout_secs", self.connect_timeout_secs),
             ("llm.max_backoff_secs", self.max_backoff_secs),
+            ("llm.interrupt_grace_secs", self.interrupt_grace_secs),
         ] {
             if v > MAX_LLM_SECS {
                 return Invalid::err(

@@ -7,7 +7,7 @@
 //!                   max_compression_secs}
 //! llm:     {provider, base_url, model, api_key_env, context_length, max_output_tokens, temperature,
 //!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib,
-//!           max_request_mib}
+//!           max_request_mib, interrupt_grace_secs}
 //! plugins: {message_store, compressor, request_format, strategy}
 //! runtime: {memory_limit_mib, call_timeout_secs}
 //! agent:   {system_prompt, max_steps}
@@ -165,22 +165,24 @@ impl Config {
 
     /// Parse and validate YAML `text`; `file` names it in errors. An empty document gives the defaults.
     pub fn from_yaml(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let parse_error = |e: serde_norway::Error| ConfigError::Parse {
+            file: file.to_string(),
+            message: explain_integer_range(&e.to_string()),
+        };
+        let typed = || serde_norway::from_str::<Config>(text).map_err(parse_error);
         let cfg: Config = if text.trim().is_empty() {
             Config::default()
         } else {
             // An all-comments document parses as null: treat like empty.
-            let value: serde_norway::Value =
-                serde_norway::from_str(text).map_err(|e| ConfigError::Parse {
-                    file: file.to_string(),
-                    message: e.to_string(),
-                })?;
-            if value.is_null() {
-                Config::default()
-            } else {
-                serde_norway::from_str(text).map_err(|e| ConfigError::Parse {
-                    file: file.to_string(),
-                    message: e.to_string(),
-                })?
+            match serde_norway::from_str::<serde_norway::Value>(text) {
+                Ok(value) if value.is_null() => Config::default(),
+                Ok(_) => typed()?,
+                // The typed parse names what the key expects (an integer too large for any
+                // YAML value is `expected u64` there); its error is the more useful one.
+                Err(e) => {
+                    typed()?;
+                    return Err(parse_error(e));
+                }
             }
         };
         cfg.validate(file)?;
@@ -213,9 +215,73 @@ impl Config {
     }
 }
 
+/// serde's message for an integer that does not fit its key (`invalid value: integer
+/// `5000000000`, expected u32`, `invalid type: integer `99999999999999999999999` as u128,
+/// expected u64`, `invalid type: integer `-5`, expected u64`) in words: `5000000000 is out of
+/// range: a whole number from 0 to 4294967295 is expected`. Other messages are returned as
+/// they are; the key path before and the position after are kept.
+fn explain_integer_range(message: &str) -> String {
+    for prefix in ["invalid type: integer `", "invalid value: integer `"] {
+        let Some(start) = message.find(prefix) else {
+            continue;
+        };
+        let rest = &message[start + prefix.len()..];
+        let Some(end) = rest.find('`') else {
+            continue;
+        };
+        let number = &rest[..end];
+        let mut after = &rest[end + 1..];
+        for wide in [" as u128", " as i128"] {
+            after = after.strip_prefix(wide).unwrap_or(after);
+        }
+        let Some(after) = after.strip_prefix(", expected ") else {
+            continue;
+        };
+        let type_end = after
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(after.len());
+        let (min, max): (i128, i128) = match &after[..type_end] {
+            "u8" => (0, u8::MAX.into()),
+            "u16" => (0, u16::MAX.into()),
+            "u32" => (0, u32::MAX.into()),
+            "u64" | "usize" => (0, u64::MAX.into()),
+            "i32" => (i32::MIN.into(), i32::MAX.into()),
+            "i64" | "isize" => (i64::MIN.into(), i64::MAX.into()),
+            _ => continue,
+        };
+        return format!(
+            "{}{number} is out of range: a whole number from {min} to {max} is expected{}",
+            &message[..start],
+            &after[type_end..]
+        );
+    }
+    message.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_integer_out_of_range_names_the_key_and_the_range() {
+        assert_eq!(
+            err("llm:\n  context_length: 99999999999999999999999\n"),
+            "config.yaml: llm.context_length: 99999999999999999999999 is out of range: \
+             a whole number from 0 to 18446744073709551615 is expected at line 2 column 19"
+        );
+        assert_eq!(
+            err("llm:\n  max_retries: 5000000000\n"),
+            "config.yaml: llm.max_retries: 5000000000 is out of range: \
+             a whole number from 0 to 4294967295 is expected at line 2 column 16"
+        );
+        assert_eq!(
+            err("llm:\n  context_length: -5\n"),
+            "config.yaml: llm.context_length: -5 is out of range: \
+             a whole number from 0 to 18446744073709551615 is expected at line 2 column 19"
+        );
+        // Other type errors are left as serde words them.
+        assert!(err("llm:\n  context_length: lots\n").contains("expected u64"));
+    }
 
     fn err(yaml: &str) -> String {
         Config::from_yaml(yaml, "config.yaml")
@@ -289,7 +355,12 @@ mod tests {
         }
         assert!(err("llm:\n  max_request_mib: 0\n").contains("llm.max_request_mib"));
         // u64::MAX seconds used to pass and then fail every request ("deadline overflowed").
-        for key in ["timeout_secs", "connect_timeout_secs", "max_backoff_secs"] {
+        for key in [
+            "timeout_secs",
+            "connect_timeout_secs",
+            "max_backoff_secs",
+            "interrupt_grace_secs",
+        ] {
             assert_eq!(
                 err(&format!("llm:\n  {key}: 18446744073709551615\n")),
                 format!(

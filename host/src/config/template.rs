@@ -71,6 +71,9 @@ llm:
   # Retries on 429 / 5xx / connection errors / timeouts, with backoff honouring Retry-After.
   max_retries: {retries}
   max_backoff_secs: {backoff}
+  # A pause or stop waits this long for a reply already in flight, then abandons the call
+  # (it is sent again on resume); no retry or back-off starts after the request.
+  interrupt_grace_secs: {grace}
   max_response_mib: {max_resp}
   # A larger request body fails the call without being sent.
   max_request_mib: {max_req}
@@ -184,6 +187,7 @@ sources: {{}}
             connect = d.llm.connect_timeout_secs,
             retries = d.llm.max_retries,
             backoff = d.llm.max_backoff_secs,
+            grace = d.llm.interrupt_grace_secs,
             max_resp = d.llm.max_response_mib,
             max_req = d.llm.max_request_mib,
             max_dir = d.context_storage.max_task_dir_mib,

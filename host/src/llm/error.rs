@@ -112,6 +112,18 @@ pub enum TransportError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The task was asked to pause or stop while the call was under way
+    /// ([`crate::llm::transport::Interruption`]): no further attempt or wait was started, and
+    /// an attempt in flight was abandoned after the grace period. No response file is left.
+    #[error(
+        "POST {url}: given up after {attempts} attempt(s) because the task was asked to pause or stop (the request is sent again if the task resumes)"
+    )]
+    Interrupted {
+        /// The request URL.
+        url: String,
+        /// Attempts started (0 when the request came before the first one).
+        attempts: u32,
+    },
 }
 
 impl TransportError {
@@ -120,10 +132,16 @@ impl TransportError {
         match self {
             TransportError::Http { attempts, .. }
             | TransportError::Timeout { attempts, .. }
-            | TransportError::Connection { attempts, .. } => *attempts,
+            | TransportError::Connection { attempts, .. }
+            | TransportError::Interrupted { attempts, .. } => *attempts,
             TransportError::TooLarge { .. } => 1,
             _ => 0,
         }
+    }
+
+    /// Whether the call was given up for a pause or stop request ([`TransportError::Interrupted`]).
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self, TransportError::Interrupted { .. })
     }
 
     /// Whether the provider answered that the request's context is longer than the model's
@@ -210,7 +228,7 @@ mod tests {
 
     #[test]
     fn snippet_cuts_and_redacts() {
-        let s = body_snippet(b"error: bad key sk-123 given", 500, Some("sk-123"));
+        let s = body_snippet(b"error: bad key sk-12345 given", 500, Some("sk-12345"));
         assert_eq!(s, "error: bad key [redacted] given");
         let s = body_snippet("ééé".as_bytes(), 3, None);
         assert_eq!(s, "é…");

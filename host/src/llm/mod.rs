@@ -13,7 +13,8 @@
 //! - [`overflow`]: a provider's "the context is too long" answer (never retried as it is)
 //! - [`error`] — [`TransportError`] (names the URL and attempts, never the key)
 //! - [`redact`]: the API key out of every body, error and kept file; URL credentials hidden
-//! - [`transport`]: [`Transport`] and [`PostOutcome`]
+//! - [`transport`]: [`Transport`], [`PostOutcome`], and [`Interruption`] (how a call gives way
+//!   to a pause or stop of its task)
 
 pub mod config;
 pub mod error;
@@ -24,4 +25,4 @@ pub mod transport;
 
 pub use config::{AuthScheme, TransportConfig};
 pub use error::TransportError;
-pub use transport::{PostOutcome, Transport};
+pub use transport::{Interruption, PostOutcome, Transport};

@@ -1,6 +1,12 @@
 //! Secrets out of everything the host keeps or prints of a provider exchange: the API key in
 //! any text ([`redact`]) and in a response body as it is streamed to disk ([`Redactor`]),
 //! whatever the HTTP status; the credentials of a URL ([`url_without_credentials`]).
+//!
+//! Policy for short keys: a secret shorter than [`MIN_REDACTED_SECRET_BYTES`] is not redacted
+//! ([`is_redactable`]). Replacing it inside other text would mangle ordinary words (a key `x`
+//! turns `max_retries` into `ma[redacted]_retries`) and so tell every reader the key; no real
+//! provider key is that short, while local servers take dummy keys. `ctxhost run` warns once
+//! at start when the configured key is that short ([`short_key_warning`]).
 
 use std::borrow::Cow;
 use std::io::{self, Write};
@@ -8,11 +14,32 @@ use std::io::{self, Write};
 /// What replaces the API key.
 pub const REDACTED: &str = "[redacted]";
 
+/// Shortest secret that is redacted, bytes: a shorter one is treated as a placeholder (module
+/// doc).
+pub const MIN_REDACTED_SECRET_BYTES: usize = 8;
+
+/// Whether `secret` is long enough to be redacted ([`MIN_REDACTED_SECRET_BYTES`]).
+pub fn is_redactable(secret: &str) -> bool {
+    secret.len() >= MIN_REDACTED_SECRET_BYTES
+}
+
+/// The warning `ctxhost run` logs once at start for an API key (read from the variable `var`)
+/// that is too short to be redacted; `None` for a key that is redacted. Never quotes the key.
+pub fn short_key_warning(var: &str, key: &str) -> Option<String> {
+    (!is_redactable(key)).then(|| {
+        format!(
+            "llm.api_key_env: the API key in {var} is shorter than {MIN_REDACTED_SECRET_BYTES} bytes: too short to be \
+             protected, so it is treated as a placeholder (as local servers take dummy keys) and not redacted \
+             from bodies, errors and logs; a real key must be at least {MIN_REDACTED_SECRET_BYTES} bytes"
+        )
+    })
+}
+
 /// `text` with every occurrence of `secret` replaced by `[redacted]` (unchanged without a
-/// secret or for an empty one).
+/// secret, or for one shorter than [`MIN_REDACTED_SECRET_BYTES`]).
 pub fn redact(text: &str, secret: Option<&str>) -> String {
     match secret {
-        Some(s) if !s.is_empty() => {
+        Some(s) if is_redactable(s) => {
             let mut out = text.replace(s, REDACTED);
             let escaped = json_escaped(s);
             if escaped != s {
@@ -42,10 +69,11 @@ pub struct Redactor<W: Write> {
 }
 
 impl<W: Write> Redactor<W> {
-    /// A redactor of `secret` (none, or empty: bytes pass unchanged) writing to `inner`.
+    /// A redactor of `secret` writing to `inner` (none, or one shorter than
+    /// [`MIN_REDACTED_SECRET_BYTES`]: bytes pass unchanged).
     pub fn new(inner: W, secret: Option<&str>) -> Redactor<W> {
         let mut patterns: Vec<Vec<u8>> = Vec::new();
-        if let Some(s) = secret.filter(|s| !s.is_empty()) {
+        if let Some(s) = secret.filter(|s| is_redactable(s)) {
             patterns.push(s.as_bytes().to_vec());
             let escaped = json_escaped(s);
             if escaped != s {
@@ -194,6 +222,27 @@ mod tests {
         assert_eq!(redact("x abc/def\"g y", key), "x [redacted] y");
         assert_eq!(redact("x abc/def\\\"g y", key), "x [redacted] y");
         assert_eq!(redacted(&["x abc/def\\\"g y"], key), "x [redacted] y");
+    }
+
+    #[test]
+    fn a_key_shorter_than_8_bytes_is_a_placeholder_and_left_alone() {
+        let text = "llm.max_response_mib: x must be at least 1";
+        for key in ["x", "ma", "dummy", "1234567"] {
+            assert_eq!(redact(text, Some(key)), text, "{key}");
+            assert_eq!(redacted(&[text], Some(key)), text, "{key}");
+            let warning = short_key_warning("FAKE_KEY", key).unwrap();
+            assert!(
+                warning.contains("FAKE_KEY") && warning.contains("placeholder"),
+                "{warning}"
+            );
+        }
+        // 8 bytes and more: redacted everywhere, no warning.
+        let key = "sk-12345";
+        assert_eq!(redact("a sk-12345 b", Some(key)), "a [redacted] b");
+        assert_eq!(redacted(&["a sk-1", "2345 b"], Some(key)), "a [redacted] b");
+        assert_eq!(short_key_warning("FAKE_KEY", key), None);
+        // Bytes, not characters: "ééää" is 8 bytes.
+        assert_eq!(redact("x ééää y", Some("ééää")), "x [redacted] y");
     }
 
     #[test]

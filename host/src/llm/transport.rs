@@ -1,6 +1,8 @@
 //! [`Transport`]: POST a request file, stream the response into a file, retry transient failures.
 
 use std::io::{self, BufReader, Read, Write};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -12,6 +14,46 @@ use crate::task_dir::TaskDir;
 
 /// Most bytes of an error response read to find the provider's error message in it.
 const ERROR_BODY_BYTES: u64 = 64 * 1024;
+
+/// How often an interruptible call asks [`Interruption::requested`] while it waits (for a reply
+/// or during a back-off).
+pub const INTERRUPT_POLL: Duration = Duration::from_millis(200);
+
+/// How a call gives way to a pause or stop of its task ([`Transport::post_file_interruptible`]).
+///
+/// `requested` is asked before each attempt, every [`INTERRUPT_POLL`] of a back-off wait and
+/// every [`INTERRUPT_POLL`] while an attempt waits for the provider. Once it says yes, no
+/// attempt or wait starts any more; an attempt in flight is given `grace` to finish (a reply
+/// about to arrive is kept, and the caller honours the request right after it), then it is
+/// abandoned: the call returns [`TransportError::Interrupted`] and leaves no response file.
+/// An abandoned attempt's connection ends with its own timeout in a background thread, which
+/// writes nothing.
+pub struct Interruption<'a> {
+    /// Whether the task was asked to pause or stop (the agent loop reads the task's row).
+    pub requested: &'a (dyn Fn() -> bool + 'a),
+    /// How long an attempt in flight may still run after the request (`llm.interrupt_grace_secs`).
+    pub grace: Duration,
+}
+
+/// Who decides the fate of an interruptible attempt's response: the attempt's thread renames
+/// its response file into place only while `Open` (then sets `Written`); the caller abandons
+/// it only while `Open` (then sets `Abandoned`). One lock, so never both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    Open,
+    Written,
+    Abandoned,
+}
+
+type SharedGate = Arc<Mutex<Gate>>;
+
+fn lock(gate: &SharedGate) -> MutexGuard<'_, Gate> {
+    gate.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn abandoned(gate: Option<&SharedGate>) -> bool {
+    gate.is_some_and(|g| *lock(g) == Gate::Abandoned)
+}
 
 /// The result of a successful [`Transport::post_file`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +69,9 @@ pub struct PostOutcome {
 }
 
 /// A blocking HTTP client for one provider. Keeps a connection pool; `Send + Sync`, so one
-/// instance can serve a task's agent loop and its compressor's `llm` import.
+/// instance can serve a task's agent loop and its compressor's `llm` import. Clones share the
+/// pool.
+#[derive(Clone)]
 pub struct Transport {
     cfg: TransportConfig,
     agent: ureq::Agent,
@@ -58,6 +102,8 @@ enum AttemptError {
     InvalidUrl(String),
     RequestFile(io::Error),
     ResponseFile(io::Error),
+    /// Abandoned for a pause or stop request ([`Interruption`]).
+    Interrupted,
 }
 
 impl AttemptError {
@@ -69,7 +115,8 @@ impl AttemptError {
             | AttemptError::RequestTooLarge(_)
             | AttemptError::InvalidUrl(_)
             | AttemptError::RequestFile(_)
-            | AttemptError::ResponseFile(_) => false,
+            | AttemptError::ResponseFile(_)
+            | AttemptError::Interrupted => false,
         }
     }
 
@@ -116,6 +163,7 @@ impl AttemptError {
             AttemptError::InvalidUrl(d) => format!("invalid URL: {d}"),
             AttemptError::RequestFile(e) => format!("request file: {e}"),
             AttemptError::ResponseFile(e) => format!("response file: {e}"),
+            AttemptError::Interrupted => "abandoned: the task was asked to pause or stop".into(),
         }
     }
 
@@ -174,6 +222,7 @@ impl AttemptError {
                 path: dir.file_path(response_file),
                 source,
             },
+            AttemptError::Interrupted => TransportError::Interrupted { url, attempts },
         }
     }
 }
@@ -229,7 +278,33 @@ impl Transport {
         request_file: &str,
         response_file: &str,
     ) -> Result<PostOutcome, TransportError> {
-        self.post(endpoint_path, dir, (request_file, response_file), None)
+        self.post(
+            endpoint_path,
+            dir,
+            (request_file, response_file),
+            None,
+            None,
+        )
+    }
+
+    /// [`Transport::post_file`] that gives way to a pause or stop of the task: see
+    /// [`Interruption`] for when `interruption.requested` is asked and what happens then
+    /// ([`TransportError::Interrupted`]). For the agent loop's calls.
+    pub fn post_file_interruptible(
+        &self,
+        endpoint_path: &str,
+        dir: &TaskDir,
+        request_file: &str,
+        response_file: &str,
+        interruption: &Interruption<'_>,
+    ) -> Result<PostOutcome, TransportError> {
+        self.post(
+            endpoint_path,
+            dir,
+            (request_file, response_file),
+            None,
+            Some(interruption),
+        )
     }
 
     /// [`Transport::post_file`], all attempts and waits included, finished by `deadline`: each
@@ -249,6 +324,7 @@ impl Transport {
             dir,
             (request_file, response_file),
             Some(deadline),
+            None,
         )
     }
 
@@ -258,6 +334,7 @@ impl Transport {
         dir: &TaskDir,
         files: (&str, &str),
         deadline: Option<Instant>,
+        interruption: Option<&Interruption<'_>>,
     ) -> Result<PostOutcome, TransportError> {
         let url = self.cfg.url_for(endpoint_path);
         // The URL as every log line and error shows it.
@@ -266,15 +343,23 @@ impl Transport {
         let max_attempts = self.cfg.max_retries.saturating_add(1);
         let mut attempt = 0u32;
         loop {
+            if interruption.is_some_and(|i| (i.requested)()) {
+                tracing::info!(url = %shown, attempts = attempt, "llm POST given up before the next attempt: pause or stop requested");
+                return Err(TransportError::Interrupted {
+                    url: shown,
+                    attempts: attempt,
+                });
+            }
             attempt += 1;
             let t0 = Instant::now();
             let left = deadline.map(|d| d.saturating_duration_since(t0));
-            let result = match left {
-                Some(d) if d.is_zero() => Err(AttemptError::Timeout {
+            let result = match (left, interruption) {
+                (Some(d), _) if d.is_zero() => Err(AttemptError::Timeout {
                     limit: Duration::ZERO,
                     detail: "no time left before the caller's deadline".to_string(),
                 }),
-                _ => self.attempt(&url, &shown, dir, files, left),
+                (_, Some(i)) => self.attempt_interruptible(&url, &shown, dir, files, left, i),
+                (_, None) => self.attempt(&url, &shown, dir, files, left, None),
             }
             .map_err(|e| e.scrub(url_credentials(&url)));
             match result {
@@ -315,14 +400,90 @@ impl Transport {
                         retry_in_ms = delay.as_millis() as u64,
                         "llm POST failed; retrying"
                     );
-                    thread::sleep(delay);
+                    if let Some(i) = interruption {
+                        if wait_unless_requested(delay, i) {
+                            tracing::info!(url = %shown, attempts = attempt, "llm POST given up during the back-off: pause or stop requested");
+                            return Err(TransportError::Interrupted {
+                                url: shown,
+                                attempts: attempt,
+                            });
+                        }
+                    } else {
+                        thread::sleep(delay);
+                    }
                 }
             }
         }
     }
 
+    /// [`Transport::attempt`] in a thread of its own, while this one asks `interruption`
+    /// every [`INTERRUPT_POLL`]; after a request and its grace the attempt is abandoned
+    /// ([`Gate`]) and [`AttemptError::Interrupted`] returned at once.
+    fn attempt_interruptible(
+        &self,
+        url: &str,
+        shown: &str,
+        dir: &TaskDir,
+        (request_file, response_file): (&str, &str),
+        left: Option<Duration>,
+        interruption: &Interruption<'_>,
+    ) -> Result<(u16, u64), AttemptError> {
+        let gate: SharedGate = Arc::new(Mutex::new(Gate::Open));
+        let (tx, rx) = mpsc::channel();
+        let spawned = {
+            let (t, dir, gate) = (self.clone(), dir.clone(), gate.clone());
+            let (url, shown) = (url.to_string(), shown.to_string());
+            let files = (request_file.to_string(), response_file.to_string());
+            thread::Builder::new()
+                .name("llm-attempt".into())
+                .spawn(move || {
+                    let r = t.attempt(&url, &shown, &dir, (&files.0, &files.1), left, Some(&gate));
+                    let _ = tx.send(r);
+                })
+        };
+        if let Err(e) = spawned {
+            tracing::warn!(
+                "cannot start a thread for the LLM call ({e}); making it uninterruptible"
+            );
+            return self.attempt(url, shown, dir, (request_file, response_file), left, None);
+        }
+        let mut requested_at: Option<Instant> = None;
+        loop {
+            match rx.recv_timeout(INTERRUPT_POLL) {
+                Ok(result) => return result,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(AttemptError::Connection(
+                        "the thread of the attempt ended without a result".into(),
+                    ));
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            let since = match requested_at {
+                Some(t) => t,
+                None if (interruption.requested)() => {
+                    tracing::info!(url = %shown, grace_ms = interruption.grace.as_millis() as u64,
+                        "pause or stop requested: waiting for the reply in flight at most the grace period");
+                    *requested_at.insert(Instant::now())
+                }
+                None => continue,
+            };
+            if since.elapsed() >= interruption.grace {
+                let mut g = lock(&gate);
+                if *g == Gate::Written {
+                    // The reply is in its file: keep it.
+                    drop(g);
+                    return rx.recv().unwrap_or(Err(AttemptError::Interrupted));
+                }
+                *g = Gate::Abandoned;
+                tracing::info!(url = %shown, "LLM call in flight abandoned: pause or stop requested");
+                return Err(AttemptError::Interrupted);
+            }
+        }
+    }
+
     /// One attempt: send, then stream a 2xx body to the response file. Returns (status, bytes).
-    /// `left`: time before the caller's deadline, which cuts the attempt's timeout.
+    /// `left`: time before the caller's deadline, which cuts the attempt's timeout. `gate`:
+    /// set for an attempt run by [`Transport::attempt_interruptible`].
     fn attempt(
         &self,
         url: &str,
@@ -330,6 +491,7 @@ impl Transport {
         dir: &TaskDir,
         (request_file, response_file): (&str, &str),
         left: Option<Duration>,
+        gate: Option<&SharedGate>,
     ) -> Result<(u16, u64), AttemptError> {
         let file = dir
             .open_read(request_file)
@@ -372,7 +534,7 @@ impl Transport {
             // 1xx/3xx (redirects are not followed): report, don't retry.
             return Err(self.status_error(status, resp));
         }
-        let bytes = self.stream_body(resp, dir, response_file)?;
+        let bytes = self.stream_body(resp, dir, response_file, gate)?;
         Ok((status, bytes))
     }
 
@@ -465,18 +627,29 @@ impl Transport {
     }
 
     /// Copy the body to `<response_file>.partial` in `dir`, the API key redacted, then rename
-    /// it to `response_file`.
+    /// it to `response_file` (unless `gate` says the attempt was abandoned).
     fn stream_body(
         &self,
         resp: ureq::Response,
         dir: &TaskDir,
         response_file: &str,
+        gate: Option<&SharedGate>,
     ) -> Result<u64, AttemptError> {
         let partial = format!("{response_file}.partial");
-        let result = self.copy_capped(resp, dir, &partial);
+        let result = self.copy_capped(resp, dir, &partial, gate);
+        let mut held = gate.map(lock);
+        if held.as_deref() == Some(&Gate::Abandoned) {
+            let _ = dir.remove_file(&partial);
+            return Err(AttemptError::Interrupted);
+        }
         match result {
             Ok(n) => match dir.rename(&partial, response_file) {
-                Ok(()) => Ok(n),
+                Ok(()) => {
+                    if let Some(g) = held.as_deref_mut() {
+                        *g = Gate::Written;
+                    }
+                    Ok(n)
+                }
                 Err(e) => {
                     let _ = dir.remove_file(&partial);
                     Err(AttemptError::ResponseFile(e))
@@ -496,7 +669,11 @@ impl Transport {
         resp: ureq::Response,
         dir: &TaskDir,
         dest: &str,
+        gate: Option<&SharedGate>,
     ) -> Result<u64, AttemptError> {
+        if abandoned(gate) {
+            return Err(AttemptError::Interrupted);
+        }
         let limit = self.cfg.max_response_bytes;
         let file = dir.create(dest).map_err(AttemptError::ResponseFile)?;
         let mut out = Redactor::new(
@@ -507,6 +684,9 @@ impl Transport {
         let mut buf = vec![0u8; 64 * 1024];
         let mut total: u64 = 0;
         loop {
+            if abandoned(gate) {
+                return Err(AttemptError::Interrupted);
+            }
             let n = match reader.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
@@ -539,5 +719,21 @@ impl Transport {
             .and_then(|mut w| w.flush())
             .map_err(AttemptError::ResponseFile)?;
         Ok(total)
+    }
+}
+
+/// Sleep `delay`, asking `interruption` every [`INTERRUPT_POLL`]. Returns whether a pause or
+/// stop was requested (the wait then ends at once).
+fn wait_unless_requested(delay: Duration, interruption: &Interruption<'_>) -> bool {
+    let end = Instant::now() + delay;
+    loop {
+        if (interruption.requested)() {
+            return true;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        thread::sleep(left.min(INTERRUPT_POLL));
     }
 }

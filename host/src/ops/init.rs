@@ -21,30 +21,39 @@ pub struct Initialized {
 
 /// Create what is missing, keep what exists. An existing `config_path` is loaded (and so
 /// validated) to find `context_storage.base_dir`; it is never overwritten. `contexts`
-/// overrides that directory.
+/// overrides that directory. The contexts directory is created, never missing folders above
+/// it: a usage error naming it and where it was set otherwise.
 pub fn init(config_path: &Path, contexts: Option<&Path>) -> anyhow::Result<Initialized> {
-    let (config, config_written) = if config_path.exists() {
-        (Config::load(config_path)?, false)
+    let existing = config_path.exists();
+    let yaml = Config::default_yaml();
+    let config = if existing {
+        Config::load(config_path)?
     } else {
-        let yaml = Config::default_yaml();
-        if let Some(dir) = config_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        crate::layout::atomic_write(config_path, yaml.as_bytes())?;
-        (
-            Config::from_yaml(&yaml, &config_path.display().to_string())?,
-            true,
-        )
+        Config::from_yaml(&yaml, &config_path.display().to_string())?
     };
     let root = contexts
         .map(Path::to_path_buf)
         .unwrap_or_else(|| config.context_storage.base_dir.clone());
     let layout = Layout::new(root);
+    // Checked before anything is written.
+    if let Some(why) = layout.creation_blocker() {
+        return Err(crate::error::usage(format!(
+            "{}: cannot create the contexts directory {}: {why}",
+            crate::cli::contexts_from(contexts.is_some(), config_path),
+            layout.root().display()
+        )));
+    }
+    if !existing {
+        if let Some(dir) = config_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        crate::layout::atomic_write(config_path, yaml.as_bytes())?;
+    }
     layout.ensure()?;
     let db = Db::open(layout.root())?;
     Ok(Initialized {
         config_path: config_path.to_path_buf(),
-        config_written,
+        config_written: !existing,
         contexts: layout.root().to_path_buf(),
         database: db.path().to_path_buf(),
     })

@@ -756,14 +756,14 @@ mod tests {
             r#"{"labels":["is invalid"]}"#
         );
         assert_eq!(
-            error_message("echo tok-123 back", "tok-123"),
+            error_message("echo tok-1234 back", "tok-1234"),
             "echo [redacted] back"
         );
         let hostile = format!(
-            r#"{{"message":"tok-123 line1\nERROR forged line\u001b[2J{}"}}"#,
+            r#"{{"message":"tok-1234 line1\nERROR forged line\u001b[2J{}"}}"#,
             "x".repeat(5000)
         );
-        let m = error_message(&hostile, "tok-123");
+        let m = error_message(&hostile, "tok-1234");
         assert!(
             m.starts_with("[redacted] line1\\nERROR forged line\\u{1b}[2J"),
             "{m}"

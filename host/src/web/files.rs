@@ -159,6 +159,23 @@ impl TaskDir {
         self.dir.open_regular(&file.relative_path()).ok()
     }
 
+    /// Why [`TaskDir::open`] gave nothing for `file`, as a sentence for the page: it is missing,
+    /// a symbolic link (never followed), or not a regular file.
+    pub fn unreadable_reason(&self, file: &TaskFile) -> String {
+        let rel = file.relative_path();
+        match self.dir.metadata(&rel) {
+            Ok(None) => format!("No {rel} in this task's directory."),
+            Ok(Some(m)) if m.file_type().is_symlink() => {
+                format!("{rel} is a symbolic link; it is not followed.")
+            }
+            Ok(Some(m)) if !m.is_file() => {
+                format!("{rel} is not a regular file; it is not read.")
+            }
+            Ok(Some(_)) => format!("{rel} cannot be read."),
+            Err(e) => format!("{rel} cannot be read: {e}"),
+        }
+    }
+
     /// Whether `file` exists as a regular file (same rules as [`TaskDir::open`]).
     pub fn has(&self, file: &TaskFile) -> bool {
         self.open(file).is_some()

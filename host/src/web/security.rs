@@ -383,12 +383,12 @@ pub struct Redactor {
 pub const REDACTED: &str = "[redacted]";
 
 impl Redactor {
-    /// A redactor for `secrets` (values shorter than 8 characters are ignored: too likely to
-    /// occur by chance, and no real key is that short).
+    /// A redactor for `secrets` (values shorter than 8 bytes are ignored, as everywhere:
+    /// [`crate::llm::redact::is_redactable`]).
     pub fn new(secrets: impl IntoIterator<Item = String>) -> Redactor {
         let mut secrets: Vec<String> = secrets
             .into_iter()
-            .filter(|s| s.chars().count() >= 8)
+            .filter(|s| crate::llm::redact::is_redactable(s))
             .collect();
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         secrets.dedup();

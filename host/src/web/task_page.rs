@@ -1121,10 +1121,7 @@ pub fn view_body(
         return Ok(ViewBody::Empty(String::new()));
     };
     let Some(mut f) = dir.open(&file) else {
-        return Ok(ViewBody::Empty(format!(
-            "No {} in this task's directory.",
-            file.relative_path()
-        )));
+        return Ok(ViewBody::Empty(dir.unreadable_reason(&file)));
     };
     let page = read(&mut f, position, limits)?;
     Ok(match view {

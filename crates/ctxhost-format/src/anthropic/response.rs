@@ -18,7 +18,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::ChatMessage;
-use crate::reply::{ProviderFunction, ProviderToolCall, assistant_message};
+use crate::reply::{
+    ProviderFunction, ProviderToolCall, TokenCount, assistant_message, invalid_counts,
+};
 
 /// The `usage` of a response (tokens). The API counts a request's input in three parts:
 /// `input_tokens` (after the last cache breakpoint, billed at the input price),
@@ -52,25 +54,28 @@ pub struct ParsedReply {
     pub usage: Option<AnthropicUsage>,
     /// `stop_reason` as an OpenAI `finish_reason` ([`finish_reason`]).
     pub finish_reason: Option<String>,
+    /// What was wrong with the `usage` (counts that are not token counts, counted as 0; a
+    /// `usage` that is not an object, ignored), for the log: the reply is used all the same.
+    pub usage_warning: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct UsageIn {
     #[serde(default)]
-    input_tokens: Option<u64>,
+    input_tokens: TokenCount,
     #[serde(default)]
-    output_tokens: Option<u64>,
+    output_tokens: TokenCount,
     #[serde(default)]
-    cache_creation_input_tokens: Option<u64>,
+    cache_creation_input_tokens: TokenCount,
     #[serde(default)]
-    cache_read_input_tokens: Option<u64>,
+    cache_read_input_tokens: TokenCount,
 }
 
 /// Parses a response body (already parsed as JSON and checked not to be an error object).
 ///
 /// Errors (a text saying what is wrong): a `type` other than `message`, `content` missing or
-/// not an array, a block that is not an object, a `tool_use` without a name, a malformed
-/// `usage`.
+/// not an array, a block that is not an object, a `tool_use` without a name. A malformed
+/// `usage` does not fail the reply ([`ParsedReply::usage_warning`]).
 pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
     if let Some(kind) = body.get("type").and_then(Value::as_str)
         && kind != "message"
@@ -107,18 +112,33 @@ pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
         }
     }
     let role = body.get("role").and_then(Value::as_str).map(str::to_string);
-    let usage = match body.get("usage").filter(|u| !u.is_null()) {
-        Some(u) => {
-            let u: UsageIn = serde_json::from_value(u.clone())
-                .map_err(|e| format!("the usage is not valid ({e})"))?;
-            Some(AnthropicUsage {
-                input_tokens: u.input_tokens.unwrap_or(0),
-                output_tokens: u.output_tokens.unwrap_or(0),
-                cache_creation_input_tokens: u.cache_creation_input_tokens.unwrap_or(0),
-                cache_read_input_tokens: u.cache_read_input_tokens.unwrap_or(0),
-            })
-        }
-        None => None,
+    let (usage, usage_warning) = match body.get("usage").filter(|u| !u.is_null()) {
+        Some(u) => match serde_json::from_value::<UsageIn>(u.clone()) {
+            Ok(u) => (
+                Some(AnthropicUsage {
+                    input_tokens: u.input_tokens.value().unwrap_or(0),
+                    output_tokens: u.output_tokens.value().unwrap_or(0),
+                    cache_creation_input_tokens: u.cache_creation_input_tokens.value().unwrap_or(0),
+                    cache_read_input_tokens: u.cache_read_input_tokens.value().unwrap_or(0),
+                }),
+                invalid_counts(&[
+                    ("usage.input_tokens", &u.input_tokens),
+                    ("usage.output_tokens", &u.output_tokens),
+                    (
+                        "usage.cache_creation_input_tokens",
+                        &u.cache_creation_input_tokens,
+                    ),
+                    ("usage.cache_read_input_tokens", &u.cache_read_input_tokens),
+                ]),
+            ),
+            Err(e) => (
+                None,
+                Some(format!(
+                    "usage ignored: not a usage object ({e}); the reply is used"
+                )),
+            ),
+        },
+        None => (None, None),
     };
     Ok(ParsedReply {
         message: assistant_message(role, text, calls),
@@ -127,6 +147,7 @@ pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
             .get("stop_reason")
             .and_then(Value::as_str)
             .map(finish_reason),
+        usage_warning,
     })
 }
 
@@ -215,11 +236,24 @@ mod tests {
             parse_response(&json!({"content": [{"type": "tool_use", "input": {}}]})).unwrap_err(),
             "tool_use block 0 has no name"
         );
-        assert!(
-            parse_response(&json!({"content": [], "usage": {"input_tokens": "x"}}))
-                .unwrap_err()
-                .starts_with("the usage is not valid")
+        // A bad count counts as 0; the reply is used.
+        let r = parse_response(
+            &json!({"content": [], "usage": {"input_tokens": "x", "output_tokens": 4}}),
+        )
+        .unwrap();
+        assert_eq!(
+            r.usage.map(|u| (u.input_tokens, u.output_tokens)),
+            Some((0, 4))
         );
+        assert_eq!(
+            r.usage_warning.as_deref(),
+            Some(
+                "usage.input_tokens is \"x\": not a token count, counted as 0 (the reply is used)"
+            )
+        );
+        let r = parse_response(&json!({"content": [], "usage": "lots"})).unwrap();
+        assert_eq!(r.usage, None);
+        assert!(r.usage_warning.unwrap().starts_with("usage ignored"));
     }
 
     #[test]

@@ -8,13 +8,15 @@
 //! differ: `content` may be `null`, a string or an array of `{"type":"text","text"}` parts; a
 //! tool call's `arguments` may be an object (serialised to JSON text) and its `id` may be
 //! missing or repeated (`call_<n>` is generated, unique within the reply); `total_tokens` defaults to the
-//! sum of the other two.
+//! sum of the other two. A `usage` count that is not a whole number ≥ 0 counts as 0, and a
+//! `usage` that is not an object is ignored, each with a warning in the host log: the reply is
+//! used ([`TokenCount`]).
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::bad_shape;
-use crate::format::reply::{ProviderToolCall, assistant_message};
+use crate::format::reply::{ProviderToolCall, TokenCount, assistant_message, invalid_counts};
 use crate::request_format::Reply;
 use crate::types::{PluginError, Usage};
 
@@ -22,8 +24,9 @@ use crate::types::{PluginError, Usage};
 struct Response {
     #[serde(default)]
     choices: Option<Vec<Choice>>,
+    /// Read as [`UsageIn`] apart, so a malformed one cannot fail the reply.
     #[serde(default)]
-    usage: Option<UsageIn>,
+    usage: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -47,11 +50,11 @@ struct MessageIn {
 #[derive(Deserialize)]
 struct UsageIn {
     #[serde(default)]
-    prompt_tokens: Option<u64>,
+    prompt_tokens: TokenCount,
     #[serde(default)]
-    completion_tokens: Option<u64>,
+    completion_tokens: TokenCount,
     #[serde(default)]
-    total_tokens: Option<u64>,
+    total_tokens: TokenCount,
     #[serde(default)]
     prompt_tokens_details: Option<PromptTokensDetails>,
 }
@@ -60,7 +63,7 @@ struct UsageIn {
 #[derive(Deserialize)]
 struct PromptTokensDetails {
     #[serde(default)]
-    cached_tokens: Option<u64>,
+    cached_tokens: TokenCount,
 }
 
 /// Parses the response in `file`. Errors (`invalid-input`): see [`super::read_response_json`],
@@ -80,17 +83,47 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
         content_text(message.content),
         message.tool_calls.unwrap_or_default(),
     );
-    let usage = response.usage.map(|u| {
-        let cached = u.prompt_tokens_details.and_then(|d| d.cached_tokens);
-        Usage {
-            cache_read_tokens: cached.unwrap_or(0),
-            ..super::usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
-        }
-    });
+    let usage = response
+        .usage
+        .filter(|u| !u.is_null())
+        .and_then(|u| usage_of(file, u));
     Ok(Reply {
         message: super::to_wit(message),
         usage,
         finish_reason: choice.finish_reason,
+    })
+}
+
+/// The usage of `value` (the response's `usage`), read leniently (module doc).
+fn usage_of(file: &str, value: Value) -> Option<Usage> {
+    let u: UsageIn = match serde_json::from_value(value) {
+        Ok(u) => u,
+        Err(e) => {
+            crate::logging::warn(&format!(
+                "{file}: usage ignored: not a usage object ({e}); the reply is used"
+            ));
+            return None;
+        }
+    };
+    let cached = u
+        .prompt_tokens_details
+        .map(|d| d.cached_tokens)
+        .unwrap_or_default();
+    if let Some(warning) = invalid_counts(&[
+        ("usage.prompt_tokens", &u.prompt_tokens),
+        ("usage.completion_tokens", &u.completion_tokens),
+        ("usage.total_tokens", &u.total_tokens),
+        ("usage.prompt_tokens_details.cached_tokens", &cached),
+    ]) {
+        crate::logging::warn(&format!("{file}: {warning}"));
+    }
+    Some(Usage {
+        cache_read_tokens: cached.value().unwrap_or(0),
+        ..super::usage(
+            u.prompt_tokens.value(),
+            u.completion_tokens.value(),
+            u.total_tokens.value(),
+        )
     })
 }
 
