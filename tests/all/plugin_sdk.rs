@@ -133,6 +133,20 @@ fn plugin_check_rejects_each_flawed_compressor() {
         );
         println!("{wasm}: {}", failed(&report).join("\n  "));
     }
+    // A dropped system prompt is not blamed on the kept tail (whose count starts after it).
+    let report = run_check(&guest("bad_compressor_drop_system_prompt.wasm"));
+    let tail = report
+        .checks
+        .iter()
+        .find(|c| c.name == "[tool rounds] kept tail verbatim")
+        .unwrap();
+    assert_eq!(tail.status, Status::Fail, "{}", report.to_text());
+    assert!(
+        tail.detail
+            .contains("does not start with the system prompt"),
+        "{}",
+        tail.detail
+    );
 }
 
 #[test]
@@ -763,6 +777,40 @@ fn plugin_new_refuses_bad_names_existing_directories_and_kinds_without_a_templat
         std::fs::read_to_string(work.path().join("taken/file")).unwrap(),
         "x"
     );
+}
+
+/// The project is the user's source tree: its files get the umask ctxhost was started with
+/// (0644, 0755 for build.sh and folders under 022), not the owner-only one of task data.
+#[cfg(unix)]
+#[test]
+fn plugin_new_writes_files_with_the_users_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempfile::tempdir().unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("umask 022 && exec \"$0\" plugin new --kind compressor --lang python nested/py-plugin")
+        .arg(ctxhost_bin())
+        .current_dir(work.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let mode = |p: &str| {
+        std::fs::metadata(work.path().join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    for (path, expected) in [
+        ("nested", 0o755),
+        ("nested/py-plugin", 0o755),
+        ("nested/py-plugin/wit", 0o755),
+        ("nested/py-plugin/app.py", 0o644),
+        ("nested/py-plugin/wit/plugin.wit", 0o644),
+        ("nested/py-plugin/build.sh", 0o755),
+    ] {
+        assert_eq!(mode(path), expected, "{path}: {:o}", mode(path));
+    }
 }
 
 #[test]

@@ -436,6 +436,12 @@ fn compress_fixture(
 
     suite.record(&name("kept tail verbatim"), (|| {
         let keep = config.keep_recent_messages as usize;
+        // The kept tail is counted after the system prompt and the summary: without the system
+        // prompt the count would be off by one and blame the tail for what the check above says.
+        ensure!(
+            new_context.first().is_none_or(|m| m.role == "system"),
+            "not compared: {file} does not start with the system prompt (see the check above)"
+        );
         let task_dir = crate::task_dir::TaskDir::open(&dir).map_err(e)?;
         let kept = check_kept_tail(&task_dir, CURRENT, &file, keep).map_err(e)?;
         ensure!(

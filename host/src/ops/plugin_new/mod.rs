@@ -198,12 +198,10 @@ pub fn new_plugin(spec: &NewPlugin) -> anyhow::Result<Created> {
             .replace("{{sdk_dependency}}", &sdk_dependency);
         let target = spec.dir.join(path);
         if let Some(parent) = target.parent() {
-            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            create_user_dirs(parent)?;
         }
         fs::write(&target, text).with_context(|| format!("writing {}", target.display()))?;
-        if path.ends_with(".sh") {
-            set_executable(&target)?;
-        }
+        user_mode(&target, if path.ends_with(".sh") { 0o777 } else { 0o666 })?;
         files.push(path.to_string());
     }
     let next_steps = match spec.lang {
@@ -275,15 +273,29 @@ fn check_name(name: &str) -> anyhow::Result<()> {
     }
 }
 
+/// `fs::create_dir_all(dir)`, each folder it creates given the user's mode ([`user_mode`]).
+fn create_user_dirs(dir: &Path) -> anyhow::Result<()> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .collect();
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    missing.iter().try_for_each(|d| user_mode(d, 0o777))
+}
+
+/// Give `path` `mode` less the umask ctxhost was started with, as any tool writing the user's
+/// source tree does (e.g. 0o666 → 0644 under umask 022): ctxhost itself runs with umask 077
+/// for its task data ([`crate::layout::use_owner_only_umask`]), which a project is not.
 #[cfg(unix)]
-fn set_executable(path: &Path) -> anyhow::Result<()> {
+fn user_mode(path: &Path, mode: u32) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("making {} executable", path.display()))
+    let mask = crate::layout::inherited_umask().map_or(0o022, u32::from);
+    fs::set_permissions(path, fs::Permissions::from_mode(mode & !mask))
+        .with_context(|| format!("setting the mode of {}", path.display()))
 }
 
 #[cfg(not(unix))]
-fn set_executable(_path: &Path) -> anyhow::Result<()> {
+fn user_mode(_path: &Path, _mode: u32) -> anyhow::Result<()> {
     Ok(())
 }
 

@@ -14,10 +14,10 @@
 //! The contract (every hook, the decisions the host accepts, the limits): docs/PLUGINS.md of
 //! ctxhost.
 
+use ctxhost_plugin::logging;
 use ctxhost_plugin::planning::{self, Entry, Reflection};
 use ctxhost_plugin::strategy::{Decision, Guest, StrategyConfig, TaskState, ToolOutcome};
 use ctxhost_plugin::types::{ChatMessage, PluginError};
-use ctxhost_plugin::logging;
 
 /// The reflection trigger this strategy writes (the planning history's `trigger` field).
 const TRIGGER: &str = "tool-error";
