@@ -8,7 +8,8 @@
 //!    task directory, not through a link ([`untrusted::component_path`]), every line a chat message, the same system prompt first, tool calls and results
 //!    paired ([`crate::invariants`]), the most recent messages it kept copied verbatim
 //!    ([`crate::invariants::kept_tail`]), fewer tokens than before, and a non-empty summary text.
-//!    Anything else is rejected, the file deleted and current.jsonl left as it was.
+//!    Anything else is rejected: the file deleted, a summary line the compressor appended to
+//!    summaries.jsonl taken back, and current.jsonl left as it was.
 //! 4. The summary (if any) is appended to messages.jsonl, then the message store installs the
 //!    new context (temp file + rename) and recounts its tokens exactly.
 //! 5. If the context is still over the threshold, the step reports it
@@ -19,7 +20,7 @@
 use std::io::{BufRead, BufReader};
 
 use ctxhost_format::ChatMessage;
-use ctxhost_format::files::CONTEXT_CHECKPOINT;
+use ctxhost_format::files::{CONTEXT_CHECKPOINT, SUMMARIES};
 
 use crate::invariants::kept_tail::{KeptTailError, check_kept_tail};
 use crate::invariants::{ContextFileError, check_context_file};
@@ -123,10 +124,10 @@ pub enum CompactionError {
         /// `llm.context_length`, tokens.
         context_length: u64,
     },
-    /// Reading current.jsonl's first line failed.
+    /// Reading current.jsonl's first line, or what summaries.jsonl is, failed.
     #[error("reading {file}: {source}")]
     Io {
-        /// current.jsonl.
+        /// current.jsonl or summaries.jsonl, as shown to users.
         file: String,
         /// The I/O error.
         source: std::io::Error,
@@ -167,17 +168,28 @@ pub fn compact(
             component: store.component().to_string(),
             reason: format!("(the message store's current-context-file) {e}"),
         })?;
-    let result = compressor.compress(config)?;
+    // summaries.jsonl as it was before the compressor ran: a compression that is not installed
+    // leaves no summary line behind (nothing in messages.jsonl would refer to it).
+    let summaries_before = SummariesMark::take(task_dir)?;
+    let result = match compressor.compress(config) {
+        Ok(r) => r,
+        Err(e) => {
+            summaries_before.restore(task_dir);
+            return Err(e.into());
+        }
+    };
 
     let file = match untrusted::component_path(task_dir, &result.context_file) {
         Ok(f) if f != current_name => f,
         Ok(f) => {
+            summaries_before.restore(task_dir);
             return Err(CompactionError::BadPath {
                 component,
                 reason: format!("`{f}`, the current context itself"),
             });
         }
         Err(e) => {
+            summaries_before.restore(task_dir);
             return Err(CompactionError::BadPath {
                 component,
                 reason: e.to_string(),
@@ -186,6 +198,7 @@ pub fn compact(
     };
     let reject = |e: CompactionError| {
         let _ = task_dir.remove_file(&file);
+        summaries_before.restore(task_dir);
         Err(e)
     };
 
@@ -220,6 +233,7 @@ pub fn compact(
         let message = ChatMessage::text("assistant", summary.summary.clone());
         if let Err(e) = store.record_summary(&message, summary.id, &now()) {
             let _ = task_dir.remove_file(&file);
+            summaries_before.restore(task_dir);
             return Err(e.into());
         }
     }
@@ -244,6 +258,54 @@ pub fn compact(
         after_tokens: stats.current_tokens,
         summary_id: result.summary.map(|s| s.id),
     })
+}
+
+/// The length in bytes of summaries.jsonl before a compression (`None`: no such file), to put
+/// it back when the compression is not installed.
+struct SummariesMark(Option<u64>);
+
+impl SummariesMark {
+    fn take(dir: &TaskDir) -> Result<SummariesMark, CompactionError> {
+        let len = dir
+            .metadata(SUMMARIES)
+            .map_err(|source| CompactionError::Io {
+                file: dir.show(SUMMARIES),
+                source,
+            })?
+            .map(|m| m.len());
+        Ok(SummariesMark(len))
+    }
+
+    /// Cut summaries.jsonl back to its length before the compression (remove it when it did
+    /// not exist). Failures are logged: the line left behind is harmless to the task (the next
+    /// summary id counts past it), only misleading to a reader.
+    fn restore(&self, dir: &TaskDir) {
+        let now = match dir.metadata(SUMMARIES) {
+            Ok(m) => m.map(|m| m.len()),
+            Err(e) => {
+                tracing::warn!("{}: {e}", dir.show(SUMMARIES));
+                return;
+            }
+        };
+        let result = match (self.0, now) {
+            (before, after) if before == after => return,
+            (None, Some(_)) => dir.remove_file(SUMMARIES),
+            (Some(len), Some(after)) if after > len => dir
+                .open_read_write(SUMMARIES)
+                .and_then(|f| f.set_len(len).and_then(|()| f.sync_all())),
+            _ => return,
+        };
+        match result {
+            Ok(()) => tracing::info!(
+                "{}: the rejected compression's summary removed",
+                dir.show(SUMMARIES)
+            ),
+            Err(e) => tracing::warn!(
+                "{}: the rejected compression's summary not removed: {e}",
+                dir.show(SUMMARIES)
+            ),
+        }
+    }
 }
 
 /// The first non-blank line of the JSONL file `name` of `dir`, parsed; `None` when the file is
@@ -282,5 +344,34 @@ mod tests {
             first_message(&dir, "c.jsonl").unwrap(),
             Some(ChatMessage::text("system", "s"))
         );
+    }
+
+    /// A rejected compression's summary line is taken out of summaries.jsonl: the file is cut
+    /// back to its length before the compressor ran, or removed when it did not exist; earlier
+    /// summaries stay byte for byte.
+    #[test]
+    fn a_rejected_compressions_summary_is_taken_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let p = tmp.path().join(SUMMARIES);
+
+        let mark = SummariesMark::take(&dir).unwrap();
+        std::fs::write(&p, "{\"id\":1}\n").unwrap();
+        mark.restore(&dir);
+        assert!(
+            !p.exists(),
+            "a summaries.jsonl the compressor created is removed"
+        );
+
+        let earlier = "{\"id\":1,\"summary\":\"kept\"}\n";
+        std::fs::write(&p, earlier).unwrap();
+        let mark = SummariesMark::take(&dir).unwrap();
+        dir.append_line(SUMMARIES, "{\"id\":2,\"summary\":\"rejected\"}")
+            .unwrap();
+        mark.restore(&dir);
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), earlier);
+        // Nothing appended: nothing changes.
+        mark.restore(&dir);
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), earlier);
     }
 }
