@@ -115,6 +115,8 @@ pub enum CompactionError {
         "the context is still {tokens} tokens after compression, over the threshold of {limit} ({threshold} × context_length {context_length}): what a compression keeps (the newest message's tool-call group at least) is larger than that"
     )]
     StillOverThreshold {
+        /// Tokens of the context before compressing.
+        before_tokens: u64,
         /// Tokens of the context after compressing.
         tokens: u64,
         /// The threshold in tokens.
@@ -162,7 +164,6 @@ pub fn compact(
     if !force && !compressor.should_compress(before_tokens, config)? {
         return Ok(CompactionOutcome::NotNeeded);
     }
-    let component = compressor.component().to_string();
     let current_name = untrusted::component_path(task_dir, &store.current_context_file()?)
         .map_err(|e| CompactionError::BadPath {
             component: store.component().to_string(),
@@ -171,72 +172,17 @@ pub fn compact(
     // summaries.jsonl as it was before the compressor ran: a compression that is not installed
     // leaves no summary line behind (nothing in messages.jsonl would refer to it).
     let summaries_before = SummariesMark::take(task_dir)?;
-    let result = match compressor.compress(config) {
-        Ok(r) => r,
-        Err(e) => {
-            summaries_before.restore(task_dir);
-            return Err(e.into());
-        }
-    };
-
-    let file = match untrusted::component_path(task_dir, &result.context_file) {
-        Ok(f) if f != current_name => f,
-        Ok(f) => {
-            summaries_before.restore(task_dir);
-            return Err(CompactionError::BadPath {
-                component,
-                reason: format!("`{f}`, the current context itself"),
-            });
-        }
-        Err(e) => {
-            summaries_before.restore(task_dir);
-            return Err(CompactionError::BadPath {
-                component,
-                reason: e.to_string(),
-            });
-        }
-    };
-    let reject = |e: CompactionError| {
-        let _ = task_dir.remove_file(&file);
-        summaries_before.restore(task_dir);
-        Err(e)
-    };
-
-    let checked = match check_context_file(task_dir, &file, false) {
-        Ok(s) => s,
-        Err(source) => return reject(CompactionError::Invalid { component, source }),
-    };
-    let old_system = first_message(task_dir, &current_name)?;
-    let new_system = first_message(task_dir, &file)?;
-    if old_system.is_none() || old_system != new_system {
-        return reject(CompactionError::SystemPromptChanged { component });
-    }
-    if let Err(source) = check_kept_tail(
+    let (file, summary_id) = compress_and_check(
+        store,
+        compressor,
         task_dir,
+        config,
+        now,
         &current_name,
-        &file,
-        config.keep_recent_messages as usize,
-    ) {
-        return reject(CompactionError::KeptTailRewritten { component, source });
-    }
-    if checked.tokens >= before_tokens {
-        return reject(CompactionError::NotSmaller {
-            component,
-            before: before_tokens,
-            after: checked.tokens,
-        });
-    }
-    if let Some(summary) = &result.summary {
-        if summary.summary.trim().is_empty() {
-            return reject(CompactionError::EmptySummary { component });
-        }
-        let message = ChatMessage::text("assistant", summary.summary.clone());
-        if let Err(e) = store.record_summary(&message, summary.id, &now()) {
-            let _ = task_dir.remove_file(&file);
-            summaries_before.restore(task_dir);
-            return Err(e.into());
-        }
-    }
+        before_tokens,
+    )
+    .inspect_err(|_| summaries_before.restore(task_dir))?;
+
     // The host's check of current.jsonl is of the file about to be replaced (DESIGN §2: its
     // checkpoint is deleted first; the next check reads the new file whole).
     if let Err(e) = task_dir.remove_file_if_exists(CONTEXT_CHECKPOINT) {
@@ -247,6 +193,7 @@ pub fn compact(
     let limit = (config.context_length as f64 * config.threshold) as u64;
     if stats.current_tokens > limit {
         return Err(CompactionError::StillOverThreshold {
+            before_tokens,
             tokens: stats.current_tokens,
             limit,
             threshold: config.threshold,
@@ -256,8 +203,89 @@ pub fn compact(
     Ok(CompactionOutcome::Compressed {
         before_tokens,
         after_tokens: stats.current_tokens,
-        summary_id: result.summary.map(|s| s.id),
+        summary_id,
     })
+}
+
+/// Steps 2–4 up to the summary's record: run `compress`, check the file it returned against
+/// current.jsonl (`current_name`, `before_tokens`), and append the summary to messages.jsonl.
+/// Returns the new context's file name and the summary's id; on any error the returned file
+/// is deleted (the caller takes back summaries.jsonl).
+fn compress_and_check(
+    store: &mut MessageStore,
+    compressor: &mut Compressor,
+    task_dir: &TaskDir,
+    config: &CompressConfig,
+    now: &dyn Fn() -> String,
+    current_name: &str,
+    before_tokens: u64,
+) -> Result<(String, Option<u64>), CompactionError> {
+    let component = compressor.component().to_string();
+    let result = compressor.compress(config)?;
+    let file = match untrusted::component_path(task_dir, &result.context_file) {
+        Ok(f) if f != current_name => f,
+        Ok(f) => {
+            return Err(CompactionError::BadPath {
+                component,
+                reason: format!("`{f}`, the current context itself"),
+            });
+        }
+        Err(e) => {
+            return Err(CompactionError::BadPath {
+                component,
+                reason: e.to_string(),
+            });
+        }
+    };
+    let checked = (|| {
+        let checked = check_context_file(task_dir, &file, false).map_err(|source| {
+            CompactionError::Invalid {
+                component: component.clone(),
+                source,
+            }
+        })?;
+        let old_system = first_message(task_dir, current_name)?;
+        let new_system = first_message(task_dir, &file)?;
+        if old_system.is_none() || old_system != new_system {
+            return Err(CompactionError::SystemPromptChanged {
+                component: component.clone(),
+            });
+        }
+        check_kept_tail(
+            task_dir,
+            current_name,
+            &file,
+            config.keep_recent_messages as usize,
+        )
+        .map_err(|source| CompactionError::KeptTailRewritten {
+            component: component.clone(),
+            source,
+        })?;
+        if checked.tokens >= before_tokens {
+            return Err(CompactionError::NotSmaller {
+                component: component.clone(),
+                before: before_tokens,
+                after: checked.tokens,
+            });
+        }
+        if let Some(summary) = &result.summary {
+            if summary.summary.trim().is_empty() {
+                return Err(CompactionError::EmptySummary {
+                    component: component.clone(),
+                });
+            }
+            let message = ChatMessage::text("assistant", summary.summary.clone());
+            store.record_summary(&message, summary.id, &now())?;
+        }
+        Ok(())
+    })();
+    match checked {
+        Ok(()) => Ok((file, result.summary.map(|s| s.id))),
+        Err(e) => {
+            let _ = task_dir.remove_file(&file);
+            Err(e)
+        }
+    }
 }
 
 /// The length in bytes of summaries.jsonl before a compression (`None`: no such file), to put

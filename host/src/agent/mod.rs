@@ -723,17 +723,13 @@ impl Agent<'_> {
                 summary_id,
                 ..
             }) => {
-                ctx.calls()
-                    .record_compression(tokens, after_tokens, summary_id, &now_rfc3339());
-                ctx.update_statistics(UsageDelta::compression())?;
+                record_compaction(ctx, tokens, after_tokens, summary_id)?;
                 tracing::info!(uuid = %ctx.uuid(), before_tokens = tokens, after_tokens, "context compressed after the provider's answer");
                 self.restate_plan(ctx)
             }
             Ok(CompactionOutcome::NotNeeded) => Ok(()),
             Err(CompactionError::StillOverThreshold { tokens: after, .. }) => {
-                ctx.calls()
-                    .record_compression(tokens, after, None, &now_rfc3339());
-                ctx.update_statistics(UsageDelta::compression())?;
+                record_compaction(ctx, tokens, after, None)?;
                 tracing::warn!(uuid = %ctx.uuid(), tokens = after, "compressed, still over the threshold of the smaller window; sending it");
                 Ok(())
             }
@@ -800,7 +796,6 @@ impl Agent<'_> {
         };
         let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
-        let before = ctx.store().current_token_count()?;
         match compact(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, false) {
             Ok(CompactionOutcome::NotNeeded) => Ok(()),
             Ok(CompactionOutcome::Compressed {
@@ -808,26 +803,23 @@ impl Agent<'_> {
                 after_tokens,
                 summary_id,
             }) => {
-                ctx.calls().record_compression(
-                    before_tokens,
-                    after_tokens,
-                    summary_id,
-                    &now_rfc3339(),
-                );
                 self.compaction_failures = 0;
-                ctx.update_statistics(UsageDelta::compression())?;
+                record_compaction(ctx, before_tokens, after_tokens, summary_id)?;
                 let summaries = ctx.summaries().count().unwrap_or(0);
                 tracing::info!(uuid = %ctx.uuid(), before_tokens, after_tokens, summary = ?summary_id, summaries, "context compressed");
                 crate::failpoint::kill_if_set("agent:compressed");
                 self.restate_plan(ctx)
             }
-            Err(e @ CompactionError::StillOverThreshold { .. }) => {
+            Err(
+                e @ CompactionError::StillOverThreshold {
+                    before_tokens,
+                    tokens,
+                    ..
+                },
+            ) => {
                 // The smaller context is installed and valid; count it.
                 self.compaction_failures = 0;
-                ctx.update_statistics(UsageDelta::compression())?;
-                let tokens = ctx.store().current_token_count()?;
-                ctx.calls()
-                    .record_compression(before, tokens, None, &now_rfc3339());
+                record_compaction(ctx, before_tokens, tokens, None)?;
                 if self.fits_window(tokens) {
                     tracing::warn!(uuid = %ctx.uuid(), tokens, "{e}; it still fits the window: going on");
                     return Ok(());
@@ -858,6 +850,19 @@ impl Agent<'_> {
             }
         }
     }
+}
+
+/// Count a compression that was installed (`before` → `after` tokens, its summary's id when it
+/// made one): a line in llm_calls.jsonl and the task's compression counter.
+fn record_compaction(
+    ctx: &TaskContext,
+    before: u64,
+    after: u64,
+    summary_id: Option<u64>,
+) -> anyhow::Result<()> {
+    ctx.calls()
+        .record_compression(before, after, summary_id, &now_rfc3339());
+    ctx.update_statistics(UsageDelta::compression())
 }
 
 /// The outcomes of the tool calls `answers` answered (a resumed task's last tool round): the
