@@ -148,6 +148,22 @@ pub struct HistoryLine {
 }
 
 impl HistoryLine {
+    /// The history line of `message` at `seq`, written at `timestamp` (RFC 3339 UTC), with its
+    /// estimated tokens ([`crate::estimate_message_tokens`]); not a summary.
+    pub fn of(seq: u64, message: &crate::ChatMessage, timestamp: &str) -> HistoryLine {
+        HistoryLine {
+            seq,
+            role: message.role.clone(),
+            content: message.content.clone(),
+            timestamp: timestamp.to_string(),
+            tokens: crate::estimate_message_tokens(message),
+            tool_name: message.tool_name.clone(),
+            tool_calls: message.tool_calls.clone(),
+            tool_call_id: message.tool_call_id.clone(),
+            summary_id: None,
+        }
+    }
+
     /// Whether this line is a note about the context rather than a message of it: a `system`
     /// line after the first (the host's context-repair notes, `[context repair] …`). A context
     /// holds one system message, its first; notes are never copied into current.jsonl.

@@ -223,17 +223,7 @@ fn write_task(dir: &Path, context: &[ChatMessage]) -> Result<(), String> {
     let history: Vec<HistoryLine> = context
         .iter()
         .enumerate()
-        .map(|(i, m)| HistoryLine {
-            seq: i as u64 + 1,
-            role: m.role.clone(),
-            content: m.content.clone(),
-            timestamp: "2026-01-02T03:04:05Z".into(),
-            tokens: estimate_message_tokens(m),
-            tool_name: m.tool_name.clone(),
-            tool_calls: m.tool_calls.clone(),
-            tool_call_id: m.tool_call_id.clone(),
-            summary_id: None,
-        })
+        .map(|(i, m)| HistoryLine::of(i as u64 + 1, m, "2026-01-02T03:04:05Z"))
         .collect();
     write_lines(&dir.join(CURRENT), context)?;
     write_lines(&dir.join(MESSAGES), &history)?;

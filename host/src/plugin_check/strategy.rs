@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use ctxhost_format::files::{CURRENT, MESSAGES};
 use ctxhost_format::planning::Hook;
-use ctxhost_format::{ChatMessage, HistoryLine, ToolCall, estimate_message_tokens};
+use ctxhost_format::{ChatMessage, HistoryLine, ToolCall};
 
 use super::harness::*;
 use crate::agent::strategy::StrategyDriver;
@@ -58,17 +58,7 @@ impl LlmImport for CannedLlm {
 /// Append `m` to the scratch task's messages.jsonl (next seq) and current.jsonl.
 fn append(dir: &Path, m: &ChatMessage) -> Result<u64, String> {
     let seq = count(dir)? + 1;
-    let line = HistoryLine {
-        seq,
-        role: m.role.clone(),
-        content: m.content.clone(),
-        timestamp: "2026-01-02T03:04:05.000Z".into(),
-        tokens: estimate_message_tokens(m),
-        tool_name: m.tool_name.clone(),
-        tool_calls: m.tool_calls.clone(),
-        tool_call_id: m.tool_call_id.clone(),
-        summary_id: None,
-    };
+    let line = HistoryLine::of(seq, m, "2026-01-02T03:04:05.000Z");
     for (file, text) in [
         (MESSAGES, serde_json::to_string(&line).map_err(e)?),
         (CURRENT, serde_json::to_string(m).map_err(e)?),

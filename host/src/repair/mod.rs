@@ -30,7 +30,7 @@ pub mod tail;
 
 use anyhow::Context;
 use ctxhost_format::files::{CURRENT, DEBUG_FILES, MESSAGES, is_temporary};
-use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
+use ctxhost_format::{ChatMessage, HistoryLine};
 
 use crate::invariants::context_check::ContextCheck;
 use crate::invariants::queries::pending_tool_calls_in;
@@ -56,17 +56,7 @@ pub fn close_pending_calls(dir: &TaskDir, timestamp: &str) -> anyhow::Result<Vec
     let mut ids = Vec::new();
     for (seq, call) in (last_seq + 1..).zip(pending) {
         let message = ChatMessage::tool_result(&call, INTERRUPTED_TEXT);
-        let line = HistoryLine {
-            seq,
-            role: message.role.clone(),
-            content: message.content.clone(),
-            timestamp: timestamp.to_string(),
-            tokens: estimate_message_tokens(&message),
-            tool_name: message.tool_name.clone(),
-            tool_calls: None,
-            tool_call_id: message.tool_call_id.clone(),
-            summary_id: None,
-        };
+        let line = HistoryLine::of(seq, &message, timestamp);
         for (name, text) in [
             (MESSAGES, serde_json::to_string(&line)?),
             (CURRENT, serde_json::to_string(&message)?),
@@ -217,7 +207,7 @@ pub(crate) mod testing {
     use std::path::Path;
 
     use ctxhost_format::files::{CURRENT, MESSAGES};
-    use ctxhost_format::{ChatMessage, HistoryLine, ToolCall, estimate_message_tokens};
+    use ctxhost_format::{ChatMessage, HistoryLine, ToolCall};
 
     /// A small file's lines.
     pub fn lines_of(path: &Path) -> Vec<String> {
@@ -255,17 +245,7 @@ pub(crate) mod testing {
     pub fn write_task(dir: &Path, history: &[ChatMessage], current: &[ChatMessage]) {
         let mut h = String::new();
         for (i, m) in history.iter().enumerate() {
-            let line = HistoryLine {
-                seq: i as u64 + 1,
-                role: m.role.clone(),
-                content: m.content.clone(),
-                timestamp: "2025-01-01T00:00:00.000Z".into(),
-                tokens: estimate_message_tokens(m),
-                tool_name: m.tool_name.clone(),
-                tool_calls: m.tool_calls.clone(),
-                tool_call_id: m.tool_call_id.clone(),
-                summary_id: None,
-            };
+            let line = HistoryLine::of(i as u64 + 1, m, "2025-01-01T00:00:00.000Z");
             h.push_str(&serde_json::to_string(&line).unwrap());
             h.push('\n');
         }

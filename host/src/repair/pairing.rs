@@ -21,7 +21,7 @@ use std::io::{self, BufReader};
 use anyhow::{Context, anyhow};
 use ctxhost_format::files::{CONTEXT_CHECKPOINT, CURRENT, MESSAGES};
 use ctxhost_format::jsonl::{LineReader, to_line, write_line};
-use ctxhost_format::{ChatMessage, HistoryLine, estimate_message_tokens};
+use ctxhost_format::{ChatMessage, HistoryLine};
 
 use super::readers::last_seq_in;
 use crate::invariants::ContextFileError;
@@ -166,17 +166,7 @@ fn stream(
 
 /// The messages.jsonl line of `message` at `seq`.
 fn history_line(seq: u64, message: &ChatMessage, timestamp: &str) -> HistoryLine {
-    HistoryLine {
-        seq,
-        role: message.role.clone(),
-        content: message.content.clone(),
-        timestamp: timestamp.to_string(),
-        tokens: estimate_message_tokens(message),
-        tool_name: message.tool_name.clone(),
-        tool_calls: message.tool_calls.clone(),
-        tool_call_id: message.tool_call_id.clone(),
-        summary_id: None,
-    }
+    HistoryLine::of(seq, message, timestamp)
 }
 
 #[cfg(test)]
