@@ -218,13 +218,7 @@ pub fn atomic_write_with(
     let name = path
         .file_name()
         .with_context(|| format!("{} has no file name", path.display()))?;
-    static TEMPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}-{}",
-        name.to_string_lossy(),
-        std::process::id(),
-        TEMPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
+    let tmp = dir.join(crate::task_dir::temp_name(&name.to_string_lossy()));
     let result = (|| -> io::Result<()> {
         let f = OpenOptions::new()
             .write(true)

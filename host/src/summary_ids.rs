@@ -10,7 +10,7 @@
 //!
 //! A rewrite changes only the id's value, byte for byte everything else stays (each rewritten
 //! line is re-parsed and compared with the original), and replaces the file atomically: the new
-//! content is streamed to `.NAME.tmp-PID` in the same directory, fsynced, renamed over the file,
+//! content is streamed to `.NAME.tmp-PID-N` in the same directory, fsynced, renamed over the file,
 //! and the directory fsynced (DESIGN.md §7). A file with nothing to rewrite is not touched.
 
 use ctxhost_format::files::{MESSAGES, SUMMARIES};
@@ -212,7 +212,7 @@ fn replace_lines(
 ) -> anyhow::Result<usize> {
     let path_buf = dir.file_path(name);
     let path = path_buf.as_path();
-    let tmp = format!(".{name}.tmp-{}", std::process::id());
+    let tmp = crate::task_dir::temp_name(name);
     let result = (|| -> anyhow::Result<usize> {
         let input = dir
             .open_read(name)

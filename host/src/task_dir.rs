@@ -86,6 +86,18 @@ fn options() -> OpenOptions {
 }
 
 /// `(parent, file name)` of a relative name (`a/b.txt` → `(Some("a"), "b.txt")`).
+/// The name of a temporary file next to `file` for an atomic replace: `.FILE.tmp-PID-N`, with
+/// N counting the temporaries of this process, so two threads replacing the same file never
+/// share one (shared by [`TaskDir::write_atomic_with`] and [`crate::layout::atomic_write`]).
+pub(crate) fn temp_name(file: &str) -> String {
+    static TEMPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        ".{file}.tmp-{}-{}",
+        std::process::id(),
+        TEMPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
 fn split(name: &str) -> (Option<&str>, &str) {
     match name.rsplit_once('/') {
         Some((parent, file)) => (Some(parent), file),
@@ -251,13 +263,14 @@ impl TaskDir {
         write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
     ) -> io::Result<()> {
         let (parent, file) = split(name);
-        let tmp_file = format!(".{file}.tmp-{}", std::process::id());
+        let tmp_file = temp_name(file);
         let tmp = match parent {
             Some(p) => format!("{p}/{tmp_file}"),
             None => tmp_file,
         };
         let result = (|| -> io::Result<()> {
-            // A temporary left by a dead process of the same pid would make create_new fail.
+            // A temporary left by a dead process of the same pid (and count) would make
+            // create_new fail; names are unique within this process.
             let _ = self.dir.remove_file(&tmp);
             let mut f = io::BufWriter::with_capacity(64 * 1024, self.create_new(&tmp)?);
             write(&mut f)?;
