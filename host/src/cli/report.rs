@@ -272,7 +272,7 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         (dir, _) => outln!("directory:     {}", dir.as_deref().unwrap_or("-")),
     }
     if let Some(from) = &report.inherited_from {
-        println!(
+        outln!(
             "inherited:     from task {} (completed {}; link {} of its chain; {} tokens: {})",
             from.uuid,
             from.completed_at,
@@ -282,13 +282,13 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         );
     }
     for s in &report.inheritance_skipped {
-        println!("not inherited: task {}: {}", s.uuid, s.reason);
+        outln!("not inherited: task {}: {}", s.uuid, terminal(&s.reason));
     }
     if let Some(e) = &report.planning_error {
-        println!("planning:      unreadable: {e}");
+        outln!("planning:      unreadable: {e}");
     }
     if let Some(h) = &report.planning {
-        print_plan(h);
+        print_plan(h)?;
     }
     if let Some(r) = &report.result {
         outln!("\nresult:\n{}", terminal(r));
@@ -328,7 +328,7 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The latest plan with each step's status, and what the planning history counts.
-fn print_plan(h: &ctxhost_format::planning::PlanningHistory) {
+fn print_plan(h: &ctxhost_format::planning::PlanningHistory) -> anyhow::Result<()> {
     use crate::untrusted::terminal;
     let mut counts = vec![format!("{} revision(s)", h.revisions)];
     counts.push(format!("{} reflection(s)", h.reflections));
@@ -347,23 +347,24 @@ fn print_plan(h: &ctxhost_format::planning::PlanningHistory) {
     match &h.latest {
         None => {}
         Some(p) if p.steps.is_empty() => {
-            println!(
+            outln!(
                 "plan:          none ({})",
                 terminal(h.no_plan_reason.as_deref().unwrap_or("no steps"))
             );
         }
         Some(p) => {
             let done = p.steps.iter().filter(|s| s.status.is_closed()).count();
-            println!(
+            outln!(
                 "plan:          {done} of {} step(s) done; {}",
                 p.steps.len(),
                 counts.join(", ")
             );
             for line in p.render().lines() {
-                println!("  {}", terminal(line));
+                outln!("  {}", terminal(line));
             }
         }
     }
+    Ok(())
 }
 
 pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {

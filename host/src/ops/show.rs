@@ -115,6 +115,18 @@ fn tail_messages(dir: &TaskDir, n: usize) -> anyhow::Result<(Vec<ShownLine>, Opt
     Ok((last.into(), answer))
 }
 
+/// The final answer of task `uuid` (the last assistant text message of its history, as
+/// [`ShowReport::result`] gives it for a completed task), without the rest of the report;
+/// `None` when its directory or history is gone.
+pub(crate) fn final_answer(layout: &Layout, uuid: &str) -> anyhow::Result<Option<String>> {
+    let Some((_, dir)) = layout.find_task_dir(uuid) else {
+        return Ok(None);
+    };
+    let dir =
+        TaskDir::open(&dir).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", dir.display()))?;
+    Ok(tail_messages(&dir, 0)?.1)
+}
+
 /// The report of task `uuid` (canonical) with its last `n` history lines. A UUID with no row is
 /// a usage error.
 pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<ShowReport> {

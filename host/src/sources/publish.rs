@@ -361,12 +361,10 @@ impl<'a> Publisher<'a> {
         }
         crate::failpoint::kill_if_set("publish:before-comment");
         let answer = if row.status == Status::Completed {
-            crate::ops::show::show(self.db, self.layout, uuid, 0)
-                .map(|r| r.result)
-                .unwrap_or_else(|e| {
-                    tracing::warn!(%uuid, "cannot read the final answer: {e:#}");
-                    None
-                })
+            crate::ops::show::final_answer(self.layout, uuid).unwrap_or_else(|e| {
+                tracing::warn!(%uuid, "cannot read the final answer: {e:#}");
+                None
+            })
         } else {
             None
         };
