@@ -161,16 +161,6 @@ pub fn append_json_line(file: &str, value: &impl serde::Serialize) -> Result<(),
         .map_err(|e| io_error(format!("syncing {file}"), e))
 }
 
-/// The WIT record of a chat message line (a copy; `From` moves instead).
-pub fn to_wit(m: &ChatMessage) -> crate::types::ChatMessage {
-    m.clone().into()
-}
-
-/// The chat message line of a WIT record (a copy; `From` moves instead).
-pub fn from_wit(m: &crate::types::ChatMessage) -> ChatMessage {
-    m.clone().into()
-}
-
 /// A chat message line as the WIT record (`tool-calls` empty when the line has none).
 impl From<ChatMessage> for crate::types::ChatMessage {
     fn from(m: ChatMessage) -> Self {

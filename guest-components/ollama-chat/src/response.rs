@@ -46,7 +46,7 @@ struct MessageIn {
 /// streamed reply), an unexpected shape.
 pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     let value = common::read_response_json(file)?;
-    let response: Response = serde_json::from_value(value.clone()).map_err(|e| {
+    let response = Response::deserialize(&value).map_err(|e| {
         bad_shape(
             file,
             format_args!("not an Ollama chat response ({e})"),

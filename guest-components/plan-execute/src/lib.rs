@@ -24,7 +24,6 @@
 mod prompts;
 
 use std::fs;
-use std::io::Write;
 
 use ctxhost_plugin::format::ChatMessage as Line;
 use ctxhost_plugin::format::files::STRATEGY_REQUEST;
@@ -33,6 +32,7 @@ use ctxhost_plugin::format::planning::{
     find_json, parse_plan, parse_verdict,
 };
 
+use ctxhost_plugin::jsonl::LineWriter;
 use ctxhost_plugin::llm;
 use ctxhost_plugin::log::{Level, log};
 use ctxhost_plugin::planning::{
@@ -150,16 +150,18 @@ fn progress(step_id: u32, status: FmtStatus, note: Option<String>) -> Result<(),
 /// One side call: `messages` written to the work file, completed by the host's `llm`, the file
 /// removed. Returns the reply's text (empty when it has none).
 fn side_call(messages: &[Line], config: &StrategyConfig) -> Result<String, PluginError> {
-    let write = || -> std::io::Result<()> {
-        let mut f = fs::File::create(STRATEGY_REQUEST)?;
+    // The SDK's line writer: buffered, U+2028/U+2029 escaped as every JSONL writer does.
+    let write = || -> Result<(), PluginError> {
+        let mut w = LineWriter::create(STRATEGY_REQUEST)?;
         for m in messages {
-            let line = serde_json::to_string(m).map_err(std::io::Error::other)?;
-            f.write_all(line.as_bytes())?;
-            f.write_all(b"\n")?;
+            w.json(m)?;
         }
-        f.flush()
+        w.finish_unsynced()
     };
-    write().map_err(|e| PluginError::Io(format!("writing {STRATEGY_REQUEST}: {e}")))?;
+    if let Err(e) = write() {
+        let _ = fs::remove_file(STRATEGY_REQUEST);
+        return Err(e);
+    }
     let limit = config
         .max_output_tokens
         .unwrap_or(SIDE_CALL_TOKENS)

@@ -70,7 +70,7 @@ struct PromptTokensDetails {
 /// plus missing or empty `choices`, a choice without `message`, an unexpected shape.
 pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     let value = super::read_response_json(file)?;
-    let response: Response = serde_json::from_value(value.clone())
+    let response = Response::deserialize(&value)
         .map_err(|e| bad_shape(file, format_args!("not a chat completion ({e})"), &value))?;
     let Some(choice) = response.choices.and_then(|c| c.into_iter().next()) else {
         return Err(bad_shape(file, "the response has no choices", &value));
