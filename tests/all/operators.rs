@@ -4,7 +4,8 @@
 //!   quietly (0, no panic);
 //! - `ctxhost fsck` finds a missing messages.jsonl and a tasks.db that `submit` rejects;
 //!   `fsck --repair` removes a line of NUL bytes; `ctxhost retry` then requeues the task that
-//!   damage failed, and it continues from its context;
+//!   damage failed, and it continues from its context; `ctxhost resume` refuses a paused task
+//!   whose files fsck flags (the same check), until `fsck --repair`;
 //! - `cleanup --days 0` and `cleanup_days: 0` agree (both refused, pointing to `--all`), and
 //!   `cleanup --all` deletes every finished task's directory;
 //! - every JSONL line written (by the host and by the components) has U+2028/U+2029 escaped.
@@ -195,7 +196,8 @@ fn a_line_of_nul_bytes_fails_the_task_until_fsck_repair_and_retry_continue_it() 
     damaged.extend(rest.as_bytes());
     fs::write(dir.join("messages.jsonl"), &damaged).unwrap();
 
-    env.ctxhost(&["resume", &uuid]).ok();
+    // Queued with the damage (no `ctxhost resume`, which refuses it): the task fails on it.
+    tasks.requeue(&uuid);
     env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
     let failed = row(&env, &uuid);
     assert_eq!(failed["status"], "failed", "{failed}");
@@ -255,6 +257,66 @@ fn a_line_of_nul_bytes_fails_the_task_until_fsck_repair_and_retry_continue_it() 
         "{}",
         again.stderr()
     );
+}
+
+/// `ctxhost resume` refuses a paused task whose files `ctxhost fsck` flags, through the check
+/// `retry` uses: every problem fsck reports refuses, a torn last line included (the task
+/// process would cut it, but a paused task is only queued with files fsck passes). The error
+/// names the file and line, `ctxhost fsck --repair` and the command to run again; the task
+/// stays paused, and after the repair it resumes and continues from its context.
+#[test]
+fn resume_refuses_a_paused_task_whose_files_fsck_flags_until_fsck_repair() {
+    let llm = FakeLlm::start(vec![Reply::text("Hi again.", None)]);
+    let env = env_for(&llm);
+    let tasks = TaskBuilder::new(&env.contexts());
+    let uuid = tasks.paused();
+    let dir = tasks.dir_of(&uuid);
+    let history = fs::read_to_string(dir.join("messages.jsonl")).unwrap();
+    let torn_line = history.lines().count() + 1;
+    // An append cut short: half a line, no newline.
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("messages.jsonl"))
+        .unwrap();
+    f.write_all(br#"{"seq":3,"role":"assist"#).unwrap();
+    drop(f);
+
+    let refused = env.ctxhost(&["resume", &uuid]);
+    assert_eq!(refused.code(), Some(1), "{}", refused.stderr());
+    let err = refused.stderr();
+    assert!(
+        err.contains(&format!(
+            "task {uuid} cannot be resumed: its files have 1 problem(s)"
+        )) && err.contains(&format!("messages.jsonl:{torn_line}: torn last line"))
+            && err.contains("run `ctxhost fsck --repair`")
+            && err.contains(&format!("then `ctxhost resume {uuid}` again")),
+        "{err}"
+    );
+    assert_eq!(row(&env, &uuid)["status"], "paused");
+    assert!(env.contexts().join("paused").join(&uuid).is_dir());
+    // fsck reports the same problem, at the same line.
+    let fsck = env.ctxhost(&["fsck", "--json"]).json();
+    let torn: Vec<&Value> = fsck["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "torn-line")
+        .collect();
+    assert_eq!(torn.len(), 1, "{fsck:#}");
+    assert_eq!(torn[0]["line"], torn_line as u64);
+
+    env.ctxhost(&["fsck", "--repair"]).ok();
+    assert_eq!(
+        fs::read_to_string(dir.join("messages.jsonl")).unwrap(),
+        history
+    );
+    env.ctxhost(&["resume", &uuid]).ok();
+    assert_eq!(row(&env, &uuid)["status"], "queued");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert_eq!(row(&env, &uuid)["status"], "completed");
+    let sent = llm.requests()[0].messages();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[1]["content"], "say hi");
 }
 
 #[test]

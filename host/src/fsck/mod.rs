@@ -64,7 +64,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::db::Db;
+use crate::db::{Db, Status};
 use crate::layout::Layout;
 
 /// What kind of problem (`kebab-case` in JSON).
@@ -305,13 +305,44 @@ pub fn fsck(
     })
 }
 
-/// The problems of one task directory's files, as `fsck` reports them for a task no process
-/// uses (read-only): what `ctxhost retry` requires to be clean. `allow_pending`: tool calls
-/// waiting at the end of current.jsonl are fine; request/response bodies kept for debugging
-/// are not reported.
-pub fn check_task_dir(dir: &Path, uuid: &str, allow_pending: bool) -> Vec<Problem> {
+/// How `fsck` judges the files of a task with `status` that no process uses: whether tool calls
+/// waiting at the end of current.jsonl are allowed (`allow_pending`: every status but
+/// `completed`, whose process made or gave up every call) and whether request/response bodies
+/// are kept for debugging rather than reported as temporaries (`keep_debug`: `failed` only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileRules {
+    /// Unanswered tool calls may end current.jsonl (the task makes them when it continues).
+    pub allow_pending: bool,
+    /// request.json / response.json of a failed LLM call are kept, not reported.
+    pub keep_debug: bool,
+}
+
+impl FileRules {
+    /// The rules for a task with `status` (the same for the tree pass of `ctxhost fsck` and
+    /// for [`check_task_dir`]).
+    pub fn for_status(status: Status) -> FileRules {
+        FileRules {
+            allow_pending: status != Status::Completed,
+            keep_debug: status == Status::Failed,
+        }
+    }
+}
+
+/// The problems of one task directory's files, as `ctxhost fsck` reports them for a task with
+/// `status` that no process uses (read-only, [`FileRules::for_status`]): what `ctxhost retry`
+/// and `ctxhost resume` require to be empty before they queue the task
+/// ([`crate::ops::control::require_sound_files`]).
+pub fn check_task_dir(dir: &Path, uuid: &str, status: Status) -> Vec<Problem> {
+    let rules = FileRules::for_status(status);
     let mut problems = Vec::new();
-    files::check_dir(dir, Some(uuid), false, allow_pending, true, &mut problems);
+    files::check_dir(
+        dir,
+        Some(uuid),
+        false,
+        rules.allow_pending,
+        rules.keep_debug,
+        &mut problems,
+    );
     problems
 }
 
@@ -348,7 +379,7 @@ pub(crate) fn problem(
 mod tests {
     use super::*;
     use crate::db::testing::{TestStore, store_tests};
-    use crate::db::{NewTask, Status, TaskKey};
+    use crate::db::{NewTask, TaskKey};
     use crate::layout::DirState;
     use crate::lifecycle::{Claim, Owner, Transition, apply};
     use ctxhost_format::files::{CURRENT, MESSAGES};

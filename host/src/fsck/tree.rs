@@ -228,12 +228,13 @@ pub(crate) fn check(db: &Db, layout: &Layout) -> anyhow::Result<Pass> {
         }
         if let Some(state) = here {
             let dir = layout.task_dir(state, uuid);
+            let rules = super::FileRules::for_status(row.status);
             files::check_dir(
                 &dir,
                 Some(uuid),
                 alive,
-                row.status != Status::Completed,
-                row.status == Status::Failed,
+                rules.allow_pending,
+                rules.keep_debug,
                 &mut problems,
             );
         }

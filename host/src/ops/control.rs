@@ -41,7 +41,19 @@ pub fn pause(db: &Db, uuid: &str, reason: Option<&str>) -> anyhow::Result<()> {
 }
 
 /// Queue paused task `uuid` again (its directory stays in `paused/` until a process claims it).
+/// Its directory must pass `ctxhost fsck`'s checks first, as for [`retry`]
+/// ([`require_sound_files`]).
+///
+/// Errors: the task is not paused, or its directory has problems (each named with file and
+/// line; `ctxhost fsck --repair` fixes what it can).
 pub fn resume(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
+    let Some(row) = db.get(uuid)? else {
+        bail!("task {uuid} disappeared from the database")
+    };
+    // Only a paused task can be resumed: any other status is refused below, by what it is.
+    if row.status == Status::Paused {
+        require_sound_files(layout, uuid, row.status, Requeue::Resume)?;
+    }
     if lifecycle::apply(db, layout, uuid, &Transition::Resume)?.is_some() {
         return Ok(());
     }
@@ -59,7 +71,7 @@ pub fn resume(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
 
 /// Queue failed task `uuid` again, to continue from its context (`ctxhost retry`): its
 /// directory must pass `ctxhost fsck`'s checks (tool calls waiting at the end of current.jsonl
-/// are fine: the task makes them); it moves from `completed/` to `paused/`
+/// are fine: the task makes them; [`require_sound_files`]); it moves from `completed/` to `paused/`
 /// ([`Transition::Retry`]). A failed task that never ran (no directory) starts afresh.
 ///
 /// Errors: the task is not failed, its files were deleted by cleanup, or its directory has
@@ -81,18 +93,7 @@ pub fn retry(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
             "task {uuid} cannot be retried: `ctxhost cleanup` deleted its files (submit a new task instead)"
         );
     }
-    if let Some((_, dir)) = layout.find_task_dir(uuid) {
-        let problems = crate::fsck::check_task_dir(&dir, uuid, true);
-        if !problems.is_empty() {
-            let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
-            refuse!(
-                "task {uuid} cannot be retried: its files have {} problem(s); run `ctxhost fsck --repair` \
-                 (it fixes what can be fixed without losing data), then `ctxhost retry {uuid}` again:\n{}",
-                problems.len(),
-                list.join("\n")
-            );
-        }
-    }
+    require_sound_files(layout, uuid, row.status, Requeue::Retry)?;
     if lifecycle::apply(db, layout, uuid, &Transition::Retry)?.is_none() {
         let now = db.get(uuid)?.map(|r| r.status);
         refuse!(
@@ -101,6 +102,68 @@ pub fn retry(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Which command queues a task again, for [`require_sound_files`]'s message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeue {
+    /// `ctxhost resume` (a paused task).
+    Resume,
+    /// `ctxhost retry` (a failed task).
+    Retry,
+}
+
+impl Requeue {
+    /// The subcommand: `resume` or `retry`.
+    fn command(self) -> &'static str {
+        match self {
+            Requeue::Resume => "resume",
+            Requeue::Retry => "retry",
+        }
+    }
+
+    /// `resumed` or `retried`.
+    fn done(self) -> &'static str {
+        match self {
+            Requeue::Resume => "resumed",
+            Requeue::Retry => "retried",
+        }
+    }
+}
+
+/// The gate before a task no process uses is queued again (`ctxhost resume`, `ctxhost retry`,
+/// and the dashboard's buttons): its directory, if it has one, must have no problem that
+/// `ctxhost fsck` reports for a task with `status` ([`crate::fsck::check_task_dir`]). The policy
+/// is "fsck finds nothing": every problem refuses, the ones `fsck --repair` fixes (a torn last
+/// line, a line of NUL bytes, a context invariant broken, a leftover temporary) included, so a
+/// task is only ever queued with files fsck passes; tool calls waiting at the end of
+/// current.jsonl are not a problem (the task makes them). A task with no directory (it never
+/// ran) passes.
+///
+/// Errors: a [`Refused`] listing every problem (`FILE:LINE: what`), with the command that
+/// repairs them (`ctxhost fsck --repair`) and the one to run again.
+pub fn require_sound_files(
+    layout: &Layout,
+    uuid: &str,
+    status: Status,
+    requeue: Requeue,
+) -> anyhow::Result<()> {
+    let Some((_, dir)) = layout.find_task_dir(uuid) else {
+        return Ok(());
+    };
+    let problems = crate::fsck::check_task_dir(&dir, uuid, status);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+    refuse!(
+        "task {uuid} cannot be {}: its files have {} problem(s); run `ctxhost fsck --repair` \
+         (it fixes what can be fixed without losing data), then `ctxhost {} {uuid}` again:\n{}",
+        requeue.done(),
+        problems.len(),
+        requeue.command(),
+        list.join("\n")
+    )
 }
 
 /// What [`stop`] did.

@@ -108,6 +108,15 @@ impl TaskBuilder {
         uuid
     }
 
+    /// Queue paused task `uuid` again as `ctxhost resume` does, but without its fsck gate
+    /// (`ctxhost::ops::control::require_sound_files`): for tests of what the task process
+    /// itself does with files only `fsck --repair` would otherwise fix (a torn line, a link, a
+    /// broken context) when it starts.
+    pub fn requeue(&self, uuid: &str) {
+        let was = lifecycle::apply(&self.db(), &self.layout, uuid, &Transition::Resume).unwrap();
+        assert_eq!(was, Some(Status::Paused), "task {uuid} was not paused");
+    }
+
     /// The task's directory, wherever it is.
     pub fn dir_of(&self, uuid: &str) -> PathBuf {
         self.layout.find_task_dir(uuid).unwrap().1
