@@ -26,6 +26,7 @@ pub mod summary_ids;
 pub mod task;
 pub mod task_dir;
 pub mod task_process;
+pub mod task_ref;
 pub mod tools;
 pub mod untrusted;
 pub mod web;

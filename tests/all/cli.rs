@@ -331,10 +331,18 @@ fn unknown_and_invalid_uuids_are_usage_errors() {
         stderr(&out)
     );
 
+    // The start of a UUID is a prefix (tests/all/uuid_prefix.rs): here, of no task.
+    let out = sb.run(&["show", "0193a4b2"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("no task with UUID prefix 0193a4b2"),
+        "{}",
+        stderr(&out)
+    );
+
     for bad in [
         "../../etc/passwd",
         "running",
-        "0193a4b2",
         "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b/..",
     ] {
         let out = sb.run(&["show", bad]);

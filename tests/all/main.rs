@@ -38,6 +38,7 @@ mod security;
 mod sources;
 mod strategies;
 mod transport_faults;
+mod uuid_prefix;
 mod web;
 mod web_browser;
 mod wit_compat;

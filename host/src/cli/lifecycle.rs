@@ -3,7 +3,7 @@
 //!
 //! Exit codes: 0 done; 1 the task is not in a state that allows it (e.g. pausing a queued
 //! task, resuming a running one) — the message says which state it is in and what to do;
-//! 2 an invalid or unknown UUID.
+//! 2 an invalid or unknown UUID, or an ambiguous UUID prefix ([`crate::task_ref`]).
 
 use super::out::outln;
 use std::process::ExitCode;
@@ -12,15 +12,14 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 
-use super::{Env, usage};
-use crate::db::{Db, Status, TaskRow};
-use crate::layout::parse_uuid;
+use super::Env;
+use crate::db::Status;
 use crate::ops::control::{self, Stopped};
 
 /// `ctxhost pause` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct PauseArgs {
-    /// The task's UUID (it must be running).
+    /// The task's UUID, or a unique prefix of it (at least 4 hex digits); it must be running.
     pub uuid: String,
     /// Why; kept in the task's task_state.json.
     #[arg(long, value_name = "TEXT")]
@@ -36,21 +35,23 @@ pub struct PauseArgs {
 /// `ctxhost resume` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct ResumeArgs {
-    /// The task's UUID (it must be paused).
+    /// The task's UUID, or a unique prefix of it (at least 4 hex digits); it must be paused.
     pub uuid: String,
 }
 
 /// `ctxhost retry` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct RetryArgs {
-    /// The task's UUID (it must be failed, its files not deleted).
+    /// The task's UUID, or a unique prefix of it (at least 4 hex digits); it must be failed,
+    /// its files not deleted.
     pub uuid: String,
 }
 
 /// `ctxhost stop` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct StopArgs {
-    /// The task's UUID (queued, running or paused).
+    /// The task's UUID, or a unique prefix of it (at least 4 hex digits); queued, running or
+    /// paused.
     pub uuid: String,
     /// For a running task: wait until it has stopped, up to --timeout.
     #[arg(long)]
@@ -68,19 +69,8 @@ pub struct RecoverArgs {
     pub json: bool,
 }
 
-/// The database and the task's row; errors (exit 2) for a bad or unknown UUID.
-fn open_task(env: &Env, given: &str) -> anyhow::Result<(Db, TaskRow)> {
-    let uuid = parse_uuid(given).map_err(|e| usage(e.to_string()))?;
-    env.require_tree()?;
-    let db = env.open_db()?;
-    let row = db
-        .get(&uuid)?
-        .ok_or_else(|| usage(format!("no task with UUID {uuid} in {}", db.location())))?;
-    Ok((db, row))
-}
-
 pub(super) fn pause(env: &Env, args: &PauseArgs) -> anyhow::Result<ExitCode> {
-    let (db, row) = open_task(env, &args.uuid)?;
+    let (db, row) = env.open_task(&args.uuid)?;
     let uuid = row.uuid.as_str();
     let reason = args
         .reason
@@ -103,7 +93,7 @@ pub(super) fn pause(env: &Env, args: &PauseArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(super) fn resume(env: &Env, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
-    let (db, row) = open_task(env, &args.uuid)?;
+    let (db, row) = env.open_task(&args.uuid)?;
     control::resume(&db, &env.layout, &row.uuid)?;
     outln!(
         "task {} queued again; `ctxhost run` continues it from its context",
@@ -113,7 +103,7 @@ pub(super) fn resume(env: &Env, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(super) fn retry(env: &Env, args: &RetryArgs) -> anyhow::Result<ExitCode> {
-    let (db, row) = open_task(env, &args.uuid)?;
+    let (db, row) = env.open_task(&args.uuid)?;
     control::retry(&db, &env.layout, &row.uuid)?;
     outln!(
         "task {} queued again; `ctxhost run` continues it from its context",
@@ -123,7 +113,7 @@ pub(super) fn retry(env: &Env, args: &RetryArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(super) fn stop(env: &Env, args: &StopArgs) -> anyhow::Result<ExitCode> {
-    let (db, row) = open_task(env, &args.uuid)?;
+    let (db, row) = env.open_task(&args.uuid)?;
     let uuid = row.uuid.as_str();
     match control::stop(&db, &env.layout, uuid)? {
         Stopped::Requested if args.wait => {

@@ -1,7 +1,11 @@
 //! The `ctxhost` command line.
 //!
 //! Exit codes (stable): 0 success; 1 a task or check failed, or an operation failed at run
-//! time; 2 usage or configuration error (bad flag, bad config value, unknown or invalid UUID).
+//! time; 2 usage or configuration error (bad flag, bad config value, unknown or invalid UUID,
+//! ambiguous UUID prefix).
+//!
+//! Every command that takes a task UUID (`show`, `pause`, `resume`, `retry`, `stop`) also takes
+//! a unique prefix of it, of at least 4 hexadecimal digits ([`crate::task_ref`]).
 //! Logs go to stderr (`RUST_LOG`, or `-v`/`-vv`/`-vvv`); results go to stdout, as a table or,
 //! with `--json`, as one JSON document.
 
@@ -43,6 +47,7 @@ Examples:
   ctxhost poll --once                            queue labelled GitHub/GitLab issues and PRs as tasks
   ctxhost tasks --status failed --json           list failed tasks as JSON
   ctxhost show 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b
+  ctxhost show 0193a4b2                          a unique prefix of a UUID works too (4+ hex digits)
   ctxhost pause 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b --reason 'rate limit'
   ctxhost resume 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b
   ctxhost retry 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b   queue a failed task again (after fsck)
@@ -54,6 +59,7 @@ Examples:
   ctxhost migrate --to postgres                  move tasks.db into $CTXHOST_DATABASE_URL
   ctxhost plugin check ./my-compressor.wasm
 
+A task UUID can be shortened to any unique prefix of at least 4 hex digits.
 Exit codes: 0 ok, 1 task/check failed, 2 usage or config error.";
 
 /// Top-level arguments.
@@ -129,28 +135,33 @@ pub enum Command {
     #[command(after_help = "Examples:\n  ctxhost tasks\n  ctxhost tasks --status running --json")]
     Tasks(report::TasksArgs),
     /// Show one task: its row, directory, result and last messages.
+    #[command(
+        after_help = "Examples:\n  ctxhost show 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b\n  ctxhost show 0193a4b2 --json\n\n\
+        Exit codes: 0 shown; 2 bad or unknown UUID, or ambiguous UUID prefix."
+    )]
     Show(report::ShowArgs),
     /// Statistics: counts by status, durations, tokens, LLM calls, compressions, by model.
     Stats(report::StatsArgs),
     /// Pause a running task at its next safe point (its directory moves to paused/).
     #[command(
-        after_help = "Examples:\n  ctxhost pause UUID --reason 'waiting for review'\n  ctxhost pause UUID --wait\n\n        Exit codes: 0 pause requested (or, with --wait, done); 1 the task is not running; 2 bad or unknown UUID."
+        after_help = "Examples:\n  ctxhost pause UUID --reason 'waiting for review'\n  ctxhost pause UUID --wait\n\n        Exit codes: 0 pause requested (or, with --wait, done); 1 the task is not running; 2 bad or unknown UUID, or ambiguous UUID prefix."
     )]
     Pause(lifecycle::PauseArgs),
-    /// Queue a paused task again; it continues from its context.
+    /// Queue a paused task again; it continues from its context (its files must pass
+    /// `ctxhost fsck`: run `ctxhost fsck --repair` first if they do not).
     #[command(
-        after_help = "Exit codes: 0 queued; 1 the task is not paused; 2 bad or unknown UUID."
+        after_help = "Exit codes: 0 queued; 1 the task is not paused, or its files have problems (listed; `ctxhost fsck --repair` fixes what it can); 2 bad or unknown UUID, or ambiguous UUID prefix."
     )]
     Resume(lifecycle::ResumeArgs),
     /// Queue a failed task again; it continues from its context (its files must pass
     /// `ctxhost fsck`: run `ctxhost fsck --repair` first if they do not).
     #[command(
-        after_help = "Exit codes: 0 queued; 1 the task is not failed, its files were deleted, or they have problems (listed; `ctxhost fsck --repair` fixes what it can); 2 bad or unknown UUID."
+        after_help = "Exit codes: 0 queued; 1 the task is not failed, its files were deleted, or they have problems (listed; `ctxhost fsck --repair` fixes what it can); 2 bad or unknown UUID, or ambiguous UUID prefix."
     )]
     Retry(lifecycle::RetryArgs),
     /// Stop a task: at once if queued or paused, at its next safe point if running.
     #[command(
-        after_help = "Exit codes: 0 stopped or stop requested; 1 the task already ended; 2 bad or unknown UUID."
+        after_help = "Exit codes: 0 stopped or stop requested; 1 the task already ended; 2 bad or unknown UUID, or ambiguous UUID prefix."
     )]
     Stop(lifecycle::StopArgs),
     /// Repair and requeue running tasks of this host whose process is gone (the worker does this
@@ -409,6 +420,24 @@ impl Env {
             )));
         }
         Ok(())
+    }
+
+    /// The task a command names by `given` (its UUID, or a unique prefix of it:
+    /// [`crate::task_ref::TaskRef`]) and the task store it is in. `given` is validated before
+    /// the tree or the store is touched.
+    ///
+    /// Errors (usage, exit 2): `given` is neither a UUID nor a UUID prefix of at least 4
+    /// hexadecimal digits; no contexts tree; no task has that UUID or prefix; the prefix is
+    /// ambiguous (the matching tasks are listed).
+    pub(crate) fn open_task(
+        &self,
+        given: &str,
+    ) -> anyhow::Result<(crate::db::Db, crate::db::TaskRow)> {
+        let task = crate::task_ref::TaskRef::parse(given)?;
+        self.require_tree()?;
+        let db = self.open_db()?;
+        let row = task.resolve(&db)?;
+        Ok((db, row))
     }
 
     /// Open the task store of the config for the tree; a store that is configured wrongly

@@ -6,9 +6,8 @@ use std::process::ExitCode;
 use clap::Args;
 use serde::Serialize;
 
-use super::{Env, usage};
+use super::Env;
 use crate::db::{Db, ModelStats, Status, TaskFilter, TaskRow};
-use crate::layout::parse_uuid;
 use crate::ops::show::ShownLine;
 
 /// `ctxhost tasks` arguments.
@@ -31,7 +30,7 @@ pub struct TasksArgs {
 /// `ctxhost show` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct ShowArgs {
-    /// The task's UUID.
+    /// The task's UUID, or a unique prefix of it (at least 4 hex digits, e.g. 0193a4b2).
     pub uuid: String,
     /// How many of the last messages of messages.jsonl to show.
     #[arg(long, default_value_t = 5)]
@@ -171,9 +170,8 @@ fn print_table(rows: &[Vec<String>]) -> anyhow::Result<()> {
 
 pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     use crate::untrusted::terminal;
-    let uuid = parse_uuid(&args.uuid).map_err(|e| usage(e.to_string()))?;
-    let db = open_db(env)?;
-    let report = crate::ops::show::show(&db, &env.layout, &uuid, args.messages)?;
+    let (db, row) = env.open_task(&args.uuid)?;
+    let report = crate::ops::show::show(&db, &env.layout, &row.uuid, args.messages)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);

@@ -7,7 +7,7 @@
 //!   upgrades, created and migrated automatically when a store is opened.
 //! - [`binding`]: which store owns a `contexts/` tree (`contexts/store.json`); a store never
 //!   opens a tree another store owns.
-//! - [`queue`]: submitting tasks and finding them (queued, running, finished).
+//! - [`queue`]: submitting tasks and finding them (queued, running, finished, by UUID prefix).
 //! - [`control`]: requests to a running task (pause, stop) and its resume count.
 //! - [`stats`]: the counters of a task ([`UsageDelta`]) and the statistics over all tasks.
 //! - [`lease`]: a running task's lease (worker id, expiry), renewed by its process, taken

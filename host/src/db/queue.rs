@@ -4,6 +4,7 @@
 //! ([`crate::lifecycle::Transition::Claim`]).
 
 use super::{COLUMNS, Db, DbError, NewTask, TaskRow, args, now_rfc3339};
+use crate::task_ref::UuidPrefix;
 
 impl Db {
     /// Insert `task` as `queued` with `created_at` = now. Errors if the UUID exists.
@@ -30,6 +31,24 @@ impl Db {
             ],
         )?;
         Ok(())
+    }
+
+    /// Tasks whose UUID starts with `prefix`, in UUID order, at most `limit`: the candidates a
+    /// short UUID given on the command line names ([`crate::task_ref::TaskRef::resolve`]).
+    /// One `LIKE` with the pattern as a parameter; a [`UuidPrefix`] holds only hexadecimal
+    /// digits and hyphens, so nothing in it is a wildcard.
+    pub fn tasks_with_uuid_prefix(
+        &self,
+        prefix: &UuidPrefix,
+        limit: u32,
+    ) -> Result<Vec<TaskRow>, DbError> {
+        self.query(
+            &format!("SELECT {COLUMNS} FROM tasks WHERE uuid LIKE ?1 ORDER BY uuid LIMIT ?2"),
+            &args![prefix.like_pattern(), limit],
+        )?
+        .iter()
+        .map(|r| self.task_row(r))
+        .collect()
     }
 
     /// Completed tasks with task key `key` (every field equal, missing ones included) completed at

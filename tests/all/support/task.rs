@@ -43,7 +43,12 @@ impl TaskBuilder {
 
     /// A queued task that never ran (no directory). Returns its UUID.
     pub fn queued(&self) -> String {
-        let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+        self.queued_as(&uuid::Uuid::new_v4().hyphenated().to_string())
+    }
+
+    /// A queued task that never ran (no directory), with UUID `uuid` (canonical). Returns it.
+    pub fn queued_as(&self, uuid: &str) -> String {
+        let uuid = uuid.to_string();
         self.db()
             .insert_queued(&NewTask {
                 uuid: uuid.clone(),
