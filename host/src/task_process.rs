@@ -235,6 +235,10 @@ fn run_loop(
     ctx: &mut TaskContext,
 ) -> anyhow::Result<Outcome> {
     let dir = ctx.dir().clone();
+    // The LLM calls of the compressor and the strategy give way to a pause or stop as the
+    // agent loop's own do.
+    let grace = std::time::Duration::from_secs(config.llm.interrupt_grace_secs);
+    let probe = ctx.interrupt_probe();
     let mut format = plugins.request_format(dir.path())?;
     let mut compressor = match plugins.has_compressor() {
         false => None,
@@ -246,7 +250,8 @@ fn run_loop(
                 &config.llm.model,
                 config.llm.temperature,
                 ctx.usage_meter(),
-            );
+            )
+            .interruptible(probe.clone(), grace);
             plugins.compressor(dir.path(), Box::new(llm))?
         }
     };
@@ -257,7 +262,8 @@ fn run_loop(
         &config.llm.model,
         config.llm.temperature,
         ctx.usage_meter(),
-    );
+    )
+    .interruptible(probe.clone(), grace);
     let instantiating = std::time::Instant::now();
     let strategy = plugins
         .strategy(
@@ -288,6 +294,7 @@ fn run_loop(
         tools.as_mut(),
         &mut strategy,
     )
+    .with_interrupt_probe(probe)
     .run(ctx);
     let s = strategy.stats();
     tracing::info!(uuid = %ctx.uuid(), strategy = strategy.component(), instantiate_ms, hooks = s.calls,

@@ -450,6 +450,112 @@ fn pause_during_a_retry_back_off_is_honoured_at_once_and_resumes() {
     env.ctxhost(&["fsck"]).ok();
 }
 
+/// A pause while the compressor waits for its summary: the compressor's LLM call gives way
+/// like the agent loop's (after `llm.interrupt_grace_secs`, 1 s here, not the reply's 40 s and
+/// its retries), the task is `paused`, not `failed`, with the context as it was and no summary;
+/// on resume the compression is made again and the task completes.
+#[test]
+fn pause_during_a_slow_summary_request_gives_way_and_the_task_resumes() {
+    const MARK: &str = "SUMMARISE-THIS";
+    let llm = FakeLlm::start(vec![]);
+    let (loop_calls, summary_calls) =
+        (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (l, sc) = (loop_calls.clone(), summary_calls.clone());
+    llm.set_handler(move |req| {
+        let summary = req
+            .messages()
+            .iter()
+            .any(|m| m["content"].as_str().is_some_and(|c| c.contains(MARK)));
+        if summary {
+            let answer = Reply::text("summary: the agent read files.", Some((300, 12)));
+            return Some(match sc.fetch_add(1, Ordering::SeqCst) {
+                // Slower than the 20 s timeout: it would time out, then be retried twice.
+                0 => Reply::delay(Duration::from_secs(40), answer),
+                _ => answer,
+            });
+        }
+        let n = l.fetch_add(1, Ordering::SeqCst) + 1;
+        if n > 8 {
+            return Some(Reply::text("All done.", Some((400, 3))));
+        }
+        let args =
+            serde_json::json!({ "path": format!("src/file_{n}.rs"), "note": "x".repeat(800) })
+                .to_string();
+        Some(Reply::tool_calls(
+            vec![(&format!("call_{n}"), "read_text_file", &args)],
+            Some((400, 200)),
+        ))
+    });
+    let env = env_with_llm(
+        &llm,
+        &[
+            (
+                "base_dir: ./contexts",
+                &format!(
+                    "base_dir: ./contexts\n  compression_threshold: 0.5\n  keep_recent_messages: 3\n  \
+                     summary_prompt: \"{MARK}\\n{{messages}}\""
+                ),
+            ),
+            (
+                "context_length: 8192",
+                "context_length: 1500\n  max_output_tokens: 200",
+            ),
+            (
+                "max_retries: 2",
+                "max_retries: 2\n  interrupt_grace_secs: 1",
+            ),
+        ],
+    );
+    let uuid = env.submit("Read every file and report.");
+    let w = worker(&env, &[]);
+    assert!(wait_until(Duration::from_secs(120), || summary_calls
+        .load(Ordering::SeqCst)
+        >= 1));
+    let paused = env.contexts().join("running").join(&uuid);
+    let before = std::fs::read(paused.join("current.jsonl")).unwrap();
+    let asked = Instant::now();
+    env.ctxhost(&["pause", &uuid, "--wait", "--timeout", "120"])
+        .ok();
+    let took = asked.elapsed();
+    wait_ok(w);
+    assert!(took < Duration::from_secs(15), "pause took {took:?}");
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "paused", "{r}");
+    assert_eq!(r["error_message"], Value::Null);
+    assert_eq!(r["compression_count"], 0, "{r}");
+    assert_eq!(
+        summary_calls.load(Ordering::SeqCst),
+        1,
+        "no retry after the pause"
+    );
+    let paused = env.contexts().join("paused").join(&uuid);
+    assert_eq!(
+        std::fs::read(paused.join("current.jsonl")).unwrap(),
+        before,
+        "the context is as it was"
+    );
+    let summaries = std::fs::read_to_string(paused.join("summaries.jsonl")).unwrap_or_default();
+    assert!(summaries.trim().is_empty(), "{summaries}");
+    let loop_before = loop_calls.load(Ordering::SeqCst);
+
+    env.ctxhost(&["resume", &uuid]).ok();
+    wait_ok(worker(&env, &[]));
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert!(r["compression_count"].as_u64().unwrap() >= 1, "{r}");
+    assert!(summary_calls.load(Ordering::SeqCst) >= 2);
+    assert!(loop_calls.load(Ordering::SeqCst) > loop_before);
+    let dir = env.contexts().join("completed").join(&uuid);
+    let errors: Vec<String> = read_jsonl(&dir.join("llm_calls.jsonl"))
+        .iter()
+        .filter(|l| l["type"] == "summary_call")
+        .filter_map(|l| l["error"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("asked to pause or stop"), "{errors:?}");
+    env.ctxhost(&["fsck"]).ok();
+}
+
 /// Bad UUIDs are usage errors (exit 2) for every lifecycle command; so are unknown ones.
 #[test]
 fn lifecycle_commands_validate_uuids() {

@@ -110,9 +110,10 @@ pub struct Exchange {
 }
 
 /// Run one exchange in `dir` (the task directory) for `config`, writing the response body to
-/// `response_file` (relative to `dir`), finished by `deadline` when one is given (the
-/// compressor's `llm` import). The endpoint path the format returns is checked
-/// ([`untrusted::endpoint_path`]). On success both files are deleted.
+/// `response_file` (relative to `dir`), finished by `deadline` when one is given and giving
+/// way to a pause or stop with `interruption` (the `llm` import of a compressor or strategy).
+/// The endpoint path the format returns is checked ([`untrusted::endpoint_path`]). On success
+/// both files are deleted.
 pub fn exchange(
     format: &mut RequestFormat,
     transport: &Transport,
@@ -120,6 +121,7 @@ pub fn exchange(
     config: &RequestConfig,
     response_file: &str,
     deadline: Option<Instant>,
+    interruption: Option<&Interruption<'_>>,
 ) -> Result<Exchange, ExchangeError> {
     exchange_checked(
         format,
@@ -128,15 +130,15 @@ pub fn exchange(
         config,
         response_file,
         deadline,
-        None,
+        interruption,
         &|_| Ok(()),
     )
 }
 
 /// [`exchange`], with the reply checked by `accept` before the files are deleted: a reply it
-/// rejects is [`ExchangeError::Rejected`] and both files are kept. With `interruption` (the
-/// agent loop's calls) the POST gives way to a pause or stop of the task
-/// ([`Transport::post_file_interruptible`]; ignored when a `deadline` is given).
+/// rejects is [`ExchangeError::Rejected`] and both files are kept. With `interruption` the
+/// POST gives way to a pause or stop of the task ([`Transport::post_file_with`]), with or
+/// without a `deadline`.
 #[allow(clippy::too_many_arguments)]
 pub fn exchange_checked(
     format: &mut RequestFormat,
@@ -163,25 +165,27 @@ pub fn exchange_checked(
             request: request_name.clone(),
         }
     })?;
-    let post = match (deadline, interruption) {
-        (Some(d), _) => transport.post_file_before(endpoint, dir, &request_name, response_file, d),
-        (None, Some(i)) => {
-            transport.post_file_interruptible(endpoint, dir, &request_name, response_file, i)
-        }
-        (None, None) => transport.post_file(endpoint, dir, &request_name, response_file),
-    }
-    .map_err(|source| {
-        if source.is_interrupted() {
-            // Written again from the context when the task resumes; nothing to debug.
-            if let Err(e) = dir.remove_file_if_exists(&request_name) {
-                tracing::warn!("cannot delete {}: {e}", dir.show(&request_name));
+    let post = transport
+        .post_file_with(
+            endpoint,
+            dir,
+            &request_name,
+            response_file,
+            deadline,
+            interruption,
+        )
+        .map_err(|source| {
+            if source.is_interrupted() {
+                // Written again from the context when the task resumes; nothing to debug.
+                if let Err(e) = dir.remove_file_if_exists(&request_name) {
+                    tracing::warn!("cannot delete {}: {e}", dir.show(&request_name));
+                }
             }
-        }
-        ExchangeError::Post {
-            request: request_name.clone(),
-            source,
-        }
-    })?;
+            ExchangeError::Post {
+                request: request_name.clone(),
+                source,
+            }
+        })?;
     let reply = format
         .read_response(response_file)
         .map_err(|source| ExchangeError::Read {

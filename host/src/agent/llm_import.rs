@@ -5,15 +5,19 @@
 //! `llm_request.json` from it with its own request-format instance, POSTs it, parses
 //! `llm_response.json`, and counts the call and its tokens (prompt-cache reads and writes too)
 //! on the task's row. Both files are
-//! deleted after a successful call and kept after a failed one (the error says so).
+//! deleted after a successful call and kept after a failed one (the error says so). With
+//! [`HostLlm::interruptible`], a call gives way to a pause or stop of the task as the agent
+//! loop's own calls do.
 
 use std::io::BufRead;
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use ctxhost_format::{ChatMessage, estimate_message_tokens};
 
 use super::exchange::{ExchangeError, exchange};
-use crate::llm::Transport;
+use crate::llm::{Interruption, Transport};
 use crate::runtime::{Completion, LlmImport, RequestConfig, RequestFormat};
 use crate::task::{CallLog, UsageDelta, UsageMeter};
 use crate::task_dir::TaskDir;
@@ -32,6 +36,38 @@ pub struct HostLlm {
     model: String,
     temperature: Option<f32>,
     usage: UsageMeter,
+    /// Whether the task was asked to pause or stop, and the grace of a reply in flight.
+    interrupt: Option<(InterruptProbe, Duration)>,
+}
+
+/// Whether the task was asked to pause or stop, for the `llm` imports of its components
+/// ([`crate::task::TaskContext::interrupt_probe`] reads the task's row); it also remembers
+/// that a call gave way to such a request, so the agent loop can tell a component that failed
+/// for that reason from one that failed. Clones share both.
+#[derive(Clone)]
+pub struct InterruptProbe {
+    requested: Arc<dyn Fn() -> bool + Send + Sync>,
+    gave_way: Arc<AtomicBool>,
+}
+
+impl InterruptProbe {
+    /// A probe asking `requested`.
+    pub fn new(requested: impl Fn() -> bool + Send + Sync + 'static) -> InterruptProbe {
+        InterruptProbe {
+            requested: Arc::new(requested),
+            gave_way: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Whether a pause or stop was requested.
+    pub fn requested(&self) -> bool {
+        (self.requested)()
+    }
+
+    /// Whether a call gave way to a pause or stop since this was last asked (then cleared).
+    pub fn take_gave_way(&self) -> bool {
+        self.gave_way.swap(false, Ordering::SeqCst)
+    }
 }
 
 impl HostLlm {
@@ -52,7 +88,16 @@ impl HostLlm {
             model: model.to_string(),
             temperature,
             usage,
+            interrupt: None,
         }
+    }
+
+    /// Calls that give way to a pause or stop of the task: `requested` is asked before each
+    /// attempt and while it runs; a reply in flight gets `grace` (`llm.interrupt_grace_secs`),
+    /// then the call fails with `interrupted` and the component's call fails with it.
+    pub fn interruptible(mut self, requested: InterruptProbe, grace: Duration) -> HostLlm {
+        self.interrupt = Some((requested, grace));
+        self
     }
 
     /// Estimated tokens of the messages in `rel` (streamed), a path the component gave: it
@@ -93,6 +138,12 @@ impl LlmImport for HostLlm {
             temperature: self.temperature,
         };
         let started = std::time::Instant::now();
+        let probe = self.interrupt.as_ref().map(|(probe, _)| probe.clone());
+        let asked = || probe.as_ref().is_some_and(InterruptProbe::requested);
+        let interruption = self.interrupt.as_ref().map(|(_, grace)| Interruption {
+            requested: &asked,
+            grace: *grace,
+        });
         let result = exchange(
             &mut self.format,
             &self.transport,
@@ -100,6 +151,7 @@ impl LlmImport for HostLlm {
             &config,
             LLM_RESPONSE_FILE,
             Some(deadline),
+            interruption.as_ref(),
         );
         let ms = started.elapsed().as_millis() as u64;
         let now = crate::db::now_rfc3339();
@@ -116,6 +168,11 @@ impl LlmImport for HostLlm {
                 done.reply
             }
             Err(e) => {
+                if e.is_interrupted()
+                    && let Some((probe, _)) = &self.interrupt
+                {
+                    probe.gave_way.store(true, Ordering::SeqCst);
+                }
                 let bytes = self
                     .dir
                     .metadata(LLM_REQUEST_FILE)

@@ -146,6 +146,9 @@ pub struct Agent<'a> {
     /// Estimated tokens of the tool definitions sent with every request (read when the loop
     /// starts): the messages get the window minus these.
     tool_definition_tokens: u64,
+    /// Tells whether an LLM call of the compressor or the strategy gave way to a pause or
+    /// stop ([`Agent::with_interrupt_probe`]); `None`: their calls never do.
+    interrupt_probe: Option<llm_import::InterruptProbe>,
 }
 
 impl<'a> Agent<'a> {
@@ -167,7 +170,16 @@ impl<'a> Agent<'a> {
             compaction_failures: 0,
             context_overflows: 0,
             tool_definition_tokens: 0,
+            interrupt_probe: None,
         }
+    }
+
+    /// The probe given to the `llm` imports of the compressor and the strategy
+    /// ([`llm_import::HostLlm::interruptible`]): when one of their calls gave way to a pause or
+    /// stop, the component's failure is that pause or stop, not the task's failure.
+    pub fn with_interrupt_probe(mut self, probe: llm_import::InterruptProbe) -> Agent<'a> {
+        self.interrupt_probe = Some(probe);
+        self
     }
 }
 
@@ -212,7 +224,10 @@ impl Agent<'_> {
         loop {
             next = match next {
                 Next::Start => {
-                    let d = self.ask(ctx, Hook::Start, steps, |s, c, t| s.start(c, t))?;
+                    let Some(d) = self.ask(ctx, Hook::Start, steps, |s, c, t| s.start(c, t))?
+                    else {
+                        return self.gave_way(ctx);
+                    };
                     self.apply(ctx, d)?
                 }
                 Next::Call => {
@@ -229,7 +244,9 @@ impl Agent<'_> {
                     for fix in ctx.ensure_sendable()? {
                         tracing::warn!(uuid = %ctx.uuid(), "context repaired before sending it: current.jsonl {fix}");
                     }
-                    self.maybe_compress(ctx)?;
+                    if !self.maybe_compress(ctx)? {
+                        return self.gave_way(ctx);
+                    }
                     steps += 1;
                     let Some(reply) = self.llm_step(ctx, steps)? else {
                         // The call gave way to a pause or stop request: honour it now.
@@ -265,15 +282,21 @@ impl Agent<'_> {
                     Next::AfterTools { reply, outcomes }
                 }
                 Next::AfterTools { reply, outcomes } => {
-                    let d = self.ask(ctx, Hook::AfterTools, steps, |s, c, t| {
+                    let Some(d) = self.ask(ctx, Hook::AfterTools, steps, |s, c, t| {
                         s.after_tools(c, t, &reply, &outcomes)
-                    })?;
+                    })?
+                    else {
+                        return self.gave_way(ctx);
+                    };
                     self.apply(ctx, d)?
                 }
                 Next::Answered { reply } => {
-                    let d = self.ask(ctx, Hook::AfterReply, steps, |s, c, t| {
+                    let Some(d) = self.ask(ctx, Hook::AfterReply, steps, |s, c, t| {
                         s.after_reply(c, t, &reply)
-                    })?;
+                    })?
+                    else {
+                        return self.gave_way(ctx);
+                    };
                     if d == Decision::Finish {
                         tracing::info!(uuid = %ctx.uuid(), steps, "final answer received");
                         return Ok(Outcome::Completed {
@@ -326,14 +349,15 @@ impl Agent<'_> {
         })
     }
 
-    /// Ask the strategy's `hook` (through `call`) at the context's current position.
+    /// Ask the strategy's `hook` (through `call`) at the context's current position. `None`:
+    /// the hook failed because one of its LLM calls gave way to a pause or stop.
     fn ask(
         &mut self,
         ctx: &mut TaskContext,
         hook: Hook,
         steps: u32,
         call: impl FnOnce(&mut Strategy, &StrategyConfig, &TaskState) -> Result<HookCall, RuntimeError>,
-    ) -> anyhow::Result<Decision> {
+    ) -> anyhow::Result<Option<Decision>> {
         let state = TaskState {
             prompt: ctx.prompt().to_string(),
             steps_done: steps,
@@ -348,7 +372,33 @@ impl Agent<'_> {
                 .context("message store: current-token-count")?,
             tools_file: self.tools.tools_file(),
         };
-        self.strategy.hook(hook, &state, now_rfc3339(), call)
+        match self.strategy.hook(hook, &state, now_rfc3339(), call) {
+            Ok(decision) => Ok(Some(decision)),
+            Err(e) if self.took_gave_way() => {
+                tracing::info!(uuid = %ctx.uuid(), ?hook, "strategy hook given up: its LLM call gave way to a pause or stop request ({e:#})");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether an LLM call of the compressor or the strategy gave way to a pause or stop since
+    /// this was last asked.
+    fn took_gave_way(&self) -> bool {
+        self.interrupt_probe
+            .as_ref()
+            .is_some_and(llm_import::InterruptProbe::take_gave_way)
+    }
+
+    /// The outcome after a component's LLM call gave way to a pause or stop: that pause or
+    /// stop, read from the row (it cannot be gone: requests are only cleared by resume).
+    fn gave_way(&mut self, ctx: &TaskContext) -> anyhow::Result<Outcome> {
+        match self.interrupted(ctx)? {
+            Some(outcome) => Ok(outcome),
+            None => bail!(
+                "a component's LLM call was given up for a pause or stop request that is gone"
+            ),
+        }
     }
 
     /// Apply a checked decision other than `finish`: `proceed` adds its message (a `user`
@@ -576,7 +626,10 @@ impl Agent<'_> {
             if e.is_context_overflow() {
                 if overflows < MAX_OVERFLOW_RETRIES {
                     overflows += 1;
-                    self.compress_after_overflow(ctx, step, &e)?;
+                    if !self.compress_after_overflow(ctx, step, &e)? {
+                        // Gave way to a pause or stop: the caller honours it.
+                        return Ok(None);
+                    }
                     continue;
                 }
                 bail!(
@@ -697,13 +750,13 @@ impl Agent<'_> {
     }
 
     /// The provider said the context is too long: compress it for a smaller window, whatever
-    /// the threshold says.
+    /// the threshold says. `false`: the compression gave way to a pause or stop.
     fn compress_after_overflow(
         &mut self,
         ctx: &mut TaskContext,
         step: u32,
         error: &ExchangeError,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<bool> {
         self.context_overflows += 1;
         let window = self.window();
         let tokens = ctx.store().current_token_count()?;
@@ -725,13 +778,18 @@ impl Agent<'_> {
             }) => {
                 record_compaction(ctx, tokens, after_tokens, summary_id)?;
                 tracing::info!(uuid = %ctx.uuid(), before_tokens = tokens, after_tokens, "context compressed after the provider's answer");
-                self.restate_plan(ctx)
+                self.restate_plan(ctx)?;
+                Ok(true)
             }
-            Ok(CompactionOutcome::NotNeeded) => Ok(()),
+            Ok(CompactionOutcome::NotNeeded) => Ok(true),
             Err(CompactionError::StillOverThreshold { tokens: after, .. }) => {
                 record_compaction(ctx, tokens, after, None)?;
                 tracing::warn!(uuid = %ctx.uuid(), tokens = after, "compressed, still over the threshold of the smaller window; sending it");
-                Ok(())
+                Ok(true)
+            }
+            Err(e) if self.took_gave_way() => {
+                tracing::info!(uuid = %ctx.uuid(), step, "compression given up: its LLM call gave way to a pause or stop request ({e})");
+                Ok(false)
             }
             Err(e) => Err(anyhow!(e).context(format!(
                 "LLM call {step} failed: {error}; the context ({tokens} estimated tokens) could not be compressed \
@@ -788,16 +846,17 @@ impl Agent<'_> {
     /// logged; the task goes on while the context still fits the window, and fails after
     /// [`MAX_COMPACTION_FAILURES`] failures in a row. A context still over the threshold after
     /// compressing (the newest tool-call group alone is that large) goes on while it fits the
-    /// window; one that does not fails the task, naming what is too big.
-    fn maybe_compress(&mut self, ctx: &mut TaskContext) -> anyhow::Result<()> {
+    /// window; one that does not fails the task, naming what is too big. `false`: the
+    /// compression gave way to a pause or stop (its LLM call did), the context as it was.
+    fn maybe_compress(&mut self, ctx: &mut TaskContext) -> anyhow::Result<bool> {
         let window = self.window();
         let Some(compressor) = self.compressor.as_deref_mut() else {
-            return Ok(());
+            return Ok(true);
         };
         let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
         match compact(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, false) {
-            Ok(CompactionOutcome::NotNeeded) => Ok(()),
+            Ok(CompactionOutcome::NotNeeded) => Ok(true),
             Ok(CompactionOutcome::Compressed {
                 before_tokens,
                 after_tokens,
@@ -808,7 +867,8 @@ impl Agent<'_> {
                 let summaries = ctx.summaries().count().unwrap_or(0);
                 tracing::info!(uuid = %ctx.uuid(), before_tokens, after_tokens, summary = ?summary_id, summaries, "context compressed");
                 crate::failpoint::kill_if_set("agent:compressed");
-                self.restate_plan(ctx)
+                self.restate_plan(ctx)?;
+                Ok(true)
             }
             Err(
                 e @ CompactionError::StillOverThreshold {
@@ -822,9 +882,14 @@ impl Agent<'_> {
                 record_compaction(ctx, before_tokens, tokens, None)?;
                 if self.fits_window(tokens) {
                     tracing::warn!(uuid = %ctx.uuid(), tokens, "{e}; it still fits the window: going on");
-                    return Ok(());
+                    return Ok(true);
                 }
                 Err(self.window_exceeded(ctx, tokens))
+            }
+            Err(e) if self.took_gave_way() => {
+                // Not a failure: the context is as it was; a resumed task compresses again.
+                tracing::info!(uuid = %ctx.uuid(), "compression given up: its LLM call gave way to a pause or stop request ({e})");
+                Ok(false)
             }
             Err(e) => {
                 self.compaction_failures += 1;
@@ -846,7 +911,7 @@ impl Agent<'_> {
                 // The error may quote what the compressor wrote (ids, a line): bounded, escaped.
                 let shown = untrusted::text(&e.to_string(), untrusted::MAX_LOG_BYTES).into_owned();
                 tracing::warn!(uuid = %ctx.uuid(), tokens, failures = self.compaction_failures, "{shown}");
-                Ok(())
+                Ok(true)
             }
         }
     }

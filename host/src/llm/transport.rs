@@ -328,6 +328,28 @@ impl Transport {
         )
     }
 
+    /// [`Transport::post_file`] with both limits, each optional: finished by `deadline`
+    /// ([`Transport::post_file_before`]) and giving way to a pause or stop of the task
+    /// ([`Transport::post_file_interruptible`]). For the compressor's and the strategy's `llm`
+    /// imports, which share a wall-time limit and must not hold up a stop.
+    pub fn post_file_with(
+        &self,
+        endpoint_path: &str,
+        dir: &TaskDir,
+        request_file: &str,
+        response_file: &str,
+        deadline: Option<Instant>,
+        interruption: Option<&Interruption<'_>>,
+    ) -> Result<PostOutcome, TransportError> {
+        self.post(
+            endpoint_path,
+            dir,
+            (request_file, response_file),
+            deadline,
+            interruption,
+        )
+    }
+
     fn post(
         &self,
         endpoint_path: &str,

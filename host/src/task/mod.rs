@@ -434,6 +434,22 @@ impl TaskContext {
         Ok(self.usage.add(delta)?)
     }
 
+    /// [`TaskContext::interrupt`] as a probe the `llm` import of a compressor or strategy can
+    /// hold: a pause or stop was requested; a row that cannot be read counts as no request
+    /// (logged).
+    pub fn interrupt_probe(&self) -> crate::agent::llm_import::InterruptProbe {
+        let (db, uuid) = (self.db.clone(), self.uuid().to_string());
+        crate::agent::llm_import::InterruptProbe::new(move || {
+            match db.with(|db| db.control(&uuid)) {
+                Ok(control) => control.is_some_and(|c| c.stop_requested || c.pause_requested),
+                Err(e) => {
+                    tracing::warn!(%uuid, "cannot read the task's pause/stop requests during a component's LLM call: {e:#}");
+                    false
+                }
+            }
+        })
+    }
+
     /// A pause or stop requested from outside, read from the row at a safe point.
     pub fn interrupt(&self) -> anyhow::Result<Option<Interrupt>> {
         let control = self
