@@ -44,7 +44,7 @@ pub use tail::{Tail, TailAction, TailFix, fix_torn_tail, inspect_tail, torn_name
 pub const INTERRUPTED_TEXT: &str = "error: interrupted: the task process stopped before this tool call's result was recorded; \
 call the tool again if you still need its result";
 
-/// Answer every pending tool call at the end of current.jsonl ([`crate::invariants::queries::pending_tool_calls`]) with an
+/// Answer every pending tool call at the end of current.jsonl ([`pending_tool_calls_in`]) with an
 /// [`INTERRUPTED_TEXT`] `tool` message, appended to messages.jsonl (next seq, `timestamp`)
 /// and then to current.jsonl, like the message store does. Returns the ids answered.
 pub fn close_pending_calls(dir: &TaskDir, timestamp: &str) -> anyhow::Result<Vec<String>> {
