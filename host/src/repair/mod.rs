@@ -38,7 +38,7 @@ use crate::task_dir::TaskDir;
 
 pub use readers::{HistoryStats, history_stats, jsonl_files, last_seq_in};
 pub use reconcile::{RECONCILE_WINDOW, reconcile_current};
-pub use tail::{Tail, TailAction, TailFix, fix_torn_tail, inspect_tail, torn_name};
+pub use tail::{Tail, TailAction, TailFix, cut_from, fix_torn_tail, inspect_tail, torn_name};
 
 /// Content of the `tool` message that answers a tool call whose result was lost in a crash.
 pub const INTERRUPTED_TEXT: &str = "error: interrupted: the task process stopped before this tool call's result was recorded; \
