@@ -556,6 +556,15 @@ mod tests {
         (tmp, dir, outside)
     }
 
+    /// The names at the top of `dir`, sorted.
+    fn top_names(dir: &TaskDir) -> Vec<String> {
+        dir.entries(None)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.0)
+            .collect()
+    }
+
     #[test]
     fn files_are_created_owner_only_and_written_atomically() {
         let (_t, dir, _) = setup();
@@ -576,13 +585,11 @@ mod tests {
             let m = std::fs::metadata(dir.file_path(name)).unwrap();
             assert_eq!(m.permissions().mode() & 0o777, mode, "{name}");
         }
-        let names: Vec<String> = dir
-            .entries(None)
-            .unwrap()
-            .into_iter()
-            .map(|e| e.0)
-            .collect();
-        assert_eq!(names, ["a.jsonl", "m.json", "sub"], "no temporary left");
+        assert_eq!(
+            top_names(&dir),
+            ["a.jsonl", "m.json", "sub"],
+            "no temporary left"
+        );
         let sub = std::fs::metadata(dir.file_path("sub")).unwrap().len();
         assert_eq!(dir.disk_usage().unwrap(), 3 + 3 + 1 + sub);
     }
@@ -611,13 +618,7 @@ mod tests {
                 .unwrap()
         );
         assert_eq!(dir.read("m.json").unwrap(), b"four");
-        let names: Vec<String> = dir
-            .entries(None)
-            .unwrap()
-            .into_iter()
-            .map(|e| e.0)
-            .collect();
-        assert_eq!(names, ["m.json"], "no temporary left");
+        assert_eq!(top_names(&dir), ["m.json"], "no temporary left");
     }
 
     #[test]
