@@ -13,6 +13,8 @@
 mod anthropic_api;
 #[path = "../../tests/all/support/fake_llm.rs"]
 mod fake_llm;
+#[path = "../../tests/all/support/http.rs"]
+mod http;
 
 use std::time::Duration;
 

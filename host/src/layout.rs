@@ -198,8 +198,13 @@ pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
 /// Replace `path` with `bytes` atomically (the new file owner-only, 0600): write a temporary file in the same directory,
 /// fsync it, rename it over `path`, fsync the directory. Readers see the old or the new
 /// content, never a mix; after a crash, one of the two. The temporary, `.NAME.tmp-PID-N`, is
-/// unique per call, so threads of one process may replace the same file at once (the last
-/// rename wins).
+/// unique per call ([`crate::task_dir::temp_name`], shared with [`crate::task_dir::TaskDir`]),
+/// so threads of one process may replace the same file at once (the last rename wins).
+///
+/// Only for files outside task directories, reached by a path the host built itself
+/// (`config.yaml` at `ctxhost init`, the database binding next to tasks.db): a file inside a
+/// task directory is replaced with [`crate::task_dir::TaskDir::write_atomic`], whose cap-std
+/// handle never follows a link out of the directory that a component could have planted there.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     atomic_write_with(path, |w| w.write_all(bytes))
 }

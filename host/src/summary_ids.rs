@@ -15,7 +15,7 @@
 
 use ctxhost_format::files::{MESSAGES, SUMMARIES};
 use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader};
 
 use anyhow::{Context, bail};
 use ctxhost_format::summary_id::{self, OnDisk};
@@ -204,33 +204,28 @@ fn numeric_ids(dir: &TaskDir, name: &str) -> anyhow::Result<BTreeSet<u64>> {
 
 /// Stream the file `name` of `dir` through `edit` (called with each non-blank line, without its
 /// newline; `Some` replaces the line) into a temporary file and, when a line changed, replace
-/// the file with it atomically. Returns the number of lines changed.
+/// the file with it atomically ([`TaskDir::write_atomic_if`]). Returns the number of lines
+/// changed. Errors (the file is left as it was): the file cannot be read or replaced, or `edit`
+/// fails (named with the file and line).
 fn replace_lines(
     dir: &TaskDir,
     name: &str,
     mut edit: impl FnMut(&str) -> anyhow::Result<Option<String>>,
 ) -> anyhow::Result<usize> {
-    let path_buf = dir.file_path(name);
-    let path = path_buf.as_path();
-    let tmp = crate::task_dir::temp_name(name);
-    let result = (|| -> anyhow::Result<usize> {
-        let input = dir
-            .open_read(name)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        let output = dir
-            .create(&tmp)
-            .with_context(|| format!("cannot create {}", dir.show(&tmp)))?;
-        let mut out = BufWriter::new(output);
+    let path = dir.file_path(name);
+    let input = dir
+        .open_read(name)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let mut changed = 0usize;
+    // An error of `edit`, kept whole (the writer's error type is io::Error).
+    let mut failed: Option<anyhow::Error> = None;
+    let result = dir.write_atomic_if(name, |out| {
         let mut reader = BufReader::new(input);
         let mut buf = Vec::new();
-        let mut changed = 0usize;
         let mut line_no = 0u64;
         loop {
             buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            if n == 0 {
+            if reader.read_until(b'\n', &mut buf)? == 0 {
                 break;
             }
             line_no += 1;
@@ -240,9 +235,14 @@ fn replace_lines(
                     if body.trim().is_empty() {
                         None
                     } else {
-                        edit(body)
-                            .with_context(|| format!("{} line {line_no}", path.display()))?
-                            .map(|new| format!("{new}{}", &text[body.len()..]))
+                        match edit(body) {
+                            Ok(new) => new.map(|new| format!("{new}{}", &text[body.len()..])),
+                            Err(e) => {
+                                let e = e.context(format!("{} line {line_no}", path.display()));
+                                failed = Some(e);
+                                return Err(std::io::Error::other("the edit failed"));
+                            }
+                        }
                     }
                 }
                 Err(_) => None,
@@ -255,29 +255,13 @@ fn replace_lines(
                 None => out.write_all(&buf)?,
             }
         }
-        let file = out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        Ok(changed)
-    })();
-    match result {
-        Ok(0) => {
-            let _ = dir.remove_file(&tmp);
-            Ok(0)
-        }
-        Ok(changed) => {
-            if let Err(e) = dir.rename(&tmp, name) {
-                let _ = dir.remove_file(&tmp);
-                return Err(e).with_context(|| format!("cannot replace {}", path.display()));
-            }
-            dir.sync()
-                .with_context(|| format!("cannot fsync {}", dir.path().display()))?;
-            Ok(changed)
-        }
-        Err(e) => {
-            let _ = dir.remove_file(&tmp);
-            Err(e)
-        }
+        Ok(changed > 0)
+    });
+    if let Some(e) = failed {
+        return Err(e);
     }
+    result.with_context(|| format!("cannot replace {}", path.display()))?;
+    Ok(changed)
 }
 
 /// `line` with the string value of its top-level `key` replaced by `number`, every other byte

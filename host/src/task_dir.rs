@@ -85,10 +85,10 @@ fn options() -> OpenOptions {
     o
 }
 
-/// `(parent, file name)` of a relative name (`a/b.txt` → `(Some("a"), "b.txt")`).
 /// The name of a temporary file next to `file` for an atomic replace: `.FILE.tmp-PID-N`, with
 /// N counting the temporaries of this process, so two threads replacing the same file never
-/// share one (shared by [`TaskDir::write_atomic_with`] and [`crate::layout::atomic_write`]).
+/// share one (shared by [`TaskDir::write_atomic_if`], [`crate::layout::atomic_write_with`] and
+/// the database binding's create-if-absent).
 pub(crate) fn temp_name(file: &str) -> String {
     static TEMPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     format!(
@@ -98,6 +98,7 @@ pub(crate) fn temp_name(file: &str) -> String {
     )
 }
 
+/// `(parent, file name)` of a relative name (`a/b.txt` → `(Some("a"), "b.txt")`).
 fn split(name: &str) -> (Option<&str>, &str) {
     match name.rsplit_once('/') {
         Some((parent, file)) => (Some(parent), file),
@@ -247,8 +248,8 @@ impl TaskDir {
         }
     }
 
-    /// Replace `name` with `bytes` atomically (DESIGN §7): a temporary `.NAME.tmp-PID` next to
-    /// it, fsync, rename over `name` (which replaces a link of that name, never what it points
+    /// Replace `name` with `bytes` atomically (DESIGN §7): a temporary `.NAME.tmp-PID-N` next to
+    /// it ([`temp_name`]), fsync, rename over `name` (which replaces a link of that name, never what it points
     /// to), fsync the folder. Readers see the old or the new content, never a mix.
     pub fn write_atomic(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
         self.write_atomic_with(name, |w| w.write_all(bytes))
@@ -262,28 +263,51 @@ impl TaskDir {
         name: &str,
         write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
     ) -> io::Result<()> {
+        self.write_atomic_if(name, |w| write(w).map(|()| true))
+            .map(|_| ())
+    }
+
+    /// [`TaskDir::write_atomic_with`] where `write` decides, once it has written, whether to
+    /// replace: `Ok(true)` replaces `name` with what it wrote, `Ok(false)` leaves `name` as it
+    /// is (an edit that changed nothing; the temporary file is deleted, the folder not synced).
+    /// Returns whether `name` was replaced. On error the temporary file is deleted and `name`
+    /// is unchanged.
+    pub fn write_atomic_if(
+        &self,
+        name: &str,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<bool>,
+    ) -> io::Result<bool> {
         let (parent, file) = split(name);
         let tmp_file = temp_name(file);
         let tmp = match parent {
             Some(p) => format!("{p}/{tmp_file}"),
             None => tmp_file,
         };
-        let result = (|| -> io::Result<()> {
+        let result = (|| -> io::Result<bool> {
             // A temporary left by a dead process of the same pid (and count) would make
             // create_new fail; names are unique within this process.
             let _ = self.dir.remove_file(&tmp);
             let mut f = io::BufWriter::with_capacity(64 * 1024, self.create_new(&tmp)?);
-            write(&mut f)?;
+            if !write(&mut f)? {
+                return Ok(false);
+            }
             let f = f.into_inner().map_err(|e| e.into_error())?;
             f.sync_all()?;
             drop(f);
-            self.dir.rename(&tmp, &self.dir, name)
+            self.dir.rename(&tmp, &self.dir, name)?;
+            Ok(true)
         })();
-        if let Err(e) = result {
-            let _ = self.dir.remove_file(&tmp);
-            return Err(explain(name, e));
+        match result {
+            Ok(true) => self.sync_folder(parent).map(|()| true),
+            Ok(false) => {
+                let _ = self.dir.remove_file(&tmp);
+                Ok(false)
+            }
+            Err(e) => {
+                let _ = self.dir.remove_file(&tmp);
+                Err(explain(name, e))
+            }
         }
-        self.sync_folder(parent)
     }
 
     /// Append one line (`line` without its `\n`) to the JSONL file `name` with a single write,
@@ -532,6 +556,15 @@ mod tests {
         (tmp, dir, outside)
     }
 
+    /// The names at the top of `dir`, sorted.
+    fn top_names(dir: &TaskDir) -> Vec<String> {
+        dir.entries(None)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.0)
+            .collect()
+    }
+
     #[test]
     fn files_are_created_owner_only_and_written_atomically() {
         let (_t, dir, _) = setup();
@@ -552,15 +585,40 @@ mod tests {
             let m = std::fs::metadata(dir.file_path(name)).unwrap();
             assert_eq!(m.permissions().mode() & 0o777, mode, "{name}");
         }
-        let names: Vec<String> = dir
-            .entries(None)
-            .unwrap()
-            .into_iter()
-            .map(|e| e.0)
-            .collect();
-        assert_eq!(names, ["a.jsonl", "m.json", "sub"], "no temporary left");
+        assert_eq!(
+            top_names(&dir),
+            ["a.jsonl", "m.json", "sub"],
+            "no temporary left"
+        );
         let sub = std::fs::metadata(dir.file_path("sub")).unwrap().len();
         assert_eq!(dir.disk_usage().unwrap(), 3 + 3 + 1 + sub);
+    }
+
+    #[test]
+    fn a_conditional_replace_keeps_the_file_when_told_or_on_error() {
+        use std::os::unix::fs::MetadataExt;
+        let (_t, dir, _) = setup();
+        dir.write_atomic("m.json", b"one").unwrap();
+        let inode = || std::fs::metadata(dir.file_path("m.json")).unwrap().ino();
+        let before = inode();
+        let kept = dir
+            .write_atomic_if("m.json", |w| w.write_all(b"two").map(|()| false))
+            .unwrap();
+        assert!(!kept);
+        assert_eq!(dir.read("m.json").unwrap(), b"one");
+        assert_eq!(inode(), before, "the file itself is untouched");
+        let failed = dir.write_atomic_if("m.json", |w| {
+            w.write_all(b"three")?;
+            Err(io::Error::other("cut short"))
+        });
+        assert_eq!(failed.unwrap_err().to_string(), "cut short");
+        assert_eq!(dir.read("m.json").unwrap(), b"one");
+        assert!(
+            dir.write_atomic_if("m.json", |w| w.write_all(b"four").map(|()| true))
+                .unwrap()
+        );
+        assert_eq!(dir.read("m.json").unwrap(), b"four");
+        assert_eq!(top_names(&dir), ["m.json"], "no temporary left");
     }
 
     #[test]

@@ -222,34 +222,14 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(p) = &report.publication {
-        use crate::db::sources::CommentState;
+        use crate::sources::publish::{error_sentence, status_sentence};
         if let Some(url) = &p.item_url {
             outln!("item:          {url}");
         }
-        let comment = match p.comment_state {
-            CommentState::Posted => format!(
-                "result posted {}{}",
-                p.comment_url
-                    .as_deref()
-                    .or(p.comment_id.as_deref())
-                    .unwrap_or(""),
-                p.posted_at
-                    .as_deref()
-                    .map(|at| format!(" at {at}"))
-                    .unwrap_or_default()
-            ),
-            CommentState::Posting => "result being posted".to_string(),
-            CommentState::None => "no result posted yet".to_string(),
-        };
-        outln!(
-            "published:     {comment}; labels {}",
-            p.labels_state.as_deref().unwrap_or("not moved yet")
-        );
-        if let Some(e) = &p.last_error {
-            outln!(
-                "publish error: {e} ({} failed attempt(s); retried by `ctxhost run` / `poll`)",
-                p.attempts
-            );
+        let comment = p.comment_url.as_deref().or(p.comment_id.as_deref());
+        outln!("published:     {}", status_sentence(p, comment));
+        if let Some(e) = error_sentence(p, Some("retried by `ctxhost run` / `poll`")) {
+            outln!("publish error: {e}");
         }
     }
     if t.stop_requested {

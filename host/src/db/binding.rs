@@ -256,11 +256,7 @@ fn create_new(contexts: &Path, binding: &StoreBinding) -> Result<bool, DbError> 
     };
     let mut text = serde_json::to_string_pretty(binding).map_err(|e| bad(e.to_string()))?;
     text.push('\n');
-    let tmp = contexts.join(format!(
-        ".{STORE_FILE}.tmp-{}-{}",
-        std::process::id(),
-        uuid::Uuid::new_v4().simple()
-    ));
+    let tmp = contexts.join(crate::task_dir::temp_name(STORE_FILE));
     let written = (|| -> std::io::Result<bool> {
         // Owner-only, like every file ctxhost writes in contexts/.
         let mut f = std::os::unix::fs::OpenOptionsExt::mode(

@@ -1,10 +1,15 @@
 //! Questions the host asks about a context, next to the invariants they rely on: is its last
 //! message a final answer, which tool calls at its end still wait for a result. Pure functions
-//! over messages ([`pending_tool_calls`], [`pending_calls`], [`final_answer`]), and their versions over a context
-//! file (`current.jsonl`: one chat message per line), which read it from its end: only the
-//! last lines, so a resumed task pays the same whatever the size of its context.
+//! over messages ([`pending_calls`], [`track_pending`], [`final_answer`]), and their versions
+//! over a context file (`current.jsonl`: one chat message per line), which read it from its
+//! end: only the last lines, so a resumed task pays the same whatever the size of its context.
+//!
+//! Which calls wait for a result has one rule, the pairing invariants' (see
+//! [`super::pairing`]): a call is answered by any `tool` message after its assistant message
+//! that names its id in `tool_call_id`. A second result for the same id answers nothing more
+//! (the pairing repair drops it as a duplicate), and two calls of one message never share an id
+//! (a [`super::Violation::DuplicateToolCallId`]; the host makes recorded ids unique).
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
 
@@ -15,43 +20,29 @@ use ctxhost_format::{ChatMessage, ToolCall};
 
 use crate::task_dir::TaskDir;
 
-/// The tool calls of the last assistant message that have no `tool` message after it, in the
-/// order the model made them. Empty when the context ends with every call answered (or has
-/// none). Feed the context's messages in order.
-pub fn pending_tool_calls(messages: impl IntoIterator<Item = ChatMessage>) -> Vec<ToolCall> {
-    let mut pending: Vec<ToolCall> = Vec::new();
-    for m in messages {
-        track_pending(&mut pending, m);
-    }
-    pending
+/// Whether `answer` is a result for `call`: a `tool` message naming the call's id.
+fn answers(answer: &ChatMessage, call: &ToolCall) -> bool {
+    answer.role == "tool" && answer.tool_call_id.as_deref() == Some(call.id.as_str())
 }
 
 /// The calls of a tool round still waiting for a result: those of `reply` (an assistant
 /// message) that no message of `answers` (the `tool` messages after it) names in its
-/// `tool_call_id`, in call order.
+/// `tool_call_id`, in call order (the module's rule).
 pub fn pending_calls(reply: &ChatMessage, answers: &[ChatMessage]) -> Vec<ToolCall> {
     reply
         .calls()
         .iter()
-        .filter(|c| {
-            !answers
-                .iter()
-                .any(|a| a.tool_call_id.as_deref() == Some(c.id.as_str()))
-        })
+        .filter(|c| !answers.iter().any(|a| self::answers(a, c)))
         .cloned()
         .collect()
 }
 
-/// One step of [`pending_tool_calls`]: `m` answers a pending call, or starts a new list.
+/// [`pending_calls`] one message at a time: `pending` holds the calls still waiting after the
+/// messages fed so far; a `tool` message `m` answers those it names, any other message starts
+/// a new round with its own calls (none for a message without calls).
 pub fn track_pending(pending: &mut Vec<ToolCall>, m: ChatMessage) {
     match m.role.as_str() {
-        "tool" => {
-            if let Some(id) = &m.tool_call_id
-                && let Some(i) = pending.iter().position(|c| &c.id == id)
-            {
-                pending.remove(i);
-            }
-        }
+        "tool" => pending.retain(|c| !answers(&m, c)),
         _ => *pending = m.calls().to_vec(),
     }
 }
@@ -88,33 +79,15 @@ pub fn last_message_in(dir: &TaskDir, name: &str) -> anyhow::Result<Option<ChatM
     prev_message(&mut lines)
 }
 
-/// [`pending_tool_calls`] of the context file `name` of `dir`, read from its end: the `tool`
-/// messages at its end and the message before them, whatever the file's size. Same result as
-/// feeding every message to [`pending_tool_calls`]: only the last non-`tool` message's calls
-/// can be pending, and each `tool` message after it answers the first pending call with its id.
+/// The tool calls at the end of the context file `name` of `dir` still waiting for a result:
+/// the `pending` of its [`tail_in`] when it ends with a tool round, else none. Read from its
+/// end (the `tool` messages at its end and the message before them), whatever the file's size;
+/// the same as feeding every message to [`track_pending`].
 pub fn pending_tool_calls_in(dir: &TaskDir, name: &str) -> anyhow::Result<Vec<ToolCall>> {
-    let Some(mut lines) = open_backwards(dir, name)? else {
-        return Ok(Vec::new());
-    };
-    // Ids answered after the last non-tool message, with how many times each.
-    let mut answered: HashMap<String, usize> = HashMap::new();
-    while let Some(m) = prev_message(&mut lines)? {
-        if m.role == "tool" {
-            if let Some(id) = m.tool_call_id {
-                *answered.entry(id).or_default() += 1;
-            }
-            continue;
-        }
-        let mut pending = Vec::new();
-        for call in m.calls() {
-            match answered.get_mut(&call.id) {
-                Some(n) if *n > 0 => *n -= 1,
-                _ => pending.push(call.clone()),
-            }
-        }
-        return Ok(pending);
-    }
-    Ok(Vec::new())
+    Ok(match tail_in(dir, name)? {
+        Tail::ToolRound { pending, .. } => pending,
+        _ => Vec::new(),
+    })
 }
 
 /// A backward line reader over the file `name` of `dir` ([`BackwardLines`]), or `None` when it
@@ -200,7 +173,10 @@ pub fn tail_in(dir: &TaskDir, name: &str) -> anyhow::Result<Tail> {
 }
 
 /// The ids of every tool call in the history file `name` of `dir` (messages.jsonl, streamed;
-/// empty when missing), for [`super::ids::make_call_ids_unique`].
+/// empty when missing). A full read: the host keeps these ids incrementally
+/// ([`crate::task::HistoryCounts::call_ids`], for [`super::ids::make_call_ids_unique`]); this is
+/// the reference the tests (unit and `tests/all/lifecycle.rs`) compare those counts with, hence
+/// public.
 pub fn call_ids_in(dir: &TaskDir, name: &str) -> anyhow::Result<std::collections::HashSet<String>> {
     let mut ids = std::collections::HashSet::new();
     let Some(mut lines) = open_lines(dir, name)? else {
@@ -235,6 +211,16 @@ mod tests {
         ChatMessage::tool_result(&ToolCall::new(id, "read", "{}"), "ok")
     }
 
+    /// The calls still waiting after `messages`, streamed through [`track_pending`] (the
+    /// definition [`pending_tool_calls_in`]'s backward read must agree with).
+    fn pending_tool_calls(messages: impl IntoIterator<Item = ChatMessage>) -> Vec<ToolCall> {
+        let mut pending: Vec<ToolCall> = Vec::new();
+        for m in messages {
+            track_pending(&mut pending, m);
+        }
+        pending
+    }
+
     #[test]
     fn a_tool_rounds_pending_calls_are_those_no_answer_names_in_call_order() {
         let ids = |v: Vec<ToolCall>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
@@ -263,6 +249,15 @@ mod tests {
             ["a", "c"]
         );
         assert!(pending_tool_calls([call(&["a"]), result("a")]).is_empty());
+        // A second result for an answered id answers nothing more (the pairing rule).
+        assert_eq!(
+            ids(pending_tool_calls([
+                call(&["a", "b"]),
+                result("a"),
+                result("a")
+            ])),
+            ["b"]
+        );
         // An earlier message's calls no longer count once a new message comes.
         assert!(pending_tool_calls([call(&["a"]), ChatMessage::text("user", "u")]).is_empty());
         let dir = tempfile::tempdir().unwrap();

@@ -8,7 +8,7 @@
 //! - the planning history it left reads back (every line, the fold's rules);
 //! - with a failing LLM, `start` returns its own error or an accepted decision, never a trap.
 
-use std::fs::{self, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -55,58 +55,67 @@ impl LlmImport for CannedLlm {
     }
 }
 
-/// Append `m` to the scratch task's messages.jsonl (next seq) and current.jsonl.
-fn append(dir: &Path, m: &ChatMessage) -> Result<u64, String> {
-    let seq = count(dir)? + 1;
-    let line = HistoryLine::of(seq, m, "2026-01-02T03:04:05.000Z");
-    for (file, text) in [
-        (MESSAGES, serde_json::to_string(&line).map_err(e)?),
-        (CURRENT, serde_json::to_string(m).map_err(e)?),
-    ] {
-        let mut f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(dir.join(file))
-            .map_err(e)?;
-        writeln!(f, "{text}").map_err(e)?;
-    }
-    Ok(seq)
+/// A scratch task's context as the suite builds it: its directory and the seq of the last line
+/// it appended to messages.jsonl (the suite is the only writer of the history, so it keeps the
+/// count instead of reading the file back at every append).
+struct ScratchContext {
+    dir: PathBuf,
+    seq: u64,
 }
 
-fn count(dir: &Path) -> Result<u64, String> {
-    match fs::read_to_string(dir.join(MESSAGES)) {
-        Ok(t) => Ok(t.lines().filter(|l| !l.trim().is_empty()).count() as u64),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(err) => Err(e(err)),
-    }
-}
-
-fn state(dir: &Path, steps_done: u32) -> Result<TaskState, String> {
-    Ok(TaskState {
-        prompt: "What does src/main.rs print?".into(),
-        steps_done,
-        seq: count(dir)?,
-        context_file: CURRENT.into(),
-        context_tokens: 200,
-        tools_file: None,
-    })
-}
-
-/// A fresh scratch task: system prompt and prompt.
-fn fresh_task(scratch: &Scratch, name: &str) -> Result<PathBuf, String> {
-    let dir = scratch.task(name)?;
-    append(
-        &dir,
-        &ChatMessage::text(
+impl ScratchContext {
+    /// A fresh scratch task: system prompt and prompt.
+    fn fresh(scratch: &Scratch, name: &str) -> Result<ScratchContext, String> {
+        let mut ctx = ScratchContext {
+            dir: scratch.task(name)?,
+            seq: 0,
+        };
+        ctx.append(&ChatMessage::text(
             "system",
             "You are a coding agent. Use the tools; answer briefly.",
-        ),
-    )?;
-    append(
-        &dir,
-        &ChatMessage::text("user", "What does src/main.rs print?"),
-    )?;
-    Ok(dir)
+        ))?;
+        ctx.append(&ChatMessage::text("user", "What does src/main.rs print?"))?;
+        Ok(ctx)
+    }
+
+    /// Append `m` to messages.jsonl (next seq) and current.jsonl; returns its seq.
+    fn append(&mut self, m: &ChatMessage) -> Result<u64, String> {
+        let seq = self.seq + 1;
+        let line = HistoryLine::of(seq, m, "2026-01-02T03:04:05.000Z");
+        for (file, text) in [
+            (MESSAGES, serde_json::to_string(&line).map_err(e)?),
+            (CURRENT, serde_json::to_string(m).map_err(e)?),
+        ] {
+            let mut f = OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(self.dir.join(file))
+                .map_err(e)?;
+            writeln!(f, "{text}").map_err(e)?;
+        }
+        self.seq = seq;
+        Ok(seq)
+    }
+
+    /// The task state the hooks get after `steps_done` steps.
+    fn state(&self, steps_done: u32) -> TaskState {
+        TaskState {
+            prompt: "What does src/main.rs print?".into(),
+            steps_done,
+            seq: self.seq,
+            context_file: CURRENT.into(),
+            context_tokens: 200,
+            tools_file: None,
+        }
+    }
+
+    /// Apply a `proceed` message to the context, as the agent loop does.
+    fn apply(&mut self, d: &Decision) -> Result<(), String> {
+        if let Decision::Proceed(Some(m)) = d {
+            self.append(&ChatMessage::text("user", m.clone()))?;
+        }
+        Ok(())
+    }
 }
 
 /// The handle on the scratch task directory `dir` (the planning store reads and writes
@@ -153,14 +162,6 @@ fn describe(d: &Decision) -> String {
     }
 }
 
-/// Apply a `proceed` message to the scratch context, as the agent loop does.
-fn apply(dir: &Path, d: &Decision) -> Result<(), String> {
-    if let Decision::Proceed(Some(m)) = d {
-        append(dir, &ChatMessage::text("user", m.clone()))?;
-    }
-    Ok(())
-}
-
 pub(super) fn strategy_suite(
     runtime: &Runtime,
     plugin: &LoadedPlugin,
@@ -168,10 +169,11 @@ pub(super) fn strategy_suite(
     suite: &mut Suite,
 ) {
     let calls = Arc::new(Mutex::new(0u32));
-    let dir = match fresh_task(scratch, "strategy") {
-        Ok(d) => d,
+    let mut ctx = match ScratchContext::fresh(scratch, "strategy") {
+        Ok(c) => c,
         Err(err) => return suite.record("scratch task", Err(err)),
     };
+    let dir = ctx.dir.clone();
     let mut first = match driver(runtime, plugin, &dir, false, &calls) {
         Ok(d) => d,
         Err(err) => return suite.record("instantiate", Err(err)),
@@ -179,13 +181,14 @@ pub(super) fn strategy_suite(
     let ts = || "2026-01-02T03:04:05.000Z".to_string();
 
     // start
-    let outcome = state(&dir, 0).and_then(|st| {
+    let outcome = (|| {
+        let st = ctx.state(0);
         let d = first
             .hook(Hook::Start, &st, ts(), |s, c, t| s.start(c, t))
             .map_err(|err| format!("{err:#}"))?;
-        apply(&dir, &d)?;
-        Ok(d)
-    });
+        ctx.apply(&d)?;
+        Ok::<_, String>(d)
+    })();
     let start_ok = outcome.is_ok();
     suite.record(
         "start",
@@ -198,11 +201,11 @@ pub(super) fn strategy_suite(
     // after-tools with a failed call
     let outcome = (|| {
         let call = ToolCall::new("call_1", "read_text_file", r#"{"path":"src/main.rs"}"#);
-        append(&dir, &ChatMessage::assistant_calls(vec![call.clone()]))?;
-        append(
-            &dir,
-            &ChatMessage::tool_result(&call, "Error: ENOENT: no such file src/main.rs"),
-        )?;
+        ctx.append(&ChatMessage::assistant_calls(vec![call.clone()]))?;
+        ctx.append(&ChatMessage::tool_result(
+            &call,
+            "Error: ENOENT: no such file src/main.rs",
+        ))?;
         let reply = ChatMessage::assistant_calls(vec![call]);
         let outcomes = [ToolOutcome {
             call_id: "call_1".into(),
@@ -210,13 +213,13 @@ pub(super) fn strategy_suite(
             success: false,
             error: Some("Error: ENOENT: no such file src/main.rs".into()),
         }];
-        let st = state(&dir, 1)?;
+        let st = ctx.state(1);
         let d = first
             .hook(Hook::AfterTools, &st, ts(), |s, c, t| {
                 s.after_tools(c, t, &reply, &outcomes)
             })
             .map_err(|err| format!("{err:#}"))?;
-        apply(&dir, &d)?;
+        ctx.apply(&d)?;
         Ok(d)
     })();
     suite.record(
@@ -227,14 +230,14 @@ pub(super) fn strategy_suite(
     // after-reply
     let outcome = (|| {
         let reply = ChatMessage::text("assistant", "It prints hello.");
-        append(&dir, &reply)?;
-        let st = state(&dir, 2)?;
+        ctx.append(&reply)?;
+        let st = ctx.state(2);
         let d = first
             .hook(Hook::AfterReply, &st, ts(), |s, c, t| {
                 s.after_reply(c, t, &reply)
             })
             .map_err(|err| format!("{err:#}"))?;
-        apply(&dir, &d)?;
+        ctx.apply(&d)?;
         Ok(d)
     })();
     let finished = matches!(outcome, Ok(Decision::Finish));
@@ -248,8 +251,8 @@ pub(super) fn strategy_suite(
         }
         let mut second = driver(runtime, plugin, &dir, false, &calls)?;
         let reply = ChatMessage::text("assistant", "Done: it prints hello.");
-        append(&dir, &reply)?;
-        let st = state(&dir, 3)?;
+        ctx.append(&reply)?;
+        let st = ctx.state(3);
         let d = second
             .hook(Hook::AfterReply, &st, ts(), |s, c, t| {
                 s.after_reply(c, t, &reply)
@@ -294,10 +297,10 @@ pub(super) fn strategy_suite(
 
     // A failing LLM.
     let outcome = (|| {
-        let dir = fresh_task(scratch, "strategy-llm-down")?;
+        let down = ScratchContext::fresh(scratch, "strategy-llm-down")?;
         let failing = Arc::new(Mutex::new(0u32));
-        let mut d = driver(runtime, plugin, &dir, true, &failing)?;
-        let st = state(&dir, 0)?;
+        let mut d = driver(runtime, plugin, &down.dir, true, &failing)?;
+        let st = down.state(0);
         match d.hook(Hook::Start, &st, ts(), |s, c, t| s.start(c, t)) {
             Ok(decision) => Ok(format!("{} without the LLM", describe(&decision))),
             Err(err) => match err.downcast_ref::<RuntimeError>() {

@@ -38,13 +38,13 @@ use crate::task_dir::TaskDir;
 
 pub use readers::{HistoryStats, history_stats, jsonl_files, last_seq_in};
 pub use reconcile::{RECONCILE_WINDOW, reconcile_current};
-pub use tail::{Tail, TailAction, TailFix, fix_torn_tail, inspect_tail, torn_name};
+pub use tail::{Tail, TailAction, TailFix, cut_from, fix_torn_tail, inspect_tail, torn_name};
 
 /// Content of the `tool` message that answers a tool call whose result was lost in a crash.
 pub const INTERRUPTED_TEXT: &str = "error: interrupted: the task process stopped before this tool call's result was recorded; \
 call the tool again if you still need its result";
 
-/// Answer every pending tool call at the end of current.jsonl ([`crate::invariants::queries::pending_tool_calls`]) with an
+/// Answer every pending tool call at the end of current.jsonl ([`pending_tool_calls_in`]) with an
 /// [`INTERRUPTED_TEXT`] `tool` message, appended to messages.jsonl (next seq, `timestamp`)
 /// and then to current.jsonl, like the message store does. Returns the ids answered.
 pub fn close_pending_calls(dir: &TaskDir, timestamp: &str) -> anyhow::Result<Vec<String>> {

@@ -47,7 +47,9 @@ pub struct HistoryStats {
 
 /// Stream the history file `name` (messages.jsonl) of `dir` and count its lines, last seq
 /// and agent steps. A missing file is empty. Errors name the file and line of a line that
-/// does not parse.
+/// does not parse. A full read: the host keeps these counts incrementally
+/// ([`crate::task::HistoryCounts::stats`]); this is the reference the tests (unit,
+/// `tests/all/lifecycle.rs`, `tests/all/security.rs`) compare them with, hence public.
 pub fn history_stats(dir: &TaskDir, name: &str) -> anyhow::Result<HistoryStats> {
     let mut stats = HistoryStats::default();
     let Some(mut lines) = open_lines(dir, name)? else {

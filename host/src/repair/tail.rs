@@ -163,26 +163,7 @@ pub fn fix_torn_tail(
             }))
         }
         Tail::Torn { offset, len } => {
-            let mut saved_to = None;
-            if save_torn {
-                let mut cut = vec![0u8; len as usize];
-                let mut f = dir.open_read(name).with_context(ctx)?;
-                f.seek(SeekFrom::Start(offset)).with_context(ctx)?;
-                f.read_exact(&mut cut).with_context(ctx)?;
-                let torn = torn_name(name);
-                let shown = dir.file_path(&torn);
-                let mut out = dir
-                    .open_append(&torn)
-                    .with_context(|| format!("cannot write {}", shown.display()))?;
-                out.write_all(&cut)
-                    .and_then(|_| out.write_all(b"\n"))
-                    .and_then(|_| out.sync_all())
-                    .with_context(|| format!("cannot write {}", shown.display()))?;
-                saved_to = Some(shown);
-            }
-            let f = dir.open_read_write(name).with_context(ctx)?;
-            f.set_len(offset).with_context(ctx)?;
-            f.sync_all().with_context(ctx)?;
+            let saved_to = cut_from(dir, name, offset, save_torn)?;
             Ok(Some(TailFix {
                 file: path,
                 offset,
@@ -193,6 +174,50 @@ pub fn fix_torn_tail(
             }))
         }
     }
+}
+
+/// Cut the file `name` of `dir` at byte `offset` (the start of a line): with `save_torn`, the
+/// bytes from there to the end are first appended to `<name>.torn` ([`torn_name`]), copied in
+/// [`BACK_CHUNK`]-byte chunks (never held in memory whole) and ending with a `\n` (added when
+/// they lack one); then the file is truncated to `offset` and synced. Returns where the bytes
+/// were kept, when they were. Errors name the file read or written; nothing is cut unless the
+/// bytes were kept first.
+pub fn cut_from(
+    dir: &TaskDir,
+    name: &str,
+    offset: u64,
+    save_torn: bool,
+) -> anyhow::Result<Option<PathBuf>> {
+    let ctx = || format!("cannot cut {} at byte offset {offset}", dir.show(name));
+    let mut f = dir.open_read_write(name).with_context(ctx)?;
+    let mut saved_to = None;
+    if save_torn {
+        let torn = torn_name(name);
+        let shown = dir.file_path(&torn);
+        let write_ctx = || format!("cannot write {}", shown.display());
+        let mut out = dir.open_append(&torn).with_context(write_ctx)?;
+        f.seek(SeekFrom::Start(offset)).with_context(ctx)?;
+        let mut buf = vec![0u8; BACK_CHUNK as usize];
+        let mut last = b'\n';
+        loop {
+            let n = match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e).with_context(ctx),
+            };
+            out.write_all(&buf[..n]).with_context(write_ctx)?;
+            last = buf[n - 1];
+        }
+        if last != b'\n' {
+            out.write_all(b"\n").with_context(write_ctx)?;
+        }
+        out.sync_all().with_context(write_ctx)?;
+        saved_to = Some(shown);
+    }
+    f.set_len(offset).with_context(ctx)?;
+    f.sync_all().with_context(ctx)?;
+    Ok(saved_to)
 }
 
 /// `<name>.torn`: where the bytes of a cut line of `name` are kept.
@@ -254,6 +279,23 @@ mod tests {
         fix_torn_tail(&dir, "x.jsonl", false).unwrap().unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"");
         assert_eq!(fix_torn_tail(&dir, "none.jsonl", true).unwrap(), None);
+    }
+
+    #[test]
+    fn a_cut_keeps_lines_larger_than_a_chunk_whole_with_one_newline() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let p = tmp.path().join("x.jsonl");
+        let long = format!("{{\"a\":\"{}\"}}\n", "x".repeat(3 * BACK_CHUNK as usize));
+        fs::write(&p, format!("{{\"a\":1}}\n{long}{long}")).unwrap();
+        let saved = cut_from(&dir, "x.jsonl", 8, true).unwrap();
+        assert_eq!(saved, Some(tmp.path().join("x.jsonl.torn")));
+        assert_eq!(fs::read_to_string(&p).unwrap(), "{\"a\":1}\n");
+        // Already ends with a newline: none added.
+        assert_eq!(
+            fs::read_to_string(tmp.path().join("x.jsonl.torn")).unwrap(),
+            format!("{long}{long}")
+        );
     }
 
     #[test]

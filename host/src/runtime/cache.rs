@@ -15,9 +15,7 @@
 
 use std::fs;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -27,9 +25,6 @@ use wasmtime::component::Component;
 const MAGIC: &[u8] = b"ctxhost-cwasm 1\n";
 /// Length of the sha256 that follows the magic.
 const DIGEST_LEN: usize = 32;
-
-/// Makes temporary file names unique between threads of one process.
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// How a component was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,31 +131,12 @@ impl ComponentCache {
             .map_err(|e| format!("serializing: {e:#}"))?;
         fs::create_dir_all(&self.dir)
             .map_err(|e| format!("creating {}: {e}", self.dir.display()))?;
-        let file_name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("component.cwasm");
-        let unique = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = self
-            .dir
-            .join(format!(".{file_name}.{}.{unique}.tmp", std::process::id()));
-        let result = (|| {
-            let mut f = fs::File::create(&tmp)?;
+        crate::layout::atomic_write_with(path, |f| {
             f.write_all(MAGIC)?;
             f.write_all(&Sha256::digest(&artefact))?;
-            f.write_all(&artefact)?;
-            f.sync_all()?;
-            drop(f);
-            fs::rename(&tmp, path)?;
-            if let Ok(dir) = fs::File::open(&self.dir) {
-                let _ = dir.sync_all();
-            }
-            Ok::<(), std::io::Error>(())
-        })();
-        result.map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            format!("writing {}: {e}", path.display())
+            f.write_all(&artefact)
         })
+        .map_err(|e| format!("{e:#}"))
     }
 }
 

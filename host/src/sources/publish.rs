@@ -50,7 +50,7 @@ use serde::Serialize;
 
 use super::labels::{moves, state_for};
 use super::{ItemRef, Source, Sources};
-use crate::db::sources::CommentState;
+use crate::db::sources::{CommentState, Publication};
 use crate::db::{Db, Status, TaskRow};
 use crate::layout::{Layout, hostname};
 
@@ -78,6 +78,39 @@ pub fn result_marker(uuid: &str) -> String {
 /// Whether a comment body is a ctxhost result (of any task).
 pub fn is_result_comment(body: &str) -> bool {
     body.contains(MARKER_PREFIX)
+}
+
+/// What was published for a task, as one sentence (`ctxhost show`'s `published:` line, the task
+/// page's "Source item" block): `result posted[ WHERE][ at TIME]; labels STATE`, or
+/// `result being posted; …` / `no result posted yet; …`, with `labels not moved yet` before the
+/// first label move. `comment`: where the posted result comment is, named after
+/// `result posted` (the CLI prints its URL or id; the web page links it instead and passes
+/// `None`). The values come from the forge and the store as they are: escape them for the
+/// output.
+pub fn status_sentence(p: &Publication, comment: Option<&str>) -> String {
+    let result = match p.comment_state {
+        CommentState::Posted => format!(
+            "result posted{}{}",
+            comment.map(|c| format!(" {c}")).unwrap_or_default(),
+            p.posted_at
+                .as_deref()
+                .map(|at| format!(" at {at}"))
+                .unwrap_or_default()
+        ),
+        CommentState::Posting => "result being posted".to_string(),
+        CommentState::None => "no result posted yet".to_string(),
+    };
+    let labels = p.labels_state.as_deref().unwrap_or("not moved yet");
+    format!("{result}; labels {labels}")
+}
+
+/// The last failed publishing attempt of `p`, as one sentence: `ERROR (N failed attempt(s))`,
+/// with `; NOTE` inside the parentheses when given; `None` when the last attempt did not fail.
+pub fn error_sentence(p: &Publication, note: Option<&str>) -> Option<String> {
+    let note = note.map(|n| format!("; {n}")).unwrap_or_default();
+    p.last_error
+        .as_ref()
+        .map(|e| format!("{e} ({} failed attempt(s){note})", p.attempts))
 }
 
 /// The comment posted for `row` (a task that ended) with its final `answer`. The marker comes
@@ -400,6 +433,56 @@ impl<'a> Publisher<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_status_sentence_says_what_was_published() {
+        let mut p = Publication {
+            task_uuid: "u".into(),
+            labels_state: None,
+            comment_state: CommentState::None,
+            comment_id: None,
+            comment_url: None,
+            posted_at: None,
+            lease_owner: None,
+            lease_until_ms: None,
+            attempts: 0,
+            last_error: None,
+            next_attempt_ms: None,
+            item_url: None,
+        };
+        assert_eq!(
+            status_sentence(&p, None),
+            "no result posted yet; labels not moved yet"
+        );
+        assert_eq!(error_sentence(&p, Some("retried")), None);
+        p.comment_state = CommentState::Posting;
+        p.labels_state = Some("running".into());
+        assert_eq!(
+            status_sentence(&p, None),
+            "result being posted; labels running"
+        );
+        p.comment_state = CommentState::Posted;
+        p.posted_at = Some("2026-01-02T03:04:05Z".into());
+        p.labels_state = Some("done".into());
+        assert_eq!(
+            status_sentence(&p, Some("https://x/1#c9")),
+            "result posted https://x/1#c9 at 2026-01-02T03:04:05Z; labels done"
+        );
+        assert_eq!(
+            status_sentence(&p, None),
+            "result posted at 2026-01-02T03:04:05Z; labels done"
+        );
+        p.last_error = Some("HTTP 502".into());
+        p.attempts = 2;
+        assert_eq!(
+            error_sentence(&p, None).as_deref(),
+            Some("HTTP 502 (2 failed attempt(s))")
+        );
+        assert_eq!(
+            error_sentence(&p, Some("retried later")).as_deref(),
+            Some("HTTP 502 (2 failed attempt(s); retried later)")
+        );
+    }
 
     #[test]
     fn result_comments_carry_the_marker_first() {

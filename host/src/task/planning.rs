@@ -19,7 +19,7 @@
 //!
 //! Format and fold: [`ctxhost_format::planning`].
 
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -119,7 +119,7 @@ impl PlanningStore {
         let name = history_file(uuid);
         let (mut history, committed_end) = read_history(dir, &name)?;
         if history.uncommitted > 0 {
-            cut_uncommitted(dir, &name, committed_end)?;
+            crate::repair::cut_from(dir, &name, committed_end, true)?;
             tracing::warn!(
                 file = %dir.show(&name),
                 lines = history.uncommitted,
@@ -141,7 +141,7 @@ impl PlanningStore {
         let name = history_file(uuid);
         let (history, committed_end) = read_history(dir, &name)?;
         if history.uncommitted > 0 {
-            cut_uncommitted(dir, &name, committed_end)?;
+            crate::repair::cut_from(dir, &name, committed_end, true)?;
         }
         Ok(history.uncommitted)
     }
@@ -382,24 +382,6 @@ impl PlanningImport for PlanningStore {
             Vec::new()
         })
     }
-}
-
-/// Cut the file `name` of `dir` at `committed_end`, appending the cut bytes to `<name>.torn`.
-fn cut_uncommitted(dir: &TaskDir, name: &str, committed_end: u64) -> anyhow::Result<()> {
-    let ctx = || format!("cannot cut the uncommitted lines of {}", dir.show(name));
-    let mut f = dir.open_read_write(name).with_context(ctx)?;
-    let mut cut = Vec::new();
-    f.seek(SeekFrom::Start(committed_end)).with_context(ctx)?;
-    f.read_to_end(&mut cut).with_context(ctx)?;
-    let torn = crate::repair::torn_name(name);
-    let mut out = dir
-        .open_append(&torn)
-        .with_context(|| format!("cannot write {}", dir.show(&torn)))?;
-    out.write_all(&cut)
-        .and_then(|_| out.sync_all())
-        .with_context(|| format!("cannot write {}", dir.show(&torn)))?;
-    f.set_len(committed_end).with_context(ctx)?;
-    f.sync_all().with_context(ctx)
 }
 
 /// A task's [`PlanningStore`] shared by the agent loop and the strategy component's `planning`

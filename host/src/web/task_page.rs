@@ -15,9 +15,10 @@ use super::charts::{self, ContextChart};
 use super::files::{TaskDir, TaskFile};
 use super::pager::{self, Anchor, Limits, Page, PagedLine};
 use super::security::Redactor;
-use crate::db::sources::{CommentState, Publication, is_web_url};
+use crate::db::sources::{Publication, is_web_url};
 use crate::db::{Status, TaskRow};
 use crate::sources::ItemRef;
+use crate::sources::publish::{error_sentence, status_sentence};
 
 /// Characters of a message's content shown in a list (the message's own page shows it all).
 pub const LIST_CONTENT_CHARS: usize = 20_000;
@@ -325,29 +326,12 @@ pub fn source_item(row: &TaskRow, publication: Option<&Publication>) -> Option<S
     let link = |u: &Option<String>| u.clone().filter(|u| is_web_url(u));
     let (item_href, published, comment_href, error) = match publication {
         None => (None, String::new(), None, String::new()),
-        Some(p) => {
-            let comment = match p.comment_state {
-                CommentState::Posted => format!(
-                    "result posted{}",
-                    p.posted_at
-                        .as_deref()
-                        .map(|at| format!(" at {at}"))
-                        .unwrap_or_default()
-                ),
-                CommentState::Posting => "result being posted".into(),
-                CommentState::None => "no result posted yet".into(),
-            };
-            let labels = p.labels_state.as_deref().unwrap_or("not moved yet");
-            (
-                link(&p.item_url),
-                format!("{comment}; labels {labels}"),
-                link(&p.comment_url),
-                p.last_error
-                    .as_ref()
-                    .map(|e| format!("{e} ({} failed attempt(s))", p.attempts))
-                    .unwrap_or_default(),
-            )
-        }
+        Some(p) => (
+            link(&p.item_url),
+            status_sentence(p, None),
+            link(&p.comment_url),
+            error_sentence(p, None).unwrap_or_default(),
+        ),
     };
     Some(SourceItem {
         item: format!("{} ({})", item.short(), item.describe_kind()),
@@ -1273,7 +1257,7 @@ mod tests {
         let p = Publication {
             task_uuid: "u".into(),
             labels_state: Some("failed".into()),
-            comment_state: CommentState::Posted,
+            comment_state: crate::db::sources::CommentState::Posted,
             comment_id: Some("9".into()),
             comment_url: Some("javascript:alert(1)".into()),
             posted_at: Some("2026-11-30T17:00:00Z".into()),

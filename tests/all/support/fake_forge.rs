@@ -29,14 +29,15 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{self, BufReader};
+use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+
+use super::http::{Request, Server, read_request, write_response};
 
 /// Which API the server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,10 +146,8 @@ struct State {
 /// A running fake forge. Stops accepting when dropped.
 pub struct FakeForge {
     flavor: Flavor,
-    addr: SocketAddr,
+    server: Server,
     state: Arc<Mutex<State>>,
-    stop: Arc<AtomicBool>,
-    accept: Option<thread::JoinHandle<()>>,
 }
 
 impl FakeForge {
@@ -176,26 +175,13 @@ impl FakeForge {
             base: format!("http://{addr}"),
             web_base: None,
         }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (st, sp) = (state.clone(), stop.clone());
-        let accept = thread::spawn(move || {
-            for stream in listener.incoming() {
-                if sp.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(stream) = stream else { continue };
-                let st = st.clone();
-                thread::spawn(move || {
-                    let _ = serve(stream, &st);
-                });
-            }
-        });
+        let st = state.clone();
+        let server = Server::serve(listener, "fake-forge", move |stream, _| serve(stream, &st))
+            .expect("start fake forge");
         FakeForge {
             flavor,
-            addr,
+            server,
             state,
-            stop,
-            accept: Some(accept),
         }
     }
 
@@ -203,8 +189,8 @@ impl FakeForge {
     /// `http://127.0.0.1:PORT/api/v4` (GitLab).
     pub fn api_url(&self) -> String {
         match self.flavor {
-            Flavor::Github => format!("http://{}", self.addr),
-            Flavor::Gitlab => format!("http://{}/api/v4", self.addr),
+            Flavor::Github => format!("http://{}", self.server.addr()),
+            Flavor::Gitlab => format!("http://{}/api/v4", self.server.addr()),
         }
     }
 
@@ -341,16 +327,6 @@ impl FakeForge {
     }
 }
 
-impl Drop for FakeForge {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 fn item_mut<'a>(s: &'a mut State, repo: &str, kind: Kind, number: u64) -> Option<&'a mut FItem> {
     let flavor = s.flavor;
     let key = match (flavor, kind) {
@@ -388,7 +364,13 @@ fn serve(stream: TcpStream, state: &Mutex<State>) -> io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
     loop {
-        let Some((method, target, headers, body)) = read_request(&mut reader)? else {
+        let Some(Request {
+            method,
+            target,
+            headers,
+            body,
+        }) = read_request(&mut reader)?
+        else {
             return Ok(());
         };
         let delay = state.lock().unwrap_or_else(|p| p.into_inner()).delay;
@@ -433,18 +415,9 @@ fn serve(stream: TcpStream, state: &Mutex<State>) -> io::Result<()> {
         } else {
             ans.body.to_string()
         };
-        let mut head = format!(
-            "HTTP/1.1 {} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-            ans.status,
-            text.len()
-        );
-        for (k, v) in &ans.headers {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
-        head.push_str("\r\n");
-        writer.write_all(head.as_bytes())?;
-        writer.write_all(text.as_bytes())?;
-        writer.flush()?;
+        let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
+        headers.extend(ans.headers);
+        write_response(&mut writer, ans.status, &headers, text.as_bytes())?;
     }
 }
 
@@ -892,45 +865,6 @@ fn gitlab(
         }
         _ => message(404, "404 Not Found"),
     }
-}
-
-type Request = (String, String, Vec<(String, String)>, Vec<u8>);
-
-fn read_request(r: &mut BufReader<TcpStream>) -> io::Result<Option<Request>> {
-    let mut line = String::new();
-    if r.read_line(&mut line)? == 0 {
-        return Ok(None);
-    }
-    let mut parts = line.split_whitespace();
-    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "bad request line",
-        ));
-    };
-    let (method, target) = (method.to_string(), target.to_string());
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h)? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        let h = h.trim_end_matches(['\r', '\n']);
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.push((k.trim().to_string(), v.trim().to_string()));
-        }
-    }
-    let len = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse::<usize>().ok())
-        .unwrap_or(0);
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
-    Ok(Some((method, target, headers, body)))
 }
 
 /// (decoded path, decoded query pairs) of a request target.

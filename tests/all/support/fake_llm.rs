@@ -33,9 +33,8 @@
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -43,6 +42,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::anthropic_api::{self, Accounting, CacheUsage, MESSAGES_PATH};
+use super::http::{Server, read_request, write_head, write_response};
 
 /// One scripted answer. Build with the constructor functions.
 #[derive(Clone, Debug)]
@@ -190,10 +190,8 @@ struct State {
 
 /// A running fake server. Stops accepting when dropped (connections already open finish).
 pub struct FakeLlm {
-    addr: SocketAddr,
+    server: Server,
     state: Arc<Mutex<State>>,
-    stop: Arc<AtomicBool>,
-    accept_thread: Option<thread::JoinHandle<()>>,
 }
 
 impl FakeLlm {
@@ -204,8 +202,6 @@ impl FakeLlm {
 
     /// Start on `addr` (e.g. `127.0.0.1:8089`) with `script`.
     pub fn start_on(addr: &str, script: Vec<Reply>) -> io::Result<FakeLlm> {
-        let listener = TcpListener::bind(addr)?;
-        let addr = listener.local_addr()?;
         let state = Arc::new(Mutex::new(State {
             script: script.into(),
             default: Reply::text("Done.", Some((10, 2))),
@@ -213,27 +209,22 @@ impl FakeLlm {
             requests: Vec::new(),
             anthropic: Accounting::default(),
         }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (st, sp) = (state.clone(), stop.clone());
-        let accept_thread = thread::Builder::new()
-            .name("fake-llm-accept".into())
-            .spawn(move || accept_loop(listener, st, sp))?;
-        Ok(FakeLlm {
-            addr,
-            state,
-            stop,
-            accept_thread: Some(accept_thread),
-        })
+        let st = state.clone();
+        let listener = TcpListener::bind(addr)?;
+        let server = Server::serve(listener, "fake-llm", move |stream, conn| {
+            serve_connection(stream, conn, &st)
+        })?;
+        Ok(FakeLlm { server, state })
     }
 
     /// `http://127.0.0.1:PORT` — the value for `llm.base_url` (no trailing `/`, no `/v1`).
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr())
     }
 
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Append replies to the script.
@@ -300,42 +291,6 @@ impl FakeLlm {
     }
 }
 
-impl Drop for FakeLlm {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept().
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
-        if let Some(t) = self.accept_thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>, stop: Arc<AtomicBool>) {
-    let conn_ids = AtomicU64::new(0);
-    for stream in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        let Ok(stream) = stream else { continue };
-        let id = conn_ids.fetch_add(1, Ordering::SeqCst);
-        let st = state.clone();
-        let _ = thread::Builder::new()
-            .name(format!("fake-llm-conn-{id}"))
-            .spawn(move || {
-                let _ = serve_connection(stream, id, &st);
-            });
-    }
-}
-
-/// A parsed request head + body.
-struct Incoming {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
 fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone()?);
@@ -344,10 +299,7 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
         let Some(req) = read_request(&mut reader)? else {
             return Ok(());
         };
-        let close_requested = req
-            .headers
-            .iter()
-            .any(|(k, v)| k.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close"));
+        let close_requested = req.wants_close();
         let recorded;
         let mut usage = None;
         let reply = {
@@ -355,7 +307,7 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
             recorded = RecordedRequest {
                 index: s.requests.len(),
                 method: req.method,
-                path: req.path,
+                path: req.target,
                 headers: req.headers,
                 body: serde_json::from_slice(&req.body).unwrap_or(Value::Null),
                 raw_body: req.body,
@@ -397,86 +349,6 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
     }
 }
 
-/// Read one request; `Ok(None)` on a clean EOF before a request line.
-fn read_request(r: &mut BufReader<TcpStream>) -> io::Result<Option<Incoming>> {
-    let mut line = String::new();
-    if r.read_line(&mut line)? == 0 {
-        return Ok(None);
-    }
-    let mut parts = line.split_whitespace();
-    let (Some(method), Some(path)) = (parts.next(), parts.next()) else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("bad request line {line:?}"),
-        ));
-    };
-    let (method, path) = (method.to_string(), path.to_string());
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h)? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        let h = h.trim_end_matches(['\r', '\n']);
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.push((k.trim().to_string(), v.trim().to_string()));
-        }
-    }
-    let get = |name: &str| {
-        headers
-            .iter()
-            .find(|(k, _): &&(String, String)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    };
-    let body =
-        if get("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
-            read_chunked(r)?
-        } else if let Some(len) = get("content-length") {
-            let len: usize = len
-                .parse()
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad Content-Length"))?;
-            let mut body = vec![0u8; len];
-            r.read_exact(&mut body)?;
-            body
-        } else {
-            Vec::new()
-        };
-    Ok(Some(Incoming {
-        method,
-        path,
-        headers,
-        body,
-    }))
-}
-
-fn read_chunked(r: &mut BufReader<TcpStream>) -> io::Result<Vec<u8>> {
-    let mut body = Vec::new();
-    loop {
-        let mut size_line = String::new();
-        r.read_line(&mut size_line)?;
-        let size_hex = size_line.trim().split(';').next().unwrap_or("");
-        let size = usize::from_str_radix(size_hex, 16)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad chunk size"))?;
-        if size == 0 {
-            // Trailers until an empty line.
-            loop {
-                let mut t = String::new();
-                if r.read_line(&mut t)? == 0 || t.trim().is_empty() {
-                    return Ok(body);
-                }
-            }
-        }
-        let start = body.len();
-        body.resize(start + size, 0);
-        r.read_exact(&mut body[start..])?;
-        let mut crlf = [0u8; 2];
-        r.read_exact(&mut crlf)?;
-    }
-}
-
 /// Write `reply`; returns whether the connection may stay open.
 fn send_reply(
     w: &mut TcpStream,
@@ -500,49 +372,9 @@ fn send_reply(
         }
         other => {
             let (code, headers, body) = render(other, req, usage);
-            write_head(w, code, &headers, body.len())?;
-            w.write_all(&body)?;
-            w.flush()?;
+            write_response(w, code, &headers, &body)?;
             Ok(true)
         }
-    }
-}
-
-fn write_head(
-    w: &mut TcpStream,
-    code: u16,
-    headers: &[(String, String)],
-    len: usize,
-) -> io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {code} {}\r\nContent-Length: {len}\r\n",
-        reason(code)
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    w.write_all(head.as_bytes())
-}
-
-fn reason(code: u16) -> &'static str {
-    match code {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        413 => "Payload Too Large",
-        422 => "Unprocessable Entity",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        529 => "Overloaded",
-        _ => "Status",
     }
 }
 

@@ -4,6 +4,8 @@
 //!   [`anthropic_api`]: its Anthropic side (the API's checks, prompt-cache accounting).
 //! - [`fake_forge`]: a fake GitHub and a fake GitLab REST API on 127.0.0.1 (issues, pull/merge
 //!   requests, comments, labels, pagination, rate limits), recording every call.
+//! - [`http`]: the HTTP/1.1 plumbing both fakes share (accepting connections, reading a request,
+//!   writing a response).
 //! - [`TestEnv`]: a temporary working directory with a `config.yaml` and a `contexts/` dir, and
 //!   [`TestEnv::ctxhost`] to run the `ctxhost` binary in it and capture its output.
 //! - [`task::TaskBuilder`]: a task put in a given state through the library (no process).
@@ -32,6 +34,7 @@ pub mod conformance;
 pub mod dashboard;
 pub mod fake_forge;
 pub mod fake_llm;
+pub mod http;
 pub mod store;
 pub mod task;
 
