@@ -135,8 +135,9 @@ fn last_line_start(f: &mut File, end: u64) -> io::Result<u64> {
 }
 
 /// Repair the last line of the JSONL file `name` of `dir` if a crash tore it (see [`Tail`]): a
-/// torn line is cut (its bytes appended to `<name>.torn` when `save_torn`), an unterminated
-/// complete line gets its `\n`. A missing file is fine. Returns what was done, `None` when
+/// torn line is cut (its bytes appended to `<name>.torn` when `save_torn`; the checkpoints
+/// that count the file deleted first, [`crate::checkpoint::remove_describing`]), an
+/// unterminated complete line gets its `\n`. A missing file is fine. Returns what was done, `None` when
 /// nothing was needed.
 pub fn fix_torn_tail(
     dir: &TaskDir,
@@ -180,6 +181,7 @@ pub fn fix_torn_tail(
                     .with_context(|| format!("cannot write {}", shown.display()))?;
                 saved_to = Some(shown);
             }
+            crate::checkpoint::remove_describing(dir, name)?;
             let f = dir.open_read_write(name).with_context(ctx)?;
             f.set_len(offset).with_context(ctx)?;
             f.sync_all().with_context(ctx)?;
