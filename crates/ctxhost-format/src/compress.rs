@@ -10,7 +10,7 @@
 //!   masked tool result placeholder (`[tool result masked: …]`), written and recognised;
 //! - [`render_message`]: the plain-text form of a message inside a summary request;
 //! - [`cut_to_tokens`], [`Chunker`], [`request_budget`]: keeping a summary request inside the
-//!   model's window.
+//!   model's window; [`plan_summary_input`]: keeping a summary's requests few.
 //!
 //! Token counts are [`crate::estimate_tokens`] estimates.
 
@@ -428,14 +428,13 @@ impl Chunker {
     pub fn push(&mut self, piece: &str) -> Option<Chunk> {
         let piece = cut_to_tokens(piece, self.budget);
         let tokens = estimate_tokens(&piece);
-        let sep = estimate_tokens(PIECE_SEPARATOR);
         let mut closed = None;
-        if self.pieces > 0 && self.tokens + sep + tokens > self.budget {
+        if closes(self.budget, self.tokens, self.pieces, tokens) {
             closed = self.take();
         }
         if self.pieces > 0 {
             self.text.push_str(PIECE_SEPARATOR);
-            self.tokens += sep;
+            self.tokens += SEPARATOR_TOKENS;
         }
         self.text.push_str(&piece);
         self.tokens += tokens;
@@ -459,6 +458,139 @@ impl Chunker {
         self.tokens = 0;
         self.pieces = 0;
         Some(chunk)
+    }
+}
+
+/// Tokens of [`PIECE_SEPARATOR`].
+const SEPARATOR_TOKENS: u64 = 1;
+
+/// Whether a piece of `tokens` tokens closes a chunk of `budget` that holds `pieces` pieces
+/// (`filled` tokens, separators included): the one packing rule of [`Chunker`] and
+/// [`count_chunks`].
+fn closes(budget: u64, filled: u64, pieces: usize, tokens: u64) -> bool {
+    pieces > 0 && filled + SEPARATOR_TOKENS + tokens > budget
+}
+
+/// How many chunks a [`Chunker`] of `budget` makes of pieces of these estimated token counts:
+/// exact when every piece is within the budget; an upper bound otherwise (a piece over the
+/// budget counts as the budget, and [`Chunker::push`] cuts it to at most that).
+pub fn count_chunks(piece_tokens: impl IntoIterator<Item = u64>, budget: u64) -> usize {
+    let budget = budget.max(1);
+    let (mut chunks, mut filled, mut pieces) = (0, 0u64, 0usize);
+    for tokens in piece_tokens {
+        let tokens = tokens.min(budget);
+        if closes(budget, filled, pieces, tokens) {
+            (filled, pieces) = (0, 0);
+        }
+        if pieces == 0 {
+            chunks += 1;
+        } else {
+            filled += SEPARATOR_TOKENS;
+        }
+        filled += tokens;
+        pieces += 1;
+    }
+    chunks
+}
+
+/// The smallest share of a chunk [`plan_summary_input`] cuts a message to before it leaves
+/// messages out (tokens): about a line of text, enough to say who said what.
+pub const MIN_PIECE_TOKENS: u64 = 16;
+
+/// How the messages to summarise are fed to at most a given number of chunks (so that one
+/// compression makes a bounded number of summary requests), from [`plan_summary_input`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SummaryInputPlan {
+    /// Each message is cut to at most this many tokens ([`cut_to_tokens`]); `None`: none is
+    /// cut (beyond the chunk budget, as always).
+    pub cap: Option<u64>,
+    /// The messages after the first that are left out, replaced by one
+    /// [`omitted_messages_note`] piece: messages `1..=omit` (0: none). The first message (an
+    /// earlier summary, when there is one) and the newest are kept.
+    pub omit: usize,
+}
+
+/// The piece that stands for `count` messages left out of a summary request; its full text
+/// stays in messages.jsonl.
+pub fn omitted_messages_note(count: usize) -> String {
+    format!("[{count} older messages left out here; their full text is in messages.jsonl]")
+}
+
+/// Plans the input of a summary so that it packs into at most `max_chunks` chunks of `budget`
+/// tokens, given each rendered message's estimated tokens (`sizes`, oldest first).
+///
+/// - When the messages fit as they are, nothing changes (`cap: None, omit: 0`).
+/// - Otherwise every message is cut to the largest cap (at most half the budget) at which
+///   they fit, so long tool results lose their middles first and short messages stay whole;
+/// - when even [`MIN_PIECE_TOKENS`] per message is too much, the oldest messages after the
+///   first are left out too, the fewest that make the rest fit.
+///
+/// The result fits whatever the sizes, for `max_chunks` ≥ 2 and `budget` ≥
+/// [`MIN_CHUNK_TOKENS`]: [`count_chunks`] of the planned pieces is at most `max_chunks`,
+/// because with every piece at most half the budget each closed chunk is at least half full.
+pub fn plan_summary_input(sizes: &[u64], budget: u64, max_chunks: usize) -> SummaryInputPlan {
+    let max_chunks = max_chunks.max(1);
+    let budget = budget.max(1);
+    if count_chunks(sizes.iter().copied(), budget) <= max_chunks {
+        return SummaryInputPlan { cap: None, omit: 0 };
+    }
+    // A piece of at most `half` closes a chunk only when the chunk holds at least
+    // `budget - half` tokens, so pieces (separators included) of fewer than
+    // `max_chunks × (budget - half)` tokens close at most `max_chunks - 1` chunks.
+    let half = (budget.saturating_sub(1) / 2).max(1);
+    let room = (max_chunks as u64 * (budget - half)).saturating_sub(1);
+    let need = |pieces: &[u64], cap: u64, extra: u64| -> u64 {
+        extra
+            + pieces
+                .iter()
+                .map(|t| (*t).min(cap) + SEPARATOR_TOKENS)
+                .sum::<u64>()
+    };
+    let min_cap = MIN_PIECE_TOKENS.min(half);
+    // Leave out the fewest oldest messages (after the first) that make the rest fit at the
+    // smallest cap.
+    let mut omit = 0;
+    if need(sizes, min_cap, 0) > room {
+        let (first, rest) = sizes.split_first().map_or((0, &[][..]), |(f, r)| (*f, r));
+        let fixed = first.min(min_cap) + SEPARATOR_TOKENS;
+        let mut used = fixed;
+        let mut kept = 0;
+        for t in rest.iter().rev() {
+            let piece = t.min(&min_cap) + SEPARATOR_TOKENS;
+            let note = estimate_tokens(&omitted_messages_note(rest.len() - kept - 1)).min(half)
+                + SEPARATOR_TOKENS;
+            if used + piece + note > room {
+                break;
+            }
+            used += piece;
+            kept += 1;
+        }
+        omit = rest.len() - kept;
+    }
+    let note = if omit > 0 {
+        estimate_tokens(&omitted_messages_note(omit)).min(half) + SEPARATOR_TOKENS
+    } else {
+        0
+    };
+    let pieces: Vec<u64> = sizes
+        .iter()
+        .take(1)
+        .chain(sizes.iter().skip(1 + omit))
+        .copied()
+        .collect();
+    // The largest cap in [min_cap, half] at which they fit (the need grows with the cap).
+    let (mut lo, mut hi) = (min_cap, half);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if need(&pieces, mid, note) <= room {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    SummaryInputPlan {
+        cap: Some(lo),
+        omit,
     }
 }
 
@@ -766,5 +898,87 @@ mod tests {
         assert_eq!(request_budget(4096, 1024, 62).unwrap(), 3002 - 300);
         let err = request_budget(1000, 990, 20).unwrap_err();
         assert!(err.contains("reserve-output-tokens 990"), "{err}");
+    }
+
+    /// Pieces planned by [`plan_summary_input`], as a summariser makes them.
+    fn planned_pieces(texts: &[String], plan: SummaryInputPlan) -> Vec<String> {
+        let cap = |t: &String| match plan.cap {
+            Some(cap) => cut_to_tokens(t, cap).into_owned(),
+            None => t.clone(),
+        };
+        let mut pieces: Vec<String> = texts.iter().take(1).map(cap).collect();
+        if plan.omit > 0 {
+            pieces.push(omitted_messages_note(plan.omit));
+        }
+        pieces.extend(texts.iter().skip(1 + plan.omit).map(cap));
+        pieces
+    }
+
+    fn chunker_count(pieces: &[String], budget: u64) -> usize {
+        let mut chunker = Chunker::new(budget);
+        let closed = pieces.iter().filter_map(|p| chunker.push(p)).count();
+        closed + usize::from(chunker.finish().is_some())
+    }
+
+    #[test]
+    fn a_summary_far_over_its_chunks_is_cut_then_thinned() {
+        // Fits: unchanged.
+        assert_eq!(
+            plan_summary_input(&[100, 100], 1000, 8),
+            SummaryInputPlan { cap: None, omit: 0 }
+        );
+        // 20 results of 400 tokens in chunks of 200 (8 at most): cut, none left out.
+        let plan = plan_summary_input(&[400; 20], 200, 8);
+        assert_eq!(plan.omit, 0);
+        let cap = plan.cap.unwrap();
+        assert!((MIN_PIECE_TOKENS..=99).contains(&cap), "{plan:?}");
+        assert!(count_chunks(std::iter::repeat_n(cap, 20), 200) <= 8);
+        // 1000 messages: even 16 tokens each is too much; the oldest after the first go.
+        let plan = plan_summary_input(&[400; 1000], 100, 8);
+        assert!(plan.omit > 900 && plan.omit < 999, "{plan:?}");
+        assert_eq!(plan.cap, Some(MIN_PIECE_TOKENS));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn count_chunks_agrees_with_the_chunker(
+            pieces in proptest::collection::vec("[a-z é中]{0,300}", 0..40),
+            budget in 1u64..200,
+        ) {
+            let tokens = pieces.iter().map(|p| estimate_tokens(p));
+            let counted = count_chunks(tokens, budget);
+            let made = chunker_count(&pieces, budget);
+            if pieces.iter().all(|p| estimate_tokens(p) <= budget) {
+                proptest::prop_assert_eq!(counted, made);
+            } else {
+                // A cut piece may estimate below the budget: an upper bound then.
+                proptest::prop_assert!(counted >= made, "{counted} < {made}");
+            }
+        }
+
+        #[test]
+        fn a_planned_summary_input_fits_its_chunks(
+            lens in proptest::collection::vec(0usize..6_000, 0..400),
+            wide in proptest::collection::vec(proptest::bool::ANY, 400),
+            budget in MIN_CHUNK_TOKENS..3_000,
+            max_chunks in 2usize..=16,
+        ) {
+            let texts: Vec<String> = lens
+                .iter()
+                .zip(&wide)
+                .map(|(n, w)| if *w { "中".repeat(*n / 4) } else { "x".repeat(*n) })
+                .collect();
+            let sizes: Vec<u64> = texts.iter().map(|t| estimate_tokens(t)).collect();
+            let plan = plan_summary_input(&sizes, budget, max_chunks);
+            let pieces = planned_pieces(&texts, plan);
+            let chunks = chunker_count(&pieces, budget);
+            proptest::prop_assert!(chunks <= max_chunks, "{chunks} chunks > {max_chunks}: {plan:?}");
+            let fits = count_chunks(sizes.iter().copied(), budget) <= max_chunks;
+            proptest::prop_assert_eq!(plan.cap.is_none(), fits);
+            proptest::prop_assert!(plan.omit == 0 || plan.omit < texts.len());
+            if let Some(cap) = plan.cap {
+                proptest::prop_assert!(cap <= budget / 2, "cap {cap}");
+            }
+        }
     }
 }

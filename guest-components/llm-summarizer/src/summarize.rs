@@ -8,12 +8,21 @@
 //! at a time as fit, until one is left: each partial is first cut to half the budget, so every
 //! merge request holds at least two of them and each round at least halves their number.
 //!
+//! One compression sends at most [`MAX_REQUESTS`] requests: at most [`MAX_CHUNKS`] chunks and
+//! their merges, within the host's default budget of 16 LLM calls per compression
+//! (`context_storage.max_llm_calls_per_compression`). When the messages would need more
+//! chunks (a context far over a small window), they are first cut to a share of a chunk
+//! each, long ones losing their middles, and when even that is too much, the oldest after the
+//! first are left out with a note ([`plan_summary_input`]); their full text stays in
+//! messages.jsonl.
+//!
 //! A request is [`SUMMARY_REQUEST`]: a system instruction and a user message, the config's
 //! summary prompt with `{messages}` replaced by the chunk (appended after a blank line when
 //! the prompt has no placeholder).
 
 use ctxhost_plugin::format::compress::{
-    Chunk, Chunker, cut_to_tokens, render_message, request_budget,
+    Chunk, Chunker, SummaryInputPlan, cut_to_tokens, omitted_messages_note, plan_summary_input,
+    render_message, request_budget,
 };
 use ctxhost_plugin::format::{ChatMessage, estimate_tokens};
 
@@ -36,6 +45,13 @@ Answer with the summary only.";
 /// Put before the partial summaries in a merge request.
 const MERGE_HEADER: &str =
     "Partial summaries of consecutive parts of the conversation, oldest first:\n\n";
+
+/// The most chunks the messages of one compression are packed into.
+pub const MAX_CHUNKS: usize = 8;
+
+/// The most requests one compression sends: [`MAX_CHUNKS`], then at most one fewer merges
+/// (each merge request holds at least two partial summaries).
+pub const MAX_REQUESTS: usize = 2 * MAX_CHUNKS - 1;
 
 /// The placeholder of the summary prompt.
 const PLACEHOLDER: &str = "{messages}";
@@ -93,17 +109,54 @@ impl<'a> Summarizer<'a> {
         })
     }
 
-    /// Summarises the chat message lines of `file`.
+    /// Summarises the chat message lines of `file` (read twice: their sizes, then their text).
     ///
     /// Errors: `llm` when a request fails or the model answers with an empty summary (naming
     /// which request); `invalid-input`/`io` for the file.
     pub fn summarize_file(mut self, file: &str) -> Result<Summary, PluginError> {
+        let mut sizes = Vec::new();
+        let mut reader = require_lines(file)?;
+        while let Some((_, message)) = reader.next_value::<ChatMessage>()? {
+            sizes.push(estimate_tokens(&render_message(&message)));
+        }
+        let plan = plan_summary_input(&sizes, self.budget, MAX_CHUNKS);
+        if plan != (SummaryInputPlan { cap: None, omit: 0 }) {
+            log(
+                Level::Info,
+                &format!(
+                    "the {} messages to summarise ({} tokens) need more than {MAX_CHUNKS} requests of {} tokens: \
+                     each is cut to {} tokens{}",
+                    sizes.len(),
+                    sizes.iter().sum::<u64>(),
+                    self.budget,
+                    plan.cap.unwrap_or(self.budget),
+                    if plan.omit > 0 {
+                        format!(" and the {} oldest after the first are left out", plan.omit)
+                    } else {
+                        String::new()
+                    }
+                ),
+            );
+        }
         let mut reader = require_lines(file)?;
         let mut chunker = Chunker::new(self.budget);
         let mut parts = Vec::new();
         let mut chunks = 0u32;
+        let mut index = 0usize;
         while let Some((_, message)) = reader.next_value::<ChatMessage>()? {
-            if let Some(chunk) = chunker.push(&render_message(&message)) {
+            let piece = if index == 1 && plan.omit > 0 {
+                Some(omitted_messages_note(plan.omit))
+            } else if index >= 1 && index <= plan.omit {
+                None
+            } else {
+                let text = render_message(&message);
+                Some(match plan.cap {
+                    Some(cap) => cut_to_tokens(&text, cap).into_owned(),
+                    None => text,
+                })
+            };
+            index += 1;
+            if let Some(chunk) = piece.and_then(|piece| chunker.push(&piece)) {
                 chunks += 1;
                 parts.push(self.ask(SUMMARIZE_INSTRUCTION, "", &chunk.text)?);
             }
