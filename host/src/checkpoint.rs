@@ -84,6 +84,36 @@ pub fn verify(dir: &TaskDir, name: &str) -> anyhow::Result<()> {
     }
 }
 
+/// The checkpoints that count the file `name` (DESIGN.md §2): messages.jsonl is counted by the
+/// message store's and the history's, current.jsonl by the message store's and the context
+/// check's; no other file has one.
+pub fn describing(name: &str) -> &'static [&'static str] {
+    match name {
+        MESSAGES => &[STORE_CHECKPOINT, HISTORY_CHECKPOINT],
+        CURRENT => &[STORE_CHECKPOINT, CONTEXT_CHECKPOINT],
+        _ => &[],
+    }
+}
+
+/// Delete the checkpoints of `dir` that count the file `name` ([`describing`]): what every
+/// repair does before it rewrites or cuts that file, so that no checkpoint outlives the bytes
+/// it counts. A crash between the two costs the next open a full read, never counts of bytes
+/// that changed. An append needs none of this: a checkpoint counts a prefix of its file, which
+/// an append keeps. Returns the names deleted (those that existed). Errors name the file.
+pub fn remove_describing(dir: &TaskDir, name: &str) -> anyhow::Result<Vec<&'static str>> {
+    let mut removed = Vec::new();
+    for cp in describing(name) {
+        if dir
+            .remove_file_if_exists(cp)
+            .with_context(|| format!("cannot delete {}", dir.show(cp)))?
+        {
+            tracing::debug!("{} deleted: {name} is about to change", dir.show(cp));
+            removed.push(*cp);
+        }
+    }
+    Ok(removed)
+}
+
 /// Delete each checkpoint of `dir` that [`verify`] finds unusable (a derived cache: the next
 /// open reads its file whole and writes a new one). Returns the names deleted.
 pub fn remove_unusable(dir: &TaskDir) -> anyhow::Result<Vec<&'static str>> {

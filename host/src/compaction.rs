@@ -17,10 +17,11 @@
 //!    at least the newest message's tool-call group — is larger than the threshold. The agent
 //!    loop goes on while the context fits the window and fails otherwise.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 
 use ctxhost_format::ChatMessage;
 use ctxhost_format::files::{CONTEXT_CHECKPOINT, SUMMARIES};
+use ctxhost_format::jsonl::{JsonlError, LineReader};
 
 use crate::invariants::kept_tail::{KeptTailError, check_kept_tail};
 use crate::invariants::{ContextFileError, check_context_file};
@@ -126,6 +127,10 @@ pub enum CompactionError {
         /// `llm.context_length`, tokens.
         context_length: u64,
     },
+    /// A line of current.jsonl or of the compressor's context file could not be read: longer
+    /// than [`MAX_FIRST_LINE_BYTES`] or not UTF-8 (the error names the file and line).
+    #[error("{0}; rejected, the context was left as it was")]
+    BadLine(JsonlError),
     /// Reading current.jsonl's first line, or what summaries.jsonl is, failed.
     #[error("reading {file}: {source}")]
     Io {
@@ -336,25 +341,33 @@ impl SummariesMark {
     }
 }
 
-/// The first non-blank line of the JSONL file `name` of `dir`, parsed; `None` when the file is
-/// empty or absent.
+/// Longest first line (the system prompt) [`first_message`] reads, bytes: 4 MiB, about a
+/// million tokens, more than any model's context window holds (a system prompt longer than the
+/// window could never be sent).
+pub const MAX_FIRST_LINE_BYTES: usize = 4 << 20;
+
+/// The first non-blank line of the JSONL file `name` of `dir`, parsed (`None` when it is not
+/// a chat message); `None` when the file is empty or absent. The line is read through the
+/// host's line reader capped at [`MAX_FIRST_LINE_BYTES`]: a longer one (a component or a
+/// crash may have written it) is [`CompactionError::BadLine`], naming the file and line,
+/// after reading no more than the cap of it.
 fn first_message(dir: &TaskDir, name: &str) -> Result<Option<ChatMessage>, CompactionError> {
-    let io = |source| CompactionError::Io {
-        file: dir.show(name),
-        source,
-    };
     let file = match dir.open_read_if_exists(name) {
         Ok(Some(f)) => f,
         Ok(None) => return Ok(None),
-        Err(e) => return Err(io(e)),
-    };
-    for line in BufReader::new(file).lines() {
-        let line = line.map_err(io)?;
-        if !line.trim().is_empty() {
-            return Ok(serde_json::from_str(&line).ok());
+        Err(source) => {
+            return Err(CompactionError::Io {
+                file: dir.show(name),
+                source,
+            });
         }
-    }
-    Ok(None)
+    };
+    let mut lines =
+        LineReader::new(BufReader::new(file), dir.show(name)).max_line_bytes(MAX_FIRST_LINE_BYTES);
+    Ok(lines
+        .next_line()
+        .map_err(CompactionError::BadLine)?
+        .and_then(|(_, line)| serde_json::from_str(line).ok()))
 }
 
 #[cfg(test)]
@@ -371,6 +384,37 @@ mod tests {
         assert_eq!(
             first_message(&dir, "c.jsonl").unwrap(),
             Some(ChatMessage::text("system", "s"))
+        );
+    }
+
+    /// A first line longer than [`MAX_FIRST_LINE_BYTES`] is an error naming the file and the
+    /// line; one of exactly the cap is read.
+    #[test]
+    fn an_oversize_first_line_is_an_error_naming_file_and_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let p = tmp.path().join("c.jsonl");
+        let prompt = |len: usize| {
+            let empty = serde_json::to_string(&ChatMessage::text("system", "")).unwrap();
+            let m = ChatMessage::text("system", "x".repeat(len - empty.len()));
+            let line = serde_json::to_string(&m).unwrap();
+            assert_eq!(line.len(), len);
+            (m, line)
+        };
+        let (m, line) = prompt(MAX_FIRST_LINE_BYTES);
+        std::fs::write(&p, format!("\n{line}\n")).unwrap();
+        assert_eq!(first_message(&dir, "c.jsonl").unwrap(), Some(m));
+        let (_, line) = prompt(MAX_FIRST_LINE_BYTES + 1);
+        std::fs::write(&p, format!("\n{line}\n")).unwrap();
+        let e = first_message(&dir, "c.jsonl").unwrap_err();
+        assert!(matches!(e, CompactionError::BadLine(_)), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "{} line 2: longer than {MAX_FIRST_LINE_BYTES} bytes; not read",
+                dir.show("c.jsonl")
+            )),
+            "{text}"
         );
     }
 

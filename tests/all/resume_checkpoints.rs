@@ -91,6 +91,38 @@ fn appends_write_a_checkpoint_every_so_often_and_open_reads_only_what_follows_it
     );
 }
 
+/// `record-summary` appends to messages.jsonl like `add-message` does, and the same rule
+/// refreshes the checkpoint: a task that compacts often does not leave it behind.
+#[test]
+fn recorded_summaries_refresh_the_checkpoint_like_appended_messages() {
+    let task = task_with(4, 100);
+    let dir = task.path();
+    let mut s = store(dir);
+    // Reads the files whole (no checkpoint yet) and writes one at their ends.
+    s.open().unwrap();
+    let before = checkpoint(dir);
+    assert_eq!(before.history_count, 4, "{before:?}");
+    let size = (STORE_CHECKPOINT_EVERY / 8) as usize;
+    for id in 1..=10u64 {
+        let text = format!("summary {id} {}", "s".repeat(size));
+        s.record_summary(&ChatMessage::text("assistant", text), id, TS)
+            .unwrap();
+    }
+    let after = checkpoint(dir);
+    // Past the threshold after the 8th summary: the checkpoint counts it.
+    assert_eq!(after.history_count, 12, "{after:?}");
+    assert!(after.messages.bytes > before.messages.bytes + STORE_CHECKPOINT_EVERY);
+    // Summaries go to messages.jsonl only: current.jsonl's counts are as they were.
+    assert_eq!(
+        (after.current_count, after.current_tokens, &after.current),
+        (before.current_count, before.current_tokens, &before.current)
+    );
+    drop(s);
+    let stats = store(dir).open().unwrap();
+    assert_eq!(stats.history_count, 14);
+    assert_eq!(stats, full_read(dir));
+}
+
 #[test]
 fn counts_equal_a_full_read_whatever_happened_to_the_files() {
     let line = |m: &ChatMessage| serde_json::to_string(m).unwrap() + "\n";

@@ -147,22 +147,36 @@ pub fn escape_line_separators(line: &str) -> Cow<'_, str> {
 /// [`LineReader::next_line`] yields `(line number, text)` for each non-blank line, the text
 /// without its line terminator (`\n` or `\r\n`). Line numbers count every line, blank or not,
 /// so they match what an editor shows.
+///
+/// A line is held whole in memory; for a file a component or a crash may have written, cap
+/// it with [`LineReader::max_line_bytes`]: a longer line is then an error, read no further.
 pub struct LineReader<R> {
     reader: R,
     file: String,
     buf: String,
     line: u64,
+    max_line_bytes: Option<usize>,
 }
 
 impl<R: BufRead> LineReader<R> {
-    /// A reader of `reader`; `file` is the name used in errors.
+    /// A reader of `reader`; `file` is the name used in errors. Lines are not capped.
     pub fn new(reader: R, file: impl Into<String>) -> Self {
         LineReader {
             reader,
             file: file.into(),
             buf: String::new(),
             line: 0,
+            max_line_bytes: None,
         }
+    }
+
+    /// Cap lines at `max` bytes (the terminator not counted): of a longer line no more than
+    /// `max + 2` bytes are read, and [`LineReader::next_line`] fails with
+    /// [`JsonlError::Invalid`] naming the file and line. The reader is not to be used after
+    /// that error.
+    pub fn max_line_bytes(mut self, max: usize) -> Self {
+        self.max_line_bytes = Some(max);
+        self
     }
 
     /// The file name given to [`LineReader::new`].
@@ -172,19 +186,42 @@ impl<R: BufRead> LineReader<R> {
 
     /// The next non-blank line, or `None` at end of file.
     ///
-    /// Errors: [`JsonlError::Invalid`] for a line that is not UTF-8, [`JsonlError::Io`] for a
-    /// failed read.
+    /// Errors: [`JsonlError::Invalid`] for a line that is not UTF-8 or is longer than the cap
+    /// ([`LineReader::max_line_bytes`]), [`JsonlError::Io`] for a failed read.
     pub fn next_line(&mut self) -> Result<Option<(u64, &str)>, JsonlError> {
         loop {
-            self.buf.clear();
+            // The buffer is reused: its bytes are read into, then checked as UTF-8 in place.
+            let mut bytes = std::mem::take(&mut self.buf).into_bytes();
+            bytes.clear();
             self.line += 1;
-            let read = self
-                .reader
-                .read_line(&mut self.buf)
-                .map_err(|e| self.read_error(e))?;
+            let read = match self.max_line_bytes {
+                None => self.reader.read_until(b'\n', &mut bytes),
+                // `\r\n` is not counted: up to max + 2 bytes make a line within the cap.
+                Some(max) => (&mut self.reader)
+                    .take(max as u64 + 2)
+                    .read_until(b'\n', &mut bytes),
+            }
+            .map_err(|e| self.read_error(e))?;
             if read == 0 {
                 return Ok(None);
             }
+            if let Some(max) = self.max_line_bytes {
+                let content = bytes
+                    .strip_suffix(b"\n")
+                    .map_or(&bytes[..], |l| l.strip_suffix(b"\r").unwrap_or(l));
+                if content.len() > max {
+                    return Err(JsonlError::Invalid {
+                        file: self.file.clone(),
+                        line: self.line,
+                        message: format!("longer than {max} bytes; not read"),
+                    });
+                }
+            }
+            self.buf = String::from_utf8(bytes).map_err(|_| JsonlError::Invalid {
+                file: self.file.clone(),
+                line: self.line,
+                message: "not valid UTF-8".to_string(),
+            })?;
             if !self.buf.trim().is_empty() {
                 break;
             }
@@ -479,5 +516,49 @@ mod tests {
         r.next_line().unwrap();
         let err = r.next_line().unwrap_err();
         assert_eq!(err.to_string(), "m.jsonl line 2: not valid UTF-8");
+    }
+
+    #[test]
+    fn a_line_over_the_cap_is_an_error_naming_file_and_line_and_is_not_read_whole() {
+        // Lines of exactly the cap pass, with `\n` or `\r\n`, last line or not.
+        let input = "abcd\n\nefgh\r\nijkl";
+        let mut r = LineReader::new(input.as_bytes(), "f").max_line_bytes(4);
+        assert_eq!(r.next_line().unwrap(), Some((1, "abcd")));
+        assert_eq!(r.next_line().unwrap(), Some((3, "efgh")));
+        assert_eq!(r.next_line().unwrap(), Some((4, "ijkl")));
+        assert_eq!(r.next_line().unwrap(), None);
+
+        // A huge line: an error after reading at most cap + 2 bytes of it.
+        struct Counting<R>(R, usize);
+        impl<R: Read> Read for Counting<R> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = self.0.read(buf)?;
+                self.1 += n;
+                Ok(n)
+            }
+        }
+        let huge = format!("{{}}\n{}\n", "x".repeat(1 << 20));
+        let mut counted = Counting(huge.as_bytes(), 0);
+        let mut r = LineReader::new(
+            io::BufReader::with_capacity(16, &mut counted),
+            "current.jsonl",
+        )
+        .max_line_bytes(64);
+        assert_eq!(r.next_line().unwrap(), Some((1, "{}")));
+        let err = r.next_line().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "current.jsonl line 2: longer than 64 bytes; not read"
+        );
+        drop(r);
+        assert!(counted.1 <= 3 + 66 + 16, "{} bytes read", counted.1);
+        // A cut in the middle of a UTF-8 character is still reported as too long.
+        let mut r = LineReader::new("ééé\n".as_bytes(), "f").max_line_bytes(3);
+        assert!(
+            r.next_line()
+                .unwrap_err()
+                .to_string()
+                .contains("longer than 3 bytes")
+        );
     }
 }

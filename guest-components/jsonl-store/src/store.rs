@@ -8,7 +8,7 @@
 //!
 //! Checkpoint ([`STORE_CHECKPOINT`], `ctxhost_plugin::format::checkpoint`): the counts up to a byte
 //! offset of each file, written at the end of `open`, after `recreate-current-context` and every
-//! [`STORE_CHECKPOINT_EVERY`] bytes appended. `open` checks it against the files' tails and then
+//! [`STORE_CHECKPOINT_EVERY`] bytes appended (messages and summaries alike). `open` checks it against the files' tails and then
 //! streams only the bytes after it; a missing, stale or unreadable checkpoint means a full read.
 
 use std::fs::{self, File};
@@ -124,10 +124,7 @@ impl Store {
         self.current_file.append(&self.current_line)?;
         self.current_count += 1;
         self.current_tokens += tokens;
-        self.since_checkpoint += (self.history_line.len() + self.current_line.len()) as u64;
-        if self.since_checkpoint >= STORE_CHECKPOINT_EVERY {
-            self.checkpoint();
-        }
+        self.appended((self.history_line.len() + self.current_line.len()) as u64);
         Ok(added)
     }
 
@@ -147,7 +144,7 @@ impl Store {
         }
         let tokens = estimate_message_tokens(&summary);
         let added = self.append_history(&summary, timestamp, tokens, Some(summary_id))?;
-        self.since_checkpoint += self.history_line.len() as u64;
+        self.appended(self.history_line.len() as u64);
         Ok(added)
     }
 
@@ -190,6 +187,16 @@ impl Store {
             );
         }
         Ok(self.stats())
+    }
+
+    /// Counts `bytes` appended to the files (by `add-message` or `record-summary`) and writes
+    /// the checkpoint once [`STORE_CHECKPOINT_EVERY`] bytes were appended since the last one:
+    /// the same rule for every append, so a task that records many summaries refreshes it too.
+    fn appended(&mut self, bytes: u64) {
+        self.since_checkpoint += bytes;
+        if self.since_checkpoint >= STORE_CHECKPOINT_EVERY {
+            self.checkpoint();
+        }
     }
 
     /// Writes the checkpoint of the counts as they are now (both files end with whole lines:

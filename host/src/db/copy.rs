@@ -223,16 +223,29 @@ mod tests {
             src.record_item_url("t1200", "https://github.com/acme/app/issues/5")
                 .unwrap()
         );
-        assert!(src.take_publish_lease("t1200", "me", 10, 0, None).unwrap());
         assert!(
-            src.record_publish_error("t1200", "me", "HTTP 502", 20)
+            src.take_publish_lease("t1200", "me", std::time::Duration::from_secs(60), None)
                 .unwrap()
+                .is_some()
+        );
+        assert!(
+            src.record_publish_error(
+                "t1200",
+                "me",
+                "HTTP 502",
+                std::time::Duration::from_secs(20)
+            )
+            .unwrap()
         );
         let mut other = polled.clone();
         other.uuid = "t1201".into();
         other.key.task_id = Some("6".into());
         assert!(src.queue_source_task(&other).unwrap());
-        assert!(src.take_publish_lease("t1201", "me", 10, 0, None).unwrap());
+        assert!(
+            src.take_publish_lease("t1201", "me", std::time::Duration::from_secs(60), None)
+                .unwrap()
+                .is_some()
+        );
         assert!(src.mark_comment_posting("t1201", "me").unwrap());
         assert!(
             src.record_comment("t1201", "me", "c1", Some("https://x/c1"))

@@ -411,7 +411,7 @@ mod tests {
             };
             assert!(db.queue_source_task(&polled).unwrap());
             assert!(!db.queue_source_task(&polled).unwrap());
-            assert!(db.take_publish_lease("polled", "me", 10, 0, None).unwrap());
+            assert!(db.take_publish_lease("polled", "me", std::time::Duration::from_secs(60), None).unwrap().is_some());
             let mut fresh = crate::db::testing::new_task("fresh");
             fresh.no_inherit = true;
             db.insert_queued(&fresh).unwrap();

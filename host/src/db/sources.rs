@@ -15,11 +15,15 @@
 //! Every statement is one statement in SQL that SQLite and PostgreSQL both accept (numbered
 //! placeholders, `ON CONFLICT DO NOTHING`, no `IS ?`, the column `"user"` quoted, a cast where
 //! PostgreSQL cannot infer a parameter's type from a column); lease times are milliseconds
-//! since the Unix epoch.
+//! since the Unix epoch on the database server's clock ([`super::Dialect::now_ms`], as the
+//! task leases, [`super::lease`]), so publishers on hosts whose clocks disagree agree on
+//! when a lease expired and when a failed attempt may be retried.
 
 use serde::Serialize;
 
-use super::{COLUMNS, Db, DbError, NewTask, SqlRow, TaskKey, TaskRow, args, now_rfc3339};
+use std::time::Duration;
+
+use super::{COLUMNS, Db, DbError, NewTask, SqlRow, Status, TaskKey, TaskRow, args, now_rfc3339};
 use crate::untrusted;
 
 /// The value of `tasks.source_item` for a task key: `SOURCE:OWNER/REPO:TYPE:ID`, e.g.
@@ -92,21 +96,54 @@ pub struct Publication {
 const PUB_COLUMNS: &str = "task_uuid, labels_state, comment_state, comment_id, comment_url, posted_at, \
 lease_owner, lease_until_ms, attempts, last_error, next_attempt_ms, item_url";
 
+/// How many columns [`PUB_COLUMNS`] names.
+const PUB_COLUMN_COUNT: usize = 12;
+
+/// A row selected with [`PUB_COLUMNS`] as a [`Publication`].
 fn pub_row(r: &SqlRow) -> Result<Publication, DbError> {
+    pub_row_at(r, 0)
+}
+
+/// The [`PUB_COLUMNS`] of `r` that start at column `at`.
+fn pub_row_at(r: &SqlRow, at: usize) -> Result<Publication, DbError> {
     Ok(Publication {
-        task_uuid: r.text(0)?,
-        labels_state: r.opt_text(1)?,
-        comment_state: CommentState::parse(&r.text(2)?),
-        comment_id: r.opt_text(3)?,
-        comment_url: r.opt_text(4)?,
-        posted_at: r.opt_text(5)?,
-        lease_owner: r.opt_text(6)?,
-        lease_until_ms: r.opt_int(7)?,
-        attempts: r.int(8)?,
-        last_error: r.opt_text(9)?,
-        next_attempt_ms: r.opt_int(10)?,
-        item_url: r.opt_text(11)?,
+        task_uuid: r.text(at)?,
+        labels_state: r.opt_text(at + 1)?,
+        comment_state: CommentState::parse(&r.text(at + 2)?),
+        comment_id: r.opt_text(at + 3)?,
+        comment_url: r.opt_text(at + 4)?,
+        posted_at: r.opt_text(at + 5)?,
+        lease_owner: r.opt_text(at + 6)?,
+        lease_until_ms: r.opt_int(at + 7)?,
+        attempts: r.int(at + 8)?,
+        last_error: r.opt_text(at + 9)?,
+        next_attempt_ms: r.opt_int(at + 10)?,
+        item_url: r.opt_text(at + 11)?,
     })
+}
+
+/// `cols` (a comma-separated column list such as [`COLUMNS`]) with every column qualified by
+/// `alias` (`t.uuid, t.status, …`), for a join of tables that share column names.
+fn qualified(cols: &str, alias: &str) -> String {
+    cols.split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A task that holds its item, and its `publications` row as read with it (`None`: nothing
+/// was recorded yet): what [`crate::sources::publish`] decides from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldTask {
+    /// The task's row.
+    pub task: TaskRow,
+    /// Its publication, if any.
+    pub publication: Option<Publication>,
+}
+
+/// Milliseconds of `d`, saturating.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl Db {
@@ -174,16 +211,75 @@ impl Db {
         .transpose()
     }
 
-    /// Tasks whose item is still held (result not yet published), oldest first.
-    pub fn unpublished_tasks(&self) -> Result<Vec<TaskRow>, DbError> {
+    /// The tasks the publisher has work for, oldest first, each with its publication: one
+    /// query (`tasks LEFT JOIN publications`), whatever the number of held items. A task is
+    /// listed when it still holds its item (`source_item`) and either ended (its result is to
+    /// be published) or its item's labels do not show its status yet (`labels_state` is not
+    /// `label_state(status)`; the caller's table, e.g. [`crate::sources::labels::state_for`]).
+    /// Unless `retry_now`, a task whose last attempt failed is left out until its
+    /// `next_attempt_ms` has passed on the database server's clock.
+    pub fn publishing_due(
+        &self,
+        label_state: impl Fn(Status) -> &'static str,
+        retry_now: bool,
+    ) -> Result<Vec<HeldTask>, DbError> {
+        // Both lists are built from the enums' own names: no quote or `?` can be in them.
+        let finished: Vec<String> = Status::ALL
+            .iter()
+            .filter(|s| s.is_final())
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        let shown: String = Status::ALL
+            .iter()
+            .map(|s| format!(" WHEN '{}' THEN '{}'", s.as_str(), label_state(*s)))
+            .collect();
+        let now = self.dialect().now_ms();
+        self.held_tasks(
+            &format!(
+                "t.source_item IS NOT NULL \
+                 AND (t.status IN ({}) OR p.labels_state IS NULL \
+                 OR p.labels_state <> CASE t.status{shown} END) \
+                 AND (?1 = 1 OR p.next_attempt_ms IS NULL OR p.next_attempt_ms <= {now})",
+                finished.join(", ")
+            ),
+            args![retry_now],
+        )
+    }
+
+    /// Task `uuid` with its publication (one query), if it holds its item.
+    pub fn held_task(&self, uuid: &str) -> Result<Option<HeldTask>, DbError> {
+        Ok(self
+            .held_tasks("t.source_item IS NOT NULL AND t.uuid = ?1", args![uuid])?
+            .into_iter()
+            .next())
+    }
+
+    /// The tasks (alias `t`) joined with their publications (alias `p`) where `filter` holds,
+    /// oldest first.
+    fn held_tasks(&self, filter: &str, args: Vec<super::Value>) -> Result<Vec<HeldTask>, DbError> {
+        let columns = COLUMNS.split(',').count();
         self.query(
             &format!(
-                "SELECT {COLUMNS} FROM tasks WHERE source_item IS NOT NULL ORDER BY created_at, uuid"
+                "SELECT {}, {} FROM tasks t LEFT JOIN publications p ON p.task_uuid = t.uuid \
+                 WHERE {filter} ORDER BY t.created_at, t.uuid",
+                qualified(COLUMNS, "t"),
+                qualified(PUB_COLUMNS, "p")
             ),
-            &[],
+            &args,
         )?
-        .iter()
-        .map(|r| self.task_row(r))
+        .into_iter()
+        .map(|mut r| {
+            let publication = match r.opt_text(columns)? {
+                Some(_) => Some(pub_row_at(&r, columns)?),
+                None => None,
+            };
+            debug_assert_eq!(r.0.len(), columns + PUB_COLUMN_COUNT);
+            r.0.truncate(columns);
+            Ok(HeldTask {
+                task: self.task_row(&r)?,
+                publication,
+            })
+        })
         .collect()
     }
 
@@ -215,25 +311,50 @@ impl Db {
         Ok(n == 1)
     }
 
-    /// Take (or renew) the publishing lease of `uuid` for `owner` until `until_ms`: the row is
-    /// created if missing, then one conditional UPDATE takes the lease when nobody holds it,
-    /// `owner` holds it, it expired before `now_ms`, or it is held by `dead_owner` (a process
-    /// the caller found dead). Returns whether `owner` holds it now.
+    /// Take the publishing lease of `uuid` for `owner` for `ttl` (on the database server's
+    /// clock), in one statement (an upsert: the row is created if missing): it is taken when
+    /// nobody holds it, `owner` holds it, it expired, or it is held by `dead_owner` (a process
+    /// the caller found dead). Returns the publication as it is now, under `owner`'s lease —
+    /// what the holder acts on, since nobody else writes it while the lease holds — or `None`
+    /// when another publisher holds it.
     pub fn take_publish_lease(
         &self,
         uuid: &str,
         owner: &str,
-        until_ms: i64,
-        now_ms: i64,
+        ttl: Duration,
         dead_owner: Option<&str>,
+    ) -> Result<Option<Publication>, DbError> {
+        let now = self.dialect().now_ms();
+        let rows = self.write_returning(
+            &format!(
+                "INSERT INTO publications (task_uuid, lease_owner, lease_until_ms, created_at, updated_at) \
+                 VALUES (?1, ?2, {now} + ?3, ?4, ?4) \
+                 ON CONFLICT (task_uuid) DO UPDATE SET lease_owner = excluded.lease_owner, \
+                 lease_until_ms = excluded.lease_until_ms, updated_at = excluded.updated_at \
+                 WHERE publications.lease_owner IS NULL OR publications.lease_owner = ?2 \
+                 OR publications.lease_until_ms < {now} OR publications.lease_owner = ?5 \
+                 RETURNING {PUB_COLUMNS}"
+            ),
+            args![uuid, owner, millis(ttl), now_rfc3339(), dead_owner],
+        )?;
+        rows.first().map(pub_row).transpose()
+    }
+
+    /// Renew the publishing lease of `uuid` that `owner` holds, for `ttl` from now (the
+    /// server's clock). Returns whether `owner` still held it.
+    pub fn renew_publish_lease(
+        &self,
+        uuid: &str,
+        owner: &str,
+        ttl: Duration,
     ) -> Result<bool, DbError> {
-        let now = now_rfc3339();
-        self.ensure_publication(uuid, &now)?;
+        let now = self.dialect().now_ms();
         let n = self.execute(
-            "UPDATE publications SET lease_owner = ?2, lease_until_ms = ?3, updated_at = ?4 \
-             WHERE task_uuid = ?1 AND (lease_owner IS NULL OR lease_owner = ?2 OR lease_until_ms < ?5 \
-             OR lease_owner = ?6)",
-            args![uuid, owner, until_ms, now, now_ms, dead_owner],
+            &format!(
+                "UPDATE publications SET lease_until_ms = {now} + ?3, updated_at = ?4 \
+                 WHERE task_uuid = ?1 AND lease_owner = ?2"
+            ),
+            args![uuid, owner, millis(ttl), now_rfc3339()],
         )?;
         Ok(n == 1)
     }
@@ -296,22 +417,24 @@ impl Db {
     }
 
     /// A publishing attempt of `owner` failed: count it, keep `error` (it must not hold a
-    /// secret; bounded to [`untrusted::MAX_DB_ERROR_BYTES`], control characters escaped), set
-    /// when a worker may try again, and give up the lease.
+    /// secret; bounded to [`untrusted::MAX_DB_ERROR_BYTES`], control characters escaped), let
+    /// a worker try again `wait` from now (the server's clock), and give up the lease.
     pub fn record_publish_error(
         &self,
         uuid: &str,
         owner: &str,
         error: &str,
-        next_attempt_ms: i64,
+        wait: Duration,
     ) -> Result<bool, DbError> {
         let error = untrusted::text(error, untrusted::MAX_DB_ERROR_BYTES);
-        let now = now_rfc3339();
+        let now = self.dialect().now_ms();
         let n = self.execute(
-            "UPDATE publications SET attempts = attempts + 1, last_error = ?3, next_attempt_ms = ?4, \
-             lease_owner = NULL, lease_until_ms = NULL, updated_at = ?5 \
-             WHERE task_uuid = ?1 AND lease_owner = ?2",
-            args![uuid, owner, error, next_attempt_ms, now],
+            &format!(
+                "UPDATE publications SET attempts = attempts + 1, last_error = ?3, \
+                 next_attempt_ms = {now} + ?4, lease_owner = NULL, lease_until_ms = NULL, \
+                 updated_at = ?5 WHERE task_uuid = ?1 AND lease_owner = ?2"
+            ),
+            args![uuid, owner, error, millis(wait), now_rfc3339()],
         )?;
         Ok(n == 1)
     }
@@ -385,6 +508,13 @@ mod tests {
     use crate::db::testing::{new_task, store_tests};
     use crate::lifecycle::{Claim, Owner, row};
 
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    /// The label state of a status, as [`crate::sources::labels::state_for`] says.
+    fn shown(status: Status) -> &'static str {
+        crate::sources::labels::state_for(status).as_str()
+    }
+
     fn item_task(uuid: &str, id: &str) -> NewTask {
         let mut t = new_task(uuid);
         t.key = TaskKey {
@@ -410,7 +540,7 @@ mod tests {
             row::finish(&db, "a", Owner::test(1), Status::Completed, None).unwrap();
             assert!(!db.queue_source_task(&item_task("b", "1")).unwrap());
             // Only the lease holder, after the comment is recorded, releases it.
-            assert!(db.take_publish_lease("a", "me", 10, 0, None).unwrap());
+            assert!(db.take_publish_lease("a", "me", MINUTE, None).unwrap().is_some());
             assert!(!db.release_item("a", "me").unwrap());
             assert!(db.mark_comment_posting("a", "me").unwrap());
             assert!(!db.record_comment("a", "other", "c1", None).unwrap());
@@ -420,13 +550,62 @@ mod tests {
             assert_eq!(db.task_holding_item(&key).unwrap(), None);
             assert!(db.queue_source_task(&item_task("b", "1")).unwrap());
             let mut held: Vec<String> = db
-                .unpublished_tasks()
+                .publishing_due(shown, true)
                 .unwrap()
                 .into_iter()
-                .map(|r| r.uuid)
+                .map(|h| h.task.uuid)
                 .collect();
             held.sort();
             assert_eq!(held, ["b", "c"]);
+        }
+
+        fn one_query_lists_the_tasks_with_something_to_publish(store: &TestStore) {
+            let db = store.open();
+            for (uuid, id) in [("run", "1"), ("shown", "2"), ("done", "3"), ("waits", "4")] {
+                assert!(db.queue_source_task(&item_task(uuid, id)).unwrap());
+            }
+            db.insert_queued(&new_task("local")).unwrap();
+            // (uuid, labels_state), sorted by uuid.
+            let due = |retry_now| -> Vec<(String, Option<String>)> {
+                let mut due: Vec<_> = db
+                    .publishing_due(shown, retry_now)
+                    .unwrap()
+                    .into_iter()
+                    .map(|h| (h.task.uuid, h.publication.and_then(|p| p.labels_state)))
+                    .collect();
+                due.sort();
+                due
+            };
+            // Nothing published yet: every polled task (never the local one).
+            assert_eq!(due(false).len(), 4);
+            // Labels that show the status: not listed while it lasts.
+            for uuid in ["shown", "done"] {
+                assert!(db.take_publish_lease(uuid, "me", MINUTE, None).unwrap().is_some());
+                assert!(db.record_labels(uuid, "me", "processing").unwrap());
+                assert!(db.release_publish_lease(uuid, "me").unwrap());
+            }
+            // A failed attempt: left out until its wait is over (the server's clock).
+            assert!(db.take_publish_lease("waits", "me", MINUTE, None).unwrap().is_some());
+            assert!(db.record_publish_error("waits", "me", "HTTP 502", MINUTE).unwrap());
+            // A finished task is listed whatever its labels show (its result is due).
+            row::claim(&db, "done", &Claim::test(1)).unwrap();
+            row::finish(&db, "done", Owner::test(1), Status::Completed, None).unwrap();
+            assert_eq!(
+                due(false),
+                [("done".to_string(), Some("processing".to_string())), ("run".to_string(), None)]
+            );
+            let all: Vec<String> = due(true).into_iter().map(|(u, _)| u).collect();
+            assert_eq!(all, ["done", "run", "waits"]);
+            // Paused: "shown"'s labels are stale again.
+            db.execute_raw("UPDATE tasks SET status = 'paused' WHERE uuid = 'shown'").unwrap();
+            assert!(due(false).iter().any(|(u, _)| u == "shown"));
+            // One task with its publication, as the poller reads it after queueing.
+            let h = db.held_task("waits").unwrap().unwrap();
+            assert_eq!(h.task.uuid, "waits");
+            assert_eq!(h.publication.unwrap().attempts, 1);
+            assert_eq!(db.held_task("local").unwrap(), None);
+            let h = db.held_task("run").unwrap().unwrap();
+            assert_eq!(h.publication, None);
         }
 
         fn an_open_task_submitted_by_hand_keeps_the_item_from_being_queued(store: &TestStore) {
@@ -445,35 +624,42 @@ mod tests {
         fn the_lease_is_exclusive_until_it_expires_or_its_owner_is_dead(store: &TestStore) {
             let db = store.open();
             db.queue_source_task(&item_task("a", "1")).unwrap();
-            assert!(db.take_publish_lease("a", "p1", 1_000, 0, None).unwrap());
-            assert!(!db.take_publish_lease("a", "p2", 2_000, 500, None).unwrap());
-            // Renewal by the holder.
-            assert!(db.take_publish_lease("a", "p1", 1_500, 500, None).unwrap());
+            let taken = |owner, ttl, dead| db.take_publish_lease("a", owner, ttl, dead).unwrap();
+            let before = db.now_ms().unwrap();
+            let p = taken("p1", MINUTE, None).unwrap();
+            assert_eq!(p.lease_owner.as_deref(), Some("p1"));
+            // The expiry is on the database server's clock.
+            let until = p.lease_until_ms.unwrap();
+            assert!(until >= before + 60_000 && until <= db.now_ms().unwrap() + 60_000, "{until}");
+            assert_eq!(taken("p2", MINUTE, None), None);
+            // Renewal by the holder; nobody else renews it.
+            assert!(taken("p1", Duration::ZERO, None).is_some());
+            assert!(!db.renew_publish_lease("a", "p2", MINUTE).unwrap());
             // Expired.
-            assert!(
-                db.take_publish_lease("a", "p2", 3_000, 1_600, None)
-                    .unwrap()
-            );
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(taken("p2", MINUTE, None).is_some());
+            assert!(!db.renew_publish_lease("a", "p1", MINUTE).unwrap());
+            assert!(db.renew_publish_lease("a", "p2", MINUTE).unwrap());
             // Held by a process found dead.
-            assert!(
-                !db.take_publish_lease("a", "p3", 4_000, 1_700, Some("p1"))
-                    .unwrap()
-            );
-            assert!(
-                db.take_publish_lease("a", "p3", 4_000, 1_700, Some("p2"))
-                    .unwrap()
-            );
+            assert_eq!(taken("p3", MINUTE, Some("p1")), None);
+            assert!(taken("p3", MINUTE, Some("p2")).is_some());
             assert!(db.record_labels("a", "p3", "processing").unwrap());
             assert!(!db.record_labels("a", "p2", "done").unwrap());
+            let before = db.now_ms().unwrap();
             assert!(
-                db.record_publish_error("a", "p3", "HTTP 502", 9_000)
+                db.record_publish_error("a", "p3", "HTTP 502", Duration::from_secs(9))
                     .unwrap()
             );
             let p = db.publication("a").unwrap().unwrap();
             assert_eq!(p.labels_state.as_deref(), Some("processing"));
-            assert_eq!((p.attempts, p.next_attempt_ms), (1, Some(9_000)));
+            assert_eq!(p.attempts, 1);
+            let next = p.next_attempt_ms.unwrap();
+            assert!(next >= before + 9_000 && next <= db.now_ms().unwrap() + 9_000, "{next}");
             assert_eq!(p.lease_owner, None);
             assert_eq!(p.comment_state, CommentState::None);
+            // What the lease taker gets back is the row as it is now.
+            let p = taken("p4", MINUTE, None).unwrap();
+            assert_eq!((p.attempts, p.labels_state.as_deref()), (1, Some("processing")));
         }
 
         fn forge_texts_are_bounded_and_escaped_before_they_are_stored(store: &TestStore) {
@@ -485,9 +671,9 @@ mod tests {
             assert!(user.starts_with("eve\\n[ERROR] forged"), "{user}");
             assert!(user.len() < untrusted::MAX_NAME_BYTES + 64 && user.contains("[cut: "));
 
-            assert!(db.take_publish_lease("a", "me", 10, 0, None).unwrap());
+            assert!(db.take_publish_lease("a", "me", MINUTE, None).unwrap().is_some());
             let error = format!("forge said: \u{1b}[31mno\n{}", "e".repeat(100_000));
-            assert!(db.record_publish_error("a", "me", &error, 5).unwrap());
+            assert!(db.record_publish_error("a", "me", &error, MINUTE).unwrap());
             let kept = db.publication("a").unwrap().unwrap().last_error.unwrap();
             assert!(
                 kept.starts_with("forge said: \\u{1b}[31mno\\n"),
@@ -496,7 +682,7 @@ mod tests {
             );
             assert!(kept.len() < untrusted::MAX_DB_ERROR_BYTES + 64);
 
-            assert!(db.take_publish_lease("a", "me", 10, 0, None).unwrap());
+            assert!(db.take_publish_lease("a", "me", MINUTE, None).unwrap().is_some());
             assert!(db.mark_comment_posting("a", "me").unwrap());
             assert!(
                 db.record_comment("a", "me", "1\r\n2", Some("javascript:alert(1)"))
@@ -530,7 +716,7 @@ mod tests {
                     .unwrap()
             );
             // Recording it leaves the publishing state alone.
-            assert!(db.take_publish_lease("a", "me", 10, 0, None).unwrap());
+            assert!(db.take_publish_lease("a", "me", MINUTE, None).unwrap().is_some());
             assert!(db.record_labels("a", "me", "processing").unwrap());
             let p = db.publication("a").unwrap().unwrap();
             assert_eq!(

@@ -18,6 +18,11 @@
 //!   ([`ctxhost_format::files::TEMPORARY_FILES`]).
 //! - [`readers`]: the directory's JSONL files and history counts (shared with `ctxhost fsck`).
 //!
+//! A repair that rewrites or cuts messages.jsonl or current.jsonl ([`tail`], [`pairing`],
+//! [`nul`]) first deletes the checkpoints that count that file
+//! ([`crate::checkpoint::remove_describing`], the one place that knows which do); appends keep
+//! them (a checkpoint counts a prefix).
+//!
 //! [`repair_task_dir`] runs them (but [`nul`]: only `ctxhost fsck --repair` removes bytes from
 //! the middle of a file) and returns what it did ([`RepairReport`]).
 //! Every function streams its files (one line, or a bounded window of lines, in memory).
@@ -332,5 +337,63 @@ mod tests {
         assert_eq!(fs::read(d.join("tools.jsonl")).unwrap(), b"");
         // A second pass finds nothing.
         assert!(repair_task_dir(&task, true, "t").unwrap().is_empty());
+    }
+
+    /// A repair that cuts or rewrites a file deletes the checkpoints that count it, and only
+    /// those; one that only appends keeps them.
+    #[test]
+    fn repairs_that_change_a_file_delete_the_checkpoints_that_count_it() {
+        use crate::checkpoint::FILES;
+        use ctxhost_format::files::{CONTEXT_CHECKPOINT, HISTORY_CHECKPOINT, STORE_CHECKPOINT};
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let task = TaskDir::open(d).unwrap();
+        let plant = || {
+            for name in FILES {
+                fs::write(d.join(name), "{}").unwrap();
+            }
+        };
+        let left = || -> Vec<&str> { FILES.into_iter().filter(|f| task.is_file(f)).collect() };
+        let torn = |name: &str| {
+            let mut f = OpenOptions::new().append(true).open(d.join(name)).unwrap();
+            f.write_all(b"{\"role\":\"us").unwrap();
+        };
+
+        // Appends only (a history line current.jsonl lacked): all kept.
+        let history = one_round();
+        write_task(d, &history, &history[..3]);
+        plant();
+        let report = repair_task_dir(&task, true, "t").unwrap();
+        assert_eq!(report.appended_to_current, [4]);
+        assert_eq!(left(), FILES);
+
+        // current.jsonl's torn last line cut: the store's and the context check's go.
+        torn(CURRENT);
+        let report = repair_task_dir(&task, true, "t").unwrap();
+        assert_eq!(report.tails.len(), 1, "{report:?}");
+        assert_eq!(left(), [HISTORY_CHECKPOINT]);
+
+        // messages.jsonl's: the store's and the history's.
+        plant();
+        torn(MESSAGES);
+        repair_task_dir(&task, true, "t").unwrap();
+        assert_eq!(left(), [CONTEXT_CHECKPOINT]);
+
+        // current.jsonl rewritten by the pairing repair (a duplicate tool result).
+        plant();
+        let mut dup = history.clone();
+        dup.push(result("a"));
+        write_task(d, &history, &dup);
+        let report = repair_task_dir(&task, true, "t").unwrap();
+        assert!(!report.pairing.is_empty(), "{report:?}");
+        assert_eq!(left(), [HISTORY_CHECKPOINT]);
+
+        // NUL bytes removed from messages.jsonl (`ctxhost fsck --repair`).
+        plant();
+        let text = fs::read(d.join(MESSAGES)).unwrap();
+        fs::write(d.join(MESSAGES), [&[0u8; 8][..], b"\n", &text].concat()).unwrap();
+        assert!(nul::remove_nul_bytes(&task, MESSAGES).unwrap().is_some());
+        assert_eq!(left(), [CONTEXT_CHECKPOINT]);
+        assert!(!task.is_file(STORE_CHECKPOINT));
     }
 }

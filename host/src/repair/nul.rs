@@ -3,7 +3,8 @@
 //! a power loss, with whole lines after it. JSON text never holds a raw NUL byte, so removing
 //! them loses nothing: a line of NUL bytes goes away, NUL bytes stuck to the front of the next
 //! line are cut off it. `ctxhost fsck` reports them ([`find_nul_lines`]); `ctxhost fsck --repair`
-//! removes them ([`remove_nul_bytes`], an atomic replace; the file is streamed).
+//! removes them ([`remove_nul_bytes`], an atomic replace after deleting the checkpoints that
+//! count the file, [`crate::checkpoint::remove_describing`]; the file is streamed).
 
 use std::io::{self, BufRead, BufReader};
 
@@ -67,6 +68,7 @@ pub fn remove_nul_bytes(dir: &TaskDir, name: &str) -> anyhow::Result<Option<NulF
         cleaned_lines: Vec::new(),
         bytes: 0,
     };
+    crate::checkpoint::remove_describing(dir, name)?;
     dir.write_atomic_with(name, |out| {
         for_each_line(dir, name, |n, line| {
             let nuls = line.iter().filter(|b| **b == 0).count() as u64;

@@ -19,7 +19,7 @@
 use std::io::{self, BufReader};
 
 use anyhow::{Context, anyhow};
-use ctxhost_format::files::{CONTEXT_CHECKPOINT, CURRENT, MESSAGES};
+use ctxhost_format::files::{CURRENT, MESSAGES};
 use ctxhost_format::jsonl::{LineReader, to_line, write_line};
 use ctxhost_format::{ChatMessage, HistoryLine};
 
@@ -112,10 +112,9 @@ pub fn repair_context_from(
     append(to_line(&history_line(seq, &note, timestamp))?)?;
     dir.sync_file(MESSAGES)
         .with_context(|| format!("cannot sync {}", dir.show(MESSAGES)))?;
-    // 2. current.jsonl (the host's check of the old one goes first: a crash in between costs
-    // the next check a full read, never a verdict on the wrong file).
-    dir.remove_file_if_exists(CONTEXT_CHECKPOINT)
-        .with_context(|| format!("cannot delete {}", dir.show(CONTEXT_CHECKPOINT)))?;
+    // 2. current.jsonl (the checkpoints that count the old one go first: a crash in between
+    // costs the next open a full read, never a verdict on the wrong file).
+    crate::checkpoint::remove_describing(dir, CURRENT)?;
     let mut again = Vec::new();
     dir.write_atomic_with(CURRENT, |out| {
         again = stream(dir, allow_pending_tail, out).map_err(io::Error::other)?;

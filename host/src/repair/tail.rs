@@ -135,8 +135,9 @@ fn last_line_start(f: &mut File, end: u64) -> io::Result<u64> {
 }
 
 /// Repair the last line of the JSONL file `name` of `dir` if a crash tore it (see [`Tail`]): a
-/// torn line is cut (its bytes appended to `<name>.torn` when `save_torn`), an unterminated
-/// complete line gets its `\n`. A missing file is fine. Returns what was done, `None` when
+/// torn line is cut (its bytes appended to `<name>.torn` when `save_torn`; the checkpoints
+/// that count the file deleted first, [`crate::checkpoint::remove_describing`]), an
+/// unterminated complete line gets its `\n`. A missing file is fine. Returns what was done, `None` when
 /// nothing was needed.
 pub fn fix_torn_tail(
     dir: &TaskDir,
@@ -179,9 +180,10 @@ pub fn fix_torn_tail(
 /// Cut the file `name` of `dir` at byte `offset` (the start of a line): with `save_torn`, the
 /// bytes from there to the end are first appended to `<name>.torn` ([`torn_name`]), copied in
 /// [`BACK_CHUNK`]-byte chunks (never held in memory whole) and ending with a `\n` (added when
-/// they lack one); then the file is truncated to `offset` and synced. Returns where the bytes
-/// were kept, when they were. Errors name the file read or written; nothing is cut unless the
-/// bytes were kept first.
+/// they lack one); then the checkpoints that count the file are deleted
+/// ([`crate::checkpoint::remove_describing`]) and it is truncated to `offset` and synced.
+/// Returns where the bytes were kept, when they were. Errors name the file read or written;
+/// nothing is cut unless the bytes were kept first.
 pub fn cut_from(
     dir: &TaskDir,
     name: &str,
@@ -215,6 +217,7 @@ pub fn cut_from(
         out.sync_all().with_context(write_ctx)?;
         saved_to = Some(shown);
     }
+    crate::checkpoint::remove_describing(dir, name)?;
     f.set_len(offset).with_context(ctx)?;
     f.sync_all().with_context(ctx)?;
     Ok(saved_to)

@@ -115,8 +115,8 @@ fn poll_repo(
             url: item.url.clone(),
         });
         // label -> processing now; a failure here is retried by the next publishing pass.
-        if let Some(row) = db.get(&uuid)?
-            && let Err(e) = publisher.sync(&row, Some(&item.labels), true)
+        if let Some(held) = db.held_task(&uuid)?
+            && let Err(e) = publisher.sync(&held, Some(&item.labels))
         {
             tracing::warn!(%uuid, "moving the labels of {} failed (retried later): {e:#}", item.r.short());
         }

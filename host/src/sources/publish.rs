@@ -4,15 +4,19 @@
 //! The publisher is a reconciler over the task store, not a hook in the task process: it
 //! reads what a task's row says (a status is only ever changed by [`crate::lifecycle`]) and
 //! what was already published (`publications`, [`crate::db::sources`]), and does what is
-//! missing. The worker runs it continuously (and right after a task process exits),
+//! missing. A pass ([`Publisher::sweep`]) reads both in one query that lists only the tasks
+//! with something to do ([`Db::publishing_due`]): a pass with nothing to do is that query. The worker runs it continuously (and right after a task process exits),
 //! `ctxhost poll` before every poll, `ctxhost run --once` once more at its end; any of them,
 //! on any host, may crash at any point and another picks up where it stopped.
 //!
 //! # Exactly one result comment
 //! For one task ([`Publisher::sync`]):
 //! 1. **Lease.** Only the holder of the task's publishing lease acts. Taking it is one
-//!    conditional UPDATE (free, expired, already ours, or held by a process of this host that
-//!    is dead); every later write is conditional on still holding it.
+//!    conditional upsert (free, expired, already ours, or held by a process of this host that
+//!    is dead) that returns the publication as it is under the new lease; every later write
+//!    is conditional on still holding it. Lease expiries and retry times are computed and
+//!    compared on the database server's clock, never a host's, so publishers on hosts whose
+//!    clocks disagree agree on them.
 //! 2. **Intent before effect.** `comment_state` goes `none` → `posting` (committed) before the
 //!    request is sent. So a comment can only exist on the item if the row says `posting` or
 //!    `posted`.
@@ -43,14 +47,14 @@
 //! Failpoints (tests): `publish:before-comment` (after 2) and `publish:after-comment` (after
 //! the request, before 4) kill the process with SIGKILL.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
 
 use super::labels::{moves, state_for};
 use super::{ItemRef, Source, Sources};
-use crate::db::sources::{CommentState, Publication};
+use crate::db::sources::{CommentState, HeldTask, Publication};
 use crate::db::{Db, Status, TaskRow};
 use crate::layout::{Layout, hostname};
 
@@ -191,13 +195,6 @@ pub struct Publisher<'a> {
     owner: String,
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as i64
-}
-
 /// Whether the lease `owner` (`HOST/PID/NONCE`) belongs to a process of this host that is no
 /// longer alive.
 fn owner_is_dead(owner: &str) -> bool {
@@ -228,32 +225,32 @@ impl<'a> Publisher<'a> {
         }
     }
 
-    /// Sync every task whose item is still held. `force`: also tasks whose last attempt
-    /// failed recently (one-shot commands); a worker waits out the backoff.
+    /// Sync every task the publisher has work for ([`Db::publishing_due`]: one query per
+    /// pass, listing only finished tasks and those whose labels do not show their status).
+    /// `force`: also tasks whose last attempt failed recently (one-shot commands); a worker
+    /// waits out the backoff, measured on the database server's clock.
     pub fn sweep(&self, force: bool) -> anyhow::Result<SweepReport> {
         let mut report = SweepReport::default();
-        for row in self.db.unpublished_tasks()? {
-            let Some(item) = ItemRef::from_task(&row) else {
+        for held in self.db.publishing_due(|s| state_for(s).as_str(), force)? {
+            let Some(item) = ItemRef::from_task(&held.task) else {
                 continue;
             };
-            match self.sync(&row, None, force) {
+            let uuid = held.task.uuid.clone();
+            match self.sync(&held, None) {
                 Ok(Synced::UpToDate) => {}
-                Ok(s) => report.done.push((row.uuid.clone(), item.short(), s)),
-                Err(e) => report.errors.push((row.uuid.clone(), format!("{e:#}"))),
+                Ok(s) => report.done.push((uuid, item.short(), s)),
+                Err(e) => report.errors.push((uuid, format!("{e:#}"))),
             }
         }
         Ok(report)
     }
 
-    /// Bring the item of task `row` up to date with its status (module docs); `labels`: the
-    /// item's labels when just read (spares a request). Errors are recorded in the task's
-    /// publication (with the time of the next attempt) and returned.
-    pub fn sync(
-        &self,
-        row: &TaskRow,
-        labels: Option<&[String]>,
-        force: bool,
-    ) -> anyhow::Result<Synced> {
+    /// Bring the item of task `held` (its row and publication as read, [`Db::held_task`])
+    /// up to date with its status (module docs); `labels`: the item's labels when just read
+    /// (spares a request). Errors are recorded in the task's publication (with the time of
+    /// the next attempt) and returned.
+    pub fn sync(&self, held: &HeldTask, labels: Option<&[String]>) -> anyhow::Result<Synced> {
+        let row = &held.task;
         let uuid = row.uuid.as_str();
         let item = ItemRef::from_task(row)
             .with_context(|| format!("task {uuid} has no GitHub/GitLab task key"))?;
@@ -266,38 +263,26 @@ impl<'a> Publisher<'a> {
                 item.forge.repos_key()
             )));
         };
-        let seen = self.db.publication(uuid)?;
-        let now = now_ms();
-        if let Some(p) = &seen {
-            if !force && p.next_attempt_ms.is_some_and(|t| t > now) {
-                return Ok(Synced::Skipped("waiting to retry after an error".into()));
-            }
-            // A task still under way whose labels show its status: nothing to do (a finished
-            // task is only seen here until its result is published).
-            if !row.status.is_final()
-                && p.labels_state.as_deref() == Some(state_for(row.status).as_str())
-            {
-                return Ok(Synced::UpToDate);
-            }
+        let seen = held.publication.as_ref();
+        // A task still under way whose labels show its status: nothing to do (a finished
+        // task is only seen here until its result is published).
+        if !row.status.is_final()
+            && seen.and_then(|p| p.labels_state.as_deref()) == Some(state_for(row.status).as_str())
+        {
+            return Ok(Synced::UpToDate);
         }
         let dead = seen
-            .as_ref()
             .and_then(|p| p.lease_owner.as_deref())
             .filter(|o| *o != self.owner && owner_is_dead(o));
-        let until = now + LEASE.as_millis() as i64;
-        if !self
-            .db
-            .take_publish_lease(uuid, &self.owner, until, now, dead)?
-        {
+        let Some(leased) = self.db.take_publish_lease(uuid, &self.owner, LEASE, dead)? else {
             return Ok(Synced::Skipped(
                 "another ctxhost process is publishing it".into(),
             ));
-        }
+        };
         if let Some(d) = dead {
             tracing::info!(%uuid, dead_owner = d, "took over the publication of a process that died");
         }
-        let attempts = seen.as_ref().map_or(0, |p| p.attempts);
-        match self.sync_leased(source, &item, uuid, labels) {
+        match self.sync_leased(source, &item, &leased, labels) {
             Ok(done) => {
                 self.db.release_publish_lease(uuid, &self.owner)?;
                 Ok(done)
@@ -305,40 +290,37 @@ impl<'a> Publisher<'a> {
             Err(e) => {
                 let msg = source.forge.redact(&format!("{e:#}"));
                 let wait = FIRST_RETRY_WAIT
-                    .saturating_mul(1u32 << attempts.clamp(0, 16) as u32)
+                    .saturating_mul(1u32 << leased.attempts.clamp(0, 16) as u32)
                     .min(MAX_RETRY_WAIT);
                 tracing::warn!(%uuid, item = %item.short(), retry_in_secs = wait.as_secs(), "publishing failed: {msg}");
-                self.db.record_publish_error(
-                    uuid,
-                    &self.owner,
-                    &msg,
-                    now_ms() + wait.as_millis() as i64,
-                )?;
+                self.db
+                    .record_publish_error(uuid, &self.owner, &msg, wait)?;
                 Err(anyhow::anyhow!(msg))
             }
         }
     }
 
-    /// The work under the lease: re-read the row, post the result of a finished task, move
+    /// The work under the lease, from `leased` (the publication as the lease was taken: only
+    /// the holder changes it now): re-read the row, post the result of a finished task, move
     /// the labels, let go of the item.
     fn sync_leased(
         &self,
         source: &Source,
         item: &ItemRef,
-        uuid: &str,
+        leased: &Publication,
         labels: Option<&[String]>,
     ) -> anyhow::Result<Synced> {
+        let uuid = leased.task_uuid.as_str();
         let row = self
             .db
             .get(uuid)?
             .with_context(|| format!("task {uuid} vanished"))?;
         let mut outcome = Synced::UpToDate;
         if row.status.is_final() {
-            outcome = self.ensure_comment(source, item, &row)?;
+            outcome = self.ensure_comment(source, item, &row, leased.comment_state)?;
         }
         let state = state_for(row.status);
-        let publication = self.db.publication(uuid)?;
-        if publication.and_then(|p| p.labels_state).as_deref() != Some(state.as_str()) {
+        if leased.labels_state.as_deref() != Some(state.as_str()) {
             let (add, remove) = moves(&source.config, state);
             source.forge.move_labels(item, labels, add, &remove)?;
             if !self.db.record_labels(uuid, &self.owner, state.as_str())? {
@@ -355,17 +337,15 @@ impl<'a> Publisher<'a> {
     }
 
     /// Steps 2–4 of the module docs for a finished task.
+    /// `state`: the comment's state as the lease was taken.
     fn ensure_comment(
         &self,
         source: &Source,
         item: &ItemRef,
         row: &TaskRow,
+        state: CommentState,
     ) -> anyhow::Result<Synced> {
         let uuid = row.uuid.as_str();
-        let state = self
-            .db
-            .publication(uuid)?
-            .map_or(CommentState::None, |p| p.comment_state);
         match state {
             CommentState::Posted => return Ok(Synced::UpToDate),
             CommentState::Posting => {
@@ -403,14 +383,7 @@ impl<'a> Publisher<'a> {
         };
         let body = source.forge.redact(&result_comment(row, answer.as_deref()));
         // Renew right before the request: it then ends long before the lease can.
-        let now = now_ms();
-        if !self.db.take_publish_lease(
-            uuid,
-            &self.owner,
-            now + LEASE.as_millis() as i64,
-            now,
-            None,
-        )? {
+        if !self.db.renew_publish_lease(uuid, &self.owner, LEASE)? {
             bail!("lost the publishing lease of task {uuid} before commenting");
         }
         let posted = source.forge.post_comment(item, &body)?;
