@@ -199,18 +199,18 @@ fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
     .unwrap();
     std::fs::write(paused.join("history_checkpoint.json"), forged.to_string()).unwrap();
 
-    // `ctxhost resume` refuses the task while fsck reports its checkpoints, naming them ...
-    let refused = env.ctxhost(&["resume", &uuid]).fails();
-    assert_eq!(refused.code(), Some(1));
+    // `ctxhost resume` queues it (a checkpoint that no longer matches is ignored), warning
+    // about each checkpoint fsck reports.
+    let resumed = env.ctxhost(&["resume", &uuid]).ok();
     assert!(
-        refused.stderr().contains("context_checkpoint.json")
-            && refused.stderr().contains("history_checkpoint.json")
-            && refused.stderr().contains("ctxhost fsck --repair"),
+        resumed.stderr().contains("context_checkpoint.json")
+            && resumed.stderr().contains("history_checkpoint.json")
+            && resumed
+                .stderr()
+                .contains("the task repairs this when it starts"),
         "{}",
-        refused.stderr()
+        resumed.stderr()
     );
-    // ... and a task queued with them all the same (no gate) does not believe them.
-    crate::support::task::TaskBuilder::new(&env.contexts()).requeue(&uuid);
 
     // Run 3: two workers race for the resumed task; one process runs it to the end.
     let (a, b) = (worker(&env, &[]), worker(&env, &[]));

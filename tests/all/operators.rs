@@ -4,8 +4,9 @@
 //!   quietly (0, no panic);
 //! - `ctxhost fsck` finds a missing messages.jsonl and a tasks.db that `submit` rejects;
 //!   `fsck --repair` removes a line of NUL bytes; `ctxhost retry` then requeues the task that
-//!   damage failed, and it continues from its context; `ctxhost resume` refuses a paused task
-//!   whose files fsck flags (the same check), until `fsck --repair`;
+//!   damage failed, and it continues from its context; `ctxhost resume` (the same check) queues
+//!   a paused task whose damage its process repairs when it starts and refuses one it would
+//!   fail on, until `fsck --repair`;
 //! - `cleanup --days 0` and `cleanup_days: 0` agree (both refused, pointing to `--all`), and
 //!   `cleanup --all` deletes every finished task's directory;
 //! - every JSONL line written (by the host and by the components) has U+2028/U+2029 escaped.
@@ -259,64 +260,95 @@ fn a_line_of_nul_bytes_fails_the_task_until_fsck_repair_and_retry_continue_it() 
     );
 }
 
-/// `ctxhost resume` refuses a paused task whose files `ctxhost fsck` flags, through the check
-/// `retry` uses: every problem fsck reports refuses, a torn last line included (the task
-/// process would cut it, but a paused task is only queued with files fsck passes). The error
-/// names the file and line, `ctxhost fsck --repair` and the command to run again; the task
-/// stays paused, and after the repair it resumes and continues from its context.
+/// `ctxhost resume` judges a paused task's files as `ctxhost fsck` does, through the check
+/// `retry` uses. A torn last line (what a crash leaves) is something the task process repairs
+/// when it starts: the task is queued with a warning naming file and line, the torn bytes are
+/// kept in `messages.jsonl.torn`, and it completes. A line of NUL bytes is something it would
+/// fail on: refused, naming the file and line, `ctxhost fsck --repair` and the command to run
+/// again; the task stays paused, and after the repair it resumes and completes.
 #[test]
-fn resume_refuses_a_paused_task_whose_files_fsck_flags_until_fsck_repair() {
-    let llm = FakeLlm::start(vec![Reply::text("Hi again.", None)]);
+fn resume_queues_what_the_task_repairs_and_refuses_what_it_would_fail_on() {
+    let llm = FakeLlm::start(vec![
+        Reply::text("Hi again.", None),
+        Reply::text("Hi again.", None),
+    ]);
     let env = env_for(&llm);
     let tasks = TaskBuilder::new(&env.contexts());
-    let uuid = tasks.paused();
-    let dir = tasks.dir_of(&uuid);
+
+    // A torn last line: queued with a warning, cut by the task process.
+    let torn = tasks.paused();
+    let dir = tasks.dir_of(&torn);
     let history = fs::read_to_string(dir.join("messages.jsonl")).unwrap();
     let torn_line = history.lines().count() + 1;
-    // An append cut short: half a line, no newline.
     let mut f = fs::OpenOptions::new()
         .append(true)
         .open(dir.join("messages.jsonl"))
         .unwrap();
     f.write_all(br#"{"seq":3,"role":"assist"#).unwrap();
     drop(f);
+    let resumed = env.ctxhost(&["resume", &torn]).ok();
+    assert!(
+        resumed
+            .stderr()
+            .contains(&format!("messages.jsonl:{torn_line}: torn last line"))
+            && resumed
+                .stderr()
+                .contains("the task repairs this when it starts"),
+        "{}",
+        resumed.stderr()
+    );
+    assert_eq!(row(&env, &torn)["status"], "queued");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert_eq!(row(&env, &torn)["status"], "completed");
+    let done = env.contexts().join("completed").join(&torn);
+    assert!(
+        fs::read_to_string(done.join("messages.jsonl.torn"))
+            .unwrap()
+            .starts_with(r#"{"seq":3,"role":"assist"#)
+    );
+    assert_eq!(llm.requests()[0].messages().len(), 2);
 
-    let refused = env.ctxhost(&["resume", &uuid]);
+    // A line of NUL bytes: refused until fsck --repair.
+    let nul = tasks.paused();
+    let dir = tasks.dir_of(&nul);
+    let history = fs::read_to_string(dir.join("messages.jsonl")).unwrap();
+    let nul_line = history.lines().count() + 1;
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("messages.jsonl"))
+        .unwrap();
+    f.write_all(&[0u8; 40]).unwrap();
+    f.write_all(b"\n").unwrap();
+    drop(f);
+    let refused = env.ctxhost(&["resume", &nul]);
     assert_eq!(refused.code(), Some(1), "{}", refused.stderr());
     let err = refused.stderr();
     assert!(
         err.contains(&format!(
-            "task {uuid} cannot be resumed: its files have 1 problem(s)"
-        )) && err.contains(&format!("messages.jsonl:{torn_line}: torn last line"))
+            "task {nul} cannot be resumed: its files have 1 problem(s) it would fail on"
+        )) && err.contains(&format!("messages.jsonl:{nul_line}: "))
             && err.contains("run `ctxhost fsck --repair`")
-            && err.contains(&format!("then `ctxhost resume {uuid}` again")),
+            && err.contains(&format!("then `ctxhost resume {nul}` again")),
         "{err}"
     );
-    assert_eq!(row(&env, &uuid)["status"], "paused");
-    assert!(env.contexts().join("paused").join(&uuid).is_dir());
+    assert_eq!(row(&env, &nul)["status"], "paused");
+    assert!(env.contexts().join("paused").join(&nul).is_dir());
     // fsck reports the same problem, at the same line.
     let fsck = env.ctxhost(&["fsck", "--json"]).json();
-    let torn: Vec<&Value> = fsck["problems"]
+    let found: Vec<&Value> = fsck["problems"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|p| p["kind"] == "torn-line")
+        .filter(|p| p["kind"] == "nul-bytes")
         .collect();
-    assert_eq!(torn.len(), 1, "{fsck:#}");
-    assert_eq!(torn[0]["line"], torn_line as u64);
+    assert_eq!(found.len(), 1, "{fsck:#}");
+    assert_eq!(found[0]["line"], nul_line as u64);
 
     env.ctxhost(&["fsck", "--repair"]).ok();
-    assert_eq!(
-        fs::read_to_string(dir.join("messages.jsonl")).unwrap(),
-        history
-    );
-    env.ctxhost(&["resume", &uuid]).ok();
-    assert_eq!(row(&env, &uuid)["status"], "queued");
+    env.ctxhost(&["resume", &nul]).ok();
+    assert_eq!(row(&env, &nul)["status"], "queued");
     env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
-    assert_eq!(row(&env, &uuid)["status"], "completed");
-    let sent = llm.requests()[0].messages();
-    assert_eq!(sent.len(), 2, "{sent:?}");
-    assert_eq!(sent[1]["content"], "say hi");
+    assert_eq!(row(&env, &nul)["status"], "completed");
 }
 
 #[test]

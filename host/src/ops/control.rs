@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 
 use crate::db::{Db, Status};
+use crate::fsck::{Problem, ProblemKind};
 use crate::layout::Layout;
 use crate::lifecycle::{self, Transition};
 
@@ -131,17 +132,43 @@ impl Requeue {
     }
 }
 
+/// Problems a task may be queued with: its process repairs them when it starts
+/// ([`crate::repair::repair_task_dir_from`]: links removed, temporaries deleted, torn last
+/// lines cut and kept in `<file>.torn`, current.jsonl caught up with messages.jsonl, a
+/// repairable context invariant repaired and recorded; the planning history's uncommitted
+/// lines cut when it is opened), or they do not hinder it (a checkpoint that no longer matches
+/// is ignored and rewritten; old summary ids are read in both forms; loose file modes). A
+/// context invariant counts only when fsck calls it fixable.
+const REPAIRED_WHEN_IT_STARTS: &[ProblemKind] = &[
+    ProblemKind::Symlink,
+    ProblemKind::TemporaryFile,
+    ProblemKind::TornLine,
+    ProblemKind::CurrentBehind,
+    ProblemKind::ContextInvariant,
+    ProblemKind::UncommittedPlanning,
+    ProblemKind::BadCheckpoint,
+    ProblemKind::OldSummaryId,
+    ProblemKind::LooseMode,
+];
+
+/// Whether task files with `problem` may be queued ([`REPAIRED_WHEN_IT_STARTS`]).
+fn repaired_when_it_starts(problem: &Problem) -> bool {
+    problem.fixable && REPAIRED_WHEN_IT_STARTS.contains(&problem.kind)
+}
+
 /// The gate before a task no process uses is queued again (`ctxhost resume`, `ctxhost retry`,
-/// and the dashboard's buttons): its directory, if it has one, must have no problem that
-/// `ctxhost fsck` reports for a task with `status` ([`crate::fsck::check_task_dir`]). The policy
-/// is "fsck finds nothing": every problem refuses, the ones `fsck --repair` fixes (a torn last
-/// line, a line of NUL bytes, a context invariant broken, a leftover temporary) included, so a
-/// task is only ever queued with files fsck passes; tool calls waiting at the end of
-/// current.jsonl are not a problem (the task makes them). A task with no directory (it never
-/// ran) passes.
+/// and the dashboard's buttons), on what `ctxhost fsck` reports for its directory with
+/// `status` ([`crate::fsck::check_task_dir`]): a problem its process repairs when it starts
+/// ([`REPAIRED_WHEN_IT_STARTS`]: a torn last line, a pairing fault of the three shapes, a
+/// link, a leftover temporary, a stale checkpoint) is logged as a warning and the task is
+/// queued; any other (a line of NUL bytes, a line that does not parse, a seq gap, an
+/// unrepairable context, a missing file) refuses, since the task would fail on it. Tool calls
+/// waiting at the end of current.jsonl are not a problem (the task makes them). A task with no
+/// directory (it never ran) passes.
 ///
-/// Errors: a [`Refused`] listing every problem (`FILE:LINE: what`), with the command that
-/// repairs them (`ctxhost fsck --repair`) and the one to run again.
+/// Errors: a [`Refused`] listing every problem that refuses (`FILE:LINE: what`), with the
+/// command that repairs what can be repaired (`ctxhost fsck --repair`) and the one to run
+/// again.
 pub fn require_sound_files(
     layout: &Layout,
     uuid: &str,
@@ -151,16 +178,22 @@ pub fn require_sound_files(
     let Some((_, dir)) = layout.find_task_dir(uuid) else {
         return Ok(());
     };
-    let problems = crate::fsck::check_task_dir(&dir, uuid, status);
-    if problems.is_empty() {
+    let (repaired, refusing): (Vec<Problem>, Vec<Problem>) =
+        crate::fsck::check_task_dir(&dir, uuid, status)
+            .into_iter()
+            .partition(repaired_when_it_starts);
+    if refusing.is_empty() {
+        for p in &repaired {
+            tracing::warn!(%uuid, "{p} (the task repairs this when it starts)");
+        }
         return Ok(());
     }
-    let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+    let list: Vec<String> = refusing.iter().map(|p| format!("  {p}")).collect();
     refuse!(
-        "task {uuid} cannot be {}: its files have {} problem(s); run `ctxhost fsck --repair` \
+        "task {uuid} cannot be {}: its files have {} problem(s) it would fail on; run `ctxhost fsck --repair` \
          (it fixes what can be fixed without losing data), then `ctxhost {} {uuid}` again:\n{}",
         requeue.done(),
-        problems.len(),
+        refusing.len(),
         requeue.command(),
         list.join("\n")
     )

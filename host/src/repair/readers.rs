@@ -9,11 +9,14 @@ use crate::invariants::queries::open_lines;
 use crate::task_dir::TaskDir;
 
 /// The JSONL files of a task directory that are not temporaries: `*.jsonl` at its top level
-/// and in `planning/` (regular files only, never links), as names relative to the directory,
-/// sorted.
+/// and in `planning/` (regular files only, never links; a `planning` that is not a folder, a
+/// link for one, holds none), as names relative to the directory, sorted.
 pub fn jsonl_files(dir: &TaskDir) -> anyhow::Result<Vec<String>> {
     let mut files = Vec::new();
     for sub in [None, Some(PLANNING_DIR)] {
+        if sub.is_some_and(|s| !dir.is_dir(s)) {
+            continue;
+        }
         let entries = dir
             .entries(sub)
             .with_context(|| format!("cannot list {}", dir.show(sub.unwrap_or_default())))?;

@@ -108,7 +108,7 @@ pub async fn stop(
 }
 
 /// `POST /tasks/{uuid}/retry` (form: `csrf`): a failed task back to the queue, from its
-/// context, like `ctxhost retry`; 409 naming the problems while fsck finds some in its files.
+/// context, like `ctxhost retry`; 409 naming the problems while fsck finds some the task would fail on.
 pub async fn retry(
     State(state): State<AppState>,
     Path(uuid): Path<String>,

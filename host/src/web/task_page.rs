@@ -1200,7 +1200,7 @@ pub struct Actions {
     pub can_resume: bool,
     pub can_stop: bool,
     /// A failed task whose files are still there (`ctxhost retry`; the operation itself
-    /// refuses while fsck finds problems in them).
+    /// refuses while fsck finds problems in them the task would fail on).
     pub can_retry: bool,
 }
 
