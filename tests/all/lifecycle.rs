@@ -478,13 +478,7 @@ fn pause_during_a_slow_summary_request_gives_way_and_the_task_resumes() {
         if n > 8 {
             return Some(Reply::text("All done.", Some((400, 3))));
         }
-        let args =
-            serde_json::json!({ "path": format!("src/file_{n}.rs"), "note": "x".repeat(800) })
-                .to_string();
-        Some(Reply::tool_calls(
-            vec![(&format!("call_{n}"), "read_text_file", &args)],
-            Some((400, 200)),
-        ))
+        Some(Reply::read_file_step(n))
     });
     let env = env_with_llm(
         &llm,

@@ -1136,12 +1136,7 @@ fn a_real_task_records_its_calls_and_the_chart_shows_them() {
         if i > 6 {
             return Some(Reply::text("All done.", Some((400, 3))));
         }
-        let args = serde_json::json!({"path": format!("src/f{i}.rs"), "note": "x".repeat(800)})
-            .to_string();
-        Some(Reply::tool_calls(
-            vec![(&format!("call_{i}"), "read_text_file", &args)],
-            Some((400, 200)),
-        ))
+        Some(Reply::read_file_step(i))
     });
     let env = TestEnv::new();
     env.write_config(&format!(

@@ -74,12 +74,7 @@ fn dashboard_in_chromium_shows_the_chart_and_messages_and_pauses_a_task() {
             ));
         }
         let i = s.fetch_add(1, Ordering::SeqCst) + 1;
-        let args = serde_json::json!({"path": format!("src/f{i}.rs"), "note": "x".repeat(800)})
-            .to_string();
-        let call = Reply::tool_calls(
-            vec![(&format!("call_{i}"), "read_text_file", &args)],
-            Some((400, 200)),
-        );
+        let call = Reply::read_file_step(i);
         if w.load(Ordering::SeqCst) > 0 {
             return Some(Reply::delay(Duration::from_millis(700), call));
         }

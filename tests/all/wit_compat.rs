@@ -227,13 +227,7 @@ fn scripted_llm() -> (FakeLlm, Arc<AtomicUsize>) {
                           "prompt_tokens_details": {"cached_tokens": 256}}
             })));
         }
-        let args =
-            serde_json::json!({ "path": format!("src/file_{n}.rs"), "note": "x".repeat(800) })
-                .to_string();
-        Some(Reply::tool_calls(
-            vec![(&format!("call_{n}"), "read_text_file", &args)],
-            Some((400, 200)),
-        ))
+        Some(Reply::read_file_step(n))
     });
     (llm, summaries)
 }

@@ -97,6 +97,19 @@ impl Reply {
         }
     }
 
+    /// The agent-loop reply of step `n` of a task that reads one file a step: a call of
+    /// `read_text_file` (id `call_N`) with about 800 characters of arguments, so the context
+    /// grows by ~200 tokens a step (usage 400 + 200).
+    pub fn read_file_step(n: usize) -> Reply {
+        let args =
+            serde_json::json!({ "path": format!("src/file_{n}.rs"), "note": "x".repeat(800) })
+                .to_string();
+        Reply::tool_calls(
+            vec![(&format!("call_{n}"), "read_text_file", &args)],
+            Some((400, 200)),
+        )
+    }
+
     /// Status `code` with `body` (Content-Type text/html when it starts with `<`, else
     /// application/json) and extra `headers`, e.g. `&[("Retry-After", "1")]`.
     pub fn status(code: u16, body: impl Into<String>, headers: &[(&str, &str)]) -> Reply {
