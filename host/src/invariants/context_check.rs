@@ -36,6 +36,13 @@ pub const CHECKPOINT_EVERY: u64 = 1024 * 1024;
 /// ignored.
 pub const MAX_CHECKPOINT_BYTES: u64 = 1024 * 1024;
 
+/// The longest line a context file may have (bytes, its `\n` not counted): 64 MiB, about 16
+/// million tokens, more than any model's window holds, so no line of a context that can be
+/// sent is refused. A longer line, which only a hostile or broken component writes, is an
+/// error naming file and line after reading at most this much of it, never a whole-line
+/// allocation.
+pub const MAX_CONTEXT_LINE_BYTES: usize = 64 * 1024 * 1024;
+
 /// The check of a context file up to a prefix of it. `Default`: nothing checked (the next
 /// [`ContextCheck::check`] reads the whole file).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,12 +187,23 @@ impl ContextCheck {
         let mut buf = Vec::new();
         loop {
             buf.clear();
-            let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
+            let cap = MAX_CONTEXT_LINE_BYTES as u64 + 1;
+            let n = (&mut reader)
+                .take(cap)
+                .read_until(b'\n', &mut buf)
+                .map_err(io)?;
             self.bytes_read += n as u64;
             if n == 0 {
                 break;
             }
             line_no += 1;
+            if n as u64 == cap && buf.last() != Some(&b'\n') {
+                return Err(ContextFileError::LineTooLong {
+                    file: file.clone(),
+                    line: line_no,
+                    max: MAX_CONTEXT_LINE_BYTES,
+                });
+            }
             end += n as u64;
             let terminated = buf.last() == Some(&b'\n');
             if terminated {
@@ -259,6 +277,42 @@ mod tests {
             text += &line(&result(&id));
         }
         text
+    }
+
+    #[test]
+    fn a_line_over_the_cap_is_an_error_naming_file_and_line_after_reading_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = TaskDir::open(dir.path()).unwrap();
+        let head = context(1);
+        let long = format!(
+            "{{\"role\":\"user\",\"content\":\"{}\"}}",
+            "x".repeat(MAX_CONTEXT_LINE_BYTES)
+        );
+        fs::write(
+            dir.path().join("current.jsonl"),
+            head.clone() + &long + "\n",
+        )
+        .unwrap();
+        let mut check = ContextCheck::default();
+        let e = check.check(&task, "current.jsonl", false).unwrap_err();
+        assert!(
+            matches!(e, ContextFileError::LineTooLong { line: 5, .. }),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("current.jsonl:5: longer than 67108864 bytes"),
+            "{e}"
+        );
+        assert!(check.bytes_read() <= (head.len() + MAX_CONTEXT_LINE_BYTES + 1) as u64);
+        // A line of exactly the cap is read.
+        let exact = "x".repeat(MAX_CONTEXT_LINE_BYTES - r#"{"role":"user","content":""}"#.len());
+        let exact = format!(r#"{{"role":"user","content":"{exact}"}}"#);
+        assert_eq!(exact.len(), MAX_CONTEXT_LINE_BYTES);
+        fs::write(dir.path().join("current.jsonl"), head + &exact + "\n").unwrap();
+        ContextCheck::default()
+            .check(&task, "current.jsonl", false)
+            .unwrap();
     }
 
     #[test]

@@ -328,6 +328,18 @@ pub enum ContextFileError {
         /// The parse error.
         reason: String,
     },
+    /// A line is longer than [`context_check::MAX_CONTEXT_LINE_BYTES`]: not read whole.
+    #[error(
+        "{file}:{line}: longer than {max} bytes, more than any context that can be sent holds; not read"
+    )]
+    LineTooLong {
+        /// The file.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+        /// The cap (bytes).
+        max: usize,
+    },
     /// A message breaks an invariant.
     #[error("{file}:{line}: {violation}")]
     Violation {
