@@ -73,6 +73,9 @@ impl TaskRef {
     /// than [`MIN_PREFIX_DIGITS`] digits.
     pub fn parse(given: &str) -> anyhow::Result<TaskRef> {
         let text = given.trim();
+        // Quoted in errors: escaped (no terminal control, no forged line) and bounded.
+        let shown = crate::untrusted::name(text);
+        let given = shown.as_ref();
         if let Ok(uuid) = parse_uuid(text) {
             return Ok(TaskRef::Uuid(uuid));
         }
@@ -265,6 +268,19 @@ mod tests {
             );
             assert!(e.contains(why), "{bad}: {e}");
             assert!(e.contains(&format!("`{bad}`")), "{bad}: {e}");
+        }
+        // What the user typed is quoted escaped and bounded: no terminal control sequence, no
+        // line that could pass for another error, no 100 KB message.
+        for hostile in [
+            "\u{1b}[31m0193".to_string(),
+            "0193\nerror: forged".to_string(),
+            "a".repeat(100_000),
+        ] {
+            let e = error(&hostile);
+            assert!(
+                !e.contains('\u{1b}') && !e.contains('\n') && e.len() < 2_000,
+                "{e:.300}"
+            );
         }
     }
 }

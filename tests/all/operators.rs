@@ -351,6 +351,38 @@ fn resume_queues_what_the_task_repairs_and_refuses_what_it_would_fail_on() {
     assert_eq!(row(&env, &nul)["status"], "completed");
 }
 
+/// A paused task whose directory was removed by hand cannot continue from its context:
+/// `ctxhost resume` refuses it (it used to queue it, and the task started over from its prompt
+/// as if it had never run); so does `retry` for a failed task that ran.
+#[test]
+fn resume_and_retry_refuse_a_task_whose_directory_is_gone() {
+    let llm = FakeLlm::start(vec![]);
+    let env = env_for(&llm);
+    let tasks = TaskBuilder::new(&env.contexts());
+    let paused = tasks.paused();
+    fs::remove_dir_all(tasks.dir_of(&paused)).unwrap();
+    let refused = env.ctxhost(&["resume", &paused]);
+    assert_eq!(refused.code(), Some(1), "{}", refused.stderr());
+    assert!(
+        refused.stderr().contains("its directory is missing")
+            && refused.stderr().contains("submit a new task instead"),
+        "{}",
+        refused.stderr()
+    );
+    assert_eq!(row(&env, &paused)["status"], "paused");
+    let failed = tasks.finished(Status::Failed);
+    fs::remove_dir_all(tasks.dir_of(&failed)).unwrap();
+    let refused = env.ctxhost(&["retry", &failed]);
+    assert_eq!(refused.code(), Some(1), "{}", refused.stderr());
+    assert!(
+        refused.stderr().contains("its directory is missing"),
+        "{}",
+        refused.stderr()
+    );
+    assert_eq!(row(&env, &failed)["status"], "failed");
+    assert!(llm.requests().is_empty());
+}
+
 #[test]
 fn cleanup_days_zero_is_refused_alike_and_all_is_explicit() {
     let llm = FakeLlm::start(vec![]);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use crate::db::{Db, Status};
+use crate::db::{Db, Status, TaskRow};
 use crate::fsck::{Problem, ProblemKind};
 use crate::layout::Layout;
 use crate::lifecycle::{self, Transition};
@@ -53,7 +53,7 @@ pub fn resume(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
     };
     // Only a paused task can be resumed: any other status is refused below, by what it is.
     if row.status == Status::Paused {
-        require_sound_files(layout, uuid, row.status, Requeue::Resume)?;
+        require_sound_files(layout, &row, Requeue::Resume)?;
     }
     if lifecycle::apply(db, layout, uuid, &Transition::Resume)?.is_some() {
         return Ok(());
@@ -94,7 +94,7 @@ pub fn retry(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
             "task {uuid} cannot be retried: `ctxhost cleanup` deleted its files (submit a new task instead)"
         );
     }
-    require_sound_files(layout, uuid, row.status, Requeue::Retry)?;
+    require_sound_files(layout, &row, Requeue::Retry)?;
     if lifecycle::apply(db, layout, uuid, &Transition::Retry)?.is_none() {
         let now = db.get(uuid)?.map(|r| r.status);
         refuse!(
@@ -157,29 +157,34 @@ fn repaired_when_it_starts(problem: &Problem) -> bool {
 }
 
 /// The gate before a task no process uses is queued again (`ctxhost resume`, `ctxhost retry`,
-/// and the dashboard's buttons), on what `ctxhost fsck` reports for its directory with
-/// `status` ([`crate::fsck::check_task_dir`]): a problem its process repairs when it starts
+/// and the dashboard's buttons), on what `ctxhost fsck` reports for the directory of `row`
+/// ([`crate::fsck::check_task_dir`]): a problem its process repairs when it starts
 /// ([`REPAIRED_WHEN_IT_STARTS`]: a torn last line, a pairing fault of the three shapes, a
 /// link, a leftover temporary, a stale checkpoint) is logged as a warning and the task is
 /// queued; any other (a line of NUL bytes, a line that does not parse, a seq gap, an
-/// unrepairable context, a missing file) refuses, since the task would fail on it. Tool calls
-/// waiting at the end of current.jsonl are not a problem (the task makes them). A task with no
-/// directory (it never ran) passes.
+/// unrepairable context, a missing file, a special file) refuses, since the task would fail on
+/// it. Tool calls waiting at the end of current.jsonl are not a problem (the task makes them).
+/// A task with no directory passes only when it never ran (a failed task that failed before
+/// it started); a paused task, or one that ran, without its directory is refused (it cannot
+/// continue from a context it lost).
 ///
-/// Errors: a [`Refused`] listing every problem that refuses (`FILE:LINE: what`), with the
-/// command that repairs what can be repaired (`ctxhost fsck --repair`) and the one to run
-/// again.
-pub fn require_sound_files(
-    layout: &Layout,
-    uuid: &str,
-    status: Status,
-    requeue: Requeue,
-) -> anyhow::Result<()> {
+/// Errors: a [`Refused`] listing every problem that refuses (`FILE:LINE: what`, and whether
+/// `ctxhost fsck --repair` can fix it), with the command to run next.
+pub fn require_sound_files(layout: &Layout, row: &TaskRow, requeue: Requeue) -> anyhow::Result<()> {
+    let uuid = row.uuid.as_str();
     let Some((_, dir)) = layout.find_task_dir(uuid) else {
+        if row.status == Status::Paused || row.started_at.is_some() {
+            refuse!(
+                "task {uuid} cannot be {}: its directory is missing from {} (`ctxhost fsck` reports it), so it \
+                 cannot continue from its context; submit a new task instead",
+                requeue.done(),
+                layout.root().display()
+            );
+        }
         return Ok(());
     };
     let (repaired, refusing): (Vec<Problem>, Vec<Problem>) =
-        crate::fsck::check_task_dir(&dir, uuid, status)
+        crate::fsck::check_task_dir(&dir, uuid, row.status)
             .into_iter()
             .partition(repaired_when_it_starts);
     if refusing.is_empty() {
@@ -188,13 +193,34 @@ pub fn require_sound_files(
         }
         return Ok(());
     }
-    let list: Vec<String> = refusing.iter().map(|p| format!("  {p}")).collect();
+    let list: Vec<String> = refusing
+        .iter()
+        .map(|p| {
+            let how = if p.fixable {
+                "`ctxhost fsck --repair` fixes this"
+            } else {
+                "no repair can fix this"
+            };
+            format!("  {p} ({how})")
+        })
+        .collect();
+    let next = if refusing.iter().all(|p| p.fixable) {
+        format!(
+            "run `ctxhost fsck --repair` (it fixes what can be fixed without losing data), then `ctxhost {} {uuid}` again",
+            requeue.command()
+        )
+    } else if refusing.iter().any(|p| p.fixable) {
+        "`ctxhost fsck --repair` fixes some of them, not all: the task cannot continue from its context; \
+         submit a new task instead"
+            .to_string()
+    } else {
+        "no repair can fix them: the task cannot continue from its context; submit a new task instead"
+            .to_string()
+    };
     refuse!(
-        "task {uuid} cannot be {}: its files have {} problem(s) it would fail on; run `ctxhost fsck --repair` \
-         (it fixes what can be fixed without losing data), then `ctxhost {} {uuid}` again:\n{}",
+        "task {uuid} cannot be {}: its files have {} problem(s) it would fail on; {next}:\n{}",
         requeue.done(),
         refusing.len(),
-        requeue.command(),
         list.join("\n")
     )
 }

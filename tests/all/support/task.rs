@@ -115,8 +115,8 @@ impl TaskBuilder {
 
     /// Queue paused task `uuid` again as `ctxhost resume` does, but without its fsck gate
     /// (`ctxhost::ops::control::require_sound_files`): for tests of what the task process
-    /// itself does with files only `fsck --repair` would otherwise fix (a torn line, a link, a
-    /// broken context) when it starts.
+    /// itself does, when it starts, with files `ctxhost resume` refuses (a line of NUL bytes,
+    /// a context no repair can fix), as after a crash, when a task is requeued without it.
     pub fn requeue(&self, uuid: &str) {
         let was = lifecycle::apply(&self.db(), &self.layout, uuid, &Transition::Resume).unwrap();
         assert_eq!(was, Some(Status::Paused), "task {uuid} was not paused");
