@@ -14,7 +14,7 @@
 //!
 //! Also here, because they walk the directory through the same handle: its size in bytes
 //! ([`TaskDir::disk_usage`], for the byte budget), the symbolic links in it
-//! ([`TaskDir::remove_symlinks`]) and the modes of its entries ([`TaskDir::walk`], for fsck).
+//! ([`TaskDir::remove_foreign_entries`]) and the modes of its entries ([`TaskDir::walk`], for fsck).
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -154,17 +154,10 @@ impl TaskDir {
         self.open_with(name, options().read(true))
     }
 
-    /// Open `name` for reading when it is a regular file: opened non-blocking, so a FIFO or a
-    /// device of that name neither blocks the caller nor is read (`InvalidInput` naming it).
+    /// Open `name` for reading when it is a regular file (as every open of a task directory's
+    /// files: [`TaskDir::open_with`]).
     pub fn open_regular(&self, name: &str) -> io::Result<File> {
-        let f = self.open_with(name, options().read(true).custom_flags(libc::O_NONBLOCK))?;
-        if !f.metadata()?.is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{name} is not a regular file; not read"),
-            ));
-        }
-        Ok(f)
+        self.open_read(name)
     }
 
     /// Open `name` for reading; `None` when it does not exist.
@@ -201,11 +194,26 @@ impl TaskDir {
         self.open_with(name, options().write(true).create_new(true))
     }
 
+    /// Every open of a file of the directory: never through a link ([`options`]), and only a
+    /// regular file. The open is non-blocking, so a FIFO or a device of that name (which
+    /// someone with access to the machine made; a component cannot) neither blocks the caller
+    /// nor is read or written: `InvalidInput` naming it. (`O_NONBLOCK` does nothing to a
+    /// regular file.)
     fn open_with(&self, name: &str, options: &OpenOptions) -> io::Result<File> {
-        self.dir
-            .open_with(name, options)
+        let mut options = options.clone();
+        options.custom_flags(libc::O_NONBLOCK);
+        let f = self
+            .dir
+            .open_with(name, &options)
             .map(cap_std::fs::File::into_std)
-            .map_err(|e| explain(name, e))
+            .map_err(|e| explain(name, e))?;
+        if !f.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name} is not a regular file (a FIFO, socket or device); not opened"),
+            ));
+        }
+        Ok(f)
     }
 
     /// The whole content of `name`, a small record file (metadata.json, task_state.json): at
@@ -479,26 +487,28 @@ impl TaskDir {
         Ok(total)
     }
 
-    /// The symbolic links below the directory (relative names).
-    pub fn symlinks(&self) -> io::Result<Vec<String>> {
-        let mut links = Vec::new();
+    /// The entries below the directory that are neither regular files nor folders (relative
+    /// names): symbolic links, FIFOs, sockets, devices. The host writes none of them.
+    pub fn foreign_entries(&self) -> io::Result<Vec<String>> {
+        let mut found = Vec::new();
         self.walk(|rel, m| {
-            if m.is_symlink() {
-                links.push(rel.to_string());
+            if !m.is_file() && !m.is_dir() {
+                found.push(rel.to_string());
             }
         })?;
-        links.sort();
-        Ok(links)
+        found.sort();
+        Ok(found)
     }
 
-    /// Delete every symbolic link below the directory (a component may have left them; nothing
-    /// the host writes is one). Returns the names removed.
-    pub fn remove_symlinks(&self) -> io::Result<Vec<String>> {
-        let links = self.symlinks()?;
-        for l in &links {
+    /// Delete every [`TaskDir::foreign_entries`] entry: links (a component may have left them),
+    /// FIFOs, sockets and devices (someone with access to the machine made them; none holds
+    /// data). Returns the names removed.
+    pub fn remove_foreign_entries(&self) -> io::Result<Vec<String>> {
+        let found = self.foreign_entries()?;
+        for l in &found {
             self.remove_file(l)?;
         }
-        Ok(links)
+        Ok(found)
     }
 
     /// Set the mode of `name` (opened without following a link, then `fchmod`): `0o600` for
@@ -643,9 +653,9 @@ mod tests {
         dir.write_atomic("rel.jsonl", b"mine").unwrap();
         assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret");
         assert!(dir.is_file("rel.jsonl"));
-        assert_eq!(dir.symlinks().unwrap(), ["abs.jsonl", "up"]);
-        assert_eq!(dir.remove_symlinks().unwrap(), ["abs.jsonl", "up"]);
-        assert!(dir.symlinks().unwrap().is_empty());
+        assert_eq!(dir.foreign_entries().unwrap(), ["abs.jsonl", "up"]);
+        assert_eq!(dir.remove_foreign_entries().unwrap(), ["abs.jsonl", "up"]);
+        assert!(dir.foreign_entries().unwrap().is_empty());
         assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret");
     }
 
@@ -656,5 +666,26 @@ mod tests {
         symlink(dir.path(), &link).unwrap();
         let e = TaskDir::open(&link).unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
+    }
+
+    /// A FIFO in a task directory (someone with access to the machine made it): every open
+    /// fails at once naming it, none blocks, and it is a foreign entry that repair deletes.
+    #[test]
+    fn a_fifo_is_never_opened_and_never_blocks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let fifo =
+            std::ffi::CString::new(tmp.path().join("tools.jsonl").to_str().unwrap().as_bytes())
+                .unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates a file.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = dir.open_read("tools.jsonl").unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert!(dir.read("tools.jsonl").is_err());
+        assert!(dir.append_line("tools.jsonl", "{}").is_err());
+        assert!(dir.open_read_write("tools.jsonl").is_err());
+        assert_eq!(dir.foreign_entries().unwrap(), ["tools.jsonl"]);
+        assert_eq!(dir.remove_foreign_entries().unwrap(), ["tools.jsonl"]);
+        assert!(!tmp.path().join("tools.jsonl").exists());
     }
 }

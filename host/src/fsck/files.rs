@@ -253,7 +253,8 @@ pub(crate) fn check_dir(
 }
 
 /// The entries of the task directory: symbolic links (the host never writes one; a component
-/// of an older ctxhost could), and modes looser than owner-only (the directory itself too).
+/// of an older ctxhost could), FIFOs, sockets and devices, and modes looser than owner-only
+/// (the directory itself too).
 fn check_entries(dir: &TaskDir, uuid: Option<&str>, live: bool, problems: &mut Vec<Problem>) {
     if let Ok(m) = std::fs::symlink_metadata(dir.path())
         && let Some(p) = loose_mode(dir.path(), uuid, m.permissions().mode(), true)
@@ -269,6 +270,15 @@ fn check_entries(dir: &TaskDir, uuid: Option<&str>, live: bool, problems: &mut V
                 Some(&dir.file_path(rel)),
                 None,
                 "a symbolic link in a task directory (the host never follows one; --repair deletes it)",
+                !live,
+            ));
+        } else if !m.is_file() && !m.is_dir() {
+            found.push(problem(
+                ProblemKind::SpecialFile,
+                uuid,
+                Some(&dir.file_path(rel)),
+                None,
+                "a FIFO, socket or device in a task directory (the host never opens one; --repair deletes it)",
                 !live,
             ));
         } else if let Some(p) = loose_mode(

@@ -40,10 +40,13 @@ pub(crate) fn tighten(path: &Path) -> anyhow::Result<String> {
 fn secure_dir(dir: &TaskDir) -> anyhow::Result<Vec<String>> {
     let mut done = Vec::new();
     let links = dir
-        .remove_symlinks()
+        .remove_foreign_entries()
         .with_context(|| format!("cannot remove the links in {}", dir.path().display()))?;
     if !links.is_empty() {
-        done.push(format!("deleted symbolic link(s) {}", links.join(", ")));
+        done.push(format!(
+            "deleted link(s) or special file(s) {}",
+            links.join(", ")
+        ));
     }
     let mut loose = Vec::new();
     dir.walk(|rel, m| {
@@ -135,7 +138,9 @@ pub(crate) fn repair_task(
     let open = |path: &Path| {
         TaskDir::open(path).with_context(|| format!("cannot open {}", path.display()))
     };
-    if (kinds.contains(&ProblemKind::Symlink) || kinds.contains(&ProblemKind::LooseMode))
+    if (kinds.contains(&ProblemKind::Symlink)
+        || kinds.contains(&ProblemKind::SpecialFile)
+        || kinds.contains(&ProblemKind::LooseMode))
         && let Some((_, path)) = layout.find_task_dir(uuid)
     {
         done.extend(secure_dir(&open(&path)?)?);

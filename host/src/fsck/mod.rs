@@ -132,6 +132,8 @@ pub enum ProblemKind {
     DatabaseDamaged,
     /// A symbolic link in a task directory.
     Symlink,
+    /// A FIFO, socket or device in a task directory (the host opens none; it holds no data).
+    SpecialFile,
     /// A file or folder under `contexts/` that the group or others may access (ctxhost creates
     /// files 0600 and folders 0700).
     LooseMode,

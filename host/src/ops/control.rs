@@ -133,7 +133,7 @@ impl Requeue {
 }
 
 /// Problems a task may be queued with: its process repairs them when it starts
-/// ([`crate::repair::repair_task_dir_from`]: links removed, temporaries deleted, torn last
+/// ([`crate::repair::repair_task_dir_from`]: links, FIFOs, sockets and devices removed, temporaries deleted, torn last
 /// lines cut and kept in `<file>.torn`, current.jsonl caught up with messages.jsonl, a
 /// repairable context invariant repaired and recorded; the planning history's uncommitted
 /// lines cut when it is opened), or they do not hinder it (a checkpoint that no longer matches
@@ -141,6 +141,7 @@ impl Requeue {
 /// context invariant counts only when fsck calls it fixable.
 const REPAIRED_WHEN_IT_STARTS: &[ProblemKind] = &[
     ProblemKind::Symlink,
+    ProblemKind::SpecialFile,
     ProblemKind::TemporaryFile,
     ProblemKind::TornLine,
     ProblemKind::CurrentBehind,
@@ -162,7 +163,7 @@ fn repaired_when_it_starts(problem: &Problem) -> bool {
 /// ([`REPAIRED_WHEN_IT_STARTS`]: a torn last line, a pairing fault of the three shapes, a
 /// link, a leftover temporary, a stale checkpoint) is logged as a warning and the task is
 /// queued; any other (a line of NUL bytes, a line that does not parse, a seq gap, an
-/// unrepairable context, a missing file, a special file) refuses, since the task would fail on
+/// unrepairable context, a missing file) refuses, since the task would fail on
 /// it. Tool calls waiting at the end of current.jsonl are not a problem (the task makes them).
 /// A task with no directory passes only when it never ran (a failed task that failed before
 /// it started); a paused task, or one that ran, without its directory is refused (it cannot

@@ -1,8 +1,9 @@
 //! Repairs of a task directory whose process died (DESIGN §7), as plain file operations done by
 //! the host before any component opens the files, through the directory's [`TaskDir`] handle.
 //!
-//! - [`TaskDir::remove_symlinks`]: symbolic links (a component cannot make one; an older
-//!   ctxhost let it) are deleted first, so nothing below ever meets one.
+//! - [`TaskDir::remove_foreign_entries`]: symbolic links (a component cannot make one; an older
+//!   ctxhost let it), FIFOs, sockets and devices are deleted first, so nothing below ever meets
+//!   one.
 //! - [`tail`]: a JSONL file whose last line was cut by a crash loses that line (kept in
 //!   `<file>.torn`); a complete last line missing its `\n` gets it.
 //! - [`reconcile`]: current.jsonl gets the history lines it lacks at its end (messages only, and
@@ -184,7 +185,7 @@ pub fn repair_task_dir_from(
     check: &mut ContextCheck,
 ) -> anyhow::Result<RepairReport> {
     let links = dir
-        .remove_symlinks()
+        .remove_foreign_entries()
         .with_context(|| format!("cannot remove the links in {}", dir.path().display()))?;
     let mut report = RepairReport {
         links,
