@@ -540,13 +540,21 @@ fn pause_during_a_slow_summary_request_gives_way_and_the_task_resumes() {
     assert!(summary_calls.load(Ordering::SeqCst) >= 2);
     assert!(loop_calls.load(Ordering::SeqCst) > loop_before);
     let dir = env.contexts().join("completed").join(&uuid);
-    let errors: Vec<String> = read_jsonl(&dir.join("llm_calls.jsonl"))
-        .iter()
-        .filter(|l| l["type"] == "summary_call")
-        .filter_map(|l| l["error"].as_str().map(str::to_string))
+    let given_up: Vec<Value> = read_jsonl(&dir.join("llm_calls.jsonl"))
+        .into_iter()
+        .filter(|l| l["type"] == "summary_call" && l["error"].is_string())
         .collect();
-    assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].contains("asked to pause or stop"), "{errors:?}");
+    assert_eq!(given_up.len(), 1, "{given_up:?}");
+    let error = given_up[0]["error"].as_str().unwrap();
+    // Its request was deleted (written again on resume), and its size is still known.
+    assert!(
+        error.contains("asked to pause or stop") && !error.contains("kept in the task directory"),
+        "{error}"
+    );
+    assert!(
+        given_up[0]["request_bytes"].as_u64().unwrap() > 0,
+        "{given_up:?}"
+    );
     env.ctxhost(&["fsck"]).ok();
 }
 

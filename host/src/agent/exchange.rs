@@ -39,11 +39,14 @@ pub enum ExchangeError {
         /// The request file (relative to the task directory).
         request: String,
     },
-    /// The POST failed (after the transport's retries).
-    #[error("{source} ({request} kept in the task directory for debugging)")]
+    /// The POST failed (after the transport's retries), or gave way to a pause or stop (then
+    /// the request file is deleted: it is written again from the context on resume).
+    #[error("{source}{}", kept_note(source, request))]
     Post {
         /// The request file (relative to the task directory).
         request: String,
+        /// Bytes of the request that was sent (or would have been).
+        request_bytes: u64,
         /// The underlying error.
         source: TransportError,
     },
@@ -75,7 +78,26 @@ pub enum ExchangeError {
     },
 }
 
+/// Where the request of a failed POST is: kept for debugging, unless the call gave way to a
+/// pause or stop.
+fn kept_note(source: &TransportError, request: &str) -> String {
+    if source.is_interrupted() {
+        String::new()
+    } else {
+        format!(" ({request} kept in the task directory for debugging)")
+    }
+}
+
 impl ExchangeError {
+    /// Bytes of the request, when it was written and the POST failed or gave way; `None` for
+    /// the other errors (the request file, when kept, tells).
+    pub fn request_bytes(&self) -> Option<u64> {
+        match self {
+            ExchangeError::Post { request_bytes, .. } => Some(*request_bytes),
+            _ => None,
+        }
+    }
+
     /// The provider answered (the call counts), but with a reply that could not be read or used:
     /// asking again may give a usable one.
     pub fn is_malformed_reply(&self) -> bool {
@@ -183,6 +205,7 @@ pub fn exchange_checked(
             }
             ExchangeError::Post {
                 request: request_name.clone(),
+                request_bytes: request.bytes,
                 source,
             }
         })?;

@@ -173,12 +173,13 @@ impl LlmImport for HostLlm {
                 {
                     probe.gave_way.store(true, Ordering::SeqCst);
                 }
-                let bytes = self
-                    .dir
-                    .metadata(LLM_REQUEST_FILE)
-                    .ok()
-                    .flatten()
-                    .map_or(0, |m| m.len());
+                let bytes = e.request_bytes().unwrap_or_else(|| {
+                    self.dir
+                        .metadata(LLM_REQUEST_FILE)
+                        .ok()
+                        .flatten()
+                        .map_or(0, |m| m.len())
+                });
                 CallLog::new(&self.dir).record_summary_call(
                     prompt_tokens,
                     bytes,

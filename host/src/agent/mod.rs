@@ -597,13 +597,15 @@ impl Agent<'_> {
                 Err(e) => e,
             };
             let error = format!("LLM call {step} failed: {e}");
-            // request.json is kept after a failed call: its size is known.
-            record.request_bytes = ctx
-                .dir()
-                .metadata(REQUEST)
-                .ok()
-                .flatten()
-                .map_or(0, |m| m.len());
+            // request.json is kept after a failed call, except one that gave way to a pause
+            // or stop: the error tells its size then.
+            record.request_bytes = e.request_bytes().unwrap_or_else(|| {
+                ctx.dir()
+                    .metadata(REQUEST)
+                    .ok()
+                    .flatten()
+                    .map_or(0, |m| m.len())
+            });
             record.error = Some(&error);
             ctx.calls().record_call(&record, &now_rfc3339());
             if e.is_interrupted() {
