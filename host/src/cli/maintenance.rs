@@ -205,14 +205,22 @@ pub(super) fn fsck(env: &Env, args: &FsckArgs) -> anyhow::Result<ExitCode> {
         outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(code);
     }
-    for p in &report.problems {
+    // One task's problems are repaired together: what was done is shown once, after the last
+    // of them, not under each.
+    for (i, p) in report.problems.iter().enumerate() {
         let tag = match (&p.repaired, p.fixable) {
             (Some(_), _) => "repaired",
             (None, true) => "fixable",
             (None, false) => "problem",
         };
         outln!("{tag:9} {:<20} {p}", format!("{:?}", p.kind));
-        if let Some(what) = &p.repaired {
+        let next_same = report
+            .problems
+            .get(i + 1)
+            .is_some_and(|n| n.uuid == p.uuid && n.repaired == p.repaired);
+        if let Some(what) = &p.repaired
+            && !next_same
+        {
             outln!("          → {what}");
         }
     }
