@@ -811,7 +811,20 @@ impl Agent<'_> {
             .current_file()
             .ok()
             .and_then(|f| last_message_in(ctx.dir(), &f).ok().flatten());
+        let summary = ctx
+            .current_file()
+            .ok()
+            .and_then(|f| summary_tokens_in(ctx.dir(), &f));
         let advice = match &newest {
+            // A summary larger than its share: the model ignored the summary request's
+            // max_tokens, or the reserve is too large for the window.
+            _ if summary.is_some_and(|t| t > window / 4) => format!(
+                "the summary the compressor made is {} tokens, more than a quarter of the window: the model \
+                 answered the summary request at length (it may ignore max_tokens); lower llm.max_output_tokens \
+                 (the summary requests' reply limit, {reserve}), or use a model with a larger window \
+                 (llm.context_length)",
+                summary.unwrap_or(0)
+            ),
             Some(m) if m.role == "tool" => format!(
                 "the newest message, a result of {} ({} tokens), is kept whole by every compression: lower \
                  tools.max_tool_output_tokens (the effective cap for this window is {}), or use a model with a larger \
@@ -919,6 +932,21 @@ impl Agent<'_> {
     }
 }
 
+/// Estimated tokens of the summary message of the context file `name` (its second line, when
+/// it is one); `None` when it has none or cannot be read. At most two lines are read, each
+/// capped at [`crate::compaction::MAX_FIRST_LINE_BYTES`].
+fn summary_tokens_in(dir: &crate::task_dir::TaskDir, name: &str) -> Option<u64> {
+    let mut lines = queries::open_lines(dir, name)
+        .ok()??
+        .max_line_bytes(crate::compaction::MAX_FIRST_LINE_BYTES);
+    lines.next_line().ok()??;
+    let (_, line) = lines.next_line().ok()??;
+    let message: ChatMessage = serde_json::from_str(line).ok()?;
+    let content = message.content.as_deref()?;
+    ctxhost_format::compress::parse_summary_range(content)?;
+    Some(ctxhost_format::estimate_message_tokens(&message))
+}
+
 /// Count a compression that was installed (`before` → `after` tokens, its summary's id when it
 /// made one): a line in llm_calls.jsonl and the task's compression counter.
 fn record_compaction(
@@ -1010,6 +1038,33 @@ fn normalise_reply(mut message: ChatMessage) -> ChatMessage {
 mod tests {
     use super::*;
     use ctxhost_format::ToolCall;
+
+    #[test]
+    fn the_summary_of_a_context_is_found_on_its_second_line_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = crate::task_dir::TaskDir::open(tmp.path()).unwrap();
+        let line = |m: &ChatMessage| serde_json::to_string(m).unwrap() + "\n";
+        let system = ChatMessage::text("system", "be brief");
+        let summary =
+            ctxhost_format::compress::summary_message(2, 40, &"the agent read files. ".repeat(50));
+        std::fs::write(
+            tmp.path().join("current.jsonl"),
+            line(&system) + &line(&summary) + &line(&ChatMessage::text("user", "go on")),
+        )
+        .unwrap();
+        assert_eq!(
+            summary_tokens_in(&dir, "current.jsonl"),
+            Some(ctxhost_format::estimate_message_tokens(&summary))
+        );
+        // No summary at line 2 (one later is not the context's summary), or no file.
+        std::fs::write(
+            tmp.path().join("current.jsonl"),
+            line(&system) + &line(&ChatMessage::text("user", "go")) + &line(&summary),
+        )
+        .unwrap();
+        assert_eq!(summary_tokens_in(&dir, "current.jsonl"), None);
+        assert_eq!(summary_tokens_in(&dir, "missing.jsonl"), None);
+    }
 
     #[test]
     fn a_reply_gets_the_assistant_role_and_arguments() {
