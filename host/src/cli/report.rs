@@ -211,8 +211,13 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
             t.total_tokens
         );
     }
+    // The process of a running task; one that ended names the last that ran it.
     if let (Some(pid), Some(host)) = (t.process_id, &t.hostname) {
-        outln!("process:       {pid} on {host}");
+        if t.status == Status::Running {
+            outln!("process:       {pid} on {host}");
+        } else {
+            outln!("last process:  {pid} on {host} (ended)");
+        }
     }
     if t.resume_count > 0 || t.crash_count > 0 {
         outln!(
