@@ -147,7 +147,7 @@ fn the_three_pairing_cases_are_repaired_recorded_and_never_sent() {
                 .contains(&format!("current.jsonl:{line}: "))
                 && resumed
                     .stderr()
-                    .contains("the task repairs this when it starts"),
+                    .contains("the task repairs it when it starts"),
             "{case}: {}",
             resumed.stderr()
         );

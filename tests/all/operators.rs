@@ -291,9 +291,7 @@ fn resume_queues_what_the_task_repairs_and_refuses_what_it_would_fail_on() {
         resumed
             .stderr()
             .contains(&format!("messages.jsonl:{torn_line}: torn last line"))
-            && resumed
-                .stderr()
-                .contains("the task repairs this when it starts"),
+            && resumed.stderr().contains("the task cuts it when it starts"),
         "{}",
         resumed.stderr()
     );
@@ -351,7 +349,8 @@ fn resume_queues_what_the_task_repairs_and_refuses_what_it_would_fail_on() {
     assert_eq!(row(&env, &nul)["status"], "completed");
 }
 
-/// A paused task whose directory was removed by hand cannot continue from its context:
+/// A paused task whose directory (or whose history) was removed by hand cannot continue from
+/// its context:
 /// `ctxhost resume` refuses it (it used to queue it, and the task started over from its prompt
 /// as if it had never run); so does `retry` for a failed task that ran.
 #[test]
@@ -380,6 +379,21 @@ fn resume_and_retry_refuse_a_task_whose_directory_is_gone() {
         refused.stderr()
     );
     assert_eq!(row(&env, &failed)["status"], "failed");
+    // Its directory there but its history and context gone: refused too (fsck reports it).
+    let emptied = tasks.paused();
+    let dir = tasks.dir_of(&emptied);
+    for f in ["messages.jsonl", "current.jsonl"] {
+        fs::remove_file(dir.join(f)).unwrap();
+    }
+    let refused = env.ctxhost(&["resume", &emptied]);
+    assert_eq!(refused.code(), Some(1), "{}", refused.stderr());
+    assert!(
+        refused.stderr().contains("messages.jsonl: missing")
+            && refused.stderr().contains("no repair can fix"),
+        "{}",
+        refused.stderr()
+    );
+    assert_eq!(row(&env, &emptied)["status"], "paused");
     assert!(llm.requests().is_empty());
 }
 

@@ -395,7 +395,7 @@ fn links_left_in_a_task_directory_are_removed_before_it_resumes() {
     assert_eq!(row(&env, &uuid)["status"], "completed", "{log}");
     let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
     assert!(links_below(&dir).is_empty());
-    assert!(log.contains("deleted symbolic link(s)"), "{log}");
+    assert!(log.contains("deleted link(s) or special file(s)"), "{log}");
     assert_victim_intact(&env);
 }
 

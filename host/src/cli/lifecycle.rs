@@ -105,10 +105,17 @@ pub(super) fn resume(env: &Env, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
 pub(super) fn retry(env: &Env, args: &RetryArgs) -> anyhow::Result<ExitCode> {
     let (db, row) = env.open_task(&args.uuid)?;
     control::retry(&db, &env.layout, &row.uuid)?;
-    outln!(
-        "task {} queued again; `ctxhost run` continues it from its context",
-        row.uuid
-    );
+    if env.layout.find_task_dir(&row.uuid).is_some() {
+        outln!(
+            "task {} queued again; `ctxhost run` continues it from its context",
+            row.uuid
+        );
+    } else {
+        outln!(
+            "task {} queued again; it failed before it had a context, so `ctxhost run` starts it afresh",
+            row.uuid
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

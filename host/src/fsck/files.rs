@@ -98,16 +98,15 @@ fn format_of(name: &str) -> LineFormat {
 }
 
 /// Check the files of the task directory at `path`. `live`: a process is using it (read-only,
-/// the last line is not judged); `allow_pending`: unanswered tool calls may end current.jsonl;
-/// `keep_debug`: request/response bodies are not temporaries (a failed task).
+/// the last line is not judged); `rules`: what its status allows ([`super::FileRules`]).
 pub(crate) fn check_dir(
     path: &Path,
     uuid: Option<&str>,
     live: bool,
-    allow_pending: bool,
-    keep_debug: bool,
+    rules: &super::FileRules,
     problems: &mut Vec<Problem>,
 ) {
+    let (allow_pending, keep_debug) = (rules.allow_pending, rules.keep_debug);
     let dir = match TaskDir::open(path) {
         Ok(d) => d,
         Err(e) => {
@@ -196,14 +195,16 @@ pub(crate) fn check_dir(
             .into_iter()
             .filter(|f| dir.is_file(f))
             .collect();
-        if !written.is_empty() || !allow_pending {
+        if !written.is_empty() || rules.needs_history {
             problems.push(problem(
                 ProblemKind::MissingFile,
                 uuid,
                 Some(&messages),
                 None,
                 if written.is_empty() {
-                    "missing: a completed task always has its history".to_string()
+                    "missing: a paused or completed task always has its history (restore it from a backup; \
+                     the task cannot continue without it)"
+                        .to_string()
                 } else {
                     format!(
                         "missing, but {} exist(s): the history of the task is lost (restore it from a backup; \

@@ -317,6 +317,9 @@ pub struct FileRules {
     pub allow_pending: bool,
     /// request.json / response.json of a failed LLM call are kept, not reported.
     pub keep_debug: bool,
+    /// messages.jsonl must be there: a paused or completed task wrote its history (a failed
+    /// one may have failed before its first line).
+    pub needs_history: bool,
 }
 
 impl FileRules {
@@ -326,6 +329,16 @@ impl FileRules {
         FileRules {
             allow_pending: status != Status::Completed,
             keep_debug: status == Status::Failed,
+            needs_history: matches!(status, Status::Paused | Status::Completed),
+        }
+    }
+
+    /// The rules for a directory with no row: nothing is known of its task.
+    pub fn lenient() -> FileRules {
+        FileRules {
+            allow_pending: true,
+            keep_debug: true,
+            needs_history: false,
         }
     }
 }
@@ -337,14 +350,7 @@ impl FileRules {
 pub fn check_task_dir(dir: &Path, uuid: &str, status: Status) -> Vec<Problem> {
     let rules = FileRules::for_status(status);
     let mut problems = Vec::new();
-    files::check_dir(
-        dir,
-        Some(uuid),
-        false,
-        rules.allow_pending,
-        rules.keep_debug,
-        &mut problems,
-    );
+    files::check_dir(dir, Some(uuid), false, &rules, &mut problems);
     problems
 }
 

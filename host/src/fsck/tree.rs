@@ -229,14 +229,7 @@ pub(crate) fn check(db: &Db, layout: &Layout) -> anyhow::Result<Pass> {
         if let Some(state) = here {
             let dir = layout.task_dir(state, uuid);
             let rules = super::FileRules::for_status(row.status);
-            files::check_dir(
-                &dir,
-                Some(uuid),
-                alive,
-                rules.allow_pending,
-                rules.keep_debug,
-                &mut problems,
-            );
+            files::check_dir(&dir, Some(uuid), alive, &rules, &mut problems);
         }
     }
     for (uuid, states) in &found {
@@ -253,7 +246,13 @@ pub(crate) fn check(db: &Db, layout: &Layout) -> anyhow::Result<Pass> {
                 format!("no row in {}", db.location()),
                 false,
             ));
-            files::check_dir(&dir, Some(uuid), false, true, true, &mut problems);
+            files::check_dir(
+                &dir,
+                Some(uuid),
+                false,
+                &super::FileRules::lenient(),
+                &mut problems,
+            );
         }
     }
     Ok(Pass {

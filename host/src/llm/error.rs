@@ -116,7 +116,7 @@ pub enum TransportError {
     /// ([`crate::llm::transport::Interruption`]): no further attempt or wait was started, and
     /// an attempt in flight was abandoned after the grace period. No response file is left.
     #[error(
-        "POST {url}: given up after {attempts} attempt(s) because the task was asked to pause or stop (the request is sent again if the task resumes)"
+        "POST {url}: given up after {attempts} attempt(s) because the task was asked to pause or stop (a paused task sends the request again when it resumes)"
     )]
     Interrupted {
         /// The request URL.

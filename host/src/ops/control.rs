@@ -132,37 +132,68 @@ impl Requeue {
     }
 }
 
-/// Problems a task may be queued with: its process repairs them when it starts
-/// ([`crate::repair::repair_task_dir_from`]: links, FIFOs, sockets and devices removed, temporaries deleted, torn last
-/// lines cut and kept in `<file>.torn`, current.jsonl caught up with messages.jsonl, a
-/// repairable context invariant repaired and recorded; the planning history's uncommitted
-/// lines cut when it is opened), or they do not hinder it (a checkpoint that no longer matches
-/// is ignored and rewritten; old summary ids are read in both forms; loose file modes). A
-/// context invariant counts only when fsck calls it fixable.
-const REPAIRED_WHEN_IT_STARTS: &[ProblemKind] = &[
-    ProblemKind::Symlink,
-    ProblemKind::SpecialFile,
-    ProblemKind::TemporaryFile,
-    ProblemKind::TornLine,
-    ProblemKind::CurrentBehind,
-    ProblemKind::ContextInvariant,
-    ProblemKind::UncommittedPlanning,
-    ProblemKind::BadCheckpoint,
-    ProblemKind::OldSummaryId,
-    ProblemKind::LooseMode,
+/// Problems a task may be queued with, and what becomes of each (the warning `resume` and
+/// `retry` print): its process repairs it when it starts
+/// ([`crate::repair::repair_task_dir_from`]; the planning history's uncommitted lines when it
+/// is opened), or it does not hinder the task. A context invariant counts only when fsck calls
+/// it fixable. Every other problem refuses.
+const QUEUED_WITH: &[(ProblemKind, &str)] = &[
+    (ProblemKind::Symlink, "the task deletes it when it starts"),
+    (
+        ProblemKind::SpecialFile,
+        "the task deletes it when it starts",
+    ),
+    (
+        ProblemKind::TemporaryFile,
+        "the task deletes it when it starts",
+    ),
+    (
+        ProblemKind::TornLine,
+        "the task cuts it when it starts, keeping it in the file's .torn",
+    ),
+    (
+        ProblemKind::CurrentBehind,
+        "the task appends the lines when it starts",
+    ),
+    (
+        ProblemKind::ContextInvariant,
+        "the task repairs it when it starts, recording the repair in messages.jsonl",
+    ),
+    (
+        ProblemKind::UncommittedPlanning,
+        "the task cuts them when it opens its planning history",
+    ),
+    (
+        ProblemKind::BadCheckpoint,
+        "the task ignores it and reads the file whole; `ctxhost fsck --repair` deletes it",
+    ),
+    (
+        ProblemKind::OldSummaryId,
+        "the task reads both forms; `ctxhost fsck --repair` rewrites it",
+    ),
+    (
+        ProblemKind::LooseMode,
+        "harmless to the task; `ctxhost fsck --repair` makes it owner-only",
+    ),
 ];
 
-/// Whether task files with `problem` may be queued ([`REPAIRED_WHEN_IT_STARTS`]).
-fn repaired_when_it_starts(problem: &Problem) -> bool {
-    problem.fixable && REPAIRED_WHEN_IT_STARTS.contains(&problem.kind)
+/// What becomes of `problem` when its task is queued ([`QUEUED_WITH`]); `None`: it refuses.
+fn queued_with(problem: &Problem) -> Option<&'static str> {
+    if !problem.fixable {
+        return None;
+    }
+    QUEUED_WITH
+        .iter()
+        .find(|(kind, _)| *kind == problem.kind)
+        .map(|(_, what)| *what)
 }
 
 /// The gate before a task no process uses is queued again (`ctxhost resume`, `ctxhost retry`,
 /// and the dashboard's buttons), on what `ctxhost fsck` reports for the directory of `row`
-/// ([`crate::fsck::check_task_dir`]): a problem its process repairs when it starts
-/// ([`REPAIRED_WHEN_IT_STARTS`]: a torn last line, a pairing fault of the three shapes, a
-/// link, a leftover temporary, a stale checkpoint) is logged as a warning and the task is
-/// queued; any other (a line of NUL bytes, a line that does not parse, a seq gap, an
+/// ([`crate::fsck::check_task_dir`]): a problem its process repairs when it starts or that
+/// does not hinder it ([`QUEUED_WITH`]: a torn last line, a pairing fault of the three shapes,
+/// a link, a leftover temporary, a stale checkpoint, a loose mode) is logged as a warning
+/// saying what becomes of it, and the task is queued; any other (a line of NUL bytes, a line that does not parse, a seq gap, an
 /// unrepairable context, a missing file) refuses, since the task would fail on
 /// it. Tool calls waiting at the end of current.jsonl are not a problem (the task makes them).
 /// A task with no directory passes only when it never ran (a failed task that failed before
@@ -184,13 +215,13 @@ pub fn require_sound_files(layout: &Layout, row: &TaskRow, requeue: Requeue) -> 
         }
         return Ok(());
     };
-    let (repaired, refusing): (Vec<Problem>, Vec<Problem>) =
+    let (queued, refusing): (Vec<Problem>, Vec<Problem>) =
         crate::fsck::check_task_dir(&dir, uuid, row.status)
             .into_iter()
-            .partition(repaired_when_it_starts);
+            .partition(|p| queued_with(p).is_some());
     if refusing.is_empty() {
-        for p in &repaired {
-            tracing::warn!(%uuid, "{p} (the task repairs this when it starts)");
+        for p in &queued {
+            tracing::warn!(%uuid, "{p} ({})", queued_with(p).unwrap_or_default());
         }
         return Ok(());
     }

@@ -132,7 +132,7 @@ impl RepairReport {
         let mut out = Vec::new();
         if !self.links.is_empty() {
             out.push(format!(
-                "deleted symbolic link(s) left in the task directory: {}",
+                "deleted link(s) or special file(s) left in the task directory: {}",
                 self.links.join(", ")
             ));
         }

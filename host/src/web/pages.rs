@@ -478,7 +478,7 @@ pub fn notice(code: &str) -> Option<Notice> {
         "stop-requested" => ok("Stop requested: the task stops at its next safe point."),
         "stopped" => ok("The task is stopped."),
         "retried" => ok(
-            "The failed task is queued again; a worker (`ctxhost run`) continues it from its context.",
+            "The failed task is queued again; a worker (`ctxhost run`) continues it from its context, or starts it afresh if it has none.",
         ),
         _ => None,
     }
