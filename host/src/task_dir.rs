@@ -149,15 +149,9 @@ impl TaskDir {
         self.file_path(name).display().to_string()
     }
 
-    /// Open `name` for reading.
+    /// Open `name` for reading: a regular file only, never through a link ([`TaskDir::open_with`]).
     pub fn open_read(&self, name: &str) -> io::Result<File> {
         self.open_with(name, options().read(true))
-    }
-
-    /// Open `name` for reading when it is a regular file (as every open of a task directory's
-    /// files: [`TaskDir::open_with`]).
-    pub fn open_regular(&self, name: &str) -> io::Result<File> {
-        self.open_read(name)
     }
 
     /// Open `name` for reading; `None` when it does not exist.
@@ -227,11 +221,11 @@ impl TaskDir {
         self.read_bounded_if_exists(name, MAX_RECORD_BYTES)
     }
 
-    /// The whole content of the regular file `name` ([`TaskDir::open_regular`]), at most
+    /// The whole content of the regular file `name` ([`TaskDir::open_read`]), at most
     /// `max_bytes` bytes: a larger file is an error (`InvalidData`, naming it), and no more than
     /// `max_bytes + 1` bytes of it are read.
     pub fn read_bounded(&self, name: &str, max_bytes: u64) -> io::Result<Vec<u8>> {
-        let f = self.open_regular(name)?;
+        let f = self.open_read(name)?;
         let mut bytes = Vec::new();
         io::Read::read_to_end(&mut io::Read::take(f, max_bytes + 1), &mut bytes)?;
         if bytes.len() as u64 > max_bytes {

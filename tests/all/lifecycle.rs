@@ -40,6 +40,27 @@ fn wait_ok(mut w: Worker) {
     assert!(out.success(), "worker failed ({out}):\n{log}");
 }
 
+/// `ctxhost COMMAND UUID --wait` (pause or stop) while worker `w` runs the task; returns how
+/// long the command took, after `w` ended successfully and the row says `status` with no
+/// error.
+fn interrupt_and_time(
+    env: &TestEnv,
+    command: &str,
+    uuid: &str,
+    w: Worker,
+    status: &str,
+) -> Duration {
+    let asked = Instant::now();
+    env.ctxhost(&[command, uuid, "--wait", "--timeout", "120"])
+        .ok();
+    let took = asked.elapsed();
+    wait_ok(w);
+    let r = env.row(uuid);
+    assert_eq!(r["status"], status, "{r}");
+    assert_eq!(r["error_message"], Value::Null);
+    took
+}
+
 /// The first user message of a request (the task's prompt).
 fn prompt_of(req: &RecordedRequest) -> String {
     req.messages()
@@ -369,16 +390,10 @@ fn stop_during_a_slow_llm_call_abandons_it_instead_of_retrying() {
     let uuid = env.submit("never answered");
     let w = worker(&env, &[]);
     assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
-    let asked = Instant::now();
-    env.ctxhost(&["stop", &uuid, "--wait", "--timeout", "120"])
-        .ok();
-    let took = asked.elapsed();
-    wait_ok(w);
+    let took = interrupt_and_time(&env, "stop", &uuid, w, "stopped");
     // Far below one attempt's timeout, let alone the retry total (60 s and more).
     assert!(took < Duration::from_secs(15), "stop took {took:?}");
     let r = env.row(&uuid);
-    assert_eq!(r["status"], "stopped", "{r}");
-    assert_eq!(r["error_message"], Value::Null);
     assert_eq!(r["llm_call_count"], 0, "the provider never answered");
     assert_eq!(llm.request_count(), 1, "no retry after the stop request");
     let dir = env.contexts().join("completed").join(&uuid);
@@ -415,15 +430,8 @@ fn pause_during_a_retry_back_off_is_honoured_at_once_and_resumes() {
     let uuid = env.submit("answer after a 503");
     let w = worker(&env, &[]);
     assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
-    let asked = Instant::now();
-    env.ctxhost(&["pause", &uuid, "--wait", "--timeout", "120"])
-        .ok();
-    let took = asked.elapsed();
-    wait_ok(w);
+    let took = interrupt_and_time(&env, "pause", &uuid, w, "paused");
     assert!(took < Duration::from_secs(15), "pause took {took:?}");
-    let r = env.row(&uuid);
-    assert_eq!(r["status"], "paused", "{r}");
-    assert_eq!(r["error_message"], Value::Null);
     assert_eq!(llm.request_count(), 1, "the retry was not made");
     let paused = env.contexts().join("paused").join(&uuid);
     assert_eq!(read_jsonl(&paused.join("current.jsonl")).len(), 2);
@@ -507,15 +515,9 @@ fn pause_during_a_slow_summary_request_gives_way_and_the_task_resumes() {
         >= 1));
     let paused = env.contexts().join("running").join(&uuid);
     let before = std::fs::read(paused.join("current.jsonl")).unwrap();
-    let asked = Instant::now();
-    env.ctxhost(&["pause", &uuid, "--wait", "--timeout", "120"])
-        .ok();
-    let took = asked.elapsed();
-    wait_ok(w);
+    let took = interrupt_and_time(&env, "pause", &uuid, w, "paused");
     assert!(took < Duration::from_secs(15), "pause took {took:?}");
     let r = env.row(&uuid);
-    assert_eq!(r["status"], "paused", "{r}");
-    assert_eq!(r["error_message"], Value::Null);
     assert_eq!(r["compression_count"], 0, "{r}");
     assert_eq!(
         summary_calls.load(Ordering::SeqCst),

@@ -63,7 +63,7 @@ struct HookBatch {
 /// Open the file `name` of `dir` for reading if it exists, as a regular file (a link is
 /// refused; a FIFO or device is not read).
 fn open_history(dir: &TaskDir, name: &str) -> anyhow::Result<Option<std::fs::File>> {
-    match dir.open_regular(name) {
+    match dir.open_read(name) {
         Ok(f) => Ok(Some(f)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("cannot open {}", dir.show(name))),

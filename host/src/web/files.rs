@@ -156,7 +156,7 @@ impl TaskDir {
         {
             return None;
         }
-        self.dir.open_regular(&file.relative_path()).ok()
+        self.dir.open_read(&file.relative_path()).ok()
     }
 
     /// Why [`TaskDir::open`] gave nothing for `file`, as a sentence for the page: it is missing,

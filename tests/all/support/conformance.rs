@@ -152,7 +152,7 @@ pub fn check_dir(dir: &Path, report: &mut Report) {
         };
         let path = dir.join(&name);
         let read = if schema.is_line() {
-            task_dir.open_regular(&name).and_then(|mut f| {
+            task_dir.open_read(&name).and_then(|mut f| {
                 let mut bytes = Vec::new();
                 std::io::Read::read_to_end(&mut f, &mut bytes).map(|_| bytes)
             })
