@@ -230,7 +230,13 @@ fn kill_minus_nine_at_random_moments_loses_nothing() {
 
             let r = row(&env, &uuid);
             match r["status"].as_str().unwrap() {
-                "completed" => break,
+                "completed" => {
+                    // Killed after the row said completed: the directory may not have moved
+                    // yet (the transition is row first, then directory); recovery finishes it.
+                    let rec = env.ctxhost(&["recover", "--json"]).ok().json();
+                    assert_eq!(rec.as_array().map(Vec::len), Some(0), "{rec}");
+                    break;
+                }
                 "queued" => {
                     // Killed before it claimed the task: nothing to recover.
                     early_kills += 1;
