@@ -177,13 +177,13 @@ pub fn tail_in(dir: &TaskDir, name: &str) -> anyhow::Result<Tail> {
 /// ([`crate::task::HistoryCounts::call_ids`], for [`super::ids::make_call_ids_unique`]); this is
 /// the reference the tests (unit and `tests/all/lifecycle.rs`) compare those counts with, hence
 /// public.
-pub fn call_ids_in(dir: &TaskDir, name: &str) -> anyhow::Result<std::collections::HashSet<String>> {
-    let mut ids = std::collections::HashSet::new();
+pub fn call_ids_in(dir: &TaskDir, name: &str) -> anyhow::Result<crate::invariants::ids::CallIds> {
+    let mut ids = crate::invariants::ids::CallIds::default();
     let Some(mut lines) = open_lines(dir, name)? else {
         return Ok(ids);
     };
     while let Some((_, h)) = lines.next_value::<ctxhost_format::HistoryLine>()? {
-        ids.extend(h.tool_calls.into_iter().flatten().map(|c| c.id));
+        ids.extend(h.tool_calls.iter().flatten().map(|c| c.id.as_str()));
     }
     Ok(ids)
 }

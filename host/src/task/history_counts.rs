@@ -5,7 +5,7 @@
 //! so a resumed task reads only the lines appended since, not its whole history again.
 //!
 //! The checkpoint (`{"version":1,"file_id":"dev:ino","messages":{"bytes":N,"last_line":"…"},
-//! "stats":{…},"call_ids":["…"]}`, schema `docs/schemas/history_checkpoint.schema.json`) is written when the
+//! "stats":{…},"call_id_hashes":["…"]}`, schema `docs/schemas/history_checkpoint.schema.json`) is written when the
 //! counts were read from the file (opening), when the task pauses, and at step boundaries once
 //! messages.jsonl grew by [`CHECKPOINT_EVERY`] bytes since the last one, atomically through the
 //! task's [`TaskDir`]. It is used only while it names the same file ([`file_id`]: a file
@@ -19,7 +19,6 @@
 //! gives them no power they lack, since it only summarises messages.jsonl, which the message
 //! store writes anyway (a checkpoint whose mark holds is believed, as the file would be).
 
-use std::collections::{BTreeSet, HashSet};
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 
 use anyhow::Context;
@@ -29,6 +28,7 @@ use ctxhost_format::files::{HISTORY_CHECKPOINT, MESSAGES};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint;
+use crate::invariants::ids::CallIds;
 use crate::invariants::queries::bounded;
 use crate::repair::HistoryStats;
 use crate::task_dir::{TaskDir, file_id};
@@ -49,8 +49,10 @@ struct Checkpoint {
     file_id: String,
     messages: FileMark,
     stats: HistoryStats,
-    /// Sorted, so the file is the same for the same history.
-    call_ids: BTreeSet<String>,
+    /// The ids of the tool calls in the prefix, as hashes ([`CallIds`]: sorted, so the file
+    /// is the same for the same history). Named for what it holds: a checkpoint of an older
+    /// ctxhost (`call_ids`, the ids themselves) is not this shape and is ignored (a full read).
+    call_id_hashes: CallIds,
 }
 
 impl checkpoint::Versioned for Checkpoint {
@@ -66,7 +68,7 @@ pub struct HistoryCounts {
     stats: HistoryStats,
     /// Ids of the tool calls in the prefix (plus ids the agent loop reserved for a reply it is
     /// about to append, [`HistoryCounts::call_ids_mut`]).
-    call_ids: HashSet<String>,
+    call_ids: CallIds,
     /// The prefix of messages.jsonl `stats` counts.
     mark: FileMark,
     /// The identity of the messages.jsonl counted ([`file_id`]; empty: none yet).
@@ -86,7 +88,7 @@ impl HistoryCounts {
         let mut counts = HistoryCounts {
             dir: dir.clone(),
             stats: HistoryStats::default(),
-            call_ids: HashSet::new(),
+            call_ids: CallIds::default(),
             mark: FileMark::default(),
             file_id: String::new(),
             saved: None,
@@ -94,7 +96,7 @@ impl HistoryCounts {
         };
         if let Some(cp) = read_checkpoint(dir) {
             counts.stats = cp.stats;
-            counts.call_ids = cp.call_ids.into_iter().collect();
+            counts.call_ids = cp.call_id_hashes;
             counts.mark = cp.messages.clone();
             counts.file_id = cp.file_id;
             counts.saved = Some(cp.messages);
@@ -111,14 +113,14 @@ impl HistoryCounts {
     }
 
     /// The id of every tool call in messages.jsonl as counted.
-    pub fn call_ids(&self) -> &HashSet<String> {
+    pub fn call_ids(&self) -> &CallIds {
         &self.call_ids
     }
 
     /// The ids, for [`crate::invariants::ids::make_call_ids_unique`] to add the ids of a reply
     /// about to be appended (a superset of the file's ids only until that reply is: harmless,
     /// an id is then renamed that needed not be).
-    pub fn call_ids_mut(&mut self) -> &mut HashSet<String> {
+    pub fn call_ids_mut(&mut self) -> &mut CallIds {
         &mut self.call_ids
     }
 
@@ -200,8 +202,9 @@ impl HistoryCounts {
                 )
             })?;
             stats.add(&h);
-            self.call_ids
-                .extend(h.tool_calls.into_iter().flatten().map(|c| c.id));
+            for call in h.tool_calls.iter().flatten() {
+                self.call_ids.insert(&call.id);
+            }
         }
         let mark = FileMark::of(&mut file, end, &shown)
             .map_err(bounded)?
@@ -222,15 +225,18 @@ impl HistoryCounts {
 
     /// Write the checkpoint (atomically).
     fn save(&mut self) -> anyhow::Result<()> {
+        // The set moves into the checkpoint and back (no copy of it).
         let cp = Checkpoint {
             version: CHECKPOINT_VERSION,
             file_id: self.file_id.clone(),
             messages: self.mark.clone(),
             stats: self.stats,
-            call_ids: self.call_ids.iter().cloned().collect(),
+            call_id_hashes: std::mem::take(&mut self.call_ids),
         };
+        let bytes = serde_json::to_vec(&cp);
+        self.call_ids = cp.call_id_hashes;
         self.dir
-            .write_atomic(HISTORY_CHECKPOINT, &serde_json::to_vec(&cp)?)
+            .write_atomic(HISTORY_CHECKPOINT, &bytes?)
             .with_context(|| format!("cannot write {}", self.dir.show(HISTORY_CHECKPOINT)))?;
         self.saved = Some(self.mark.clone());
         Ok(())
@@ -293,14 +299,14 @@ mod tests {
     }
 
     /// The counts and ids of a full read.
-    fn full(d: &Path) -> (HistoryStats, HashSet<String>) {
+    fn full(d: &Path) -> (HistoryStats, CallIds) {
         (
             history_stats(&task(d), MESSAGES).unwrap(),
             call_ids_in(&task(d), MESSAGES).unwrap(),
         )
     }
 
-    fn of(c: &HistoryCounts) -> (HistoryStats, HashSet<String>) {
+    fn of(c: &HistoryCounts) -> (HistoryStats, CallIds) {
         (c.stats(), c.call_ids().clone())
     }
 
