@@ -143,6 +143,8 @@ for _ in $(seq 100); do [[ -s $WORK/port ]] && break; sleep 0.05; done
 [[ -s $WORK/port ]] || die "the fake OpenAI server did not start"
 PORT=$(cat "$WORK/port")
 
+MAX_MIB=$(printf '%s\n' "${SIZES[@]}" | sort -n | tail -n 1)
+DIR_BUDGET_MIB=$((4 * MAX_MIB + 1024))
 cat >"$WORK/config.yaml" <<YAML
 llm:
   provider: openai
@@ -153,8 +155,14 @@ llm:
   max_output_tokens: 1024
   timeout_secs: 600
   max_retries: 0
+  # The whole history is one request: past the default 32 MiB it would not be sent.
+  max_request_mib: $DIR_BUDGET_MIB
 plugins:
   compressor: none
+context_storage:
+  # The task directory holds the history twice (messages.jsonl, current.jsonl) and the
+  # request: the default budget of 1 GiB stops a 1 GiB run.
+  max_task_dir_mib: $DIR_BUDGET_MIB
 agent:
   # The synthetic history's assistant messages count as earlier steps of the task.
   max_steps: 4000000000

@@ -141,6 +141,8 @@ fn gen_cmd(args: &[String]) -> Result<(), String> {
             &cache,
             RuntimeLimits {
                 call_timeout: Duration::from_secs(600),
+                // A generated history of 1 GiB is two 1 GiB files: over the default budget.
+                task_dir_bytes: None,
                 ..Default::default()
             },
         )
@@ -290,6 +292,10 @@ fn build_cmd(args: &[String]) -> Result<(), String> {
         &cache,
         RuntimeLimits {
             call_timeout: Duration::from_secs(600),
+            // The directory holds current.jsonl, messages.jsonl, request.json, the copy and
+            // the in-memory build's output, each about the history's size: the default 1 GiB
+            // budget stops a 256 MiB run. The check still runs (its cost is part of a build).
+            task_dir_bytes: Some(8 * in_bytes + (1 << 30)),
             ..Default::default()
         },
     )
