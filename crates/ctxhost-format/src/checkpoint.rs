@@ -79,12 +79,16 @@ impl FileMark {
 
 /// FNV-1a 64 of `line`, 16 hex digits.
 pub fn line_hash(line: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in line {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    format!("{:016x}", fnv1a_64(line))
+}
+
+/// The 64-bit FNV-1a hash of `bytes` (the checkpoints' hash: of a line, of a tool-call id).
+/// Fast and stable across builds and platforms; not collision-resistant, so only for uses
+/// where a collision costs work, never a wrong result.
+pub fn fnv1a_64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// `store_checkpoint.json`: the builtin message store's counts up to two file marks.
@@ -113,6 +117,15 @@ pub struct StoreCheckpoint {
 mod tests {
     use super::*;
     use std::io::Cursor;
+
+    #[test]
+    fn the_hash_is_fnv1a_64() {
+        // The published test vectors of FNV-1a 64 (draft-eastlake-fnv).
+        assert_eq!(fnv1a_64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a_64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a_64(b"foobar"), 0x8594_4171_f739_67e8);
+        assert_eq!(line_hash(b"a"), "af63dc4c8601ec8c");
+    }
 
     fn mark(text: &str) -> Option<FileMark> {
         FileMark::of(Cursor::new(text.as_bytes()), text.len() as u64, "f").unwrap()

@@ -19,16 +19,14 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// as unused.
 ///
 /// Serialised (in `history_checkpoint.json`) as a sorted JSON array of the hashes, each 16
-/// lowercase hex digits, like [`ctxhost_format::checkpoint::line_hash`].
+/// lowercase hex digits, like [`ctxhost_format::checkpoint::line_hash`] (the same hash).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallIds(BTreeSet<u64>);
 
 impl CallIds {
     /// The hash an id is kept as (FNV-1a, 64 bits, over its UTF-8 bytes).
     fn hash(id: &str) -> u64 {
-        id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
+        ctxhost_format::checkpoint::fnv1a_64(id.as_bytes())
     }
 
     /// Add `id`; `false` when it (or an id of the same hash) was there already.
