@@ -2,7 +2,9 @@
 //! ([`Queries::change_version`]: SQLite's `PRAGMA data_version`, or a fingerprint of the
 //! `tasks` table on PostgreSQL; polled every [`POLL`] on a connection of its own) and
 //! `GET /events` streams them to browsers as server-sent events (`event: change`,
-//! `data: <version>`). The page's script then reloads the parts of the page marked live.
+//! `data: <version>`). The page's script then reloads the parts of the page marked live; it
+//! also does so on each `hello` (each connection), since a change made between the page's
+//! render and its subscription sends no `change` of its own.
 //! Costs one cheap query per interval, whatever the number of browsers.
 
 use std::convert::Infallible;

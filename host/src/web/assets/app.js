@@ -1,6 +1,7 @@
 // ctxhost dashboard: live updates and confirmations. No framework, no build step.
 // Pages whose <body> has class "live" listen to /events (server-sent events); on each change
-// they fetch the same URL again and swap every element marked data-live="…" for the fresh one.
+// they fetch the same URL again and swap every element marked data-live="…" for the fresh one
+// (and once on each connection, which catches what changed before it).
 // Everything swapped in was rendered (and escaped) by the server; no script runs from it.
 (function () {
   "use strict";
@@ -49,7 +50,12 @@
       return;
     }
     var es = new EventSource("/events");
-    es.addEventListener("hello", function () { if (state) state.className = "live-state on"; });
+    // Each (re)connection resyncs: a change committed after this page was rendered and before
+    // the subscription (or while it was down) sends no `change` event of its own.
+    es.addEventListener("hello", function () {
+      if (state) state.className = "live-state on";
+      refresh();
+    });
     es.addEventListener("change", refresh);
     es.onerror = function () { if (state) state.className = "live-state off"; };
   }
