@@ -106,12 +106,28 @@ try {
   await page.waitForSelector('#status[data-status="running"]');
   await page.waitForSelector("#live-state.on", { timeout: 10000 });
   await page.fill('input[name="reason"]', "paused from the browser test");
+  // The page the pause redirects to subscribes to /events only after the task has paused (its
+  // request is held until then): the one change it must show happened between its render and
+  // its subscription, which no `change` event reports — the page resyncs when it connects.
+  let held = 0;
+  await page.route("**/events", async (route) => {
+    held += 1;
+    const deadline = Date.now() + 60000;
+    while (Date.now() < deadline) {
+      const r = await page.context().request.get(`${opts.base}/tasks/${opts.running}`);
+      if ((await r.text()).includes('data-status="paused"')) break;
+      await new Promise((done) => setTimeout(done, 200));
+    }
+    await route.continue();
+  });
   await Promise.all([page.waitForURL(/notice=pause-requested/), page.click("#pause")]);
   findings.notice = await page.locator("#notice").innerText();
   check(findings.notice.includes("Pause requested"), "the pause notice is shown");
   // No reload from here: the page's live update must bring the new status.
   await page.waitForSelector('#status[data-status="paused"]', { timeout: 90000 });
   findings.live_refreshes = Number(await page.evaluate(() => document.body.dataset.refreshed || 0));
+  findings.held_subscriptions = held;
+  check(held >= 1, "the new page's subscription was held until the task paused");
   check(findings.live_refreshes >= 1, "the status came by a live update");
   check(await page.locator("#resume").count() === 1, "a paused task offers Resume");
   await page.screenshot({ path: path.join(opts.shots, "task-paused.png"), fullPage: true });
