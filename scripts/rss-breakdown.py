@@ -15,7 +15,8 @@ Usage:
 
 A sample is taken every millisecond, so a peak shorter than that can be missed: the printed
 VmHWM is exact, the breakdown is of the highest sample (its total is printed next to it).
-Exits with COMMAND's exit code.
+Exits with COMMAND's exit code (128 + N when signal N killed it; 127/126 when it cannot be
+run).
 """
 
 import argparse
@@ -70,7 +71,14 @@ def main():
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         ap.error("a COMMAND to run is needed (after --)")
-    proc = subprocess.Popen(cmd)
+    if args.top < 0:
+        ap.error("--top must be 0 or more")
+    try:
+        proc = subprocess.Popen(cmd)
+    except OSError as e:
+        # As a shell says it: 127 not found, 126 found but not runnable.
+        print(f"rss-breakdown: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
+        return 127 if isinstance(e, FileNotFoundError) else 126
     best, hwm, snap, exe = 0, 0, None, None
     while proc.poll() is None:
         status = read(f"/proc/{proc.pid}/status")
@@ -86,7 +94,8 @@ def main():
                     except OSError:
                         pass
         time.sleep(0.001)
-    code = proc.returncode
+    # Killed by signal N: 128 + N, as a shell reports it.
+    code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
     if snap is None:
         print("rss-breakdown: the process ended before a sample was taken", file=sys.stderr)
         return code

@@ -20,13 +20,14 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 ///
 /// Serialised (in `history_checkpoint.json`) as a sorted JSON array of the hashes, each 16
 /// lowercase hex digits, like [`ctxhost_format::checkpoint::line_hash`] (the same hash).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CallIds(BTreeSet<u64>);
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CallIds(BTreeSet<HexHash>);
 
 impl CallIds {
     /// The hash an id is kept as (FNV-1a, 64 bits, over its UTF-8 bytes).
-    fn hash(id: &str) -> u64 {
-        ctxhost_format::checkpoint::fnv1a_64(id.as_bytes())
+    fn hash(id: &str) -> HexHash {
+        HexHash(ctxhost_format::checkpoint::fnv1a_64(id.as_bytes()))
     }
 
     /// Add `id`; `false` when it (or an id of the same hash) was there already.
@@ -72,7 +73,7 @@ impl<S: AsRef<str>> FromIterator<S> for CallIds {
 }
 
 /// One hash as it is written: 16 lowercase hex digits.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct HexHash(u64);
 
 impl Serialize for HexHash {
@@ -98,20 +99,6 @@ impl<'de> Deserialize<'de> for HexHash {
             }
         }
         d.deserialize_str(Visitor)
-    }
-}
-
-impl Serialize for CallIds {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(|h| HexHash(*h)))
-    }
-}
-
-impl<'de> Deserialize<'de> for CallIds {
-    /// Element by element into the set (no list of strings in between).
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let hashes = BTreeSet::<HexHash>::deserialize(d)?;
-        Ok(CallIds(hashes.into_iter().map(|h| h.0).collect()))
     }
 }
 
