@@ -13,7 +13,7 @@
 //! otherwise — and says why one would not be used: it is then a stale cache, which
 //! `fsck --repair` deletes ([`remove_unusable`]); the next open rebuilds it by a full read.
 
-use std::io::{Seek, SeekFrom};
+use std::io::{self, Seek, SeekFrom};
 
 use anyhow::Context as _;
 use ctxhost_format::checkpoint::{CHECKPOINT_VERSION, FileMark, StoreCheckpoint};
@@ -37,11 +37,19 @@ pub trait Versioned: DeserializeOwned {
 /// when it is not a regular file, is larger than `max_bytes`, does not parse as `T` or is not
 /// of version [`CHECKPOINT_VERSION`].
 pub fn read<T: Versioned>(dir: &TaskDir, name: &str, max_bytes: u64) -> anyhow::Result<Option<T>> {
-    let Some(bytes) = dir.read_bounded_if_exists(name, max_bytes)? else {
+    let Some(file) = dir.open_read_if_exists(name)? else {
         return Ok(None);
     };
+    anyhow::ensure!(
+        file.metadata()?.len() <= max_bytes,
+        "{name} is larger than {max_bytes} bytes; not read"
+    );
+    // Parsed as it is read (64 KiB at a time, never more than max_bytes + 1 bytes), not from
+    // a copy of the whole file: a history checkpoint of a long conversation holds ~2 MiB of
+    // call-id hashes, which would otherwise be in memory twice.
+    let reader = io::BufReader::with_capacity(64 * 1024, io::Read::take(file, max_bytes + 1));
     let cp: T =
-        serde_json::from_slice(&bytes).with_context(|| format!("{name}: not a checkpoint"))?;
+        serde_json::from_reader(reader).with_context(|| format!("{name}: not a checkpoint"))?;
     anyhow::ensure!(
         cp.version() == CHECKPOINT_VERSION,
         "{name}: version {} (this host reads {CHECKPOINT_VERSION})",
