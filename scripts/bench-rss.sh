@@ -89,55 +89,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# --- fake OpenAI server: reads and discards the body in 1 MiB chunks, answers "Done." --------
-cat >"$WORK/sink_llm.py" <<'PY'
-import http.server, json, sys, time
-
-PORT_FILE, LOG_FILE = sys.argv[1], sys.argv[2]
-REPLY = json.dumps({
-    "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "bench-model",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Done."},
-                 "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
-}).encode()
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self):
-        arrival = time.time()
-        length = self.headers.get("Content-Length")
-        if length is None:
-            self.send_error(411, "Content-Length required")
-            return
-        left, got, head = int(length), 0, b""
-        while left > 0:
-            chunk = self.rfile.read(min(left, 1 << 20))
-            if not chunk:
-                break
-            if len(head) < 16:
-                head += chunk[:16]
-            got += len(chunk)
-            left -= len(chunk)
-        with open(LOG_FILE, "a") as log:
-            log.write(f"{self.path} {got} {arrival:.6f} {head[:16]!r}\n")
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(REPLY)))
-        self.end_headers()
-        self.wfile.write(REPLY)
-
-    def log_message(self, *args):
-        pass
-
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-with open(PORT_FILE + ".tmp", "w") as f:
-    f.write(str(server.server_address[1]))
-import os; os.rename(PORT_FILE + ".tmp", PORT_FILE)
-server.serve_forever()
-PY
+# --- fake OpenAI server (scripts/sink_llm.py): reads and discards each body, answers "Done." ----
 : >"$WORK/llm.log"
-python3 "$WORK/sink_llm.py" "$WORK/port" "$WORK/llm.log" &
+python3 "$ROOT/scripts/sink_llm.py" "$WORK/port" "$WORK/llm.log" &
 SERVER_PID=$!
 for _ in $(seq 100); do [[ -s $WORK/port ]] && break; sleep 0.05; done
 [[ -s $WORK/port ]] || die "the fake OpenAI server did not start"
