@@ -138,6 +138,12 @@ for name in ["openai-chat", "ollama-chat", "prompted-tools"]:
     rows.append((f"P2 write-request {name}, {mib} MiB", ">= 50 % of fs::copy",
                  f"{pct:.1f} % ({mbs:.0f} MB/s vs {float(copy.group(2)):.0f} MB/s; "
                  f"CPU time {cpu_pct:.1f} %)", verdict(pct >= 50)))
+m = re.search(r"native copy_chat_array \(OpenAI shape, no component\):\s+([\d.]+) s\s+([\d.]+)\s+([\d.]+) %"
+              r"\s+([\d.]+) s\s+([\d.]+) %", p2)
+if m:
+    wall, mbs, pct, cpu, cpu_pct = (float(x) for x in m.groups())
+    rows.append((f"P2 the same build natively (no component), {mib} MiB", "what the boundary costs",
+                 f"{pct:.1f} % ({mbs:.0f} MB/s; CPU time {cpu_pct:.1f} %)", "-"))
 inmem = re.search(r"in-memory baseline \(Vec<Value>\):\s+([\d.]+) s\s+([\d.]+)", p2)
 
 # P3 from divan: "├─ add_message  fastest │ slowest │ median │ mean │ samples │ iters".

@@ -17,6 +17,8 @@
 //!       through the wasmtime runtime exactly as a task process calls it (each component loaded
 //!       and instantiated once, before timing);
 //!     - std::fs::copy of current.jsonl (the floor: what `cp` costs);
+//!     - the same validation and copy as builtin:openai-chat's, run natively in this process
+//!       (`ctxhost_format::stream::copy_chat_array`): what the component boundary costs;
 //!     - the in-memory baseline (bench_support/inmem.rs: parse all lines into Values, build the
 //!       body, serialise, write), unless --no-inmem.
 //!     One untimed warm-up of each, then N rounds timing each once (interleaved, so load on a
@@ -323,6 +325,7 @@ fn build_cmd(args: &[String]) -> Result<(), String> {
     };
     let config = &config;
     let copy_to = dir.join("copy.jsonl");
+    let native_to = dir.join("request.native.json");
     let request = dir.join("request.inmem.json");
     let mut items: Vec<Item> = Vec::new();
     for (name, format) in instances.iter_mut() {
@@ -347,6 +350,30 @@ fn build_cmd(args: &[String]) -> Result<(), String> {
                 .map_err(|e| format!("copying {}: {e}", current_ref.display()))
         }),
     ));
+    // What the request build costs without the component boundary: the same validation and
+    // copy (`copy_chat_array`, OpenAI's shape, the code builtin:openai-chat runs) compiled
+    // natively, reading and writing with std's buffered I/O in this process.
+    let native_ref = &native_to;
+    items.push(Item::new(
+        "native copy_chat_array (OpenAI shape, no component)".into(),
+        Box::new(move || {
+            use std::io::Write;
+            let open = |e: std::io::Error| format!("{}: {e}", current_ref.display());
+            let input = std::fs::File::open(current_ref).map_err(open)?;
+            let output = std::fs::File::create(native_ref)
+                .map_err(|e| format!("{}: {e}", native_ref.display()))?;
+            let mut out = std::io::BufWriter::with_capacity(256 * 1024, output);
+            let n = ctxhost_format::stream::copy_chat_array(
+                input,
+                "current.jsonl",
+                &mut out,
+                &mut ctxhost_format::shape::openai::OpenAiShape,
+            )
+            .map_err(|e| e.to_string())?;
+            out.flush().map_err(|e| e.to_string())?;
+            Ok(format!("-> {n} messages"))
+        }),
+    ));
     let inmem = !o.flags.iter().any(|f| f == "--no-inmem");
     if inmem {
         let request_ref = &request;
@@ -364,6 +391,7 @@ fn build_cmd(args: &[String]) -> Result<(), String> {
     }
     time_interleaved(&mut items, runs)?;
     let _ = std::fs::remove_file(&copy_to);
+    let _ = std::fs::remove_file(&native_to);
     let _ = std::fs::remove_file(&request);
     let _ = std::fs::remove_file(dir.join("request.json"));
 
