@@ -12,8 +12,8 @@ use crate::task::history_counts::MAX_CHECKPOINT_BYTES;
 use crate::task_dir::TaskDir;
 
 /// What is said of every bad checkpoint after its fault.
-const REPAIR: &str = "a cache of counts that its reader ignores as it is; --repair deletes it and the next \
-                      open of the task reads the file whole and writes a new one";
+const REPAIR: &str = "a cache of counts: the task ignores it and reads the file whole (and writes a new \
+                      one); --repair deletes it";
 
 /// Report each checkpoint of `dir` that its reader would not use or that breaks its schema
 /// ([`ProblemKind::BadCheckpoint`]). A live task is skipped: its process rewrites them.
@@ -43,7 +43,14 @@ pub(crate) fn check_checkpoints(
 /// Why checkpoint `name` of `dir` is bad, if it is.
 fn fault(dir: &TaskDir, name: &str) -> Option<String> {
     if let Err(e) = checkpoint::verify(dir, name) {
-        return Some(format!("{e:#}"));
+        // The problem names the file already: not `history_checkpoint.json: history_checkpoint.json: ...`.
+        let text = format!("{e:#}");
+        let prefix = format!("{name}: ");
+        return Some(
+            text.strip_prefix(&prefix)
+                .map(str::to_string)
+                .unwrap_or(text),
+        );
     }
     // Its reader would use it: it parsed, so it is JSON of at most the largest bound.
     let bytes = dir

@@ -165,7 +165,8 @@ const QUEUED_WITH: &[(ProblemKind, &str)] = &[
     ),
     (
         ProblemKind::BadCheckpoint,
-        "the task ignores it and reads the file whole; `ctxhost fsck --repair` deletes it",
+        // The problem's own text says what the task and `--repair` do with it.
+        "harmless to the task",
     ),
     (
         ProblemKind::OldSummaryId,

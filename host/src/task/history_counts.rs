@@ -253,22 +253,49 @@ impl HistoryCounts {
 /// The checkpoint of `dir`, if present, a regular file of at most [`MAX_CHECKPOINT_BYTES`],
 /// readable and of this version; anything else is ignored (logged at debug level).
 fn read_checkpoint(dir: &TaskDir) -> Option<Checkpoint> {
-    checkpoint::load(
-        dir,
-        HISTORY_CHECKPOINT,
-        MAX_CHECKPOINT_BYTES,
-        "the history is read whole",
-    )
+    let fallback = "the history is read whole";
+    let cp = checkpoint::load(dir, HISTORY_CHECKPOINT, MAX_CHECKPOINT_BYTES, fallback)?;
+    match ensure_plausible(&cp) {
+        Ok(()) => Some(cp),
+        Err(e) => {
+            tracing::debug!(
+                "{} ignored ({fallback}): {e:#}",
+                dir.show(HISTORY_CHECKPOINT)
+            );
+            None
+        }
+    }
+}
+
+/// Fewest bytes one tool call takes in messages.jsonl, with a margin: the smallest,
+/// `{"id":"","type":"function","function":{"name":"","arguments":""}}`, is 66.
+const MIN_CALL_BYTES: u64 = 32;
+
+/// That `cp` holds no more call-id hashes than the prefix it counts can hold tool calls (one
+/// per [`MIN_CALL_BYTES`]): a checkpoint forged with millions of hashes over a short history
+/// is ignored (and reported by fsck) instead of filling the task process's memory.
+fn ensure_plausible(cp: &Checkpoint) -> anyhow::Result<()> {
+    let most = cp.messages.bytes / MIN_CALL_BYTES;
+    let held = cp.call_id_hashes.len() as u64;
+    anyhow::ensure!(
+        held <= most,
+        "{held} call-id hashes, more than the {} bytes of messages.jsonl it counts can hold \
+         (at most {most})",
+        cp.messages.bytes
+    );
+    Ok(())
 }
 
 /// For `ctxhost fsck` ([`checkpoint::verify`]): why [`HistoryCounts::open`] would not use
-/// `dir`'s checkpoint (unreadable, not of its shape or version, another messages.jsonl, a mark
-/// that no longer holds); `Ok` when there is none or it would be used.
+/// `dir`'s checkpoint (unreadable, not of its shape or version, more call-id hashes than its
+/// prefix can hold, another messages.jsonl, a mark that no longer holds); `Ok` when there is
+/// none or it would be used.
 pub fn verify_checkpoint(dir: &TaskDir) -> anyhow::Result<()> {
     let Some(cp) = checkpoint::read::<Checkpoint>(dir, HISTORY_CHECKPOINT, MAX_CHECKPOINT_BYTES)?
     else {
         return Ok(());
     };
+    ensure_plausible(&cp)?;
     // As `catch_up`: no file holds only an empty mark; a file must be the one counted.
     let id = (cp.messages.bytes > 0 || !cp.file_id.is_empty()).then_some(cp.file_id.as_str());
     checkpoint::ensure_holds(dir, MESSAGES, id, &cp.messages)
@@ -398,7 +425,17 @@ mod tests {
         other_version["version"] = 99.into();
         let mut unknown_field = cp.clone();
         unknown_field["extra"] = 1.into();
+        // More hashes than the counted bytes can hold calls: a forged set that would fill the
+        // process's memory is not believed.
+        let mut too_many = cp.clone();
+        too_many["call_id_hashes"] = (0..=len / MIN_CALL_BYTES)
+            .map(|n| serde_json::Value::from(format!("{n:016x}")))
+            .collect();
+        fs::write(d.join(HISTORY_CHECKPOINT), too_many.to_string()).unwrap();
+        let e = verify_checkpoint(&task(d)).unwrap_err();
+        assert!(format!("{e:#}").contains("call-id hashes"), "{e:#}");
         for (what, text) in [
+            ("too many hashes", too_many.to_string()),
             ("forged mark", forged_mark.to_string()),
             ("longer than the file", too_long.to_string()),
             ("inside a line", mid_line.to_string()),
@@ -422,6 +459,26 @@ mod tests {
             .unwrap();
         let counts = HistoryCounts::open(&task(d)).unwrap();
         assert_eq!(counts.bytes_read(), len, "link: a full read");
+    }
+
+    #[test]
+    fn hashes_out_of_order_or_repeated_are_sorted_and_the_checkpoint_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write_task(d, &history(), &[]);
+        let first = HistoryCounts::open(&task(d)).unwrap();
+        let mut cp: serde_json::Value =
+            serde_json::from_slice(&fs::read(d.join(HISTORY_CHECKPOINT)).unwrap()).unwrap();
+        let mut hashes = cp["call_id_hashes"].as_array().unwrap().clone();
+        hashes.reverse();
+        hashes.push(hashes[0].clone());
+        cp["call_id_hashes"] = hashes.into();
+        fs::write(d.join(HISTORY_CHECKPOINT), cp.to_string()).unwrap();
+        verify_checkpoint(&task(d)).unwrap();
+        let again = HistoryCounts::open(&task(d)).unwrap();
+        assert_eq!(again.bytes_read(), 0, "the checkpoint was used");
+        assert_eq!(again.call_ids(), first.call_ids());
+        assert_eq!(again.call_ids().len(), 20);
     }
 
     #[test]
