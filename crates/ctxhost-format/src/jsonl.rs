@@ -129,6 +129,34 @@ pub fn write_value<W: Write, T: Serialize + ?Sized>(
     value.serialize(&mut ser)
 }
 
+/// Writes the chat message line `{"role":<role>,"content":<the pieces joined>}` and its `\n`
+/// to `out`: the same bytes as [`to_line`] of `ChatMessage::text(role, pieces.concat())`
+/// (U+2028 / U+2029 escaped too), without joining the pieces. Each is escaped and written in
+/// turn, so at most one piece's escaped copy is in memory. Errors: `out`'s.
+pub fn write_text_message<W: Write + ?Sized>(
+    out: &mut W,
+    role: &str,
+    pieces: &[&str],
+) -> io::Result<()> {
+    let mut escaped = Vec::new();
+    let escape = |text: &str, escaped: &mut Vec<u8>| {
+        escaped.clear();
+        // A string always serialises (into a Vec, without error).
+        write_value(&mut *escaped, text).map_err(io::Error::other)
+    };
+    out.write_all(b"{\"role\":")?;
+    escape(role, &mut escaped)?;
+    out.write_all(&escaped)?;
+    out.write_all(b",\"content\":\"")?;
+    for piece in pieces {
+        escape(piece, &mut escaped)?;
+        // `"…"`: JSON escapes each character alone, so the pieces' insides one after the
+        // other are the inside of the whole text.
+        out.write_all(&escaped[1..escaped.len() - 1])?;
+    }
+    out.write_all(b"\"}\n")
+}
+
 /// `line` (JSON text) with U+2028 / U+2029 replaced by their escapes. Outside strings JSON
 /// text cannot hold either character, so this never changes the value; borrowed when there is
 /// nothing to replace.
@@ -437,6 +465,38 @@ where
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_text_message_written_in_pieces_is_the_line_of_the_joined_text() {
+        let cases: &[&[&str]] = &[
+            &[],
+            &[""],
+            &["plain"],
+            &[
+                "Summarise:\n\n",
+                "Partial summaries:\n\n",
+                "a \"quote\" \\ back\tslash",
+                "",
+            ],
+            &[
+                "ctrl \u{1} \u{1f} ",
+                "sep \u{2028} \u{2029} ",
+                "é 上下文 😀",
+                "\r\n",
+            ],
+        ];
+        for pieces in cases {
+            let mut out = Vec::new();
+            write_text_message(&mut out, "user", pieces).unwrap();
+            let whole = crate::ChatMessage::text("user", pieces.concat());
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                format!("{}\n", to_line(&whole).unwrap()),
+                "{pieces:?}"
+            );
+        }
+    }
+
     use super::*;
     use crate::ChatMessage;
 

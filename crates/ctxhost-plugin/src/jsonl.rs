@@ -12,7 +12,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, Write};
 
 use crate::format::ChatMessage;
-use crate::format::jsonl::{JsonlError, LineReader, escape_line_separators, to_line};
+use crate::format::jsonl::{
+    JsonlError, LineReader, escape_line_separators, to_line, write_text_message,
+};
 use crate::types::PluginError;
 
 /// `io` error `<what>: <OS error>`, e.g. `opening current.jsonl: Permission denied`.
@@ -119,6 +121,16 @@ impl LineWriter {
             PluginError::Internal(format!("serialising a line of {}: {e}", self.file))
         })?;
         self.line(&text)
+    }
+
+    /// Writes the chat message line `{"role":<role>,"content":<the pieces joined>}` without
+    /// joining the pieces ([`crate::format::jsonl::write_text_message`]: the same bytes as
+    /// [`LineWriter::json`] of `ChatMessage::text(role, pieces.concat())`), so a message
+    /// around a large text (a summary request around its chunk of the context) is never put
+    /// together in memory.
+    pub fn text_message(&mut self, role: &str, pieces: &[&str]) -> Result<(), PluginError> {
+        write_text_message(&mut self.out, role, pieces)
+            .map_err(|e| io_error(format!("writing {}", self.file), e))
     }
 
     /// Flushes and closes the file without syncing it: for temporaries, and for a

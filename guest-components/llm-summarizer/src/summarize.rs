@@ -206,16 +206,17 @@ impl<'a> Summarizer<'a> {
     fn ask(&mut self, instruction: &str, header: &str, text: &str) -> Result<String, PluginError> {
         self.requests += 1;
         let n = self.requests;
-        let body = format!("{header}{text}");
-        let prompt = &self.config.summary_prompt;
-        let user = if prompt.contains(PLACEHOLDER) {
-            prompt.replacen(PLACEHOLDER, &body, 1)
-        } else {
-            format!("{prompt}\n\n{body}")
+        // The user message is the prompt with `header` + `text` in place of its first
+        // placeholder (after a blank line when it has none), written piece by piece: `text`
+        // may be a chunk as large as the window, never copied here.
+        let prompt = self.config.summary_prompt.as_str();
+        let pieces = match prompt.split_once(PLACEHOLDER) {
+            Some((before, after)) => [before, header, text, after],
+            None => [prompt, "\n\n", header, text],
         };
         let mut request = LineWriter::create(SUMMARY_REQUEST)?;
         request.json(&ChatMessage::text("system", instruction))?;
-        request.json(&ChatMessage::text("user", user))?;
+        request.text_message("user", &pieces)?;
         request.finish_unsynced()?;
         let completion = llm::complete(SUMMARY_REQUEST, self.reserve).map_err(|e| match e {
             PluginError::Llm(reason) => PluginError::Llm(format!("summary request {n}: {reason}")),
