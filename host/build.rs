@@ -131,10 +131,22 @@ fn componentize_py_cfg() {
 ///
 /// Passed only where the linker is known to be rust-lld, whose `--symbol-ordering-file` it
 /// is: optimised builds (`PROFILE=release`: the release and bench profiles) for
-/// `x86_64-unknown-linux-gnu` (rust-lld is its default linker since Rust 1.90), and no linker
-/// chosen in RUSTFLAGS or `CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER`. `CTXHOST_LINK_ORDER=0`
-/// leaves it out (link-order.py builds so).
+/// `x86_64-unknown-linux-gnu` (rust-lld is its default linker since Rust 1.90), with no linker
+/// chosen in RUSTFLAGS, `CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER` or cargo's config
+/// (`RUSTC_LINKER`). The same builds pack the loader's relocations (RELR), when this machine's
+/// glibc is 2.36 or later; the binary then needs glibc 2.36 where it runs. Each can be left
+/// out: `CTXHOST_LINK_ORDER=0` (link-order.py builds so), `CTXHOST_PACK_RELOCS=0` (for a
+/// binary that must run on an older glibc). Nothing here is watched or passed in other
+/// builds, so these variables never rebuild a debug or test build.
 fn link_order(manifest_dir: &std::path::Path) {
+    let env = |var: &str| std::env::var(var).unwrap_or_default();
+    let lld = env("TARGET") == "x86_64-unknown-linux-gnu"
+        && std::env::var_os("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER").is_none()
+        && std::env::var_os("RUSTC_LINKER").is_none()
+        && !env("CARGO_ENCODED_RUSTFLAGS").contains("link");
+    if !(lld && env("PROFILE") == "release") {
+        return;
+    }
     let order = manifest_dir.join("link").join("task.order");
     // Only an existing file is watched: cargo takes a missing one as always changed, which
     // would rebuild the crate on every build.
@@ -143,29 +155,22 @@ fn link_order(manifest_dir: &std::path::Path) {
     }
     for var in [
         "CTXHOST_LINK_ORDER",
+        "CTXHOST_PACK_RELOCS",
         "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
-    let env = |var: &str| std::env::var(var).unwrap_or_default();
-    let wanted = env("CTXHOST_LINK_ORDER") != "0";
-    let lld = env("TARGET") == "x86_64-unknown-linux-gnu"
-        && std::env::var_os("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER").is_none()
-        && !env("CARGO_ENCODED_RUSTFLAGS").contains("link");
     let path = order.to_string_lossy();
-    if !(lld && env("PROFILE") == "release") {
-        return;
-    }
-    if wanted && order.is_file() && !path.contains(',') {
+    if env("CTXHOST_LINK_ORDER") != "0" && order.is_file() && !path.contains(',') {
         println!("cargo:rustc-link-arg-bin=ctxhost=-Wl,--symbol-ordering-file={path}");
-        // Names the build does not have (the list was made from an older one) are skipped.
+        // Names the build does not have (the list was made from an older one) are skipped;
+        // `scripts/link-order.py --check` counts them.
         println!("cargo:rustc-link-arg-bin=ctxhost=-Wl,--no-warn-symbol-ordering");
     }
     // The loader's relocations of a position-independent binary in the compact RELR form
     // (`-z pack-relative-relocs`): ~1.5 MB of `.rela.dyn`, which every process start reads
-    // whole, become a few KB. Needs glibc >= 2.36 where the binary runs; the build machine's
-    // is checked, since a cargo build runs where it is built.
-    if glibc_at_least(2, 36) {
+    // whole, become a few KB.
+    if env("CTXHOST_PACK_RELOCS") != "0" && glibc_at_least(2, 36) {
         println!("cargo:rustc-link-arg-bin=ctxhost=-Wl,-z,pack-relative-relocs");
     }
 }

@@ -25,6 +25,7 @@ that move much code). It covers the task path benchmarked; a task that calls too
 or uses PostgreSQL also runs code from the rest of `.text`.
 
 Usage: scripts/link-order.py [--rounds N]     (from anywhere in the repository; ~10 min)
+       scripts/link-order.py --check          (how many listed functions the release build has)
 Needs: cargo, valgrind, perf (kernel.perf_event_paranoid <= 2), nm and readelf (binutils).
 Then `cargo build --release` links with the new list.
 """
@@ -52,7 +53,18 @@ def die(msg):
 
 
 def run(cmd, **kw):
-    return subprocess.run(cmd, check=True, env=ENV, **kw)
+    """Runs `cmd`; a failure ends the script with the command and what it printed."""
+    capture = "capture_output" not in kw and "stdout" not in kw
+    if capture:
+        kw["capture_output"] = True
+        kw["text"] = True
+    try:
+        return subprocess.run(cmd, check=True, env=ENV, **kw)
+    except subprocess.CalledProcessError as e:
+        out = "\n".join(x for x in (e.stdout, e.stderr) if isinstance(x, str) and x.strip())
+        die(f"{' '.join(cmd)} failed (exit {e.returncode})" + (f":\n{out[-4000:]}" if out else ""))
+    except OSError as e:
+        die(f"cannot run {cmd[0]}: {e}")
 
 
 def text_symbols(binary):
@@ -178,12 +190,31 @@ def faulted_outside(perf_data, binary, order):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=40, help="most relink-and-measure rounds")
+    ap.add_argument("--check", action="store_true",
+                    help="only count the listed functions the release binary has (a list made "
+                         "for an older build places fewer)")
     args = ap.parse_args()
+    if args.check:
+        if not os.path.exists(BIN):
+            die(f"{BIN} is not built (cargo build --release -p ctxhost)")
+        listed = [l for l in open(ORDER_FILE).read().splitlines() if l and not l.startswith("#")]
+        defined = {s[2] for s in text_symbols(BIN)}
+        have = sum(1 for l in listed if l in defined)
+        print(f"{have} of the {len(listed)} functions in {ORDER_FILE} are in {BIN} "
+              f"({len(listed) - have} missing)")
+        return
     if args.rounds < 1:
         die("--rounds must be at least 1")
     for tool in ("cargo", "valgrind", "perf", "nm", "readelf"):
         if shutil.which(tool) is None:
             die(f"{tool} is needed and not on PATH")
+    try:
+        paranoid = int(open("/proc/sys/kernel/perf_event_paranoid").read())
+    except (OSError, ValueError):
+        paranoid = None
+    if paranoid is not None and paranoid > 2:
+        die(f"kernel.perf_event_paranoid is {paranoid}: perf cannot record page faults of this "
+            "user's processes (it needs 2 or less: sysctl kernel.perf_event_paranoid=2)")
 
     print("building ctxhost and bench_context (release, without a link order)...", file=sys.stderr)
     run(["cargo", "build", "-q", "--release", "-p", "ctxhost", "--bin", "ctxhost",
@@ -203,6 +234,8 @@ def main():
         defined = {s[2] for s in text_symbols(plain)}
         order = sorted((callgrind_names(cg.format("resume", 2)) | callgrind_names(cg.format("fresh", 2)))
                        & defined)
+        if not order:
+            die("callgrind recorded no function of the binary (is it stripped?)")
         print(f"callgrind: {len(order)} functions", file=sys.stderr)
         quiet = 0
         for r in range(1, args.rounds + 1):

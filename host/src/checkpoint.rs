@@ -11,7 +11,8 @@
 //! For `ctxhost fsck`, [`verify`] applies each checkpoint's readers' rule to the files as they
 //! are — the builtin message store's `store_checkpoint.json` too, which the host never reads
 //! otherwise — and says why one would not be used: it is then a stale cache, which
-//! `fsck --repair` deletes ([`remove_unusable`]); the next open rebuilds it by a full read.
+//! `fsck --repair` deletes (with any that breaks its schema); the next open rebuilds it by a
+//! full read.
 
 use std::io::{self, Seek, SeekFrom};
 
@@ -34,8 +35,8 @@ pub trait Versioned: DeserializeOwned {
 }
 
 /// The checkpoint `name` of `dir`: `Ok(None)` when there is none; an error (naming the file)
-/// when it is not a regular file, is larger than `max_bytes`, does not parse as `T` or is not
-/// of version [`CHECKPOINT_VERSION`].
+/// when it is not a regular file, is larger than `max_bytes`, is not a JSON object that parses
+/// as `T`, or is not of version [`CHECKPOINT_VERSION`].
 pub fn read<T: Versioned>(dir: &TaskDir, name: &str, max_bytes: u64) -> anyhow::Result<Option<T>> {
     let Some(file) = dir.open_read_if_exists(name)? else {
         return Ok(None);
@@ -47,7 +48,15 @@ pub fn read<T: Versioned>(dir: &TaskDir, name: &str, max_bytes: u64) -> anyhow::
     // Parsed as it is read (64 KiB at a time, never more than max_bytes + 1 bytes), not from
     // a copy of the whole file: a history checkpoint of a long conversation holds ~2 MiB of
     // call-id hashes, which would otherwise be in memory twice.
-    let reader = io::BufReader::with_capacity(64 * 1024, io::Read::take(file, max_bytes + 1));
+    let mut reader = io::BufReader::with_capacity(64 * 1024, io::Read::take(file, max_bytes + 1));
+    // serde's derived structs also read a JSON array of the fields in order; a checkpoint is
+    // an object (its schema says so), so anything else is refused as not one.
+    let start = io::BufRead::fill_buf(&mut reader)?;
+    let first = start.iter().find(|b| !b.is_ascii_whitespace());
+    anyhow::ensure!(
+        first == Some(&b'{'),
+        "{name}: not a checkpoint: not a JSON object"
+    );
     let cp: T =
         serde_json::from_reader(reader).with_context(|| format!("{name}: not a checkpoint"))?;
     anyhow::ensure!(
@@ -122,20 +131,6 @@ pub fn remove_describing(dir: &TaskDir, name: &str) -> anyhow::Result<Vec<&'stat
     Ok(removed)
 }
 
-/// Delete each checkpoint of `dir` that [`verify`] finds unusable (a derived cache: the next
-/// open reads its file whole and writes a new one). Returns the names deleted.
-pub fn remove_unusable(dir: &TaskDir) -> anyhow::Result<Vec<&'static str>> {
-    let mut removed = Vec::new();
-    for name in FILES {
-        if verify(dir, name).is_err() {
-            dir.remove_file_if_exists(name)
-                .with_context(|| format!("cannot delete {}", dir.show(name)))?;
-            removed.push(name);
-        }
-    }
-    Ok(removed)
-}
-
 /// That `mark` still names a prefix of file `name` of `dir` ([`FileMark::holds`]) and, with
 /// `id`, that the file is the one it was taken of ([`file_id`]); a missing file holds only
 /// an empty mark. The error says which (and names the file).
@@ -198,7 +193,7 @@ mod tests {
         }
         // None yet: nothing to say.
         verify(&dir, STORE_CHECKPOINT).unwrap();
-        assert!(remove_unusable(&dir).unwrap().is_empty());
+        assert!(FILES.iter().all(|f| verify(&dir, f).is_ok()));
 
         // Both files replaced by copies of the same bytes (as an atomic rewrite does): the
         // marks hold, the files are not the ones counted.
@@ -224,8 +219,7 @@ mod tests {
             .unwrap();
         let e = format!("{:#}", verify(&dir, STORE_CHECKPOINT).unwrap_err());
         assert!(e.contains("messages.jsonl no longer starts with"), "{e}");
-        assert_eq!(remove_unusable(&dir).unwrap(), FILES);
-        assert!(FILES.iter().all(|f| !dir.is_file(f)));
+        assert!(FILES.iter().all(|f| verify(&dir, f).is_err()));
     }
 
     #[test]

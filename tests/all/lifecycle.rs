@@ -228,7 +228,7 @@ fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
             && resumed.stderr().contains("history_checkpoint.json")
             && resumed
                 .stderr()
-                .contains("the task ignores it and reads the file whole"),
+                .contains("--repair deletes it (harmless to the task)"),
         "{}",
         resumed.stderr()
     );

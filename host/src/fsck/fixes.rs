@@ -2,7 +2,7 @@
 //! (recovery, interrupted transitions, misplaced directories), the crash-repair functions
 //! of [`crate::repair`] (NUL bytes, torn lines, temporaries, current.jsonl behind, tool-call
 //! pairing) and the task directory's handle (symbolic links deleted, modes tightened, bad or
-//! stale checkpoints deleted: [`crate::checkpoint::remove_unusable`]).
+//! stale checkpoints deleted: [`super::checkpoints::remove_bad`]).
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
@@ -202,7 +202,7 @@ pub(crate) fn repair_task(
         .chain(&file_kinds)
         .any(|k| kinds.contains(k));
     if rewrote && let Some((_, path)) = layout.find_task_dir(uuid) {
-        let removed = crate::checkpoint::remove_unusable(&open(&path)?)?;
+        let removed = super::checkpoints::remove_bad(&open(&path)?)?;
         if !removed.is_empty() {
             done.push(format!(
                 "deleted {} (rebuilt by a full read when the task next opens)",

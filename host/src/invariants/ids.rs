@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 ///
 /// Serialised (in `history_checkpoint.json`) as a sorted JSON array of the hashes, each 16
 /// lowercase hex digits, like [`ctxhost_format::checkpoint::line_hash`] (the same hash). Read
-/// element by element; an array out of order or with repeats is sorted and deduplicated.
+/// element by element; an array out of order is sorted, one with a hash twice is refused.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallIds(Vec<u64>);
 
@@ -76,7 +76,11 @@ impl<'de> Deserialize<'de> for CallIds {
             .map(|h| h.0)
             .collect();
         hashes.sort_unstable();
-        hashes.dedup();
+        if hashes.windows(2).any(|w| w[0] == w[1]) {
+            return Err(serde::de::Error::custom(
+                "a hash is there twice (each id is kept once)",
+            ));
+        }
         hashes.shrink_to_fit();
         Ok(CallIds(hashes))
     }

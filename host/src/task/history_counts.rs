@@ -254,7 +254,7 @@ impl HistoryCounts {
 /// readable and of this version; anything else is ignored (logged at debug level).
 fn read_checkpoint(dir: &TaskDir) -> Option<Checkpoint> {
     let fallback = "the history is read whole";
-    let cp = checkpoint::load(dir, HISTORY_CHECKPOINT, MAX_CHECKPOINT_BYTES, fallback)?;
+    let cp = checkpoint::load(dir, HISTORY_CHECKPOINT, max_checkpoint_bytes(dir), fallback)?;
     match ensure_plausible(&cp) {
         Ok(()) => Some(cp),
         Err(e) => {
@@ -270,6 +270,15 @@ fn read_checkpoint(dir: &TaskDir) -> Option<Checkpoint> {
 /// Fewest bytes one tool call takes in messages.jsonl, with a margin: the smallest,
 /// `{"id":"","type":"function","function":{"name":"","arguments":""}}`, is 66.
 const MIN_CALL_BYTES: u64 = 32;
+
+/// The largest history checkpoint `dir`'s messages.jsonl can have: its hashes (at most one per
+/// [`MIN_CALL_BYTES`] of the file, 20 bytes each as written) and 64 KiB for the rest, at most
+/// [`MAX_CHECKPOINT_BYTES`]. A larger file is not parsed at all, so a forged one costs a task
+/// no more than reading its history would.
+fn max_checkpoint_bytes(dir: &TaskDir) -> u64 {
+    let history = dir.metadata(MESSAGES).ok().flatten().map_or(0, |m| m.len());
+    (history / MIN_CALL_BYTES * 20 + 64 * 1024).min(MAX_CHECKPOINT_BYTES)
+}
 
 /// That `cp` holds no more call-id hashes than the prefix it counts can hold tool calls (one
 /// per [`MIN_CALL_BYTES`]): a checkpoint forged with millions of hashes over a short history
@@ -291,7 +300,8 @@ fn ensure_plausible(cp: &Checkpoint) -> anyhow::Result<()> {
 /// prefix can hold, another messages.jsonl, a mark that no longer holds); `Ok` when there is
 /// none or it would be used.
 pub fn verify_checkpoint(dir: &TaskDir) -> anyhow::Result<()> {
-    let Some(cp) = checkpoint::read::<Checkpoint>(dir, HISTORY_CHECKPOINT, MAX_CHECKPOINT_BYTES)?
+    let Some(cp) =
+        checkpoint::read::<Checkpoint>(dir, HISTORY_CHECKPOINT, max_checkpoint_bytes(dir))?
     else {
         return Ok(());
     };
@@ -462,23 +472,40 @@ mod tests {
     }
 
     #[test]
-    fn hashes_out_of_order_or_repeated_are_sorted_and_the_checkpoint_used() {
+    fn hashes_out_of_order_are_sorted_and_a_repeat_or_an_oversized_file_is_not_believed() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         write_task(d, &history(), &[]);
         let first = HistoryCounts::open(&task(d)).unwrap();
-        let mut cp: serde_json::Value =
+        let good: serde_json::Value =
             serde_json::from_slice(&fs::read(d.join(HISTORY_CHECKPOINT)).unwrap()).unwrap();
-        let mut hashes = cp["call_id_hashes"].as_array().unwrap().clone();
+        let mut hashes = good["call_id_hashes"].as_array().unwrap().clone();
         hashes.reverse();
-        hashes.push(hashes[0].clone());
-        cp["call_id_hashes"] = hashes.into();
-        fs::write(d.join(HISTORY_CHECKPOINT), cp.to_string()).unwrap();
+        let mut reversed = good.clone();
+        reversed["call_id_hashes"] = hashes.clone().into();
+        fs::write(d.join(HISTORY_CHECKPOINT), reversed.to_string()).unwrap();
         verify_checkpoint(&task(d)).unwrap();
         let again = HistoryCounts::open(&task(d)).unwrap();
         assert_eq!(again.bytes_read(), 0, "the checkpoint was used");
         assert_eq!(again.call_ids(), first.call_ids());
         assert_eq!(again.call_ids().len(), 20);
+
+        let len = fs::metadata(d.join(MESSAGES)).unwrap().len();
+        let mut repeated = good.clone();
+        hashes.push(hashes[0].clone());
+        repeated["call_id_hashes"] = hashes.into();
+        // Padded past what this history's checkpoint can be: not parsed at all.
+        let padded = format!(
+            "{good}{}",
+            " ".repeat((max_checkpoint_bytes(&task(d)) + 1) as usize)
+        );
+        for (what, text) in [("a repeat", repeated.to_string()), ("oversized", padded)] {
+            fs::write(d.join(HISTORY_CHECKPOINT), &text).unwrap();
+            assert!(verify_checkpoint(&task(d)).is_err(), "{what}");
+            let counts = HistoryCounts::open(&task(d)).unwrap();
+            assert_eq!(counts.bytes_read(), len, "{what}: a full read");
+            assert_eq!(counts.call_ids(), first.call_ids(), "{what}");
+        }
     }
 
     #[test]
