@@ -34,16 +34,17 @@ pub trait Versioned: DeserializeOwned {
     fn version(&self) -> u32;
 }
 
-/// The checkpoint `name` of `dir`: `Ok(None)` when there is none; an error (naming the file)
-/// when it is not a regular file, is larger than `max_bytes`, is not a JSON object that parses
-/// as `T`, or is not of version [`CHECKPOINT_VERSION`].
+/// The checkpoint `name` of `dir`: `Ok(None)` when there is none; an error when it is not a
+/// regular file, is larger than `max_bytes`, is not a JSON object that parses
+/// as `T`, or is not of version [`CHECKPOINT_VERSION`]. The error does not repeat the name:
+/// every caller shows it ([`load`]'s log line, fsck's problem).
 pub fn read<T: Versioned>(dir: &TaskDir, name: &str, max_bytes: u64) -> anyhow::Result<Option<T>> {
     let Some(file) = dir.open_read_if_exists(name)? else {
         return Ok(None);
     };
     anyhow::ensure!(
         file.metadata()?.len() <= max_bytes,
-        "{name} is larger than {max_bytes} bytes; not read"
+        "larger than {max_bytes} bytes; not read"
     );
     // Parsed as it is read (64 KiB at a time, never more than max_bytes + 1 bytes), not from
     // a copy of the whole file: a history checkpoint of a long conversation holds ~2 MiB of
@@ -53,15 +54,11 @@ pub fn read<T: Versioned>(dir: &TaskDir, name: &str, max_bytes: u64) -> anyhow::
     // an object (its schema says so), so anything else is refused as not one.
     let start = io::BufRead::fill_buf(&mut reader)?;
     let first = start.iter().find(|b| !b.is_ascii_whitespace());
-    anyhow::ensure!(
-        first == Some(&b'{'),
-        "{name}: not a checkpoint: not a JSON object"
-    );
-    let cp: T =
-        serde_json::from_reader(reader).with_context(|| format!("{name}: not a checkpoint"))?;
+    anyhow::ensure!(first == Some(&b'{'), "not a checkpoint: not a JSON object");
+    let cp: T = serde_json::from_reader(reader).context("not a checkpoint")?;
     anyhow::ensure!(
         cp.version() == CHECKPOINT_VERSION,
-        "{name}: version {} (this host reads {CHECKPOINT_VERSION})",
+        "version {} (this host reads {CHECKPOINT_VERSION})",
         cp.version()
     );
     Ok(Some(cp))

@@ -58,14 +58,7 @@ pub(crate) fn remove_bad(dir: &TaskDir) -> anyhow::Result<Vec<&'static str>> {
 /// Why checkpoint `name` of `dir` is bad, if it is.
 fn fault(dir: &TaskDir, name: &str) -> Option<String> {
     if let Err(e) = checkpoint::verify(dir, name) {
-        // The problem names the file already: not `history_checkpoint.json: history_checkpoint.json: ...`.
-        let text = format!("{e:#}");
-        let prefix = format!("{name}: ");
-        return Some(
-            text.strip_prefix(&prefix)
-                .map(str::to_string)
-                .unwrap_or(text),
-        );
+        return Some(format!("{e:#}"));
     }
     // Its reader would use it: it parsed, so it is JSON of at most the largest bound.
     let bytes = dir

@@ -250,21 +250,22 @@ impl HistoryCounts {
     }
 }
 
-/// The checkpoint of `dir`, if present, a regular file of at most [`MAX_CHECKPOINT_BYTES`],
-/// readable and of this version; anything else is ignored (logged at debug level).
+/// The checkpoint of `dir`, if present and believable ([`believable_checkpoint`]); anything
+/// else is ignored (logged at debug level, as [`checkpoint::load`] does).
 fn read_checkpoint(dir: &TaskDir) -> Option<Checkpoint> {
-    let fallback = "the history is read whole";
-    let cp = checkpoint::load(dir, HISTORY_CHECKPOINT, max_checkpoint_bytes(dir), fallback)?;
-    match ensure_plausible(&cp) {
-        Ok(()) => Some(cp),
-        Err(e) => {
-            tracing::debug!(
-                "{} ignored ({fallback}): {e:#}",
-                dir.show(HISTORY_CHECKPOINT)
-            );
-            None
-        }
-    }
+    believable_checkpoint(dir).unwrap_or_else(|e| {
+        let file = dir.show(HISTORY_CHECKPOINT);
+        tracing::debug!("{file} ignored (the history is read whole): {e:#}");
+        None
+    })
+}
+
+/// The checkpoint of `dir` as [`checkpoint::read`] reads it, bounded by
+/// [`max_checkpoint_bytes`] and [`ensure_plausible`]: what both the task ([`read_checkpoint`])
+/// and fsck ([`verify_checkpoint`]) judge it by.
+fn believable_checkpoint(dir: &TaskDir) -> anyhow::Result<Option<Checkpoint>> {
+    let cp = checkpoint::read::<Checkpoint>(dir, HISTORY_CHECKPOINT, max_checkpoint_bytes(dir))?;
+    cp.map(|cp| ensure_plausible(&cp).map(|()| cp)).transpose()
 }
 
 /// Fewest bytes one tool call takes in messages.jsonl, with a margin: the smallest,
@@ -300,12 +301,9 @@ fn ensure_plausible(cp: &Checkpoint) -> anyhow::Result<()> {
 /// prefix can hold, another messages.jsonl, a mark that no longer holds); `Ok` when there is
 /// none or it would be used.
 pub fn verify_checkpoint(dir: &TaskDir) -> anyhow::Result<()> {
-    let Some(cp) =
-        checkpoint::read::<Checkpoint>(dir, HISTORY_CHECKPOINT, max_checkpoint_bytes(dir))?
-    else {
+    let Some(cp) = believable_checkpoint(dir)? else {
         return Ok(());
     };
-    ensure_plausible(&cp)?;
     // As `catch_up`: no file holds only an empty mark; a file must be the one counted.
     let id = (cp.messages.bytes > 0 || !cp.file_id.is_empty()).then_some(cp.file_id.as_str());
     checkpoint::ensure_holds(dir, MESSAGES, id, &cp.messages)
