@@ -9,9 +9,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// The tool-call ids a conversation has used, kept as 64-bit FNV-1a hashes of their bytes in
 /// one sorted array, so the set costs 8 bytes per id however long the ids are, and the memory
 /// of a task process stays flat with its history (a 1 GiB history holds ~125,000 calls: ~1 MiB
-/// here, where the ids as strings took ~16 MiB; a `BTreeSet` of the hashes, with its nodes half
-/// full, took about twice the array). An insert moves the larger hashes up (a `memmove` of at most the array: ~30 µs at 1 MiB, once
-/// per tool call).
+/// here, where the ids as strings took ~16 MiB, and less than a `BTreeSet` of the hashes, whose
+/// nodes are only partly full). An insert moves the larger hashes up: a `memmove` of at most
+/// the array, once per tool call.
 ///
 /// Two different ids may hash alike (a chance of about n² / 2⁶⁵ for n ids; a provider could
 /// also make it happen on purpose): [`make_call_ids_unique`] then renames an id that was in
