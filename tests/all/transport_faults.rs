@@ -251,6 +251,108 @@ fn timeout_is_retried_then_reported() {
     assert_files_clean(&f);
 }
 
+/// A TCP port that accepts connections and never says a word (a plain-HTTP server waiting
+/// for the end of a request line that a TLS hello never sends). Connections are held until
+/// the returned guard is dropped.
+struct SilentPort {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<usize>>,
+}
+
+impl SilentPort {
+    fn start() -> SilentPort {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !flag.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((conn, _)) => held.push(conn),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+            held.len()
+        });
+        SilentPort {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop accepting; the connections it accepted.
+    fn finish(mut self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+#[test]
+fn an_https_url_on_a_port_that_never_answers_the_tls_hello_obeys_the_connect_timeout() {
+    let silent = SilentPort::start();
+    let f = files();
+    let t = transport(&format!("https://127.0.0.1:{}", silent.port), |c| {
+        c.connect_timeout = Duration::from_secs(1);
+        c.request_timeout = Duration::from_secs(60);
+        c.max_retries = 1;
+    });
+    let started = std::time::Instant::now();
+    let err = t
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
+        .unwrap_err();
+    let took = started.elapsed();
+    // Two attempts of about 1 s each (the handshake's limit), not of the 60 s request limit.
+    assert!(took < Duration::from_secs(10), "took {took:?}: {err}");
+    match &err {
+        TransportError::Timeout {
+            limit,
+            timeout,
+            attempts,
+            ..
+        } => {
+            assert_eq!(*limit, ctxhost::llm::TimeoutLimit::Connect, "{err}");
+            assert_eq!(*timeout, Duration::from_secs(1), "{err}");
+            assert_eq!(*attempts, 2, "{err}");
+        }
+        other => panic!("not a timeout: {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("connect and TLS handshake limit (llm.connect_timeout_secs) of 1s per attempt"),
+        "{msg}"
+    );
+    assert_eq!(silent.finish(), 2, "one connection per attempt");
+    assert!(!f.response.exists());
+    assert_files_clean(&f);
+}
+
+#[test]
+fn a_request_timeout_names_the_request_limit() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::delay(
+        Duration::from_secs(3),
+        Reply::text("too late", None),
+    ));
+    let f = files();
+    let t = transport(&llm.base_url(), |c| {
+        c.request_timeout = Duration::from_millis(300);
+        c.max_retries = 0;
+    });
+    let err = t
+        .post_file(ENDPOINT, &f.task, REQUEST, RESPONSE)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("(request limit (llm.timeout_secs) of 300ms per attempt)"),
+        "{err}"
+    );
+}
+
 #[test]
 fn timeout_then_success() {
     let llm = FakeLlm::start(vec![

@@ -37,17 +37,20 @@ pub enum TransportError {
         /// The start of the response body.
         body: String,
     },
-    /// Each attempt ran longer than `request_timeout` (or connecting took longer than
-    /// `connect_timeout`).
+    /// The last attempt ran out of time: connecting or the TLS handshake took longer than
+    /// `connect_timeout`, the request longer than `request_timeout`, or the caller's deadline
+    /// came first ([`TimeoutLimit`] says which).
     #[error(
-        "POST {url}: timed out after {attempts} attempt(s) (limit {timeout:?} per attempt): {detail}"
+        "POST {url}: timed out after {attempts} attempt(s) ({limit} of {timeout:?} per attempt): {detail}"
     )]
     Timeout {
         /// The request URL.
         url: String,
         /// Attempts made (the first one and the retries).
         attempts: u32,
-        /// The limit that passed.
+        /// Which limit the last attempt ran into.
+        limit: TimeoutLimit,
+        /// That limit's length.
         timeout: Duration,
         /// What went wrong.
         detail: String,
@@ -124,6 +127,31 @@ pub enum TransportError {
         /// Attempts started (0 when the request came before the first one).
         attempts: u32,
     },
+}
+
+/// Which time limit a [`TransportError::Timeout`] ran into; its `Display` names it and the
+/// setting it comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutLimit {
+    /// Opening the TCP connection and the TLS handshake (`llm.connect_timeout_secs`).
+    Connect,
+    /// The whole request: sending it and reading the reply (`llm.timeout_secs`).
+    Request,
+    /// The time left before the caller's deadline (e.g. a compression's wall-time limit),
+    /// shorter than the other limits.
+    Deadline,
+}
+
+impl std::fmt::Display for TimeoutLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimeoutLimit::Connect => {
+                "connect and TLS handshake limit (llm.connect_timeout_secs)"
+            }
+            TimeoutLimit::Request => "request limit (llm.timeout_secs)",
+            TimeoutLimit::Deadline => "time left before the caller's deadline",
+        })
+    }
 }
 
 impl TransportError {

@@ -12,17 +12,19 @@
 //! - [`retry`]: which failures are retried, backoff delays, `Retry-After` parsing
 //! - [`overflow`]: a provider's "the context is too long" answer (never retried as it is)
 //! - [`error`] — [`TransportError`] (names the URL and attempts, never the key)
+//! - [`handshake`]: the TLS handshake bounded by the connect timeout
 //! - [`redact`]: the API key out of every body, error and kept file; URL credentials hidden
 //! - [`transport`]: [`Transport`], [`PostOutcome`], and [`Interruption`] (how a call gives way
 //!   to a pause or stop of its task)
 
 pub mod config;
 pub mod error;
+pub mod handshake;
 pub mod overflow;
 pub mod redact;
 pub mod retry;
 pub mod transport;
 
 pub use config::{AuthScheme, TransportConfig};
-pub use error::TransportError;
+pub use error::{TimeoutLimit, TransportError};
 pub use transport::{Interruption, PostOutcome, Transport};

@@ -7,7 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::config::{AuthScheme, TransportConfig};
-use super::error::{BODY_SNIPPET_BYTES, TransportError, body_snippet, redact};
+use super::error::{BODY_SNIPPET_BYTES, TimeoutLimit, TransportError, body_snippet, redact};
+use super::handshake::HandshakeLimit;
 use super::redact::{Redactor, url_credentials, url_without_credentials};
 use super::retry::{INITIAL_BACKOFF, next_delay, parse_retry_after, should_retry};
 use crate::task_dir::TaskDir;
@@ -93,6 +94,7 @@ enum AttemptError {
         retryable: bool,
     },
     Timeout {
+        which: TimeoutLimit,
         limit: Duration,
         detail: String,
     },
@@ -127,7 +129,12 @@ impl AttemptError {
         };
         let clean = |s: String| s.replace(secret, "***");
         match self {
-            AttemptError::Timeout { limit, detail } => AttemptError::Timeout {
+            AttemptError::Timeout {
+                which,
+                limit,
+                detail,
+            } => AttemptError::Timeout {
+                which,
                 limit,
                 detail: clean(detail),
             },
@@ -193,9 +200,14 @@ impl AttemptError {
                 request_id,
                 body,
             },
-            AttemptError::Timeout { limit, detail } => TransportError::Timeout {
+            AttemptError::Timeout {
+                which,
+                limit,
+                detail,
+            } => TransportError::Timeout {
                 url,
                 attempts,
+                limit: which,
                 timeout: limit,
                 detail,
             },
@@ -230,14 +242,19 @@ impl AttemptError {
 impl Transport {
     /// A transport for `cfg`. Does no I/O; connections are opened on first use. Redirects are
     /// not followed (a 3xx is reported as an error naming its `Location`), so a request body
-    /// and an API key are never sent to a host other than `base_url`'s.
+    /// and an API key are never sent to a host other than `base_url`'s. Opening the TCP
+    /// connection and the TLS handshake each wait at most `connect_timeout`
+    /// ([`HandshakeLimit`]).
     pub fn new(cfg: TransportConfig) -> Transport {
-        let agent = ureq::AgentBuilder::new()
+        let mut builder = ureq::AgentBuilder::new()
             .timeout_connect(cfg.connect_timeout)
             .timeout(cfg.request_timeout)
             .redirects(0)
-            .user_agent(concat!("ctxhost/", env!("CARGO_PKG_VERSION")))
-            .build();
+            .user_agent(concat!("ctxhost/", env!("CARGO_PKG_VERSION")));
+        if let Some(tls) = HandshakeLimit::new(cfg.connect_timeout) {
+            builder = builder.tls_connector(tls);
+        }
+        let agent = builder.build();
         Transport {
             cfg,
             agent,
@@ -377,6 +394,7 @@ impl Transport {
             let left = deadline.map(|d| d.saturating_duration_since(t0));
             let result = match (left, interruption) {
                 (Some(d), _) if d.is_zero() => Err(AttemptError::Timeout {
+                    which: TimeoutLimit::Deadline,
                     limit: Duration::ZERO,
                     detail: "no time left before the caller's deadline".to_string(),
                 }),
@@ -549,7 +567,7 @@ impl Transport {
         let resp = match req.send(body) {
             Ok(resp) => resp,
             Err(ureq::Error::Status(status, resp)) => return Err(self.status_error(status, resp)),
-            Err(ureq::Error::Transport(t)) => return Err(self.classify_transport(&t)),
+            Err(ureq::Error::Transport(t)) => return Err(self.classify_transport(&t, left)),
         };
         let status = resp.status();
         if !(200..300).contains(&status) {
@@ -609,7 +627,9 @@ impl Transport {
         }
     }
 
-    fn classify_transport(&self, t: &ureq::Transport) -> AttemptError {
+    /// The error for a failed send; `left` is the time the attempt had before the caller's
+    /// deadline, so a timeout names the limit that actually applied.
+    fn classify_transport(&self, t: &ureq::Transport, left: Option<Duration>) -> AttemptError {
         use ureq::ErrorKind as K;
         let io_kind = std::error::Error::source(t)
             .and_then(|s| s.downcast_ref::<io::Error>())
@@ -637,12 +657,26 @@ impl Transport {
                 Some(io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock)
             ) =>
             {
-                let limit = if t.kind() == K::ConnectionFailed {
-                    self.cfg.connect_timeout
+                // ureq reports a TCP connect and a TLS handshake that ran out of time as
+                // `ConnectionFailed`; both are bounded by `connect_timeout` (unless the
+                // caller's deadline was nearer).
+                let (which, limit) = if t.kind() == K::ConnectionFailed {
+                    (TimeoutLimit::Connect, self.cfg.connect_timeout)
                 } else {
-                    self.cfg.request_timeout
+                    (TimeoutLimit::Request, self.cfg.request_timeout)
                 };
-                AttemptError::Timeout { limit, detail }
+                match left {
+                    Some(left) if left < limit => AttemptError::Timeout {
+                        which: TimeoutLimit::Deadline,
+                        limit: left,
+                        detail,
+                    },
+                    _ => AttemptError::Timeout {
+                        which,
+                        limit,
+                        detail,
+                    },
+                }
             }
             _ => AttemptError::Connection(detail),
         }
@@ -720,6 +754,7 @@ impl Transport {
                     ) =>
                 {
                     return Err(AttemptError::Timeout {
+                        which: TimeoutLimit::Request,
                         limit: self.cfg.request_timeout,
                         detail: format!("reading the response body after {total} bytes: {e}"),
                     });
