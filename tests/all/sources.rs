@@ -120,6 +120,32 @@ fn all_written_bytes(env: &TestEnv) -> Vec<u8> {
     out
 }
 
+/// Seconds from now (the task store's clock) until the next publishing attempt of `uuid` may
+/// be made: the wait every publisher obeys, kept in the store.
+fn publish_wait_secs(env: &TestEnv, uuid: &str) -> f64 {
+    let db = db(env);
+    let p = db.publication(uuid).unwrap().unwrap();
+    let next = p.next_attempt_ms.expect("no next attempt recorded");
+    (next - db.now_ms().unwrap()) as f64 / 1000.0
+}
+
+/// Let the publishing wait of `uuid` pass (the store's not-before time moved to the past),
+/// instead of sleeping through it.
+fn let_publish_wait_pass(env: &TestEnv, uuid: &str) {
+    db(env)
+        .execute_raw(&format!(
+            "UPDATE publications SET next_attempt_ms = 1 WHERE task_uuid = '{uuid}'"
+        ))
+        .unwrap();
+}
+
+/// `poll --once --json`, whatever its exit code: (code, report, stderr).
+fn poll_once_any(env: &TestEnv) -> (Option<i32>, Value, String) {
+    let out = env.ctxhost(&["poll", "--once", "--json"]);
+    let report = serde_json::from_str(&out.stdout()).unwrap_or(Value::Null);
+    (out.code(), report, out.stderr())
+}
+
 fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
@@ -580,23 +606,26 @@ fn a_kill_before_posting_loses_nothing_and_a_lost_answer_is_not_posted_twice() {
     let b = gh.add_item("acme/app", Kind::Issue, "B", "x", &[LABEL]);
     let uuid = queued(&poll_once(&env)).remove(0);
     gh.push_fault("POST", &format!("/issues/{b}/comments"), Fault::DropAnswer);
-    // Whichever pass of `run --once` meets the lost answer, a later pass (the run's last
-    // one, or this poll) finds the comment.
+    // The run ends with success and a warning: the comment probably exists, and the next
+    // pass confirms it (or posts it).
     let out = env.ctxhost(&["run", "--once"]);
-    if out.code() == Some(1) {
-        assert!(
-            out.stderr().contains("may or may not have taken effect"),
-            "{}",
-            out.stderr()
-        );
-        let p = db(&env).publication(&uuid).unwrap().unwrap();
-        assert_eq!((p.comment_state, p.attempts), (CommentState::Posting, 1));
-        assert!(
-            p.last_error
-                .unwrap()
-                .contains(&format!("GitHub acme/app: comment on #{b}"))
-        );
-    }
+    assert_eq!(out.code(), Some(0), "{}", out.stderr());
+    assert!(
+        out.stderr().contains("warning: ")
+            && out.stderr().contains("answer was lost")
+            && out.stderr().contains(&uuid),
+        "{}",
+        out.stderr()
+    );
+    let p = db(&env).publication(&uuid).unwrap().unwrap();
+    assert_eq!((p.comment_state, p.attempts), (CommentState::Posting, 1));
+    assert!(
+        p.last_error
+            .unwrap()
+            .contains(&format!("GitHub acme/app: comment on #{b}"))
+    );
+    // The next pass once the wait is over finds the comment.
+    let_publish_wait_pass(&env, &uuid);
     poll_once(&env);
     let posts = gh.calls_to("POST", &format!("/issues/{b}/comments"));
     assert_eq!(posts.len(), 1);
@@ -832,15 +861,19 @@ fn a_rate_limited_comment_is_not_waited_for_under_the_lease_and_is_posted_once_l
     let env = acme_env(&llm, &gh);
     let uuid = queued(&poll_once(&env)).remove(0);
     gh.push_fault("POST", "/comments", Fault::RateLimit { secs: 30 });
-    // The refused POST is not waited for (30 s): the run ends at once, with or without a
-    // second attempt by its last pass.
+    // The refused POST is not waited for (30 s) under the lease: the run ends at once, the
+    // result not published yet; the wait until the reset is kept in the store.
     let started = std::time::Instant::now();
-    let _ = env.ctxhost(&["run", "--once"]);
+    let out = env.ctxhost(&["run", "--once"]);
     assert!(
         started.elapsed() < Duration::from_secs(25),
         "{:?}",
         started.elapsed()
     );
+    assert_eq!(out.code(), Some(1), "{}", out.stderr());
+    let wait = publish_wait_secs(&env, &uuid);
+    assert!((29.0..=62.0).contains(&wait), "{wait}");
+    let_publish_wait_pass(&env, &uuid);
     poll_once(&env);
     let posts = gh.calls_to("POST", &format!("/issues/{n}/comments"));
     assert_eq!(
@@ -856,6 +889,216 @@ fn a_rate_limited_comment_is_not_waited_for_under_the_lease_and_is_posted_once_l
     assert_eq!(gh.labels("acme/app", Kind::Issue, n), [DONE]);
 }
 
+/// GitHub's secondary rate limit as a comment POST meets it: a 403 that says so only in its
+/// message, without `Retry-After`.
+fn secondary_rate_limit() -> Fault {
+    Fault::Answer {
+        status: 403,
+        message: "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.".into(),
+        headers: Vec::new(),
+    }
+}
+
+#[test]
+fn a_secondary_rate_limit_on_the_comment_waits_a_minute_then_longer_and_cron_polls_obey_it() {
+    let llm = FakeLlm::start(vec![Reply::text("Answer.", None)]);
+    let gh = FakeForge::github();
+    let n = gh.add_item("acme/app", Kind::Issue, "Q", "x", &[LABEL]);
+    let env = acme_env(&llm, &gh);
+    let uuid = queued(&poll_once(&env)).remove(0);
+    let posts = || gh.calls_to("POST", &format!("/issues/{n}/comments"));
+    gh.push_fault("POST", "/comments", secondary_rate_limit());
+    gh.push_fault("POST", "/comments", secondary_rate_limit());
+    // The run's passes (its loop and its last one) post once: the result is not published.
+    let out = env.ctxhost(&["run", "--once"]);
+    assert_eq!(out.code(), Some(1), "{}", out.stderr());
+    assert!(
+        out.stderr().contains("could not be published yet"),
+        "{}",
+        out.stderr()
+    );
+    assert_eq!(posts().len(), 1);
+    // At least a minute, kept in the store for every publisher.
+    let first = publish_wait_secs(&env, &uuid);
+    assert!((58.0..=61.0).contains(&first), "first wait {first} s");
+    // `poll --once` from cron, three times in a row: nothing is posted, the report says when.
+    for _ in 0..3 {
+        let report = poll_once(&env);
+        let waiting = &report["published"]["waiting"][0];
+        assert_eq!(waiting["uuid"], uuid.as_str(), "{report:#}");
+        assert!(waiting["wait_secs"].as_u64().unwrap() >= 50, "{report:#}");
+        assert!(
+            waiting["last_error"]
+                .as_str()
+                .unwrap()
+                .contains("secondary rate limit"),
+            "{report:#}"
+        );
+    }
+    let text = env.ctxhost(&["poll", "--once"]).ok().stdout();
+    assert!(
+        text.contains("result not published yet: next attempt after"),
+        "{text}"
+    );
+    assert_eq!(posts().len(), 1);
+    // The minute is over: refused again, and the wait grows.
+    let_publish_wait_pass(&env, &uuid);
+    let (code, _, stderr) = poll_once_any(&env);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(posts().len(), 2);
+    let second = publish_wait_secs(&env, &uuid);
+    assert!((118.0..=121.0).contains(&second), "second wait {second} s");
+    let show = env.ctxhost(&["show", &uuid]).ok().stdout();
+    assert!(
+        show.contains("secondary rate limit") && show.contains("next attempt after"),
+        "{show}"
+    );
+    // Over too: posted once.
+    let_publish_wait_pass(&env, &uuid);
+    poll_once(&env);
+    assert_eq!(
+        posts().iter().map(|c| c.status).collect::<Vec<_>>(),
+        [403, 403, 201]
+    );
+    assert_eq!(gh.comments("acme/app", Kind::Issue, n).len(), 1);
+    assert_eq!(gh.labels("acme/app", Kind::Issue, n), [DONE]);
+}
+
+/// An HTTP date (IMF-fixdate) `secs` from now.
+fn http_date_in(secs: i64) -> String {
+    (chrono::Utc::now() + chrono::Duration::seconds(secs))
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string()
+}
+
+#[test]
+fn retry_after_on_any_publishing_request_is_obeyed_in_seconds_or_as_a_date() {
+    let llm = FakeLlm::start(vec![Reply::text("Answer.", None)]);
+    let gl = FakeForge::gitlab();
+    let n = gl.add_item("g/p", Kind::Issue, "Q", "x", &[LABEL]);
+    let env = bot_env(&llm, None, Some(&gl), &gitlab_section(&gl, &["g/p"]), "");
+    let uuid = queued(&poll_once(&env)).remove(0);
+    let notes = || gl.calls_to("POST", &format!("/issues/{n}/notes"));
+    // The note: 429 with Retry-After: 90 (seconds).
+    gl.push_fault("POST", "/notes", Fault::RetryAfter { secs: 90 });
+    let out = env.ctxhost(&["run", "--once"]);
+    assert_eq!(out.code(), Some(1), "{}", out.stderr());
+    assert_eq!(notes().len(), 1);
+    let wait = publish_wait_secs(&env, &uuid);
+    assert!((88.0..=91.0).contains(&wait), "Retry-After 90: waits {wait} s");
+    // A 503 with Retry-After as an HTTP date five minutes ahead: the answer to the POST is
+    // unknown (the note may exist), and the next look is not before that date.
+    let_publish_wait_pass(&env, &uuid);
+    gl.push_fault(
+        "POST",
+        "/notes",
+        Fault::Answer {
+            status: 503,
+            message: "maintenance".into(),
+            headers: vec![("Retry-After".into(), http_date_in(300))],
+        },
+    );
+    let (code, _, stderr) = poll_once_any(&env);
+    assert_eq!(code, Some(0), "a lost answer is a warning: {stderr}");
+    assert!(stderr.contains("warning: ") && stderr.contains("answer was lost"), "{stderr}");
+    assert_eq!(notes().len(), 2);
+    let wait = publish_wait_secs(&env, &uuid);
+    assert!((290.0..=301.0).contains(&wait), "Retry-After date: waits {wait} s");
+    let report = poll_once(&env);
+    assert_eq!(
+        report["published"]["waiting"][0]["comment_may_exist"], true,
+        "{report:#}"
+    );
+    assert_eq!(notes().len(), 2);
+    // Done: no note with the marker exists, so it is posted (once).
+    let_publish_wait_pass(&env, &uuid);
+    poll_once(&env);
+    assert_eq!(
+        notes().iter().map(|c| c.status).collect::<Vec<_>>(),
+        [429, 503, 201]
+    );
+    assert_eq!(gl.comments("g/p", Kind::Issue, n).len(), 1);
+}
+
+#[test]
+fn retry_after_on_a_label_request_is_waited_for_before_the_retry() {
+    let llm = FakeLlm::start(vec![]);
+    let gh = FakeForge::github();
+    let n = gh.add_item("acme/app", Kind::Issue, "Q", "x", &[LABEL]);
+    let env = acme_env(&llm, &gh);
+    // Labels are safe to send again: the client waits the Retry-After (an HTTP date 3 s
+    // ahead: at least 2 s) instead of its 0.5–1 s first backoff.
+    gh.push_fault(
+        "POST",
+        &format!("/issues/{n}/labels"),
+        Fault::Answer {
+            status: 503,
+            message: "unavailable".into(),
+            headers: vec![("Retry-After".into(), http_date_in(3))],
+        },
+    );
+    poll_once(&env);
+    let adds = gh.calls_to("POST", &format!("/issues/{n}/labels"));
+    assert_eq!(
+        adds.iter().map(|c| c.status).collect::<Vec<_>>()[..2],
+        [503, 200]
+    );
+    let gap = adds[1].at - adds[0].at;
+    assert!(gap >= Duration::from_millis(1900), "retried after {gap:?}");
+    assert_eq!(gh.labels("acme/app", Kind::Issue, n), [PROCESSING]);
+}
+
+#[test]
+fn a_permission_403_on_the_comment_is_final_the_item_gets_the_failed_label_and_show_says_why() {
+    let llm = FakeLlm::start(vec![Reply::text("Answer.", None)]);
+    let gh = FakeForge::github();
+    let n = gh.add_item("acme/app", Kind::Pull, "Q", "x", &[LABEL]);
+    let env = acme_env(&llm, &gh);
+    let uuid = queued(&poll_once(&env)).remove(0);
+    gh.push_fault(
+        "POST",
+        "/comments",
+        Fault::Answer {
+            status: 403,
+            message: "Resource not accessible by integration".into(),
+            headers: Vec::new(),
+        },
+    );
+    let out = env.ctxhost(&["run", "--once"]);
+    assert_eq!(out.code(), Some(1), "{}", out.stderr());
+    assert!(
+        out.stderr().contains("Resource not accessible by integration")
+            && out.stderr().contains("given up"),
+        "{}",
+        out.stderr()
+    );
+    assert_eq!(gh.labels("acme/app", Kind::Pull, n), [FAILED]);
+    let p = db(&env).publication(&uuid).unwrap().unwrap();
+    assert!(p.given_up(), "{p:?}");
+    assert!(
+        p.last_error
+            .as_deref()
+            .unwrap()
+            .contains("Resource not accessible by integration")
+    );
+    let show = env.ctxhost(&["show", &uuid]).ok().stdout();
+    assert!(
+        show.contains("result not posted: publishing given up; labels failed")
+            && show.contains("Resource not accessible by integration")
+            && show.contains("not tried again"),
+        "{show}"
+    );
+    // Not tried again (the fault is used up: another POST would pass), and the item is let
+    // go: labelled again, it queues a new task.
+    for _ in 0..3 {
+        let report = poll_once(&env);
+        assert!(queued(&report).is_empty(), "{report:#}");
+    }
+    assert_eq!(gh.calls_to("POST", "/comments").len(), 1);
+    assert_eq!(db(&env).source_item(&uuid).unwrap(), None);
+    assert!(gh.comments("acme/app", Kind::Pull, n).is_empty());
+}
+
 crate::support::store::postgres_variants!(
     a_labelled_github_issue_becomes_a_task_and_gets_one_comment_with_the_answer,
     a_labelled_gitlab_merge_request_becomes_a_task_and_gets_one_note,
@@ -866,4 +1109,6 @@ crate::support::store::postgres_variants!(
     a_done_item_labelled_again_after_a_new_comment_starts_a_new_task_with_the_same_key,
     ctxhost_run_polls_on_its_own_and_shows_a_pause_with_the_paused_label,
     a_rate_limited_comment_is_not_waited_for_under_the_lease_and_is_posted_once_later,
+    a_secondary_rate_limit_on_the_comment_waits_a_minute_then_longer_and_cron_polls_obey_it,
+    a_permission_403_on_the_comment_is_final_the_item_gets_the_failed_label_and_show_says_why,
 );

@@ -519,14 +519,28 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut unpublished = 0;
             if let Some(bg) = background {
                 let last = bg.finish()?;
-                for (uuid, e) in &last.errors {
+                for (uuid, e) in last.errors.iter().chain(&last.given_up) {
                     eprintln!("error: publishing task {uuid}: {e}");
                 }
-                unpublished = last.errors.len();
+                // A comment whose answer was lost is confirmed (or posted) by the next pass:
+                // a warning, not a failure of this run.
+                for (uuid, e) in &last.unconfirmed {
+                    eprintln!("warning: {}", poll::unconfirmed_line(uuid, e));
+                }
+                for w in &last.waiting {
+                    if w.comment_may_exist {
+                        eprintln!("warning: {}", poll::waiting_line(w));
+                    } else {
+                        eprintln!("error: {}", poll::waiting_line(w));
+                    }
+                }
+                unpublished = last.errors.len()
+                    + last.given_up.len()
+                    + last.waiting.iter().filter(|w| !w.comment_may_exist).count();
             }
             if unpublished > 0 {
                 eprintln!(
-                    "{unpublished} task result(s) could not be published yet; `ctxhost poll --once` or the next `ctxhost run` retries"
+                    "{unpublished} task result(s) could not be published yet; `ctxhost poll --once` or the next `ctxhost run` retries once their wait is over"
                 );
                 return Ok(ExitCode::from(EXIT_FAILED));
             }

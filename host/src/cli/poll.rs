@@ -25,6 +25,34 @@ pub struct PollArgs {
     pub json: bool,
 }
 
+/// `ITEM  task UUID: result not published yet: next attempt after TIME (in N s); last error:
+/// E` for a publication that waits after a failed attempt.
+pub(super) fn waiting_line(w: &crate::sources::publish::Waiting) -> String {
+    let why = w
+        .last_error
+        .as_deref()
+        .map(|e| format!("; last error: {e}"))
+        .unwrap_or_default();
+    let what = if w.comment_may_exist {
+        "result comment not confirmed yet (its answer was lost)"
+    } else {
+        "result not published yet"
+    };
+    format!(
+        "{}  task {}: {what}: next attempt after {} (in {} s){why}",
+        w.item, w.uuid, w.next_attempt, w.wait_secs
+    )
+}
+
+/// The warning for an attempt after which the result comment of task `uuid` may exist.
+pub(super) fn unconfirmed_line(uuid: &str, e: &str) -> String {
+    format!(
+        "task {uuid}: the result comment may have been posted, but the forge's answer was lost \
+         ({e}); the next `ctxhost poll` or `ctxhost run` looks for the comment and records it, or \
+         posts it if it is not there"
+    )
+}
+
 pub(super) fn poll(env: &Env, args: &PollArgs) -> anyhow::Result<ExitCode> {
     if !args.once {
         crate::ops::poll::poll_forever(&env.config, &env.layout)?;
@@ -64,8 +92,21 @@ pub(super) fn poll(env: &Env, args: &PollArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    for (uuid, e) in &report.published.errors {
+    for (uuid, e) in report
+        .published
+        .errors
+        .iter()
+        .chain(&report.published.given_up)
+    {
         eprintln!("error: publishing task {uuid}: {e}");
+    }
+    if !args.json {
+        for w in &report.published.waiting {
+            outln!("{}", waiting_line(w));
+        }
+    }
+    for (uuid, e) in &report.published.unconfirmed {
+        eprintln!("warning: {}", unconfirmed_line(uuid, e));
     }
     for (_, r) in &report.polls {
         for e in &r.errors {

@@ -233,7 +233,15 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         }
         let comment = p.comment_url.as_deref().or(p.comment_id.as_deref());
         outln!("published:     {}", status_sentence(p, comment));
-        if let Some(e) = error_sentence(p, Some("retried by `ctxhost run` / `poll`")) {
+        let note = match p.next_attempt_ms {
+            _ if p.given_up() => "given up: not tried again".to_string(),
+            Some(ms) => format!(
+                "next attempt after {} by `ctxhost run` / `poll`",
+                crate::sources::publish::rfc3339_ms(ms)
+            ),
+            None => "retried by `ctxhost run` / `poll`".to_string(),
+        };
+        if let Some(e) = error_sentence(p, Some(&note)) {
             outln!("publish error: {e}");
         }
     }

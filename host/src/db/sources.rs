@@ -39,6 +39,10 @@ pub fn item_id(key: &TaskKey) -> Option<String> {
     ))
 }
 
+/// `publications.next_attempt_ms` of a publication given up after a final error
+/// ([`Db::give_up_publication`]): no publisher tries it again.
+pub const NEVER_MS: i64 = i64::MAX;
+
 /// Where the result comment of a task is (`publications.comment_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -86,11 +90,19 @@ pub struct Publication {
     pub attempts: i64,
     /// Why the last attempt failed.
     pub last_error: Option<String>,
-    /// Not before this time (ms since the Unix epoch) is the next attempt made by a worker.
+    /// Not before this time (ms since the Unix epoch, the database server's clock) is the next
+    /// attempt made, by any publisher; [`NEVER_MS`] once given up.
     pub next_attempt_ms: Option<i64>,
     /// The item's web page as the forge gave it when the task was queued (`http(s)://` only;
     /// [`Db::record_item_url`]).
     pub item_url: Option<String>,
+}
+
+impl Publication {
+    /// Whether publishing was given up after a final error ([`Db::give_up_publication`]).
+    pub fn given_up(&self) -> bool {
+        self.next_attempt_ms == Some(NEVER_MS)
+    }
 }
 
 const PUB_COLUMNS: &str = "task_uuid, labels_state, comment_state, comment_id, comment_url, posted_at, \
@@ -216,12 +228,14 @@ impl Db {
     /// listed when it still holds its item (`source_item`) and either ended (its result is to
     /// be published) or its item's labels do not show its status yet (`labels_state` is not
     /// `label_state(status)`; the caller's table, e.g. [`crate::sources::labels::state_for`]).
-    /// Unless `retry_now`, a task whose last attempt failed is left out until its
-    /// `next_attempt_ms` has passed on the database server's clock.
+    /// A task whose last attempt failed is left out until its `next_attempt_ms` has passed on
+    /// the database server's clock — unless `with_waiting`, which lists it too (for a report
+    /// of what still waits; the caller compares `next_attempt_ms` with [`Db::now_ms`]). A
+    /// publication given up ([`NEVER_MS`]) is never listed.
     pub fn publishing_due(
         &self,
         label_state: impl Fn(Status) -> &'static str,
-        retry_now: bool,
+        with_waiting: bool,
     ) -> Result<Vec<HeldTask>, DbError> {
         // Both lists are built from the enums' own names: no quote or `?` can be in them.
         let finished: Vec<String> = Status::ALL
@@ -239,10 +253,11 @@ impl Db {
                 "t.source_item IS NOT NULL \
                  AND (t.status IN ({}) OR p.labels_state IS NULL \
                  OR p.labels_state <> CASE t.status{shown} END) \
-                 AND (?1 = 1 OR p.next_attempt_ms IS NULL OR p.next_attempt_ms <= {now})",
+                 AND (p.next_attempt_ms IS NULL OR p.next_attempt_ms <= {now} \
+                 OR (?1 = 1 AND p.next_attempt_ms < ?2))",
                 finished.join(", ")
             ),
-            args![retry_now],
+            args![with_waiting, NEVER_MS],
         )
     }
 
@@ -393,6 +408,18 @@ impl Db {
         )
     }
 
+    /// `posting` → `none`: the forge refused the lease holder `owner`'s request to post the
+    /// result comment (it was not processed, and no earlier attempt's comment was found before
+    /// it), so no comment of the task is on the item. Returns whether it changed.
+    pub fn unmark_comment_posting(&self, uuid: &str, owner: &str) -> Result<bool, DbError> {
+        self.publication_update(
+            "UPDATE publications SET comment_state = 'none', updated_at = ?3 \
+             WHERE task_uuid = ?1 AND lease_owner = ?2 AND comment_state = 'posting'",
+            uuid,
+            owner,
+        )
+    }
+
     /// `posting` → `posted` with the comment's id and URL, by the lease holder `owner`. Both come
     /// from the forge: the id is bounded and escaped ([`untrusted::name`]), a URL that is not
     /// a web URL ([`is_web_url`]) is not kept.
@@ -439,15 +466,37 @@ impl Db {
         Ok(n == 1)
     }
 
-    /// The result of finished task `uuid` is published (comment posted, final labels set) by
-    /// the lease holder `owner`: the task stops holding its item (`source_item` = NULL), so a
-    /// new label on the item queues a new task. Returns whether it changed.
+    /// The result of finished task `uuid` is published (comment posted, final labels set) or
+    /// given up ([`Db::give_up_publication`], labels set) by the lease holder `owner`: the
+    /// task stops holding its item (`source_item` = NULL), so a new label on the item queues
+    /// a new task. Returns whether it changed.
     pub fn release_item(&self, uuid: &str, owner: &str) -> Result<bool, DbError> {
         let n = self.execute(
             "UPDATE tasks SET source_item = NULL WHERE uuid = ?1 AND source_item IS NOT NULL \
              AND status IN ('completed', 'failed', 'stopped') AND EXISTS (SELECT 1 FROM publications \
-             WHERE task_uuid = ?1 AND lease_owner = ?2 AND comment_state = 'posted')",
-            args![uuid, owner],
+             WHERE task_uuid = ?1 AND lease_owner = ?2 \
+             AND (comment_state = 'posted' OR next_attempt_ms = ?3))",
+            args![uuid, owner, NEVER_MS],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// A publishing attempt of the lease holder `owner` failed for good (the forge refused it
+    /// in a way another attempt cannot change): count it, keep `error` (as
+    /// [`Db::record_publish_error`]) and set `next_attempt_ms` to [`NEVER_MS`], so no
+    /// publisher tries again. The lease is kept (the caller releases the item, then the
+    /// lease). Returns whether `owner` held it.
+    pub fn give_up_publication(
+        &self,
+        uuid: &str,
+        owner: &str,
+        error: &str,
+    ) -> Result<bool, DbError> {
+        let error = untrusted::text(error, untrusted::MAX_DB_ERROR_BYTES);
+        let n = self.execute(
+            "UPDATE publications SET attempts = attempts + 1, last_error = ?3, \
+             next_attempt_ms = ?4, updated_at = ?5 WHERE task_uuid = ?1 AND lease_owner = ?2",
+            args![uuid, owner, error, NEVER_MS, now_rfc3339()],
         )?;
         Ok(n == 1)
     }

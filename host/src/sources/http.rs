@@ -17,11 +17,17 @@
 //!   once with [`FailureKind::RateLimited`] (its caller holds a lease a long wait could
 //!   outlive, and retries it later). A 403 without those headers is a permission error.
 //! - **Transient failures**: 500/502/503/504, connection failures and timeouts are retried
-//!   with exponential backoff and jitter ([`crate::llm::retry::backoff_delay`]) for requests
-//!   that may be repeated ([`Repeat::Safe`]). A request that must not be repeated blindly
-//!   ([`Repeat::Once`]: posting a comment) is retried only when it surely never reached the
-//!   server (connection refused, DNS); otherwise the failure is returned as
-//!   [`FailureKind::Unknown`] and the caller finds out what happened (its comment marker).
+//!   with exponential backoff and jitter ([`crate::llm::retry::backoff_delay`]), or after the
+//!   response's `Retry-After` when that is longer, for requests that may be repeated
+//!   ([`Repeat::Safe`]). A request that must not be repeated blindly ([`Repeat::Once`]:
+//!   posting a comment) is retried only when it surely never reached the server (connection
+//!   refused, DNS); otherwise the failure is returned as [`FailureKind::Unknown`] and the
+//!   caller finds out what happened (its comment marker).
+//! - **The forge's wait** ([`ForgeError::retry_after`]): every error that ends a call carries
+//!   the wait the forge asked for (`Retry-After` as seconds or an HTTP date, a rate limit's
+//!   reset, a minute for a secondary limit), so a caller that tries again later — the
+//!   publisher, whose next attempt time is kept in the task store — does not come back
+//!   sooner.
 //! - **Pagination**: [`RestClient::get_all`] follows `Link: <…>; rel="next"` (both forges) or
 //!   GitLab's `X-Next-Page`, only to URLs on the API's own origin, at most [`MAX_PAGES`] pages.
 //! - **Errors** ([`ForgeError`]) always name the forge, the repository and the action: 401
@@ -127,6 +133,35 @@ pub struct ForgeError {
     pub kind: FailureKind,
     /// The token's variable, for the 401 / 403 / 404 advice.
     pub token_env: String,
+    /// How long the forge asked the client to wait before trying again (`Retry-After`, a rate
+    /// limit's reset, a minute for a secondary limit), when it said; not part of the text.
+    pub retry_after: Option<Duration>,
+}
+
+impl ForgeError {
+    /// Whether trying again cannot help without a change on the forge's side (a permission
+    /// 403 such as "Resource not accessible by integration", a 404: the item is gone or the
+    /// token cannot see it). A 401 (a wrong or expired token) is not final: every request
+    /// fails alike until the token is replaced, then they all pass.
+    pub fn is_final(&self) -> bool {
+        matches!(self.kind, FailureKind::Forbidden(_) | FailureKind::NotFound)
+    }
+
+    /// Whether the forge refused the request for its rate limit.
+    pub fn is_rate_limit(&self) -> bool {
+        matches!(self.kind, FailureKind::RateLimited(_))
+    }
+
+    /// Whether the request may have taken effect although it failed
+    /// ([`FailureKind::Unknown`]).
+    pub fn may_have_taken_effect(&self) -> bool {
+        matches!(self.kind, FailureKind::Unknown(_))
+    }
+
+    fn with_retry_after(mut self, wait: Option<Duration>) -> ForgeError {
+        self.retry_after = wait;
+        self
+    }
 }
 
 fn describe(kind: &FailureKind, forge: &SourceKind, token_env: &str) -> String {
@@ -188,6 +223,8 @@ enum Attempt {
         message: String,
         /// The wait a rate limit asks for (`None`: not a rate limit).
         rate_limit: Option<Duration>,
+        /// The response's `Retry-After` (any status).
+        retry_after: Option<Duration>,
     },
     /// A transport failure; `unsent`: the request surely never reached the server.
     Transport { detail: String, unsent: bool },
@@ -335,6 +372,7 @@ impl RestClient {
             action: action.what.clone(),
             kind,
             token_env: self.token_env.clone(),
+            retry_after: None,
         }
     }
 
@@ -359,6 +397,7 @@ impl RestClient {
                     status,
                     message,
                     rate_limit: Some(wait),
+                    ..
                 } => {
                     // A request that must not be repeated blindly is not held up here: its
                     // caller holds a lease that a long wait could outlive. The request was
@@ -369,10 +408,14 @@ impl RestClient {
                         } else {
                             format!("after {rate_waits} wait(s)")
                         };
-                        return Err(self.error(
-                            action,
-                            FailureKind::RateLimited(format!("HTTP {status} {message} ({detail})")),
-                        ));
+                        return Err(self
+                            .error(
+                                action,
+                                FailureKind::RateLimited(format!(
+                                    "HTTP {status} {message} ({detail})"
+                                )),
+                            )
+                            .with_retry_after(Some(wait)));
                     }
                     rate_waits += 1;
                     let wait = wait.min(self.policy.max_rate_limit_wait);
@@ -387,7 +430,10 @@ impl RestClient {
                     thread::sleep(wait);
                 }
                 Attempt::Status {
-                    status, message, ..
+                    status,
+                    message,
+                    retry_after,
+                    ..
                 } => {
                     let kind = match status {
                         401 => FailureKind::Unauthorized,
@@ -396,21 +442,25 @@ impl RestClient {
                         _ => FailureKind::Http { status, message },
                     };
                     let transient = matches!(status, 500 | 502 | 503 | 504);
-                    if !transient || retries >= self.policy.max_retries {
-                        return Err(self.error(action, kind));
+                    // A wait longer than the client may sleep is left to the caller.
+                    let too_long = retry_after.is_some_and(|d| d > self.policy.max_rate_limit_wait);
+                    if !transient || retries >= self.policy.max_retries || too_long {
+                        return Err(self.error(action, kind).with_retry_after(retry_after));
                     }
                     if repeat == Repeat::Once {
                         // A 5xx may come after the server did the work.
                         let FailureKind::Http { status, message } = kind else {
-                            return Err(self.error(action, kind));
+                            return Err(self.error(action, kind).with_retry_after(retry_after));
                         };
-                        return Err(self.error(
-                            action,
-                            FailureKind::Unknown(format!("HTTP {status}: {message}")),
-                        ));
+                        return Err(self
+                            .error(
+                                action,
+                                FailureKind::Unknown(format!("HTTP {status}: {message}")),
+                            )
+                            .with_retry_after(retry_after));
                     }
                     retries += 1;
-                    self.back_off(retries, action, &format!("HTTP {status}"));
+                    self.back_off(retries, retry_after, action, &format!("HTTP {status}"));
                 }
                 Attempt::Transport { detail, unsent } => {
                     if repeat == Repeat::Once && !unsent {
@@ -420,14 +470,17 @@ impl RestClient {
                         return Err(self.error(action, FailureKind::Network(detail)));
                     }
                     retries += 1;
-                    self.back_off(retries, action, &detail);
+                    self.back_off(retries, None, action, &detail);
                 }
             }
         }
     }
 
-    fn back_off(&self, retry: u32, action: &Action<'_>, why: &str) {
-        let d = backoff_delay(retry, self.policy.initial_backoff, self.policy.max_backoff);
+    /// Sleep before retry number `retry`: the exponential backoff, or the response's
+    /// `retry_after` when that is longer.
+    fn back_off(&self, retry: u32, retry_after: Option<Duration>, action: &Action<'_>, why: &str) {
+        let d = backoff_delay(retry, self.policy.initial_backoff, self.policy.max_backoff)
+            .max(retry_after.unwrap_or_default());
         tracing::info!(
             forge = %self.kind,
             repo = action.repo,
@@ -467,7 +520,11 @@ impl RestClient {
                 Ok(Reply { status, next, body })
             }
             Err(ureq::Error::Status(status, resp)) => {
-                let rate_limit = rate_limit_wait(status, &resp, SystemTime::now());
+                let now = SystemTime::now();
+                let rate_limit = rate_limit_wait(status, &resp, now);
+                let retry_after = resp
+                    .header("retry-after")
+                    .and_then(|v| parse_retry_after(v, now));
                 let body = read_body(resp).unwrap_or_default();
                 let message = error_message(&body, &self.token);
                 // GitHub's secondary limits may come as a bare 403 that only says so in its
@@ -480,6 +537,7 @@ impl RestClient {
                     status,
                     message,
                     rate_limit,
+                    retry_after,
                 })
             }
             Err(ureq::Error::Transport(t)) => {

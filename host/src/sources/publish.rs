@@ -28,6 +28,9 @@
 //! 4. **Record.** `posting` → `posted` with the comment's id and URL. Then the final labels,
 //!    then the task lets go of its item (`source_item` = NULL).
 //!
+//! A request the forge refused (a 4xx, a rate limit: not processed) puts `posting` back to
+//! `none`, so `posting` after a failed attempt always means "the comment may exist".
+//!
 //! Crash cases: before 2 — nothing was posted, the next holder posts. Between 2 and the
 //! request — `posting`, no marker on the item: the next holder posts (nothing lost). Between
 //! the request and 4 — `posting`, the marker is on the item: the next holder records it
@@ -44,6 +47,19 @@
 //! old state over a newer one for good: the state it records is compared with the status on
 //! the next pass.
 //!
+//! # Failed attempts
+//! A failed attempt is recorded with the time of the next one (`next_attempt_ms`, on the
+//! database server's clock), which every publisher obeys — the worker's loop, `ctxhost poll`,
+//! a `ctxhost poll --once` started by cron, `ctxhost run --once`'s last pass — so the wait
+//! holds across processes ([`retry_wait`]): [`FIRST_RETRY_WAIT`] doubling per failure; after a
+//! rate limit at least [`FIRST_RATE_LIMIT_WAIT`] doubling (GitHub asks for at least a minute
+//! after a secondary limit, then longer); never sooner than the forge's `Retry-After` or
+//! rate-limit reset. A final refusal ([`super::http::ForgeError::is_final`]: a permission
+//! 403 such as "Resource not accessible by integration", a 404) of a finished task's
+//! publication is not tried again: the item gets the failed label (when the forge allows
+//! it) and is let go, and the error stays on the publication for `ctxhost show`
+//! ([`Db::give_up_publication`]).
+//!
 //! Failpoints (tests): `publish:before-comment` (after 2) and `publish:after-comment` (after
 //! the request, before 4) kill the process with SIGKILL.
 
@@ -52,7 +68,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use super::labels::{moves, state_for};
+use super::http::ForgeError;
+use super::labels::{LabelState, moves, state_for};
 use super::{ItemRef, Source, Sources};
 use crate::db::sources::{CommentState, HeldTask, Publication};
 use crate::db::{Db, Status, TaskRow};
@@ -61,12 +78,43 @@ use crate::layout::{Layout, hostname};
 /// How long a publishing lease lasts without renewal.
 pub const LEASE: Duration = Duration::from_secs(300);
 
-/// First wait before a worker retries a failed publication; doubles per failure, at most
+/// First wait before a failed publication is tried again; doubles per failure, at most
 /// [`MAX_RETRY_WAIT`].
 pub const FIRST_RETRY_WAIT: Duration = Duration::from_secs(10);
 
-/// Longest wait between two attempts to publish.
+/// First wait after the forge refused a publishing request for its rate limit without saying
+/// how long to wait (GitHub's secondary limits: "wait at least one minute", then
+/// exponentially longer); doubles per failure, at most [`MAX_RETRY_WAIT`].
+pub const FIRST_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
+/// Longest wait between two attempts to publish that ctxhost chooses (a longer
+/// `Retry-After` or rate-limit reset of the forge is still obeyed, up to
+/// [`MAX_FORGE_WAIT`]).
 pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(3600);
+
+/// Longest wait asked by a forge that is obeyed as it is (a day).
+pub const MAX_FORGE_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// The wait before the next attempt after a failed one, when `failures` attempts had failed
+/// before it and it ended with `error` (`None`: not a forge error, e.g. the task store):
+/// [`FIRST_RETRY_WAIT`] (after a rate limit [`FIRST_RATE_LIMIT_WAIT`]) doubled per earlier
+/// failure, capped at [`MAX_RETRY_WAIT`]; never shorter than the wait the forge asked for
+/// ([`ForgeError::retry_after`], capped at [`MAX_FORGE_WAIT`]).
+pub fn retry_wait(failures: i64, error: Option<&ForgeError>) -> Duration {
+    let first = if error.is_some_and(ForgeError::is_rate_limit) {
+        FIRST_RATE_LIMIT_WAIT
+    } else {
+        FIRST_RETRY_WAIT
+    };
+    let own = first
+        .saturating_mul(1u32 << failures.clamp(0, 16) as u32)
+        .min(MAX_RETRY_WAIT);
+    let forge = error
+        .and_then(|e| e.retry_after)
+        .unwrap_or_default()
+        .min(MAX_FORGE_WAIT);
+    own.max(forge)
+}
 
 /// Longest final answer or error posted, characters (GitHub takes 65,536 per comment).
 pub const MAX_RESULT_CHARS: usize = 60_000;
@@ -101,6 +149,7 @@ pub fn status_sentence(p: &Publication, comment: Option<&str>) -> String {
                 .map(|at| format!(" at {at}"))
                 .unwrap_or_default()
         ),
+        _ if p.given_up() => "result not posted: publishing given up".to_string(),
         CommentState::Posting => "result being posted".to_string(),
         CommentState::None => "no result posted yet".to_string(),
     };
@@ -185,6 +234,55 @@ pub struct SweepReport {
     pub done: Vec<(String, String, Synced)>,
     /// Errors (task UUID, message), each also recorded in the task's publication.
     pub errors: Vec<(String, String)>,
+    /// Failed attempts (task UUID, message) after which the result comment may exist on the
+    /// item (the forge's answer to the request was lost): the next pass looks for it and
+    /// records it, or posts it if it is not there. Recorded like [`SweepReport::errors`].
+    pub unconfirmed: Vec<(String, String)>,
+    /// Tasks whose publication waits after a failed attempt (only in a sweep asked to report
+    /// them).
+    pub waiting: Vec<Waiting>,
+    /// Publications given up after a final refusal of the forge (task UUID, message); not
+    /// tried again ([`Db::give_up_publication`]).
+    pub given_up: Vec<(String, String)>,
+}
+
+/// A failed publishing attempt as [`Publisher::sync`] returns it (recorded in the task's
+/// publication with the time of the next attempt). The text has the token redacted.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct PublishError {
+    /// What failed.
+    pub message: String,
+    /// Whether the result comment may exist on the item although the attempt failed (the
+    /// forge's answer to the request was lost): the next attempt looks for it first.
+    pub comment_may_exist: bool,
+    /// Whether publishing was given up: no attempt follows.
+    pub given_up: bool,
+}
+
+/// A publication whose next attempt is not due yet ([`SweepReport::waiting`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Waiting {
+    /// The task.
+    pub uuid: String,
+    /// Its item (`acme/app#42`).
+    pub item: String,
+    /// When the next attempt may be made (RFC 3339 UTC, the task store's clock).
+    pub next_attempt: String,
+    /// Seconds until then.
+    pub wait_secs: u64,
+    /// Why the last attempt failed.
+    pub last_error: Option<String>,
+    /// Whether the result comment may already be on the item (an attempt's answer was lost;
+    /// the next attempt looks for it first).
+    pub comment_may_exist: bool,
+}
+
+/// `ms` since the Unix epoch as RFC 3339 UTC (seconds).
+pub fn rfc3339_ms(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
 }
 
 /// Publishes for every configured source, with one lease identity.
@@ -227,19 +325,47 @@ impl<'a> Publisher<'a> {
 
     /// Sync every task the publisher has work for ([`Db::publishing_due`]: one query per
     /// pass, listing only finished tasks and those whose labels do not show their status).
-    /// `force`: also tasks whose last attempt failed recently (one-shot commands); a worker
-    /// waits out the backoff, measured on the database server's clock.
-    pub fn sweep(&self, force: bool) -> anyhow::Result<SweepReport> {
+    /// A task whose last attempt failed waits until its next attempt is due (module docs),
+    /// whoever runs the pass; `report_waiting` (one-shot commands): list those in
+    /// [`SweepReport::waiting`] (one more query).
+    pub fn sweep(&self, report_waiting: bool) -> anyhow::Result<SweepReport> {
         let mut report = SweepReport::default();
-        for held in self.db.publishing_due(|s| state_for(s).as_str(), force)? {
+        let due = self
+            .db
+            .publishing_due(|s| state_for(s).as_str(), report_waiting)?;
+        let now = report_waiting.then(|| self.db.now_ms()).transpose()?;
+        for held in due {
             let Some(item) = ItemRef::from_task(&held.task) else {
                 continue;
             };
             let uuid = held.task.uuid.clone();
+            if let (Some(now), Some(p)) = (now, held.publication.as_ref())
+                && let Some(next) = p.next_attempt_ms.filter(|n| *n > now)
+            {
+                report.waiting.push(Waiting {
+                    uuid,
+                    item: item.short(),
+                    next_attempt: rfc3339_ms(next),
+                    wait_secs: u64::try_from((next - now + 999) / 1000).unwrap_or(0),
+                    last_error: p.last_error.clone(),
+                    comment_may_exist: p.comment_state == CommentState::Posting,
+                });
+                continue;
+            }
             match self.sync(&held, None) {
                 Ok(Synced::UpToDate) => {}
                 Ok(s) => report.done.push((uuid, item.short(), s)),
-                Err(e) => report.errors.push((uuid, format!("{e:#}"))),
+                Err(e) => {
+                    let p = e.downcast_ref::<PublishError>();
+                    let entry = (uuid, format!("{e:#}"));
+                    if p.is_some_and(|p| p.given_up) {
+                        report.given_up.push(entry);
+                    } else if p.is_some_and(|p| p.comment_may_exist) {
+                        report.unconfirmed.push(entry);
+                    } else {
+                        report.errors.push(entry);
+                    }
+                }
             }
         }
         Ok(report)
@@ -289,15 +415,66 @@ impl<'a> Publisher<'a> {
             }
             Err(e) => {
                 let msg = source.forge.redact(&format!("{e:#}"));
-                let wait = FIRST_RETRY_WAIT
-                    .saturating_mul(1u32 << leased.attempts.clamp(0, 16) as u32)
-                    .min(MAX_RETRY_WAIT);
+                let forge_error = find_forge_error(&e);
+                if row.status.is_final() && forge_error.is_some_and(ForgeError::is_final) {
+                    return Err(self.give_up(source, &item, uuid, &msg));
+                }
+                let wait = retry_wait(leased.attempts, forge_error);
                 tracing::warn!(%uuid, item = %item.short(), retry_in_secs = wait.as_secs(), "publishing failed: {msg}");
                 self.db
                     .record_publish_error(uuid, &self.owner, &msg, wait)?;
-                Err(anyhow::anyhow!(msg))
+                Err(PublishError {
+                    message: msg,
+                    // Only posting the comment fails that way (its request is not repeated).
+                    comment_may_exist: forge_error.is_some_and(ForgeError::may_have_taken_effect),
+                    given_up: false,
+                }
+                .into())
             }
         }
+    }
+
+    /// Publishing finished task `uuid` failed for good with `msg` (a final refusal of the
+    /// forge, module docs): put the failed label on the item if the forge lets us (then let
+    /// the item go: a new label on it queues a new task), keep `msg` on the publication and
+    /// never try again. With the labels not moved the item stays held, so its trigger label
+    /// does not queue the same task again. Returns the error to report.
+    fn give_up(&self, source: &Source, item: &ItemRef, uuid: &str, msg: &str) -> anyhow::Error {
+        let (add, remove) = moves(&source.config, LabelState::Failed);
+        let labelled = match source.forge.move_labels(item, None, add, &remove) {
+            Ok(()) => self
+                .db
+                .record_labels(uuid, &self.owner, LabelState::Failed.as_str())
+                .unwrap_or(false),
+            Err(e) => {
+                tracing::warn!(%uuid, item = %item.short(), "cannot put the failed label on the item either: {e}");
+                false
+            }
+        };
+        let recorded = self
+            .db
+            .give_up_publication(uuid, &self.owner, msg)
+            .and_then(|held| {
+                if held && labelled {
+                    self.db.release_item(uuid, &self.owner)?;
+                }
+                self.db.release_publish_lease(uuid, &self.owner)
+            });
+        if let Err(e) = recorded {
+            return anyhow::anyhow!("{msg}; recording that publishing is given up failed: {e}");
+        }
+        tracing::error!(%uuid, item = %item.short(), labelled, "publishing given up (not retried): {msg}");
+        let labels = if labelled {
+            "the item has the failed label"
+        } else {
+            "the failed label could not be set either"
+        };
+        PublishError {
+            message: format!("{msg} (publishing given up, not tried again; {labels})"),
+            comment_may_exist: false,
+            given_up: true,
+        }
+        .into()
     }
 
     /// The work under the lease, from `leased` (the publication as the lease was taken: only
@@ -386,7 +563,16 @@ impl<'a> Publisher<'a> {
         if !self.db.renew_publish_lease(uuid, &self.owner, LEASE)? {
             bail!("lost the publishing lease of task {uuid} before commenting");
         }
-        let posted = source.forge.post_comment(item, &body)?;
+        let posted = match source.forge.post_comment(item, &body) {
+            Ok(posted) => posted,
+            Err(e) if !e.may_have_taken_effect() => {
+                // Refused (not processed), and no comment with the marker was on the item:
+                // none is there now, so the next attempt need not look for one.
+                self.db.unmark_comment_posting(uuid, &self.owner)?;
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         crate::failpoint::kill_if_set("publish:after-comment");
         if !self
             .db
@@ -401,6 +587,11 @@ impl<'a> Publisher<'a> {
         tracing::info!(%uuid, item = %item.short(), comment = %posted.id, status = %row.status, "result posted");
         Ok(Synced::Published(posted.url.unwrap_or(posted.id)))
     }
+}
+
+/// The forge's error in `e`'s chain, if the failure came from a forge.
+fn find_forge_error(e: &anyhow::Error) -> Option<&ForgeError> {
+    e.chain().find_map(|c| c.downcast_ref::<ForgeError>())
 }
 
 #[cfg(test)]
@@ -481,6 +672,48 @@ mod tests {
         let c = result_comment(&row, Some(&long));
         assert!(c.contains("[... 5 more characters: `ctxhost show 1234` has it all]"));
         assert!(!is_result_comment("a normal comment"));
+    }
+
+    #[test]
+    fn the_wait_after_a_failure_grows_and_never_undercuts_the_forge() {
+        use super::super::http::FailureKind;
+        let error = |kind, retry_after: Option<u64>| ForgeError {
+            forge: crate::config::SourceKind::Github,
+            repo: "acme/app".into(),
+            action: "comment on #1".into(),
+            kind,
+            token_env: "GITHUB_TOKEN".into(),
+            retry_after: retry_after.map(Duration::from_secs),
+        };
+        let secs = |failures, e: Option<&ForgeError>| retry_wait(failures, e).as_secs();
+        let bad_gateway = error(
+            FailureKind::Http {
+                status: 502,
+                message: "x".into(),
+            },
+            None,
+        );
+        assert_eq!(
+            [0, 1, 2, 20].map(|n| secs(n, Some(&bad_gateway))),
+            [10, 20, 40, 3600]
+        );
+        assert_eq!(secs(1, None), 20);
+        // A secondary rate limit without Retry-After: a minute, then longer.
+        let secondary = error(FailureKind::RateLimited("secondary".into()), Some(60));
+        assert_eq!(
+            [0, 1, 2].map(|n| secs(n, Some(&secondary))),
+            [60, 120, 240]
+        );
+        // Retry-After (or a reset) is never undercut, up to a day.
+        let told = error(FailureKind::RateLimited("429".into()), Some(90));
+        assert_eq!(secs(0, Some(&told)), 90);
+        let unavailable = error(
+            FailureKind::Unknown("HTTP 503".into()),
+            Some(7 * 24 * 3600),
+        );
+        assert_eq!(secs(0, Some(&unavailable)), 24 * 3600);
+        assert!(error(FailureKind::Forbidden("no".into()), None).is_final());
+        assert!(!error(FailureKind::Unauthorized, None).is_final());
     }
 
     #[test]

@@ -34,6 +34,7 @@ impl PassReport {
     /// Errors of the pass (publishing and polling).
     pub fn error_count(&self) -> usize {
         self.published.errors.len()
+            + self.published.given_up.len()
             + self
                 .polls
                 .iter()
@@ -42,8 +43,8 @@ impl PassReport {
     }
 }
 
-/// Publish what is pending (also results whose last attempt failed recently), then poll every
-/// source once.
+/// Publish what is due (a failed attempt's wait is obeyed, and reported in
+/// [`SweepReport::waiting`]), then poll every source once.
 pub fn poll_once(
     config: &Config,
     layout: &Layout,
@@ -64,8 +65,9 @@ pub fn poll_once(
 }
 
 /// Publish every [`PUBLISH_INTERVAL`] and (with `poll`) poll each source every
-/// `poll_interval_secs`, until `stop` is set; then publish once more, also what failed
-/// recently, and return that last pass. Errors are logged and retried, never fatal, except
+/// `poll_interval_secs`, until `stop` is set; then publish once more what is due and return
+/// that last pass, with what still waits after a failed attempt and every publication given
+/// up during the loop. Errors are logged and retried, never fatal, except
 /// an unusable task store.
 pub fn run_loop(
     config: &Config,
@@ -77,15 +79,21 @@ pub fn run_loop(
     let db = crate::ops::open_store(config, layout)?;
     let publisher = Publisher::new(sources, &db, layout);
     let mut next_poll: Vec<Instant> = sources.iter().map(|_| Instant::now()).collect();
+    // Given up during the loop: reported with the last pass (no later pass lists them).
+    let mut given_up = Vec::new();
     loop {
         if stop.load(Ordering::SeqCst) {
-            return publisher.sweep(true);
+            let mut last = publisher.sweep(true)?;
+            given_up.append(&mut last.given_up);
+            last.given_up = given_up;
+            return Ok(last);
         }
         match publisher.sweep(false) {
-            Ok(r) => {
+            Ok(mut r) => {
                 for (uuid, item, what) in &r.done {
                     tracing::debug!(%uuid, %item, ?what, "published");
                 }
+                given_up.append(&mut r.given_up);
             }
             Err(e) => tracing::error!("publishing pass failed: {e:#}"),
         }

@@ -119,6 +119,14 @@ pub enum Fault {
     RetryAfter { secs: u64 },
     /// Any status with a JSON `{"message"}` body.
     Status(u16),
+    /// `status` with the JSON body `{"message": message}` and these headers (e.g. GitHub's
+    /// secondary rate limit, a 403 that says so only in its message; a permission 403; a
+    /// `Retry-After` as an HTTP date).
+    Answer {
+        status: u16,
+        message: String,
+        headers: Vec<(String, String)>,
+    },
     /// Do the real work, then close the connection without answering (the client cannot
     /// know whether it happened).
     DropAnswer,
@@ -454,6 +462,18 @@ fn fault_answer(flavor: Flavor, f: &Fault) -> Answer {
             drop: false,
         },
         (_, Fault::Status(code)) => message(*code, "injected fault"),
+        (
+            _,
+            Fault::Answer {
+                status,
+                message: text,
+                headers,
+            },
+        ) => {
+            let mut a = message(*status, text);
+            a.headers = headers.clone();
+            a
+        }
         (_, Fault::DropAnswer) => unreachable!(),
     }
 }
