@@ -360,10 +360,44 @@ fn a_malformed_plan_gets_one_repair_prompt_then_the_task_goes_on_without_a_plan(
         "{}",
         m[3]["content"]
     );
-    // The history says the task went on without a plan.
+    // Not cut at the token limit: the repair prompt does not say it was.
+    assert!(
+        !m[3]["content"].as_str().unwrap().contains("cut off"),
+        "{}",
+        m[3]["content"]
+    );
+    // The history has both unusable replies, then says the task went on without a plan.
     let dir = dir_of(&env, &uuid);
     let lines = planning(&dir, &uuid);
-    assert_eq!(types(&lines), ["plan", "decision"]);
+    assert_eq!(
+        types(&lines),
+        ["reflection", "reflection", "plan", "decision"]
+    );
+    assert_eq!(lines[0]["trigger"], "unusable-plan");
+    assert!(
+        lines[0]["text"].as_str().unwrap().contains(
+            "planning reply 1 holds no usable plan (the reply has no JSON object). The reply:\nI would first look at the code, then answer."
+        ),
+        "{}",
+        lines[0]["text"]
+    );
+    assert!(
+        lines[1]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("planning reply 2 holds no usable plan"),
+        "{}",
+        lines[1]["text"]
+    );
+    assert!(
+        lines[1]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("{\"goal\": \"x\", \"steps\": []}"),
+        "{}",
+        lines[1]["text"]
+    );
+    let lines = &lines[2..];
     assert_eq!(lines[0]["steps"], serde_json::json!([]));
     assert!(
         lines[0]["note"]
@@ -374,6 +408,14 @@ fn a_malformed_plan_gets_one_repair_prompt_then_the_task_goes_on_without_a_plan(
         lines[0]["note"]
     );
     assert_eq!(lines[1]["llm_calls"], 2);
+    let report = show(&env, &uuid);
+    assert_eq!(
+        (
+            &report["planning"]["unusable_plans"],
+            &report["planning"]["reflections"]
+        ),
+        (&serde_json::json!(2), &serde_json::json!(0))
+    );
     let history = read_jsonl(&dir.join("messages.jsonl"));
     assert_eq!(history.len(), 3, "no plan message: system, prompt, answer");
     let shown = env.ctxhost(&["show", &uuid]).ok().stdout();
@@ -393,12 +435,158 @@ fn a_malformed_plan_gets_one_repair_prompt_then_the_task_goes_on_without_a_plan(
     run_once(&env);
     assert_eq!(show(&env, &uuid)["task"]["status"], "completed");
     let lines = planning(&dir_of(&env, &uuid), &uuid);
-    assert_eq!(lines[0]["steps"].as_array().unwrap().len(), 2);
+    assert_eq!(lines[0]["trigger"], "unusable-plan");
+    assert!(lines[0]["text"].as_str().unwrap().ends_with("The reply:\nSure."));
+    assert_eq!(lines[1]["type"], "plan");
+    assert_eq!(lines[1]["steps"].as_array().unwrap().len(), 2);
     assert!(
-        lines[0]["note"]
+        lines[1]["note"]
             .as_str()
             .unwrap()
             .contains("after one repair prompt")
+    );
+}
+
+/// A planning reply cut off at the token limit: the provider's `finish_reason` `length`, and
+/// its usage says every allowed output token was used.
+fn cut_plan_reply(text: &str) -> Reply {
+    Reply::json(serde_json::json!({
+        "id": "chatcmpl-cut",
+        "object": "chat.completion",
+        "created": 1_735_689_600u64,
+        "model": "fake-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 60, "completion_tokens": 1024, "total_tokens": 1084},
+    }))
+}
+
+#[test]
+fn a_planning_reply_cut_at_the_token_limit_is_recorded_and_the_re_ask_says_it_was_cut() {
+    let cut = "{\"goal\": \"Answer\", \"steps\": [{\"id\": 1, \"description\": \"Read every file of the";
+    let script = Scripted::default();
+    script
+        .push(
+            Kind::Plan,
+            [cut_plan_reply(cut), plan_reply(&["Read src/main.rs", "Answer"])],
+        )
+        .push(Kind::Loop, [text("Read it."), text("It prints hello.")]);
+    let llm = script.start();
+    let env = TestEnv::for_llm(&llm, PLAN_EXECUTE);
+    let uuid = env.submit("What does src/main.rs print?");
+    run_once(&env);
+    assert_eq!(show(&env, &uuid)["task"]["status"], "completed");
+    let repair = llm
+        .requests()
+        .into_iter()
+        .filter(|r| kind(r) == Kind::Plan)
+        .nth(1)
+        .unwrap();
+    let asked = repair.messages()[3]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        asked.contains("It was cut off at the limit of") && asked.contains("write a shorter plan"),
+        "{asked}"
+    );
+    let lines = planning(&dir_of(&env, &uuid), &uuid);
+    assert_eq!(types(&lines)[..2], ["reflection", "plan"]);
+    let recorded = lines[0]["text"].as_str().unwrap();
+    assert!(
+        recorded.starts_with("planning reply 1 holds no usable plan (")
+            && recorded.contains("; it was cut off at the token limit of ")
+            && recorded.ends_with(&format!("The reply:\n{cut}")),
+        "{recorded}"
+    );
+    assert!(
+        lines[1]["note"]
+            .as_str()
+            .unwrap()
+            .contains("after one repair prompt")
+    );
+}
+
+#[test]
+fn no_reflection_is_asked_once_agent_max_steps_is_used_up() {
+    let script = Scripted::default();
+    script
+        .push(Kind::Plan, [plan_reply(&["Read src/main.rs", "Answer"])])
+        .push(
+            Kind::Loop,
+            [Reply::tool_calls(
+                vec![("call_1", "read_text_file", r#"{"path":"src/main.rs"}"#)],
+                Some((40, 10)),
+            )],
+        );
+    let llm = script.start();
+    let env = TestEnv::for_llm(&llm, &format!("{PLAN_EXECUTE}agent:\n  max_steps: 1\n"));
+    let uuid = env.submit("What does src/main.rs print?");
+    let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    assert_eq!(out.code(), Some(1), "{}", out.stderr());
+    let report = show(&env, &uuid);
+    assert_eq!(report["task"]["status"], "failed", "{report:#}");
+    assert!(
+        report["task"]["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("agent.max_steps"),
+        "{report:#}"
+    );
+    // The failed tool call came with the last step: nothing could act on a reflection.
+    assert_eq!(script.count(Kind::Reflect), 0);
+    let lines = planning(&dir_of(&env, &uuid), &uuid);
+    assert!(!types(&lines).contains(&"reflection".to_string()), "{lines:#?}");
+}
+
+#[test]
+fn a_revision_identical_to_the_current_plan_is_not_written_again() {
+    let script = Scripted::default();
+    script
+        .push(Kind::Plan, [plan_reply(&["Read src/main.rs", "Answer"])])
+        .push(
+            Kind::Reflect,
+            [Reply::text(
+                r#"{"assessment": "The plan still fits.", "revise": true,
+                   "steps": [{"id": 1, "description": "Read src/main.rs", "status": "pending"},
+                             {"id": 2, "description": "Answer", "status": "pending"}]}"#,
+                Some((80, 40)),
+            )],
+        )
+        .push(
+            Kind::Loop,
+            [
+                Reply::tool_calls(
+                    vec![("call_1", "read_text_file", r#"{"path":"src/main.rs"}"#)],
+                    Some((40, 10)),
+                ),
+                text("Read it."),
+                text("It prints hello."),
+            ],
+        );
+    let llm = script.start();
+    let env = TestEnv::for_llm(&llm, PLAN_EXECUTE);
+    let uuid = env.submit("What does src/main.rs print?");
+    run_once(&env);
+    let report = show(&env, &uuid);
+    assert_eq!(report["task"]["status"], "completed", "{report:#}");
+    assert_eq!(script.count(Kind::Reflect), 1);
+    let dir = dir_of(&env, &uuid);
+    let lines = planning(&dir, &uuid);
+    let t = types(&lines);
+    assert!(t.contains(&"reflection".to_string()), "{t:?}");
+    assert!(!t.contains(&"revision".to_string()), "{t:?}");
+    assert_eq!(report["planning"]["revisions"], 0);
+    // The context gets the reflection, without a "revised" plan that is the same one.
+    let history = read_jsonl(&dir.join("messages.jsonl"));
+    let reflection = contents(&history)
+        .into_iter()
+        .find(|(r, t)| r == "user" && t.starts_with("Reflection on the progress:"))
+        .expect("the reflection is in the context");
+    assert!(!reflection.1.contains("Revised plan"), "{}", reflection.1);
+    assert!(
+        reflection.1.ends_with("Continue with step 1: Read src/main.rs"),
+        "{}",
+        reflection.1
     );
 }
 

@@ -30,6 +30,11 @@ pub const MAX_NOTE_BYTES: usize = 2_000;
 /// Longest reflection or verification text kept, bytes.
 pub const MAX_TEXT_BYTES: usize = 8_000;
 
+/// The `trigger` of a `reflection` line that records a planning reply without a usable plan
+/// (its text says why and quotes the reply). Such lines are counted in
+/// [`PlanningHistory::unusable_plans`], not as reflections.
+pub const UNUSABLE_PLAN_TRIGGER: &str = "unusable-plan";
+
 /// The file of the planning history of task `uuid`, relative to its task directory.
 pub fn history_file(uuid: &str) -> String {
     format!("{}/{uuid}.jsonl", crate::files::PLANNING_DIR)
@@ -365,8 +370,11 @@ pub struct PlanningHistory {
     pub no_plan_reason: Option<String>,
     /// `revision` lines.
     pub revisions: u32,
-    /// `reflection` lines.
+    /// `reflection` lines (those with trigger [`UNUSABLE_PLAN_TRIGGER`] excepted).
     pub reflections: u32,
+    /// `reflection` lines with trigger [`UNUSABLE_PLAN_TRIGGER`]: planning replies that held
+    /// no usable plan.
+    pub unusable_plans: u32,
     /// Agent step of the last reflection.
     pub last_reflection_step: Option<u32>,
     /// `verification` lines.
@@ -453,6 +461,9 @@ impl PlanningHistory {
                     ));
                 };
                 step.status = status;
+            }
+            PlanningLine::Reflection { trigger, .. } if trigger == UNUSABLE_PLAN_TRIGGER => {
+                self.unusable_plans += 1;
             }
             PlanningLine::Reflection { at, .. } => {
                 self.reflections += 1;

@@ -2,15 +2,19 @@
 //! verify before finishing (world `strategy-plugin`).
 //!
 //! - `start`: a planning side call asks the model for `{"goal", "steps": [{"id",
-//!   "description"}]}`, read leniently (a fenced block, prose around it). A reply without a
-//!   usable plan gets one repair prompt; if that fails too, the first plan is saved without
-//!   steps with a note saying why, and the task goes on without a plan (as `builtin:react`).
-//!   Otherwise the plan is saved, step 1 marked in progress, and the plan goes into the
-//!   context as a message.
+//!   "description"}]}`, read leniently (a fenced block, prose around it). Every reply without a
+//!   usable plan is recorded in the planning history with its raw text (a `reflection` line
+//!   with trigger [`UNUSABLE_PLAN_TRIGGER`]: why, whether the reply was cut at the token
+//!   limit, the reply) and gets one repair prompt — which, when the reply was cut at the token
+//!   limit, says so and asks for a shorter plan; if that fails too, the first plan is saved
+//!   without steps with a note saying why, and the task goes on without a plan (as
+//!   `builtin:react`). Otherwise the plan is saved, step 1 marked in progress, and the plan
+//!   goes into the context as a message.
 //! - `after-tools`: after a failed tool call, or every `reflect_every` model replies since the
-//!   last reflection (settings; 0 = only after errors), a reflection side call judges the plan;
-//!   it may revise it (a `revision`). The reflection goes into the planning history and, as a
-//!   message, into the context.
+//!   last reflection (settings; 0 = only after errors), a reflection side call judges the plan
+//!   — unless `agent.max_steps` is used up (no model reply follows that could act on it); it
+//!   may revise it (a `revision`, not written when it is the current plan as it stands). The
+//!   reflection goes into the planning history and, as a message, into the context.
 //! - `after-reply`: a reply without tool calls ends the current step (`progress` done) and
 //!   the next step is sent; after the last step, a verification side call checks the result
 //!   against the plan. Passed (or unreadable): finish. Failed: the problems go back to the
@@ -28,8 +32,8 @@ use std::fs;
 use ctxhost_plugin::format::ChatMessage as Line;
 use ctxhost_plugin::format::files::STRATEGY_REQUEST;
 use ctxhost_plugin::format::planning::{
-    self as fmt, MAX_TEXT_BYTES, PlanningHistory, PlanningLine, StepStatus as FmtStatus, bounded,
-    find_json, parse_plan, parse_verdict,
+    self as fmt, MAX_TEXT_BYTES, PlanningHistory, PlanningLine, StepStatus as FmtStatus,
+    UNUSABLE_PLAN_TRIGGER, bounded, find_json, parse_plan, parse_verdict,
 };
 
 use ctxhost_plugin::jsonl::LineWriter;
@@ -48,6 +52,8 @@ const SIDE_CALL_TOKENS: u32 = 1024;
 const RECENT_BYTES: usize = 3_000;
 /// Bytes of the agent's system prompt the planner sees.
 const INSTRUCTIONS_BYTES: usize = 6_000;
+/// Bytes of an unusable planning reply kept in the planning history.
+const RAW_REPLY_BYTES: usize = 6_000;
 
 /// `reflect_every` and `max_verifications` from the settings JSON (defaults 5 and 2).
 struct Settings {
@@ -147,9 +153,23 @@ fn progress(step_id: u32, status: FmtStatus, note: Option<String>) -> Result<(),
 
 // ---- side calls -------------------------------------------------------------------------------
 
+/// A side call's answer.
+struct SideReply {
+    /// The reply's text (empty when it has none).
+    text: String,
+    /// The output-token limit the call asked for, when the reply used all of it (the
+    /// provider's usage says so: its `finish_reason` was `length`, the reply is cut off).
+    cut_at: Option<u32>,
+}
+
 /// One side call: `messages` written to the work file, completed by the host's `llm`, the file
 /// removed. Returns the reply's text (empty when it has none).
 fn side_call(messages: &[Line], config: &StrategyConfig) -> Result<String, PluginError> {
+    side_call_full(messages, config).map(|r| r.text)
+}
+
+/// [`side_call`] with whether the reply was cut at the token limit.
+fn side_call_full(messages: &[Line], config: &StrategyConfig) -> Result<SideReply, PluginError> {
     // The SDK's line writer: buffered, U+2028/U+2029 escaped as every JSONL writer does.
     let write = || -> Result<(), PluginError> {
         let mut w = LineWriter::create(STRATEGY_REQUEST)?;
@@ -170,7 +190,15 @@ fn side_call(messages: &[Line], config: &StrategyConfig) -> Result<String, Plugi
         .max(64);
     let reply = llm::complete(STRATEGY_REQUEST, limit);
     let _ = fs::remove_file(STRATEGY_REQUEST);
-    Ok(reply?.message.content.unwrap_or_default())
+    let reply = reply?;
+    let cut_at = reply
+        .usage
+        .filter(|u| u.completion_tokens >= u64::from(limit))
+        .map(|_| limit);
+    Ok(SideReply {
+        text: reply.message.content.unwrap_or_default(),
+        cut_at,
+    })
 }
 
 /// Tool names from the tools file (a JSON array of OpenAI tool definitions).
@@ -268,6 +296,23 @@ fn adopt_plan(
     Ok(prompts::plan_message(&plan))
 }
 
+/// Record planning reply number `n` that held no usable plan (`why`), with whether it was cut
+/// at the token limit and its raw text (module doc).
+fn record_unusable_plan(n: u32, why: &str, reply: &SideReply) -> Result<(), PluginError> {
+    let cut = reply
+        .cut_at
+        .map(|t| format!("; it was cut off at the token limit of {t} tokens"))
+        .unwrap_or_default();
+    let raw = bounded(&reply.text, RAW_REPLY_BYTES);
+    planning::append_entry(&Entry::Reflection(Reflection {
+        trigger: UNUSABLE_PLAN_TRIGGER.to_string(),
+        text: bounded(
+            &format!("planning reply {n} holds no usable plan ({why}{cut}). The reply:\n{raw}"),
+            MAX_TEXT_BYTES,
+        ),
+    }))
+}
+
 fn start(config: StrategyConfig, state: TaskState) -> Result<Decision, PluginError> {
     if planning::has_plan() {
         // The plan is already made (this hook ran before and its decision was not kept):
@@ -283,8 +328,8 @@ fn start(config: StrategyConfig, state: TaskState) -> Result<Decision, PluginErr
             prompts::plan_request(&instructions(&state), &state.prompt, &tool_names(&state)),
         ),
     ];
-    let first = side_call(&messages, &config)?;
-    let why = match parse_plan(&first) {
+    let first = side_call_full(&messages, &config)?;
+    let why = match parse_plan(&first.text) {
         Ok(plan) => {
             return adopt_plan(plan, &state.prompt, None).map(|m| Decision::Proceed(Some(m)));
         }
@@ -294,10 +339,12 @@ fn start(config: StrategyConfig, state: TaskState) -> Result<Decision, PluginErr
         Level::Info,
         &format!("the planning reply holds no usable plan ({why}); asking once more"),
     );
-    messages.push(Line::text("assistant", first));
-    messages.push(Line::text("user", prompts::plan_repair(&why)));
-    let second = side_call(&messages, &config)?;
-    match parse_plan(&second) {
+    record_unusable_plan(1, &why, &first)?;
+    let repair = prompts::plan_repair(&why, first.cut_at);
+    messages.push(Line::text("assistant", first.text));
+    messages.push(Line::text("user", repair));
+    let second = side_call_full(&messages, &config)?;
+    match parse_plan(&second.text) {
         Ok(plan) => adopt_plan(
             plan,
             &state.prompt,
@@ -307,6 +354,7 @@ fn start(config: StrategyConfig, state: TaskState) -> Result<Decision, PluginErr
         )
         .map(|m| Decision::Proceed(Some(m))),
         Err(why2) => {
+            record_unusable_plan(2, &why2, &second)?;
             let note = format!(
                 "no usable plan after one repair prompt ({why2}); the task goes on without a plan"
             );
@@ -332,6 +380,10 @@ fn after_tools(
         return Ok(Decision::Proceed(None));
     };
     if plan.is_finished() {
+        return Ok(Decision::Proceed(None));
+    }
+    if state.steps_done >= config.max_steps {
+        // agent.max_steps is used up: no model reply follows that could act on a reflection.
         return Ok(Decision::Proceed(None));
     }
     let s = settings(&config);
@@ -413,10 +465,11 @@ fn after_tools(
         trigger: trigger.to_string(),
         text: assessment.clone(),
     }))?;
+    let current = latest_plan();
     let mut revised = revised;
     if let Some(plan) = revised.as_mut() {
         if plan.goal.trim().is_empty() {
-            plan.goal = latest_plan().map(|p| p.goal).unwrap_or_default();
+            plan.goal = current.as_ref().map(|p| p.goal.clone()).unwrap_or_default();
         }
         if plan.current_step().is_none() {
             // Every step done by the reviewer's account: keep working on the last one.
@@ -431,6 +484,16 @@ fn after_tools(
         {
             first.status = FmtStatus::InProgress;
         }
+    }
+    if revised.is_some() && revised == current {
+        // The "revision" is the plan as it stands: nothing to write or restate.
+        log(
+            Level::Info,
+            "the reflection's revised plan is the current plan; not saved again",
+        );
+        revised = None;
+    }
+    if let Some(plan) = &revised {
         planning::save_plan(
             &plan_from_fmt(plan),
             Some(&format!(
@@ -439,7 +502,7 @@ fn after_tools(
             )),
         )?;
     }
-    let current = revised.as_ref().cloned().or_else(latest_plan);
+    let current = revised.as_ref().cloned().or(current);
     let next = current
         .as_ref()
         .and_then(|p| p.current_step().map(|s| (s.id, s.description.clone())));

@@ -28,10 +28,18 @@ pub fn plan_request(instructions: &str, prompt: &str, tools: &[String]) -> Strin
     format!("{background}Task:\n{prompt}\n\n{tools}\n\nReply with only the JSON plan.")
 }
 
-/// The one repair prompt after a reply that held no usable plan.
-pub fn plan_repair(why: &str) -> String {
+/// The one repair prompt after a reply that held no usable plan; `cut_at`: the token limit
+/// the reply was cut off at, when it was.
+pub fn plan_repair(why: &str, cut_at: Option<u32>) -> String {
+    let cut = match cut_at {
+        Some(limit) => format!(
+            " It was cut off at the limit of {limit} tokens before it was complete: write a shorter \
+             plan, with short step descriptions and no text around the JSON."
+        ),
+        None => String::new(),
+    };
     format!(
-        "That reply cannot be used as a plan ({why}). Reply again with only a JSON object of the form \
+        "That reply cannot be used as a plan ({why}).{cut} Reply again with only a JSON object of the form \
          {{\"goal\": \"...\", \"steps\": [{{\"id\": 1, \"description\": \"...\"}}]}} and nothing else."
     )
 }

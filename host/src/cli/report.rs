@@ -323,6 +323,12 @@ fn print_plan(h: &ctxhost_format::planning::PlanningHistory) -> anyhow::Result<(
     use crate::untrusted::terminal;
     let mut counts = vec![format!("{} revision(s)", h.revisions)];
     counts.push(format!("{} reflection(s)", h.reflections));
+    if h.unusable_plans > 0 {
+        counts.push(format!(
+            "{} planning reply(ies) without a usable plan",
+            h.unusable_plans
+        ));
+    }
     match (h.verifications, h.last_verdict) {
         (0, _) => counts.push("not verified".to_string()),
         (n, Some(v)) => counts.push(format!(
