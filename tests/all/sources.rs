@@ -985,7 +985,10 @@ fn retry_after_on_any_publishing_request_is_obeyed_in_seconds_or_as_a_date() {
     assert_eq!(out.code(), Some(1), "{}", out.stderr());
     assert_eq!(notes().len(), 1);
     let wait = publish_wait_secs(&env, &uuid);
-    assert!((88.0..=91.0).contains(&wait), "Retry-After 90: waits {wait} s");
+    assert!(
+        (88.0..=91.0).contains(&wait),
+        "Retry-After 90: waits {wait} s"
+    );
     // A 503 with Retry-After as an HTTP date five minutes ahead: the answer to the POST is
     // unknown (the note may exist), and the next look is not before that date.
     let_publish_wait_pass(&env, &uuid);
@@ -1000,10 +1003,16 @@ fn retry_after_on_any_publishing_request_is_obeyed_in_seconds_or_as_a_date() {
     );
     let (code, _, stderr) = poll_once_any(&env);
     assert_eq!(code, Some(0), "a lost answer is a warning: {stderr}");
-    assert!(stderr.contains("warning: ") && stderr.contains("answer was lost"), "{stderr}");
+    assert!(
+        stderr.contains("warning: ") && stderr.contains("answer was lost"),
+        "{stderr}"
+    );
     assert_eq!(notes().len(), 2);
     let wait = publish_wait_secs(&env, &uuid);
-    assert!((290.0..=301.0).contains(&wait), "Retry-After date: waits {wait} s");
+    assert!(
+        (290.0..=301.0).contains(&wait),
+        "Retry-After date: waits {wait} s"
+    );
     let report = poll_once(&env);
     assert_eq!(
         report["published"]["waiting"][0]["comment_may_exist"], true,
@@ -1067,7 +1076,8 @@ fn a_permission_403_on_the_comment_is_final_the_item_gets_the_failed_label_and_s
     let out = env.ctxhost(&["run", "--once"]);
     assert_eq!(out.code(), Some(1), "{}", out.stderr());
     assert!(
-        out.stderr().contains("Resource not accessible by integration")
+        out.stderr()
+            .contains("Resource not accessible by integration")
             && out.stderr().contains("given up"),
         "{}",
         out.stderr()

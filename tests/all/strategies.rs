@@ -436,7 +436,12 @@ fn a_malformed_plan_gets_one_repair_prompt_then_the_task_goes_on_without_a_plan(
     assert_eq!(show(&env, &uuid)["task"]["status"], "completed");
     let lines = planning(&dir_of(&env, &uuid), &uuid);
     assert_eq!(lines[0]["trigger"], "unusable-plan");
-    assert!(lines[0]["text"].as_str().unwrap().ends_with("The reply:\nSure."));
+    assert!(
+        lines[0]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("The reply:\nSure.")
+    );
     assert_eq!(lines[1]["type"], "plan");
     assert_eq!(lines[1]["steps"].as_array().unwrap().len(), 2);
     assert!(
@@ -462,12 +467,16 @@ fn cut_plan_reply(text: &str) -> Reply {
 
 #[test]
 fn a_planning_reply_cut_at_the_token_limit_is_recorded_and_the_re_ask_says_it_was_cut() {
-    let cut = "{\"goal\": \"Answer\", \"steps\": [{\"id\": 1, \"description\": \"Read every file of the";
+    let cut =
+        "{\"goal\": \"Answer\", \"steps\": [{\"id\": 1, \"description\": \"Read every file of the";
     let script = Scripted::default();
     script
         .push(
             Kind::Plan,
-            [cut_plan_reply(cut), plan_reply(&["Read src/main.rs", "Answer"])],
+            [
+                cut_plan_reply(cut),
+                plan_reply(&["Read src/main.rs", "Answer"]),
+            ],
         )
         .push(Kind::Loop, [text("Read it."), text("It prints hello.")]);
     let llm = script.start();
@@ -535,7 +544,10 @@ fn no_reflection_is_asked_once_agent_max_steps_is_used_up() {
     // The failed tool call came with the last step: nothing could act on a reflection.
     assert_eq!(script.count(Kind::Reflect), 0);
     let lines = planning(&dir_of(&env, &uuid), &uuid);
-    assert!(!types(&lines).contains(&"reflection".to_string()), "{lines:#?}");
+    assert!(
+        !types(&lines).contains(&"reflection".to_string()),
+        "{lines:#?}"
+    );
 }
 
 #[test]
@@ -584,7 +596,9 @@ fn a_revision_identical_to_the_current_plan_is_not_written_again() {
         .expect("the reflection is in the context");
     assert!(!reflection.1.contains("Revised plan"), "{}", reflection.1);
     assert!(
-        reflection.1.ends_with("Continue with step 1: Read src/main.rs"),
+        reflection
+            .1
+            .ends_with("Continue with step 1: Read src/main.rs"),
         "{}",
         reflection.1
     );

@@ -323,7 +323,9 @@ fn an_https_url_on_a_port_that_never_answers_the_tls_hello_obeys_the_connect_tim
     }
     let msg = err.to_string();
     assert!(
-        msg.contains("connect and TLS handshake limit (llm.connect_timeout_secs) of 1s per attempt"),
+        msg.contains(
+            "connect and TLS handshake limit (llm.connect_timeout_secs) of 1s per attempt"
+        ),
         "{msg}"
     );
     assert_eq!(silent.finish(), 2, "one connection per attempt");

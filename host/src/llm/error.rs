@@ -145,9 +145,7 @@ pub enum TimeoutLimit {
 impl std::fmt::Display for TimeoutLimit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            TimeoutLimit::Connect => {
-                "connect and TLS handshake limit (llm.connect_timeout_secs)"
-            }
+            TimeoutLimit::Connect => "connect and TLS handshake limit (llm.connect_timeout_secs)",
             TimeoutLimit::Request => "request limit (llm.timeout_secs)",
             TimeoutLimit::Deadline => "time left before the caller's deadline",
         })

@@ -700,17 +700,11 @@ mod tests {
         assert_eq!(secs(1, None), 20);
         // A secondary rate limit without Retry-After: a minute, then longer.
         let secondary = error(FailureKind::RateLimited("secondary".into()), Some(60));
-        assert_eq!(
-            [0, 1, 2].map(|n| secs(n, Some(&secondary))),
-            [60, 120, 240]
-        );
+        assert_eq!([0, 1, 2].map(|n| secs(n, Some(&secondary))), [60, 120, 240]);
         // Retry-After (or a reset) is never undercut, up to a day.
         let told = error(FailureKind::RateLimited("429".into()), Some(90));
         assert_eq!(secs(0, Some(&told)), 90);
-        let unavailable = error(
-            FailureKind::Unknown("HTTP 503".into()),
-            Some(7 * 24 * 3600),
-        );
+        let unavailable = error(FailureKind::Unknown("HTTP 503".into()), Some(7 * 24 * 3600));
         assert_eq!(secs(0, Some(&unavailable)), 24 * 3600);
         assert!(error(FailureKind::Forbidden("no".into()), None).is_final());
         assert!(!error(FailureKind::Unauthorized, None).is_final());
