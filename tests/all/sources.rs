@@ -1078,7 +1078,10 @@ fn a_permission_403_on_the_comment_is_final_the_item_gets_the_failed_label_and_s
     assert!(
         out.stderr()
             .contains("Resource not accessible by integration")
-            && out.stderr().contains("given up"),
+            && out.stderr().contains("given up")
+            && out
+                .stderr()
+                .contains("1 task result(s) will not be published"),
         "{}",
         out.stderr()
     );

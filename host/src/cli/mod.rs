@@ -516,7 +516,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 })
                 .transpose()?;
             let summary = crate::worker::run(&opts)?;
-            let mut unpublished = 0;
+            let (mut unpublished, mut refused) = (0, 0);
             if let Some(bg) = background {
                 let last = bg.finish()?;
                 for (uuid, e) in last.errors.iter().chain(&last.given_up) {
@@ -535,13 +535,20 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                 }
                 unpublished = last.errors.len()
-                    + last.given_up.len()
                     + last.waiting.iter().filter(|w| !w.comment_may_exist).count();
+                refused = last.given_up.len();
             }
             if unpublished > 0 {
                 eprintln!(
                     "{unpublished} task result(s) could not be published yet; `ctxhost poll --once` or the next `ctxhost run` retries once their wait is over"
                 );
+            }
+            if refused > 0 {
+                eprintln!(
+                    "{refused} task result(s) will not be published: the forge refused them for good (`ctxhost show UUID` has the error)"
+                );
+            }
+            if unpublished + refused > 0 {
                 return Ok(ExitCode::from(EXIT_FAILED));
             }
             // With --once: exit 1 when a task this worker ran ended failed.
