@@ -1,7 +1,9 @@
 //! `ctxhost poll`: parse, call [`crate::ops::poll`], print.
 //!
-//! Exit codes: 0 every repository polled and every pending result published; 1 a repository
-//! or a publication failed (the message names it; the rest was done); 2 no `sources` in the
+//! Exit codes: 0 every repository polled and every result that was due published (a result
+//! whose wait after a failed attempt is not over is listed with its next attempt; a comment
+//! whose answer was lost is a warning: the next pass confirms it); 1 a repository or a
+//! publication failed (the message names it; the rest was done); 2 no `sources` in the
 //! config, or a token variable is not set.
 
 use std::process::ExitCode;
@@ -19,8 +21,8 @@ pub struct PollArgs {
     /// stopped, and publish results as tasks end).
     #[arg(long)]
     pub once: bool,
-    /// With --once: print the report as JSON ({published: {done, errors}, polls: [[source,
-    /// {queued, already_held, errors}]]}).
+    /// With --once: print the report as JSON ({published: {done, errors, unconfirmed, waiting,
+    /// given_up}, polls: [[source, {queued, already_held, errors}]]}).
     #[arg(long, requires = "once")]
     pub json: bool,
 }
