@@ -364,7 +364,7 @@ fn show_follow_prints_a_task_a_worker_runs_while_it_runs() {
 }
 
 #[test]
-fn ctrl_c_makes_a_worker_pause_its_tasks_and_exit() {
+fn ctrl_c_makes_run_pause_its_running_task_start_no_more_and_exit() {
     // A slow tool call: the pause is honoured before the tool runs.
     let llm = FakeLlm::start(vec![Reply::delay(
         Duration::from_secs(3),
@@ -374,8 +374,11 @@ fn ctrl_c_makes_a_worker_pause_its_tasks_and_exit() {
         ),
     )]);
     let env = TestEnv::for_llm(&llm, "");
-    let uuid = env.submit("Slow one");
-    let mut worker = env.ctxhost_cmd(&["run", "--poll-ms", "20"]).spawn();
+    let first = env.submit("Slow one");
+    let second = env.submit("Never started");
+    let mut worker = env
+        .ctxhost_cmd(&["run", "--once", "--max-parallel", "1", "--poll-ms", "20"])
+        .spawn();
     assert!(
         wait_until(Duration::from_secs(20), || llm.request_count() == 1),
         "the LLM call never started"
@@ -391,11 +394,15 @@ fn ctrl_c_makes_a_worker_pause_its_tasks_and_exit() {
         .read_to_string(&mut stderr)
         .unwrap();
     assert!(status.success(), "{status}: {stderr}");
+    assert!(stderr.contains("Ctrl-C again to stop them"), "{stderr}");
     assert!(
-        stderr.contains(&format!("ctxhost resume {uuid}")),
+        stderr.contains(&format!("ctxhost resume {first}")),
         "{stderr}"
     );
-    assert_eq!(env.row(&uuid)["status"], "paused");
+    assert_eq!(env.row(&first)["status"], "paused");
+    // No new task was taken after the Ctrl-C.
+    assert_eq!(env.row(&second)["status"], "queued");
+    assert_eq!(llm.request_count(), 1);
 }
 
 #[test]

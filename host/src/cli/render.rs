@@ -65,6 +65,8 @@ pub struct Render {
     progress_shown: bool,
     progress_terminal: bool,
     last_plain: Duration,
+    /// The seconds the progress line shows (it is rewritten when they change).
+    shown_secs: Option<u64>,
 }
 
 impl Render {
@@ -89,6 +91,7 @@ impl Render {
             progress_shown: false,
             progress_terminal: std::io::stderr().is_terminal(),
             last_plain: Duration::ZERO,
+            shown_secs: None,
         }
     }
 
@@ -117,6 +120,7 @@ impl Render {
             let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
         }
         self.progress_shown = false;
+        self.shown_secs = None;
     }
 
     /// While nothing happens: on a terminal a line on stderr rewritten in place ("waiting for
@@ -135,6 +139,10 @@ impl Render {
         };
         let mut err = std::io::stderr().lock();
         if self.progress_terminal {
+            if self.shown_secs == Some(idle.as_secs()) {
+                return;
+            }
+            self.shown_secs = Some(idle.as_secs());
             let _ = write!(err, "\r\x1b[2K\x1b[2m{what}… {} s\x1b[0m", idle.as_secs());
             let _ = err.flush();
             self.progress_shown = true;
