@@ -130,7 +130,7 @@ fn crate_thousands(n: i64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -324,6 +324,43 @@ fn ctrl_c_pauses_the_task_of_ask_and_it_resumes_to_completion() {
     assert_eq!(row["status"], "completed", "{row}");
     let show = env.ctxhost(&["show", &uuid, "--json"]).ok().json();
     assert_eq!(show["result"], "Finished after the pause.");
+}
+
+#[test]
+fn a_second_ctrl_c_stops_the_task_of_ask() {
+    let llm = FakeLlm::start(vec![Reply::delay(
+        Duration::from_secs(2),
+        Reply::tool_calls(
+            vec![("call_1", "read_text_file", r#"{"path":"a.txt"}"#)],
+            Some((50, 10)),
+        ),
+    )]);
+    let env = TestEnv::for_llm(&llm, "");
+    let mut child = env
+        .ctxhost_cmd(&["ask", "--json", "Take your time"])
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(20), || llm.request_count() == 1),
+        "the LLM call never started"
+    );
+    interrupt(child.id());
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(child.id());
+    let status = child.wait().unwrap();
+    let mut stdout = String::new();
+    use std::io::Read;
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert!(status.success(), "{status}: {stdout}");
+    let end: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(end["event"], "end");
+    assert_eq!(end["status"], "stopped", "{stdout}");
+    assert_eq!(env.row(end["uuid"].as_str().unwrap())["status"], "stopped");
+    assert_eq!(llm.request_count(), 1);
 }
 
 #[test]

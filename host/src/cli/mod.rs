@@ -145,6 +145,8 @@ pub enum Command {
         and the llm.api_key_env variable is checked; a failure is exit 2 and no task is touched.\n\
         With `sources` configured, run polls them every poll_interval_secs (not with --once) and\n\
         posts each task's result to its issue or pull request (--once: before it exits).\n\
+        Ctrl-C (or SIGTERM): start no more tasks, pause the running ones at their next safe point,\n\
+        exit when their processes have ended, listing how to resume them; a second Ctrl-C stops them.\n\
         Exit codes (--once): 0 all tasks completed, paused or stopped; 1 a task failed; 2 config error."
     )]
     Run(RunArgs),

@@ -30,7 +30,7 @@ pub(crate) fn thousands(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -143,7 +143,13 @@ impl Render {
                 return;
             }
             self.shown_secs = Some(idle.as_secs());
-            let _ = write!(err, "\r\x1b[2K\x1b[2m{what}… {} s\x1b[0m", idle.as_secs());
+            let line = format!("{what}… {} s", idle.as_secs());
+            let line = if colours(true) {
+                format!("\x1b[2m{line}\x1b[0m")
+            } else {
+                line
+            };
+            let _ = write!(err, "\r\x1b[2K{line}");
             let _ = err.flush();
             self.progress_shown = true;
         } else if idle >= self.last_plain + PLAIN_PROGRESS_EVERY {
