@@ -7,7 +7,8 @@
 //! Every command that takes a task UUID (`show`, `pause`, `resume`, `retry`, `stop`) also takes
 //! a unique prefix of it, of at least 4 hexadecimal digits ([`crate::task_ref`]).
 //! Logs go to stderr (`RUST_LOG`, or `-v`/`-vv`/`-vvv`); results go to stdout, as a table or,
-//! with `--json`, as one JSON document.
+//! with `--json`, as one JSON document (`ask` and `show --follow`: one JSON object per event
+//! and line, [`crate::ops::follow::Event`]).
 
 mod ask;
 mod follow;

@@ -552,6 +552,44 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_being_streamed_is_shown_as_deltas_from_reply_stream() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        layout.ensure().unwrap();
+        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut f = Follower::new(uuid);
+        std::fs::write(
+            dir.join(REPLY_STREAM),
+            concat!(
+                "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n",
+                "\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"!!\"" // not whole yet
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            f.look(&layout).unwrap(),
+            [
+                Event::ReplyDelta { text: "Hel".into() },
+                Event::ReplyDelta { text: "lo".into() }
+            ]
+        );
+        // The next call's stream replaces the file: it is read from its start.
+        std::fs::write(
+            dir.join(REPLY_STREAM),
+            "data: {\"choices\":[{\"delta\":{\"content\":\"A\"}}]}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            f.look(&layout).unwrap(),
+            [Event::ReplyDelta { text: "A".into() }]
+        );
+    }
+
+    #[test]
     fn results_are_cut_at_a_character_boundary() {
         assert_eq!(cut("héllo", 2), "h");
         assert_eq!(cut("héllo", 3), "hé");
