@@ -487,3 +487,11 @@ fn completions_tasks_beyond_the_limit_config_key_suggestions_and_the_prompt_limi
         "{e}"
     );
 }
+
+// The tests above that touch the task store, once more on PostgreSQL.
+crate::support::store::postgres_variants!(
+    ask_json_prints_one_event_per_line,
+    ctrl_c_pauses_the_task_of_ask_and_it_resumes_to_completion,
+    show_follow_prints_a_task_a_worker_runs_while_it_runs,
+    completions_tasks_beyond_the_limit_config_key_suggestions_and_the_prompt_limit,
+);
