@@ -36,11 +36,6 @@ impl Interrupts {
     pub fn count(&self) -> usize {
         self.count.load(Ordering::SeqCst)
     }
-
-    /// Count one as if a signal came (for tests of the callers).
-    pub fn raise(&self) {
-        self.count.fetch_add(1, Ordering::SeqCst);
-    }
 }
 
 /// What a command does about the signals it has seen: pause at the first, stop at the second.
@@ -62,5 +57,19 @@ impl Request {
             1 => Request::Pause,
             _ => Request::Stop,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_signal_pauses_and_later_ones_stop() {
+        assert_eq!(Request::of(0), Request::None);
+        assert_eq!(Request::of(1), Request::Pause);
+        assert_eq!(Request::of(2), Request::Stop);
+        assert_eq!(Request::of(7), Request::Stop);
+        assert!(Request::None < Request::Pause && Request::Pause < Request::Stop);
     }
 }

@@ -225,6 +225,24 @@ fn ask_runs_on_the_defaults_when_flags_name_the_model() {
 }
 
 #[test]
+fn ask_says_so_when_its_task_process_cannot_start_the_task() {
+    let llm = FakeLlm::start(vec![]);
+    let mut env = TestEnv::for_llm(&llm, "");
+    env.set_env(ctxhost::failpoint::FAILPOINT_ENV, "task-exec:exit");
+    let out = env.ctxhost(&["ask", "Never runs"]).fails();
+    assert_eq!(out.code(), Some(1));
+    let e = out.stderr();
+    assert!(
+        e.contains("the task process exited (exit status 3) before it started task"),
+        "{e}"
+    );
+    // The first line names the task.
+    let uuid = printed_uuid(&out.stdout());
+    assert_eq!(env.row(&uuid)["status"], "queued");
+    assert_eq!(llm.request_count(), 0);
+}
+
+#[test]
 fn init_writes_a_config_for_a_local_server() {
     let env = TestEnv::new();
     std::fs::remove_file(env.config_path()).ok();

@@ -77,18 +77,24 @@ pub(super) fn run(env: &Env, args: &AskArgs) -> anyhow::Result<ExitCode> {
         child_exit: None,
     };
     let ended = crate::ops::follow::follow(&db, &env.layout, &uuid, &mut watch)?;
-    let exit = watch.child.wait()?;
-    if let Some(how) = watch
-        .child_exit
-        .clone()
-        .filter(|_| ended.status == Status::Running)
-    {
-        eprintln!(
-            "error: the task process of {uuid} died ({how}) while running the task; `ctxhost recover` requeues it, `ctxhost run --once` runs it again"
-        );
-        return Ok(ExitCode::from(EXIT_FAILED));
+    watch.child.wait()?;
+    if let Some(how) = watch.child_exit.clone() {
+        match ended.status {
+            Status::Running => {
+                eprintln!(
+                    "error: the task process of {uuid} died ({how}) while running the task; `ctxhost recover` requeues it, `ctxhost run --once` runs it again"
+                );
+                return Ok(ExitCode::from(EXIT_FAILED));
+            }
+            Status::Queued => {
+                eprintln!(
+                    "error: the task process exited ({how}) before it started task {uuid} (see the messages above); the task stays queued: `ctxhost run --once` runs it, `ctxhost stop {uuid}` removes it"
+                );
+                return Ok(ExitCode::from(EXIT_FAILED));
+            }
+            _ => {}
+        }
     }
-    let _ = exit;
     if !args.json {
         match ended.status {
             Status::Paused => eprintln!(
