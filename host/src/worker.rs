@@ -83,16 +83,25 @@ pub struct WorkerOptions {
     pub store: StoreSpec,
     /// Environment variables the children do not inherit (the task sources' tokens).
     pub env_remove: Vec<String>,
+    /// Arguments added to every child's `task-exec` (the `llm` flags of `ctxhost run`).
+    pub child_args: Vec<String>,
+    /// Ctrl-C / SIGTERM seen by the command ([`crate::interrupt`]): at the first the worker
+    /// starts no more children, asks its running tasks to pause and returns when every child
+    /// has exited; at the second it asks them to stop. `None`: signals are not caught.
+    pub interrupts: Option<crate::interrupt::Interrupts>,
 }
 
 /// What a worker that returned did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkerSummary {
     /// Task processes reaped that had claimed a task.
     pub finished: u64,
     /// Tasks run by this worker's children that ended `failed` (including tasks failed after
     /// their process crashed).
     pub failed: u64,
+    /// Tasks this worker paused because it was interrupted (Ctrl-C / SIGTERM), and that are
+    /// paused now.
+    pub paused: Vec<String>,
 }
 
 /// A child the worker started and has not reaped yet.
@@ -143,8 +152,58 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
     let mut last_recovery: Option<Instant> = None;
     let mut start_failures: u32 = 0;
     let mut paused_until: Option<Instant> = None;
+    // The interrupt request carried out so far, and the tasks it was made for.
+    let mut interrupted = crate::interrupt::Request::None;
+    let mut asked: HashSet<String> = HashSet::new();
 
     loop {
+        let wanted =
+            crate::interrupt::Request::of(opts.interrupts.as_ref().map_or(0, |i| i.count()));
+        if wanted > interrupted {
+            interrupted = wanted;
+            asked.clear();
+            let n = children.len();
+            match wanted {
+                crate::interrupt::Request::Pause => eprintln!(
+                    "pausing {n} running task(s) at their next safe point, starting no more; Ctrl-C again to stop them"
+                ),
+                _ => eprintln!("stopping {n} running task(s)…"),
+            }
+        }
+        if interrupted != crate::interrupt::Request::None {
+            // Children that claimed a task since are asked too.
+            for uuid in children.values().filter_map(|c| c.uuid.clone()) {
+                if asked.contains(&uuid) {
+                    continue;
+                }
+                let done = match interrupted {
+                    crate::interrupt::Request::Pause => {
+                        crate::ops::control::pause(&db, &uuid, Some("worker interrupted"))
+                    }
+                    _ => crate::ops::control::stop(&db, &layout, &uuid).map(|_| ()),
+                };
+                match done {
+                    Ok(()) => {
+                        asked.insert(uuid);
+                    }
+                    Err(e) => tracing::debug!(%uuid, "interrupt request not taken yet: {e:#}"),
+                }
+            }
+            if children.is_empty() {
+                for uuid in &asked {
+                    if db.get(uuid)?.is_some_and(|r| r.status == Status::Paused) {
+                        summary.paused.push(uuid.clone());
+                    }
+                }
+                summary.paused.sort();
+                tracing::info!(
+                    tasks = summary.finished,
+                    "worker interrupted; every task process has exited"
+                );
+                return Ok(summary);
+            }
+        }
+
         // Tasks left `running` by processes that are gone, or whose lease expired (not our
         // children: those are settled when they exit).
         if last_recovery.is_none_or(|t| t.elapsed() >= RECOVERY_INTERVAL) {
@@ -167,7 +226,10 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
         }
 
         // Start children for queued tasks (each claims the next one itself).
-        if paused_until.is_none_or(|t| Instant::now() >= t) && children.len() < max {
+        if interrupted == crate::interrupt::Request::None
+            && paused_until.is_none_or(|t| Instant::now() >= t)
+            && children.len() < max
+        {
             let queued = usize::try_from(db.count_queued()?).unwrap_or(usize::MAX);
             let unclaimed = children.values().filter(|c| c.uuid.is_none()).count();
             let want = queued.saturating_sub(unclaimed).min(max - children.len());
@@ -213,7 +275,12 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
         }
 
         // Wait for an event (or the next look at the queue), then handle every event pending.
-        let mut next = rx.recv_timeout(opts.poll_interval).ok();
+        let wait = if opts.interrupts.is_some() {
+            opts.poll_interval.min(Duration::from_millis(200))
+        } else {
+            opts.poll_interval
+        };
+        let mut next = rx.recv_timeout(wait).ok();
         while let Some(event) = next {
             match event {
                 Event::Claimed { pid, uuid } => {
@@ -303,12 +370,17 @@ fn spawn(exe: &std::path::Path, opts: &WorkerOptions, me: &WorkerId) -> std::io:
         cmd.arg(format!("-{}", "v".repeat(opts.verbose as usize)));
     }
     cmd.args(["task-exec", "--next", "--worker-id", me.as_str()]);
+    cmd.args(&opts.child_args);
     for var in &opts.env_remove {
         cmd.env_remove(var);
     }
+    // A process group of its own: the terminal's Ctrl-C reaches the worker only, which asks
+    // the tasks to pause at a safe point instead of killing them mid-step.
+    use std::os::unix::process::CommandExt;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(Stdio::inherit())
+        .process_group(0);
     cmd.spawn()
 }
 

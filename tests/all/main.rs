@@ -11,6 +11,7 @@
 mod support;
 
 mod anthropic;
+mod ask;
 mod cli;
 mod compression;
 mod conformance;

@@ -7,13 +7,18 @@
 //! Every command that takes a task UUID (`show`, `pause`, `resume`, `retry`, `stop`) also takes
 //! a unique prefix of it, of at least 4 hexadecimal digits ([`crate::task_ref`]).
 //! Logs go to stderr (`RUST_LOG`, or `-v`/`-vv`/`-vvv`); results go to stdout, as a table or,
-//! with `--json`, as one JSON document.
+//! with `--json`, as one JSON document (`ask` and `show --follow`: one JSON object per event
+//! and line, [`crate::ops::follow::Event`]).
 
+mod ask;
+mod follow;
 mod init;
 mod lifecycle;
+pub mod llm_flags;
 mod maintenance;
 pub(crate) mod out;
 mod poll;
+pub mod render;
 mod report;
 mod serve;
 mod submit;
@@ -40,6 +45,9 @@ tasks.db records each task's status and statistics. `ctxhost run` starts one pro
 const EXAMPLES: &str = "\
 Examples:
   ctxhost init                                   create ./contexts and a commented ./config.yaml
+  ctxhost init --provider llamacpp --base-url http://127.0.0.1:8089   ... for a local llama-server
+  ctxhost ask 'Explain src/main.rs'              run one task in the foreground, printing it as it goes
+  ctxhost ask --provider llamacpp --base-url http://127.0.0.1:8089 'Say hi'   no config file needed
   ctxhost submit 'Explain src/main.rs'           queue a task, print its UUID
   ctxhost submit --prompt-file task.md --source github --owner acme --repo app --type issue --id 42
   echo 'Fix the build' | ctxhost submit -
@@ -48,6 +56,7 @@ Examples:
   ctxhost tasks --status failed --json           list failed tasks as JSON
   ctxhost show 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b
   ctxhost show 0193a4b2                          a unique prefix of a UUID works too (4+ hex digits)
+  ctxhost show 0193a4b2 --follow                 print the task as it runs (wherever it runs) until it ends
   ctxhost pause 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b --reason 'rate limit'
   ctxhost resume 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b
   ctxhost retry 0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b   queue a failed task again (after fsck)
@@ -58,6 +67,7 @@ Examples:
   ctxhost serve                                  web dashboard on http://127.0.0.1:7878/
   ctxhost migrate --to postgres                  move tasks.db into $CTXHOST_DATABASE_URL
   ctxhost plugin check ./my-compressor.wasm
+  ctxhost completions bash > ~/.local/share/bash-completion/completions/ctxhost
 
 A task UUID can be shortened to any unique prefix of at least 4 hex digits.
 Exit codes: 0 ok, 1 task/check failed, 2 usage or config error.";
@@ -105,7 +115,23 @@ impl GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create the contexts/ tree and tasks.db, and write a commented config.yaml if none exists.
-    Init,
+    #[command(after_help = "Examples:\n  ctxhost init\n  \
+        ctxhost init --provider llamacpp --base-url http://127.0.0.1:8089   (scripts/local-llm.sh start prints the URL)\n\n\
+        The --provider/--model/--base-url/--context-length/--api-key-env flags are written into the\n\
+        config.yaml it creates (an existing config.yaml is kept as it is: the flags are then an error).")]
+    Init(init::InitArgs),
+    /// Run one task in the foreground and print it as it goes: replies, tool calls, compressions,
+    /// then the answer, the counters and the task's UUID.
+    #[command(
+        after_help = "Examples:\n  ctxhost ask 'Explain what src/main.rs does'\n  \
+        ctxhost ask --prompt-file task.md --json\n  \
+        ctxhost ask --provider llamacpp --base-url http://127.0.0.1:8089 'Say hello'\n\n\
+        The task runs in a task process of its own, like any task (`ctxhost show UUID` afterwards).\n\
+        Ctrl-C pauses it at its next safe point (resume: `ctxhost resume UUID && ctxhost run --once`);\n\
+        a second Ctrl-C stops it.\n\
+        Exit codes: 0 completed, paused or stopped; 1 the task failed; 2 usage or config error."
+    )]
+    Ask(ask::AskArgs),
     /// Queue a task; prints its UUID.
     #[command(
         after_help = "Examples:\n  ctxhost submit 'Add a --dry-run flag to the CLI'\n  \
@@ -120,6 +146,8 @@ pub enum Command {
         and the llm.api_key_env variable is checked; a failure is exit 2 and no task is touched.\n\
         With `sources` configured, run polls them every poll_interval_secs (not with --once) and\n\
         posts each task's result to its issue or pull request (--once: before it exits).\n\
+        Ctrl-C (or SIGTERM): start no more tasks, pause the running ones at their next safe point,\n\
+        exit when their processes have ended, listing how to resume them; a second Ctrl-C stops them.\n\
         Exit codes (--once): 0 all tasks completed, paused or stopped; 1 a task failed; 2 config error."
     )]
     Run(RunArgs),
@@ -195,6 +223,17 @@ pub enum Command {
     /// Plugin tools.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  ctxhost completions bash > ~/.local/share/bash-completion/completions/ctxhost\n  \
+        ctxhost completions zsh > ~/.zfunc/_ctxhost      (with fpath+=~/.zfunc before compinit)\n  \
+        ctxhost completions fish > ~/.config/fish/completions/ctxhost.fish"
+    )]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Run one task in this process (used by `ctxhost run`).
     #[command(hide = true)]
     TaskExec {
@@ -206,6 +245,9 @@ pub enum Command {
         /// The worker that started this process (recorded with the task's lease).
         #[arg(long, value_name = "ID")]
         worker_id: Option<String>,
+        /// The `llm` settings of the command that started this process.
+        #[command(flatten)]
+        llm: llm_flags::LlmFlags,
     },
 }
 
@@ -271,6 +313,9 @@ pub struct RunArgs {
     /// How often to look at the queue, milliseconds (overrides worker.poll_interval_ms).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..))]
     pub poll_ms: Option<u64>,
+    /// The `llm` settings for the tasks this worker runs.
+    #[command(flatten)]
+    pub llm: llm_flags::LlmFlags,
 }
 
 /// Entry point of the binary: parse arguments, run, map the outcome to an exit code.
@@ -365,11 +410,18 @@ impl Env {
     /// Load the config: an explicit `--config PATH` must exist; the default ./config.yaml
     /// may be missing (defaults apply).
     fn load(global: &GlobalArgs) -> anyhow::Result<Env> {
+        Env::load_with(global, &llm_flags::LlmFlags::default())
+    }
+
+    /// [`Env::load`], then the `llm` settings `flags` give replace the config's
+    /// ([`llm_flags::LlmFlags::apply`]).
+    fn load_with(global: &GlobalArgs, flags: &llm_flags::LlmFlags) -> anyhow::Result<Env> {
         let config_path = global.config_path();
-        let config = match &global.config {
+        let mut config = match &global.config {
             Some(path) => Config::load_existing(path)?,
             None => Config::load(&config_path)?,
         };
+        flags.apply(&mut config)?;
         let root = global
             .contexts
             .clone()
@@ -462,19 +514,51 @@ pub(crate) fn contexts_from(flag: bool, config_path: &Path) -> String {
     }
 }
 
+/// The log filter of task processes a foreground command starts (`ask`): warnings only, the
+/// command prints the task's progress itself.
+pub(crate) fn quiet_log_filter() -> String {
+    let mut f = "warn".to_string();
+    for t in QUIET_TARGETS {
+        f.push_str(&format!(",{t}=warn"));
+    }
+    f
+}
+
+/// The checks before a command runs any task ([`crate::worker::preflight`]), reported as usage
+/// errors naming the config file, and nothing created before them. Compiling the components
+/// the first time takes a while: a line on stderr says so when the cache is empty.
+pub(crate) fn preflight(env: &Env) -> anyhow::Result<()> {
+    env.check_tree_location()?;
+    let cache = crate::plugins::cache_dir(&env.layout);
+    let empty = std::fs::read_dir(&cache).map_or(true, |mut d| d.next().is_none());
+    if empty {
+        render::Render::text(false).status(&format!(
+            "compiling plugins into {} (first run only)…",
+            cache.display()
+        ));
+    }
+    crate::worker::preflight(&env.config, &env.layout)
+        .map_err(|e| usage(format!("{}{e:#}", env.config_file_prefix())))
+}
+
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = cli.global;
     match cli.command {
-        Command::Init => init::run(&global),
-        Command::Submit(args) => submit::run(&Env::load(&global)?, &args),
+        Command::Init(args) => init::run(&global, &args),
+        Command::Ask(args) => ask::run(&Env::load_with(&global, &args.llm)?, &args),
+        Command::Submit(args) => submit::run(&Env::load_with(&global, &args.llm)?, &args),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = std::io::stdout().lock();
+            clap_complete::generate(shell, &mut cmd, "ctxhost", &mut out);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Run(args) => {
-            let env = Env::load(&global)?;
+            let env = Env::load_with(&global, &args.llm)?;
             // Configuration mistakes (a contexts directory that cannot be created there, a
             // plugin that does not load, an unset API key or source token) are reported once
             // here, before any task is touched and before the tree is created.
-            env.check_tree_location()?;
-            crate::worker::preflight(&env.config, &env.layout)
-                .map_err(|e| usage(format!("{}{e:#}", env.config_file_prefix())))?;
+            preflight(&env)?;
             env.layout.ensure()?;
             // A store that does not own this tree (or is configured wrongly) is refused before
             // any task is touched.
@@ -503,6 +587,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                     .as_ref()
                     .map(|s| s.token_envs().to_vec())
                     .unwrap_or_default(),
+                child_args: args.llm.to_args(),
+                interrupts: Some(crate::interrupt::Interrupts::install()?),
             };
             // The sources poll (unless --once) and publish on their own thread.
             let background = sources
@@ -516,6 +602,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 })
                 .transpose()?;
             let summary = crate::worker::run(&opts)?;
+            if !summary.paused.is_empty() {
+                eprintln!(
+                    "{} task(s) paused; to continue: ctxhost resume UUID, then ctxhost run",
+                    summary.paused.len()
+                );
+                for uuid in &summary.paused {
+                    eprintln!("  ctxhost resume {uuid}");
+                }
+            }
             let (mut unpublished, mut refused) = (0, 0);
             if let Some(bg) = background {
                 let last = bg.finish()?;
@@ -613,9 +708,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             uuid,
             next,
             worker_id,
+            llm,
         } => {
             use crate::task_process::Target;
-            let env = Env::load(&global)?;
+            let env = Env::load_with(&global, &llm)?;
             let target = match (uuid, next) {
                 (Some(u), false) => {
                     Target::Task(crate::layout::parse_uuid(&u).map_err(|e| usage(e.to_string()))?)

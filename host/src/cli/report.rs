@@ -36,9 +36,14 @@ pub struct ShowArgs {
     #[arg(long, default_value_t = 5)]
     pub messages: usize,
     /// Print JSON: {task, dir, dir_state, result, last_messages, messages_error, planning,
-    /// planning_error, inherited_from, inheritance_skipped}.
+    /// planning_error, inherited_from, inheritance_skipped}. With --follow: one JSON object
+    /// per event, as `ctxhost ask --json`.
     #[arg(long)]
     pub json: bool,
+    /// Print the task's work as `ctxhost ask` does, from the start of its files, and follow
+    /// them until the task is no longer queued or running (wherever it runs).
+    #[arg(long)]
+    pub follow: bool,
 }
 
 /// `ctxhost stats` arguments.
@@ -82,6 +87,16 @@ pub(super) fn tasks(env: &Env, args: &TasksArgs) -> anyhow::Result<ExitCode> {
         outln!("no tasks");
         return Ok(ExitCode::SUCCESS);
     }
+    // Rows beyond --limit: said after the table (on stderr, so the table stays parseable).
+    let more = if rows.len() == args.limit as usize {
+        db.count_matching(&TaskFilter {
+            status: args.status,
+            user: args.user.clone(),
+            limit: None,
+        })? - rows.len() as i64
+    } else {
+        0
+    };
     let mut table = vec![
         [
             "UUID", "STATUS", "CREATED", "LLM", "TOOLS", "TOKENS", "MODEL", "TASK",
@@ -109,6 +124,15 @@ pub(super) fn tasks(env: &Env, args: &TasksArgs) -> anyhow::Result<ExitCode> {
         ]);
     }
     print_table(&table)?;
+    if more > 0 {
+        eprintln!(
+            "… {} more task{} (--limit {} shows {}; raise --limit, or narrow with --status / --user)",
+            super::render::thousands(more),
+            if more == 1 { "" } else { "s" },
+            args.limit,
+            rows.len()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -171,6 +195,9 @@ fn print_table(rows: &[Vec<String>]) -> anyhow::Result<()> {
 pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     use crate::untrusted::terminal;
     let (db, row) = env.open_task(&args.uuid)?;
+    if args.follow {
+        return super::follow::show_follow(env, &db, &row.uuid, args.json);
+    }
     let report = crate::ops::show::show(&db, &env.layout, &row.uuid, args.messages)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);

@@ -11,7 +11,7 @@ use super::{Env, usage};
 use crate::db::TaskKey;
 use crate::ops::submit::Submission;
 
-/// Largest prompt accepted, bytes.
+/// Largest prompt accepted, bytes (1 MiB; README, "Using it").
 pub const MAX_PROMPT_BYTES: usize = 1024 * 1024;
 
 /// Where a task comes from.
@@ -68,18 +68,41 @@ pub struct SubmitArgs {
     /// Print the new task's row as JSON instead of the bare UUID.
     #[arg(long)]
     pub json: bool,
+    /// The `llm` settings recorded for the task.
+    #[command(flatten)]
+    pub llm: super::llm_flags::LlmFlags,
 }
 
-fn read_prompt(args: &SubmitArgs) -> anyhow::Result<String> {
-    let stdin_path = PathBuf::from("-");
-    let text = if let Some(p) = args
-        .prompt
-        .as_ref()
-        .or(args.text.as_ref().filter(|t| *t != "-"))
-    {
-        p.clone()
+/// The error for a prompt of more than [`MAX_PROMPT_BYTES`]: its size (`at_least`: only the
+/// first bytes were read), the limit, and what to do.
+fn too_large(size: usize, at_least: bool) -> anyhow::Error {
+    let size = if at_least {
+        format!(
+            "more than {}",
+            super::render::thousands(MAX_PROMPT_BYTES as i64)
+        )
     } else {
-        let path = args.prompt_file.as_ref().unwrap_or(&stdin_path);
+        super::render::thousands(size as i64)
+    };
+    usage(format!(
+        "the prompt is {size} bytes, over the limit of {} bytes (1 MiB): put the large material in a file the task's tools can read (an MCP server's directory) and refer to it in a short prompt",
+        super::render::thousands(MAX_PROMPT_BYTES as i64)
+    ))
+}
+
+/// The prompt from `text` (`-`: standard input) or `prompt` (literal), else `file` (`-`:
+/// standard input). Errors (usage): unreadable, larger than [`MAX_PROMPT_BYTES`] (its size and
+/// the limit), not UTF-8, empty.
+pub(super) fn read_prompt(
+    text: Option<&str>,
+    prompt: Option<&str>,
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<String> {
+    let stdin_path = PathBuf::from("-");
+    let text = if let Some(p) = prompt.or(text.filter(|t| *t != "-")) {
+        p.to_string()
+    } else {
+        let path = file.unwrap_or(&stdin_path);
         let mut buf = Vec::new();
         if path.as_os_str() == "-" {
             std::io::stdin()
@@ -89,15 +112,20 @@ fn read_prompt(args: &SubmitArgs) -> anyhow::Result<String> {
         } else {
             let f = std::fs::File::open(path)
                 .map_err(|e| usage(format!("--prompt-file {}: {e}", path.display())))?;
+            if let Ok(m) = f.metadata()
+                && m.len() > MAX_PROMPT_BYTES as u64
+            {
+                return Err(too_large(
+                    usize::try_from(m.len()).unwrap_or(usize::MAX),
+                    false,
+                ));
+            }
             f.take(MAX_PROMPT_BYTES as u64 + 1)
                 .read_to_end(&mut buf)
                 .map_err(|e| usage(format!("--prompt-file {}: {e}", path.display())))?;
         }
         if buf.len() > MAX_PROMPT_BYTES {
-            return Err(usage(format!(
-                "the prompt is larger than {} MiB",
-                MAX_PROMPT_BYTES / (1024 * 1024)
-            )));
+            return Err(too_large(buf.len(), true));
         }
         String::from_utf8(buf).map_err(|e| {
             usage(format!(
@@ -107,10 +135,7 @@ fn read_prompt(args: &SubmitArgs) -> anyhow::Result<String> {
         })?
     };
     if text.len() > MAX_PROMPT_BYTES {
-        return Err(usage(format!(
-            "the prompt is larger than {} MiB",
-            MAX_PROMPT_BYTES / (1024 * 1024)
-        )));
+        return Err(too_large(text.len(), false));
     }
     if text.trim().is_empty() {
         return Err(usage("the prompt is empty"));
@@ -151,7 +176,11 @@ fn task_key(args: &SubmitArgs) -> anyhow::Result<TaskKey> {
 }
 
 pub(super) fn run(env: &Env, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
-    let prompt = read_prompt(args)?;
+    let prompt = read_prompt(
+        args.text.as_deref(),
+        args.prompt.as_deref(),
+        args.prompt_file.as_deref(),
+    )?;
     let key = task_key(args)?;
     let user = match &args.user {
         Some(u) if u.trim().is_empty() => return Err(usage("--user must not be empty")),

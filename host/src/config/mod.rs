@@ -172,7 +172,7 @@ impl Config {
     pub fn from_yaml(text: &str, file: &str) -> Result<Config, ConfigError> {
         let parse_error = |e: serde_norway::Error| ConfigError::Parse {
             file: file.to_string(),
-            message: explain_integer_range(&e.to_string()),
+            message: suggest_known_key(&explain_integer_range(&e.to_string())),
         };
         let typed = || serde_norway::from_str::<Config>(text).map_err(parse_error);
         let cfg: Config = if text.trim().is_empty() {
@@ -218,6 +218,47 @@ impl Config {
                 message,
             }),
         }
+    }
+}
+
+/// serde's message for an unknown key (`unknown field `modle`, expected one of `provider`,
+/// `model`, …`) with the closest known key suggested after it (`; did you mean `model`?`),
+/// when one is close enough (Jaro-Winkler similarity ≥ 0.8, as cargo and clap suggest).
+/// Other messages are returned as they are.
+fn suggest_known_key(message: &str) -> String {
+    let Some(start) = message.find("unknown field `") else {
+        return message.to_string();
+    };
+    let rest = &message[start + "unknown field `".len()..];
+    let Some(end) = rest.find('`') else {
+        return message.to_string();
+    };
+    let unknown = &rest[..end];
+    let Some(list_at) = rest
+        .find("expected one of ")
+        .or_else(|| rest.find("expected "))
+    else {
+        return message.to_string();
+    };
+    let list = &rest[list_at..];
+    let list = list.split(" at line ").next().unwrap_or(list);
+    let best = list
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|known| (strsim::jaro_winkler(unknown, known), known))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match best {
+        Some((_, known)) => match message.find(" at line ") {
+            Some(at) if at > start => format!(
+                "{}; did you mean `{known}`?{}",
+                &message[..at],
+                &message[at..]
+            ),
+            _ => format!("{message}; did you mean `{known}`?"),
+        },
+        None => message.to_string(),
     }
 }
 
@@ -267,6 +308,19 @@ fn explain_integer_range(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_key_suggests_the_closest_known_one() {
+        let e = Config::from_yaml("llm:\n  modle: x\n", "c.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `modle`"), "{e}");
+        assert!(e.contains("did you mean `model`?"), "{e}");
+        let e = Config::from_yaml("llm:\n  zzzzzz: x\n", "c.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+    }
 
     #[test]
     fn an_integer_out_of_range_names_the_key_and_the_range() {

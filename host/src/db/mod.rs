@@ -504,6 +504,18 @@ impl Db {
         .collect()
     }
 
+    /// How many rows match `filter`, its limit aside.
+    pub fn count_matching(&self, filter: &TaskFilter) -> Result<i64, DbError> {
+        match self.query_opt(
+            "SELECT COUNT(*) FROM tasks WHERE (CAST(?1 AS TEXT) IS NULL OR status = ?1) \
+             AND (CAST(?2 AS TEXT) IS NULL OR \"user\" = ?2)",
+            &args![filter.status.map(|s| s.as_str()), filter.user.as_deref()],
+        )? {
+            Some(r) => r.int(0),
+            None => Ok(0),
+        }
+    }
+
     /// A row selected with [`COLUMNS`] as a [`TaskRow`], its status text checked.
     pub(crate) fn task_row(&self, r: &SqlRow) -> Result<TaskRow, DbError> {
         let row = task_row(r)?;

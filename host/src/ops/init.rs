@@ -19,12 +19,24 @@ pub struct Initialized {
 }
 
 /// Create what is missing, keep what exists. An existing `config_path` is loaded (and so
-/// validated) to find `context_storage.base_dir`; it is never overwritten. `contexts`
-/// overrides that directory. The contexts directory is created, never missing folders above
-/// it: a usage error naming it and where it was set otherwise.
-pub fn init(config_path: &Path, contexts: Option<&Path>) -> anyhow::Result<Initialized> {
+/// validated) to find `context_storage.base_dir`; it is never overwritten (`llm` flags are
+/// then a usage error: they would be silently ignored). `contexts` overrides that directory.
+/// The contexts directory is created, never missing folders above it: a usage error naming it
+/// and where it was set otherwise. The `llm` settings `llm` gives are written into the new
+/// config ([`with_llm`]).
+pub fn init(
+    config_path: &Path,
+    contexts: Option<&Path>,
+    llm: &crate::cli::llm_flags::LlmFlags,
+) -> anyhow::Result<Initialized> {
     let existing = config_path.exists();
-    let yaml = Config::default_yaml();
+    if existing && llm.any() {
+        return Err(crate::error::usage(format!(
+            "{} exists and is kept as it is, so the --provider/--model/--base-url/--context-length/--api-key-env flags would be ignored: edit its `llm` section, or pass --config NEW.yaml",
+            config_path.display()
+        )));
+    }
+    let yaml = with_llm(&Config::default_yaml(), llm)?;
     let config = if existing {
         Config::load(config_path)?
     } else {
@@ -56,4 +68,61 @@ pub fn init(config_path: &Path, contexts: Option<&Path>) -> anyhow::Result<Initi
         contexts: layout.root().to_path_buf(),
         database: db.location().to_string(),
     })
+}
+
+/// The commented default config `yaml` with the `llm` keys `flags` gives set in its `llm`
+/// section (the commented lines of `base_url` and `api_key_env` uncommented); checked by
+/// parsing it. Errors (usage): a value out of range, named by its key.
+pub fn with_llm(yaml: &str, flags: &crate::cli::llm_flags::LlmFlags) -> anyhow::Result<String> {
+    if !flags.any() {
+        return Ok(yaml.to_string());
+    }
+    // Strings are written as YAML (JSON) strings: quoted, escaped.
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+    let mut sets: Vec<(&str, String)> = Vec::new();
+    if let Some(p) = flags.provider {
+        sets.push(("provider", p.to_string()));
+    }
+    if let Some(m) = &flags.model {
+        sets.push(("model", quote(m)));
+    }
+    if let Some(u) = &flags.base_url {
+        sets.push(("base_url", quote(u)));
+    }
+    if let Some(c) = flags.context_length {
+        sets.push(("context_length", c.to_string()));
+    }
+    if let Some(v) = &flags.api_key_env {
+        sets.push(("api_key_env", quote(v)));
+    }
+    let mut out = String::with_capacity(yaml.len() + 64);
+    let mut in_llm = false;
+    for line in yaml.lines() {
+        if !line.starts_with(' ') && !line.is_empty() && !line.starts_with('#') {
+            in_llm = line == "llm:";
+        }
+        let key = line
+            .trim_start_matches("  # ")
+            .trim_start_matches("  ")
+            .split(':')
+            .next()
+            .unwrap_or("");
+        let is_key_line = line.starts_with("  ") && !line.starts_with("   ") && line.contains(": ");
+        match sets.iter().position(|(k, _)| *k == key) {
+            Some(i) if in_llm && is_key_line => {
+                let (k, v) = sets.remove(i);
+                out.push_str(&format!("  {k}: {v}\n"));
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    if let Some((k, _)) = sets.first() {
+        anyhow::bail!("the config template has no llm.{k} line to set");
+    }
+    Config::from_yaml(&out, crate::cli::llm_flags::FLAGS)
+        .map_err(|e| crate::error::usage(e.to_string()))?;
+    Ok(out)
 }

@@ -6,6 +6,7 @@
 //! - [`submit`]: queue a task;
 //! - [`control`]: pause, resume, stop a task, wait for it, recover dead ones;
 //! - [`show`]: one task's row, directory, result and last messages;
+//! - [`follow`]: a task's files read as they grow, as events (`ask`, `show --follow`);
 //! - [`migrate`]: move a tree's tasks from one task store to the other.
 //! - [`plugin_new`]: a new plugin project (`ctxhost plugin new`);
 //! - [`poll`]: the GitHub / GitLab task sources, once or continuously.
@@ -15,6 +16,7 @@
 //! [`crate::task_process::run`] (`task-exec`), and the database reads of `tasks` / `stats`.
 
 pub mod control;
+pub mod follow;
 pub mod init;
 pub mod migrate;
 pub mod plugin_new;

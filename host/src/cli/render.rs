@@ -1,0 +1,371 @@
+//! How `ctxhost ask` and `ctxhost show --follow` print a task as it runs: the
+//! [`crate::ops::follow::Event`]s as text for a person ([`Render::text`]: replies, tool calls
+//! with a bounded view of their results, compressions, the answer and the counters; colours
+//! only on a terminal and never with `NO_COLOR`; a "waiting" line on stderr while nothing
+//! happens, rewritten in place on a terminal, a plain line every 30 s otherwise) or as one JSON
+//! object per line ([`Render::json`]). Everything a task wrote is escaped before it reaches the
+//! terminal ([`crate::untrusted::terminal`]).
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use crate::db::Status;
+use crate::ops::follow::Event;
+use crate::untrusted::terminal;
+
+/// Lines of a tool result shown (the rest is counted).
+const RESULT_LINES: usize = 6;
+/// Characters of a tool call's arguments shown.
+const ARGS_CHARS: usize = 200;
+/// How often a plain progress line is printed when stderr is not a terminal.
+const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+/// Whether `stream` gets colours: a terminal, and `NO_COLOR` unset (<https://no-color.org>).
+pub(crate) fn colours(stream_is_terminal: bool) -> bool {
+    stream_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// `n` with a comma every three digits: `7,412`.
+pub(crate) fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+/// `1 tool call` / `2 tool calls`.
+fn count(n: i64, what: &str) -> String {
+    format!("{} {what}{}", thousands(n), if n == 1 { "" } else { "s" })
+}
+
+/// What the task is doing while nothing new is seen (for the progress line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    Model,
+    Tool(String),
+}
+
+/// Prints events; see the module doc.
+pub struct Render {
+    json: bool,
+    colour: bool,
+    /// Print the task's prompt (show --follow; `ask` does not repeat what was typed).
+    show_prompt: bool,
+    /// A reply without tool calls, held until the next event says whether it is the answer.
+    pending_final: Option<String>,
+    /// Text of the reply being streamed was printed (no newline yet).
+    streaming: bool,
+    phase: Phase,
+    /// A progress line is on stderr (to be cleared on a terminal).
+    progress_shown: bool,
+    progress_terminal: bool,
+    last_plain: Duration,
+    /// The seconds the progress line shows (it is rewritten when they change).
+    shown_secs: Option<u64>,
+}
+
+impl Render {
+    /// Text for a person on stdout (colours when stdout is a terminal and `NO_COLOR` is unset).
+    pub fn text(show_prompt: bool) -> Render {
+        Render::new(false, show_prompt)
+    }
+
+    /// One JSON object per event on stdout.
+    pub fn json() -> Render {
+        Render::new(true, false)
+    }
+
+    fn new(json: bool, show_prompt: bool) -> Render {
+        Render {
+            json,
+            colour: colours(std::io::stdout().is_terminal()),
+            show_prompt,
+            pending_final: None,
+            streaming: false,
+            phase: Phase::Model,
+            progress_shown: false,
+            progress_terminal: std::io::stderr().is_terminal(),
+            last_plain: Duration::ZERO,
+            shown_secs: None,
+        }
+    }
+
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.colour {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+
+    /// Print a status line on stderr (`compiling plugins…`), plain or dimmed.
+    pub fn status(&mut self, text: &str) {
+        self.clear_progress();
+        let dim = colours(std::io::stderr().is_terminal());
+        let mut err = std::io::stderr().lock();
+        let _ = if dim {
+            writeln!(err, "\x1b[2m{text}\x1b[0m")
+        } else {
+            writeln!(err, "{text}")
+        };
+    }
+
+    fn clear_progress(&mut self) {
+        if self.progress_shown && self.progress_terminal {
+            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
+        }
+        self.progress_shown = false;
+        self.shown_secs = None;
+    }
+
+    /// While nothing happens: on a terminal a line on stderr rewritten in place ("waiting for
+    /// the model… 12 s"); otherwise a plain line every 30 s. Nothing with `--json`.
+    pub fn progress(&mut self, idle: Option<Duration>) {
+        let Some(idle) = idle else {
+            self.last_plain = Duration::ZERO;
+            return;
+        };
+        if self.json || idle < Duration::from_secs(1) || self.streaming {
+            return;
+        }
+        let what = match &self.phase {
+            Phase::Model => "waiting for the model".to_string(),
+            Phase::Tool(t) => format!("running {}", terminal(t)),
+        };
+        let mut err = std::io::stderr().lock();
+        if self.progress_terminal {
+            if self.shown_secs == Some(idle.as_secs()) {
+                return;
+            }
+            self.shown_secs = Some(idle.as_secs());
+            let line = format!("{what}… {} s", idle.as_secs());
+            let line = if colours(true) {
+                format!("\x1b[2m{line}\x1b[0m")
+            } else {
+                line
+            };
+            let _ = write!(err, "\r\x1b[2K{line}");
+            let _ = err.flush();
+            self.progress_shown = true;
+        } else if idle >= self.last_plain + PLAIN_PROGRESS_EVERY {
+            self.last_plain = idle;
+            let _ = writeln!(err, "{what}… {} s", idle.as_secs());
+        }
+    }
+
+    fn print_pending(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        if let Some(text) = self.pending_final.take() {
+            writeln!(out, "{}", terminal(&text))?;
+        }
+        Ok(())
+    }
+
+    /// Print one event. Errors: stdout closed or failing.
+    pub fn event(&mut self, event: &Event) -> anyhow::Result<()> {
+        self.clear_progress();
+        let mut out = std::io::stdout().lock();
+        if self.json {
+            serde_json::to_writer(&mut out, event)?;
+            out.write_all(b"\n")?;
+            out.flush()?;
+            return Ok(());
+        }
+        if self.streaming && !matches!(event, Event::ReplyDelta { .. }) {
+            writeln!(out)?;
+            self.streaming = false;
+            // The streamed text was the reply: it is not printed again.
+            if let Event::Reply { .. } = event {
+                self.phase = Phase::Model;
+                return Ok(());
+            }
+        }
+        if !matches!(event, Event::End { .. } | Event::LlmCall { .. }) {
+            self.print_pending(&mut out)?;
+        }
+        match event {
+            Event::Task {
+                uuid,
+                status,
+                model,
+                provider,
+            } => {
+                let model = match (model, provider) {
+                    (Some(m), Some(p)) => format!(" · {} ({})", terminal(m), terminal(p)),
+                    (Some(m), None) => format!(" · {}", terminal(m)),
+                    _ => String::new(),
+                };
+                let line = format!("task {uuid} · {status}{model}");
+                writeln!(out, "{}", self.paint("2", &line))?;
+            }
+            Event::Prompt { text, .. } => {
+                self.phase = Phase::Model;
+                if self.show_prompt {
+                    for l in terminal(text).lines() {
+                        writeln!(out, "{} {l}", self.paint("1;36", ">"))?;
+                    }
+                }
+            }
+            Event::ReplyDelta { text } => {
+                write!(out, "{}", terminal(text))?;
+                self.streaming = true;
+            }
+            Event::Reply { text, is_final, .. } => {
+                self.phase = Phase::Model;
+                if *is_final {
+                    self.pending_final = Some(text.clone());
+                } else {
+                    writeln!(out, "{}", terminal(text))?;
+                }
+            }
+            Event::ToolCall {
+                name, arguments, ..
+            } => {
+                let args: String = arguments.split_whitespace().collect::<Vec<_>>().join(" ");
+                let shown: String = args.chars().take(ARGS_CHARS).collect();
+                let more = if args.chars().count() > ARGS_CHARS {
+                    "…"
+                } else {
+                    ""
+                };
+                writeln!(
+                    out,
+                    "{} {} {}{more}",
+                    self.paint("1;33", "tool call:"),
+                    self.paint("1", &terminal(name)),
+                    terminal(&shown)
+                )?;
+                self.phase = Phase::Tool(name.clone());
+            }
+            Event::ToolResult {
+                text,
+                bytes,
+                status,
+                duration_ms,
+                ..
+            } => {
+                self.phase = Phase::Model;
+                let failed = *status == Some(ctxhost_format::ToolStatus::Error);
+                let mut head = if failed {
+                    self.paint("31", "  error")
+                } else {
+                    self.paint("2", "  result")
+                };
+                let mut facts = vec![format!("{} bytes", thousands(*bytes as i64))];
+                if let Some(ms) = duration_ms {
+                    facts.push(format!("{:.1} s", *ms as f64 / 1000.0));
+                }
+                head.push_str(&self.paint("2", &format!(" ({})", facts.join(", "))));
+                writeln!(out, "{head}")?;
+                let safe = terminal(text);
+                let lines: Vec<&str> = safe.lines().collect();
+                for l in lines.iter().take(RESULT_LINES) {
+                    let l: String = l.chars().take(160).collect();
+                    writeln!(out, "  {} {l}", self.paint("2", "│"))?;
+                }
+                let hidden = lines.len().saturating_sub(RESULT_LINES);
+                if hidden > 0 || *bytes > text.len() {
+                    writeln!(out, "  {}", self.paint("2", "│ …"))?;
+                }
+            }
+            Event::Compression {
+                before_tokens,
+                after_tokens,
+                summary_id,
+                ..
+            } => {
+                let summary = summary_id
+                    .map(|id| format!(", summary {id}"))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "{} context {} → {} tokens{summary}",
+                    self.paint("1;35", "compression:"),
+                    thousands(*before_tokens as i64),
+                    thousands(*after_tokens as i64)
+                )?;
+            }
+            Event::LlmCall { n, ok, error, .. } => {
+                if !ok {
+                    let why = error.as_deref().unwrap_or("no reason recorded");
+                    writeln!(
+                        out,
+                        "{} {}",
+                        self.paint("31", &format!("LLM call {n} failed:")),
+                        terminal(why)
+                    )?;
+                }
+            }
+            Event::Note { text } => {
+                writeln!(
+                    out,
+                    "{}",
+                    self.paint("2", &format!("note: {}", terminal(text)))
+                )?;
+            }
+            Event::End {
+                uuid,
+                status,
+                answer,
+                error,
+                llm_calls,
+                tool_calls,
+                tokens,
+                compressions,
+                seconds,
+            } => {
+                let pending = self.pending_final.take();
+                if let Some(p) = pending
+                    && answer.as_deref() != Some(p.as_str())
+                {
+                    writeln!(out, "{}", terminal(&p))?;
+                }
+                if let Some(a) = answer {
+                    writeln!(out, "{}", self.paint("1;32", "answer:"))?;
+                    writeln!(out, "{}", terminal(a))?;
+                }
+                let took = seconds.map(|s| format!(" in {s:.1} s")).unwrap_or_default();
+                let colour = match status {
+                    Status::Completed => "1;32",
+                    Status::Failed => "1;31",
+                    _ => "1;33",
+                };
+                writeln!(
+                    out,
+                    "{}{took}: {}, {}, {} tokens, {}",
+                    self.paint(colour, status.as_str()),
+                    count(*llm_calls, "LLM call"),
+                    count(*tool_calls, "tool call"),
+                    thousands(*tokens),
+                    count(*compressions, "compression"),
+                )?;
+                if let Some(e) = error {
+                    writeln!(out, "{} {}", self.paint("31", "error:"), terminal(e))?;
+                }
+                writeln!(out, "task {uuid}")?;
+            }
+        }
+        out.flush()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_get_thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(7412), "7,412");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(-1000), "-1,000");
+        assert_eq!(count(1, "tool call"), "1 tool call");
+        assert_eq!(count(2, "tool call"), "2 tool calls");
+    }
+}

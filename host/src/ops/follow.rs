@@ -1,0 +1,668 @@
+//! Following a task as it runs: its files (messages.jsonl, tools.jsonl, llm_calls.jsonl,
+//! summaries.jsonl, and the raw stream of a reply in flight, reply.stream) read from where the
+//! last look stopped, turned into [`Event`]s, until its row says it ended. Used by `ctxhost
+//! ask` (a task this process started) and `ctxhost show --follow` (a task running anywhere:
+//! under a worker, on another host sharing the store). The directory may move between
+//! `running/`, `paused/` and `completed/` while it is followed: it is looked up at every look,
+//! and byte offsets stay valid across a rename.
+//!
+//! Only whole lines are read (a line being written is read at the next look); a line that
+//! does not parse is reported as a [`Event::Note`] and skipped, never fatal.
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::time::{Duration, Instant};
+
+use ctxhost_format::files::{LLM_CALLS, MESSAGES, SUMMARIES, TOOLS};
+use ctxhost_format::{CallLogLine, HistoryLine, SummaryLine, ToolLine, ToolStatus};
+use serde::Serialize;
+
+use crate::db::{Db, Status, TaskRow};
+use crate::layout::Layout;
+use crate::task_dir::TaskDir;
+
+/// The raw stream of the reply being received, written by the transport while a call streams
+/// (one line per server-sent line); [`stream_delta`] turns a line into text.
+pub const REPLY_STREAM: &str = "reply.stream";
+
+/// Longest tool result an [`Event::ToolResult`] carries, bytes (cut at a character boundary;
+/// `bytes` gives the full size).
+pub const MAX_RESULT_BYTES: usize = 600;
+
+/// Most bytes read from one file in one look (a long history is read over several looks).
+const MAX_READ_BYTES: u64 = 4 << 20;
+
+/// One thing that happened in a task, in the order the follower saw it. `--json` prints each as
+/// one line, tagged by `event`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The task being followed: `{"event":"task","uuid","status","model","provider"}`.
+    Task {
+        /// Its UUID.
+        uuid: String,
+        /// Its status when following started.
+        status: Status,
+        /// Its model, when recorded.
+        model: Option<String>,
+        /// Its provider, when recorded.
+        provider: Option<String>,
+    },
+    /// A user message (the task's prompt): `{"event":"prompt","seq","text"}`.
+    Prompt {
+        /// Its seq in messages.jsonl.
+        seq: u64,
+        /// Its text.
+        text: String,
+    },
+    /// Text of the reply being streamed, as it arrives: `{"event":"reply_delta","text"}`.
+    ReplyDelta {
+        /// The new text.
+        text: String,
+    },
+    /// An assistant message's text: `{"event":"reply","seq","text","final"}`. `final`: it has
+    /// no tool calls (the answer, when the task then completes).
+    Reply {
+        /// Its seq in messages.jsonl.
+        seq: u64,
+        /// Its text.
+        text: String,
+        /// Whether the message makes no tool calls.
+        #[serde(rename = "final")]
+        is_final: bool,
+    },
+    /// A tool call of an assistant message: `{"event":"tool_call","seq","id","name","arguments"}`.
+    ToolCall {
+        /// The seq of the assistant message in messages.jsonl.
+        seq: u64,
+        /// The call's id.
+        id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments, JSON text as the model wrote them.
+        arguments: String,
+    },
+    /// The result of a tool call: `{"event":"tool_result","seq","id","tool","status","text",
+    /// "bytes","duration_ms"}`; `text` is at most [`MAX_RESULT_BYTES`] bytes of it, `bytes`
+    /// its whole size; `status` (`success`/`error`) and `duration_ms` come from tools.jsonl.
+    ToolResult {
+        /// Its seq in messages.jsonl.
+        seq: u64,
+        /// The call it answers.
+        id: Option<String>,
+        /// The tool.
+        tool: Option<String>,
+        /// `success` or `error` (tools.jsonl), when recorded.
+        status: Option<ToolStatus>,
+        /// The start of the result.
+        text: String,
+        /// Size of the whole result, bytes.
+        bytes: usize,
+        /// Wall time of the call, milliseconds (tools.jsonl), when recorded.
+        duration_ms: Option<u64>,
+    },
+    /// A compression of the context (llm_calls.jsonl):
+    /// `{"event":"compression","before_tokens","after_tokens","summary_id","summarized_seqs"}`;
+    /// `summarized_seqs` is `[start, end]` of the messages the summary covers (summaries.jsonl).
+    Compression {
+        /// Estimated tokens of the context before.
+        before_tokens: u64,
+        /// Estimated tokens after.
+        after_tokens: u64,
+        /// The summary's id in summaries.jsonl, when one was made.
+        summary_id: Option<u64>,
+        /// The messages.jsonl seqs the summary covers, when known.
+        summarized_seqs: Option<[u64; 2]>,
+    },
+    /// One LLM call of the agent loop ended (llm_calls.jsonl):
+    /// `{"event":"llm_call","n","duration_ms","ok","prompt_tokens","completion_tokens","error"}`.
+    LlmCall {
+        /// The task's step number.
+        n: u64,
+        /// Wall time, milliseconds.
+        duration_ms: u64,
+        /// Whether it got an answer.
+        ok: bool,
+        /// Provider-reported prompt tokens.
+        prompt_tokens: Option<u64>,
+        /// Provider-reported completion tokens.
+        completion_tokens: Option<u64>,
+        /// Why it failed.
+        error: Option<String>,
+    },
+    /// A note: a context-repair line of messages.jsonl, or a line the follower could not read:
+    /// `{"event":"note","text"}`.
+    Note {
+        /// What it says.
+        text: String,
+    },
+    /// The task stopped running: `{"event":"end","uuid","status","answer","error",
+    /// "llm_calls","tool_calls","tokens","compressions","seconds"}`; `answer` for a completed
+    /// task, `error` for a failed one; counters from its row; `seconds` since it started.
+    End {
+        /// Its UUID.
+        uuid: String,
+        /// `completed`, `failed`, `stopped` or `paused`.
+        status: Status,
+        /// The final answer (completed tasks).
+        answer: Option<String>,
+        /// The error (failed tasks).
+        error: Option<String>,
+        /// LLM calls.
+        llm_calls: i64,
+        /// Tool calls.
+        tool_calls: i64,
+        /// Tokens.
+        tokens: i64,
+        /// Compressions.
+        compressions: i64,
+        /// Seconds from its start to its end, when both are recorded.
+        seconds: Option<f64>,
+    },
+}
+
+/// Turns one line of a streamed reply (reply.stream: a server-sent `data: {...}` line of an
+/// OpenAI-compatible or Anthropic stream, or an Ollama JSON line) into the text it adds, if
+/// any. A stop-gap until the streaming transport's own extraction
+/// (`crate::llm::stream_text`) replaces it: this is the one place to swap.
+pub fn stream_delta(line: &str) -> Option<String> {
+    let data = line.trim().strip_prefix("data:").unwrap_or(line).trim();
+    if data.is_empty() || data == "[DONE]" {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(data).ok()?;
+    let text = v
+        .pointer("/choices/0/delta/content")
+        .or_else(|| v.pointer("/delta/text"))
+        .or_else(|| v.pointer("/message/content"))
+        .and_then(|t| t.as_str())?;
+    (!text.is_empty()).then(|| text.to_string())
+}
+
+/// One file read from a byte offset, whole lines only.
+#[derive(Debug, Default)]
+struct Tail {
+    offset: u64,
+    line: u64,
+    /// The last read stopped at [`MAX_READ_BYTES`]: more is there to read now.
+    behind: bool,
+}
+
+impl Tail {
+    /// The whole lines appended to `name` in `dir` since the last call, with their line numbers.
+    fn read(&mut self, dir: &TaskDir, name: &str) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
+        let Some(mut f) = dir.open_read_if_exists(name)? else {
+            return Ok(Vec::new());
+        };
+        let len = f.metadata()?.len();
+        if len < self.offset {
+            // Replaced by a shorter file (reply.stream of the next call): start again.
+            self.offset = 0;
+            self.line = 0;
+        }
+        if len == self.offset {
+            return Ok(Vec::new());
+        }
+        f.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = Vec::new();
+        f.take(MAX_READ_BYTES).read_to_end(&mut buf)?;
+        self.behind = buf.len() as u64 == MAX_READ_BYTES;
+        let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
+            return Ok(Vec::new());
+        };
+        buf.truncate(end + 1);
+        self.offset += buf.len() as u64;
+        let mut out = Vec::new();
+        for l in buf.split(|b| *b == b'\n') {
+            if l.is_empty() {
+                continue;
+            }
+            self.line += 1;
+            out.push((self.line, l.to_vec()));
+        }
+        Ok(out)
+    }
+}
+
+/// What the follower knows of a task's files between looks.
+#[derive(Debug, Default)]
+pub struct Follower {
+    uuid: String,
+    messages: Tail,
+    tools: Tail,
+    calls: Tail,
+    summaries: Tail,
+    stream: Tail,
+    /// tools.jsonl's status and duration by tool-call id.
+    tool_lines: HashMap<String, (ToolStatus, u64)>,
+    /// summaries.jsonl's covered seqs by summary id.
+    summary_spans: HashMap<u64, [u64; 2]>,
+}
+
+impl Follower {
+    /// A follower of task `uuid`, nothing read yet.
+    pub fn new(uuid: &str) -> Follower {
+        Follower {
+            uuid: uuid.to_string(),
+            ..Follower::default()
+        }
+    }
+
+    /// Whether the last [`Follower::look`] left lines unread (it reads at most a few MiB of a
+    /// file at a time): look again at once.
+    pub fn behind(&self) -> bool {
+        [
+            &self.messages,
+            &self.tools,
+            &self.calls,
+            &self.summaries,
+            &self.stream,
+        ]
+        .iter()
+        .any(|t| t.behind)
+    }
+
+    /// What was appended to the task's files since the last look, in order (the directory is
+    /// looked up in `layout`; none yet: nothing). Errors: a file that cannot be opened or read
+    /// (a link in its place, an I/O error).
+    pub fn look(&mut self, layout: &Layout) -> anyhow::Result<Vec<Event>> {
+        let Some((_, path)) = layout.find_task_dir(&self.uuid) else {
+            return Ok(Vec::new());
+        };
+        let dir = match TaskDir::open(&path) {
+            Ok(d) => d,
+            // Moved between the lookup and the open: the next look finds it.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(anyhow::anyhow!("cannot open {}: {e}", path.display())),
+        };
+        let read = |tail: &mut Tail, name: &str| {
+            tail.read(&dir, name)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.show(name)))
+        };
+        let mut events = Vec::new();
+        // Side files first, so a message that refers to their lines finds them.
+        for (_, l) in read(&mut self.tools, TOOLS)? {
+            if let Ok(t) = serde_json::from_slice::<ToolLine>(&l)
+                && let Some(id) = t.tool_call_id
+            {
+                self.tool_lines.insert(id, (t.status, t.duration_ms));
+            }
+        }
+        for (_, l) in read(&mut self.summaries, SUMMARIES)? {
+            if let Ok(s) = serde_json::from_slice::<SummaryLine>(&l) {
+                self.summary_spans.insert(s.id, [s.start_seq, s.end_seq]);
+            }
+        }
+        let mut timed: Vec<(String, Event)> = Vec::new();
+        for (n, l) in read(&mut self.calls, LLM_CALLS)? {
+            match serde_json::from_slice::<CallLogLine>(&l) {
+                Ok(CallLogLine::Compression(c)) => timed.push((
+                    c.timestamp,
+                    Event::Compression {
+                        before_tokens: c.before_tokens,
+                        after_tokens: c.after_tokens,
+                        summary_id: c.summary_id,
+                        summarized_seqs: c
+                            .summary_id
+                            .and_then(|id| self.summary_spans.get(&id).copied()),
+                    },
+                )),
+                Ok(CallLogLine::Call(c)) => timed.push((
+                    c.timestamp,
+                    Event::LlmCall {
+                        n: c.n,
+                        duration_ms: c.duration_ms,
+                        ok: c.status == ctxhost_format::CallStatus::Ok,
+                        prompt_tokens: c.usage.prompt_tokens,
+                        completion_tokens: c.usage.completion_tokens,
+                        error: c.error,
+                    },
+                )),
+                Ok(CallLogLine::SummaryCall(_)) => {}
+                Err(e) => events.push(unreadable(LLM_CALLS, n, &e)),
+            }
+        }
+        for (n, l) in read(&mut self.messages, MESSAGES)? {
+            match serde_json::from_slice::<HistoryLine>(&l) {
+                Ok(h) => {
+                    let ts = h.timestamp.clone();
+                    for e in self.message_events(h) {
+                        timed.push((ts.clone(), e));
+                    }
+                }
+                Err(e) => events.push(unreadable(MESSAGES, n, &e)),
+            }
+        }
+        // RFC 3339 UTC with milliseconds sorts as text; the sort is stable, so lines of one
+        // file keep their order.
+        timed.sort_by(|a, b| a.0.cmp(&b.0));
+        events.extend(timed.into_iter().map(|(_, e)| e));
+        // The reply being streamed, when the transport writes one.
+        if dir.is_file(REPLY_STREAM) {
+            for (_, l) in read(&mut self.stream, REPLY_STREAM)? {
+                if let Some(text) = std::str::from_utf8(&l).ok().and_then(stream_delta) {
+                    events.push(Event::ReplyDelta { text });
+                }
+            }
+        } else {
+            self.stream = Tail::default();
+        }
+        Ok(events)
+    }
+
+    /// The events of one history line.
+    fn message_events(&mut self, h: HistoryLine) -> Vec<Event> {
+        let text = h.content.clone().unwrap_or_default();
+        if h.summary_id.is_some() {
+            // Shown with its compression (llm_calls.jsonl).
+            return Vec::new();
+        }
+        if h.is_note() {
+            return vec![Event::Note { text }];
+        }
+        match h.role.as_str() {
+            "user" => vec![Event::Prompt { seq: h.seq, text }],
+            "assistant" => {
+                let calls = h.tool_calls.unwrap_or_default();
+                let mut out = Vec::new();
+                if !text.trim().is_empty() {
+                    out.push(Event::Reply {
+                        seq: h.seq,
+                        text,
+                        is_final: calls.is_empty(),
+                    });
+                }
+                for c in calls {
+                    out.push(Event::ToolCall {
+                        seq: h.seq,
+                        id: c.id,
+                        name: c.function.name,
+                        arguments: c.function.arguments,
+                    });
+                }
+                out
+            }
+            "tool" => {
+                let recorded = h
+                    .tool_call_id
+                    .as_ref()
+                    .and_then(|id| self.tool_lines.get(id).copied());
+                vec![Event::ToolResult {
+                    seq: h.seq,
+                    id: h.tool_call_id,
+                    tool: h.tool_name,
+                    status: recorded.map(|r| r.0),
+                    bytes: text.len(),
+                    text: cut(&text, MAX_RESULT_BYTES).to_string(),
+                    duration_ms: recorded.map(|r| r.1),
+                }]
+            }
+            // The system prompt.
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+pub fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn unreadable(file: &str, line: u64, e: &serde_json::Error) -> Event {
+    Event::Note {
+        text: format!("{file}: line {line} cannot be read: {e}"),
+    }
+}
+
+/// The [`Event::End`] of task `row` (which is no longer running): counters from the row, the
+/// answer from its history when it completed.
+pub fn end_event(layout: &Layout, row: &TaskRow) -> anyhow::Result<Event> {
+    let answer = if row.status == Status::Completed {
+        super::show::final_answer(layout, &row.uuid)?
+    } else {
+        None
+    };
+    let seconds = match (&row.started_at, &row.completed_at) {
+        (Some(s), Some(e)) => seconds_between(s, e),
+        _ => None,
+    };
+    Ok(Event::End {
+        uuid: row.uuid.clone(),
+        status: row.status,
+        answer,
+        error: row.error_message.clone(),
+        llm_calls: row.llm_call_count,
+        tool_calls: row.tool_call_count,
+        tokens: row.total_tokens,
+        compressions: row.compression_count,
+        seconds,
+    })
+}
+
+fn seconds_between(start: &str, end: &str) -> Option<f64> {
+    let s = chrono::DateTime::parse_from_rfc3339(start).ok()?;
+    let e = chrono::DateTime::parse_from_rfc3339(end).ok()?;
+    Some((e - s).num_milliseconds() as f64 / 1000.0)
+}
+
+/// What the caller of [`follow`] does between looks.
+pub trait Watch {
+    /// Show one event.
+    fn event(&mut self, event: &Event) -> anyhow::Result<()>;
+    /// Called after every look; `idle` is how long nothing new has been seen while the task
+    /// runs (`None`: not running, or something was just seen). The place for a progress line
+    /// and for handling Ctrl-C. Returning `false` stops following.
+    fn tick(&mut self, _idle: Option<Duration>) -> anyhow::Result<bool> {
+        Ok(true)
+    }
+}
+
+/// How often [`follow`] looks at the files and the row.
+pub const POLL: Duration = Duration::from_millis(100);
+
+/// Follow task `uuid` from the start of its files until it is no longer queued or running
+/// (or `watch.tick` says stop), handing every event to `watch`: first [`Event::Task`], last
+/// [`Event::End`] (when it ended). A task that is paused, completed, failed or stopped when
+/// following starts is shown and ended at once. Returns the row it ended with.
+pub fn follow(
+    db: &Db,
+    layout: &Layout,
+    uuid: &str,
+    watch: &mut dyn Watch,
+) -> anyhow::Result<TaskRow> {
+    let row = db
+        .get(uuid)?
+        .ok_or_else(|| anyhow::anyhow!("task {uuid} disappeared from the database"))?;
+    watch.event(&Event::Task {
+        uuid: row.uuid.clone(),
+        status: row.status,
+        model: row.model.clone(),
+        provider: row.llm_provider.clone(),
+    })?;
+    let mut follower = Follower::new(uuid);
+    let mut last_seen = Instant::now();
+    loop {
+        // The row first: what the files hold after it says "ended" is all there will be.
+        let row = db
+            .get(uuid)?
+            .ok_or_else(|| anyhow::anyhow!("task {uuid} disappeared from the database"))?;
+        let events = follower.look(layout)?;
+        if !events.is_empty() {
+            last_seen = Instant::now();
+        }
+        for e in &events {
+            watch.event(e)?;
+        }
+        let live = matches!(row.status, Status::Queued | Status::Running);
+        if !live {
+            // Drain what the last process wrote before its status changed.
+            loop {
+                for e in follower.look(layout)? {
+                    watch.event(&e)?;
+                }
+                if !follower.behind() {
+                    break;
+                }
+            }
+            watch.event(&end_event(layout, &row)?)?;
+            return Ok(row);
+        }
+        let idle =
+            (row.status == Status::Running && events.is_empty()).then(|| last_seen.elapsed());
+        if !watch.tick(idle)? {
+            return Ok(row);
+        }
+        if !follower.behind() {
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_lines_of_each_provider_give_their_text() {
+        assert_eq!(
+            stream_delta(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#).as_deref(),
+            Some("Hel")
+        );
+        assert_eq!(
+            stream_delta(
+                r#"data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"lo"}}"#
+            )
+            .as_deref(),
+            Some("lo")
+        );
+        assert_eq!(
+            stream_delta(r#"{"message":{"role":"assistant","content":"!"},"done":false}"#)
+                .as_deref(),
+            Some("!")
+        );
+        assert_eq!(stream_delta("data: [DONE]"), None);
+        assert_eq!(stream_delta("event: ping"), None);
+    }
+
+    #[test]
+    fn a_reply_being_streamed_is_shown_as_deltas_from_reply_stream() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        layout.ensure().unwrap();
+        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut f = Follower::new(uuid);
+        std::fs::write(
+            dir.join(REPLY_STREAM),
+            concat!(
+                "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n",
+                "\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"!!\"" // not whole yet
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            f.look(&layout).unwrap(),
+            [
+                Event::ReplyDelta { text: "Hel".into() },
+                Event::ReplyDelta { text: "lo".into() }
+            ]
+        );
+        // The next call's stream replaces the file: it is read from its start.
+        std::fs::write(
+            dir.join(REPLY_STREAM),
+            "data: {\"choices\":[{\"delta\":{\"content\":\"A\"}}]}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            f.look(&layout).unwrap(),
+            [Event::ReplyDelta { text: "A".into() }]
+        );
+    }
+
+    #[test]
+    fn results_are_cut_at_a_character_boundary() {
+        assert_eq!(cut("héllo", 2), "h");
+        assert_eq!(cut("héllo", 3), "hé");
+        assert_eq!(cut("abc", 10), "abc");
+    }
+
+    #[test]
+    fn a_follower_reads_whole_lines_only_and_orders_files_by_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        layout.ensure().unwrap();
+        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut f = Follower::new(uuid);
+        std::fs::write(
+            dir.join(MESSAGES),
+            concat!(
+                r#"{"seq":1,"role":"system","content":"s","timestamp":"2026-01-01T00:00:00.000Z","tokens":1}"#,
+                "\n",
+                r#"{"seq":2,"role":"user","content":"hi","timestamp":"2026-01-01T00:00:00.001Z","tokens":1}"#,
+                "\n",
+                r#"{"seq":3,"role":"assistant","content":"partial"#
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join(LLM_CALLS),
+            concat!(
+                r#"{"type":"compression","timestamp":"2026-01-01T00:00:00.000Z","before_tokens":7412,"after_tokens":1230,"summary_id":3}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        let events = f.look(&layout).unwrap();
+        assert!(
+            matches!(
+                events[0],
+                Event::Compression {
+                    before_tokens: 7412,
+                    after_tokens: 1230,
+                    summary_id: Some(3),
+                    ..
+                }
+            ),
+            "{events:?}"
+        );
+        assert_eq!(
+            events[1],
+            Event::Prompt {
+                seq: 2,
+                text: "hi".into()
+            }
+        );
+        assert_eq!(events.len(), 2);
+        // The rest of the torn line arrives.
+        let mut m = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join(MESSAGES))
+            .unwrap();
+        std::io::Write::write_all(
+            &mut m,
+            b"\",\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"tokens\":1}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            f.look(&layout).unwrap(),
+            [Event::Reply {
+                seq: 3,
+                text: "partial".into(),
+                is_final: true
+            }]
+        );
+        assert!(f.look(&layout).unwrap().is_empty());
+    }
+}
