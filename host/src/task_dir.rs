@@ -689,13 +689,18 @@ mod tests {
         symlink("..", dir.file_path("up")).unwrap();
         let mut names = Vec::new();
         dir.walk(|rel, _| names.push(rel.to_string())).unwrap();
-        let bottom = (0..40).map(|i| format!("d{i}")).collect::<Vec<_>>().join("/");
+        let bottom = (0..40)
+            .map(|i| format!("d{i}"))
+            .collect::<Vec<_>>()
+            .join("/");
         assert!(names.contains(&format!("{bottom}/bottom.bin")), "{names:?}");
         assert_eq!(names.len(), 40 + 1 + 1 + 1, "{names:?}");
         let folders: u64 = (0..40)
             .map(|i| {
                 let p: PathBuf = (0..=i).map(|j| format!("d{j}")).collect();
-                std::fs::metadata(dir.file_path(p.to_str().unwrap())).unwrap().len()
+                std::fs::metadata(dir.file_path(p.to_str().unwrap()))
+                    .unwrap()
+                    .len()
             })
             .sum();
         let links: u64 = [format!("{bottom}/loop"), "up".to_string()]

@@ -641,7 +641,8 @@ fn invalid_usage_counts_count_as_zero_and_the_reply_is_used() {
 fn a_huge_usage_is_bounded_and_a_bad_counter_never_breaks_a_listing() {
     const HUGE: u64 = u64::MAX;
     let max = ctxhost::runtime::MAX_USAGE_TOKENS;
-    let usage = serde_json::json!({"prompt_tokens": HUGE, "completion_tokens": 5, "total_tokens": HUGE});
+    let usage =
+        serde_json::json!({"prompt_tokens": HUGE, "completion_tokens": 5, "total_tokens": HUGE});
     let llm = FakeLlm::start(vec![
         Reply::json(serde_json::json!({
             "choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
@@ -681,7 +682,11 @@ fn a_huge_usage_is_bounded_and_a_bad_counter_never_breaks_a_listing() {
     )
     .unwrap();
     let kind: String = c
-        .query_row("SELECT typeof(total_tokens) FROM tasks WHERE uuid = ?1", [&other], |r| r.get(0))
+        .query_row(
+            "SELECT typeof(total_tokens) FROM tasks WHERE uuid = ?1",
+            [&other],
+            |r| r.get(0),
+        )
         .unwrap();
     assert_eq!(kind, "real");
     drop(c);

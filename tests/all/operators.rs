@@ -437,7 +437,10 @@ fn resume_refuses_a_history_that_is_not_utf8_or_a_task_with_two_directories() {
         assert_eq!(found[0]["line"], 2, "{file}: {fsck:#}");
         assert!(
             found[0]["path"].as_str().unwrap().ends_with(file)
-                && found[0]["message"].as_str().unwrap().starts_with("not UTF-8"),
+                && found[0]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("not UTF-8"),
             "{file}: {fsck:#}"
         );
 
@@ -455,11 +458,17 @@ fn resume_refuses_a_history_that_is_not_utf8_or_a_task_with_two_directories() {
     let paused_dir = tasks.dir_of(&twice);
     let copy = env.contexts().join("completed").join(&twice);
     fs::create_dir_all(&copy).unwrap();
-    fs::copy(paused_dir.join("messages.jsonl"), copy.join("messages.jsonl")).unwrap();
+    fs::copy(
+        paused_dir.join("messages.jsonl"),
+        copy.join("messages.jsonl"),
+    )
+    .unwrap();
     let refused = env.ctxhost(&["resume", &twice]);
     assert_eq!(refused.code(), Some(1), "{}", refused.stderr());
     assert!(
-        refused.stderr().contains("has a directory in each of paused/, completed/"),
+        refused
+            .stderr()
+            .contains("has a directory in each of paused/, completed/"),
         "{}",
         refused.stderr()
     );

@@ -515,7 +515,10 @@ fn a_compressor_returning_a_file_of_the_record_is_refused_and_it_is_kept() {
         // The whole history is there: the system prompt, the prompt, the answer.
         let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
         let history = read_jsonl(&dir.join("messages.jsonl"));
-        let roles: Vec<&str> = history.iter().map(|l| l["role"].as_str().unwrap()).collect();
+        let roles: Vec<&str> = history
+            .iter()
+            .map(|l| l["role"].as_str().unwrap())
+            .collect();
         assert_eq!(roles, ["system", "user", "assistant"], "{name}");
         assert_eq!(first_history_line(&env, &uuid)["seq"], 1, "{name}");
     }
@@ -527,7 +530,10 @@ fn a_compressor_returning_a_file_of_the_record_is_refused_and_it_is_kept() {
     );
     let log = run(&env);
     assert_eq!(row(&env, &uuid)["status"], "completed", "{log}");
-    assert!(log.contains("compressor") && log.contains("rejected"), "{log}");
+    assert!(
+        log.contains("compressor") && log.contains("rejected"),
+        "{log}"
+    );
     let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
     assert_eq!(
         fs::read_to_string(dir.join("own-notes.txt")).unwrap(),
@@ -548,17 +554,18 @@ fn a_component_replacing_the_history_fails_the_task_naming_it() {
         &format!("  compressor: {}\n", guest("hostile_compressor.wasm")),
         "",
     );
-    for (how, what) in [
-        ("rename", "it is another file"),
-        ("link", "it is gone"),
-    ] {
+    for (how, what) in [("rename", "it is another file"), ("link", "it is gone")] {
         let uuid = submit(&env, &format!("HOSTILE replace-history={how}\ngo"));
         let log = run(&env);
         let r = row(&env, &uuid);
         assert_eq!(r["status"], "failed", "{how}: {log}");
         let error = r["error_message"].as_str().unwrap();
         // The file as the task process saw it, in running/.
-        let file = env.contexts().join("running").join(&uuid).join("messages.jsonl");
+        let file = env
+            .contexts()
+            .join("running")
+            .join(&uuid)
+            .join("messages.jsonl");
         assert!(
             error.contains(&format!(
                 "{} no longer starts with the 2 line(s)",

@@ -191,10 +191,7 @@ pub fn owner_of(name: &str) -> Option<Owner> {
 /// a file because a component named it (a compressor's new context must be a file of its own).
 pub fn is_record(name: &str) -> bool {
     let top = name.split('/').next().unwrap_or(name);
-    top.ends_with(TORN_SUFFIX)
-        || TASK_FILES
-            .iter()
-            .any(|f| f.name == top && !f.temporary)
+    top.ends_with(TORN_SUFFIX) || TASK_FILES.iter().any(|f| f.name == top && !f.temporary)
 }
 
 #[cfg(test)]
@@ -249,7 +246,13 @@ mod tests {
         ] {
             assert!(is_record(f), "{f}");
         }
-        for f in [COMPRESSED, TO_SUMMARIZE, REQUEST, "mine.jsonl", "sub/new.jsonl"] {
+        for f in [
+            COMPRESSED,
+            TO_SUMMARIZE,
+            REQUEST,
+            "mine.jsonl",
+            "sub/new.jsonl",
+        ] {
             assert!(!is_record(f), "{f}");
         }
     }

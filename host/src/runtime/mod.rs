@@ -55,10 +55,10 @@ pub use message_store::MessageStore;
 pub use request_format::RequestFormat;
 pub use strategy::{HookCall, MAX_LLM_CALLS_PER_HOOK, Strategy};
 pub use types::{
-    AddedMessage, Completion, CompressConfig, CompressResult, Decision, LlmImport, MAX_USAGE_TOKENS,
-    NoLlm, Plan,
-    PlanStep, PlanningEntry, PlanningImport, Reply, RequestConfig, RequestInfo, StepStatus,
-    StoreStats, StrategyConfig, SummaryInfo, TaskState, ToolOutcome, Usage, Verdict,
+    AddedMessage, Completion, CompressConfig, CompressResult, Decision, LlmImport,
+    MAX_USAGE_TOKENS, NoLlm, Plan, PlanStep, PlanningEntry, PlanningImport, Reply, RequestConfig,
+    RequestInfo, StepStatus, StoreStats, StrategyConfig, SummaryInfo, TaskState, ToolOutcome,
+    Usage, Verdict,
 };
 pub use wit::WitVersion;
 pub use world::{PluginKind, WIT_PACKAGE, WIT_VERSION};

@@ -377,12 +377,14 @@ impl Sandbox {
         // A call that was refused a creation fails, whatever the component made of the refusal
         // (unless the byte budget stopped it: that says more).
         let refused = state.call.files_refused;
-        let file_limit = (refused > 0 && over.is_none() && state.call.budget_hit.is_none())
-            .then(|| RuntimeError::FileLimit {
-                component: self.name.to_string(),
-                function: function.to_string(),
-                limit: state.limits.files_per_call.unwrap_or_default(),
-                refused,
+        let file_limit =
+            (refused > 0 && over.is_none() && state.call.budget_hit.is_none()).then(|| {
+                RuntimeError::FileLimit {
+                    component: self.name.to_string(),
+                    function: function.to_string(),
+                    limit: state.limits.files_per_call.unwrap_or_default(),
+                    refused,
+                }
             });
         let err = match (result, over, file_limit) {
             (_, _, Some(e)) => e,

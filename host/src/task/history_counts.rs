@@ -181,7 +181,9 @@ impl HistoryCounts {
                         self.file_id
                     )
                 } else {
-                    format!("it is {len} bytes, and does not end the counted prefix with the line counted there: cut or rewritten")
+                    format!(
+                        "it is {len} bytes, and does not end the counted prefix with the line counted there: cut or rewritten"
+                    )
                 };
                 return Err(self.changed(how).into());
             }
