@@ -8,8 +8,11 @@
 //!    task directory, not through a link ([`untrusted::component_path`]), every line a chat message, the same system prompt first, tool calls and results
 //!    paired ([`crate::invariants`]), the most recent messages it kept copied verbatim
 //!    ([`crate::invariants::kept_tail`]), fewer tokens than before, and a non-empty summary text.
-//!    Anything else is rejected: the file deleted, a summary line the compressor appended to
-//!    summaries.jsonl taken back, and current.jsonl left as it was.
+//!    A file of the task's record ([`ctxhost_format::files::is_record`]: messages.jsonl,
+//!    tools.jsonl, summaries.jsonl, planning/, ...) is refused as current.jsonl is.
+//!    Anything else is rejected: the file deleted if the compressor created it (never one that
+//!    was there before), a summary line the compressor appended to summaries.jsonl taken back,
+//!    and current.jsonl left as it was.
 //! 4. The summary (if any) is appended to messages.jsonl, then the message store installs the
 //!    new context (temp file + rename) and recounts its tokens exactly.
 //! 5. If the context is still over the threshold, the step reports it
@@ -17,10 +20,11 @@
 //!    at least the newest message's tool-call group — is larger than the threshold. The agent
 //!    loop goes on while the context fits the window and fails otherwise.
 
+use std::collections::HashSet;
 use std::io::BufReader;
 
 use ctxhost_format::ChatMessage;
-use ctxhost_format::files::{CONTEXT_CHECKPOINT, SUMMARIES};
+use ctxhost_format::files::{CONTEXT_CHECKPOINT, SUMMARIES, is_record};
 use ctxhost_format::jsonl::{JsonlError, LineReader};
 
 use crate::invariants::kept_tail::{KeptTailError, check_kept_tail};
@@ -226,15 +230,27 @@ fn compress_and_check(
     before_tokens: u64,
 ) -> Result<(String, Option<u64>), CompactionError> {
     let component = compressor.component().to_string();
+    // What the directory held before the compressor ran: a rejected context file is deleted
+    // only when the compressor created it.
+    let before = entry_names(task_dir)?;
     let result = compressor.compress(config)?;
     let file = match untrusted::component_path(task_dir, &result.context_file) {
-        Ok(f) if f != current_name => f,
-        Ok(f) => {
+        Ok(f) if f == current_name => {
             return Err(CompactionError::BadPath {
                 component,
                 reason: format!("`{f}`, the current context itself"),
             });
         }
+        Ok(f) if is_record(&f) => {
+            return Err(CompactionError::BadPath {
+                component,
+                reason: format!(
+                    "`{}`, a file of the task's record (the history, tool calls, summaries, planning history and checkpoints are the host's to keep)",
+                    untrusted::name(&f)
+                ),
+            });
+        }
+        Ok(f) => f,
         Err(e) => {
             return Err(CompactionError::BadPath {
                 component,
@@ -287,10 +303,27 @@ fn compress_and_check(
     match checked {
         Ok(()) => Ok((file, result.summary.map(|s| s.id))),
         Err(e) => {
-            let _ = task_dir.remove_file(&file);
+            // Only a file this step created: one that was there before (a file of the
+            // component's own, or one it rewrote) stays.
+            if !before.contains(&file) {
+                let _ = task_dir.remove_file(&file);
+            }
             Err(e)
         }
     }
+}
+
+/// The relative names of every entry below `dir` (links not followed).
+fn entry_names(dir: &TaskDir) -> Result<HashSet<String>, CompactionError> {
+    let mut names = HashSet::new();
+    dir.walk(|rel, _| {
+        names.insert(rel.to_string());
+    })
+    .map_err(|source| CompactionError::Io {
+        file: dir.path().display().to_string(),
+        source,
+    })?;
+    Ok(names)
 }
 
 /// The length in bytes of summaries.jsonl before a compression (`None`: no such file), to put

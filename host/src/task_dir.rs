@@ -34,9 +34,6 @@ pub const FILE_MODE: u32 = 0o600;
 pub const DIR_MODE: u32 = 0o700;
 /// Largest file [`TaskDir::read`] reads whole (bytes): the host's record files are far smaller.
 pub const MAX_RECORD_BYTES: u64 = 1024 * 1024;
-/// Folders deeper than this below a task directory are not walked (a task directory is flat:
-/// `tool-results/` and `planning/` are its only folders).
-pub const MAX_WALK_DEPTH: usize = 16;
 
 /// An open task directory (`contexts/{state}/{uuid}/`). Cheap to clone: clones share the handle.
 #[derive(Clone)]
@@ -445,30 +442,54 @@ impl TaskDir {
         open_subdir(&self.dir, name)
     }
 
-    /// Visit every entry below the directory, depth first (links are visited, never followed;
-    /// folders deeper than [`MAX_WALK_DEPTH`] are not entered): `f(relative name, metadata)`.
+    /// Visit every entry below the directory, depth first, however deep: `f(relative name,
+    /// metadata)`. Links are visited, never followed, so a link loop is one entry. A folder is
+    /// listed once and its handle held only while the walk is below it: the walk holds one
+    /// open folder per level of the current path (a tree of depth D costs D descriptors, not
+    /// one per folder waiting to be walked). An entry deleted meanwhile (a component is
+    /// writing) is skipped.
     pub fn walk(&self, mut f: impl FnMut(&str, &Metadata)) -> io::Result<()> {
-        let mut stack: Vec<(String, Dir, usize)> = vec![(String::new(), self.dir.try_clone()?, 0)];
-        while let Some((prefix, dir, depth)) = stack.pop() {
+        /// One folder on the current path: its relative name, its handle and its subfolders
+        /// not walked yet.
+        struct Level {
+            prefix: String,
+            dir: Dir,
+            pending: Vec<std::ffi::OsString>,
+        }
+        let list = |prefix: String, dir: Dir, f: &mut dyn FnMut(&str, &Metadata)| {
+            let mut pending = Vec::new();
             for entry in dir.entries()? {
                 let entry = entry?;
                 let name = entry.file_name();
-                let rel = join(&prefix, &name);
                 let meta = match entry.metadata() {
                     Ok(m) => m,
-                    // Deleted meanwhile (a component is writing): nothing to count.
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                     Err(e) => return Err(e),
                 };
-                f(&rel, &meta);
-                if meta.is_dir() && depth < MAX_WALK_DEPTH {
-                    match open_subdir(&dir, &name.to_string_lossy()) {
-                        Ok(sub) => stack.push((rel, sub, depth + 1)),
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(e),
-                    }
+                f(&join(&prefix, &name), &meta);
+                if meta.is_dir() {
+                    pending.push(name);
                 }
             }
+            Ok::<_, io::Error>(Level {
+                prefix,
+                dir,
+                pending,
+            })
+        };
+        let mut path = vec![list(String::new(), self.dir.try_clone()?, &mut f)?];
+        while let Some(level) = path.last_mut() {
+            let Some(name) = level.pending.pop() else {
+                path.pop();
+                continue;
+            };
+            let sub = match open_subdir(&level.dir, &name) {
+                Ok(sub) => sub,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let prefix = join(&level.prefix, &name);
+            path.push(list(prefix, sub, &mut f)?);
         }
         Ok(())
     }
@@ -517,7 +538,6 @@ impl TaskDir {
     }
 }
 
-/// Open the folder `name` of `dir` (not through a link) for listing and fsync.
 /// The identity of an open file, `"<device>:<inode>"`: a file replaced atomically (a temporary
 /// renamed over it) has another identity, whatever its content; appending keeps it. Checkpoints
 /// use it to tell a file they counted from its replacement.
@@ -527,12 +547,13 @@ pub fn file_id(file: &File) -> io::Result<String> {
     Ok(format!("{}:{}", m.dev(), m.ino()))
 }
 
-fn open_subdir(dir: &Dir, name: &str) -> io::Result<Dir> {
+/// Open the folder `name` of `dir` (not through a link) for listing and fsync.
+fn open_subdir(dir: &Dir, name: impl AsRef<Path>) -> io::Result<Dir> {
     let mut o = options();
     o.read(true).custom_flags(libc::O_DIRECTORY);
-    dir.open_with(name, &o)
+    dir.open_with(name.as_ref(), &o)
         .map(|f| Dir::from_std_file(f.into_std()))
-        .map_err(|e| explain(name, e))
+        .map_err(|e| explain(&name.as_ref().to_string_lossy(), e))
 }
 
 fn join(prefix: &str, name: &OsStr) -> String {
@@ -651,6 +672,42 @@ mod tests {
         assert_eq!(dir.remove_foreign_entries().unwrap(), ["abs.jsonl", "up"]);
         assert!(dir.foreign_entries().unwrap().is_empty());
         assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret");
+    }
+
+    /// Every byte counts, however deep the file (the old walk stopped at 16 levels), and a
+    /// link loop is one entry, never followed.
+    #[test]
+    fn the_size_counts_every_level_and_follows_no_link() {
+        let (_t, dir, _) = setup();
+        let mut deep = dir.path().to_path_buf();
+        for i in 0..40 {
+            deep.push(format!("d{i}"));
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("bottom.bin"), vec![7u8; 100_000]).unwrap();
+        symlink(".", deep.join("loop")).unwrap();
+        symlink("..", dir.file_path("up")).unwrap();
+        let mut names = Vec::new();
+        dir.walk(|rel, _| names.push(rel.to_string())).unwrap();
+        let bottom = (0..40)
+            .map(|i| format!("d{i}"))
+            .collect::<Vec<_>>()
+            .join("/");
+        assert!(names.contains(&format!("{bottom}/bottom.bin")), "{names:?}");
+        assert_eq!(names.len(), 40 + 1 + 1 + 1, "{names:?}");
+        let folders: u64 = (0..40)
+            .map(|i| {
+                let p: PathBuf = (0..=i).map(|j| format!("d{j}")).collect();
+                std::fs::metadata(dir.file_path(p.to_str().unwrap()))
+                    .unwrap()
+                    .len()
+            })
+            .sum();
+        let links: u64 = [format!("{bottom}/loop"), "up".to_string()]
+            .iter()
+            .map(|l| std::fs::symlink_metadata(dir.file_path(l)).unwrap().len())
+            .sum();
+        assert_eq!(dir.disk_usage().unwrap(), 100_000 + folders + links);
     }
 
     #[test]

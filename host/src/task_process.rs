@@ -200,7 +200,14 @@ fn execute(
     // CTXHOST_CACHE_DIR lets several contexts trees (or test runs) share compiled components.
     let plugins = PluginSet::load(config, layout)?;
     let mut ctx = TaskContext::open(config, layout, db, row, pid, host, &plugins)?;
-    let outcome = run_loop(config, &plugins, &mut ctx);
+    let mut outcome = run_loop(config, &plugins, &mut ctx);
+    // Whatever the loop's outcome, the task never ends, pauses or stops on a history a
+    // component replaced or rewrote during its last step: it fails, naming the file.
+    if outcome.is_ok()
+        && let Err(e) = ctx.verify_history()
+    {
+        outcome = Err(e);
+    }
     let uuid = ctx.uuid().to_string();
     match outcome {
         Ok(Outcome::Completed { answer }) => {

@@ -630,3 +630,87 @@ fn invalid_usage_counts_count_as_zero_and_the_reply_is_used() {
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(r["total_tokens"], 20);
 }
+
+/// Issue 25 item 6: a provider's usage count past i64 (`prompt_tokens: 18446744073709551615`)
+/// used to saturate into the row and overflow it into a REAL on the next call, after which
+/// `ctxhost tasks` failed for the whole store. Each count of one call is bounded
+/// (`ctxhost::runtime::MAX_USAGE_TOKENS`) with a warning; and a counter that is not an integer
+/// (a REAL written by an older ctxhost, put in directly here) does not break the listing: the
+/// row is listed, the value read as the nearest integer, with a warning naming task and column.
+#[test]
+fn a_huge_usage_is_bounded_and_a_bad_counter_never_breaks_a_listing() {
+    const HUGE: u64 = u64::MAX;
+    let max = ctxhost::runtime::MAX_USAGE_TOKENS;
+    let usage =
+        serde_json::json!({"prompt_tokens": HUGE, "completion_tokens": 5, "total_tokens": HUGE});
+    let llm = FakeLlm::start(vec![
+        Reply::json(serde_json::json!({
+            "choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "read_text_file", "arguments": "{}"}}]},
+                "finish_reason": "tool_calls"}],
+            "usage": usage,
+        })),
+        Reply::json(serde_json::json!({
+            "choices": [{"message": {"role": "assistant", "content": "Done."},
+                         "finish_reason": "stop"}],
+            "usage": usage,
+        })),
+    ]);
+    let env = TestEnv::for_llm(&llm, "");
+    let uuid = env.submit("count me");
+    let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert!(
+        out.stderr()
+            .contains(&format!("the provider's usage reports more than {max} tokens in prompt_tokens, total_tokens for one call")),
+        "{}",
+        out.stderr()
+    );
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["llm_call_count"], 2);
+    assert_eq!(r["total_tokens"].as_u64().unwrap(), 2 * max, "{r}");
+    let tasks = env.ctxhost(&["tasks", "--json"]).ok().json();
+    assert_eq!(tasks[0]["total_tokens"].as_u64().unwrap(), 2 * max);
+
+    // A REAL in the counter, as the old overflow left it: still listed.
+    let other = env.submit("another");
+    let c = rusqlite::Connection::open(env.contexts().join("tasks.db")).unwrap();
+    c.execute(
+        "UPDATE tasks SET total_tokens = 1.8446744073709552e19 WHERE uuid = ?1",
+        [&other],
+    )
+    .unwrap();
+    let kind: String = c
+        .query_row(
+            "SELECT typeof(total_tokens) FROM tasks WHERE uuid = ?1",
+            [&other],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(kind, "real");
+    drop(c);
+    let listed = env.ctxhost(&["tasks"]).ok();
+    assert!(
+        listed.stdout().contains(&other[..8]) && listed.stdout().contains(&uuid[..8]),
+        "{}",
+        listed.stdout()
+    );
+    assert!(
+        listed.stderr().contains(&format!(
+            "task {other}: its counter total_tokens holds the real number 18446744073709552000, not an integer; read as {}",
+            i64::MAX
+        )),
+        "{}",
+        listed.stderr()
+    );
+    let json = env.ctxhost(&["tasks", "--json"]).ok().json();
+    let row = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["uuid"] == other.as_str())
+        .unwrap();
+    assert_eq!(row["total_tokens"].as_i64(), Some(i64::MAX));
+    assert_eq!(env.row(&other)["status"], "queued");
+}

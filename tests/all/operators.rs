@@ -397,6 +397,86 @@ fn resume_and_retry_refuse_a_task_whose_directory_is_gone() {
     assert!(llm.requests().is_empty());
 }
 
+/// Issue 25 item 7: a line of messages.jsonl or current.jsonl that is not UTF-8 (the old fsck
+/// read it lossily and found nothing; `resume` queued the task, which then failed at start) is
+/// named by `ctxhost fsck` with its file and line, and `resume` refuses the task. A paused task
+/// whose directory is in two state folders is refused by `resume` before its row changes (it
+/// used to be queued, then the directory move failed).
+#[test]
+fn resume_refuses_a_history_that_is_not_utf8_or_a_task_with_two_directories() {
+    let llm = FakeLlm::start(vec![]);
+    let env = env_for(&llm);
+    let tasks = TaskBuilder::new(&env.contexts());
+    for file in ["messages.jsonl", "current.jsonl"] {
+        let uuid = tasks.paused();
+        let path = tasks.dir_of(&uuid).join(file);
+        // An invalid byte sequence inside the second line's content: still JSON-shaped when
+        // read lossily.
+        let bytes = fs::read(&path).unwrap();
+        let second = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+        let content = second
+            + bytes[second..]
+                .windows(11)
+                .position(|w| w == b"\"content\":\"")
+                .unwrap()
+            + 11;
+        let mut broken = bytes[..content].to_vec();
+        broken.extend_from_slice(&[0xC3, 0x28, 0xFF]);
+        broken.extend_from_slice(&bytes[content..]);
+        fs::write(&path, &broken).unwrap();
+
+        let fsck = env.ctxhost(&["fsck", "--json"]).json();
+        let found: Vec<&Value> = fsck["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["uuid"] == uuid.as_str())
+            .collect();
+        assert_eq!(found.len(), 1, "{file}: {fsck:#}");
+        assert_eq!(found[0]["kind"], "bad-line", "{file}: {fsck:#}");
+        assert_eq!(found[0]["line"], 2, "{file}: {fsck:#}");
+        assert!(
+            found[0]["path"].as_str().unwrap().ends_with(file)
+                && found[0]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("not UTF-8"),
+            "{file}: {fsck:#}"
+        );
+
+        let refused = env.ctxhost(&["resume", &uuid]);
+        assert_eq!(refused.code(), Some(1), "{file}: {}", refused.stderr());
+        assert!(
+            refused.stderr().contains(&format!("{file}:2: not UTF-8")),
+            "{file}: {}",
+            refused.stderr()
+        );
+        assert_eq!(row(&env, &uuid)["status"], "paused", "{file}");
+    }
+
+    let twice = tasks.paused();
+    let paused_dir = tasks.dir_of(&twice);
+    let copy = env.contexts().join("completed").join(&twice);
+    fs::create_dir_all(&copy).unwrap();
+    fs::copy(
+        paused_dir.join("messages.jsonl"),
+        copy.join("messages.jsonl"),
+    )
+    .unwrap();
+    let refused = env.ctxhost(&["resume", &twice]);
+    assert_eq!(refused.code(), Some(1), "{}", refused.stderr());
+    assert!(
+        refused
+            .stderr()
+            .contains("has a directory in each of paused/, completed/"),
+        "{}",
+        refused.stderr()
+    );
+    assert_eq!(row(&env, &twice)["status"], "paused");
+    assert!(paused_dir.is_dir() && copy.is_dir());
+    assert!(llm.requests().is_empty());
+}
+
 #[test]
 fn cleanup_days_zero_is_refused_alike_and_all_is_explicit() {
     let llm = FakeLlm::start(vec![]);

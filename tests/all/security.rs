@@ -477,6 +477,111 @@ fn a_compressor_path_outside_the_task_directory_is_refused() {
     assert_eq!(llm.request_count() - before, 1, "only the agent's own call");
 }
 
+/// The first line of messages.jsonl of task `uuid`, parsed.
+fn first_history_line(env: &TestEnv, uuid: &str) -> Value {
+    let dir = find_task_dir(&env.contexts(), uuid).unwrap();
+    read_jsonl(&dir.join("messages.jsonl"))[0].clone()
+}
+
+/// Issue 25 item 1: a compressor that returns a file of the task's record (messages.jsonl,
+/// tools.jsonl, summaries.jsonl, a planning history) as its new context is refused as
+/// current.jsonl is, and the file is left alone (the clean-up after a rejection used to delete
+/// messages.jsonl, and the task completed with its history gone).
+#[test]
+fn a_compressor_returning_a_file_of_the_record_is_refused_and_it_is_kept() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::text("done", None));
+    let env = env(
+        &llm,
+        &format!("  compressor: {}\n", guest("hostile_compressor.wasm")),
+        "",
+    );
+    for name in [
+        "messages.jsonl",
+        "summaries.jsonl",
+        "tools.jsonl",
+        "planning/plan.jsonl",
+        "history_checkpoint.json",
+    ] {
+        let uuid = submit(&env, &format!("HOSTILE context-file={name}\ngo"));
+        let log = run(&env);
+        assert_eq!(row(&env, &uuid)["status"], "completed", "{name}: {log}");
+        assert!(
+            log.contains(&format!(
+                "returned context file `{name}`, a file of the task's record"
+            )),
+            "{name}: {log}"
+        );
+        // The whole history is there: the system prompt, the prompt, the answer.
+        let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+        let history = read_jsonl(&dir.join("messages.jsonl"));
+        let roles: Vec<&str> = history
+            .iter()
+            .map(|l| l["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["system", "user", "assistant"], "{name}");
+        assert_eq!(first_history_line(&env, &uuid)["seq"], 1, "{name}");
+    }
+    // A file of the compressor's own that was there before `compress` ran is rejected as a
+    // context but not deleted: the clean-up deletes only what the step created.
+    let uuid = submit(
+        &env,
+        "HOSTILE touch=own-notes.txt\nHOSTILE context-file=own-notes.txt\ngo",
+    );
+    let log = run(&env);
+    assert_eq!(row(&env, &uuid)["status"], "completed", "{log}");
+    assert!(
+        log.contains("compressor") && log.contains("rejected"),
+        "{log}"
+    );
+    let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+    assert_eq!(
+        fs::read_to_string(dir.join("own-notes.txt")).unwrap(),
+        "not a context\n"
+    );
+}
+
+/// Issue 25 item 2: a component that replaces messages.jsonl during a task — a forged file
+/// renamed over it, or the file deleted and a hard link to a forgery put in its place (a
+/// link is refused: the history is then gone) — fails the task, naming the file; the task no
+/// longer completes on a history the host did not record.
+#[test]
+fn a_component_replacing_the_history_fails_the_task_naming_it() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::text("done", None));
+    let env = env(
+        &llm,
+        &format!("  compressor: {}\n", guest("hostile_compressor.wasm")),
+        "",
+    );
+    for (how, what) in [("rename", "it is another file"), ("link", "it is gone")] {
+        let uuid = submit(&env, &format!("HOSTILE replace-history={how}\ngo"));
+        let log = run(&env);
+        let r = row(&env, &uuid);
+        assert_eq!(r["status"], "failed", "{how}: {log}");
+        let error = r["error_message"].as_str().unwrap();
+        // The file as the task process saw it, in running/.
+        let file = env
+            .contexts()
+            .join("running")
+            .join(&uuid)
+            .join("messages.jsonl");
+        assert!(
+            error.contains(&format!(
+                "{} no longer starts with the 2 line(s)",
+                file.display()
+            )) && error.contains(what),
+            "{how}: {error}"
+        );
+        if how == "link" {
+            assert!(
+                log.contains("history not replaced (link)"),
+                "the hard link was refused: {log}"
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. The compressor's llm import
 
@@ -676,6 +781,75 @@ fn a_component_writing_hundreds_of_mib_is_stopped_near_the_budget() {
         "stopped after {written} bytes, far past the budget"
     );
     assert_eq!(llm.request_count(), 0);
+}
+
+/// Issue 25 item 8: bytes deep in the task directory count (the old walk stopped at 16
+/// levels: 200 MiB at depth 20 passed a 64 MiB budget).
+#[test]
+fn bytes_written_deep_in_the_task_directory_count_against_the_budget() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::text("done", None));
+    let env = env(
+        &llm,
+        &format!("  message_store: {}\n", guest("hostile_store.wasm")),
+        "",
+    );
+    let cfg = fs::read_to_string(env.config_path()).unwrap();
+    env.write_config(&cfg.replace(
+        "  base_dir: ./contexts\n",
+        "  base_dir: ./contexts\n  max_task_dir_mib: 16\n",
+    ));
+    let uuid = submit(&env, "HOSTILE deep=24\nHOSTILE fill-mib=64\ngo");
+    run(&env);
+    let r = row(&env, &uuid);
+    assert_eq!(r["status"], "failed", "{r}");
+    let error = r["error_message"].as_str().unwrap();
+    assert!(
+        error.contains("add-message filled the task directory to")
+            && error.contains("over its budget of 16777216 bytes"),
+        "{error}"
+    );
+    assert_eq!(llm.request_count(), 0);
+}
+
+/// Issue 25 item 8: one call of a component may create at most
+/// `context_storage.max_files_per_call` files and folders (default 1000; 29,000 went through
+/// before): the creations past it are refused (WASI `quota`) and the call fails, naming the
+/// limit.
+#[test]
+fn a_component_creating_too_many_files_in_one_call_is_stopped() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::text("done", None));
+    let env = env(
+        &llm,
+        &format!("  message_store: {}\n", guest("hostile_store.wasm")),
+        "",
+    );
+    let uuid = submit(&env, "HOSTILE many-files=1500\ngo");
+    run(&env);
+    let r = row(&env, &uuid);
+    assert_eq!(r["status"], "failed", "{r}");
+    let error = r["error_message"].as_str().unwrap();
+    assert!(
+        error.contains(
+            "add-message tried to create more than 1000 files and folders in the task directory in one call"
+        ) && error.contains("context_storage.max_files_per_call"),
+        "{error}"
+    );
+    let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+    // The folder `many` and 999 files in it: 1000 creations.
+    let made = fs::read_dir(dir.join("many")).unwrap().count();
+    assert_eq!(made, 999);
+
+    // Under the limit, as configured, the task runs.
+    let cfg = fs::read_to_string(env.config_path()).unwrap();
+    env.write_config(&cfg.replace(
+        "  base_dir: ./contexts\n",
+        "  base_dir: ./contexts\n  max_files_per_call: 2000\n",
+    ));
+    let uuid = submit(&env, "HOSTILE many-files=1500\ngo");
+    run(&env);
+    assert_eq!(row(&env, &uuid)["status"], "completed");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -184,6 +184,16 @@ pub fn owner_of(name: &str) -> Option<Owner> {
     TASK_FILES.iter().find(|f| f.name == top).map(|f| f.owner)
 }
 
+/// Whether `name` (relative to the task directory) is part of the task's record: a file or
+/// folder of [`TASK_FILES`] that is not a step temporary — messages.jsonl, current.jsonl,
+/// summaries.jsonl, tools.jsonl, tool-results/, planning/, metadata.json, the checkpoints, ... —
+/// or what crash repair kept of a torn line (`*.torn`). The host never deletes or replaces such
+/// a file because a component named it (a compressor's new context must be a file of its own).
+pub fn is_record(name: &str) -> bool {
+    let top = name.split('/').next().unwrap_or(name);
+    top.ends_with(TORN_SUFFIX) || TASK_FILES.iter().any(|f| f.name == top && !f.temporary)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,5 +228,32 @@ mod tests {
         assert_eq!(owner_of("tool-results/3.txt"), Some(Owner::ToolStore));
         assert_eq!(owner_of(CURRENT), Some(Owner::MessageStore));
         assert_eq!(owner_of("notes.md"), None);
+    }
+
+    #[test]
+    fn the_record_is_every_kept_file_and_no_temporary() {
+        for f in [
+            MESSAGES,
+            CURRENT,
+            SUMMARIES,
+            TOOLS,
+            "tool-results/3.txt",
+            "planning/x.jsonl",
+            PLANNING_DIR,
+            METADATA,
+            HISTORY_CHECKPOINT,
+            "messages.jsonl.torn",
+        ] {
+            assert!(is_record(f), "{f}");
+        }
+        for f in [
+            COMPRESSED,
+            TO_SUMMARIZE,
+            REQUEST,
+            "mine.jsonl",
+            "sub/new.jsonl",
+        ] {
+            assert!(!is_record(f), "{f}");
+        }
     }
 }

@@ -53,6 +53,10 @@ pub const MAX_CHUNKS: usize = 8;
 /// (each merge request holds at least two partial summaries).
 pub const MAX_REQUESTS: usize = 2 * MAX_CHUNKS - 1;
 
+// Within the host's default call budget of one compression
+// (`context_storage.max_llm_calls_per_compression`, 16).
+const _: () = assert!(MAX_REQUESTS <= 16);
+
 /// The placeholder of the summary prompt.
 const PLACEHOLDER: &str = "{messages}";
 

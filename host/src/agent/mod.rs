@@ -864,6 +864,10 @@ impl Agent<'_> {
     /// window; one that does not fails the task, naming what is too big. `false`: the
     /// compression gave way to a pause or stop (its LLM call did), the context as it was.
     fn maybe_compress(&mut self, ctx: &mut TaskContext) -> anyhow::Result<bool> {
+        // What the history holds before the compressor runs is counted (the first step's
+        // system prompt and prompt too), so a compressor that replaces it is caught at the
+        // next step boundary ([`TaskContext::verify_history`]).
+        ctx.verify_history()?;
         let window = self.window();
         let Some(compressor) = self.compressor.as_deref_mut() else {
             return Ok(true);

@@ -31,6 +31,9 @@ pub struct ContextStorage {
     /// Most bytes one task directory may hold, MiB (≥ 1). A component that writes past it is
     /// stopped in the call that does, and the task fails; the host checks it at every step too.
     pub max_task_dir_mib: u64,
+    /// Most files and folders one call of a component may create in the task directory
+    /// (≥ 1); a creation past it is refused (WASI `quota`) and the call fails.
+    pub max_files_per_call: u64,
     /// Most LLM calls one compression may make through the compressor's `llm` import (≥ 1);
     /// further calls are refused. Each call counts in the task's `llm_call_count`.
     pub max_llm_calls_per_compression: u32,
@@ -38,6 +41,11 @@ pub struct ContextStorage {
     /// compressor's own time is also bounded by `runtime.call_timeout_secs`.
     pub max_compression_secs: u64,
 }
+
+/// Default of `max_files_per_call`: far more than any component needs in one call (a
+/// compression writes a handful of work files), far fewer than would slow the walk that
+/// measures the directory's byte budget.
+pub const DEFAULT_MAX_FILES_PER_CALL: u64 = 1000;
 
 /// Default summary prompt (contains the `{messages}` placeholder).
 pub const DEFAULT_SUMMARY_PROMPT: &str = "Summarize the following conversation between a coding agent and its tools. \
@@ -55,6 +63,7 @@ impl Default for ContextStorage {
             cleanup_days: 30,
             summary_prompt: DEFAULT_SUMMARY_PROMPT.to_string(),
             max_task_dir_mib: 1024,
+            max_files_per_call: DEFAULT_MAX_FILES_PER_CALL,
             max_llm_calls_per_compression: 16,
             max_compression_secs: 600,
         }
@@ -105,6 +114,10 @@ impl ContextStorage {
         }
         for (key, v) in [
             ("context_storage.max_task_dir_mib", self.max_task_dir_mib),
+            (
+                "context_storage.max_files_per_call",
+                self.max_files_per_call,
+            ),
             (
                 "context_storage.max_llm_calls_per_compression",
                 u64::from(self.max_llm_calls_per_compression),

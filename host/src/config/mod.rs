@@ -3,8 +3,8 @@
 //! Shape (all sections and keys optional; unknown keys are errors):
 //! ```yaml
 //! context_storage: {enabled, base_dir, compression_threshold, keep_recent_messages, keep_recent_tokens,
-//!                   cleanup_days, summary_prompt, max_task_dir_mib, max_llm_calls_per_compression,
-//!                   max_compression_secs}
+//!                   cleanup_days, summary_prompt, max_task_dir_mib, max_files_per_call,
+//!                   max_llm_calls_per_compression, max_compression_secs}
 //! llm:     {provider, base_url, model, api_key_env, context_length, max_output_tokens, temperature,
 //!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib,
 //!           max_request_mib, interrupt_grace_secs}
@@ -82,7 +82,7 @@ pub enum ConfigError {
     },
 }
 
-pub use context_storage::{ContextStorage, DEFAULT_SUMMARY_PROMPT};
+pub use context_storage::{ContextStorage, DEFAULT_MAX_FILES_PER_CALL, DEFAULT_SUMMARY_PROMPT};
 pub use llm::{LlmConfig, Provider};
 pub use plugins::{DEFAULT_COMPRESSOR, DEFAULT_STRATEGY, NO_COMPRESSOR, PluginsConfig};
 pub use process::{AgentConfig, DEFAULT_SYSTEM_PROMPT, RuntimeConfig, WorkerConfig};
@@ -404,6 +404,7 @@ mod tests {
         assert!(err("agent:\n  max_steps: 0\n").contains("agent.max_steps"));
         for key in [
             "max_task_dir_mib",
+            "max_files_per_call",
             "max_llm_calls_per_compression",
             "max_compression_secs",
         ] {

@@ -156,6 +156,7 @@ impl Config {
             memory_bytes: (self.runtime.memory_limit_mib as usize).saturating_mul(1024 * 1024),
             call_timeout: Duration::from_secs(self.runtime.call_timeout_secs),
             task_dir_bytes: Some(cs.max_task_dir_bytes()),
+            files_per_call: Some(cs.max_files_per_call),
             llm_calls_per_call: cs.max_llm_calls_per_compression,
             wall_time_per_call: Duration::from_secs(cs.max_compression_secs),
         }

@@ -40,6 +40,9 @@ context_storage:
   cleanup_days: {cleanup}
   # Most MiB one task directory may hold; a component writing past it is stopped and the task fails.
   max_task_dir_mib: {max_dir}
+  # Most files and folders one call of a component may create there; past it, creating is
+  # refused and the call fails.
+  max_files_per_call: {max_files}
   # Bounds of one compression: LLM calls through the compressor's llm import (further calls are
   # refused; each is counted in the task's llm_call_count), and wall time, LLM calls included.
   max_llm_calls_per_compression: {max_llm_calls}
@@ -203,6 +206,7 @@ sources: {{}}
             max_resp = d.llm.max_response_mib,
             max_req = d.llm.max_request_mib,
             max_dir = d.context_storage.max_task_dir_mib,
+            max_files = d.context_storage.max_files_per_call,
             max_llm_calls = d.context_storage.max_llm_calls_per_compression,
             max_compress_secs = d.context_storage.max_compression_secs,
             store = d.plugins.message_store,

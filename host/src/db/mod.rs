@@ -532,8 +532,9 @@ impl Db {
 /// Read a row selected with [`COLUMNS`] (the status is left `queued`: [`Db::task_row`]
 /// checks and sets it).
 fn task_row(r: &SqlRow) -> Result<TaskRow, DbError> {
+    let uuid = r.text(0)?;
+    let counter = |i: usize, column: &str| counter(r, i, &uuid, column);
     Ok(TaskRow {
-        uuid: r.text(0)?,
         task_source: r.text(1)?,
         owner: r.opt_text(2)?,
         repo: r.opt_text(3)?,
@@ -549,25 +550,49 @@ fn task_row(r: &SqlRow) -> Result<TaskRow, DbError> {
         llm_provider: r.opt_text(13)?,
         model: r.opt_text(14)?,
         context_length: r.opt_int(15)?,
-        llm_call_count: r.int(16)?,
-        tool_call_count: r.int(17)?,
-        total_tokens: r.int(18)?,
-        compression_count: r.int(19)?,
+        llm_call_count: counter(16, "llm_call_count"),
+        tool_call_count: counter(17, "tool_call_count"),
+        total_tokens: counter(18, "total_tokens"),
+        compression_count: counter(19, "compression_count"),
         error_message: r.opt_text(20)?,
         user: r.opt_text(21)?,
         prompt: r.text(22)?,
-        resume_count: r.int(23)?,
-        crash_count: r.int(24)?,
+        resume_count: counter(23, "resume_count"),
+        crash_count: counter(24, "crash_count"),
         pause_requested: r.int(25)? != 0,
         stop_requested: r.int(26)? != 0,
         pause_reason: r.opt_text(27)?,
         files_deleted_at: r.opt_text(28)?,
-        cache_read_tokens: r.int(29)?,
-        cache_creation_tokens: r.int(30)?,
+        cache_read_tokens: counter(29, "cache_read_tokens"),
+        cache_creation_tokens: counter(30, "cache_creation_tokens"),
         no_inherit: r.int(31)? != 0,
         worker_id: r.opt_text(32)?,
         lease_expires_at: r.opt_int(33)?,
+        uuid,
     })
+}
+
+/// Column `i` of `r`, the counter `column` of task `uuid`: an integer. Anything else (a REAL
+/// that an integer overflow left in SQLite — a provider's usage past i64 did so before the
+/// host bounded it, [`crate::runtime::MAX_USAGE_TOKENS`] — a NULL or text) does not make the
+/// row unreadable: it is read as the nearest integer (0 for what is not a number) with a
+/// warning naming the task and column, so one bad row never breaks a listing.
+fn counter(r: &SqlRow, i: usize, uuid: &str, column: &str) -> i64 {
+    use sql::Value;
+    let (value, held) = match r.0.get(i) {
+        Some(Value::Int(v)) => return *v,
+        // `as` saturates at the i64 bounds and makes NaN 0.
+        Some(Value::Real(v)) => (*v as i64, format!("the real number {v}")),
+        Some(Value::Text(t)) => (0, format!("the text {:?}", crate::untrusted::name(t))),
+        Some(Value::Null) => (0, "NULL".to_string()),
+        None => (0, "nothing (no such column)".to_string()),
+    };
+    tracing::warn!(
+        %uuid,
+        column,
+        "task {uuid}: its counter {column} holds {held}, not an integer; read as {value} (set it right in the store to count on)"
+    );
+    value
 }
 
 /// Shared by the database tests of this crate: a task to insert, and [`TestStore`], a

@@ -370,6 +370,27 @@ fn check_jsonl(
                 true,
             ));
         }
+        // Every reader of the task's files reads UTF-8 only: a line that is not is one the
+        // task would fail on (not when it is an unterminated last line: torn, or being
+        // written, as judged below).
+        if let Err(e) = std::str::from_utf8(&buf)
+            && (terminated || !is_last)
+        {
+            problems.push(at_line(
+                ProblemKind::BadLine,
+                line_no,
+                format!(
+                    "not UTF-8: an invalid byte sequence at byte {} of the line (byte offset {} of the file); \
+                     no reader of the task's files takes it",
+                    e.valid_up_to(),
+                    start + e.valid_up_to() as u64
+                ),
+                false,
+            ));
+            checker = None;
+            expected_seq = 0;
+            continue;
+        }
         let text = String::from_utf8_lossy(&buf);
         let text = text.trim_end_matches(['\n', '\r']);
         if text.trim().is_empty() {

@@ -9,7 +9,7 @@ use anyhow::bail;
 use crate::db::{Db, Status, TaskRow};
 use crate::fsck::{Problem, ProblemKind};
 use crate::layout::Layout;
-use crate::lifecycle::{self, Transition};
+use crate::lifecycle::{self, DirFix, Transition};
 
 /// The task's state does not allow the operation; the text says which state it is in and what
 /// to do instead.
@@ -205,6 +205,30 @@ fn queued_with(problem: &Problem) -> Option<&'static str> {
 /// `ctxhost fsck --repair` can fix it), with the command to run next.
 pub fn require_sound_files(layout: &Layout, row: &TaskRow, requeue: Requeue) -> anyhow::Result<()> {
     let uuid = row.uuid.as_str();
+    // Where the directory is, before anything changes: the row is queued only if the
+    // lifecycle can then put the directory where a queued task keeps it. A directory in two
+    // state folders (or in one no transition explains) would be refused after the row
+    // changed, leaving a queued task whose process fails at start.
+    let found = lifecycle::find_dirs(layout, uuid);
+    match lifecycle::dir_fix(Status::Queued, false, &found) {
+        DirFix::Duplicate => refuse!(
+            "task {uuid} cannot be {}: it has a directory in each of {} (`ctxhost fsck` reports it; keep the \
+             right one, then `ctxhost {} {uuid}` again)",
+            requeue.done(),
+            found
+                .iter()
+                .map(|s| format!("{s}/"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            requeue.command()
+        ),
+        DirFix::Unexplained { at } => refuse!(
+            "task {uuid} cannot be {}: its directory is in {at}/, where no {} task keeps it (see `ctxhost fsck`)",
+            requeue.done(),
+            row.status
+        ),
+        _ => {}
+    }
     let Some((_, dir)) = layout.find_task_dir(uuid) else {
         if row.status == Status::Paused || row.started_at.is_some() {
             refuse!(

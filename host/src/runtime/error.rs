@@ -177,6 +177,22 @@ pub enum RuntimeError {
         /// The budget, bytes.
         limit_bytes: u64,
     },
+    /// The call tried to create more files and folders in the task directory than one call
+    /// may ([`super::RuntimeLimits::files_per_call`]); the creations past the limit were
+    /// refused (WASI `quota`).
+    #[error(
+        "component {component}: {function} tried to create more than {limit} files and folders in the task directory in one call ({refused} creation(s) refused; context_storage.max_files_per_call); stopped"
+    )]
+    FileLimit {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+        /// The component function called.
+        function: String,
+        /// The limit, files and folders per call.
+        limit: u64,
+        /// Creations refused.
+        refused: u64,
+    },
     /// The component tried to grow its memory past the limit.
     #[error("component {component}: memory limit of {} reached in {function}", fmt_bytes(*limit_bytes))]
     MemoryLimit {
@@ -256,6 +272,7 @@ impl RuntimeError {
             | RuntimeError::Deadline { component, .. }
             | RuntimeError::WallTime { component, .. }
             | RuntimeError::DiskBudget { component, .. }
+            | RuntimeError::FileLimit { component, .. }
             | RuntimeError::MemoryLimit { component, .. }
             | RuntimeError::Trap { component, .. }
             | RuntimeError::Plugin { component, .. }

@@ -55,15 +55,17 @@ pub use message_store::MessageStore;
 pub use request_format::RequestFormat;
 pub use strategy::{HookCall, MAX_LLM_CALLS_PER_HOOK, Strategy};
 pub use types::{
-    AddedMessage, Completion, CompressConfig, CompressResult, Decision, LlmImport, NoLlm, Plan,
-    PlanStep, PlanningEntry, PlanningImport, Reply, RequestConfig, RequestInfo, StepStatus,
-    StoreStats, StrategyConfig, SummaryInfo, TaskState, ToolOutcome, Usage, Verdict,
+    AddedMessage, Completion, CompressConfig, CompressResult, Decision, LlmImport,
+    MAX_USAGE_TOKENS, NoLlm, Plan, PlanStep, PlanningEntry, PlanningImport, Reply, RequestConfig,
+    RequestInfo, StepStatus, StoreStats, StrategyConfig, SummaryInfo, TaskState, ToolOutcome,
+    Usage, Verdict,
 };
 pub use wit::WitVersion;
 pub use world::{PluginKind, WIT_PACKAGE, WIT_VERSION};
 
 /// Per-instance resource limits (config `runtime.memory_limit_mib`,
 /// `runtime.call_timeout_secs`, `context_storage.max_task_dir_mib`,
+/// `context_storage.max_files_per_call`,
 /// `context_storage.max_llm_calls_per_compression`, `context_storage.max_compression_secs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeLimits {
@@ -77,6 +79,10 @@ pub struct RuntimeLimits {
     /// budget). Checked every 10 ms while a call runs and when it returns; a call that writes
     /// past it is stopped: [`RuntimeError::DiskBudget`].
     pub task_dir_bytes: Option<u64>,
+    /// Most files and folders one call may create in the task directory (default 1000;
+    /// `None`: no limit). A creation past it fails with WASI `quota`, and the call with
+    /// [`RuntimeError::FileLimit`].
+    pub files_per_call: Option<u64>,
     /// Most `llm.complete` calls within one call of a component (one compression; default 16).
     /// Further calls fail with `plugin-error::llm` saying so.
     pub llm_calls_per_call: u32,
@@ -92,6 +98,7 @@ impl Default for RuntimeLimits {
             memory_bytes: 256 * 1024 * 1024,
             call_timeout: Duration::from_secs(30),
             task_dir_bytes: Some(1024 * 1024 * 1024),
+            files_per_call: Some(crate::config::DEFAULT_MAX_FILES_PER_CALL),
             llm_calls_per_call: 16,
             wall_time_per_call: Duration::from_secs(600),
         }
@@ -238,7 +245,7 @@ impl WorldLinkers {
     }
 }
 
-/// A linker with WASI p2 (symbolic links refused: [`fs_guard::refuse_symlinks`]) and what
+/// A linker with WASI p2 (links refused, creations counted: [`fs_guard::guard_filesystem`]) and what
 /// `add` defines (a world's `ctxhost:plugin` imports).
 fn linker(
     engine: &Engine,
@@ -246,7 +253,7 @@ fn linker(
 ) -> anyhow::Result<Linker<StoreState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(wasmtime_error)?;
-    fs_guard::refuse_symlinks(&mut linker).map_err(wasmtime_error)?;
+    fs_guard::guard_filesystem(&mut linker).map_err(wasmtime_error)?;
     add(&mut linker).map_err(wasmtime_error)?;
     Ok(linker)
 }

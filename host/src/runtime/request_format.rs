@@ -58,15 +58,75 @@ impl RequestFormat {
     }
 
     /// `read-response`: parse the provider's response body in `response_file`. A 0.1.0
-    /// component's usage has 0 prompt-cache tokens.
+    /// component's usage has 0 prompt-cache tokens. This is where a provider's usage enters
+    /// the host: a count above [`super::MAX_USAGE_TOKENS`] is cut to it, with a warning.
     pub fn read_response(&mut self, response_file: &str) -> Result<Reply, RuntimeError> {
         let sandbox = &mut self.sandbox;
-        dispatch!(&self.bindings, b => {
+        let reply: Reply = dispatch!(&self.bindings, b => {
             let r = sandbox.call("read-response", |s| {
                 b.ctxhost_plugin_request_format()
                     .call_read_response(s, response_file)
             })?;
             sandbox.plugin_result("read-response", r)
-        })
+        })?;
+        Ok(bounded_usage(reply, self.sandbox.name()))
+    }
+}
+
+/// `reply` with its usage bounded ([`super::Usage::bounded`]); a cut count is logged, naming
+/// the request format `component`.
+fn bounded_usage(mut reply: Reply, component: &str) -> Reply {
+    if let Some(u) = reply.usage {
+        let (bounded, cut) = u.bounded();
+        if !cut.is_empty() {
+            tracing::warn!(
+                component,
+                ?u,
+                "the provider's usage reports more than {} tokens in {} for one call; counted as {} (a provider's or request format's error)",
+                super::MAX_USAGE_TOKENS,
+                cut.join(", "),
+                super::MAX_USAGE_TOKENS
+            );
+        }
+        reply.usage = Some(bounded);
+    }
+    reply
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{MAX_USAGE_TOKENS, Usage};
+    use ctxhost_format::ChatMessage;
+
+    #[test]
+    fn a_usage_past_the_bound_is_cut_to_it() {
+        let huge = Usage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: 7,
+            total_tokens: u64::MAX,
+            cache_read_tokens: 0,
+            cache_creation_tokens: MAX_USAGE_TOKENS + 1,
+        };
+        let reply = Reply {
+            message: ChatMessage::text("assistant", "hi"),
+            usage: Some(huge),
+            finish_reason: None,
+        };
+        let u = bounded_usage(reply, "test").usage.unwrap();
+        assert_eq!(
+            u,
+            Usage {
+                prompt_tokens: MAX_USAGE_TOKENS,
+                completion_tokens: 7,
+                total_tokens: MAX_USAGE_TOKENS,
+                cache_read_tokens: 0,
+                cache_creation_tokens: MAX_USAGE_TOKENS,
+            }
+        );
+        assert_eq!(
+            huge.bounded().1,
+            ["prompt_tokens", "total_tokens", "cache_creation_tokens"]
+        );
     }
 }

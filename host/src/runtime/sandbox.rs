@@ -13,7 +13,8 @@
 //!   the whole call, that time included; the `llm` import gets at most
 //!   [`super::RuntimeLimits::llm_calls_per_call`] calls per call;
 //! - the task directory's byte budget ([`super::fs_guard::DirBudget`]), measured during and
-//!   after every call; WASI `symlink-at` refused ([`super::fs_guard::refuse_symlinks`]).
+//!   after every call; the files and folders one call may create bounded, WASI `symlink-at`
+//!   and `link-at` refused ([`super::fs_guard::guard_filesystem`]).
 //!
 //! [`Sandbox::call`] turns a failed call into a [`RuntimeError`] naming the component and the
 //! function (deadline, wall time, byte budget, memory limit, trap with the first wasm frame and
@@ -56,6 +57,10 @@ pub(crate) struct CallState {
     wall_hit: bool,
     /// Bytes the task directory held when the budget stopped the call.
     budget_hit: Option<u64>,
+    /// Files and folders the call created in the task directory.
+    files_created: u64,
+    /// Creations refused by [`super::RuntimeLimits::files_per_call`].
+    files_refused: u64,
 }
 
 impl CallState {
@@ -68,6 +73,8 @@ impl CallState {
             deadline_hit: false,
             wall_hit: false,
             budget_hit: None,
+            files_created: 0,
+            files_refused: 0,
         }
     }
 }
@@ -97,6 +104,25 @@ pub struct StoreState {
     pub(crate) llm_limit_source: &'static str,
     stdout: GuestOutput,
     stderr: GuestOutput,
+}
+
+impl StoreState {
+    /// Whether the call in progress may create one more file or folder in the task directory
+    /// ([`super::RuntimeLimits::files_per_call`]); a refusal is counted (the call then fails).
+    pub(crate) fn may_create_entry(&mut self) -> bool {
+        match self.limits.files_per_call {
+            Some(max) if self.call.files_created >= max => {
+                self.call.files_refused += 1;
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// The call in progress created a file or folder.
+    pub(crate) fn entry_created(&mut self) {
+        self.call.files_created += 1;
+    }
 }
 
 impl WasiView for StoreState {
@@ -348,10 +374,23 @@ impl Sandbox {
             Ok(_) => state.budget.as_mut().and_then(|b| b.over(false)),
             Err(_) => None,
         };
-        let err = match (result, over) {
-            (Ok(r), None) => return Ok(r),
-            (Ok(_), Some(used)) => self.budget_error(function, used),
-            (Err(e), _) => self.classify(function, e),
+        // A call that was refused a creation fails, whatever the component made of the refusal
+        // (unless the byte budget stopped it: that says more).
+        let refused = state.call.files_refused;
+        let file_limit =
+            (refused > 0 && over.is_none() && state.call.budget_hit.is_none()).then(|| {
+                RuntimeError::FileLimit {
+                    component: self.name.to_string(),
+                    function: function.to_string(),
+                    limit: state.limits.files_per_call.unwrap_or_default(),
+                    refused,
+                }
+            });
+        let err = match (result, over, file_limit) {
+            (_, _, Some(e)) => e,
+            (Ok(r), None, None) => return Ok(r),
+            (Ok(_), Some(used), None) => self.budget_error(function, used),
+            (Err(e), _, None) => self.classify(function, e),
         };
         let prefix = format!("component {}: ", self.name);
         let text = err.to_string();

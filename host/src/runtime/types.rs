@@ -26,6 +26,34 @@ pub struct Usage {
     pub cache_creation_tokens: u64,
 }
 
+/// Largest token count one LLM call's usage may report (2^32, about 4.3 billion): far above
+/// any model's context window and output together, and small enough that a task's counters
+/// (64-bit integers in the task store) never overflow however many calls it makes. A larger
+/// count is a provider's (or a request format's) error: [`Usage::bounded`] cuts it here.
+pub const MAX_USAGE_TOKENS: u64 = 1 << 32;
+
+impl Usage {
+    /// The usage with every count at most [`MAX_USAGE_TOKENS`], and the names of the counts
+    /// that were larger (empty when none was).
+    pub fn bounded(self) -> (Usage, Vec<&'static str>) {
+        let mut cut = Vec::new();
+        let mut b = |v: u64, name: &'static str| {
+            if v > MAX_USAGE_TOKENS {
+                cut.push(name);
+            }
+            v.min(MAX_USAGE_TOKENS)
+        };
+        let u = Usage {
+            prompt_tokens: b(self.prompt_tokens, "prompt_tokens"),
+            completion_tokens: b(self.completion_tokens, "completion_tokens"),
+            total_tokens: b(self.total_tokens, "total_tokens"),
+            cache_read_tokens: b(self.cache_read_tokens, "cache_read_tokens"),
+            cache_creation_tokens: b(self.cache_creation_tokens, "cache_creation_tokens"),
+        };
+        (u, cut)
+    }
+}
+
 /// The answer to a compressor's `llm.complete` request (WIT `llm.completion`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Completion {

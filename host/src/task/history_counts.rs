@@ -101,7 +101,7 @@ impl HistoryCounts {
             counts.file_id = cp.file_id;
             counts.saved = Some(cp.messages);
         }
-        if counts.catch_up()? {
+        if counts.catch_up(false)? {
             counts.save_logged();
         }
         Ok(counts)
@@ -131,19 +131,26 @@ impl HistoryCounts {
     }
 
     /// At a step boundary: count the lines appended since, and write the checkpoint when the
-    /// file grew by [`CHECKPOINT_EVERY`] bytes since the last one (`force`: whenever it grew).
+    /// file grew by [`CHECKPOINT_EVERY`] bytes since the last one (`force`: whenever it grew; a
+    /// failure to write it is logged: it only costs the next resume a full read).
+    ///
+    /// Errors: messages.jsonl no longer starts with the lines counted — it was replaced (another
+    /// file, [`file_id`]), cut, rewritten or deleted while the task ran: a
+    /// [`HistoryChanged`] naming the file. The history is append-only; the task must not go
+    /// on (or complete) on a history it did not write.
     pub fn advance(&mut self, force: bool) -> anyhow::Result<()> {
-        self.catch_up()?;
+        self.catch_up(true)?;
         let saved = self.saved.as_ref().map_or(0, |m| m.bytes);
         if self.mark.bytes != saved && (force || self.mark.bytes >= saved + CHECKPOINT_EVERY) {
-            self.save()?;
+            self.save_logged();
         }
         Ok(())
     }
 
-    /// Count the lines after the mark (all of them when the mark no longer holds) up to the
-    /// last whole line; returns whether anything was read.
-    fn catch_up(&mut self) -> anyhow::Result<bool> {
+    /// Count the lines after the mark up to the last whole line; returns whether anything was
+    /// read. When the mark no longer holds, `strict` makes that an error ([`HistoryChanged`]);
+    /// otherwise (opening, where the checkpoint is a cache) the whole file is counted again.
+    fn catch_up(&mut self, strict: bool) -> anyhow::Result<bool> {
         let shown = self.dir.show(MESSAGES);
         let Some(mut file) = self
             .dir
@@ -151,6 +158,9 @@ impl HistoryCounts {
             .with_context(|| format!("cannot open {shown}"))?
         else {
             let was = self.mark.bytes > 0;
+            if strict && was {
+                return Err(self.changed("it is gone".to_string()).into());
+            }
             self.reset();
             return Ok(was);
         };
@@ -164,6 +174,19 @@ impl HistoryCounts {
             return Ok(false);
         }
         if !holds {
+            if strict && self.mark.bytes > 0 {
+                let how = if self.file_id != id {
+                    format!(
+                        "it is another file (device:inode {id}, counted {}): replaced",
+                        self.file_id
+                    )
+                } else {
+                    format!(
+                        "it is {len} bytes, and does not end the counted prefix with the line counted there: cut or rewritten"
+                    )
+                };
+                return Err(self.changed(how).into());
+            }
             self.reset();
             self.file_id = id;
         }
@@ -215,6 +238,17 @@ impl HistoryCounts {
         Ok(read)
     }
 
+    /// The error for a history that no longer starts with the counted prefix (`how`: what it is
+    /// now).
+    fn changed(&self, how: String) -> HistoryChanged {
+        HistoryChanged {
+            file: self.dir.show(MESSAGES),
+            bytes: self.mark.bytes,
+            lines: self.stats.lines,
+            how,
+        }
+    }
+
     /// Forget the counts (the file is gone, or no longer starts with the counted prefix).
     fn reset(&mut self) {
         self.file_id.clear();
@@ -248,6 +282,25 @@ impl HistoryCounts {
             tracing::warn!("history checkpoint not written: {e:#}");
         }
     }
+}
+
+/// messages.jsonl no longer starts with the lines the host counted while the task ran
+/// ([`HistoryCounts::advance`]).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{file} no longer starts with the {lines} line(s) ({bytes} bytes) of history the host recorded: {how}. \
+     The history is append-only and only the message store appends to it; a component changed it, \
+     so the task stops here (restore the file from a backup to continue it)"
+)]
+pub struct HistoryChanged {
+    /// messages.jsonl, as shown to users.
+    pub file: String,
+    /// Bytes of it the host had counted.
+    pub bytes: u64,
+    /// Lines of it the host had counted.
+    pub lines: u64,
+    /// What the file is now.
+    pub how: String,
 }
 
 /// The checkpoint of `dir`, if present and believable ([`believable_checkpoint`]); anything
@@ -407,10 +460,69 @@ mod tests {
         io::Write::write_all(&mut f, b"{\"seq\":11,\"ro").unwrap();
         counts.advance(true).unwrap();
         assert_eq!(counts.stats(), before);
-        fs::remove_file(d.join(MESSAGES)).unwrap();
-        counts.advance(true).unwrap();
-        assert_eq!(counts.stats(), HistoryStats::default());
-        assert!(counts.call_ids().is_empty());
+    }
+
+    /// While the task runs, a history that no longer starts with the lines counted — replaced
+    /// by another file (even one of the same bytes), rewritten in place, cut or deleted —
+    /// is an error naming messages.jsonl; opening (a checkpoint is a cache) reads it afresh.
+    #[test]
+    fn a_history_changed_while_the_task_runs_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let h = history();
+        let path = d.join(MESSAGES);
+        let expect_changed = |counts: &mut HistoryCounts, what: &str| {
+            let e = counts.advance(false).unwrap_err();
+            let changed = e.downcast_ref::<HistoryChanged>().expect(what);
+            assert_eq!(changed.file, path.display().to_string(), "{what}");
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("{} no longer starts with the", path.display())),
+                "{what}: {text}"
+            );
+            text
+        };
+        // Replaced by a copy of the same bytes (rename over it).
+        write_task(d, &h, &[]);
+        let mut counts = HistoryCounts::open(&task(d)).unwrap();
+        counts.advance(false).unwrap();
+        fs::copy(&path, d.join("copy")).unwrap();
+        fs::rename(d.join("copy"), &path).unwrap();
+        let text = expect_changed(&mut counts, "replaced");
+        assert!(text.contains("replaced"), "{text}");
+        // Rewritten in place, same length, another last line.
+        write_task(d, &h, &[]);
+        let mut counts = HistoryCounts::open(&task(d)).unwrap();
+        let mut bytes = fs::read(&path).unwrap();
+        let at = bytes.len() - 10;
+        bytes[at] = if bytes[at] == b'x' { b'y' } else { b'x' };
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|mut f| io::Write::write_all(&mut f, &bytes))
+            .unwrap();
+        expect_changed(&mut counts, "rewritten");
+        // Cut.
+        write_task(d, &h, &[]);
+        let mut counts = HistoryCounts::open(&task(d)).unwrap();
+        let len = fs::metadata(&path).unwrap().len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(len / 2))
+            .unwrap();
+        expect_changed(&mut counts, "cut");
+        // Deleted.
+        write_task(d, &h, &[]);
+        let mut counts = HistoryCounts::open(&task(d)).unwrap();
+        fs::remove_file(&path).unwrap();
+        let text = expect_changed(&mut counts, "deleted");
+        assert!(text.contains("it is gone"), "{text}");
+        // Opening again reads what is there.
+        assert_eq!(
+            HistoryCounts::open(&task(d)).unwrap().stats(),
+            HistoryStats::default()
+        );
     }
 
     #[test]

@@ -370,8 +370,9 @@ impl TaskContext {
     }
 
     /// The step boundary, before each LLM call: fsync the files appended to since the last
-    /// one (messages.jsonl, the current-context file, tools.jsonl), and check the task
-    /// directory against its byte budget (what the host wrote counts too).
+    /// one (messages.jsonl, the current-context file, tools.jsonl), check that messages.jsonl
+    /// still starts with the history recorded so far ([`TaskContext::verify_history`]), and
+    /// check the task directory against its byte budget (what the host wrote counts too).
     pub fn sync(&mut self) -> anyhow::Result<()> {
         let current = self.current_file()?;
         for name in [MESSAGES, current.as_str()] {
@@ -380,8 +381,17 @@ impl TaskContext {
                 .with_context(|| format!("cannot fsync {}", self.dir.show(name)))?;
         }
         self.tools.sync()?;
-        self.checkpoint(false);
+        self.checkpoint(false)?;
         self.check_budget()
+    }
+
+    /// That messages.jsonl still starts with every line counted so far (and count what was
+    /// appended): the history is append-only, so a history replaced (a hard link or a rename
+    /// over it), cut or rewritten by a component is an error naming the file
+    /// ([`history_counts::HistoryChanged`]). Run at every step boundary and before the task
+    /// ends, pauses or stops.
+    pub fn verify_history(&mut self) -> anyhow::Result<()> {
+        self.history.advance(false)
     }
 
     /// Fail when the task directory holds more than `context_storage.max_task_dir_mib`.
@@ -410,12 +420,11 @@ impl TaskContext {
 
     /// Bring the checkpoints up to date: the history's ([`HistoryCounts::advance`]) and the
     /// context check's ([`ContextCheck::save`]), each when its file grew by 1 MiB since it was
-    /// last saved (`force`: whenever it grew). A failure only costs the next resume a full
-    /// read, so it is logged.
-    fn checkpoint(&mut self, force: bool) {
-        if let Err(e) = self.history.advance(force) {
-            tracing::warn!(uuid = %self.row.uuid, "history checkpoint not written: {e:#}");
-        }
+    /// last saved (`force`: whenever it grew). A failure to write one only costs the next
+    /// resume a full read, so it is logged. Errors: the history changed
+    /// ([`TaskContext::verify_history`]).
+    fn checkpoint(&mut self, force: bool) -> anyhow::Result<()> {
+        self.history.advance(force)?;
         let checked = self.context.checked_bytes();
         if checked != self.context_saved
             && (force || checked >= self.context_saved + context_check::CHECKPOINT_EVERY)
@@ -427,6 +436,7 @@ impl TaskContext {
                 }
             }
         }
+        Ok(())
     }
 
     /// Add `delta` to the task's counters in its row.
@@ -496,7 +506,10 @@ impl TaskContext {
     /// lifecycle writes task_state.json, the row (`paused`) and moves the directory to
     /// `paused/`.
     pub fn pause(mut self) -> anyhow::Result<Status> {
-        self.checkpoint(true);
+        // The history was verified by the caller ([`TaskContext::verify_history`]).
+        if let Err(e) = self.checkpoint(true) {
+            tracing::warn!(uuid = %self.row.uuid, "{e:#}");
+        }
         let (db, layout, uuid, pid, worker_id) = self.close();
         let owner = Owner {
             pid,
