@@ -718,8 +718,10 @@ fn a_task_that_fences_out_more_than_max_crashes_times_still_completes() {
     assert_eq!(r["error_message"], Value::Null);
     assert_eq!(llm.request_count(), FENCES + 1);
     assert_eq!(
-        log.matches("stopped itself: it could not renew the task's lease (not counted as a crash)")
-            .count(),
+        log.matches(
+            "stopped itself: it could not renew the task's lease (not counted as a crash); repaired and queued again"
+        )
+        .count(),
         FENCES,
         "{log}"
     );
