@@ -217,7 +217,10 @@ pub fn recover_task(
             ),
         )
     } else if row.pause_requested {
-        (Status::Paused, format!("{cause}; paused as requested{count}"))
+        (
+            Status::Paused,
+            format!("{cause}; paused as requested{count}"),
+        )
     } else {
         (
             Status::Queued,

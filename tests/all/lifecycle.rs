@@ -850,7 +850,10 @@ fn pause_resume_and_claims_keep_status_and_directory_in_agreement() {
                 let found = lifecycle::find_dirs(&layout, &r.uuid);
                 let fix = lifecycle::dir_fix(r.status, r.files_deleted_at.is_some(), &found);
                 if fix != DirFix::InPlace {
-                    disagreements.push(format!("{} is {} with its directory in {found:?}", r.uuid, r.status));
+                    disagreements.push(format!(
+                        "{} is {} with its directory in {found:?}",
+                        r.uuid, r.status
+                    ));
                 }
             }
         }
@@ -859,7 +862,10 @@ fn pause_resume_and_claims_keep_status_and_directory_in_agreement() {
     }
     let (paused, resumed) = chaos.join().unwrap();
     let logs: String = (0..3)
-        .map(|i| std::fs::read_to_string(env.root().join(format!("race-worker-{i}.log"))).unwrap_or_default())
+        .map(|i| {
+            std::fs::read_to_string(env.root().join(format!("race-worker-{i}.log")))
+                .unwrap_or_default()
+        })
         .collect();
     for w in &mut workers {
         let _ = w.kill();
@@ -868,16 +874,28 @@ fn pause_resume_and_claims_keep_status_and_directory_in_agreement() {
     assert!(disagreements.is_empty(), "{disagreements:#?}\n{logs}");
     assert!(samples >= 20, "{samples} samples");
     // Not vacuous: tasks were paused and resumed many times.
-    assert!(paused >= 10 && resumed >= 10, "paused {paused}, resumed {resumed}");
+    assert!(
+        paused >= 10 && resumed >= 10,
+        "paused {paused}, resumed {resumed}"
+    );
     for r in db.list(&TaskFilter::default()).unwrap() {
         assert_eq!(r.status, Status::Completed, "{r:?}\n{logs}");
-        assert_eq!((r.crash_count, r.error_message.as_deref()), (0, None), "{r:?}");
+        assert_eq!(
+            (r.crash_count, r.error_message.as_deref()),
+            (0, None),
+            "{r:?}"
+        );
         assert_eq!(
             lifecycle::find_dirs(&layout, &r.uuid),
             [ctxhost::layout::DirState::Completed],
             "{r:?}"
         );
-        let history = read_jsonl(&env.contexts().join("completed").join(&r.uuid).join("messages.jsonl"));
+        let history = read_jsonl(
+            &env.contexts()
+                .join("completed")
+                .join(&r.uuid)
+                .join("messages.jsonl"),
+        );
         assert_seq(&history);
         assert_eq!(history.last().unwrap()["content"], "done");
     }

@@ -392,7 +392,11 @@ fn two_live_hosts_with_one_name_leave_each_others_tasks_alone() {
     let all = wait_all_completed(&env, 300, &workers.iter().collect::<Vec<_>>());
     let mut ids = BTreeSet::new();
     for r in &all {
-        assert_eq!((r.crash_count, r.error_message.as_deref()), (0, None), "{r:?}");
+        assert_eq!(
+            (r.crash_count, r.error_message.as_deref()),
+            (0, None),
+            "{r:?}"
+        );
         assert_eq!(
             (r.llm_call_count, r.tool_call_count, r.total_tokens),
             (2, 1, 60),
