@@ -3,14 +3,15 @@
 //!
 //! "Gone" is decided two ways:
 //! - on the host that recorded the task (its row's `hostname` and `host_id` are this
-//!   machine's, [`ThisHost::recorded`]: two live machines may share a name): the recorded pid is not alive, or it is alive but is not a ctxhost task
-//!   process for that task (its `/proc/PID/cmdline` lacks `task-exec` or the UUID — the pid
-//!   was reused). No need to wait for the lease. A live process whose lease expired is
-//!   stopped or hung (a healthy one renews its lease or stops itself): it is killed first.
+//!   machine's, [`ThisHost::recorded`]: two live machines may share a name): the recorded pid
+//!   is not alive, or it is alive but is not a ctxhost task process for that task (its
+//!   `/proc/PID/cmdline` lacks `task-exec` or the UUID — the pid was reused). No need to wait
+//!   for the lease. A live process whose lease expired is stopped or hung (a healthy one
+//!   renews its lease or stops itself): it is killed first.
 //! - anywhere else: the task's lease expired ([`crate::db::lease`]; a pid means nothing on
 //!   another host, nor on one that shares this host's name, which is warned about:
-//!   [`crate::host::warn_name_clash`]). Any worker that can reach the database and the shared `contexts/` does
-//!   it.
+//!   [`crate::host::warn_name_clash`]). Any worker that can reach the database and the shared
+//!   `contexts/` does it.
 //!
 //! Recovering one task ([`recover_task`]), under the tree lock ([`lifecycle::lock_tree`]),
 //! after reading the row again:
@@ -114,7 +115,8 @@ pub struct Recovered {
     pub pid: Option<i64>,
     /// The task's new status: `queued`, `paused`, `stopped` or `failed`.
     pub status: Status,
-    /// Deaths of the task's processes so far, this one included.
+    /// Deaths of the task's processes so far, this one included unless its process fenced
+    /// itself out ([`Lost::crash`]).
     pub crash_count: i64,
     /// What happened, as stored in `error_message`.
     pub message: String,

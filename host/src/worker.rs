@@ -7,15 +7,18 @@
 //! A child that dies (non-zero exit or a signal) never harms the worker or the other
 //! children: if its task is still `running` under it, the worker recovers it at once
 //! ([`crate::recovery`]: directory repaired, task queued again, or failed with an error naming
-//! the exit status or signal after `worker.max_crashes` deaths). Children that keep exiting
+//! the exit status or signal after `worker.max_crashes` deaths). A child that stopped itself
+//! because it lost the database (the fencing exit, [`EXIT_LEASE_LOST`]) did not crash: its task
+//! is queued again without counting one. Children that keep exiting
 //! before they claim a task (they cannot start: a broken installation) are reported; after
 //! [`MAX_START_FAILURES`] in a row the worker waits before starting more (with `--once`, it
 //! gives up with an error).
 //!
 //! At start and every [`RECOVERY_INTERVAL`] the worker also recovers `running` tasks whose
-//! process is gone (recorded on this host, not one of its children: a worker that died with
-//! its children, a machine that rebooted) or whose lease expired (anywhere: another host
-//! died or lost the database).
+//! process is gone (recorded on this host — same host name and identity, [`crate::host`] — not
+//! one of its children: a worker that died with its children) or whose lease expired
+//! (anywhere: another host died or lost the database; this host rebooted, which gives it a new
+//! identity).
 //!
 //! The worker's database statements wait for an unreachable database with backoff, logging
 //! each retry ([`crate::db::Patience::Unbounded`]); its children keep running meanwhile
