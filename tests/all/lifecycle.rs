@@ -799,7 +799,8 @@ fn pause_resume_and_claims_keep_status_and_directory_in_agreement() {
             };
             let (mut paused, mut resumed) = (0u32, 0u32);
             let end = Instant::now() + CHAOS;
-            let refused = |r: anyhow::Result<()>| match r {
+            // Whether the operation was done (a refusal: the task changed state meanwhile).
+            let done = |r: anyhow::Result<()>| match r {
                 Ok(()) => true,
                 Err(e) if e.downcast_ref::<ctxhost::ops::control::Refused>().is_some() => false,
                 Err(e) => panic!("pause/resume failed: {e:#}"),
@@ -808,14 +809,12 @@ fn pause_resume_and_claims_keep_status_and_directory_in_agreement() {
                 let uuid = &uuids[rand(uuids.len() as u64) as usize];
                 match db.get(uuid).unwrap().unwrap().status {
                     Status::Running => {
-                        if refused(ctxhost::ops::control::pause(&db, uuid, Some("chaos"))) {
-                            paused += 1;
-                        }
+                        paused +=
+                            u32::from(done(ctxhost::ops::control::pause(&db, uuid, Some("chaos"))));
                     }
                     Status::Paused => {
-                        if refused(ctxhost::ops::control::resume(&db, &layout, uuid)) {
-                            resumed += 1;
-                        }
+                        resumed +=
+                            u32::from(done(ctxhost::ops::control::resume(&db, &layout, uuid)));
                     }
                     _ => {}
                 }
@@ -829,7 +828,7 @@ fn pause_resume_and_claims_keep_status_and_directory_in_agreement() {
                     break;
                 }
                 for r in rows.iter().filter(|r| r.status == Status::Paused) {
-                    if refused(ctxhost::ops::control::resume(&db, &layout, &r.uuid)) {
+                    if done(ctxhost::ops::control::resume(&db, &layout, &r.uuid)) {
                         resumed += 1;
                     }
                 }
