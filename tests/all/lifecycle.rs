@@ -870,6 +870,7 @@ fn pause_resume_and_claims_keep_status_and_directory_in_agreement() {
         let _ = w.kill();
         let _ = w.wait();
     }
+    eprintln!("{samples} samples; {paused} pauses and {resumed} resumes done");
     assert!(disagreements.is_empty(), "{disagreements:#?}\n{logs}");
     assert!(samples >= 20, "{samples} samples");
     // Not vacuous: tasks were paused and resumed many times.
