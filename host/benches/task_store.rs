@@ -185,6 +185,7 @@ fn claims(store: &str, admin: Option<&str>, claimers: usize) -> ((f64, f64), f64
                 let claim = Claim {
                     pid: 1000 + w as u32,
                     hostname: format!("bench-{w}"),
+                    host_id: format!("bench-{w}"),
                     worker_id: format!("bench-{w}:1:0"),
                     lease: Duration::from_secs(30),
                     llm_provider: "openai".into(),

@@ -119,6 +119,7 @@ fn make_task(db: &Db, contexts: &Path, uuid: &str, bytes: u64) -> Result<(u64, u
     let claim = Claim {
         pid: 1,
         hostname: "bench".into(),
+        host_id: "bench".into(),
         worker_id: "bench:1:bench".into(),
         lease: Duration::from_secs(3600),
         llm_provider: "openai".into(),

@@ -8,7 +8,9 @@
 //! - `strategy:recorded`: SIGKILL right after a strategy hook's decision is written to the
 //!   planning history, before it is applied;
 //! - `agent:compressed`: SIGKILL right after a compression installed the new context, before
-//!   the latest plan is stated again.
+//!   the latest plan is stated again;
+//! - `lease:unreachable`: a task process's lease renewals fail as if the database could not
+//!   be reached, so it fences itself out ([`crate::lease`]) once its lease is 80 % used.
 //!
 //! Hand-written rather than the `fail` crate: its actions cannot kill the process, and it needs
 //! a cargo feature, i.e. a second build of the host for the tests.

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use crate::db::{SharedDb, Status};
 
 /// Exit status of a task process that stopped itself because it lost its lease
-/// (`EX_TEMPFAIL`): its task is recovered and runs again.
+/// (`EX_TEMPFAIL`): the fencing exit. Its worker recovers the task without counting a crash
+/// (it never uses up `worker.max_crashes`: a database outage is not the task's fault), and
+/// it runs again.
 pub const EXIT_LEASE_LOST: i32 = 75;
 
 /// Part of a lease after the last successful renewal at which a task process stops itself.
@@ -174,6 +176,10 @@ fn renew_loop(
             return;
         }
         let sent = Instant::now();
+        if crate::failpoint::is_set("lease:unreachable") {
+            tracing::warn!(%uuid, "cannot renew the task's lease: failpoint lease:unreachable");
+            continue;
+        }
         match db.with(|db| db.renew_lease(uuid, worker_id, pid, lease)) {
             Ok(true) => {
                 if let Ok(mut t) = shared.renewed.lock() {

@@ -9,6 +9,7 @@ pub mod db;
 pub mod error;
 pub mod failpoint;
 pub mod fsck;
+pub mod host;
 pub mod interrupt;
 pub mod invariants;
 pub mod layout;

@@ -2,14 +2,16 @@
 //! expired, is repaired and run again, or failed after `worker.max_crashes` deaths.
 //!
 //! "Gone" is decided two ways:
-//! - on the host that recorded the task (its row's `hostname` is this machine's
-//!   [`hostname`]): the recorded pid is not alive, or it is alive but is not a ctxhost task
-//!   process for that task (its `/proc/PID/cmdline` lacks `task-exec` or the UUID — the pid
-//!   was reused). No need to wait for the lease. A live process whose lease expired is
-//!   stopped or hung (a healthy one renews its lease or stops itself): it is killed first.
+//! - on the host that recorded the task (its row's `hostname` and `host_id` are this
+//!   machine's, [`ThisHost::recorded`]: two live machines may share a name): the recorded pid
+//!   is not alive, or it is alive but is not a ctxhost task process for that task (its
+//!   `/proc/PID/cmdline` lacks `task-exec` or the UUID — the pid was reused). No need to wait
+//!   for the lease. A live process whose lease expired is stopped or hung (a healthy one
+//!   renews its lease or stops itself): it is killed first.
 //! - anywhere else: the task's lease expired ([`crate::db::lease`]; a pid means nothing on
-//!   another host). Any worker that can reach the database and the shared `contexts/` does
-//!   it.
+//!   another host, nor on one that shares this host's name, which is warned about:
+//!   [`crate::host::warn_name_clash`]). Any worker that can reach the database and the shared
+//!   `contexts/` does it.
 //!
 //! Recovering one task ([`recover_task`]), under the tree lock ([`lifecycle::lock_tree`]),
 //! after reading the row again:
@@ -39,7 +41,8 @@ use serde::Serialize;
 
 use crate::db::lease::Holder;
 use crate::db::{Db, Status, now_rfc3339};
-use crate::layout::{Layout, hostname};
+use crate::host::{ThisHost, warn_name_clash};
+use crate::layout::Layout;
 use crate::lease::WorkerId;
 use crate::lifecycle::{self, Transition};
 use crate::repair::repair_task_dir;
@@ -50,8 +53,8 @@ use crate::repair::repair_task_dir;
 pub struct Recoverer {
     /// The worker id recorded while the task is held.
     pub worker_id: String,
-    /// This host ([`hostname`]).
-    pub hostname: String,
+    /// This host: name and identity ([`ThisHost::current`]).
+    pub host: ThisHost,
     /// The lease taken with the task (`worker.lease_secs`).
     pub lease: Duration,
 }
@@ -59,10 +62,10 @@ pub struct Recoverer {
 impl Recoverer {
     /// This process on this host, with leases of `lease`.
     pub fn new(lease: Duration) -> Recoverer {
-        let hostname = hostname();
+        let host = ThisHost::current();
         Recoverer {
-            worker_id: WorkerId::new(&hostname).to_string(),
-            hostname,
+            worker_id: WorkerId::new(&host.name).to_string(),
+            host,
             lease,
         }
     }
@@ -71,7 +74,7 @@ impl Recoverer {
     pub fn for_worker(worker_id: &WorkerId, lease: Duration) -> Recoverer {
         Recoverer {
             worker_id: worker_id.to_string(),
-            hostname: hostname(),
+            host: ThisHost::current(),
             lease,
         }
     }
@@ -112,7 +115,8 @@ pub struct Recovered {
     pub pid: Option<i64>,
     /// The task's new status: `queued`, `paused`, `stopped` or `failed`.
     pub status: Status,
-    /// Deaths of the task's processes so far, this one included.
+    /// Deaths of the task's processes so far, this one included unless its process fenced
+    /// itself out ([`Lost::crash`]).
     pub crash_count: i64,
     /// What happened, as stored in `error_message`.
     pub message: String,
@@ -130,6 +134,10 @@ pub struct Lost {
     pub cause: String,
     /// Take it over only if its lease has expired (another host's task).
     pub only_if_expired: bool,
+    /// Count it as a crash of the task's process (towards `worker.max_crashes`); `false`
+    /// for a process that stopped itself because it lost the database (the fencing exit,
+    /// [`crate::lease::EXIT_LEASE_LOST`]).
+    pub crash: bool,
 }
 
 /// Recover task `uuid` if it is still `running` under the holder `lost` saw (see the module
@@ -148,11 +156,7 @@ pub fn recover_task(
     let Some(row) = db.get(uuid)? else {
         return Ok(None);
     };
-    let holder = Holder {
-        worker_id: row.worker_id.clone(),
-        process_id: row.process_id,
-        hostname: row.hostname.clone(),
-    };
+    let holder = Holder::of(&row);
     if row.status != Status::Running
         || holder.worker_id != seen.worker_id
         || holder.process_id != seen.process_id
@@ -163,7 +167,7 @@ pub fn recover_task(
         uuid,
         &holder,
         &me.worker_id,
-        &me.hostname,
+        &me.host,
         me.lease,
         lost.only_if_expired,
     )? {
@@ -172,7 +176,7 @@ pub fn recover_task(
     // Requests that came meanwhile count too.
     let row = db.get(uuid)?.unwrap_or(row);
     let pid = seen.process_id;
-    let crash_count = row.crash_count + 1;
+    let crash_count = row.crash_count + i64::from(lost.crash);
     // running/ normally; paused/ if it died between the row and the directory of its claim;
     // none if it never had one.
     let found = lifecycle::find_dirs(layout, uuid).first().copied();
@@ -195,6 +199,11 @@ pub fn recover_task(
         }
     }
 
+    let count = if lost.crash {
+        format!(" (crash {crash_count} of at most {max_crashes})")
+    } else {
+        String::new()
+    };
     let (status, message) = if row.stop_requested {
         (Status::Stopped, format!("{cause}; stopped as requested"))
     } else if let Some(e) = &repair_error {
@@ -202,7 +211,7 @@ pub fn recover_task(
             Status::Failed,
             format!("{cause}; repairing its directory failed: {e}"),
         )
-    } else if crash_count >= i64::from(max_crashes) {
+    } else if lost.crash && crash_count >= i64::from(max_crashes) {
         (
             Status::Failed,
             format!(
@@ -212,14 +221,12 @@ pub fn recover_task(
     } else if row.pause_requested {
         (
             Status::Paused,
-            format!("{cause}; paused as requested (crash {crash_count})"),
+            format!("{cause}; paused as requested{count}"),
         )
     } else {
         (
             Status::Queued,
-            format!(
-                "{cause}; repaired and queued again (crash {crash_count} of at most {max_crashes})"
-            ),
+            format!("{cause}; repaired and queued again{count}"),
         )
     };
 
@@ -227,6 +234,7 @@ pub fn recover_task(
         worker_id: &me.worker_id,
         status,
         message: &message,
+        crash: lost.crash,
     };
     if lifecycle::apply_locked(db, layout, uuid, &t, &lock)?.is_none() {
         // Unreachable under the lock unless the row was edited by hand.
@@ -247,8 +255,8 @@ pub fn recover_task(
     }))
 }
 
-/// Recover every `running` task whose process is gone (recorded on this host) or whose lease
-/// expired (anywhere), except those in `skip` (the caller's own children, which it settles
+/// Recover every `running` task whose process is gone (recorded on this host: same host name
+/// and identity, [`ThisHost::recorded`]) or whose lease expired (anywhere), except those in `skip` (the caller's own children, which it settles
 /// itself); then finish the transitions a crash interrupted between their row and their
 /// directory (logged).
 pub fn recover_dead_tasks(
@@ -258,7 +266,7 @@ pub fn recover_dead_tasks(
     max_crashes: u32,
     me: &Recoverer,
 ) -> anyhow::Result<Vec<Recovered>> {
-    let host = &me.hostname;
+    let host = &me.host.name;
     let mut out = Vec::new();
     for t in db.running_to_check(host)? {
         let uuid = t.uuid.as_str();
@@ -269,7 +277,12 @@ pub fn recover_dead_tasks(
             tracing::error!(%uuid, "a running row with an invalid UUID: left alone (see `ctxhost fsck`)");
             continue;
         }
-        let on_this_host = t.holder.hostname.as_deref() == Some(host.as_str());
+        let (name, id) = (t.holder.hostname.as_deref(), t.holder.host_id.as_deref());
+        let on_this_host = me.host.recorded(name, id);
+        if let Some(other) = me.host.clash(name, id) {
+            // Another live machine with this name: its pids mean nothing here.
+            warn_name_clash(&me.host, other);
+        }
         let worker = t.holder.worker_id.as_deref().unwrap_or("an unknown worker");
         let (cause, only_if_expired) = match (on_this_host, t.holder.process_id) {
             (true, Some(p)) if process_runs_task(p, uuid, t.holder.worker_id.as_deref()) => {
@@ -293,6 +306,7 @@ pub fn recover_dead_tasks(
                 ),
                 true,
             ),
+            (false, Some(_)) if !t.expired => continue,
             (false, Some(p)) => (
                 format!(
                     "the lease of worker {worker} (task process {p} on {}) expired",
@@ -305,6 +319,7 @@ pub fn recover_dead_tasks(
             holder: t.holder.clone(),
             cause,
             only_if_expired,
+            crash: true,
         };
         if let Some(r) = recover_task(db, layout, uuid, &lost, max_crashes, me)? {
             out.push(r);
@@ -345,7 +360,8 @@ mod tests {
     /// A claim of U by `pid` on this host, with a lease of `lease`.
     fn claim(db: &Db, layout: &Layout, pid: u32, lease: Duration) -> bool {
         let mut c = Claim::test(pid);
-        c.hostname = hostname();
+        c.hostname = crate::layout::hostname();
+        c.host_id = crate::host::host_id();
         c.lease = lease;
         apply(db, layout, U, &Transition::Claim(&c))
             .unwrap()
@@ -369,16 +385,12 @@ mod tests {
             holder,
             cause: "gone".into(),
             only_if_expired: false,
+            crash: true,
         }
     }
 
     fn holder(db: &Db) -> Holder {
-        let r = db.get(U).unwrap().unwrap();
-        Holder {
-            worker_id: r.worker_id,
-            process_id: r.process_id,
-            hostname: r.hostname,
-        }
+        Holder::of(&db.get(U).unwrap().unwrap())
     }
 
     #[test]
@@ -452,6 +464,46 @@ mod tests {
             assert!(got[0].message.contains("the lease of worker h:1:test"), "{}", got[0].message);
             assert!(got[0].message.contains("some-other-host"), "{}", got[0].message);
             assert!(layout.task_dir(DirState::Paused, U).is_dir());
+        }
+
+        /// Issue 25 item 3: a live machine that shares this host's name (another host
+        /// identity) runs a task. Its pid means nothing here (not alive here): the task is
+        /// left to its lease, and taken over only once that expired; a row of an older
+        /// ctxhost (no identity) is judged by its lease too.
+        fn a_task_of_another_host_with_this_name_is_left_to_its_lease(store: &TestStore) {
+            let (layout, db) = setup(store);
+            let mut c = Claim::test(999_996);
+            c.hostname = crate::layout::hostname();
+            c.host_id = "another-machine".into();
+            c.lease = Duration::from_secs(1);
+            assert!(apply(&db, &layout, U, &Transition::Claim(&c)).unwrap().is_some());
+            assert!(recover_dead_tasks(&db, &layout, &HashSet::new(), 3, &me()).unwrap().is_empty());
+            let row = db.get(U).unwrap().unwrap();
+            assert_eq!((row.status, row.process_id, row.crash_count), (Status::Running, Some(999_996), 0));
+            assert_eq!(row.host_id.as_deref(), Some("another-machine"));
+            assert!(layout.task_dir(DirState::Running, U).is_dir());
+            std::thread::sleep(Duration::from_millis(1100));
+            let got = recover_dead_tasks(&db, &layout, &HashSet::new(), 3, &me()).unwrap();
+            assert_eq!(got.len(), 1);
+            assert_eq!((got[0].status, got[0].crash_count), (Status::Queued, 1));
+            assert!(got[0].message.contains("the lease of worker h:1:test"), "{}", got[0].message);
+
+            // No identity recorded (a row of a ctxhost before schema 7): the lease decides.
+            apply(&db, &layout, U, &Transition::Claim(&c)).unwrap();
+            db.execute_raw(&format!("UPDATE tasks SET host_id = NULL WHERE uuid = '{U}'")).unwrap();
+            assert!(recover_dead_tasks(&db, &layout, &HashSet::new(), 3, &me()).unwrap().is_empty());
+            assert_eq!(db.get(U).unwrap().unwrap().status, Status::Running);
+
+            // The same name and identity: this host's process, gone, so recovered at once.
+            db.execute_raw(&format!(
+                "UPDATE tasks SET host_id = '{}', lease_expires_at = lease_expires_at + 60000 WHERE uuid = '{U}'",
+                crate::host::host_id()
+            ))
+            .unwrap();
+            let got = recover_dead_tasks(&db, &layout, &HashSet::new(), 3, &me()).unwrap();
+            assert_eq!(got.len(), 1);
+            assert!(got[0].message.contains("task process 999996 on"), "{}", got[0].message);
+            assert_eq!(got[0].crash_count, 2);
         }
 
         fn pending_requests_are_honoured_and_skipped_tasks_left_alone(store: &TestStore) {

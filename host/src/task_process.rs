@@ -74,6 +74,7 @@ pub fn run(
     let claim = Claim {
         pid,
         hostname: host.clone(),
+        host_id: crate::host::host_id(),
         worker_id: worker_id.as_str().to_string(),
         lease: config.worker.lease(),
         llm_provider: llm.provider.to_string(),

@@ -7,15 +7,18 @@
 //! A child that dies (non-zero exit or a signal) never harms the worker or the other
 //! children: if its task is still `running` under it, the worker recovers it at once
 //! ([`crate::recovery`]: directory repaired, task queued again, or failed with an error naming
-//! the exit status or signal after `worker.max_crashes` deaths). Children that keep exiting
+//! the exit status or signal after `worker.max_crashes` deaths). A child that stopped itself
+//! because it lost the database (the fencing exit, [`EXIT_LEASE_LOST`]) did not crash: its task
+//! is queued again without counting one. Children that keep exiting
 //! before they claim a task (they cannot start: a broken installation) are reported; after
 //! [`MAX_START_FAILURES`] in a row the worker waits before starting more (with `--once`, it
 //! gives up with an error).
 //!
 //! At start and every [`RECOVERY_INTERVAL`] the worker also recovers `running` tasks whose
-//! process is gone (recorded on this host, not one of its children: a worker that died with
-//! its children, a machine that rebooted) or whose lease expired (anywhere: another host
-//! died or lost the database).
+//! process is gone (recorded on this host — same host name and identity, [`crate::host`] — not
+//! one of its children: a worker that died with its children) or whose lease expired
+//! (anywhere: another host died or lost the database; this host rebooted, which gives it a new
+//! identity).
 //!
 //! The worker's database statements wait for an unreachable database with backoff, logging
 //! each retry ([`crate::db::Patience::Unbounded`]); its children keep running meanwhile
@@ -447,20 +450,26 @@ fn settle(
         row.process_id == Some(i64::from(pid)) && row.worker_id.as_deref() == Some(me.as_str());
     Ok(match row.status {
         Status::Running if ours => {
-            let cause = if status.code() == Some(EXIT_LEASE_LOST) {
-                format!("task process {pid} stopped itself: it could not renew the task's lease")
+            // A process that fenced itself out (it could not reach the database) did not
+            // crash: its task is recovered without using up `worker.max_crashes`.
+            let fenced = status.code() == Some(EXIT_LEASE_LOST);
+            let cause = if fenced {
+                format!(
+                    "task process {pid} stopped itself: it could not renew the task's lease (not counted as a crash)"
+                )
             } else {
                 format!("task process {pid} died ({how}) while running the task")
             };
-            tracing::error!(%uuid, pid, "{cause}");
+            if fenced {
+                tracing::warn!(%uuid, pid, "{cause}");
+            } else {
+                tracing::error!(%uuid, pid, "{cause}");
+            }
             let lost = Lost {
-                holder: Holder {
-                    worker_id: row.worker_id.clone(),
-                    process_id: row.process_id,
-                    hostname: row.hostname.clone(),
-                },
+                holder: Holder::of(&row),
                 cause,
                 only_if_expired: false,
+                crash: !fenced,
             };
             if let Err(e) =
                 crate::recovery::recover_task(db, layout, uuid, &lost, max_crashes, recoverer)
@@ -541,13 +550,53 @@ mod tests {
                 claimed_by(&db, &WorkerId::given("h:1:test"), 300).unwrap().as_deref(),
                 Some(U)
             );
-            assert!(!settle_exit(&db, &layout, U, 300, EXIT_LEASE_LOST));
+            assert!(!settle_exit(&db, &layout, U, 300, 1));
             let r = db.get(U).unwrap().unwrap();
             assert_eq!((r.status, r.crash_count), (Status::Queued, 1));
             assert!(
-                r.error_message.as_deref().unwrap_or("").contains("could not renew the task's lease"),
+                r.error_message.as_deref().unwrap_or("").contains("died (exit status 1)"),
                 "{r:?}"
             );
+        }
+
+        /// Issue 25 item 4: a process that fenced itself out (it lost the database) did not
+        /// crash. With `worker.max_crashes` = 3, five fencing exits in a row leave the task
+        /// queued with no crash counted, and it then runs to completion.
+        fn fencing_exits_never_use_up_max_crashes(store: &TestStore) {
+            let layout = Layout::new(store.contexts());
+            layout.ensure().unwrap();
+            let db = store.open();
+            const U: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+            db.insert_queued(&new_task(U)).unwrap();
+            let claim = |pid: u32| {
+                let c = Claim::test(pid);
+                let t = crate::lifecycle::Transition::Claim(&c);
+                assert!(crate::lifecycle::apply(&db, &layout, U, &t).unwrap().is_some());
+            };
+            for pid in 400..405 {
+                claim(pid);
+                assert!(!settle_exit(&db, &layout, U, pid, EXIT_LEASE_LOST));
+                let r = db.get(U).unwrap().unwrap();
+                assert_eq!((r.status, r.crash_count), (Status::Queued, 0), "{r:?}");
+                let msg = r.error_message.unwrap_or_default();
+                assert!(msg.contains("stopped itself") && msg.contains("not counted as a crash"), "{msg}");
+                assert_eq!(crate::lifecycle::find_dirs(&layout, U), [crate::layout::DirState::Paused]);
+            }
+            // A real crash still counts.
+            claim(405);
+            assert!(!settle_exit(&db, &layout, U, 405, 1));
+            assert_eq!(db.get(U).unwrap().unwrap().crash_count, 1);
+            claim(406);
+            crate::lifecycle::apply(&db, &layout, U, &crate::lifecycle::Transition::Finish {
+                owner: Owner::test(406),
+                status: Status::Completed,
+                error: None,
+            })
+            .unwrap();
+            assert!(!settle_exit(&db, &layout, U, 406, 0));
+            let r = db.get(U).unwrap().unwrap();
+            assert_eq!((r.status, r.crash_count), (Status::Completed, 1));
+            assert_eq!(crate::lifecycle::find_dirs(&layout, U), [crate::layout::DirState::Completed]);
         }
     }
 

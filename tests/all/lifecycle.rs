@@ -676,6 +676,233 @@ fn a_killed_task_is_recovered_and_completed() {
     assert_eq!(again.as_array().unwrap().len(), 0);
 }
 
+/// Issue 25 item 4: a task process that stops itself because it cannot reach the database
+/// (the fencing exit; the failpoint `lease:unreachable` makes every lease renewal fail) is
+/// not a crash. With `worker.max_crashes: 2`, the task's process fences out three times (its
+/// first three LLM replies come after the fence), and the fourth run completes with no crash
+/// counted.
+#[test]
+fn a_task_that_fences_out_more_than_max_crashes_times_still_completes() {
+    const FENCES: usize = 3;
+    let llm = FakeLlm::start(vec![]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let n = calls.clone();
+    llm.set_handler(move |_| {
+        let i = n.fetch_add(1, Ordering::SeqCst) + 1;
+        Some(if i <= FENCES {
+            Reply::delay(Duration::from_secs(10), Reply::text("too late", None))
+        } else {
+            Reply::text("finished after the outages", Some((5, 5)))
+        })
+    });
+    // Lease 3 s: a process whose renewals fail stops itself 2.4 s after its claim.
+    let env = TestEnv::for_llm(
+        &llm,
+        "plugins:\n  compressor: none\nworker:\n  lease_secs: 3\n  max_crashes: 2\n",
+    );
+    let uuid = env.submit("outages");
+    let log = env.root().join("fencing-worker.log");
+    let mut cmd = env.ctxhost_cmd(&["run", "--once", "--poll-ms", "20"]).cmd;
+    cmd.env(ctxhost::failpoint::FAILPOINT_ENV, "lease:unreachable")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let w = Worker {
+        child: cmd.spawn().expect("start the worker"),
+        log,
+    };
+    wait_ok(w);
+    let log = std::fs::read_to_string(env.root().join("fencing-worker.log")).unwrap();
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}\n{log}");
+    assert_eq!(r["crash_count"], 0, "{r}");
+    assert_eq!(r["error_message"], Value::Null);
+    assert_eq!(llm.request_count(), FENCES + 1);
+    assert_eq!(
+        log.matches(
+            "stopped itself: it could not renew the task's lease (not counted as a crash); repaired and queued again"
+        )
+        .count(),
+        FENCES,
+        "{log}"
+    );
+    let dir = env.contexts().join("completed").join(&uuid);
+    let history = read_jsonl(&dir.join("messages.jsonl"));
+    assert_seq(&history);
+    assert!(!history.iter().any(|m| m["content"] == "too late"));
+    assert_eq!(
+        history.last().unwrap()["content"],
+        "finished after the outages"
+    );
+    env.ctxhost(&["fsck"]).ok();
+}
+
+/// Issue 25 item 5: pause, resume, claim and finish, in whatever interleaving, keep every
+/// task's status and directory in agreement. Three workers (two processes each) run ten tasks
+/// of eight slow steps while a thread pauses and resumes them at random through the
+/// operations the CLI runs (`ops::control`), for 20 s. Every half second, holding the tree
+/// lock (which every transition holds from its row to its directory), each task's directory
+/// must be where its status keeps it; at the end every task is completed, with no crash and
+/// its directory in completed/.
+#[test]
+fn pause_resume_and_claims_keep_status_and_directory_in_agreement() {
+    use ctxhost::db::{Db, Status, TaskFilter};
+    use ctxhost::lifecycle::{self, DirFix};
+    const TASKS: usize = 10;
+    const STEPS: usize = 8;
+    const CHAOS: Duration = Duration::from_secs(20);
+    let llm = FakeLlm::start(vec![]);
+    llm.set_handler(|req| {
+        let done = req
+            .messages()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .count();
+        Some(Reply::delay(
+            Duration::from_millis(60),
+            if done < STEPS {
+                tool_calls(&[&format!("call_{done}")])
+            } else {
+                Reply::text("done", Some((5, 5)))
+            },
+        ))
+    });
+    let env = TestEnv::for_llm(&llm, "plugins:\n  compressor: none\n");
+    let uuids: Vec<String> = (0..TASKS)
+        .map(|i| env.submit(&format!("task {i}")))
+        .collect();
+    let mut workers: Vec<std::process::Child> = (0..3)
+        .map(|i| {
+            let log = env.root().join(format!("race-worker-{i}.log"));
+            let mut cmd = env
+                .ctxhost_cmd(&["run", "--poll-ms", "20", "--max-parallel", "2"])
+                .cmd;
+            cmd.stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(log).unwrap());
+            cmd.spawn().expect("start a worker")
+        })
+        .collect();
+    let layout = ctxhost::layout::Layout::new(env.contexts());
+    let spec = env.store_spec();
+
+    // Pauses and resumes at random until the deadline, then resumes whatever is paused.
+    let chaos = {
+        let (spec, contexts, uuids) = (spec.clone(), env.contexts(), uuids.clone());
+        std::thread::spawn(move || {
+            let db = Db::open(&spec, &contexts).unwrap();
+            let layout = ctxhost::layout::Layout::new(&contexts);
+            let mut seed = std::process::id() as u64 ^ 0x9e37_79b9_7f4a_7c15;
+            let mut rand = move |n: u64| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed % n
+            };
+            let (mut paused, mut resumed) = (0u32, 0u32);
+            let end = Instant::now() + CHAOS;
+            // Whether the operation was done (a refusal: the task changed state meanwhile).
+            let done = |r: anyhow::Result<()>| match r {
+                Ok(()) => true,
+                Err(e) if e.downcast_ref::<ctxhost::ops::control::Refused>().is_some() => false,
+                Err(e) => panic!("pause/resume failed: {e:#}"),
+            };
+            while Instant::now() < end {
+                let uuid = &uuids[rand(uuids.len() as u64) as usize];
+                match db.get(uuid).unwrap().unwrap().status {
+                    Status::Running => {
+                        paused +=
+                            u32::from(done(ctxhost::ops::control::pause(&db, uuid, Some("chaos"))));
+                    }
+                    Status::Paused => {
+                        resumed +=
+                            u32::from(done(ctxhost::ops::control::resume(&db, &layout, uuid)));
+                    }
+                    _ => {}
+                }
+                std::thread::sleep(Duration::from_millis(rand(40)));
+            }
+            // Let the last pause requests land, then queue everything again.
+            let settle_end = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < settle_end {
+                let rows = db.list(&TaskFilter::default()).unwrap();
+                if rows.iter().all(|r| r.status == Status::Completed) {
+                    break;
+                }
+                for r in rows.iter().filter(|r| r.status == Status::Paused) {
+                    if done(ctxhost::ops::control::resume(&db, &layout, &r.uuid)) {
+                        resumed += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (paused, resumed)
+        })
+    };
+
+    // Sample, under the tree lock, until the chaos thread is done.
+    let db = Db::open(&spec, &env.contexts()).unwrap();
+    let mut samples = 0;
+    let mut disagreements = Vec::new();
+    while !chaos.is_finished() {
+        {
+            let _lock = lifecycle::lock_tree(&layout).unwrap();
+            for r in db.list(&TaskFilter::default()).unwrap() {
+                let found = lifecycle::find_dirs(&layout, &r.uuid);
+                let fix = lifecycle::dir_fix(r.status, r.files_deleted_at.is_some(), &found);
+                if fix != DirFix::InPlace {
+                    disagreements.push(format!(
+                        "{} is {} with its directory in {found:?}",
+                        r.uuid, r.status
+                    ));
+                }
+            }
+        }
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (paused, resumed) = chaos.join().unwrap();
+    let logs: String = (0..3)
+        .map(|i| {
+            std::fs::read_to_string(env.root().join(format!("race-worker-{i}.log")))
+                .unwrap_or_default()
+        })
+        .collect();
+    for w in &mut workers {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    eprintln!("{samples} samples; {paused} pauses and {resumed} resumes done");
+    assert!(disagreements.is_empty(), "{disagreements:#?}\n{logs}");
+    assert!(samples >= 20, "{samples} samples");
+    // Not vacuous: tasks were paused and resumed many times.
+    assert!(
+        paused >= 10 && resumed >= 10,
+        "paused {paused}, resumed {resumed}"
+    );
+    for r in db.list(&TaskFilter::default()).unwrap() {
+        assert_eq!(r.status, Status::Completed, "{r:?}\n{logs}");
+        assert_eq!(
+            (r.crash_count, r.error_message.as_deref()),
+            (0, None),
+            "{r:?}"
+        );
+        assert_eq!(
+            lifecycle::find_dirs(&layout, &r.uuid),
+            [ctxhost::layout::DirState::Completed],
+            "{r:?}"
+        );
+        let history = read_jsonl(
+            &env.contexts()
+                .join("completed")
+                .join(&r.uuid)
+                .join("messages.jsonl"),
+        );
+        assert_seq(&history);
+        assert_eq!(history.last().unwrap()["content"], "done");
+    }
+    assert_eq!(uuids.len(), TASKS);
+    env.ctxhost(&["fsck"]).ok();
+}
+
 /// 100 short tasks (a tool call, then an answer) on 8 parallel processes: all complete, no
 /// "database is locked", every counter exact.
 #[test]
@@ -1180,6 +1407,8 @@ crate::support::store::postgres_variants!(
     stop_ends_queued_running_and_paused_tasks,
     lifecycle_commands_validate_uuids,
     a_killed_task_is_recovered_and_completed,
+    a_task_that_fences_out_more_than_max_crashes_times_still_completes,
+    pause_resume_and_claims_keep_status_and_directory_in_agreement,
     a_hundred_tasks_on_eight_processes_keep_exact_counters,
     cleanup_deletes_old_directories_and_keeps_rows,
     fsck_finds_planted_faults_and_repairs_the_fixable_ones,

@@ -105,6 +105,12 @@ struct Worker {
 
 impl Worker {
     fn start(env: &TestEnv, host: &str, parallel: u32) -> Worker {
+        Worker::start_as(env, host, None, parallel)
+    }
+
+    /// A worker acting as host `host` with host identity `id` (`CTXHOST_HOST_ID`; `None`: this
+    /// machine's).
+    fn start_as(env: &TestEnv, host: &str, id: Option<&str>, parallel: u32) -> Worker {
         static N: AtomicUsize = AtomicUsize::new(0);
         let log = env.root().join(format!(
             "worker-{host}-{}.log",
@@ -114,6 +120,9 @@ impl Worker {
         let mut cmd = env
             .ctxhost_cmd(&["-v", "run", "--poll-ms", "20", "--max-parallel", &p])
             .cmd;
+        if let Some(id) = id {
+            cmd.env(ctxhost::host::HOST_ID_ENV, id);
+        }
         cmd.env(ctxhost::layout::HOSTNAME_ENV, host)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
@@ -365,6 +374,50 @@ fn a_killed_hosts_tasks_are_taken_over_after_the_lease_and_complete() {
         );
     }
     assert_eq!(uuids.len(), 12);
+    fsck_clean(&env);
+}
+
+/// Issue 25 item 3: two live hosts with the same host name (`twin`) but different host
+/// identities share the queue. Neither takes over the other's tasks (a pid of the other one is
+/// not checked here: its lease is), so every task runs exactly once with no crash; and the
+/// workers warn that the name is not unique.
+fn two_live_hosts_with_one_name_leave_each_others_tasks_alone() {
+    let llm = two_step_llm(Duration::from_millis(800));
+    let env = shared_env(&llm, 10);
+    queue(&env, 12);
+    let workers = [
+        Worker::start_as(&env, "twin", Some("machine-one"), 3),
+        Worker::start_as(&env, "twin", Some("machine-two"), 3),
+    ];
+    let all = wait_all_completed(&env, 300, &workers.iter().collect::<Vec<_>>());
+    let mut ids = BTreeSet::new();
+    for r in &all {
+        assert_eq!(
+            (r.crash_count, r.error_message.as_deref()),
+            (0, None),
+            "{r:?}"
+        );
+        assert_eq!(
+            (r.llm_call_count, r.tool_call_count, r.total_tokens),
+            (2, 1, 60),
+            "{r:?}"
+        );
+        assert_eq!(r.hostname.as_deref(), Some("twin"));
+        ids.insert(r.host_id.clone().unwrap());
+        check_dir(&env, &r.uuid);
+    }
+    assert_eq!(llm.request_count(), 24, "each task ran exactly once");
+    assert_eq!(
+        ids.into_iter().collect::<Vec<_>>(),
+        ["machine-one", "machine-two"],
+        "both hosts ran tasks"
+    );
+    let logs = format!("{}\n{}", workers[0].log(), workers[1].log());
+    assert!(
+        logs.contains("another worker runs tasks under this host name (twin)"),
+        "{logs}"
+    );
+    assert!(!logs.contains("is gone"), "{logs}");
     fsck_clean(&env);
 }
 
@@ -734,6 +787,7 @@ fn queue_on(env: &TestEnv, spec: &StoreSpec, n: usize) -> Vec<String> {
 store::postgres_variants!(
     two_hundred_tasks_on_three_hosts_run_exactly_once_with_exact_counters,
     a_killed_hosts_tasks_are_taken_over_after_the_lease_and_complete,
+    two_live_hosts_with_one_name_leave_each_others_tasks_alone,
     a_database_stopped_and_started_mid_run_loses_no_task,
     migrate_to_postgres_and_back_keeps_every_row,
     a_second_tree_and_a_bad_password_are_refused_without_showing_the_password,

@@ -59,6 +59,7 @@ fn claim(pid: u32) -> Claim {
     Claim {
         pid,
         hostname: "test-host".into(),
+        host_id: "test-host-id".into(),
         worker_id: WORKER.into(),
         lease: Duration::from_secs(3600),
         llm_provider: "openai".into(),

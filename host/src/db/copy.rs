@@ -189,6 +189,7 @@ fn row_values(r: &TaskRow) -> Vec<Value> {
         r.no_inherit,
         r.worker_id.as_deref(),
         r.lease_expires_at,
+        r.host_id.as_deref(),
     ]
 }
 

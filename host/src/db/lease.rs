@@ -22,6 +22,20 @@ pub struct Holder {
     pub process_id: Option<i64>,
     /// Its host.
     pub hostname: Option<String>,
+    /// Its host's identity ([`crate::host::host_id`]; `None` in rows older than schema 7).
+    pub host_id: Option<String>,
+}
+
+impl Holder {
+    /// The holder `row` records.
+    pub fn of(row: &super::TaskRow) -> Holder {
+        Holder {
+            worker_id: row.worker_id.clone(),
+            process_id: row.process_id,
+            hostname: row.hostname.clone(),
+            host_id: row.host_id.clone(),
+        }
+    }
 }
 
 /// A running task, for recovery: who holds it and whether the lease is still good.
@@ -71,14 +85,15 @@ impl Db {
         Ok(n == 1)
     }
 
-    /// Running tasks recovery looks at: those recorded on `hostname` (their process can be
-    /// checked here) and those, anywhere, whose lease expired or that hold none.
+    /// Running tasks recovery looks at: those recorded under host name `hostname` (their
+    /// process can be checked here if the host identity matches too, [`crate::host`]) and
+    /// those, anywhere, whose lease expired or that hold none.
     pub fn running_to_check(&self, hostname: &str) -> Result<Vec<RunningTask>, DbError> {
         let now = self.dialect().now_ms();
         let order = self.dialect().insert_order();
         self.query(
             &format!(
-                "SELECT uuid, worker_id, process_id, hostname, \
+                "SELECT uuid, worker_id, process_id, hostname, host_id, \
                  CASE WHEN lease_expires_at IS NULL OR lease_expires_at < {now} THEN 1 ELSE 0 END \
                  FROM tasks WHERE status = 'running' \
                  AND (hostname = ?1 OR lease_expires_at IS NULL OR lease_expires_at < {now}) \
@@ -94,16 +109,17 @@ impl Db {
                     worker_id: r.opt_text(1)?,
                     process_id: r.opt_int(2)?,
                     hostname: r.opt_text(3)?,
+                    host_id: r.opt_text(4)?,
                 },
-                expired: r.int(4)? != 0,
+                expired: r.int(5)? != 0,
             })
         })
         .collect()
     }
 
     /// Take over running task `uuid` from `seen` (its holder as read before): it becomes
-    /// held by `me` on `my_host` with no process, for `ttl`, while `me` repairs and settles
-    /// it. With `only_if_expired`, only when its lease has expired (on the server's clock).
+    /// held by `me` on `my_host` (host name and identity) with no process, for `ttl`, while
+    /// `me` repairs and settles it. With `only_if_expired`, only when its lease has expired (on the server's clock).
     /// One conditional `UPDATE`: of several recoverers, one wins. Returns whether this one
     /// did.
     pub fn take_over(
@@ -111,7 +127,7 @@ impl Db {
         uuid: &str,
         seen: &Holder,
         me: &str,
-        my_host: &str,
+        my_host: &crate::host::ThisHost,
         ttl: Duration,
         only_if_expired: bool,
     ) -> Result<bool, DbError> {
@@ -124,7 +140,7 @@ impl Db {
         let n = self.execute(
             &format!(
                 "UPDATE tasks SET worker_id = ?4, process_id = NULL, hostname = ?5, \
-                 lease_expires_at = {now} + ?6, updated_at = ?7 \
+                 lease_expires_at = {now} + ?6, updated_at = ?7, host_id = ?8 \
                  WHERE uuid = ?1 AND status = 'running' AND worker_id IS NOT DISTINCT FROM ?2 \
                  AND process_id IS NOT DISTINCT FROM ?3{expired}"
             ),
@@ -133,9 +149,10 @@ impl Db {
                 seen.worker_id.as_deref(),
                 seen.process_id,
                 me,
-                my_host,
+                my_host.name.as_str(),
                 millis(ttl),
-                now_rfc3339()
+                now_rfc3339(),
+                my_host.id.as_str()
             ],
         )?;
         Ok(n == 1)
@@ -167,18 +184,20 @@ mod tests {
                 worker_id: Some("h:1:test".into()),
                 process_id: Some(7),
                 hostname: Some("host-a".into()),
+                host_id: Some("h-id".into()),
             };
+            let host = |name: &str| crate::host::ThisHost { name: name.into(), id: format!("{name}-id") };
             // From another host: nothing to check until the lease expires.
             assert!(db.running_to_check("host-b").unwrap().is_empty());
-            assert!(!db.take_over("t", &seen, "b:2:x", "host-b", Duration::from_secs(5), true).unwrap());
+            assert!(!db.take_over("t", &seen, "b:2:x", &host("host-b"), Duration::from_secs(5), true).unwrap());
             std::thread::sleep(Duration::from_millis(400));
             let found = db.running_to_check("host-b").unwrap();
             assert_eq!(found.len(), 1);
             assert!(found[0].expired);
             assert_eq!(found[0].holder, seen);
             // Two recoverers: one wins.
-            assert!(db.take_over("t", &seen, "b:2:x", "host-b", Duration::from_secs(5), true).unwrap());
-            assert!(!db.take_over("t", &seen, "c:3:y", "host-c", Duration::from_secs(5), true).unwrap());
+            assert!(db.take_over("t", &seen, "b:2:x", &host("host-b"), Duration::from_secs(5), true).unwrap());
+            assert!(!db.take_over("t", &seen, "c:3:y", &host("host-c"), Duration::from_secs(5), true).unwrap());
             let r = db.get("t").unwrap().unwrap();
             assert_eq!((r.worker_id.as_deref(), r.process_id), (Some("b:2:x"), None));
             // The old holder cannot renew any more.

@@ -296,6 +296,10 @@ pub struct TaskRow {
     /// When the lease of a running task expires: milliseconds since the Unix epoch, on the
     /// database server's clock ([`lease`]).
     pub lease_expires_at: Option<i64>,
+    /// The identity of the host its task process ran on ([`crate::host::host_id`]; with
+    /// `hostname`, what tells whether its pid can be checked here); `None` in rows written
+    /// before schema version 7.
+    pub host_id: Option<String>,
 }
 
 /// Filter for [`Db::list`]. Rows come newest first.
@@ -356,7 +360,7 @@ pub(crate) const COLUMNS: &str = "uuid, task_source, owner, repo, task_type, tas
 completed_at, updated_at, process_id, hostname, llm_provider, model, context_length, llm_call_count, \
 tool_call_count, total_tokens, compression_count, error_message, \"user\", prompt, resume_count, crash_count, \
 pause_requested, stop_requested, pause_reason, files_deleted_at, cache_read_tokens, cache_creation_tokens, \
-no_inherit, worker_id, lease_expires_at";
+no_inherit, worker_id, lease_expires_at, host_id";
 
 impl Db {
     /// Open the task store of `spec` for the contexts tree at `contexts` (which must exist):
@@ -568,6 +572,7 @@ fn task_row(r: &SqlRow) -> Result<TaskRow, DbError> {
         no_inherit: r.int(31)? != 0,
         worker_id: r.opt_text(32)?,
         lease_expires_at: r.opt_int(33)?,
+        host_id: r.opt_text(34)?,
         uuid,
     })
 }
@@ -655,6 +660,7 @@ pub(crate) mod testing {
             no_inherit: false,
             worker_id: None,
             lease_expires_at: None,
+            host_id: None,
         }
     }
 

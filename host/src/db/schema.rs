@@ -4,7 +4,7 @@
 //! upgraded automatically when a store is opened ([`ensure`]).
 //!
 //! - SQLite: versioned by `PRAGMA user_version`; version 1 was the first table, each later
-//!   version an upgrade step ([`MIGRATE_V2`] ... [`MIGRATE_V6`]), run in one `BEGIN IMMEDIATE`
+//!   version an upgrade step ([`MIGRATE_V2`] ... [`MIGRATE_V7`]), run in one `BEGIN IMMEDIATE`
 //!   transaction that reads the version again (another process may be upgrading too).
 //! - PostgreSQL: versioned by `ctxhost_meta.schema_version`. PostgreSQL support began at
 //!   version 4 with the schema of that time ([`POSTGRES_V4`]: SQLite's version 3 plus the
@@ -19,7 +19,7 @@
 //! columns sort bytewise (`COLLATE "C"`, as SQLite compares text), and PostgreSQL has an
 //! identity column `seq` for insertion order where SQLite has its `rowid`.
 //!
-//! To add a column or table: a step for each backend (`MIGRATE_V7` in [`upgrade_sqlite`], a
+//! To add a column or table: a step for each backend (`MIGRATE_V8` in [`upgrade_sqlite`], a
 //! [`Step`] in [`POSTGRES_STEPS`], which may use `IF NOT EXISTS`), [`SCHEMA_VERSION`] bumped,
 //! and the column in [`crate::db::copy`] (which checks that a migration copied it).
 
@@ -30,8 +30,9 @@ use super::{Db, DbError};
 /// version 4 the task sources' `source_item` column and `publications` table; version 5
 /// `no_inherit` and an index on the task key; version 6 the lease (`worker_id`,
 /// `lease_expires_at`) and `ctxhost_meta` (on PostgreSQL, whose own step numbers differ, see
-/// the module docs, version 6 is the same schema).
-pub const SCHEMA_VERSION: i64 = 6;
+/// the module docs, version 6 is the same schema); version 7 `host_id` (the identity of a
+/// task process's host, [`crate::host`]), step 7 on both backends.
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// SQLite version 1: the `tasks` table and its indexes.
 pub(crate) const SCHEMA: &str = "
@@ -122,6 +123,11 @@ CREATE INDEX IF NOT EXISTS idx_tasks_status_created ON tasks(status, created_at)
 CREATE TABLE IF NOT EXISTS ctxhost_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
 ";
 
+/// SQLite version 6 → 7: the host identity of a running task's process.
+pub(crate) const MIGRATE_V7: &str = "
+ALTER TABLE tasks ADD COLUMN host_id TEXT;
+";
+
 /// PostgreSQL version 4, the first PostgreSQL schema (SQLite's version 3 plus the lease and
 /// `ctxhost_meta`); [`POSTGRES_STEPS`] follow it, for a new database as for an old one.
 pub(crate) const POSTGRES_V4: &str = r#"
@@ -178,7 +184,8 @@ pub(crate) struct Step {
 }
 
 /// The PostgreSQL upgrades after [`POSTGRES_V4`], in order: 5, the task sources (SQLite's
-/// [`MIGRATE_V4`]); 6, `no_inherit` and the task-key index (SQLite's [`MIGRATE_V5`]).
+/// [`MIGRATE_V4`]); 6, `no_inherit` and the task-key index (SQLite's [`MIGRATE_V5`]); 7,
+/// `host_id` (SQLite's [`MIGRATE_V7`]).
 pub(crate) const POSTGRES_STEPS: &[Step] = &[
     Step {
         version: 5,
@@ -209,6 +216,10 @@ CREATE TABLE IF NOT EXISTS publications (
 ALTER TABLE tasks ADD COLUMN IF NOT EXISTS no_inherit BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS idx_tasks_key ON tasks(task_source, owner, repo, task_type, task_id, status)
 ",
+    },
+    Step {
+        version: 7,
+        sql: "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS host_id TEXT",
     },
 ];
 
@@ -290,6 +301,9 @@ fn upgrade_sqlite(c: &rusqlite::Connection) -> rusqlite::Result<()> {
         if from < 6 && !has_lease {
             c.execute_batch(MIGRATE_V6)?;
         }
+        if from < 7 {
+            c.execute_batch(MIGRATE_V7)?;
+        }
         if v < SCHEMA_VERSION {
             c.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
         }
@@ -364,6 +378,7 @@ mod tests {
                 "DROP INDEX idx_tasks_source_item",
                 "ALTER TABLE tasks DROP COLUMN no_inherit",
                 "ALTER TABLE tasks DROP COLUMN source_item",
+                "ALTER TABLE tasks DROP COLUMN host_id",
                 "DROP TABLE publications",
             ] {
                 db.execute_raw(sql).unwrap();

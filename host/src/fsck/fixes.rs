@@ -92,11 +92,7 @@ pub(crate) fn repair_task(
             .map(|p| p.to_string())
             .unwrap_or_else(|| "?".into());
         let lost = Lost {
-            holder: Holder {
-                worker_id: row.worker_id.clone(),
-                process_id: row.process_id,
-                hostname: row.hostname.clone(),
-            },
+            holder: Holder::of(row),
             cause: if dead {
                 format!("task process {process} is gone (found by ctxhost fsck)")
             } else {
@@ -106,6 +102,7 @@ pub(crate) fn repair_task(
                 )
             },
             only_if_expired: !dead,
+            crash: true,
         };
         let me = Recoverer::new(lease);
         return Ok(

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use super::{Pass, Problem, ProblemKind, files, problem};
 use crate::db::{DB_FILE, Db, Dialect, Status, TaskRow};
-use crate::layout::{DELETING_PREFIX, DirState, Layout, hostname, parse_uuid};
+use crate::layout::{DELETING_PREFIX, DirState, Layout, parse_uuid};
 use crate::lifecycle::{self, DirFix};
 use crate::recovery::process_runs_task;
 
@@ -51,7 +51,8 @@ fn check_tree_modes(db: &Db, layout: &Layout, problems: &mut Vec<Problem>) {
 
 /// One read-only pass over the rows and the tree.
 pub(crate) fn check(db: &Db, layout: &Layout) -> anyhow::Result<Pass> {
-    let host = hostname();
+    let me = crate::host::ThisHost::current();
+    let host = &me.name;
     let rows: Vec<TaskRow> = db.list(&Default::default())?;
     let now_ms = db.now_ms()?;
     let mut problems = Vec::new();
@@ -112,7 +113,8 @@ pub(crate) fn check(db: &Db, layout: &Layout) -> anyhow::Result<Pass> {
         let uuid = row.uuid.as_str();
         with_row.insert(uuid.to_string());
         let states = found.get(uuid).cloned().unwrap_or_default();
-        let on_this_host = row.hostname.as_deref() == Some(host.as_str());
+        // Only a process of this very host (name and identity) can be checked here.
+        let on_this_host = me.recorded(row.hostname.as_deref(), row.host_id.as_deref());
         let expired = row.lease_expires_at.is_none_or(|t| t < now_ms);
         let alive = row.status == Status::Running
             && match (on_this_host, row.process_id) {

@@ -15,15 +15,22 @@
 //! ([`dir_rule`] and [`allowed`] are that table, as exhaustive matches.)
 //!
 //! # The one order of a transition
-//! [`apply`] always does, in this order:
+//! [`apply`] always does, in this order, all of it holding the tree lock ([`lock_tree`]):
 //! 1. files the new status needs, written in the directory where it is now (task_state.json
 //!    when the task pauses);
 //! 2. **the row**: one conditional `UPDATE` ([`row`]), the commit point. It decides races (two
 //!    processes claiming one task, a claim and a stop); when it does not match, nothing else
 //!    happens;
-//! 3. **the directory**, under the tree lock ([`lock_tree`]): moved (one `rename`, both folders
-//!    fsynced), created (a claimed task without a directory) or deleted (cleanup), to where
-//!    [`dir_rule`] keeps it for the new status.
+//! 3. **the directory**: moved (one `rename`, both folders fsynced), created (a claimed task
+//!    without a directory) or deleted (cleanup), to where [`dir_rule`] keeps it for the new
+//!    status.
+//!
+//! The lock spans the row and the directory so that no other transition comes between them:
+//! were the directory step taken later, on its own, a pause's move to `paused/` could land
+//! after a resume and the next claim had already put the task back in `running/`, leaving a
+//! running task without its directory there. So, under the lock, a task's row and directory
+//! always agree, but for the in-between state a crash leaves. (No statement holds a database
+//! transaction open while it waits for the lock, so the two cannot deadlock.)
 //!
 //! [`task_state`] is the pause record (task_state.json) step 1 writes.
 //!
@@ -106,6 +113,8 @@ pub struct Claim {
     pub pid: u32,
     /// This machine's host name ([`crate::layout::hostname`]).
     pub hostname: String,
+    /// This machine's identity ([`crate::host::host_id`]).
+    pub host_id: String,
     /// The worker that started the process (`hostname:pid:nonce`, [`crate::lease::WorkerId`]),
     /// or the process itself when it runs without one.
     pub worker_id: String,
@@ -131,11 +140,12 @@ impl Claim {
 
 #[cfg(test)]
 impl Claim {
-    /// A claim by `pid` of worker `h:1:test` on host `h`, provider openai, model `m`, lease 30 s.
+    /// A claim by `pid` of worker `h:1:test` on host `h` (identity `h-id`), provider openai, model `m`, lease 30 s.
     pub(crate) fn test(pid: u32) -> Claim {
         Claim {
             pid,
             hostname: "h".into(),
+            host_id: "h-id".into(),
             worker_id: "h:1:test".into(),
             lease: std::time::Duration::from_secs(30),
             llm_provider: "openai".into(),
@@ -190,7 +200,8 @@ pub enum Transition<'a> {
     },
     /// running → queued, paused, stopped or failed: recovery settles a task whose process died
     /// or whose lease expired, after taking it over ([`crate::db::Db::take_over`]); counts a
-    /// crash; a pause writes task_state.json first.
+    /// crash unless the process stopped itself (fenced out); a pause writes task_state.json
+    /// first.
     Recover {
         /// The recoverer holding the task (its worker id).
         worker_id: &'a str,
@@ -198,6 +209,8 @@ pub enum Transition<'a> {
         status: Status,
         /// What happened, for `error_message`.
         message: &'a str,
+        /// Count a crash (`crash_count` + 1).
+        crash: bool,
     },
     /// paused → queued (`ctxhost resume`); the directory stays in `paused/`.
     Resume,
@@ -358,17 +371,15 @@ pub struct Claimed {
 /// statement, safe across hosts), then put its directory in `running/` (back from `paused/`,
 /// or created) under the tree lock: a [`Transition::Claim`] of whichever task is next, with
 /// the same failpoint (`lifecycle:claim`). `None` when nothing is queued.
-pub fn claim_next(
-    db: &Db,
-    layout: &Layout,
-    claim: &Claim,
-) -> Result<Option<Claimed>, crate::db::DbError> {
+pub fn claim_next(db: &Db, layout: &Layout, claim: &Claim) -> anyhow::Result<Option<Claimed>> {
+    // The whole claim under the tree lock, as every transition ([`apply`]).
+    let lock = lock_tree(layout)?;
     let Some(uuid) = row::claim_next(db, claim)? else {
         return Ok(None);
     };
     crate::failpoint::kill_if_set("lifecycle:claim");
-    let placed = lock_tree(layout)
-        .and_then(|_lock| place_dir(layout, &uuid, Status::Running, false, "claim").map(|_| ()));
+    let placed = place_as_row_says(db, layout, &uuid, "claim").map(|_| ());
+    drop(lock);
     Ok(Some(Claimed {
         uuid,
         dir_error: placed.err(),
@@ -388,6 +399,12 @@ fn apply_inner(
         "transition {} is not in the table",
         t.name()
     );
+    // The whole transition under the tree lock: no other transition of any task can come
+    // between its row and its directory (see the module docs).
+    let _lock = match held {
+        Some(_) => None,
+        None => Some(lock_tree(layout)?),
+    };
     // 1. Files the new status needs.
     if t.to() == Some(Status::Paused) {
         write_pause_state(db, layout, uuid)?;
@@ -407,7 +424,8 @@ fn apply_inner(
             worker_id,
             status,
             message,
-        } => row::settle_crash(db, uuid, worker_id, *status, Some(message))?
+            crash,
+        } => row::settle_crash(db, uuid, worker_id, *status, Some(message), *crash)?
             .then_some(Status::Running),
         Transition::Resume => row::resume(db, uuid)?.then_some(Status::Paused),
         Transition::StopWaiting => row::stop_waiting(db, uuid)?,
@@ -424,19 +442,31 @@ fn apply_inner(
     };
     crate::failpoint::kill_if_set(&format!("lifecycle:{}", t.name()));
     // 3. The directory.
-    let to = t.to().unwrap_or(from);
-    let _lock = match held {
-        Some(_) => None,
-        None => Some(lock_tree(layout)?),
+    place_as_row_says(db, layout, uuid, t.name())?;
+    Ok(Some(from))
+}
+
+/// The directory half of a transition: put the directory of `uuid` where its row, read now,
+/// keeps it. Under the tree lock that is the status the transition just wrote; reading it
+/// again means that a directory step can never put a task where an older status kept it,
+/// even where the lock does not reach (see [`lock_tree`] on shared trees). The caller holds
+/// the tree lock.
+fn place_as_row_says(
+    db: &Db,
+    layout: &Layout,
+    uuid: &str,
+    what: &str,
+) -> anyhow::Result<Option<String>> {
+    let Some(row) = db.get(uuid)? else {
+        bail!("{what}: task {uuid} disappeared from the database");
     };
     place_dir(
         layout,
         uuid,
-        to,
-        matches!(t, Transition::DeleteFiles),
-        t.name(),
-    )?;
-    Ok(Some(from))
+        row.status,
+        row.files_deleted_at.is_some(),
+        what,
+    )
 }
 
 /// Make the directory of `uuid` agree with `status` (see [`dir_fix`]); returns what was done.
@@ -649,6 +679,7 @@ mod tests {
                 worker_id: "r",
                 status: Status::Queued,
                 message: "x",
+                crash: true,
             },
             Transition::Resume,
             Transition::StopWaiting,

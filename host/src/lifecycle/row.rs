@@ -7,17 +7,17 @@ use super::{Claim, Owner, Status};
 use crate::db::{Db, DbError, args, now_rfc3339};
 use crate::untrusted::{self, MAX_DB_ERROR_BYTES};
 
-/// The `SET` list of a claim: parameters `?1`..`?8` of [`claim_args`].
+/// The `SET` list of a claim: parameters `?1`..`?9` of [`claim_args`].
 fn claim_set(db: &Db) -> String {
     format!(
         "status = 'running', process_id = ?1, hostname = ?2, started_at = COALESCE(started_at, ?3), \
          updated_at = ?3, llm_provider = ?4, model = ?5, context_length = ?6, error_message = NULL, \
-         worker_id = ?7, lease_expires_at = {} + ?8",
+         worker_id = ?7, lease_expires_at = {} + ?8, host_id = ?9",
         db.dialect().now_ms()
     )
 }
 
-/// The parameters of [`claim_set`], then `extra` (`?9`...).
+/// The parameters of [`claim_set`], then `extra` (`?10`...).
 fn claim_args(claim: &Claim, extra: Option<&str>) -> Vec<crate::db::Value> {
     let mut a = args![
         i64::from(claim.pid),
@@ -27,7 +27,8 @@ fn claim_args(claim: &Claim, extra: Option<&str>) -> Vec<crate::db::Value> {
         claim.model.as_str(),
         claim.context_length,
         claim.worker_id.as_str(),
-        i64::try_from(claim.lease.as_millis()).unwrap_or(i64::MAX)
+        i64::try_from(claim.lease.as_millis()).unwrap_or(i64::MAX),
+        claim.host_id.as_str()
     ];
     a.extend(extra.map(crate::db::Value::from));
     a
@@ -39,13 +40,13 @@ fn bounded(message: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Queued → running for the process of `claim`: one atomic
-/// `UPDATE … SET status='running', process_id, hostname, worker_id, lease_expires_at, started_at …
+/// `UPDATE … SET status='running', process_id, hostname, host_id, worker_id, lease_expires_at, started_at …
 /// WHERE uuid=? AND status='queued'`. `started_at` keeps its first value on a resume. Returns
 /// whether this process won the claim.
 pub fn claim(db: &Db, uuid: &str, claim: &Claim) -> Result<bool, DbError> {
     let n = db.execute(
         &format!(
-            "UPDATE tasks SET {} WHERE uuid = ?9 AND status = 'queued'",
+            "UPDATE tasks SET {} WHERE uuid = ?10 AND status = 'queued'",
             claim_set(db)
         ),
         claim_args(claim, Some(uuid)),
@@ -112,8 +113,8 @@ pub fn finish(
 
 /// Running, taken over by recoverer `worker_id` (no process: [`Db::take_over`]) → `status`:
 /// `queued` (to run again), `paused` or `stopped` (a request that was pending), or `failed`,
-/// with `error_message`; counts the crash; final statuses get `completed_at`. Returns whether
-/// it changed.
+/// with `error_message`; counts the crash if `crash` (not for a process that fenced itself
+/// out); final statuses get `completed_at`. Returns whether it changed.
 ///
 /// [`Db::take_over`]: crate::db::Db::take_over
 pub fn settle_crash(
@@ -122,12 +123,13 @@ pub fn settle_crash(
     worker_id: &str,
     status: Status,
     error_message: Option<&str>,
+    crash: bool,
 ) -> Result<bool, DbError> {
     debug_assert!(status != Status::Running);
     let error_message = error_message.map(bounded);
     let n = db.execute(
         "UPDATE tasks SET status = ?3, error_message = ?4, updated_at = ?5, \
-         crash_count = crash_count + 1, \
+         crash_count = crash_count + ?7, \
          completed_at = CASE WHEN ?6 = 1 THEN ?5 ELSE completed_at END, \
          pause_requested = 0, \
          stop_requested = CASE WHEN ?6 = 1 THEN 0 ELSE stop_requested END \
@@ -138,7 +140,8 @@ pub fn settle_crash(
             status.as_str(),
             error_message.as_deref(),
             now_rfc3339(),
-            status.is_final()
+            status.is_final(),
+            i64::from(crash)
         ],
     )?;
     Ok(n == 1)
@@ -287,18 +290,15 @@ mod tests {
             db.insert_queued(&new_task("t")).unwrap();
             claim(&db, "t", &Claim::test(5)).unwrap();
             let seen = db.get("t").unwrap().unwrap();
-            let holder = crate::db::lease::Holder {
-                worker_id: seen.worker_id.clone(),
-                process_id: seen.process_id,
-                hostname: seen.hostname.clone(),
-            };
+            let holder = crate::db::lease::Holder::of(&seen);
+            let h = crate::host::ThisHost { name: "h".into(), id: "h-id".into() };
             let ttl = std::time::Duration::from_secs(30);
             // Not taken over: nothing to settle.
-            assert!(!settle_crash(&db, "t", "r:1:x", Status::Queued, Some("x")).unwrap());
-            assert!(db.take_over("t", &holder, "r:1:x", "h", ttl, false).unwrap());
-            assert!(!settle_crash(&db, "t", "r:2:y", Status::Queued, Some("x")).unwrap());
-            assert!(settle_crash(&db, "t", "r:1:x", Status::Queued, Some("died")).unwrap());
-            assert!(!settle_crash(&db, "t", "r:1:x", Status::Queued, Some("died")).unwrap());
+            assert!(!settle_crash(&db, "t", "r:1:x", Status::Queued, Some("x"), true).unwrap());
+            assert!(db.take_over("t", &holder, "r:1:x", &h, ttl, false).unwrap());
+            assert!(!settle_crash(&db, "t", "r:2:y", Status::Queued, Some("x"), true).unwrap());
+            assert!(settle_crash(&db, "t", "r:1:x", Status::Queued, Some("died"), true).unwrap());
+            assert!(!settle_crash(&db, "t", "r:1:x", Status::Queued, Some("died"), true).unwrap());
             let row = db.get("t").unwrap().unwrap();
             assert_eq!((row.status, row.crash_count), (Status::Queued, 1));
             assert_eq!(row.completed_at, None);
@@ -307,8 +307,8 @@ mod tests {
                 process_id: Some(7),
                 ..holder
             };
-            assert!(db.take_over("t", &holder, "r:1:x", "h", ttl, false).unwrap());
-            assert!(settle_crash(&db, "t", "r:1:x", Status::Failed, Some("gave up")).unwrap());
+            assert!(db.take_over("t", &holder, "r:1:x", &h, ttl, false).unwrap());
+            assert!(settle_crash(&db, "t", "r:1:x", Status::Failed, Some("gave up"), true).unwrap());
             let row = db.get("t").unwrap().unwrap();
             assert_eq!((row.status, row.crash_count), (Status::Failed, 2));
             assert!(row.completed_at.is_some());

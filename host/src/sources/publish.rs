@@ -293,17 +293,19 @@ pub struct Publisher<'a> {
     owner: String,
 }
 
-/// Whether the lease `owner` (`HOST/PID/NONCE`) belongs to a process of this host that is no
-/// longer alive.
+/// Whether the lease `owner` (`HOST/PID/NONCE/HOSTID`) belongs to a process of this host (same
+/// name and identity, [`crate::host::short_host_id`]: two live hosts may share a name) that is
+/// no longer alive. An owner of another host, or without an identity (written by an older
+/// ctxhost), is left to its lease's expiry.
 fn owner_is_dead(owner: &str) -> bool {
-    let mut parts = owner.split('/');
-    let (Some(host), Some(pid)) = (parts.next(), parts.next()) else {
+    let parts: Vec<&str> = owner.split('/').collect();
+    let [host, pid, _nonce, id] = parts[..] else {
         return false;
     };
     let Ok(pid) = pid.parse::<i32>() else {
         return false;
     };
-    if host != hostname() || pid <= 0 {
+    if host != hostname() || id != crate::host::short_host_id() || pid <= 0 {
         return false;
     }
     // SAFETY: signal 0 only checks for the process; nothing is sent.
@@ -312,14 +314,20 @@ fn owner_is_dead(owner: &str) -> bool {
 }
 
 impl<'a> Publisher<'a> {
-    /// A publisher of this process (lease identity `HOST/PID/NONCE`).
+    /// A publisher of this process (lease identity `HOST/PID/NONCE/HOSTID`).
     pub fn new(sources: &'a Sources, db: &'a Db, layout: &'a Layout) -> Publisher<'a> {
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         Publisher {
             sources,
             db,
             layout,
-            owner: format!("{}/{}/{}", hostname(), std::process::id(), &nonce[..8]),
+            owner: format!(
+                "{}/{}/{}/{}",
+                hostname(),
+                std::process::id(),
+                &nonce[..8],
+                crate::host::short_host_id()
+            ),
         }
     }
 
@@ -712,11 +720,16 @@ mod tests {
 
     #[test]
     fn only_dead_owners_of_this_host_are_dead() {
-        let me = format!("{}/{}/x", hostname(), std::process::id());
+        let (host, id) = (hostname(), crate::host::short_host_id());
+        let me = format!("{host}/{}/x/{id}", std::process::id());
         assert!(!owner_is_dead(&me));
-        assert!(!owner_is_dead("some-other-host/1/x"));
+        assert!(!owner_is_dead(&format!("some-other-host/1/x/{id}")));
         assert!(!owner_is_dead("garbage"));
         // A pid far above any pid_max (2^22) is not alive.
-        assert!(owner_is_dead(&format!("{}/2147483000/x", hostname())));
+        assert!(owner_is_dead(&format!("{host}/2147483000/x/{id}")));
+        // Issue 25 item 3: another live host with this name (another identity), or an owner
+        // of an older ctxhost (no identity): its pid means nothing here.
+        assert!(!owner_is_dead(&format!("{host}/2147483000/x/0123456789ab")));
+        assert!(!owner_is_dead(&format!("{host}/2147483000/x")));
     }
 }

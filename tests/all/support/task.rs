@@ -74,6 +74,7 @@ impl TaskBuilder {
         let claim = Claim {
             pid: DEAD_PID,
             hostname: hostname(),
+            host_id: ctxhost::host::host_id(),
             worker_id: WORKER_ID.into(),
             lease: std::time::Duration::from_secs(30),
             llm_provider: "openai".into(),
