@@ -37,6 +37,9 @@ pub struct ContextStorage {
     /// Longest wall time of one compression, LLM calls included, seconds (≥ 1). The
     /// compressor's own time is also bounded by `runtime.call_timeout_secs`.
     pub max_compression_secs: u64,
+    /// Once the context was compressed, offer the model the host's `history_search` and
+    /// `history_read` tools over the task's full history ([`crate::tools::history`]).
+    pub recall: bool,
 }
 
 /// Default summary prompt (contains the `{messages}` placeholder).
@@ -57,6 +60,7 @@ impl Default for ContextStorage {
             max_task_dir_mib: 1024,
             max_llm_calls_per_compression: 16,
             max_compression_secs: 600,
+            recall: true,
         }
     }
 }

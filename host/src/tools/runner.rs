@@ -21,6 +21,16 @@ pub trait ToolRunner {
     /// [`CallOutcome::Error`] says what failed. `Err` only when the task cannot go on (e.g. the
     /// tool's server is gone).
     fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError>;
+
+    /// The cap of one result in the context (estimated tokens), set by the agent loop when it
+    /// knows the window: a runner that bounds its own output to it may use it. Default: ignored.
+    fn set_max_output_tokens(&mut self, _max_output_tokens: u64) {}
+
+    /// The task's context was just compressed (a new context installed). Default: nothing.
+    /// Errors: the runner's files ([`ToolError::Io`]).
+    fn context_compressed(&mut self) -> Result<(), ToolError> {
+        Ok(())
+    }
 }
 
 /// The tool runner of a task without tools: every call gets a "no such tool" error result.
