@@ -306,11 +306,13 @@ impl Agent<'_> {
             .and_then(|bytes| String::from_utf8(bytes).ok())
             .map(|text| ctxhost_format::estimate_tokens(&text))
             .unwrap_or(0);
+        // The host's own tools (history_search, history_read) are left out of the result's
+        // share: a result does not shrink when they are added after a compression.
         let cap = self.config.tool_output_cap_for(
-            self.config
-                .llm
-                .context_length
-                .saturating_sub(self.tool_definition_tokens),
+            self.config.llm.context_length.saturating_sub(
+                self.tool_definition_tokens
+                    .saturating_sub(self.tools.host_definition_tokens()),
+            ),
         );
         ctx.tools().set_max_output_tokens(cap);
         self.tools.set_max_output_tokens(cap);

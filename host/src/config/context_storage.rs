@@ -37,7 +37,7 @@ pub struct ContextStorage {
     /// Longest wall time of one compression, LLM calls included, seconds (≥ 1). The
     /// compressor's own time is also bounded by `runtime.call_timeout_secs`.
     pub max_compression_secs: u64,
-    /// Once the context was compressed, offer the model the host's `history_search` and
+    /// Once a compression summarised messages, offer the model the host's `history_search` and
     /// `history_read` tools over the task's full history ([`crate::tools::history`]).
     pub recall: bool,
 }

@@ -44,7 +44,7 @@ context_storage:
   # refused; each is counted in the task's llm_call_count), and wall time, LLM calls included.
   max_llm_calls_per_compression: {max_llm_calls}
   max_compression_secs: {max_compress_secs}
-  # Once the context was compressed, offer the model history_search and history_read: the host
+  # Once a compression summarised messages, offer the model history_search and history_read: the host
   # answers them from the task's full history (messages.jsonl, tool-results/, summaries.jsonl).
   recall: {recall}
   # Prompt used for summaries; {{messages}} is replaced by the messages to summarise.

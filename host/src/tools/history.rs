@@ -1,6 +1,7 @@
 //! The history tools the host answers itself (issue 27): `history_search` and `history_read`
 //! over the task's own history ([`crate::history`]), offered to the model next to the MCP
-//! tools once the task's context has been compressed (`context_storage.recall`, on by default).
+//! tools once a compression of the task's context summarised messages (`context_storage.recall`,
+//! on by default).
 //!
 //! [`HistoryTools`] wraps the task's other [`ToolRunner`]: calls of its two tools are answered
 //! here, every other call goes to the wrapped runner. Either way the agent loop records the
@@ -28,25 +29,26 @@ pub fn definitions() -> Vec<Value> {
     vec![
         json!({"type": "function", "function": {
             "name": HISTORY_SEARCH,
-            "description": "Search this task's full history (messages before any compression, full tool outputs, summaries). Returns matching lines newest first: seq, role, tool, snippet.",
+            "description": "Search this task's full history (what compressions summarised, full tool outputs). Newest matches first.",
             "parameters": {"type": "object", "properties": {
-                "query": {"type": "string", "description": "Words (all must occur, any case), or a regular expression with regex=true."},
-                "regex": {"type": "boolean", "description": "Treat query as a regular expression."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": history::MAX_LIMIT, "description": format!("Most matches (default {DEFAULT_LIMIT}).")}
+                "query": {"type": "string", "description": "words (all required), or a regex if regex=true"},
+                "regex": {"type": "boolean"},
+                "limit": {"type": "integer"}
             }, "required": ["query"]}
         }}),
         json!({"type": "function", "function": {
             "name": HISTORY_READ,
-            "description": "Read this task's history messages from_seq..to_seq verbatim (JSON lines), e.g. what a summary replaced.",
+            "description": "Read this task's history messages from_seq..to_seq verbatim.",
             "parameters": {"type": "object", "properties": {
-                "from_seq": {"type": "integer", "minimum": 1},
-                "to_seq": {"type": "integer", "minimum": 1}
+                "from_seq": {"type": "integer"},
+                "to_seq": {"type": "integer"}
             }, "required": ["from_seq", "to_seq"]}
         }}),
     ]
 }
 
-/// Whether the task in `dir` has been compressed before (summaries.jsonl is not empty).
+/// Whether a compression of the task in `dir` summarised messages (summaries.jsonl is not
+/// empty).
 pub fn compressed_before(dir: &TaskDir) -> bool {
     dir.metadata(ctxhost_format::files::SUMMARIES)
         .ok()
@@ -238,9 +240,19 @@ impl ToolRunner for HistoryTools {
         self.inner.set_max_output_tokens(max_output_tokens);
     }
 
+    fn host_definition_tokens(&self) -> u64 {
+        if !self.active {
+            return self.inner.host_definition_tokens();
+        }
+        let text = serde_json::to_string_pretty(&definitions()).unwrap_or_default();
+        ctxhost_format::estimate_tokens(&text) + self.inner.host_definition_tokens()
+    }
+
     fn context_compressed(&mut self) -> Result<(), ToolError> {
         self.inner.context_compressed()?;
-        if self.enabled && !self.active {
+        // Offered once a compression summarised messages (a masking compression leaves every
+        // message in the context).
+        if self.enabled && !self.active && compressed_before(&self.dir) {
             self.activate()?;
         }
         Ok(())
@@ -273,6 +285,12 @@ mod tests {
         let search = ToolCall::new("c1", HISTORY_SEARCH, r#"{"query":"PORT"}"#);
         assert!(tools.call(&search).unwrap().is_error(), "not answered before either");
         tools.context_compressed().unwrap();
+        assert!(!tools.is_active(), "a compression without a summary (masking) does not offer them");
+        let summary = serde_json::json!({"id": 1, "start_seq": 1, "end_seq": 1, "summary": "s",
+            "original_tokens": 10, "summary_tokens": 1, "ratio": 0.1, "timestamp": "t"});
+        std::fs::write(tmp.path().join("summaries.jsonl"), format!("{summary}\n")).unwrap();
+        tools.context_compressed().unwrap();
+        assert!(tools.host_definition_tokens() > 0);
         assert_eq!(tools.tools_file().as_deref(), Some(TOOLS_JSON));
         let defs: Vec<Value> = serde_json::from_slice(&dir.read(TOOLS_JSON).unwrap()).unwrap();
         assert_eq!(defs.len(), 2);
@@ -296,7 +314,6 @@ mod tests {
         let other = ToolCall::new("c4", "read_file", "{}");
         assert!(tools.call(&other).unwrap().text().contains("no such tool"));
         // A resumed task that was compressed offers them at once; recall off never does.
-        std::fs::write(tmp.path().join("summaries.jsonl"), "{}\n").unwrap();
         let again = HistoryTools::new(Box::new(NoTools), &dir, true, None).unwrap();
         assert!(again.is_active());
         let mut off = HistoryTools::new(Box::new(NoTools), &dir, false, None).unwrap();

@@ -26,6 +26,13 @@ pub trait ToolRunner {
     /// knows the window: a runner that bounds its own output to it may use it. Default: ignored.
     fn set_max_output_tokens(&mut self, _max_output_tokens: u64) {}
 
+    /// Estimated tokens of the definitions (in [`ToolRunner::tools_file`]) of tools the host
+    /// answers itself: they take their share of the window, not of one tool result's cap, so
+    /// results keep their size when such tools are added mid-task. Default: 0.
+    fn host_definition_tokens(&self) -> u64 {
+        0
+    }
+
     /// The task's context was just compressed (a new context installed). Default: nothing.
     /// Errors: the runner's files ([`ToolError::Io`]).
     fn context_compressed(&mut self) -> Result<(), ToolError> {
