@@ -292,6 +292,7 @@ fn run_loop(
         task_tools,
         &dir,
         config.context_storage.recall,
+        config.llm.context_length,
         config.api_key().ok().flatten(),
     )?);
     let outcome = Agent::new(

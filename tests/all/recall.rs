@@ -172,7 +172,7 @@ fn a_task_compressed_three_times_gets_its_early_facts_back_from_the_history() {
         "context_storage:\n  base_dir: ./contexts\n  compression_threshold: 0.5\n  keep_recent_messages: 3\n  \
          summary_prompt: \"{MARK}\\n{{messages}}\"\n\
          llm:\n  provider: openai\n  base_url: \"{}\"\n  model: fake-model\n  api_key_env: \"\"\n  \
-         context_length: 2000\n  max_output_tokens: 200\n  timeout_secs: 20\n  max_retries: 1\n  max_backoff_secs: 1\n\
+         context_length: 3000\n  max_output_tokens: 200\n  timeout_secs: 20\n  max_retries: 1\n  max_backoff_secs: 1\n\
          plugins:\n  compressor: builtin:llm-summarizer\n\
          tools:\n  max_tool_output_tokens: 300\n\
          mcp_servers:\n  files:\n    command: node\n    args: [{:?}]\n",

@@ -47,6 +47,29 @@ pub fn definitions() -> Vec<Value> {
     ]
 }
 
+/// Estimated tokens of [`definitions`] as tools.json holds them.
+pub fn definition_tokens() -> u64 {
+    ctxhost_format::estimate_tokens(&serde_json::to_string_pretty(&definitions()).unwrap_or_default())
+}
+
+/// Whether the definitions take at most [`MAX_WINDOW_SHARE`] of a window of `context_length`
+/// tokens (logged when not: the tools are then not offered).
+fn fits_window(context_length: u64) -> bool {
+    let fits = definition_tokens() * MAX_WINDOW_SHARE.1 <= context_length * MAX_WINDOW_SHARE.0;
+    if !fits {
+        tracing::info!(
+            "the history tools are not offered: their definitions ({} tokens) would take more than a tenth of \
+             the window (llm.context_length {context_length})",
+            definition_tokens()
+        );
+    }
+    fits
+}
+
+/// Largest share of the window (numerator, denominator) the history tools' definitions may
+/// take: on a smaller window they are not offered (every token counts there).
+pub const MAX_WINDOW_SHARE: (u64, u64) = (1, 10);
+
 /// Whether a compression of the task in `dir` summarised messages (summaries.jsonl is not
 /// empty).
 pub fn compressed_before(dir: &TaskDir) -> bool {
@@ -75,17 +98,18 @@ impl HistoryTools {
         inner: Box<dyn ToolRunner>,
         dir: &TaskDir,
         enabled: bool,
+        context_length: u64,
         secret: Option<String>,
     ) -> Result<HistoryTools, ToolError> {
         let mut tools = HistoryTools {
             inner,
             dir: dir.clone(),
             active: false,
-            enabled,
+            enabled: enabled && fits_window(context_length),
             max_output_tokens: crate::config::MIN_TOOL_OUTPUT_CAP,
             secret,
         };
-        if enabled && compressed_before(dir) {
+        if tools.enabled && compressed_before(dir) {
             tools.activate()?;
         }
         Ok(tools)
@@ -244,8 +268,7 @@ impl ToolRunner for HistoryTools {
         if !self.active {
             return self.inner.host_definition_tokens();
         }
-        let text = serde_json::to_string_pretty(&definitions()).unwrap_or_default();
-        ctxhost_format::estimate_tokens(&text) + self.inner.host_definition_tokens()
+        definition_tokens() + self.inner.host_definition_tokens()
     }
 
     fn context_compressed(&mut self) -> Result<(), ToolError> {
@@ -279,7 +302,8 @@ mod tests {
         .collect();
         std::fs::write(tmp.path().join("messages.jsonl"), lines).unwrap();
         let mut tools =
-            HistoryTools::new(Box::new(NoTools), &dir, true, Some("sk-secret-123456".into())).unwrap();
+            HistoryTools::new(Box::new(NoTools), &dir, true, 8192, Some("sk-secret-123456".into()))
+                .unwrap();
         tools.set_max_output_tokens(1000);
         assert_eq!(tools.tools_file(), None, "not offered before a compression");
         let search = ToolCall::new("c1", HISTORY_SEARCH, r#"{"query":"PORT"}"#);
@@ -314,9 +338,13 @@ mod tests {
         let other = ToolCall::new("c4", "read_file", "{}");
         assert!(tools.call(&other).unwrap().text().contains("no such tool"));
         // A resumed task that was compressed offers them at once; recall off never does.
-        let again = HistoryTools::new(Box::new(NoTools), &dir, true, None).unwrap();
+        let again = HistoryTools::new(Box::new(NoTools), &dir, true, 8192, None).unwrap();
         assert!(again.is_active());
-        let mut off = HistoryTools::new(Box::new(NoTools), &dir, false, None).unwrap();
+        // Nor on a window where their definitions would take more than a tenth.
+        let small = definition_tokens() * 10 - 1;
+        assert!(!HistoryTools::new(Box::new(NoTools), &dir, true, small, None).unwrap().is_active());
+        assert!(HistoryTools::new(Box::new(NoTools), &dir, true, small + 1, None).unwrap().is_active());
+        let mut off = HistoryTools::new(Box::new(NoTools), &dir, false, 8192, None).unwrap();
         off.context_compressed().unwrap();
         assert!(!off.is_active());
     }
