@@ -28,33 +28,60 @@ const ERROR_LINE: &str = "error[E0425]: cannot find value `retry_budget` in this
 
 fn build(dir: &std::path::Path, mib: u64) {
     std::fs::create_dir_all(dir.join("tool-results")).unwrap();
-    let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(dir.join("messages.jsonl")).unwrap());
+    let mut out = BufWriter::with_capacity(
+        1 << 20,
+        std::fs::File::create(dir.join("messages.jsonl")).unwrap(),
+    );
     let target = mib * 1024 * 1024;
     let (mut written, mut seq, mut tool_seq) = (0u64, 0u64, 0u64);
     let filler = "lorem ipsum dolor sit amet ".repeat(36);
-    let mut line = |m: &ChatMessage, seq: u64, out: &mut BufWriter<std::fs::File>| -> u64 {
-        let text = serde_json::to_string(&HistoryLine::of(seq, m, "2026-12-01T00:00:00.000Z")).unwrap();
+    let line = |m: &ChatMessage, seq: u64, out: &mut BufWriter<std::fs::File>| -> u64 {
+        let text =
+            serde_json::to_string(&HistoryLine::of(seq, m, "2026-12-01T00:00:00.000Z")).unwrap();
         out.write_all(text.as_bytes()).unwrap();
         out.write_all(b"\n").unwrap();
         text.len() as u64 + 1
     };
     seq += 1;
-    written += line(&ChatMessage::text("system", "You are a coding agent."), seq, &mut out);
+    written += line(
+        &ChatMessage::text("system", "You are a coding agent."),
+        seq,
+        &mut out,
+    );
     seq += 1;
     written += line(&ChatMessage::text("user", "Fix the build."), seq, &mut out);
     seq += 1;
     written += line(
-        &ChatMessage::text("user", "Constraint: do not change the public API of src/engine/cache.rs."),
+        &ChatMessage::text(
+            "user",
+            "Constraint: do not change the public API of src/engine/cache.rs.",
+        ),
         seq,
         &mut out,
     );
     while written < target {
-        let call = ToolCall::new(format!("call_{seq}"), "read_file", format!(r#"{{"path":"src/file_{seq}.rs"}}"#));
+        let call = ToolCall::new(
+            format!("call_{seq}"),
+            "read_file",
+            format!(r#"{{"path":"src/file_{seq}.rs"}}"#),
+        );
         seq += 1;
-        written += line(&ChatMessage::assistant_calls(vec![call.clone()]), seq, &mut out);
+        written += line(
+            &ChatMessage::assistant_calls(vec![call.clone()]),
+            seq,
+            &mut out,
+        );
         tool_seq += 1;
         let content = if tool_seq % 500 == 1 {
-            let full = format!("{}\n{}\n --> src/net/retry_{tool_seq}.rs:41:9\n", filler.repeat(8), if tool_seq == 1 { ERROR_LINE } else { "warning: unused" });
+            let full = format!(
+                "{}\n{}\n --> src/net/retry_{tool_seq}.rs:41:9\n",
+                filler.repeat(8),
+                if tool_seq == 1 {
+                    ERROR_LINE
+                } else {
+                    "warning: unused"
+                }
+            );
             std::fs::write(dir.join(format!("tool-results/{tool_seq}.txt")), &full).unwrap();
             format!(
                 "{}\n\n[output cut: showing 100 of {} characters; the full output is in tool-results/{tool_seq}.txt]",
@@ -78,7 +105,11 @@ fn build(dir: &std::path::Path, mib: u64) {
         summaries.push('\n');
     }
     std::fs::write(dir.join("summaries.jsonl"), summaries).unwrap();
-    println!("built {} with {seq} messages, {} MiB", dir.display(), written >> 20);
+    println!(
+        "built {} with {seq} messages, {} MiB",
+        dir.display(),
+        written >> 20
+    );
 }
 
 fn query(dir: &std::path::Path) {
@@ -90,25 +121,48 @@ fn query(dir: &std::path::Path) {
     };
     timed("search words 'retry_budget' (whole history)", &|| {
         let f = history::search(&dir, &Query::words("retry_budget").unwrap(), 20).unwrap();
-        format!("{} match(es) in {} messages, first at seq {}", f.total, f.messages, f.hits[0].seq)
+        format!(
+            "{} match(es) in {} messages, first at seq {}",
+            f.total, f.messages, f.hits[0].seq
+        )
     });
     timed("search regex 'public API of \\S+' (whole history)", &|| {
         let f = history::search(&dir, &Query::regex(r"public API of \S+").unwrap(), 20).unwrap();
         format!("{} match(es), seq {}", f.total, f.hits[0].seq)
     });
-    timed("search words 'src/file_' limit 100 (every call matches)", &|| {
-        let f = history::search(&dir, &Query::words("src/file_").unwrap(), 100).unwrap();
-        format!("{} match(es), {} kept, newest seq {}", f.total, f.hits.len(), f.hits[0].seq)
-    });
+    timed(
+        "search words 'src/file_' limit 100 (every call matches)",
+        &|| {
+            let f = history::search(&dir, &Query::words("src/file_").unwrap(), 100).unwrap();
+            format!(
+                "{} match(es), {} kept, newest seq {}",
+                f.total,
+                f.hits.len(),
+                f.hits[0].seq
+            )
+        },
+    );
     let last = {
         let r = history::read(&dir, u64::MAX - 1, u64::MAX - 1, 100).unwrap();
         r.last_seq_seen
     };
-    for (name, from) in [("start", 1), ("middle", last / 2), ("end", last.saturating_sub(5))] {
-        timed(&format!("read from seq {from} ({name}), 4,000-token budget"), &|| {
-            let r = history::read(&dir, from, from + 1000, 4000).unwrap();
-            format!("seqs {:?}, {} bytes, continue from {:?}", r.seqs, r.text.len(), r.next)
-        });
+    for (name, from) in [
+        ("start", 1),
+        ("middle", last / 2),
+        ("end", last.saturating_sub(5)),
+    ] {
+        timed(
+            &format!("read from seq {from} ({name}), 4,000-token budget"),
+            &|| {
+                let r = history::read(&dir, from, from + 1000, 4000).unwrap();
+                format!(
+                    "seqs {:?}, {} bytes, continue from {:?}",
+                    r.seqs,
+                    r.text.len(),
+                    r.next
+                )
+            },
+        );
     }
 }
 
@@ -118,9 +172,17 @@ fn main() {
     let (mut mib, mut dir) = (1024u64, None::<PathBuf>);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--mib" => mib = args.next().expect("--mib N").parse().expect("--mib: a number"),
+            "--mib" => {
+                mib = args
+                    .next()
+                    .expect("--mib N")
+                    .parse()
+                    .expect("--mib: a number")
+            }
             "--dir" => dir = Some(args.next().expect("--dir PATH").into()),
-            other => panic!("unknown argument {other:?}; usage: bench_history build|query [--mib N] --dir PATH"),
+            other => panic!(
+                "unknown argument {other:?}; usage: bench_history build|query [--mib N] --dir PATH"
+            ),
         }
     }
     let dir = dir.expect("--dir PATH is required");

@@ -34,7 +34,12 @@ use fake_llm::{FakeLlm, RecordedRequest, Reply};
 use serde_json::{Value, json};
 
 const MARK: &str = "SUMMARISE-THIS";
-const KINDS: [&str; 4] = ["file path", "error line", "user constraint", "measured number"];
+const KINDS: [&str; 4] = [
+    "file path",
+    "error line",
+    "user constraint",
+    "measured number",
+];
 /// What the scripted model looks for, per kind of fact (also its history_search query).
 const PATTERNS: [&str; 4] = [
     r"src/mod_\d+/handler\.rs",
@@ -94,25 +99,39 @@ struct Script {
 }
 
 fn find(re: &str, text: &str) -> Option<String> {
-    regex::Regex::new(re).unwrap().find(text).map(|m| m.as_str().to_string())
+    regex::Regex::new(re)
+        .unwrap()
+        .find(text)
+        .map(|m| m.as_str().to_string())
 }
 
 fn handler(script: Arc<Mutex<Script>>) -> impl Fn(&RecordedRequest) -> Option<Reply> + Send + Sync {
     move |req| {
         let mut s = script.lock().unwrap();
         let messages = req.messages();
-        if messages.iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains(MARK))) {
+        if messages
+            .iter()
+            .any(|m| m["content"].as_str().is_some_and(|c| c.contains(MARK)))
+        {
             s.summaries += 1;
-            return Some(Reply::text(format!("summary {}: the agent read files.", s.summaries), Some((300, 12))));
+            return Some(Reply::text(
+                format!("summary {}: the agent read files.", s.summaries),
+                Some((300, 12)),
+            ));
         }
         s.loop_calls += 1;
         let read = |id: String, path: String| {
-            Reply::tool_calls(vec![(&id, "read_file", &json!({ "path": path }).to_string())], Some((400, 20)))
+            Reply::tool_calls(
+                vec![(&id, "read_file", &json!({ "path": path }).to_string())],
+                Some((400, 20)),
+            )
         };
         match s.loop_calls {
             1 => return Some(read("call_log".into(), "logs/build.log".into())),
             2 => return Some(read("call_bench".into(), "bench/latency.txt".into())),
-            n if s.summaries < 3 && n < 60 => return Some(read(format!("call_{n}"), format!("src/file_{n}.rs"))),
+            n if s.summaries < 3 && n < 60 => {
+                return Some(read(format!("call_{n}"), format!("src/file_{n}.rs")));
+            }
             _ => {}
         }
         if let Some(k) = s.asked.take() {
@@ -126,27 +145,40 @@ fn handler(script: Arc<Mutex<Script>>) -> impl Fn(&RecordedRequest) -> Option<Re
         }
         let context: String = messages
             .iter()
-            .map(|m| format!("{} {}\n", m["content"].as_str().unwrap_or(""), m["tool_calls"]))
+            .map(|m| {
+                format!(
+                    "{} {}\n",
+                    m["content"].as_str().unwrap_or(""),
+                    m["tool_calls"]
+                )
+            })
             .collect();
         let offered = req.body["tools"]
             .as_array()
             .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "history_search"));
-        for k in 0..4 {
+        for (k, pattern) in PATTERNS.iter().enumerate() {
             if s.answers[k].is_some() {
                 continue;
             }
-            if let Some(v) = find(PATTERNS[k], &context) {
+            if let Some(v) = find(pattern, &context) {
                 s.answers[k] = Some(v);
             } else if offered {
                 s.asked = Some(k);
                 s.searches += 1;
-                let args = json!({ "query": PATTERNS[k], "regex": true }).to_string();
-                return Some(Reply::tool_calls(vec![(&format!("ask_{k}"), "history_search", &args)], Some((400, 20))));
+                let args = json!({ "query": pattern, "regex": true }).to_string();
+                return Some(Reply::tool_calls(
+                    vec![(&format!("ask_{k}"), "history_search", &args)],
+                    Some((400, 20)),
+                ));
             } else {
                 s.answers[k] = Some("unknown".into());
             }
         }
-        let answer: Vec<String> = s.answers.iter().map(|a| a.clone().unwrap_or_default()).collect();
+        let answer: Vec<String> = s
+            .answers
+            .iter()
+            .map(|a| a.clone().unwrap_or_default())
+            .collect();
         Some(Reply::text(answer.join("\n"), Some((400, 30))))
     }
 }
@@ -177,8 +209,16 @@ fn run_task(ctxhost: &Path, i: usize, recall: bool) -> ([bool; 4], usize, usize)
     )
     .unwrap();
     let run = |args: &[&str]| {
-        let out = Command::new(ctxhost).args(args).current_dir(work.path()).output().unwrap();
-        assert!(out.status.success(), "ctxhost {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(ctxhost)
+            .args(args)
+            .current_dir(work.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ctxhost {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     run(&["init"]);
@@ -202,19 +242,32 @@ fn main() {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--ctxhost" => ctxhost = args.next().expect("--ctxhost PATH").into(),
-            "--tasks" => tasks = args.next().expect("--tasks N").parse().expect("--tasks: a number"),
-            other => panic!("unknown argument {other:?}; usage: bench_retention [--ctxhost PATH] [--tasks N]"),
+            "--tasks" => {
+                tasks = args
+                    .next()
+                    .expect("--tasks N")
+                    .parse()
+                    .expect("--tasks: a number")
+            }
+            other => panic!(
+                "unknown argument {other:?}; usage: bench_retention [--ctxhost PATH] [--tasks N]"
+            ),
         }
     }
-    println!("| model | context | tasks | compressions per task | {} | facts answered correctly |", KINDS.join(" | "));
+    let ctxhost =
+        std::fs::canonicalize(&ctxhost).unwrap_or_else(|e| panic!("{}: {e}", ctxhost.display()));
+    println!(
+        "| model | context | tasks | compressions per task | {} | facts answered correctly |",
+        KINDS.join(" | ")
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     for recall in [false, true] {
         let mut per_kind = [0usize; 4];
         let (mut compressions, mut searches) = (Vec::new(), 0);
         for i in 0..tasks {
             let (correct, c, n) = run_task(&ctxhost, i, recall);
-            for k in 0..4 {
-                per_kind[k] += correct[k] as usize;
+            for (count, ok) in per_kind.iter_mut().zip(correct) {
+                *count += ok as usize;
             }
             compressions.push(c);
             searches += n;
@@ -222,10 +275,18 @@ fn main() {
         let total: usize = per_kind.iter().sum();
         println!(
             "| scripted (fake LLM) | {} | {tasks} | {}–{} | {} | {total}/{} ({:.0} %) |",
-            if recall { format!("summaries + history tools ({searches} searches)") } else { "summaries only".into() },
+            if recall {
+                format!("summaries + history tools ({searches} searches)")
+            } else {
+                "summaries only".into()
+            },
             compressions.iter().min().unwrap(),
             compressions.iter().max().unwrap(),
-            per_kind.iter().map(|n| format!("{n}/{tasks}")).collect::<Vec<_>>().join(" | "),
+            per_kind
+                .iter()
+                .map(|n| format!("{n}/{tasks}"))
+                .collect::<Vec<_>>()
+                .join(" | "),
             4 * tasks,
             100.0 * total as f64 / (4 * tasks) as f64
         );

@@ -209,11 +209,17 @@ pub fn compact_framed(
     if let Some((id, seq)) = summary {
         let mark = summaries_before.0.unwrap_or(0);
         if let Err(e) = crate::compaction_record::record_replaced(task_dir, mark, id, seq) {
-            tracing::warn!("{}: what summary {id} replaced not recorded: {e:#}", task_dir.show(SUMMARIES));
+            tracing::warn!(
+                "{}: what summary {id} replaced not recorded: {e:#}",
+                task_dir.show(SUMMARIES)
+            );
         }
     }
     if recall && let Err(e) = crate::compaction_record::frame_summary(task_dir, &file) {
-        tracing::warn!("{}: the summary's note on history_read not added: {e:#}", task_dir.show(&file));
+        tracing::warn!(
+            "{}: the summary's note on history_read not added: {e:#}",
+            task_dir.show(&file)
+        );
     }
 
     // The host's check of current.jsonl is of the file about to be replaced (DESIGN §2: its

@@ -176,7 +176,9 @@ mod tests {
         let summary = summary_message(2, 9, "the agent read files.");
         std::fs::write(
             tmp.path().join("c.jsonl"),
-            line(&ChatMessage::text("system", "s")) + &line(&summary) + &line(&ChatMessage::text("user", "go")),
+            line(&ChatMessage::text("system", "s"))
+                + &line(&summary)
+                + &line(&ChatMessage::text("user", "go")),
         )
         .unwrap();
         assert!(frame_summary(&dir, "c.jsonl").unwrap());
@@ -193,7 +195,10 @@ mod tests {
              returns them verbatim, history_search finds a detail in them.]"
         );
         assert_eq!(lines[2], ChatMessage::text("user", "go"));
-        assert_eq!(parse_summary_range(lines[1].content.as_deref().unwrap()), Some((2, 9)));
+        assert_eq!(
+            parse_summary_range(lines[1].content.as_deref().unwrap()),
+            Some((2, 9))
+        );
     }
 
     #[test]
@@ -212,7 +217,9 @@ mod tests {
         let text: String = messages
             .iter()
             .enumerate()
-            .map(|(i, m)| serde_json::to_string(&HistoryLine::of(i as u64 + 1, m, "t")).unwrap() + "\n")
+            .map(|(i, m)| {
+                serde_json::to_string(&HistoryLine::of(i as u64 + 1, m, "t")).unwrap() + "\n"
+            })
             .collect();
         std::fs::write(tmp.path().join("messages.jsonl"), text).unwrap();
         let s = |id: u64, start: u64, end: u64| {
@@ -225,8 +232,15 @@ mod tests {
         std::fs::write(tmp.path().join(SUMMARIES), first.clone() + &s(2, 2, 4)).unwrap();
         assert!(record_replaced(&dir, first.len() as u64, 2, 7).unwrap());
         let text = std::fs::read_to_string(tmp.path().join(SUMMARIES)).unwrap();
-        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        assert_eq!(replaced_of(&lines[0]), None, "an earlier line is left as it was");
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            replaced_of(&lines[0]),
+            None,
+            "an earlier line is left as it was"
+        );
         assert_eq!(
             replaced_of(&lines[1]).unwrap(),
             Replaced {

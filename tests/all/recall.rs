@@ -12,7 +12,8 @@ use crate::support::{TestEnv, find_task_dir, read_jsonl};
 use serde_json::{Value, json};
 
 const MARK: &str = "SUMMARISE-THIS";
-const PROMPT: &str = "Fix the build. Constraint: do not change the public API of src/engine/cache.rs.";
+const PROMPT: &str =
+    "Fix the build. Constraint: do not change the public API of src/engine/cache.rs.";
 const ERROR_LINE: &str = "error[E0425]: cannot find value `retry_budget` in this scope";
 const ANSWER: &str = "error: error[E0425]: cannot find value `retry_budget` in this scope; at: src/net/retry.rs:41:9; \
                       p95: 183 ms; constraint: do not change the public API of src/engine/cache.rs.";
@@ -90,7 +91,10 @@ fn handler(script: Arc<Mutex<Script>>) -> impl Fn(&RecordedRequest) -> Option<Re
         let mut s = script.lock().unwrap();
         if is_summary_request(req) {
             s.summaries += 1;
-            return Some(Reply::text(format!("summary {}: the agent read files.", s.summaries), Some((300, 12))));
+            return Some(Reply::text(
+                format!("summary {}: the agent read files.", s.summaries),
+                Some((300, 12)),
+            ));
         }
         s.loop_calls += 1;
         let offered = req.body["tools"]
@@ -98,19 +102,27 @@ fn handler(script: Arc<Mutex<Script>>) -> impl Fn(&RecordedRequest) -> Option<Re
             .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "history_search"));
         s.offered.push(offered);
         let read = |id: &str, path: &str| {
-            Reply::tool_calls(vec![(id, "read_file", &json!({ "path": path }).to_string())], Some((400, 20)))
+            Reply::tool_calls(
+                vec![(id, "read_file", &json!({ "path": path }).to_string())],
+                Some((400, 20)),
+            )
         };
         match s.loop_calls {
             1 => return Some(read("call_log", "logs/build.log")),
             2 => return Some(read("call_bench", "bench/latency.txt")),
-            n if s.summaries < 3 && n < 40 => return Some(read(&format!("call_{n}"), &format!("src/file_{n}.rs"))),
+            n if s.summaries < 3 && n < 40 => {
+                return Some(read(&format!("call_{n}"), &format!("src/file_{n}.rs")));
+            }
             _ => {}
         }
         let messages = req.messages();
         if s.facts_in_context.is_none() {
             let text = serde_json::to_string(&messages).unwrap();
-            s.facts_in_context =
-                Some(["retry_budget", "183 ms", "Constraint:"].iter().any(|f| text.contains(f)));
+            s.facts_in_context = Some(
+                ["retry_budget", "183 ms", "Constraint:"]
+                    .iter()
+                    .any(|f| text.contains(f)),
+            );
         }
         s.questions += 1;
         // The three questions in one reply (parallel calls: their results stay together in the
@@ -119,7 +131,11 @@ fn handler(script: Arc<Mutex<Script>>) -> impl Fn(&RecordedRequest) -> Option<Re
             Reply::tool_calls(
                 vec![
                     ("recall_1", "history_search", r#"{"query":"retry_budget"}"#),
-                    ("recall_2", "history_search", r#"{"query":"p95 latency: \\d+ ms","regex":true}"#),
+                    (
+                        "recall_2",
+                        "history_search",
+                        r#"{"query":"p95 latency: \\d+ ms","regex":true}"#,
+                    ),
                     ("recall_3", "history_read", r#"{"from_seq":2,"to_seq":2}"#),
                 ],
                 Some((400, 20)),
@@ -186,9 +202,20 @@ fn a_task_compressed_three_times_gets_its_early_facts_back_from_the_history() {
     assert_eq!(row["status"], "completed", "{row}");
     let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
     let s = script.lock().unwrap();
-    assert!(s.summaries >= 3, "three compressions before the questions: {}", s.summaries);
-    assert_eq!(s.facts_in_context, Some(false), "no fact was left in the context");
-    assert!(!s.offered[0], "the history tools are not offered before a compression");
+    assert!(
+        s.summaries >= 3,
+        "three compressions before the questions: {}",
+        s.summaries
+    );
+    assert_eq!(
+        s.facts_in_context,
+        Some(false),
+        "no fact was left in the context"
+    );
+    assert!(
+        !s.offered[0],
+        "the history tools are not offered before a compression"
+    );
     assert!(*s.offered.last().unwrap(), "they are offered after it");
 
     // The answer was built from what the history tools returned.
@@ -207,7 +234,11 @@ fn a_task_compressed_three_times_gets_its_early_facts_back_from_the_history() {
             .unwrap()
             .to_string()
     };
-    let seq_of = |pred: &dyn Fn(&Value) -> bool| history.iter().find(|m| pred(m)).unwrap()["seq"].as_u64().unwrap();
+    let seq_of = |pred: &dyn Fn(&Value) -> bool| {
+        history.iter().find(|m| pred(m)).unwrap()["seq"]
+            .as_u64()
+            .unwrap()
+    };
     let log_seq = seq_of(&|m| m["tool_call_id"] == "call_log");
     let bench_seq = seq_of(&|m| m["tool_call_id"] == "call_bench");
     let messages_before = |id: &str| seq_of(&|m| m["tool_call_id"] == id) - 1;
@@ -236,14 +267,23 @@ fn a_task_compressed_three_times_gets_its_early_facts_back_from_the_history() {
     );
     let raw = std::fs::read_to_string(dir.join("messages.jsonl")).unwrap();
     let line_2 = raw.lines().nth(1).unwrap();
-    assert!(line_2.contains("Constraint: do not change the public API"), "{line_2}");
+    assert!(
+        line_2.contains("Constraint: do not change the public API"),
+        "{line_2}"
+    );
     assert_eq!(
         result("recall_3"),
         format!("messages.jsonl seq 2-2, verbatim:\n{line_2}\n[end of the range]")
     );
     // Counted like any tool call: the three history calls with the others.
     assert_eq!(row["tool_call_count"].as_u64().unwrap(), tools.len() as u64);
-    assert!(tools.iter().filter(|t| t["tool"] == "history_search").count() == 2);
+    assert!(
+        tools
+            .iter()
+            .filter(|t| t["tool"] == "history_search")
+            .count()
+            == 2
+    );
 
     // The summary in the context says what it covers and how to read it back.
     let current = read_jsonl(&dir.join("current.jsonl"));
@@ -265,16 +305,35 @@ fn a_task_compressed_three_times_gets_its_early_facts_back_from_the_history() {
     assert_eq!(elided[0]["tool"], "read_file");
     assert_eq!(elided[0]["bytes"], log.len() as u64);
     assert_eq!(elided[0]["full_text"], "tool-results/1.txt");
-    let paths: Vec<&str> = first["paths"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
-    assert!(paths.contains(&"src/engine/cache.rs") && paths.contains(&"logs/build.log"), "{paths:?}");
+    let paths: Vec<&str> = first["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(
+        paths.contains(&"src/engine/cache.rs") && paths.contains(&"logs/build.log"),
+        "{paths:?}"
+    );
     for (i, s) in summaries.iter().enumerate() {
         let c = &s["compaction"];
         let summary_seq = c["summary_seq"].as_u64().unwrap();
-        assert_eq!(history[summary_seq as usize - 1]["summary_id"], json!(i + 1));
-        assert_eq!(c["kept_start_seq"].as_u64().unwrap(), s["end_seq"].as_u64().unwrap() + 1);
+        assert_eq!(
+            history[summary_seq as usize - 1]["summary_id"],
+            json!(i + 1)
+        );
+        assert_eq!(
+            c["kept_start_seq"].as_u64().unwrap(),
+            s["end_seq"].as_u64().unwrap() + 1
+        );
         assert_eq!(c["kept_end_seq"].as_u64().unwrap(), summary_seq - 1);
     }
-    assert!(summaries[1]["compaction"]["new_start_seq"].as_u64().unwrap() > summaries[1]["start_seq"].as_u64().unwrap());
+    assert!(
+        summaries[1]["compaction"]["new_start_seq"]
+            .as_u64()
+            .unwrap()
+            > summaries[1]["start_seq"].as_u64().unwrap()
+    );
 
     // show --compactions lists each compression's range and summary.
     let shown = env.ctxhost(&["show", &uuid, "--compactions"]).ok().stdout();
@@ -288,20 +347,47 @@ fn a_task_compressed_three_times_gets_its_early_facts_back_from_the_history() {
             )),
             "{shown}"
         );
-        assert!(shown.contains(&format!("  | summary {}: the agent read files.", i + 1)), "{shown}");
+        assert!(
+            shown.contains(&format!("  | summary {}: the agent read files.", i + 1)),
+            "{shown}"
+        );
     }
-    assert!(shown.contains(&format!("tool results elided: {log_seq} read_file ({} bytes, tool-results/1.txt)", log.len())), "{shown}");
-    let listed = env.ctxhost(&["show", &uuid, "--compactions", "--json"]).ok().json();
+    assert!(
+        shown.contains(&format!(
+            "tool results elided: {log_seq} read_file ({} bytes, tool-results/1.txt)",
+            log.len()
+        )),
+        "{shown}"
+    );
+    let listed = env
+        .ctxhost(&["show", &uuid, "--compactions", "--json"])
+        .ok()
+        .json();
     assert_eq!(listed.as_array().unwrap().len(), summaries.len());
     assert_eq!(listed[0]["summary"], "summary 1: the agent read files.");
 
     // The dashboard's compaction page: each range and summary, next to the messages replaced.
     let d = Dashboard::start(&env, &[]);
-    let page = d.get(&format!("/tasks/{uuid}/compactions")).expect(200).body;
+    let page = d
+        .get(&format!("/tasks/{uuid}/compactions"))
+        .expect(200)
+        .body;
     assert!(page.contains("compression 1</strong>"), "{page}");
-    assert!(page.contains(&format!("#{}–#{}", summaries[2]["start_seq"], summaries[2]["end_seq"])), "{page}");
+    assert!(
+        page.contains(&format!(
+            "#{}–#{}",
+            summaries[2]["start_seq"], summaries[2]["end_seq"]
+        )),
+        "{page}"
+    );
     assert!(page.contains("summary 3: the agent read files."));
-    assert!(page.contains("Constraint: do not change the public API"), "the summarised prompt next to its summary");
-    let task_page = d.get(&format!("/tasks/{uuid}?view=summaries")).expect(200).body;
+    assert!(
+        page.contains("Constraint: do not change the public API"),
+        "the summarised prompt next to its summary"
+    );
+    let task_page = d
+        .get(&format!("/tasks/{uuid}?view=summaries"))
+        .expect(200)
+        .body;
     assert!(task_page.contains(&format!("/tasks/{uuid}/compactions")));
 }

@@ -899,7 +899,15 @@ impl Agent<'_> {
         let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
         let recall = self.config.context_storage.recall;
-        match compact_framed(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, false, recall) {
+        match compact_framed(
+            ctx.store(),
+            compressor,
+            &dir,
+            &cfg,
+            &now_rfc3339,
+            false,
+            recall,
+        ) {
             Ok(CompactionOutcome::NotNeeded) => Ok(true),
             Ok(CompactionOutcome::Compressed {
                 before_tokens,

@@ -439,7 +439,10 @@ fn counted(n: impl Into<i128>, one: &str, many: &str) -> String {
 /// `show --compactions`: the task's compaction record ([`crate::ops::compactions`]).
 fn show_compactions(env: &Env, uuid: &str, json: bool) -> anyhow::Result<ExitCode> {
     let Some((_, path)) = env.layout.find_task_dir(uuid) else {
-        anyhow::bail!("task {uuid} has no directory under {}", env.layout.root().display());
+        anyhow::bail!(
+            "task {uuid} has no directory under {}",
+            env.layout.root().display()
+        );
     };
     let dir = crate::task_dir::TaskDir::open(&path)
         .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;

@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
 
-use super::search::spilled_file;
 use super::HistoryError;
+use super::search::spilled_file;
 use crate::task_dir::TaskDir;
 
 /// Most file paths recorded per range (the first ones mentioned).
@@ -136,14 +136,22 @@ mod tests {
                 &call,
                 "yyy\n\n[output cut: showing 3 of 12345 characters; the full output is in tool-results/1.txt]",
             ),
-            ChatMessage::text("assistant", "Cargo.toml and ./scripts/run.sh, version 1.2.3"),
+            ChatMessage::text(
+                "assistant",
+                "Cargo.toml and ./scripts/run.sh, version 1.2.3",
+            ),
             ChatMessage::tool_result(&call, "short"),
         ];
         let text: String = messages
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                serde_json::to_string(&HistoryLine::of(i as u64 + 1, m, "2026-01-01T00:00:00.000Z")).unwrap()
+                serde_json::to_string(&HistoryLine::of(
+                    i as u64 + 1,
+                    m,
+                    "2026-01-01T00:00:00.000Z",
+                ))
+                .unwrap()
                     + "\n"
             })
             .collect();
@@ -161,7 +169,12 @@ mod tests {
         );
         assert_eq!(
             c.paths,
-            ["host/src/main.rs", "src/lib.rs", "Cargo.toml", "./scripts/run.sh"]
+            [
+                "host/src/main.rs",
+                "src/lib.rs",
+                "Cargo.toml",
+                "./scripts/run.sh"
+            ]
         );
         let c = coverage(&dir, 5, 9).unwrap();
         assert_eq!((c.messages, c.tool_results[0].bytes), (1, 5));

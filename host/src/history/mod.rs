@@ -71,7 +71,12 @@ impl HistoryError {
 
 /// `text` around byte range `at` as one line: at most `before` characters before and `after`
 /// characters after the match (the match whole), line breaks as spaces, `…` where cut.
-pub(crate) fn snippet(text: &str, at: std::ops::Range<usize>, before: usize, after: usize) -> String {
+pub(crate) fn snippet(
+    text: &str,
+    at: std::ops::Range<usize>,
+    before: usize,
+    after: usize,
+) -> String {
     let start = text[..at.start]
         .char_indices()
         .rev()

@@ -41,9 +41,16 @@ struct SeqOnly {
 /// The lines of messages.jsonl of `dir` with seq `from..=to`, as long as their estimated
 /// tokens stay within `max_tokens` (at least one line is given, cut if need be). Errors: `from`
 /// of 0 or after `to` (naming the argument), an unreadable file or line (naming it).
-pub fn read(dir: &TaskDir, from: u64, to: u64, max_tokens: u64) -> Result<ReadResult, HistoryError> {
+pub fn read(
+    dir: &TaskDir,
+    from: u64,
+    to: u64,
+    max_tokens: u64,
+) -> Result<ReadResult, HistoryError> {
     if from == 0 {
-        return Err(HistoryError::Argument("`from_seq` must be at least 1".into()));
+        return Err(HistoryError::Argument(
+            "`from_seq` must be at least 1".into(),
+        ));
     }
     if to < from {
         return Err(HistoryError::Argument(format!(
@@ -65,13 +72,18 @@ pub fn read(dir: &TaskDir, from: u64, to: u64, max_tokens: u64) -> Result<ReadRe
     let start = seek_before(&mut file, from).map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
     file.seek(SeekFrom::Start(start))
         .map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
-    let mut lines = LineReader::new(BufReader::with_capacity(64 * 1024, file), dir.show(MESSAGES))
-        .max_line_bytes(MAX_LINE_BYTES);
+    let mut lines = LineReader::new(
+        BufReader::with_capacity(64 * 1024, file),
+        dir.show(MESSAGES),
+    )
+    .max_line_bytes(MAX_LINE_BYTES);
     let budget = max_tokens.saturating_sub(bound::NOTE_RESERVE_TOKENS).max(1);
     let mut used = 0u64;
     while let Some((_, text)) = lines.next_line()? {
         let seq = serde_json::from_str::<SeqOnly>(text)
-            .map_err(|e| HistoryError::Argument(format!("{}: a line without a seq: {e}", dir.show(MESSAGES))))?
+            .map_err(|e| {
+                HistoryError::Argument(format!("{}: a line without a seq: {e}", dir.show(MESSAGES)))
+            })?
             .seq;
         result.last_seq_seen = seq;
         if seq < from {
@@ -125,8 +137,11 @@ pub fn for_each_line(
     let start = seek_before(&mut file, from).map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
     file.seek(SeekFrom::Start(start))
         .map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
-    let mut lines = LineReader::new(BufReader::with_capacity(64 * 1024, file), dir.show(MESSAGES))
-        .max_line_bytes(MAX_LINE_BYTES);
+    let mut lines = LineReader::new(
+        BufReader::with_capacity(64 * 1024, file),
+        dir.show(MESSAGES),
+    )
+    .max_line_bytes(MAX_LINE_BYTES);
     while let Some((_, line)) = lines.next_value::<ctxhost_format::HistoryLine>()? {
         if line.seq < from {
             continue;
@@ -173,7 +188,8 @@ mod tests {
         let lines: Vec<String> = (1..=n)
             .map(|seq| {
                 let m = ChatMessage::text("user", format!("message {seq} {}", "x".repeat(filler)));
-                serde_json::to_string(&HistoryLine::of(seq, &m, "2026-01-01T00:00:00.000Z")).unwrap()
+                serde_json::to_string(&HistoryLine::of(seq, &m, "2026-01-01T00:00:00.000Z"))
+                    .unwrap()
             })
             .collect();
         std::fs::write(dir.join(MESSAGES), lines.join("\n") + "\n").unwrap();
@@ -190,7 +206,13 @@ mod tests {
         assert_eq!((r.seqs, r.next), (Some((1500, 1502)), None));
         // A budget of about two lines: two given, continue from the third.
         let line_tokens = estimate_tokens(&lines[0]) + 1;
-        let r = read(&dir, 10, 20, 2 * line_tokens + bound::NOTE_RESERVE_TOKENS + 1).unwrap();
+        let r = read(
+            &dir,
+            10,
+            20,
+            2 * line_tokens + bound::NOTE_RESERVE_TOKENS + 1,
+        )
+        .unwrap();
         assert_eq!(r.seqs, Some((10, 11)));
         assert_eq!(r.next, Some(12));
         // Past the end: nothing, and how long the history is.
@@ -199,7 +221,11 @@ mod tests {
         // Every start is found by the bisection.
         for from in [1, 2, 999, 2999, 3000] {
             let r = read(&dir, from, from, 1000).unwrap();
-            assert_eq!(r.text, format!("{}\n", lines[from as usize - 1]), "from {from}");
+            assert_eq!(
+                r.text,
+                format!("{}\n", lines[from as usize - 1]),
+                "from {from}"
+            );
         }
         assert!(read(&dir, 0, 3, 100).is_err());
         assert!(read(&dir, 4, 3, 100).is_err());

@@ -103,7 +103,9 @@ fn build(pattern: &str, case_insensitive: bool) -> Result<regex::Regex, HistoryE
         .size_limit(REGEX_SIZE_LIMIT)
         .dfa_size_limit(REGEX_SIZE_LIMIT)
         .build()
-        .map_err(|e| HistoryError::Argument(format!("`query` is not a valid regular expression: {e}")))
+        .map_err(|e| {
+            HistoryError::Argument(format!("`query` is not a valid regular expression: {e}"))
+        })
 }
 
 /// Where a match was found.
@@ -209,7 +211,7 @@ pub fn search(dir: &TaskDir, query: &Query, limit: usize) -> Result<Found, Histo
         hits.push(hit);
     }
     // Newest first; a summary before the messages of the same seq (it cannot share one).
-    hits.sort_by(|a, b| b.seq.cmp(&a.seq));
+    hits.sort_by_key(|h| std::cmp::Reverse(h.seq));
     hits.truncate(limit);
     Ok(Found {
         hits,
@@ -218,7 +220,10 @@ pub fn search(dir: &TaskDir, query: &Query, limit: usize) -> Result<Found, Histo
     })
 }
 
-fn open(dir: &TaskDir, name: &str) -> Result<Option<LineReader<BufReader<std::fs::File>>>, HistoryError> {
+fn open(
+    dir: &TaskDir,
+    name: &str,
+) -> Result<Option<LineReader<BufReader<std::fs::File>>>, HistoryError> {
     match dir.open_read_if_exists(name) {
         Ok(Some(f)) => Ok(Some(
             LineReader::new(BufReader::with_capacity(64 * 1024, f), dir.show(name))
@@ -231,7 +236,11 @@ fn open(dir: &TaskDir, name: &str) -> Result<Option<LineReader<BufReader<std::fs
 
 /// The match of one history line: its cut tool result's full text, else its content, else
 /// its tool calls (`name(arguments)`).
-fn match_line(dir: &TaskDir, query: &Query, line: &HistoryLine) -> Result<Option<Hit>, HistoryError> {
+fn match_line(
+    dir: &TaskDir,
+    query: &Query,
+    line: &HistoryLine,
+) -> Result<Option<Hit>, HistoryError> {
     let tool_name = line.tool_name.clone().or_else(|| {
         line.tool_calls
             .as_ref()
@@ -245,7 +254,11 @@ fn match_line(dir: &TaskDir, query: &Query, line: &HistoryLine) -> Result<Option
         source,
         snippet: snippet(text, at, SNIPPET_BEFORE, SNIPPET_AFTER),
     };
-    if line.tool_name.as_deref().is_some_and(super::is_history_tool) {
+    if line
+        .tool_name
+        .as_deref()
+        .is_some_and(super::is_history_tool)
+    {
         return Ok(None);
     }
     let content = line.content.as_deref().unwrap_or("");
@@ -255,8 +268,11 @@ fn match_line(dir: &TaskDir, query: &Query, line: &HistoryLine) -> Result<Option
         let read = dir.open_read_if_exists(&file).and_then(|f| {
             f.map(|f| {
                 let mut bytes = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_RESULT_FILE_BYTES), &mut bytes)
-                    .map(|_| bytes)
+                std::io::Read::read_to_end(
+                    &mut std::io::Read::take(f, MAX_RESULT_FILE_BYTES),
+                    &mut bytes,
+                )
+                .map(|_| bytes)
             })
             .transpose()
         });
@@ -334,7 +350,7 @@ mod tests {
         assert!(Query::words("  ").is_err());
         let e = Query::regex("(unclosed").unwrap_err().to_string();
         assert!(e.contains("not a valid regular expression"), "{e}");
-        let e = Query::regex(&"a{1000}{1000}".to_string()).unwrap_err().to_string();
+        let e = Query::regex("a{1000}{1000}").unwrap_err().to_string();
         assert!(e.contains("regular expression"), "{e}");
     }
 
@@ -355,7 +371,10 @@ mod tests {
             tmp.path(),
             &[
                 line(1, ChatMessage::text("system", "be brief")),
-                line(2, ChatMessage::text("user", "Find the port. Keep PORT below 9000.")),
+                line(
+                    2,
+                    ChatMessage::text("user", "Find the port. Keep PORT below 9000."),
+                ),
                 line(3, ChatMessage::assistant_calls(vec![call.clone()])),
                 line(
                     4,
@@ -384,12 +403,26 @@ mod tests {
         assert_eq!(found.messages, 6);
         assert_eq!(
             found.hits[0].source,
-            HitSource::Summary { id: 1, start_seq: 2, end_seq: 5 }
+            HitSource::Summary {
+                id: 1,
+                start_seq: 2,
+                end_seq: 5
+            }
         );
-        assert_eq!(found.hits[1].source, HitSource::ToolResultFile("tool-results/2.txt".into()));
-        assert!(found.hits[1].snippet.contains("PORT=8421"), "{:?}", found.hits[1]);
+        assert_eq!(
+            found.hits[1].source,
+            HitSource::ToolResultFile("tool-results/2.txt".into())
+        );
+        assert!(
+            found.hits[1].snippet.contains("PORT=8421"),
+            "{:?}",
+            found.hits[1]
+        );
         assert_eq!(found.hits[1].tool_name.as_deref(), Some("read_file"));
-        assert_eq!(found.hits[2].snippet, r#"read_file({"path":"src/port.rs"})"#);
+        assert_eq!(
+            found.hits[2].snippet,
+            r#"read_file({"path":"src/port.rs"})"#
+        );
         // The limit keeps the newest; the total counts them all.
         let found = search(&dir, &Query::regex(r"PORT=\d+|below \d+").unwrap(), 1).unwrap();
         assert_eq!(found.hits.len(), 1);
@@ -405,7 +438,10 @@ mod tests {
             spilled_file("abc\n\n[output cut: x; the full output is in tool-results/12.txt]"),
             Some("tool-results/12.txt".into())
         );
-        assert_eq!(spilled_file("the full output is in tool-results/../x.txt]"), None);
+        assert_eq!(
+            spilled_file("the full output is in tool-results/../x.txt]"),
+            None
+        );
         assert_eq!(spilled_file("plain"), None);
     }
 }

@@ -46,14 +46,21 @@ pub fn compactions(dir: &TaskDir) -> anyhow::Result<Vec<Compaction>> {
     let Some(file) = dir.open_read_if_exists(SUMMARIES)? else {
         return Ok(out);
     };
-    let mut lines = LineReader::new(BufReader::new(file), dir.show(SUMMARIES)).max_line_bytes(MAX_LINE_BYTES);
+    let mut lines =
+        LineReader::new(BufReader::new(file), dir.show(SUMMARIES)).max_line_bytes(MAX_LINE_BYTES);
     while let Some((_, value)) = lines.next_value::<serde_json::Value>()? {
         let replaced = replaced_of(&value);
-        let summary: SummaryLine = serde_json::from_value(value)
-            .map_err(|e| anyhow::anyhow!("{}: a summary line that does not read: {e}", dir.show(SUMMARIES)))?;
+        let summary: SummaryLine = serde_json::from_value(value).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: a summary line that does not read: {e}",
+                dir.show(SUMMARIES)
+            )
+        })?;
         out.push(Compaction {
             summary_seq: replaced.as_ref().map(|r| r.summary_seq),
-            kept: replaced.as_ref().map(|r| (r.kept_start_seq, r.kept_end_seq)),
+            kept: replaced
+                .as_ref()
+                .map(|r| (r.kept_start_seq, r.kept_end_seq)),
             replaced,
             summary,
         });
@@ -63,7 +70,9 @@ pub fn compactions(dir: &TaskDir) -> anyhow::Result<Vec<Compaction>> {
         let seqs = summary_seqs(dir)?;
         for c in out.iter_mut().filter(|c| c.summary_seq.is_none()) {
             c.summary_seq = seqs.get(&c.summary.id).copied();
-            c.kept = c.summary_seq.map(|s| (c.summary.end_seq + 1, s.saturating_sub(1)));
+            c.kept = c
+                .summary_seq
+                .map(|s| (c.summary.end_seq + 1, s.saturating_sub(1)));
         }
     }
     Ok(out)
@@ -72,7 +81,8 @@ pub fn compactions(dir: &TaskDir) -> anyhow::Result<Vec<Compaction>> {
 fn summary_seqs(dir: &TaskDir) -> anyhow::Result<HashMap<u64, u64>> {
     let mut seqs = HashMap::new();
     if let Some(file) = dir.open_read_if_exists(MESSAGES)? {
-        let mut lines = LineReader::new(BufReader::new(file), dir.show(MESSAGES)).max_line_bytes(MAX_LINE_BYTES);
+        let mut lines = LineReader::new(BufReader::new(file), dir.show(MESSAGES))
+            .max_line_bytes(MAX_LINE_BYTES);
         while let Some((_, line)) = lines.next_value::<HistoryLine>()? {
             if let Some(id) = line.summary_id {
                 seqs.insert(id, line.seq);
@@ -84,7 +94,13 @@ fn summary_seqs(dir: &TaskDir) -> anyhow::Result<HashMap<u64, u64>> {
 
 /// The messages `from..=to` of messages.jsonl, at most `max` of them, each content cut to
 /// `max_chars` characters (for a view next to the summary). Errors name the file and line.
-pub fn messages(dir: &TaskDir, from: u64, to: u64, max: usize, max_chars: usize) -> anyhow::Result<Vec<HistoryLine>> {
+pub fn messages(
+    dir: &TaskDir,
+    from: u64,
+    to: u64,
+    max: usize,
+    max_chars: usize,
+) -> anyhow::Result<Vec<HistoryLine>> {
     let mut out = Vec::new();
     crate::history::for_each_line(dir, from, to, |line| {
         let mut line = line;
@@ -122,7 +138,9 @@ pub fn render(list: &[Compaction]) -> String {
             ));
         }
         match c.kept {
-            Some((a, b)) if a <= b => out.push_str(&format!("  kept verbatim: messages {a}\u{2013}{b}\n")),
+            Some((a, b)) if a <= b => {
+                out.push_str(&format!("  kept verbatim: messages {a}\u{2013}{b}\n"))
+            }
             Some(_) => out.push_str("  kept verbatim: none\n"),
             None => {}
         }
@@ -140,7 +158,10 @@ pub fn render(list: &[Compaction]) -> String {
                             t.seq,
                             terminal(t.tool.as_deref().unwrap_or("?")),
                             t.bytes,
-                            t.full_text.as_deref().map(|f| format!(", {f}")).unwrap_or_default()
+                            t.full_text
+                                .as_deref()
+                                .map(|f| format!(", {f}"))
+                                .unwrap_or_default()
                         )
                     })
                     .collect();

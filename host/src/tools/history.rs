@@ -49,7 +49,9 @@ pub fn definitions() -> Vec<Value> {
 
 /// Estimated tokens of [`definitions`] as tools.json holds them.
 pub fn definition_tokens() -> u64 {
-    ctxhost_format::estimate_tokens(&serde_json::to_string_pretty(&definitions()).unwrap_or_default())
+    ctxhost_format::estimate_tokens(
+        &serde_json::to_string_pretty(&definitions()).unwrap_or_default(),
+    )
 }
 
 /// Whether the definitions take at most [`MAX_WINDOW_SHARE`] of a window of `context_length`
@@ -143,7 +145,9 @@ impl HistoryTools {
             .into_iter()
             .find(|n| names.contains(n))
         {
-            tracing::warn!("an MCP tool is named `{clash}`: the host's history tools are not offered");
+            tracing::warn!(
+                "an MCP tool is named `{clash}`: the host's history tools are not offered"
+            );
             self.enabled = false;
             return Ok(());
         }
@@ -166,16 +170,26 @@ impl HistoryTools {
         let regex = match args.get("regex") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(HistoryError::Argument("`regex` must be true or false".into())),
+            Some(_) => {
+                return Err(HistoryError::Argument(
+                    "`regex` must be true or false".into(),
+                ));
+            }
         };
         let limit = match args.get("limit") {
             None | Some(Value::Null) => DEFAULT_LIMIT,
             Some(v) => v
                 .as_u64()
                 .map(|n| n.min(usize::MAX as u64) as usize)
-                .ok_or_else(|| HistoryError::Argument("`limit` must be a positive integer".into()))?,
+                .ok_or_else(|| {
+                    HistoryError::Argument("`limit` must be a positive integer".into())
+                })?,
         };
-        let query = if regex { Query::regex(text)? } else { Query::words(text)? };
+        let query = if regex {
+            Query::regex(text)?
+        } else {
+            Query::words(text)?
+        };
         let found = history::search(&self.dir, &query, limit)?;
         let mut out = format!(
             "{} of {} match(es) for {text:?} in {} messages, newest first:\n",
@@ -185,7 +199,14 @@ impl HistoryTools {
         );
         for h in &found.hits {
             let what = match (&h.source, &h.tool_name) {
-                (HitSource::Summary { id, start_seq, end_seq }, _) => {
+                (
+                    HitSource::Summary {
+                        id,
+                        start_seq,
+                        end_seq,
+                    },
+                    _,
+                ) => {
                     format!("summary {id} of messages {start_seq}-{end_seq}")
                 }
                 (HitSource::ToolResultFile(f), Some(t)) => format!("tool {t}, full output {f}"),
@@ -197,16 +218,18 @@ impl HistoryTools {
             out.push_str(&format!("seq {} ({what}): {}\n", h.seq, h.snippet));
         }
         if !found.hits.is_empty() {
-            out.push_str(&format!("Read whole messages with {HISTORY_READ}(from_seq, to_seq).\n"));
+            out.push_str(&format!(
+                "Read whole messages with {HISTORY_READ}(from_seq, to_seq).\n"
+            ));
         }
         Ok(out)
     }
 
     fn read(&self, args: &serde_json::Map<String, Value>) -> Result<String, HistoryError> {
         let seq = |name: &str| {
-            args.get(name)
-                .and_then(Value::as_u64)
-                .ok_or_else(|| HistoryError::Argument(format!("`{name}` (a positive integer) is required")))
+            args.get(name).and_then(Value::as_u64).ok_or_else(|| {
+                HistoryError::Argument(format!("`{name}` (a positive integer) is required"))
+            })
         };
         let (from, to) = (seq("from_seq")?, seq("to_seq")?);
         let r = history::read(&self.dir, from, to, self.max_output_tokens)?;
@@ -243,7 +266,11 @@ impl ToolRunner for HistoryTools {
         }
         let args = match parse_arguments(&call.function.arguments) {
             Ok(a) => a,
-            Err(m) => return Ok(CallOutcome::Error(format!("invalid arguments for tool `{name}`: {m}"))),
+            Err(m) => {
+                return Ok(CallOutcome::Error(format!(
+                    "invalid arguments for tool `{name}`: {m}"
+                )));
+            }
         };
         let result = if name == HISTORY_SEARCH {
             self.search(&args)
@@ -251,7 +278,9 @@ impl ToolRunner for HistoryTools {
             self.read(&args)
         };
         Ok(match result {
-            Ok(text) => CallOutcome::Success(crate::llm::redact::redact(&text, self.secret.as_deref())),
+            Ok(text) => {
+                CallOutcome::Success(crate::llm::redact::redact(&text, self.secret.as_deref()))
+            }
             Err(e) => CallOutcome::Error(crate::llm::redact::redact(
                 &format!("{name}: {e}"),
                 self.secret.as_deref(),
@@ -293,7 +322,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = TaskDir::open(tmp.path()).unwrap();
         let lines: String = [
-            ChatMessage::text("user", "The deploy key is sk-secret-123456 and the port is 8421."),
+            ChatMessage::text(
+                "user",
+                "The deploy key is sk-secret-123456 and the port is 8421.",
+            ),
             ChatMessage::text("assistant", "noted"),
         ]
         .iter()
@@ -301,15 +333,26 @@ mod tests {
         .map(|(i, m)| serde_json::to_string(&HistoryLine::of(i as u64 + 1, m, "t")).unwrap() + "\n")
         .collect();
         std::fs::write(tmp.path().join("messages.jsonl"), lines).unwrap();
-        let mut tools =
-            HistoryTools::new(Box::new(NoTools), &dir, true, 8192, Some("sk-secret-123456".into()))
-                .unwrap();
+        let mut tools = HistoryTools::new(
+            Box::new(NoTools),
+            &dir,
+            true,
+            8192,
+            Some("sk-secret-123456".into()),
+        )
+        .unwrap();
         tools.set_max_output_tokens(1000);
         assert_eq!(tools.tools_file(), None, "not offered before a compression");
         let search = ToolCall::new("c1", HISTORY_SEARCH, r#"{"query":"PORT"}"#);
-        assert!(tools.call(&search).unwrap().is_error(), "not answered before either");
+        assert!(
+            tools.call(&search).unwrap().is_error(),
+            "not answered before either"
+        );
         tools.context_compressed().unwrap();
-        assert!(!tools.is_active(), "a compression without a summary (masking) does not offer them");
+        assert!(
+            !tools.is_active(),
+            "a compression without a summary (masking) does not offer them"
+        );
         let summary = serde_json::json!({"id": 1, "start_seq": 1, "end_seq": 1, "summary": "s",
             "original_tokens": 10, "summary_tokens": 1, "ratio": 0.1, "timestamp": "t"});
         std::fs::write(tmp.path().join("summaries.jsonl"), format!("{summary}\n")).unwrap();
@@ -327,7 +370,12 @@ mod tests {
         );
         let read = ToolCall::new("c2", HISTORY_READ, r#"{"from_seq":2,"to_seq":9}"#);
         let text = tools.call(&read).unwrap();
-        assert!(text.text().starts_with("messages.jsonl seq 2-2, verbatim:\n{\"seq\":2,"), "{}", text.text());
+        assert!(
+            text.text()
+                .starts_with("messages.jsonl seq 2-2, verbatim:\n{\"seq\":2,"),
+            "{}",
+            text.text()
+        );
         assert!(text.text().ends_with("[end of the range]"));
         let bad = ToolCall::new("c3", HISTORY_READ, r#"{"from_seq":"x"}"#);
         assert_eq!(
@@ -342,8 +390,16 @@ mod tests {
         assert!(again.is_active());
         // Nor on a window where their definitions would take more than a tenth.
         let small = definition_tokens() * 10 - 1;
-        assert!(!HistoryTools::new(Box::new(NoTools), &dir, true, small, None).unwrap().is_active());
-        assert!(HistoryTools::new(Box::new(NoTools), &dir, true, small + 1, None).unwrap().is_active());
+        assert!(
+            !HistoryTools::new(Box::new(NoTools), &dir, true, small, None)
+                .unwrap()
+                .is_active()
+        );
+        assert!(
+            HistoryTools::new(Box::new(NoTools), &dir, true, small + 1, None)
+                .unwrap()
+                .is_active()
+        );
         let mut off = HistoryTools::new(Box::new(NoTools), &dir, false, 8192, None).unwrap();
         off.context_compressed().unwrap();
         assert!(!off.is_active());

@@ -51,7 +51,12 @@ struct CompactionsPage {
     items: Vec<CompactionView>,
 }
 
-fn view(state: &AppState, uuid: &str, dir: &crate::task_dir::TaskDir, c: &Compaction) -> Result<CompactionView, WebError> {
+fn view(
+    state: &AppState,
+    uuid: &str,
+    dir: &crate::task_dir::TaskDir,
+    c: &Compaction,
+) -> Result<CompactionView, WebError> {
     let r = &state.redactor;
     let s = &c.summary;
     let from = c.new_start_seq();
@@ -84,11 +89,19 @@ fn view(state: &AppState, uuid: &str, dir: &crate::task_dir::TaskDir, c: &Compac
                     t.seq,
                     t.tool.as_deref().unwrap_or("?"),
                     t.bytes,
-                    t.full_text.as_deref().map(|f| format!(" (full text: {f})")).unwrap_or_default()
+                    t.full_text
+                        .as_deref()
+                        .map(|f| format!(" (full text: {f})"))
+                        .unwrap_or_default()
                 ))
             })
             .collect(),
-        paths: c.replaced.iter().flat_map(|x| &x.paths).map(|p| r.redact(p)).collect(),
+        paths: c
+            .replaced
+            .iter()
+            .flat_map(|x| &x.paths)
+            .map(|p| r.redact(p))
+            .collect(),
         more: if (messages.len() as u64) < total {
             format!("the first {} of {total} messages", messages.len())
         } else {
@@ -103,9 +116,12 @@ fn view(state: &AppState, uuid: &str, dir: &crate::task_dir::TaskDir, c: &Compac
                     .tool_name
                     .clone()
                     .or_else(|| {
-                        m.tool_calls
-                            .as_ref()
-                            .map(|c| c.iter().map(|c| c.function.name.as_str()).collect::<Vec<_>>().join(", "))
+                        m.tool_calls.as_ref().map(|c| {
+                            c.iter()
+                                .map(|c| c.function.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        })
                     })
                     .unwrap_or_default(),
                 content: r.redact(m.content.as_deref().unwrap_or("")),
