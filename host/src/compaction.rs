@@ -169,6 +169,22 @@ pub fn compact(
     now: &dyn Fn() -> String,
     force: bool,
 ) -> Result<CompactionOutcome, CompactionError> {
+    compact_framed(store, compressor, task_dir, config, now, force, false)
+}
+
+/// [`compact`]; with `recall` (`context_storage.recall`), the summary message of the new
+/// context also says how to read the messages it replaced
+/// ([`crate::compaction_record::frame_summary`]). Either way the summary's line in
+/// summaries.jsonl records what it replaced ([`crate::compaction_record::record_replaced`]).
+pub fn compact_framed(
+    store: &mut MessageStore,
+    compressor: &mut Compressor,
+    task_dir: &TaskDir,
+    config: &CompressConfig,
+    now: &dyn Fn() -> String,
+    force: bool,
+    recall: bool,
+) -> Result<CompactionOutcome, CompactionError> {
     let before_tokens = store.current_token_count()?;
     if !force && !compressor.should_compress(before_tokens, config)? {
         return Ok(CompactionOutcome::NotNeeded);
@@ -181,7 +197,7 @@ pub fn compact(
     // summaries.jsonl as it was before the compressor ran: a compression that is not installed
     // leaves no summary line behind (nothing in messages.jsonl would refer to it).
     let summaries_before = SummariesMark::take(task_dir)?;
-    let (file, summary_id) = compress_and_check(
+    let (file, summary) = compress_and_check(
         store,
         compressor,
         task_dir,
@@ -191,6 +207,24 @@ pub fn compact(
         before_tokens,
     )
     .inspect_err(|_| summaries_before.restore(task_dir))?;
+    let summary_id = summary.map(|(id, _)| id);
+    // What the compression replaced and how to get it back: additions to what the compressor
+    // wrote, so a failure is logged and the compression goes on.
+    if let Some((id, seq)) = summary {
+        let mark = summaries_before.0.unwrap_or(0);
+        if let Err(e) = crate::compaction_record::record_replaced(task_dir, mark, id, seq) {
+            tracing::warn!(
+                "{}: what summary {id} replaced not recorded: {e:#}",
+                task_dir.show(SUMMARIES)
+            );
+        }
+    }
+    if recall && let Err(e) = crate::compaction_record::frame_summary(task_dir, &file) {
+        tracing::warn!(
+            "{}: the summary's note on history_read not added: {e:#}",
+            task_dir.show(&file)
+        );
+    }
 
     // The host's check of current.jsonl is of the file about to be replaced (DESIGN §2: its
     // checkpoint is deleted first; the next check reads the new file whole).
@@ -218,8 +252,8 @@ pub fn compact(
 
 /// Steps 2–4 up to the summary's record: run `compress`, check the file it returned against
 /// current.jsonl (`current_name`, `before_tokens`), and append the summary to messages.jsonl.
-/// Returns the new context's file name and the summary's id; on any error the returned file
-/// is deleted (the caller takes back summaries.jsonl).
+/// Returns the new context's file name and the summary's id and seq in messages.jsonl; on
+/// any error the returned file is deleted (the caller takes back summaries.jsonl).
 fn compress_and_check(
     store: &mut MessageStore,
     compressor: &mut Compressor,
@@ -228,7 +262,7 @@ fn compress_and_check(
     now: &dyn Fn() -> String,
     current_name: &str,
     before_tokens: u64,
-) -> Result<(String, Option<u64>), CompactionError> {
+) -> Result<(String, Option<(u64, u64)>), CompactionError> {
     let component = compressor.component().to_string();
     // What the directory held before the compressor ran: a rejected context file is deleted
     // only when the compressor created it.
@@ -296,12 +330,13 @@ fn compress_and_check(
                 });
             }
             let message = ChatMessage::text("assistant", summary.summary.clone());
-            store.record_summary(&message, summary.id, &now())?;
+            let added = store.record_summary(&message, summary.id, &now())?;
+            return Ok(Some((summary.id, added.seq)));
         }
-        Ok(())
+        Ok(None)
     })();
     match checked {
-        Ok(()) => Ok((file, result.summary.map(|s| s.id))),
+        Ok(summary) => Ok((file, summary)),
         Err(e) => {
             // Only a file this step created: one that was there before (a file of the
             // component's own, or one it rewrote) stays.

@@ -286,7 +286,7 @@ fn run_loop(
         ctx.planning().clone(),
         Agent::strategy_config(config),
     );
-    let mut tools: Box<dyn ToolRunner> = if config.mcp_servers.is_empty() {
+    let task_tools: Box<dyn ToolRunner> = if config.mcp_servers.is_empty() {
         Box::new(NoTools)
     } else {
         Box::new(crate::tools::McpTools::start(
@@ -295,6 +295,14 @@ fn run_loop(
             &dir,
         )?)
     };
+    // The host's history tools, offered once the context was compressed (issue 27).
+    let mut tools: Box<dyn ToolRunner> = Box::new(crate::tools::HistoryTools::new(
+        task_tools,
+        &dir,
+        config.context_storage.recall,
+        config.llm.context_length,
+        config.api_key().ok().flatten(),
+    )?);
     let outcome = Agent::new(
         config,
         &mut format,

@@ -31,6 +31,7 @@ mod operators;
 mod plugin_check;
 mod plugin_sdk;
 mod plugin_select;
+mod recall;
 mod request_snapshots;
 mod request_write_path;
 mod resume_checkpoints;

@@ -57,7 +57,7 @@ use ctxhost_format::files::{CURRENT, MESSAGES, REQUEST, RESPONSE};
 use ctxhost_format::planning::{Hook, bounded};
 use ctxhost_format::{ChatMessage, ToolCall, ToolStatus};
 
-use crate::compaction::{CompactionError, CompactionOutcome, compact};
+use crate::compaction::{CompactionError, CompactionOutcome, compact_framed};
 use crate::config::Config;
 use crate::db::now_rfc3339;
 use crate::invariants::arguments_error;
@@ -199,21 +199,7 @@ impl Agent<'_> {
     /// error, a strategy's refused decision, step limit).
     pub fn run(&mut self, ctx: &mut TaskContext) -> anyhow::Result<Outcome> {
         self.start(ctx)?;
-        self.tool_definition_tokens = self
-            .tools
-            .tools_file()
-            .and_then(|f| ctx.dir().read(&f).ok())
-            .and_then(|bytes| String::from_utf8(bytes).ok())
-            .map(|text| ctxhost_format::estimate_tokens(&text))
-            .unwrap_or(0);
-        // A tool result gets its share of what the tool definitions leave of the window.
-        let cap = self.config.tool_output_cap_for(
-            self.config
-                .llm
-                .context_length
-                .saturating_sub(self.tool_definition_tokens),
-        );
-        ctx.tools().set_max_output_tokens(cap);
+        self.read_tool_definitions(ctx);
         let max_steps = self.config.agent.max_steps;
         let mut steps = ctx.steps_done();
         if ctx.history_ends_with_summary() {
@@ -307,6 +293,47 @@ impl Agent<'_> {
                 }
             };
         }
+    }
+
+    /// Estimate the tool definitions sent with every request (the messages get the window
+    /// minus these) and give a tool result its share of what they leave of the window. Done
+    /// when the loop starts and when the offered tools change (after a compression).
+    fn read_tool_definitions(&mut self, ctx: &mut TaskContext) {
+        self.tool_definition_tokens = self
+            .tools
+            .tools_file()
+            .and_then(|f| ctx.dir().read(&f).ok())
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .map(|text| ctxhost_format::estimate_tokens(&text))
+            .unwrap_or(0);
+        // The host's own tools (history_search, history_read) are left out of the result's
+        // share: a result does not shrink when they are added after a compression.
+        let cap = self.config.tool_output_cap_for(
+            self.config.llm.context_length.saturating_sub(
+                self.tool_definition_tokens
+                    .saturating_sub(self.tools.host_definition_tokens()),
+            ),
+        );
+        ctx.tools().set_max_output_tokens(cap);
+        self.tools.set_max_output_tokens(cap);
+    }
+
+    /// A compression was installed (`before` → `after` tokens, its summary's id when it made
+    /// one): count it ([`record_compaction`]) and tell the tool runner, which may offer more
+    /// tools from now on (the history tools).
+    fn compressed(
+        &mut self,
+        ctx: &mut TaskContext,
+        before: u64,
+        after: u64,
+        summary_id: Option<u64>,
+    ) -> anyhow::Result<()> {
+        record_compaction(ctx, before, after, summary_id)?;
+        self.tools
+            .context_compressed()
+            .context("offering the history tools after the compression")?;
+        self.read_tool_definitions(ctx);
+        Ok(())
     }
 
     /// Where a task picks up from its files (module doc).
@@ -772,20 +799,21 @@ impl Agent<'_> {
         };
         let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
-        match compact(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, true) {
+        let recall = self.config.context_storage.recall;
+        match compact_framed(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, true, recall) {
             Ok(CompactionOutcome::Compressed {
                 after_tokens,
                 summary_id,
                 ..
             }) => {
-                record_compaction(ctx, tokens, after_tokens, summary_id)?;
+                self.compressed(ctx, tokens, after_tokens, summary_id)?;
                 tracing::info!(uuid = %ctx.uuid(), before_tokens = tokens, after_tokens, "context compressed after the provider's answer");
                 self.restate_plan(ctx)?;
                 Ok(true)
             }
             Ok(CompactionOutcome::NotNeeded) => Ok(true),
             Err(CompactionError::StillOverThreshold { tokens: after, .. }) => {
-                record_compaction(ctx, tokens, after, None)?;
+                self.compressed(ctx, tokens, after, None)?;
                 tracing::warn!(uuid = %ctx.uuid(), tokens = after, "compressed, still over the threshold of the smaller window; sending it");
                 Ok(true)
             }
@@ -874,7 +902,16 @@ impl Agent<'_> {
         };
         let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
-        match compact(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, false) {
+        let recall = self.config.context_storage.recall;
+        match compact_framed(
+            ctx.store(),
+            compressor,
+            &dir,
+            &cfg,
+            &now_rfc3339,
+            false,
+            recall,
+        ) {
             Ok(CompactionOutcome::NotNeeded) => Ok(true),
             Ok(CompactionOutcome::Compressed {
                 before_tokens,
@@ -882,7 +919,7 @@ impl Agent<'_> {
                 summary_id,
             }) => {
                 self.compaction_failures = 0;
-                record_compaction(ctx, before_tokens, after_tokens, summary_id)?;
+                self.compressed(ctx, before_tokens, after_tokens, summary_id)?;
                 let summaries = ctx.summaries().count().unwrap_or(0);
                 tracing::info!(uuid = %ctx.uuid(), before_tokens, after_tokens, summary = ?summary_id, summaries, "context compressed");
                 crate::failpoint::kill_if_set("agent:compressed");
@@ -898,7 +935,7 @@ impl Agent<'_> {
             ) => {
                 // The smaller context is installed and valid; count it.
                 self.compaction_failures = 0;
-                record_compaction(ctx, before_tokens, tokens, None)?;
+                self.compressed(ctx, before_tokens, tokens, None)?;
                 if self.fits_window(tokens) {
                     tracing::warn!(uuid = %ctx.uuid(), tokens, "{e}; it still fits the window: going on");
                     return Ok(true);

@@ -44,6 +44,10 @@ pub struct ShowArgs {
     /// them until the task is no longer queued or running (wherever it runs).
     #[arg(long)]
     pub follow: bool,
+    /// List each compression instead: the messages it summarised, the summary, what it kept
+    /// verbatim, the tool results it elided and the paths mentioned (with --json: an array).
+    #[arg(long, conflicts_with = "follow")]
+    pub compactions: bool,
 }
 
 /// `ctxhost stats` arguments.
@@ -197,6 +201,9 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     let (db, row) = env.open_task(&args.uuid)?;
     if args.follow {
         return super::follow::show_follow(env, &db, &row.uuid, args.json);
+    }
+    if args.compactions {
+        return show_compactions(env, &row.uuid, args.json);
     }
     let report = crate::ops::show::show(&db, &env.layout, &row.uuid, args.messages)?;
     if args.json {
@@ -468,4 +475,23 @@ pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
 fn counted(n: impl Into<i128>, one: &str, many: &str) -> String {
     let n = n.into();
     format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `show --compactions`: the task's compaction record ([`crate::ops::compactions`]).
+fn show_compactions(env: &Env, uuid: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let Some((_, path)) = env.layout.find_task_dir(uuid) else {
+        anyhow::bail!(
+            "task {uuid} has no directory under {}",
+            env.layout.root().display()
+        );
+    };
+    let dir = crate::task_dir::TaskDir::open(&path)
+        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+    let list = crate::ops::compactions::compactions(&dir)?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&list)?);
+    } else {
+        outln!("{}", crate::ops::compactions::render(&list).trim_end());
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -40,6 +40,9 @@ pub struct ContextStorage {
     /// Longest wall time of one compression, LLM calls included, seconds (≥ 1). The
     /// compressor's own time is also bounded by `runtime.call_timeout_secs`.
     pub max_compression_secs: u64,
+    /// Once a compression summarised messages, offer the model the host's `history_search` and
+    /// `history_read` tools over the task's full history ([`crate::tools::history`]).
+    pub recall: bool,
 }
 
 /// Default of `max_files_per_call`: far more than any component needs in one call (a
@@ -66,6 +69,7 @@ impl Default for ContextStorage {
             max_files_per_call: DEFAULT_MAX_FILES_PER_CALL,
             max_llm_calls_per_compression: 16,
             max_compression_secs: 600,
+            recall: true,
         }
     }
 }

@@ -47,6 +47,9 @@ context_storage:
   # refused; each is counted in the task's llm_call_count), and wall time, LLM calls included.
   max_llm_calls_per_compression: {max_llm_calls}
   max_compression_secs: {max_compress_secs}
+  # Once a compression summarised messages, offer the model history_search and history_read: the host
+  # answers them from the task's full history (messages.jsonl, tool-results/, summaries.jsonl).
+  recall: {recall}
   # Prompt used for summaries; {{messages}} is replaced by the messages to summarise.
   summary_prompt: |-
 {summary}
@@ -209,6 +212,7 @@ sources: {{}}
             max_files = d.context_storage.max_files_per_call,
             max_llm_calls = d.context_storage.max_llm_calls_per_compression,
             max_compress_secs = d.context_storage.max_compression_secs,
+            recall = d.context_storage.recall,
             store = d.plugins.message_store,
             compressor = d.plugins.compressor,
             strategy = d.plugins.strategy,

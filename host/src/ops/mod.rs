@@ -15,6 +15,7 @@
 //! (`run`), [`crate::cleanup::cleanup`], [`crate::fsck::fsck`], [`crate::plugin_check::run`],
 //! [`crate::task_process::run`] (`task-exec`), and the database reads of `tasks` / `stats`.
 
+pub mod compactions;
 pub mod control;
 pub mod follow;
 pub mod init;

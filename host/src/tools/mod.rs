@@ -9,6 +9,8 @@
 //! - [`bound`]: cutting long output on a character boundary.
 //! - [`runner`]: [`ToolRunner`], the agent loop's seam for tools: [`McpTools`] over all of the
 //!   above, or [`NoTools`].
+//! - [`history`]: [`HistoryTools`], the host's own `history_search` / `history_read` over the
+//!   task's history, wrapped around either once the context was compressed.
 //!
 //! The task process creates one [`McpTools`] when `mcp_servers` is configured: it starts the
 //! servers, writes `tools.json` for the request format, runs each call, and stops the servers
@@ -17,6 +19,7 @@
 pub mod bound;
 pub mod config;
 pub mod error;
+pub mod history;
 pub mod naming;
 pub mod registry;
 pub mod runner;
@@ -24,6 +27,7 @@ pub mod server;
 
 pub use config::{McpServerConfig, ToolsConfig};
 pub use error::ToolError;
+pub use history::HistoryTools;
 pub use registry::{TOOL_DEFINITIONS_FILE, ToolInfo, ToolRegistry};
 pub use runner::{McpTools, NoTools, ToolRunner, no_such_tool_text};
 

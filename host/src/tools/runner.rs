@@ -21,6 +21,23 @@ pub trait ToolRunner {
     /// [`CallOutcome::Error`] says what failed. `Err` only when the task cannot go on (e.g. the
     /// tool's server is gone).
     fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError>;
+
+    /// The cap of one result in the context (estimated tokens), set by the agent loop when it
+    /// knows the window: a runner that bounds its own output to it may use it. Default: ignored.
+    fn set_max_output_tokens(&mut self, _max_output_tokens: u64) {}
+
+    /// Estimated tokens of the definitions (in [`ToolRunner::tools_file`]) of tools the host
+    /// answers itself: they take their share of the window, not of one tool result's cap, so
+    /// results keep their size when such tools are added mid-task. Default: 0.
+    fn host_definition_tokens(&self) -> u64 {
+        0
+    }
+
+    /// The task's context was just compressed (a new context installed). Default: nothing.
+    /// Errors: the runner's files ([`ToolError::Io`]).
+    fn context_compressed(&mut self) -> Result<(), ToolError> {
+        Ok(())
+    }
 }
 
 /// The tool runner of a task without tools: every call gets a "no such tool" error result.

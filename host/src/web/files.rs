@@ -143,6 +143,12 @@ pub fn open_task_dir(layout: &Layout, uuid: &str) -> Option<TaskDir> {
 }
 
 impl TaskDir {
+    /// The host's handle on the directory (for readers of the task's history, such as the
+    /// compaction record).
+    pub fn handle(&self) -> &task_dir::TaskDir {
+        &self.dir
+    }
+
     /// Open `file` for reading. `None` when it is missing, a symlink (at any level), or not a
     /// regular file.
     pub fn open(&self, file: &TaskFile) -> Option<File> {

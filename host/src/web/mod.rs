@@ -8,6 +8,7 @@
 //! | `GET /tasks` | task list: status filter, search, sort, paging, counts by status (live) |
 //! | `GET /tasks/{uuid}` | task page: row, metadata, context chart, and one of the views `messages`, `context`, `summaries`, `tools`, `calls`, `planning`, paged by byte offsets |
 //! | `GET /tasks/{uuid}/messages/{offset}` | one message of messages.jsonl in full |
+//! | `GET /tasks/{uuid}/compactions` | each compression: range, summary next to the messages it replaced, what was kept |
 //! | `GET /tasks/{uuid}/files/{name}` | a task file (request.json, response.json, …) in windows of bytes |
 //! | `GET /tasks/{uuid}/tool-results/{seq}` | a tool call's full (spilled) output |
 //! | `POST /tasks/{uuid}/{pause,resume,stop,retry}` | actions (CSRF token required) |
@@ -25,6 +26,7 @@ mod actions;
 mod assets;
 mod call_series;
 mod charts;
+mod compactions;
 mod events;
 mod files;
 mod pager;
@@ -84,6 +86,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/tasks", get(pages::tasks))
         .route("/tasks/{uuid}", get(pages::task))
         .route("/tasks/{uuid}/messages/{offset}", get(pages::message))
+        .route("/tasks/{uuid}/compactions", get(compactions::page))
         .route("/tasks/{uuid}/files/{name}", get(pages::file))
         .route("/tasks/{uuid}/tool-results/{seq}", get(pages::tool_result))
         .route("/tasks/{uuid}/pause", post(actions::pause))

@@ -1,0 +1,407 @@
+//! The history tools the host answers itself (issue 27): `history_search` and `history_read`
+//! over the task's own history ([`crate::history`]), offered to the model next to the MCP
+//! tools once a compression of the task's context summarised messages (`context_storage.recall`,
+//! on by default).
+//!
+//! [`HistoryTools`] wraps the task's other [`ToolRunner`]: calls of its two tools are answered
+//! here, every other call goes to the wrapped runner. Either way the agent loop records the
+//! call in tools.jsonl and bounds its result like any tool's ([`crate::task::ToolStore`]); the
+//! text given back has the API key redacted ([`crate::llm::redact`]).
+
+use ctxhost_format::ToolCall;
+use ctxhost_format::files::TOOL_DEFINITIONS as TOOLS_JSON;
+use serde_json::{Value, json};
+
+use super::registry::parse_arguments;
+use super::{CallOutcome, ToolError, ToolRunner};
+use crate::history::{self, HistoryError, HitSource, Query};
+use crate::task_dir::TaskDir;
+
+/// Name of the search tool.
+pub const HISTORY_SEARCH: &str = history::SEARCH_TOOL;
+/// Name of the read tool.
+pub const HISTORY_READ: &str = history::READ_TOOL;
+/// Matches `history_search` returns when the model gives no limit.
+pub const DEFAULT_LIMIT: usize = 20;
+
+/// The two tools' OpenAI definitions.
+pub fn definitions() -> Vec<Value> {
+    vec![
+        json!({"type": "function", "function": {
+            "name": HISTORY_SEARCH,
+            "description": "Search this task's full history (what compressions summarised, full tool outputs). Newest matches first.",
+            "parameters": {"type": "object", "properties": {
+                "query": {"type": "string", "description": "words (all required), or a regex if regex=true"},
+                "regex": {"type": "boolean"},
+                "limit": {"type": "integer"}
+            }, "required": ["query"]}
+        }}),
+        json!({"type": "function", "function": {
+            "name": HISTORY_READ,
+            "description": "Read this task's history messages from_seq..to_seq verbatim.",
+            "parameters": {"type": "object", "properties": {
+                "from_seq": {"type": "integer"},
+                "to_seq": {"type": "integer"}
+            }, "required": ["from_seq", "to_seq"]}
+        }}),
+    ]
+}
+
+/// Estimated tokens of [`definitions`] as tools.json holds them.
+pub fn definition_tokens() -> u64 {
+    ctxhost_format::estimate_tokens(
+        &serde_json::to_string_pretty(&definitions()).unwrap_or_default(),
+    )
+}
+
+/// Whether the definitions take at most [`MAX_WINDOW_SHARE`] of a window of `context_length`
+/// tokens (logged when not: the tools are then not offered).
+fn fits_window(context_length: u64) -> bool {
+    let fits = definition_tokens() * MAX_WINDOW_SHARE.1 <= context_length * MAX_WINDOW_SHARE.0;
+    if !fits {
+        tracing::info!(
+            "the history tools are not offered: their definitions ({} tokens) would take more than a tenth of \
+             the window (llm.context_length {context_length})",
+            definition_tokens()
+        );
+    }
+    fits
+}
+
+/// Largest share of the window (numerator, denominator) the history tools' definitions may
+/// take: on a smaller window they are not offered (every token counts there).
+pub const MAX_WINDOW_SHARE: (u64, u64) = (1, 10);
+
+/// Whether a compression of the task in `dir` summarised messages (summaries.jsonl is not
+/// empty).
+pub fn compressed_before(dir: &TaskDir) -> bool {
+    dir.metadata(ctxhost_format::files::SUMMARIES)
+        .ok()
+        .flatten()
+        .is_some_and(|m| m.len() > 0)
+}
+
+/// The task's tool runner with the history tools added once the context was compressed.
+pub struct HistoryTools {
+    inner: Box<dyn ToolRunner>,
+    dir: TaskDir,
+    /// The tools are offered (recall on, the context compressed, no name clash).
+    active: bool,
+    enabled: bool,
+    max_output_tokens: u64,
+    secret: Option<String>,
+}
+
+impl HistoryTools {
+    /// Wrap `inner` for the task in `dir`. `enabled` is `context_storage.recall`; `secret`
+    /// (the API key) is redacted from what the tools return. A task compressed before (a
+    /// resumed one) offers the tools at once. Errors: writing tools.json ([`ToolError::Io`]).
+    pub fn new(
+        inner: Box<dyn ToolRunner>,
+        dir: &TaskDir,
+        enabled: bool,
+        context_length: u64,
+        secret: Option<String>,
+    ) -> Result<HistoryTools, ToolError> {
+        let mut tools = HistoryTools {
+            inner,
+            dir: dir.clone(),
+            active: false,
+            enabled: enabled && fits_window(context_length),
+            max_output_tokens: crate::config::MIN_TOOL_OUTPUT_CAP,
+            secret,
+        };
+        if tools.enabled && compressed_before(dir) {
+            tools.activate()?;
+        }
+        Ok(tools)
+    }
+
+    /// Whether the history tools are offered now.
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// Offer the tools: tools.json becomes the wrapped runner's definitions plus these two
+    /// (replaced atomically). An MCP tool of the same name keeps it; the history tools are
+    /// then not offered (logged).
+    fn activate(&mut self) -> Result<(), ToolError> {
+        let mut tools: Vec<Value> = match self.inner.tools_file() {
+            Some(f) => {
+                let path = self.dir.file_path(&f);
+                let bytes = self
+                    .dir
+                    .read_bounded(&f, 64 * 1024 * 1024)
+                    .map_err(|e| ToolError::io(&path, e))?;
+                serde_json::from_slice(&bytes).map_err(|e| ToolError::io(&path, e))?
+            }
+            None => Vec::new(),
+        };
+        let names: Vec<&str> = tools
+            .iter()
+            .filter_map(|t| t["function"]["name"].as_str())
+            .collect();
+        if let Some(clash) = [HISTORY_SEARCH, HISTORY_READ]
+            .into_iter()
+            .find(|n| names.contains(n))
+        {
+            tracing::warn!(
+                "an MCP tool is named `{clash}`: the host's history tools are not offered"
+            );
+            self.enabled = false;
+            return Ok(());
+        }
+        tools.extend(definitions());
+        let path = self.dir.file_path(TOOLS_JSON);
+        let text = serde_json::to_vec_pretty(&tools).map_err(|e| ToolError::io(&path, e))?;
+        self.dir
+            .write_atomic(TOOLS_JSON, &text)
+            .map_err(|e| ToolError::io(&path, e))?;
+        self.active = true;
+        tracing::info!("history tools offered: {HISTORY_SEARCH}, {HISTORY_READ}");
+        Ok(())
+    }
+
+    fn search(&self, args: &serde_json::Map<String, Value>) -> Result<String, HistoryError> {
+        let text = args
+            .get("query")
+            .and_then(Value::as_str)
+            .ok_or_else(|| HistoryError::Argument("`query` (a string) is required".into()))?;
+        let regex = match args.get("regex") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(HistoryError::Argument(
+                    "`regex` must be true or false".into(),
+                ));
+            }
+        };
+        let limit = match args.get("limit") {
+            None | Some(Value::Null) => DEFAULT_LIMIT,
+            Some(v) => v
+                .as_u64()
+                .map(|n| n.min(usize::MAX as u64) as usize)
+                .ok_or_else(|| {
+                    HistoryError::Argument("`limit` must be a positive integer".into())
+                })?,
+        };
+        let query = if regex {
+            Query::regex(text)?
+        } else {
+            Query::words(text)?
+        };
+        let found = history::search(&self.dir, &query, limit)?;
+        let mut out = format!(
+            "{} of {} match(es) for {text:?} in {} messages, newest first:\n",
+            found.hits.len(),
+            found.total,
+            found.messages
+        );
+        for h in &found.hits {
+            let what = match (&h.source, &h.tool_name) {
+                (
+                    HitSource::Summary {
+                        id,
+                        start_seq,
+                        end_seq,
+                    },
+                    _,
+                ) => {
+                    format!("summary {id} of messages {start_seq}-{end_seq}")
+                }
+                (HitSource::ToolResultFile(f), Some(t)) => format!("tool {t}, full output {f}"),
+                (HitSource::ToolResultFile(f), None) => format!("tool, full output {f}"),
+                (HitSource::Message, Some(t)) if h.role == "tool" => format!("tool {t}"),
+                (HitSource::Message, Some(t)) => format!("{} calling {t}", h.role),
+                (HitSource::Message, None) => h.role.clone(),
+            };
+            out.push_str(&format!("seq {} ({what}): {}\n", h.seq, h.snippet));
+        }
+        if !found.hits.is_empty() {
+            out.push_str(&format!(
+                "Read whole messages with {HISTORY_READ}(from_seq, to_seq).\n"
+            ));
+        }
+        Ok(out)
+    }
+
+    fn read(&self, args: &serde_json::Map<String, Value>) -> Result<String, HistoryError> {
+        let seq = |name: &str| {
+            args.get(name).and_then(Value::as_u64).ok_or_else(|| {
+                HistoryError::Argument(format!("`{name}` (a positive integer) is required"))
+            })
+        };
+        let (from, to) = (seq("from_seq")?, seq("to_seq")?);
+        let r = history::read(&self.dir, from, to, self.max_output_tokens)?;
+        let Some((first, last)) = r.seqs else {
+            return Ok(format!(
+                "no messages with seq {from}-{to}: the history has {} messages",
+                r.last_seq_seen
+            ));
+        };
+        let mut out = format!("messages.jsonl seq {first}-{last}, verbatim:\n{}", r.text);
+        match r.next {
+            Some(next) => out.push_str(&format!(
+                "[cut to fit the context: continue from seq {next} with {HISTORY_READ}(from_seq={next}, to_seq={to})]"
+            )),
+            None => out.push_str("[end of the range]"),
+        }
+        Ok(out)
+    }
+}
+
+impl ToolRunner for HistoryTools {
+    fn tools_file(&self) -> Option<String> {
+        if self.active {
+            Some(TOOLS_JSON.to_string())
+        } else {
+            self.inner.tools_file()
+        }
+    }
+
+    fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError> {
+        let name = call.function.name.as_str();
+        if !self.active || (name != HISTORY_SEARCH && name != HISTORY_READ) {
+            return self.inner.call(call);
+        }
+        let args = match parse_arguments(&call.function.arguments) {
+            Ok(a) => a,
+            Err(m) => {
+                return Ok(CallOutcome::Error(format!(
+                    "invalid arguments for tool `{name}`: {m}"
+                )));
+            }
+        };
+        let result = if name == HISTORY_SEARCH {
+            self.search(&args)
+        } else {
+            self.read(&args)
+        };
+        Ok(match result {
+            Ok(text) => {
+                CallOutcome::Success(crate::llm::redact::redact(&text, self.secret.as_deref()))
+            }
+            Err(e) => CallOutcome::Error(crate::llm::redact::redact(
+                &format!("{name}: {e}"),
+                self.secret.as_deref(),
+            )),
+        })
+    }
+
+    fn set_max_output_tokens(&mut self, max_output_tokens: u64) {
+        self.max_output_tokens = max_output_tokens;
+        self.inner.set_max_output_tokens(max_output_tokens);
+    }
+
+    fn host_definition_tokens(&self) -> u64 {
+        if !self.active {
+            return self.inner.host_definition_tokens();
+        }
+        definition_tokens() + self.inner.host_definition_tokens()
+    }
+
+    fn context_compressed(&mut self) -> Result<(), ToolError> {
+        self.inner.context_compressed()?;
+        // Offered once a compression summarised messages (a masking compression leaves every
+        // message in the context).
+        if self.enabled && !self.active && compressed_before(&self.dir) {
+            self.activate()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::NoTools;
+    use ctxhost_format::{ChatMessage, HistoryLine};
+
+    #[test]
+    fn offered_after_a_compression_and_answered_here() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let lines: String = [
+            ChatMessage::text(
+                "user",
+                "The deploy key is sk-secret-123456 and the port is 8421.",
+            ),
+            ChatMessage::text("assistant", "noted"),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| serde_json::to_string(&HistoryLine::of(i as u64 + 1, m, "t")).unwrap() + "\n")
+        .collect();
+        std::fs::write(tmp.path().join("messages.jsonl"), lines).unwrap();
+        let mut tools = HistoryTools::new(
+            Box::new(NoTools),
+            &dir,
+            true,
+            8192,
+            Some("sk-secret-123456".into()),
+        )
+        .unwrap();
+        tools.set_max_output_tokens(1000);
+        assert_eq!(tools.tools_file(), None, "not offered before a compression");
+        let search = ToolCall::new("c1", HISTORY_SEARCH, r#"{"query":"PORT"}"#);
+        assert!(
+            tools.call(&search).unwrap().is_error(),
+            "not answered before either"
+        );
+        tools.context_compressed().unwrap();
+        assert!(
+            !tools.is_active(),
+            "a compression without a summary (masking) does not offer them"
+        );
+        let summary = serde_json::json!({"id": 1, "start_seq": 1, "end_seq": 1, "summary": "s",
+            "original_tokens": 10, "summary_tokens": 1, "ratio": 0.1, "timestamp": "t"});
+        std::fs::write(tmp.path().join("summaries.jsonl"), format!("{summary}\n")).unwrap();
+        tools.context_compressed().unwrap();
+        assert!(tools.host_definition_tokens() > 0);
+        assert_eq!(tools.tools_file().as_deref(), Some(TOOLS_JSON));
+        let defs: Vec<Value> = serde_json::from_slice(&dir.read(TOOLS_JSON).unwrap()).unwrap();
+        assert_eq!(defs.len(), 2);
+        let text = tools.call(&search).unwrap();
+        assert_eq!(
+            text.text(),
+            "1 of 1 match(es) for \"PORT\" in 2 messages, newest first:\n\
+             seq 1 (user): The deploy key is [redacted] and the port is 8421.\n\
+             Read whole messages with history_read(from_seq, to_seq).\n"
+        );
+        let read = ToolCall::new("c2", HISTORY_READ, r#"{"from_seq":2,"to_seq":9}"#);
+        let text = tools.call(&read).unwrap();
+        assert!(
+            text.text()
+                .starts_with("messages.jsonl seq 2-2, verbatim:\n{\"seq\":2,"),
+            "{}",
+            text.text()
+        );
+        assert!(text.text().ends_with("[end of the range]"));
+        let bad = ToolCall::new("c3", HISTORY_READ, r#"{"from_seq":"x"}"#);
+        assert_eq!(
+            tools.call(&bad).unwrap(),
+            CallOutcome::Error("history_read: `from_seq` (a positive integer) is required".into())
+        );
+        // Other names still go to the wrapped runner.
+        let other = ToolCall::new("c4", "read_file", "{}");
+        assert!(tools.call(&other).unwrap().text().contains("no such tool"));
+        // A resumed task that was compressed offers them at once; recall off never does.
+        let again = HistoryTools::new(Box::new(NoTools), &dir, true, 8192, None).unwrap();
+        assert!(again.is_active());
+        // Nor on a window where their definitions would take more than a tenth.
+        let small = definition_tokens() * 10 - 1;
+        assert!(
+            !HistoryTools::new(Box::new(NoTools), &dir, true, small, None)
+                .unwrap()
+                .is_active()
+        );
+        assert!(
+            HistoryTools::new(Box::new(NoTools), &dir, true, small + 1, None)
+                .unwrap()
+                .is_active()
+        );
+        let mut off = HistoryTools::new(Box::new(NoTools), &dir, false, 8192, None).unwrap();
+        off.context_compressed().unwrap();
+        assert!(!off.is_active());
+    }
+}
