@@ -9,6 +9,7 @@ pub mod db;
 pub mod error;
 pub mod failpoint;
 pub mod fsck;
+pub mod history_stats;
 pub mod invariants;
 pub mod layout;
 pub mod lease;

@@ -22,6 +22,7 @@ mod e2e_fake_llm;
 mod e2e_real_llm;
 mod inheritance;
 mod jsonl_store;
+mod layering;
 mod lifecycle;
 mod lifecycle_crash;
 mod mcp_tools;

@@ -38,7 +38,7 @@ pub fn init(config_path: &Path, contexts: Option<&Path>) -> anyhow::Result<Initi
     if let Some(why) = layout.creation_blocker() {
         return Err(crate::error::usage(format!(
             "{}: cannot create the contexts directory {}: {why}",
-            crate::cli::contexts_from(contexts.is_some(), config_path),
+            crate::config::contexts_from(contexts.is_some(), config_path),
             layout.root().display()
         )));
     }
