@@ -23,7 +23,6 @@ pub mod repair;
 pub mod runtime;
 pub mod schemas;
 pub mod sources;
-pub mod summary_ids;
 pub mod task;
 pub mod task_dir;
 pub mod task_process;
