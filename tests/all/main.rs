@@ -35,6 +35,7 @@ mod request_snapshots;
 mod request_write_path;
 mod resume_checkpoints;
 mod runtime_sandbox;
+mod scripts;
 mod security;
 mod sources;
 mod strategies;
