@@ -34,7 +34,12 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The top-level module a file of `host/src` belongs to (`None` for lib.rs and main.rs).
 fn top_module(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).unwrap();
-    let first = rel.components().next()?.as_os_str().to_string_lossy().into_owned();
+    let first = rel
+        .components()
+        .next()?
+        .as_os_str()
+        .to_string_lossy()
+        .into_owned();
     let name = first.strip_suffix(".rs").unwrap_or(&first).to_string();
     (name != "lib" && name != "main").then_some(name)
 }

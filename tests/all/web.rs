@@ -1010,7 +1010,11 @@ fn a_binary_file_is_shown_as_its_size_and_kind_with_a_download_link() {
     assert!(!page.body.contains("id=\"file-text\""));
     assert!(!page.body.contains('\u{fffd}'), "no replacement characters");
     assert!(page.body.contains("binary data"), "{}", page.body);
-    assert!(page.body.contains("256.0 KiB (262144 bytes)"), "{}", page.body);
+    assert!(
+        page.body.contains("256.0 KiB (262144 bytes)"),
+        "{}",
+        page.body
+    );
     let link = format!("/tasks/{A}/tool-results/2?download=1");
     assert!(page.body.contains(&link), "{}", page.body);
 
@@ -1100,7 +1104,10 @@ fn on_a_phone_tables_scroll_in_their_box_and_charts_keep_legible_labels() {
     };
     // A wide table scrolls sideways inside its own box instead of widening the page.
     let table = rule("table");
-    assert!(table.contains("display: block") && table.contains("overflow-x: auto"), "{table}");
+    assert!(
+        table.contains("display: block") && table.contains("overflow-x: auto"),
+        "{table}"
+    );
     // The charts' viewBox is 760 wide; kept at >= 640 px the 11-unit labels are >= 9 px.
     let chart = rule("svg.chart");
     let min: f64 = chart
@@ -1109,7 +1116,11 @@ fn on_a_phone_tables_scroll_in_their_box_and_charts_keep_legible_labels() {
         .and_then(|v| v.split("px").next())
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no min-width in {chart}"));
-    assert!(min / 760.0 * 11.0 >= 9.0, "labels at {:.1} px", min / 760.0 * 11.0);
+    assert!(
+        min / 760.0 * 11.0 >= 9.0,
+        "labels at {:.1} px",
+        min / 760.0 * 11.0
+    );
     assert!(rule(".chart-box, .chart-scroll").contains("overflow-x: auto"));
     let stats = d.get("/stats").expect(200).body;
     assert!(

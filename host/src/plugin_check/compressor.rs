@@ -20,9 +20,7 @@ use serde_json::Value;
 use super::harness::*;
 use crate::invariants::check_context_file;
 use crate::invariants::kept_tail::check_kept_tail;
-use crate::runtime::{
-    Completion, CompressConfig, LlmImport, LoadedPlugin, Runtime, Usage,
-};
+use crate::runtime::{Completion, CompressConfig, LlmImport, LoadedPlugin, Runtime, Usage};
 
 pub(super) const FIXED_SUMMARY: &str =
     "SUMMARY: the agent listed the repository and read four files; nothing is broken.";

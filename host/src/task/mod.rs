@@ -441,13 +441,11 @@ impl TaskContext {
     /// (logged).
     pub fn interrupt_probe(&self) -> InterruptProbe {
         let (db, uuid) = (self.db.clone(), self.uuid().to_string());
-        InterruptProbe::new(move || {
-            match db.with(|db| db.control(&uuid)) {
-                Ok(control) => control.is_some_and(|c| c.stop_requested || c.pause_requested),
-                Err(e) => {
-                    tracing::warn!(%uuid, "cannot read the task's pause/stop requests during a component's LLM call: {e:#}");
-                    false
-                }
+        InterruptProbe::new(move || match db.with(|db| db.control(&uuid)) {
+            Ok(control) => control.is_some_and(|c| c.stop_requested || c.pause_requested),
+            Err(e) => {
+                tracing::warn!(%uuid, "cannot read the task's pause/stop requests during a component's LLM call: {e:#}");
+                false
             }
         })
     }

@@ -74,11 +74,7 @@ mod tests {
                 "timestamp": "2025-01-01T00:00:00.000Z"})
             .to_string()
         };
-        std::fs::write(
-            store.path(),
-            format!("{}\n{}\n", line(1, 5), line(2, 9)),
-        )
-        .unwrap();
+        std::fs::write(store.path(), format!("{}\n{}\n", line(1, 5), line(2, 9))).unwrap();
         assert_eq!(store.count().unwrap(), 2);
         assert_eq!(store.latest().unwrap().unwrap().end_seq, 9);
         std::fs::write(store.path(), "{\"id\":").unwrap();

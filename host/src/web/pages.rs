@@ -193,7 +193,11 @@ pub fn named_task(
             ))))
         }
         many => {
-            let listed: Vec<&str> = many.iter().take(MAX_LISTED).map(|r| r.uuid.as_str()).collect();
+            let listed: Vec<&str> = many
+                .iter()
+                .take(MAX_LISTED)
+                .map(|r| r.uuid.as_str())
+                .collect();
             let more = if many.len() > MAX_LISTED { ", …" } else { "" };
             Err(WebError::BadRequest(format!(
                 "UUID prefix {prefix} is ambiguous: it matches {}{more}; give more of the UUID",
@@ -717,7 +721,9 @@ fn file_page(
     let len = f.metadata()?.len();
     use std::io::Read;
     let mut head = Vec::with_capacity(files::SNIFF_BYTES);
-    (&mut f).take(files::SNIFF_BYTES as u64).read_to_end(&mut head)?;
+    (&mut f)
+        .take(files::SNIFF_BYTES as u64)
+        .read_to_end(&mut head)?;
     let binary = files::binary_kind(&head);
     if p.get("download").is_some() {
         return download(state, &mut f, &name, len);

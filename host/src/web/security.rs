@@ -542,6 +542,9 @@ mod tests {
             r.redact_bytes(b"\x00\xffsk-secret-123456\x00sk-secret-123456".to_vec()),
             b"\x00\xff[redacted]\x00[redacted]".to_vec()
         );
-        assert_eq!(r.redact_bytes(b"\x00 short".to_vec()), b"\x00 short".to_vec());
+        assert_eq!(
+            r.redact_bytes(b"\x00 short".to_vec()),
+            b"\x00 short".to_vec()
+        );
     }
 }

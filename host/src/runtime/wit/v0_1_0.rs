@@ -193,7 +193,7 @@ pub fn number_history_line(task_dir: &Path, given: &str, id: u64) -> anyhow::Res
     let last = lines
         .prev_value::<Value>()
         .map_err(crate::invariants::queries::bounded)?;
-    if !last.is_some_and(|(_, v)| v.get("summary_id").and_then(Value::as_str) == Some(given)) {
+    if last.is_none_or(|(_, v)| v.get("summary_id").and_then(Value::as_str) != Some(given)) {
         return Ok(());
     }
     drop(lines);
@@ -357,7 +357,11 @@ mod tests {
     fn a_sum_n_line_of_the_compressor_is_numbered() {
         let dir = tempfile::tempdir().unwrap();
         let summaries = dir.path().join("summaries.jsonl");
-        std::fs::write(&summaries, "{\"id\":1}\n{\"id\":\"sum-2\",\"x\":\"sum-2\"}\n").unwrap();
+        std::fs::write(
+            &summaries,
+            "{\"id\":1}\n{\"id\":\"sum-2\",\"x\":\"sum-2\"}\n",
+        )
+        .unwrap();
         assert_eq!(
             id_of(compress_result(result("sum-2"), dir.path()).unwrap()),
             2
@@ -377,7 +381,8 @@ mod tests {
         std::fs::write(&messages, first).unwrap();
         number_history_line(dir.path(), "sum-1", 1).unwrap();
         assert_eq!(std::fs::read_to_string(&messages).unwrap(), first);
-        let summary = "{\"seq\":2,\"role\":\"assistant\",\"content\":\"sum\",\"summary_id\":\"sum-1\"}\n";
+        let summary =
+            "{\"seq\":2,\"role\":\"assistant\",\"content\":\"sum\",\"summary_id\":\"sum-1\"}\n";
         std::fs::write(&messages, format!("{first}{summary}")).unwrap();
         std::fs::write(dir.path().join("history_checkpoint.json"), "{}").unwrap();
         number_history_line(dir.path(), "sum-1", 1).unwrap();
@@ -388,7 +393,11 @@ mod tests {
         assert!(!dir.path().join("history_checkpoint.json").exists());
         // Written by the 0.1.0 store with the id it was given: now the spec's number.
         let last: Value = serde_json::from_str(
-            std::fs::read_to_string(&messages).unwrap().lines().last().unwrap(),
+            std::fs::read_to_string(&messages)
+                .unwrap()
+                .lines()
+                .last()
+                .unwrap(),
         )
         .unwrap();
         assert_eq!(last["summary_id"], Value::from(1));

@@ -5,11 +5,11 @@
 use serde_json::Value;
 
 use super::{bytes, cut_chars, task_href};
+use crate::db::TaskRow;
 use crate::web::call_series::ChartCache;
 use crate::web::charts::{self, ContextChart};
 use crate::web::files::{TaskDir, TaskFile};
 use crate::web::security::Redactor;
-use crate::db::TaskRow;
 
 /// A file link in the files section.
 #[derive(Debug, Clone)]
