@@ -30,7 +30,6 @@ fn main() {
     }
     browser_test_cfg();
     componentize_py_cfg();
-    link_order(&manifest_dir);
 
     // The PostgreSQL variants of the store tests run when a test server is available
     // (CTXHOST_TEST_DATABASE_URL) and in CI (CI=true), where a missing server must fail them;
@@ -119,77 +118,5 @@ fn componentize_py_cfg() {
     });
     if ci || named || on_path {
         println!("cargo:rustc-cfg=ctxhost_componentize_py");
-    }
-}
-
-/// The code layout of the `ctxhost` binary (issue 14, P1): `host/link/task.order` lists the
-/// functions a task process runs (made by `scripts/link-order.py`), and the linker places them
-/// together at the start of `.text`. The kernel maps the pages around each page a process
-/// touches, so with the task's code scattered over the whole `.text` half of it is resident in
-/// every task process; placed together, little more than the code it runs is (bench/README.md
-/// has the figures). Only the layout changes, never what the code does.
-///
-/// Passed only where the linker is known to be rust-lld, whose `--symbol-ordering-file` it
-/// is: optimised builds (`PROFILE=release`: the release and bench profiles) for
-/// `x86_64-unknown-linux-gnu` (rust-lld is its default linker since Rust 1.90), with no linker
-/// chosen in RUSTFLAGS, `CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER` or cargo's config
-/// (`RUSTC_LINKER`). The same builds pack the loader's relocations (RELR), when this machine's
-/// glibc is 2.36 or later; the binary then needs glibc 2.36 where it runs. Each can be left
-/// out: `CTXHOST_LINK_ORDER=0` (link-order.py builds so), `CTXHOST_PACK_RELOCS=0` (for a
-/// binary that must run on an older glibc). Nothing here is watched or passed in other
-/// builds, so these variables never rebuild a debug or test build.
-fn link_order(manifest_dir: &std::path::Path) {
-    let env = |var: &str| std::env::var(var).unwrap_or_default();
-    let lld = env("TARGET") == "x86_64-unknown-linux-gnu"
-        && std::env::var_os("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER").is_none()
-        && std::env::var_os("RUSTC_LINKER").is_none()
-        && !env("CARGO_ENCODED_RUSTFLAGS").contains("link");
-    if !(lld && env("PROFILE") == "release") {
-        return;
-    }
-    let order = manifest_dir.join("link").join("task.order");
-    // Only an existing file is watched: cargo takes a missing one as always changed, which
-    // would rebuild the crate on every build.
-    if order.is_file() {
-        println!("cargo:rerun-if-changed={}", order.display());
-    }
-    for var in [
-        "CTXHOST_LINK_ORDER",
-        "CTXHOST_PACK_RELOCS",
-        "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER",
-    ] {
-        println!("cargo:rerun-if-env-changed={var}");
-    }
-    let path = order.to_string_lossy();
-    if env("CTXHOST_LINK_ORDER") != "0" && order.is_file() && !path.contains(',') {
-        println!("cargo:rustc-link-arg-bin=ctxhost=-Wl,--symbol-ordering-file={path}");
-        // Names the build does not have (the list was made from an older one) are skipped;
-        // `scripts/link-order.py --check` counts them.
-        println!("cargo:rustc-link-arg-bin=ctxhost=-Wl,--no-warn-symbol-ordering");
-    }
-    // The loader's relocations of a position-independent binary in the compact RELR form
-    // (`-z pack-relative-relocs`): ~1.5 MB of `.rela.dyn`, which every process start reads
-    // whole, become a few KB.
-    if env("CTXHOST_PACK_RELOCS") != "0" && glibc_at_least(2, 36) {
-        println!("cargo:rustc-link-arg-bin=ctxhost=-Wl,-z,pack-relative-relocs");
-    }
-}
-
-/// Whether this machine's glibc (`getconf GNU_LIBC_VERSION`: `glibc 2.36`) is at least
-/// `major.minor`; `false` when it cannot be told (another libc, no getconf).
-fn glibc_at_least(major: u32, minor: u32) -> bool {
-    let Ok(out) = Command::new("getconf").arg("GNU_LIBC_VERSION").output() else {
-        return false;
-    };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut version = text
-        .trim()
-        .strip_prefix("glibc ")
-        .unwrap_or("")
-        .split('.')
-        .map(|n| n.parse::<u32>().ok());
-    match (version.next().flatten(), version.next().flatten()) {
-        (Some(a), Some(b)) => (a, b) >= (major, minor),
-        _ => false,
     }
 }

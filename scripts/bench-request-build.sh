@@ -19,6 +19,7 @@
 #   scripts/bench-request-build.sh 64           # 64 MiB
 #   BENCH_RUNS=5 scripts/bench-request-build.sh
 #   BENCH_PROFILE=bench scripts/bench-request-build.sh   # optimised build, shared with `cargo bench` (~10 min to build)
+#   BENCH_NO_BUILD=1 scripts/bench-request-build.sh      # measure the bench_context already built (no cargo)
 # Needs: cargo, python3, hyperfine (installed with apt-get when missing and run as root;
 # otherwise: apt-get install -y hyperfine, or cargo install hyperfine), ~2.2 x SIZE free in
 # $TMPDIR. Takes about 2.5 min at 256 MiB with the debug build on 2 cores.
@@ -49,9 +50,14 @@ case $PROFILE in
   release | bench) OUT=release ;;
   *) die "BENCH_PROFILE must be dev, bench or release, got '$PROFILE'" ;;
 esac
-echo "building bench_context ($PROFILE profile)..." >&2
-(cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --example bench_context)
 BENCH="$ROOT/target/$OUT/examples/bench_context"
+if [[ ${BENCH_NO_BUILD:-0} == 1 ]]; then
+  [[ -x $BENCH ]] || die "BENCH_NO_BUILD=1 but $BENCH is not built (build it, or run without BENCH_NO_BUILD)"
+  echo "BENCH_NO_BUILD=1: measuring $BENCH as built" >&2
+else
+  echo "building bench_context ($PROFILE profile)..." >&2
+  (cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --example bench_context)
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ctxhost-bench-build.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT

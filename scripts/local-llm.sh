@@ -28,6 +28,9 @@
 #   CTXHOST_LLM_CACHE   cache dir (default: <repo>/.cache/llm, git-ignored)
 #   CTXHOST_LLM_CTX     context window given to llama-server (default 4096)
 #   CTXHOST_LLM_THREADS CPU threads (default 2)
+#   CTXHOST_LLM_READY_SECS  seconds `start` waits for the server to answer /health (default 60; a
+#                       busy machine or a cold page cache may need more). A server that is not
+#                       ready by then is stopped (SIGTERM, then SIGKILL after 5 s) and `start` fails.
 #   OMP_WAIT_POLICY     OpenMP idle policy; scripts/llama-server.py defaults it to PASSIVE (busy-waiting
 #                       threads made generation 5-20x slower on a shared 2-core machine)
 #   PIP_FIND_LINKS      honoured by pip (a local wheel dir speeds up development; not needed)
@@ -51,7 +54,7 @@ MODEL_FILE="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 MODEL_SHA256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 MODEL_BYTES=491400064
 DEFAULT_PORT=8089
-READY_TIMEOUT_SECS=60
+READY_TIMEOUT_SECS="${CTXHOST_LLM_READY_SECS:-60}"
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${CTXHOST_LLM_CACHE:-$REPO_ROOT/.cache/llm}"
@@ -214,9 +217,31 @@ running_pid() {
 
 base_url() { echo "http://127.0.0.1:$1"; }
 
+# Stop process $1: SIGTERM, then SIGKILL when it has not exited after 5 s (llama-server handles
+# SIGTERM only between model-load steps). Returns non-zero if it still exists after that.
+kill_server() {
+    local pid="$1"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    log "pid $pid did not exit after 5 s; sending SIGKILL"
+    kill -9 "$pid" 2>/dev/null || true
+    for _ in $(seq 1 20); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        # A killed child that no one reaped yet is gone in all but name.
+        [[ "$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null)" == Z ]] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 cmd_start() {
     local port="${1:-$DEFAULT_PORT}"
     [[ "$port" =~ ^[0-9]+$ ]] || die "PORT must be a number, got '$port'"
+    [[ "$READY_TIMEOUT_SECS" =~ ^[1-9][0-9]*$ ]] ||
+        die "CTXHOST_LLM_READY_SECS must be a whole number of seconds >= 1, got '$READY_TIMEOUT_SECS'"
     fetched_ok || die "not fetched yet (or the cache is incomplete): run '$0 fetch' first (cache: $CACHE)"
     local pid
     if pid="$(running_pid)"; then
@@ -259,10 +284,14 @@ cmd_start() {
         fi
         sleep 0.2
     done
-    log "llama-server did not answer /health within $READY_TIMEOUT_SECS s; last lines of $LOG_FILE:"
+    log "llama-server did not answer /health within $READY_TIMEOUT_SECS s (CTXHOST_LLM_READY_SECS); stopping it; last lines of $LOG_FILE:"
     tail -n 30 "$LOG_FILE" >&2
-    kill "$pid" 2>/dev/null || true
-    rm -f "$PID_FILE"
+    if kill_server "$pid"; then
+        rm -f "$PID_FILE"
+    else
+        # Kept, so that `stop` can try again.
+        log "pid $pid is still there; '$0 stop' tries again"
+    fi
     exit 1
 }
 
@@ -273,15 +302,7 @@ cmd_stop() {
         rm -f "$PID_FILE"
         return 0
     fi
-    kill "$pid"
-    for _ in $(seq 1 50); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-        log "pid $pid did not exit after 5 s; sending SIGKILL"
-        kill -9 "$pid" 2>/dev/null || true
-    fi
+    kill_server "$pid" || die "pid $pid is still there after SIGKILL"
     rm -f "$PID_FILE"
     log "stopped (pid $pid)"
 }

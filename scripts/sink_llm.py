@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""sink_llm.py — a fake OpenAI chat-completions server for the benchmarks (bench-rss.sh,
-link-order.py): it reads and discards each request body in 1 MiB chunks and answers "Done."
+"""sink_llm.py — a fake OpenAI chat-completions server for the benchmarks (bench-rss.sh):
+it reads and discards each request body in 1 MiB chunks and answers "Done."
 (no tool calls), so a task completes after one LLM call whatever its history.
 
 Usage: sink_llm.py PORT_FILE LOG_FILE

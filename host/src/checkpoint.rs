@@ -8,11 +8,9 @@
 //! summarises whole, as without one. [`read`] says why a checkpoint cannot be used;
 //! [`load`] logs that at debug level and gives `None`.
 //!
-//! For `ctxhost fsck`, [`verify`] applies each checkpoint's readers' rule to the files as they
-//! are — the builtin message store's `store_checkpoint.json` too, which the host never reads
-//! otherwise — and says why one would not be used: it is then a stale cache, which
-//! `fsck --repair` deletes (with any that breaks its schema); the next open rebuilds it by a
-//! full read.
+//! This module knows the files and their common rules only; each reader keeps its own rule for
+//! whether its checkpoint still holds (`verify_checkpoint` of [`crate::task::history_counts`]
+//! and [`crate::invariants::context_check`]), and `ctxhost fsck` ([`crate::fsck`]) asks each.
 
 use std::io::{self, Seek, SeekFrom};
 
@@ -23,7 +21,7 @@ use ctxhost_format::files::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::task_dir::{MAX_RECORD_BYTES, TaskDir, file_id};
+use crate::task_dir::{TaskDir, file_id};
 
 /// The checkpoint files of a task directory (DESIGN.md §2): the message store's and the host's.
 pub const FILES: [&str; 3] = [STORE_CHECKPOINT, HISTORY_CHECKPOINT, CONTEXT_CHECKPOINT];
@@ -76,25 +74,6 @@ pub fn load<T: Versioned>(dir: &TaskDir, name: &str, max_bytes: u64, fallback: &
 impl Versioned for StoreCheckpoint {
     fn version(&self) -> u32 {
         self.version
-    }
-}
-
-/// Why the checkpoint `name` (one of [`FILES`]) of `dir` would not be used by its reader — it
-/// cannot be read, is not of its shape or version, or no longer describes the file(s) it
-/// counts — as an error naming the file; `Ok` when it is absent or would be used.
-pub fn verify(dir: &TaskDir, name: &str) -> anyhow::Result<()> {
-    match name {
-        STORE_CHECKPOINT => {
-            // builtin:jsonl-store's rule (guest-components/jsonl-store): each mark holds.
-            if let Some(cp) = read::<StoreCheckpoint>(dir, name, MAX_RECORD_BYTES)? {
-                ensure_holds(dir, MESSAGES, None, &cp.messages)?;
-                ensure_holds(dir, CURRENT, None, &cp.current)?;
-            }
-            Ok(())
-        }
-        HISTORY_CHECKPOINT => crate::task::history_counts::verify_checkpoint(dir),
-        CONTEXT_CHECKPOINT => crate::invariants::context_check::verify_checkpoint(dir),
-        _ => anyhow::bail!("{name} is not a checkpoint file"),
     }
 }
 
@@ -170,54 +149,6 @@ pub fn ensure_holds(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::invariants::context_check::ContextCheck;
-    use crate::repair::testing::{one_round, write_task};
-    use crate::task::HistoryCounts;
-    use std::fs;
-
-    #[test]
-    fn checkpoints_that_hold_are_kept_and_stale_ones_are_named_and_deleted() {
-        let tmp = tempfile::tempdir().unwrap();
-        write_task(tmp.path(), &one_round(), &one_round());
-        let dir = TaskDir::open(tmp.path()).unwrap();
-        let mut check = ContextCheck::load(&dir);
-        check.check(&dir, CURRENT, true).unwrap();
-        check.save(&dir).unwrap();
-        HistoryCounts::open(&dir).unwrap();
-        for name in [HISTORY_CHECKPOINT, CONTEXT_CHECKPOINT] {
-            assert!(dir.is_file(name), "{name} written");
-            verify(&dir, name).unwrap();
-        }
-        // None yet: nothing to say.
-        verify(&dir, STORE_CHECKPOINT).unwrap();
-        assert!(FILES.iter().all(|f| verify(&dir, f).is_ok()));
-
-        // Both files replaced by copies of the same bytes (as an atomic rewrite does): the
-        // marks hold, the files are not the ones counted.
-        for name in [MESSAGES, CURRENT] {
-            let copy = tmp.path().join("copy");
-            fs::copy(tmp.path().join(name), &copy).unwrap();
-            fs::rename(&copy, tmp.path().join(name)).unwrap();
-        }
-        for name in [HISTORY_CHECKPOINT, CONTEXT_CHECKPOINT] {
-            let e = format!("{:#}", verify(&dir, name).unwrap_err());
-            assert!(e.contains("the file was replaced"), "{name}: {e}");
-        }
-        // A store checkpoint counting more of messages.jsonl than it has.
-        let store = StoreCheckpoint {
-            version: CHECKPOINT_VERSION,
-            messages: FileMark {
-                bytes: 1 << 20,
-                last_line: "0123456789abcdef".into(),
-            },
-            ..StoreCheckpoint::default()
-        };
-        dir.write_atomic(STORE_CHECKPOINT, &serde_json::to_vec(&store).unwrap())
-            .unwrap();
-        let e = format!("{:#}", verify(&dir, STORE_CHECKPOINT).unwrap_err());
-        assert!(e.contains("messages.jsonl no longer starts with"), "{e}");
-        assert!(FILES.iter().all(|f| verify(&dir, f).is_err()));
-    }
 
     #[test]
     fn a_checkpoint_of_another_version_or_too_large_is_not_read() {

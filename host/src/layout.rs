@@ -19,6 +19,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
+/// File name of the SQLite task database in the contexts/ directory ([`Layout::db_path`]).
+pub const DB_FILE: &str = "tasks.db";
+
 /// Prefix of a directory `ctxhost cleanup` is deleting, in `completed/` (`.deleting-{uuid}`).
 pub const DELETING_PREFIX: &str = ".deleting-";
 
@@ -85,7 +88,7 @@ impl Layout {
 
     /// `contexts/tasks.db`.
     pub fn db_path(&self) -> PathBuf {
-        self.root.join(crate::db::DB_FILE)
+        self.root.join(DB_FILE)
     }
 
     /// `contexts/.cache/`: compiled components.

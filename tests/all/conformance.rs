@@ -291,8 +291,8 @@ fn fsck_names_each_line_that_does_not_match_its_schema() {
         "the task starts sound"
     );
 
-    // A number as text, an unknown field, a missing field and a bad timestamp; an old string
-    // summary id is no schema problem (fsck names it old-summary-id and --repair rewrites it).
+    // A number as text, an unknown field, a missing field, a bad timestamp and a summary id
+    // written as a string (no reader takes one: it is a line that breaks its schema).
     edit_line(&dir.join("messages.jsonl"), 1, |mut v| {
         v["tokens"] = json!("12");
         v
@@ -381,20 +381,21 @@ fn fsck_names_each_line_that_does_not_match_its_schema() {
         .iter()
         .filter(|(k, ..)| k == "schema-mismatch")
         .count();
-    assert_eq!(schema_problems, 6, "{found:#?}");
     assert!(
-        found
-            .iter()
-            .any(|(k, f, l, _)| k == "old-summary-id" && f == "summaries.jsonl" && *l == Some(1)),
+        found.iter().any(|(k, f, l, m)| k == "schema-mismatch"
+            && f == "summaries.jsonl"
+            && *l == Some(1)
+            && m.contains("/id: \"sum-1\" is not of type \"integer\"")),
         "{found:#?}"
     );
+    assert_eq!(schema_problems, 7, "{found:#?}");
     assert!(
         problems
             .iter()
             .all(|p| p["kind"] != "schema-mismatch" || p["fixable"] == false)
     );
 
-    // The human form names file:line; --repair fixes the summary id and leaves the rest.
+    // The human form names file:line; --repair leaves them all (none is fixable).
     let text = env.ctxhost(&["fsck"]).fails().stdout();
     assert!(
         text.contains("messages.jsonl:1: does not match docs/schemas/messages.schema.json"),
@@ -407,5 +408,5 @@ fn fsck_names_each_line_that_does_not_match_its_schema() {
         .iter()
         .map(|p| p["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(remaining, ["schema-mismatch"; 6], "{repaired}");
+    assert_eq!(remaining, ["schema-mismatch"; 7], "{repaired}");
 }

@@ -987,6 +987,150 @@ fn events_stream_a_change_when_the_database_changes() {
 }
 
 #[test]
+fn a_binary_file_is_shown_as_its_size_and_kind_with_a_download_link() {
+    let (env, _db) = fixture();
+    // 256 KiB of pseudo-random bytes (an xorshift generator), with the API key inside, as a
+    // tool's spilled output; before, it was decoded as text into replacement characters.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut bytes: Vec<u8> = (0..256 * 1024)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect();
+    let key = b"sk-live-SECRET-0123456789";
+    bytes[1000..1000 + key.len()].copy_from_slice(key);
+    let dir = find_task_dir(&env.contexts(), A).unwrap();
+    std::fs::write(dir.join("tool-results/2.txt"), &bytes).unwrap();
+    let d = start(&env);
+
+    let page = d.get(&format!("/tasks/{A}/tool-results/2")).expect(200);
+    assert!(page.body.contains("id=\"file-binary\""), "{}", page.body);
+    assert!(!page.body.contains("id=\"file-text\""));
+    assert!(!page.body.contains('\u{fffd}'), "no replacement characters");
+    assert!(page.body.contains("binary data"), "{}", page.body);
+    assert!(
+        page.body.contains("256.0 KiB (262144 bytes)"),
+        "{}",
+        page.body
+    );
+    let link = format!("/tasks/{A}/tool-results/2?download=1");
+    assert!(page.body.contains(&link), "{}", page.body);
+
+    let (status, headers, body) = d.get_bytes(&link);
+    assert_eq!(status, 200);
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(header("content-type"), Some("application/octet-stream"));
+    assert_eq!(
+        header("content-disposition"),
+        Some("attachment; filename=\"2.txt\"")
+    );
+    // The same bytes, the API key redacted as everywhere in the dashboard.
+    let mut expected = bytes[..1000].to_vec();
+    expected.extend_from_slice(b"[redacted]");
+    expected.extend_from_slice(&bytes[1000 + key.len()..]);
+    assert_eq!(body.len(), expected.len());
+    assert!(body == expected, "the download is the file, redacted");
+
+    // A known format is named; a text file is still shown as text.
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend_from_slice(&bytes[..4096]);
+    std::fs::write(dir.join("tool-results/3.txt"), &png).unwrap();
+    let page = d.get(&format!("/tasks/{A}/tool-results/3")).expect(200);
+    assert!(page.body.contains("PNG image"), "{}", page.body);
+    let text = d.get(&format!("/tasks/{A}/tool-results/1")).expect(200);
+    assert!(text.body.contains("id=\"file-text\"") && !text.body.contains("file-binary"));
+}
+
+#[test]
+fn a_uuid_prefix_in_a_task_url_works_as_in_the_cli() {
+    let (env, db) = fixture();
+    const E: &str = "0194ffee-1c3d-7e8f-9a0b-00000000000e";
+    insert_task(&db, E, "One more", None, "model-a");
+    let d = start(&env);
+    // A prefix only one task has: a redirect to the same page under the whole UUID, the
+    // query kept; any case, with or without the hyphens.
+    for (given, rest) in [
+        ("0194ffee", ""),
+        ("0194FFEE-1c3d", "?view=summaries"),
+        ("0194ffee1c3d7e8f", "/files/metadata.json"),
+        ("0194ffee", "/tool-results/1"),
+        ("0194ffee", "/messages/0"),
+    ] {
+        let r = d.get(&format!("/tasks/{given}{rest}")).expect(303);
+        assert_eq!(
+            r.header("location"),
+            Some(format!("/tasks/{E}{rest}").as_str()),
+            "{given}{rest}"
+        );
+    }
+    // Followed, the task page shows that task.
+    let page = d.get(&format!("/tasks/{E}")).expect(200);
+    assert!(page.body.contains("One more"));
+    // A prefix of several tasks names them; none, too short or not hex: 404.
+    let r = d.get("/tasks/0193a4b2").expect(400);
+    for u in [A, B, C, D] {
+        assert!(r.body.contains(u), "{u} listed: {}", r.body);
+    }
+    assert!(r.body.contains("ambiguous"), "{}", r.body);
+    d.get("/tasks/abcd1234").expect(404);
+    d.get("/tasks/019").expect(404);
+    d.get("/tasks/0194ffgg").expect(404);
+    // The whole UUID is served as before.
+    d.get(&format!("/tasks/{A}")).expect(200);
+}
+
+#[test]
+fn on_a_phone_tables_scroll_in_their_box_and_charts_keep_legible_labels() {
+    let (env, _db) = fixture();
+    let d = start(&env);
+    let css = d.get("/static/style.css").expect(200).body;
+    let phone = css
+        .split("@media (max-width: 700px)")
+        .nth(1)
+        .expect("a rule for narrow screens (a 390 px phone)");
+    let rule = |selector: &str| -> String {
+        let at = phone
+            .find(&format!("{selector} {{"))
+            .unwrap_or_else(|| panic!("no {selector} rule for narrow screens:\n{phone}"));
+        let body = &phone[at..];
+        body[..body.find('}').unwrap()].to_string()
+    };
+    // A wide table scrolls sideways inside its own box instead of widening the page.
+    let table = rule("table");
+    assert!(
+        table.contains("display: block") && table.contains("overflow-x: auto"),
+        "{table}"
+    );
+    // The charts' viewBox is 760 wide; kept at >= 640 px the 11-unit labels are >= 9 px.
+    let chart = rule("svg.chart");
+    let min: f64 = chart
+        .split("min-width:")
+        .nth(1)
+        .and_then(|v| v.split("px").next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no min-width in {chart}"));
+    assert!(
+        min / 760.0 * 11.0 >= 9.0,
+        "labels at {:.1} px",
+        min / 760.0 * 11.0
+    );
+    assert!(rule(".chart-box, .chart-scroll").contains("overflow-x: auto"));
+    let stats = d.get("/stats").expect(200).body;
+    assert!(
+        stats.contains("<div class=\"chart-scroll\">\n<svg id=\"per-day-chart\""),
+        "the stats charts scroll in their box"
+    );
+}
+
+#[test]
 fn static_assets_and_security_headers() {
     let (env, _db) = fixture();
     let d = start(&env);

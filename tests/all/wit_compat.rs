@@ -260,7 +260,7 @@ fn run_task(env: &TestEnv) -> (Value, PathBuf) {
 }
 
 #[test]
-fn a_task_runs_on_0_1_0_components_and_fsck_repair_numbers_their_summary_ids() {
+fn a_task_runs_on_0_1_0_components_and_their_summary_ids_are_written_as_numbers() {
     let (llm, summaries) = scripted_llm();
     let env = TestEnv::new();
     env.write_config(&config(
@@ -289,185 +289,22 @@ fn a_task_runs_on_0_1_0_components_and_fsck_repair_numbers_their_summary_ids() {
         false,
     )
     .expect("current.jsonl keeps the invariants");
-    // The 0.1.0 compressor wrote its own (string) ids; the host recorded each summary in
-    // messages.jsonl with the integer the shim made of it (sum-N → N).
+    // The 0.1.0 compressor wrote its own (string) ids `sum-N`; the shim numbered its line as
+    // soon as it returned, and the host recorded each summary in messages.jsonl with that
+    // number: no file holds a string id, and fsck finds nothing.
     let sums = read_jsonl(&dir.join("summaries.jsonl"));
     assert_eq!(sums.len() as u64, compressions);
     for (i, s) in sums.iter().enumerate() {
-        assert_eq!(s["id"], format!("sum-{}", i + 1), "{s}");
+        assert_eq!(s["id"], Value::from(i as u64 + 1), "{s}");
     }
     let history = read_jsonl(&dir.join("messages.jsonl"));
     let recorded: Vec<&Value> = history.iter().filter_map(|h| h.get("summary_id")).collect();
     let expected: Vec<Value> = (1..=compressions).map(Value::from).collect();
     assert_eq!(recorded, expected.iter().collect::<Vec<_>>());
-
-    // fsck reports the string ids (fixable), --repair rewrites them, and then all is clean.
-    let out = env.ctxhost(&["fsck", "--json"]).fails();
-    let report = out.json();
-    let old: Vec<&Value> = report["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["kind"] == "old-summary-id")
-        .collect();
-    assert_eq!(old.len() as u64, compressions, "{report:#}");
-    assert!(
-        old.iter().all(|p| p["fixable"] == true
-            && p["path"].as_str().unwrap().ends_with("summaries.jsonl")
-            && p["message"]
-                .as_str()
-                .unwrap()
-                .contains("is the old string form")),
-        "{report:#}"
-    );
-    assert_eq!(
-        report["problems"].as_array().unwrap().len(),
-        old.len(),
-        "only the ids: {report:#}"
-    );
-    let history_before = std::fs::read(dir.join("messages.jsonl")).unwrap();
-    let repaired = env.ctxhost(&["fsck", "--repair", "--json"]).ok().json();
-    assert_eq!(
-        repaired["remaining"].as_array().unwrap().len(),
-        0,
-        "{repaired:#}"
-    );
-    let sums = read_jsonl(&dir.join("summaries.jsonl"));
-    for (i, s) in sums.iter().enumerate() {
-        assert_eq!(s["id"], Value::from(i as u64 + 1), "{s}");
-    }
-    // messages.jsonl already had numbers: untouched.
-    assert_eq!(
-        std::fs::read(dir.join("messages.jsonl")).unwrap(),
-        history_before
-    );
-    env.ctxhost(&["fsck"]).ok();
-}
-
-/// Rewrite a task's summary ids into ctxhost 0.1's string form (`N` → `"sum-N"`) in
-/// summaries.jsonl (`id`) and messages.jsonl (`summary_id`); returns how many of each.
-fn make_ids_old(dir: &Path) -> (usize, usize) {
-    let mut counts = (0, 0);
-    for (file, key) in [("summaries.jsonl", "id"), ("messages.jsonl", "summary_id")] {
-        let path = dir.join(file);
-        let mut out = String::new();
-        for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let mut v: Value = serde_json::from_str(line).unwrap();
-            if let Some(n) = v.get(key).and_then(Value::as_u64) {
-                v[key] = Value::from(format!("sum-{n}"));
-                if key == "id" {
-                    counts.0 += 1;
-                } else {
-                    counts.1 += 1;
-                }
-            }
-            out.push_str(&v.to_string());
-            out.push('\n');
-        }
-        std::fs::write(&path, out).unwrap();
-    }
-    counts
-}
-
-#[test]
-fn a_task_directory_with_old_string_ids_still_reads_and_fsck_repair_rewrites_it() {
-    let (llm, _) = scripted_llm();
-    let env = TestEnv::new();
-    let cfg = config(
-        &llm.base_url(),
-        Path::new("builtin:llm-summarizer"),
-        Path::new("builtin:openai-chat"),
-    );
-    env.write_config(&cfg);
-    let (row, dir) = run_task(&env);
-    assert_eq!(row["status"], "completed", "{row}");
-    let uuid = row["uuid"].as_str().unwrap().to_string();
-    // Written by this host: numbers.
-    let sums = read_jsonl(&dir.join("summaries.jsonl"));
-    assert!(sums.len() >= 2);
-    assert!(
-        sums.iter()
-            .enumerate()
-            .all(|(i, s)| s["id"] == i as u64 + 1),
-        "{sums:?}"
-    );
-
-    let (in_summaries, in_messages) = make_ids_old(&dir);
-    assert_eq!(in_summaries, sums.len());
-    assert_eq!(in_messages, sums.len());
-
-    // Read both: show works, and the message store opens the history with its string ids.
-    env.ctxhost(&["show", &uuid]).ok();
-    let tmp = tempfile::tempdir().unwrap();
-    let rt = runtime(tmp.path());
-    let store = rt
-        .load(
-            &"builtin:jsonl-store".parse().unwrap(),
-            PluginKind::MessageStore,
-        )
-        .unwrap();
-    let lines = read_jsonl(&dir.join("messages.jsonl")).len() as u64;
-    let stats = rt.message_store(&store, &dir).unwrap().open().unwrap();
-    assert_eq!(stats.history_count, lines);
-    // That open (the history changed: a full read) wrote builtin:jsonl-store's checkpoint with
-    // this test process's umask; a task process runs with 077 (issue 10), as here.
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(
-        dir.join("store_checkpoint.json"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .unwrap();
-
-    // fsck reports every string id; --repair rewrites them as numbers, nothing else changes.
-    let report = env.ctxhost(&["fsck", "--json"]).fails().json();
-    let old: Vec<&Value> = report["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["kind"] == "old-summary-id")
-        .collect();
-    assert_eq!(old.len(), 2 * sums.len(), "{report:#}");
-    assert_eq!(
-        report["problems"].as_array().unwrap().len(),
-        old.len(),
-        "{report:#}"
-    );
-    let before = std::fs::read_to_string(dir.join("messages.jsonl")).unwrap();
-    let repaired = env.ctxhost(&["fsck", "--repair", "--json"]).ok().json();
-    assert_eq!(
-        repaired["remaining"].as_array().unwrap().len(),
-        0,
-        "{repaired:#}"
-    );
-    let after = std::fs::read_to_string(dir.join("messages.jsonl")).unwrap();
-    assert_eq!(before.lines().count(), after.lines().count());
-    for (b, a) in before.lines().zip(after.lines()) {
-        if b.contains("\"summary_id\"") {
-            let (b, a): (Value, Value) = (
-                serde_json::from_str(b).unwrap(),
-                serde_json::from_str(a).unwrap(),
-            );
-            let n: u64 = b["summary_id"]
-                .as_str()
-                .unwrap()
-                .trim_start_matches("sum-")
-                .parse()
-                .unwrap();
-            assert_eq!(a["summary_id"], Value::from(n));
-        } else {
-            assert_eq!(a, b, "a line without a summary id changed");
-        }
-    }
-    let sums_after = read_jsonl(&dir.join("summaries.jsonl"));
-    assert_eq!(
-        sums_after, sums,
-        "summaries.jsonl is back to the numbers this host wrote"
-    );
     env.ctxhost(&["fsck"]).ok();
 }
 
 // The tests above that touch the task store, once more on PostgreSQL.
 crate::support::store::postgres_variants!(
-    a_task_runs_on_0_1_0_components_and_fsck_repair_numbers_their_summary_ids,
-    a_task_directory_with_old_string_ids_still_reads_and_fsck_repair_rewrites_it,
+    a_task_runs_on_0_1_0_components_and_their_summary_ids_are_written_as_numbers,
 );

@@ -17,7 +17,7 @@
 //! - [`prompted`]: tool calls for models without native tool calling (prompt text, reply parser).
 //! - [`planning`]: the planning history (`planning/{uuid}.jsonl`): line shapes, plan rules, the
 //!   fold to the latest plan, lenient reading of plans and verdicts from a model's reply.
-//! - [`summary_id`]: summary ids (numbers from 1; the old `"sum-N"` strings still read).
+//! - [`summary_id`]: summary ids (numbers from 1).
 //! - [`anthropic`]: Anthropic's Messages API (request body with prompt-cache breakpoints,
 //!   response), for the `anthropic-messages` request format.
 

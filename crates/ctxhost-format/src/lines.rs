@@ -138,7 +138,7 @@ pub struct HistoryLine {
     /// For a `tool` message: the call it answers.
     pub tool_call_id: Option<String>,
     /// Set on summaries appended by a compression (role `assistant`): the summary's id in
-    /// summaries.jsonl, a JSON number from 1. Reads the old string form `"sum-N"` too.
+    /// summaries.jsonl, a JSON number from 1.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -268,13 +268,12 @@ pub fn encode_message_lines(
 /// One line of `summaries.jsonl`:
 /// `{id, start_seq, end_seq, summary, original_tokens, summary_tokens, ratio, timestamp}`.
 ///
-/// `id` counts from 1 within the task (a JSON number; the old string form `"sum-N"` is read
-/// too, see [`crate::summary_id`]); `start_seq..=end_seq` are the messages.jsonl seqs covered;
+/// `id` counts from 1 within the task (a JSON number, see [`crate::summary_id`]); `start_seq..=end_seq` are the messages.jsonl seqs covered;
 /// tokens are estimates; `ratio` is `summary_tokens / original_tokens` (0 when nothing was
 /// summarised); `timestamp` is RFC 3339 UTC.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SummaryLine {
-    /// The summary id: an integer from 1 (the old string form `"sum-N"` reads as N).
+    /// The summary id: an integer from 1.
     #[serde(deserialize_with = "crate::summary_id::deserialize")]
     pub id: u64,
     /// Seq of the first message summarised (messages.jsonl).

@@ -53,8 +53,8 @@ pub fn line_kind(index: usize, message: &ChatMessage) -> LineKind {
     }
 }
 
-/// The id of the next summary: one more than the largest id in summaries.jsonl (numbers, or
-/// the old `"sum-N"` strings) and than its line count; 1 when the file does not exist.
+/// The id of the next summary: one more than the largest id in summaries.jsonl and than its
+/// line count; 1 when the file does not exist.
 pub fn next_summary_id() -> Result<u64, PluginError> {
     match std::fs::File::open(SUMMARIES) {
         Ok(f) => crate::format::summary_id::next_id(std::io::BufReader::new(f), None)

@@ -10,8 +10,6 @@
 //! loop's own calls do.
 
 use std::io::BufRead;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ctxhost_format::{ChatMessage, estimate_message_tokens};
@@ -22,6 +20,9 @@ use crate::runtime::{Completion, LlmImport, RequestConfig, RequestFormat};
 use crate::task::{CallLog, UsageDelta, UsageMeter};
 use crate::task_dir::TaskDir;
 use crate::untrusted;
+
+/// The probe [`HostLlm::interruptible`] asks (its home is the task, which makes it).
+pub use crate::task::InterruptProbe;
 
 /// Request body of a compressor's completion, in the task directory.
 pub const LLM_REQUEST_FILE: &str = ctxhost_format::files::LLM_REQUEST;
@@ -38,36 +39,6 @@ pub struct HostLlm {
     usage: UsageMeter,
     /// Whether the task was asked to pause or stop, and the grace of a reply in flight.
     interrupt: Option<(InterruptProbe, Duration)>,
-}
-
-/// Whether the task was asked to pause or stop, for the `llm` imports of its components
-/// ([`crate::task::TaskContext::interrupt_probe`] reads the task's row); it also remembers
-/// that a call gave way to such a request, so the agent loop can tell a component that failed
-/// for that reason from one that failed. Clones share both.
-#[derive(Clone)]
-pub struct InterruptProbe {
-    requested: Arc<dyn Fn() -> bool + Send + Sync>,
-    gave_way: Arc<AtomicBool>,
-}
-
-impl InterruptProbe {
-    /// A probe asking `requested`.
-    pub fn new(requested: impl Fn() -> bool + Send + Sync + 'static) -> InterruptProbe {
-        InterruptProbe {
-            requested: Arc::new(requested),
-            gave_way: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// Whether a pause or stop was requested.
-    pub fn requested(&self) -> bool {
-        (self.requested)()
-    }
-
-    /// Whether a call gave way to a pause or stop since this was last asked (then cleared).
-    pub fn take_gave_way(&self) -> bool {
-        self.gave_way.swap(false, Ordering::SeqCst)
-    }
 }
 
 impl HostLlm {
@@ -171,7 +142,7 @@ impl LlmImport for HostLlm {
                 if e.is_interrupted()
                     && let Some((probe, _)) = &self.interrupt
                 {
-                    probe.gave_way.store(true, Ordering::SeqCst);
+                    probe.mark_gave_way();
                 }
                 let bytes = e.request_bytes().unwrap_or_else(|| {
                     self.dir

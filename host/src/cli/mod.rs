@@ -28,7 +28,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::Config;
+use crate::config::{Config, contexts_from};
 use crate::error::exit_code_of;
 pub use crate::error::{EXIT_FAILED, EXIT_USAGE, UsageError, usage};
 use crate::layout::Layout;
@@ -496,21 +496,6 @@ impl Env {
     /// (the URL variable) or that does not own the tree is a usage error (exit 2).
     pub(crate) fn open_db(&self) -> anyhow::Result<crate::db::Db> {
         crate::ops::open_store(&self.config, &self.layout)
-    }
-}
-
-/// Where the contexts directory in effect was named, for errors: `--contexts`, or
-/// `context_storage.base_dir` of `config_path` (its default when the file is missing).
-pub(crate) fn contexts_from(flag: bool, config_path: &Path) -> String {
-    if flag {
-        "--contexts".to_string()
-    } else if config_path.exists() {
-        format!("context_storage.base_dir in {}", config_path.display())
-    } else {
-        format!(
-            "context_storage.base_dir (the default: {} does not exist)",
-            config_path.display()
-        )
     }
 }
 

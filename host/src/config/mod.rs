@@ -305,6 +305,21 @@ fn explain_integer_range(message: &str) -> String {
     message.to_string()
 }
 
+/// Where the contexts directory in effect was named, for errors: `--contexts`, or
+/// `context_storage.base_dir` of `config_path` (its default when the file is missing).
+pub fn contexts_from(flag: bool, config_path: &Path) -> String {
+    if flag {
+        "--contexts".to_string()
+    } else if config_path.exists() {
+        format!("context_storage.base_dir in {}", config_path.display())
+    } else {
+        format!(
+            "context_storage.base_dir (the default: {} does not exist)",
+            config_path.display()
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -63,8 +63,9 @@ pub use status::Status;
 
 pub(crate) use sql::args;
 
-/// File name of the SQLite database in the contexts/ directory.
-pub const DB_FILE: &str = "tasks.db";
+/// File name of the SQLite database in the contexts/ directory (named by [`crate::layout`],
+/// which owns the names of the tree's files).
+pub use crate::layout::DB_FILE;
 
 /// The environment variable `task_store.url_env` names by default.
 pub const DEFAULT_URL_ENV: &str = "CTXHOST_DATABASE_URL";

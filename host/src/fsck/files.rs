@@ -21,7 +21,6 @@ use super::{Problem, ProblemKind, problem};
 use crate::invariants::{ContextChecker, Violation};
 use crate::repair::{jsonl_files, reconcile_current};
 use crate::schemas::{self, Schema};
-use crate::summary_ids::{OldId, split_old_id};
 use crate::task::metadata::Metadata;
 use crate::task_dir::{DIR_MODE, FILE_MODE, TaskDir};
 use crate::untrusted;
@@ -465,16 +464,8 @@ fn check_jsonl(
                         true,
                     ));
                 }
-                let old_id = match &parsed {
-                    Parsed::History(_, old) => old.as_ref().map(|o| o.describe("summary_id")),
-                    Parsed::Summary(old) => old.as_ref().map(|o| o.describe("id")),
-                    _ => None,
-                };
-                if let Some(message) = old_id {
-                    problems.push(at_line(ProblemKind::OldSummaryId, line_no, message, !live));
-                }
                 match parsed {
-                    Parsed::History(seq, _) if expected_seq != 0 => {
+                    Parsed::History(seq) if expected_seq != 0 => {
                         if seq != expected_seq {
                             let what = if seq < expected_seq {
                                 "repeated or out of order"
@@ -559,21 +550,9 @@ fn schema_of(path: &Path) -> Option<Schema> {
 }
 
 /// What is wrong with JSONL line `text` against `schema`; `None` when it matches, or is not
-/// JSON (the line's parse reports that). A summary id in ctxhost 0.1's string form counts as
-/// the number it stands for here: it is reported as `old-summary-id`, which `--repair` fixes.
+/// JSON (the line's parse reports that).
 fn line_mismatch(schema: Schema, text: &str) -> Option<String> {
-    let mut value: serde_json::Value = serde_json::from_str(text).ok()?;
-    let id_key = match schema {
-        Schema::Messages => Some("summary_id"),
-        Schema::Summaries => Some("id"),
-        _ => None,
-    };
-    if let Some(key) = id_key
-        && let Some(id) = value.get_mut(key)
-        && id.is_string()
-    {
-        *id = serde_json::Value::from(1);
-    }
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
     schema_mismatch(schema, &value)
 }
 
@@ -612,36 +591,28 @@ fn describe_violation(v: &Violation) -> String {
 }
 
 enum Parsed {
-    /// A history line: its seq, and its `summary_id` if written in an old string form.
-    History(u64, Option<OldId>),
+    /// A history line: its seq.
+    History(u64),
     Message(ChatMessage),
     /// A planning-history line.
     Planning(Box<PlanningLine>),
-    /// A summaries.jsonl line, with its `id` if written in an old string form.
-    Summary(Option<OldId>),
+    /// A summaries.jsonl line.
+    Summary,
     Other,
 }
 
 fn parse_line(format: LineFormat, text: &str) -> Result<Parsed, String> {
     let e = |e: serde_json::Error| e.to_string();
     Ok(match format {
-        // Only summary lines carry a `summary_id`: the others take the direct path.
-        LineFormat::History if text.contains("\"summary_id\"") => {
-            let (value, old) = split_old_id(text, "summary_id").map_err(e)?;
-            let line: HistoryLine = serde_json::from_value(value).map_err(e)?;
-            Parsed::History(line.seq, old)
+        LineFormat::History => {
+            Parsed::History(serde_json::from_str::<HistoryLine>(text).map_err(e)?.seq)
         }
-        LineFormat::History => Parsed::History(
-            serde_json::from_str::<HistoryLine>(text).map_err(e)?.seq,
-            None,
-        ),
         LineFormat::Context => {
             Parsed::Message(serde_json::from_str::<ChatMessage>(text).map_err(e)?)
         }
         LineFormat::Summary => {
-            let (value, old) = split_old_id(text, "id").map_err(e)?;
-            serde_json::from_value::<SummaryLine>(value).map_err(e)?;
-            Parsed::Summary(old)
+            serde_json::from_str::<SummaryLine>(text).map_err(e)?;
+            Parsed::Summary
         }
         LineFormat::Tool => {
             serde_json::from_str::<ToolLine>(text).map_err(e)?;

@@ -187,14 +187,9 @@ pub(crate) fn repair_task(
             ));
         }
     }
-    if kinds.contains(&ProblemKind::OldSummaryId)
-        && let Some((_, path)) = layout.find_task_dir(uuid)
-    {
-        done.push(crate::summary_ids::rewrite(&open(&path)?)?.to_string());
-    }
     // Last: a checkpoint reported bad, or left stale by a fix above (a file rewritten or
     // replaced), is deleted; the next open reads the files whole and writes a new one.
-    let rewrote = [ProblemKind::BadCheckpoint, ProblemKind::OldSummaryId]
+    let rewrote = [ProblemKind::BadCheckpoint]
         .iter()
         .chain(&file_kinds)
         .any(|k| kinds.contains(k));

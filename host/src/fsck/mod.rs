@@ -17,8 +17,7 @@
 //!   current.jsonl keeps the context invariants ([`crate::invariants`]; unanswered tool calls at
 //!   its end are allowed except for a completed task: a paused task makes them when resumed)
 //!   and is not behind messages.jsonl; no step temporaries are left (a failed task may keep its
-//!   request/response for debugging); summary ids are JSON numbers (the old string form
-//!   `"sum-N"` of ctxhost 0.1 is reported); every file and line with a published JSON Schema
+//!   request/response for debugging); every file and line with a published JSON Schema
 //!   (metadata.json, task_state.json, tools.json, and the lines of messages.jsonl,
 //!   current.jsonl, summaries.jsonl, tools.jsonl, llm_calls.jsonl, planning/*.jsonl) matches it
 //!   ([`crate::schemas`]; a mismatch names the file, the line, the line kind, the field and what
@@ -46,8 +45,7 @@
 //! does); a directory in the wrong state folder for a task that no process runs (moved to agree
 //! with the status); torn last lines (cut, the bytes kept in
 //! `<file>.torn`; a complete line only missing its newline gets it); current.jsonl behind
-//! messages.jsonl (the missing lines appended); leftover temporaries (deleted); string summary
-//! ids (rewritten as numbers, [`crate::summary_ids::rewrite`]); uncommitted planning lines
+//! messages.jsonl (the missing lines appended); leftover temporaries (deleted); uncommitted planning lines
 //! (cut, kept in `<file>.torn`, as the task itself does when it resumes); symbolic links in a
 //! task directory (deleted); loose modes (tightened to 0600 / 0700); bad checkpoints, and any a
 //! fix above left stale (deleted: the next open reads the files whole and writes new ones). Everything
@@ -111,9 +109,6 @@ pub enum ProblemKind {
     /// Planning-history lines after the last decision: a strategy hook whose process died
     /// mid-append.
     UncommittedPlanning,
-    /// A summary id written as a string (`"sum-3"`, ctxhost 0.1 / WIT 0.1.0) where the spec
-    /// has a number.
-    OldSummaryId,
     /// A file or line that is JSON but does not match its published schema
     /// (`docs/schemas/`, [`crate::schemas`]): a missing or unknown field, a wrong type.
     SchemaMismatch,

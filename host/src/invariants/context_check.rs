@@ -79,7 +79,7 @@ impl checkpoint::Versioned for Checkpoint {
     }
 }
 
-/// For `ctxhost fsck` ([`checkpoint::verify`]): why `dir`'s checkpoint would not be used by
+/// For `ctxhost fsck` (its checkpoint check): why `dir`'s checkpoint would not be used by
 /// the check of current.jsonl (unreadable, not of its shape or version, of another file, a
 /// mark that no longer holds); `Ok` when there is none or it would be used.
 pub fn verify_checkpoint(dir: &TaskDir) -> anyhow::Result<()> {

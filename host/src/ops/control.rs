@@ -169,10 +169,6 @@ const QUEUED_WITH: &[(ProblemKind, &str)] = &[
         "harmless to the task",
     ),
     (
-        ProblemKind::OldSummaryId,
-        "the task reads both forms; `ctxhost fsck --repair` rewrites it",
-    ),
-    (
         ProblemKind::LooseMode,
         "harmless to the task; `ctxhost fsck --repair` makes it owner-only",
     ),

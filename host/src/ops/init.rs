@@ -50,7 +50,7 @@ pub fn init(
     if let Some(why) = layout.creation_blocker() {
         return Err(crate::error::usage(format!(
             "{}: cannot create the contexts directory {}: {why}",
-            crate::cli::contexts_from(contexts.is_some(), config_path),
+            crate::config::contexts_from(contexts.is_some(), config_path),
             layout.root().display()
         )));
     }

@@ -14,16 +14,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use ctxhost_format::compress::parse_summary_range;
-use ctxhost_format::summary_id::OnDisk;
 use ctxhost_format::{ChatMessage, HistoryLine, ToolCall, estimate_message_tokens};
 use serde_json::Value;
 
 use super::harness::*;
 use crate::invariants::check_context_file;
 use crate::invariants::kept_tail::check_kept_tail;
-use crate::runtime::{
-    Completion, CompressConfig, LlmImport, LoadedPlugin, Runtime, Usage, WitVersion,
-};
+use crate::runtime::{Completion, CompressConfig, LlmImport, LoadedPlugin, Runtime, Usage};
 
 pub(super) const FIXED_SUMMARY: &str =
     "SUMMARY: the agent listed the repository and read four files; nothing is broken.";
@@ -526,18 +523,12 @@ fn compress_fixture(
                     "summary text {:?} is not the LLM's",
                     s.summary
                 );
-                // The spec's form is a JSON number; a 0.1.0 compressor writes strings (`sum-N`, or its
-                // own scheme, which the host's shim numbered).
+                // The spec's form is a JSON number (a 0.1.0 compressor's string id is numbered
+                // by the host's shim when the call returns).
                 let lines: Vec<Value> = read_lines(&dir.join(SUMMARIES))?;
-                let legacy = plugin.wit() == WitVersion::V0_1_0;
                 let found = lines
                     .iter()
-                    .filter_map(|l| l.get("id").and_then(OnDisk::classify))
-                    .any(|id| match id {
-                        OnDisk::Number(n) => n == s.id,
-                        OnDisk::Legacy(_, n) => legacy && n == s.id,
-                        OnDisk::Unreadable(_) => legacy,
-                    });
+                    .any(|l| l.get("id").and_then(Value::as_u64) == Some(s.id));
                 ensure!(
                     found,
                     "summaries.jsonl has no line with id {} (a JSON number)",

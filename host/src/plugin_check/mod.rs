@@ -128,17 +128,13 @@ pub fn run(path_or_builtin: &str, json: bool, keep: Option<&Path>) -> anyhow::Re
         Scratch::kept(dir).map_err(crate::error::usage)?;
     }
     let report = check(&runtime, path_or_builtin, &options);
-    if json {
-        crate::cli::out::line(format_args!(
-            "{}",
-            serde_json::to_string_pretty(&report.to_json())?
-        ))?;
+    let text = if json {
+        format!("{}\n", serde_json::to_string_pretty(&report.to_json())?)
     } else {
-        use std::io::Write;
-        std::io::stdout()
-            .lock()
-            .write_all(report.to_text().as_bytes())?;
-    }
+        report.to_text()
+    };
+    // A closed pipe is an error here as for every command's output (the CLI exits quietly).
+    std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())?;
     Ok(report.passed())
 }
 

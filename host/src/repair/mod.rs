@@ -42,7 +42,8 @@ use crate::invariants::context_check::ContextCheck;
 use crate::invariants::queries::pending_tool_calls_in;
 use crate::task_dir::TaskDir;
 
-pub use readers::{HistoryStats, history_stats, jsonl_files, last_seq_in};
+pub use crate::history_stats::{HistoryStats, history_stats};
+pub use readers::{jsonl_files, last_seq_in};
 pub use reconcile::{RECONCILE_WINDOW, reconcile_current};
 pub use tail::{Tail, TailAction, TailFix, cut_from, fix_torn_tail, inspect_tail, torn_name};
 

@@ -1,11 +1,10 @@
 //! Readers of a task directory's files that repair and `ctxhost fsck` share: which JSONL files
-//! it has, and the counts of its history.
+//! it has, and the seq its history ends at (its full counts: [`crate::history_stats`]).
 
 use anyhow::Context;
 use ctxhost_format::HistoryLine;
 use ctxhost_format::files::{MESSAGES, PLANNING_DIR, is_temporary};
 
-use crate::invariants::queries::open_lines;
 use crate::task_dir::TaskDir;
 
 /// The JSONL files of a task directory that are not temporaries: `*.jsonl` at its top level
@@ -33,37 +32,6 @@ pub fn jsonl_files(dir: &TaskDir) -> anyhow::Result<Vec<String>> {
     Ok(files)
 }
 
-/// Counts of messages.jsonl ([`history_stats`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub struct HistoryStats {
-    /// Non-blank lines.
-    pub lines: u64,
-    /// Seq of the last line (0 when empty).
-    pub last_seq: u64,
-    /// Assistant messages that are not summaries: the agent loop's LLM calls that got an answer
-    /// (what `agent.max_steps` counts).
-    pub agent_steps: u64,
-    /// The last line is a summary (a compression's last write before it installs the new
-    /// context; nothing was appended after it).
-    pub ends_with_summary: bool,
-}
-
-/// Stream the history file `name` (messages.jsonl) of `dir` and count its lines, last seq
-/// and agent steps. A missing file is empty. Errors name the file and line of a line that
-/// does not parse. A full read: the host keeps these counts incrementally
-/// ([`crate::task::HistoryCounts::stats`]); this is the reference the tests (unit,
-/// `tests/all/lifecycle.rs`, `tests/all/security.rs`) compare them with, hence public.
-pub fn history_stats(dir: &TaskDir, name: &str) -> anyhow::Result<HistoryStats> {
-    let mut stats = HistoryStats::default();
-    let Some(mut lines) = open_lines(dir, name)? else {
-        return Ok(stats);
-    };
-    while let Some((_, h)) = lines.next_value::<HistoryLine>()? {
-        stats.add(&h);
-    }
-    Ok(stats)
-}
-
 /// The seq of the last line of the history file messages.jsonl of `dir` (0 when empty or
 /// missing), read from its end: only the last line is read. Errors name the file and the byte
 /// offset of a last line that is not a history line.
@@ -75,42 +43,4 @@ pub fn last_seq_in(dir: &TaskDir) -> anyhow::Result<u64> {
         .prev_value::<HistoryLine>()
         .map_err(crate::invariants::queries::bounded)?
         .map_or(0, |(_, h)| h.seq))
-}
-
-impl HistoryStats {
-    /// Count one more history line (the next one of the file).
-    pub fn add(&mut self, h: &HistoryLine) {
-        self.lines += 1;
-        self.last_seq = h.seq;
-        self.ends_with_summary = h.summary_id.is_some();
-        if h.role == "assistant" && h.summary_id.is_none() {
-            self.agent_steps += 1;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::repair::testing::*;
-    use ctxhost_format::ChatMessage;
-    use ctxhost_format::files::MESSAGES;
-
-    #[test]
-    fn history_stats_count_agent_steps_without_summaries() {
-        let dir = tempfile::tempdir().unwrap();
-        write_task(
-            dir.path(),
-            &[
-                sys(),
-                ChatMessage::text("user", "go"),
-                call(&["a"]),
-                result("a"),
-                ChatMessage::text("assistant", "done"),
-            ],
-            &[],
-        );
-        let s = history_stats(&TaskDir::open(dir.path()).unwrap(), MESSAGES).unwrap();
-        assert_eq!((s.lines, s.last_seq, s.agent_steps), (5, 5, 2));
-    }
 }

@@ -2,6 +2,8 @@
 //! `ctxhost:plugin/message-store`, any supported version), the single writer of
 //! `messages.jsonl` and `current.jsonl` of one task directory.
 
+use std::path::PathBuf;
+
 use ctxhost_format::ChatMessage;
 
 use super::error::RuntimeError;
@@ -20,11 +22,17 @@ type Bindings = Versioned<v0_1_0::MessageStorePlugin, v0_2_0::MessageStorePlugin
 pub struct MessageStore {
     sandbox: Sandbox,
     bindings: Bindings,
+    /// The task directory the component sees (the 0.1.0 shim numbers its summary lines there).
+    task_dir: PathBuf,
 }
 
 impl MessageStore {
-    /// Instantiate `pre` in `sandbox`.
-    pub(crate) fn instantiate(mut sandbox: Sandbox, pre: &Pre) -> Result<Self, RuntimeError> {
+    /// Instantiate `pre` in `sandbox`, which sees `task_dir`.
+    pub(crate) fn instantiate(
+        mut sandbox: Sandbox,
+        pre: &Pre,
+        task_dir: PathBuf,
+    ) -> Result<Self, RuntimeError> {
         let bindings = match pre {
             Versioned::V0_1_0(p) => {
                 Versioned::V0_1_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
@@ -33,7 +41,11 @@ impl MessageStore {
                 Versioned::V0_2_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
             }
         };
-        Ok(MessageStore { sandbox, bindings })
+        Ok(MessageStore {
+            sandbox,
+            bindings,
+            task_dir,
+        })
     }
 
     /// The component's name (`builtin:NAME` or its path).
@@ -74,7 +86,8 @@ impl MessageStore {
     }
 
     /// `record-summary`: append a summary (role assistant, `summary_id`) to messages.jsonl only.
-    /// `summary_id` is the summary's integer id (from 1); a 0.1.0 store is given `sum-N`.
+    /// `summary_id` is the summary's integer id (from 1); a 0.1.0 store is given `sum-N`, and
+    /// the line it writes is numbered afterwards ([`v0_1_0::number_history_line`]).
     pub fn record_summary(
         &mut self,
         summary: &ChatMessage,
@@ -90,7 +103,19 @@ impl MessageStore {
                     b.ctxhost_plugin_message_store()
                         .call_record_summary(s, &m, &id, timestamp)
                 })?;
-                sandbox.plugin_result("record-summary", r)
+                let added = sandbox.plugin_result("record-summary", r)?;
+                v0_1_0::number_history_line(&self.task_dir, &id, summary_id).map_err(|e| {
+                    RuntimeError::Host {
+                        component: sandbox.name().to_string(),
+                        function: "record-summary".to_string(),
+                        reason: crate::untrusted::text(
+                            &format!("numbering its summary id {id:?}: {e:#}"),
+                            crate::untrusted::MAX_ERROR_BYTES,
+                        )
+                        .into_owned(),
+                    }
+                })?;
+                Ok(added)
             }
             Versioned::V0_2_0(b) => {
                 let m = summary.into();

@@ -371,7 +371,11 @@ impl Runtime {
         let Pre::MessageStore(pre) = &plugin.pre else {
             return Err(self.kind_mismatch(plugin, PluginKind::MessageStore));
         };
-        MessageStore::instantiate(self.sandbox(plugin, task_dir, None)?, pre)
+        MessageStore::instantiate(
+            self.sandbox(plugin, task_dir, None)?,
+            pre,
+            task_dir.to_path_buf(),
+        )
     }
 
     /// A new request format instance of `plugin` on `task_dir`.

@@ -28,9 +28,9 @@ use ctxhost_format::files::{HISTORY_CHECKPOINT, MESSAGES};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint;
+use crate::history_stats::HistoryStats;
 use crate::invariants::ids::CallIds;
 use crate::invariants::queries::bounded;
-use crate::repair::HistoryStats;
 use crate::task_dir::{TaskDir, file_id};
 
 /// Growth of messages.jsonl, bytes, after which a step boundary writes a new checkpoint.
@@ -50,8 +50,8 @@ struct Checkpoint {
     messages: FileMark,
     stats: HistoryStats,
     /// The ids of the tool calls in the prefix, as hashes ([`CallIds`]: sorted, so the file
-    /// is the same for the same history). Named for what it holds: a checkpoint of an older
-    /// ctxhost (`call_ids`, the ids themselves) is not this shape and is ignored (a full read).
+    /// is the same for the same history). A checkpoint of any other shape is not read (a full
+    /// read instead).
     call_id_hashes: CallIds,
 }
 
@@ -349,7 +349,7 @@ fn ensure_plausible(cp: &Checkpoint) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// For `ctxhost fsck` ([`checkpoint::verify`]): why [`HistoryCounts::open`] would not use
+/// For `ctxhost fsck` (its checkpoint check): why [`HistoryCounts::open`] would not use
 /// `dir`'s checkpoint (unreadable, not of its shape or version, more call-id hashes than its
 /// prefix can hold, another messages.jsonl, a mark that no longer holds); `Ok` when there is
 /// none or it would be used.

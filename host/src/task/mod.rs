@@ -18,6 +18,7 @@
 pub mod calls;
 pub mod history_counts;
 pub mod inheritance;
+pub mod interrupt;
 pub mod metadata;
 pub mod planning;
 pub use crate::lifecycle::task_state as state;
@@ -46,6 +47,7 @@ use crate::untrusted;
 pub use calls::{CallLog, CallRecord};
 pub use history_counts::HistoryCounts;
 pub use inheritance::Inheritance;
+pub use interrupt::InterruptProbe;
 pub use metadata::{
     InheritedFrom, Metadata, MetadataConfig, MetadataTaskKey, SkippedPredecessor, read_metadata,
     write_metadata_once,
@@ -447,15 +449,13 @@ impl TaskContext {
     /// [`TaskContext::interrupt`] as a probe the `llm` import of a compressor or strategy can
     /// hold: a pause or stop was requested; a row that cannot be read counts as no request
     /// (logged).
-    pub fn interrupt_probe(&self) -> crate::agent::llm_import::InterruptProbe {
+    pub fn interrupt_probe(&self) -> InterruptProbe {
         let (db, uuid) = (self.db.clone(), self.uuid().to_string());
-        crate::agent::llm_import::InterruptProbe::new(move || {
-            match db.with(|db| db.control(&uuid)) {
-                Ok(control) => control.is_some_and(|c| c.stop_requested || c.pause_requested),
-                Err(e) => {
-                    tracing::warn!(%uuid, "cannot read the task's pause/stop requests during a component's LLM call: {e:#}");
-                    false
-                }
+        InterruptProbe::new(move || match db.with(|db| db.control(&uuid)) {
+            Ok(control) => control.is_some_and(|c| c.stop_requested || c.pause_requested),
+            Err(e) => {
+                tracing::warn!(%uuid, "cannot read the task's pause/stop requests during a component's LLM call: {e:#}");
+                false
             }
         })
     }

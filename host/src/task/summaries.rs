@@ -68,17 +68,13 @@ mod tests {
         let store = SummaryStore::new(&TaskDir::open(dir.path()).unwrap());
         assert_eq!(store.count().unwrap(), 0);
         assert_eq!(store.latest().unwrap(), None);
-        let line = |id: &str, end: u64| {
+        let line = |id: u64, end: u64| {
             serde_json::json!({"id": id, "start_seq": 2, "end_seq": end, "summary": "s",
                 "original_tokens": 100, "summary_tokens": 10, "ratio": 0.1,
                 "timestamp": "2025-01-01T00:00:00.000Z"})
             .to_string()
         };
-        std::fs::write(
-            store.path(),
-            format!("{}\n{}\n", line("sum-1", 5), line("sum-2", 9)),
-        )
-        .unwrap();
+        std::fs::write(store.path(), format!("{}\n{}\n", line(1, 5), line(2, 9))).unwrap();
         assert_eq!(store.count().unwrap(), 2);
         assert_eq!(store.latest().unwrap().unwrap().end_seq, 9);
         std::fs::write(store.path(), "{\"id\":").unwrap();

@@ -109,6 +109,42 @@ impl TaskFile {
     }
 }
 
+/// Bytes of a file's start that [`binary_kind`] looks at (as git and grep do).
+pub const SNIFF_BYTES: usize = 8 * 1024;
+
+/// Formats told apart by their first bytes ("magic numbers"), for the page's "type".
+const MAGIC: &[(&[u8], &str)] = &[
+    (b"\x89PNG\r\n\x1a\n", "PNG image"),
+    (b"\xff\xd8\xff", "JPEG image"),
+    (b"GIF87a", "GIF image"),
+    (b"GIF89a", "GIF image"),
+    (b"%PDF-", "PDF document"),
+    (b"PK\x03\x04", "ZIP archive"),
+    (b"\x1f\x8b", "gzip data"),
+    (b"BZh", "bzip2 data"),
+    (b"\xfd7zXZ\x00", "xz data"),
+    (b"\x28\xb5\x2f\xfd", "zstd data"),
+    (b"\x7fELF", "ELF executable"),
+    (b"\x00asm", "WebAssembly module"),
+    (b"SQLite format 3\x00", "SQLite database"),
+];
+
+/// Whether a file whose first bytes are `head` (up to [`SNIFF_BYTES`]; fewer only when the file
+/// is shorter) is binary, and then what kind: a known format's name, else "binary data". A
+/// file is binary when its start has a NUL byte or is not UTF-8 (a character cut by the end of
+/// `head` does not count); `None`: text, to be shown as such.
+pub fn binary_kind(head: &[u8]) -> Option<&'static str> {
+    if let Some((_, kind)) = MAGIC.iter().find(|(magic, _)| head.starts_with(magic)) {
+        return Some(kind);
+    }
+    let text = match std::str::from_utf8(head) {
+        Ok(_) => true,
+        // Only an incomplete character at the very end (the sample cut it) is allowed.
+        Err(e) => e.error_len().is_none(),
+    };
+    (!text || head.contains(&0)).then_some("binary data")
+}
+
 /// A plain file name: `[A-Za-z0-9._-]{1,128}`, not starting with `.`.
 fn is_plain_name(name: &str) -> bool {
     !name.is_empty()
@@ -311,6 +347,20 @@ mod tests {
         assert!(dir.open(&TaskFile::ToolResult(4)).is_none());
         assert!(dir.open(&TaskFile::Planning("p.jsonl".into())).is_none());
         assert!(dir.planning_files().is_empty());
+    }
+
+    #[test]
+    fn binary_starts_are_told_from_text() {
+        assert_eq!(binary_kind(b"plain text\n"), None);
+        assert_eq!(binary_kind("caf\u{e9} \u{1f600}".as_bytes()), None);
+        assert_eq!(binary_kind(b""), None);
+        // A character cut by the end of the sample is still text.
+        let cut = &"\u{1f600}".as_bytes()[..2];
+        assert_eq!(binary_kind(&[b"ok ".as_slice(), cut].concat()), None);
+        assert_eq!(binary_kind(b"a\x00b"), Some("binary data"));
+        assert_eq!(binary_kind(b"\xff\xfe junk"), Some("binary data"));
+        assert_eq!(binary_kind(b"\x89PNG\r\n\x1a\n...."), Some("PNG image"));
+        assert_eq!(binary_kind(b"\x1f\x8b\x08\x00"), Some("gzip data"));
     }
 
     #[test]

@@ -9,17 +9,20 @@
 //! | `GET /tasks/{uuid}` | task page: row, metadata, context chart, and one of the views `messages`, `context`, `summaries`, `tools`, `calls`, `planning`, paged by byte offsets |
 //! | `GET /tasks/{uuid}/messages/{offset}` | one message of messages.jsonl in full |
 //! | `GET /tasks/{uuid}/compactions` | each compression: range, summary next to the messages it replaced, what was kept |
-//! | `GET /tasks/{uuid}/files/{name}` | a task file (request.json, response.json, …) in windows of bytes |
+//! | `GET /tasks/{uuid}/files/{name}` | a task file (request.json, response.json, …) in windows of bytes; one that is not text as its size and kind, `?download=1` for its bytes |
 //! | `GET /tasks/{uuid}/tool-results/{seq}` | a tool call's full (spilled) output |
 //! | `POST /tasks/{uuid}/{pause,resume,stop,retry}` | actions (CSRF token required) |
 //! | `GET /stats` | the `stats` figures and charts |
 //! | `GET /events` | server-sent events: `change` whenever the task store changes |
 //! | `GET /static/…` | the embedded CSS and JS |
 //!
+//! In the GET routes, `{uuid}` may be a prefix only one task has, as on the command line
+//! ([`crate::task_ref`]): the answer is a redirect to the same page under the whole UUID.
+//!
 //! Modules: `security` (bind policy, token, CSRF, headers, redaction), `files` (the only
 //! way task files are opened), `pager` (JSONL pages by byte offset), `store` (the
 //! connections to the task store), `queries` (read-only SQL), `call_series` (the context chart's data, read incrementally and cached), `charts`
-//! (SVG geometry), `pages` (page handlers), `task_page` (what the task page shows), `actions`
+//! (SVG geometry), `pages` (page handlers), `task_page` (what the task page shows: `row`, `dir`, `views`), `actions`
 //! (POST handlers), `events` (change notifications), `assets` (embedded CSS/JS).
 
 mod actions;

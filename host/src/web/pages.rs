@@ -156,6 +156,57 @@ pub fn task_uuid(given: &str) -> Result<String, WebError> {
     parse_uuid(given).map_err(|_| WebError::NotFound)
 }
 
+/// The task a page's URL names ([`named_task`]).
+pub enum Named {
+    /// Its whole UUID (canonical).
+    Task(String),
+    /// A redirect to the same page under the whole UUID.
+    Elsewhere(Response),
+}
+
+/// The task named by `given` in the URL of a page (`/tasks/{given}{rest}?{query}`): a whole
+/// UUID, or — as the CLI takes them ([`crate::task_ref`]) — a prefix of at least
+/// [`crate::task_ref::MIN_PREFIX_DIGITS`] hexadecimal digits that only one task has, answered
+/// by a redirect to the page under its whole UUID, the query kept. 404 for anything else or
+/// no such task; 400 naming the tasks (at most [`crate::task_ref::MAX_LISTED`]) when the
+/// prefix is ambiguous. Actions (POST) take the whole UUID only.
+pub fn named_task(
+    state: &AppState,
+    given: &str,
+    rest: &str,
+    query: Option<&str>,
+) -> Result<Named, WebError> {
+    use crate::task_ref::{MAX_LISTED, TaskRef};
+    let prefix = match TaskRef::parse(given).map_err(|_| WebError::NotFound)? {
+        TaskRef::Uuid(uuid) => return Ok(Named::Task(uuid)),
+        TaskRef::Prefix(prefix) => prefix,
+    };
+    let limit = u32::try_from(MAX_LISTED + 1).unwrap_or(u32::MAX);
+    let rows = state.store.get()?.tasks_with_uuid_prefix(&prefix, limit)?;
+    match rows.as_slice() {
+        [] => Err(WebError::NotFound),
+        [one] => {
+            let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+            Ok(Named::Elsewhere(see_other(&format!(
+                "/tasks/{}{rest}{query}",
+                one.uuid
+            ))))
+        }
+        many => {
+            let listed: Vec<&str> = many
+                .iter()
+                .take(MAX_LISTED)
+                .map(|r| r.uuid.as_str())
+                .collect();
+            let more = if many.len() > MAX_LISTED { ", …" } else { "" };
+            Err(WebError::BadRequest(format!(
+                "UUID prefix {prefix} is ambiguous: it matches {}{more}; give more of the UUID",
+                listed.join(", ")
+            )))
+        }
+    }
+}
+
 fn status_class(s: Status) -> &'static str {
     s.as_str()
 }
@@ -515,7 +566,10 @@ pub async fn task(
     Extension(csrf): Extension<CsrfCookie>,
 ) -> Response {
     blocking(move || {
-        let uuid = task_uuid(&uuid)?;
+        let uuid = match named_task(&state, &uuid, "", raw.as_deref())? {
+            Named::Task(uuid) => uuid,
+            Named::Elsewhere(redirect) => return Ok(redirect),
+        };
         let p = Params::parse(raw)?;
         let view = match p.get("view") {
             None => View::Messages,
@@ -612,8 +666,11 @@ pub async fn message(
     Path((uuid, offset)): Path<(String, String)>,
 ) -> Response {
     blocking(move || {
-        let uuid = task_uuid(&uuid)?;
         let offset: u64 = offset.parse().map_err(|_| WebError::NotFound)?;
+        let uuid = match named_task(&state, &uuid, &format!("/messages/{offset}"), None)? {
+            Named::Task(uuid) => uuid,
+            Named::Elsewhere(redirect) => return Ok(redirect),
+        };
         let dir = files::open_task_dir(&state.layout, &uuid).ok_or(WebError::NotFound)?;
         let mut f = dir.open(&TaskFile::Messages).ok_or(WebError::NotFound)?;
         let m = task_page::full_message(&uuid, &mut f, offset, &state.redactor)?
@@ -632,6 +689,8 @@ pub async fn message(
 pub const WINDOW: usize = 256 * 1024;
 /// JSON files up to this size are shown pretty-printed, whole.
 pub const PRETTY_MAX: u64 = 1 << 20;
+/// The largest file the dashboard hands out as a download (read whole, to redact secrets).
+pub const DOWNLOAD_MAX: u64 = 64 << 20;
 
 #[derive(Template)]
 #[template(path = "file.html")]
@@ -643,6 +702,9 @@ struct FilePage {
     prev_href: String,
     next_href: String,
     note: String,
+    /// For a file that is not text: what it is ([`files::binary_kind`]); it is not shown.
+    binary: String,
+    download_href: String,
 }
 
 fn file_page(
@@ -657,11 +719,35 @@ fn file_page(
     let mut f = dir.open(&file).ok_or(WebError::NotFound)?;
     let name = file.relative_path();
     let len = f.metadata()?.len();
+    use std::io::Read;
+    let mut head = Vec::with_capacity(files::SNIFF_BYTES);
+    (&mut f)
+        .take(files::SNIFF_BYTES as u64)
+        .read_to_end(&mut head)?;
+    let binary = files::binary_kind(&head);
+    if p.get("download").is_some() {
+        return download(state, &mut f, &name, len);
+    }
+    use std::io::{Seek, SeekFrom};
+    f.seek(SeekFrom::Start(0))?;
+    if let Some(kind) = binary {
+        // Decoded as text it would be replacement characters: its size, kind and a download.
+        return Ok(render(&FilePage {
+            uuid: uuid.to_string(),
+            name,
+            text: String::new(),
+            position: format!("{} ({len} bytes)", task_page::bytes(len)),
+            prev_href: String::new(),
+            next_href: String::new(),
+            note: String::new(),
+            binary: kind.to_string(),
+            download_href: format!("{href}?download=1"),
+        }));
+    }
     let from = p.number("from")?;
     let is_json = name.ends_with(".json");
     if from.is_none() && is_json && len <= PRETTY_MAX {
         let mut text = String::new();
-        use std::io::Read;
         f.read_to_string(&mut text)?;
         let pretty = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
@@ -679,6 +765,8 @@ fn file_page(
             prev_href: String::new(),
             next_href: String::new(),
             note: note.into(),
+            binary: String::new(),
+            download_href: String::new(),
         }));
     }
     let w = pager::read_window(&mut f, from.unwrap_or(0), WINDOW)?;
@@ -699,7 +787,43 @@ fn file_page(
             String::new()
         },
         note: String::new(),
+        binary: String::new(),
+        download_href: String::new(),
     }))
+}
+
+/// The file `f` (`name`, `len` bytes) as a download (`Content-Disposition: attachment`), its
+/// secrets redacted like every text the dashboard shows. Errors: larger than [`DOWNLOAD_MAX`].
+fn download(
+    state: &AppState,
+    f: &mut std::fs::File,
+    name: &str,
+    len: u64,
+) -> Result<Response, WebError> {
+    use std::io::{Read, Seek, SeekFrom};
+    if len > DOWNLOAD_MAX {
+        return Err(WebError::BadRequest(format!(
+            "{name} is {len} bytes, more than the dashboard hands out ({DOWNLOAD_MAX} bytes); \
+             read it in the task directory"
+        )));
+    }
+    f.seek(SeekFrom::Start(0))?;
+    let mut bytes = Vec::with_capacity(len as usize);
+    f.take(DOWNLOAD_MAX).read_to_end(&mut bytes)?;
+    let bytes = state.redactor.redact_bytes(bytes);
+    // The name is a plain one ([`TaskFile`]): no quote or control character to escape.
+    let file_name = name.rsplit('/').next().unwrap_or(name);
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file_name}\""),
+            ),
+        ],
+        bytes,
+    )
+        .into_response())
 }
 
 /// `GET /tasks/{uuid}/files/{name}`: a task file, in windows.
@@ -709,8 +833,11 @@ pub async fn file(
     RawQuery(raw): RawQuery,
 ) -> Response {
     blocking(move || {
-        let uuid = task_uuid(&uuid)?;
         let file = TaskFile::top_level(&name).ok_or(WebError::NotFound)?;
+        let uuid = match named_task(&state, &uuid, &format!("/files/{name}"), raw.as_deref())? {
+            Named::Task(uuid) => uuid,
+            Named::Elsewhere(redirect) => return Ok(redirect),
+        };
         let href = format!("/tasks/{uuid}/files/{name}");
         file_page(&state, &uuid, file, &href, raw)
     })
@@ -724,9 +851,13 @@ pub async fn tool_result(
     RawQuery(raw): RawQuery,
 ) -> Response {
     blocking(move || {
-        let uuid = task_uuid(&uuid)?;
         let seq: u64 = seq.parse().map_err(|_| WebError::NotFound)?;
-        let href = format!("/tasks/{uuid}/tool-results/{seq}");
+        let rest = format!("/tool-results/{seq}");
+        let uuid = match named_task(&state, &uuid, &rest, raw.as_deref())? {
+            Named::Task(uuid) => uuid,
+            Named::Elsewhere(redirect) => return Ok(redirect),
+        };
+        let href = format!("/tasks/{uuid}{rest}");
         file_page(&state, &uuid, TaskFile::ToolResult(seq), &href, raw)
     })
     .await

@@ -395,6 +395,30 @@ impl Redactor {
         Redactor { secrets }
     }
 
+    /// `bytes` (a file that is not text) with every secret's bytes replaced by [`REDACTED`].
+    pub fn redact_bytes(&self, bytes: Vec<u8>) -> Vec<u8> {
+        let mut out = bytes;
+        for s in &self.secrets {
+            let secret = s.as_bytes();
+            if !out.windows(secret.len()).any(|w| w == secret) {
+                continue;
+            }
+            let mut replaced = Vec::with_capacity(out.len());
+            let mut i = 0;
+            while i < out.len() {
+                if out[i..].starts_with(secret) {
+                    replaced.extend_from_slice(REDACTED.as_bytes());
+                    i += secret.len();
+                } else {
+                    replaced.push(out[i]);
+                    i += 1;
+                }
+            }
+            out = replaced;
+        }
+        out
+    }
+
     /// `text` with every secret replaced by [`REDACTED`].
     pub fn redact(&self, text: &str) -> String {
         let mut out = text.to_string();
@@ -513,6 +537,14 @@ mod tests {
         assert_eq!(
             r.redact("key sk-secret-123456 and short"),
             "key [redacted] and short"
+        );
+        assert_eq!(
+            r.redact_bytes(b"\x00\xffsk-secret-123456\x00sk-secret-123456".to_vec()),
+            b"\x00\xff[redacted]\x00[redacted]".to_vec()
+        );
+        assert_eq!(
+            r.redact_bytes(b"\x00 short".to_vec()),
+            b"\x00 short".to_vec()
         );
     }
 }

@@ -146,6 +146,23 @@ impl Dashboard {
         self.get_with(path, &[])
     }
 
+    /// `GET path`, the body as bytes (a download): status, headers, body.
+    pub fn get_bytes(&self, path: &str) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let r = match self.agent.get(&format!("{}{path}", self.base)).call() {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("GET {path}: {e}"),
+        };
+        let status = r.status();
+        let headers = r
+            .headers_names()
+            .into_iter()
+            .filter_map(|n| r.header(&n).map(|v| (n.clone(), v.to_string())))
+            .collect();
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut r.into_reader(), &mut body).expect("read the body");
+        (status, headers, body)
+    }
+
     /// `POST path` with a form body and headers.
     pub fn post_form(&self, path: &str, headers: &[(&str, &str)], form: &[(&str, &str)]) -> Resp {
         let mut req = self.agent.post(&format!("{}{path}", self.base));
