@@ -14,7 +14,7 @@ mod ask;
 mod follow;
 mod init;
 mod lifecycle;
-pub mod llm_flags;
+pub use crate::config::llm_flags;
 mod maintenance;
 pub(crate) mod out;
 mod poll;

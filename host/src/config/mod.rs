@@ -30,6 +30,7 @@
 
 mod context_storage;
 mod llm;
+pub mod llm_flags;
 mod plugins;
 mod process;
 mod sources;

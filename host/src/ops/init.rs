@@ -27,7 +27,7 @@ pub struct Initialized {
 pub fn init(
     config_path: &Path,
     contexts: Option<&Path>,
-    llm: &crate::cli::llm_flags::LlmFlags,
+    llm: &crate::config::llm_flags::LlmFlags,
 ) -> anyhow::Result<Initialized> {
     let existing = config_path.exists();
     if existing && llm.any() {
@@ -73,7 +73,7 @@ pub fn init(
 /// The commented default config `yaml` with the `llm` keys `flags` gives set in its `llm`
 /// section (the commented lines of `base_url` and `api_key_env` uncommented); checked by
 /// parsing it. Errors (usage): a value out of range, named by its key.
-pub fn with_llm(yaml: &str, flags: &crate::cli::llm_flags::LlmFlags) -> anyhow::Result<String> {
+pub fn with_llm(yaml: &str, flags: &crate::config::llm_flags::LlmFlags) -> anyhow::Result<String> {
     if !flags.any() {
         return Ok(yaml.to_string());
     }
@@ -122,7 +122,7 @@ pub fn with_llm(yaml: &str, flags: &crate::cli::llm_flags::LlmFlags) -> anyhow::
     if let Some((k, _)) = sets.first() {
         anyhow::bail!("the config template has no llm.{k} line to set");
     }
-    Config::from_yaml(&out, crate::cli::llm_flags::FLAGS)
+    Config::from_yaml(&out, crate::config::llm_flags::FLAGS)
         .map_err(|e| crate::error::usage(e.to_string()))?;
     Ok(out)
 }
