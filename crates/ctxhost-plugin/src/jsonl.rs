@@ -209,6 +209,7 @@ impl From<crate::types::ChatMessage> for ChatMessage {
             tool_calls: (!calls.is_empty()).then_some(calls),
             tool_call_id: m.tool_call_id,
             tool_name: m.tool_name,
+            is_error: false,
         }
     }
 }

@@ -424,6 +424,7 @@ mod tests {
             tool_name: m.tool_name.clone(),
             tool_calls: m.tool_calls.clone(),
             tool_call_id: m.tool_call_id.clone(),
+            is_error: m.is_error,
             summary_id: None,
         })
         .unwrap()

@@ -162,6 +162,7 @@ macro_rules! unchanged_conversions {
                     tool_calls: if calls.is_empty() { None } else { Some(calls) },
                     tool_call_id: m.tool_call_id,
                     tool_name: m.tool_name,
+                    is_error: false,
                 }
             }
         }
