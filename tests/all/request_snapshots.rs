@@ -34,6 +34,8 @@ fn config(model: &str) -> RequestConfig {
         tools_file: Some("tools.json".to_string()),
         max_output_tokens: Some(512),
         temperature: Some(0.2),
+        stream: false,
+        reasoning: None,
     }
 }
 
@@ -261,7 +263,7 @@ fn read(name: &str, file: &str) -> Result<Reply, RuntimeError> {
         task.path().join("response.json"),
     )
     .unwrap();
-    f.read_response("response.json")
+    f.read_response("response.json", false)
 }
 
 fn invalid_input(name: &str, file: &str) -> String {
@@ -293,6 +295,7 @@ fn openai_cached_prompt_tokens_become_cache_read_tokens() {
             total_tokens: 2306,
             cache_read_tokens: 1920,
             cache_creation_tokens: 0,
+            reasoning_tokens: 0,
         })
     );
     let plain = read("openai-chat", "openai_text.json")
@@ -423,7 +426,7 @@ fn ollama_bad_bodies_say_what_is_wrong() {
 fn missing_response_file_is_an_io_error() {
     for name in ["openai-chat", "ollama-chat"] {
         let (_task, mut f) = format(name);
-        let err = plugin_error(f.read_response("nope.json"));
+        let err = plugin_error(f.read_response("nope.json", false));
         assert!(
             matches!(&err, PluginError::Io(t) if t.starts_with("opening nope.json:")),
             "{name}: {err:?}"

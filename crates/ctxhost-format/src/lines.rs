@@ -32,6 +32,25 @@ pub struct ChatMessage {
     /// For `tool` messages: the tool call failed (the content is the error text).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
+    /// For assistant messages: the reasoning that came with the reply (WIT 0.3.0
+    /// `reasoning-item`s), kept opaque; left out when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<ReasoningItem>,
+}
+
+/// One item of a model's reasoning, stored opaque: `{"provider","type","data"}` where `data` is
+/// the provider's JSON text of the item exactly as received (a JSON string holding it, so its
+/// bytes, signatures and encrypted content included, never change).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ReasoningItem {
+    /// Whose format `data` is: `anthropic`, `openai-responses`, `openai-chat`.
+    pub provider: String,
+    /// The item's type as the provider names it (`thinking`, `redacted_thinking`,
+    /// `reasoning`, `reasoning_content`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The item's JSON text as received.
+    pub data: String,
 }
 
 impl ChatMessage {
@@ -64,6 +83,7 @@ impl ChatMessage {
             tool_call_id: Some(call.id.clone()),
             tool_name: Some(call.function.name.clone()),
             is_error: false,
+            reasoning: Vec::new(),
         }
     }
 
@@ -148,6 +168,9 @@ pub struct HistoryLine {
     /// For a `tool` message: the tool call failed (written only when true).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
+    /// For an assistant message: its reasoning items (left out when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<ReasoningItem>,
     /// Set on summaries appended by a compression (role `assistant`): the summary's id in
     /// summaries.jsonl, a JSON number from 1. Reads the old string form `"sum-N"` too.
     #[serde(
@@ -172,6 +195,7 @@ impl HistoryLine {
             tool_calls: message.tool_calls.clone(),
             tool_call_id: message.tool_call_id.clone(),
             is_error: message.is_error,
+            reasoning: message.reasoning.clone(),
             summary_id: None,
         }
     }
@@ -198,6 +222,7 @@ impl HistoryLine {
             tool_call_id: self.tool_call_id.clone(),
             tool_name: self.tool_name.clone(),
             is_error: self.is_error,
+            reasoning: self.reasoning.clone(),
         }
     }
 }
@@ -256,6 +281,7 @@ pub fn encode_message_lines(
     if message.is_error {
         history.extend_from_slice(b",\"is_error\":true");
     }
+    let reasoning = (!message.reasoning.is_empty()).then(|| put(history, "reasoning", &message.reasoning));
     if let Some(id) = summary_id {
         put(history, "summary_id", &id);
     }
@@ -280,6 +306,10 @@ pub fn encode_message_lines(
     }
     if message.is_error {
         current.extend_from_slice(b",\"is_error\":true");
+    }
+    if let Some(range) = reasoning {
+        current.extend_from_slice(b",\"reasoning\":");
+        current.extend_from_slice(&history[range]);
     }
     current.extend_from_slice(b"}\n");
 }
@@ -543,6 +573,14 @@ mod tests {
                 ..ChatMessage::tool_result(&call, "Error: no such file")
             },
             ChatMessage {
+                reasoning: vec![ReasoningItem {
+                    provider: "anthropic".into(),
+                    kind: "thinking".into(),
+                    data: r#"{"type":"thinking","thinking":"hm\n","signature":"c2ln"}"#.into(),
+                }],
+                ..ChatMessage::text("assistant", "done")
+            },
+            ChatMessage {
                 role: "assistant".into(),
                 content: Some("both".into()),
                 tool_calls: Some(vec![]),
@@ -572,6 +610,7 @@ mod tests {
                     tool_calls: m.tool_calls.clone(),
                     tool_call_id: m.tool_call_id.clone(),
                     is_error: m.is_error,
+                    reasoning: m.reasoning.clone(),
                     summary_id,
                 };
                 assert_eq!(

@@ -63,6 +63,7 @@ pub fn assistant_message(
         tool_call_id: None,
         tool_name: None,
         is_error: false,
+        reasoning: Vec::new(),
     }
 }
 

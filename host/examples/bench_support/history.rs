@@ -155,6 +155,7 @@ pub fn generate(dir: &Path, target_bytes: u64, seed: u64) -> std::io::Result<Gen
             tool_calls: m.tool_calls,
             tool_call_id: m.tool_call_id,
             is_error: m.is_error,
+            reasoning: m.reasoning,
             summary_id: None,
         };
         line.clear();

@@ -425,6 +425,7 @@ mod tests {
             tool_calls: m.tool_calls.clone(),
             tool_call_id: m.tool_call_id.clone(),
             is_error: m.is_error,
+            reasoning: m.reasoning.clone(),
             summary_id: None,
         })
         .unwrap()

@@ -329,7 +329,7 @@ pub(super) fn message_store_suite(
                     "summary_id written as {}, expected 1 or \"sum-1\"",
                     raw[3]["summary_id"]
                 ),
-                WitVersion::V0_2_0 => ensure!(
+                WitVersion::V0_2_0 | WitVersion::V0_3_0 => ensure!(
                     written == Some(OnDisk::Number(1)),
                     "summary_id written as {}, expected the JSON number 1",
                     raw[3]["summary_id"]

@@ -288,6 +288,7 @@ mod tests {
             tool_calls: None,
             tool_call_id: None,
             is_error: false,
+            reasoning: Vec::new(),
             summary_id: Some(1),
         };
         let new = HistoryLine {

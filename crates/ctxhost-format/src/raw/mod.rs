@@ -164,6 +164,9 @@ struct LineFields<'a> {
     tool_name: Option<&'a RawValue>,
     #[serde(default)]
     is_error: bool,
+    /// Checked as [`ChatMessage`] checks it (not used by the shapes yet).
+    #[serde(default, rename = "reasoning")]
+    _reasoning: Vec<crate::ReasoningItem>,
 }
 
 #[derive(Deserialize)]
