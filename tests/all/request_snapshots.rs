@@ -118,8 +118,9 @@ fn openai_request_has_openai_structure() {
     for m in messages {
         let keys: Vec<&String> = m.as_object().unwrap().keys().collect();
         assert!(
-            keys.iter()
-                .all(|k| { ["role", "content", "tool_calls", "tool_call_id"].contains(&k.as_str()) })
+            keys.iter().all(|k| {
+                ["role", "content", "tool_calls", "tool_call_id"].contains(&k.as_str())
+            })
         );
     }
     insta::assert_snapshot!("openai_chat_request", text);

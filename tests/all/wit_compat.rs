@@ -186,9 +186,9 @@ fn an_unknown_wit_version_is_refused_naming_the_versions_this_host_loads() {
         assert_eq!(report.checks.len(), 1, "{}", report.to_text());
         assert_eq!(report.checks[0].name, "load");
         assert!(
-            report.checks[0]
-                .detail
-                .contains("it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 and ctxhost:plugin@0.3.0"),
+            report.checks[0].detail.contains(
+                "it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 and ctxhost:plugin@0.3.0"
+            ),
             "{}",
             report.checks[0].detail
         );

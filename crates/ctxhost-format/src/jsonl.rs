@@ -319,6 +319,9 @@ pub struct BlockLineReader<R> {
     last: (usize, usize),
 }
 
+/// A line of [`BlockLineReader::next_line_at`]: `(line number, byte offset in the file, bytes)`.
+pub type LineAt<'a> = (u64, u64, &'a [u8]);
+
 /// Bytes a [`BlockLineReader`] reads at a time: wasmtime's WASI hands out at most 64 KiB per
 /// read, so a block holds a few reads' worth of lines.
 pub const BLOCK_BYTES: usize = 256 * 1024;
@@ -364,17 +367,11 @@ impl<R: Read> BlockLineReader<R> {
         &self.file
     }
 
-    /// [`BlockLineReader::next_line`] with the line's byte offset: `(line number, offset,
-    /// bytes)`.
-    pub fn next_line_at(&mut self) -> Result<Option<(u64, u64, &[u8])>, JsonlError> {
-        let offset_of = |r: &Self| r.line_offset;
+    /// [`BlockLineReader::next_line`] with the line's byte offset.
+    pub fn next_line_at(&mut self) -> Result<Option<LineAt<'_>>, JsonlError> {
         match self.next_line()? {
             None => Ok(None),
-            Some((line, _)) => {
-                let offset = offset_of(self);
-                let bytes = self.last_line();
-                Ok(Some((line, offset, bytes)))
-            }
+            Some((line, _)) => Ok(Some((line, self.line_offset, self.last_line()))),
         }
     }
 

@@ -281,7 +281,8 @@ pub fn encode_message_lines(
     if message.is_error {
         history.extend_from_slice(b",\"is_error\":true");
     }
-    let reasoning = (!message.reasoning.is_empty()).then(|| put(history, "reasoning", &message.reasoning));
+    let reasoning =
+        (!message.reasoning.is_empty()).then(|| put(history, "reasoning", &message.reasoning));
     if let Some(id) = summary_id {
         put(history, "summary_id", &id);
     }

@@ -10,12 +10,11 @@ use super::types::{CompressConfig, CompressResult};
 use super::wit::{Versioned, dispatch, v0_1_0, v0_2_0, v0_3_0};
 
 /// A pre-linked compressor component of either WIT version.
-pub(crate) type Pre =
-    Versioned<
-        v0_1_0::CompressorPluginPre<StoreState>,
-        v0_2_0::CompressorPluginPre<StoreState>,
-        v0_3_0::CompressorPluginPre<StoreState>,
-    >;
+pub(crate) type Pre = Versioned<
+    v0_1_0::CompressorPluginPre<StoreState>,
+    v0_2_0::CompressorPluginPre<StoreState>,
+    v0_3_0::CompressorPluginPre<StoreState>,
+>;
 type Bindings =
     Versioned<v0_1_0::CompressorPlugin, v0_2_0::CompressorPlugin, v0_3_0::CompressorPlugin>;
 

@@ -10,12 +10,11 @@ use super::types::{AddedMessage, StoreStats};
 use super::wit::{Versioned, dispatch, v0_1_0, v0_2_0, v0_3_0};
 
 /// A pre-linked message store component of either WIT version.
-pub(crate) type Pre =
-    Versioned<
-        v0_1_0::MessageStorePluginPre<StoreState>,
-        v0_2_0::MessageStorePluginPre<StoreState>,
-        v0_3_0::MessageStorePluginPre<StoreState>,
-    >;
+pub(crate) type Pre = Versioned<
+    v0_1_0::MessageStorePluginPre<StoreState>,
+    v0_2_0::MessageStorePluginPre<StoreState>,
+    v0_3_0::MessageStorePluginPre<StoreState>,
+>;
 type Bindings =
     Versioned<v0_1_0::MessageStorePlugin, v0_2_0::MessageStorePlugin, v0_3_0::MessageStorePlugin>;
 
@@ -107,7 +106,8 @@ impl MessageStore {
                         .call_record_summary(s, &m, summary_id, timestamp)
                 })?;
                 sandbox.plugin_result("record-summary", r)
-            }            Versioned::V0_3_0(b) => {
+            }
+            Versioned::V0_3_0(b) => {
                 let m = summary.into();
                 let r = sandbox.call("record-summary", |s| {
                     b.ctxhost_plugin_message_store()

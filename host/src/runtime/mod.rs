@@ -56,8 +56,8 @@ pub use request_format::RequestFormat;
 pub use strategy::{HookCall, MAX_LLM_CALLS_PER_HOOK, Strategy};
 pub use types::{
     AddedMessage, Completion, CompressConfig, CompressResult, Decision, LlmImport, NoLlm, Plan,
-    PlanStep, PlanningEntry, PlanningImport, ReasoningConfig, Reply, RequestConfig, RequestInfo, StepStatus,
-    StoreStats, StrategyConfig, SummaryInfo, TaskState, ToolOutcome, Usage, Verdict,
+    PlanStep, PlanningEntry, PlanningImport, ReasoningConfig, Reply, RequestConfig, RequestInfo,
+    StepStatus, StoreStats, StrategyConfig, SummaryInfo, TaskState, ToolOutcome, Usage, Verdict,
 };
 pub use wit::WitVersion;
 pub use world::{PluginKind, WIT_PACKAGE, WIT_VERSION};

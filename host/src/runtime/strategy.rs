@@ -44,14 +44,14 @@ macro_rules! hook {
         let started = Instant::now();
         let function: &str = $function;
         let r = match &$self.bindings {
-            Bindings::V0_2_0($b) => $self
-                .sandbox
-                .call(function, |$s| $body)
-                .map(|r| r.map(Decision::from).map_err(crate::runtime::PluginError::from)),
-            Bindings::V0_3_0($b) => $self
-                .sandbox
-                .call(function, |$s| $body)
-                .map(|r| r.map(Decision::from).map_err(crate::runtime::PluginError::from)),
+            Bindings::V0_2_0($b) => $self.sandbox.call(function, |$s| $body).map(|r| {
+                r.map(Decision::from)
+                    .map_err(crate::runtime::PluginError::from)
+            }),
+            Bindings::V0_3_0($b) => $self.sandbox.call(function, |$s| $body).map(|r| {
+                r.map(Decision::from)
+                    .map_err(crate::runtime::PluginError::from)
+            }),
         }?;
         let elapsed = started.elapsed();
         let (llm_calls, llm_time) = $self.sandbox.last_llm_use();
@@ -63,7 +63,6 @@ macro_rules! hook {
         })
     }};
 }
-
 
 /// What one hook returned and cost.
 #[derive(Debug, Clone, PartialEq, Eq)]

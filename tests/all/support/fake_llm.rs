@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::anthropic_api::{self, Accounting, CacheUsage, MESSAGES_PATH};
-use super::openai_api::{self, CHAT_PATH};
 use super::http::{Server, read_request, write_head, write_response};
+use super::openai_api::{self, CHAT_PATH};
 
 /// One scripted answer. Build with the constructor functions.
 #[derive(Clone, Debug)]
@@ -347,31 +347,32 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
                 s.openai_rejections.push(message.clone());
                 openai_api::error_reply(&message)
             } else {
-            let checked = if recorded.path == MESSAGES_PATH {
-                anthropic_api::check_request(&recorded, s.anthropic.expected_key.as_deref())
-            } else {
-                Ok(())
-            };
-            match checked {
-                Err((code, kind, message)) => {
-                    s.anthropic.rejections.push(message.clone());
-                    anthropic_api::error_reply(code, kind, &message)
-                }
-                Ok(()) => {
-                    let from_handler = s.handler.as_ref().and_then(|h| h(&recorded));
-                    let reply = match from_handler {
-                        Some(r) => r,
-                        None => s.script.pop_front().unwrap_or_else(|| s.default.clone()),
-                    };
-                    if recorded.path == MESSAGES_PATH && anthropic_api::content_of(&reply).is_some()
-                    {
-                        let u = s.anthropic.cache.account(&recorded.body);
-                        s.anthropic.usage.push(u);
-                        usage = Some(u);
+                let checked = if recorded.path == MESSAGES_PATH {
+                    anthropic_api::check_request(&recorded, s.anthropic.expected_key.as_deref())
+                } else {
+                    Ok(())
+                };
+                match checked {
+                    Err((code, kind, message)) => {
+                        s.anthropic.rejections.push(message.clone());
+                        anthropic_api::error_reply(code, kind, &message)
                     }
-                    reply
+                    Ok(()) => {
+                        let from_handler = s.handler.as_ref().and_then(|h| h(&recorded));
+                        let reply = match from_handler {
+                            Some(r) => r,
+                            None => s.script.pop_front().unwrap_or_else(|| s.default.clone()),
+                        };
+                        if recorded.path == MESSAGES_PATH
+                            && anthropic_api::content_of(&reply).is_some()
+                        {
+                            let u = s.anthropic.cache.account(&recorded.body);
+                            s.anthropic.usage.push(u);
+                            usage = Some(u);
+                        }
+                        reply
+                    }
                 }
-            }
             }
         };
         let keep_open = send_reply(&mut writer, &reply, &recorded, usage)?;

@@ -217,8 +217,13 @@ pub struct Position {
 /// Receives the blocks of a request in order; consecutive blocks of one role belong to one turn.
 pub trait BlockSink {
     /// The next block, of a turn with `role`, made at `at`.
-    fn block(&mut self, role: Role, block: &Block<'_>, origin: Origin, at: Position)
-    -> io::Result<()>;
+    fn block(
+        &mut self,
+        role: Role,
+        block: &Block<'_>,
+        origin: Origin,
+        at: Position,
+    ) -> io::Result<()>;
 }
 
 /// What the builder changed so that the request keeps the API's rules (all 0 for a context that
@@ -462,8 +467,8 @@ fn hash(id: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ChatMessage, ToolCall};
     use crate::compress::summary_message;
+    use crate::{ChatMessage, ToolCall};
     use serde_json::json;
 
     /// Records (role, block, origin).
@@ -579,7 +584,8 @@ mod tests {
             content: Str::from(MISSING_RESULT),
             is_error: true,
         };
-        let kinds: Vec<(Role, Block<'static>)> = blocks.into_iter().map(|(r, b, _)| (r, b)).collect();
+        let kinds: Vec<(Role, Block<'static>)> =
+            blocks.into_iter().map(|(r, b, _)| (r, b)).collect();
         assert_eq!(kinds[2], (Role::User, result("call_A", "first")));
         assert_eq!(kinds[4], (Role::User, missing("call_X")));
         assert_eq!(kinds[5], (Role::User, text("never mind")));

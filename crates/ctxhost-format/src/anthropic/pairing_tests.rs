@@ -120,7 +120,12 @@ fn build(text: &str) -> Option<(Value, super::Written)> {
         tools: &[],
     };
     let mut out = Vec::new();
-    match write_request(|| Ok(std::io::Cursor::new(text.as_bytes())), "current.jsonl", &mut out, &settings) {
+    match write_request(
+        || Ok(std::io::Cursor::new(text.as_bytes())),
+        "current.jsonl",
+        &mut out,
+        &settings,
+    ) {
         Ok(w) => Some((serde_json::from_slice(&out).expect("the body is JSON"), w)),
         Err(super::BodyError::NoMessages) => None,
         Err(e) => panic!("{e}"),
@@ -139,7 +144,8 @@ fn both_plans(text: &str) -> Option<(Vec<u8>, Vec<u8>)> {
     let open = || Ok(std::io::Cursor::new(text.as_bytes()));
     let (mut tail, mut whole) = (Vec::new(), Vec::new());
     let a = write_request(open, "current.jsonl", &mut tail, &settings);
-    let b = super::request::write_request_planned_whole(open, "current.jsonl", &mut whole, &settings);
+    let b =
+        super::request::write_request_planned_whole(open, "current.jsonl", &mut whole, &settings);
     match (a, b) {
         (Ok(a), Ok(b)) => {
             assert_eq!(a, b);

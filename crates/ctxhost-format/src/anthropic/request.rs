@@ -443,8 +443,8 @@ fn write_json(out: &mut impl Write, value: &(impl serde::Serialize + ?Sized)) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ChatMessage, ToolCall};
     use crate::compress::summary_message;
+    use crate::{ChatMessage, ToolCall};
 
     fn lines(messages: &[ChatMessage]) -> String {
         messages
@@ -455,8 +455,13 @@ mod tests {
 
     fn body(text: &str, settings: &RequestSettings<'_>) -> (Value, Written) {
         let mut out = Vec::new();
-        let written =
-            write_request(|| Ok(io::Cursor::new(text.as_bytes())), "current.jsonl", &mut out, settings).unwrap();
+        let written = write_request(
+            || Ok(io::Cursor::new(text.as_bytes())),
+            "current.jsonl",
+            &mut out,
+            settings,
+        )
+        .unwrap();
         let value = serde_json::from_slice(&out)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out)));
         (value, written)
@@ -556,7 +561,13 @@ mod tests {
         let (b, _) = body(&text, &s);
         assert_eq!(b["temperature"].to_string(), "0.25");
         s.temperature = Some(1.5);
-        let e = write_request(|| Ok(io::Cursor::new(text.as_bytes())), "c", &mut Vec::new(), &s).unwrap_err();
+        let e = write_request(
+            || Ok(io::Cursor::new(text.as_bytes())),
+            "c",
+            &mut Vec::new(),
+            &s,
+        )
+        .unwrap_err();
         assert_eq!(
             e.to_string(),
             "temperature 1.5 is outside 0–1, the range Anthropic accepts"

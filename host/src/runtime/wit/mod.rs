@@ -281,11 +281,9 @@ macro_rules! chat_message_conversions {
                 }
             }
         }
-
     };
 }
 pub(crate) use chat_message_conversions;
-
 
 #[cfg(test)]
 mod tests {
