@@ -79,6 +79,8 @@ fn write_request(bencher: Bencher) {
         tools_file: None,
         max_output_tokens: Some(1024),
         temperature: None,
+        stream: false,
+        reasoning: None,
     };
     bencher
         .counter(BytesCount::new(*bytes))

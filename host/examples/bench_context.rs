@@ -322,6 +322,8 @@ fn build_cmd(args: &[String]) -> Result<(), String> {
         tools_file: None,
         max_output_tokens: Some(1024),
         temperature: None,
+        stream: false,
+        reasoning: None,
     };
     let config = &config;
     let copy_to = dir.join("copy.jsonl");

@@ -51,6 +51,8 @@ fn config() -> RequestConfig {
         tools_file: Some("tools.json".to_string()),
         max_output_tokens: Some(512),
         temperature: Some(0.2),
+        stream: false,
+        reasoning: None,
     }
 }
 
@@ -252,7 +254,7 @@ fn read(file: &str) -> Result<FormatReply, PluginError> {
         task.path().join("response.json"),
     )
     .unwrap();
-    match f.read_response("response.json") {
+    match f.read_response("response.json", false) {
         Ok(reply) => Ok(reply),
         Err(e) => Err(plugin_error::<()>(Err(e))),
     }
@@ -266,6 +268,7 @@ fn usage(prompt: u64, completion: u64, cache: (u64, u64)) -> Option<Usage> {
         total_tokens: prompt + completion,
         cache_read_tokens: cache.0,
         cache_creation_tokens: cache.1,
+        reasoning_tokens: 0,
     })
 }
 
@@ -864,3 +867,62 @@ crate::support::store::postgres_variants!(
     openai_cached_tokens_are_counted_in_the_stats_too,
     billing_of_a_30_step_task_with_and_without_cache_breakpoints,
 );
+
+/// Issue 25 item 11: a failed tool call is recorded with `is_error: true` on its tool line
+/// (current.jsonl and messages.jsonl) and sent as a `tool_result` with `is_error: true`; a
+/// successful one has neither.
+#[test]
+fn a_failed_tool_call_is_sent_as_an_error_result() {
+    let ws = workspace(1);
+    let llm = FakeLlm::start(vec![]);
+    llm.expect_anthropic_key(KEY);
+    let root = ws.path().to_path_buf();
+    let n = Arc::new(AtomicUsize::new(0));
+    llm.set_handler(move |_| {
+        let path = json!({"path": root.join("file_01.rs")}).to_string();
+        Some(match n.fetch_add(1, Ordering::SeqCst) {
+            0 => Reply::tool_calls(
+                vec![
+                    ("toolu_ok", "read_text_file", &path),
+                    ("toolu_bad", "no_such_tool", "{}"),
+                ],
+                Some((0, 20)),
+            ),
+            _ => Reply::text("Done.", Some((0, 2))),
+        })
+    });
+    let env = anthropic_env(&anthropic_config(&llm.base_url(), ws.path(), 100_000, 0.9));
+    let (row, dir) = run_task(&env, "Read file_01.rs.");
+    assert_eq!(row["status"], "completed", "{row}");
+    assert_eq!(llm.anthropic_rejections(), Vec::<String>::new());
+
+    let second = &llm.requests()[1];
+    let results: Vec<&Value> = second.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["content"].as_array().unwrap())
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 2, "{}", second.body);
+    let by_id = |id: &str| *results.iter().find(|b| b["tool_use_id"] == id).unwrap();
+    assert_eq!(by_id("toolu_bad")["is_error"], true);
+    assert!(by_id("toolu_ok").get("is_error").is_none());
+
+    for file in ["current.jsonl", "messages.jsonl"] {
+        let lines: Vec<Value> = fs::read_to_string(dir.join(file))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let tool = |id: &str| {
+            lines
+                .iter()
+                .find(|l| l["role"] == "tool" && l["tool_call_id"] == id)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(tool("toolu_bad")["is_error"], true, "{file}");
+        assert!(tool("toolu_ok").get("is_error").is_none(), "{file}");
+    }
+}

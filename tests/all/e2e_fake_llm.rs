@@ -227,6 +227,15 @@ fn several_tool_calls_in_one_reply_each_get_an_answer() {
         .map(|m| m["tool_call_id"].as_str().unwrap())
         .collect();
     assert_eq!(answered, ["a1", "a2"]);
+    // The strict fake refuses a tool message with a field the chat completions API does not
+    // define for it (issue 25 item 10: `name`); the second request carried both results.
+    assert_eq!(llm.openai_rejections(), Vec::<String>::new());
+    let sent = llm.requests()[1].messages();
+    let tool_messages: Vec<&Value> = sent.iter().filter(|m| m["role"] == "tool").collect();
+    assert_eq!(tool_messages.len(), 2);
+    for m in tool_messages {
+        assert!(m.get("name").is_none(), "{m}");
+    }
     let tools = read_jsonl(
         &env.contexts()
             .join("completed")

@@ -34,6 +34,8 @@ fn history(seq: u64, content: &str) -> String {
         tool_name: None,
         tool_calls: None,
         tool_call_id: None,
+        is_error: false,
+        reasoning: Vec::new(),
         summary_id: None,
     };
     serde_json::to_string(&line).unwrap()

@@ -643,6 +643,8 @@ fn request_config(tools_file: Option<String>) -> ctxhost::runtime::RequestConfig
         tools_file,
         max_output_tokens: Some(256),
         temperature: Some(0.0),
+        stream: false,
+        reasoning: None,
     }
 }
 
@@ -757,7 +759,7 @@ fn prompted_tools_turns_golden_replies_into_openai_tool_calls() {
     ];
     for (text, call, content) in cases {
         std::fs::write(task.path().join("response.json"), completion(text)).unwrap();
-        let reply = format.read_response("response.json").unwrap();
+        let reply = format.read_response("response.json", false).unwrap();
         assert_eq!(reply.message.role, "assistant");
         assert_eq!(reply.message.content.as_deref(), content, "{text}");
         assert_eq!(reply.usage.as_ref().map(|u| u.total_tokens), Some(59));

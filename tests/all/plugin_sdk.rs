@@ -456,7 +456,7 @@ fn scaffold_build_and_check(kind: &str, name: &str, world: &str) -> (serde_json:
         "{manifest}"
     );
     assert!(
-        manifest.contains("crates/ctxhost-plugin\", version = \"0.2.0\""),
+        manifest.contains("crates/ctxhost-plugin\", version = \"0.3.0\""),
         "{manifest}"
     );
 

@@ -34,6 +34,8 @@ fn config(model: &str) -> RequestConfig {
         tools_file: Some("tools.json".to_string()),
         max_output_tokens: Some(512),
         temperature: Some(0.2),
+        stream: false,
+        reasoning: None,
     }
 }
 
@@ -104,15 +106,22 @@ fn openai_request_has_openai_structure() {
         messages[2]["tool_calls"][1]["function"]["arguments"],
         "{\"path\":\"src\"}"
     );
-    // Tool results: tool_call_id, and ctxhost's tool_name sent as `name`.
+    // Tool results: exactly what the chat completions API defines for a tool message (issue
+    // 25 item 10: no `name`, which strict gateways refuse; ctxhost's tool_name stays home).
+    for tool in &messages[3..5] {
+        let mut keys: Vec<&String> = tool.as_object().unwrap().keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["content", "role", "tool_call_id"], "{tool}");
+    }
     assert_eq!(messages[3]["tool_call_id"], "call_a1");
-    assert_eq!(messages[3]["name"], "read_text_file");
     assert!(!text.contains("tool_name"), "{text}");
     for m in messages {
         let keys: Vec<&String> = m.as_object().unwrap().keys().collect();
-        assert!(keys.iter().all(|k| {
-            ["role", "content", "name", "tool_calls", "tool_call_id"].contains(&k.as_str())
-        }));
+        assert!(
+            keys.iter().all(|k| {
+                ["role", "content", "tool_calls", "tool_call_id"].contains(&k.as_str())
+            })
+        );
     }
     insta::assert_snapshot!("openai_chat_request", text);
 }
@@ -255,7 +264,7 @@ fn read(name: &str, file: &str) -> Result<Reply, RuntimeError> {
         task.path().join("response.json"),
     )
     .unwrap();
-    f.read_response("response.json")
+    f.read_response("response.json", false)
 }
 
 fn invalid_input(name: &str, file: &str) -> String {
@@ -287,6 +296,7 @@ fn openai_cached_prompt_tokens_become_cache_read_tokens() {
             total_tokens: 2306,
             cache_read_tokens: 1920,
             cache_creation_tokens: 0,
+            reasoning_tokens: 0,
         })
     );
     let plain = read("openai-chat", "openai_text.json")
@@ -417,7 +427,7 @@ fn ollama_bad_bodies_say_what_is_wrong() {
 fn missing_response_file_is_an_io_error() {
     for name in ["openai-chat", "ollama-chat"] {
         let (_task, mut f) = format(name);
-        let err = plugin_error(f.read_response("nope.json"));
+        let err = plugin_error(f.read_response("nope.json", false));
         assert!(
             matches!(&err, PluginError::Io(t) if t.starts_with("opening nope.json:")),
             "{name}: {err:?}"

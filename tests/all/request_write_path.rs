@@ -115,6 +115,8 @@ fn component_requests_parse_equal_to_the_reference() {
                     tools_file: Some("tools.json".into()),
                     max_output_tokens: None,
                     temperature: None,
+                    stream: false,
+                    reasoning: None,
                 };
                 let info = format.borrow_mut().write_request(&config).unwrap();
                 let text = fs::read(task.path().join("request.json")).unwrap();
@@ -160,6 +162,8 @@ fn a_line_that_is_not_a_chat_message_is_named_and_leaves_no_request() {
                 tools_file: None,
                 max_output_tokens: None,
                 temperature: None,
+                stream: false,
+                reasoning: None,
             };
             let err = format.write_request(&config).unwrap_err().to_string();
             assert!(
@@ -181,6 +185,8 @@ fn a_line_that_is_not_a_chat_message_is_named_and_leaves_no_request() {
         tools_file: None,
         max_output_tokens: None,
         temperature: None,
+        stream: false,
+        reasoning: None,
     };
     let err = format.write_request(&config).unwrap_err().to_string();
     assert!(

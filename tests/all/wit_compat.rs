@@ -73,7 +73,7 @@ fn the_fixtures_really_are_0_1_0_components_and_load_as_such() {
             PluginKind::Compressor,
         )
         .unwrap();
-    assert_eq!(plugin.wit(), WitVersion::V0_2_0);
+    assert_eq!(plugin.wit(), WitVersion::V0_3_0);
 }
 
 #[test]
@@ -87,7 +87,7 @@ fn a_0_1_0_compressor_passes_plugin_check() {
     assert!(
         load.detail.starts_with(
             "exports ctxhost:plugin/compressor@0.1.0 (an older WIT version, run through the \
-             host's 0.1.0 shim; the current one is 0.2.0)"
+             host's 0.1.0 shim; the current one is 0.3.0)"
         ),
         "{}",
         load.detail
@@ -118,7 +118,7 @@ fn a_0_1_0_request_format_passes_plugin_check_with_zero_cache_tokens() {
         .expect("usage check");
     // The sample reports 8 cached tokens; 0.1.0 has no field for them.
     assert_eq!(usage.detail, "assistant text, usage 12/5/17 (cache read 0)");
-    // The builtin (0.2.0) reports them.
+    // The builtin (0.3.0) reports them.
     let builtin = {
         let tmp = tempfile::tempdir().unwrap();
         check(
@@ -162,7 +162,7 @@ fn component_of_version(dir: &Path, version: &str) -> PathBuf {
 fn an_unknown_wit_version_is_refused_naming_the_versions_this_host_loads() {
     let tmp = tempfile::tempdir().unwrap();
     let rt = runtime(&tmp.path().join("cache"));
-    for version in ["0.3.0", "1.0.0"] {
+    for version in ["0.4.0", "1.0.0"] {
         let path = component_of_version(tmp.path(), version);
         let source = PluginSource::Path(path.clone());
         let err = rt.load(&source, PluginKind::Compressor).unwrap_err();
@@ -174,8 +174,9 @@ fn an_unknown_wit_version_is_refused_naming_the_versions_this_host_loads() {
             err.to_string(),
             format!(
                 "component {}: exports ctxhost:plugin/compressor@{version}, a WIT version this host \
-                 does not load; it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 (world \
-                 compressor-plugin): rebuild it against wit/plugin.wit (0.2.0)",
+                 does not load; it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 and \
+                 ctxhost:plugin@0.3.0 (world compressor-plugin): rebuild it against wit/plugin.wit \
+                 (0.3.0)",
                 path.display()
             )
         );
@@ -185,9 +186,9 @@ fn an_unknown_wit_version_is_refused_naming_the_versions_this_host_loads() {
         assert_eq!(report.checks.len(), 1, "{}", report.to_text());
         assert_eq!(report.checks[0].name, "load");
         assert!(
-            report.checks[0]
-                .detail
-                .contains("it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0"),
+            report.checks[0].detail.contains(
+                "it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 and ctxhost:plugin@0.3.0"
+            ),
             "{}",
             report.checks[0].detail
         );

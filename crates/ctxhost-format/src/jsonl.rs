@@ -311,7 +311,16 @@ pub struct BlockLineReader<R> {
     end: usize,
     eof: bool,
     line: u64,
+    /// Offset in the file of `buf[0]`.
+    base: u64,
+    /// Offset in the file of the line last returned.
+    line_offset: u64,
+    /// Where in `buf` the line last returned is.
+    last: (usize, usize),
 }
+
+/// A line of [`BlockLineReader::next_line_at`]: `(line number, byte offset in the file, bytes)`.
+pub type LineAt<'a> = (u64, u64, &'a [u8]);
 
 /// Bytes a [`BlockLineReader`] reads at a time: wasmtime's WASI hands out at most 64 KiB per
 /// read, so a block holds a few reads' worth of lines.
@@ -329,12 +338,46 @@ impl<R: Read> BlockLineReader<R> {
             end: 0,
             eof: false,
             line: 0,
+            base: 0,
+            line_offset: 0,
+            last: (0, 0),
         }
+    }
+
+    /// A reader of `reader` already at byte `offset` of the file (offsets reported by
+    /// [`BlockLineReader::line_offset`] count from the file's start; line numbers from 1 at
+    /// `offset`).
+    pub fn at_offset(reader: R, file: impl Into<String>, offset: u64) -> Self {
+        BlockLineReader {
+            base: offset,
+            line_offset: offset,
+            ..BlockLineReader::new(reader, file)
+        }
+    }
+
+    /// The byte offset in the file where the line last returned by
+    /// [`BlockLineReader::next_line`] starts (the same offset
+    /// [`crate::tail::BackwardLines::prev_line`] gives for it).
+    pub fn line_offset(&self) -> u64 {
+        self.line_offset
     }
 
     /// The file name given to [`BlockLineReader::new`].
     pub fn file(&self) -> &str {
         &self.file
+    }
+
+    /// [`BlockLineReader::next_line`] with the line's byte offset.
+    pub fn next_line_at(&mut self) -> Result<Option<LineAt<'_>>, JsonlError> {
+        match self.next_line()? {
+            None => Ok(None),
+            Some((line, _)) => Ok(Some((line, self.line_offset, self.last_line()))),
+        }
+    }
+
+    /// The bytes of the line last returned.
+    fn last_line(&self) -> &[u8] {
+        &self.buf[self.last.0..self.last.1]
     }
 
     /// The next non-blank line as bytes (not yet checked to be UTF-8), or `None` at end of
@@ -356,6 +399,8 @@ impl<R: Read> BlockLineReader<R> {
                 break (from, to);
             }
         };
+        self.line_offset = self.base + from as u64;
+        self.last = (from, to);
         Ok(Some((self.line, &self.buf[from..to])))
     }
 
@@ -377,6 +422,7 @@ impl<R: Read> BlockLineReader<R> {
             }
             // Make room: move the partial line to the front, grow when it fills the block.
             if self.start > 0 {
+                self.base += self.start as u64;
                 self.buf.copy_within(self.start..self.end, 0);
                 searched -= self.start;
                 self.end -= self.start;

@@ -41,6 +41,6 @@ pub mod tokens;
 
 pub use lines::{
     CallLogLine, CallStatus, CallUsage, ChatMessage, CompressionLine, FunctionCall, HistoryLine,
-    LlmCallLine, SummaryCallLine, SummaryLine, ToolCall, ToolLine, ToolStatus,
+    LlmCallLine, ReasoningItem, SummaryCallLine, SummaryLine, ToolCall, ToolLine, ToolStatus,
 };
 pub use tokens::{estimate_message_tokens, estimate_tokens};

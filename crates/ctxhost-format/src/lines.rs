@@ -8,8 +8,11 @@ use serde::{Deserialize, Serialize};
 
 /// One line of `current.jsonl`: an OpenAI chat message.
 ///
-/// `{"role","content","tool_calls"?,"tool_call_id"?,"tool_name"?}`; `tool_name` is ctxhost's
-/// addition for `tool` messages (OpenAI's `name`), kept so a reader sees which tool answered.
+/// `{"role","content","tool_calls"?,"tool_call_id"?,"tool_name"?,"is_error"?}`; `tool_name` is
+/// ctxhost's addition for `tool` messages (OpenAI's `name`), kept so a reader sees which tool
+/// answered, and `is_error: true` marks the result of a tool call that failed (written only
+/// when true; formats whose API has the notion send it, e.g. Anthropic's `tool_result`
+/// `is_error`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ChatMessage {
     /// `system`, `user`, `assistant` or `tool`.
@@ -26,6 +29,28 @@ pub struct ChatMessage {
     /// For `tool` messages: the tool's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
+    /// For `tool` messages: the tool call failed (the content is the error text).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+    /// For assistant messages: the reasoning that came with the reply (WIT 0.3.0
+    /// `reasoning-item`s), kept opaque; left out when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<ReasoningItem>,
+}
+
+/// One item of a model's reasoning, stored opaque: `{"provider","type","data"}` where `data` is
+/// the provider's JSON text of the item exactly as received (a JSON string holding it, so its
+/// bytes, signatures and encrypted content included, never change).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ReasoningItem {
+    /// Whose format `data` is: `anthropic`, `openai-responses`, `openai-chat`.
+    pub provider: String,
+    /// The item's type as the provider names it (`thinking`, `redacted_thinking`,
+    /// `reasoning`, `reasoning_content`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The item's JSON text as received.
+    pub data: String,
 }
 
 impl ChatMessage {
@@ -57,6 +82,8 @@ impl ChatMessage {
             tool_calls: None,
             tool_call_id: Some(call.id.clone()),
             tool_name: Some(call.function.name.clone()),
+            is_error: false,
+            reasoning: Vec::new(),
         }
     }
 
@@ -111,7 +138,8 @@ pub struct FunctionCall {
 
 /// One line of `messages.jsonl`, the append-only full history.
 ///
-/// `{seq, role, content, timestamp, tokens, tool_name?, tool_calls?, tool_call_id?, summary_id?}`;
+/// `{seq, role, content, timestamp, tokens, tool_name?, tool_calls?, tool_call_id?, is_error?,
+/// summary_id?}`;
 /// `seq` runs from 1 without gaps; `timestamp` is RFC 3339 UTC; `tokens` is the estimate.
 /// Besides messages it holds summaries (`summary_id`) and notes (a `system` line after the
 /// first: [`HistoryLine::is_note`]); [`HistoryLine::is_message`] tells them apart.
@@ -137,6 +165,12 @@ pub struct HistoryLine {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// For a `tool` message: the call it answers.
     pub tool_call_id: Option<String>,
+    /// For a `tool` message: the tool call failed (written only when true).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+    /// For an assistant message: its reasoning items (left out when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<ReasoningItem>,
     /// Set on summaries appended by a compression (role `assistant`): the summary's id in
     /// summaries.jsonl, a JSON number from 1.
     #[serde(
@@ -160,6 +194,8 @@ impl HistoryLine {
             tool_name: message.tool_name.clone(),
             tool_calls: message.tool_calls.clone(),
             tool_call_id: message.tool_call_id.clone(),
+            is_error: message.is_error,
+            reasoning: message.reasoning.clone(),
             summary_id: None,
         }
     }
@@ -185,6 +221,8 @@ impl HistoryLine {
             tool_calls: self.tool_calls.clone(),
             tool_call_id: self.tool_call_id.clone(),
             tool_name: self.tool_name.clone(),
+            is_error: self.is_error,
+            reasoning: self.reasoning.clone(),
         }
     }
 }
@@ -240,6 +278,11 @@ pub fn encode_message_lines(
         .tool_call_id
         .as_ref()
         .map(|v| put(history, "tool_call_id", v));
+    if message.is_error {
+        history.extend_from_slice(b",\"is_error\":true");
+    }
+    let reasoning =
+        (!message.reasoning.is_empty()).then(|| put(history, "reasoning", &message.reasoning));
     if let Some(id) = summary_id {
         put(history, "summary_id", &id);
     }
@@ -261,6 +304,13 @@ pub fn encode_message_lines(
             current.extend_from_slice(b"\":");
             current.extend_from_slice(&history[range]);
         }
+    }
+    if message.is_error {
+        current.extend_from_slice(b",\"is_error\":true");
+    }
+    if let Some(range) = reasoning {
+        current.extend_from_slice(b",\"reasoning\":");
+        current.extend_from_slice(&history[range]);
     }
     current.extend_from_slice(b"}\n");
 }
@@ -519,6 +569,18 @@ mod tests {
             ChatMessage::assistant_calls(vec![call.clone(), call.clone()]),
             ChatMessage::tool_result(&call, ""),
             ChatMessage {
+                is_error: true,
+                ..ChatMessage::tool_result(&call, "Error: no such file")
+            },
+            ChatMessage {
+                reasoning: vec![ReasoningItem {
+                    provider: "anthropic".into(),
+                    kind: "thinking".into(),
+                    data: r#"{"type":"thinking","thinking":"hm\n","signature":"c2ln"}"#.into(),
+                }],
+                ..ChatMessage::text("assistant", "done")
+            },
+            ChatMessage {
                 role: "assistant".into(),
                 content: Some("both".into()),
                 tool_calls: Some(vec![]),
@@ -547,6 +609,8 @@ mod tests {
                     tool_name: m.tool_name.clone(),
                     tool_calls: m.tool_calls.clone(),
                     tool_call_id: m.tool_call_id.clone(),
+                    is_error: m.is_error,
+                    reasoning: m.reasoning.clone(),
                     summary_id,
                 };
                 assert_eq!(

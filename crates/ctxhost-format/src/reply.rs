@@ -62,6 +62,8 @@ pub fn assistant_message(
         tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
         tool_call_id: None,
         tool_name: None,
+        is_error: false,
+        reasoning: Vec::new(),
     }
 }
 

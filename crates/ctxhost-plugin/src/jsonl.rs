@@ -191,6 +191,16 @@ impl From<ChatMessage> for crate::types::ChatMessage {
                 .collect(),
             tool_call_id: m.tool_call_id,
             tool_name: m.tool_name,
+            is_error: m.is_error,
+            reasoning: m
+                .reasoning
+                .into_iter()
+                .map(|r| crate::types::ReasoningItem {
+                    provider: r.provider,
+                    kind: r.kind,
+                    data: r.data,
+                })
+                .collect(),
         }
     }
 }
@@ -209,6 +219,16 @@ impl From<crate::types::ChatMessage> for ChatMessage {
             tool_calls: (!calls.is_empty()).then_some(calls),
             tool_call_id: m.tool_call_id,
             tool_name: m.tool_name,
+            is_error: m.is_error,
+            reasoning: m
+                .reasoning
+                .into_iter()
+                .map(|r| crate::format::ReasoningItem {
+                    provider: r.provider,
+                    kind: r.kind,
+                    data: r.data,
+                })
+                .collect(),
         }
     }
 }

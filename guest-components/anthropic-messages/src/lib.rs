@@ -1,7 +1,8 @@
 //! `builtin:anthropic-messages`: Anthropic's Messages API (world `request-format-plugin`),
 //! chosen automatically for `llm.provider: anthropic`.
 //!
-//! - [`request`]: `write-request` streams the messages file (twice, one line at a time) into
+//! - [`request`]: `write-request` streams the messages file (once, one line at a time, after
+//!   reading its end backwards to place the cache breakpoints) into
 //!   `{"model","max_tokens","temperature"?,"system"?,"tools"?,"messages":[...]}` for
 //!   `POST /v1/messages`, with prompt-cache breakpoints on the system prompt, the latest summary
 //!   and the last two user turns (`ctxhost_plugin::format::anthropic`).
@@ -25,7 +26,8 @@ impl Guest for AnthropicMessages {
         request::write_request(&config)
     }
 
-    fn read_response(response_file: String) -> Result<Reply, PluginError> {
+    fn read_response(response_file: String, streamed: bool) -> Result<Reply, PluginError> {
+        ctxhost_plugin::request::whole_body_only(streamed)?;
         response::read_response(&response_file)
     }
 }

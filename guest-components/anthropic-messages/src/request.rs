@@ -2,7 +2,7 @@
 //! written to the request file; repairs made to keep the API's rules are logged as a warning.
 
 use std::fs::{self, File};
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 
 use ctxhost_plugin::format::anthropic::{
     self, BodyError, DEFAULT_MAX_TOKENS, ENDPOINT_PATH, Repairs, RequestSettings,
@@ -38,7 +38,7 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
         File::create(request_file).map_err(|e| io_error(format!("creating {request_file}"), e))?;
     let mut out = CountingWriter::new(BufWriter::new(out));
     let written = anthropic::write_request(
-        || File::open(messages_file).map(BufReader::new),
+        || File::open(messages_file),
         messages_file,
         &mut out,
         &settings,

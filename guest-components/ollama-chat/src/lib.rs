@@ -20,7 +20,8 @@ impl Guest for OllamaChat {
         request::write_request(&config)
     }
 
-    fn read_response(response_file: String) -> Result<Reply, PluginError> {
+    fn read_response(response_file: String, streamed: bool) -> Result<Reply, PluginError> {
+        ctxhost_plugin::request::whole_body_only(streamed)?;
         response::read_response(&response_file)
     }
 }

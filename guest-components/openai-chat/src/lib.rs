@@ -19,7 +19,8 @@ impl Guest for OpenAiChat {
         request::write_request(&config)
     }
 
-    fn read_response(response_file: String) -> Result<Reply, PluginError> {
+    fn read_response(response_file: String, streamed: bool) -> Result<Reply, PluginError> {
+        ctxhost_plugin::request::whole_body_only(streamed)?;
         ctxhost_plugin::request::openai::read_response(&response_file)
     }
 }

@@ -23,7 +23,8 @@ impl Guest for PromptedTools {
         request::write_request(&config)
     }
 
-    fn read_response(response_file: String) -> Result<Reply, PluginError> {
+    fn read_response(response_file: String, streamed: bool) -> Result<Reply, PluginError> {
+        ctxhost_plugin::request::whole_body_only(streamed)?;
         response::read_response(&response_file)
     }
 }

@@ -154,6 +154,8 @@ pub fn generate(dir: &Path, target_bytes: u64, seed: u64) -> std::io::Result<Gen
             tool_name: m.tool_name,
             tool_calls: m.tool_calls,
             tool_call_id: m.tool_call_id,
+            is_error: m.is_error,
+            reasoning: m.reasoning,
             summary_id: None,
         };
         line.clear();

@@ -210,7 +210,7 @@ pub fn exchange_checked(
             }
         })?;
     let reply = format
-        .read_response(response_file)
+        .read_response(response_file, false)
         .map_err(|source| ExchangeError::Read {
             request: request_name.clone(),
             response: response_file.to_string(),

@@ -107,6 +107,8 @@ impl LlmImport for HostLlm {
             tools_file: None,
             max_output_tokens: Some(max_output_tokens),
             temperature: self.temperature,
+            stream: false,
+            reasoning: None,
         };
         let started = std::time::Instant::now();
         let probe = self.interrupt.as_ref().map(|(probe, _)| probe.clone());

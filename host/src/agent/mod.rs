@@ -704,6 +704,8 @@ impl Agent<'_> {
             tools_file: self.tools.tools_file(),
             max_output_tokens: llm.max_output_tokens,
             temperature: llm.temperature,
+            stream: false,
+            reasoning: None,
         };
         exchange_checked(
             self.format,

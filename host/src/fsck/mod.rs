@@ -419,6 +419,8 @@ mod tests {
             tool_name: m.tool_name.clone(),
             tool_calls: m.tool_calls.clone(),
             tool_call_id: m.tool_call_id.clone(),
+            is_error: m.is_error,
+            reasoning: m.reasoning.clone(),
             summary_id: None,
         })
         .unwrap()

@@ -72,6 +72,8 @@ pub(super) fn request_format_suite(
                 tools_file: Some("tools.json".into()),
                 max_output_tokens: Some(256),
                 temperature: Some(0.2),
+                stream: false,
+                reasoning: None,
             };
             let info = format.write_request(&config).map_err(e)?;
             let size = fs::metadata(dir.join(REQUEST))
@@ -204,7 +206,7 @@ pub(super) fn request_format_suite(
         let outcome = fs::write(dir.join(&file), sample.body)
             .map_err(e)
             .and_then(|_| {
-                let got = format.read_response(&file);
+                let got = format.read_response(&file, false);
                 (sample.expect)(got)
             });
         suite.record(sample.name, outcome);
@@ -249,12 +251,12 @@ pub(super) struct ResponseSample {
 
 /// Sample responses for the provider behind `endpoint`. The OpenAI text reply reports 8 cached
 /// prompt tokens (`prompt_tokens_details.cached_tokens`), expected as `cache-read-tokens` from a
-/// 0.2.0 component, the Anthropic one 7 read and 3 written (`cache_read_input_tokens`,
+/// 0.2.0 or later component, the Anthropic one 7 read and 3 written (`cache_read_input_tokens`,
 /// `cache_creation_input_tokens`); a 0.1.0 component cannot report them (0).
 pub(super) fn response_samples(endpoint: &str, wit: WitVersion) -> Vec<ResponseSample> {
     let (openai_cached, anthropic_cache) = match wit {
         WitVersion::V0_1_0 => (0, (0, 0)),
-        WitVersion::V0_2_0 => (8, (7, 3)),
+        WitVersion::V0_2_0 | WitVersion::V0_3_0 => (8, (7, 3)),
     };
     const TEXT: &str = "Hello 世界 \"x\" \\ 😀";
     let text_reply =
@@ -332,7 +334,7 @@ pub(super) fn response_samples(endpoint: &str, wit: WitVersion) -> Vec<ResponseS
                               "prompt_tokens_details": {"cached_tokens": 8}}
                 })
                 .to_string(),
-                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17, cache_read_tokens: openai_cached, cache_creation_tokens: 0 }),
+                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17, cache_read_tokens: openai_cached, cache_creation_tokens: 0, reasoning_tokens: 0 }),
             },
             ResponseSample {
                 name: "read-response: OpenAI tool call reply",
@@ -388,7 +390,7 @@ pub(super) fn response_samples(endpoint: &str, wit: WitVersion) -> Vec<ResponseS
                     "usage": {"input_tokens": 2, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 7, "output_tokens": 5}
                 })
                 .to_string(),
-                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17, cache_read_tokens: anthropic_cache.0, cache_creation_tokens: anthropic_cache.1 }),
+                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17, cache_read_tokens: anthropic_cache.0, cache_creation_tokens: anthropic_cache.1, reasoning_tokens: 0 }),
             },
             ResponseSample {
                 name: "read-response: Anthropic tool_use reply",

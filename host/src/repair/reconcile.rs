@@ -287,6 +287,8 @@ mod tests {
             tool_name: None,
             tool_calls: None,
             tool_call_id: None,
+            is_error: false,
+            reasoning: Vec::new(),
             summary_id: Some(1),
         };
         let new = HistoryLine {

@@ -7,12 +7,16 @@ use std::path::PathBuf;
 use super::error::RuntimeError;
 use super::sandbox::{Sandbox, StoreState};
 use super::types::{CompressConfig, CompressResult};
-use super::wit::{Versioned, dispatch, v0_1_0, v0_2_0};
+use super::wit::{Versioned, dispatch, v0_1_0, v0_2_0, v0_3_0};
 
 /// A pre-linked compressor component of either WIT version.
-pub(crate) type Pre =
-    Versioned<v0_1_0::CompressorPluginPre<StoreState>, v0_2_0::CompressorPluginPre<StoreState>>;
-type Bindings = Versioned<v0_1_0::CompressorPlugin, v0_2_0::CompressorPlugin>;
+pub(crate) type Pre = Versioned<
+    v0_1_0::CompressorPluginPre<StoreState>,
+    v0_2_0::CompressorPluginPre<StoreState>,
+    v0_3_0::CompressorPluginPre<StoreState>,
+>;
+type Bindings =
+    Versioned<v0_1_0::CompressorPlugin, v0_2_0::CompressorPlugin, v0_3_0::CompressorPlugin>;
 
 /// One compressor instance on one task directory. A trap, deadline or memory-limit error
 /// leaves the instance unusable ([`RuntimeError::Poisoned`] afterwards).
@@ -36,6 +40,9 @@ impl Compressor {
             }
             Versioned::V0_2_0(p) => {
                 Versioned::V0_2_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
+            }
+            Versioned::V0_3_0(p) => {
+                Versioned::V0_3_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
             }
         };
         Ok(Compressor {
@@ -92,6 +99,13 @@ impl Compressor {
                 })
             }
             Versioned::V0_2_0(b) => {
+                let c = config.into();
+                let r = sandbox.call("compress", |s| {
+                    b.ctxhost_plugin_compressor().call_compress(s, &c)
+                })?;
+                sandbox.plugin_result("compress", r)
+            }
+            Versioned::V0_3_0(b) => {
                 let c = config.into();
                 let r = sandbox.call("compress", |s| {
                     b.ctxhost_plugin_compressor().call_compress(s, &c)

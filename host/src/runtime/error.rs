@@ -92,7 +92,7 @@ pub enum RuntimeError {
         world: String,
     },
     /// The component exports the expected interface at a WIT version this host does not load
-    /// (`supported` lists those it does, e.g. `ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0`;
+    /// (`supported` lists those it does, e.g. `ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 and ctxhost:plugin@0.3.0`;
     /// `current` is the version of `wit/plugin.wit`).
     #[error(
         "component {component}: exports {found}, a WIT version this host does not load; it loads {supported} (world {world}): rebuild it against wit/plugin.wit ({current})"

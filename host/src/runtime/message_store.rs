@@ -9,12 +9,16 @@ use ctxhost_format::ChatMessage;
 use super::error::RuntimeError;
 use super::sandbox::{Sandbox, StoreState};
 use super::types::{AddedMessage, StoreStats};
-use super::wit::{Versioned, dispatch, v0_1_0, v0_2_0};
+use super::wit::{Versioned, dispatch, v0_1_0, v0_2_0, v0_3_0};
 
 /// A pre-linked message store component of either WIT version.
-pub(crate) type Pre =
-    Versioned<v0_1_0::MessageStorePluginPre<StoreState>, v0_2_0::MessageStorePluginPre<StoreState>>;
-type Bindings = Versioned<v0_1_0::MessageStorePlugin, v0_2_0::MessageStorePlugin>;
+pub(crate) type Pre = Versioned<
+    v0_1_0::MessageStorePluginPre<StoreState>,
+    v0_2_0::MessageStorePluginPre<StoreState>,
+    v0_3_0::MessageStorePluginPre<StoreState>,
+>;
+type Bindings =
+    Versioned<v0_1_0::MessageStorePlugin, v0_2_0::MessageStorePlugin, v0_3_0::MessageStorePlugin>;
 
 /// One message store instance on one task directory. Calls are synchronous; an error that is
 /// not the store's own `plugin-error` (deadline, memory limit, trap) leaves the instance
@@ -39,6 +43,9 @@ impl MessageStore {
             }
             Versioned::V0_2_0(p) => {
                 Versioned::V0_2_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
+            }
+            Versioned::V0_3_0(p) => {
+                Versioned::V0_3_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
             }
         };
         Ok(MessageStore {
@@ -118,6 +125,14 @@ impl MessageStore {
                 Ok(added)
             }
             Versioned::V0_2_0(b) => {
+                let m = summary.into();
+                let r = sandbox.call("record-summary", |s| {
+                    b.ctxhost_plugin_message_store()
+                        .call_record_summary(s, &m, summary_id, timestamp)
+                })?;
+                sandbox.plugin_result("record-summary", r)
+            }
+            Versioned::V0_3_0(b) => {
                 let m = summary.into();
                 let r = sandbox.call("record-summary", |s| {
                     b.ctxhost_plugin_message_store()

@@ -9,14 +9,14 @@
 //! ```
 //!
 //! - [`world`]: which world and WIT version a component implements (from its exports).
-//! - [`wit`]: one module per supported WIT version (0.1.0, 0.2.0): generated bindings and the
+//! - [`wit`]: one module per supported WIT version (0.1.0, 0.2.0, 0.3.0): generated bindings and the
 //!   shim to the host's types in [`types`].
 //! - [`cache`]: precompiled artefacts under `contexts/.cache/`.
 //! - [`sandbox`]: per-instance `Store`, WASI (task directory only), limits, deadlines, error
 //!   mapping. [`output`]: component stdout/stderr → `tracing`. [`fs_guard`]: no symbolic links
 //!   from WASI, the task directory's byte budget.
 //! - [`MessageStore`], [`RequestFormat`], [`Compressor`]: the typed instances, holding either
-//!   version's bindings; [`Strategy`] (0.2.0 only).
+//!   version's bindings; [`Strategy`] (0.2.0 on).
 
 mod builtin;
 pub mod cache;
@@ -46,7 +46,7 @@ use wasmtime::{Config, Engine};
 
 use epoch::EpochTicker;
 use sandbox::{Sandbox, StoreState};
-use wit::{Versioned, v0_1_0, v0_2_0};
+use wit::{Versioned, v0_1_0, v0_2_0, v0_3_0};
 
 pub use cache::CacheOutcome;
 pub use compressor::Compressor;
@@ -56,9 +56,9 @@ pub use request_format::RequestFormat;
 pub use strategy::{HookCall, MAX_LLM_CALLS_PER_HOOK, Strategy};
 pub use types::{
     AddedMessage, Completion, CompressConfig, CompressResult, Decision, LlmImport,
-    MAX_USAGE_TOKENS, NoLlm, Plan, PlanStep, PlanningEntry, PlanningImport, Reply, RequestConfig,
-    RequestInfo, StepStatus, StoreStats, StrategyConfig, SummaryInfo, TaskState, ToolOutcome,
-    Usage, Verdict,
+    MAX_USAGE_TOKENS, NoLlm, Plan, PlanStep, PlanningEntry, PlanningImport, ReasoningConfig, Reply,
+    RequestConfig, RequestInfo, StepStatus, StoreStats, StrategyConfig, SummaryInfo, TaskState,
+    ToolOutcome, Usage, Verdict,
 };
 pub use wit::WitVersion;
 pub use world::{PluginKind, WIT_PACKAGE, WIT_VERSION};
@@ -265,6 +265,7 @@ pub struct Runtime {
     engine: Engine,
     linkers_v0_1_0: WorldLinkers,
     linkers_v0_2_0: WorldLinkers,
+    linkers_v0_3_0: WorldLinkers,
     cache: cache::ComponentCache,
     limits: RuntimeLimits,
     ticker: Arc<EpochTicker>,
@@ -307,12 +308,28 @@ impl Runtime {
             })?),
         };
 
+        let linkers_v0_3_0 = WorldLinkers {
+            message_store: linker(&engine, |l| {
+                v0_3_0::MessageStorePlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+            compressor: linker(&engine, |l| {
+                v0_3_0::CompressorPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+            request_format: linker(&engine, |l| {
+                v0_3_0::RequestFormatPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+            strategy: Some(linker(&engine, |l| {
+                v0_3_0::StrategyPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?),
+        };
+
         let cache = cache::ComponentCache::new(cache_dir, &engine);
         let ticker = EpochTicker::start(&engine)?;
         Ok(Runtime {
             engine,
             linkers_v0_1_0,
             linkers_v0_2_0,
+            linkers_v0_3_0,
             cache,
             limits,
             ticker,
@@ -331,12 +348,12 @@ impl Runtime {
 
     /// Load `source` as a plugin of `kind`: read it, compile it (or load it from the cache),
     /// check it exports `kind`'s interface at a supported WIT version ([`WitVersion::SUPPORTED`]:
-    /// 0.1.x or 0.2.x), and pre-link it with that version's linker.
+    /// 0.1.x, 0.2.x or 0.3.x), and pre-link it with that version's linker.
     ///
     /// Errors name the component: [`RuntimeError::NotFound`], [`RuntimeError::Read`],
     /// [`RuntimeError::NotAComponent`], [`RuntimeError::UnknownBuiltin`],
     /// [`RuntimeError::WrongWorld`] (e.g. `component x.wasm: exports
-    /// ctxhost:plugin/request-format@0.2.0, expected ctxhost:plugin/message-store@0.2.0 (world
+    /// ctxhost:plugin/request-format@0.3.0, expected ctxhost:plugin/message-store@0.3.0 (world
     /// message-store-plugin)`), [`RuntimeError::IncompatibleVersion`] (another WIT version; the message lists the
     /// versions this host loads), [`RuntimeError::Compile`],
     /// [`RuntimeError::Link`] (imports the world does not provide, or export signatures that do
@@ -486,6 +503,7 @@ impl Runtime {
         let linkers = match wit {
             WitVersion::V0_1_0 => &self.linkers_v0_1_0,
             WitVersion::V0_2_0 => &self.linkers_v0_2_0,
+            WitVersion::V0_3_0 => &self.linkers_v0_3_0,
         };
         let Some(linker) = linkers.get(kind) else {
             return Err(RuntimeError::Link {
@@ -502,11 +520,17 @@ impl Runtime {
             (PluginKind::MessageStore, WitVersion::V0_2_0) => Pre::MessageStore(Versioned::V0_2_0(
                 v0_2_0::MessageStorePluginPre::new(ip).map_err(link_error)?,
             )),
+            (PluginKind::MessageStore, WitVersion::V0_3_0) => Pre::MessageStore(Versioned::V0_3_0(
+                v0_3_0::MessageStorePluginPre::new(ip).map_err(link_error)?,
+            )),
             (PluginKind::Compressor, WitVersion::V0_1_0) => Pre::Compressor(Versioned::V0_1_0(
                 v0_1_0::CompressorPluginPre::new(ip).map_err(link_error)?,
             )),
             (PluginKind::Compressor, WitVersion::V0_2_0) => Pre::Compressor(Versioned::V0_2_0(
                 v0_2_0::CompressorPluginPre::new(ip).map_err(link_error)?,
+            )),
+            (PluginKind::Compressor, WitVersion::V0_3_0) => Pre::Compressor(Versioned::V0_3_0(
+                v0_3_0::CompressorPluginPre::new(ip).map_err(link_error)?,
             )),
             (PluginKind::RequestFormat, WitVersion::V0_1_0) => Pre::RequestFormat(
                 Versioned::V0_1_0(v0_1_0::RequestFormatPluginPre::new(ip).map_err(link_error)?),
@@ -514,9 +538,15 @@ impl Runtime {
             (PluginKind::RequestFormat, WitVersion::V0_2_0) => Pre::RequestFormat(
                 Versioned::V0_2_0(v0_2_0::RequestFormatPluginPre::new(ip).map_err(link_error)?),
             ),
-            (PluginKind::Strategy, WitVersion::V0_2_0) => {
-                Pre::Strategy(v0_2_0::StrategyPluginPre::new(ip).map_err(link_error)?)
-            }
+            (PluginKind::RequestFormat, WitVersion::V0_3_0) => Pre::RequestFormat(
+                Versioned::V0_3_0(v0_3_0::RequestFormatPluginPre::new(ip).map_err(link_error)?),
+            ),
+            (PluginKind::Strategy, WitVersion::V0_2_0) => Pre::Strategy(strategy::Pre::V0_2_0(
+                v0_2_0::StrategyPluginPre::new(ip).map_err(link_error)?,
+            )),
+            (PluginKind::Strategy, WitVersion::V0_3_0) => Pre::Strategy(strategy::Pre::V0_3_0(
+                v0_3_0::StrategyPluginPre::new(ip).map_err(link_error)?,
+            )),
             (PluginKind::Strategy, WitVersion::V0_1_0) => {
                 return Err(RuntimeError::Link {
                     component: name.to_string(),

@@ -5,14 +5,19 @@
 use super::error::RuntimeError;
 use super::sandbox::{Sandbox, StoreState};
 use super::types::{Reply, RequestConfig, RequestInfo};
-use super::wit::{Versioned, dispatch, v0_1_0, v0_2_0};
+use super::wit::{Versioned, dispatch, v0_1_0, v0_2_0, v0_3_0};
 
 /// A pre-linked request format component of either WIT version.
 pub(crate) type Pre = Versioned<
     v0_1_0::RequestFormatPluginPre<StoreState>,
     v0_2_0::RequestFormatPluginPre<StoreState>,
+    v0_3_0::RequestFormatPluginPre<StoreState>,
 >;
-type Bindings = Versioned<v0_1_0::RequestFormatPlugin, v0_2_0::RequestFormatPlugin>;
+type Bindings = Versioned<
+    v0_1_0::RequestFormatPlugin,
+    v0_2_0::RequestFormatPlugin,
+    v0_3_0::RequestFormatPlugin,
+>;
 
 /// One request format instance on one task directory. A trap, deadline or memory-limit error
 /// leaves the instance unusable ([`RuntimeError::Poisoned`] afterwards).
@@ -30,6 +35,9 @@ impl RequestFormat {
             }
             Versioned::V0_2_0(p) => {
                 Versioned::V0_2_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
+            }
+            Versioned::V0_3_0(p) => {
+                Versioned::V0_3_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
             }
         };
         Ok(RequestFormat { sandbox, bindings })
@@ -57,18 +65,53 @@ impl RequestFormat {
         })
     }
 
-    /// `read-response`: parse the provider's response body in `response_file`. A 0.1.0
-    /// component's usage has 0 prompt-cache tokens. This is where a provider's usage enters
-    /// the host: a count above [`super::MAX_USAGE_TOKENS`] is cut to it, with a warning.
-    pub fn read_response(&mut self, response_file: &str) -> Result<Reply, RuntimeError> {
+    /// Whether the component can read a streamed reply (WIT 0.3.0 on): the host asks for a
+    /// stream only then.
+    pub fn reads_streams(&self) -> bool {
+        matches!(self.bindings, Versioned::V0_3_0(_))
+    }
+
+    /// `read-response`: parse the provider's response in `response_file`; `streamed` when the
+    /// request asked for a stream (the file is the raw stream). A 0.1.0 component's usage has
+    /// 0 prompt-cache tokens; components before 0.3.0 have no reasoning tokens and cannot read
+    /// a stream (`streamed` is refused for them: [`RequestFormat::reads_streams`]).
+    pub fn read_response(
+        &mut self,
+        response_file: &str,
+        streamed: bool,
+    ) -> Result<Reply, RuntimeError> {
+        if streamed && !self.reads_streams() {
+            return Err(RuntimeError::Host {
+                component: self.sandbox.name().to_string(),
+                function: "read-response".to_string(),
+                reason: "a streamed reply needs a request format built against WIT 0.3.0"
+                    .to_string(),
+            });
+        }
         let sandbox = &mut self.sandbox;
-        let reply: Reply = dispatch!(&self.bindings, b => {
-            let r = sandbox.call("read-response", |s| {
-                b.ctxhost_plugin_request_format()
-                    .call_read_response(s, response_file)
-            })?;
-            sandbox.plugin_result("read-response", r)
-        })?;
+        let reply: Reply = match &self.bindings {
+            Versioned::V0_1_0(b) => {
+                let r = sandbox.call("read-response", |s| {
+                    b.ctxhost_plugin_request_format()
+                        .call_read_response(s, response_file)
+                })?;
+                sandbox.plugin_result("read-response", r)
+            }
+            Versioned::V0_2_0(b) => {
+                let r = sandbox.call("read-response", |s| {
+                    b.ctxhost_plugin_request_format()
+                        .call_read_response(s, response_file)
+                })?;
+                sandbox.plugin_result("read-response", r)
+            }
+            Versioned::V0_3_0(b) => {
+                let r = sandbox.call("read-response", |s| {
+                    b.ctxhost_plugin_request_format()
+                        .call_read_response(s, response_file, streamed)
+                })?;
+                sandbox.plugin_result("read-response", r)
+            }
+        }?;
         Ok(bounded_usage(reply, self.sandbox.name()))
     }
 }
@@ -107,6 +150,7 @@ mod tests {
             total_tokens: u64::MAX,
             cache_read_tokens: 0,
             cache_creation_tokens: MAX_USAGE_TOKENS + 1,
+            reasoning_tokens: 3,
         };
         let reply = Reply {
             message: ChatMessage::text("assistant", "hi"),
@@ -122,6 +166,7 @@ mod tests {
                 total_tokens: MAX_USAGE_TOKENS,
                 cache_read_tokens: 0,
                 cache_creation_tokens: MAX_USAGE_TOKENS,
+                reasoning_tokens: 3,
             }
         );
         assert_eq!(

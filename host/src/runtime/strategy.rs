@@ -1,5 +1,5 @@
 //! [`Strategy`]: a `strategy-plugin` instance (WIT interface `ctxhost:plugin/strategy`, 0.2.0
-//! only), which decides what goes into the context before the first model call and what
+//! or 0.3.0; 0.1.0 has none), which decides what goes into the context before the first model call and what
 //! happens after each reply. Its `llm` import calls the [`super::LlmImport`] given to
 //! [`super::Runtime::strategy`] (at most [`MAX_LLM_CALLS_PER_HOOK`] per hook, whatever
 //! `context_storage.max_llm_calls_per_compression` says, within the wall time of one call,
@@ -15,15 +15,54 @@ use std::time::{Duration, Instant};
 use super::error::RuntimeError;
 use super::sandbox::{Sandbox, StoreState};
 use super::types::{Decision, StrategyConfig, TaskState, ToolOutcome};
-use super::wit::v0_2_0;
+use super::wit::{v0_2_0, v0_3_0};
 use ctxhost_format::ChatMessage;
 
 /// Most `llm.complete` side calls one hook may make; the next one is refused with an `llm`
 /// error.
 pub const MAX_LLM_CALLS_PER_HOOK: u32 = 4;
 
-/// A pre-linked strategy component (WIT 0.2.0).
-pub(crate) type Pre = v0_2_0::StrategyPluginPre<StoreState>;
+/// A pre-linked strategy component of either WIT version that has the world.
+#[derive(Clone)]
+pub(crate) enum Pre {
+    /// Built against `ctxhost:plugin@0.2.0`.
+    V0_2_0(v0_2_0::StrategyPluginPre<StoreState>),
+    /// Built against `ctxhost:plugin@0.3.0`.
+    V0_3_0(v0_3_0::StrategyPluginPre<StoreState>),
+}
+
+enum Bindings {
+    V0_2_0(v0_2_0::StrategyPlugin),
+    V0_3_0(v0_3_0::StrategyPlugin),
+}
+
+/// `hook!(self, "name", |b, s| body)`: calls `body` with the instance's bindings of its
+/// version (the conversions in `body` resolve to that version's shim) and turns the result into
+/// a [`HookCall`].
+macro_rules! hook {
+    ($self:ident, $function:expr, |$b:ident, $s:ident| $body:expr) => {{
+        let started = Instant::now();
+        let function: &str = $function;
+        let r = match &$self.bindings {
+            Bindings::V0_2_0($b) => $self.sandbox.call(function, |$s| $body).map(|r| {
+                r.map(Decision::from)
+                    .map_err(crate::runtime::PluginError::from)
+            }),
+            Bindings::V0_3_0($b) => $self.sandbox.call(function, |$s| $body).map(|r| {
+                r.map(Decision::from)
+                    .map_err(crate::runtime::PluginError::from)
+            }),
+        }?;
+        let elapsed = started.elapsed();
+        let (llm_calls, llm_time) = $self.sandbox.last_llm_use();
+        let decision: Decision = $self.sandbox.plugin_result(function, r)?;
+        Ok(HookCall {
+            decision,
+            llm_calls,
+            component_time: elapsed.saturating_sub(llm_time),
+        })
+    }};
+}
 
 /// What one hook returned and cost.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +79,7 @@ pub struct HookCall {
 /// the instance unusable ([`RuntimeError::Poisoned`] afterwards).
 pub struct Strategy {
     sandbox: Sandbox,
-    bindings: v0_2_0::StrategyPlugin,
+    bindings: Bindings,
 }
 
 impl Strategy {
@@ -49,7 +88,14 @@ impl Strategy {
         let state = sandbox.state_mut();
         state.limits.llm_calls_per_call = MAX_LLM_CALLS_PER_HOOK;
         state.llm_limit_source = "one strategy hook may make";
-        let bindings = sandbox.call("instantiation", |s| pre.instantiate(s))?;
+        let bindings = match pre {
+            Pre::V0_2_0(p) => {
+                Bindings::V0_2_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
+            }
+            Pre::V0_3_0(p) => {
+                Bindings::V0_3_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
+            }
+        };
         Ok(Strategy { sandbox, bindings })
     }
 
@@ -69,8 +115,8 @@ impl Strategy {
         config: &StrategyConfig,
         state: &TaskState,
     ) -> Result<HookCall, RuntimeError> {
-        let (c, t) = (config.into(), state.into());
-        self.hook("start", |b, s| {
+        hook!(self, "start", |b, s| {
+            let (c, t) = (config.into(), state.into());
             b.ctxhost_plugin_strategy().call_start(s, &c, &t)
         })
     }
@@ -82,8 +128,8 @@ impl Strategy {
         state: &TaskState,
         reply: &ChatMessage,
     ) -> Result<HookCall, RuntimeError> {
-        let (c, t, r) = (config.into(), state.into(), reply.into());
-        self.hook("after-reply", |b, s| {
+        hook!(self, "after-reply", |b, s| {
+            let (c, t, r) = (config.into(), state.into(), reply.into());
             b.ctxhost_plugin_strategy().call_after_reply(s, &c, &t, &r)
         })
     }
@@ -96,37 +142,11 @@ impl Strategy {
         reply: &ChatMessage,
         outcomes: &[ToolOutcome],
     ) -> Result<HookCall, RuntimeError> {
-        let (c, t, r) = (config.into(), state.into(), reply.into());
-        let o: Vec<_> = outcomes.iter().map(Into::into).collect();
-        self.hook("after-tools", |b, s| {
+        hook!(self, "after-tools", |b, s| {
+            let (c, t, r) = (config.into(), state.into(), reply.into());
+            let o: Vec<_> = outcomes.iter().map(Into::into).collect();
             b.ctxhost_plugin_strategy()
                 .call_after_tools(s, &c, &t, &r, &o)
-        })
-    }
-
-    fn hook(
-        &mut self,
-        function: &str,
-        f: impl FnOnce(
-            &v0_2_0::StrategyPlugin,
-            &mut wasmtime::Store<StoreState>,
-        ) -> wasmtime::Result<
-            Result<
-                v0_2_0::strategy::exports::ctxhost::plugin::strategy::Decision,
-                v0_2_0::compressor::ctxhost::plugin::types::PluginError,
-            >,
-        >,
-    ) -> Result<HookCall, RuntimeError> {
-        let started = Instant::now();
-        let bindings = &self.bindings;
-        let r = self.sandbox.call(function, |s| f(bindings, s))?;
-        let elapsed = started.elapsed();
-        let (llm_calls, llm_time) = self.sandbox.last_llm_use();
-        let decision: Decision = self.sandbox.plugin_result(function, r)?;
-        Ok(HookCall {
-            decision,
-            llm_calls,
-            component_time: elapsed.saturating_sub(llm_time),
         })
     }
 }

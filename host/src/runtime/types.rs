@@ -1,4 +1,4 @@
-//! Host-side mirrors of the WIT records of `wit/plugin.wit` (`ctxhost:plugin@0.2.0`); components
+//! Host-side mirrors of the WIT records of `wit/plugin.wit` (`ctxhost:plugin@0.3.0`); components
 //! of every supported WIT version are converted to these ([`super::wit`]).
 //!
 //! Messages are [`ctxhost_format::ChatMessage`] (the OpenAI line shape of `current.jsonl`), so
@@ -24,6 +24,11 @@ pub struct Usage {
     /// Prompt tokens written to the provider's prompt cache (Anthropic
     /// `cache_creation_input_tokens`); 0 when not reported and for WIT 0.1.0 components.
     pub cache_creation_tokens: u64,
+    /// Completion tokens spent on reasoning, included in `completion_tokens` (OpenAI
+    /// `completion_tokens_details.reasoning_tokens`, Responses
+    /// `output_tokens_details.reasoning_tokens`); 0 when not reported and for components
+    /// before WIT 0.3.0.
+    pub reasoning_tokens: u64,
 }
 
 /// Largest token count one LLM call's usage may report (2^32, about 4.3 billion): far above
@@ -49,6 +54,7 @@ impl Usage {
             total_tokens: b(self.total_tokens, "total_tokens"),
             cache_read_tokens: b(self.cache_read_tokens, "cache_read_tokens"),
             cache_creation_tokens: b(self.cache_creation_tokens, "cache_creation_tokens"),
+            reasoning_tokens: b(self.reasoning_tokens, "reasoning_tokens"),
         };
         (u, cut)
     }
@@ -135,6 +141,22 @@ pub struct RequestConfig {
     pub max_output_tokens: Option<u32>,
     /// Sampling temperature.
     pub temperature: Option<f32>,
+    /// Ask for a streamed reply (WIT 0.3.0 on; always false for older components).
+    pub stream: bool,
+    /// The model's reasoning settings, if any (WIT 0.3.0 on).
+    pub reasoning: Option<ReasoningConfig>,
+}
+
+/// Reasoning settings of a request (WIT 0.3.0 `reasoning-config`); each format sends what its
+/// API has.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReasoningConfig {
+    /// Anthropic `thinking: {"type":"enabled","budget_tokens"}` (tokens).
+    pub thinking_budget_tokens: Option<u32>,
+    /// Anthropic `thinking: {"type":"adaptive"}`.
+    pub thinking_adaptive: bool,
+    /// OpenAI `reasoning.effort` / `reasoning_effort`: `minimal`, `low`, `medium`, `high`.
+    pub effort: Option<String>,
 }
 
 /// Where and how to send a written request (WIT `request-info`).

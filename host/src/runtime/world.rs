@@ -1,8 +1,8 @@
 //! Which plugin world a component implements, read from its exports.
 //!
 //! A plugin component exports exactly one interface of `ctxhost:plugin` (see `wit/plugin.wit`):
-//! `ctxhost:plugin/message-store@0.2.0`, `…/compressor@0.2.0`, `…/request-format@0.2.0` or
-//! `…/strategy@0.2.0`, or the same at another version this host loads
+//! `ctxhost:plugin/message-store@0.3.0`, `…/compressor@0.3.0`, `…/request-format@0.3.0` or
+//! `…/strategy@0.3.0`, or the same at another version this host loads
 //! ([`WitVersion::SUPPORTED`], e.g. `@0.1.0`) that has the world (strategies are 0.2.0 only).
 //! The export names come from the component's type (`Component::component_type().exports`),
 //! so a wrong or outdated component is named precisely before any instantiation is tried, and
@@ -81,7 +81,7 @@ impl PluginKind {
     }
 
     /// The fully qualified export at the current WIT version, e.g.
-    /// `ctxhost:plugin/message-store@0.2.0`.
+    /// `ctxhost:plugin/message-store@0.3.0`.
     pub fn export_name(self) -> String {
         self.export_name_at(WitVersion::CURRENT)
     }
@@ -285,13 +285,13 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "component /x/y.wasm: exports ctxhost:plugin/request-format@0.2.0, expected \
-             ctxhost:plugin/message-store@0.2.0 (world message-store-plugin)"
+             ctxhost:plugin/message-store@0.3.0 (world message-store-plugin)"
         );
     }
 
     #[test]
     fn unknown_versions_are_refused_naming_the_versions_this_host_loads() {
-        for v in ["0.3.0", "1.0.0", "0.0.1"] {
+        for v in ["0.4.0", "1.0.0", "0.0.1"] {
             let n = names(&[&format!("ctxhost:plugin/message-store@{v}")]);
             let e = expect_kind("x.wasm", &n, PluginKind::MessageStore).unwrap_err();
             assert!(matches!(e, RuntimeError::IncompatibleVersion { .. }), "{e}");
@@ -300,13 +300,15 @@ mod tests {
                 format!(
                     "component x.wasm: exports ctxhost:plugin/message-store@{v}, a WIT version this \
                      host does not load; it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 \
-                     (world message-store-plugin): rebuild it against wit/plugin.wit (0.2.0)"
+                     and ctxhost:plugin@0.3.0 (world message-store-plugin): rebuild it against \
+                     wit/plugin.wit (0.3.0)"
                 )
             );
         }
         assert!(version_compatible("0.1.3"));
         assert!(version_compatible("0.2.0"));
-        assert!(!version_compatible("0.3.0"));
+        assert!(version_compatible("0.3.0"));
+        assert!(!version_compatible("0.4.0"));
         assert!(!version_compatible(""));
     }
     #[test]
@@ -325,8 +327,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "component x.wasm: exports ctxhost:plugin/strategy@0.1.0, a WIT version this host does \
-             not load; it loads ctxhost:plugin@0.2.0 (world strategy-plugin): rebuild it against \
-             wit/plugin.wit (0.2.0)"
+             not load; it loads ctxhost:plugin@0.2.0 and ctxhost:plugin@0.3.0 (world \
+             strategy-plugin): rebuild it against wit/plugin.wit (0.3.0)"
         );
         assert!(detect("x.wasm", &old).is_err());
     }

@@ -645,6 +645,8 @@ mod tests {
                     tool_name: None,
                     tool_calls: None,
                     tool_call_id: None,
+                    is_error: false,
+                    reasoning: Vec::new(),
                     summary_id: None,
                 };
                 t.append_line(MESSAGES, &serde_json::to_string(&line).unwrap())

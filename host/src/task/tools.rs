@@ -34,9 +34,13 @@ pub struct RecordedCall {
 }
 
 impl RecordedCall {
-    /// The `tool` message answering `call`: `{role: tool, content, tool_call_id, tool_name}`.
+    /// The `tool` message answering `call`: `{role: tool, content, tool_call_id, tool_name,
+    /// is_error?}`, with `is_error` set when the call failed.
     pub fn to_message(&self, call: &ToolCall) -> ChatMessage {
-        ChatMessage::tool_result(call, self.content.clone())
+        ChatMessage {
+            is_error: self.status == ToolStatus::Error,
+            ..ChatMessage::tool_result(call, self.content.clone())
+        }
     }
 }
 

@@ -25,6 +25,10 @@
 //!   the API's checks, with usage from a prompt-cache accounting
 //!   ([`super::anthropic_api`]); every other path gets OpenAI's chat completion shape
 //!   (`{"id","object":"chat.completion","choices":[{"message":{..},"finish_reason"}],"usage"}`).
+//! - `/v1/chat/completions` requests are checked as a strict OpenAI-compatible gateway checks
+//!   them ([`super::openai_api::check_request`]: no field a message's role does not define,
+//!   e.g. `name` on a tool message); a refused one gets a 400 and is counted in
+//!   [`FakeLlm::openai_rejections`].
 //! - Every request is recorded ([`RecordedRequest`]: method, path, headers, JSON body, arrival
 //!   time) before it is answered.
 //! - Connections are kept alive (HTTP/1.1) unless the client sends `Connection: close`; each
@@ -43,6 +47,7 @@ use serde_json::{Value, json};
 
 use super::anthropic_api::{self, Accounting, CacheUsage, MESSAGES_PATH};
 use super::http::{Server, read_request, write_head, write_response};
+use super::openai_api::{self, CHAT_PATH};
 
 /// One scripted answer. Build with the constructor functions.
 #[derive(Clone, Debug)]
@@ -199,6 +204,8 @@ struct State {
     handler: Option<Handler>,
     requests: Vec<RecordedRequest>,
     anthropic: Accounting,
+    /// Errors of the chat completions requests refused by [`openai_api::check_request`].
+    openai_rejections: Vec<String>,
 }
 
 /// A running fake server. Stops accepting when dropped (connections already open finish).
@@ -221,6 +228,7 @@ impl FakeLlm {
             handler: None,
             requests: Vec::new(),
             anthropic: Accounting::default(),
+            openai_rejections: Vec::new(),
         }));
         let st = state.clone();
         let listener = TcpListener::bind(addr)?;
@@ -294,6 +302,11 @@ impl FakeLlm {
         self.lock().anthropic.rejections.clone()
     }
 
+    /// The errors of the chat completions requests refused by the strict checks.
+    pub fn openai_rejections(&self) -> Vec<String> {
+        self.lock().openai_rejections.clone()
+    }
+
     /// Scripted replies not yet used.
     pub fn remaining(&self) -> usize {
         self.lock().script.len()
@@ -328,29 +341,37 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
                 connection: conn,
             };
             s.requests.push(recorded.clone());
-            let checked = if recorded.path == MESSAGES_PATH {
-                anthropic_api::check_request(&recorded, s.anthropic.expected_key.as_deref())
+            if recorded.path == CHAT_PATH
+                && let Err(message) = openai_api::check_request(&recorded)
+            {
+                s.openai_rejections.push(message.clone());
+                openai_api::error_reply(&message)
             } else {
-                Ok(())
-            };
-            match checked {
-                Err((code, kind, message)) => {
-                    s.anthropic.rejections.push(message.clone());
-                    anthropic_api::error_reply(code, kind, &message)
-                }
-                Ok(()) => {
-                    let from_handler = s.handler.as_ref().and_then(|h| h(&recorded));
-                    let reply = match from_handler {
-                        Some(r) => r,
-                        None => s.script.pop_front().unwrap_or_else(|| s.default.clone()),
-                    };
-                    if recorded.path == MESSAGES_PATH && anthropic_api::content_of(&reply).is_some()
-                    {
-                        let u = s.anthropic.cache.account(&recorded.body);
-                        s.anthropic.usage.push(u);
-                        usage = Some(u);
+                let checked = if recorded.path == MESSAGES_PATH {
+                    anthropic_api::check_request(&recorded, s.anthropic.expected_key.as_deref())
+                } else {
+                    Ok(())
+                };
+                match checked {
+                    Err((code, kind, message)) => {
+                        s.anthropic.rejections.push(message.clone());
+                        anthropic_api::error_reply(code, kind, &message)
                     }
-                    reply
+                    Ok(()) => {
+                        let from_handler = s.handler.as_ref().and_then(|h| h(&recorded));
+                        let reply = match from_handler {
+                            Some(r) => r,
+                            None => s.script.pop_front().unwrap_or_else(|| s.default.clone()),
+                        };
+                        if recorded.path == MESSAGES_PATH
+                            && anthropic_api::content_of(&reply).is_some()
+                        {
+                            let u = s.anthropic.cache.account(&recorded.body);
+                            s.anthropic.usage.push(u);
+                            usage = Some(u);
+                        }
+                        reply
+                    }
                 }
             }
         };

@@ -35,6 +35,7 @@ pub mod dashboard;
 pub mod fake_forge;
 pub mod fake_llm;
 pub mod http;
+pub mod openai_api;
 pub mod store;
 pub mod task;
 

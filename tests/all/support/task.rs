@@ -153,6 +153,8 @@ pub fn write_context(dir: &Path, prompt: &str) {
             tool_name: None,
             tool_calls: None,
             tool_call_id: None,
+            is_error: false,
+            reasoning: Vec::new(),
             summary_id: None,
         };
         history.push_str(&serde_json::to_string(&line).unwrap());

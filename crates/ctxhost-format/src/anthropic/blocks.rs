@@ -24,17 +24,25 @@
 //! - a conversation whose first turn would be the assistant's starts with a user turn
 //!   [`CONTINUED_TEXT`] (the API wants a user turn first).
 //!
+//! A tool message whose line says `"is_error": true` (the tool failed) becomes a `tool_result`
+//! with `is_error: true`.
+//!
+//! Text and tool results are carried as the JSON text of the line ([`Str::Json`], from
+//! [`crate::raw`]), so the request writer copies their bytes instead of decoding and
+//! re-escaping them.
+//!
 //! Memory: the message being converted, the ids of the calls waiting for an answer, and 8 bytes
 //! per tool call of the context (the hashes that keep ids unique).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::io;
+use std::io::{self, Write};
 
 use serde_json::{Map, Value};
 
-use crate::ChatMessage;
-use crate::compress::is_summary_line;
+use crate::compress::parse_summary_range;
+use crate::raw::{RawMessage, RawStr};
 
 /// The role of a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,17 +63,92 @@ impl Role {
     }
 }
 
+/// A text of a block: the JSON string of a context line as written there, or a text the
+/// builder made. Two are equal when their decoded texts are.
+#[derive(Debug, Clone)]
+pub enum Str<'a> {
+    /// A JSON string value borrowed from the line (quotes and escapes included).
+    Json(RawStr<'a>),
+    /// A plain text.
+    Text(Cow<'a, str>),
+}
+
+impl Str<'_> {
+    /// The decoded text.
+    pub fn text(&self) -> Cow<'_, str> {
+        match self {
+            Str::Json(raw) => raw.value(),
+            Str::Text(t) => Cow::Borrowed(t),
+        }
+    }
+
+    /// Whether the text is empty or only whitespace (`str::trim`), decided from the first
+    /// bytes for almost every text.
+    pub fn is_blank(&self) -> bool {
+        match self {
+            Str::Json(raw) => {
+                let inner = &raw.json()[1..raw.json().len() - 1];
+                match inner
+                    .iter()
+                    .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+                {
+                    None => true,
+                    Some(b) if b.is_ascii() && *b != b'\\' => false,
+                    Some(_) => raw.value().trim().is_empty(),
+                }
+            }
+            Str::Text(t) => t.trim().is_empty(),
+        }
+    }
+
+    /// Writes the text as a JSON string (the line's bytes for [`Str::Json`]).
+    pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
+        match self {
+            Str::Json(raw) => out.write_all(raw.json()),
+            Str::Text(t) => serde_json::to_writer(out, t.as_ref()).map_err(io::Error::from),
+        }
+    }
+}
+
+impl Str<'_> {
+    /// The same text, owning its bytes.
+    pub fn into_static(&self) -> Str<'static> {
+        match self {
+            Str::Json(_) => Str::Text(Cow::Owned(self.text().into_owned())),
+            Str::Text(t) => Str::Text(Cow::Owned(t.to_string())),
+        }
+    }
+}
+
+impl PartialEq for Str<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.text() == other.text()
+    }
+}
+
+impl From<String> for Str<'_> {
+    fn from(s: String) -> Self {
+        Str::Text(Cow::Owned(s))
+    }
+}
+
+impl<'a> From<&'a str> for Str<'a> {
+    fn from(s: &'a str) -> Self {
+        Str::Text(Cow::Borrowed(s))
+    }
+}
+
 /// One content block of a turn.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Block {
+pub enum Block<'a> {
     /// `{"type":"text","text"}`; never empty or only whitespace.
-    Text(String),
+    Text(Str<'a>),
     /// `{"type":"tool_use","id","name","input"}`: a tool call; `input` is a JSON object.
     ToolUse {
         /// The call's id.
         id: String,
         /// The tool's name.
-        name: String,
+        name: Str<'a>,
         /// Its arguments, a JSON object.
         input: Value,
     },
@@ -75,10 +158,33 @@ pub enum Block {
         /// The id of the call it answers.
         tool_use_id: String,
         /// The result text.
-        content: String,
+        content: Str<'a>,
         /// The tool failed.
         is_error: bool,
     },
+}
+
+impl Block<'_> {
+    /// The same block, owning its texts.
+    pub fn into_static(&self) -> Block<'static> {
+        match self {
+            Block::Text(t) => Block::Text(t.into_static()),
+            Block::ToolUse { id, name, input } => Block::ToolUse {
+                id: id.clone(),
+                name: name.into_static(),
+                input: input.clone(),
+            },
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => Block::ToolResult {
+                tool_use_id: tool_use_id.clone(),
+                content: content.into_static(),
+                is_error: *is_error,
+            },
+        }
+    }
 }
 
 /// Where a block comes from.
@@ -92,10 +198,32 @@ pub enum Origin {
     Repair,
 }
 
+/// Where a block was made, in terms that do not depend on what came before the message: the
+/// caller's key of the message being pushed (e.g. its byte offset in the file; `None` for the
+/// blocks [`TurnBuilder::finish`] adds), and the block's place among the blocks of that push
+/// counted from the last (0 = the last). The blocks a message gives are the same whichever
+/// line a run started at, as long as it started at a non-`tool` message (the repairs for
+/// calls left waiting before, which only a longer run makes, come first), so a position found
+/// reading only the end of a file names the same block in a run over the whole file
+/// ([`super::cache`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position {
+    /// The key of the message (`None`: the end of the context).
+    pub message: Option<u64>,
+    /// Place among that message's blocks, from the last (0).
+    pub from_end: u32,
+}
+
 /// Receives the blocks of a request in order; consecutive blocks of one role belong to one turn.
 pub trait BlockSink {
-    /// The next block, of a turn with `role`.
-    fn block(&mut self, role: Role, block: &Block, origin: Origin) -> io::Result<()>;
+    /// The next block, of a turn with `role`, made at `at`.
+    fn block(
+        &mut self,
+        role: Role,
+        block: &Block<'_>,
+        origin: Origin,
+        at: Position,
+    ) -> io::Result<()>;
 }
 
 /// What the builder changed so that the request keeps the API's rules (all 0 for a context that
@@ -139,102 +267,118 @@ pub struct TurnBuilder {
     repairs: Repairs,
 }
 
+/// The blocks of one push, in order.
+type Made<'m> = Vec<(Role, Block<'m>, Origin)>;
+
 impl TurnBuilder {
     /// A builder that has seen nothing.
     pub fn new() -> TurnBuilder {
         TurnBuilder::default()
     }
 
+    /// A builder for a run that starts after messages it does not see (the blocks before are
+    /// taken as sent: no [`CONTINUED_TEXT`] turn is put first).
+    pub fn continuing() -> TurnBuilder {
+        TurnBuilder {
+            started: true,
+            ..TurnBuilder::default()
+        }
+    }
+
     /// Converts `message`, found at 0-based `index` of the context (the top-level system prompt,
-    /// taken by the caller, is index 0), and hands its blocks to `sink`.
+    /// taken by the caller, is index 0; `usize::MAX` when unknown), and hands its blocks to
+    /// `sink` with positions keyed by `key` ([`Position`]).
     pub fn push(
         &mut self,
         index: usize,
-        message: ChatMessage,
+        key: u64,
+        message: &RawMessage<'_>,
         sink: &mut impl BlockSink,
     ) -> io::Result<()> {
-        if message.role == "tool" {
-            let id = message.tool_call_id.as_deref().unwrap_or_default();
-            let Some(i) = self.pending.iter().position(|(given, _)| given == id) else {
+        let mut made = Made::new();
+        self.convert(index, message, &mut made);
+        flush(made, Some(key), sink)
+    }
+
+    fn convert<'m>(&mut self, index: usize, message: &RawMessage<'m>, made: &mut Made<'m>) {
+        if message.role.is("tool") {
+            let id = message.tool_call_id.map(|i| i.value()).unwrap_or_default();
+            let Some(i) = self.pending.iter().position(|(given, _)| *given == id) else {
                 self.repairs.dropped_results += 1;
-                return Ok(());
+                return;
             };
             let (_, sent) = self.pending.remove(i);
             let block = Block::ToolResult {
                 tool_use_id: sent,
-                content: message.content.unwrap_or_default(),
-                is_error: false,
+                content: message.content.map(Str::Json).unwrap_or(Str::from("")),
+                is_error: message.is_error,
             };
-            return self.emit(Role::User, &block, Origin::Message, sink);
+            self.emit(Role::User, block, Origin::Message, made);
+            return;
         }
-        self.answer_pending(sink)?;
-        if message.role == "assistant" {
+        self.answer_pending(made);
+        if message.role.is("assistant") {
             if let Some(text) = non_blank(message.content) {
-                self.emit(Role::Assistant, &Block::Text(text), Origin::Message, sink)?;
+                self.emit(Role::Assistant, Block::Text(text), Origin::Message, made);
             }
-            for call in message.tool_calls.unwrap_or_default() {
-                let sent = self.unique_id(&call.id);
+            for call in &message.tool_calls {
+                let given = call.id.value().into_owned();
+                let sent = self.unique_id(&given);
                 let block = Block::ToolUse {
                     id: sent.clone(),
-                    name: call.function.name,
-                    input: tool_input(&call.function.arguments),
+                    name: Str::Json(call.name),
+                    input: tool_input(&call.arguments.value()),
                 };
-                self.pending.push((call.id, sent));
-                self.emit(Role::Assistant, &block, Origin::Message, sink)?;
+                self.pending.push((given, sent));
+                self.emit(Role::Assistant, block, Origin::Message, made);
             }
-            return Ok(());
+            return;
         }
-        if message.role == "system" {
+        if message.role.is("system") {
             self.repairs.late_system += 1;
         }
-        let origin = if is_summary_line(index, &message) {
+        let origin = if is_summary(index, message) {
             Origin::Summary
         } else {
             Origin::Message
         };
-        match non_blank(message.content) {
-            Some(text) => self.emit(Role::User, &Block::Text(text), origin, sink),
-            None => Ok(()),
+        if let Some(text) = non_blank(message.content) {
+            self.emit(Role::User, Block::Text(text), origin, made);
         }
     }
 
     /// Answers the calls still waiting (the context ended) and returns what was repaired.
     pub fn finish(mut self, sink: &mut impl BlockSink) -> io::Result<Repairs> {
-        self.answer_pending(sink)?;
+        let mut made = Made::new();
+        self.answer_pending(&mut made);
+        flush(made, None, sink)?;
         Ok(self.repairs)
     }
 
     /// A [`MISSING_RESULT`] `tool_result` for every call still waiting.
-    fn answer_pending(&mut self, sink: &mut impl BlockSink) -> io::Result<()> {
+    fn answer_pending(&mut self, made: &mut Made<'_>) {
         for (_, sent) in std::mem::take(&mut self.pending) {
             self.repairs.missing_results += 1;
             let block = Block::ToolResult {
                 tool_use_id: sent,
-                content: MISSING_RESULT.to_string(),
+                content: Str::from(MISSING_RESULT),
                 is_error: true,
             };
-            self.emit(Role::User, &block, Origin::Repair, sink)?;
+            self.emit(Role::User, block, Origin::Repair, made);
         }
-        Ok(())
     }
 
-    fn emit(
-        &mut self,
-        role: Role,
-        block: &Block,
-        origin: Origin,
-        sink: &mut impl BlockSink,
-    ) -> io::Result<()> {
+    fn emit<'m>(&mut self, role: Role, block: Block<'m>, origin: Origin, made: &mut Made<'m>) {
         if !self.started && role == Role::Assistant {
             self.repairs.leading_user_turn += 1;
-            sink.block(
+            made.push((
                 Role::User,
-                &Block::Text(CONTINUED_TEXT.to_string()),
+                Block::Text(Str::from(CONTINUED_TEXT)),
                 Origin::Repair,
-            )?;
+            ));
         }
         self.started = true;
-        sink.block(role, block, origin)
+        made.push((role, block, origin));
     }
 
     /// The id to send for a call whose id in the context is `id`: [`valid_id`], then `_2`, `_3`,
@@ -252,6 +396,29 @@ impl TurnBuilder {
         }
         sent
     }
+}
+
+/// Hands the blocks of one push to `sink`, with their positions.
+fn flush(made: Made<'_>, message: Option<u64>, sink: &mut impl BlockSink) -> io::Result<()> {
+    let n = made.len();
+    for (i, (role, block, origin)) in made.into_iter().enumerate() {
+        let at = Position {
+            message,
+            from_end: (n - 1 - i) as u32,
+        };
+        sink.block(role, &block, origin, at)?;
+    }
+    Ok(())
+}
+
+/// [`crate::compress::is_summary_line`] on a raw line: the user message at index 1 whose text
+/// is a compression's summary.
+fn is_summary(index: usize, message: &RawMessage<'_>) -> bool {
+    index == 1
+        && message.role.is("user")
+        && message
+            .content
+            .is_some_and(|c| parse_summary_range(&c.value()).is_some())
 }
 
 /// `id` with every character outside `[A-Za-z0-9_-]` replaced by `_` (`call` for an empty id).
@@ -287,8 +454,8 @@ pub fn tool_input(arguments: &str) -> Value {
 }
 
 /// `content` unless it is missing, empty or only whitespace.
-fn non_blank(content: Option<String>) -> Option<String> {
-    content.filter(|c| !c.trim().is_empty())
+fn non_blank(content: Option<RawStr<'_>>) -> Option<Str<'_>> {
+    content.map(Str::Json).filter(|c| !c.is_blank())
 }
 
 fn hash(id: &str) -> u64 {
@@ -300,39 +467,47 @@ fn hash(id: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ToolCall;
     use crate::compress::summary_message;
+    use crate::{ChatMessage, ToolCall};
     use serde_json::json;
 
     /// Records (role, block, origin).
     #[derive(Default)]
-    struct Record(Vec<(Role, Block, Origin)>);
+    struct Record(Vec<(Role, Block<'static>, Origin)>);
 
     impl BlockSink for Record {
-        fn block(&mut self, role: Role, block: &Block, origin: Origin) -> io::Result<()> {
-            self.0.push((role, block.clone(), origin));
+        fn block(
+            &mut self,
+            role: Role,
+            block: &Block<'_>,
+            origin: Origin,
+            _at: Position,
+        ) -> io::Result<()> {
+            self.0.push((role, block.into_static(), origin));
             Ok(())
         }
     }
 
-    fn build(messages: Vec<ChatMessage>) -> (Vec<(Role, Block, Origin)>, Repairs) {
+    fn build(messages: Vec<ChatMessage>) -> (Vec<(Role, Block<'static>, Origin)>, Repairs) {
         let mut sink = Record::default();
         let mut b = TurnBuilder::new();
         for (i, m) in messages.into_iter().enumerate() {
-            b.push(i + 1, m, &mut sink).unwrap();
+            let line = serde_json::to_string(&m).unwrap();
+            let raw = crate::raw::parse_line(line.as_bytes()).unwrap();
+            b.push(i + 1, i as u64, &raw, &mut sink).unwrap();
         }
         let repairs = b.finish(&mut sink).unwrap();
         (sink.0, repairs)
     }
 
-    fn text(s: &str) -> Block {
-        Block::Text(s.to_string())
+    fn text(s: &str) -> Block<'static> {
+        Block::Text(Str::from(s.to_string()))
     }
 
-    fn result(id: &str, content: &str) -> Block {
+    fn result(id: &str, content: &str) -> Block<'static> {
         Block::ToolResult {
             tool_use_id: id.into(),
-            content: content.into(),
+            content: Str::from(content.to_string()),
             is_error: false,
         }
     }
@@ -365,7 +540,7 @@ mod tests {
             blocks[2].1,
             Block::ToolUse {
                 id: "call_a".into(),
-                name: "read".into(),
+                name: Str::from("read"),
                 input: json!({"path": "a"})
             }
         );
@@ -373,7 +548,7 @@ mod tests {
             blocks[3].1,
             Block::ToolUse {
                 id: "call_b".into(),
-                name: "list".into(),
+                name: Str::from("list"),
                 input: json!({})
             }
         );
@@ -406,10 +581,11 @@ mod tests {
         );
         let missing = |id: &str| Block::ToolResult {
             tool_use_id: id.into(),
-            content: MISSING_RESULT.into(),
+            content: Str::from(MISSING_RESULT),
             is_error: true,
         };
-        let kinds: Vec<(Role, Block)> = blocks.into_iter().map(|(r, b, _)| (r, b)).collect();
+        let kinds: Vec<(Role, Block<'static>)> =
+            blocks.into_iter().map(|(r, b, _)| (r, b)).collect();
         assert_eq!(kinds[2], (Role::User, result("call_A", "first")));
         assert_eq!(kinds[4], (Role::User, missing("call_X")));
         assert_eq!(kinds[5], (Role::User, text("never mind")));
@@ -469,6 +645,43 @@ mod tests {
             (Role::User, text(CONTINUED_TEXT), Origin::Repair)
         );
         assert_eq!(blocks[1].0, Role::Assistant);
+    }
+
+    #[test]
+    fn a_failed_tool_call_is_an_error_result() {
+        let call = ToolCall::new("call_1", "read", "{}");
+        let (blocks, _) = build(vec![
+            ChatMessage::text("user", "go"),
+            ChatMessage::assistant_calls(vec![call.clone()]),
+            ChatMessage {
+                is_error: true,
+                ..ChatMessage::tool_result(&call, "Error: no such file")
+            },
+        ]);
+        assert_eq!(
+            blocks[2].1,
+            Block::ToolResult {
+                tool_use_id: "call_1".into(),
+                content: Str::from("Error: no such file"),
+                is_error: true,
+            }
+        );
+    }
+
+    #[test]
+    fn blank_json_texts_are_found_from_their_first_bytes() {
+        for (line, blank) in [
+            (r#"{"role":"user","content":"  \n\t "}"#, true),
+            (r#"{"role":"user","content":""}"#, true),
+            (r#"{"role":"user","content":" \u00a0\u2003"}"#, true),
+            (r#"{"role":"user","content":"\u3000\n"}"#, true),
+            (r#"{"role":"user","content":"  x"}"#, false),
+            (r#"{"role":"user","content":"\n\"q\""}"#, false),
+            (r#"{"role":"user","content":" é"}"#, false),
+        ] {
+            let m = crate::raw::parse_line(line.as_bytes()).unwrap();
+            assert_eq!(Str::Json(m.content.unwrap()).is_blank(), blank, "{line}");
+        }
     }
 
     #[test]

@@ -23,38 +23,45 @@
 //!
 //! So a task pays the full price for its prefix once per compression, and for each call's new
 //! messages about once (written at 1.25, then read at 0.1 by the calls after it).
+//!
+//! The summary (2) is marked by the request writer as it passes it. 3 and 4 need the end of the
+//! conversation: [`Planner`] finds them from a run over the last messages only (the request
+//! writer reads the file backwards until such a run holds two closed user turns, or the whole
+//! file), and names them by [`Position`], which a run over the whole file gives the same
+//! blocks. So the plan costs the end of the file, not a second pass over all of it.
 
 use std::io;
 
-use super::blocks::{Block, BlockSink, Origin, Role};
+use super::blocks::{Block, BlockSink, Origin, Position, Role};
 
 /// Most blocks one request may mark with `cache_control` (the API's limit).
 pub const MAX_BREAKPOINTS: usize = 4;
 
-/// Which message blocks carry `cache_control` (the system prompt or last tool is marked by the
-/// request writer). Blocks are numbered from 0 over all turns, in request order.
+/// Which message blocks carry `cache_control` besides the summary (which the request writer
+/// marks itself) and the system prompt or last tool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CachePlan {
     /// Marked blocks, ascending, at most `MAX_BREAKPOINTS - 1`.
-    pub blocks: Vec<u64>,
+    pub blocks: Vec<Position>,
 }
 
 impl CachePlan {
-    /// Whether block `index` is marked.
-    pub fn marks(&self, index: u64) -> bool {
-        self.blocks.binary_search(&index).is_ok()
+    /// Whether the block at `at` is marked.
+    pub fn marks(&self, at: Position) -> bool {
+        self.blocks.contains(&at)
     }
 }
 
-/// A [`BlockSink`] that only counts blocks and turns, for the first pass over the messages:
+/// A [`BlockSink`] that only follows turns, for the planning run over the end of the messages:
 /// [`Planner::finish`] gives the plan of the module doc.
 #[derive(Debug, Default)]
 pub struct Planner {
     blocks: u64,
     role: Option<Role>,
-    summary: Option<u64>,
+    last: Option<Position>,
+    summary: Option<Position>,
     /// Last block of the last and of the previous closed user turns.
-    user_ends: [Option<u64>; 2],
+    user_ends: [Option<Position>; 2],
     assistant_seen: bool,
 }
 
@@ -69,10 +76,20 @@ impl Planner {
         self.blocks
     }
 
-    /// The plan for the blocks seen.
+    /// Whether both user-turn breakpoints are known whatever came before the blocks seen: two
+    /// user turns were closed (the first by an assistant block).
+    pub fn complete(&self) -> bool {
+        let mut closed = self.user_ends;
+        if self.role == Some(Role::User) {
+            closed = [self.last, closed[0]];
+        }
+        closed[1].is_some()
+    }
+
+    /// The plan for the blocks seen (the summary included when seen).
     pub fn finish(mut self) -> CachePlan {
         self.close_turn();
-        let mut blocks: Vec<u64> = self.summary.into_iter().collect();
+        let mut blocks: Vec<Position> = self.summary.into_iter().collect();
         if self.assistant_seen {
             blocks.extend(self.user_ends.iter().flatten());
         }
@@ -83,13 +100,19 @@ impl Planner {
 
     fn close_turn(&mut self) {
         if self.role == Some(Role::User) {
-            self.user_ends = [Some(self.blocks - 1), self.user_ends[0]];
+            self.user_ends = [self.last, self.user_ends[0]];
         }
     }
 }
 
 impl BlockSink for Planner {
-    fn block(&mut self, role: Role, _block: &Block, origin: Origin) -> io::Result<()> {
+    fn block(
+        &mut self,
+        role: Role,
+        _block: &Block<'_>,
+        origin: Origin,
+        at: Position,
+    ) -> io::Result<()> {
         if self.role != Some(role) {
             self.close_turn();
             self.role = Some(role);
@@ -98,8 +121,9 @@ impl BlockSink for Planner {
             self.assistant_seen = true;
         }
         if origin == Origin::Summary {
-            self.summary = Some(self.blocks);
+            self.summary = Some(at);
         }
+        self.last = Some(at);
         self.blocks += 1;
         Ok(())
     }
@@ -109,12 +133,25 @@ impl BlockSink for Planner {
 mod tests {
     use super::*;
 
+    /// Block `i` at message `i` (one block per message).
+    fn at(i: u64) -> Position {
+        Position {
+            message: Some(i),
+            from_end: 0,
+        }
+    }
+
     fn plan(turns: &[(Role, Origin)]) -> Vec<u64> {
         let mut p = Planner::new();
-        for (role, origin) in turns {
-            p.block(*role, &Block::Text("x".into()), *origin).unwrap();
+        for (i, (role, origin)) in turns.iter().enumerate() {
+            p.block(*role, &Block::Text("x".into()), *origin, at(i as u64))
+                .unwrap();
         }
-        p.finish().blocks
+        p.finish()
+            .blocks
+            .iter()
+            .map(|b| b.message.unwrap())
+            .collect()
     }
 
     use Origin::*;
@@ -158,10 +195,22 @@ mod tests {
     }
 
     #[test]
+    fn complete_once_two_user_turns_are_closed() {
+        let mut p = Planner::new();
+        let x = Block::Text("x".into());
+        p.block(User, &x, Message, at(0)).unwrap();
+        assert!(!p.complete());
+        p.block(Assistant, &x, Message, at(1)).unwrap();
+        assert!(!p.complete());
+        p.block(User, &x, Message, at(2)).unwrap();
+        assert!(p.complete(), "the open user turn closes at the end");
+    }
+
+    #[test]
     fn marks_is_a_lookup() {
         let p = CachePlan {
-            blocks: vec![1, 4, 9],
+            blocks: vec![at(1), at(4), at(9)],
         };
-        assert!(p.marks(4) && !p.marks(5) && !p.marks(0));
+        assert!(p.marks(at(4)) && !p.marks(at(5)) && !p.marks(at(0)));
     }
 }

@@ -120,10 +120,39 @@ fn build(text: &str) -> Option<(Value, super::Written)> {
         tools: &[],
     };
     let mut out = Vec::new();
-    match write_request(|| Ok(text.as_bytes()), "current.jsonl", &mut out, &settings) {
+    match write_request(
+        || Ok(std::io::Cursor::new(text.as_bytes())),
+        "current.jsonl",
+        &mut out,
+        &settings,
+    ) {
         Ok(w) => Some((serde_json::from_slice(&out).expect("the body is JSON"), w)),
         Err(super::BodyError::NoMessages) => None,
         Err(e) => panic!("{e}"),
+    }
+}
+
+/// The body written with the plan from the end of the file, and with the plan from a run over
+/// the whole file (`None` when there is nothing to send).
+fn both_plans(text: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+    let settings = RequestSettings {
+        model: "m",
+        max_tokens: 100,
+        temperature: None,
+        tools: &[],
+    };
+    let open = || Ok(std::io::Cursor::new(text.as_bytes()));
+    let (mut tail, mut whole) = (Vec::new(), Vec::new());
+    let a = write_request(open, "current.jsonl", &mut tail, &settings);
+    let b =
+        super::request::write_request_planned_whole(open, "current.jsonl", &mut whole, &settings);
+    match (a, b) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a, b);
+            Some((tail, whole))
+        }
+        (Err(super::BodyError::NoMessages), Err(super::BodyError::NoMessages)) => None,
+        (a, b) => panic!("{a:?} / {b:?}"),
     }
 }
 
@@ -255,6 +284,25 @@ proptest! {
     ) {
         if let Some((body, _)) = build(&file(system, summary, &messages, &blanks)) {
             check_rules(&body);
+        }
+    }
+
+    /// The breakpoints found reading only the end of the file are those a run over the whole
+    /// file finds, whatever the history (broken or valid, long runs of tool results).
+    #[test]
+    fn the_plan_from_the_end_is_the_plan_of_the_whole_file(
+        system in any::<bool>(),
+        summary in any::<bool>(),
+        messages in prop::collection::vec(any_message(), 0..40),
+        steps in (0usize..10).prop_flat_map(|n| {
+            (0..n).map(valid_step).collect::<Vec<_>>()
+        }),
+        blanks in prop::collection::vec(any::<bool>(), 0..60),
+    ) {
+        let mut all = messages;
+        all.extend(steps.into_iter().flatten());
+        if let Some((tail, whole)) = both_plans(&file(system, summary, &all, &blanks)) {
+            prop_assert_eq!(String::from_utf8(tail).unwrap(), String::from_utf8(whole).unwrap());
         }
     }
 

@@ -78,7 +78,8 @@ pub struct RawToolCall<'a> {
     pub arguments: RawStr<'a>,
 }
 
-/// A chat message line (`{"role","content"?,"tool_calls"?,"tool_call_id"?,"tool_name"?}`,
+/// A chat message line (`{"role","content"?,"tool_calls"?,"tool_call_id"?,"tool_name"?,
+/// "is_error"?}`,
 /// [`ChatMessage`]'s fields) with every value raw. Absent and `null` fields are `None`, an
 /// absent, `null` or empty `tool_calls` is an empty list, like [`ChatMessage::calls`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +94,8 @@ pub struct RawMessage<'a> {
     pub tool_call_id: Option<RawStr<'a>>,
     /// For a `tool` message: the tool that answered.
     pub tool_name: Option<RawStr<'a>>,
+    /// For a `tool` message: the tool failed (`"is_error": true`; absent is `false`).
+    pub is_error: bool,
 }
 
 /// Checks `line` (one line of a JSONL file of chat messages, without its terminator) and
@@ -141,6 +144,7 @@ fn checked(line: &str) -> Option<RawMessage<'_>> {
         tool_calls,
         tool_call_id: optional_string(fields.tool_call_id)?,
         tool_name: optional_string(fields.tool_name)?,
+        is_error: fields.is_error,
     })
 }
 
@@ -158,6 +162,11 @@ struct LineFields<'a> {
     tool_call_id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     tool_name: Option<&'a RawValue>,
+    #[serde(default)]
+    is_error: bool,
+    /// Checked as [`ChatMessage`] checks it (not used by the shapes yet).
+    #[serde(default, rename = "reasoning")]
+    _reasoning: Vec<crate::ReasoningItem>,
 }
 
 #[derive(Deserialize)]

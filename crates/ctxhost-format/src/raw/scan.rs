@@ -64,6 +64,7 @@ pub(super) fn message(line: &[u8]) -> Option<RawMessage<'_>> {
         tool_calls: Vec::new(),
         tool_call_id,
         tool_name,
+        is_error: false,
     })
 }
 

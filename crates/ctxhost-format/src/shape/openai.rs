@@ -1,7 +1,9 @@
 //! OpenAI chat completions (`builtin:openai-chat`): an element of `messages` is
-//! `{"role","content","name"?,"tool_calls"?,"tool_call_id"?}` with only fields OpenAI accepts:
-//! `tool_calls` on assistant messages (left out when empty), `tool_call_id` and `name`
-//! (ctxhost's `tool_name`) on tool messages. `content` is `null` only for an assistant message
+//! `{"role","content","tool_calls"?,"tool_call_id"?}` with only the fields the chat completions
+//! API defines for each role: `tool_calls` on assistant messages (left out when empty), and a
+//! tool message is exactly `{"role":"tool","content","tool_call_id"}` (ctxhost's `tool_name` is
+//! not sent: the API defines no `name` on tool messages, and strict OpenAI-compatible gateways
+//! refuse it with "name is not supported"). `content` is `null` only for an assistant message
 //! that calls tools, `""` for other absent content.
 
 use std::io::{self, Write};
@@ -21,8 +23,6 @@ pub struct OpenAiShape;
 pub struct OpenAiMessage {
     role: String,
     content: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<Vec<ToolCall>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,9 +46,6 @@ impl MessageShape for OpenAiShape {
             Some(content) => field(out, "content", content)?,
             None if calls.is_empty() => out.write_all(b",\"content\":\"\"")?,
             None => out.write_all(b",\"content\":null")?,
-        }
-        if let Some(name) = m.tool_name.filter(|_| tool) {
-            field(out, "name", name)?;
         }
         if !calls.is_empty() {
             out.write_all(b",\"tool_calls\":[")?;
@@ -86,7 +83,6 @@ impl MessageShape for OpenAiShape {
         OpenAiMessage {
             role: m.role,
             content,
-            name: m.tool_name.filter(|_| tool),
             tool_calls,
             tool_call_id: m.tool_call_id.filter(|_| tool),
         }

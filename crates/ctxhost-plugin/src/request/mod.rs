@@ -153,7 +153,7 @@ pub fn to_wit(m: ChatMessage) -> WitMessage {
 }
 
 /// Token usage from a provider's counts: a missing count is 0, a missing `total` is the sum
-/// of the other two. The prompt-cache counts are 0; a format whose provider reports them sets
+/// of the other two. The prompt-cache and reasoning counts are 0; a format whose provider reports them sets
 /// them on the result.
 pub fn usage(prompt: Option<u64>, completion: Option<u64>, total: Option<u64>) -> Usage {
     let (prompt, completion) = (prompt.unwrap_or(0), completion.unwrap_or(0));
@@ -163,5 +163,19 @@ pub fn usage(prompt: Option<u64>, completion: Option<u64>, total: Option<u64>) -
         total_tokens: total.unwrap_or(prompt + completion),
         cache_read_tokens: 0,
         cache_creation_tokens: 0,
+        reasoning_tokens: 0,
     }
+}
+
+/// For a format that reads whole response bodies only: `Err(unsupported)` when the host hands
+/// it a streamed reply (`read-response`'s `streamed`; the host asks for a stream only when the
+/// config's `llm.stream` is on).
+pub fn whole_body_only(streamed: bool) -> Result<(), PluginError> {
+    if streamed {
+        return Err(PluginError::Unsupported(
+            "this request format reads whole response bodies, not streamed replies: set llm.stream: false"
+                .to_string(),
+        ));
+    }
+    Ok(())
 }

@@ -7,7 +7,7 @@
 //! `crates/ctxhost-plugin`) and `python-compressor/`
 //! (componentize-py 0.25.1, with the WIT contract written next to it). The Rust project depends on the SDK by
 //! path when this binary's source tree is still where it was built (or `--sdk DIR` names a
-//! checkout of the SDK), else on the registry version `ctxhost-plugin = "0.2.0"`.
+//! checkout of the SDK), else on the registry version `ctxhost-plugin = "0.3.0"`.
 //!
 //! Placeholders in templates: `{{name}}` (the plugin's name), `{{crate}}` (the name with `_`
 //! for `-`: the Rust crate and the `.wasm` file), `{{sdk_dependency}}`.
@@ -224,10 +224,10 @@ pub fn new_plugin(spec: &NewPlugin) -> anyhow::Result<Created> {
     })
 }
 
-/// `path = "…", version = "0.2.0"` for a local SDK (`sdk`, or this build's source tree), else
+/// `path = "…", version = "0.3.0"` for a local SDK (`sdk`, or this build's source tree), else
 /// the registry version.
 fn sdk_dependency(sdk: Option<&Path>) -> anyhow::Result<String> {
-    let version = "version = \"0.2.0\"";
+    let version = "version = \"0.3.0\"";
     let local = match sdk {
         Some(dir) => {
             if !dir.join("Cargo.toml").is_file() {
@@ -325,7 +325,7 @@ mod tests {
             let filled = text
                 .replace("{{name}}", "n")
                 .replace("{{crate}}", "n")
-                .replace("{{sdk_dependency}}", "version = \"0.2.0\"");
+                .replace("{{sdk_dependency}}", "version = \"0.3.0\"");
             assert!(!filled.contains("{{"), "{path} has an unknown placeholder");
         }
     }

@@ -5,7 +5,8 @@
 //!
 //! | module | WIT | file |
 //! |---|---|---|
-//! | [`v0_2_0`] | `ctxhost:plugin@0.2.0` (current) | `wit/plugin.wit` |
+//! | [`v0_3_0`] | `ctxhost:plugin@0.3.0` (current) | `wit/plugin.wit` |
+//! | [`v0_2_0`] | `ctxhost:plugin@0.2.0` (frozen) | `wit/v0.2.0/plugin.wit` |
 //! | [`v0_1_0`] | `ctxhost:plugin@0.1.0` (frozen) | `wit/v0.1.0/plugin.wit` |
 //!
 //! A component's version is read from its export names (`ctxhost:plugin/compressor@0.1.0`,
@@ -19,6 +20,7 @@
 
 pub(crate) mod v0_1_0;
 pub(crate) mod v0_2_0;
+pub(crate) mod v0_3_0;
 
 use std::fmt;
 
@@ -28,21 +30,27 @@ pub enum WitVersion {
     /// `ctxhost:plugin@0.1.0` (ctxhost 0.1): string summary ids, no prompt-cache usage.
     V0_1_0,
     /// `ctxhost:plugin@0.2.0`: integer summary ids from 1, `usage.cache-read-tokens` and
-    /// `usage.cache-creation-tokens`.
+    /// `usage.cache-creation-tokens`, the strategy world.
     V0_2_0,
+    /// `ctxhost:plugin@0.3.0`: `chat-message.is-error` and `reasoning`,
+    /// `usage.reasoning-tokens`, `request-config.stream-reply` and `reasoning`, `read-response`'s
+    /// `streamed`.
+    V0_3_0,
 }
 
 impl WitVersion {
     /// Every version this host loads, oldest first.
-    pub const SUPPORTED: [WitVersion; 2] = [WitVersion::V0_1_0, WitVersion::V0_2_0];
+    pub const SUPPORTED: [WitVersion; 3] =
+        [WitVersion::V0_1_0, WitVersion::V0_2_0, WitVersion::V0_3_0];
     /// The version of `wit/plugin.wit`, which the builtins and new components are built against.
-    pub const CURRENT: WitVersion = WitVersion::V0_2_0;
+    pub const CURRENT: WitVersion = WitVersion::V0_3_0;
 
-    /// `0.1.0`, `0.2.0`.
+    /// `0.1.0`, `0.2.0`, `0.3.0`.
     pub const fn as_str(self) -> &'static str {
         match self {
             WitVersion::V0_1_0 => "0.1.0",
             WitVersion::V0_2_0 => "0.2.0",
+            WitVersion::V0_3_0 => "0.3.0",
         }
     }
 
@@ -58,7 +66,7 @@ impl WitVersion {
         })
     }
 
-    /// `0.1.0, 0.2.0`: the supported versions, for messages.
+    /// `0.1.0, 0.2.0, 0.3.0`: the supported versions, for messages.
     pub fn supported_list() -> String {
         WitVersion::SUPPORTED
             .iter()
@@ -76,18 +84,21 @@ impl fmt::Display for WitVersion {
 
 /// One value per supported WIT version: the bindings (or pre-linked component) of an
 /// instance, whichever version the component was built against.
-pub(crate) enum Versioned<A, B> {
+pub(crate) enum Versioned<A, B, C> {
     /// Built against `ctxhost:plugin@0.1.0`.
     V0_1_0(A),
     /// Built against `ctxhost:plugin@0.2.0`.
     V0_2_0(B),
+    /// Built against `ctxhost:plugin@0.3.0`.
+    V0_3_0(C),
 }
 
-impl<A: Clone, B: Clone> Clone for Versioned<A, B> {
+impl<A: Clone, B: Clone, C: Clone> Clone for Versioned<A, B, C> {
     fn clone(&self) -> Self {
         match self {
             Versioned::V0_1_0(a) => Versioned::V0_1_0(a.clone()),
             Versioned::V0_2_0(b) => Versioned::V0_2_0(b.clone()),
+            Versioned::V0_3_0(c) => Versioned::V0_3_0(c.clone()),
         }
     }
 }
@@ -100,6 +111,7 @@ macro_rules! dispatch {
         match $versioned {
             $crate::runtime::wit::Versioned::V0_1_0($b) => $body,
             $crate::runtime::wit::Versioned::V0_2_0($b) => $body,
+            $crate::runtime::wit::Versioned::V0_3_0($b) => $body,
         }
     };
 }
@@ -116,56 +128,18 @@ fn major_minor(version: &str) -> Option<(u64, u64)> {
 }
 
 /// The parts of the shim that are the same in every supported version, because the WIT
-/// records and interfaces they convert did not change: chat messages, plugin errors, store
-/// stats, added messages, request config/info, reply, completion, and the host
-/// side of the `types`, `log` and `llm` imports. A version module brings its generated modules
-/// into scope as `wit_types`, `wit_log`, `wit_llm`, `wit_store`, `wit_format` and
-/// `wit_compressor`, implements `From` for `usage` in both directions and for
-/// `compress-config` (both changed in 0.2.0), and invokes this macro.
+/// records and interfaces they convert did not change: plugin errors, store stats, added
+/// messages, request info, reply, completion, and the host side of the `types`, `log` and
+/// `llm` imports. A version module brings its generated modules into scope as `wit_types`,
+/// `wit_log`, `wit_llm`, `wit_store`, `wit_format` and `wit_compressor`, implements `From` for
+/// `usage` in both directions and for `compress-config` (both changed in 0.2.0), for
+/// `chat-message` in both directions and for `request-config` (changed in 0.3.0; versions
+/// before it use [`chat_message_conversions`]), and invokes this macro.
 ///
 /// When a later version changes one of these records, move its conversion out of the macro into
 /// each version module.
 macro_rules! unchanged_conversions {
     () => {
-        impl From<&::ctxhost_format::ChatMessage> for wit_types::ChatMessage {
-            fn from(m: &::ctxhost_format::ChatMessage) -> Self {
-                wit_types::ChatMessage {
-                    role: m.role.clone(),
-                    content: m.content.clone(),
-                    tool_calls: m
-                        .calls()
-                        .iter()
-                        .map(|c| wit_types::ToolCall {
-                            id: c.id.clone(),
-                            name: c.function.name.clone(),
-                            arguments: c.function.arguments.clone(),
-                        })
-                        .collect(),
-                    tool_call_id: m.tool_call_id.clone(),
-                    tool_name: m.tool_name.clone(),
-                }
-            }
-        }
-
-        /// WIT `tool-calls: list<tool-call>` → `Option<Vec<ToolCall>>` (an empty list is `None`,
-        /// so a message without calls serializes without `tool_calls`); `type` is `function`.
-        impl From<wit_types::ChatMessage> for ::ctxhost_format::ChatMessage {
-            fn from(m: wit_types::ChatMessage) -> Self {
-                let calls: Vec<::ctxhost_format::ToolCall> = m
-                    .tool_calls
-                    .into_iter()
-                    .map(|c| ::ctxhost_format::ToolCall::new(c.id, c.name, c.arguments))
-                    .collect();
-                ::ctxhost_format::ChatMessage {
-                    role: m.role,
-                    content: m.content,
-                    tool_calls: if calls.is_empty() { None } else { Some(calls) },
-                    tool_call_id: m.tool_call_id,
-                    tool_name: m.tool_name,
-                }
-            }
-        }
-
         impl From<wit_types::PluginError> for $crate::runtime::PluginError {
             fn from(e: wit_types::PluginError) -> Self {
                 use $crate::runtime::PluginError as E;
@@ -203,19 +177,6 @@ macro_rules! unchanged_conversions {
                 $crate::runtime::AddedMessage {
                     seq: a.seq,
                     tokens: a.tokens,
-                }
-            }
-        }
-
-        impl From<&$crate::runtime::RequestConfig> for wit_format::RequestConfig {
-            fn from(c: &$crate::runtime::RequestConfig) -> Self {
-                wit_format::RequestConfig {
-                    model: c.model.clone(),
-                    messages_file: c.messages_file.clone(),
-                    request_file: c.request_file.clone(),
-                    tools_file: c.tools_file.clone(),
-                    max_output_tokens: c.max_output_tokens,
-                    temperature: c.temperature,
                 }
             }
         }
@@ -275,6 +236,55 @@ macro_rules! unchanged_conversions {
 }
 pub(crate) use unchanged_conversions;
 
+/// The chat-message conversions of the versions before 0.3.0, whose record has neither
+/// `is-error` nor `reasoning`: both are left out on the way to the component and empty on the
+/// way back. A version module brings `wit_types` into scope and invokes this macro.
+macro_rules! chat_message_conversions {
+    () => {
+        impl From<&::ctxhost_format::ChatMessage> for wit_types::ChatMessage {
+            fn from(m: &::ctxhost_format::ChatMessage) -> Self {
+                wit_types::ChatMessage {
+                    role: m.role.clone(),
+                    content: m.content.clone(),
+                    tool_calls: m
+                        .calls()
+                        .iter()
+                        .map(|c| wit_types::ToolCall {
+                            id: c.id.clone(),
+                            name: c.function.name.clone(),
+                            arguments: c.function.arguments.clone(),
+                        })
+                        .collect(),
+                    tool_call_id: m.tool_call_id.clone(),
+                    tool_name: m.tool_name.clone(),
+                }
+            }
+        }
+
+        /// WIT `tool-calls: list<tool-call>` → `Option<Vec<ToolCall>>` (an empty list is `None`,
+        /// so a message without calls serializes without `tool_calls`); `type` is `function`.
+        impl From<wit_types::ChatMessage> for ::ctxhost_format::ChatMessage {
+            fn from(m: wit_types::ChatMessage) -> Self {
+                let calls: Vec<::ctxhost_format::ToolCall> = m
+                    .tool_calls
+                    .into_iter()
+                    .map(|c| ::ctxhost_format::ToolCall::new(c.id, c.name, c.arguments))
+                    .collect();
+                ::ctxhost_format::ChatMessage {
+                    role: m.role,
+                    content: m.content,
+                    tool_calls: if calls.is_empty() { None } else { Some(calls) },
+                    tool_call_id: m.tool_call_id,
+                    tool_name: m.tool_name,
+                    is_error: false,
+                    reasoning: Vec::new(),
+                }
+            }
+        }
+    };
+}
+pub(crate) use chat_message_conversions;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,14 +294,15 @@ mod tests {
         assert_eq!(WitVersion::for_export("0.1.0"), Some(WitVersion::V0_1_0));
         assert_eq!(WitVersion::for_export("0.1.3"), Some(WitVersion::V0_1_0));
         assert_eq!(WitVersion::for_export("0.2.0"), Some(WitVersion::V0_2_0));
+        assert_eq!(WitVersion::for_export("0.3.0"), Some(WitVersion::V0_3_0));
         assert_eq!(
             WitVersion::for_export("0.2.1-rc.1"),
             Some(WitVersion::V0_2_0)
         );
-        for other in ["0.3.0", "1.0.0", "0.0.9", "", "0.2", "x.y.z"] {
+        for other in ["0.4.0", "1.0.0", "0.0.9", "", "0.2", "x.y.z"] {
             assert_eq!(WitVersion::for_export(other), None, "{other}");
         }
-        assert_eq!(WitVersion::supported_list(), "0.1.0, 0.2.0");
-        assert_eq!(WitVersion::CURRENT.to_string(), "0.2.0");
+        assert_eq!(WitVersion::supported_list(), "0.1.0, 0.2.0, 0.3.0");
+        assert_eq!(WitVersion::CURRENT.to_string(), "0.3.0");
     }
 }

@@ -67,6 +67,20 @@ use crate::runtime::types::{CompressResult, SummaryInfo, Usage};
 use crate::task_dir::TaskDir;
 
 super::unchanged_conversions!();
+super::chat_message_conversions!();
+
+impl From<&crate::runtime::RequestConfig> for wit_format::RequestConfig {
+    fn from(c: &crate::runtime::RequestConfig) -> Self {
+        wit_format::RequestConfig {
+            model: c.model.clone(),
+            messages_file: c.messages_file.clone(),
+            request_file: c.request_file.clone(),
+            tools_file: c.tools_file.clone(),
+            max_output_tokens: c.max_output_tokens,
+            temperature: c.temperature,
+        }
+    }
+}
 
 /// 0.1.0 has no prompt-cache counts: 0.
 impl From<wit_types::Usage> for Usage {
@@ -77,6 +91,7 @@ impl From<wit_types::Usage> for Usage {
             total_tokens: u.total_tokens,
             cache_read_tokens: 0,
             cache_creation_tokens: 0,
+            reasoning_tokens: 0,
         }
     }
 }

@@ -168,6 +168,8 @@ fn append_history(
         tool_name: message.tool_name.clone(),
         tool_calls: message.tool_calls.clone(),
         tool_call_id: message.tool_call_id.clone(),
+        is_error: message.is_error,
+        reasoning: message.reasoning.clone(),
         summary_id,
     };
     s.messages.append(json_line(MESSAGES, &line)?.as_bytes())?;

@@ -52,7 +52,8 @@ impl Guest for Format {
         })
     }
 
-    fn read_response(response_file: String) -> Result<Reply, PluginError> {
+    fn read_response(response_file: String, streamed: bool) -> Result<Reply, PluginError> {
+        ctxhost_plugin::request::whole_body_only(streamed)?;
         let file = response_file.as_str();
         let value = request::read_response_json(file)?;
         let response: Response = serde_json::from_value(value.clone())
