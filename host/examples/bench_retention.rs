@@ -25,6 +25,8 @@ mod anthropic_api;
 mod fake_llm;
 #[path = "../../tests/all/support/http.rs"]
 mod http;
+#[path = "../../tests/all/support/openai_api.rs"]
+mod openai_api;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -339,6 +339,8 @@ mod tests {
             tool_calls: m.tool_calls,
             tool_call_id: m.tool_call_id,
             summary_id: None,
+            is_error: m.is_error,
+            reasoning: m.reasoning,
         }
     }
 
