@@ -101,6 +101,30 @@ try {
     await small.close();
   }
 
+  // 2b. On a phone (390 px wide): the page never scrolls sideways (tables scroll inside their
+  // own box), the chart's labels stay legible, and a UUID prefix in the URL reaches the task.
+  {
+    const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 1 });
+    const p3 = await phone.newPage();
+    for (const url of [`${opts.base}/tasks`, `${opts.base}/tasks/${opts.finished}`]) {
+      await p3.goto(url);
+      const wide = await p3.evaluate(() => document.documentElement.scrollWidth);
+      check(wide <= 390, `${url} fits a 390 px screen (page width ${wide})`);
+    }
+    await p3.locator("svg#context-chart").waitFor();
+    const label = await p3.evaluate(() => {
+      const heights = [...document.querySelectorAll("svg#context-chart text")]
+        .map((t) => t.getBoundingClientRect().height).filter((h) => h > 0);
+      return heights.length ? Math.min(...heights) : 0;
+    });
+    findings.phone_min_label_px = label;
+    check(label >= 8, `chart labels are at least 8 px high on a phone (smallest ${label})`);
+    await p3.screenshot({ path: path.join(opts.shots, "task-phone.png"), fullPage: true });
+    await p3.goto(`${opts.base}/tasks/${opts.finished.slice(0, 8)}`);
+    check(p3.url().includes(opts.finished), `a UUID prefix reaches the task (at ${p3.url()})`);
+    await phone.close();
+  }
+
   // 3. Pause the running task from its page and watch it become paused.
   await page.goto(`${opts.base}/tasks/${opts.running}`);
   await page.waitForSelector('#status[data-status="running"]');
