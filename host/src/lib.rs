@@ -1,5 +1,6 @@
 //! ctxhost: runs coding-agent tasks with file-based context and sandboxed WASI plugins.
 pub mod agent;
+pub mod bound;
 pub mod checkpoint;
 pub mod cleanup;
 pub mod cli;

@@ -45,10 +45,7 @@ pub struct ContextStorage {
     pub recall: bool,
 }
 
-/// Default of `max_files_per_call`: far more than any component needs in one call (a
-/// compression writes a handful of work files), far fewer than would slow the walk that
-/// measures the directory's byte budget.
-pub const DEFAULT_MAX_FILES_PER_CALL: u64 = 1000;
+pub use crate::runtime::DEFAULT_MAX_FILES_PER_CALL;
 
 /// Default summary prompt (contains the `{messages}` placeholder).
 pub const DEFAULT_SUMMARY_PROMPT: &str = "Summarize the following conversation between a coding agent and its tools. \

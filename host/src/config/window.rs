@@ -14,8 +14,7 @@ use crate::runtime::CompressConfig;
 /// Tokens reserved for the model's reply when `llm.max_output_tokens` is not set.
 pub const DEFAULT_RESERVE_OUTPUT_TOKENS: u32 = 1024;
 
-/// The smallest effective tool-output cap, tokens (however small the window).
-pub const MIN_TOOL_OUTPUT_CAP: u64 = 256;
+pub use crate::bound::MIN_TOOL_OUTPUT_CAP;
 
 impl Config {
     /// Tokens reserved for the model's reply: `llm.max_output_tokens`, or

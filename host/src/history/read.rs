@@ -12,8 +12,8 @@ use ctxhost_format::files::MESSAGES;
 use ctxhost_format::jsonl::LineReader;
 
 use super::{HistoryError, MAX_LINE_BYTES};
+use crate::bound;
 use crate::task_dir::TaskDir;
-use crate::tools::bound;
 
 /// Bisecting stops when the part left is smaller than this, bytes; it is then read forward.
 const SCAN_BYTES: u64 = 64 * 1024;

@@ -48,6 +48,12 @@ use epoch::EpochTicker;
 use sandbox::{Sandbox, StoreState};
 use wit::{Versioned, v0_1_0, v0_2_0, v0_3_0};
 
+/// Default of `context_storage.max_files_per_call`, the files and folders one component call
+/// may create: far more than any component needs in one call (a compression writes a handful
+/// of work files), far fewer than would slow the walk that measures the directory's byte
+/// budget.
+pub const DEFAULT_MAX_FILES_PER_CALL: u64 = 1000;
+
 pub use cache::CacheOutcome;
 pub use compressor::Compressor;
 pub use error::{PluginError, RuntimeError};
@@ -98,7 +104,7 @@ impl Default for RuntimeLimits {
             memory_bytes: 256 * 1024 * 1024,
             call_timeout: Duration::from_secs(30),
             task_dir_bytes: Some(1024 * 1024 * 1024),
-            files_per_call: Some(crate::config::DEFAULT_MAX_FILES_PER_CALL),
+            files_per_call: Some(DEFAULT_MAX_FILES_PER_CALL),
             llm_calls_per_call: 16,
             wall_time_per_call: Duration::from_secs(600),
         }

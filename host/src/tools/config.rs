@@ -130,12 +130,12 @@ pub fn validate(
             return Err((key.to_string(), "must be at least 1, got 0".into()));
         }
     }
-    if tools.max_tool_output_tokens < 2 * crate::tools::bound::NOTE_RESERVE_TOKENS {
+    if tools.max_tool_output_tokens < 2 * crate::bound::NOTE_RESERVE_TOKENS {
         return Err((
             "tools.max_tool_output_tokens".into(),
             format!(
                 "must be at least {} (room for the cut note), got {}",
-                2 * crate::tools::bound::NOTE_RESERVE_TOKENS,
+                2 * crate::bound::NOTE_RESERVE_TOKENS,
                 tools.max_tool_output_tokens
             ),
         ));

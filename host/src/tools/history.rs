@@ -108,7 +108,7 @@ impl HistoryTools {
             dir: dir.clone(),
             active: false,
             enabled: enabled && fits_window(context_length),
-            max_output_tokens: crate::config::MIN_TOOL_OUTPUT_CAP,
+            max_output_tokens: crate::bound::MIN_TOOL_OUTPUT_CAP,
             secret,
         };
         if tools.enabled && compressed_before(dir) {

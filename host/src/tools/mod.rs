@@ -6,7 +6,7 @@
 //! - [`server`]: one MCP server over stdio (rmcp client).
 //! - [`registry`]: all servers of a task, tool naming and routing, `tools.json` for the request.
 //! - [`naming`]: unique OpenAI names for tools of several servers.
-//! - [`bound`]: cutting long output on a character boundary.
+//! - [`bound`] (re-exported from [`crate::bound`], below [`crate::history`] too): cutting long output on a character boundary.
 //! - [`runner`]: [`ToolRunner`], the agent loop's seam for tools: [`McpTools`] over all of the
 //!   above, or [`NoTools`].
 //! - [`history`]: [`HistoryTools`], the host's own `history_search` / `history_read` over the
@@ -16,7 +16,7 @@
 //! servers, writes `tools.json` for the request format, runs each call, and stops the servers
 //! when dropped.
 
-pub mod bound;
+pub use crate::bound;
 pub mod config;
 pub mod error;
 pub mod history;

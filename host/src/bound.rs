@@ -6,6 +6,10 @@
 
 use ctxhost_format::estimate_tokens;
 
+/// The smallest effective tool-output cap, tokens (however small the window; `config`
+/// lowers `tools.max_tool_output_tokens` to fit a window, never below this).
+pub const MIN_TOOL_OUTPUT_CAP: u64 = 256;
+
 /// Tokens kept free for the note appended to a cut result.
 pub const NOTE_RESERVE_TOKENS: u64 = 64;
 
