@@ -159,10 +159,10 @@ impl OpenAiStream {
         let Some(function) = call.get("function").filter(|f| !f.is_null()) else {
             return Ok(());
         };
-        if let Some(name) = function.get("name").and_then(Value::as_str) {
-            if slot.name.is_empty() {
-                slot.name = name.to_string();
-            }
+        if let Some(name) = function.get("name").and_then(Value::as_str)
+            && slot.name.is_empty()
+        {
+            slot.name = name.to_string();
         }
         match function.get("arguments") {
             None | Some(Value::Null) => {}
