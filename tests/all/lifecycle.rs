@@ -1414,3 +1414,63 @@ crate::support::store::postgres_variants!(
     fsck_finds_planted_faults_and_repairs_the_fixable_ones,
     pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call,
 );
+
+/// `pause` while a streamed reply arrives (`llm.stream`, 0.5 s between events, ~20 s in all):
+/// the stream is abandoned at once — not after `llm.interrupt_grace_secs` (10 s by default):
+/// a partial reply is of no use — the task is `paused` with nothing of the partial appended,
+/// and on resume the request is sent again and the whole reply kept.
+#[test]
+fn pause_during_a_slow_stream_ends_the_call_at_once() {
+    let llm = FakeLlm::start(vec![]);
+    let requests = Arc::new(AtomicUsize::new(0));
+    let n = requests.clone();
+    let long = "word ".repeat(32);
+    llm.set_handler(move |_req| {
+        Some(match n.fetch_add(1, Ordering::SeqCst) {
+            0 => Reply::text(long.clone(), Some((10, 40))),
+            _ => Reply::text("Done after the pause.", Some((10, 2))),
+        })
+    });
+    llm.set_stream_delay(Duration::from_millis(500));
+    let env = env_with_llm(
+        &llm,
+        &[("max_retries: 2", "max_retries: 2\n  stream: true")],
+    );
+    let uuid = env.submit("answer slowly");
+    let w = worker(&env, &[]);
+    // The stream has begun: some events are in reply.stream.
+    assert!(wait_until(Duration::from_secs(60), || {
+        find_task_dir(&env.contexts(), &uuid)
+            .and_then(|d| std::fs::read_to_string(d.join("reply.stream")).ok())
+            .is_some_and(|s| s.matches("data: ").count() >= 3)
+    }));
+    let took = interrupt_and_time(&env, "pause", &uuid, w, "paused");
+    assert!(took < Duration::from_secs(4), "pause took {took:?}");
+    llm.set_stream_delay(Duration::ZERO);
+    let paused = env.contexts().join("paused").join(&uuid);
+    assert_eq!(
+        read_jsonl(&paused.join("current.jsonl")).len(),
+        2,
+        "system, user: the partial is not appended"
+    );
+    assert_eq!(
+        count_role(&read_jsonl(&paused.join("messages.jsonl")), "assistant"),
+        0
+    );
+
+    env.ctxhost(&["resume", &uuid]).ok();
+    wait_ok(worker(&env, &[]));
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["llm_call_count"], 1);
+    assert_eq!(
+        llm.request_count(),
+        2,
+        "the request was sent again on resume"
+    );
+    let dir = env.contexts().join("completed").join(&uuid);
+    let current = read_jsonl(&dir.join("current.jsonl"));
+    assert_eq!(count_role(&current, "assistant"), 1);
+    assert_eq!(current.last().unwrap()["content"], "Done after the pause.");
+    env.ctxhost(&["fsck"]).ok();
+}

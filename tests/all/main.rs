@@ -41,6 +41,7 @@ mod scripts;
 mod security;
 mod sources;
 mod strategies;
+mod streaming;
 mod transport_faults;
 mod uuid_prefix;
 mod web;

@@ -99,6 +99,12 @@ pub const RESPONSE: &str = "response.json";
 pub const LLM_REQUEST: &str = "llm_request.json";
 /// `llm_response.json`: the provider's answer to [`LLM_REQUEST`].
 pub const LLM_RESPONSE: &str = "llm_response.json";
+/// `reply.stream`: the raw body of a streamed reply to [`REQUEST`] as it arrives (host
+/// transport; server-sent events or NDJSON), kept after the call until the next one.
+pub const REPLY_STREAM: &str = "reply.stream";
+/// `failed-streams/`: `{n}.stream`, a streamed reply that broke off or could not be read
+/// (kept for debugging, never appended as a reply).
+pub const FAILED_STREAMS_DIR: &str = "failed-streams";
 /// Compressor work file: the messages being summarised.
 pub const TO_SUMMARIZE: &str = "to_summarize.jsonl";
 /// Compressor work file: the messages kept verbatim.
@@ -134,6 +140,8 @@ pub const TASK_FILES: &[TaskFile] = &[
     file(RESPONSE, Owner::RequestFormat, true),
     file(LLM_REQUEST, Owner::RequestFormat, true),
     file(LLM_RESPONSE, Owner::RequestFormat, true),
+    file(REPLY_STREAM, Owner::Host, false),
+    file(FAILED_STREAMS_DIR, Owner::Host, false),
     file(TO_SUMMARIZE, Owner::Compressor, true),
     file(UNSUMMARIZED, Owner::Compressor, true),
     file(SUMMARY_REQUEST, Owner::Compressor, true),

@@ -12,6 +12,7 @@
 //!   format's shape of a message in that array.
 //! - [`body`]: reading a provider's response body (size cap, readable parse errors);
 //!   [`reply`]: the assistant message of a reply (provider tool calls, unique ids).
+//! - [`sse`]: folding a streamed OpenAI chat-completions reply, a line at a time.
 //! - [`compress`]: the pure rules of context compression (cut point, summary and mask markers,
 //!   summary request chunking); [`time`]: RFC 3339 timestamps from a wall clock.
 //! - [`prompted`]: tool calls for models without native tool calling (prompt text, reply parser).
@@ -33,6 +34,7 @@ pub mod prompted;
 pub mod raw;
 pub mod reply;
 pub mod shape;
+pub mod sse;
 pub mod stream;
 pub mod summary_id;
 pub mod tail;

@@ -51,10 +51,6 @@ pub const MAX_CHUNKS: usize = 8;
 
 /// The most requests one compression sends: [`MAX_CHUNKS`], then at most one fewer merges
 /// (each merge request holds at least two partial summaries).
-#[expect(
-    dead_code,
-    reason = "the bound the module doc states; no code reads it"
-)]
 pub const MAX_REQUESTS: usize = 2 * MAX_CHUNKS - 1;
 
 // Within the host's default call budget of one compression

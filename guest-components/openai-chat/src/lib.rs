@@ -3,9 +3,11 @@
 //!
 //! - [`request`]: `write-request` streams the messages file into
 //!   `{"model","messages":[...],"stream":false,"max_tokens"?,"temperature"?,"tools"?}` for
-//!   `POST /v1/chat/completions`.
+//!   `POST /v1/chat/completions` (with `stream-reply`: `"stream":true,
+//!   "stream_options":{"include_usage":true}`).
 //! - `read-response` (`ctxhost_plugin::request::openai`, shared with `builtin:prompted-tools`) parses `{"choices":[{"message","finish_reason"}],"usage"?}`
-//!   or an `{"error":{...}}` body into a reply.
+//!   or an `{"error":{...}}` body into a reply; with `streamed`, the server-sent events of a
+//!   streamed reply are folded a line at a time (`ctxhost_plugin::request::openai::read_stream`).
 
 mod request;
 
@@ -20,7 +22,9 @@ impl Guest for OpenAiChat {
     }
 
     fn read_response(response_file: String, streamed: bool) -> Result<Reply, PluginError> {
-        ctxhost_plugin::request::whole_body_only(streamed)?;
+        if streamed {
+            return ctxhost_plugin::request::openai::read_stream(&response_file);
+        }
         ctxhost_plugin::request::openai::read_response(&response_file)
     }
 }

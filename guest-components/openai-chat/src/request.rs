@@ -14,12 +14,18 @@ use ctxhost_plugin::types::PluginError;
 pub const ENDPOINT_PATH: &str = "/v1/chat/completions";
 
 /// Writes `{"model","messages":[...],"stream":false,"max_tokens"?,"temperature"?,"tools"?}`
+/// (`"stream":true,"stream_options":{"include_usage":true}` when `config.stream_reply`)
 /// (messages in OpenAI's shape, `ctxhost_plugin::format::shape::openai`; an empty tools array is left
 /// out: OpenAI rejects `"tools":[]`).
 pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError> {
     let (max_tokens, temperature) = (config.max_output_tokens, config.temperature);
+    let stream = config.stream_reply;
     common::write_request(config, ENDPOINT_PATH, OpenAiShape, |out, tools| {
-        out.write_all(b",\"stream\":false")?;
+        if stream {
+            out.write_all(b",\"stream\":true,\"stream_options\":{\"include_usage\":true}")?;
+        } else {
+            out.write_all(b",\"stream\":false")?;
+        }
         if let Some(n) = max_tokens {
             write!(out, ",\"max_tokens\":{n}")?;
         }

@@ -9,10 +9,11 @@
 
 use std::time::Instant;
 
-use crate::llm::{Interruption, PostOutcome, Transport, TransportError};
+use crate::llm::{Interruption, PostOutcome, Transport, TransportError, keep_failed_stream};
 use crate::runtime::{Reply, RequestConfig, RequestFormat, RequestInfo, RuntimeError};
 use crate::task_dir::TaskDir;
 use crate::untrusted;
+use ctxhost_format::files::REPLY_STREAM;
 
 /// Why an exchange failed. `Read` means the provider did answer (a call to count).
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +173,19 @@ pub fn exchange_checked(
     interruption: Option<&Interruption<'_>>,
     accept: &dyn Fn(&Reply) -> Result<(), String>,
 ) -> Result<Exchange, ExchangeError> {
+    // A stream only for a format that reads one (WIT 0.3.0 and it says so); otherwise the
+    // same request unstreamed.
+    let streamed = config.stream && format.reads_streams();
+    let unstreamed;
+    let config = if config.stream && !streamed {
+        unstreamed = RequestConfig {
+            stream: false,
+            ..config.clone()
+        };
+        &unstreamed
+    } else {
+        config
+    };
     let request_name = config.request_file.clone();
     let request = format
         .write_request(config)
@@ -187,16 +201,36 @@ pub fn exchange_checked(
             request: request_name.clone(),
         }
     })?;
-    let post = transport
-        .post_file_with(
-            endpoint,
-            dir,
-            &request_name,
-            response_file,
-            deadline,
-            interruption,
-        )
-        .map_err(|source| {
+    let response_file = if streamed {
+        REPLY_STREAM
+    } else {
+        response_file
+    };
+    // A streamed reply that cannot be read (cut off before its end without a transport
+    // error, a broken event) is sent again, within the transport's retries.
+    let mut tries = 0u32;
+    let (post, reply) = loop {
+        tries += 1;
+        let posted = if streamed {
+            transport.post_file_streamed(
+                endpoint,
+                dir,
+                &request_name,
+                response_file,
+                deadline,
+                interruption,
+            )
+        } else {
+            transport.post_file_with(
+                endpoint,
+                dir,
+                &request_name,
+                response_file,
+                deadline,
+                interruption,
+            )
+        };
+        let post = posted.map_err(|source| {
             if source.is_interrupted() {
                 // Written again from the context when the task resumes; nothing to debug.
                 if let Err(e) = dir.remove_file_if_exists(&request_name) {
@@ -209,13 +243,30 @@ pub fn exchange_checked(
                 source,
             }
         })?;
-    let reply = format
-        .read_response(response_file, false)
-        .map_err(|source| ExchangeError::Read {
-            request: request_name.clone(),
-            response: response_file.to_string(),
-            source,
-        })?;
+        match format.read_response(response_file, streamed) {
+            Ok(reply) => break (post, reply),
+            Err(source) if streamed && tries <= transport.config().max_retries => {
+                tracing::warn!(
+                    attempt = tries,
+                    "the streamed reply cannot be read ({source}); sending the request again"
+                );
+                keep_failed_stream(dir, response_file);
+            }
+            Err(source) => {
+                let response = if streamed {
+                    keep_failed_stream(dir, response_file)
+                        .unwrap_or_else(|| response_file.to_string())
+                } else {
+                    response_file.to_string()
+                };
+                return Err(ExchangeError::Read {
+                    request: request_name.clone(),
+                    response,
+                    source,
+                });
+            }
+        }
+    };
     if let Err(reason) = accept(&reply) {
         return Err(ExchangeError::Rejected {
             request: request_name,
@@ -224,7 +275,13 @@ pub fn exchange_checked(
             usage_tokens: reply.usage.map(|u| u.total_tokens).unwrap_or(0),
         });
     }
-    for f in [request_name.as_str(), response_file] {
+    // reply.stream stays until the next call (`show --follow`, debugging).
+    let done: &[&str] = if streamed {
+        &[request_name.as_str()]
+    } else {
+        &[request_name.as_str(), response_file]
+    };
+    for f in done {
         if let Err(e) = dir.remove_file_if_exists(f) {
             tracing::warn!("cannot delete {}: {e}", dir.show(f));
         }

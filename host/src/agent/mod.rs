@@ -704,7 +704,7 @@ impl Agent<'_> {
             tools_file: self.tools.tools_file(),
             max_output_tokens: llm.max_output_tokens,
             temperature: llm.temperature,
-            stream: false,
+            stream: llm.stream,
             reasoning: None,
         };
         exchange_checked(

@@ -156,6 +156,13 @@ pub struct LlmConfig {
     /// in time is kept; an abandoned call is sent again when a paused task resumes. Retries and
     /// back-off waits never start or go on after the request.
     pub interrupt_grace_secs: u64,
+    /// Ask for streamed replies (the agent loop's calls, with a request format that reads
+    /// streams: `builtin:openai-chat`); the raw stream is kept in `reply.stream` as it
+    /// arrives. Off by default.
+    pub stream: bool,
+    /// For a streamed reply: the longest wait between two reads of its body, seconds (1 to
+    /// [`MAX_LLM_SECS`]), instead of `timeout_secs` for the whole call.
+    pub idle_timeout_secs: u64,
 }
 
 /// Upper bound of `llm.timeout_secs`, `connect_timeout_secs`, `max_backoff_secs` and
@@ -179,6 +186,8 @@ impl Default for LlmConfig {
             max_response_mib: 16,
             max_request_mib: 32,
             interrupt_grace_secs: 10,
+            stream: false,
+            idle_timeout_secs: 120,
         }
     }
 }
@@ -239,6 +248,7 @@ impl LlmConfig {
             ("llm.timeout_secs", self.timeout_secs),
             ("llm.connect_timeout_secs", self.connect_timeout_secs),
             ("llm.max_backoff_secs", self.max_backoff_secs),
+            ("llm.idle_timeout_secs", self.idle_timeout_secs),
             ("llm.max_response_mib", self.max_response_mib),
             ("llm.max_request_mib", self.max_request_mib),
         ] {
@@ -253,6 +263,7 @@ impl LlmConfig {
             ("llm.connect_timeout_secs", self.connect_timeout_secs),
             ("llm.max_backoff_secs", self.max_backoff_secs),
             ("llm.interrupt_grace_secs", self.interrupt_grace_secs),
+            ("llm.idle_timeout_secs", self.idle_timeout_secs),
         ] {
             if v > MAX_LLM_SECS {
                 return Invalid::err(
@@ -317,6 +328,7 @@ impl Config {
             auth: llm.provider.auth_scheme(),
             connect_timeout: Duration::from_secs(llm.connect_timeout_secs),
             request_timeout: Duration::from_secs(llm.timeout_secs),
+            idle_timeout: Duration::from_secs(llm.idle_timeout_secs),
             max_retries: llm.max_retries,
             max_backoff: Duration::from_secs(llm.max_backoff_secs),
             max_response_bytes: llm.max_response_mib.saturating_mul(1024 * 1024),

@@ -7,7 +7,7 @@
 //!                   max_llm_calls_per_compression, max_compression_secs}
 //! llm:     {provider, base_url, model, api_key_env, context_length, max_output_tokens, temperature,
 //!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib,
-//!           max_request_mib, interrupt_grace_secs}
+//!           max_request_mib, interrupt_grace_secs, stream, idle_timeout_secs}
 //! plugins: {message_store, compressor, request_format, strategy}
 //! runtime: {memory_limit_mib, call_timeout_secs}
 //! agent:   {system_prompt, max_steps}

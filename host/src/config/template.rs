@@ -80,6 +80,11 @@ llm:
   # A pause or stop waits this long for a reply already in flight, then abandons the call
   # (it is sent again on resume); no retry or back-off starts after the request.
   interrupt_grace_secs: {grace}
+  # Ask for streamed replies (builtin:openai-chat so far; other formats get the usual
+  # request); the raw stream is kept in reply.stream as it arrives.
+  stream: {stream}
+  # For a streamed reply: the longest wait between two reads of it (instead of timeout_secs).
+  idle_timeout_secs: {idle}
   max_response_mib: {max_resp}
   # A larger request body fails the call without being sent.
   max_request_mib: {max_req}
@@ -206,6 +211,8 @@ sources: {{}}
             retries = d.llm.max_retries,
             backoff = d.llm.max_backoff_secs,
             grace = d.llm.interrupt_grace_secs,
+            stream = d.llm.stream,
+            idle = d.llm.idle_timeout_secs,
             max_resp = d.llm.max_response_mib,
             max_req = d.llm.max_request_mib,
             max_dir = d.context_storage.max_task_dir_mib,

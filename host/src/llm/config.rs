@@ -31,6 +31,9 @@ pub struct TransportConfig {
     pub connect_timeout: Duration,
     /// Time allowed for one whole attempt: sending the request and reading the full response.
     pub request_timeout: Duration,
+    /// For a streamed reply ([`crate::llm::Transport::post_file_streamed`]): the time allowed
+    /// between two reads of the body (and for the first byte), instead of `request_timeout`.
+    pub idle_timeout: Duration,
     /// Retries after the first attempt (so at most `max_retries + 1` attempts).
     pub max_retries: u32,
     /// Upper bound of one backoff delay, including a server's `Retry-After`.
@@ -44,7 +47,7 @@ pub struct TransportConfig {
 
 impl TransportConfig {
     /// Defaults for `base_url`: connect 10 s, request 300 s (a small local model on a CPU is
-    /// slow), 3 retries, backoff ≤ 60 s, responses ≤ 64 MiB, requests ≤ 32 MiB, no API key,
+    /// slow), 120 s between the bytes of a streamed reply, 3 retries, backoff ≤ 60 s, responses ≤ 64 MiB, requests ≤ 32 MiB, no API key,
     /// [`AuthScheme::Bearer`].
     pub fn new(base_url: impl Into<String>) -> TransportConfig {
         TransportConfig {
@@ -53,6 +56,7 @@ impl TransportConfig {
             auth: AuthScheme::Bearer,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(120),
             max_retries: 3,
             max_backoff: Duration::from_secs(60),
             max_response_bytes: 64 * 1024 * 1024,

@@ -137,6 +137,8 @@ pub enum TimeoutLimit {
     Connect,
     /// The whole request: sending it and reading the reply (`llm.timeout_secs`).
     Request,
+    /// The time between two reads of a streamed reply (`llm.idle_timeout_secs`).
+    Idle,
     /// The time left before the caller's deadline (e.g. a compression's wall-time limit),
     /// shorter than the other limits.
     Deadline,
@@ -147,6 +149,9 @@ impl std::fmt::Display for TimeoutLimit {
         f.write_str(match self {
             TimeoutLimit::Connect => "connect and TLS handshake limit (llm.connect_timeout_secs)",
             TimeoutLimit::Request => "request limit (llm.timeout_secs)",
+            TimeoutLimit::Idle => {
+                "limit between the bytes of a streamed reply (llm.idle_timeout_secs)"
+            }
             TimeoutLimit::Deadline => "time left before the caller's deadline",
         })
     }

@@ -27,4 +27,4 @@ pub mod transport;
 
 pub use config::{AuthScheme, TransportConfig};
 pub use error::{TimeoutLimit, TransportError};
-pub use transport::{Interruption, PostOutcome, Transport};
+pub use transport::{FAILED_STREAMS_DIR, Interruption, PostOutcome, Transport, keep_failed_stream};

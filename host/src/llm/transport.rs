@@ -76,6 +76,8 @@ pub struct PostOutcome {
 pub struct Transport {
     cfg: TransportConfig,
     agent: ureq::Agent,
+    /// For streamed replies: no whole-request limit, `idle_timeout` per read instead.
+    stream_agent: ureq::Agent,
     initial_backoff: Duration,
 }
 
@@ -246,18 +248,25 @@ impl Transport {
     /// connection and the TLS handshake each wait at most `connect_timeout`
     /// ([`HandshakeLimit`]).
     pub fn new(cfg: TransportConfig) -> Transport {
-        let mut builder = ureq::AgentBuilder::new()
-            .timeout_connect(cfg.connect_timeout)
-            .timeout(cfg.request_timeout)
-            .redirects(0)
-            .user_agent(concat!("ctxhost/", env!("CARGO_PKG_VERSION")));
-        if let Some(tls) = HandshakeLimit::new(cfg.connect_timeout) {
-            builder = builder.tls_connector(tls);
-        }
-        let agent = builder.build();
+        let builder = || {
+            let b = ureq::AgentBuilder::new()
+                .timeout_connect(cfg.connect_timeout)
+                .redirects(0)
+                .user_agent(concat!("ctxhost/", env!("CARGO_PKG_VERSION")));
+            match HandshakeLimit::new(cfg.connect_timeout) {
+                Some(tls) => b.tls_connector(tls),
+                None => b,
+            }
+        };
+        let agent = builder().timeout(cfg.request_timeout).build();
+        let stream_agent = builder()
+            .timeout_read(cfg.idle_timeout)
+            .timeout_write(cfg.idle_timeout)
+            .build();
         Transport {
             cfg,
             agent,
+            stream_agent,
             initial_backoff: INITIAL_BACKOFF,
         }
     }
@@ -301,6 +310,7 @@ impl Transport {
             (request_file, response_file),
             None,
             None,
+            false,
         )
     }
 
@@ -321,6 +331,7 @@ impl Transport {
             (request_file, response_file),
             None,
             Some(interruption),
+            false,
         )
     }
 
@@ -342,6 +353,7 @@ impl Transport {
             (request_file, response_file),
             Some(deadline),
             None,
+            false,
         )
     }
 
@@ -364,9 +376,39 @@ impl Transport {
             (request_file, response_file),
             deadline,
             interruption,
+            false,
         )
     }
 
+    /// [`Transport::post_file_with`] for a request that asks for a streamed reply: the body is
+    /// written to `stream_file` in `dir` as it arrives (truncated at the start of each attempt,
+    /// flushed after each read, the API key redacted; it stays after the call, for
+    /// `show --follow` and debugging), each read waiting at most
+    /// [`TransportConfig::idle_timeout`] instead of a whole-request limit (the caller's
+    /// `deadline` still bounds the call). An attempt that fails after the body began (broken
+    /// off, idle timeout, too large) leaves what it received as `failed-streams/{n}.stream`
+    /// (n from 1) before the retry. A pause or stop abandons a stream in flight at once (no
+    /// grace: a partial reply is of no use), within [`INTERRUPT_POLL`].
+    pub fn post_file_streamed(
+        &self,
+        endpoint_path: &str,
+        dir: &TaskDir,
+        request_file: &str,
+        stream_file: &str,
+        deadline: Option<Instant>,
+        interruption: Option<&Interruption<'_>>,
+    ) -> Result<PostOutcome, TransportError> {
+        self.post(
+            endpoint_path,
+            dir,
+            (request_file, stream_file),
+            deadline,
+            interruption,
+            true,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn post(
         &self,
         endpoint_path: &str,
@@ -374,6 +416,7 @@ impl Transport {
         files: (&str, &str),
         deadline: Option<Instant>,
         interruption: Option<&Interruption<'_>>,
+        streamed: bool,
     ) -> Result<PostOutcome, TransportError> {
         let url = self.cfg.url_for(endpoint_path);
         // The URL as every log line and error shows it.
@@ -398,8 +441,10 @@ impl Transport {
                     limit: Duration::ZERO,
                     detail: "no time left before the caller's deadline".to_string(),
                 }),
-                (_, Some(i)) => self.attempt_interruptible(&url, &shown, dir, files, left, i),
-                (_, None) => self.attempt(&url, &shown, dir, files, left, None),
+                (_, Some(i)) => {
+                    self.attempt_interruptible(&url, &shown, dir, files, left, i, streamed)
+                }
+                (_, None) => self.attempt(&url, &shown, dir, files, left, None, streamed),
             }
             .map_err(|e| e.scrub(url_credentials(&url)));
             match result {
@@ -459,6 +504,7 @@ impl Transport {
     /// [`Transport::attempt`] in a thread of its own, while this one asks `interruption`
     /// every [`INTERRUPT_POLL`]; after a request and its grace the attempt is abandoned
     /// ([`Gate`]) and [`AttemptError::Interrupted`] returned at once.
+    #[allow(clippy::too_many_arguments)]
     fn attempt_interruptible(
         &self,
         url: &str,
@@ -467,7 +513,14 @@ impl Transport {
         (request_file, response_file): (&str, &str),
         left: Option<Duration>,
         interruption: &Interruption<'_>,
+        streamed: bool,
     ) -> Result<(u16, u64), AttemptError> {
+        // A streamed reply is abandoned at once: what arrived so far cannot be used.
+        let grace = if streamed {
+            Duration::ZERO
+        } else {
+            interruption.grace
+        };
         let gate: SharedGate = Arc::new(Mutex::new(Gate::Open));
         let (tx, rx) = mpsc::channel();
         let spawned = {
@@ -477,7 +530,8 @@ impl Transport {
             thread::Builder::new()
                 .name("llm-attempt".into())
                 .spawn(move || {
-                    let r = t.attempt(&url, &shown, &dir, (&files.0, &files.1), left, Some(&gate));
+                    let files = (files.0.as_str(), files.1.as_str());
+                    let r = t.attempt(&url, &shown, &dir, files, left, Some(&gate), streamed);
                     let _ = tx.send(r);
                 })
         };
@@ -485,7 +539,8 @@ impl Transport {
             tracing::warn!(
                 "cannot start a thread for the LLM call ({e}); making it uninterruptible"
             );
-            return self.attempt(url, shown, dir, (request_file, response_file), left, None);
+            let files = (request_file, response_file);
+            return self.attempt(url, shown, dir, files, left, None, streamed);
         }
         let mut requested_at: Option<Instant> = None;
         loop {
@@ -501,13 +556,13 @@ impl Transport {
             let since = match requested_at {
                 Some(t) => t,
                 None if (interruption.requested)() => {
-                    tracing::info!(url = %shown, grace_ms = interruption.grace.as_millis() as u64,
+                    tracing::info!(url = %shown, grace_ms = grace.as_millis() as u64,
                         "pause or stop requested: waiting for the reply in flight at most the grace period");
                     *requested_at.insert(Instant::now())
                 }
                 None => continue,
             };
-            if since.elapsed() >= interruption.grace {
+            if since.elapsed() >= grace {
                 let mut g = lock(&gate);
                 if *g == Gate::Written {
                     // The reply is in its file: keep it.
@@ -524,6 +579,7 @@ impl Transport {
     /// One attempt: send, then stream a 2xx body to the response file. Returns (status, bytes).
     /// `left`: time before the caller's deadline, which cuts the attempt's timeout. `gate`:
     /// set for an attempt run by [`Transport::attempt_interruptible`].
+    #[allow(clippy::too_many_arguments)]
     fn attempt(
         &self,
         url: &str,
@@ -532,6 +588,7 @@ impl Transport {
         (request_file, response_file): (&str, &str),
         left: Option<Duration>,
         gate: Option<&SharedGate>,
+        streamed: bool,
     ) -> Result<(u16, u64), AttemptError> {
         let file = dir
             .open_read(request_file)
@@ -541,14 +598,25 @@ impl Transport {
             return Err(AttemptError::RequestTooLarge(len));
         }
         tracing::debug!(url = %shown, request_bytes = len, has_key = self.cfg.api_key.is_some(), "llm POST sending");
-        let mut req = self
-            .agent
+        let (agent, accept) = if streamed {
+            (
+                &self.stream_agent,
+                "text/event-stream, application/x-ndjson, application/json",
+            )
+        } else {
+            (&self.agent, "application/json")
+        };
+        let mut req = agent
             .post(url)
             .set("Content-Type", "application/json")
-            .set("Accept", "application/json")
+            .set("Accept", accept)
             .set("Content-Length", &len.to_string());
         if let Some(left) = left {
-            req = req.timeout(left.min(self.cfg.request_timeout));
+            req = req.timeout(if streamed {
+                left
+            } else {
+                left.min(self.cfg.request_timeout)
+            });
         }
         match (self.cfg.auth, &self.cfg.api_key) {
             (AuthScheme::Bearer, Some(key)) => {
@@ -567,14 +635,20 @@ impl Transport {
         let resp = match req.send(body) {
             Ok(resp) => resp,
             Err(ureq::Error::Status(status, resp)) => return Err(self.status_error(status, resp)),
-            Err(ureq::Error::Transport(t)) => return Err(self.classify_transport(&t, left)),
+            Err(ureq::Error::Transport(t)) => {
+                return Err(self.classify_transport(&t, left, streamed));
+            }
         };
         let status = resp.status();
         if !(200..300).contains(&status) {
             // 1xx/3xx (redirects are not followed): report, don't retry.
             return Err(self.status_error(status, resp));
         }
-        let bytes = self.stream_body(resp, dir, response_file, gate)?;
+        let bytes = if streamed {
+            self.stream_live(resp, dir, response_file, gate)?
+        } else {
+            self.stream_body(resp, dir, response_file, gate)?
+        };
         Ok((status, bytes))
     }
 
@@ -629,7 +703,12 @@ impl Transport {
 
     /// The error for a failed send; `left` is the time the attempt had before the caller's
     /// deadline, so a timeout names the limit that actually applied.
-    fn classify_transport(&self, t: &ureq::Transport, left: Option<Duration>) -> AttemptError {
+    fn classify_transport(
+        &self,
+        t: &ureq::Transport,
+        left: Option<Duration>,
+        streamed: bool,
+    ) -> AttemptError {
         use ureq::ErrorKind as K;
         let io_kind = std::error::Error::source(t)
             .and_then(|s| s.downcast_ref::<io::Error>())
@@ -662,6 +741,8 @@ impl Transport {
                 // caller's deadline was nearer).
                 let (which, limit) = if t.kind() == K::ConnectionFailed {
                     (TimeoutLimit::Connect, self.cfg.connect_timeout)
+                } else if streamed {
+                    (TimeoutLimit::Idle, self.cfg.idle_timeout)
                 } else {
                     (TimeoutLimit::Request, self.cfg.request_timeout)
                 };
@@ -692,7 +773,7 @@ impl Transport {
         gate: Option<&SharedGate>,
     ) -> Result<u64, AttemptError> {
         let partial = format!("{response_file}.partial");
-        let result = self.copy_capped(resp, dir, &partial, gate);
+        let result = self.copy_capped(resp, dir, &partial, gate, false);
         let mut held = gate.map(lock);
         if held.as_deref() == Some(&Gate::Abandoned) {
             let _ = dir.remove_file(&partial);
@@ -718,14 +799,45 @@ impl Transport {
         }
     }
 
+    /// Write a streamed body straight to `stream_file` as it arrives ([`Transport::copy_capped`]
+    /// live); a body that fails after it began is kept as `failed-streams/{n}.stream`
+    /// ([`keep_failed_stream`]); an abandoned one is left as it is.
+    fn stream_live(
+        &self,
+        resp: ureq::Response,
+        dir: &TaskDir,
+        stream_file: &str,
+        gate: Option<&SharedGate>,
+    ) -> Result<u64, AttemptError> {
+        let result = self.copy_capped(resp, dir, stream_file, gate, true);
+        let mut held = gate.map(lock);
+        match result {
+            Ok(n) if held.as_deref() != Some(&Gate::Abandoned) => {
+                if let Some(g) = held.as_deref_mut() {
+                    *g = Gate::Written;
+                }
+                Ok(n)
+            }
+            Ok(_) | Err(AttemptError::Interrupted) => Err(AttemptError::Interrupted),
+            Err(e) => {
+                drop(held);
+                keep_failed_stream(dir, stream_file);
+                Err(e)
+            }
+        }
+    }
+
     /// Stream the body into the new file `dest` of `dir` (bytes received are counted against
     /// `max_response_bytes`; what is written has the key redacted). Returns the bytes received.
+    /// With `live` (a streamed reply) each read is flushed at once and its time limit is
+    /// [`TransportConfig::idle_timeout`].
     fn copy_capped(
         &self,
         resp: ureq::Response,
         dir: &TaskDir,
         dest: &str,
         gate: Option<&SharedGate>,
+        live: bool,
     ) -> Result<u64, AttemptError> {
         if abandoned(gate) {
             return Err(AttemptError::Interrupted);
@@ -753,9 +865,14 @@ impl Transport {
                         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
                     ) =>
                 {
+                    let (which, limit) = if live {
+                        (TimeoutLimit::Idle, self.cfg.idle_timeout)
+                    } else {
+                        (TimeoutLimit::Request, self.cfg.request_timeout)
+                    };
                     return Err(AttemptError::Timeout {
-                        which: TimeoutLimit::Request,
-                        limit: self.cfg.request_timeout,
+                        which,
+                        limit,
                         detail: format!("reading the response body after {total} bytes: {e}"),
                     });
                 }
@@ -769,13 +886,63 @@ impl Transport {
             if total > limit {
                 return Err(AttemptError::TooLarge);
             }
+            if live && abandoned(gate) {
+                // A newer call may own the file by now.
+                return Err(AttemptError::Interrupted);
+            }
             out.write_all(&buf[..n])
                 .map_err(AttemptError::ResponseFile)?;
+            if live {
+                out.flush().map_err(AttemptError::ResponseFile)?;
+            }
         }
         out.finish()
             .and_then(|mut w| w.flush())
             .map_err(AttemptError::ResponseFile)?;
         Ok(total)
+    }
+}
+
+/// Folder of the task directory keeping streamed replies that failed (`{n}.stream`, n from 1).
+pub const FAILED_STREAMS_DIR: &str = ctxhost_format::files::FAILED_STREAMS_DIR;
+
+/// Moves the stream file `stream_file` of `dir` to `failed-streams/{n}.stream` (n one more
+/// than the highest there), for debugging; returns its new name. Failures are logged, not
+/// returned: the call's own error matters more.
+pub fn keep_failed_stream(dir: &TaskDir, stream_file: &str) -> Option<String> {
+    let moved = dir.create_dir(FAILED_STREAMS_DIR).and_then(|()| {
+        let n = dir
+            .entries(Some(FAILED_STREAMS_DIR))?
+            .iter()
+            .filter_map(|(name, _)| {
+                name.rsplit('/')
+                    .next()?
+                    .strip_suffix(".stream")?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let to = format!("{FAILED_STREAMS_DIR}/{n}.stream");
+        dir.rename(stream_file, &to)?;
+        Ok(to)
+    });
+    match moved {
+        Ok(to) => {
+            tracing::warn!(
+                "the streamed reply failed; what arrived is kept in {}",
+                dir.show(&to)
+            );
+            Some(to)
+        }
+        Err(e) => {
+            tracing::warn!(
+                "cannot keep the failed stream {}: {e}",
+                dir.show(stream_file)
+            );
+            None
+        }
     }
 }
 

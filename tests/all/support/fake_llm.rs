@@ -77,6 +77,12 @@ pub enum Reply {
     Delay(Duration, Box<Reply>),
     /// Close the connection without answering.
     HangUp,
+    /// For a streamed request: the inner reply's first `n` events only, then the connection
+    /// closes (no `finish_reason`, no `[DONE]`: a stream cut off).
+    StreamCut(Box<Reply>, usize),
+    /// For a streamed request: the inner reply's first `n` events, then a pause of the
+    /// duration, then the rest (a stream that stalls mid-way).
+    StreamStall(Box<Reply>, usize, Duration),
 }
 
 impl Reply {
@@ -145,6 +151,16 @@ impl Reply {
         Reply::Truncated(Box::new(inner))
     }
 
+    /// A streamed `inner` cut off after `events` events ([`Reply::StreamCut`]).
+    pub fn stream_cut(inner: Reply, events: usize) -> Reply {
+        Reply::StreamCut(Box::new(inner), events)
+    }
+
+    /// A streamed `inner` that pauses `stall` after `events` events ([`Reply::StreamStall`]).
+    pub fn stream_stall(inner: Reply, events: usize, stall: Duration) -> Reply {
+        Reply::StreamStall(Box::new(inner), events, stall)
+    }
+
     /// Send `inner` after `delay`.
     pub fn delay(delay: Duration, inner: Reply) -> Reply {
         Reply::Delay(delay, Box::new(inner))
@@ -206,6 +222,8 @@ struct State {
     anthropic: Accounting,
     /// Errors of the chat completions requests refused by [`openai_api::check_request`].
     openai_rejections: Vec<String>,
+    /// Pause between two events of a streamed reply.
+    stream_delay: Duration,
 }
 
 /// A running fake server. Stops accepting when dropped (connections already open finish).
@@ -229,6 +247,7 @@ impl FakeLlm {
             requests: Vec::new(),
             anthropic: Accounting::default(),
             openai_rejections: Vec::new(),
+            stream_delay: Duration::ZERO,
         }));
         let st = state.clone();
         let listener = TcpListener::bind(addr)?;
@@ -236,6 +255,11 @@ impl FakeLlm {
             serve_connection(stream, conn, &st)
         })?;
         Ok(FakeLlm { server, state })
+    }
+
+    /// Pause `delay` between two events of every streamed reply (default none).
+    pub fn set_stream_delay(&self, delay: Duration) {
+        self.state.lock().unwrap().stream_delay = delay;
     }
 
     /// `http://127.0.0.1:PORT` — the value for `llm.base_url` (no trailing `/`, no `/v1`).
@@ -328,8 +352,10 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
         let close_requested = req.wants_close();
         let recorded;
         let mut usage = None;
+        let stream_delay;
         let reply = {
             let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+            stream_delay = s.stream_delay;
             recorded = RecordedRequest {
                 index: s.requests.len(),
                 method: req.method,
@@ -375,7 +401,11 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
                 }
             }
         };
-        let keep_open = send_reply(&mut writer, &reply, &recorded, usage)?;
+        let keep_open = if recorded.path == CHAT_PATH && recorded.body["stream"] == json!(true) {
+            send_stream(&mut writer, &reply, &recorded, stream_delay)?
+        } else {
+            send_reply(&mut writer, &reply, &recorded, usage)?
+        };
         if !keep_open || close_requested {
             let _ = writer.shutdown(Shutdown::Both);
             return Ok(());
@@ -410,6 +440,109 @@ fn send_reply(
             Ok(true)
         }
     }
+}
+
+/// Write `reply` to a streamed chat completions request: server-sent events, `delay` between
+/// two, the body delimited by the connection's close (so never kept open). A reply without
+/// a message (status, raw body) is sent as for an unstreamed request.
+fn send_stream(
+    w: &mut TcpStream,
+    reply: &Reply,
+    req: &RecordedRequest,
+    delay: Duration,
+) -> io::Result<bool> {
+    let (inner, cut, stall) = match reply {
+        Reply::Delay(d, inner) => {
+            thread::sleep(*d);
+            return send_stream(w, inner, req, delay);
+        }
+        Reply::StreamCut(inner, n) => (&**inner, Some(*n), None),
+        Reply::StreamStall(inner, n, d) => (&**inner, None, Some((*n, *d))),
+        other => (other, None, None),
+    };
+    let Some(events) = sse_events(inner, req) else {
+        return send_reply(w, inner, req, None);
+    };
+    w.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n",
+    )?;
+    w.flush()?;
+    for (i, e) in events.iter().enumerate() {
+        if cut == Some(i) {
+            break;
+        }
+        if let Some((n, d)) = stall
+            && n == i
+        {
+            thread::sleep(d);
+        }
+        if i > 0 && !delay.is_zero() {
+            thread::sleep(delay);
+        }
+        w.write_all(format!("data: {e}\n\n").as_bytes())?;
+        w.flush()?;
+    }
+    Ok(false)
+}
+
+/// The events (the text after `data: `) of a streamed chat completion of `reply`: the role,
+/// the content a few characters at a time or each tool call in fragments, the finish reason,
+/// the usage chunk when the request's `stream_options.include_usage`, `[DONE]`. `None` for a
+/// reply without a message.
+fn sse_events(reply: &Reply, req: &RecordedRequest) -> Option<Vec<String>> {
+    let id = format!("chatcmpl-fake-{}", req.index);
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": id, "object": "chat.completion.chunk", "created": 1_735_689_600u64,
+            "model": "fake-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        .to_string()
+    };
+    let mut events = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    let (finish, usage) = match reply {
+        Reply::Text { content, usage } => {
+            let chars: Vec<char> = content.chars().collect();
+            for piece in chars.chunks(4) {
+                let text: String = piece.iter().collect();
+                events.push(chunk(json!({"content": text}), Value::Null));
+            }
+            ("stop", usage)
+        }
+        Reply::ToolCalls { calls, usage } => {
+            for (i, (call_id, name, args)) in calls.iter().enumerate() {
+                events.push(chunk(
+                    json!({"tool_calls": [{"index": i, "id": call_id, "type": "function",
+                        "function": {"name": name, "arguments": ""}}]}),
+                    Value::Null,
+                ));
+                let mid = args
+                    .char_indices()
+                    .nth(args.chars().count() / 2)
+                    .map_or(0, |(b, _)| b);
+                for part in [&args[..mid], &args[mid..]] {
+                    events.push(chunk(
+                        json!({"tool_calls": [{"index": i, "function": {"arguments": part}}]}),
+                        Value::Null,
+                    ));
+                }
+            }
+            ("tool_calls", usage)
+        }
+        _ => return None,
+    };
+    events.push(chunk(json!({}), json!(finish)));
+    if req.body["stream_options"]["include_usage"] == json!(true) {
+        let usage = usage.map(
+            |(p, c)| json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}),
+        );
+        events.push(
+            json!({"id": id, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+                .to_string(),
+        );
+    }
+    events.push("[DONE]".to_string());
+    Some(events)
 }
 
 /// (status, headers, body) of a non-delayed reply, shaped for the request's path. `usage`: the
@@ -499,7 +632,10 @@ fn render(
             (*code, h, body.clone().into_bytes())
         }
         Reply::Raw { body } => (200, json_ct, body.clone().into_bytes()),
-        Reply::Truncated(inner) | Reply::Delay(_, inner) => render(inner, req, usage),
+        Reply::Truncated(inner)
+        | Reply::Delay(_, inner)
+        | Reply::StreamCut(inner, _)
+        | Reply::StreamStall(inner, _, _) => render(inner, req, usage),
         Reply::HangUp => (200, json_ct, Vec::new()),
     }
 }

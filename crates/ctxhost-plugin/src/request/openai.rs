@@ -94,6 +94,42 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     })
 }
 
+/// Parses the raw stream in `file` (`read-response` with `streamed`: the server-sent events of
+/// a request with `"stream":true`), folded a line at a time by
+/// `ctxhost_format::sse::OpenAiStream` (never read whole); the usage chunk's `usage` is read
+/// as a whole body's. Errors (`invalid-input`, naming the file and line): a stream cut off
+/// before `data: [DONE]` or a `finish_reason`, a data line that is not a chunk, the
+/// provider's error chunk; `io`.
+pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
+    use std::io::BufRead;
+    let f = std::fs::File::open(file)
+        .map_err(|e| crate::jsonl::io_error(format!("opening {file}"), e))?;
+    let mut reader = std::io::BufReader::new(f);
+    let mut fold = ctxhost_format::sse::OpenAiStream::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| crate::jsonl::io_error(format!("reading {file}"), e))?;
+        if n == 0 {
+            break;
+        }
+        let text = String::from_utf8_lossy(&line);
+        fold.line(text.strip_suffix('\n').unwrap_or(&text))
+            .map_err(|e| PluginError::InvalidInput(format!("{file} (streamed reply): {e}")))?;
+    }
+    let r = fold
+        .finish()
+        .map_err(|e| PluginError::InvalidInput(format!("{file} (streamed reply): {e}")))?;
+    let message = assistant_message(r.role, r.content, r.tool_calls);
+    Ok(Reply {
+        message: super::to_wit(message),
+        usage: r.usage.and_then(|u| usage_of(file, u)),
+        finish_reason: r.finish_reason,
+    })
+}
+
 /// The usage of `value` (the response's `usage`), read leniently (module doc).
 fn usage_of(file: &str, value: Value) -> Option<Usage> {
     let u: UsageIn = match serde_json::from_value(value) {

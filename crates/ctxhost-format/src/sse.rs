@@ -1,0 +1,301 @@
+//! Folding a streamed OpenAI chat-completions reply (server-sent events, as the host keeps
+//! them in `reply.stream`) into the parts of one reply, a line at a time: no whole-file read.
+//!
+//! A stream is lines `data: <chunk>` (blank lines, `:` comments and other SSE fields are
+//! skipped), each chunk `{"choices":[{"index":0,"delta":{"role"?,"content"?,"tool_calls"?:
+//! [{"index","id"?,"function":{"name"?,"arguments"?}}]},"finish_reason"?}],"usage"?}`, ending
+//! with `data: [DONE]`. Content fragments are concatenated; a tool call's fragments are joined
+//! by their `index` (id and name from the first fragment that has them, `arguments` text
+//! concatenated); the last non-null `finish_reason` and `usage` are kept (the usage chunk of
+//! `stream_options.include_usage` has empty `choices`). A chunk `{"error":...}` is the
+//! provider's error. A stream with neither `[DONE]` nor a `finish_reason` was cut off
+//! ([`OpenAiStream::finish`] refuses it).
+
+use serde_json::Value;
+
+use crate::body::provider_error;
+use crate::reply::{ProviderFunction, ProviderToolCall};
+
+/// One tool call being assembled from its fragments.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct PartialCall {
+    index: u64,
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+/// The fold of an OpenAI chat-completions stream (module doc); feed it with
+/// [`OpenAiStream::line`], then take the reply with [`OpenAiStream::finish`].
+#[derive(Debug, Default)]
+pub struct OpenAiStream {
+    role: Option<String>,
+    content: Option<String>,
+    calls: Vec<PartialCall>,
+    finish_reason: Option<String>,
+    usage: Option<Value>,
+    done: bool,
+    lines: u64,
+}
+
+/// The folded reply: the assistant's role, text and tool calls (as a provider would send them
+/// in a whole body), the finish reason and the raw `usage` object, if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamedReply {
+    /// `delta.role` (normally `assistant`), `None` when no chunk had one.
+    pub role: Option<String>,
+    /// The concatenated `delta.content`, `None` when no chunk had content.
+    pub content: Option<String>,
+    /// The tool calls, in `index` order.
+    pub tool_calls: Vec<ProviderToolCall>,
+    /// The last non-null `finish_reason`.
+    pub finish_reason: Option<String>,
+    /// The last non-null `usage` (read by the caller as a whole body's `usage`).
+    pub usage: Option<Value>,
+}
+
+impl OpenAiStream {
+    /// A fold that has seen nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Folds one line of the stream (without its line end; a trailing `\r` is ignored).
+    /// Errors: a `data:` payload that is not JSON or not a chunk, a chunk with an `error`
+    /// (the provider's message), data after `[DONE]`; each names the line number.
+    pub fn line(&mut self, line: &str) -> Result<(), String> {
+        self.lines += 1;
+        let n = self.lines;
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let Some(data) = line.strip_prefix("data:") else {
+            // Blank lines end events; `:` comments, `event:`, `id:`, `retry:` carry nothing here.
+            return Ok(());
+        };
+        let data = data.trim();
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.done {
+            return Err(format!("line {n}: data after `data: [DONE]`"));
+        }
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| format!("line {n}: a data line that is not JSON ({e})"))?;
+        if let Some(e) = provider_error(&chunk) {
+            return Err(format!("line {n}: the provider sent an error: {e}"));
+        }
+        if !chunk.is_object() {
+            return Err(format!("line {n}: a chunk that is not a JSON object"));
+        }
+        if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
+            self.usage = Some(u.clone());
+        }
+        let choice = match chunk.get("choices") {
+            None | Some(Value::Null) => return Ok(()),
+            Some(Value::Array(c)) => match c.first() {
+                Some(c) => c,
+                None => return Ok(()),
+            },
+            Some(_) => return Err(format!("line {n}: `choices` is not an array")),
+        };
+        if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(r.to_string());
+        }
+        let Some(delta) = choice.get("delta").filter(|d| !d.is_null()) else {
+            return Ok(());
+        };
+        if let Some(r) = delta.get("role").and_then(Value::as_str) {
+            self.role = Some(r.to_string());
+        }
+        if let Some(c) = delta.get("content").and_then(Value::as_str) {
+            self.content.get_or_insert_with(String::new).push_str(c);
+        }
+        match delta.get("tool_calls") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(calls)) => {
+                for (i, call) in calls.iter().enumerate() {
+                    self.call_fragment(call, i as u64)
+                        .map_err(|e| format!("line {n}: tool call fragment {i}: {e}"))?;
+                }
+            }
+            Some(_) => return Err(format!("line {n}: `delta.tool_calls` is not an array")),
+        }
+        Ok(())
+    }
+
+    /// Adds one `delta.tool_calls` element (`position` is its place in the array, the index
+    /// when it has none).
+    fn call_fragment(&mut self, call: &Value, position: u64) -> Result<(), String> {
+        let index = match call.get("index") {
+            None | Some(Value::Null) => position,
+            Some(i) => i.as_u64().ok_or("`index` is not a whole number ≥ 0")?,
+        };
+        let slot = match self.calls.iter().position(|c| c.index == index) {
+            Some(p) => &mut self.calls[p],
+            None => {
+                self.calls.push(PartialCall {
+                    index,
+                    ..PartialCall::default()
+                });
+                self.calls.sort_by_key(|c| c.index);
+                let p = self
+                    .calls
+                    .iter()
+                    .position(|c| c.index == index)
+                    .unwrap_or(0);
+                &mut self.calls[p]
+            }
+        };
+        if let Some(id) = call
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            slot.id.get_or_insert_with(|| id.to_string());
+        }
+        let Some(function) = call.get("function").filter(|f| !f.is_null()) else {
+            return Ok(());
+        };
+        if let Some(name) = function.get("name").and_then(Value::as_str)
+            && slot.name.is_empty()
+        {
+            slot.name = name.to_string();
+        }
+        match function.get("arguments") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => slot.arguments.push_str(s),
+            // Some servers send the arguments whole, as an object.
+            Some(other) => slot.arguments.push_str(&other.to_string()),
+        }
+        Ok(())
+    }
+
+    /// Whether the stream reached its end (`[DONE]` or a `finish_reason`).
+    pub fn complete(&self) -> bool {
+        self.done || self.finish_reason.is_some()
+    }
+
+    /// The folded reply. Errors: a stream cut off before its end (neither `[DONE]` nor a
+    /// `finish_reason`; an empty file is one), a tool call without a name.
+    pub fn finish(self) -> Result<StreamedReply, String> {
+        if !self.complete() {
+            return Err(format!(
+                "the stream ended after {} lines without `data: [DONE]` or a finish_reason: cut off",
+                self.lines
+            ));
+        }
+        let mut tool_calls = Vec::with_capacity(self.calls.len());
+        for c in self.calls {
+            if c.name.is_empty() {
+                return Err(format!("tool call {} has no function name", c.index));
+            }
+            tool_calls.push(ProviderToolCall {
+                id: c.id,
+                function: ProviderFunction {
+                    name: c.name,
+                    arguments: (!c.arguments.is_empty()).then_some(Value::String(c.arguments)),
+                },
+            });
+        }
+        Ok(StreamedReply {
+            role: self.role,
+            content: self.content,
+            tool_calls,
+            finish_reason: self.finish_reason,
+            usage: self.usage,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fold(lines: &[&str]) -> Result<StreamedReply, String> {
+        let mut s = OpenAiStream::new();
+        for l in lines {
+            s.line(l)?;
+        }
+        s.finish()
+    }
+
+    #[test]
+    fn text_deltas_finish_reason_and_usage_chunk() {
+        let r = fold(&[
+            ": keep-alive",
+            r#"data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+            "",
+            r#"data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
+            "",
+            "data:{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"}}]}\r",
+            r#"data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            r#"data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}"#,
+            "data: [DONE]",
+        ])
+        .unwrap();
+        assert_eq!(r.role.as_deref(), Some("assistant"));
+        assert_eq!(r.content.as_deref(), Some("Hello"));
+        assert!(r.tool_calls.is_empty());
+        assert_eq!(r.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(
+            r.usage,
+            Some(json!({"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}))
+        );
+    }
+
+    #[test]
+    fn tool_call_fragments_join_by_index() {
+        let r = fold(&[
+            r#"data: {"choices":[{"delta":{"role":"assistant","content":null,"tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"read","arguments":""}}]}}]}"#,
+            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"ls","arguments":"{\"pa"}}]}}]}"#,
+            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"th\":1}"}}]}}]}"#,
+            r#"data: {"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#,
+            "data: [DONE]",
+        ])
+        .unwrap();
+        assert_eq!(r.content, None);
+        let calls: Vec<_> = r
+            .tool_calls
+            .iter()
+            .map(|c| {
+                (
+                    c.id.clone(),
+                    c.function.name.clone(),
+                    c.function.arguments.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            calls,
+            vec![
+                (Some("a".into()), "ls".into(), Some(json!("{\"path\":1}"))),
+                (Some("b".into()), "read".into(), None),
+            ]
+        );
+        assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
+    }
+
+    #[test]
+    fn a_cut_stream_is_refused() {
+        let e = fold(&[
+            r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#,
+            r#"data: {"choices":[{"delta":{"con"#,
+        ])
+        .unwrap_err();
+        assert!(e.contains("line 2") && e.contains("not JSON"), "{e}");
+        let e = fold(&[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#]).unwrap_err();
+        assert!(e.contains("cut off"), "{e}");
+        assert!(fold(&[]).unwrap_err().contains("cut off"));
+    }
+
+    #[test]
+    fn an_error_chunk_is_the_providers_error() {
+        let e = fold(&[r#"data: {"error":{"message":"overloaded","type":"server_error"}}"#])
+            .unwrap_err();
+        assert!(e.contains("overloaded"), "{e}");
+    }
+}

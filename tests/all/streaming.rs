@@ -1,0 +1,155 @@
+//! Streamed replies (`llm.stream`, issue 26) against the fake OpenAI-compatible server's
+//! server-sent events: the request asks for a stream, the raw stream lands in `reply.stream`,
+//! the request format folds it into the reply; a stream cut off or stalled is sent again and
+//! kept in `failed-streams/`.
+
+use std::time::Duration;
+
+use crate::support::fake_llm::{FakeLlm, Reply};
+use crate::support::{TestEnv, config_yaml, read_jsonl};
+
+/// An environment for `llm` with `llm.stream: true` and the `llm` keys `extra` (each line
+/// `  key: value\n`), initialised.
+fn streaming_env(llm: &FakeLlm, extra: &str) -> TestEnv {
+    let env = TestEnv::new();
+    let yaml = config_yaml(&llm.base_url(), "openai", "").replace(
+        "max_backoff_secs: 2",
+        &format!("max_backoff_secs: 1\n  stream: true\n{extra}"),
+    );
+    env.write_config(&yaml);
+    env.ctxhost(&["init"]).ok();
+    env
+}
+
+fn run_once(env: &TestEnv) {
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+}
+
+#[test]
+fn a_streamed_reply_is_folded_into_messages_tool_calls_and_usage() {
+    let llm = FakeLlm::start(vec![
+        Reply::tool_calls(
+            vec![
+                ("a1", "list_directory", r#"{"path":"."}"#),
+                ("a2", "grep", r#"{"pattern":"fn main","path":"."}"#),
+            ],
+            Some((40, 8)),
+        ),
+        Reply::text("All done: nothing to change here.", Some((70, 4))),
+    ]);
+    let env = streaming_env(&llm, "");
+    let uuid = env.submit("Look around");
+    run_once(&env);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["tool_call_count"], 2);
+    // Usage from the usage chunks (stream_options.include_usage).
+    assert_eq!(r["total_tokens"], 48 + 74);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    for q in &reqs {
+        assert_eq!(q.body["stream"], true, "{}", q.body);
+        assert_eq!(q.body["stream_options"]["include_usage"], true);
+    }
+    let dir = env.contexts().join("completed").join(&uuid);
+    let messages = read_jsonl(&dir.join("messages.jsonl"));
+    let assistant: Vec<_> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    assert_eq!(assistant.len(), 2);
+    let calls = assistant[0]["tool_calls"].as_array().unwrap();
+    let got: Vec<(&str, &str, &str)> = calls
+        .iter()
+        .map(|c| {
+            (
+                c["id"].as_str().unwrap(),
+                c["function"]["name"].as_str().unwrap(),
+                c["function"]["arguments"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a1", "list_directory", r#"{"path":"."}"#),
+            ("a2", "grep", r#"{"pattern":"fn main","path":"."}"#)
+        ]
+    );
+    assert_eq!(assistant[1]["content"], "All done: nothing to change here.");
+    // The raw stream of the last call stays; no response.json, no failed stream.
+    let stream = std::fs::read_to_string(dir.join("reply.stream")).unwrap();
+    assert!(stream.contains("data: [DONE]"), "{stream}");
+    assert!(stream.contains(r#"{"content":"All "}"#), "{stream}");
+    assert!(!dir.join("response.json").exists());
+    assert!(!dir.join("failed-streams").exists());
+}
+
+#[test]
+fn a_stream_cut_off_is_sent_again_and_kept_in_failed_streams() {
+    let llm = FakeLlm::start(vec![
+        Reply::stream_cut(
+            Reply::text("A partial answer that breaks off", Some((5, 5))),
+            4,
+        ),
+        Reply::text("Whole.", Some((10, 2))),
+    ]);
+    let env = streaming_env(&llm, "");
+    let uuid = env.submit("Answer");
+    run_once(&env);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(llm.request_count(), 2);
+    assert_eq!(r["total_tokens"], 12, "only the whole reply's usage counts");
+    let dir = env.contexts().join("completed").join(&uuid);
+    let messages = read_jsonl(&dir.join("messages.jsonl"));
+    let replies: Vec<_> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(replies, ["Whole."], "the partial is never appended");
+    let failed = std::fs::read_to_string(dir.join("failed-streams/1.stream")).unwrap();
+    assert!(failed.contains("A pa"), "{failed}");
+    assert!(!failed.contains("[DONE]"), "{failed}");
+    assert!(!dir.join("failed-streams/2.stream").exists());
+}
+
+#[test]
+fn idle_timeout_bounds_the_wait_between_bytes_not_the_whole_stream() {
+    let llm = FakeLlm::start(vec![
+        // Stalls 4 s after its third event: longer than llm.idle_timeout_secs.
+        Reply::stream_stall(
+            Reply::text("Stalled reply", Some((5, 5))),
+            3,
+            Duration::from_secs(4),
+        ),
+        // 0.3 s between events, ~2.4 s in all: longer than llm.timeout_secs, fine for a stream.
+        Reply::text("A slow but steady stream of text.", Some((10, 2))),
+    ]);
+    llm.set_stream_delay(Duration::from_millis(300));
+    let env = TestEnv::new();
+    let yaml = config_yaml(&llm.base_url(), "openai", "")
+        .replace("timeout_secs: 20", "timeout_secs: 1")
+        .replace(
+            "max_backoff_secs: 2",
+            "max_backoff_secs: 1\n  stream: true\n  idle_timeout_secs: 1",
+        );
+    env.write_config(&yaml);
+    env.ctxhost(&["init"]).ok();
+    let uuid = env.submit("Answer");
+    run_once(&env);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(llm.request_count(), 2);
+    let dir = env.contexts().join("completed").join(&uuid);
+    let messages = read_jsonl(&dir.join("messages.jsonl"));
+    let replies: Vec<_> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(replies, ["A slow but steady stream of text."]);
+    let failed = std::fs::read_to_string(dir.join("failed-streams/1.stream")).unwrap();
+    assert!(failed.contains("Stal"), "{failed}");
+}
