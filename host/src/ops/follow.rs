@@ -208,14 +208,18 @@ impl Tail {
         (&mut f).take(MAX_READ_BYTES).read_to_end(&mut buf)?;
         // One line longer than a read (a reply of several MiB): read on to its end, or the
         // follower would read the same bytes again and again without ever moving on.
-        while buf.len() as u64 % MAX_READ_BYTES == 0 && !buf.is_empty() && !buf.contains(&b'\n') {
+        while (buf.len() as u64).is_multiple_of(MAX_READ_BYTES)
+            && !buf.is_empty()
+            && !buf.contains(&b'\n')
+        {
             let before = buf.len();
             (&mut f).take(MAX_READ_BYTES).read_to_end(&mut buf)?;
             if buf.len() == before {
                 break;
             }
         }
-        self.behind = buf.len() as u64 >= MAX_READ_BYTES && buf.len() as u64 % MAX_READ_BYTES == 0;
+        self.behind =
+            buf.len() as u64 >= MAX_READ_BYTES && (buf.len() as u64).is_multiple_of(MAX_READ_BYTES);
         let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
             return Ok(Vec::new());
         };
