@@ -5,6 +5,8 @@
 //!   between the row and the directory of that transition ([`kill_if_set`]);
 //! - `task-exec:exit`: a task process exits with status 3 before claiming its task (a child
 //!   that cannot start);
+//! - `task-exec:late`: a task process sleeps 2 s before claiming its task (one slow to
+//!   start, so that another process claims the task first);
 //! - `strategy:recorded`: SIGKILL right after a strategy hook's decision is written to the
 //!   planning history, before it is applied;
 //! - `agent:compressed`: SIGKILL right after a compression installed the new context, before

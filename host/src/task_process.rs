@@ -59,6 +59,9 @@ pub fn run(
     if crate::failpoint::is_set("task-exec:exit") {
         std::process::exit(3);
     }
+    if crate::failpoint::is_set("task-exec:late") {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
     layout.ensure()?;
     let spec = config.store_spec()?;
     let db = Db::open(&spec, layout.root())?;

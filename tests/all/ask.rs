@@ -243,6 +243,39 @@ fn ask_says_so_when_its_task_process_cannot_start_the_task() {
 }
 
 #[test]
+fn ask_follows_its_task_when_a_worker_claims_it_first() {
+    let llm = FakeLlm::start(vec![]);
+    // Slow: the task still runs under the worker when our late process gives up.
+    llm.set_default(Reply::delay(
+        Duration::from_secs(4),
+        Reply::text("Done by the worker.", Some((10, 2))),
+    ));
+    let env = TestEnv::for_llm(&llm, "");
+    env.ctxhost(&["init"]).ok();
+    let mut worker = env.ctxhost_cmd(&["run", "--poll-ms", "20"]).spawn();
+    // Our task process is slow to start: the worker claims the task first.
+    let mut ask = env.ctxhost_cmd(&["ask", "Who runs me?"]);
+    ask.cmd
+        .env(ctxhost::failpoint::FAILPOINT_ENV, "task-exec:late");
+    let out = ask.cmd.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    // SAFETY: kill with the pid of our own child; SIGTERM ends the worker (nothing runs).
+    unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) };
+    worker.wait().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("another process claimed task") && !stderr.contains("died"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("answer:\nDone by the worker."), "{stdout}");
+    let uuid = printed_uuid(&stdout);
+    assert_eq!(env.row(&uuid)["status"], "completed");
+}
+
+#[test]
 fn init_writes_a_config_for_a_local_server() {
     let env = TestEnv::new();
     std::fs::remove_file(env.config_path()).ok();

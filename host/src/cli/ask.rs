@@ -75,10 +75,11 @@ pub(super) fn run(env: &Env, args: &AskArgs) -> anyhow::Result<ExitCode> {
         done: Request::None,
         child,
         child_exit: None,
+        elsewhere: false,
     };
     let ended = crate::ops::follow::follow(&db, &env.layout, &uuid, &mut watch)?;
     watch.child.wait()?;
-    if let Some(how) = watch.child_exit.clone() {
+    if let Some(how) = watch.child_exit.clone().filter(|_| !watch.elsewhere) {
         match ended.status {
             Status::Running => {
                 eprintln!(
@@ -149,6 +150,26 @@ struct AskWatch<'a> {
     child: Child,
     /// How the task process ended, once it did.
     child_exit: Option<String>,
+    /// Another process (a worker sharing the store) claimed the task before ours: it runs
+    /// there, and is followed there.
+    elsewhere: bool,
+}
+
+impl AskWatch<'_> {
+    /// The process running the task, when it is not ours: `(pid, host, worker)` from the row.
+    fn claimed_by_another(&self) -> anyhow::Result<Option<String>> {
+        let ours = i64::from(self.child.id());
+        Ok(self.db.get(self.uuid)?.and_then(|row| {
+            let pid = row.process_id.filter(|p| *p != ours)?;
+            (row.status != Status::Queued).then(|| {
+                format!(
+                    "process {pid} on {} (worker {})",
+                    row.hostname.as_deref().unwrap_or("?"),
+                    row.worker_id.as_deref().unwrap_or("?")
+                )
+            })
+        }))
+    }
 }
 
 impl Watch for AskWatch<'_> {
@@ -178,10 +199,23 @@ impl Watch for AskWatch<'_> {
             && let Some(status) = self.child.try_wait()?
         {
             self.child_exit = Some(crate::worker::describe_exit(status));
+            // A worker sharing the store (`ctxhost run`) may have claimed the task before our
+            // process did, which then had nothing to do: the task runs there, with that
+            // worker's llm settings, and is followed to its end (Ctrl-C still pauses it).
+            if status.success()
+                && let Some(who) = self.claimed_by_another()?
+            {
+                self.elsewhere = true;
+                self.render.status(&format!(
+                    "note: another process claimed task {} first: {who}, e.g. a `ctxhost run` on this store; it runs there, with that worker's llm settings (not this command's flags); following it there",
+                    self.uuid
+                ));
+                return Ok(true);
+            }
             // Its last words may still be on their way to the row: one more look.
             return Ok(true);
         }
-        Ok(self.child_exit.is_none())
+        Ok(self.child_exit.is_none() || self.elsewhere)
     }
 }
 

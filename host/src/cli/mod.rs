@@ -533,9 +533,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ask(args) => ask::run(&Env::load_with(&global, &args.llm)?, &args),
         Command::Submit(args) => submit::run(&Env::load_with(&global, &args.llm)?, &args),
         Command::Completions { shell } => {
+            // Generated into memory first: clap_complete panics on a failed write, and a
+            // reader that stops early (`| head`) is a closed pipe, a quiet exit ([`out`]).
             let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "ctxhost", &mut script);
             let mut out = std::io::stdout().lock();
-            clap_complete::generate(shell, &mut cmd, "ctxhost", &mut out);
+            std::io::Write::write_all(&mut out, &script)
+                .and_then(|()| std::io::Write::flush(&mut out))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Run(args) => {

@@ -169,8 +169,13 @@ impl Render {
     pub fn event(&mut self, event: &Event) -> anyhow::Result<()> {
         self.clear_progress();
         let mut out = std::io::stdout().lock();
+        self.write_event(&mut out, event)
+    }
+
+    /// [`Render::event`] into `out`.
+    fn write_event(&mut self, out: &mut impl Write, event: &Event) -> anyhow::Result<()> {
         if self.json {
-            serde_json::to_writer(&mut out, event)?;
+            serde_json::to_writer(&mut *out, event)?;
             out.write_all(b"\n")?;
             out.flush()?;
             return Ok(());
@@ -185,7 +190,7 @@ impl Render {
             }
         }
         if !matches!(event, Event::End { .. } | Event::LlmCall { .. }) {
-            self.print_pending(&mut out)?;
+            self.print_pending(out)?;
         }
         match event {
             Event::Task {
@@ -291,13 +296,11 @@ impl Render {
             }
             Event::LlmCall { n, ok, error, .. } => {
                 if !ok {
+                    let head = format!("LLM call {n} failed:");
                     let why = error.as_deref().unwrap_or("no reason recorded");
-                    writeln!(
-                        out,
-                        "{} {}",
-                        self.paint("31", &format!("LLM call {n} failed:")),
-                        terminal(why)
-                    )?;
+                    // The recorded error often says so itself: not twice.
+                    let why = why.strip_prefix(head.as_str()).unwrap_or(why).trim_start();
+                    writeln!(out, "{} {}", self.paint("31", &head), terminal(why))?;
                 }
             }
             Event::Note { text } => {
@@ -357,6 +360,29 @@ impl Render {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_llm_call_is_said_once() {
+        let mut r = Render::text(false);
+        r.colour = false;
+        let mut out = Vec::new();
+        r.write_event(
+            &mut out,
+            &Event::LlmCall {
+                n: 1,
+                duration_ms: 7,
+                ok: false,
+                prompt_tokens: None,
+                completion_tokens: None,
+                error: Some("LLM call 1 failed: POST http://h/v1/chat/completions: refused".into()),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "LLM call 1 failed: POST http://h/v1/chat/completions: refused\n"
+        );
+    }
 
     #[test]
     fn numbers_get_thousands_separators() {

@@ -92,15 +92,16 @@ fn too_large(size: usize, at_least: bool) -> anyhow::Error {
 
 /// The prompt from `text` (`-`: standard input) or `prompt` (literal), else `file` (`-`:
 /// standard input). Errors (usage): unreadable, larger than [`MAX_PROMPT_BYTES`] (its size and
-/// the limit), not UTF-8, empty.
+/// the limit), not UTF-8 or holding a NUL byte (naming the file), empty.
 pub(super) fn read_prompt(
     text: Option<&str>,
     prompt: Option<&str>,
     file: Option<&std::path::Path>,
 ) -> anyhow::Result<String> {
     let stdin_path = PathBuf::from("-");
-    let text = if let Some(p) = prompt.or(text.filter(|t| *t != "-")) {
-        p.to_string()
+    // The text, and the file (or `-`) it was read from.
+    let (text, read_from) = if let Some(p) = prompt.or(text.filter(|t| *t != "-")) {
+        (p.to_string(), None)
     } else {
         let path = file.unwrap_or(&stdin_path);
         let mut buf = Vec::new();
@@ -127,13 +128,22 @@ pub(super) fn read_prompt(
         if buf.len() > MAX_PROMPT_BYTES {
             return Err(too_large(buf.len(), true));
         }
-        String::from_utf8(buf).map_err(|e| {
+        let text = String::from_utf8(buf).map_err(|e| {
             usage(format!(
-                "the prompt is not UTF-8 text (invalid byte at offset {})",
+                "the prompt{} is not UTF-8 text (invalid byte at offset {})",
+                from(path),
                 e.utf8_error().valid_up_to()
             ))
-        })?
+        })?;
+        (text, Some(path))
     };
+    // Text has no NUL bytes; PostgreSQL's text type cannot even store one.
+    if let Some(at) = text.find('\0') {
+        return Err(usage(format!(
+            "the prompt{} contains a NUL byte (at offset {at}): it is not text (a binary file?)",
+            read_from.map(from).unwrap_or_default()
+        )));
+    }
     if text.len() > MAX_PROMPT_BYTES {
         return Err(too_large(text.len(), false));
     }
@@ -141,6 +151,15 @@ pub(super) fn read_prompt(
         return Err(usage("the prompt is empty"));
     }
     Ok(text)
+}
+
+/// ` (from PATH)` / ` (from standard input)`, for errors about a prompt read from `path`.
+fn from(path: &std::path::Path) -> String {
+    if path.as_os_str() == "-" {
+        " (from standard input)".to_string()
+    } else {
+        format!(" (from --prompt-file {})", path.display())
+    }
 }
 
 fn task_key(args: &SubmitArgs) -> anyhow::Result<TaskKey> {
@@ -200,4 +219,31 @@ pub(super) fn run(env: &Env, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         outln!("{}", row.uuid);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prompt_file_that_is_not_text_is_refused_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let nul = tmp.path().join("nul.txt");
+        std::fs::write(&nul, "hi\0there").unwrap();
+        let e = read_prompt(None, None, Some(&nul)).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("(from --prompt-file {})", nul.display()))
+                && e.contains("NUL byte (at offset 2)"),
+            "{e}"
+        );
+        let bin = tmp.path().join("bin.dat");
+        std::fs::write(&bin, b"ab\xff\xfe").unwrap();
+        let e = read_prompt(None, None, Some(&bin)).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("(from --prompt-file {})", bin.display()))
+                && e.contains("not UTF-8 text (invalid byte at offset 2)"),
+            "{e}"
+        );
+        assert_eq!(read_prompt(Some("ok"), None, None).unwrap(), "ok");
+    }
 }

@@ -358,8 +358,12 @@ fn check_base_url(url: &str) -> Result<(), String> {
     if url.contains(char::is_whitespace) {
         return Err(format!("must not contain spaces: `{shown}`"));
     }
-    if url.contains('?') || url.contains('#') {
-        return Err(format!("must not have a query or fragment: `{shown}`"));
+    if let Some(cut) = shown.find(['?', '#']) {
+        // Not echoed: a query is where some providers take a key (`?key=...`).
+        return Err(format!(
+            "must not have a query or fragment: `{}…`",
+            &shown[..=cut]
+        ));
     }
     if host_port.contains('@') {
         return Err(format!(
@@ -377,6 +381,10 @@ fn check_base_url(url: &str) -> Result<(), String> {
     };
     if host.is_empty() {
         return Err(format!("has no host: `{shown}`"));
+    }
+    // What the transport will parse (`http://[::1` passes the checks above).
+    if let Err(e) = url::Url::parse(url) {
+        return Err(format!("is not a valid URL ({e}): `{shown}`"));
     }
     // The request format appends the endpoint path (`/v1/chat/completions`, `/api/chat`,
     // `/v1/messages`).

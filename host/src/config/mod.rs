@@ -613,6 +613,24 @@ mod tests {
     }
 
     #[test]
+    fn a_base_url_the_transport_cannot_parse_is_refused_and_a_query_is_not_echoed() {
+        for url in ["http://[::1", "http://[::1]:99999", "http://[nothex]"] {
+            let e = err(&format!("llm:\n  base_url: \"{url}\"\n"));
+            assert!(e.contains("llm.base_url"), "{url}: {e}");
+        }
+        let e = err("llm:\n  base_url: \"http://h:8/?key=s3cret\"\n");
+        assert!(e.contains("query or fragment: `http://h:8/?…`"), "{e}");
+        assert!(!e.contains("s3cret"), "{e}");
+        for url in [
+            "http://[::1]:8089",
+            "https://h.example/v1",
+            "http://10.0.0.1",
+        ] {
+            Config::from_yaml(&format!("llm:\n  base_url: \"{url}\"\n"), "c").unwrap();
+        }
+    }
+
+    #[test]
     fn explicit_missing_file_is_an_error_naming_it() {
         let e = Config::load_existing(Path::new("/nonexistent/dir/my.yaml")).unwrap_err();
         assert!(matches!(e, ConfigError::Missing { .. }));

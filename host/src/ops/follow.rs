@@ -205,8 +205,21 @@ impl Tail {
         }
         f.seek(SeekFrom::Start(self.offset))?;
         let mut buf = Vec::new();
-        f.take(MAX_READ_BYTES).read_to_end(&mut buf)?;
-        self.behind = buf.len() as u64 == MAX_READ_BYTES;
+        (&mut f).take(MAX_READ_BYTES).read_to_end(&mut buf)?;
+        // One line longer than a read (a reply of several MiB): read on to its end, or the
+        // follower would read the same bytes again and again without ever moving on.
+        while (buf.len() as u64).is_multiple_of(MAX_READ_BYTES)
+            && !buf.is_empty()
+            && !buf.contains(&b'\n')
+        {
+            let before = buf.len();
+            (&mut f).take(MAX_READ_BYTES).read_to_end(&mut buf)?;
+            if buf.len() == before {
+                break;
+            }
+        }
+        self.behind =
+            buf.len() as u64 >= MAX_READ_BYTES && (buf.len() as u64).is_multiple_of(MAX_READ_BYTES);
         let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
             return Ok(Vec::new());
         };
@@ -587,6 +600,29 @@ mod tests {
             f.look(&layout).unwrap(),
             [Event::ReplyDelta { text: "A".into() }]
         );
+    }
+
+    #[test]
+    fn a_line_longer_than_one_read_is_read_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        layout.ensure().unwrap();
+        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
+        std::fs::create_dir_all(&dir).unwrap();
+        let long = "A".repeat(MAX_READ_BYTES as usize + 10);
+        let line = serde_json::json!({"seq": 3, "role": "assistant", "content": long,
+            "timestamp": "2026-01-01T00:00:01.000Z", "tokens": 1});
+        std::fs::write(dir.join(MESSAGES), format!("{line}\n")).unwrap();
+        let mut f = Follower::new(uuid);
+        let events = f.look(&layout).unwrap();
+        assert!(
+            matches!(&events[..], [Event::Reply { text, .. }] if text.len() == long.len()),
+            "{} events",
+            events.len()
+        );
+        assert!(!f.behind());
+        assert!(f.look(&layout).unwrap().is_empty());
     }
 
     #[test]
