@@ -65,11 +65,14 @@ pub fn read_replies(path: &Path) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
+/// The LLM requests made: each request's messages, or why its file could not be read.
+type Requests = Arc<Mutex<Vec<Result<Vec<ChatMessage>, String>>>>;
+
 /// An LLM answering from canned replies, recording the requests' messages.
 struct CannedLlm {
     dir: PathBuf,
     replies: Vec<String>,
-    requests: Arc<Mutex<Vec<Result<Vec<ChatMessage>, String>>>>,
+    requests: Requests,
 }
 
 impl LlmImport for CannedLlm {
@@ -131,7 +134,7 @@ pub fn try_plugin(runtime: &Runtime, source: &str, options: &TryOptions) -> anyh
         .first()
         .cloned()
         .unwrap_or_else(|| "canned reply".to_string());
-    let requests = Arc::new(Mutex::new(Vec::new()));
+    let requests: Requests = Arc::default();
     let llm = CannedLlm {
         dir: dir.clone(),
         replies: options.replies.clone(),
