@@ -231,7 +231,12 @@ fn incompatible(component: &str, kind: PluginKind, found: &str) -> RuntimeError 
         component: component.to_string(),
         built_against: format!("{WIT_PACKAGE}@{version}"),
         found: found.to_string(),
-        relation: mismatch::relation(version).to_string(),
+        relation: if WitVersion::for_export(version).is_some() {
+            // A version the host loads, without this kind's world (strategies before 0.2.0).
+            format!("a WIT version without the {} world", kind.world())
+        } else {
+            mismatch::relation(version).to_string()
+        },
         supported: mismatch::version_list(&loads),
         world: kind.world().to_string(),
         wasi: mismatch::WASI_PROVIDED.to_string(),
@@ -336,7 +341,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "component x.wasm: built against ctxhost:plugin@0.1.0 (it exports \
-             ctxhost:plugin/strategy@0.1.0), a WIT version this host does not load: this host \
+             ctxhost:plugin/strategy@0.1.0), a WIT version without the strategy-plugin world: this host \
              loads ctxhost:plugin@0.2.0 and 0.3.0 (world strategy-plugin) and provides WASI 0.2.0 \
              to 0.2.12; rebuild it against wit/plugin.wit (0.3.0)"
         );
