@@ -32,6 +32,7 @@ mod operators;
 mod plugin_check;
 mod plugin_sdk;
 mod plugin_select;
+mod plugin_try;
 mod recall;
 mod request_snapshots;
 mod request_write_path;

@@ -173,10 +173,10 @@ fn an_unknown_wit_version_is_refused_naming_the_versions_this_host_loads() {
         assert_eq!(
             err.to_string(),
             format!(
-                "component {}: exports ctxhost:plugin/compressor@{version}, a WIT version this host \
-                 does not load; it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 and \
-                 ctxhost:plugin@0.3.0 (world compressor-plugin): rebuild it against wit/plugin.wit \
-                 (0.3.0)",
+                "component {}: built against ctxhost:plugin@{version} (it exports \
+                 ctxhost:plugin/compressor@{version}), a newer WIT version than this host loads: \
+                 this host loads ctxhost:plugin@0.1.0, 0.2.0 and 0.3.0 (world compressor-plugin) \
+                 and provides WASI 0.2.0 to 0.2.12; rebuild it against wit/plugin.wit (0.3.0)",
                 path.display()
             )
         );
@@ -186,13 +186,163 @@ fn an_unknown_wit_version_is_refused_naming_the_versions_this_host_loads() {
         assert_eq!(report.checks.len(), 1, "{}", report.to_text());
         assert_eq!(report.checks[0].name, "load");
         assert!(
-            report.checks[0].detail.contains(
-                "it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 and ctxhost:plugin@0.3.0"
-            ),
+            report.checks[0]
+                .detail
+                .contains("this host loads ctxhost:plugin@0.1.0, 0.2.0 and 0.3.0"),
             "{}",
             report.checks[0].detail
         );
     }
+}
+
+/// A component written in memory: it exports an empty instance named `export` (the host reads
+/// the plugin kind and WIT version from the export's name before linking) and imports one
+/// instance `import` holding the functions `functions` (each `func()`), as a component built
+/// against another WIT would.
+fn component_importing(export: &str, import: &str, functions: &[&str]) -> Vec<u8> {
+    use wasm_encoder::{
+        Component, ComponentExportKind, ComponentExportSection, ComponentImportSection,
+        ComponentInstanceSection, ComponentTypeRef, ComponentTypeSection, ComponentValType,
+        InstanceType,
+    };
+    let mut instance = InstanceType::new();
+    instance
+        .ty()
+        .function()
+        .params(std::iter::empty::<(&str, ComponentValType)>())
+        .result(None);
+    for f in functions {
+        instance.export(*f, ComponentTypeRef::Func(0));
+    }
+    let mut types = ComponentTypeSection::new();
+    types.instance(&instance);
+    let mut imports = ComponentImportSection::new();
+    imports.import(import, ComponentTypeRef::Instance(0));
+    let mut instances = ComponentInstanceSection::new();
+    instances.export_items(std::iter::empty::<(&str, ComponentExportKind, u32)>());
+    let mut exports = ComponentExportSection::new();
+    exports.export(export, ComponentExportKind::Instance, 1, None);
+    let mut component = Component::new();
+    component
+        .section(&types)
+        .section(&imports)
+        .section(&instances)
+        .section(&exports);
+    component.finish()
+}
+
+/// Load the component `bytes` as a compressor; the error's text.
+fn load_error(dir: &Path, file: &str, bytes: &[u8]) -> (String, String) {
+    let path = dir.join(file);
+    std::fs::write(&path, bytes).unwrap();
+    let rt = runtime(&dir.join("cache"));
+    let err = rt
+        .load(&PluginSource::Path(path.clone()), PluginKind::Compressor)
+        .unwrap_err();
+    (path.display().to_string(), err.to_string())
+}
+
+#[test]
+fn an_extra_function_in_an_imported_interface_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (path, err) = load_error(
+        tmp.path(),
+        "extra-function.wasm",
+        &component_importing(
+            "ctxhost:plugin/compressor@0.3.0",
+            "ctxhost:plugin/llm@0.3.0",
+            &["complete-stream"],
+        ),
+    );
+    assert_eq!(
+        err,
+        format!(
+            "component {path}: does not fit world compressor-plugin (ctxhost:plugin@0.3.0): this \
+             component imports function `complete-stream` of ctxhost:plugin/llm@0.3.0, which \
+             ctxhost:plugin@0.3.0 does not have: it was built against a newer or modified WIT; \
+             this host loads ctxhost:plugin@0.1.0, 0.2.0 and 0.3.0 and provides WASI 0.2.0 to \
+             0.2.12; rebuild it against wit/plugin.wit (0.3.0)"
+        )
+    );
+}
+
+#[test]
+fn an_unknown_imported_interface_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (path, err) = load_error(
+        tmp.path(),
+        "extra-interface.wasm",
+        &component_importing(
+            "ctxhost:plugin/compressor@0.3.0",
+            "ctxhost:plugin/cache@0.3.0",
+            &["get"],
+        ),
+    );
+    assert_eq!(
+        err,
+        format!(
+            "component {path}: does not fit world compressor-plugin (ctxhost:plugin@0.3.0): this \
+             component imports ctxhost:plugin/cache@0.3.0, an interface ctxhost:plugin@0.3.0 does \
+             not have (it has types, log, llm, message-store, compressor, request-format, \
+             planning, strategy): it was built against a newer or modified WIT; this host loads \
+             ctxhost:plugin@0.1.0, 0.2.0 and 0.3.0 and provides WASI 0.2.0 to 0.2.12; rebuild it \
+             against wit/plugin.wit (0.3.0)"
+        )
+    );
+}
+
+#[test]
+fn an_import_of_a_newer_wit_is_named_with_its_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    for version in ["0.4.0", "1.0.0"] {
+        let (path, err) = load_error(
+            tmp.path(),
+            &format!("import-{version}.wasm"),
+            &component_importing(
+                "ctxhost:plugin/compressor@0.3.0",
+                &format!("ctxhost:plugin/llm@{version}"),
+                &["complete"],
+            ),
+        );
+        assert_eq!(
+            err,
+            format!(
+                "component {path}: does not fit world compressor-plugin (ctxhost:plugin@0.3.0): \
+                 this component imports ctxhost:plugin/llm@{version}: it was built against \
+                 ctxhost:plugin@{version}, a newer WIT version than this host loads; this host \
+                 loads ctxhost:plugin@0.1.0, 0.2.0 and 0.3.0 and provides WASI 0.2.0 to 0.2.12; \
+                 rebuild it against wit/plugin.wit (0.3.0)"
+            )
+        );
+    }
+}
+
+#[test]
+fn an_interface_outside_the_world_keeps_its_own_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("store-with-llm.wasm");
+    std::fs::write(
+        &path,
+        component_importing(
+            "ctxhost:plugin/message-store@0.3.0",
+            "ctxhost:plugin/llm@0.3.0",
+            &["complete"],
+        ),
+    )
+    .unwrap();
+    let err = runtime(&tmp.path().join("cache"))
+        .load(&PluginSource::Path(path.clone()), PluginKind::MessageStore)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "component {}: does not fit world message-store-plugin (ctxhost:plugin@0.3.0): this \
+             component imports ctxhost:plugin/llm@0.3.0, which ctxhost does not provide to a \
+             message-store-plugin (only a compressor or a strategy (worlds compressor-plugin, \
+             strategy-plugin) may import `llm`)",
+            path.display()
+        )
+    );
 }
 
 /// Marker of the summary prompt, to tell summary requests from agent-loop requests.

@@ -270,6 +270,28 @@ pub enum PluginCommand {
         #[arg(long, value_name = "DIR")]
         keep: Option<std::path::PathBuf>,
     },
+    /// Run one call of a component's world on a copy of a context, the LLM answered from
+    /// canned replies (no network); print what it returned, the files it wrote, the LLM
+    /// requests it made and the invariant checks.
+    #[command(
+        after_help = "Examples:\n  ctxhost plugin try builtin:llm-summarizer --context current.jsonl --reply 'The user asked for X.'\n  \
+        ctxhost plugin try my_format.wasm --context current.jsonl --replies replies.txt\n\n\
+        Compressor: one compression. Request format: write-request, then read-response of the first reply.\n\
+        Message store: open, then add-message. --replies FILE: one reply a line, or a JSON array of strings."
+    )]
+    Try {
+        /// `builtin:NAME` or a path to a .wasm component.
+        spec: String,
+        /// The context to copy into the temporary task directory (chat messages, JSON lines).
+        #[arg(long, value_name = "FILE")]
+        context: std::path::PathBuf,
+        /// The LLM's reply to every request.
+        #[arg(long, value_name = "TEXT", conflicts_with = "replies")]
+        reply: Option<String>,
+        /// The LLM's replies in order (the last repeats).
+        #[arg(long, value_name = "FILE")]
+        replies: Option<std::path::PathBuf>,
+    },
     /// Create a plugin project that builds and passes `plugin check` as generated.
     #[command(
         after_help = "Examples:\n  ctxhost plugin new --kind compressor my-compressor\n  \
@@ -684,6 +706,23 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             for step in &created.next_steps {
                 println!("  {step}");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin(PluginCommand::Try {
+            spec,
+            context,
+            reply,
+            replies,
+        }) => {
+            use crate::plugin_check::try_call;
+            let replies = match (reply, replies) {
+                (Some(r), _) => vec![r],
+                (None, Some(file)) => try_call::read_replies(&file)
+                    .map_err(|e| crate::error::usage(format!("{e:#}")))?,
+                (None, None) => Vec::new(),
+            };
+            let text = try_call::run(&spec, &try_call::TryOptions { context, replies })?;
+            std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(PluginCommand::Check { spec, json, keep }) => {

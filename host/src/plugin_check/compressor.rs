@@ -216,7 +216,7 @@ fn unicode_rounds() -> Vec<ChatMessage> {
 }
 
 /// One line of messages.jsonl for each message of `context` (seq from 1), and current.jsonl.
-fn write_task(dir: &Path, context: &[ChatMessage]) -> Result<(), String> {
+pub(super) fn write_task(dir: &Path, context: &[ChatMessage]) -> Result<(), String> {
     let history: Vec<HistoryLine> = context
         .iter()
         .enumerate()

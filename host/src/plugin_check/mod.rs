@@ -52,6 +52,7 @@ pub mod message_store;
 pub mod report;
 pub mod request_format;
 pub mod strategy;
+pub mod try_call;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

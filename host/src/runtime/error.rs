@@ -92,20 +92,26 @@ pub enum RuntimeError {
         world: String,
     },
     /// The component exports the expected interface at a WIT version this host does not load
-    /// (`supported` lists those it does, e.g. `ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 and ctxhost:plugin@0.3.0`;
+    /// (`supported` lists those it does, e.g. `ctxhost:plugin@0.1.0, 0.2.0 and 0.3.0`;
     /// `current` is the version of `wit/plugin.wit`).
     #[error(
-        "component {component}: exports {found}, a WIT version this host does not load; it loads {supported} (world {world}): rebuild it against wit/plugin.wit ({current})"
+        "component {component}: built against {built_against} (it exports {found}), {relation}: this host loads {supported} (world {world}) and provides {wasi}; rebuild it against wit/plugin.wit ({current})"
     )]
     IncompatibleVersion {
         /// The component: `builtin:NAME` or its path.
         component: String,
+        /// The WIT package and version it was built against, e.g. `ctxhost:plugin@0.4.0`.
+        built_against: String,
         /// What it exports.
         found: String,
+        /// `a newer WIT version than this host loads` or `a WIT version this host does not load`.
+        relation: String,
         /// The interface versions this host loads for the kind.
         supported: String,
         /// The world of the expected plugin kind.
         world: String,
+        /// The WASI versions the host provides ([`super::mismatch::WASI_PROVIDED`]).
+        wasi: String,
         /// The current interface version (wit/plugin.wit).
         current: String,
     },

@@ -26,6 +26,7 @@ mod error;
 pub mod fs_guard;
 mod host_imports;
 mod message_store;
+pub mod mismatch;
 pub mod output;
 mod request_format;
 mod sandbox;
@@ -58,6 +59,7 @@ pub use cache::CacheOutcome;
 pub use compressor::Compressor;
 pub use error::{PluginError, RuntimeError};
 pub use message_store::MessageStore;
+pub use mismatch::explain_link_error;
 pub use request_format::RequestFormat;
 pub use strategy::{HookCall, MAX_LLM_CALLS_PER_HOOK, Strategy};
 pub use types::{
@@ -504,7 +506,7 @@ impl Runtime {
         let link_error = |e: wasmtime::Error| RuntimeError::Link {
             component: name.to_string(),
             world: format!("{} ({WIT_PACKAGE}@{wit})", kind.world()),
-            reason: explain_link_error(&format!("{e:#}"), kind),
+            reason: explain_link_error(&format!("{e:#}"), kind, wit),
         };
         let linkers = match wit {
             WitVersion::V0_1_0 => &self.linkers_v0_1_0,
@@ -633,35 +635,6 @@ const _: () = {
     send::<Strategy>();
 };
 
-/// wasmtime's "component imports instance `X`, but a matching implementation was not found in
-/// the linker" (for a component loaded as `kind`) as a person can act on it: what the component imports that ctxhost does not
-/// provide, and what to do about it. Other linker errors are returned as they are.
-pub fn explain_link_error(reason: &str, kind: PluginKind) -> String {
-    let Some(import) = reason
-        .contains("matching implementation was not found in the linker")
-        .then(|| reason.split('`').nth(1))
-        .flatten()
-    else {
-        return reason.to_string();
-    };
-    let hint = if import.starts_with("wasi:http/") {
-        "components get no network (a compressor asks the task's LLM through the `llm` import); \
-         with componentize-js, build with `-d http -d fetch-event` so the component does not import it"
-    } else if import.starts_with("ctxhost:plugin/llm") {
-        "only a compressor or a strategy (worlds compressor-plugin, strategy-plugin) may import `llm`"
-    } else if import.starts_with("ctxhost:plugin/planning") {
-        "only a strategy (world strategy-plugin) may import `planning`"
-    } else if import.starts_with("wasi:") {
-        "a plugin gets WASI 0.2 filesystem (its task directory), clocks, random and stdio only"
-    } else {
-        "a plugin may import only what its world in wit/plugin.wit imports"
-    };
-    format!(
-        "this component imports {import}, which ctxhost does not provide to a {} ({hint})",
-        kind.world()
-    )
-}
-
 /// Largest `.wasm` file the host reads: 256 MiB (a Python component is ~19 MB, a JavaScript one
 /// ~13 MB). Bounds what a wrong path (`/dev/zero`, a disk image) can make the host allocate.
 pub const MAX_COMPONENT_FILE_BYTES: u64 = 256 << 20;
@@ -717,38 +690,6 @@ fn read_component_file(name: &str, path: &Path) -> Result<Vec<u8>, RuntimeError>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_missing_import_is_named_with_what_to_do() {
-        let http = explain_link_error(
-            "component imports instance `wasi:http/outgoing-handler@0.2.6`, but a matching implementation was not found in the linker",
-            PluginKind::Compressor,
-        );
-        assert!(
-            http.starts_with("this component imports wasi:http/outgoing-handler@0.2.6, which ctxhost does not provide to a compressor-plugin"),
-            "{http}"
-        );
-        assert!(http.contains("-d http -d fetch-event"), "{http}");
-        let llm = explain_link_error(
-            "component imports instance `ctxhost:plugin/llm@0.2.0`, but a matching implementation was not found in the linker",
-            PluginKind::MessageStore,
-        );
-        assert!(llm.contains("only a compressor or a strategy"), "{llm}");
-        let planning = explain_link_error(
-            "component imports instance `ctxhost:plugin/planning@0.2.0`, but a matching implementation was not found in the linker",
-            PluginKind::Compressor,
-        );
-        assert!(
-            planning.contains("to a compressor-plugin")
-                && planning
-                    .contains("only a strategy (world strategy-plugin) may import `planning`"),
-            "{planning}"
-        );
-        assert_eq!(
-            explain_link_error("type mismatch", PluginKind::Compressor),
-            "type mismatch"
-        );
-    }
 
     #[test]
     fn sources_parse_and_display() {

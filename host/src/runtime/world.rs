@@ -14,6 +14,7 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::error::RuntimeError;
+use super::mismatch;
 use super::wit::WitVersion;
 
 /// The WIT package the host implements.
@@ -221,16 +222,24 @@ pub(crate) fn expect_kind(
 }
 
 fn incompatible(component: &str, kind: PluginKind, found: &str) -> RuntimeError {
+    let version = found.split_once('@').map(|(_, v)| v).unwrap_or("");
+    let loads: Vec<WitVersion> = WitVersion::SUPPORTED
+        .into_iter()
+        .filter(|v| kind.available_in(*v))
+        .collect();
     RuntimeError::IncompatibleVersion {
         component: component.to_string(),
+        built_against: format!("{WIT_PACKAGE}@{version}"),
         found: found.to_string(),
-        supported: WitVersion::SUPPORTED
-            .iter()
-            .filter(|v| kind.available_in(**v))
-            .map(|v| format!("{WIT_PACKAGE}@{v}"))
-            .collect::<Vec<_>>()
-            .join(" and "),
+        relation: if WitVersion::for_export(version).is_some() {
+            // A version the host loads, without this kind's world (strategies before 0.2.0).
+            format!("a WIT version without the {} world", kind.world())
+        } else {
+            mismatch::relation(version).to_string()
+        },
+        supported: mismatch::version_list(&loads),
         world: kind.world().to_string(),
+        wasi: mismatch::WASI_PROVIDED.to_string(),
         current: WIT_VERSION.to_string(),
     }
 }
@@ -298,10 +307,15 @@ mod tests {
             assert_eq!(
                 e.to_string(),
                 format!(
-                    "component x.wasm: exports ctxhost:plugin/message-store@{v}, a WIT version this \
-                     host does not load; it loads ctxhost:plugin@0.1.0 and ctxhost:plugin@0.2.0 \
-                     and ctxhost:plugin@0.3.0 (world message-store-plugin): rebuild it against \
-                     wit/plugin.wit (0.3.0)"
+                    "component x.wasm: built against ctxhost:plugin@{v} (it exports \
+                     ctxhost:plugin/message-store@{v}), {}: this host loads ctxhost:plugin@0.1.0, \
+                     0.2.0 and 0.3.0 (world message-store-plugin) and provides WASI 0.2.0 to \
+                     0.2.12; rebuild it against wit/plugin.wit (0.3.0)",
+                    if v == "0.0.1" {
+                        "a WIT version this host does not load"
+                    } else {
+                        "a newer WIT version than this host loads"
+                    }
                 )
             );
         }
@@ -326,9 +340,10 @@ mod tests {
         let e = expect_kind("x.wasm", &old, PluginKind::Strategy).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "component x.wasm: exports ctxhost:plugin/strategy@0.1.0, a WIT version this host does \
-             not load; it loads ctxhost:plugin@0.2.0 and ctxhost:plugin@0.3.0 (world \
-             strategy-plugin): rebuild it against wit/plugin.wit (0.3.0)"
+            "component x.wasm: built against ctxhost:plugin@0.1.0 (it exports \
+             ctxhost:plugin/strategy@0.1.0), a WIT version without the strategy-plugin world: this host \
+             loads ctxhost:plugin@0.2.0 and 0.3.0 (world strategy-plugin) and provides WASI 0.2.0 \
+             to 0.2.12; rebuild it against wit/plugin.wit (0.3.0)"
         );
         assert!(detect("x.wasm", &old).is_err());
     }
