@@ -1063,6 +1063,7 @@ fn a_uuid_prefix_in_a_task_url_works_as_in_the_cli() {
         ("0194ffee1c3d7e8f", "/files/metadata.json"),
         ("0194ffee", "/tool-results/1"),
         ("0194ffee", "/messages/0"),
+        ("0194ffee", "/compactions"),
     ] {
         let r = d.get(&format!("/tasks/{given}{rest}")).expect(303);
         assert_eq!(
@@ -1080,7 +1081,9 @@ fn a_uuid_prefix_in_a_task_url_works_as_in_the_cli() {
         assert!(r.body.contains(u), "{u} listed: {}", r.body);
     }
     assert!(r.body.contains("ambiguous"), "{}", r.body);
+    d.get("/tasks/0193a4b2/compactions").expect(400);
     d.get("/tasks/abcd1234").expect(404);
+    d.get("/tasks/abcd1234/compactions").expect(404);
     d.get("/tasks/019").expect(404);
     d.get("/tasks/0194ffgg").expect(404);
     // The whole UUID is served as before.

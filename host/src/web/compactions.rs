@@ -11,7 +11,7 @@ use axum::response::Response;
 
 use super::AppState;
 use super::files;
-use super::pages::{WebError, blocking, render, task_uuid};
+use super::pages::{Named, WebError, blocking, named_task, render};
 use crate::ops::compactions::{self, Compaction};
 
 /// Summarised messages shown next to a summary.
@@ -133,7 +133,10 @@ fn view(
 /// `GET /tasks/{uuid}/compactions`.
 pub async fn page(State(state): State<AppState>, Path(uuid): Path<String>) -> Response {
     blocking(move || {
-        let uuid = task_uuid(&uuid)?;
+        let uuid = match named_task(&state, &uuid, "/compactions", None)? {
+            Named::Task(uuid) => uuid,
+            Named::Elsewhere(redirect) => return Ok(redirect),
+        };
         let dir = files::open_task_dir(&state.layout, &uuid).ok_or(WebError::NotFound)?;
         let list = compactions::compactions(dir.handle())?;
         let items = list
