@@ -125,7 +125,12 @@ impl Drop for Scratch {
 // ---------------------------------------------------------------------------------------------
 // Shared helpers
 
-/// Every non-blank line of `path` parsed as `T`, naming file and line on error.
+/// Characters of a line that does not parse quoted in [`read_lines`]'s error (a component's or
+/// a `--context` file's line may be megabytes long).
+const QUOTED_LINE_CHARS: usize = 200;
+
+/// Every non-blank line of `path` parsed as `T`, naming file and line on error (quoting the
+/// line's first [`QUOTED_LINE_CHARS`] characters).
 pub(super) fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, String> {
     let name = path
         .file_name()
@@ -138,10 +143,10 @@ pub(super) fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<
         if line.trim().is_empty() {
             continue;
         }
-        out.push(
-            serde_json::from_str(&line)
-                .map_err(|err| format!("{name} line {}: {err}: {line}", i + 1))?,
-        );
+        out.push(serde_json::from_str(&line).map_err(|err| {
+            let quoted = ctxhost_format::body::snippet(line.as_bytes(), QUOTED_LINE_CHARS);
+            format!("{name} line {}: {err}: {quoted}", i + 1)
+        })?);
     }
     Ok(out)
 }
@@ -214,3 +219,38 @@ pub(super) const TIMESTAMPS: [&str; 3] = [
     "2026-01-02T03:04:06Z",
     "2026-01-02T03:04:07Z",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_line_is_quoted_only_in_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("current.jsonl");
+        let long = format!(
+            "{{\"role\":\"user\",\"content\":\"{}\"}} trailing",
+            "a".repeat(1 << 20)
+        );
+        fs::write(
+            &path,
+            format!("{{\"role\":\"system\",\"content\":\"s\"}}\n{long}\n"),
+        )
+        .unwrap();
+        let err = read_lines::<ChatMessage>(&path).unwrap_err();
+        assert!(
+            err.starts_with("current.jsonl line 2: trailing characters"),
+            "{err}"
+        );
+        assert!(
+            err.contains("{\"role\":\"user\",\"content\":\"aaa"),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("..."),
+            "the quote is cut: {}",
+            &err[err.len() - 20..]
+        );
+        assert!(err.len() < 400, "{} bytes", err.len());
+    }
+}
