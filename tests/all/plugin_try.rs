@@ -159,3 +159,37 @@ fn plugin_try_names_an_unreadable_context() {
         out.stderr()
     );
 }
+
+#[test]
+fn plugin_try_refuses_endless_and_empty_inputs_without_reading_them_whole() {
+    let env = TestEnv::new();
+    write_context(&env.root().join("current.jsonl"));
+    std::fs::write(env.root().join("empty.txt"), "\n\n").unwrap();
+    std::fs::write(env.root().join("none.json"), "[]").unwrap();
+    let run = |args: &[&str]| {
+        let mut all = vec!["plugin", "try", "builtin:llm-summarizer"];
+        all.extend_from_slice(args);
+        let out = env.ctxhost(&all);
+        assert_ne!(out.code(), Some(0), "{args:?}");
+        out.stderr()
+    };
+    // An endless file (read whole, it took 7 GB in 5 s) is refused at the limit.
+    let err = run(&["--context", "/dev/zero", "--reply", "x"]);
+    assert!(
+        err.contains("--context /dev/zero: larger than 64 MiB"),
+        "{err}"
+    );
+    let err = run(&["--context", "current.jsonl", "--replies", "/dev/zero"]);
+    assert!(
+        err.contains("--replies /dev/zero: larger than 16 MiB"),
+        "{err}"
+    );
+    // A --replies file without a reply is an error, not the default reply.
+    for file in ["empty.txt", "none.json"] {
+        let err = run(&["--context", "current.jsonl", "--replies", file]);
+        assert!(
+            err.contains(&format!("--replies {file}: no replies in it")),
+            "{err}"
+        );
+    }
+}

@@ -137,8 +137,17 @@ pub(super) fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
     let file = fs::File::open(path).map_err(|err| format!("{name}: {err}"))?;
+    parse_lines(&name, BufReader::new(file))
+}
+
+/// Every non-blank line of `reader` parsed as `T`, naming `name` and the line on error (as
+/// [`read_lines`]).
+pub(super) fn parse_lines<T: serde::de::DeserializeOwned>(
+    name: &str,
+    reader: impl BufRead,
+) -> Result<Vec<T>, String> {
     let mut out = Vec::new();
-    for (i, line) in BufReader::new(file).lines().enumerate() {
+    for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|err| format!("{name} line {}: {err}", i + 1))?;
         if line.trim().is_empty() {
             continue;

@@ -27,7 +27,7 @@ use ctxhost_format::files::CURRENT;
 use ctxhost_format::{ChatMessage, estimate_message_tokens};
 
 use super::compressor::{compress_config, write_task};
-use super::harness::{Scratch, read_lines};
+use super::harness::{Scratch, parse_lines, read_lines};
 use crate::agent::strategy::StrategyDriver;
 use crate::invariants::check_context_file;
 use crate::runtime::{
@@ -38,6 +38,33 @@ use ctxhost_format::planning::Hook;
 
 /// Characters of each LLM request message shown in the report.
 pub const SHOWN_CHARS: usize = 160;
+
+/// Largest `--context` file `plugin try` reads, in bytes (64 MiB: twice the default
+/// `llm.max_request_mib`, so no context that could be sent is refused).
+pub const MAX_CONTEXT_BYTES: u64 = 64 << 20;
+/// Largest `--replies` file `plugin try` reads, in bytes (16 MiB: the default
+/// `llm.max_response_mib`).
+pub const MAX_REPLIES_BYTES: u64 = 16 << 20;
+
+/// The bytes of `path`, at most `max` of them (a larger file, or an endless one such as
+/// /dev/zero or a FIFO that keeps writing, is an error naming `flag` and the limit, not read
+/// to the end).
+fn read_bounded(flag: &str, path: &Path, max: u64) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let file = fs::File::open(path).with_context(|| format!("{flag} {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("{flag} {}", path.display()))?;
+    if bytes.len() as u64 > max {
+        anyhow::bail!(
+            "{flag} {}: larger than {} MiB, more than `plugin try` reads",
+            path.display(),
+            max >> 20
+        );
+    }
+    Ok(bytes)
+}
 
 /// What `plugin try` runs on.
 #[derive(Debug, Clone)]
@@ -51,18 +78,28 @@ pub struct TryOptions {
 /// The replies of a `--replies FILE`: one reply per line, or a JSON array of strings.
 ///
 /// # Errors
-/// The file cannot be read, or is a JSON array that is not of strings.
+/// The file cannot be read, is larger than [`MAX_REPLIES_BYTES`], is not UTF-8, is a JSON
+/// array that is not of strings, or holds no reply.
 pub fn read_replies(path: &Path) -> anyhow::Result<Vec<String>> {
-    let text = fs::read_to_string(path).with_context(|| format!("--replies {}", path.display()))?;
-    if text.trim_start().starts_with('[') {
-        return serde_json::from_str(&text)
-            .with_context(|| format!("--replies {}: not a JSON array of strings", path.display()));
+    let bytes = read_bounded("--replies", path, MAX_REPLIES_BYTES)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| anyhow!("--replies {}: not UTF-8 text: {e}", path.display()))?;
+    let replies: Vec<String> = if text.trim_start().starts_with('[') {
+        serde_json::from_str(&text)
+            .with_context(|| format!("--replies {}: not a JSON array of strings", path.display()))?
+    } else {
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    if replies.is_empty() {
+        anyhow::bail!(
+            "--replies {}: no replies in it (one reply a line, or a JSON array of strings)",
+            path.display()
+        );
     }
-    Ok(text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(str::to_string)
-        .collect())
+    Ok(replies)
 }
 
 /// The LLM requests made: each request's messages, or why its file could not be read.
@@ -123,7 +160,13 @@ pub fn run(source: &str, options: &TryOptions) -> anyhow::Result<String> {
 /// error as the runtime names it), or a strategy's decision breaks the host's rules.
 pub fn try_plugin(runtime: &Runtime, source: &str, options: &TryOptions) -> anyhow::Result<String> {
     let plugin = crate::plugins::load_plugin(runtime, "component", source, None)?;
-    let context: Vec<ChatMessage> = read_lines(&options.context)
+    let bytes = read_bounded("--context", &options.context, MAX_CONTEXT_BYTES)?;
+    let name = options
+        .context
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let context: Vec<ChatMessage> = parse_lines(&name, bytes.as_slice())
         .map_err(|e| anyhow!("--context {}: {e}", options.context.display()))?;
     let scratch = Scratch::new("try")?;
     let dir = scratch.task("task").map_err(|e| anyhow!(e))?;
