@@ -81,6 +81,12 @@ pub fn compressed_before(dir: &TaskDir) -> bool {
         .is_some_and(|m| m.len() > 0)
 }
 
+/// An argument's JSON as quoted in an error: its first 40 characters (the model's value may be
+/// long).
+fn shown_value(v: &Value) -> String {
+    ctxhost_format::body::snippet(v.to_string().as_bytes(), 40)
+}
+
 /// The task's tool runner with the history tools added once the context was compressed.
 pub struct HistoryTools {
     inner: Box<dyn ToolRunner>,
@@ -182,7 +188,10 @@ impl HistoryTools {
                 .as_u64()
                 .map(|n| n.min(usize::MAX as u64) as usize)
                 .ok_or_else(|| {
-                    HistoryError::Argument("`limit` must be a positive integer".into())
+                    HistoryError::Argument(format!(
+                        "`limit` is {}: it must be a positive integer",
+                        shown_value(v)
+                    ))
                 })?,
         };
         let query = if regex {
@@ -226,10 +235,16 @@ impl HistoryTools {
     }
 
     fn read(&self, args: &serde_json::Map<String, Value>) -> Result<String, HistoryError> {
-        let seq = |name: &str| {
-            args.get(name).and_then(Value::as_u64).ok_or_else(|| {
-                HistoryError::Argument(format!("`{name}` (a positive integer) is required"))
-            })
+        let seq = |name: &str| match args.get(name) {
+            None | Some(Value::Null) => Err(HistoryError::Argument(format!(
+                "`{name}` (a positive integer) is required"
+            ))),
+            Some(v) => v.as_u64().ok_or_else(|| {
+                HistoryError::Argument(format!(
+                    "`{name}` is {}: it must be a positive integer (a seq of the history)",
+                    shown_value(v)
+                ))
+            }),
         };
         let (from, to) = (seq("from_seq")?, seq("to_seq")?);
         let r = history::read(&self.dir, from, to, self.max_output_tokens)?;
@@ -377,10 +392,31 @@ mod tests {
             text.text()
         );
         assert!(text.text().ends_with("[end of the range]"));
-        let bad = ToolCall::new("c3", HISTORY_READ, r#"{"from_seq":"x"}"#);
+        let bad = ToolCall::new("c3", HISTORY_READ, r#"{"to_seq":3}"#);
         assert_eq!(
             tools.call(&bad).unwrap(),
             CallOutcome::Error("history_read: `from_seq` (a positive integer) is required".into())
+        );
+        // A value given but not a positive integer is named, not called missing.
+        for (args, error) in [
+            (
+                r#"{"from_seq":-5,"to_seq":3}"#,
+                "history_read: `from_seq` is -5: it must be a positive integer (a seq of the history)",
+            ),
+            (
+                r#"{"from_seq":1,"to_seq":"../../etc/passwd"}"#,
+                "history_read: `to_seq` is \"../../etc/passwd\": it must be a positive integer (a seq of the history)",
+            ),
+        ] {
+            let call = ToolCall::new("c3", HISTORY_READ, args);
+            assert_eq!(tools.call(&call).unwrap(), CallOutcome::Error(error.into()));
+        }
+        let call = ToolCall::new("c3", HISTORY_SEARCH, r#"{"query":"x","limit":-5}"#);
+        assert_eq!(
+            tools.call(&call).unwrap(),
+            CallOutcome::Error(
+                "history_search: `limit` is -5: it must be a positive integer".into()
+            )
         );
         // Other names still go to the wrapped runner.
         let other = ToolCall::new("c4", "read_file", "{}");
