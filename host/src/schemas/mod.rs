@@ -387,9 +387,17 @@ mod tests {
             }
         }
         // Every lasting file of ctxhost_format::files has a schema, except the folder of cut
-        // tool outputs (plain text).
+        // tool outputs (plain text) and the provider's raw stream bytes (reply.stream,
+        // failed-streams/: server-sent events or NDJSON as received, not a format of ours).
         for f in files::TASK_FILES {
-            if f.temporary || f.name == files::TOOL_RESULTS_DIR {
+            if f.temporary
+                || [
+                    files::TOOL_RESULTS_DIR,
+                    files::REPLY_STREAM,
+                    files::FAILED_STREAMS_DIR,
+                ]
+                .contains(&f.name)
+            {
                 continue;
             }
             let name = if f.name == files::PLANNING_DIR {
