@@ -285,6 +285,177 @@ macro_rules! chat_message_conversions {
 }
 pub(crate) use chat_message_conversions;
 
+/// The strategy world's conversions and host imports (`planning`, `strategy`), unchanged from
+/// 0.2.0 to 0.3.0 (0.1.0 has no strategies). A version module brings `wit_planning`,
+/// `wit_strategy` and the host's planning types into scope and invokes this macro; when a later
+/// version changes one of these, move its conversion into each version module.
+macro_rules! strategy_world_conversions {
+    () => {
+        impl From<wit_planning::StepStatus> for StepStatus {
+            fn from(s: wit_planning::StepStatus) -> Self {
+                match s {
+                    wit_planning::StepStatus::Pending => StepStatus::Pending,
+                    wit_planning::StepStatus::InProgress => StepStatus::InProgress,
+                    wit_planning::StepStatus::Done => StepStatus::Done,
+                    wit_planning::StepStatus::Skipped => StepStatus::Skipped,
+                }
+            }
+        }
+
+        impl From<StepStatus> for wit_planning::StepStatus {
+            fn from(s: StepStatus) -> Self {
+                match s {
+                    StepStatus::Pending => wit_planning::StepStatus::Pending,
+                    StepStatus::InProgress => wit_planning::StepStatus::InProgress,
+                    StepStatus::Done => wit_planning::StepStatus::Done,
+                    StepStatus::Skipped => wit_planning::StepStatus::Skipped,
+                }
+            }
+        }
+
+        impl From<wit_planning::Plan> for Plan {
+            fn from(p: wit_planning::Plan) -> Self {
+                Plan {
+                    goal: p.goal,
+                    steps: p
+                        .steps
+                        .into_iter()
+                        .map(|s| PlanStep {
+                            id: s.id,
+                            description: s.description,
+                            status: s.status.into(),
+                        })
+                        .collect(),
+                }
+            }
+        }
+
+        impl From<Plan> for wit_planning::Plan {
+            fn from(p: Plan) -> Self {
+                wit_planning::Plan {
+                    goal: p.goal,
+                    steps: p
+                        .steps
+                        .into_iter()
+                        .map(|s| wit_planning::PlanStep {
+                            id: s.id,
+                            description: s.description,
+                            status: s.status.into(),
+                        })
+                        .collect(),
+                }
+            }
+        }
+
+        impl From<wit_planning::Entry> for PlanningEntry {
+            fn from(e: wit_planning::Entry) -> Self {
+                match e {
+                    wit_planning::Entry::Progress(p) => PlanningEntry::Progress {
+                        step_id: p.step_id,
+                        status: p.status.into(),
+                        note: p.note,
+                    },
+                    wit_planning::Entry::Reflection(r) => PlanningEntry::Reflection {
+                        trigger: r.trigger,
+                        text: r.text,
+                    },
+                    wit_planning::Entry::Verification(v) => PlanningEntry::Verification {
+                        verdict: match v.verdict {
+                            wit_planning::Verdict::Passed => Verdict::Passed,
+                            wit_planning::Verdict::Failed => Verdict::Failed,
+                            wit_planning::Verdict::Unclear => Verdict::Unclear,
+                        },
+                        text: v.text,
+                    },
+                }
+            }
+        }
+
+        impl From<&StrategyConfig> for wit_strategy::StrategyConfig {
+            fn from(c: &StrategyConfig) -> Self {
+                wit_strategy::StrategyConfig {
+                    max_steps: c.max_steps,
+                    context_length: c.context_length,
+                    max_output_tokens: c.max_output_tokens,
+                    settings: c.settings.clone(),
+                }
+            }
+        }
+
+        impl From<&TaskState> for wit_strategy::TaskState {
+            fn from(s: &TaskState) -> Self {
+                wit_strategy::TaskState {
+                    prompt: s.prompt.clone(),
+                    steps_done: s.steps_done,
+                    seq: s.seq,
+                    context_file: s.context_file.clone(),
+                    context_tokens: s.context_tokens,
+                    tools_file: s.tools_file.clone(),
+                }
+            }
+        }
+
+        impl From<&ToolOutcome> for wit_strategy::ToolOutcome {
+            fn from(o: &ToolOutcome) -> Self {
+                wit_strategy::ToolOutcome {
+                    call_id: o.call_id.clone(),
+                    name: o.name.clone(),
+                    success: o.success,
+                    error: o.error.clone(),
+                }
+            }
+        }
+
+        impl From<wit_strategy::Decision> for Decision {
+            fn from(d: wit_strategy::Decision) -> Self {
+                match d {
+                    wit_strategy::Decision::Proceed(m) => Decision::Proceed(m),
+                    wit_strategy::Decision::Finish => Decision::Finish,
+                    wit_strategy::Decision::Fail(r) => Decision::Fail(r),
+                }
+            }
+        }
+
+        /// The host side of the `planning` import: the instance's [`crate::runtime::PlanningImport`]
+        /// ([`crate::runtime::host_imports`]).
+        impl wit_planning::Host for crate::runtime::sandbox::StoreState {
+            fn save_plan(
+                &mut self,
+                plan: wit_planning::Plan,
+                note: Option<String>,
+            ) -> Result<(), wit_types::PluginError> {
+                crate::runtime::host_imports::planning(self, |p| p.save_plan(plan.into(), note))
+                    .map_err(wit_types::PluginError::InvalidInput)
+            }
+
+            fn has_plan(&mut self) -> bool {
+                crate::runtime::host_imports::planning(self, |p| Ok(p.has_plan())).unwrap_or(false)
+            }
+
+            fn get_latest_plan(&mut self) -> Option<wit_planning::Plan> {
+                crate::runtime::host_imports::planning(self, |p| Ok(p.latest_plan()))
+                    .ok()
+                    .flatten()
+                    .map(Into::into)
+            }
+
+            fn append_entry(
+                &mut self,
+                entry: wit_planning::Entry,
+            ) -> Result<(), wit_types::PluginError> {
+                crate::runtime::host_imports::planning(self, |p| p.append_entry(entry.into()))
+                    .map_err(wit_types::PluginError::InvalidInput)
+            }
+
+            fn entries(&mut self) -> Vec<String> {
+                crate::runtime::host_imports::planning(self, |p| Ok(p.entries()))
+                    .unwrap_or_default()
+            }
+        }
+    };
+}
+pub(crate) use strategy_world_conversions;
+
 #[cfg(test)]
 mod tests {
     use super::*;
