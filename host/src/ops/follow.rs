@@ -418,14 +418,7 @@ impl Follower {
 
 /// `s` cut to at most `max` bytes at a character boundary.
 pub fn cut(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    &s[..s.floor_char_boundary(max)]
 }
 
 fn unreadable(file: &str, line: u64, e: &serde_json::Error) -> Event {
