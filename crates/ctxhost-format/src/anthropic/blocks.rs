@@ -4,8 +4,11 @@
 //! The mapping ([`TurnBuilder::push`]):
 //! - `user` (and a `system` message after the first, which the API has no place for): a `text`
 //!   block; the summary of an earlier compression is marked [`Origin::Summary`];
-//! - `assistant`: a `text` block for its content, then one `tool_use` block per tool call
-//!   (`input` = the arguments parsed as a JSON object);
+//! - `assistant`: with thinking on ([`TurnBuilder::replaying_reasoning`]), first its
+//!   `thinking` / `redacted_thinking` reasoning items (provider `anthropic`), each written as
+//!   the JSON text it was received as (an unsigned, cut or foreign item is left out:
+//!   [`sendable_reasoning`]); then a `text` block for its content, then one `tool_use` block per
+//!   tool call (`input` = the arguments parsed as a JSON object);
 //! - `tool`: a `tool_result` block in a user turn, answering the `tool_use` of the same id;
 //! - consecutive blocks of the same role form one turn (the sink merges them), so the turns
 //!   alternate user / assistant as the API expects;
@@ -42,7 +45,7 @@ use std::io::{self, Write};
 use serde_json::{Map, Value};
 
 use crate::compress::parse_summary_range;
-use crate::raw::{RawMessage, RawStr};
+use crate::raw::{RawMessage, RawReasoning, RawStr};
 
 /// The role of a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +144,9 @@ impl<'a> From<&'a str> for Str<'a> {
 /// One content block of a turn.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block<'a> {
+    /// A `thinking` or `redacted_thinking` block: its JSON text exactly as the API sent it
+    /// (signature included), written as it is.
+    Reasoning(String),
     /// `{"type":"text","text"}`; never empty or only whitespace.
     Text(Str<'a>),
     /// `{"type":"tool_use","id","name","input"}`: a tool call; `input` is a JSON object.
@@ -168,6 +174,7 @@ impl Block<'_> {
     /// The same block, owning its texts.
     pub fn into_static(&self) -> Block<'static> {
         match self {
+            Block::Reasoning(json) => Block::Reasoning(json.clone()),
             Block::Text(t) => Block::Text(t.into_static()),
             Block::ToolUse { id, name, input } => Block::ToolUse {
                 id: id.clone(),
@@ -240,6 +247,9 @@ pub struct Repairs {
     pub late_system: u64,
     /// A [`CONTINUED_TEXT`] user turn put before a first assistant turn.
     pub leading_user_turn: u64,
+    /// Reasoning items of assistant messages left out: not Anthropic's, unsigned or cut
+    /// ([`sendable_reasoning`]).
+    pub unsendable_reasoning: u64,
 }
 
 impl Repairs {
@@ -264,6 +274,8 @@ pub struct TurnBuilder {
     used_ids: HashSet<u64>,
     /// Whether a block was sent yet.
     started: bool,
+    /// Whether assistant messages' reasoning items are sent (thinking is on).
+    reasoning: bool,
     repairs: Repairs,
 }
 
@@ -283,6 +295,14 @@ impl TurnBuilder {
             started: true,
             ..TurnBuilder::default()
         }
+    }
+
+    /// This builder, sending the reasoning items of assistant messages (`on`: the request has
+    /// thinking on; the API wants the signed thinking of the last assistant turn back then, and
+    /// ignores that of earlier turns) or leaving them out.
+    pub fn replaying_reasoning(mut self, on: bool) -> TurnBuilder {
+        self.reasoning = on;
+        self
     }
 
     /// Converts `message`, found at 0-based `index` of the context (the top-level system prompt,
@@ -318,6 +338,16 @@ impl TurnBuilder {
         }
         self.answer_pending(made);
         if message.role.is("assistant") {
+            if self.reasoning {
+                for item in &message.reasoning {
+                    match sendable_reasoning(item) {
+                        Some(json) => {
+                            self.emit(Role::Assistant, Block::Reasoning(json), Origin::Message, made)
+                        }
+                        None => self.repairs.unsendable_reasoning += 1,
+                    }
+                }
+            }
             if let Some(text) = non_blank(message.content) {
                 self.emit(Role::Assistant, Block::Text(text), Origin::Message, made);
             }
@@ -419,6 +449,35 @@ fn is_summary(index: usize, message: &RawMessage<'_>) -> bool {
         && message
             .content
             .is_some_and(|c| parse_summary_range(&c.value()).is_some())
+}
+
+/// The JSON text to send for a reasoning item, or `None` when it must not be sent: an item of
+/// another provider or type than `anthropic` `thinking` / `redacted_thinking`, data that is not
+/// a JSON object of that `type`, a `thinking` block without a `thinking` text or with no (or an
+/// empty) `signature` (cut or never signed), a `redacted_thinking` block without its `data`.
+/// The API checks the signature against the text, so the text is sent exactly as stored.
+pub fn sendable_reasoning(item: &RawReasoning<'_>) -> Option<String> {
+    if !item.provider.is("anthropic") {
+        return None;
+    }
+    let kind = item.kind.value();
+    let json = item.data.value().into_owned();
+    let block: Value = serde_json::from_str(&json).ok()?;
+    if block.get("type").and_then(Value::as_str) != Some(kind.as_ref()) {
+        return None;
+    }
+    let non_empty = |field: &str| {
+        block
+            .get(field)
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+    };
+    let ok = match kind.as_ref() {
+        "thinking" => block.get("thinking").is_some_and(Value::is_string) && non_empty("signature"),
+        "redacted_thinking" => non_empty("data"),
+        _ => false,
+    };
+    ok.then_some(json)
 }
 
 /// `id` with every character outside `[A-Za-z0-9_-]` replaced by `_` (`call` for an empty id).

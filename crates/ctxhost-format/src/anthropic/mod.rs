@@ -7,8 +7,9 @@
 //!   answered by exactly one `tool_result` in the next user turn.
 //! - [`cache`]: where the prompt-cache breakpoints (`cache_control`) go.
 //! - [`request`]: the request body, streamed from a messages file in two passes.
-//! - [`response`]: a Messages API response → the OpenAI-shaped assistant message, usage with
-//!   the cache counts, `stop_reason` as an OpenAI `finish_reason`.
+//! - [`response`]: a Messages API response → the OpenAI-shaped assistant message (thinking
+//!   blocks as its reasoning items), usage with the cache counts, `stop_reason` as an OpenAI
+//!   `finish_reason`; [`stream`]: the same from a streamed reply's events, a line at a time.
 //!
 //! Shapes follow Anthropic's API reference (Messages, tool use, prompt caching), version
 //! `2023-06-01` ([`API_VERSION`], sent by the host's transport as `anthropic-version`).
@@ -17,14 +18,20 @@ pub mod blocks;
 pub mod cache;
 pub mod request;
 pub mod response;
+pub mod stream;
 
 #[cfg(test)]
 mod pairing_tests;
 
 pub use blocks::{Block, BlockSink, Origin, Repairs, Role, TurnBuilder};
 pub use cache::CachePlan;
-pub use request::{BodyError, RequestSettings, Written, anthropic_tool, write_request};
-pub use response::{AnthropicUsage, ParsedReply, finish_reason, parse_response};
+pub use request::{
+    BodyError, MIN_THINKING_BUDGET, RequestSettings, Thinking, Written, anthropic_tool, write_request,
+};
+pub use response::{
+    AnthropicUsage, PROVIDER, ParsedReply, finish_reason, parse_response, reasoning_items,
+};
+pub use stream::AnthropicStream;
 
 /// Where the request is posted, relative to the provider's base URL.
 pub const ENDPOINT_PATH: &str = "/v1/messages";

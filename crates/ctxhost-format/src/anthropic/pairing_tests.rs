@@ -118,6 +118,8 @@ fn build(text: &str) -> Option<(Value, super::Written)> {
         max_tokens: 100,
         temperature: None,
         tools: &[],
+        thinking: None,
+        stream: false,
     };
     let mut out = Vec::new();
     match write_request(
@@ -140,6 +142,8 @@ fn both_plans(text: &str) -> Option<(Vec<u8>, Vec<u8>)> {
         max_tokens: 100,
         temperature: None,
         tools: &[],
+        thinking: None,
+        stream: false,
     };
     let open = || Ok(std::io::Cursor::new(text.as_bytes()));
     let (mut tail, mut whole) = (Vec::new(), Vec::new());

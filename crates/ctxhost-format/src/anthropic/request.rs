@@ -1,7 +1,7 @@
 //! The Messages API request body, streamed from a JSONL file of chat messages:
 //!
 //! ```text
-//! {"model","max_tokens","temperature"?,
+//! {"model","max_tokens","stream"?,"thinking"?,"temperature"?,
 //!  "system"?:[{"type":"text","text","cache_control"}],
 //!  "tools"?:[{"name","description"?,"input_schema"}],
 //!  "messages":[{"role":"user"|"assistant","content":[block,...]},...]}
@@ -40,7 +40,26 @@ pub struct RequestSettings<'a> {
     /// Tool definitions, OpenAI's `{"type":"function","function":{...}}` or Anthropic's shape
     /// ([`anthropic_tool`]); `tools` is left out when none remains.
     pub tools: &'a [Value],
+    /// Extended thinking (`"thinking"`), if on: then `temperature` is left out (the API refuses
+    /// it with thinking) and the assistant messages' signed thinking blocks are sent back.
+    pub thinking: Option<Thinking>,
+    /// Ask for a streamed reply (`"stream":true`; left out otherwise, the API's default being
+    /// a whole body).
+    pub stream: bool,
 }
+
+/// Extended thinking as the request asks for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Thinking {
+    /// `{"type":"enabled","budget_tokens":n}`: at most `n` tokens of thinking
+    /// ([`MIN_THINKING_BUDGET`] or more, below `max_tokens`).
+    Budget(u32),
+    /// `{"type":"adaptive"}`: the model decides how much to think (newer models).
+    Adaptive,
+}
+
+/// The smallest `budget_tokens` the API accepts.
+pub const MIN_THINKING_BUDGET: u32 = 1024;
 
 /// What [`write_request`] wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,8 +139,21 @@ pub(crate) fn write_request_planned_whole<R: Read + Seek, W: Write>(
     write_body(open, file, out, settings, &plan)
 }
 
-/// Errors: [`BodyError::Setting`] for a temperature the API refuses.
+/// Errors: [`BodyError::Setting`] for a temperature or thinking budget the API refuses.
 fn check_settings(settings: &RequestSettings<'_>) -> Result<(), BodyError> {
+    if let Some(Thinking::Budget(n)) = settings.thinking {
+        if n < MIN_THINKING_BUDGET {
+            return Err(BodyError::Setting(format!(
+                "thinking budget {n} is below {MIN_THINKING_BUDGET} tokens, the least Anthropic accepts"
+            )));
+        }
+        if n >= settings.max_tokens {
+            return Err(BodyError::Setting(format!(
+                "thinking budget {n} must be below max_tokens ({}): thinking counts as output",
+                settings.max_tokens
+            )));
+        }
+    }
     match settings
         .temperature
         .filter(|t| !t.is_finite() || *t < 0.0 || *t > MAX_TEMPERATURE)
@@ -210,6 +242,7 @@ fn plan_run<R: Read>(
     stream(
         open().map_err(BodyError::Open)?,
         file,
+        false,
         &mut planner,
         |_, _| Ok(()),
     )?;
@@ -233,7 +266,20 @@ fn write_body<R: Read, W: Write>(
     out.write_all(b"{\"model\":").map_err(write)?;
     write_json(out, settings.model).map_err(write)?;
     write!(out, ",\"max_tokens\":{}", settings.max_tokens).map_err(write)?;
-    if let Some(t) = settings.temperature {
+    if settings.stream {
+        out.write_all(b",\"stream\":true").map_err(write)?;
+    }
+    match settings.thinking {
+        Some(Thinking::Budget(n)) => {
+            write!(out, ",\"thinking\":{{\"type\":\"enabled\",\"budget_tokens\":{n}}}")
+                .map_err(write)?
+        }
+        Some(Thinking::Adaptive) => out
+            .write_all(b",\"thinking\":{\"type\":\"adaptive\"}")
+            .map_err(write)?,
+        None => {}
+    }
+    if let Some(t) = settings.temperature.filter(|_| settings.thinking.is_none()) {
         out.write_all(b",\"temperature\":").map_err(write)?;
         write_json(out, &t).map_err(write)?;
     }
@@ -246,6 +292,7 @@ fn write_body<R: Read, W: Write>(
     let (messages, repairs) = stream(
         open().map_err(BodyError::Open)?,
         file,
+        settings.thinking.is_some(),
         &mut sink,
         |system, sink| sink.head(system, &tools),
     )?;
@@ -262,15 +309,18 @@ fn write_body<R: Read, W: Write>(
 
 /// Reads the messages of `reader` into `sink`: `head(system prompt, sink)` is called once,
 /// before the first block, with the first message's content when that message is a system
-/// message (`None` otherwise, or when the prompt is blank). Returns (messages read, repairs).
+/// message (`None` otherwise, or when the prompt is blank); `reasoning`: assistant messages'
+/// reasoning is sent ([`TurnBuilder::replaying_reasoning`]; the cache plan, which marks only
+/// user turns, is the same either way). Returns (messages read, repairs).
 fn stream<R: Read, S: BlockSink>(
     reader: R,
     file: &str,
+    reasoning: bool,
     sink: &mut S,
     mut head: impl FnMut(Option<&str>, &mut S) -> io::Result<()>,
 ) -> Result<(u64, Repairs), BodyError> {
     let mut lines = BlockLineReader::new(reader, file);
-    let mut builder = TurnBuilder::new();
+    let mut builder = TurnBuilder::new().replaying_reasoning(reasoning);
     let mut index = 0usize;
     let mut head_done = false;
     while let Some((line, key, bytes)) = lines.next_line_at()? {
@@ -402,6 +452,8 @@ impl<W: Write> BlockSink for TurnWriter<'_, W> {
 /// One block as JSON, with `cache_control` when `cache`.
 fn write_block(out: &mut impl Write, block: &Block<'_>, cache: bool) -> io::Result<()> {
     match block {
+        // As received; the planner marks only user turns, so no breakpoint lands here.
+        Block::Reasoning(json) => return out.write_all(json.as_bytes()),
         Block::Text(text) => {
             out.write_all(b"{\"type\":\"text\",\"text\":")?;
             text.write_json(out)?;
@@ -473,6 +525,8 @@ mod tests {
             max_tokens: 1000,
             temperature: None,
             tools,
+            thinking: None,
+            stream: false,
         }
     }
 
@@ -594,5 +648,89 @@ mod tests {
                 .starts_with("current.jsonl line 2: not valid:"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn signed_thinking_is_sent_back_as_received_before_tool_use_only_with_thinking_on() {
+        use crate::ReasoningItem;
+        let signed = r#"{"type":"thinking","thinking":"Read \"a\" first. 上下文","signature":"c2ln"}"#;
+        let redacted = r#"{"type":"redacted_thinking","data":"EmwK"}"#;
+        let item = |provider: &str, kind: &str, data: &str| ReasoningItem {
+            provider: provider.into(),
+            kind: kind.into(),
+            data: data.into(),
+        };
+        let call = ToolCall::new("call_1", "read", r#"{"path":"a"}"#);
+        let mut reply = ChatMessage::assistant_calls(vec![call.clone()]);
+        reply.content = Some("Reading.".into());
+        reply.reasoning = vec![
+            item("anthropic", "thinking", signed),
+            item("anthropic", "thinking", r#"{"type":"thinking","thinking":"cut","signature":""}"#),
+            item("anthropic", "thinking", r#"{"type":"thinking","thinking":"x"}"#),
+            item("anthropic", "thinking", "{not json"),
+            item("openai-chat", "reasoning_content", "\"elsewhere\""),
+            item("anthropic", "redacted_thinking", redacted),
+        ];
+        let text = lines(&[
+            ChatMessage::text("user", "go"),
+            reply,
+            ChatMessage::tool_result(&call, "A"),
+        ]);
+        let mut s = settings(&[]);
+        s.max_tokens = 2000;
+        s.thinking = Some(Thinking::Budget(1024));
+        s.temperature = Some(0.5);
+        s.stream = true;
+        let mut out = Vec::new();
+        let w = write_request(
+            || Ok(io::Cursor::new(text.as_bytes())),
+            "current.jsonl",
+            &mut out,
+            &s,
+        )
+        .unwrap();
+        let raw = String::from_utf8(out).unwrap();
+        // The stored bytes, as they are, first in the assistant turn.
+        let turn = format!(
+            r#"{{"role":"assistant","content":[{signed},{redacted},{{"type":"text","text":"Reading."}},{{"type":"tool_use""#
+        );
+        assert!(raw.contains(&turn), "{raw}");
+        assert_eq!(w.repairs.unsendable_reasoning, 4);
+        let b: Value = serde_json::from_str(&raw).unwrap();
+        assert_eq!(b["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+        assert_eq!(b["stream"], json!(true));
+        assert!(b.get("temperature").is_none(), "no temperature with thinking");
+        // Adaptive thinking.
+        s.thinking = Some(Thinking::Adaptive);
+        let (b, _) = body(&text, &s);
+        assert_eq!(b["thinking"], json!({"type": "adaptive"}));
+        // Thinking off: no reasoning sent, nothing counted as left out.
+        let (b, w) = body(&text, &settings(&[]));
+        assert_eq!(b["messages"][1]["content"][0]["type"], "text");
+        assert!(b.get("thinking").is_none() && b.get("stream").is_none());
+        assert_eq!(w.repairs.unsendable_reasoning, 0);
+    }
+
+    #[test]
+    fn a_thinking_budget_the_api_refuses_is_an_error() {
+        let text = lines(&[ChatMessage::text("user", "hi")]);
+        let mut s = settings(&[]);
+        for (budget, said) in [
+            (1000, "thinking budget 1000 is below 1024 tokens, the least Anthropic accepts"),
+            (
+                1000 + 24,
+                "thinking budget 1024 must be below max_tokens (1000): thinking counts as output",
+            ),
+        ] {
+            s.thinking = Some(Thinking::Budget(budget));
+            let e = write_request(
+                || Ok(io::Cursor::new(text.as_bytes())),
+                "c",
+                &mut Vec::new(),
+                &s,
+            )
+            .unwrap_err();
+            assert_eq!(e.to_string(), said);
+        }
     }
 }

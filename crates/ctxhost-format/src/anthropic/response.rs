@@ -8,16 +8,18 @@
 //! - `tool_use` blocks `{"id","name","input"}` become OpenAI tool calls with `input` as the
 //!   arguments' JSON text (ids kept; missing or repeated ones made unique, see
 //!   [`crate::reply::unique_call_ids`]);
-//! - other blocks (`thinking`, `redacted_thinking`, server tool blocks) are left out: ctxhost asks
-//!   for none of them.
+//! - `thinking` / `redacted_thinking` blocks become the message's reasoning items (provider
+//!   `anthropic`, data the block's JSON text exactly as in the body: [`reasoning_items`], read
+//!   from the body's bytes by the caller), kept in their order; server tool blocks are left out.
 //!
 //! Error bodies (`{"type":"error","error":{"type","message"}}`) are recognised by
 //! [`crate::body::provider_error`] before this parser runs.
 
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
-use crate::ChatMessage;
+use crate::{ChatMessage, ReasoningItem};
 use crate::reply::{
     ProviderFunction, ProviderToolCall, TokenCount, assistant_message, invalid_counts,
 };
@@ -57,6 +59,9 @@ pub struct ParsedReply {
     /// What was wrong with the `usage` (counts that are not token counts, counted as 0; a
     /// `usage` that is not an object, ignored), for the log: the reply is used all the same.
     pub usage_warning: Option<String>,
+    /// Thinking blocks of a streamed reply left out of the message's reasoning: cut (no
+    /// `content_block_stop`) or unsigned, so they could never be sent back.
+    pub dropped_reasoning: u64,
 }
 
 #[derive(Deserialize)]
@@ -113,31 +118,7 @@ pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
     }
     let role = body.get("role").and_then(Value::as_str).map(str::to_string);
     let (usage, usage_warning) = match body.get("usage").filter(|u| !u.is_null()) {
-        Some(u) => match serde_json::from_value::<UsageIn>(u.clone()) {
-            Ok(u) => (
-                Some(AnthropicUsage {
-                    input_tokens: u.input_tokens.value().unwrap_or(0),
-                    output_tokens: u.output_tokens.value().unwrap_or(0),
-                    cache_creation_input_tokens: u.cache_creation_input_tokens.value().unwrap_or(0),
-                    cache_read_input_tokens: u.cache_read_input_tokens.value().unwrap_or(0),
-                }),
-                invalid_counts(&[
-                    ("usage.input_tokens", &u.input_tokens),
-                    ("usage.output_tokens", &u.output_tokens),
-                    (
-                        "usage.cache_creation_input_tokens",
-                        &u.cache_creation_input_tokens,
-                    ),
-                    ("usage.cache_read_input_tokens", &u.cache_read_input_tokens),
-                ]),
-            ),
-            Err(e) => (
-                None,
-                Some(format!(
-                    "usage ignored: not a usage object ({e}); the reply is used"
-                )),
-            ),
-        },
+        Some(u) => read_usage(u),
         None => (None, None),
     };
     Ok(ParsedReply {
@@ -148,7 +129,73 @@ pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
             .and_then(Value::as_str)
             .map(finish_reason),
         usage_warning,
+        dropped_reasoning: 0,
     })
+}
+
+/// A Messages API `usage` object read leniently: counts that are not token counts count as 0
+/// and a `usage` that is not an object is ignored, each with the warning to log.
+pub(crate) fn read_usage(u: &Value) -> (Option<AnthropicUsage>, Option<String>) {
+    match serde_json::from_value::<UsageIn>(u.clone()) {
+        Ok(u) => (
+            Some(AnthropicUsage {
+                input_tokens: u.input_tokens.value().unwrap_or(0),
+                output_tokens: u.output_tokens.value().unwrap_or(0),
+                cache_creation_input_tokens: u.cache_creation_input_tokens.value().unwrap_or(0),
+                cache_read_input_tokens: u.cache_read_input_tokens.value().unwrap_or(0),
+            }),
+            invalid_counts(&[
+                ("usage.input_tokens", &u.input_tokens),
+                ("usage.output_tokens", &u.output_tokens),
+                (
+                    "usage.cache_creation_input_tokens",
+                    &u.cache_creation_input_tokens,
+                ),
+                ("usage.cache_read_input_tokens", &u.cache_read_input_tokens),
+            ]),
+        ),
+        Err(e) => (
+            None,
+            Some(format!(
+                "usage ignored: not a usage object ({e}); the reply is used"
+            )),
+        ),
+    }
+}
+
+/// Where a reasoning item of the Messages API comes from (its `provider`).
+pub const PROVIDER: &str = "anthropic";
+
+/// The `thinking` and `redacted_thinking` blocks of the response body `body` (its bytes), in
+/// order, as reasoning items whose data is each block's JSON text exactly as in the body, so
+/// the signature and text are sent back unchanged. A body that is not a Messages API response
+/// gives none (the parse of its value reports that).
+pub fn reasoning_items(body: &[u8]) -> Vec<ReasoningItem> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow, default)]
+        content: Vec<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct Kind {
+        #[serde(rename = "type", default)]
+        kind: Option<String>,
+    }
+    let Ok(parsed) = serde_json::from_slice::<Body<'_>>(body) else {
+        return Vec::new();
+    };
+    parsed
+        .content
+        .into_iter()
+        .filter_map(|raw| {
+            let kind = serde_json::from_str::<Kind>(raw.get()).ok()?.kind?;
+            matches!(kind.as_str(), "thinking" | "redacted_thinking").then(|| ReasoningItem {
+                provider: PROVIDER.to_string(),
+                kind,
+                data: raw.get().to_string(),
+            })
+        })
+        .collect()
 }
 
 /// OpenAI's `finish_reason` for a `stop_reason`: `end_turn` and `stop_sequence` → `stop`,
@@ -268,5 +315,37 @@ mod tests {
         ] {
             assert_eq!(finish_reason(s), f);
         }
+    }
+
+    #[test]
+    fn thinking_blocks_are_reasoning_items_with_the_bodys_bytes() {
+        let body = br#"{"type":"message","role":"assistant","content":[
+            {"type":"thinking", "thinking":"a \u00e9 b","signature":"s1"},
+            {"type":"text","text":"x"},
+            {"signature":"s2","type":"thinking","thinking":""},
+            {"type":"redacted_thinking","data":"EmwK"},
+            {"type":"tool_use","id":"t","name":"ls","input":{}}]}"#;
+        let items = reasoning_items(body);
+        let got: Vec<_> = items
+            .iter()
+            .map(|i| (i.provider.as_str(), i.kind.as_str(), i.data.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "anthropic",
+                    "thinking",
+                    r#"{"type":"thinking", "thinking":"a \u00e9 b","signature":"s1"}"#
+                ),
+                (
+                    "anthropic",
+                    "thinking",
+                    r#"{"signature":"s2","type":"thinking","thinking":""}"#
+                ),
+                ("anthropic", "redacted_thinking", r#"{"type":"redacted_thinking","data":"EmwK"}"#),
+            ]
+        );
+        assert!(reasoning_items(b"[1]").is_empty());
     }
 }

@@ -78,8 +78,20 @@ pub struct RawToolCall<'a> {
     pub arguments: RawStr<'a>,
 }
 
+/// One of an assistant message's `reasoning` items (`{"provider","type","data"}`,
+/// [`crate::ReasoningItem`]), each value raw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawReasoning<'a> {
+    /// Whose format `data` is (`anthropic`, ...).
+    pub provider: RawStr<'a>,
+    /// The item's type as the provider names it (`thinking`, ...).
+    pub kind: RawStr<'a>,
+    /// The provider's JSON text of the item, as a JSON string.
+    pub data: RawStr<'a>,
+}
+
 /// A chat message line (`{"role","content"?,"tool_calls"?,"tool_call_id"?,"tool_name"?,
-/// "is_error"?}`,
+/// "is_error"?,"reasoning"?}`,
 /// [`ChatMessage`]'s fields) with every value raw. Absent and `null` fields are `None`, an
 /// absent, `null` or empty `tool_calls` is an empty list, like [`ChatMessage::calls`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +108,8 @@ pub struct RawMessage<'a> {
     pub tool_name: Option<RawStr<'a>>,
     /// For a `tool` message: the tool failed (`"is_error": true`; absent is `false`).
     pub is_error: bool,
+    /// For an assistant message: its reasoning items (empty when absent).
+    pub reasoning: Vec<RawReasoning<'a>>,
 }
 
 /// Checks `line` (one line of a JSONL file of chat messages, without its terminator) and
@@ -138,6 +152,17 @@ fn checked(line: &str) -> Option<RawMessage<'_>> {
             .collect::<Option<Vec<_>>>()?,
         None => Vec::new(),
     };
+    let reasoning = fields
+        .reasoning
+        .into_iter()
+        .map(|r| {
+            Some(RawReasoning {
+                provider: string(r.provider)?,
+                kind: string(r.kind)?,
+                data: string(r.data)?,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
     Some(RawMessage {
         role: string(fields.role)?,
         content: optional_string(fields.content)?,
@@ -145,6 +170,7 @@ fn checked(line: &str) -> Option<RawMessage<'_>> {
         tool_call_id: optional_string(fields.tool_call_id)?,
         tool_name: optional_string(fields.tool_name)?,
         is_error: fields.is_error,
+        reasoning,
     })
 }
 
@@ -164,9 +190,20 @@ struct LineFields<'a> {
     tool_name: Option<&'a RawValue>,
     #[serde(default)]
     is_error: bool,
-    /// Checked as [`ChatMessage`] checks it (not used by the shapes yet).
-    #[serde(default, rename = "reasoning")]
-    _reasoning: Vec<crate::ReasoningItem>,
+    /// Checked as [`ChatMessage`] checks it (a list; absent is empty, `null` is refused).
+    #[serde(borrow, default)]
+    reasoning: Vec<ReasoningFields<'a>>,
+}
+
+/// [`crate::ReasoningItem`]'s fields, raw (all three required strings).
+#[derive(Deserialize)]
+struct ReasoningFields<'a> {
+    #[serde(borrow)]
+    provider: &'a RawValue,
+    #[serde(borrow, rename = "type")]
+    kind: &'a RawValue,
+    #[serde(borrow)]
+    data: &'a RawValue,
 }
 
 #[derive(Deserialize)]

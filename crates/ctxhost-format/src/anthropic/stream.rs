@@ -1,0 +1,533 @@
+//! Folding a streamed Messages API reply (server-sent events, as the host keeps them in
+//! `reply.stream`) into the reply, a line at a time: no whole-file read.
+//!
+//! The stream (Anthropic's "Streaming Messages"): lines `event: <name>` and `data: <json>`, an
+//! event ending at a blank line; the JSON's `type` names the event, so the `event:` lines are
+//! not needed:
+//! - `message_start` `{"message":{"role","usage":{...}}}`: the role and the first usage
+//!   (input and cache counts);
+//! - `content_block_start` `{"index","content_block":{...}}`: a block begins: `text`,
+//!   `tool_use` `{"id","name","input":{}}`, `thinking` `{"thinking":"","signature":""}`,
+//!   `redacted_thinking` `{"data"}` (whole);
+//! - `content_block_delta` `{"index","delta":{...}}`: `text_delta` `{"text"}`,
+//!   `input_json_delta` `{"partial_json"}`, `thinking_delta` `{"thinking"}`,
+//!   `signature_delta` `{"signature"}` (others, e.g. `citations_delta`, carry nothing kept);
+//! - `content_block_stop` `{"index"}`: the block is complete;
+//! - `message_delta` `{"delta":{"stop_reason"},"usage":{...}}`: the stop reason and the usage
+//!   so far (its counts replace those of `message_start`, the others stay);
+//! - `message_stop`: the end; `ping`: nothing; `error` `{"error":{"type","message"}}`: the
+//!   provider's error (e.g. `overloaded_error` in the middle of a stream).
+//!
+//! Unknown event types are skipped (the API says new ones may come). A stream without
+//! `message_stop` was cut off ([`AnthropicStream::finish`] refuses it). A thinking block is
+//! kept as a reasoning item only when it was closed and signed (`signature_delta`); its data is
+//! `{"type":"thinking","thinking":<text>,"signature":<signature>}`, the block as the whole
+//! (unstreamed) reply has it; a `redacted_thinking` block is kept as
+//! `{"type":"redacted_thinking","data":<data>}`.
+
+use serde_json::{Map, Value};
+
+use super::response::{PROVIDER, ParsedReply, finish_reason, read_usage};
+use crate::ReasoningItem;
+use crate::body::provider_error;
+use crate::reply::{ProviderFunction, ProviderToolCall, assistant_message};
+
+/// A content block being assembled from its events.
+#[derive(Debug)]
+struct Partial {
+    index: u64,
+    kind: PartialKind,
+    closed: bool,
+}
+
+#[derive(Debug)]
+enum PartialKind {
+    Text(String),
+    ToolUse {
+        id: Option<String>,
+        name: String,
+        /// The `input` of `content_block_start` (normally `{}`), used when no
+        /// `input_json_delta` came.
+        start_input: Option<Value>,
+        json: String,
+    },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    /// A `redacted_thinking` block's `data`.
+    Redacted(String),
+    /// A block ctxhost keeps nothing of (server tools, ...).
+    Other,
+}
+
+/// The fold of a Messages API stream (module doc); feed it with [`AnthropicStream::line`],
+/// then take the reply with [`AnthropicStream::finish`].
+#[derive(Debug, Default)]
+pub struct AnthropicStream {
+    role: Option<String>,
+    blocks: Vec<Partial>,
+    usage: Map<String, Value>,
+    usage_seen: bool,
+    usage_bad: Option<String>,
+    stop_reason: Option<String>,
+    stopped: bool,
+    lines: u64,
+}
+
+impl AnthropicStream {
+    /// A fold that has seen nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Folds one line of the stream (without its line end; a trailing `\r` is ignored).
+    /// Errors, each naming the line number: a `data:` payload that is not a JSON object, an
+    /// `error` event (the provider's message), a delta or stop for a block that was not
+    /// started, a delta of the wrong kind for its block, data after `message_stop`.
+    pub fn line(&mut self, line: &str) -> Result<(), String> {
+        self.lines += 1;
+        let n = self.lines;
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let Some(data) = line.strip_prefix("data:") else {
+            // Blank lines end events; `event:`, `id:`, `retry:` and `:` comments carry nothing
+            // the data does not.
+            return Ok(());
+        };
+        let data = data.trim();
+        if data.is_empty() {
+            return Ok(());
+        }
+        let event: Value = serde_json::from_str(data)
+            .map_err(|e| format!("line {n}: a data line that is not JSON ({e})"))?;
+        if !event.is_object() {
+            return Err(format!("line {n}: an event that is not a JSON object"));
+        }
+        let kind = event.get("type").and_then(Value::as_str).unwrap_or("");
+        if kind == "error" || provider_error(&event).is_some() {
+            let e = provider_error(&event).unwrap_or_else(|| event.to_string());
+            return Err(format!("line {n}: the provider sent an error: {e}"));
+        }
+        if self.stopped && kind != "ping" {
+            return Err(format!("line {n}: a `{kind}` event after `message_stop`"));
+        }
+        self.event(kind, &event).map_err(|e| format!("line {n}: {e}"))
+    }
+
+    fn event(&mut self, kind: &str, event: &Value) -> Result<(), String> {
+        match kind {
+            "message_start" => {
+                let message = event.get("message").unwrap_or(&Value::Null);
+                if let Some(r) = message.get("role").and_then(Value::as_str) {
+                    self.role = Some(r.to_string());
+                }
+                self.merge_usage(message.get("usage"));
+            }
+            "content_block_start" => {
+                let index = index_of(event)?;
+                if self.blocks.iter().any(|b| b.index == index) {
+                    return Err(format!("block {index} started twice"));
+                }
+                let block = event.get("content_block").unwrap_or(&Value::Null);
+                let text = |field: &str| {
+                    block
+                        .get(field)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                };
+                let kind = match block.get("type").and_then(Value::as_str) {
+                    Some("text") => PartialKind::Text(text("text")),
+                    Some("tool_use") => PartialKind::ToolUse {
+                        id: block.get("id").and_then(Value::as_str).map(str::to_string),
+                        name: text("name"),
+                        start_input: block.get("input").cloned(),
+                        json: String::new(),
+                    },
+                    Some("thinking") => PartialKind::Thinking {
+                        thinking: text("thinking"),
+                        signature: text("signature"),
+                    },
+                    Some("redacted_thinking") => PartialKind::Redacted(text("data")),
+                    _ => PartialKind::Other,
+                };
+                self.blocks.push(Partial {
+                    index,
+                    kind,
+                    closed: false,
+                });
+            }
+            "content_block_delta" => {
+                let index = index_of(event)?;
+                let delta = event.get("delta").unwrap_or(&Value::Null);
+                let delta_kind = delta.get("type").and_then(Value::as_str).unwrap_or("");
+                let piece = |field: &str| delta.get(field).and_then(Value::as_str);
+                let block = self.open_block(index)?;
+                match (&mut block.kind, delta_kind) {
+                    (PartialKind::Text(t), "text_delta") => t.push_str(piece("text").unwrap_or("")),
+                    (PartialKind::ToolUse { json, .. }, "input_json_delta") => {
+                        json.push_str(piece("partial_json").unwrap_or(""))
+                    }
+                    (PartialKind::Thinking { thinking, .. }, "thinking_delta") => {
+                        thinking.push_str(piece("thinking").unwrap_or(""))
+                    }
+                    (PartialKind::Thinking { signature, .. }, "signature_delta") => {
+                        signature.push_str(piece("signature").unwrap_or(""))
+                    }
+                    (_, "text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta") => {
+                        return Err(format!(
+                            "a `{delta_kind}` for block {index}, which is not of that kind"
+                        ));
+                    }
+                    // citations_delta and kinds to come: nothing ctxhost keeps.
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                let index = index_of(event)?;
+                self.open_block(index)?.closed = true;
+            }
+            "message_delta" => {
+                if let Some(r) = event
+                    .get("delta")
+                    .and_then(|d| d.get("stop_reason"))
+                    .and_then(Value::as_str)
+                {
+                    self.stop_reason = Some(r.to_string());
+                }
+                self.merge_usage(event.get("usage"));
+            }
+            "message_stop" => self.stopped = true,
+            // ping, and event types to come.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The started, not yet stopped block `index`.
+    fn open_block(&mut self, index: u64) -> Result<&mut Partial, String> {
+        match self.blocks.iter_mut().find(|b| b.index == index) {
+            Some(b) if b.closed => Err(format!("an event for block {index} after its stop")),
+            Some(b) => Ok(b),
+            None => Err(format!("an event for block {index}, which was not started")),
+        }
+    }
+
+    /// Lays the counts of `usage` over those seen so far (each event's counts are totals).
+    fn merge_usage(&mut self, usage: Option<&Value>) {
+        match usage {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(map)) => {
+                self.usage_seen = true;
+                for (k, v) in map {
+                    if !v.is_null() {
+                        self.usage.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            Some(other) => {
+                self.usage_bad = Some(format!(
+                    "usage ignored: not a usage object ({other}); the reply is used"
+                ))
+            }
+        }
+    }
+
+    /// Whether `message_stop` came.
+    pub fn complete(&self) -> bool {
+        self.stopped
+    }
+
+    /// The folded reply: text blocks joined, `tool_use` blocks as tool calls (`input` from the
+    /// joined `input_json_delta`s), closed and signed thinking blocks and redacted ones as
+    /// reasoning items, in block order. Errors: a stream cut off before `message_stop` (an
+    /// empty file is one), a tool call without a name or whose input is not JSON.
+    pub fn finish(mut self) -> Result<ParsedReply, String> {
+        if !self.stopped {
+            return Err(format!(
+                "the stream ended after {} lines without `message_stop`: cut off",
+                self.lines
+            ));
+        }
+        self.blocks.sort_by_key(|b| b.index);
+        let mut text: Option<String> = None;
+        let mut calls = Vec::new();
+        let mut reasoning = Vec::new();
+        let mut dropped = 0u64;
+        for b in self.blocks {
+            match b.kind {
+                PartialKind::Text(t) => text.get_or_insert_with(String::new).push_str(&t),
+                PartialKind::ToolUse {
+                    id,
+                    name,
+                    start_input,
+                    json,
+                } => {
+                    if name.is_empty() {
+                        return Err(format!("tool_use block {} has no name", b.index));
+                    }
+                    let input = if json.trim().is_empty() {
+                        start_input
+                    } else {
+                        Some(serde_json::from_str::<Value>(&json).map_err(|e| {
+                            format!("tool_use block {}: its input is not JSON ({e})", b.index)
+                        })?)
+                    };
+                    calls.push(ProviderToolCall {
+                        id,
+                        function: ProviderFunction {
+                            name,
+                            arguments: input,
+                        },
+                    });
+                }
+                PartialKind::Thinking {
+                    thinking,
+                    signature,
+                } => {
+                    if !b.closed || signature.is_empty() {
+                        dropped += 1;
+                        continue;
+                    }
+                    reasoning.push(ReasoningItem {
+                        provider: PROVIDER.to_string(),
+                        kind: "thinking".to_string(),
+                        data: format!(
+                            "{{\"type\":\"thinking\",\"thinking\":{},\"signature\":{}}}",
+                            Value::from(thinking),
+                            Value::from(signature)
+                        ),
+                    });
+                }
+                PartialKind::Redacted(data) => {
+                    if !b.closed || data.is_empty() {
+                        dropped += 1;
+                        continue;
+                    }
+                    reasoning.push(ReasoningItem {
+                        provider: PROVIDER.to_string(),
+                        kind: "redacted_thinking".to_string(),
+                        data: format!(
+                            "{{\"type\":\"redacted_thinking\",\"data\":{}}}",
+                            Value::from(data)
+                        ),
+                    });
+                }
+                PartialKind::Other => {}
+            }
+        }
+        let (usage, usage_warning) = if self.usage_seen {
+            read_usage(&Value::Object(self.usage))
+        } else {
+            (None, self.usage_bad)
+        };
+        let mut message = assistant_message(self.role, text, calls);
+        message.reasoning = reasoning;
+        Ok(ParsedReply {
+            message,
+            usage,
+            finish_reason: self.stop_reason.as_deref().map(finish_reason),
+            usage_warning,
+            dropped_reasoning: dropped,
+        })
+    }
+}
+
+/// The event's `index` (a whole number ≥ 0).
+fn index_of(event: &Value) -> Result<u64, String> {
+    event
+        .get("index")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| "an event without a block `index`".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ToolCall;
+    use crate::anthropic::AnthropicUsage;
+
+    fn fold(lines: &[&str]) -> Result<ParsedReply, String> {
+        let mut s = AnthropicStream::new();
+        for l in lines {
+            s.line(l)?;
+        }
+        s.finish()
+    }
+
+    /// The events of a reply with thinking, text and a tool call, as the API streams them.
+    const THINKING_TOOL: &[&str] = &[
+        "event: message_start",
+        r#"data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":100,"cache_read_input_tokens":2000,"output_tokens":1}}}"#,
+        "",
+        "event: content_block_start",
+        r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+        "",
+        "event: ping",
+        r#"data: {"type": "ping"}"#,
+        "",
+        r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me \"read\" "}}"#,
+        r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"the file. 上下文"}}"#,
+        r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM1gbcDa9GJwZA"}}"#,
+        r#"data: {"type":"content_block_stop","index":0}"#,
+        r#"data: {"type":"content_block_start","index":1,"content_block":{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3p"}}"#,
+        r#"data: {"type":"content_block_stop","index":1}"#,
+        r#"data: {"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}}"#,
+        r#"data: {"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"Reading "}}"#,
+        r#"data: {"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"it."}}"#,
+        r#"data: {"type":"content_block_stop","index":2}"#,
+        r#"data: {"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_01","name":"read","input":{}}}"#,
+        r#"data: {"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":""}}"#,
+        r#"data: {"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{\"path\": \"a"}}"#,
+        r#"data: {"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":".txt\"}"}}"#,
+        r#"data: {"type":"content_block_stop","index":3}"#,
+        "",
+        "event: message_delta",
+        r#"data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":89}}"#,
+        "",
+        "event: message_stop\r",
+        "data: {\"type\":\"message_stop\"}\r",
+        "",
+    ];
+
+    #[test]
+    fn thinking_text_and_a_tool_call_fold_into_the_reply() {
+        let r = fold(THINKING_TOOL).unwrap();
+        assert_eq!(r.message.role, "assistant");
+        assert_eq!(r.message.content.as_deref(), Some("Reading it."));
+        assert_eq!(
+            r.message.calls(),
+            [ToolCall::new("toolu_01", "read", r#"{"path":"a.txt"}"#)]
+        );
+        let items: Vec<_> = r
+            .message
+            .reasoning
+            .iter()
+            .map(|i| (i.provider.as_str(), i.kind.as_str(), i.data.as_str()))
+            .collect();
+        assert_eq!(
+            items,
+            [
+                (
+                    "anthropic",
+                    "thinking",
+                    r#"{"type":"thinking","thinking":"Let me \"read\" the file. 上下文","signature":"EqQBCgIYAhIM1gbcDa9GJwZA"}"#
+                ),
+                (
+                    "anthropic",
+                    "redacted_thinking",
+                    r#"{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3p"}"#
+                ),
+            ]
+        );
+        assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(
+            r.usage,
+            Some(AnthropicUsage {
+                input_tokens: 25,
+                output_tokens: 89,
+                cache_creation_input_tokens: 100,
+                cache_read_input_tokens: 2000,
+            })
+        );
+        assert_eq!((r.usage_warning, r.dropped_reasoning), (None, 0));
+    }
+
+    #[test]
+    fn a_stream_cut_before_message_stop_is_refused() {
+        let cut = &THINKING_TOOL[..THINKING_TOOL.len() - 3];
+        let e = fold(cut).unwrap_err();
+        assert!(e.contains("without `message_stop`: cut off"), "{e}");
+        assert!(fold(&[]).unwrap_err().contains("after 0 lines"));
+    }
+
+    #[test]
+    fn a_torn_or_bad_line_names_its_number() {
+        let e = fold(&[
+            "event: message_start",
+            r#"data: {"type":"message_start","message":{"role":"assistant"}}"#,
+            r#"data: {"type":"content_block_start","index":0,"content_bl"#,
+        ])
+        .unwrap_err();
+        assert!(e.starts_with("line 3: a data line that is not JSON"), "{e}");
+        let e = fold(&[
+            r#"data: {"type":"message_start","message":{"role":"assistant"}}"#,
+            r#"data: {"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":"x"}}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(e, "line 2: an event for block 4, which was not started");
+        let e = fold(&[
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"x"}}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "line 2: a `thinking_delta` for block 0, which is not of that kind"
+        );
+        let e = fold(&[r#"data: {"type":"message_stop"}"#, r#"data: {"type":"message_start","message":{}}"#])
+            .unwrap_err();
+        assert_eq!(e, "line 2: a `message_start` event after `message_stop`");
+        let e = fold(&["data: [1]"]).unwrap_err();
+        assert_eq!(e, "line 1: an event that is not a JSON object");
+    }
+
+    #[test]
+    fn an_error_event_is_the_providers_error() {
+        let e = fold(&[
+            r#"data: {"type":"message_start","message":{"role":"assistant"}}"#,
+            "event: error",
+            r#"data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "line 3: the provider sent an error: Overloaded (type: overloaded_error)"
+        );
+    }
+
+    #[test]
+    fn unsigned_or_cut_thinking_is_never_kept() {
+        let r = fold(&[
+            r#"data: {"type":"message_start","message":{"role":"assistant","usage":{"input_tokens":3,"output_tokens":0}}}"#,
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"no signature"}}"#,
+            r#"data: {"type":"content_block_stop","index":0}"#,
+            r#"data: {"type":"content_block_start","index":1,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+            r#"data: {"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"cut"}}"#,
+            r#"data: {"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"sig"}}"#,
+            r#"data: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":"x"}}"#,
+            r#"data: {"type":"message_stop"}"#,
+        ])
+        .unwrap();
+        assert!(r.message.reasoning.is_empty());
+        assert_eq!(r.dropped_reasoning, 2);
+        assert_eq!(r.message.content, None);
+        assert_eq!(r.finish_reason.as_deref(), Some("length"));
+        assert_eq!(
+            r.usage.map(|u| (u.input_tokens, u.output_tokens)),
+            Some((3, 0))
+        );
+        assert!(r.usage_warning.unwrap().contains("usage.output_tokens"));
+    }
+
+    #[test]
+    fn a_tool_input_that_is_not_json_is_an_error() {
+        let e = fold(&[
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"ls","input":{}}}"#,
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#,
+            r#"data: {"type":"content_block_stop","index":0}"#,
+            r#"data: {"type":"message_stop"}"#,
+        ])
+        .unwrap_err();
+        assert!(e.starts_with("tool_use block 0: its input is not JSON"), "{e}");
+        // No delta: the start's input.
+        let r = fold(&[
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"ls","input":{}}}"#,
+            r#"data: {"type":"content_block_stop","index":0}"#,
+            r#"data: {"type":"message_stop"}"#,
+        ])
+        .unwrap();
+        assert_eq!(r.message.calls(), [ToolCall::new("t", "ls", "{}")]);
+    }
+}
