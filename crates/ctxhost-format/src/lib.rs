@@ -12,7 +12,8 @@
 //!   format's shape of a message in that array.
 //! - [`body`]: reading a provider's response body (size cap, readable parse errors);
 //!   [`reply`]: the assistant message of a reply (provider tool calls, unique ids).
-//! - [`sse`]: folding a streamed OpenAI chat-completions reply, a line at a time.
+//! - [`sse`]: folding a streamed OpenAI chat-completions reply, a line at a time; [`ndjson`]:
+//!   the same for Ollama's streamed `/api/chat` reply.
 //! - [`compress`]: the pure rules of context compression (cut point, summary and mask markers,
 //!   summary request chunking); [`time`]: RFC 3339 timestamps from a wall clock.
 //! - [`prompted`]: tool calls for models without native tool calling (prompt text, reply parser).
@@ -29,6 +30,7 @@ pub mod compress;
 pub mod files;
 pub mod jsonl;
 pub mod lines;
+pub mod ndjson;
 pub mod planning;
 pub mod prompted;
 pub mod raw;

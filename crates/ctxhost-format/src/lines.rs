@@ -43,7 +43,7 @@ pub struct ChatMessage {
 /// bytes, signatures and encrypted content included, never change).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ReasoningItem {
-    /// Whose format `data` is: `anthropic`, `openai-responses`, `openai-chat`.
+    /// Whose format `data` is: `anthropic`, `openai-responses`, `openai-chat`, `ollama`.
     pub provider: String,
     /// The item's type as the provider names it (`thinking`, `redacted_thinking`,
     /// `reasoning`, `reasoning_content`).

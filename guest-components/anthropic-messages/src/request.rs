@@ -5,7 +5,7 @@ use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 
 use ctxhost_plugin::format::anthropic::{
-    self, BodyError, DEFAULT_MAX_TOKENS, ENDPOINT_PATH, Repairs, RequestSettings,
+    self, BodyError, DEFAULT_MAX_TOKENS, ENDPOINT_PATH, Repairs, RequestSettings, Thinking,
 };
 use ctxhost_plugin::format::body;
 use ctxhost_plugin::format::stream::CountingWriter;
@@ -19,7 +19,7 @@ use ctxhost_plugin::types::PluginError;
 /// Writes the body for `config` (`max_tokens` is `max-output-tokens`, or
 /// [`DEFAULT_MAX_TOKENS`]). Errors: `invalid-input` for a messages line that is not a chat
 /// message (file:line), a file with no user or assistant message, a bad tools file, a
-/// temperature outside 0–1; `io`. On error the request file is removed.
+/// temperature outside 0–1, a thinking budget below 1024 or not below `max_tokens`; `io`. On error the request file is removed.
 pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError> {
     let tools = match &config.tools_file {
         Some(file) => {
@@ -27,11 +27,26 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
         }
         None => Vec::new(),
     };
+    let thinking = config.reasoning.as_ref().and_then(|r| {
+        if r.thinking_adaptive {
+            Some(Thinking::Adaptive)
+        } else {
+            r.thinking_budget_tokens.map(Thinking::Budget)
+        }
+    });
+    if thinking.is_some() && config.temperature.is_some() {
+        log(
+            Level::Warn,
+            "temperature left out of the request: Anthropic refuses it with thinking on",
+        );
+    }
     let settings = RequestSettings {
         model: &config.model,
         max_tokens: config.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
         temperature: config.temperature,
         tools: &tools,
+        thinking,
+        stream: config.stream_reply,
     };
     let (messages_file, request_file) = (&config.messages_file, &config.request_file);
     let out =
@@ -87,6 +102,10 @@ fn repairs_text(file: &str, r: &Repairs) -> String {
         (
             r.leading_user_turn,
             "user turn put before a first assistant turn",
+        ),
+        (
+            r.unsendable_reasoning,
+            "reasoning item(s) left out (not Anthropic's signed thinking)",
         ),
     ]
     .into_iter()

@@ -1,11 +1,12 @@
 //! `builtin:ollama-chat`: Ollama's native chat API (world `request-format-plugin`).
 //!
 //! - [`request`]: `write-request` streams the messages file into
-//!   `{"model","messages":[...],"stream":false,"options"?:{"num_predict","temperature"},"tools"?}`
-//!   for `POST /api/chat`.
+//!   `{"model","messages":[...],"stream":false,"think"?,"options"?:{"num_predict","temperature"},
+//!   "tools"?}` for `POST /api/chat` (`"stream":true` with `stream-reply`).
 //! - [`response`]: `read-response` parses `{"message":{...},"done":true,"done_reason",
 //!   "prompt_eval_count","eval_count"}` or `{"error":"..."}` into a reply with OpenAI-shaped
-//!   tool calls.
+//!   tool calls and the model's thinking as a reasoning item; with `streamed`, the
+//!   newline-delimited JSON of a streamed reply is folded a line at a time.
 
 mod request;
 mod response;
@@ -21,7 +22,9 @@ impl Guest for OllamaChat {
     }
 
     fn read_response(response_file: String, streamed: bool) -> Result<Reply, PluginError> {
-        ctxhost_plugin::request::whole_body_only(streamed)?;
+        if streamed {
+            return response::read_stream(&response_file);
+        }
         response::read_response(&response_file)
     }
 }

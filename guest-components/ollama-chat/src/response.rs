@@ -6,8 +6,15 @@
 //! `arguments` serialised to JSON text. `finish_reason` is `tool_calls` when the model called
 //! tools, else `done_reason`. Usage comes from `prompt_eval_count` / `eval_count` (either may
 //! be missing, e.g. when the prompt was cached); a count that is not a whole number ≥ 0 counts
-//! as 0 with a warning in the host log ([`TokenCount`]).
+//! as 0 with a warning in the host log ([`TokenCount`]). `message.thinking` (a model's thinking
+//! with `"think": true`) becomes a reasoning item (provider `ollama`, type `thinking`, data the
+//! text as a JSON string), kept in the history; it is not sent back (Ollama does not need it).
+//!
+//! A streamed reply (newline-delimited JSON) is folded a line at a time
+//! (`ctxhost_plugin::format::ndjson::OllamaStream`) into the same parts.
 
+use ctxhost_plugin::format::ReasoningItem;
+use ctxhost_plugin::format::ndjson::{OllamaReply, OllamaStream};
 use ctxhost_plugin::format::reply::{
     ProviderToolCall, TokenCount, assistant_message, invalid_counts,
 };
@@ -38,6 +45,8 @@ struct MessageIn {
     #[serde(default)]
     content: Option<String>,
     #[serde(default)]
+    thinking: Option<String>,
+    #[serde(default)]
     tool_calls: Option<Vec<ProviderToolCall>>,
 }
 
@@ -63,31 +72,57 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     let Some(message) = response.message else {
         return Err(bad_shape(file, "the response has no message", &value));
     };
-    let message = assistant_message(
-        message.role,
-        message.content,
-        message.tool_calls.unwrap_or_default(),
-    );
+    Ok(reply(
+        file,
+        OllamaReply {
+            role: message.role,
+            content: message.content,
+            thinking: message.thinking.filter(|t| !t.is_empty()),
+            tool_calls: message.tool_calls.unwrap_or_default(),
+            done_reason: response.done_reason,
+            prompt_eval_count: response.prompt_eval_count,
+            eval_count: response.eval_count,
+        },
+    ))
+}
+
+/// Folds the streamed reply in `file` (`read-response` with `streamed`). Errors
+/// (`invalid-input`, naming the file and line): a stream cut off before its `"done":true` line,
+/// a line that is not a chat piece, the server's error line; `io`.
+pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
+    let mut fold = OllamaStream::new();
+    common::fold_stream_lines(file, |line| fold.line(line))?;
+    let r = fold.finish().map_err(|e| common::stream_error(file, e))?;
+    Ok(reply(file, r))
+}
+
+/// The reply of a whole or folded response (module doc).
+fn reply(file: &str, r: OllamaReply) -> Reply {
+    let mut message = assistant_message(r.role, r.content, r.tool_calls);
+    if let Some(thinking) = r.thinking {
+        message.reasoning.push(ReasoningItem {
+            provider: "ollama".to_string(),
+            kind: "thinking".to_string(),
+            data: serde_json::Value::String(thinking).to_string(),
+        });
+    }
     let finish_reason = if message.calls().is_empty() {
-        response.done_reason
+        r.done_reason
     } else {
         Some("tool_calls".to_string())
     };
     if let Some(warning) = invalid_counts(&[
-        ("prompt_eval_count", &response.prompt_eval_count),
-        ("eval_count", &response.eval_count),
+        ("prompt_eval_count", &r.prompt_eval_count),
+        ("eval_count", &r.eval_count),
     ]) {
         ctxhost_plugin::logging::warn(&format!("{file}: {warning}"));
     }
-    let (prompt, completion) = (
-        response.prompt_eval_count.value(),
-        response.eval_count.value(),
-    );
+    let (prompt, completion) = (r.prompt_eval_count.value(), r.eval_count.value());
     let usage =
         (prompt.is_some() || completion.is_some()).then(|| common::usage(prompt, completion, None));
-    Ok(Reply {
+    Reply {
         message: common::to_wit(message),
         usage,
         finish_reason,
-    })
+    }
 }

@@ -65,8 +65,8 @@ use crate::invariants::pairing::invalid_arguments_text;
 use crate::invariants::queries::{self, Tail, last_message_in};
 use crate::llm::Interruption;
 use crate::runtime::{
-    Compressor, Decision, HookCall, Reply, RequestConfig, RequestFormat, RuntimeError, Strategy,
-    StrategyConfig, TaskState, ToolOutcome,
+    Compressor, Decision, HookCall, ReasoningConfig, Reply, RequestConfig, RequestFormat,
+    RuntimeError, Strategy, StrategyConfig, TaskState, ToolOutcome,
 };
 use crate::task::{CallRecord, Interrupt, TaskContext, UsageDelta};
 use crate::tools::CallOutcome;
@@ -705,7 +705,7 @@ impl Agent<'_> {
             max_output_tokens: llm.max_output_tokens,
             temperature: llm.temperature,
             stream: llm.stream,
-            reasoning: None,
+            reasoning: llm.thinking.map(reasoning_config),
         };
         exchange_checked(
             self.format,
@@ -1075,6 +1075,21 @@ fn normalise_reply(mut message: ChatMessage) -> ChatMessage {
         }
     }
     message
+}
+
+/// The request's reasoning settings for `llm.thinking`.
+fn reasoning_config(thinking: crate::config::Thinking) -> ReasoningConfig {
+    use crate::config::Thinking;
+    match thinking {
+        Thinking::Budget(n) => ReasoningConfig {
+            thinking_budget_tokens: Some(n),
+            ..ReasoningConfig::default()
+        },
+        Thinking::Adaptive => ReasoningConfig {
+            thinking_adaptive: true,
+            ..ReasoningConfig::default()
+        },
+    }
 }
 
 #[cfg(test)]

@@ -138,6 +138,9 @@ pub struct LlmConfig {
     pub max_output_tokens: Option<u32>,
     /// Sampling temperature in [0, 2] ([0, 1] for Anthropic) (`None`: provider default).
     pub temperature: Option<f32>,
+    /// The model's thinking ([`Thinking`]; `None`: off): Anthropic extended thinking (a budget
+    /// in tokens, or adaptive), Ollama's `think`. Anthropic refuses a temperature with it.
+    pub thinking: Option<Thinking>,
     /// Whole-request timeout, seconds (1 to [`MAX_LLM_SECS`]).
     pub timeout_secs: u64,
     /// Connect timeout, seconds (1 to [`MAX_LLM_SECS`]).
@@ -157,12 +160,65 @@ pub struct LlmConfig {
     /// back-off waits never start or go on after the request.
     pub interrupt_grace_secs: u64,
     /// Ask for streamed replies (the agent loop's calls, with a request format that reads
-    /// streams: `builtin:openai-chat`); the raw stream is kept in `reply.stream` as it
-    /// arrives. Off by default.
+    /// streams: `builtin:openai-chat`, `builtin:anthropic-messages`, `builtin:ollama-chat`); the
+    /// raw stream is kept in `reply.stream` as it arrives. Off by default.
     pub stream: bool,
     /// For a streamed reply: the longest wait between two reads of its body, seconds (1 to
     /// [`MAX_LLM_SECS`]), instead of `timeout_secs` for the whole call.
     pub idle_timeout_secs: u64,
+}
+
+/// `llm.thinking`: how much the model may think before it answers. In YAML a number of tokens
+/// (`thinking: 4096`) or `adaptive`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Thinking {
+    /// At most this many tokens of thinking (Anthropic `budget_tokens`: at least
+    /// [`MIN_THINKING_BUDGET`], below `max_output_tokens`; Ollama: `think: true`).
+    Budget(u32),
+    /// The model decides (Anthropic `{"type":"adaptive"}`, newer models; Ollama: `think: true`).
+    Adaptive,
+}
+
+/// The smallest thinking budget Anthropic accepts, tokens.
+pub const MIN_THINKING_BUDGET: u32 = 1024;
+
+impl Serialize for Thinking {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Thinking::Budget(n) => s.serialize_u32(*n),
+            Thinking::Adaptive => s.serialize_str("adaptive"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Thinking {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Thinking;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a thinking budget in tokens (e.g. 4096) or `adaptive`")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Thinking, E> {
+                u32::try_from(n)
+                    .map(Thinking::Budget)
+                    .map_err(|_| E::custom(format!("thinking budget {n} is too large")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Thinking, E> {
+                match u64::try_from(n) {
+                    Ok(n) => self.visit_u64(n),
+                    Err(_) => Err(E::invalid_value(serde::de::Unexpected::Signed(n), &self)),
+                }
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Thinking, E> {
+                match v {
+                    "adaptive" => Ok(Thinking::Adaptive),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 /// Upper bound of `llm.timeout_secs`, `connect_timeout_secs`, `max_backoff_secs` and
@@ -179,6 +235,7 @@ impl Default for LlmConfig {
             context_length: 8192,
             max_output_tokens: Some(1024),
             temperature: None,
+            thinking: None,
             timeout_secs: 300,
             connect_timeout_secs: 10,
             max_retries: 3,
@@ -244,6 +301,7 @@ impl LlmConfig {
                 ),
             );
         }
+        self.validate_thinking()?;
         for (key, v) in [
             ("llm.timeout_secs", self.timeout_secs),
             ("llm.connect_timeout_secs", self.connect_timeout_secs),
@@ -276,6 +334,54 @@ impl LlmConfig {
             return Invalid::err(
                 "llm.max_retries",
                 format!("must be at most 20, got {}", self.max_retries),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl LlmConfig {
+    /// `llm.thinking` against the provider's rules: Anthropic and Ollama only; for Anthropic a
+    /// budget of at least [`MIN_THINKING_BUDGET`] below `max_output_tokens` (4096 when unset:
+    /// thinking counts as output), and no `temperature`.
+    fn validate_thinking(&self) -> Result<(), Invalid> {
+        let Some(thinking) = self.thinking else {
+            return Ok(());
+        };
+        match self.provider {
+            Provider::Anthropic => {}
+            Provider::Ollama => return Ok(()),
+            other => {
+                return Invalid::err(
+                    "llm.thinking",
+                    format!(
+                        "is for provider anthropic (extended thinking) or ollama (think); \
+                         provider {other} has no such setting"
+                    ),
+                );
+            }
+        }
+        if let Thinking::Budget(n) = thinking {
+            let max = self.max_output_tokens.unwrap_or(4096);
+            if n < MIN_THINKING_BUDGET {
+                return Invalid::err(
+                    "llm.thinking",
+                    format!("must be at least {MIN_THINKING_BUDGET} tokens for anthropic, got {n}"),
+                );
+            }
+            if n >= max {
+                return Invalid::err(
+                    "llm.thinking",
+                    format!(
+                        "must be below llm.max_output_tokens ({max}): thinking counts as output, got {n}"
+                    ),
+                );
+            }
+        }
+        if self.temperature.is_some() {
+            return Invalid::err(
+                "llm.temperature",
+                "must not be set with llm.thinking: Anthropic refuses a temperature with extended thinking",
             );
         }
         Ok(())

@@ -6,7 +6,7 @@
 //!                   cleanup_days, summary_prompt, max_task_dir_mib, max_files_per_call,
 //!                   max_llm_calls_per_compression, max_compression_secs}
 //! llm:     {provider, base_url, model, api_key_env, context_length, max_output_tokens, temperature,
-//!           timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib,
+//!           thinking, timeout_secs, connect_timeout_secs, max_retries, max_backoff_secs, max_response_mib,
 //!           max_request_mib, interrupt_grace_secs, stream, idle_timeout_secs}
 //! plugins: {message_store, compressor, request_format, strategy}
 //! runtime: {memory_limit_mib, call_timeout_secs}
@@ -84,7 +84,7 @@ pub enum ConfigError {
 }
 
 pub use context_storage::{ContextStorage, DEFAULT_MAX_FILES_PER_CALL, DEFAULT_SUMMARY_PROMPT};
-pub use llm::{LlmConfig, Provider};
+pub use llm::{LlmConfig, MIN_THINKING_BUDGET, Provider, Thinking};
 pub use plugins::{DEFAULT_COMPRESSOR, DEFAULT_STRATEGY, NO_COMPRESSOR, PluginsConfig};
 pub use process::{AgentConfig, DEFAULT_SYSTEM_PROMPT, RuntimeConfig, WorkerConfig};
 pub use sources::{SourceConfig, SourceKind, SourcesConfig};
@@ -451,6 +451,38 @@ mod tests {
             e.contains("https://***@h.example") && !e.contains("pa55word"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn llm_thinking_is_a_budget_or_adaptive_within_the_providers_rules() {
+        let a = |rest: &str| format!("llm:\n  provider: anthropic\n  max_output_tokens: 4096\n{rest}");
+        let cfg = Config::from_yaml(&a("  thinking: 2048\n"), "c").unwrap();
+        assert_eq!(cfg.llm.thinking, Some(Thinking::Budget(2048)));
+        let cfg = Config::from_yaml(&a("  thinking: adaptive\n"), "c").unwrap();
+        assert_eq!(cfg.llm.thinking, Some(Thinking::Adaptive));
+        assert_eq!(Config::default().llm.thinking, None);
+        let e = err(&a("  thinking: lots\n"));
+        assert!(
+            e.contains("llm.thinking") && e.contains("a thinking budget in tokens (e.g. 4096) or `adaptive`"),
+            "{e}"
+        );
+        assert_eq!(
+            err(&a("  thinking: 512\n")),
+            "config.yaml: llm.thinking: must be at least 1024 tokens for anthropic, got 512"
+        );
+        assert_eq!(
+            err(&a("  thinking: 4096\n")),
+            "config.yaml: llm.thinking: must be below llm.max_output_tokens (4096): thinking counts as output, got 4096"
+        );
+        let more = "llm:\n  provider: anthropic\n  max_output_tokens: 8000\n  thinking: 4096\n";
+        assert!(Config::from_yaml(more, "c").is_ok());
+        assert_eq!(
+            err(&a("  thinking: 2048\n  temperature: 0.5\n")),
+            "config.yaml: llm.temperature: must not be set with llm.thinking: Anthropic refuses a temperature with extended thinking"
+        );
+        assert!(Config::from_yaml("llm:\n  provider: ollama\n  thinking: 10\n", "c").is_ok());
+        let e = err("llm:\n  provider: openai\n  thinking: 2048\n");
+        assert!(e.contains("llm.thinking: is for provider anthropic"), "{e}");
     }
 
     #[test]

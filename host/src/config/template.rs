@@ -72,6 +72,10 @@ llm:
   max_output_tokens: {max_out}
   # Sampling temperature, 0-2 (0-1 for anthropic) (null: provider default).
   temperature: null
+  # The model's thinking: a budget in tokens (anthropic: at least 1024, below
+  # max_output_tokens; no temperature with it) or adaptive (newer Claude models); for ollama
+  # either sends think: true. Signed thinking is kept in the history and sent back.
+  # thinking: 4096
   timeout_secs: {timeout}
   connect_timeout_secs: {connect}
   # Retries on 429 / 5xx / connection errors / timeouts, with backoff honouring Retry-After.
@@ -80,8 +84,8 @@ llm:
   # A pause or stop waits this long for a reply already in flight, then abandons the call
   # (it is sent again on resume); no retry or back-off starts after the request.
   interrupt_grace_secs: {grace}
-  # Ask for streamed replies (builtin:openai-chat so far; other formats get the usual
-  # request); the raw stream is kept in reply.stream as it arrives.
+  # Ask for streamed replies (openai-chat, anthropic-messages, ollama-chat; other formats get
+  # the usual request); the raw stream is kept in reply.stream as it arrives.
   stream: {stream}
   # For a streamed reply: the longest wait between two reads of it (instead of timeout_secs).
   idle_timeout_secs: {idle}

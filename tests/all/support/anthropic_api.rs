@@ -4,7 +4,10 @@
 //! - [`check_request`]: the API's rules on headers and body (`anthropic-version`, the key,
 //!   `max_tokens`, alternating turns starting with the user, no blank text, `tool_use` ids of the
 //!   accepted form and unique, every `tool_use` answered by exactly one `tool_result` at the start
-//!   of the next user turn, at most 4 `cache_control` blocks, temperature 0–1). A broken request
+//!   of the next user turn, at most 4 `cache_control` blocks, temperature 0–1; with `thinking`
+//!   on: a budget of 1024 or more below `max_tokens`, no temperature but 1, the last assistant
+//!   turn with `tool_use` starting with its thinking block, and every thinking block's signature
+//!   the one the fake gave its text ([`signature`])). A broken request
 //!   gets the API's 400 (or 401) error body instead of the scripted reply, and is counted in
 //!   [`Accounting::rejections`].
 //! - [`PromptCache`]: the prompt cache as the API documents it, to account the tokens of each
@@ -16,7 +19,9 @@
 //!   `cache_read_input_tokens` what was read. Tokens are `ctxhost_format::estimate_tokens` of
 //!   each block's JSON (without its `cache_control`). Entries never expire (the API's 5-minute
 //!   lifetime is far longer than a test).
-//! - [`message_body`], [`error_reply`]: response bodies of the API's shape.
+//! - [`message_body`], [`error_reply`]: response bodies of the API's shape; with thinking on,
+//!   a signed thinking block first ([`with_thinking`]); [`stream_events`]: the same reply as
+//!   server-sent events, for a request with `"stream": true`.
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
@@ -213,6 +218,39 @@ pub fn check_request(req: &RecordedRequest, expected_key: Option<&str>) -> Resul
     let Some(turns) = body["messages"].as_array().filter(|m| !m.is_empty()) else {
         return bad("messages: at least one message is required".into());
     };
+    let thinking = thinking_on(body);
+    if thinking {
+        if let Some(n) = body["thinking"]["budget_tokens"].as_u64() {
+            if n < 1024 {
+                return bad("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024".into());
+            }
+            if body["max_tokens"].as_u64().unwrap_or(0) <= n {
+                return bad("`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size".into());
+            }
+        }
+        if body.get("temperature").is_some_and(|t| t.as_f64() != Some(1.0)) {
+            return bad("`temperature` may only be set to 1 when thinking is enabled. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#feature-compatibility".into());
+        }
+        // The last assistant turn, when the conversation ends in its tool results, must start
+        // with its (signed) thinking.
+        if let Some(i) = turns.iter().rposition(|t| t["role"] == "assistant")
+            && turns[i]["content"]
+                .as_array()
+                .is_some_and(|b| b.iter().any(|b| b["type"] == "tool_use"))
+        {
+            let first = &turns[i]["content"][0]["type"];
+            if first != "thinking" && first != "redacted_thinking" {
+                return bad(format!(
+                    "messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{}`. \
+                     When `thinking` is enabled, a final `assistant` message must start with a thinking block \
+                     (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you \
+                     include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. \
+                     Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking",
+                    first.as_str().unwrap_or("")
+                ));
+            }
+        }
+    }
     if breakpoints > 4 {
         return bad(format!(
             "A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
@@ -246,6 +284,19 @@ pub fn check_request(req: &RecordedRequest, expected_key: Option<&str>) -> Resul
         let mut seen_text = false;
         for (j, b) in blocks.iter().enumerate() {
             match b["type"].as_str().unwrap_or("") {
+                "thinking" if role == "assistant" => {
+                    let text = b["thinking"].as_str().unwrap_or("");
+                    if b["signature"].as_str() != Some(signature(text).as_str()) {
+                        return bad(format!(
+                            "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+                        ));
+                    }
+                }
+                "redacted_thinking" if role == "assistant" => {
+                    if !b["data"].is_string() {
+                        return bad(format!("messages.{i}.content.{j}.data: Field required"));
+                    }
+                }
                 "text" => {
                     if b["text"].as_str().is_none_or(|t| t.trim().is_empty()) {
                         return bad(format!(
@@ -322,6 +373,103 @@ pub fn check_request(req: &RecordedRequest, expected_key: Option<&str>) -> Resul
     Ok(())
 }
 
+/// Whether the request turns extended thinking on (`{"type":"enabled"}` or `adaptive`).
+pub fn thinking_on(body: &Value) -> bool {
+    matches!(body["thinking"]["type"].as_str(), Some("enabled" | "adaptive"))
+}
+
+/// The fake's signature of a thinking text (the API's is a cryptographic one it checks against
+/// the text: a changed text or signature is refused).
+pub fn signature(thinking: &str) -> String {
+    let mut h = DefaultHasher::new();
+    ("fake-anthropic-signing-key", thinking).hash(&mut h);
+    format!("EqQBCkYIBxgCKkD{:016x}", h.finish())
+}
+
+/// The thinking block the fake puts first in its reply to request `index` when thinking is on
+/// (a text with quotes, a line break and non-ASCII, so a changed byte shows).
+pub fn thinking_block(index: usize) -> Value {
+    let text = format!("Request {index}: the \"next\" step follows from the last result →\nread on.");
+    json!({"type": "thinking", "thinking": text, "signature": signature(&text)})
+}
+
+/// `content` with the thinking block of request `req` first when its thinking is on; the second
+/// value is the thinking's tokens (they count as output).
+pub fn with_thinking(req: &RecordedRequest, mut content: Vec<Value>) -> (Vec<Value>, u64) {
+    if !thinking_on(&req.body) {
+        return (content, 0);
+    }
+    let block = thinking_block(req.index);
+    let tokens = ctxhost_format::estimate_tokens(block["thinking"].as_str().unwrap_or(""));
+    content.insert(0, block);
+    (content, tokens)
+}
+
+/// The server-sent events (each `event: <type>\ndata: <json>\n\n`) of a streamed reply with
+/// `content` blocks: `message_start` with the input usage, per block its start, its pieces
+/// (`text_delta` 5 characters at a time, `thinking_delta` in two then `signature_delta`,
+/// `input_json_delta` in two), its stop, a `ping` after the first block, `message_delta` with
+/// the stop reason and `output_tokens`, `message_stop`.
+pub fn stream_events(
+    index: usize,
+    model: &str,
+    content: &[Value],
+    stop_reason: &str,
+    usage: CacheUsage,
+    output_tokens: u64,
+) -> Vec<String> {
+    let event = |v: Value| format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap_or(""));
+    let halves = |s: &str| {
+        let mid = s.char_indices().nth(s.chars().count() / 2).map_or(0, |(b, _)| b);
+        [s[..mid].to_string(), s[mid..].to_string()]
+    };
+    let mut out = vec![event(json!({"type": "message_start", "message": {
+        "id": format!("msg_fake_{index}"), "type": "message", "role": "assistant", "model": model,
+        "content": [], "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": usage.input_tokens,
+            "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+            "cache_read_input_tokens": usage.cache_read_input_tokens, "output_tokens": 1}}}))];
+    for (i, b) in content.iter().enumerate() {
+        let delta = |d: Value| event(json!({"type": "content_block_delta", "index": i, "delta": d}));
+        match b["type"].as_str().unwrap_or("") {
+            "thinking" => {
+                out.push(event(json!({"type": "content_block_start", "index": i,
+                    "content_block": {"type": "thinking", "thinking": "", "signature": ""}})));
+                for part in halves(b["thinking"].as_str().unwrap_or("")) {
+                    out.push(delta(json!({"type": "thinking_delta", "thinking": part})));
+                }
+                out.push(delta(json!({"type": "signature_delta", "signature": b["signature"]})));
+            }
+            "text" => {
+                out.push(event(json!({"type": "content_block_start", "index": i,
+                    "content_block": {"type": "text", "text": ""}})));
+                let chars: Vec<char> = b["text"].as_str().unwrap_or("").chars().collect();
+                for piece in chars.chunks(5) {
+                    let text: String = piece.iter().collect();
+                    out.push(delta(json!({"type": "text_delta", "text": text})));
+                }
+            }
+            "tool_use" => {
+                out.push(event(json!({"type": "content_block_start", "index": i,
+                    "content_block": {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}})));
+                for part in halves(&b["input"].to_string()) {
+                    out.push(delta(json!({"type": "input_json_delta", "partial_json": part})));
+                }
+            }
+            _ => out.push(event(json!({"type": "content_block_start", "index": i, "content_block": b}))),
+        }
+        out.push(event(json!({"type": "content_block_stop", "index": i})));
+        if i == 0 {
+            out.push(event(json!({"type": "ping"})));
+        }
+    }
+    out.push(event(json!({"type": "message_delta",
+        "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+        "usage": {"output_tokens": output_tokens}})));
+    out.push(event(json!({"type": "message_stop"})));
+    out
+}
+
 /// A 200 Messages API body for `content` blocks, with `usage` (input side from the cache
 /// accounting, `output_tokens` given).
 pub fn message_body(
@@ -369,7 +517,10 @@ pub fn content_of(reply: &Reply) -> Option<(Vec<Value>, &'static str, Option<u64
             "tool_use",
             usage.map(|u| u.1),
         )),
-        Reply::Delay(_, inner) | Reply::Truncated(inner) => content_of(inner),
+        Reply::Delay(_, inner)
+        | Reply::Truncated(inner)
+        | Reply::StreamCut(inner, _)
+        | Reply::StreamStall(inner, _, _) => content_of(inner),
         _ => None,
     }
 }

@@ -23,12 +23,16 @@
 //!   (`{"model","created_at","message":{..},"done":true,"prompt_eval_count","eval_count"}`,
 //!   tool arguments as JSON objects); `/v1/messages` gets Anthropic's Messages API shape, after
 //!   the API's checks, with usage from a prompt-cache accounting
-//!   ([`super::anthropic_api`]); every other path gets OpenAI's chat completion shape
+//!   ([`super::anthropic_api`]; a signed thinking block first when the request turns thinking
+//!   on); every other path gets OpenAI's chat completion shape
 //!   (`{"id","object":"chat.completion","choices":[{"message":{..},"finish_reason"}],"usage"}`).
 //! - `/v1/chat/completions` requests are checked as a strict OpenAI-compatible gateway checks
 //!   them ([`super::openai_api::check_request`]: no field a message's role does not define,
 //!   e.g. `name` on a tool message); a refused one gets a 400 and is counted in
 //!   [`FakeLlm::openai_rejections`].
+//! - A request with `"stream": true` gets its reply streamed: server-sent events for chat
+//!   completions and the Messages API, newline-delimited JSON for Ollama's `/api/chat`
+//!   ([`Reply::StreamCut`] and [`Reply::StreamStall`] cut or stall any of them).
 //! - Every request is recorded ([`RecordedRequest`]: method, path, headers, JSON body, arrival
 //!   time) before it is answered.
 //! - Connections are kept alive (HTTP/1.1) unless the client sends `Connection: close`; each
@@ -401,8 +405,11 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
                 }
             }
         };
-        let keep_open = if recorded.path == CHAT_PATH && recorded.body["stream"] == json!(true) {
-            send_stream(&mut writer, &reply, &recorded, stream_delay)?
+        let streamed_path = recorded.path == CHAT_PATH
+            || recorded.path == MESSAGES_PATH
+            || recorded.path == OLLAMA_CHAT_PATH;
+        let keep_open = if streamed_path && recorded.body["stream"] == json!(true) {
+            send_stream(&mut writer, &reply, &recorded, stream_delay, usage)?
         } else {
             send_reply(&mut writer, &reply, &recorded, usage)?
         };
@@ -442,29 +449,45 @@ fn send_reply(
     }
 }
 
-/// Write `reply` to a streamed chat completions request: server-sent events, `delay` between
-/// two, the body delimited by the connection's close (so never kept open). A reply without
-/// a message (status, raw body) is sent as for an unstreamed request.
+/// Ollama's chat endpoint.
+pub const OLLAMA_CHAT_PATH: &str = "/api/chat";
+
+/// Write `reply` to a streamed request: server-sent events (chat completions, Anthropic's
+/// Messages API) or newline-delimited JSON (Ollama), `delay` between two, the body delimited by
+/// the connection's close (so never kept open). A reply without a message (status, raw body)
+/// is sent as for an unstreamed request. `usage`: the input side of an Anthropic message's
+/// usage.
 fn send_stream(
     w: &mut TcpStream,
     reply: &Reply,
     req: &RecordedRequest,
     delay: Duration,
+    usage: Option<CacheUsage>,
 ) -> io::Result<bool> {
     let (inner, cut, stall) = match reply {
         Reply::Delay(d, inner) => {
             thread::sleep(*d);
-            return send_stream(w, inner, req, delay);
+            return send_stream(w, inner, req, delay, usage);
         }
         Reply::StreamCut(inner, n) => (&**inner, Some(*n), None),
         Reply::StreamStall(inner, n, d) => (&**inner, None, Some((*n, *d))),
         other => (other, None, None),
     };
-    let Some(events) = sse_events(inner, req) else {
-        return send_reply(w, inner, req, None);
+    let (events, content_type) = if req.path == MESSAGES_PATH {
+        (anthropic_events(inner, req, usage), "text/event-stream")
+    } else if req.path == OLLAMA_CHAT_PATH {
+        (ollama_lines(inner, req), "application/x-ndjson")
+    } else {
+        let events = sse_events(inner, req)
+            .map(|events| events.iter().map(|e| format!("data: {e}\n\n")).collect());
+        (events, "text/event-stream")
+    };
+    let Some(events) = events else {
+        return send_reply(w, inner, req, usage);
     };
     w.write_all(
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n",
+        format!("HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
     )?;
     w.flush()?;
     for (i, e) in events.iter().enumerate() {
@@ -479,10 +502,90 @@ fn send_stream(
         if i > 0 && !delay.is_zero() {
             thread::sleep(delay);
         }
-        w.write_all(format!("data: {e}\n\n").as_bytes())?;
+        w.write_all(e.as_bytes())?;
         w.flush()?;
     }
     Ok(false)
+}
+
+/// The events of a streamed Messages API reply of `reply` (thinking first when the request
+/// turns it on), `None` for a reply without a message.
+fn anthropic_events(
+    reply: &Reply,
+    req: &RecordedRequest,
+    usage: Option<CacheUsage>,
+) -> Option<Vec<String>> {
+    let (content, stop, output) = anthropic_api::content_of(reply)?;
+    let (content, thinking_tokens) = anthropic_api::with_thinking(req, content);
+    let output = output.unwrap_or_else(|| {
+        ctxhost_format::estimate_tokens(&Value::Array(content.clone()).to_string())
+    }) + thinking_tokens;
+    let model = req.body["model"].as_str().unwrap_or("fake-model");
+    Some(anthropic_api::stream_events(
+        req.index,
+        model,
+        &content,
+        stop,
+        usage.unwrap_or_default(),
+        output,
+    ))
+}
+
+/// The thinking text the fake Ollama streams for request `index` when it asks `think: true`.
+pub fn ollama_thinking(index: usize) -> String {
+    format!("Request {index}: think \"first\", then answer.")
+}
+
+/// The lines of a streamed Ollama `/api/chat` reply of `reply`: thinking in two pieces when the
+/// request says `think: true`, the content 4 characters a piece or the tool calls in one, then
+/// the `"done":true` line with the counts. `None` for a reply without a message.
+fn ollama_lines(reply: &Reply, req: &RecordedRequest) -> Option<Vec<String>> {
+    let model = req.body["model"].as_str().unwrap_or("fake-model");
+    let piece = |message: Value| {
+        json!({"model": model, "created_at": "2025-01-01T00:00:00Z", "message": message, "done": false})
+            .to_string()
+            + "\n"
+    };
+    let mut lines = Vec::new();
+    if req.body["think"] == json!(true) {
+        let text = ollama_thinking(req.index);
+        let mid = text.len() / 2;
+        for part in [&text[..mid], &text[mid..]] {
+            lines.push(piece(json!({"role": "assistant", "content": "", "thinking": part})));
+        }
+    }
+    let usage = match reply {
+        Reply::Text { content, usage } => {
+            let chars: Vec<char> = content.chars().collect();
+            for p in chars.chunks(4) {
+                let text: String = p.iter().collect();
+                lines.push(piece(json!({"role": "assistant", "content": text})));
+            }
+            usage
+        }
+        Reply::ToolCalls { calls, usage } => {
+            let calls: Vec<Value> = calls
+                .iter()
+                .map(|(_, name, args)| {
+                    let args: Value =
+                        serde_json::from_str(args).unwrap_or(Value::String(args.clone()));
+                    json!({"function": {"name": name, "arguments": args}})
+                })
+                .collect();
+            lines.push(piece(json!({"role": "assistant", "content": "", "tool_calls": calls})));
+            usage
+        }
+        _ => return None,
+    };
+    let mut last = json!({"model": model, "created_at": "2025-01-01T00:00:00Z",
+        "message": {"role": "assistant", "content": ""}, "done": true, "done_reason": "stop",
+        "total_duration": 1000});
+    if let Some((p, c)) = usage {
+        last["prompt_eval_count"] = json!(p);
+        last["eval_count"] = json!(c);
+    }
+    lines.push(last.to_string() + "\n");
+    Some(lines)
 }
 
 /// The events (the text after `data: `) of a streamed chat completion of `reply`: the role,
@@ -557,9 +660,10 @@ fn render(
         && let Some((content, stop, output)) = anthropic_api::content_of(reply)
     {
         let model = req.body["model"].as_str().unwrap_or("fake-model");
+        let (content, thinking_tokens) = anthropic_api::with_thinking(req, content);
         let output = output.unwrap_or_else(|| {
             ctxhost_format::estimate_tokens(&Value::Array(content.clone()).to_string())
-        });
+        }) + thinking_tokens;
         let body = anthropic_api::message_body(
             req.index,
             model,

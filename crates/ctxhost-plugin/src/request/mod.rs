@@ -121,6 +121,12 @@ pub fn read_file(file: &str) -> Result<Vec<u8>, PluginError> {
 /// Errors (`invalid-input`): empty, not JSON (quoting its start, e.g. an HTML page), not an
 /// object, `{"error":...}`.
 pub fn read_response_json(file: &str) -> Result<Value, PluginError> {
+    read_response_bytes(file).map(|(_, value)| value)
+}
+
+/// [`read_response_json`], with the file's bytes (for a format that keeps parts of the body
+/// exactly as received).
+pub fn read_response_bytes(file: &str) -> Result<(Vec<u8>, Value), PluginError> {
     let bytes = read_file(file)?;
     let value = body::parse_json(&bytes, file).map_err(PluginError::InvalidInput)?;
     if let Some(error) = body::provider_error(&value) {
@@ -135,7 +141,36 @@ pub fn read_response_json(file: &str) -> Result<Value, PluginError> {
             body::snippet(&bytes, body::SNIPPET_CHARS)
         )));
     }
-    Ok(value)
+    Ok((bytes, value))
+}
+
+/// Hands each line of the streamed reply `file` (without its `\n`; invalid UTF-8 replaced) to
+/// `fold`, one line in memory at a time. Errors: `io`, or `invalid-input`
+/// `<file> (streamed reply): <fold's error>` (the fold names the line).
+pub fn fold_stream_lines(
+    file: &str,
+    mut fold: impl FnMut(&str) -> Result<(), String>,
+) -> Result<(), PluginError> {
+    use std::io::BufRead;
+    let f = File::open(file).map_err(|e| io_error(format!("opening {file}"), e))?;
+    let mut reader = io::BufReader::new(f);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| io_error(format!("reading {file}"), e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&line);
+        fold(text.strip_suffix('\n').unwrap_or(&text)).map_err(|e| stream_error(file, e))?;
+    }
+}
+
+/// `invalid-input` `<file> (streamed reply): <what>`.
+pub fn stream_error(file: &str, what: impl std::fmt::Display) -> PluginError {
+    PluginError::InvalidInput(format!("{file} (streamed reply): {what}"))
 }
 
 /// `invalid-input` for a response whose shape is wrong: `<file>: <what>; it starts with: ...`.

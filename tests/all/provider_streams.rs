@@ -1,0 +1,253 @@
+//! Streamed replies and reasoning for Anthropic and Ollama (issue 26): against the fake
+//! server's strict Messages API (which refuses a request whose last assistant turn with
+//! `tool_use` lacks its signed thinking, or carries a changed signature) and its Ollama
+//! newline-delimited JSON.
+//!
+//! - a streamed Anthropic task with thinking and three tool calls: each request sends the
+//!   thinking block of the reply before it byte for byte, first in the assistant turn; the
+//!   blocks are kept in messages.jsonl and current.jsonl; usage counts thinking as output;
+//! - a cut Anthropic stream is sent again, the partial kept in `failed-streams/`;
+//! - a streamed Ollama task with `think: true`: thinking kept as a reasoning item.
+
+use serde_json::{Value, json};
+
+use crate::support::anthropic_api::{self, CacheUsage};
+use crate::support::fake_llm::{FakeLlm, RecordedRequest, Reply, ollama_thinking};
+use crate::support::{TestEnv, config_yaml, read_jsonl};
+
+/// An environment for `llm` with `provider`, `llm.stream: true` and the `llm` keys `extra`
+/// (each line `  key: value\n`), initialised.
+fn streaming_env(llm: &FakeLlm, provider: &str, extra: &str) -> TestEnv {
+    let env = TestEnv::new();
+    let yaml = config_yaml(&llm.base_url(), provider, "").replace(
+        "max_backoff_secs: 2",
+        &format!("max_backoff_secs: 1\n  stream: true\n{extra}"),
+    );
+    env.write_config(&yaml);
+    env.ctxhost(&["init"]).ok();
+    env
+}
+
+/// Submits `prompt`, runs it; returns (row, completed task dir).
+fn run(env: &TestEnv, prompt: &str) -> (Value, std::path::PathBuf) {
+    let uuid = env.submit(prompt);
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    let row = env.row(&uuid);
+    (row, env.contexts().join("completed").join(&uuid))
+}
+
+/// The assistant messages of a JSONL file.
+fn assistant(file: &std::path::Path) -> Vec<Value> {
+    read_jsonl(file)
+        .into_iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect()
+}
+
+/// The thinking block the fake sent to request `index`, as its JSON text in the API's order.
+fn thinking_text(index: usize) -> String {
+    let b = anthropic_api::thinking_block(index);
+    format!(
+        r#"{{"type":"thinking","thinking":{},"signature":{}}}"#,
+        b["thinking"], b["signature"]
+    )
+}
+
+const ANTHROPIC_THINKING: &str = "  max_output_tokens: 4096\n  thinking: 2048\n";
+
+#[test]
+fn a_streamed_anthropic_task_with_thinking_replays_each_signed_block_before_its_tool_use() {
+    let step = |n: usize| {
+        Reply::tool_calls(
+            vec![(
+                &format!("toolu_0{n}"),
+                "list_directory",
+                &format!(r#"{{"path":"dir{n}"}}"#),
+            )],
+            Some((0, 20 + n as u64)),
+        )
+    };
+    let llm = FakeLlm::start(vec![
+        step(1),
+        step(2),
+        step(3),
+        Reply::text("Listed three folders.", Some((0, 9))),
+    ]);
+    let env = streaming_env(&llm, "anthropic", ANTHROPIC_THINKING);
+    let (row, dir) = run(&env, "List three folders");
+    assert_eq!(row["status"], "completed", "{row}");
+    assert_eq!(llm.anthropic_rejections(), Vec::<String>::new());
+    let reqs: Vec<RecordedRequest> = llm.requests();
+    assert_eq!(reqs.len(), 4);
+    for (i, q) in reqs.iter().enumerate() {
+        assert_eq!(q.body["stream"], true, "{}", q.body);
+        assert_eq!(
+            q.body["thinking"],
+            json!({"type": "enabled", "budget_tokens": 2048})
+        );
+        assert!(q.body.get("temperature").is_none());
+        if i == 0 {
+            continue;
+        }
+        // The last assistant turn: the thinking of the reply to request i-1, then its tool_use.
+        let turns = q.body["messages"].as_array().unwrap();
+        let last = turns.iter().rev().find(|t| t["role"] == "assistant").unwrap();
+        let types: Vec<&str> = last["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["thinking", "tool_use"], "{last}");
+        assert_eq!(last["content"][0], anthropic_api::thinking_block(i - 1));
+        // Byte for byte, as received.
+        let raw = String::from_utf8(q.raw_body.clone()).unwrap();
+        assert!(
+            raw.contains(&format!("{},{{\"type\":\"tool_use\"", thinking_text(i - 1))),
+            "request {i}: {raw}"
+        );
+        // Every earlier turn's thinking too, in its place.
+        for k in 0..i {
+            assert!(raw.contains(&thinking_text(k)), "request {i}, block {k}");
+        }
+    }
+    // Stored on the assistant messages of both files, provider-tagged, as received.
+    for file in ["messages.jsonl", "current.jsonl"] {
+        let replies = assistant(&dir.join(file));
+        assert_eq!(replies.len(), 4, "{file}");
+        for (i, m) in replies.iter().enumerate() {
+            assert_eq!(
+                m["reasoning"],
+                json!([{"provider": "anthropic", "type": "thinking", "data": thinking_text(i)}]),
+                "{file} reply {i}"
+            );
+        }
+    }
+    // Usage: the API's input counts (cache included); output = scripted tokens + thinking.
+    let usage = llm.anthropic_usage();
+    let inputs: u64 = usage.iter().map(CacheUsage::total).sum();
+    let thinking: u64 = (0..4)
+        .map(|i| {
+            ctxhost_format::estimate_tokens(
+                anthropic_api::thinking_block(i)["thinking"]
+                    .as_str()
+                    .unwrap(),
+            )
+        })
+        .sum();
+    let outputs = 21 + 22 + 23 + 9 + thinking;
+    assert_eq!(row["total_tokens"].as_u64(), Some(inputs + outputs), "{row}");
+    let read: u64 = usage.iter().map(|u| u.cache_read_input_tokens).sum();
+    assert_eq!(row["cache_read_tokens"].as_u64(), Some(read));
+    let stream = std::fs::read_to_string(dir.join("reply.stream")).unwrap();
+    assert!(stream.contains("event: message_stop"), "{stream}");
+    assert!(stream.contains("signature_delta"), "{stream}");
+}
+
+#[test]
+fn a_cut_anthropic_stream_is_sent_again_and_the_partial_kept() {
+    let whole = Reply::text("The whole answer.", Some((0, 5)));
+    // message_start, the thinking block's start and its first piece: then the line drops.
+    let llm = FakeLlm::start(vec![Reply::stream_cut(whole.clone(), 3), whole]);
+    let env = streaming_env(&llm, "anthropic", ANTHROPIC_THINKING);
+    let (row, dir) = run(&env, "Answer");
+    assert_eq!(row["status"], "completed", "{row}");
+    assert_eq!(llm.request_count(), 2);
+    let replies = assistant(&dir.join("messages.jsonl"));
+    assert_eq!(replies.len(), 1, "the partial is never appended");
+    assert_eq!(replies[0]["content"], "The whole answer.");
+    assert_eq!(
+        replies[0]["reasoning"][0]["data"],
+        json!(thinking_text(1)),
+        "the thinking of the reply that arrived whole"
+    );
+    let failed = std::fs::read_to_string(dir.join("failed-streams/1.stream")).unwrap();
+    assert!(failed.contains("event: message_start"), "{failed}");
+    assert!(failed.contains("thinking_delta"), "{failed}");
+    assert!(!failed.contains("message_stop"), "{failed}");
+    assert!(!dir.join("failed-streams/2.stream").exists());
+}
+
+#[test]
+fn the_fake_refuses_a_last_tool_use_turn_without_its_signed_thinking_or_with_a_changed_one() {
+    let block = anthropic_api::thinking_block(0);
+    let request = |assistant: Value| RecordedRequest {
+        index: 1,
+        method: "POST".into(),
+        path: anthropic_api::MESSAGES_PATH.into(),
+        headers: vec![("anthropic-version".into(), "2023-06-01".into())],
+        body: json!({"model": "m", "max_tokens": 4096,
+            "thinking": {"type": "enabled", "budget_tokens": 2048},
+            "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": assistant},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a"}]},
+            ]}),
+        raw_body: Vec::new(),
+        at: std::time::Instant::now(),
+        connection: 0,
+    };
+    let tool_use = json!({"type": "tool_use", "id": "t1", "name": "ls", "input": {}});
+    assert_eq!(
+        anthropic_api::check_request(&request(json!([block.clone(), tool_use.clone()])), None),
+        Ok(())
+    );
+    let (code, _, message) =
+        anthropic_api::check_request(&request(json!([tool_use.clone()])), None).unwrap_err();
+    assert_eq!(code, 400);
+    assert!(
+        message.starts_with("messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`"),
+        "{message}"
+    );
+    let mut changed = block.clone();
+    changed["thinking"] = json!(format!("{} ", block["thinking"].as_str().unwrap()));
+    let (_, _, message) =
+        anthropic_api::check_request(&request(json!([changed, tool_use])), None).unwrap_err();
+    assert_eq!(
+        message,
+        "messages.1.content.0: Invalid `signature` in `thinking` block"
+    );
+}
+
+#[test]
+fn a_streamed_ollama_task_folds_ndjson_and_keeps_the_thinking() {
+    let llm = FakeLlm::start(vec![
+        Reply::tool_calls(
+            vec![("x", "list_directory", r#"{"path":"."}"#)],
+            Some((30, 6)),
+        ),
+        Reply::text("One folder, nothing else.", Some((50, 7))),
+    ]);
+    let env = streaming_env(&llm, "ollama", "  thinking: adaptive\n");
+    let (row, dir) = run(&env, "Look around");
+    assert_eq!(row["status"], "completed", "{row}");
+    assert_eq!(row["tool_call_count"], 1);
+    assert_eq!(row["total_tokens"].as_u64(), Some(36 + 57), "{row}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    for q in &reqs {
+        assert_eq!(q.path, "/api/chat");
+        assert_eq!((&q.body["stream"], &q.body["think"]), (&json!(true), &json!(true)));
+    }
+    let replies = assistant(&dir.join("messages.jsonl"));
+    assert_eq!(replies.len(), 2);
+    assert_eq!(replies[0]["tool_calls"][0]["function"]["name"], "list_directory");
+    assert_eq!(
+        replies[0]["tool_calls"][0]["function"]["arguments"],
+        r#"{"path":"."}"#
+    );
+    assert_eq!(replies[1]["content"], "One folder, nothing else.");
+    for (i, m) in replies.iter().enumerate() {
+        assert_eq!(
+            m["reasoning"],
+            json!([{"provider": "ollama", "type": "thinking",
+                "data": Value::String(ollama_thinking(i)).to_string()}])
+        );
+    }
+    // Not sent back: Ollama does not need it.
+    assert!(!String::from_utf8_lossy(&reqs[1].raw_body).contains("thinking\""));
+    let stream = std::fs::read_to_string(dir.join("reply.stream")).unwrap();
+    assert!(stream.lines().count() > 3, "{stream}");
+    let last: Value = serde_json::from_str(stream.lines().last().unwrap()).unwrap();
+    assert_eq!((&last["done"], &last["eval_count"]), (&json!(true), &json!(7)));
+}
