@@ -7,6 +7,7 @@
 //!   thinking block of the reply before it byte for byte, first in the assistant turn; the
 //!   blocks are kept in messages.jsonl and current.jsonl; usage counts thinking as output;
 //! - a cut Anthropic stream is sent again, the partial kept in `failed-streams/`;
+//! - an unstreamed Anthropic reply: its thinking block kept with the body's bytes and sent back;
 //! - a streamed Ollama task with `think: true`: thinking kept as a reasoning item.
 
 use serde_json::{Value, json};
@@ -18,10 +19,15 @@ use crate::support::{TestEnv, config_yaml, read_jsonl};
 /// An environment for `llm` with `provider`, `llm.stream: true` and the `llm` keys `extra`
 /// (each line `  key: value\n`), initialised.
 fn streaming_env(llm: &FakeLlm, provider: &str, extra: &str) -> TestEnv {
+    env_for(llm, provider, true, extra)
+}
+
+/// [`streaming_env`] with `llm.stream: stream`.
+fn env_for(llm: &FakeLlm, provider: &str, stream: bool, extra: &str) -> TestEnv {
     let env = TestEnv::new();
     let yaml = config_yaml(&llm.base_url(), provider, "").replace(
         "max_backoff_secs: 2",
-        &format!("max_backoff_secs: 1\n  stream: true\n{extra}"),
+        &format!("max_backoff_secs: 1\n  stream: {stream}\n{extra}"),
     );
     env.write_config(&yaml);
     env.ctxhost(&["init"]).ok();
@@ -250,4 +256,34 @@ fn a_streamed_ollama_task_folds_ndjson_and_keeps_the_thinking() {
     assert!(stream.lines().count() > 3, "{stream}");
     let last: Value = serde_json::from_str(stream.lines().last().unwrap()).unwrap();
     assert_eq!((&last["done"], &last["eval_count"]), (&json!(true), &json!(7)));
+}
+
+#[test]
+fn an_unstreamed_anthropic_reply_keeps_its_thinking_bytes_and_sends_them_back() {
+    let llm = FakeLlm::start(vec![
+        Reply::tool_calls(
+            vec![("toolu_1", "list_directory", r#"{"path":"."}"#)],
+            Some((0, 8)),
+        ),
+        Reply::text("Done.", Some((0, 2))),
+    ]);
+    let env = env_for(&llm, "anthropic", false, ANTHROPIC_THINKING);
+    let (row, dir) = run(&env, "Look");
+    assert_eq!(row["status"], "completed", "{row}");
+    assert_eq!(llm.anthropic_rejections(), Vec::<String>::new());
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(reqs[0].body.get("stream").is_none(), "{}", reqs[0].body);
+    // The block as the whole body had it (the fake writes its keys in its own order).
+    let sent = anthropic_api::thinking_block(0).to_string();
+    let replies = assistant(&dir.join("current.jsonl"));
+    assert_eq!(
+        replies[0]["reasoning"],
+        json!([{"provider": "anthropic", "type": "thinking", "data": sent}])
+    );
+    let raw = String::from_utf8(reqs[1].raw_body.clone()).unwrap();
+    assert!(
+        raw.contains(&format!("[{sent},{{\"type\":\"tool_use\"")),
+        "{raw}"
+    );
 }
