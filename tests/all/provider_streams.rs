@@ -97,7 +97,11 @@ fn a_streamed_anthropic_task_with_thinking_replays_each_signed_block_before_its_
         }
         // The last assistant turn: the thinking of the reply to request i-1, then its tool_use.
         let turns = q.body["messages"].as_array().unwrap();
-        let last = turns.iter().rev().find(|t| t["role"] == "assistant").unwrap();
+        let last = turns
+            .iter()
+            .rev()
+            .find(|t| t["role"] == "assistant")
+            .unwrap();
         let types: Vec<&str> = last["content"]
             .as_array()
             .unwrap()
@@ -142,7 +146,11 @@ fn a_streamed_anthropic_task_with_thinking_replays_each_signed_block_before_its_
         })
         .sum();
     let outputs = 21 + 22 + 23 + 9 + thinking;
-    assert_eq!(row["total_tokens"].as_u64(), Some(inputs + outputs), "{row}");
+    assert_eq!(
+        row["total_tokens"].as_u64(),
+        Some(inputs + outputs),
+        "{row}"
+    );
     let read: u64 = usage.iter().map(|u| u.cache_read_input_tokens).sum();
     assert_eq!(row["cache_read_tokens"].as_u64(), Some(read));
     let stream = std::fs::read_to_string(dir.join("reply.stream")).unwrap();
@@ -183,12 +191,12 @@ fn the_fake_refuses_a_last_tool_use_turn_without_its_signed_thinking_or_with_a_c
         path: anthropic_api::MESSAGES_PATH.into(),
         headers: vec![("anthropic-version".into(), "2023-06-01".into())],
         body: json!({"model": "m", "max_tokens": 4096,
-            "thinking": {"type": "enabled", "budget_tokens": 2048},
-            "messages": [
-                {"role": "user", "content": "go"},
-                {"role": "assistant", "content": assistant},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a"}]},
-            ]}),
+        "thinking": {"type": "enabled", "budget_tokens": 2048},
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": assistant},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a"}]},
+        ]}),
         raw_body: Vec::new(),
         at: std::time::Instant::now(),
         connection: 0,
@@ -233,11 +241,17 @@ fn a_streamed_ollama_task_folds_ndjson_and_keeps_the_thinking() {
     assert_eq!(reqs.len(), 2);
     for q in &reqs {
         assert_eq!(q.path, "/api/chat");
-        assert_eq!((&q.body["stream"], &q.body["think"]), (&json!(true), &json!(true)));
+        assert_eq!(
+            (&q.body["stream"], &q.body["think"]),
+            (&json!(true), &json!(true))
+        );
     }
     let replies = assistant(&dir.join("messages.jsonl"));
     assert_eq!(replies.len(), 2);
-    assert_eq!(replies[0]["tool_calls"][0]["function"]["name"], "list_directory");
+    assert_eq!(
+        replies[0]["tool_calls"][0]["function"]["name"],
+        "list_directory"
+    );
     assert_eq!(
         replies[0]["tool_calls"][0]["function"]["arguments"],
         r#"{"path":"."}"#
@@ -255,7 +269,10 @@ fn a_streamed_ollama_task_folds_ndjson_and_keeps_the_thinking() {
     let stream = std::fs::read_to_string(dir.join("reply.stream")).unwrap();
     assert!(stream.lines().count() > 3, "{stream}");
     let last: Value = serde_json::from_str(stream.lines().last().unwrap()).unwrap();
-    assert_eq!((&last["done"], &last["eval_count"]), (&json!(true), &json!(7)));
+    assert_eq!(
+        (&last["done"], &last["eval_count"]),
+        (&json!(true), &json!(7))
+    );
 }
 
 #[test]

@@ -88,8 +88,8 @@ impl OllamaStream {
         if self.done {
             return Err(format!("line {n}: a line after the one with \"done\":true"));
         }
-        let value: Value = serde_json::from_str(line)
-            .map_err(|e| format!("line {n}: not JSON ({e})"))?;
+        let value: Value =
+            serde_json::from_str(line).map_err(|e| format!("line {n}: not JSON ({e})"))?;
         if let Some(e) = provider_error(&value) {
             return Err(format!("line {n}: the server sent an error: {e}"));
         }

@@ -455,7 +455,8 @@ mod tests {
 
     #[test]
     fn llm_thinking_is_a_budget_or_adaptive_within_the_providers_rules() {
-        let a = |rest: &str| format!("llm:\n  provider: anthropic\n  max_output_tokens: 4096\n{rest}");
+        let a =
+            |rest: &str| format!("llm:\n  provider: anthropic\n  max_output_tokens: 4096\n{rest}");
         let cfg = Config::from_yaml(&a("  thinking: 2048\n"), "c").unwrap();
         assert_eq!(cfg.llm.thinking, Some(Thinking::Budget(2048)));
         let cfg = Config::from_yaml(&a("  thinking: adaptive\n"), "c").unwrap();
@@ -463,7 +464,8 @@ mod tests {
         assert_eq!(Config::default().llm.thinking, None);
         let e = err(&a("  thinking: lots\n"));
         assert!(
-            e.contains("llm.thinking") && e.contains("a thinking budget in tokens (e.g. 4096) or `adaptive`"),
+            e.contains("llm.thinking")
+                && e.contains("a thinking budget in tokens (e.g. 4096) or `adaptive`"),
             "{e}"
         );
         assert_eq!(

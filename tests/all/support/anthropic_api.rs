@@ -222,13 +222,19 @@ pub fn check_request(req: &RecordedRequest, expected_key: Option<&str>) -> Resul
     if thinking {
         if let Some(n) = body["thinking"]["budget_tokens"].as_u64() {
             if n < 1024 {
-                return bad("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024".into());
+                return bad(
+                    "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+                        .into(),
+                );
             }
             if body["max_tokens"].as_u64().unwrap_or(0) <= n {
                 return bad("`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size".into());
             }
         }
-        if body.get("temperature").is_some_and(|t| t.as_f64() != Some(1.0)) {
+        if body
+            .get("temperature")
+            .is_some_and(|t| t.as_f64() != Some(1.0))
+        {
             return bad("`temperature` may only be set to 1 when thinking is enabled. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#feature-compatibility".into());
         }
         // The last assistant turn, when the conversation ends in its tool results, must start
@@ -375,7 +381,10 @@ pub fn check_request(req: &RecordedRequest, expected_key: Option<&str>) -> Resul
 
 /// Whether the request turns extended thinking on (`{"type":"enabled"}` or `adaptive`).
 pub fn thinking_on(body: &Value) -> bool {
-    matches!(body["thinking"]["type"].as_str(), Some("enabled" | "adaptive"))
+    matches!(
+        body["thinking"]["type"].as_str(),
+        Some("enabled" | "adaptive")
+    )
 }
 
 /// The fake's signature of a thinking text (the API's is a cryptographic one it checks against
@@ -389,7 +398,8 @@ pub fn signature(thinking: &str) -> String {
 /// The thinking block the fake puts first in its reply to request `index` when thinking is on
 /// (a text with quotes, a line break and non-ASCII, so a changed byte shows).
 pub fn thinking_block(index: usize) -> Value {
-    let text = format!("Request {index}: the \"next\" step follows from the last result →\nread on.");
+    let text =
+        format!("Request {index}: the \"next\" step follows from the last result →\nread on.");
     json!({"type": "thinking", "thinking": text, "signature": signature(&text)})
 }
 
@@ -420,7 +430,10 @@ pub fn stream_events(
 ) -> Vec<String> {
     let event = |v: Value| format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap_or(""));
     let halves = |s: &str| {
-        let mid = s.char_indices().nth(s.chars().count() / 2).map_or(0, |(b, _)| b);
+        let mid = s
+            .char_indices()
+            .nth(s.chars().count() / 2)
+            .map_or(0, |(b, _)| b);
         [s[..mid].to_string(), s[mid..].to_string()]
     };
     let mut out = vec![event(json!({"type": "message_start", "message": {
@@ -430,7 +443,8 @@ pub fn stream_events(
             "cache_creation_input_tokens": usage.cache_creation_input_tokens,
             "cache_read_input_tokens": usage.cache_read_input_tokens, "output_tokens": 1}}}))];
     for (i, b) in content.iter().enumerate() {
-        let delta = |d: Value| event(json!({"type": "content_block_delta", "index": i, "delta": d}));
+        let delta =
+            |d: Value| event(json!({"type": "content_block_delta", "index": i, "delta": d}));
         match b["type"].as_str().unwrap_or("") {
             "thinking" => {
                 out.push(event(json!({"type": "content_block_start", "index": i,
@@ -438,7 +452,9 @@ pub fn stream_events(
                 for part in halves(b["thinking"].as_str().unwrap_or("")) {
                     out.push(delta(json!({"type": "thinking_delta", "thinking": part})));
                 }
-                out.push(delta(json!({"type": "signature_delta", "signature": b["signature"]})));
+                out.push(delta(
+                    json!({"type": "signature_delta", "signature": b["signature"]}),
+                ));
             }
             "text" => {
                 out.push(event(json!({"type": "content_block_start", "index": i,
@@ -453,10 +469,14 @@ pub fn stream_events(
                 out.push(event(json!({"type": "content_block_start", "index": i,
                     "content_block": {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}})));
                 for part in halves(&b["input"].to_string()) {
-                    out.push(delta(json!({"type": "input_json_delta", "partial_json": part})));
+                    out.push(delta(
+                        json!({"type": "input_json_delta", "partial_json": part}),
+                    ));
                 }
             }
-            _ => out.push(event(json!({"type": "content_block_start", "index": i, "content_block": b}))),
+            _ => out.push(event(
+                json!({"type": "content_block_start", "index": i, "content_block": b}),
+            )),
         }
         out.push(event(json!({"type": "content_block_stop", "index": i})));
         if i == 0 {

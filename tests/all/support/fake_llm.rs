@@ -551,7 +551,9 @@ fn ollama_lines(reply: &Reply, req: &RecordedRequest) -> Option<Vec<String>> {
         let text = ollama_thinking(req.index);
         let mid = text.len() / 2;
         for part in [&text[..mid], &text[mid..]] {
-            lines.push(piece(json!({"role": "assistant", "content": "", "thinking": part})));
+            lines.push(piece(
+                json!({"role": "assistant", "content": "", "thinking": part}),
+            ));
         }
     }
     let usage = match reply {
@@ -572,7 +574,9 @@ fn ollama_lines(reply: &Reply, req: &RecordedRequest) -> Option<Vec<String>> {
                     json!({"function": {"name": name, "arguments": args}})
                 })
                 .collect();
-            lines.push(piece(json!({"role": "assistant", "content": "", "tool_calls": calls})));
+            lines.push(piece(
+                json!({"role": "assistant", "content": "", "tool_calls": calls}),
+            ));
             usage
         }
         _ => return None,

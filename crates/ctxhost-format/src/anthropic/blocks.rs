@@ -341,9 +341,12 @@ impl TurnBuilder {
             if self.reasoning {
                 for item in &message.reasoning {
                     match sendable_reasoning(item) {
-                        Some(json) => {
-                            self.emit(Role::Assistant, Block::Reasoning(json), Origin::Message, made)
-                        }
+                        Some(json) => self.emit(
+                            Role::Assistant,
+                            Block::Reasoning(json),
+                            Origin::Message,
+                            made,
+                        ),
                         None => self.repairs.unsendable_reasoning += 1,
                     }
                 }

@@ -26,7 +26,8 @@ mod pairing_tests;
 pub use blocks::{Block, BlockSink, Origin, Repairs, Role, TurnBuilder};
 pub use cache::CachePlan;
 pub use request::{
-    BodyError, MIN_THINKING_BUDGET, RequestSettings, Thinking, Written, anthropic_tool, write_request,
+    BodyError, MIN_THINKING_BUDGET, RequestSettings, Thinking, Written, anthropic_tool,
+    write_request,
 };
 pub use response::{
     AnthropicUsage, PROVIDER, ParsedReply, finish_reason, parse_response, reasoning_items,

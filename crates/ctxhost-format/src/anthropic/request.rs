@@ -270,10 +270,11 @@ fn write_body<R: Read, W: Write>(
         out.write_all(b",\"stream\":true").map_err(write)?;
     }
     match settings.thinking {
-        Some(Thinking::Budget(n)) => {
-            write!(out, ",\"thinking\":{{\"type\":\"enabled\",\"budget_tokens\":{n}}}")
-                .map_err(write)?
-        }
+        Some(Thinking::Budget(n)) => write!(
+            out,
+            ",\"thinking\":{{\"type\":\"enabled\",\"budget_tokens\":{n}}}"
+        )
+        .map_err(write)?,
         Some(Thinking::Adaptive) => out
             .write_all(b",\"thinking\":{\"type\":\"adaptive\"}")
             .map_err(write)?,
@@ -653,7 +654,8 @@ mod tests {
     #[test]
     fn signed_thinking_is_sent_back_as_received_before_tool_use_only_with_thinking_on() {
         use crate::ReasoningItem;
-        let signed = r#"{"type":"thinking","thinking":"Read \"a\" first. 上下文","signature":"c2ln"}"#;
+        let signed =
+            r#"{"type":"thinking","thinking":"Read \"a\" first. 上下文","signature":"c2ln"}"#;
         let redacted = r#"{"type":"redacted_thinking","data":"EmwK"}"#;
         let item = |provider: &str, kind: &str, data: &str| ReasoningItem {
             provider: provider.into(),
@@ -665,8 +667,16 @@ mod tests {
         reply.content = Some("Reading.".into());
         reply.reasoning = vec![
             item("anthropic", "thinking", signed),
-            item("anthropic", "thinking", r#"{"type":"thinking","thinking":"cut","signature":""}"#),
-            item("anthropic", "thinking", r#"{"type":"thinking","thinking":"x"}"#),
+            item(
+                "anthropic",
+                "thinking",
+                r#"{"type":"thinking","thinking":"cut","signature":""}"#,
+            ),
+            item(
+                "anthropic",
+                "thinking",
+                r#"{"type":"thinking","thinking":"x"}"#,
+            ),
             item("anthropic", "thinking", "{not json"),
             item("openai-chat", "reasoning_content", "\"elsewhere\""),
             item("anthropic", "redacted_thinking", redacted),
@@ -697,9 +707,15 @@ mod tests {
         assert!(raw.contains(&turn), "{raw}");
         assert_eq!(w.repairs.unsendable_reasoning, 4);
         let b: Value = serde_json::from_str(&raw).unwrap();
-        assert_eq!(b["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+        assert_eq!(
+            b["thinking"],
+            json!({"type": "enabled", "budget_tokens": 1024})
+        );
         assert_eq!(b["stream"], json!(true));
-        assert!(b.get("temperature").is_none(), "no temperature with thinking");
+        assert!(
+            b.get("temperature").is_none(),
+            "no temperature with thinking"
+        );
         // Adaptive thinking.
         s.thinking = Some(Thinking::Adaptive);
         let (b, _) = body(&text, &s);
@@ -716,7 +732,10 @@ mod tests {
         let text = lines(&[ChatMessage::text("user", "hi")]);
         let mut s = settings(&[]);
         for (budget, said) in [
-            (1000, "thinking budget 1000 is below 1024 tokens, the least Anthropic accepts"),
+            (
+                1000,
+                "thinking budget 1000 is below 1024 tokens, the least Anthropic accepts",
+            ),
             (
                 1000 + 24,
                 "thinking budget 1024 must be below max_tokens (1000): thinking counts as output",

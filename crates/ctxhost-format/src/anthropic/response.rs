@@ -19,10 +19,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::{ChatMessage, ReasoningItem};
 use crate::reply::{
     ProviderFunction, ProviderToolCall, TokenCount, assistant_message, invalid_counts,
 };
+use crate::{ChatMessage, ReasoningItem};
 
 /// The `usage` of a response (tokens). The API counts a request's input in three parts:
 /// `input_tokens` (after the last cache breakpoint, billed at the input price),
@@ -343,7 +343,11 @@ mod tests {
                     "thinking",
                     r#"{"signature":"s2","type":"thinking","thinking":""}"#
                 ),
-                ("anthropic", "redacted_thinking", r#"{"type":"redacted_thinking","data":"EmwK"}"#),
+                (
+                    "anthropic",
+                    "redacted_thinking",
+                    r#"{"type":"redacted_thinking","data":"EmwK"}"#
+                ),
             ]
         );
         assert!(reasoning_items(b"[1]").is_empty());

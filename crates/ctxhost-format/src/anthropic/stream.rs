@@ -111,7 +111,8 @@ impl AnthropicStream {
         if self.stopped && kind != "ping" {
             return Err(format!("line {n}: a `{kind}` event after `message_stop`"));
         }
-        self.event(kind, &event).map_err(|e| format!("line {n}: {e}"))
+        self.event(kind, &event)
+            .map_err(|e| format!("line {n}: {e}"))
     }
 
     fn event(&mut self, kind: &str, event: &Value) -> Result<(), String> {
@@ -174,7 +175,10 @@ impl AnthropicStream {
                     (PartialKind::Thinking { signature, .. }, "signature_delta") => {
                         signature.push_str(piece("signature").unwrap_or(""))
                     }
-                    (_, "text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta") => {
+                    (
+                        _,
+                        "text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta",
+                    ) => {
                         return Err(format!(
                             "a `{delta_kind}` for block {index}, which is not of that kind"
                         ));
@@ -465,8 +469,11 @@ mod tests {
             e,
             "line 2: a `thinking_delta` for block 0, which is not of that kind"
         );
-        let e = fold(&[r#"data: {"type":"message_stop"}"#, r#"data: {"type":"message_start","message":{}}"#])
-            .unwrap_err();
+        let e = fold(&[
+            r#"data: {"type":"message_stop"}"#,
+            r#"data: {"type":"message_start","message":{}}"#,
+        ])
+        .unwrap_err();
         assert_eq!(e, "line 2: a `message_start` event after `message_stop`");
         let e = fold(&["data: [1]"]).unwrap_err();
         assert_eq!(e, "line 1: an event that is not a JSON object");
@@ -520,7 +527,10 @@ mod tests {
             r#"data: {"type":"message_stop"}"#,
         ])
         .unwrap_err();
-        assert!(e.starts_with("tool_use block 0: its input is not JSON"), "{e}");
+        assert!(
+            e.starts_with("tool_use block 0: its input is not JSON"),
+            "{e}"
+        );
         // No delta: the start's input.
         let r = fold(&[
             r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"ls","input":{}}}"#,
