@@ -331,6 +331,10 @@ mod tests {
             "{\"role\":\"user\",\"content\":\"tab\there\"}",
             r#"{"role":"user","content":"a"#,
             r#"[1,2]"#,
+            r#"{"role":"assistant","reasoning":null}"#,
+            r#"{"role":"assistant","reasoning":[{"provider":"anthropic","type":"thinking"}]}"#,
+            r#"{"role":"assistant","reasoning":[{"provider":"a","type":"t","data":{"x":1}}]}"#,
+            r#"{"role":"assistant","reasoning":[{"provider":"a","type":"t","data":"\udc00"}]}"#,
         ] {
             let reference = serde_json::from_str::<ChatMessage>(line).unwrap_err();
             assert_eq!(
@@ -350,9 +354,20 @@ mod tests {
             r#" { "role" : "tool" , "content" : "r" , "tool_call_id" : "c" , "tool_name" : "t" } "#,
             r#"{"role":"assistant","tool_calls":[]}"#,
             r#"{"role":"assistant","tool_calls":[{"id":"a","function":{"name":"n","arguments":"{}"},"extra":1}]}"#,
+            r#"{"role":"assistant","reasoning":[]}"#,
         ] {
             serde_json::from_str::<ChatMessage>(line).unwrap();
             parse_line(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e}"));
         }
+    }
+
+    #[test]
+    fn reasoning_items_are_borrowed_raw() {
+        let line = r#"{"role":"assistant","content":"x","reasoning":[{"provider":"anthropic","type":"thinking","data":"{\"type\":\"thinking\",\"signature\":\"s\"}","extra":1}]}"#;
+        let m = parse_line(line.as_bytes()).unwrap();
+        assert_eq!(m.reasoning.len(), 1);
+        let r = m.reasoning[0];
+        assert!(r.provider.is("anthropic") && r.kind.is("thinking"));
+        assert_eq!(r.data.value(), r#"{"type":"thinking","signature":"s"}"#);
     }
 }
