@@ -153,6 +153,8 @@ fn a_streamed_anthropic_task_with_thinking_replays_each_signed_block_before_its_
     );
     let read: u64 = usage.iter().map(|u| u.cache_read_input_tokens).sum();
     assert_eq!(row["cache_read_tokens"].as_u64(), Some(read));
+    let written: u64 = usage.iter().map(|u| u.cache_creation_input_tokens).sum();
+    assert_eq!(row["cache_creation_tokens"].as_u64(), Some(written));
     let stream = std::fs::read_to_string(dir.join("reply.stream")).unwrap();
     assert!(stream.contains("event: message_stop"), "{stream}");
     assert!(stream.contains("signature_delta"), "{stream}");
