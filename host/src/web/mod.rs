@@ -13,6 +13,7 @@
 //! | `GET /tasks/{uuid}/tool-results/{seq}` | a tool call's full (spilled) output |
 //! | `POST /tasks/{uuid}/{pause,resume,stop,retry}` | actions (CSRF token required) |
 //! | `GET /stats` | the `stats` figures and charts |
+//! | `GET /metrics` | Prometheus metrics (OpenMetrics text; [`crate::metrics`]) |
 //! | `GET /events` | server-sent events: `change` whenever the task store changes |
 //! | `GET /static/…` | the embedded CSS and JS |
 //!
@@ -97,6 +98,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/tasks/{uuid}/stop", post(actions::stop))
         .route("/tasks/{uuid}/retry", post(actions::retry))
         .route("/stats", get(pages::stats))
+        .route("/metrics", get(pages::metrics))
         .route("/login", post(actions::login))
         .route("/events", get(events::stream))
         .route("/static/{name}", get(assets::serve))

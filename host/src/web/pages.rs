@@ -1065,3 +1065,26 @@ mod tests {
         assert!(list_query(&Params::parse(Some("page=x".into())).unwrap()).is_err());
     }
 }
+
+/// `GET /metrics`: the Prometheus metrics of this process ([`crate::metrics`]), the task counts
+/// by status read from the store at each scrape. A store that cannot be read is counted in
+/// `ctxhost_scrape_errors_total`; the rest is still served.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    blocking(move || {
+        let db = state.store.get();
+        if let Err(e) = &db {
+            tracing::warn!("metrics: cannot open the task store: {e}");
+            crate::metrics::global().scrape_errors.inc();
+        }
+        let body = crate::metrics::render(db.as_deref().ok());
+        Ok((
+            [(
+                axum::http::header::CONTENT_TYPE,
+                crate::metrics::CONTENT_TYPE,
+            )],
+            body,
+        )
+            .into_response())
+    })
+    .await
+}
