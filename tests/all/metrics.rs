@@ -320,8 +320,118 @@ fn dashboard_serves_the_store_counts_at_metrics() {
     assert!(r.body.trim_end().ends_with("# EOF"));
 }
 
-/// The directory of Debian's prometheus binary, if installed.
-pub fn prometheus_bin() -> Option<&'static Path> {
-    let p = Path::new("/usr/bin/prometheus");
-    p.exists().then_some(p)
+/// A Prometheus server (Debian's 2.42) scraping `target` every second, with its own config
+/// and storage in `dir`; killed when dropped.
+struct Prometheus {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    fn start(bin: &Path, dir: &Path, target: &str) -> Prometheus {
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: ctxhost\n    scrape_interval: 1s\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let listen = format!("127.0.0.1:{}", unused_port());
+        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let child = std::process::Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={listen}"))
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus");
+        Prometheus {
+            child,
+            base: format!("http://{listen}"),
+        }
+    }
+
+    /// The value of instant query `q` (its first series), if it has one.
+    fn query(&self, q: &str) -> Option<f64> {
+        let r = ureq::get(&format!("{}/api/v1/query", self.base))
+            .query("query", q)
+            .timeout(Duration::from_secs(5))
+            .call()
+            .ok()?;
+        let v: Value = serde_json::from_str(&r.into_string().ok()?).ok()?;
+        v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    }
+}
+
+/// Issue 32, with a real Prometheus: it scrapes a worker running tasks against the fake LLM,
+/// and its HTTP API answers counters equal to the task rows. Ignored unless
+/// /usr/bin/prometheus exists or in CI (`.ci/run` installs Debian's `prometheus`).
+#[test]
+#[cfg_attr(
+    not(ctxhost_prometheus_test),
+    ignore = "needs Prometheus (apt-get install prometheus) — .ci/run installs it"
+)]
+fn prometheus_scrapes_counters_equal_to_the_task_rows() {
+    let bin = Path::new("/usr/bin/prometheus");
+    assert!(
+        bin.is_file(),
+        "/usr/bin/prometheus is not installed (apt-get install prometheus)"
+    );
+    let llm = scripted_llm();
+    let env = TestEnv::new();
+    env.write_config(&config(&llm.base_url()));
+    env.ctxhost(&["init"]).ok();
+    let worker = start_worker(&env);
+    let dir = tempfile::tempdir().unwrap();
+    let prom = Prometheus::start(bin, dir.path(), &worker.addr);
+    let (_, rows) = run_tasks(&env, &worker);
+    let want = [
+        ("sum(ctxhost_llm_calls_total)", sum(&rows, "llm_call_count")),
+        (
+            "sum(ctxhost_tool_calls_total)",
+            sum(&rows, "tool_call_count"),
+        ),
+        (
+            "sum(ctxhost_compressions_total)",
+            sum(&rows, "compression_count"),
+        ),
+        (
+            "sum(ctxhost_llm_tokens_total{type=\"total\"})",
+            sum(&rows, "total_tokens"),
+        ),
+        ("ctxhost_tasks{status=\"completed\"}", TASKS as f64),
+        (
+            "sum(ctxhost_tasks_finished_total{status=\"completed\"})",
+            TASKS as f64,
+        ),
+        (
+            "sum(ctxhost_llm_request_duration_seconds_count)",
+            sum(&rows, "llm_call_count"),
+        ),
+    ];
+    let mut last = Vec::new();
+    let agreed = wait_until(Duration::from_secs(60), || {
+        last = want.iter().map(|(q, _)| prom.query(q)).collect();
+        want.iter().zip(&last).all(|((_, w), got)| *got == Some(*w))
+    });
+    let log = std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
+    assert!(
+        agreed,
+        "Prometheus's answers {last:?} != the rows' {want:?}\nprometheus log tail:\n{}",
+        log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+    );
 }
