@@ -272,6 +272,31 @@ fn worker_metrics_equal_the_task_rows() {
     let cost = sample(&m, &format!("ctxhost_llm_cost_usd_total{{{model}}}"));
     let want = (input * 2.0 + output * 10.0) / 1e6;
     assert!((cost - want).abs() < 1e-9, "cost {cost} != {want}");
+    // The same cost per task in `show`, in total in `stats` (by model and day).
+    let shown: f64 = uuids
+        .iter()
+        .map(|u| {
+            env.ctxhost(&["show", u, "--json"]).ok().json()["cost_usd"]
+                .as_f64()
+                .unwrap()
+        })
+        .sum();
+    assert!((shown - want).abs() < 1e-9, "show: {shown} != {want}");
+    assert!(
+        env.ctxhost(&["show", &uuids[0]])
+            .ok()
+            .stdout()
+            .contains("cost:          $0.0")
+    );
+    let stats = env.ctxhost(&["stats", "--json"]).ok().json();
+    let c = &stats["cost_usd"];
+    assert!((c["total"].as_f64().unwrap() - want).abs() < 1e-9, "{c}");
+    assert!(
+        (c["by_model"]["fake-model"].as_f64().unwrap() - want).abs() < 1e-9,
+        "{c}"
+    );
+    assert_eq!(c["by_day"][0]["model"], "fake-model", "{c}");
+    assert!(env.ctxhost(&["stats"]).ok().stdout().contains("COST"));
     // Another endpoint path is a 404.
     assert!(get(&worker.addr, "/other").0.contains("404"));
     // A task queued now is seen by the next scrape.
@@ -298,8 +323,16 @@ fn dashboard_serves_the_store_counts_at_metrics() {
         "",
     ));
     env.ctxhost(&["init"]).ok();
-    env.submit("one");
+    let one = env.submit("one");
     env.submit("two");
+    // Without llm.pricing no cost is guessed.
+    assert!(
+        env.ctxhost(&["show", &one])
+            .ok()
+            .stdout()
+            .contains("cost:          —")
+    );
+    assert!(env.ctxhost(&["show", &one, "--json"]).ok().json()["cost_usd"].is_null());
     let d = crate::support::dashboard::Dashboard::start(&env, &[]);
     let r = d.get("/metrics").expect(200);
     assert!(

@@ -170,7 +170,11 @@ pub fn account(
 
 /// Call `f` with each line of `name` in `dir` that parses as `T` (a torn or foreign line is
 /// skipped; a file that cannot be read is logged).
-fn for_each_line<T: serde::de::DeserializeOwned>(dir: &TaskDir, name: &str, mut f: impl FnMut(T)) {
+pub(crate) fn for_each_line<T: serde::de::DeserializeOwned>(
+    dir: &TaskDir,
+    name: &str,
+    mut f: impl FnMut(T),
+) {
     let file = match dir.open_read_if_exists(name) {
         Ok(Some(f)) => f,
         Ok(None) => return,
