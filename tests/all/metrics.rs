@@ -351,6 +351,13 @@ fn dashboard_serves_the_store_counts_at_metrics() {
     assert_eq!(sample(&r.body, "ctxhost_tasks{status=\"failed\"}"), 0.0);
     assert!(r.body.contains("# TYPE ctxhost_tasks gauge"), "{}", r.body);
     assert!(r.body.trim_end().ends_with("# EOF"));
+    // The task page shows the cost row, with no price: —.
+    let page = d.get(&format!("/tasks/{one}")).expect(200);
+    assert!(
+        page.body.contains("<dt>Cost</dt><dd>—</dd>"),
+        "{}",
+        page.body
+    );
 }
 
 /// A Prometheus server (Debian's 2.42) scraping `target` every second, with its own config

@@ -65,6 +65,8 @@ pub struct ServeOptions {
     pub store: StoreSpec,
     /// Secret values never to show (the token is added).
     pub secrets: Vec<String>,
+    /// `llm.pricing`: the cost shown on task pages ([`crate::task::cost`]).
+    pub pricing: crate::config::pricing::Pricing,
 }
 
 /// Shared by every request.
@@ -81,6 +83,8 @@ pub(crate) struct AppState {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// The context charts' data of recently viewed tasks.
     pub charts: Arc<call_series::ChartCache>,
+    /// `llm.pricing`, for the task page's cost.
+    pub pricing: Arc<crate::config::pricing::Pricing>,
 }
 
 /// The routes, with the security guard in front of all of them.
@@ -163,6 +167,7 @@ impl Server {
             token,
             layout,
             mut secrets,
+            pricing,
             ..
         } = self.options;
         secrets.extend(token.clone());
@@ -176,6 +181,7 @@ impl Server {
             changes,
             shutdown,
             charts: Arc::default(),
+            pricing: Arc::new(pricing),
         };
         let listener = tokio::net::TcpListener::from_std(self.listener)
             .context("cannot hand the socket to the runtime")?;

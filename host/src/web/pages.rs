@@ -634,6 +634,14 @@ pub async fn task(
                 && position.seq.is_none(),
             fields: task_page::row_fields(&row)
                 .into_iter()
+                .chain([(
+                    "Cost".to_string(),
+                    crate::config::pricing::show_cost(crate::task::cost::task_cost(
+                        &state.layout,
+                        &row,
+                        &state.pricing,
+                    )),
+                )])
                 .map(|(k, v)| (k, redactor.redact(&v)))
                 .collect(),
             source: task_page::source_item(&row, db.publication(&uuid)?.as_ref()).map(|mut s| {
@@ -1025,6 +1033,29 @@ pub fn login_page(next: &str, failed: bool) -> Response {
     (StatusCode::UNAUTHORIZED, render(&page)).into_response()
 }
 
+/// `GET /metrics`: the Prometheus metrics of this process ([`crate::metrics`]), the task counts
+/// by status read from the store at each scrape. A store that cannot be read is counted in
+/// `ctxhost_scrape_errors_total`; the rest is still served.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    blocking(move || {
+        let db = state.store.get();
+        if let Err(e) = &db {
+            tracing::warn!("metrics: cannot open the task store: {e}");
+            crate::metrics::global().scrape_errors.inc();
+        }
+        let body = crate::metrics::render(db.as_deref().ok());
+        Ok((
+            [(
+                axum::http::header::CONTENT_TYPE,
+                crate::metrics::CONTENT_TYPE,
+            )],
+            body,
+        )
+            .into_response())
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1064,27 +1095,4 @@ mod tests {
         assert!(list_query(&Params::parse(Some("sort=evil".into())).unwrap()).is_err());
         assert!(list_query(&Params::parse(Some("page=x".into())).unwrap()).is_err());
     }
-}
-
-/// `GET /metrics`: the Prometheus metrics of this process ([`crate::metrics`]), the task counts
-/// by status read from the store at each scrape. A store that cannot be read is counted in
-/// `ctxhost_scrape_errors_total`; the rest is still served.
-pub async fn metrics(State(state): State<AppState>) -> Response {
-    blocking(move || {
-        let db = state.store.get();
-        if let Err(e) = &db {
-            tracing::warn!("metrics: cannot open the task store: {e}");
-            crate::metrics::global().scrape_errors.inc();
-        }
-        let body = crate::metrics::render(db.as_deref().ok());
-        Ok((
-            [(
-                axum::http::header::CONTENT_TYPE,
-                crate::metrics::CONTENT_TYPE,
-            )],
-            body,
-        )
-            .into_response())
-    })
-    .await
 }
