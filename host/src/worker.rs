@@ -336,6 +336,12 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                         Some(uuid) => {
                             summary.finished += 1;
                             let elapsed = started.unwrap_or_default();
+                            // A run whose task was taken over meanwhile (its lease expired) is
+                            // not counted here: the row holds the other process's work too.
+                            let ours = db.get(&uuid)?.is_some_and(|r| {
+                                r.process_id == Some(i64::from(pid))
+                                    && r.worker_id.as_deref() == Some(me.as_str())
+                            });
                             if settle(
                                 &db,
                                 &layout,
@@ -350,14 +356,14 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                                 summary.failed += 1;
                             }
                             match db.get(&uuid) {
-                                Ok(Some(row)) => crate::metrics::run::account(
+                                Ok(Some(row)) if ours => crate::metrics::run::account(
                                     crate::metrics::global(),
                                     &layout,
                                     run_start.as_ref(),
                                     &row,
                                     &opts.pricing,
                                 ),
-                                Ok(None) => {}
+                                Ok(_) => {}
                                 Err(e) => {
                                     tracing::warn!(%uuid, "metrics: cannot read the task: {e}")
                                 }

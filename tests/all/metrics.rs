@@ -297,6 +297,22 @@ fn worker_metrics_equal_the_task_rows() {
     );
     assert_eq!(c["by_day"][0]["model"], "fake-model", "{c}");
     assert!(env.ctxhost(&["stats"]).ok().stdout().contains("COST"));
+    // The dashboard's task list and task page show the same cost.
+    let one = env.ctxhost(&["show", &uuids[0], "--json"]).ok().json()["cost_usd"]
+        .as_f64()
+        .unwrap();
+    let shown = crate::support::dashboard::Dashboard::start(&env, &[]);
+    let cell = format!("<td class=\"num cost\">${one:.4}</td>");
+    assert!(
+        shown.get("/tasks").expect(200).body.contains(&cell),
+        "no {cell}"
+    );
+    let page = shown.get(&format!("/tasks/{}", uuids[0])).expect(200).body;
+    assert!(
+        page.contains(&format!("<dt>Cost</dt><dd>${one:.4}</dd>")),
+        "{page}"
+    );
+    drop(shown);
     // Another endpoint path is a 404.
     assert!(get(&worker.addr, "/other").0.contains("404"));
     // A task queued now is seen by the next scrape.
@@ -351,6 +367,18 @@ fn dashboard_serves_the_store_counts_at_metrics() {
     assert_eq!(sample(&r.body, "ctxhost_tasks{status=\"failed\"}"), 0.0);
     assert!(r.body.contains("# TYPE ctxhost_tasks gauge"), "{}", r.body);
     assert!(r.body.trim_end().ends_with("# EOF"));
+    // The task list has a cost column, — without a price.
+    let list = d.get("/tasks").expect(200);
+    assert!(
+        list.body.contains("<th class=\"num\">Cost</th>"),
+        "{}",
+        list.body
+    );
+    assert!(
+        list.body.contains("<td class=\"num cost\">—</td>"),
+        "{}",
+        list.body
+    );
     // The task page shows the cost row, with no price: —.
     let page = d.get(&format!("/tasks/{one}")).expect(200);
     assert!(
@@ -473,5 +501,69 @@ fn prometheus_scrapes_counters_equal_to_the_task_rows() {
         agreed,
         "Prometheus's answers {last:?} != the rows' {want:?}\nprometheus log tail:\n{}",
         log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// Issue 32: runs whose process dies (SIGKILL after each compression, the `agent:compressed`
+/// failpoint) are counted exactly too: each run adds what it added to the row, recoveries are
+/// counted, and the task ends failed after `worker.max_crashes` deaths.
+#[test]
+fn crashed_runs_are_counted_exactly() {
+    let llm = scripted_llm();
+    let mut env = TestEnv::new();
+    env.write_config(&format!(
+        "{}worker:\n  max_crashes: 2\n",
+        config(&llm.base_url())
+    ));
+    env.ctxhost(&["init"]).ok();
+    env.set_env("CTXHOST_FAILPOINT", "agent:compressed");
+    let worker = start_worker(&env);
+    let uuid = env.submit("Read every file and report.");
+    let mut m = String::new();
+    assert!(
+        wait_until(Duration::from_secs(90), || {
+            m = get(&worker.addr, "/metrics").1;
+            sample(&m, "ctxhost_tasks_finished_total{status=\"failed\"}") >= 1.0
+        }),
+        "the task did not fail after its crashes: {m}"
+    );
+    let row = env.ctxhost(&["show", &uuid, "--json"]).ok().json()["task"].clone();
+    assert_eq!(row["status"], "failed", "{row}");
+    let crashes = row["crash_count"].as_f64().unwrap();
+    assert_eq!(crashes, 2.0, "{row}");
+    assert_eq!(sample(&m, "ctxhost_tasks_started_total"), crashes, "{m}");
+    assert_eq!(
+        sample(&m, "ctxhost_tasks_recovered_total{cause=\"crash\"}"),
+        crashes,
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "ctxhost_tasks_finished_total{status=\"queued\"}"),
+        crashes - 1.0
+    );
+    let model = "model=\"fake-model\"";
+    assert_eq!(
+        sample(&m, &format!("ctxhost_llm_calls_total{{{model}}}")),
+        row["llm_call_count"].as_f64().unwrap(),
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, &format!("ctxhost_compressions_total{{{model}}}")),
+        row["compression_count"].as_f64().unwrap()
+    );
+    assert!(row["compression_count"].as_f64().unwrap() >= crashes);
+    assert_eq!(
+        sample(
+            &m,
+            &format!("ctxhost_llm_tokens_total{{{model},type=\"total\"}}")
+        ),
+        row["total_tokens"].as_f64().unwrap()
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "ctxhost_tool_calls_total{tool=\"read_text_file\",status=\"error\"}"
+        ),
+        row["tool_call_count"].as_f64().unwrap()
     );
 }

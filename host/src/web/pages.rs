@@ -296,6 +296,8 @@ struct RowView {
     tokens: i64,
     compressions: i64,
     model: String,
+    /// Its cost (`llm.pricing`), `—` without a price.
+    cost: String,
     error: String,
 }
 
@@ -418,6 +420,11 @@ pub async fn tasks(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Re
                 tokens: r.total_tokens,
                 compressions: r.compression_count,
                 model: r.model.clone().unwrap_or_default(),
+                cost: crate::config::pricing::show_cost(crate::task::cost::task_cost(
+                    &state.layout,
+                    &r,
+                    &state.pricing,
+                )),
                 error: state
                     .redactor
                     .redact(&task_page::cut_chars(r.error_message.as_deref().unwrap_or(""), 160).0),
