@@ -199,3 +199,98 @@ pub(crate) fn for_each_line<T: serde::de::DeserializeOwned>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::DirState;
+
+    const U: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+
+    /// A resumed run: the row's growth since the claim is counted, and only the file lines
+    /// stamped at or after the claim (the earlier run's are not counted twice).
+    #[test]
+    fn a_run_counts_the_rows_growth_and_only_its_own_lines() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        layout.ensure().unwrap();
+        let dir = layout.task_dir(DirState::Completed, U);
+        crate::layout::create_private_dir_all(&dir).unwrap();
+        let call = |t: &str, p: u64, c: u64, ms: u64| {
+            format!(
+                r#"{{"type":"call","n":1,"timestamp":"{t}","context_tokens":10,"context_length":100,"request_bytes":1,"duration_ms":{ms},"status":"ok","prompt_tokens":{p},"completion_tokens":{c},"total_tokens":{}}}"#,
+                p + c
+            )
+        };
+        let summary = r#"{"type":"summary_call","timestamp":"2026-01-01T00:02:00.000Z","input_tokens":5,"request_bytes":1,"duration_ms":3000,"status":"error","error":"boom"}"#;
+        std::fs::write(
+            dir.join("llm_calls.jsonl"),
+            [
+                call("2026-01-01T00:00:00.000Z", 1000, 100, 100),
+                call("2026-01-01T00:01:00.000Z", 300, 20, 500),
+                summary.to_string(),
+                "{\"type\":\"call\",\"torn".to_string(),
+            ]
+            .join("\n"),
+        )
+        .unwrap();
+        let tool = |t: &str, name: &str, status: &str| {
+            format!(
+                r#"{{"seq":1,"tool":"{name}","args":{{}},"status":"{status}","duration_ms":20,"timestamp":"{t}"}}"#
+            )
+        };
+        std::fs::write(
+            dir.join("tools.jsonl"),
+            [
+                tool("2026-01-01T00:00:01.000Z", "old", "success"),
+                tool("2026-01-01T00:01:01.000Z", "read", "success"),
+                tool("2026-01-01T00:01:02.000Z", "read", "error"),
+            ]
+            .join("\n")
+                + "\n",
+        )
+        .unwrap();
+        let mut row = crate::db::testing::task_row(U);
+        row.status = crate::db::Status::Completed;
+        row.model = Some("m".into());
+        row.llm_call_count = 3;
+        row.total_tokens = 1420;
+        row.compression_count = 2;
+        row.tool_call_count = 3;
+        let start = RunStart {
+            claimed_at: "2026-01-01T00:00:30.000Z".into(),
+            llm_calls: 1,
+            tokens: 1100,
+            compressions: 1,
+            tool_calls: 1,
+            ..RunStart::default()
+        };
+        assert_eq!(RunStart::parse(&start.to_line()), Some(start.clone()));
+        let pricing: Pricing = serde_norway::from_str("m: {input: 1, output: 10}").unwrap();
+        let m = Metrics::new();
+        account(&m, &layout, Some(&start), &row, &pricing);
+        let text = m.encode();
+        let has = |line: &str| assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        has(r#"ctxhost_tasks_finished_total{status="completed"} 1"#);
+        has(r#"ctxhost_llm_calls_total{model="m"} 2"#);
+        has(r#"ctxhost_compressions_total{model="m"} 1"#);
+        has(r#"ctxhost_llm_tokens_total{model="m",type="total"} 320"#);
+        has(r#"ctxhost_llm_tokens_total{model="m",type="input"} 300"#);
+        has(r#"ctxhost_llm_tokens_total{model="m",type="output"} 20"#);
+        has(r#"ctxhost_llm_call_errors_total{model="m"} 1"#);
+        has(r#"ctxhost_llm_request_duration_seconds_count{model="m"} 2"#);
+        has(r#"ctxhost_llm_request_duration_seconds_sum{model="m"} 3.5"#);
+        has(r#"ctxhost_tool_calls_total{tool="read",status="success"} 1"#);
+        has(r#"ctxhost_tool_calls_total{tool="read",status="error"} 1"#);
+        has(r#"ctxhost_tool_call_duration_seconds_count{tool="read"} 2"#);
+        assert!(!text.contains("tool=\"old\""), "{text}");
+        // 300 input × $1/M + 20 output × $10/M.
+        has(r#"ctxhost_llm_cost_usd_total{model="m"} 0.0005"#);
+        // A process that died before it said where its run began: its end only.
+        let m = Metrics::new();
+        account(&m, &layout, None, &row, &pricing);
+        let text = m.encode();
+        assert!(text.contains(r#"ctxhost_tasks_finished_total{status="completed"} 1"#));
+        assert!(!text.contains("ctxhost_llm_calls_total{"), "{text}");
+    }
+}
