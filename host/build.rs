@@ -29,6 +29,7 @@ fn main() {
         println!("cargo:rerun-if-changed={}", p.display());
     }
     browser_test_cfg();
+    prometheus_test_cfg();
     componentize_py_cfg();
 
     // The PostgreSQL variants of the store tests run when a test server is available
@@ -99,6 +100,20 @@ fn browser_test_cfg() {
         .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
     if ci || browser.is_file() {
         println!("cargo:rustc-cfg=ctxhost_browser_test");
+    }
+}
+
+/// `cfg(ctxhost_prometheus_test)` for the test with a real Prometheus (tests/all/metrics.rs):
+/// set when Debian's `/usr/bin/prometheus` is installed or when running in CI (where a missing
+/// one must fail the test). Without it the test is `#[ignore]`d. `/usr/bin` is watched, as for
+/// Chromium.
+fn prometheus_test_cfg() {
+    println!("cargo:rustc-check-cfg=cfg(ctxhost_prometheus_test)");
+    println!("cargo:rerun-if-env-changed=CI");
+    println!("cargo:rerun-if-changed=/usr/bin");
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    if ci || std::path::Path::new("/usr/bin/prometheus").is_file() {
+        println!("cargo:rustc-cfg=ctxhost_prometheus_test");
     }
 }
 

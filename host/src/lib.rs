@@ -20,6 +20,7 @@ pub mod layout;
 pub mod lease;
 pub mod lifecycle;
 pub mod llm;
+pub mod metrics;
 pub mod ops;
 pub mod plugin_check;
 pub mod plugins;

@@ -322,6 +322,17 @@ pub fn recover_dead_tasks(
             crash: true,
         };
         if let Some(r) = recover_task(db, layout, uuid, &lost, max_crashes, me)? {
+            let cause = if only_if_expired {
+                "lease_expired"
+            } else {
+                "crash"
+            };
+            crate::metrics::global()
+                .recovered
+                .get_or_create(&crate::metrics::CauseLabel {
+                    cause: cause.to_string(),
+                })
+                .inc();
             out.push(r);
         }
     }

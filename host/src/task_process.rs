@@ -85,6 +85,8 @@ pub fn run(
         context_length: llm.context_length,
     };
     let claimed_at = Instant::now();
+    // Whether the worker is told where the run began (`--next`: [`crate::metrics::run`]).
+    let mut announce = false;
     let (uuid, placed) = match target {
         Target::Task(uuid) => {
             let Some(row) = db.get(uuid)? else {
@@ -124,6 +126,7 @@ pub fn run(
                 // Tell the worker which task this process runs (it may be gone: ignore).
                 let mut out = std::io::stdout();
                 let _ = writeln!(out, "{}", c.uuid).and_then(|()| out.flush());
+                announce = true;
                 (c.uuid, c.dir_error.map_or(Ok(()), Err))
             }
         },
@@ -155,6 +158,12 @@ pub fn run(
     let Some(row) = db.with(|db| db.get(&uuid))? else {
         return Err(anyhow::anyhow!("task {uuid} vanished after its claim"));
     };
+    if announce {
+        // The row's counters before this run added anything, for the worker's metrics.
+        let start = crate::metrics::run::RunStart::of(&row, crate::db::now_rfc3339());
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "{}", start.to_line()).and_then(|()| out.flush());
+    }
 
     let ended = catch_unwind(AssertUnwindSafe(|| {
         execute(config, layout, db.clone(), row, pid, &host)

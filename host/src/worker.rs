@@ -92,6 +92,8 @@ pub struct WorkerOptions {
     /// starts no more children, asks its running tasks to pause and returns when every child
     /// has exited; at the second it asks them to stop. `None`: signals are not caught.
     pub interrupts: Option<crate::interrupt::Interrupts>,
+    /// `llm.pricing`, for `ctxhost_llm_cost_usd_total` ([`crate::metrics`]).
+    pub pricing: crate::config::pricing::Pricing,
 }
 
 /// What a worker that returned did.
@@ -112,12 +114,19 @@ struct Running {
     started: Instant,
     /// The task it claimed, once it said.
     uuid: Option<String>,
+    /// The task's counters at the claim, once it said ([`crate::metrics::run`]).
+    run_start: Option<crate::metrics::run::RunStart>,
 }
 
 /// What a child's waiter thread reports.
 enum Event {
     /// The child claimed `uuid` (the line it printed).
     Claimed { pid: u32, uuid: String },
+    /// The child said where its run began (the line after the claim).
+    Started {
+        pid: u32,
+        start: crate::metrics::run::RunStart,
+    },
     /// The child exited.
     Exited {
         pid: u32,
@@ -245,6 +254,7 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                     Running {
                         started: Instant::now(),
                         uuid: None,
+                        run_start: None,
                     },
                 );
                 let tx = tx.clone();
@@ -253,12 +263,17 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                     .name(format!("wait-{pid}"))
                     .spawn(move || {
                         if let Some(out) = stdout {
+                            let mut out = std::io::BufReader::new(out);
                             let mut line = String::new();
-                            if std::io::BufReader::new(out).read_line(&mut line).is_ok()
-                                && !line.trim().is_empty()
-                            {
+                            if out.read_line(&mut line).is_ok() && !line.trim().is_empty() {
                                 let uuid = line.trim().to_string();
                                 let _ = tx.send(Event::Claimed { pid, uuid });
+                                line.clear();
+                                if out.read_line(&mut line).is_ok()
+                                    && let Some(start) = crate::metrics::run::RunStart::parse(&line)
+                                {
+                                    let _ = tx.send(Event::Started { pid, start });
+                                }
                             }
                         }
                         let status = child.wait();
@@ -290,13 +305,20 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                     tracing::info!(%uuid, pid, "task process claimed a task");
                     start_failures = 0;
                     paused_until = None;
+                    crate::metrics::global().tasks_started.inc();
                     if let Some(c) = children.get_mut(&pid) {
                         c.uuid = Some(uuid);
                     }
                 }
+                Event::Started { pid, start } => {
+                    if let Some(c) = children.get_mut(&pid) {
+                        c.run_start = Some(start);
+                    }
+                }
                 Event::Exited { pid, status } => {
-                    let child = children.remove(&pid);
+                    let mut child = children.remove(&pid);
                     let started = child.as_ref().map(|c| c.started.elapsed());
+                    let run_start = child.as_mut().and_then(|c| c.run_start.take());
                     let status = match status {
                         Ok(s) => s,
                         Err(e) => {
@@ -314,6 +336,12 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                         Some(uuid) => {
                             summary.finished += 1;
                             let elapsed = started.unwrap_or_default();
+                            // A run whose task was taken over meanwhile (its lease expired) is
+                            // not counted here: the row holds the other process's work too.
+                            let ours = db.get(&uuid)?.is_some_and(|r| {
+                                r.process_id == Some(i64::from(pid))
+                                    && r.worker_id.as_deref() == Some(me.as_str())
+                            });
                             if settle(
                                 &db,
                                 &layout,
@@ -326,6 +354,19 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                                 opts.max_crashes,
                             )? {
                                 summary.failed += 1;
+                            }
+                            match db.get(&uuid) {
+                                Ok(Some(row)) if ours => crate::metrics::run::account(
+                                    crate::metrics::global(),
+                                    &layout,
+                                    run_start.as_ref(),
+                                    &row,
+                                    &opts.pricing,
+                                ),
+                                Ok(_) => {}
+                                Err(e) => {
+                                    tracing::warn!(%uuid, "metrics: cannot read the task: {e}")
+                                }
                             }
                         }
                         None if status.success() => {
@@ -471,10 +512,17 @@ fn settle(
                 only_if_expired: false,
                 crash: !fenced,
             };
-            if let Err(e) =
-                crate::recovery::recover_task(db, layout, uuid, &lost, max_crashes, recoverer)
-            {
-                tracing::error!(%uuid, "recovery failed: {e:#}");
+            match crate::recovery::recover_task(db, layout, uuid, &lost, max_crashes, recoverer) {
+                Ok(Some(_)) => {
+                    crate::metrics::global()
+                        .recovered
+                        .get_or_create(&crate::metrics::CauseLabel {
+                            cause: if fenced { "fenced" } else { "crash" }.to_string(),
+                        })
+                        .inc();
+                }
+                Ok(None) => {}
+                Err(e) => tracing::error!(%uuid, "recovery failed: {e:#}"),
             }
             db.get(uuid)?.is_some_and(|r| r.status == Status::Failed)
         }

@@ -27,6 +27,7 @@ mod layering;
 mod lifecycle;
 mod lifecycle_crash;
 mod mcp_tools;
+mod metrics;
 mod multi_host;
 mod operators;
 mod plugin_check;

@@ -335,6 +335,10 @@ pub struct RunArgs {
     /// How often to look at the queue, milliseconds (overrides worker.poll_interval_ms).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..))]
     pub poll_ms: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0: any
+    /// free port, logged). Not served unless given.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// The `llm` settings for the tasks this worker runs.
     #[command(flatten)]
     pub llm: llm_flags::LlmFlags,
@@ -601,7 +605,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                     .unwrap_or_default(),
                 child_args: args.llm.to_args(),
                 interrupts: Some(crate::interrupt::Interrupts::install()?),
+                pricing: env.config.llm.pricing.clone(),
             };
+            if let Some(addr) = args.metrics_addr {
+                let server = crate::metrics::server::MetricsServer::start(
+                    addr,
+                    opts.store.clone(),
+                    opts.contexts.clone(),
+                )?;
+                eprintln!("metrics at http://{}/metrics", server.local_addr());
+            }
             // The sources poll (unless --once) and publish on their own thread.
             let background = sources
                 .map(|s| {

@@ -206,8 +206,14 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         return show_compactions(env, &row.uuid, args.json);
     }
     let report = crate::ops::show::show(&db, &env.layout, &row.uuid, args.messages)?;
+    // Priced by llm.pricing (none without a price for the task's model).
+    let cost = crate::task::cost::task_cost(&env.layout, &report.task, &env.config.llm.pricing);
     if args.json {
-        outln!("{}", serde_json::to_string_pretty(&report)?);
+        let mut v = serde_json::to_value(&report)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("cost_usd".into(), serde_json::json!(cost));
+        }
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
     let t = &report.task;
@@ -237,6 +243,7 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         counted(t.total_tokens, "token", "tokens"),
         counted(t.compression_count, "compression", "compressions")
     );
+    outln!("cost:          {}", crate::config::pricing::show_cost(cost));
     if t.cache_read_tokens > 0 || t.cache_creation_tokens > 0 {
         outln!(
             "prompt cache:  {} tokens read, {} written (of the {} tokens)",
@@ -401,12 +408,14 @@ fn print_plan(h: &ctxhost_format::planning::PlanningHistory) -> anyhow::Result<(
 pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
     let db = open_db(env)?;
     let stats = db.stats()?;
+    let costs = crate::task::cost::costs(&db, &env.layout, &env.config.llm.pricing)?;
     if args.json {
         #[derive(Serialize)]
         struct Out<'a> {
             by_status: serde_json::Map<String, serde_json::Value>,
             total: &'a ModelStats,
             by_model: &'a [ModelStats],
+            cost_usd: &'a crate::task::cost::Costs,
         }
         let by_status = stats
             .by_status
@@ -418,7 +427,8 @@ pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&Out {
                 by_status,
                 total: &stats.total,
-                by_model: &stats.by_model
+                by_model: &stats.by_model,
+                cost_usd: &costs,
             })?
         );
         return Ok(ExitCode::SUCCESS);
@@ -442,6 +452,7 @@ pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
             "COMPRESSIONS",
             "CACHE_READ",
             "CACHE_WRITE",
+            "COST",
         ]
         .map(String::from)
         .to_vec(),
@@ -461,6 +472,10 @@ pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
             m.compressions.to_string(),
             m.cache_read_tokens.to_string(),
             m.cache_creation_tokens.to_string(),
+            crate::config::pricing::show_cost(match &m.model {
+                Some(model) => costs.by_model.get(model).copied(),
+                None => costs.total,
+            }),
         ]
     };
     for m in &stats.by_model {
@@ -468,6 +483,18 @@ pub(super) fn stats(env: &Env, args: &StatsArgs) -> anyhow::Result<ExitCode> {
     }
     table.push(row(&stats.total, "(all)".into()));
     print_table(&table)?;
+    if !costs.by_day.is_empty() {
+        outln!("");
+        let mut days = vec![["DAY", "MODEL", "COST"].map(String::from).to_vec()];
+        for ((day, model), usd) in &costs.by_day {
+            days.push(vec![
+                day.clone(),
+                model.clone(),
+                crate::config::pricing::show_cost(Some(*usd)),
+            ]);
+        }
+        print_table(&days)?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -72,6 +72,7 @@ pub(super) fn run(env: &Env, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         layout: env.layout.clone(),
         store,
         secrets,
+        pricing: env.config.llm.pricing.clone(),
     })?;
     let addr = server.local_addr()?;
     let host = if addr.ip().is_unspecified() {

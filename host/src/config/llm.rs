@@ -166,6 +166,10 @@ pub struct LlmConfig {
     /// For a streamed reply: the longest wait between two reads of its body, seconds (1 to
     /// [`MAX_LLM_SECS`]), instead of `timeout_secs` for the whole call.
     pub idle_timeout_secs: u64,
+    /// Prices per model, US dollars per million tokens ([`super::pricing`]); empty: no cost
+    /// is shown.
+    #[serde(skip_serializing_if = "super::pricing::Pricing::is_empty")]
+    pub pricing: super::pricing::Pricing,
 }
 
 /// `llm.thinking`: how much the model may think before it answers. In YAML a number of tokens
@@ -245,6 +249,7 @@ impl Default for LlmConfig {
             interrupt_grace_secs: 10,
             stream: false,
             idle_timeout_secs: 120,
+            pricing: super::pricing::Pricing::default(),
         }
     }
 }
@@ -252,6 +257,7 @@ impl Default for LlmConfig {
 impl LlmConfig {
     /// Check value ranges and formats; the error names the key.
     pub(super) fn validate(&self) -> Result<(), Invalid> {
+        self.pricing.validate()?;
         if let Some(url) = &self.base_url
             && let Err(msg) = check_base_url(url)
         {

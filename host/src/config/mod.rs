@@ -32,6 +32,7 @@ mod context_storage;
 mod llm;
 pub mod llm_flags;
 mod plugins;
+pub mod pricing;
 mod process;
 mod sources;
 mod strategy;

@@ -92,6 +92,10 @@ llm:
   max_response_mib: {max_resp}
   # A larger request body fails the call without being sent.
   max_request_mib: {max_req}
+  # Prices per model, US dollars per million tokens: the cost in show, stats, the dashboard and
+  # ctxhost_llm_cost_usd_total (none: no cost is shown). Cache prices default to the input price.
+  # pricing:
+  #   gpt-4o-mini: {{input: 0.15, output: 0.60, cache_read: 0.075, cache_write: 0.15}}
 
 plugins:
   # Each is builtin:NAME or a path to a .wasm component (relative: to this file's directory).

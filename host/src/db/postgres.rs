@@ -385,6 +385,7 @@ impl PgStore {
                         });
                     }
                     attempt += 1;
+                    crate::metrics::global().db_retries.inc();
                     tracing::warn!(
                         db = %self.url.shown(),
                         attempt,

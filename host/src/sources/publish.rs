@@ -428,6 +428,7 @@ impl<'a> Publisher<'a> {
                     return Err(self.give_up(source, &item, uuid, &msg));
                 }
                 let wait = retry_wait(leased.attempts, forge_error);
+                crate::metrics::global().publish_failures.inc();
                 tracing::warn!(%uuid, item = %item.short(), retry_in_secs = wait.as_secs(), "publishing failed: {msg}");
                 self.db
                     .record_publish_error(uuid, &self.owner, &msg, wait)?;
@@ -471,6 +472,7 @@ impl<'a> Publisher<'a> {
         if let Err(e) = recorded {
             return anyhow::anyhow!("{msg}; recording that publishing is given up failed: {e}");
         }
+        crate::metrics::global().publish_failures.inc();
         tracing::error!(%uuid, item = %item.short(), labelled, "publishing given up (not retried): {msg}");
         let labels = if labelled {
             "the item has the failed label"
@@ -592,6 +594,7 @@ impl<'a> Publisher<'a> {
                 posted.id
             );
         }
+        crate::metrics::global().published.inc();
         tracing::info!(%uuid, item = %item.short(), comment = %posted.id, status = %row.status, "result posted");
         Ok(Synced::Published(posted.url.unwrap_or(posted.id)))
     }

@@ -16,6 +16,7 @@
 //! an earlier completed task with the same key); [`state`] (task_state.json) is the lifecycle's.
 
 pub mod calls;
+pub mod cost;
 pub mod history_counts;
 pub mod inheritance;
 pub mod interrupt;

@@ -13,6 +13,7 @@
 //! | `GET /tasks/{uuid}/tool-results/{seq}` | a tool call's full (spilled) output |
 //! | `POST /tasks/{uuid}/{pause,resume,stop,retry}` | actions (CSRF token required) |
 //! | `GET /stats` | the `stats` figures and charts |
+//! | `GET /metrics` | Prometheus metrics (OpenMetrics text; [`crate::metrics`]) |
 //! | `GET /events` | server-sent events: `change` whenever the task store changes |
 //! | `GET /static/…` | the embedded CSS and JS |
 //!
@@ -64,6 +65,8 @@ pub struct ServeOptions {
     pub store: StoreSpec,
     /// Secret values never to show (the token is added).
     pub secrets: Vec<String>,
+    /// `llm.pricing`: the cost shown on task pages ([`crate::task::cost`]).
+    pub pricing: crate::config::pricing::Pricing,
 }
 
 /// Shared by every request.
@@ -80,6 +83,8 @@ pub(crate) struct AppState {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// The context charts' data of recently viewed tasks.
     pub charts: Arc<call_series::ChartCache>,
+    /// `llm.pricing`, for the task page's cost.
+    pub pricing: Arc<crate::config::pricing::Pricing>,
 }
 
 /// The routes, with the security guard in front of all of them.
@@ -97,6 +102,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/tasks/{uuid}/stop", post(actions::stop))
         .route("/tasks/{uuid}/retry", post(actions::retry))
         .route("/stats", get(pages::stats))
+        .route("/metrics", get(pages::metrics))
         .route("/login", post(actions::login))
         .route("/events", get(events::stream))
         .route("/static/{name}", get(assets::serve))
@@ -161,6 +167,7 @@ impl Server {
             token,
             layout,
             mut secrets,
+            pricing,
             ..
         } = self.options;
         secrets.extend(token.clone());
@@ -174,6 +181,7 @@ impl Server {
             changes,
             shutdown,
             charts: Arc::default(),
+            pricing: Arc::new(pricing),
         };
         let listener = tokio::net::TcpListener::from_std(self.listener)
             .context("cannot hand the socket to the runtime")?;

@@ -296,6 +296,8 @@ struct RowView {
     tokens: i64,
     compressions: i64,
     model: String,
+    /// Its cost (`llm.pricing`), `—` without a price.
+    cost: String,
     error: String,
 }
 
@@ -418,6 +420,11 @@ pub async fn tasks(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Re
                 tokens: r.total_tokens,
                 compressions: r.compression_count,
                 model: r.model.clone().unwrap_or_default(),
+                cost: crate::config::pricing::show_cost(crate::task::cost::task_cost(
+                    &state.layout,
+                    &r,
+                    &state.pricing,
+                )),
                 error: state
                     .redactor
                     .redact(&task_page::cut_chars(r.error_message.as_deref().unwrap_or(""), 160).0),
@@ -634,6 +641,14 @@ pub async fn task(
                 && position.seq.is_none(),
             fields: task_page::row_fields(&row)
                 .into_iter()
+                .chain([(
+                    "Cost".to_string(),
+                    crate::config::pricing::show_cost(crate::task::cost::task_cost(
+                        &state.layout,
+                        &row,
+                        &state.pricing,
+                    )),
+                )])
                 .map(|(k, v)| (k, redactor.redact(&v)))
                 .collect(),
             source: task_page::source_item(&row, db.publication(&uuid)?.as_ref()).map(|mut s| {
@@ -1023,6 +1038,29 @@ pub fn login_page(next: &str, failed: bool) -> Response {
         failed,
     };
     (StatusCode::UNAUTHORIZED, render(&page)).into_response()
+}
+
+/// `GET /metrics`: the Prometheus metrics of this process ([`crate::metrics`]), the task counts
+/// by status read from the store at each scrape. A store that cannot be read is counted in
+/// `ctxhost_scrape_errors_total`; the rest is still served.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    blocking(move || {
+        let db = state.store.get();
+        if let Err(e) = &db {
+            tracing::warn!("metrics: cannot open the task store: {e}");
+            crate::metrics::global().scrape_errors.inc();
+        }
+        let body = crate::metrics::render(db.as_deref().ok());
+        Ok((
+            [(
+                axum::http::header::CONTENT_TYPE,
+                crate::metrics::CONTENT_TYPE,
+            )],
+            body,
+        )
+            .into_response())
+    })
+    .await
 }
 
 #[cfg(test)]
