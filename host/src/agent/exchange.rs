@@ -201,11 +201,14 @@ pub fn exchange_checked(
             request: request_name.clone(),
         }
     })?;
+    let whole_file = response_file;
     let response_file = if streamed {
         REPLY_STREAM
     } else {
         response_file
     };
+    // Set when a server answered a streamed request with one whole body.
+    let mut whole = false;
     // A streamed reply that cannot be read (cut off before its end without a transport
     // error, a broken event) is sent again, within the transport's retries.
     let mut tries = 0u32;
@@ -243,9 +246,28 @@ pub fn exchange_checked(
                 source,
             }
         })?;
-        match format.read_response(response_file, streamed) {
+        if streamed && !post.streamed {
+            // The server ignored the request for a stream and answered one JSON body: read
+            // it as an unstreamed reply, under the unstreamed reply's name.
+            dir.rename(REPLY_STREAM, whole_file)
+                .map_err(|source| ExchangeError::Post {
+                    request: request_name.clone(),
+                    request_bytes: request.bytes,
+                    source: crate::llm::TransportError::ResponseFile {
+                        path: dir.file_path(whole_file),
+                        source,
+                    },
+                })?;
+            whole = true;
+        }
+        let (file, read_streamed) = if whole {
+            (whole_file, false)
+        } else {
+            (response_file, streamed)
+        };
+        match format.read_response(file, read_streamed) {
             Ok(reply) => break (post, reply),
-            Err(source) if streamed && tries <= transport.config().max_retries => {
+            Err(source) if read_streamed && tries <= transport.config().max_retries => {
                 tracing::warn!(
                     attempt = tries,
                     "the streamed reply cannot be read ({source}); sending the request again"
@@ -253,11 +275,11 @@ pub fn exchange_checked(
                 keep_failed_stream(dir, response_file);
             }
             Err(source) => {
-                let response = if streamed {
+                let response = if read_streamed {
                     keep_failed_stream(dir, response_file)
                         .unwrap_or_else(|| response_file.to_string())
                 } else {
-                    response_file.to_string()
+                    file.to_string()
                 };
                 return Err(ExchangeError::Read {
                     request: request_name.clone(),
@@ -267,6 +289,7 @@ pub fn exchange_checked(
             }
         }
     };
+    let response_file = if whole { whole_file } else { response_file };
     if let Err(reason) = accept(&reply) {
         return Err(ExchangeError::Rejected {
             request: request_name,
@@ -276,7 +299,7 @@ pub fn exchange_checked(
         });
     }
     // reply.stream stays until the next call (`show --follow`, debugging).
-    let done: &[&str] = if streamed {
+    let done: &[&str] = if streamed && !whole {
         &[request_name.as_str()]
     } else {
         &[request_name.as_str(), response_file]
