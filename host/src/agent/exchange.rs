@@ -299,8 +299,10 @@ pub fn exchange_checked(
         });
     }
     // reply.stream stays until the next call (`show --follow`, debugging).
+    // A streamed call also removes the whole body an earlier call of the task left after it
+    // could not be read (a server that answered one JSON body then).
     let done: &[&str] = if streamed && !whole {
-        &[request_name.as_str()]
+        &[request_name.as_str(), whole_file]
     } else {
         &[request_name.as_str(), response_file]
     };
