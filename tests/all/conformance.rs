@@ -456,6 +456,26 @@ fn fsck_knows_reasoning_items_and_names_a_malformed_one_by_file_and_line() {
         json!([]),
         "well-formed reasoning items and is_error pass"
     );
+    // `show` and `show --follow` show the readable reasoning, never the signature.
+    for args in [
+        vec!["show", uuid.as_str()],
+        vec!["show", uuid.as_str(), "--follow"],
+    ] {
+        let out = env.ctxhost(&args).ok().stdout();
+        assert!(out.contains("thinking: Read a.txt."), "{args:?}: {out}");
+        assert!(out.contains("thinking: Then answer."), "{args:?}: {out}");
+        assert!(!out.contains("c2ln"), "{args:?}: {out}");
+    }
+    let events = env
+        .ctxhost(&["show", uuid.as_str(), "--follow", "--json"])
+        .ok()
+        .stdout();
+    assert!(
+        events.contains(
+            r#"{"event":"reasoning","seq":3,"label":"anthropic thinking","text":"Read a.txt."}"#
+        ),
+        "{events}"
+    );
 
     // messages.jsonl line 3: an item without `data`; current.jsonl line 3: `data` cut off;
     // current.jsonl line 4: reasoning on a tool result.
@@ -508,7 +528,9 @@ fn fsck_knows_reasoning_items_and_names_a_malformed_one_by_file_and_line() {
     assert_eq!(found.len(), 3, "{found:#?}");
     let text = env.ctxhost(&["fsck"]).fails().stdout();
     assert!(
-        text.contains("current.jsonl:3: does not match docs/schemas/current.schema.json: /reasoning/0/data"),
+        text.contains(
+            "current.jsonl:3: does not match docs/schemas/current.schema.json: /reasoning/0/data"
+        ),
         "{text}"
     );
 }

@@ -163,7 +163,10 @@ fn idle_timeout_bounds_the_wait_between_bytes_not_the_whole_stream() {
 fn a_server_that_ignores_stream_true_is_read_as_one_json_body() {
     let llm = FakeLlm::start(vec![
         Reply::whole(
-            Reply::tool_calls(vec![("w1", "list_directory", r#"{"path":"."}"#)], Some((30, 6))),
+            Reply::tool_calls(
+                vec![("w1", "list_directory", r#"{"path":"."}"#)],
+                Some((30, 6)),
+            ),
             Some("application/json; charset=utf-8"),
         ),
         Reply::whole(Reply::text("Plain JSON answer.", Some((50, 4))), None),

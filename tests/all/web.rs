@@ -1440,19 +1440,27 @@ fn the_task_page_shows_a_reply_while_it_streams_and_the_reasoning_of_messages() 
     let mut run = env
         .ctxhost_cmd(&["run", "--once", "--poll-ms", "20"])
         .spawn();
-    let stream = env.contexts().join("running").join(&uuid).join("reply.stream");
+    let stream = env
+        .contexts()
+        .join("running")
+        .join(&uuid)
+        .join("reply.stream");
     assert!(
-        crate::support::wait_until(Duration::from_secs(30), || std::fs::read_to_string(
-            &stream
-        )
-        .is_ok_and(|s| s.contains("wing"))),
+        crate::support::wait_until(Duration::from_secs(30), || std::fs::read_to_string(&stream)
+            .is_ok_and(|s| s.contains("wing"))),
         "the stream never began"
     );
     let d = Dashboard::start(&env, &[]);
     let page = d.get(&format!("/tasks/{uuid}")).expect(200);
-    assert!(page.body.contains("id=\"streaming-reply\" data-streaming=\"1\""), "{}", page.body);
     assert!(
-        page.body.contains("<pre class=\"content\" id=\"streaming-text\">The reply is growing</pre>"),
+        page.body
+            .contains("id=\"streaming-reply\" data-streaming=\"1\""),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("<pre class=\"content\" id=\"streaming-text\">The reply is growing</pre>"),
         "{}",
         page.body
     );
@@ -1461,7 +1469,12 @@ fn the_task_page_shows_a_reply_while_it_streams_and_the_reasoning_of_messages() 
     // Done: the reply is a message, no longer a reply arriving.
     let page = d.get(&format!("/tasks/{uuid}")).expect(200);
     assert!(!page.body.contains("streaming-reply"), "{}", page.body);
-    assert!(page.body.contains("The reply is growing &lt;b&gt;here&lt;/b&gt;."));
+    assert!(
+        page.body
+            .contains("The reply is growing &#60;b&#62;here&#60;/b&#62;."),
+        "{}",
+        page.body
+    );
 
     // An assistant message with reasoning: the thinking text is shown, its signature and the
     // redacted item's data are not.
@@ -1477,10 +1490,15 @@ fn the_task_page_shows_a_reply_while_it_streams_and_the_reasoning_of_messages() 
     std::fs::write(dir.join("messages.jsonl"), text).unwrap();
     let page = d.get(&format!("/tasks/{uuid}")).expect(200);
     assert!(
-        page.body.contains("<pre class=\"reasoning-text\">Check &lt;i&gt;a.txt&lt;/i&gt; first.</pre>"),
+        page.body.contains(
+            "<pre class=\"reasoning-text\">Check &#60;i&#62;a.txt&#60;/i&#62; first.</pre>"
+        ),
         "{}",
         page.body
     );
-    assert!(page.body.contains("[reasoning: anthropic redacted_thinking (redacted, 10 bytes not shown)]"));
+    assert!(
+        page.body
+            .contains("[reasoning: anthropic redacted_thinking (redacted, 10 bytes not shown)]")
+    );
     assert!(!page.body.contains("SIG-c2ln") && !page.body.contains("OPAQUE-xyz"));
 }

@@ -266,7 +266,12 @@ pub fn exchange_checked(
             (response_file, streamed)
         };
         match format.read_response(file, read_streamed) {
-            Ok(reply) => break (post, reply),
+            Ok(mut reply) => {
+                if read_streamed {
+                    redact_reply(&mut reply, transport.config().api_key.as_deref());
+                }
+                break (post, reply);
+            }
             Err(source) if read_streamed && tries <= transport.config().max_retries => {
                 tracing::warn!(
                     attempt = tries,
@@ -316,4 +321,32 @@ pub fn exchange_checked(
         request,
         post,
     })
+}
+
+/// The API key out of a reply folded from a stream: the transport redacts it from the raw
+/// bytes as they arrive, but a stream may split it between two events (and so between two
+/// fragments of the text, a tool call's arguments or the reasoning), which only the folded
+/// reply shows whole ([`crate::llm::redact::redact`]; nothing for a key too short to redact).
+fn redact_reply(reply: &mut Reply, key: Option<&str>) {
+    let Some(key) = key.filter(|k| crate::llm::redact::is_redactable(k)) else {
+        return;
+    };
+    let clean = |s: &mut String| {
+        if s.contains(key) {
+            *s = crate::llm::redact::redact(s, Some(key));
+        }
+    };
+    let m = &mut reply.message;
+    if let Some(c) = m.content.as_mut() {
+        clean(c);
+    }
+    // JSON texts: the key may be there JSON-escaped.
+    let redact = |s: &mut String| *s = crate::llm::redact::redact(s, Some(key));
+    for call in m.tool_calls.iter_mut().flatten() {
+        clean(&mut call.function.name);
+        redact(&mut call.function.arguments);
+    }
+    for item in &mut m.reasoning {
+        redact(&mut item.data);
+    }
 }

@@ -143,7 +143,8 @@ impl Render {
             self.last_plain = Duration::ZERO;
             return;
         };
-        if self.json || idle < Duration::from_secs(1) || self.streaming || self.streaming_reasoning {
+        if self.json || idle < Duration::from_secs(1) || self.streaming || self.streaming_reasoning
+        {
             return;
         }
         let what = match &self.phase {
@@ -275,10 +276,19 @@ impl Render {
             }
             Event::Reasoning { label, text, .. } => match text {
                 Some(t) => {
-                    writeln!(out, "{} {}", self.paint("2;3", "thinking:"), self.paint("2", &terminal(t)))?;
+                    writeln!(
+                        out,
+                        "{} {}",
+                        self.paint("2;3", "thinking:"),
+                        self.paint("2", &terminal(t))
+                    )?;
                 }
                 None => {
-                    writeln!(out, "{}", self.paint("2;3", &format!("[reasoning: {}]", terminal(label))))?;
+                    writeln!(
+                        out,
+                        "{}",
+                        self.paint("2;3", &format!("[reasoning: {}]", terminal(label)))
+                    )?;
                 }
             },
             Event::Reply { text, is_final, .. } => {

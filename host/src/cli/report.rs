@@ -347,10 +347,7 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
                     for item in &h.reasoning {
                         let shown = crate::ops::reasoning::shown(item);
                         match shown.text {
-                            Some(t) => outln!(
-                                "        thinking: {}",
-                                shorten(&terminal(&t), 100)
-                            ),
+                            Some(t) => outln!("        thinking: {}", shorten(&terminal(&t), 100)),
                             None => outln!("        [reasoning: {}]", terminal(&shown.label)),
                         }
                     }

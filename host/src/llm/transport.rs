@@ -94,7 +94,12 @@ impl BodyKind {
         let Some(ct) = content_type else {
             return BodyKind::Unknown;
         };
-        let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let essence = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         if essence == "text/event-stream"
             || essence.contains("ndjson")
             || essence.contains("jsonl")

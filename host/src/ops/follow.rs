@@ -215,7 +215,11 @@ pub fn stream_parts(line: &str) -> StreamDelta {
             "/delta/thinking",
             "/message/thinking",
         ]),
-        text: pick(&["/choices/0/delta/content", "/delta/text", "/message/content"]),
+        text: pick(&[
+            "/choices/0/delta/content",
+            "/delta/text",
+            "/message/content",
+        ]),
     }
 }
 

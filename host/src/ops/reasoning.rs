@@ -87,7 +87,11 @@ mod tests {
 
     #[test]
     fn readable_reasoning_is_text_opaque_reasoning_a_label() {
-        let s = shown(&item("openai-chat", "reasoning_content", r#""Let me think.""#));
+        let s = shown(&item(
+            "openai-chat",
+            "reasoning_content",
+            r#""Let me think.""#,
+        ));
         assert_eq!(s.text.as_deref(), Some("Let me think."));
         assert_eq!(s.label, "openai-chat reasoning_content");
 

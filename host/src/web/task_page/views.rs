@@ -263,7 +263,11 @@ fn message_view(
                     let shown = crate::ops::reasoning::shown(item);
                     ReasoningView {
                         label: redactor.redact(&shown.label),
-                        text: cut_chars(&redactor.redact(shown.text.as_deref().unwrap_or("")), max_chars).0,
+                        text: cut_chars(
+                            &redactor.redact(shown.text.as_deref().unwrap_or("")),
+                            max_chars,
+                        )
+                        .0,
                     }
                 })
                 .collect();
