@@ -410,3 +410,127 @@ fn fsck_names_each_line_that_does_not_match_its_schema() {
         .collect();
     assert_eq!(remaining, ["schema-mismatch"; 7], "{repaired}");
 }
+
+/// fsck knows the reasoning items of an assistant message and `is_error` of a tool result
+/// (issue 26): well-formed ones pass; a malformed item is named by file and line, whether it
+/// breaks the schema (no `data`) or its `data` is not the JSON text of an item of its type.
+#[test]
+fn fsck_knows_reasoning_items_and_names_a_malformed_one_by_file_and_line() {
+    let mut env = TestEnv::new();
+    env.expect_nonconforming("it plants malformed reasoning items for fsck to find");
+    env.write_config(&config_yaml("http://127.0.0.1:9", "openai", ""));
+    env.ctxhost(&["init"]).ok();
+    let tasks = TaskBuilder::new(&env.contexts());
+    let uuid = tasks.paused();
+    let dir = tasks.dir_of(&uuid);
+    let thinking = json!({"provider": "anthropic", "type": "thinking",
+        "data": r#"{"type":"thinking","thinking":"Read a.txt.","signature":"c2ln"}"#});
+    let content = json!({"provider": "openai-chat", "type": "reasoning_content",
+        "data": "\"Then answer.\""});
+    let call = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1",
+        "type": "function", "function": {"name": "read_text_file",
+        "arguments": "{\"path\":\"a.txt\"}"}}], "reasoning": [thinking, content]});
+    let result = json!({"role": "tool", "content": "Error: no such file",
+        "tool_call_id": "c1", "tool_name": "read_text_file", "is_error": true});
+    let append = |name: &str, lines: &[Value]| {
+        let path = dir.join(name);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        for l in lines {
+            text.push_str(&l.to_string());
+            text.push('\n');
+        }
+        std::fs::write(&path, text).unwrap();
+    };
+    let history = |seq: u64, m: &Value| {
+        let mut h = m.clone();
+        h["seq"] = json!(seq);
+        h["timestamp"] = json!("2025-01-01T00:00:01.000Z");
+        h["tokens"] = json!(12);
+        h
+    };
+    append("messages.jsonl", &[history(3, &call), history(4, &result)]);
+    append("current.jsonl", &[call.clone(), result.clone()]);
+    owner_only(&dir);
+    assert_eq!(
+        env.ctxhost(&["fsck", "--json"]).ok().json()["problems"],
+        json!([]),
+        "well-formed reasoning items and is_error pass"
+    );
+    // `show` and `show --follow` show the readable reasoning, never the signature.
+    for args in [
+        vec!["show", uuid.as_str()],
+        vec!["show", uuid.as_str(), "--follow"],
+    ] {
+        let out = env.ctxhost(&args).ok().stdout();
+        assert!(out.contains("thinking: Read a.txt."), "{args:?}: {out}");
+        assert!(out.contains("thinking: Then answer."), "{args:?}: {out}");
+        assert!(!out.contains("c2ln"), "{args:?}: {out}");
+    }
+    let events = env
+        .ctxhost(&["show", uuid.as_str(), "--follow", "--json"])
+        .ok()
+        .stdout();
+    assert!(
+        events.contains(
+            r#"{"event":"reasoning","seq":3,"label":"anthropic thinking","text":"Read a.txt."}"#
+        ),
+        "{events}"
+    );
+
+    // messages.jsonl line 3: an item without `data`; current.jsonl line 3: `data` cut off;
+    // current.jsonl line 4: reasoning on a tool result.
+    edit_line(&dir.join("messages.jsonl"), 3, |mut v| {
+        v["reasoning"][1].as_object_mut().unwrap().remove("data");
+        v
+    });
+    edit_line(&dir.join("current.jsonl"), 3, |mut v| {
+        v["reasoning"][0]["data"] = json!(r#"{"type":"thinking","thinking":"Read a"#);
+        v
+    });
+    edit_line(&dir.join("current.jsonl"), 4, |mut v| {
+        v["reasoning"] = json!([content]);
+        v
+    });
+    owner_only(&dir);
+    let out = env.ctxhost(&["fsck", "--json"]).fails().json();
+    let found: Vec<(String, Option<u64>, String)> = out["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "schema-mismatch")
+        .map(|p| {
+            (
+                Path::new(p["path"].as_str().unwrap())
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned(),
+                p["line"].as_u64(),
+                p["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let has = |file: &str, line: u64, part: &str| {
+        assert!(
+            found
+                .iter()
+                .any(|(f, l, m)| f == file && *l == Some(line) && m.contains(part)),
+            "no {file}:{line} containing {part:?}: {found:#?}"
+        );
+    };
+    has("messages.jsonl", 3, "\"data\" is a required property");
+    has(
+        "current.jsonl",
+        3,
+        "does not match docs/schemas/current.schema.json: /reasoning/0/data: not JSON text",
+    );
+    has("current.jsonl", 4, "'reasoning' was unexpected");
+    assert_eq!(found.len(), 3, "{found:#?}");
+    let text = env.ctxhost(&["fsck"]).fails().stdout();
+    assert!(
+        text.contains(
+            "current.jsonl:3: does not match docs/schemas/current.schema.json: /reasoning/0/data"
+        ),
+        "{text}"
+    );
+}

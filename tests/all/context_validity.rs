@@ -405,13 +405,21 @@ fn a_malformed_or_empty_reply_is_asked_for_again() {
 
 #[test]
 fn a_reply_that_stays_malformed_fails_the_task_keeping_request_and_response() {
-    for (what, bad, says) in [
+    // The raw body is one JSON body (kept as response.json); the empty answer is streamed
+    // (llm.stream is on by default: its raw stream is kept as reply.stream).
+    for (what, bad, says, kept) in [
         (
             "lone surrogate",
             Reply::raw(LONE_SURROGATE),
             "the response could not be read",
+            "response.json",
         ),
-        ("empty answer", Reply::text("  ", None), "empty answer"),
+        (
+            "empty answer",
+            Reply::text("  ", None),
+            "empty answer",
+            "reply.stream",
+        ),
     ] {
         let llm = FakeLlm::start(vec![]);
         llm.set_default(bad);
@@ -428,7 +436,7 @@ fn a_reply_that_stays_malformed_fails_the_task_keeping_request_and_response() {
         assert_eq!(llm.request_count(), 3, "{what}: the first ask and two more");
         assert_eq!(row["llm_call_count"], 3, "{what}");
         assert!(dir.join("request.json").is_file(), "{what}");
-        assert!(dir.join("response.json").is_file(), "{what}");
+        assert!(dir.join(kept).is_file(), "{what}: {kept}");
         // A failed task keeps them for debugging: fsck does not call them leftovers.
         assert_eq!(env.ctxhost(&["fsck"]).code(), Some(0), "{what}");
     }

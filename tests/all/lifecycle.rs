@@ -115,7 +115,8 @@ fn pause_and_resume_mid_run_continue_the_context_exactly_once() {
             _ => Reply::text("All done.", Some((30, 3))),
         })
     });
-    let env = TestEnv::for_llm(&llm, "");
+    // The grace of an unstreamed call lets the reply in flight land.
+    let env = TestEnv::for_llm_unstreamed(&llm, "");
     let uuid = env.submit("read a.txt twice");
 
     // Run 1: paused after the first reply, before its two tool calls.
@@ -294,7 +295,8 @@ fn stop_ends_queued_running_and_paused_tasks() {
             Reply::text("ok", Some((1, 1)))
         })
     });
-    let env = TestEnv::for_llm(&llm, "");
+    // The grace of an unstreamed call lets the reply in flight land.
+    let env = TestEnv::for_llm_unstreamed(&llm, "");
 
     let queued = env.submit("never runs");
     let out = env.ctxhost(&["stop", &queued]).ok();
@@ -1188,7 +1190,8 @@ fn fsck_repair_deletes_bad_checkpoints_and_the_task_resumes_with_exact_counts() 
             _ => Reply::text("All done.", Some((30, 3))),
         })
     });
-    let env = TestEnv::for_llm(&llm, "");
+    // The grace of an unstreamed call lets the reply in flight land.
+    let env = TestEnv::for_llm_unstreamed(&llm, "");
     let uuid = env.submit("read a.txt");
     let w = worker(&env, &[]);
     assert!(wait_until(Duration::from_secs(60), || llm.request_count() >= 1));
@@ -1326,7 +1329,9 @@ fn pausing_shuts_the_tool_servers_down_and_resuming_makes_the_pending_call() {
         server.display().to_string(),
         sample_path.display().to_string()
     );
-    env.write_config(&config_yaml(&llm.base_url(), "openai", &yaml));
+    // Unstreamed: the grace of the call in flight lets its reply land before the pause.
+    let (from, to) = crate::support::UNSTREAMED;
+    env.write_config(&config_yaml(&llm.base_url(), "openai", &yaml).replace(from, to));
     env.ctxhost(&["init"]).ok();
     let uuid = env.submit("read hello.txt");
 

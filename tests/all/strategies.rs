@@ -786,7 +786,8 @@ fn pause_and_resume_mid_plan_continue_at_the_same_step() {
             ],
         );
     let llm = script.start();
-    let env = TestEnv::for_llm(&llm, PLAN_EXECUTE);
+    // Unstreamed: the grace of the call in flight lets its reply land before the pause.
+    let env = TestEnv::for_llm_unstreamed(&llm, PLAN_EXECUTE);
     let uuid = env.submit("What does src/main.rs print?");
     let mut w = worker(&env, "worker-1.log");
     assert!(wait_until(Duration::from_secs(60), || script

@@ -8,13 +8,15 @@ use std::time::Duration;
 use crate::support::fake_llm::{FakeLlm, Reply};
 use crate::support::{TestEnv, config_yaml, read_jsonl};
 
-/// An environment for `llm` with `llm.stream: true` and the `llm` keys `extra` (each line
-/// `  key: value\n`), initialised.
+/// An environment for `llm` with `llm.stream` left to its default (on) and the `llm` keys
+/// `extra` (each line `  key: value\n`), initialised.
 fn streaming_env(llm: &FakeLlm, extra: &str) -> TestEnv {
     let env = TestEnv::new();
-    let yaml = config_yaml(&llm.base_url(), "openai", "").replace(
+    let base = config_yaml(&llm.base_url(), "openai", "");
+    assert!(!base.contains("stream:"), "{base}");
+    let yaml = base.replace(
         "max_backoff_secs: 2",
-        &format!("max_backoff_secs: 1\n  stream: true\n{extra}"),
+        &format!("max_backoff_secs: 1\n{extra}"),
     );
     env.write_config(&yaml);
     env.ctxhost(&["init"]).ok();
@@ -152,4 +154,62 @@ fn idle_timeout_bounds_the_wait_between_bytes_not_the_whole_stream() {
     assert_eq!(replies, ["A slow but steady stream of text."]);
     let failed = std::fs::read_to_string(dir.join("failed-streams/1.stream")).unwrap();
     assert!(failed.contains("Stal"), "{failed}");
+}
+
+/// A server that ignores `"stream": true` and answers one whole JSON body (typed
+/// `application/json`, or untyped and starting with `{`) is read as an unstreamed reply: no
+/// retry, nothing kept as a failed stream.
+#[test]
+fn a_server_that_ignores_stream_true_is_read_as_one_json_body() {
+    let llm = FakeLlm::start(vec![
+        Reply::whole(
+            Reply::tool_calls(
+                vec![("w1", "list_directory", r#"{"path":"."}"#)],
+                Some((30, 6)),
+            ),
+            Some("application/json; charset=utf-8"),
+        ),
+        Reply::whole(Reply::text("Plain JSON answer.", Some((50, 4))), None),
+    ]);
+    let env = streaming_env(&llm, "");
+    let uuid = env.submit("Look around");
+    run_once(&env);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["tool_call_count"], 1);
+    assert_eq!(r["total_tokens"], 36 + 54);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "no call sent again");
+    for q in &reqs {
+        assert_eq!(q.body["stream"], true, "{}", q.body);
+    }
+    let dir = env.contexts().join("completed").join(&uuid);
+    let messages = read_jsonl(&dir.join("messages.jsonl"));
+    let assistant: Vec<_> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    assert_eq!(assistant.len(), 2);
+    assert_eq!(assistant[0]["tool_calls"][0]["id"], "w1");
+    assert_eq!(assistant[1]["content"], "Plain JSON answer.");
+    assert!(!dir.join("failed-streams").exists(), "not a cut stream");
+    for f in ["reply.stream", "reply.stream.partial", "response.json"] {
+        assert!(!dir.join(f).exists(), "{f} left behind");
+    }
+}
+
+/// `llm.stream: false` (a server without streaming) asks for one whole body.
+#[test]
+fn stream_false_asks_for_one_whole_body() {
+    let llm = FakeLlm::start(vec![Reply::text("Whole.", Some((10, 2)))]);
+    let env = streaming_env(&llm, "  stream: false\n");
+    let uuid = env.submit("Answer");
+    run_once(&env);
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].body["stream"], false, "{}", reqs[0].body);
+    assert!(reqs[0].body.get("stream_options").is_none());
+    let dir = env.contexts().join("completed").join(&uuid);
+    assert!(!dir.join("reply.stream").exists());
 }

@@ -1423,3 +1423,82 @@ crate::support::store::postgres_variants!(
     events_stream_a_change_when_the_database_changes,
     a_real_task_records_its_calls_and_the_chart_shows_them,
 );
+
+/// The task page of a running task shows the reply as far as it has streamed (issue 26), and
+/// the reasoning of an assistant message (readable text shown, a redacted item only named).
+#[test]
+fn the_task_page_shows_a_reply_while_it_streams_and_the_reasoning_of_messages() {
+    // Four characters per event: the role, then "The ", "repl", "y is", " gro", "wing"; then
+    // the stream stalls 6 s before the rest.
+    let llm = FakeLlm::start(vec![Reply::stream_stall(
+        Reply::text("The reply is growing <b>here</b>.", Some((20, 9))),
+        6,
+        Duration::from_secs(6),
+    )]);
+    let env = TestEnv::for_llm(&llm, "");
+    let uuid = env.submit("Answer slowly");
+    let mut run = env
+        .ctxhost_cmd(&["run", "--once", "--poll-ms", "20"])
+        .spawn();
+    let stream = env
+        .contexts()
+        .join("running")
+        .join(&uuid)
+        .join("reply.stream");
+    assert!(
+        crate::support::wait_until(Duration::from_secs(30), || std::fs::read_to_string(&stream)
+            .is_ok_and(|s| s.contains("wing"))),
+        "the stream never began"
+    );
+    let d = Dashboard::start(&env, &[]);
+    let page = d.get(&format!("/tasks/{uuid}")).expect(200);
+    assert!(
+        page.body
+            .contains("id=\"streaming-reply\" data-streaming=\"1\""),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("<pre class=\"content\" id=\"streaming-text\">The reply is growing</pre>"),
+        "{}",
+        page.body
+    );
+    assert!(run.wait().unwrap().success());
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    // Done: the reply is a message, no longer a reply arriving.
+    let page = d.get(&format!("/tasks/{uuid}")).expect(200);
+    assert!(!page.body.contains("streaming-reply"), "{}", page.body);
+    assert!(
+        page.body
+            .contains("The reply is growing &#60;b&#62;here&#60;/b&#62;."),
+        "{}",
+        page.body
+    );
+
+    // An assistant message with reasoning: the thinking text is shown, its signature and the
+    // redacted item's data are not.
+    let dir = env.contexts().join("completed").join(&uuid);
+    let line = serde_json::json!({"seq": 4, "role": "assistant", "content": "Second thoughts.",
+        "timestamp": "2026-01-02T03:04:05.000Z", "tokens": 5, "reasoning": [
+            {"provider": "anthropic", "type": "thinking",
+             "data": r#"{"type":"thinking","thinking":"Check <i>a.txt</i> first.","signature":"SIG-c2ln"}"#},
+            {"provider": "anthropic", "type": "redacted_thinking",
+             "data": r#"{"type":"redacted_thinking","data":"OPAQUE-xyz"}"#}]});
+    let mut text = std::fs::read_to_string(dir.join("messages.jsonl")).unwrap();
+    text.push_str(&format!("{line}\n"));
+    std::fs::write(dir.join("messages.jsonl"), text).unwrap();
+    let page = d.get(&format!("/tasks/{uuid}")).expect(200);
+    assert!(
+        page.body.contains(
+            "<pre class=\"reasoning-text\">Check &#60;i&#62;a.txt&#60;/i&#62; first.</pre>"
+        ),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("[reasoning: anthropic redacted_thinking (redacted, 10 bytes not shown)]")
+    );
+    assert!(!page.body.contains("SIG-c2ln") && !page.body.contains("OPAQUE-xyz"));
+}

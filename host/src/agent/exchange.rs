@@ -201,11 +201,14 @@ pub fn exchange_checked(
             request: request_name.clone(),
         }
     })?;
+    let whole_file = response_file;
     let response_file = if streamed {
         REPLY_STREAM
     } else {
         response_file
     };
+    // Set when a server answered a streamed request with one whole body.
+    let mut whole = false;
     // A streamed reply that cannot be read (cut off before its end without a transport
     // error, a broken event) is sent again, within the transport's retries.
     let mut tries = 0u32;
@@ -243,9 +246,33 @@ pub fn exchange_checked(
                 source,
             }
         })?;
-        match format.read_response(response_file, streamed) {
-            Ok(reply) => break (post, reply),
-            Err(source) if streamed && tries <= transport.config().max_retries => {
+        if streamed && !post.streamed {
+            // The server ignored the request for a stream and answered one JSON body: read
+            // it as an unstreamed reply, under the unstreamed reply's name.
+            dir.rename(REPLY_STREAM, whole_file)
+                .map_err(|source| ExchangeError::Post {
+                    request: request_name.clone(),
+                    request_bytes: request.bytes,
+                    source: crate::llm::TransportError::ResponseFile {
+                        path: dir.file_path(whole_file),
+                        source,
+                    },
+                })?;
+            whole = true;
+        }
+        let (file, read_streamed) = if whole {
+            (whole_file, false)
+        } else {
+            (response_file, streamed)
+        };
+        match format.read_response(file, read_streamed) {
+            Ok(mut reply) => {
+                if read_streamed {
+                    redact_reply(&mut reply, transport.config().api_key.as_deref());
+                }
+                break (post, reply);
+            }
+            Err(source) if read_streamed && tries <= transport.config().max_retries => {
                 tracing::warn!(
                     attempt = tries,
                     "the streamed reply cannot be read ({source}); sending the request again"
@@ -253,11 +280,11 @@ pub fn exchange_checked(
                 keep_failed_stream(dir, response_file);
             }
             Err(source) => {
-                let response = if streamed {
+                let response = if read_streamed {
                     keep_failed_stream(dir, response_file)
                         .unwrap_or_else(|| response_file.to_string())
                 } else {
-                    response_file.to_string()
+                    file.to_string()
                 };
                 return Err(ExchangeError::Read {
                     request: request_name.clone(),
@@ -267,6 +294,7 @@ pub fn exchange_checked(
             }
         }
     };
+    let response_file = if whole { whole_file } else { response_file };
     if let Err(reason) = accept(&reply) {
         return Err(ExchangeError::Rejected {
             request: request_name,
@@ -276,8 +304,10 @@ pub fn exchange_checked(
         });
     }
     // reply.stream stays until the next call (`show --follow`, debugging).
-    let done: &[&str] = if streamed {
-        &[request_name.as_str()]
+    // A streamed call also removes the whole body an earlier call of the task left after it
+    // could not be read (a server that answered one JSON body then).
+    let done: &[&str] = if streamed && !whole {
+        &[request_name.as_str(), whole_file]
     } else {
         &[request_name.as_str(), response_file]
     };
@@ -291,4 +321,32 @@ pub fn exchange_checked(
         request,
         post,
     })
+}
+
+/// The API key out of a reply folded from a stream: the transport redacts it from the raw
+/// bytes as they arrive, but a stream may split it between two events (and so between two
+/// fragments of the text, a tool call's arguments or the reasoning), which only the folded
+/// reply shows whole ([`crate::llm::redact::redact`]; nothing for a key too short to redact).
+fn redact_reply(reply: &mut Reply, key: Option<&str>) {
+    let Some(key) = key.filter(|k| crate::llm::redact::is_redactable(k)) else {
+        return;
+    };
+    let clean = |s: &mut String| {
+        if s.contains(key) {
+            *s = crate::llm::redact::redact(s, Some(key));
+        }
+    };
+    let m = &mut reply.message;
+    if let Some(c) = m.content.as_mut() {
+        clean(c);
+    }
+    // JSON texts: the key may be there JSON-escaped.
+    let redact = |s: &mut String| *s = crate::llm::redact::redact(s, Some(key));
+    for call in m.tool_calls.iter_mut().flatten() {
+        clean(&mut call.function.name);
+        redact(&mut call.function.arguments);
+    }
+    for item in &mut m.reasoning {
+        redact(&mut item.data);
+    }
 }

@@ -60,6 +60,15 @@ pub struct Render {
     pending_final: Option<String>,
     /// Text of the reply being streamed was printed (no newline yet).
     streaming: bool,
+    /// Reasoning of the reply being streamed was printed (no newline yet).
+    streaming_reasoning: bool,
+    /// The reply text printed as it streamed, until its message arrives: the message then
+    /// prints only what was not seen.
+    streamed: String,
+    /// The reasoning text printed as it streamed, until its message arrives.
+    streamed_reasoning: String,
+    /// The final reply, when it was printed as it streamed (the end does not repeat it).
+    answer_shown: Option<String>,
     phase: Phase,
     /// A progress line is on stderr (to be cleared on a terminal).
     progress_shown: bool,
@@ -87,6 +96,10 @@ impl Render {
             show_prompt,
             pending_final: None,
             streaming: false,
+            streaming_reasoning: false,
+            streamed: String::new(),
+            streamed_reasoning: String::new(),
+            answer_shown: None,
             phase: Phase::Model,
             progress_shown: false,
             progress_terminal: std::io::stderr().is_terminal(),
@@ -130,7 +143,8 @@ impl Render {
             self.last_plain = Duration::ZERO;
             return;
         };
-        if self.json || idle < Duration::from_secs(1) || self.streaming {
+        if self.json || idle < Duration::from_secs(1) || self.streaming || self.streaming_reasoning
+        {
             return;
         }
         let what = match &self.phase {
@@ -180,14 +194,46 @@ impl Render {
             out.flush()?;
             return Ok(());
         }
+        // A message whose text (or reasoning) was printed as it streamed: only the rest.
+        if let Event::Reply { text, is_final, .. } = event
+            && !self.streamed.is_empty()
+        {
+            let streamed = std::mem::take(&mut self.streamed);
+            if let Some(rest) = text.strip_prefix(streamed.as_str()) {
+                if self.streaming || !rest.is_empty() {
+                    writeln!(out, "{}", terminal(rest))?;
+                }
+                self.streaming = false;
+                self.phase = Phase::Model;
+                if *is_final {
+                    self.answer_shown = Some(text.clone());
+                }
+                out.flush()?;
+                return Ok(());
+            }
+        }
+        if let Event::Reasoning {
+            text: Some(text), ..
+        } = event
+            && !self.streamed_reasoning.is_empty()
+        {
+            let streamed = std::mem::take(&mut self.streamed_reasoning);
+            if let Some(rest) = text.strip_prefix(streamed.as_str()) {
+                if self.streaming_reasoning || !rest.is_empty() {
+                    writeln!(out, "{}", self.paint("2", &terminal(rest)))?;
+                }
+                self.streaming_reasoning = false;
+                out.flush()?;
+                return Ok(());
+            }
+        }
+        if self.streaming_reasoning && !matches!(event, Event::ReasoningDelta { .. }) {
+            writeln!(out)?;
+            self.streaming_reasoning = false;
+        }
         if self.streaming && !matches!(event, Event::ReplyDelta { .. }) {
             writeln!(out)?;
             self.streaming = false;
-            // The streamed text was the reply: it is not printed again.
-            if let Event::Reply { .. } = event {
-                self.phase = Phase::Model;
-                return Ok(());
-            }
         }
         if !matches!(event, Event::End { .. } | Event::LlmCall { .. }) {
             self.print_pending(out)?;
@@ -217,8 +263,34 @@ impl Render {
             }
             Event::ReplyDelta { text } => {
                 write!(out, "{}", terminal(text))?;
+                self.streamed.push_str(text);
                 self.streaming = true;
             }
+            Event::ReasoningDelta { text } => {
+                if !self.streaming_reasoning && self.streamed_reasoning.is_empty() {
+                    write!(out, "{} ", self.paint("2;3", "thinking:"))?;
+                }
+                write!(out, "{}", self.paint("2", &terminal(text)))?;
+                self.streamed_reasoning.push_str(text);
+                self.streaming_reasoning = true;
+            }
+            Event::Reasoning { label, text, .. } => match text {
+                Some(t) => {
+                    writeln!(
+                        out,
+                        "{} {}",
+                        self.paint("2;3", "thinking:"),
+                        self.paint("2", &terminal(t))
+                    )?;
+                }
+                None => {
+                    writeln!(
+                        out,
+                        "{}",
+                        self.paint("2;3", &format!("[reasoning: {}]", terminal(label)))
+                    )?;
+                }
+            },
             Event::Reply { text, is_final, .. } => {
                 self.phase = Phase::Model;
                 if *is_final {
@@ -327,7 +399,9 @@ impl Render {
                 {
                     writeln!(out, "{}", terminal(&p))?;
                 }
-                if let Some(a) = answer {
+                // An answer printed as it streamed is not printed again.
+                let shown = self.answer_shown.take();
+                if let Some(a) = answer.as_ref().filter(|a| shown.as_ref() != Some(*a)) {
                     writeln!(out, "{}", self.paint("1;32", "answer:"))?;
                     writeln!(out, "{}", terminal(a))?;
                 }

@@ -349,6 +349,15 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
                         None => h.role.as_str(),
                     };
                     outln!("  #{:<4} {:<9} {}", h.seq, role, shorten(&text, 100));
+                    // Its reasoning: the readable text, or what the item is (never its
+                    // opaque bytes).
+                    for item in &h.reasoning {
+                        let shown = crate::ops::reasoning::shown(item);
+                        match shown.text {
+                            Some(t) => outln!("        thinking: {}", shorten(&terminal(&t), 100)),
+                            None => outln!("        [reasoning: {}]", terminal(&shown.label)),
+                        }
+                    }
                 }
                 ShownLine::Unreadable { line, error } => {
                     outln!("  line {line}: unreadable: {error}")

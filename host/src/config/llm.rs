@@ -161,7 +161,11 @@ pub struct LlmConfig {
     pub interrupt_grace_secs: u64,
     /// Ask for streamed replies (the agent loop's calls, with a request format that reads
     /// streams: `builtin:openai-chat`, `builtin:anthropic-messages`, `builtin:ollama-chat`); the
-    /// raw stream is kept in `reply.stream` as it arrives. Off by default.
+    /// raw stream is kept in `reply.stream` as it arrives. On by default; `false` for a server
+    /// that refuses `"stream": true` (one that ignores it and answers one JSON body needs
+    /// nothing: the body is read as such). The `llm` calls of compressors and strategies
+    /// (summaries, plans) are never streamed: they are short, bounded by their step's
+    /// wall-time limit, and nobody watches them arrive.
     pub stream: bool,
     /// For a streamed reply: the longest wait between two reads of its body, seconds (1 to
     /// [`MAX_LLM_SECS`]), instead of `timeout_secs` for the whole call.
@@ -247,7 +251,7 @@ impl Default for LlmConfig {
             max_response_mib: 16,
             max_request_mib: 32,
             interrupt_grace_secs: 10,
-            stream: false,
+            stream: true,
             idle_timeout_secs: 120,
             pricing: super::pricing::Pricing::default(),
         }

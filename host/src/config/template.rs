@@ -85,7 +85,9 @@ llm:
   # (it is sent again on resume); no retry or back-off starts after the request.
   interrupt_grace_secs: {grace}
   # Ask for streamed replies (openai-chat, anthropic-messages, ollama-chat; other formats get
-  # the usual request); the raw stream is kept in reply.stream as it arrives.
+  # the usual request); the raw stream is kept in reply.stream as it arrives. false for a
+  # server that refuses "stream": true (one that ignores it and answers plain JSON works
+  # either way). Compressor and strategy calls are never streamed.
   stream: {stream}
   # For a streamed reply: the longest wait between two reads of it (instead of timeout_secs).
   idle_timeout_secs: {idle}

@@ -553,7 +553,35 @@ fn schema_of(path: &Path) -> Option<Schema> {
 /// JSON (the line's parse reports that).
 fn line_mismatch(schema: Schema, text: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(text).ok()?;
-    schema_mismatch(schema, &value)
+    schema_mismatch(schema, &value).or_else(|| reasoning_mismatch(schema, &value))
+}
+
+/// What is wrong with the reasoning items of a message line that matches its schema
+/// (messages.jsonl, current.jsonl): each item's `data` must be the JSON text of the item as the
+/// provider sent it, and an item object's own `type` must be the item's `type`. A cut or
+/// edited item would be sent back to a provider that refuses it.
+fn reasoning_mismatch(schema: Schema, value: &serde_json::Value) -> Option<String> {
+    if !matches!(schema, Schema::Messages | Schema::Current) {
+        return None;
+    }
+    let items = value.get("reasoning")?.as_array()?;
+    for (i, item) in items.iter().enumerate() {
+        let data = item.get("data").and_then(serde_json::Value::as_str)?;
+        let kind = item.get("type").and_then(serde_json::Value::as_str)?;
+        let what = match serde_json::from_str::<serde_json::Value>(data) {
+            Err(e) => format!("not JSON text ({e})"),
+            Ok(d) => match d.get("type").and_then(serde_json::Value::as_str) {
+                Some(t) if t != kind => {
+                    format!("an item of type {t:?}, but the reasoning item's type is {kind:?}")
+                }
+                _ => continue,
+            },
+        };
+        return Some(format!(
+            "does not match docs/schemas/{schema}: /reasoning/{i}/data: {what}"
+        ));
+    }
+    None
 }
 
 /// `does not match <schema>: <what>` for a value that does not match `schema`.

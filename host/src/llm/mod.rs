@@ -27,4 +27,6 @@ pub mod transport;
 
 pub use config::{AuthScheme, TransportConfig};
 pub use error::{TimeoutLimit, TransportError};
-pub use transport::{FAILED_STREAMS_DIR, Interruption, PostOutcome, Transport, keep_failed_stream};
+pub use transport::{
+    BodyKind, FAILED_STREAMS_DIR, Interruption, PostOutcome, Transport, keep_failed_stream,
+};

@@ -67,6 +67,62 @@ pub struct PostOutcome {
     pub attempts: u32,
     /// Wall time of the whole call, including backoff sleeps.
     pub elapsed: Duration,
+    /// For [`Transport::post_file_streamed`]: whether the body was a stream. `false` when the
+    /// server ignored the request for one and answered one whole JSON body
+    /// ([`BodyKind::of`]); that body was then read like an unstreamed one (kept whole or not
+    /// at all, never as a failed stream). Always `false` for the other calls.
+    pub streamed: bool,
+}
+
+/// What a 2xx response to a request for a streamed reply holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    /// A stream (server-sent events, NDJSON): written as it arrives.
+    Stream,
+    /// One whole JSON body: the server ignored `"stream": true` (some OpenAI-compatible
+    /// servers and proxies do).
+    Whole,
+    /// Not known from the headers: the first byte decides ([`BodyKind::of_first_byte`]).
+    Unknown,
+}
+
+impl BodyKind {
+    /// From the response's `Content-Type`: `text/event-stream` and the NDJSON / JSON-lines
+    /// types are a stream; `application/json` (or any `+json` type) is a whole body; none or
+    /// any other type is [`BodyKind::Unknown`].
+    pub fn of(content_type: Option<&str>) -> BodyKind {
+        let Some(ct) = content_type else {
+            return BodyKind::Unknown;
+        };
+        let essence = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if essence == "text/event-stream"
+            || essence.contains("ndjson")
+            || essence.contains("jsonl")
+            || essence.contains("json-seq")
+        {
+            BodyKind::Stream
+        } else if essence == "application/json" || essence.ends_with("+json") {
+            BodyKind::Whole
+        } else {
+            BodyKind::Unknown
+        }
+    }
+
+    /// For a body whose type says nothing: one starting (after white space) with `{` is a
+    /// whole JSON body, anything else a stream (an event stream starts with `data:`, `event:`
+    /// or a `:` comment). An NDJSON stream sent without its type would be taken for a whole
+    /// body: the format's reader then names it as not JSON.
+    pub fn of_first_byte(first: Option<u8>) -> BodyKind {
+        match first {
+            Some(b'{') => BodyKind::Whole,
+            _ => BodyKind::Stream,
+        }
+    }
 }
 
 /// A blocking HTTP client for one provider. Keeps a connection pool; `Send + Sync`, so one
@@ -389,6 +445,12 @@ impl Transport {
     /// off, idle timeout, too large) leaves what it received as `failed-streams/{n}.stream`
     /// (n from 1) before the retry. A pause or stop abandons a stream in flight at once (no
     /// grace: a partial reply is of no use), within [`INTERRUPT_POLL`].
+    ///
+    /// A server that ignores the request for a stream and answers one whole JSON body
+    /// (`Content-Type: application/json`, or no type and a body starting with `{`:
+    /// [`BodyKind`]) is read as [`Transport::post_file_with`] reads a body: to
+    /// `<stream_file>.partial`, renamed to `stream_file` once whole, a body cut off retried
+    /// and never kept in `failed-streams/`; [`PostOutcome::streamed`] is then `false`.
     pub fn post_file_streamed(
         &self,
         endpoint_path: &str,
@@ -448,9 +510,9 @@ impl Transport {
             }
             .map_err(|e| e.scrub(url_credentials(&url)));
             match result {
-                Ok((status, bytes)) => {
+                Ok((status, bytes, body_streamed)) => {
                     tracing::info!(
-                        url = %shown, attempt, status, bytes,
+                        url = %shown, attempt, status, bytes, streamed = body_streamed,
                         elapsed_ms = t0.elapsed().as_millis() as u64,
                         "llm POST ok"
                     );
@@ -459,6 +521,7 @@ impl Transport {
                         bytes,
                         attempts: attempt,
                         elapsed: started.elapsed(),
+                        streamed: body_streamed,
                     });
                 }
                 Err(e) => {
@@ -514,7 +577,7 @@ impl Transport {
         left: Option<Duration>,
         interruption: &Interruption<'_>,
         streamed: bool,
-    ) -> Result<(u16, u64), AttemptError> {
+    ) -> Result<(u16, u64, bool), AttemptError> {
         // A streamed reply is abandoned at once: what arrived so far cannot be used.
         let grace = if streamed {
             Duration::ZERO
@@ -589,7 +652,7 @@ impl Transport {
         left: Option<Duration>,
         gate: Option<&SharedGate>,
         streamed: bool,
-    ) -> Result<(u16, u64), AttemptError> {
+    ) -> Result<(u16, u64, bool), AttemptError> {
         let file = dir
             .open_read(request_file)
             .map_err(AttemptError::RequestFile)?;
@@ -644,12 +707,23 @@ impl Transport {
             // 1xx/3xx (redirects are not followed): report, don't retry.
             return Err(self.status_error(status, resp));
         }
-        let bytes = if streamed {
-            self.stream_live(resp, dir, response_file, gate)?
-        } else {
-            self.stream_body(resp, dir, response_file, gate)?
+        if !streamed {
+            let bytes = self.stream_body(Body::of(resp), dir, response_file, gate)?;
+            return Ok((status, bytes, false));
+        }
+        let kind = BodyKind::of(resp.header("Content-Type"));
+        let mut body = Body::of(resp);
+        let kind = match kind {
+            BodyKind::Unknown => BodyKind::of_first_byte(body.first_byte(self.cfg.idle_timeout)?),
+            known => known,
         };
-        Ok((status, bytes))
+        if kind == BodyKind::Whole {
+            tracing::info!(url = %shown, "a streamed reply was asked for, the server answered one JSON body: read as such");
+            let bytes = self.stream_body(body, dir, response_file, gate)?;
+            return Ok((status, bytes, false));
+        }
+        let bytes = self.stream_live(body, dir, response_file, gate)?;
+        Ok((status, bytes, true))
     }
 
     /// Build the error for a non-2xx response: snippet of its body, the provider's error
@@ -767,7 +841,7 @@ impl Transport {
     /// it to `response_file` (unless `gate` says the attempt was abandoned).
     fn stream_body(
         &self,
-        resp: ureq::Response,
+        resp: Body,
         dir: &TaskDir,
         response_file: &str,
         gate: Option<&SharedGate>,
@@ -804,7 +878,7 @@ impl Transport {
     /// ([`keep_failed_stream`]); an abandoned one is left as it is.
     fn stream_live(
         &self,
-        resp: ureq::Response,
+        resp: Body,
         dir: &TaskDir,
         stream_file: &str,
         gate: Option<&SharedGate>,
@@ -833,7 +907,7 @@ impl Transport {
     /// [`TransportConfig::idle_timeout`].
     fn copy_capped(
         &self,
-        resp: ureq::Response,
+        resp: Body,
         dir: &TaskDir,
         dest: &str,
         gate: Option<&SharedGate>,
@@ -848,7 +922,7 @@ impl Transport {
             io::BufWriter::with_capacity(64 * 1024, file),
             self.cfg.api_key.as_deref(),
         );
-        let mut reader = resp.into_reader();
+        let mut reader = resp;
         let mut buf = vec![0u8; 64 * 1024];
         let mut total: u64 = 0;
         loop {
@@ -900,6 +974,76 @@ impl Transport {
             .and_then(|mut w| w.flush())
             .map_err(AttemptError::ResponseFile)?;
         Ok(total)
+    }
+}
+
+/// A response body to read, with the bytes already read to find its first one
+/// ([`Body::first_byte`]) given back first.
+struct Body {
+    seen: Vec<u8>,
+    at: usize,
+    rest: Box<dyn Read + Send + Sync + 'static>,
+}
+
+/// Most white space read before a body's first byte is looked for no further (a stream of
+/// keep-alive blank lines is a stream).
+const FIRST_BYTE_SCAN: usize = 64 * 1024;
+
+impl Body {
+    fn of(resp: ureq::Response) -> Body {
+        Body {
+            seen: Vec::new(),
+            at: 0,
+            rest: resp.into_reader(),
+        }
+    }
+
+    /// The body's first byte other than white space (`None`: the body ended first, or began
+    /// with [`FIRST_BYTE_SCAN`] bytes of white space). Each read waits at most `idle`.
+    fn first_byte(&mut self, idle: Duration) -> Result<Option<u8>, AttemptError> {
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(b) = self.seen.iter().find(|b| !b.is_ascii_whitespace()) {
+                return Ok(Some(*b));
+            }
+            if self.seen.len() >= FIRST_BYTE_SCAN {
+                return Ok(None);
+            }
+            match self.rest.read(&mut buf) {
+                Ok(0) => return Ok(None),
+                Ok(n) => self.seen.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+                    ) =>
+                {
+                    return Err(AttemptError::Timeout {
+                        which: TimeoutLimit::Idle,
+                        limit: idle,
+                        detail: format!("waiting for the first byte of the response body: {e}"),
+                    });
+                }
+                Err(e) => {
+                    return Err(AttemptError::Connection(format!(
+                        "response body broken off before its first byte: {e}"
+                    )));
+                }
+            }
+        }
+    }
+}
+
+impl Read for Body {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.at < self.seen.len() {
+            let n = out.len().min(self.seen.len() - self.at);
+            out[..n].copy_from_slice(&self.seen[self.at..self.at + n]);
+            self.at += n;
+            return Ok(n);
+        }
+        self.rest.read(out)
     }
 }
 

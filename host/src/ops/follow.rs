@@ -60,6 +60,24 @@ pub enum Event {
         /// The new text.
         text: String,
     },
+    /// Reasoning text of the reply being streamed (`reasoning_content`, Anthropic's
+    /// `thinking`), as it arrives: `{"event":"reasoning_delta","text"}`.
+    ReasoningDelta {
+        /// The new text.
+        text: String,
+    },
+    /// One reasoning item of an assistant message, before its text and tool calls:
+    /// `{"event":"reasoning","seq","label","text"}`; `text` is the readable reasoning, `null`
+    /// for an item that has none to show (redacted or encrypted: only `label` says what it is;
+    /// [`crate::ops::reasoning::shown`]).
+    Reasoning {
+        /// The seq of the assistant message in messages.jsonl.
+        seq: u64,
+        /// `provider type`, and what is not shown.
+        label: String,
+        /// The readable text.
+        text: Option<String>,
+    },
     /// An assistant message's text: `{"event":"reply","seq","text","final"}`. `final`: it has
     /// no tool calls (the answer, when the task then completes).
     Reply {
@@ -161,22 +179,148 @@ pub enum Event {
     },
 }
 
+/// What one line of a streamed reply adds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamDelta {
+    /// Reasoning text: `choices[0].delta.reasoning_content` (or `.reasoning`) of an
+    /// OpenAI-compatible stream, Anthropic's `delta.thinking`, Ollama's `message.thinking`.
+    pub reasoning: Option<String>,
+    /// Reply text: `choices[0].delta.content`, Anthropic's `delta.text`, Ollama's
+    /// `message.content`.
+    pub text: Option<String>,
+}
+
 /// Turns one line of a streamed reply (reply.stream: a server-sent `data: {...}` line of an
-/// OpenAI-compatible or Anthropic stream, or an Ollama JSON line) into the text it adds, if
-/// any. A stop-gap until the streaming transport's own extraction
-/// (`crate::llm::stream_text`) replaces it: this is the one place to swap.
-pub fn stream_delta(line: &str) -> Option<String> {
+/// OpenAI-compatible or Anthropic stream, or an Ollama JSON line) into the reasoning and the
+/// text it adds (signatures, redacted and encrypted reasoning add nothing shown).
+pub fn stream_parts(line: &str) -> StreamDelta {
     let data = line.trim().strip_prefix("data:").unwrap_or(line).trim();
-    if data.is_empty() || data == "[DONE]" {
-        return None;
+    if data.is_empty() || data == "[DONE]" || !data.starts_with('{') {
+        return StreamDelta::default();
     }
-    let v: serde_json::Value = serde_json::from_str(data).ok()?;
-    let text = v
-        .pointer("/choices/0/delta/content")
-        .or_else(|| v.pointer("/delta/text"))
-        .or_else(|| v.pointer("/message/content"))
-        .and_then(|t| t.as_str())?;
-    (!text.is_empty()).then(|| text.to_string())
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
+        return StreamDelta::default();
+    };
+    let pick = |paths: &[&str]| {
+        paths
+            .iter()
+            .find_map(|p| v.pointer(p).and_then(|t| t.as_str()))
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+    };
+    StreamDelta {
+        reasoning: pick(&[
+            "/choices/0/delta/reasoning_content",
+            "/choices/0/delta/reasoning",
+            "/delta/thinking",
+            "/message/thinking",
+        ]),
+        text: pick(&[
+            "/choices/0/delta/content",
+            "/delta/text",
+            "/message/content",
+        ]),
+    }
+}
+
+/// The reply text one line of a streamed reply adds, if any ([`stream_parts`]).
+pub fn stream_delta(line: &str) -> Option<String> {
+    stream_parts(line).text
+}
+
+/// Whether `reply.stream` of `dir` holds a reply still in flight: it exists and was written
+/// after messages.jsonl (once the reply is folded, its message is appended to messages.jsonl,
+/// which is then the newer; the stream stays until the next call, for debugging).
+pub fn reply_in_flight(dir: &TaskDir) -> bool {
+    let modified = |name: &str| {
+        dir.open_read_if_exists(name)
+            .ok()
+            .flatten()
+            .and_then(|f| f.metadata().ok())
+            .and_then(|m| m.modified().ok())
+    };
+    match (modified(REPLY_STREAM), modified(MESSAGES)) {
+        (Some(stream), Some(messages)) => stream > messages,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+/// The reply being streamed in `dir`, as far as it arrived (see [`partial_reply`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartialReply {
+    /// The reply text so far, its last `max_chars` characters.
+    pub text: String,
+    /// Characters of the text before `text` (not kept).
+    pub text_cut: usize,
+    /// The reasoning text so far, its last `max_chars` characters.
+    pub reasoning: String,
+    /// Characters of the reasoning before `reasoning` (not kept).
+    pub reasoning_cut: usize,
+    /// Size of reply.stream, bytes.
+    pub bytes: u64,
+}
+
+/// The reply in flight in `dir` ([`reply_in_flight`]), read line by line from reply.stream
+/// (memory: one line and `max_chars` characters of each part); `None` when no reply is in
+/// flight. Errors: reply.stream cannot be opened or read (a link in its place, an I/O error).
+pub fn partial_reply(dir: &TaskDir, max_chars: usize) -> std::io::Result<Option<PartialReply>> {
+    use std::io::BufRead;
+    if !reply_in_flight(dir) {
+        return Ok(None);
+    }
+    let Some(f) = dir.open_read_if_exists(REPLY_STREAM)? else {
+        return Ok(None);
+    };
+    let mut out = PartialReply {
+        bytes: f.metadata()?.len(),
+        ..PartialReply::default()
+    };
+    let keep = |into: &mut String, cut: &mut usize, add: &str| {
+        into.push_str(add);
+        let n = into.chars().count();
+        if n > max_chars * 2 {
+            let drop = n - max_chars;
+            let at = into.char_indices().nth(drop).map_or(into.len(), |(i, _)| i);
+            into.drain(..at);
+            *cut += drop;
+        }
+    };
+    let mut reader = std::io::BufReader::new(f);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        // A line still being written (no line end yet) is read at the next look.
+        if !line.ends_with(b"\n") {
+            break;
+        }
+        let Ok(l) = std::str::from_utf8(&line) else {
+            continue;
+        };
+        let d = stream_parts(l);
+        if let Some(r) = d.reasoning {
+            keep(&mut out.reasoning, &mut out.reasoning_cut, &r);
+        }
+        if let Some(t) = d.text {
+            keep(&mut out.text, &mut out.text_cut, &t);
+        }
+    }
+    for (text, cut) in [
+        (&mut out.text, &mut out.text_cut),
+        (&mut out.reasoning, &mut out.reasoning_cut),
+    ] {
+        let n = text.chars().count();
+        if n > max_chars {
+            let drop = n - max_chars;
+            let at = text.char_indices().nth(drop).map_or(text.len(), |(i, _)| i);
+            text.drain(..at);
+            *cut += drop;
+        }
+    }
+    Ok(Some(out))
 }
 
 /// One file read from a byte offset, whole lines only.
@@ -186,7 +330,14 @@ struct Tail {
     line: u64,
     /// The last read stopped at [`MAX_READ_BYTES`]: more is there to read now.
     behind: bool,
+    /// The file's first bytes (up to [`HEAD_BYTES`]) when it was first read: a file that no
+    /// longer starts with them was replaced (reply.stream of the next call, which may be
+    /// longer than the last one by the next look) and is read from its start.
+    head: Vec<u8>,
 }
+
+/// Bytes of a followed file's start remembered to notice it was replaced ([`Tail::head`]).
+const HEAD_BYTES: usize = 256;
 
 impl Tail {
     /// The whole lines appended to `name` in `dir` since the last call, with their line numbers.
@@ -195,10 +346,15 @@ impl Tail {
             return Ok(Vec::new());
         };
         let len = f.metadata()?.len();
-        if len < self.offset {
-            // Replaced by a shorter file (reply.stream of the next call): start again.
+        let replaced = len < self.offset || {
+            let mut head = vec![0u8; self.head.len()];
+            self.offset > 0 && (f.read_exact(&mut head).is_err() || head != self.head)
+        };
+        if replaced {
+            // Replaced (reply.stream of the next call): start again.
             self.offset = 0;
             self.line = 0;
+            self.head.clear();
         }
         if len == self.offset {
             return Ok(Vec::new());
@@ -224,6 +380,9 @@ impl Tail {
             return Ok(Vec::new());
         };
         buf.truncate(end + 1);
+        if self.offset == 0 {
+            self.head = buf[..buf.len().min(HEAD_BYTES)].to_vec();
+        }
         self.offset += buf.len() as u64;
         let mut out = Vec::new();
         for l in buf.split(|b| *b == b'\n') {
@@ -350,10 +509,19 @@ impl Follower {
         // file keep their order.
         timed.sort_by(|a, b| a.0.cmp(&b.0));
         events.extend(timed.into_iter().map(|(_, e)| e));
-        // The reply being streamed, when the transport writes one.
-        if dir.is_file(REPLY_STREAM) {
+        // The reply being streamed, while it is in flight (a stream whose reply is recorded
+        // is done: its message above says the rest; the next call's stream is read from its
+        // start).
+        if reply_in_flight(&dir) {
             for (_, l) in read(&mut self.stream, REPLY_STREAM)? {
-                if let Some(text) = std::str::from_utf8(&l).ok().and_then(stream_delta) {
+                let Ok(l) = std::str::from_utf8(&l) else {
+                    continue;
+                };
+                let d = stream_parts(l);
+                if let Some(text) = d.reasoning {
+                    events.push(Event::ReasoningDelta { text });
+                }
+                if let Some(text) = d.text {
                     events.push(Event::ReplyDelta { text });
                 }
             }
@@ -377,7 +545,18 @@ impl Follower {
             "user" => vec![Event::Prompt { seq: h.seq, text }],
             "assistant" => {
                 let calls = h.tool_calls.unwrap_or_default();
-                let mut out = Vec::new();
+                let mut out: Vec<Event> = h
+                    .reasoning
+                    .iter()
+                    .map(|item| {
+                        let shown = crate::ops::reasoning::shown(item);
+                        Event::Reasoning {
+                            seq: h.seq,
+                            label: shown.label,
+                            text: shown.text,
+                        }
+                    })
+                    .collect();
                 if !text.trim().is_empty() {
                     out.push(Event::Reply {
                         seq: h.seq,
@@ -593,6 +772,81 @@ mod tests {
             f.look(&layout).unwrap(),
             [Event::ReplyDelta { text: "A".into() }]
         );
+        // Reasoning deltas come as such.
+        std::fs::write(
+            dir.join(REPLY_STREAM),
+            concat!(
+                "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"Think\"}}]}\n",
+                "data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"ing\"}}\n",
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            f.look(&layout).unwrap(),
+            [
+                Event::ReasoningDelta {
+                    text: "Think".into()
+                },
+                Event::ReasoningDelta { text: "ing".into() }
+            ]
+        );
+        // Once its reply is recorded (messages.jsonl is the newer file) the stream is done:
+        // not read again, and the message carries its reasoning.
+        std::fs::write(
+            dir.join(MESSAGES),
+            concat!(
+                r#"{"seq":3,"role":"assistant","content":"A","timestamp":"2026-01-01T00:00:01.000Z","tokens":1,"#,
+                r#""reasoning":[{"provider":"openai-chat","type":"reasoning_content","data":"\"Thinking\""},"#,
+                r#"{"provider":"anthropic","type":"redacted_thinking","data":"{\"type\":\"redacted_thinking\",\"data\":\"xyz\"}"}]}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        assert!(!reply_in_flight(&TaskDir::open(&dir).unwrap()));
+        assert_eq!(
+            f.look(&layout).unwrap(),
+            [
+                Event::Reasoning {
+                    seq: 3,
+                    label: "openai-chat reasoning_content".into(),
+                    text: Some("Thinking".into())
+                },
+                Event::Reasoning {
+                    seq: 3,
+                    label: "anthropic redacted_thinking (redacted, 3 bytes not shown)".into(),
+                    text: None
+                },
+                Event::Reply {
+                    seq: 3,
+                    text: "A".into(),
+                    is_final: true
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn the_partial_reply_is_the_text_of_the_stream_in_flight_cut_to_its_end() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("task");
+        std::fs::create_dir_all(&path).unwrap();
+        let dir = TaskDir::open(&path).unwrap();
+        assert_eq!(partial_reply(&dir, 5).unwrap(), None);
+        std::fs::write(
+            path.join(REPLY_STREAM),
+            concat!(
+                "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"Hmm.\"}}]}\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"Hello, \"}}]}\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"world\"}}]}\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"!!" // not whole yet
+            ),
+        )
+        .unwrap();
+        let p = partial_reply(&dir, 8).unwrap().unwrap();
+        assert_eq!((p.text.as_str(), p.text_cut), ("o, world", 4));
+        assert_eq!((p.reasoning.as_str(), p.reasoning_cut), ("Hmm.", 0));
+        let p = partial_reply(&dir, 100).unwrap().unwrap();
+        assert_eq!(p.text, "Hello, world");
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! - [`submit`]: queue a task;
 //! - [`control`]: pause, resume, stop a task, wait for it, recover dead ones;
 //! - [`show`]: one task's row, directory, result and last messages;
-//! - [`follow`]: a task's files read as they grow, as events (`ask`, `show --follow`);
+//! - [`follow`]: a task's files read as they grow, as events (`ask`, `show --follow`), and the
+//!   reply being streamed (`reply.stream`) as text (the dashboard);
+//! - [`reasoning`]: a model's reasoning items as shown to a person;
 //! - [`migrate`]: move a tree's tasks from one task store to the other.
 //! - [`plugin_new`]: a new plugin project (`ctxhost plugin new`);
 //! - [`poll`]: the GitHub / GitLab task sources, once or continuously.
@@ -22,6 +24,7 @@ pub mod init;
 pub mod migrate;
 pub mod plugin_new;
 pub mod poll;
+pub mod reasoning;
 pub mod show;
 pub mod submit;
 

@@ -485,6 +485,54 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_items_and_is_error_are_part_of_the_message_schemas() {
+        let t = "2026-01-02T03:04:05.678Z";
+        let call = json!({"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}});
+        let item = json!({"provider": "anthropic", "type": "thinking",
+            "data": r#"{"type":"thinking","thinking":"t","signature":"s"}"#});
+        let assistant = json!({"role": "assistant", "content": null, "tool_calls": [call],
+            "reasoning": [item]});
+        let tool = json!({"role": "tool", "content": "Error: x", "tool_call_id": "c1",
+            "tool_name": "read", "is_error": true});
+        let with_seq = |m: &Value, seq: u64| {
+            let mut h = m.clone();
+            h["seq"] = json!(seq);
+            h["timestamp"] = json!(t);
+            h["tokens"] = json!(5);
+            h
+        };
+        for (schema, line) in [
+            (Schema::Current, assistant.clone()),
+            (Schema::Current, tool.clone()),
+            (Schema::Messages, with_seq(&assistant, 3)),
+            (Schema::Messages, with_seq(&tool, 4)),
+        ] {
+            assert_eq!(schema.validate(&line).unwrap(), [], "{schema}: {line}");
+        }
+        // An item without data, an unknown field in one, an empty list, reasoning on a tool
+        // result, is_error false (written only when true).
+        let bad = [
+            json!({"provider": "anthropic", "type": "thinking"}),
+            json!({"provider": "anthropic", "type": "thinking", "data": "{}", "signature": "s"}),
+        ];
+        for b in bad {
+            let mut m = assistant.clone();
+            m["reasoning"] = json!([b]);
+            assert!(!Schema::Current.validate(&m).unwrap().is_empty(), "{m}");
+        }
+        let mut m = assistant.clone();
+        m["reasoning"] = json!([]);
+        assert!(!Schema::Current.validate(&m).unwrap().is_empty(), "{m}");
+        let mut m = tool.clone();
+        m["reasoning"] = assistant["reasoning"].clone();
+        assert!(!Schema::Current.validate(&m).unwrap().is_empty(), "{m}");
+        let mut m = with_seq(&tool, 4);
+        m["is_error"] = json!(false);
+        let text = describe(&Schema::Messages.validate(&m).unwrap(), 3);
+        assert!(text.contains("/is_error"), "{text}");
+    }
+
+    #[test]
     fn each_line_kind_is_told_apart() {
         let t = "2026-01-02T03:04:05.678Z";
         let call = json!({"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}});

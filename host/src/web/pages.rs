@@ -563,6 +563,48 @@ struct TaskPage {
     no_dir: String,
     tabs: Vec<Tab>,
     body: ViewBody,
+    /// The reply being streamed (a running task's `reply.stream`), as far as it arrived.
+    streaming: Option<StreamingReply>,
+}
+
+/// The reply a running task is receiving, shown growing on its page (the page's script
+/// refreshes it every second while it is there; no database change marks its growth).
+struct StreamingReply {
+    /// The text so far (its last [`STREAMING_CHARS`] characters), redacted.
+    text: String,
+    /// Characters before `text` not shown.
+    text_cut: usize,
+    /// The reasoning so far (its last [`STREAMING_CHARS`] characters), redacted.
+    reasoning: String,
+    /// Characters before `reasoning` not shown.
+    reasoning_cut: usize,
+    /// reply.stream's size, in human units.
+    size: String,
+}
+
+/// Characters of a reply being streamed shown on the task page (its end).
+const STREAMING_CHARS: usize = 20_000;
+
+/// The reply `dir`'s task is receiving, if it is running and one is in flight
+/// ([`crate::ops::follow::partial_reply`]); a stream that cannot be read is not shown.
+fn streaming_reply(
+    dir: &files::TaskDir,
+    row: &crate::db::TaskRow,
+    redactor: &crate::web::security::Redactor,
+) -> Option<StreamingReply> {
+    if row.status != Status::Running {
+        return None;
+    }
+    let p = crate::ops::follow::partial_reply(dir.handle(), STREAMING_CHARS)
+        .ok()
+        .flatten()?;
+    Some(StreamingReply {
+        text: redactor.redact(&p.text),
+        text_cut: p.text_cut,
+        reasoning: redactor.redact(&p.reasoning),
+        reasoning_cut: p.reasoning_cut,
+        size: task_page::bytes(p.bytes),
+    })
 }
 
 /// `GET /tasks/{uuid}`: the task page.
@@ -604,6 +646,9 @@ pub async fn task(
             ),
             None => (None, ViewBody::Empty(String::new())),
         };
+        let streaming = dir
+            .as_ref()
+            .and_then(|d| streaming_reply(d, &row, redactor));
         let no_dir = match (&dir, &row.files_deleted_at) {
             (Some(_), _) => String::new(),
             (None, Some(at)) => format!(
@@ -660,6 +705,7 @@ pub async fn task(
             no_dir,
             tabs: task_page::tabs(&uuid, view),
             body,
+            streaming,
             uuid,
         };
         Ok(render(&page))

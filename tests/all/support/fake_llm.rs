@@ -87,6 +87,9 @@ pub enum Reply {
     /// For a streamed request: the inner reply's first `n` events, then a pause of the
     /// duration, then the rest (a stream that stalls mid-way).
     StreamStall(Box<Reply>, usize, Duration),
+    /// The inner reply as one whole body even to a streamed request (a server that ignores
+    /// `"stream": true`), with this `Content-Type` (`None`: no Content-Type header).
+    Whole(Box<Reply>, Option<String>),
 }
 
 impl Reply {
@@ -163,6 +166,12 @@ impl Reply {
     /// A streamed `inner` that pauses `stall` after `events` events ([`Reply::StreamStall`]).
     pub fn stream_stall(inner: Reply, events: usize, stall: Duration) -> Reply {
         Reply::StreamStall(Box::new(inner), events, stall)
+    }
+
+    /// `inner` as one whole body, even to a streamed request, with `content_type` (`None`: no
+    /// Content-Type header) ([`Reply::Whole`]).
+    pub fn whole(inner: Reply, content_type: Option<&str>) -> Reply {
+        Reply::Whole(Box::new(inner), content_type.map(str::to_string))
     }
 
     /// Send `inner` after `delay`.
@@ -433,6 +442,15 @@ fn send_reply(
             send_reply(w, inner, req, usage)
         }
         Reply::HangUp => Ok(false),
+        Reply::Whole(inner, content_type) => {
+            let (code, mut headers, body) = render(inner, req, usage);
+            headers.retain(|(k, _)| !k.eq_ignore_ascii_case("content-type"));
+            if let Some(ct) = content_type {
+                headers.push(("Content-Type".to_string(), ct.clone()));
+            }
+            write_response(w, code, &headers, &body)?;
+            Ok(true)
+        }
         Reply::Truncated(inner) => {
             let (code, headers, body) = render(inner, req, usage);
             let half = &body[..body.len() / 2];
@@ -743,7 +761,8 @@ fn render(
         Reply::Truncated(inner)
         | Reply::Delay(_, inner)
         | Reply::StreamCut(inner, _)
-        | Reply::StreamStall(inner, _, _) => render(inner, req, usage),
+        | Reply::StreamStall(inner, _, _)
+        | Reply::Whole(inner, _) => render(inner, req, usage),
         Reply::HangUp => (200, json_ct, Vec::new()),
     }
 }

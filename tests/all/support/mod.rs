@@ -148,6 +148,17 @@ impl TestEnv {
         env
     }
 
+    /// [`TestEnv::for_llm`] with `llm.stream: false`, for tests of the grace an unstreamed
+    /// call in flight gets from a pause or stop (`llm.interrupt_grace_secs`): a streamed call
+    /// gives way at once.
+    pub fn for_llm_unstreamed(llm: &fake_llm::FakeLlm, extra: &str) -> TestEnv {
+        let env = TestEnv::new();
+        let (from, to) = UNSTREAMED;
+        env.write_config(&config_yaml(&llm.base_url(), "openai", extra).replace(from, to));
+        env.ctxhost(&["init"]).ok();
+        env
+    }
+
     /// Submit a task with `prompt` (`ctxhost submit --prompt`); its UUID.
     pub fn submit(&self, prompt: &str) -> String {
         self.ctxhost(&["submit", "--prompt", prompt])
@@ -257,6 +268,13 @@ impl Drop for TestEnv {
         }
     }
 }
+
+/// The replacement in a [`config_yaml`] text that turns streamed replies off (`llm.stream:
+/// false`; on by default).
+pub const UNSTREAMED: (&str, &str) = (
+    "max_backoff_secs: 2",
+    "max_backoff_secs: 2\n  stream: false",
+);
 
 /// A config.yaml for tests: provider `provider` at `base_url`, contexts in `./contexts`, short
 /// timeouts and few retries so failures are quick, then `extra` appended verbatim (YAML top-level

@@ -35,12 +35,26 @@
         });
         confirmForms();
         document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
+        watchStream();
       })
       .catch(function () {})
       .finally(function () {
         refreshing = false;
         if (again) { again = false; setTimeout(refresh, 300); }
       });
+  }
+
+  // A reply arriving (a streamed reply: no database change marks its growth): refresh every
+  // second while the page shows one.
+  var streamTimer = null;
+  function watchStream() {
+    var streaming = document.querySelector("[data-streaming]");
+    if (streaming && streamTimer === null) {
+      streamTimer = setInterval(refresh, 1000);
+    } else if (!streaming && streamTimer !== null) {
+      clearInterval(streamTimer);
+      streamTimer = null;
+    }
   }
 
   function listen() {
@@ -63,5 +77,6 @@
   document.addEventListener("DOMContentLoaded", function () {
     confirmForms();
     listen();
+    watchStream();
   });
 })();

@@ -27,6 +27,15 @@ pub struct ToolCallView {
     pub arguments: String,
 }
 
+/// A reasoning item of an assistant message: its readable text (cut like the content), or
+/// only its label when it has none to show (redacted, encrypted:
+/// [`crate::ops::reasoning::shown`]).
+#[derive(Debug, Clone)]
+pub struct ReasoningView {
+    pub label: String,
+    pub text: String,
+}
+
 /// A message (of messages.jsonl or current.jsonl), ready to show.
 #[derive(Debug, Clone)]
 pub struct MessageView {
@@ -46,6 +55,10 @@ pub struct MessageView {
     pub tool_call_id: String,
     pub tool_name: String,
     pub summary_id: String,
+    /// The reasoning that came with an assistant reply.
+    pub reasoning: Vec<ReasoningView>,
+    /// A tool result that is the error of a failed call (`is_error`).
+    pub is_error: bool,
     /// Why the line could not be shown as a message (unreadable, too long, being written).
     pub problem: String,
 }
@@ -203,6 +216,8 @@ fn message_view(
         tool_call_id: String::new(),
         tool_name: String::new(),
         summary_id: String::new(),
+        reasoning: Vec::new(),
+        is_error: false,
         problem: String::new(),
     };
     if line.cut {
@@ -241,6 +256,22 @@ fn message_view(
                     arguments: redactor.redact(&pretty_json_text(&c.function.arguments)),
                 })
                 .collect();
+            v.reasoning = m
+                .reasoning
+                .iter()
+                .map(|item| {
+                    let shown = crate::ops::reasoning::shown(item);
+                    ReasoningView {
+                        label: redactor.redact(&shown.label),
+                        text: cut_chars(
+                            &redactor.redact(shown.text.as_deref().unwrap_or("")),
+                            max_chars,
+                        )
+                        .0,
+                    }
+                })
+                .collect();
+            v.is_error = m.is_error;
             v.tool_call_id = m.tool_call_id.unwrap_or_default();
             v.tool_name = m.tool_name.unwrap_or_default();
         }
