@@ -30,6 +30,7 @@ mod mcp_tools;
 mod multi_host;
 mod operators;
 mod plugin_check;
+mod plugin_scaffolds;
 mod plugin_sdk;
 mod plugin_select;
 mod plugin_try;
