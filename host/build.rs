@@ -31,6 +31,7 @@ fn main() {
     browser_test_cfg();
     prometheus_test_cfg();
     componentize_py_cfg();
+    componentize_js_cfg(&root);
 
     // The PostgreSQL variants of the store tests run when a test server is available
     // (CTXHOST_TEST_DATABASE_URL) and in CI (CI=true), where a missing server must fail them;
@@ -45,6 +46,7 @@ fn main() {
     }
 
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
+    vendored_sdk(&root, &out_dir);
     // OUT_DIR = <target>/<profile>/build/ctxhost-<hash>/out
     let profile_dir = out_dir
         .ancestors()
@@ -134,4 +136,64 @@ fn componentize_py_cfg() {
     if ci || named || on_path {
         println!("cargo:rustc-cfg=ctxhost_componentize_py");
     }
+}
+
+/// `cfg(ctxhost_componentize_js)` for the JavaScript plugin tests (tests/all/plugin_sdk.rs): set
+/// when componentize-js is installed in the repository's node_modules (`npm ci`, package.json
+/// pins it) or the file `CTXHOST_COMPONENTIZE_JS` names exists, or in CI (where a missing
+/// componentize-js must fail the tests). Without it the tests are `#[ignore]`d with the reason.
+/// Installing it after a build needs `touch host/build.rs` (node_modules is not watched: a
+/// watched path that is missing would rerun this script on every build).
+fn componentize_js_cfg(root: &std::path::Path) {
+    println!("cargo:rustc-check-cfg=cfg(ctxhost_componentize_js)");
+    println!("cargo:rerun-if-env-changed=CTXHOST_COMPONENTIZE_JS");
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    let named =
+        std::env::var_os("CTXHOST_COMPONENTIZE_JS").is_some_and(|p| PathBuf::from(p).is_file());
+    let installed = root.join("node_modules/.bin/componentize-js").exists();
+    if ci || named || installed {
+        println!("cargo:rustc-cfg=ctxhost_componentize_js");
+    }
+}
+
+/// `$OUT_DIR/vendored_sdk.rs`: the SDK crate `crates/ctxhost-plugin` and its dependency
+/// `crates/ctxhost-format` (Cargo.toml, `src/**`, `wit/**`) as one `&[(&str, &str)]` of
+/// (path in a plugin project, text), each text an `include_str!` of the file, so `ctxhost plugin
+/// new` writes them into a project as `vendor/…` (host/src/ops/plugin_new/mod.rs).
+fn vendored_sdk(root: &std::path::Path, out_dir: &std::path::Path) {
+    fn walk(dir: &std::path::Path, files: &mut Vec<PathBuf>) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, files);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    let mut text = String::from("&[\n");
+    for (krate, folders) in [
+        ("ctxhost-plugin", &["src", "wit"][..]),
+        ("ctxhost-format", &["src"][..]),
+    ] {
+        let base = root.join("crates").join(krate);
+        let mut files = vec![base.join("Cargo.toml")];
+        for folder in folders {
+            walk(&base.join(folder), &mut files);
+        }
+        for file in files {
+            let relative = file.strip_prefix(&base).unwrap().to_str().unwrap();
+            text.push_str(&format!(
+                "    ({:?}, include_str!({:?})),\n",
+                format!("vendor/{krate}/{relative}"),
+                file.to_str().unwrap()
+            ));
+        }
+    }
+    text.push_str("]\n");
+    std::fs::write(out_dir.join("vendored_sdk.rs"), text).unwrap();
 }

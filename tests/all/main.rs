@@ -31,6 +31,7 @@ mod metrics;
 mod multi_host;
 mod operators;
 mod plugin_check;
+mod plugin_scaffolds;
 mod plugin_sdk;
 mod plugin_select;
 mod plugin_try;

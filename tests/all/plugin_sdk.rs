@@ -455,10 +455,14 @@ fn scaffold_build_and_check(kind: &str, name: &str, world: &str) -> (serde_json:
         manifest.contains(&format!("name = \"{crate_name}\"")),
         "{manifest}"
     );
+    // The SDK is vendored into the project (built here in a temporary directory outside the
+    // repository, offline): no checkout of ctxhost is needed.
     assert!(
-        manifest.contains("crates/ctxhost-plugin\", version = \"0.3.0\""),
+        manifest.contains("path = \"vendor/ctxhost-plugin\", version = \"0.3.0\""),
         "{manifest}"
     );
+    assert!(project.join("vendor/ctxhost-plugin/src/lib.rs").is_file());
+    assert!(project.join("vendor/ctxhost-format/src/lib.rs").is_file());
 
     // The guest components' target dir (host/build.rs): the same release profile and the same
     // registry crates, already compiled there, so only the plugin itself is built.
@@ -728,12 +732,12 @@ fn plugin_new_refuses_bad_names_existing_directories_and_kinds_without_a_templat
                 "plugin",
                 "new",
                 "--kind",
-                "strategy",
+                "message-store",
                 "--lang",
-                "python",
-                "py-strategy",
+                "js",
+                "js-store",
             ],
-            "no python template for --kind strategy",
+            "no js template for --kind message-store",
         ),
         (
             vec![

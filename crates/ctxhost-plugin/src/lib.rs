@@ -21,6 +21,11 @@
 //!   writes ([`wasi_output`]). The builtin components are built on this crate and run exactly
 //!   this code (with `ctxhost-format`, the host's own formats, re-exported as [`format`]).
 //!
+//! Natively (`cargo test` on the host), [`llm`], [`log`] and [`planning`] are served by
+//! [`testing`]: a mock LLM with canned replies that records requests, an in-memory planning
+//! history and a temporary task directory, so a plugin's logic is unit-tested without a wasm
+//! build.
+//!
 //! Every path is relative to the task directory, which the host preopens as `.`; see
 //! docs/PLUGINS.md of the ctxhost repository for every function, the files it reads and
 //! writes, the limits and the errors.
@@ -65,7 +70,51 @@ mod imports_bindings {
     });
 }
 
-pub use imports_bindings::ctxhost::plugin::{llm, log, planning, types};
+pub use imports_bindings::ctxhost::plugin::types;
+#[cfg(target_arch = "wasm32")]
+pub use imports_bindings::ctxhost::plugin::{llm, log, planning};
+
+/// The host's `llm` import; natively (`cargo test`), the mock of [`testing`].
+#[cfg(not(target_arch = "wasm32"))]
+pub mod llm {
+    pub use crate::imports_bindings::ctxhost::plugin::llm::*;
+
+    /// `llm.complete`: natively, the next reply of the [`crate::testing::MockLlm`] of the
+    /// [`crate::testing::TaskDir::run`] in progress (a panic outside one).
+    pub fn complete(
+        messages_file: &str,
+        max_output_tokens: u32,
+    ) -> Result<Completion, crate::types::PluginError> {
+        crate::testing::llm_complete(messages_file, max_output_tokens)
+    }
+
+    /// `llm.estimate-tokens`: the host's estimate ([`crate::tokens::estimate_tokens`]).
+    pub fn estimate_tokens(text: &str) -> u64 {
+        crate::tokens::estimate_tokens(text)
+    }
+}
+
+/// The host's `log` import; natively (`cargo test`), stderr and the [`testing::MockLlm`]'s
+/// `logs`.
+#[cfg(not(target_arch = "wasm32"))]
+pub mod log {
+    pub use crate::imports_bindings::ctxhost::plugin::log::*;
+
+    /// `log.log`: natively, printed to stderr and recorded by the mock of the run in progress.
+    pub fn log(level: Level, message: &str) {
+        crate::testing::log(level, message)
+    }
+}
+
+/// The host's `planning` import; natively (`cargo test`), an in-memory planning history kept
+/// by the [`testing::MockLlm`] of the run in progress.
+#[cfg(not(target_arch = "wasm32"))]
+pub mod planning {
+    pub use crate::imports_bindings::ctxhost::plugin::planning::*;
+    pub use crate::testing::planning::{
+        append_entry, entries, get_latest_plan, has_plan, save_plan,
+    };
+}
 
 /// The world `compressor-plugin`: implement [`compressor::Guest`] and call
 /// [`export_compressor!`].
@@ -189,6 +238,8 @@ pub mod compress;
 pub mod jsonl;
 pub mod logging;
 pub mod request;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
 pub mod tokens;
 pub mod wasi_output;
 

@@ -300,8 +300,11 @@ pub enum PluginCommand {
         ctxhost plugin new --kind compressor --lang python py-compressor\n  \
         ctxhost plugin new --kind request-format my-format\n  \
         ctxhost plugin new --kind message-store my-store\n  \
-        ctxhost plugin new --kind strategy my-strategy\n\n\
-        Templates: Rust for every kind; Python for --kind compressor.\n\
+        ctxhost plugin new --kind strategy my-strategy\n  \
+        ctxhost plugin new --kind compressor --lang js js-compressor\n  \
+        ctxhost plugin new --kind strategy --lang python py-strategy\n\n\
+        Templates: Rust for every kind (with the SDK vendored in vendor/); Python and \
+        JavaScript for --kind compressor and --kind strategy.\n\
         The plugin contract and build instructions per language: docs/PLUGINS.md."
     )]
     New {
@@ -712,8 +715,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 created.name,
                 created.dir.display()
             );
-            for f in &created.files {
+            let vendored = created
+                .files
+                .iter()
+                .filter(|f| f.starts_with("vendor/"))
+                .count();
+            for f in created.files.iter().filter(|f| !f.starts_with("vendor/")) {
                 println!("  {f}");
+            }
+            if vendored > 0 {
+                println!("  vendor/ (the ctxhost-plugin SDK and ctxhost-format, {vendored} files)");
             }
             println!("next:\n  cd {}", created.dir.display());
             for step in &created.next_steps {

@@ -3,14 +3,21 @@
 //!
 //! Templates (this folder, compiled into the binary): `rust-compressor/`,
 //! `rust-request-format/` (the OpenAI chat-completions API), `rust-message-store/` (two JSONL
-//! files, as `builtin:jsonl-store`) and `rust-strategy/` (crates on the `ctxhost-plugin` SDK,
-//! `crates/ctxhost-plugin`) and `python-compressor/`
-//! (componentize-py 0.25.1, with the WIT contract written next to it). The Rust project depends on the SDK by
-//! path when this binary's source tree is still where it was built (or `--sdk DIR` names a
-//! checkout of the SDK), else on the registry version `ctxhost-plugin = "0.3.0"`.
+//! files, as `builtin:jsonl-store`) and `rust-strategy/` (crates on the `ctxhost-plugin` SDK),
+//! `python-compressor/` and `python-strategy/` (componentize-py 0.25.1, with the WIT contract
+//! written next to them), `js-compressor/` and `js-strategy/` with `js/` (componentize-js
+//! 0.23.0: package.json pinning it, `lines.js` for line-by-line file access over
+//! `wasi:filesystem`, the plugin's world and the WIT it refers to, WASI 0.2.12 from
+//! wasmtime-wasi 48 in `js/wasi/`).
+//!
+//! A Rust project gets the SDK vendored: `vendor/ctxhost-plugin/` and its dependency
+//! `vendor/ctxhost-format/`, the sources this binary was built from (embedded by host/build.rs),
+//! depended on by path with their version (`ctxhost-plugin = { path = "vendor/ctxhost-plugin",
+//! version = "0.3.0" }`), so the project builds anywhere with no ctxhost checkout. `--sdk DIR`
+//! names a checkout of the SDK to depend on by path instead (SDK development).
 //!
 //! Placeholders in templates: `{{name}}` (the plugin's name), `{{crate}}` (the name with `_`
-//! for `-`: the Rust crate and the `.wasm` file), `{{sdk_dependency}}`.
+//! for `-`: the Rust crate and the `.wasm` file), `{{sdk_dependency}}`, `{{kind}}`.
 
 use std::fmt;
 use std::fs;
@@ -51,6 +58,9 @@ pub enum Lang {
     Rust,
     /// Python, built with componentize-py 0.25.1.
     Python,
+    /// JavaScript, built with componentize-js 0.23.0 (npm).
+    #[value(alias = "javascript")]
+    Js,
 }
 
 impl fmt::Display for Lang {
@@ -58,6 +68,7 @@ impl fmt::Display for Lang {
         f.write_str(match self {
             Lang::Rust => "rust",
             Lang::Python => "python",
+            Lang::Js => "js",
         })
     }
 }
@@ -72,7 +83,8 @@ pub struct NewPlugin {
     /// The project directory to create (its last component is the plugin's name: lowercase
     /// ASCII letters, digits and `-`, starting with a letter).
     pub dir: PathBuf,
-    /// A checkout of the `ctxhost-plugin` crate to depend on by path (Rust only).
+    /// A checkout of the `ctxhost-plugin` crate to depend on by path instead of the vendored
+    /// copy (Rust only).
     pub sdk: Option<PathBuf>,
 }
 
@@ -87,11 +99,6 @@ pub struct Created {
     pub files: Vec<String>,
     /// The commands that build it and check it, in order, to run in `dir`.
     pub next_steps: Vec<String>,
-}
-
-/// The SDK crate of the source tree this binary was built from.
-fn built_in_sdk() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/ctxhost-plugin")
 }
 
 /// The WIT contract of this build (`wit/plugin.wit`).
@@ -144,6 +151,67 @@ const RUST_MESSAGE_STORE: &[Template] = &[
     (".gitignore", include_str!("rust-compressor/gitignore")),
 ];
 
+const PYTHON_STRATEGY: &[Template] = &[
+    ("app.py", include_str!("python-strategy/app.py")),
+    ("build.sh", include_str!("python-strategy/build.sh")),
+    ("wit/plugin.wit", PLUGIN_WIT),
+    ("README.md", include_str!("python-strategy/README.md")),
+    (".gitignore", include_str!("python-compressor/gitignore")),
+];
+
+/// The WIT a JavaScript project's world refers to: the contract and the WASI 0.2 packages
+/// `wasi:filesystem` needs.
+const JS_WIT_DEPS: [Template; 4] = [
+    ("wit/deps/ctxhost-plugin/plugin.wit", PLUGIN_WIT),
+    ("wit/deps/io/io.wit", include_str!("js/wasi/io.wit")),
+    (
+        "wit/deps/clocks/clocks.wit",
+        include_str!("js/wasi/clocks.wit"),
+    ),
+    (
+        "wit/deps/filesystem/filesystem.wit",
+        include_str!("js/wasi/filesystem.wit"),
+    ),
+];
+
+const JS_COMPRESSOR: &[Template] = &[
+    ("package.json", include_str!("js/package-compressor.json")),
+    ("app.js", include_str!("js-compressor/app.js")),
+    ("lines.js", include_str!("js/lines.js")),
+    ("wit/world.wit", include_str!("js/world-compressor.wit")),
+    JS_WIT_DEPS[0],
+    JS_WIT_DEPS[1],
+    JS_WIT_DEPS[2],
+    JS_WIT_DEPS[3],
+    ("README.md", include_str!("js/README.md")),
+    (".gitignore", include_str!("js/gitignore")),
+];
+
+const JS_STRATEGY: &[Template] = &[
+    ("package.json", include_str!("js/package-strategy.json")),
+    ("app.js", include_str!("js-strategy/app.js")),
+    ("lines.js", include_str!("js/lines.js")),
+    ("wit/world.wit", include_str!("js/world-strategy.wit")),
+    JS_WIT_DEPS[0],
+    JS_WIT_DEPS[1],
+    JS_WIT_DEPS[2],
+    JS_WIT_DEPS[3],
+    ("README.md", include_str!("js/README.md")),
+    (".gitignore", include_str!("js/gitignore")),
+];
+
+/// The SDK's version, as its vendored Cargo.toml says (`ctxhost-plugin` 0.3.x implements
+/// `ctxhost:plugin@0.3.0`).
+pub const SDK_VERSION: &str = "0.3.0";
+
+/// The SDK crates this binary was built from, written into a Rust project under `vendor/`:
+/// (path in the project, text); generated by host/build.rs from `crates/ctxhost-plugin`
+/// (Cargo.toml, src/, wit/) and `crates/ctxhost-format` (Cargo.toml, src/).
+const VENDORED_SDK: &[Template] = include!(concat!(env!("OUT_DIR"), "/vendored_sdk.rs"));
+
+/// The version of `ctxhost-format` (the workspace's version, which its Cargo.toml inherits).
+const FORMAT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 const PYTHON_COMPRESSOR: &[Template] = &[
     ("app.py", include_str!("python-compressor/app.py")),
     ("build.sh", include_str!("python-compressor/build.sh")),
@@ -166,15 +234,18 @@ pub fn new_plugin(spec: &NewPlugin) -> anyhow::Result<Created> {
     let templates = match (spec.kind, spec.lang) {
         (Kind::Compressor, Lang::Rust) => RUST_COMPRESSOR,
         (Kind::Compressor, Lang::Python) => PYTHON_COMPRESSOR,
+        (Kind::Compressor, Lang::Js) => JS_COMPRESSOR,
         (Kind::Strategy, Lang::Rust) => RUST_STRATEGY,
+        (Kind::Strategy, Lang::Python) => PYTHON_STRATEGY,
+        (Kind::Strategy, Lang::Js) => JS_STRATEGY,
         (Kind::RequestFormat, Lang::Rust) => RUST_REQUEST_FORMAT,
         (Kind::MessageStore, Lang::Rust) => RUST_MESSAGE_STORE,
         (kind, lang) => {
             return Err(usage(format!(
                 "no {lang} template for --kind {kind} in this build (there are Rust templates for \
-                 every kind, and a Python one for --kind compressor); docs/PLUGINS.md describes \
-                 the {kind} interface and how to build it in Python, and the builtin components \
-                 in guest-components/ are complete examples"
+                 every kind, and Python and JavaScript ones for --kind compressor and --kind \
+                 strategy); docs/PLUGINS.md describes the {kind} interface, and the builtin \
+                 components in guest-components/ are complete examples"
             )));
         }
     };
@@ -190,12 +261,24 @@ pub fn new_plugin(spec: &NewPlugin) -> anyhow::Result<Created> {
     }
     let crate_name = name.replace('-', "_");
     let sdk_dependency = sdk_dependency(spec.sdk.as_deref())?;
-    let mut files = Vec::new();
-    for (path, text) in templates {
+    let vendored: Vec<(&str, String)> = if spec.lang == Lang::Rust && spec.sdk.is_none() {
+        VENDORED_SDK
+            .iter()
+            .map(|(path, text)| (*path, vendored_text(path, text)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let filled = templates.iter().map(|(path, text)| {
         let text = text
             .replace("{{name}}", &name)
             .replace("{{crate}}", &crate_name)
-            .replace("{{sdk_dependency}}", &sdk_dependency);
+            .replace("{{sdk_dependency}}", &sdk_dependency)
+            .replace("{{kind}}", &spec.kind.to_string());
+        (*path, text)
+    });
+    let mut files = Vec::new();
+    for (path, text) in filled.chain(vendored) {
         let target = spec.dir.join(path);
         if let Some(parent) = target.parent() {
             create_user_dirs(parent)?;
@@ -215,6 +298,11 @@ pub fn new_plugin(spec: &NewPlugin) -> anyhow::Result<Created> {
             "./build.sh".to_string(),
             format!("ctxhost plugin check {crate_name}.wasm"),
         ],
+        Lang::Js => vec![
+            "npm install".to_string(),
+            "npm run build".to_string(),
+            format!("ctxhost plugin check {crate_name}.wasm"),
+        ],
     };
     Ok(Created {
         dir: spec.dir.clone(),
@@ -224,35 +312,56 @@ pub fn new_plugin(spec: &NewPlugin) -> anyhow::Result<Created> {
     })
 }
 
-/// `path = "…", version = "0.3.0"` for a local SDK (`sdk`, or this build's source tree), else
-/// the registry version.
+/// The SDK dependency of a Rust project: the vendored copy (`vendor/ctxhost-plugin`), or the
+/// checkout `sdk` names, by path with the SDK's version.
 fn sdk_dependency(sdk: Option<&Path>) -> anyhow::Result<String> {
-    let version = "version = \"0.3.0\"";
-    let local = match sdk {
-        Some(dir) => {
-            if !dir.join("Cargo.toml").is_file() {
-                return Err(usage(format!(
-                    "--sdk {}: no Cargo.toml there (give the crates/ctxhost-plugin folder of a ctxhost checkout)",
-                    dir.display()
-                )));
-            }
-            Some(dir.to_path_buf())
-        }
-        None => Some(built_in_sdk()).filter(|d| d.join("Cargo.toml").is_file()),
+    let version = format!("version = \"{SDK_VERSION}\"");
+    let Some(dir) = sdk else {
+        return Ok(format!("path = \"vendor/ctxhost-plugin\", {version}"));
     };
-    Ok(match local {
-        Some(dir) => {
-            let dir = dir.canonicalize().unwrap_or(dir);
-            // TOML basic string: escape backslashes and quotes.
-            let path = dir
-                .display()
-                .to_string()
-                .replace('\\', "\\\\")
-                .replace('"', "\\\"");
-            format!("path = \"{path}\", {version}")
+    if !dir.join("Cargo.toml").is_file() {
+        return Err(usage(format!(
+            "--sdk {}: no Cargo.toml there (give the crates/ctxhost-plugin folder of a ctxhost checkout)",
+            dir.display()
+        )));
+    }
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    // TOML basic string: escape backslashes and quotes.
+    let path = dir
+        .display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    Ok(format!("path = \"{path}\", {version}"))
+}
+
+/// A vendored SDK file as it goes into a project: `ctxhost-format`'s Cargo.toml without what
+/// it inherits from the ctxhost workspace (version, edition, …: written out), its dev
+/// dependencies (tests of the ctxhost repository) and its lints; anything else as it is.
+fn vendored_text(path: &str, text: &str) -> String {
+    if path != "vendor/ctxhost-format/Cargo.toml" {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in text.lines() {
+        if line.starts_with('[') {
+            skipping = line == "[dev-dependencies]" || line == "[lints]";
         }
-        None => version.to_string(),
-    })
+        if skipping {
+            continue;
+        }
+        let line = match line.split_once(".workspace = true") {
+            Some(("version", _)) => format!("version = \"{FORMAT_VERSION}\""),
+            Some(("edition", _)) => "edition = \"2024\"".to_string(),
+            Some(("rust-version", _)) => "rust-version = \"1.95\"".to_string(),
+            Some(("license", _)) => "license = \"Apache-2.0\"".to_string(),
+            _ => line.to_string(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }
 
 /// A plugin name: 1–64 of `a-z`, `0-9`, `-`, starting with a letter, not ending with `-`.
@@ -304,6 +413,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_vendored_sdk_is_complete_and_stands_alone() {
+        let paths: Vec<&str> = VENDORED_SDK.iter().map(|(p, _)| *p).collect();
+        for needed in [
+            "vendor/ctxhost-plugin/Cargo.toml",
+            "vendor/ctxhost-plugin/src/lib.rs",
+            "vendor/ctxhost-plugin/wit/plugin.wit",
+            "vendor/ctxhost-format/Cargo.toml",
+            "vendor/ctxhost-format/src/lib.rs",
+        ] {
+            assert!(paths.contains(&needed), "{needed} not vendored: {paths:?}");
+        }
+        let sdk = VENDORED_SDK
+            .iter()
+            .find(|(p, _)| *p == "vendor/ctxhost-plugin/Cargo.toml")
+            .map(|(_, t)| *t)
+            .unwrap_or_default();
+        assert!(
+            sdk.contains(&format!("version = \"{SDK_VERSION}\"")),
+            "SDK_VERSION is the SDK's version:\n{sdk}"
+        );
+        let format = VENDORED_SDK
+            .iter()
+            .find(|(p, _)| *p == "vendor/ctxhost-format/Cargo.toml")
+            .map(|(p, t)| vendored_text(p, t))
+            .unwrap_or_default();
+        assert!(!format.contains("workspace"), "{format}");
+        assert!(!format.contains("proptest"), "{format}");
+        assert!(
+            format.contains(&format!("version = \"{FORMAT_VERSION}\"")),
+            "{format}"
+        );
+    }
+
+    #[test]
     fn names_are_checked() {
         for good in ["a", "my-compressor", "x2-y"] {
             assert!(check_name(good).is_ok(), "{good}");
@@ -321,11 +464,15 @@ mod tests {
             .chain(RUST_REQUEST_FORMAT)
             .chain(RUST_MESSAGE_STORE)
             .chain(PYTHON_COMPRESSOR)
+            .chain(PYTHON_STRATEGY)
+            .chain(JS_COMPRESSOR)
+            .chain(JS_STRATEGY)
         {
             let filled = text
                 .replace("{{name}}", "n")
                 .replace("{{crate}}", "n")
-                .replace("{{sdk_dependency}}", "version = \"0.3.0\"");
+                .replace("{{sdk_dependency}}", "version = \"0.3.0\"")
+                .replace("{{kind}}", "compressor");
             assert!(!filled.contains("{{"), "{path} has an unknown placeholder");
         }
     }

@@ -8,7 +8,9 @@
 //! other change to a kept message.
 //!
 //! Build: `cargo build --release` (the target is wasm32-wasip2, see .cargo/config.toml), then
-//! `ctxhost plugin check target/wasm32-wasip2/release/{{crate}}.wasm`.
+//! `ctxhost plugin check target/wasm32-wasip2/release/{{crate}}.wasm`. Unit tests run natively,
+//! with no wasm build: `cargo test-native` (the tests at the end: the SDK's mock LLM and a
+//! temporary task directory, `ctxhost_plugin::testing`).
 //! The contract (every function, the files, the limits): docs/PLUGINS.md of ctxhost.
 
 use ctxhost_plugin::compress::{
@@ -174,4 +176,72 @@ fn compress_context(config: &CompressConfig) -> Result<CompressResult, PluginErr
     })
 }
 
+// The export exists only in the component (its symbol names do not link natively, where the
+// tests below run).
+#[cfg(target_arch = "wasm32")]
 ctxhost_plugin::export_compressor!(Compressor);
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+    use ctxhost_plugin::testing::{MockLlm, TaskDir};
+
+    fn config(context_length: u64) -> CompressConfig {
+        CompressConfig {
+            context_length,
+            threshold: 0.7,
+            keep_recent_messages: 3,
+            keep_recent_tokens: 0,
+            summary_prompt: "Summarise:\n{messages}".into(),
+            reserve_output_tokens: 256,
+        }
+    }
+
+    #[test]
+    fn the_old_messages_become_one_summary_and_the_recent_ones_are_kept() {
+        let mut messages = vec![ChatMessage::text("system", "You are helpful.")];
+        for n in 1..=6 {
+            messages.push(ChatMessage::text("user", format!("question {n}")));
+            messages.push(ChatMessage::text("assistant", format!("answer {n}")));
+        }
+        let task = TaskDir::with_context(&messages).unwrap();
+        let mut llm = MockLlm::replying(["The user asked six questions."]);
+        let result = task
+            .run(&mut llm, || Compressor::compress(config(4000)))
+            .unwrap();
+
+        // One request, holding the old messages and not the kept ones.
+        assert_eq!(llm.requests.len(), 1);
+        let request = llm.requests[0].messages[0].content.clone().unwrap_or_default();
+        assert!(request.starts_with("Summarise:") && request.contains("question 1"), "{request}");
+        assert!(!request.contains("answer 6"), "{request}");
+
+        // The new context: system prompt, the summary of messages 2–10, the last 3 as they were.
+        assert_eq!(result.context_file, COMPRESSED);
+        let context = task.messages(COMPRESSED).unwrap();
+        assert_eq!(context[0], messages[0]);
+        let summary = context[1].content.clone().unwrap_or_default();
+        assert!(summary.ends_with("The user asked six questions."), "{summary}");
+        assert_eq!(&context[2..], &messages[10..]);
+        let info = result.summary.unwrap();
+        assert_eq!((info.id, info.start_seq, info.end_seq), (1, 2, 10));
+        // The temporaries are gone; current.jsonl was not touched.
+        assert!(!task.exists(SUMMARY_REQUEST) && !task.exists(UNSUMMARIZED));
+        assert_eq!(task.messages(CURRENT).unwrap(), messages);
+    }
+
+    #[test]
+    fn a_failing_llm_leaves_the_task_directory_as_it_was() {
+        let mut messages = vec![ChatMessage::text("system", "s")];
+        for n in 1..=8 {
+            messages.push(ChatMessage::text("user", format!("question {n}")));
+        }
+        let task = TaskDir::with_context(&messages).unwrap();
+        let mut llm = MockLlm::failing("HTTP 500");
+        let err = task
+            .run(&mut llm, || Compressor::compress(config(4000)))
+            .unwrap_err();
+        assert!(matches!(err, PluginError::Llm(_)), "{err:?}");
+        assert!(!task.exists(COMPRESSED) && !task.exists("summaries.jsonl"));
+    }
+}

@@ -200,4 +200,6 @@ fn count_current() -> Result<(u64, u64), PluginError> {
     Ok((count, tokens))
 }
 
+// The export exists only in the component (its symbol names do not link natively).
+#[cfg(target_arch = "wasm32")]
 ctxhost_plugin::export_message_store!(Store);

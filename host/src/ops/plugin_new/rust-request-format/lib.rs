@@ -122,4 +122,6 @@ struct PromptTokensDetails {
     cached_tokens: Option<u64>,
 }
 
+// The export exists only in the component (its symbol names do not link natively).
+#[cfg(target_arch = "wasm32")]
 ctxhost_plugin::export_request_format!(Format);

@@ -98,4 +98,7 @@ fn reminders_given() -> u64 {
         .count() as u64
 }
 
+// The export exists only in the component (its symbol names do not link natively, where unit
+// tests run: `cargo test-native`, with `ctxhost_plugin::testing`'s mock LLM and planning).
+#[cfg(target_arch = "wasm32")]
 ctxhost_plugin::export_strategy!(Strategy);
