@@ -705,7 +705,7 @@ impl Agent<'_> {
             max_output_tokens: llm.max_output_tokens,
             temperature: llm.temperature,
             stream: llm.stream,
-            reasoning: None,
+            reasoning: llm.reasoning(),
         };
         exchange_checked(
             self.format,

@@ -163,7 +163,15 @@ pub struct LlmConfig {
     /// For a streamed reply: the longest wait between two reads of its body, seconds (1 to
     /// [`MAX_LLM_SECS`]), instead of `timeout_secs` for the whole call.
     pub idle_timeout_secs: u64,
+    /// OpenAI reasoning effort, one of [`REASONING_EFFORTS`]: sent as `reasoning.effort` by
+    /// `builtin:openai-responses` and as `reasoning_effort` by `builtin:openai-chat`
+    /// (`None`: not sent, the model's default).
+    pub reasoning_effort: Option<String>,
 }
+
+/// The values `llm.reasoning_effort` accepts (OpenAI's reasoning efforts; which ones a model
+/// takes depends on the model).
+pub const REASONING_EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
 
 /// Upper bound of `llm.timeout_secs`, `connect_timeout_secs`, `max_backoff_secs` and
 /// `interrupt_grace_secs`: 86,400 s.
@@ -188,6 +196,7 @@ impl Default for LlmConfig {
             interrupt_grace_secs: 10,
             stream: false,
             idle_timeout_secs: 120,
+            reasoning_effort: None,
         }
     }
 }
@@ -272,6 +281,17 @@ impl LlmConfig {
                 );
             }
         }
+        if let Some(effort) = &self.reasoning_effort
+            && !REASONING_EFFORTS.contains(&effort.as_str())
+        {
+            return Invalid::err(
+                "llm.reasoning_effort",
+                format!(
+                    "must be one of {}, got `{effort}`",
+                    REASONING_EFFORTS.join(", ")
+                ),
+            );
+        }
         if self.max_retries > 20 {
             return Invalid::err(
                 "llm.max_retries",
@@ -279,6 +299,18 @@ impl LlmConfig {
             );
         }
         Ok(())
+    }
+}
+
+impl LlmConfig {
+    /// The reasoning settings sent with the agent loop's requests (`llm.reasoning_effort`),
+    /// `None` when none is set.
+    pub fn reasoning(&self) -> Option<crate::runtime::ReasoningConfig> {
+        let effort = self.reasoning_effort.clone()?;
+        Some(crate::runtime::ReasoningConfig {
+            effort: Some(effort),
+            ..Default::default()
+        })
     }
 }
 
