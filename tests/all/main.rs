@@ -33,6 +33,7 @@ mod plugin_check;
 mod plugin_sdk;
 mod plugin_select;
 mod plugin_try;
+mod reasoning;
 mod recall;
 mod request_snapshots;
 mod request_write_path;

@@ -85,6 +85,17 @@ pub fn reasoning_content_item(text: &str) -> Option<crate::ReasoningItem> {
     })
 }
 
+/// The `reasoning_content` text of `items`: the texts of the [`REASONING_CONTENT`] items of
+/// provider [`CHAT_REASONING_PROVIDER`], joined (an item whose data is not a JSON string is
+/// skipped); `""` when there are none.
+pub fn reasoning_content_text(items: &[crate::ReasoningItem]) -> String {
+    items
+        .iter()
+        .filter(|r| r.provider == CHAT_REASONING_PROVIDER && r.kind == REASONING_CONTENT)
+        .filter_map(|r| serde_json::from_str::<String>(&r.data).ok())
+        .collect()
+}
+
 /// Tool-call ids for a reply: each call keeps its provider id when it has a non-empty one not
 /// used before in the reply; otherwise it gets `call_<n>` (the first n ≥ its 1-based position
 /// that is unused), so ids are unique within the reply.

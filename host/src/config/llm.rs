@@ -167,6 +167,10 @@ pub struct LlmConfig {
     /// `builtin:openai-responses` and as `reasoning_effort` by `builtin:openai-chat`
     /// (`None`: not sent, the model's default).
     pub reasoning_effort: Option<String>,
+    /// `builtin:openai-chat`: send each assistant message's kept `reasoning_content` back
+    /// with it (DeepSeek's thinking mode with tools requires it; off by default: the
+    /// chat-completions API defines no such field and strict servers refuse it).
+    pub send_reasoning_content: bool,
 }
 
 /// The values `llm.reasoning_effort` accepts (OpenAI's reasoning efforts; which ones a model
@@ -197,6 +201,7 @@ impl Default for LlmConfig {
             stream: false,
             idle_timeout_secs: 120,
             reasoning_effort: None,
+            send_reasoning_content: false,
         }
     }
 }
@@ -303,12 +308,15 @@ impl LlmConfig {
 }
 
 impl LlmConfig {
-    /// The reasoning settings sent with the agent loop's requests (`llm.reasoning_effort`),
-    /// `None` when none is set.
+    /// The reasoning settings sent with the agent loop's requests (`llm.reasoning_effort`,
+    /// `llm.send_reasoning_content`), `None` when none is set.
     pub fn reasoning(&self) -> Option<crate::runtime::ReasoningConfig> {
-        let effort = self.reasoning_effort.clone()?;
+        if self.reasoning_effort.is_none() && !self.send_reasoning_content {
+            return None;
+        }
         Some(crate::runtime::ReasoningConfig {
-            effort: Some(effort),
+            effort: self.reasoning_effort.clone(),
+            send_reasoning_content: self.send_reasoning_content,
             ..Default::default()
         })
     }

@@ -89,6 +89,9 @@ llm:
   # default): reasoning.effort with builtin:openai-responses, reasoning_effort with
   # builtin:openai-chat.
   # reasoning_effort: medium
+  # builtin:openai-chat: send the reasoning_content kept on assistant messages back with them
+  # (DeepSeek's thinking mode with tools requires it; strict OpenAI-compatible servers refuse it).
+  # send_reasoning_content: false
   max_response_mib: {max_resp}
   # A larger request body fails the call without being sent.
   max_request_mib: {max_req}

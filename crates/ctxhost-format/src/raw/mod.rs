@@ -96,6 +96,9 @@ pub struct RawMessage<'a> {
     pub tool_name: Option<RawStr<'a>>,
     /// For a `tool` message: the tool failed (`"is_error": true`; absent is `false`).
     pub is_error: bool,
+    /// For an assistant message: its reasoning items, decoded (empty when absent; a line with
+    /// them is never one the fast scan takes).
+    pub reasoning: Vec<crate::ReasoningItem>,
 }
 
 /// Checks `line` (one line of a JSONL file of chat messages, without its terminator) and
@@ -145,6 +148,7 @@ fn checked(line: &str) -> Option<RawMessage<'_>> {
         tool_call_id: optional_string(fields.tool_call_id)?,
         tool_name: optional_string(fields.tool_name)?,
         is_error: fields.is_error,
+        reasoning: fields.reasoning,
     })
 }
 
@@ -164,9 +168,9 @@ struct LineFields<'a> {
     tool_name: Option<&'a RawValue>,
     #[serde(default)]
     is_error: bool,
-    /// Checked as [`ChatMessage`] checks it (not used by the shapes yet).
-    #[serde(default, rename = "reasoning")]
-    _reasoning: Vec<crate::ReasoningItem>,
+    /// Checked as [`ChatMessage`] checks it.
+    #[serde(default)]
+    reasoning: Vec<crate::ReasoningItem>,
 }
 
 #[derive(Deserialize)]

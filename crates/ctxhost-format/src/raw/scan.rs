@@ -65,6 +65,7 @@ pub(super) fn message(line: &[u8]) -> Option<RawMessage<'_>> {
         tool_call_id,
         tool_name,
         is_error: false,
+        reasoning: Vec::new(),
     })
 }
 
