@@ -213,7 +213,11 @@ fn reasoning_content_is_kept_and_not_sent_back(stream: bool) {
     assert!(!raw.contains("reasoning_content"), "not sent back: {raw}");
     assert!(!raw.contains("Thinking about"), "not sent back: {raw}");
     assert_eq!(
-        second.messages().iter().filter(|m| m["role"] == "assistant").count(),
+        second
+            .messages()
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .count(),
         1
     );
 }

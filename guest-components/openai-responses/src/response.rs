@@ -9,7 +9,9 @@
 use std::io::{BufRead, BufReader};
 
 use ctxhost_plugin::format::ReasoningItem;
-use ctxhost_plugin::format::reply::{ProviderFunction, ProviderToolCall, assistant_message, invalid_counts};
+use ctxhost_plugin::format::reply::{
+    ProviderFunction, ProviderToolCall, assistant_message, invalid_counts,
+};
 use ctxhost_plugin::format::responses::{
     Folded, PROVIDER, REASONING, ResponsesStream, ResponsesUsage, parse_response,
 };

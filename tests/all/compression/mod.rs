@@ -1494,7 +1494,10 @@ fn compression_drops_the_reasoning_it_summarises_and_keeps_the_tails_verbatim() 
     // The summarised messages' reasoning is gone; the kept tail's is there, verbatim.
     let after = task.context();
     assert_eq!(after[2..], before[before.len() - 4..]);
-    assert!(after[1].reasoning.is_empty(), "the summary has no reasoning");
+    assert!(
+        after[1].reasoning.is_empty(),
+        "the summary has no reasoning"
+    );
     let current = String::from_utf8(task.bytes("current.jsonl")).unwrap();
     let kept_tags: Vec<String> = after[2..]
         .iter()
@@ -1526,7 +1529,10 @@ fn compression_drops_the_reasoning_it_summarises_and_keeps_the_tails_verbatim() 
     for t in 1..=6 {
         let id = format!("m{t}");
         task.add(&user(&format!("step {t}")));
-        task.add(&with_reasoning(calls(&[&id], "read_text_file"), &format!("m{t}")));
+        task.add(&with_reasoning(
+            calls(&[&id], "read_text_file"),
+            &format!("m{t}"),
+        ));
         task.add(&result(&id, "read_text_file", &"contents ".repeat(200)));
     }
     let before: Vec<_> = task.context().into_iter().map(|m| m.reasoning).collect();

@@ -44,7 +44,8 @@ pub fn check_request(req: &RecordedRequest, deepseek_thinking: bool) -> Result<(
         let Some(allowed) = allowed_fields(role) else {
             return Err(format!("messages[{i}]: unknown role {role:?}"));
         };
-        let thinking_field = |k: &str| deepseek_thinking && role == "assistant" && k == "reasoning_content";
+        let thinking_field =
+            |k: &str| deepseek_thinking && role == "assistant" && k == "reasoning_content";
         if deepseek_thinking
             && role == "assistant"
             && m.get("tool_calls").is_some()

@@ -54,7 +54,9 @@ impl Issued {
             .as_array()
             .is_some_and(|i| i.contains(&json!("reasoning.encrypted_content")))
         {
-            return Err("include must hold \"reasoning.encrypted_content\" with store: false".into());
+            return Err(
+                "include must hold \"reasoning.encrypted_content\" with store: false".into(),
+            );
         }
         let Some(input) = body["input"].as_array() else {
             return Err("Missing required parameter: 'input'.".into());

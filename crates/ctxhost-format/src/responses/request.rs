@@ -154,10 +154,7 @@ pub fn write_request<R: BufRead, W: Write>(
     let mut instructions: Option<String> = None;
     let mut written = Written::default();
     let mut calls: HashSet<String> = HashSet::new();
-    while let Some((_, m)) = lines
-        .next_value::<ChatMessage>()
-        .map_err(BodyError::Read)?
-    {
+    while let Some((_, m)) = lines.next_value::<ChatMessage>().map_err(BodyError::Read)? {
         written.messages += 1;
         if m.role == "system" && written.items == 0 {
             let text = m.content.unwrap_or_default();
@@ -304,11 +301,13 @@ mod tests {
         (serde_json::from_str(&raw).unwrap(), raw, w)
     }
 
-    const ITEM: &str = r#"{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAA+/=="}"#;
+    const ITEM: &str =
+        r#"{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAA+/=="}"#;
 
     #[test]
     fn messages_calls_results_and_reasoning_become_input_items_in_order() {
-        let mut assistant = ChatMessage::assistant_calls(vec![ToolCall::new("call_a", "read", r#"{"path":"a"}"#)]);
+        let mut assistant =
+            ChatMessage::assistant_calls(vec![ToolCall::new("call_a", "read", r#"{"path":"a"}"#)]);
         assistant.content = Some("Let me look.".into());
         assistant.reasoning = vec![
             ReasoningItem {
@@ -331,8 +330,10 @@ mod tests {
             ChatMessage::tool_result(&call, "A"),
             ChatMessage::text("system", "[summary]"),
         ];
-        let tools = [json!({"type":"function","function":{"name":"read","description":"d",
-            "parameters":{"type":"object"}}})];
+        let tools = [
+            json!({"type":"function","function":{"name":"read","description":"d",
+            "parameters":{"type":"object"}}}),
+        ];
         let settings = RequestSettings {
             model: "o4-mini",
             stream: true,
@@ -353,7 +354,10 @@ mod tests {
                 {"type":"message","role":"system","content":"[summary]"},
             ])
         );
-        assert!(raw.contains(ITEM), "the reasoning item is copied byte for byte: {raw}");
+        assert!(
+            raw.contains(ITEM),
+            "the reasoning item is copied byte for byte: {raw}"
+        );
         assert_eq!(v["instructions"], "be brief\n\nuse tools");
         assert_eq!(v["store"], false);
         assert_eq!(v["include"], json!(["reasoning.encrypted_content"]));
@@ -378,10 +382,7 @@ mod tests {
             kind: "reasoning".into(),
             data: "{\"type\":\"message\"}".into(),
         }];
-        let orphan = ChatMessage::tool_result(
-            &ToolCall::new("gone", "read", "{}"),
-            "old",
-        );
+        let orphan = ChatMessage::tool_result(&ToolCall::new("gone", "read", "{}"), "old");
         let (v, _, w) = body(
             &[ChatMessage::text("user", "u"), assistant, orphan],
             &RequestSettings {

@@ -161,7 +161,10 @@ mod tests {
             r#"{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[{"type":"message","content":[{"type":"output_text","text":"Hal"}]}]}"#,
         )
         .unwrap();
-        assert_eq!((f.content.as_deref(), &*f.finish_reason), (Some("Hal"), "length"));
+        assert_eq!(
+            (f.content.as_deref(), &*f.finish_reason),
+            (Some("Hal"), "length")
+        );
         let e = parse_response(
             r#"{"status":"failed","error":{"code":"server_error","message":"boom"},"output":[]}"#,
         )
@@ -169,10 +172,16 @@ mod tests {
         assert_eq!(e, "the response failed: boom (code: server_error)");
         let e = parse_response(r#"{"status":"in_progress","output":[]}"#).unwrap_err();
         assert!(e.contains("in_progress"), "{e}");
-        let e = parse_response(r#"{"status":"completed","output":[{"type":"function_call","name":"x"}]}"#)
-            .unwrap_err();
+        let e = parse_response(
+            r#"{"status":"completed","output":[{"type":"function_call","name":"x"}]}"#,
+        )
+        .unwrap_err();
         assert!(e.contains("output[0]") && e.contains("call_id"), "{e}");
-        assert!(parse_response("[1]").unwrap_err().contains("not a response"));
+        assert!(
+            parse_response("[1]")
+                .unwrap_err()
+                .contains("not a response")
+        );
         let refusal = parse_response(
             &json!({"status":"completed","output":[{"type":"message","content":[{"type":"refusal","refusal":"No."}]}]})
                 .to_string(),

@@ -293,7 +293,8 @@ mod tests {
         s.finish()
     }
 
-    const RS: &str = r#"{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAA/x+=="}"#;
+    const RS: &str =
+        r#"{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAA/x+=="}"#;
 
     fn done_line() -> String {
         format!(
@@ -322,7 +323,11 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(f.reasoning, vec![RS.to_string()]);
-        assert_eq!(f.content.as_deref(), Some("Reading."), "deltas, not repeated by done");
+        assert_eq!(
+            f.content.as_deref(),
+            Some("Reading."),
+            "deltas, not repeated by done"
+        );
         assert_eq!(
             f.calls,
             vec![FunctionCallItem {
@@ -332,7 +337,10 @@ mod tests {
             }]
         );
         assert_eq!(f.finish_reason, "tool_calls");
-        assert_eq!(f.usage.unwrap()["output_tokens_details"]["reasoning_tokens"], 3);
+        assert_eq!(
+            f.usage.unwrap()["output_tokens_details"]["reasoning_tokens"],
+            3
+        );
     }
 
     #[test]
@@ -342,7 +350,10 @@ mod tests {
         assert!(e.contains("cut off"), "{e}");
         assert!(fold(&[]).unwrap_err().contains("cut off"));
         let e = fold(&[r#"data: {"type":"response.output_text.delta","output_ind"#]).unwrap_err();
-        assert!(e.contains("line 1") && e.contains("not a JSON event"), "{e}");
+        assert!(
+            e.contains("line 1") && e.contains("not a JSON event"),
+            "{e}"
+        );
         let e = fold(&[
             r#"data: {"type":"error","code":"rate_limit_exceeded","message":"slow down","param":null}"#,
         ])
@@ -365,7 +376,10 @@ mod tests {
             r#"data: {"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}}"#,
         ])
         .unwrap();
-        assert_eq!((f.content.as_deref(), &*f.finish_reason), (Some("Hal"), "length"));
+        assert_eq!(
+            (f.content.as_deref(), &*f.finish_reason),
+            (Some("Hal"), "length")
+        );
         let f = fold(&[
             r#"data: {"type":"response.completed","response":{"status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}],"usage":{"input_tokens":1}}}"#,
         ])

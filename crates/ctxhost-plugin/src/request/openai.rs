@@ -108,7 +108,9 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
         content_text(message.content),
         message.tool_calls.unwrap_or_default(),
     );
-    message.reasoning.extend(reasoning.as_deref().and_then(reasoning_content_item));
+    message
+        .reasoning
+        .extend(reasoning.as_deref().and_then(reasoning_content_item));
     let usage = response
         .usage
         .filter(|u| !u.is_null())
@@ -149,7 +151,9 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
         .finish()
         .map_err(|e| PluginError::InvalidInput(format!("{file} (streamed reply): {e}")))?;
     let mut message = assistant_message(r.role, r.content, r.tool_calls);
-    message.reasoning.extend(r.reasoning.as_deref().and_then(reasoning_content_item));
+    message
+        .reasoning
+        .extend(r.reasoning.as_deref().and_then(reasoning_content_item));
     Ok(Reply {
         message: super::to_wit(message),
         usage: r.usage.and_then(|u| usage_of(file, u)),
@@ -181,7 +185,10 @@ fn usage_of(file: &str, value: Value) -> Option<Usage> {
         ("usage.completion_tokens", &u.completion_tokens),
         ("usage.total_tokens", &u.total_tokens),
         ("usage.prompt_tokens_details.cached_tokens", &cached),
-        ("usage.completion_tokens_details.reasoning_tokens", &reasoning),
+        (
+            "usage.completion_tokens_details.reasoning_tokens",
+            &reasoning,
+        ),
     ]) {
         crate::logging::warn(&format!("{file}: {warning}"));
     }
