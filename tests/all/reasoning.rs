@@ -265,3 +265,73 @@ fn reasoning_content_is_sent_back_when_asked_as_deepseek_requires() {
     assert_eq!(assistant[0]["reasoning_content"], "Plan: list it.");
     assert_eq!(assistant[0]["tool_calls"][0]["id"], "d1");
 }
+
+/// A request to the fake Responses API with `input` (stateless, as the format sends it).
+fn responses_request(index: usize, input: Value) -> crate::support::fake_llm::RecordedRequest {
+    let body = json!({"model": "m", "input": input, "store": false,
+        "include": ["reasoning.encrypted_content"]});
+    crate::support::fake_llm::RecordedRequest {
+        index,
+        method: "POST".into(),
+        path: "/v1/responses".into(),
+        headers: Vec::new(),
+        raw_body: body.to_string().into_bytes(),
+        body,
+        at: std::time::Instant::now(),
+        connection: 0,
+    }
+}
+
+#[test]
+fn the_fake_responses_api_refuses_what_the_real_one_refuses() {
+    use crate::support::responses_api::Issued;
+    let mut issued = Issued::default();
+    let first = responses_request(
+        0,
+        json!([{"type": "message", "role": "user", "content": "go"}]),
+    );
+    issued.check_request(&first).unwrap();
+    let rendered = issued
+        .render(
+            &Reply::reasoning(
+                "think",
+                Reply::tool_calls(vec![("call_x", "read", "{}")], None),
+            ),
+            &first,
+        )
+        .unwrap();
+    let item = rendered.body["output"][0].clone();
+    assert_eq!(item["type"], "reasoning");
+    let call =
+        json!({"type": "function_call", "call_id": "call_x", "name": "read", "arguments": "{}"});
+    let output = json!({"type": "function_call_output", "call_id": "call_x", "output": "r"});
+    let user = json!({"type": "message", "role": "user", "content": "go"});
+    // As the format sends it: accepted.
+    issued
+        .check_request(&responses_request(1, json!([user, item, call, output])))
+        .unwrap();
+    // The function call without its reasoning item.
+    let e = issued
+        .check_request(&responses_request(2, json!([user, call, output])))
+        .unwrap_err();
+    assert!(e.contains("without its required 'reasoning' item"), "{e}");
+    // The reasoning item changed by a byte.
+    let mut altered = item.clone();
+    let enc = altered["encrypted_content"]
+        .as_str()
+        .unwrap()
+        .replacen('0', "1", 1);
+    altered["encrypted_content"] = json!(enc);
+    let e = issued
+        .check_request(&responses_request(3, json!([user, altered, call, output])))
+        .unwrap_err();
+    assert!(e.contains("could not be verified"), "{e}");
+    // A result whose call is not in the input.
+    let e = issued
+        .check_request(&responses_request(4, json!([user, output])))
+        .unwrap_err();
+    assert!(
+        e.contains("No tool call found for function call output with call_id call_x"),
+        "{e}"
+    );
+}
