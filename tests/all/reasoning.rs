@@ -335,3 +335,38 @@ fn the_fake_responses_api_refuses_what_the_real_one_refuses() {
         "{e}"
     );
 }
+
+#[test]
+fn a_model_without_reasoning_gets_no_include_and_no_unreplayable_item() {
+    // "fake-model" is no reasoning family and no effort is set: no `include` (OpenAI refuses
+    // it for gpt-4o and the like), so a reasoning item comes without encrypted content, is
+    // kept, and is not sent back (a stateless request cannot refer to it).
+    let llm = FakeLlm::start(vec![
+        Reply::reasoning(
+            "hidden",
+            Reply::tool_calls(vec![("c9", "list_directory", r#"{"path":"."}"#)], None),
+        ),
+        Reply::text("Done.", None),
+    ]);
+    let env = env_for(&llm, "", RESPONSES);
+    let uuid = env.submit("List");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    assert_eq!(llm.responses_rejections(), Vec::<String>::new());
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    let reqs = llm.requests();
+    assert!(reqs[0].body.get("include").is_none(), "{}", reqs[0].body);
+    let kinds: Vec<&str> = reqs[1].body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["message", "function_call", "function_call_output"]);
+    let dir = env.contexts().join("completed").join(&uuid);
+    let kept = read_jsonl(&dir.join("messages.jsonl"));
+    let assistant = kept.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(
+        assistant["reasoning"][0]["data"],
+        r#"{"id":"rs_fake_0","summary":[],"type":"reasoning"}"#
+    );
+}

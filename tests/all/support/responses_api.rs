@@ -6,10 +6,12 @@
 //!   function call output with call_id ..."), a `function_call` that came with a reasoning
 //!   item sent without that item before it ("... was provided without its required 'reasoning'
 //!   item ..."), and a reasoning item sent back changed by a byte ("The encrypted content for
-//!   item ... could not be verified."); and a request without `store: false` and `include:
-//!   ["reasoning.encrypted_content"]` (stateless use needs both);
+//!   item ... could not be verified."), a reasoning item without `encrypted_content` ("Item
+//!   with id ... not found. Items are not persisted when `store` is set to false..."), and a
+//!   request without `store: false`;
 //! - [`Issued::render`] answers a scripted [`Reply`] as a response object
-//!   (`output`: a `reasoning` item when the reply is [`Reply::Reasoning`], a `message` with
+//!   (`output`: a `reasoning` item when the reply is [`Reply::Reasoning`], with
+//!   `encrypted_content` when the request's `include` asks for it; a `message` with
 //!   `output_text`, `function_call` items; `usage` with `input_tokens_details.cached_tokens` =
 //!   half the input tokens and `output_tokens_details.reasoning_tokens` = half the output tokens
 //!   when there is reasoning), or as its server-sent events for `"stream": true`.
@@ -50,14 +52,6 @@ impl Issued {
         if body["store"] != json!(false) {
             return Err("this fake serves stateless requests only: store must be false".into());
         }
-        if !body["include"]
-            .as_array()
-            .is_some_and(|i| i.contains(&json!("reasoning.encrypted_content")))
-        {
-            return Err(
-                "include must hold \"reasoning.encrypted_content\" with store: false".into(),
-            );
-        }
         let Some(input) = body["input"].as_array() else {
             return Err("Missing required parameter: 'input'.".into());
         };
@@ -68,6 +62,11 @@ impl Issued {
             match item["type"].as_str() {
                 Some("reasoning") => {
                     let id = item["id"].as_str().unwrap_or("");
+                    if item.get("encrypted_content").is_none() {
+                        return Err(format!(
+                            "Item with id '{id}' not found. Items are not persisted when `store` is set to false. Try again with `store` set to true, or remove this item from your input."
+                        ));
+                    }
                     let Some(sent) = self.items.get(id) else {
                         return Err(format!("Item with id '{id}' not found."));
                     };
@@ -132,11 +131,18 @@ impl Issued {
                 .bytes()
                 .map(|b| format!("{:02x}", b ^ 0x5a))
                 .collect();
-            let item = json!({"id": id, "type": "reasoning", "summary": [],
-                "encrypted_content": format!("{encrypted}+/=")});
-            self.items.insert(id.clone(), item.to_string());
+            let mut item = json!({"id": id, "type": "reasoning", "summary": []});
+            // Only asked for, it comes with its encrypted content.
+            if req.body["include"]
+                .as_array()
+                .is_some_and(|i| i.contains(&json!("reasoning.encrypted_content")))
+            {
+                item["encrypted_content"] = json!(format!("{encrypted}+/="));
+                // Without it nothing links a later function call to this item.
+                rs_id = Some(id.clone());
+            }
+            self.items.insert(id, item.to_string());
             output.push(item);
-            rs_id = Some(id);
         }
         let usage = match inner {
             Reply::Text { content, usage } => {

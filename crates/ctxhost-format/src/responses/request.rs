@@ -1,7 +1,13 @@
 //! The Responses API request body, streamed from a messages file one line at a time:
 //!
-//! `{"model","input":[...],"instructions"?,"store":false,"include":["reasoning.encrypted_content"],
+//! `{"model","input":[...],"instructions"?,"store":false,"include"?:["reasoning.encrypted_content"],
 //! "stream","max_output_tokens"?,"temperature"?,"reasoning"?:{"effort"},"tools"?}`
+//!
+//! `include` asks for the reasoning items' `encrypted_content`, without which a stateless
+//! request cannot send them back; OpenAI refuses it for models without reasoning ("Encrypted
+//! content is not supported with this model", e.g. gpt-4o), so it is sent only for a reasoning
+//! model ([`wants_encrypted_reasoning`]: a reasoning effort is set, or the model's name is one
+//! of OpenAI's reasoning families).
 //!
 //! Each chat message becomes input items:
 //! - the system messages before the first other message: `instructions` (joined by a blank
@@ -9,7 +15,8 @@
 //!   "content"}`;
 //! - user: `{"type":"message","role":"user","content"}`;
 //! - assistant: its reasoning items of this provider ([`super::PROVIDER`], type
-//!   [`super::REASONING`]) written byte for byte as received, then its text as
+//!   [`super::REASONING`]) that carry `encrypted_content` written byte for byte as received,
+//!   then its text as
 //!   `{"type":"message","role":"assistant","content"}` (when non-empty), then one
 //!   `{"type":"function_call","call_id","name","arguments"}` per tool call — the order the
 //!   model produced them in (reasoning first), which the API needs to link a function call to
@@ -63,8 +70,8 @@ pub struct Written {
 pub struct Repairs {
     /// Tool results whose call is not in the input, sent as user text.
     pub orphan_results: u64,
-    /// Reasoning items of this provider that are not a JSON object of type `reasoning`, left
-    /// out.
+    /// Reasoning items of this provider that are not a JSON object of type `reasoning` with
+    /// `encrypted_content` (a stateless request cannot refer to one without), left out.
     pub bad_reasoning: u64,
 }
 
@@ -125,11 +132,30 @@ pub fn responses_tool(tool: &Value) -> Value {
     Value::Object(out)
 }
 
-/// Only the `type` of a reasoning item, to check it before it is sent.
+/// The `type` of a reasoning item and whether it has `encrypted_content`, to check it before
+/// it is sent.
 #[derive(Deserialize)]
 struct ItemType {
     #[serde(rename = "type")]
     kind: String,
+    #[serde(default)]
+    encrypted_content: Option<serde::de::IgnoredAny>,
+}
+
+/// Whether to ask for `reasoning.encrypted_content`: a reasoning effort is set, or `model` is
+/// one of OpenAI's reasoning families (`o1`, `o3`, `o4`…, `gpt-5`… except the `-chat` models,
+/// `codex` models).
+pub fn wants_encrypted_reasoning(model: &str, effort: Option<&str>) -> bool {
+    if effort.is_some() {
+        return true;
+    }
+    let m = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
+    let o_series = m.len() >= 2 && m.starts_with('o') && m.as_bytes()[1].is_ascii_digit();
+    (o_series || m.starts_with("gpt-5") || m.contains("codex")) && !m.contains("-chat")
 }
 
 /// Writes the body (module doc) for the chat messages of `messages` (the file `file`) to
@@ -177,7 +203,10 @@ pub fn write_request<R: BufRead, W: Write>(
         out.write_all(b",\"instructions\":")?;
         json_to(out, i)?;
     }
-    out.write_all(b",\"store\":false,\"include\":[\"reasoning.encrypted_content\"]")?;
+    out.write_all(b",\"store\":false")?;
+    if wants_encrypted_reasoning(settings.model, settings.effort) {
+        out.write_all(b",\"include\":[\"reasoning.encrypted_content\"]")?;
+    }
     out.write_all(if settings.stream {
         b",\"stream\":true"
     } else {
@@ -226,7 +255,7 @@ fn write_items<W: Write>(
                     continue;
                 }
                 let ok = serde_json::from_str::<ItemType>(&r.data)
-                    .is_ok_and(|t| t.kind == super::REASONING);
+                    .is_ok_and(|t| t.kind == super::REASONING && t.encrypted_content.is_some());
                 if !ok {
                     written.repairs.bad_reasoning += 1;
                     continue;
@@ -383,6 +412,11 @@ mod tests {
             data: "{\"type\":\"message\"}".into(),
         }];
         let orphan = ChatMessage::tool_result(&ToolCall::new("gone", "read", "{}"), "old");
+        assistant.reasoning.push(ReasoningItem {
+            provider: "openai-responses".into(),
+            kind: "reasoning".into(),
+            data: "{\"id\":\"rs_2\",\"type\":\"reasoning\",\"summary\":[]}".into(),
+        });
         let (v, _, w) = body(
             &[ChatMessage::text("user", "u"), assistant, orphan],
             &RequestSettings {
@@ -400,13 +434,39 @@ mod tests {
         );
         assert_eq!(v["stream"], false);
         assert!(v.get("instructions").is_none() && v.get("reasoning").is_none());
+        assert!(v.get("include").is_none(), "model m has no reasoning: {v}");
         assert_eq!(
             w.repairs,
             Repairs {
                 orphan_results: 1,
-                bad_reasoning: 1
+                bad_reasoning: 2
             }
         );
+    }
+
+    #[test]
+    fn encrypted_reasoning_is_asked_for_reasoning_models_only() {
+        for m in [
+            "o3",
+            "o4-mini",
+            "gpt-5",
+            "gpt-5.1-codex-mini",
+            "openai/o1",
+            "O3-pro",
+        ] {
+            assert!(wants_encrypted_reasoning(m, None), "{m}");
+        }
+        for m in [
+            "gpt-4o",
+            "gpt-4o-mini",
+            "gpt-4.1",
+            "gpt-5-chat-latest",
+            "omni",
+            "qwen3",
+        ] {
+            assert!(!wants_encrypted_reasoning(m, None), "{m}");
+        }
+        assert!(wants_encrypted_reasoning("my-deployment", Some("low")));
     }
 
     #[test]
