@@ -27,6 +27,8 @@ mod fake_llm;
 mod http;
 #[path = "../../tests/all/support/openai_api.rs"]
 mod openai_api;
+#[path = "../../tests/all/support/responses_api.rs"]
+mod responses_api;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -36,6 +36,7 @@ mod plugin_sdk;
 mod plugin_select;
 mod plugin_try;
 mod provider_streams;
+mod reasoning;
 mod recall;
 mod request_snapshots;
 mod request_write_path;

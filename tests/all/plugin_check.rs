@@ -34,6 +34,7 @@ fn every_builtin_passes() {
         [
             "builtin:jsonl-store",
             "builtin:openai-chat",
+            "builtin:openai-responses",
             "builtin:ollama-chat",
             "builtin:llm-summarizer",
             "builtin:observation-masking",
@@ -42,7 +43,7 @@ fn every_builtin_passes() {
             "builtin:react",
             "builtin:plan-execute",
         ],
-        "the nine builtins (the issue's six, anthropic-messages, and the two strategies of issue 12), in their stable order"
+        "the ten builtins (the issue's six, anthropic-messages, openai-responses, and the two strategies of issue 12), in their stable order"
     );
     for name in builtin_names() {
         let report = run_check(&name);

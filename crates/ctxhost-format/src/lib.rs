@@ -22,6 +22,8 @@
 //! - [`summary_id`]: summary ids (numbers from 1).
 //! - [`anthropic`]: Anthropic's Messages API (request body with prompt-cache breakpoints,
 //!   response), for the `anthropic-messages` request format.
+//! - [`responses`]: OpenAI's Responses API (request body with reasoning items replayed, whole
+//!   and streamed responses), for the `openai-responses` request format.
 
 pub mod anthropic;
 pub mod body;
@@ -35,6 +37,7 @@ pub mod planning;
 pub mod prompted;
 pub mod raw;
 pub mod reply;
+pub mod responses;
 pub mod shape;
 pub mod sse;
 pub mod stream;

@@ -491,6 +491,10 @@ pub struct LlmCallLine {
     /// Prompt tokens served from the provider's prompt cache (absent when 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read_tokens: Option<u64>,
+    /// Completion tokens spent on reasoning, part of `completion_tokens` (OpenAI
+    /// `reasoning_tokens`; absent when 0 or not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
     /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

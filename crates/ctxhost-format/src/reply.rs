@@ -67,6 +67,35 @@ pub fn assistant_message(
     }
 }
 
+/// The `provider` of the reasoning item an OpenAI-compatible server's `reasoning_content`
+/// is kept as ([`reasoning_content_item`]).
+pub const CHAT_REASONING_PROVIDER: &str = "openai-chat";
+
+/// The `type` of that item.
+pub const REASONING_CONTENT: &str = "reasoning_content";
+
+/// The reasoning item of an OpenAI-compatible server's `reasoning_content` text (DeepSeek,
+/// Qwen3 on vLLM, llama.cpp, LM Studio): provider `openai-chat`, type `reasoning_content`,
+/// data the text as a JSON string. `None` for an empty text.
+pub fn reasoning_content_item(text: &str) -> Option<crate::ReasoningItem> {
+    (!text.is_empty()).then(|| crate::ReasoningItem {
+        provider: CHAT_REASONING_PROVIDER.to_string(),
+        kind: REASONING_CONTENT.to_string(),
+        data: Value::String(text.to_string()).to_string(),
+    })
+}
+
+/// The `reasoning_content` text of `items`: the texts of the [`REASONING_CONTENT`] items of
+/// provider [`CHAT_REASONING_PROVIDER`], joined (an item whose data is not a JSON string is
+/// skipped); `""` when there are none.
+pub fn reasoning_content_text(items: &[crate::ReasoningItem]) -> String {
+    items
+        .iter()
+        .filter(|r| r.provider == CHAT_REASONING_PROVIDER && r.kind == REASONING_CONTENT)
+        .filter_map(|r| serde_json::from_str::<String>(&r.data).ok())
+        .collect()
+}
+
 /// Tool-call ids for a reply: each call keeps its provider id when it has a non-empty one not
 /// used before in the reply; otherwise it gets `call_<n>` (the first n ≥ its 1-based position
 /// that is unused), so ids are unique within the reply.

@@ -7,7 +7,9 @@
 //! with `data: [DONE]`. Content fragments are concatenated; a tool call's fragments are joined
 //! by their `index` (id and name from the first fragment that has them, `arguments` text
 //! concatenated); the last non-null `finish_reason` and `usage` are kept (the usage chunk of
-//! `stream_options.include_usage` has empty `choices`). A chunk `{"error":...}` is the
+//! `stream_options.include_usage` has empty `choices`). The reasoning text of servers that
+//! stream it (`delta.reasoning_content`: DeepSeek, vLLM, llama.cpp, LM Studio; or a string
+//! `delta.reasoning`: newer vLLM, OpenRouter) is concatenated apart. A chunk `{"error":...}` is the
 //! provider's error. A stream with neither `[DONE]` nor a `finish_reason` was cut off
 //! ([`OpenAiStream::finish`] refuses it).
 
@@ -31,6 +33,7 @@ struct PartialCall {
 pub struct OpenAiStream {
     role: Option<String>,
     content: Option<String>,
+    reasoning: Option<String>,
     calls: Vec<PartialCall>,
     finish_reason: Option<String>,
     usage: Option<Value>,
@@ -46,6 +49,9 @@ pub struct StreamedReply {
     pub role: Option<String>,
     /// The concatenated `delta.content`, `None` when no chunk had content.
     pub content: Option<String>,
+    /// The concatenated `delta.reasoning_content` (or string `delta.reasoning`), `None` when
+    /// no chunk had any.
+    pub reasoning: Option<String>,
     /// The tool calls, in `index` order.
     pub tool_calls: Vec<ProviderToolCall>,
     /// The last non-null `finish_reason`.
@@ -112,6 +118,9 @@ impl OpenAiStream {
         }
         if let Some(c) = delta.get("content").and_then(Value::as_str) {
             self.content.get_or_insert_with(String::new).push_str(c);
+        }
+        if let Some(r) = reasoning_text(delta) {
+            self.reasoning.get_or_insert_with(String::new).push_str(r);
         }
         match delta.get("tool_calls") {
             None | Some(Value::Null) => {}
@@ -203,11 +212,21 @@ impl OpenAiStream {
         Ok(StreamedReply {
             role: self.role,
             content: self.content,
+            reasoning: self.reasoning,
             tool_calls,
             finish_reason: self.finish_reason,
             usage: self.usage,
         })
     }
+}
+
+/// The reasoning text of a message or delta: `reasoning_content` (DeepSeek, vLLM, llama.cpp,
+/// LM Studio), else a string `reasoning` (newer vLLM, OpenRouter).
+pub fn reasoning_text(message: &Value) -> Option<&str> {
+    message
+        .get("reasoning_content")
+        .and_then(Value::as_str)
+        .or_else(|| message.get("reasoning").and_then(Value::as_str))
 }
 
 #[cfg(test)]
@@ -277,6 +296,26 @@ mod tests {
             ]
         );
         assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
+    }
+
+    #[test]
+    fn reasoning_content_deltas_are_kept_apart_from_the_content() {
+        let r = fold(&[
+            r#"data: {"choices":[{"delta":{"role":"assistant","content":null,"reasoning_content":"Let me "}}]}"#,
+            r#"data: {"choices":[{"delta":{"content":null,"reasoning_content":"think."}}]}"#,
+            r#"data: {"choices":[{"delta":{"content":"42","reasoning_content":null}}]}"#,
+            r#"data: {"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+            "data: [DONE]",
+        ])
+        .unwrap();
+        assert_eq!(r.reasoning.as_deref(), Some("Let me think."));
+        assert_eq!(r.content.as_deref(), Some("42"));
+        let r = fold(&[
+            r#"data: {"choices":[{"delta":{"reasoning":"vLLM's field"},"finish_reason":"stop"}]}"#,
+        ])
+        .unwrap();
+        assert_eq!(r.reasoning.as_deref(), Some("vLLM's field"));
+        assert_eq!(r.content, None);
     }
 
     #[test]

@@ -705,7 +705,7 @@ impl Agent<'_> {
             max_output_tokens: llm.max_output_tokens,
             temperature: llm.temperature,
             stream: llm.stream,
-            reasoning: llm.thinking.map(reasoning_config),
+            reasoning: llm.reasoning(),
         };
         exchange_checked(
             self.format,
@@ -1075,21 +1075,6 @@ fn normalise_reply(mut message: ChatMessage) -> ChatMessage {
         }
     }
     message
-}
-
-/// The request's reasoning settings for `llm.thinking`.
-fn reasoning_config(thinking: crate::config::Thinking) -> ReasoningConfig {
-    use crate::config::Thinking;
-    match thinking {
-        Thinking::Budget(n) => ReasoningConfig {
-            thinking_budget_tokens: Some(n),
-            ..ReasoningConfig::default()
-        },
-        Thinking::Adaptive => ReasoningConfig {
-            thinking_adaptive: true,
-            ..ReasoningConfig::default()
-        },
-    }
 }
 
 #[cfg(test)]

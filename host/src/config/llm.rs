@@ -174,6 +174,14 @@ pub struct LlmConfig {
     /// is shown.
     #[serde(skip_serializing_if = "super::pricing::Pricing::is_empty")]
     pub pricing: super::pricing::Pricing,
+    /// OpenAI reasoning effort, one of [`REASONING_EFFORTS`]: sent as `reasoning.effort` by
+    /// `builtin:openai-responses` and as `reasoning_effort` by `builtin:openai-chat`
+    /// (`None`: not sent, the model's default).
+    pub reasoning_effort: Option<String>,
+    /// `builtin:openai-chat`: send each assistant message's kept `reasoning_content` back
+    /// with it (DeepSeek's thinking mode with tools requires it; off by default: the
+    /// chat-completions API defines no such field and strict servers refuse it).
+    pub send_reasoning_content: bool,
 }
 
 /// `llm.thinking`: how much the model may think before it answers. In YAML a number of tokens
@@ -229,6 +237,10 @@ impl<'de> Deserialize<'de> for Thinking {
     }
 }
 
+/// The values `llm.reasoning_effort` accepts (OpenAI's reasoning efforts; which ones a model
+/// takes depends on the model).
+pub const REASONING_EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
+
 /// Upper bound of `llm.timeout_secs`, `connect_timeout_secs`, `max_backoff_secs` and
 /// `interrupt_grace_secs`: 86,400 s.
 pub const MAX_LLM_SECS: u64 = 86_400;
@@ -254,6 +266,8 @@ impl Default for LlmConfig {
             stream: true,
             idle_timeout_secs: 120,
             pricing: super::pricing::Pricing::default(),
+            reasoning_effort: None,
+            send_reasoning_content: false,
         }
     }
 }
@@ -340,6 +354,17 @@ impl LlmConfig {
                 );
             }
         }
+        if let Some(effort) = &self.reasoning_effort
+            && !REASONING_EFFORTS.contains(&effort.as_str())
+        {
+            return Invalid::err(
+                "llm.reasoning_effort",
+                format!(
+                    "must be one of {}, got `{effort}`",
+                    REASONING_EFFORTS.join(", ")
+                ),
+            );
+        }
         if self.max_retries > 20 {
             return Invalid::err(
                 "llm.max_retries",
@@ -395,6 +420,26 @@ impl LlmConfig {
             );
         }
         Ok(())
+    }
+
+    /// The reasoning settings sent with the agent loop's requests (`llm.thinking`,
+    /// `llm.reasoning_effort`, `llm.send_reasoning_content`), `None` when none is set.
+    pub fn reasoning(&self) -> Option<crate::runtime::ReasoningConfig> {
+        if self.reasoning_effort.is_none() && !self.send_reasoning_content && self.thinking.is_none()
+        {
+            return None;
+        }
+        let (thinking_budget_tokens, thinking_adaptive) = match self.thinking {
+            Some(Thinking::Budget(n)) => (Some(n), false),
+            Some(Thinking::Adaptive) => (None, true),
+            None => (None, false),
+        };
+        Some(crate::runtime::ReasoningConfig {
+            effort: self.reasoning_effort.clone(),
+            send_reasoning_content: self.send_reasoning_content,
+            thinking_budget_tokens,
+            thinking_adaptive,
+        })
     }
 }
 

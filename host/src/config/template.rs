@@ -91,6 +91,13 @@ llm:
   stream: {stream}
   # For a streamed reply: the longest wait between two reads of it (instead of timeout_secs).
   idle_timeout_secs: {idle}
+  # OpenAI reasoning effort (none, minimal, low, medium, high, xhigh; null: the model's
+  # default): reasoning.effort with builtin:openai-responses, reasoning_effort with
+  # builtin:openai-chat.
+  # reasoning_effort: medium
+  # builtin:openai-chat: send the reasoning_content kept on assistant messages back with them
+  # (DeepSeek's thinking mode with tools requires it; strict OpenAI-compatible servers refuse it).
+  # send_reasoning_content: false
   max_response_mib: {max_resp}
   # A larger request body fails the call without being sent.
   max_request_mib: {max_req}
@@ -107,6 +114,8 @@ plugins:
   compressor: {compressor}
   # Default from the provider: builtin:ollama-chat for ollama, builtin:anthropic-messages for
   # anthropic (with prompt caching), builtin:openai-chat otherwise.
+  # builtin:openai-responses: OpenAI's Responses API (/v1/responses), with which OpenAI's
+  # reasoning models keep their (encrypted) reasoning across tool calls.
   # builtin:prompted-tools describes the tools in the prompt, for models without native tool calls.
   # request_format: builtin:openai-chat
   # The agent strategy: builtin:react (call the model, make its tool calls, repeat until it

@@ -216,8 +216,15 @@ pub(super) fn request_format_suite(
 /// The messages of a request body as one list in OpenAI's shape, whatever the provider's: a
 /// top-level `system` (Anthropic's Messages API, a string or text blocks) becomes a first
 /// `system` message, and content given as a list of blocks gets its text blocks joined as
-/// `content` (the blocks are kept under `blocks`). `None` without a `messages` array.
+/// `content` (the blocks are kept under `blocks`); a Responses API body's `instructions` and
+/// `input` items are read as messages ([`responses_view`]). `None` without a `messages` (or
+/// `input`) array.
 pub(super) fn message_view(body: &Value) -> Option<Vec<Value>> {
+    if body.get("messages").is_none()
+        && let Some(input) = body.get("input").and_then(Value::as_array)
+    {
+        return Some(responses_view(body.get("instructions"), input));
+    }
     let joined = |blocks: &[Value]| -> String {
         blocks
             .iter()
@@ -241,6 +248,45 @@ pub(super) fn message_view(body: &Value) -> Option<Vec<Value>> {
         out.push(m);
     }
     Some(out)
+}
+
+/// A Responses API body's `instructions` (a first `system` message) and `input` items as
+/// OpenAI chat messages: a `message` item as `{role, content}`, `function_call` items as the
+/// `tool_calls` of an assistant message (the one just before, or a new one), a
+/// `function_call_output` as a `tool` message; `reasoning` items are left out.
+fn responses_view(instructions: Option<&Value>, input: &[Value]) -> Vec<Value> {
+    let mut out = Vec::new();
+    if let Some(Value::String(s)) = instructions {
+        out.push(json!({"role": "system", "content": s}));
+    }
+    let mut calls_open = false;
+    for item in input {
+        match item.get("type").and_then(Value::as_str) {
+            Some("function_call") => {
+                let call = json!({"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]}});
+                let last_assistant = out.last().is_some_and(|m: &Value| m["role"] == "assistant");
+                if !(calls_open || last_assistant) {
+                    out.push(json!({"role": "assistant", "content": null}));
+                }
+                if let Some(m) = out.last_mut() {
+                    match m.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                        Some(calls) => calls.push(call),
+                        None => m["tool_calls"] = json!([call]),
+                    }
+                }
+                calls_open = true;
+                continue;
+            }
+            Some("function_call_output") => out.push(
+                json!({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}),
+            ),
+            Some("reasoning") => continue,
+            _ => out.push(json!({"role": item["role"], "content": item["content"]})),
+        }
+        calls_open = false;
+    }
+    out
 }
 
 pub(super) struct ResponseSample {
@@ -405,6 +451,36 @@ pub(super) fn response_samples(endpoint: &str, wit: WitVersion) -> Vec<ResponseS
                 name: "read-response: provider error object",
                 body: json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}).to_string(),
                 expect: rejected(Some("Overloaded")),
+            },
+            ResponseSample { name: "read-response: HTML error page", body: html, expect: rejected(None) },
+        ],
+        "/v1/responses" => vec![
+            ResponseSample {
+                name: "read-response: Responses API text reply with usage",
+                body: json!({
+                    "id": "resp_1", "object": "response", "status": "completed", "error": null,
+                    "output": [{"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+                        "content": [{"type": "output_text", "text": TEXT, "annotations": []}]}],
+                    "usage": {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 8},
+                        "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 17}
+                })
+                .to_string(),
+                expect: text_reply(Usage { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17, cache_read_tokens: openai_cached, cache_creation_tokens: 0, reasoning_tokens: 0 }),
+            },
+            ResponseSample {
+                name: "read-response: Responses API function call reply",
+                body: json!({
+                    "object": "response", "status": "completed",
+                    "output": [{"type": "function_call", "id": "fc_1", "call_id": "call_9",
+                        "name": "list_directory", "arguments": "{\"path\":\".\"}"}]
+                })
+                .to_string(),
+                expect: tool_reply(Some("call_9")),
+            },
+            ResponseSample {
+                name: "read-response: provider error object",
+                body: json!({"error": {"message": "model qwen not found", "type": "invalid_request_error"}}).to_string(),
+                expect: rejected(Some("model qwen not found")),
             },
             ResponseSample { name: "read-response: HTML error page", body: html, expect: rejected(None) },
         ],

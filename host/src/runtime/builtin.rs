@@ -15,6 +15,10 @@ const BUILTINS: &[(&str, &[u8])] = &[
         include_bytes!(concat!(env!("CTXHOST_GUEST_DIR"), "/openai_chat.wasm")),
     ),
     (
+        "openai-responses",
+        include_bytes!(concat!(env!("CTXHOST_GUEST_DIR"), "/openai_responses.wasm")),
+    ),
+    (
         "ollama-chat",
         include_bytes!(concat!(env!("CTXHOST_GUEST_DIR"), "/ollama_chat.wasm")),
     ),

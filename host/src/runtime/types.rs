@@ -157,6 +157,9 @@ pub struct ReasoningConfig {
     pub thinking_adaptive: bool,
     /// OpenAI `reasoning.effort` / `reasoning_effort`: `minimal`, `low`, `medium`, `high`.
     pub effort: Option<String>,
+    /// Chat completions: send the kept `reasoning_content` back on assistant messages
+    /// (`llm.send_reasoning_content`).
+    pub send_reasoning_content: bool,
 }
 
 /// Where and how to send a written request (WIT `request-info`).

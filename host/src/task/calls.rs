@@ -78,6 +78,7 @@ impl CallLog {
             status: status_of(call.error),
             usage: reported(call.usage),
             cache_read_tokens: call.usage.map(|u| u.cache_read_tokens).filter(|n| *n > 0),
+            reasoning_tokens: call.usage.map(|u| u.reasoning_tokens).filter(|n| *n > 0),
             error: call.error.map(str::to_string),
         }));
     }

@@ -1436,3 +1436,113 @@ fn snapshot_parallel_reads_whose_older_results_are_cut() {
         format!("before:\n{}\nafter:\n{}", outline(&before), outline(&after))
     );
 }
+
+/// `message` with one reasoning item of each OpenAI kind, whose data carries `tag`.
+fn with_reasoning(mut message: ChatMessage, tag: &str) -> ChatMessage {
+    message.reasoning = vec![
+        ctxhost_format::ReasoningItem {
+            provider: "openai-responses".into(),
+            kind: "reasoning".into(),
+            data: format!(
+                r#"{{"id":"rs_{tag}","type":"reasoning","summary":[],"encrypted_content":"ENC-{tag}+/="}}"#
+            ),
+        },
+        ctxhost_format::ReasoningItem {
+            provider: "openai-chat".into(),
+            kind: "reasoning_content".into(),
+            data: format!("\"THOUGHT-{tag}\""),
+        },
+    ];
+    message
+}
+
+#[test]
+fn compression_drops_the_reasoning_it_summarises_and_keeps_the_tails_verbatim() {
+    let mut task = Task::new("You are a coding agent.");
+    for t in 1..=6 {
+        let id = format!("call_{t}");
+        task.add(&user(&format!("step {t}: read file_{t}.rs")));
+        task.add(&with_reasoning(
+            calls(&[&id], "read_text_file"),
+            &format!("c{t}"),
+        ));
+        task.add(&result(&id, "read_text_file", &"fn item() {}\n".repeat(30)));
+        task.add(&with_reasoning(
+            assistant(&format!("file_{t}.rs is fine.")),
+            &format!("a{t}"),
+        ));
+    }
+    let before = task.context();
+    let cfg = config(window_for(&mut task), 4);
+    let llm = FakeLlm::new(task.dir.path());
+    let outcome = task.compact(Kind::Summarizer, &cfg, &llm).unwrap();
+    assert!(
+        matches!(outcome, CompactionOutcome::Compressed { .. }),
+        "{outcome:?}"
+    );
+    // The summariser never sees reasoning, encrypted or not.
+    let sent: String = llm
+        .calls()
+        .iter()
+        .flat_map(|c| c.messages.iter())
+        .filter_map(|m| m.content.clone())
+        .collect();
+    assert!(!sent.is_empty());
+    for marker in ["ENC-", "THOUGHT-", "\"rs_"] {
+        assert!(!sent.contains(marker), "{marker} sent to the summariser");
+    }
+    // The summarised messages' reasoning is gone; the kept tail's is there, verbatim.
+    let after = task.context();
+    assert_eq!(after[2..], before[before.len() - 4..]);
+    assert!(
+        after[1].reasoning.is_empty(),
+        "the summary has no reasoning"
+    );
+    let current = String::from_utf8(task.bytes("current.jsonl")).unwrap();
+    let kept_tags: Vec<String> = after[2..]
+        .iter()
+        .flat_map(|m| m.reasoning.iter())
+        .map(|r| r.data.clone())
+        .collect();
+    assert_eq!(
+        kept_tags,
+        [
+            r#"{"id":"rs_c6","type":"reasoning","summary":[],"encrypted_content":"ENC-c6+/="}"#,
+            "\"THOUGHT-c6\"",
+            r#"{"id":"rs_a6","type":"reasoning","summary":[],"encrypted_content":"ENC-a6+/="}"#,
+            "\"THOUGHT-a6\"",
+        ]
+    );
+    for t in 1..=5 {
+        assert!(!current.contains(&format!("ENC-c{t}")), "{current}");
+        assert!(!current.contains(&format!("THOUGHT-a{t}")), "{current}");
+    }
+    // messages.jsonl keeps every message's reasoning.
+    let history = String::from_utf8(task.bytes("messages.jsonl")).unwrap();
+    for t in 1..=6 {
+        assert!(history.contains(&format!("ENC-c{t}")));
+        assert!(history.contains(&format!("THOUGHT-a{t}")));
+    }
+
+    // Observation masking masks old tool results only: every reasoning item stays.
+    let mut task = Task::new("sys");
+    for t in 1..=6 {
+        let id = format!("m{t}");
+        task.add(&user(&format!("step {t}")));
+        task.add(&with_reasoning(
+            calls(&[&id], "read_text_file"),
+            &format!("m{t}"),
+        ));
+        task.add(&result(&id, "read_text_file", &"contents ".repeat(200)));
+    }
+    let before: Vec<_> = task.context().into_iter().map(|m| m.reasoning).collect();
+    let cfg = config(window_for(&mut task), 3);
+    let llm = FakeLlm::new(task.dir.path());
+    let outcome = task.compact(Kind::Masking, &cfg, &llm).unwrap();
+    assert!(
+        matches!(outcome, CompactionOutcome::Compressed { .. }),
+        "{outcome:?}"
+    );
+    let after: Vec<_> = task.context().into_iter().map(|m| m.reasoning).collect();
+    assert_eq!(after, before);
+}

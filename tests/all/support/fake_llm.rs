@@ -52,6 +52,7 @@ use serde_json::{Value, json};
 use super::anthropic_api::{self, Accounting, CacheUsage, MESSAGES_PATH};
 use super::http::{Server, read_request, write_head, write_response};
 use super::openai_api::{self, CHAT_PATH};
+use super::responses_api::{self, Issued, RESPONSES_PATH};
 
 /// One scripted answer. Build with the constructor functions.
 #[derive(Clone, Debug)]
@@ -90,6 +91,10 @@ pub enum Reply {
     /// The inner reply as one whole body even to a streamed request (a server that ignores
     /// `"stream": true`), with this `Content-Type` (`None`: no Content-Type header).
     Whole(Box<Reply>, Option<String>),
+    /// The inner reply (text or tool calls) with the model's reasoning `text`: chat
+    /// completions' `reasoning_content` (streamed as `delta.reasoning_content`), a Responses
+    /// API `reasoning` item with encrypted content ([`super::responses_api`]).
+    Reasoning { text: String, inner: Box<Reply> },
 }
 
 impl Reply {
@@ -183,6 +188,14 @@ impl Reply {
     pub fn hang_up() -> Reply {
         Reply::HangUp
     }
+
+    /// `inner` with the model's reasoning `text` ([`Reply::Reasoning`]).
+    pub fn reasoning(text: impl Into<String>, inner: Reply) -> Reply {
+        Reply::Reasoning {
+            text: text.into(),
+            inner: Box::new(inner),
+        }
+    }
 }
 
 /// One request as the server received it.
@@ -237,6 +250,10 @@ struct State {
     openai_rejections: Vec<String>,
     /// Pause between two events of a streamed reply.
     stream_delay: Duration,
+    /// The Responses API side: reasoning items sent, refused requests.
+    responses: Issued,
+    /// Check chat completions as DeepSeek's thinking mode ([`openai_api::check_request`]).
+    deepseek_thinking: bool,
 }
 
 /// A running fake server. Stops accepting when dropped (connections already open finish).
@@ -261,6 +278,8 @@ impl FakeLlm {
             anthropic: Accounting::default(),
             openai_rejections: Vec::new(),
             stream_delay: Duration::ZERO,
+            responses: Issued::default(),
+            deepseek_thinking: false,
         }));
         let st = state.clone();
         let listener = TcpListener::bind(addr)?;
@@ -339,6 +358,18 @@ impl FakeLlm {
         self.lock().anthropic.rejections.clone()
     }
 
+    /// Check chat completions requests as DeepSeek's thinking mode does: `reasoning_content`
+    /// required on assistant messages with tool calls.
+    pub fn set_deepseek_thinking(&self, on: bool) {
+        self.lock().deepseek_thinking = on;
+    }
+
+    /// The errors of the Responses API requests refused by the strict checks
+    /// ([`Issued::check_request`]).
+    pub fn responses_rejections(&self) -> Vec<String> {
+        self.lock().responses.rejections.clone()
+    }
+
     /// The errors of the chat completions requests refused by the strict checks.
     pub fn openai_rejections(&self) -> Vec<String> {
         self.lock().openai_rejections.clone()
@@ -365,6 +396,7 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
         let close_requested = req.wants_close();
         let recorded;
         let mut usage = None;
+        let mut rendered = None;
         let stream_delay;
         let reply = {
             let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -381,10 +413,23 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
             };
             s.requests.push(recorded.clone());
             if recorded.path == CHAT_PATH
-                && let Err(message) = openai_api::check_request(&recorded)
+                && let Err(message) = openai_api::check_request(&recorded, s.deepseek_thinking)
             {
                 s.openai_rejections.push(message.clone());
                 openai_api::error_reply(&message)
+            } else if recorded.path == RESPONSES_PATH
+                && let Err(message) = s.responses.check_request(&recorded)
+            {
+                s.responses.rejections.push(message.clone());
+                responses_api::error_reply(&message)
+            } else if recorded.path == RESPONSES_PATH {
+                let from_handler = s.handler.as_ref().and_then(|h| h(&recorded));
+                let reply = match from_handler {
+                    Some(r) => r,
+                    None => s.script.pop_front().unwrap_or_else(|| s.default.clone()),
+                };
+                rendered = s.responses.render(&reply, &recorded);
+                reply
             } else {
                 let checked = if recorded.path == MESSAGES_PATH {
                     anthropic_api::check_request(&recorded, s.anthropic.expected_key.as_deref())
@@ -417,7 +462,27 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
         let streamed_path = recorded.path == CHAT_PATH
             || recorded.path == MESSAGES_PATH
             || recorded.path == OLLAMA_CHAT_PATH;
-        let keep_open = if streamed_path && recorded.body["stream"] == json!(true) {
+        let streamed = recorded.body["stream"] == json!(true);
+        let keep_open = if let Some(r) = rendered {
+            if streamed {
+                send_events(&mut writer, &reply, r.events, stream_delay)?
+            } else {
+                let ct = vec![("Content-Type".to_string(), "application/json".to_string())];
+                let body = r.body.to_string().into_bytes();
+                if let Reply::Delay(d, _) = &reply {
+                    thread::sleep(*d);
+                }
+                if matches!(reply, Reply::Truncated(_)) {
+                    write_head(&mut writer, 200, &ct, body.len())?;
+                    writer.write_all(&body[..body.len() / 2])?;
+                    writer.flush()?;
+                    false
+                } else {
+                    write_response(&mut writer, 200, &ct, &body)?;
+                    true
+                }
+            }
+        } else if streamed_path && streamed {
             send_stream(&mut writer, &reply, &recorded, stream_delay, usage)?
         } else {
             send_reply(&mut writer, &reply, &recorded, usage)?
@@ -503,6 +568,39 @@ fn send_stream(
     let Some(events) = events else {
         return send_reply(w, inner, req, usage);
     };
+    write_events(w, &events, content_type, cut, stall, delay)
+}
+
+/// Write the server-sent `events` (each a whole event, blank line included) of a Responses
+/// API answer to `reply` (whose cut or stall applies, after its delay).
+fn send_events(
+    w: &mut TcpStream,
+    reply: &Reply,
+    events: Vec<String>,
+    delay: Duration,
+) -> io::Result<bool> {
+    let (cut, stall) = match reply {
+        Reply::Delay(d, inner) => {
+            thread::sleep(*d);
+            return send_events(w, inner, events, delay);
+        }
+        Reply::StreamCut(_, n) => (Some(*n), None),
+        Reply::StreamStall(_, n, d) => (None, Some((*n, *d))),
+        _ => (None, None),
+    };
+    write_events(w, &events, "text/event-stream", cut, stall, delay)
+}
+
+/// Write a 200 event-stream head and `events` (stopping before event `cut`, pausing before
+/// event `stall.0`, `delay` between two); the body ends with the connection.
+fn write_events(
+    w: &mut TcpStream,
+    events: &[String],
+    content_type: &str,
+    cut: Option<usize>,
+    stall: Option<(usize, Duration)>,
+    delay: Duration,
+) -> io::Result<bool> {
     w.write_all(
         format!("HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n")
             .as_bytes(),
@@ -615,6 +713,10 @@ fn ollama_lines(reply: &Reply, req: &RecordedRequest) -> Option<Vec<String>> {
 /// the usage chunk when the request's `stream_options.include_usage`, `[DONE]`. `None` for a
 /// reply without a message.
 fn sse_events(reply: &Reply, req: &RecordedRequest) -> Option<Vec<String>> {
+    let (reasoning, reply) = match reply {
+        Reply::Reasoning { text, inner } => (Some(text.as_str()), &**inner),
+        other => (None, other),
+    };
     let id = format!("chatcmpl-fake-{}", req.index);
     let chunk = |delta: Value, finish: Value| {
         json!({"id": id, "object": "chat.completion.chunk", "created": 1_735_689_600u64,
@@ -625,6 +727,16 @@ fn sse_events(reply: &Reply, req: &RecordedRequest) -> Option<Vec<String>> {
         json!({"role": "assistant", "content": ""}),
         Value::Null,
     )];
+    if let Some(text) = reasoning {
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(5) {
+            let text: String = piece.iter().collect();
+            events.push(chunk(
+                json!({"content": null, "reasoning_content": text}),
+                Value::Null,
+            ));
+        }
+    }
     let (finish, usage) = match reply {
         Reply::Text { content, usage } => {
             let chars: Vec<char> = content.chars().collect();
@@ -762,7 +874,19 @@ fn render(
         | Reply::Delay(_, inner)
         | Reply::StreamCut(inner, _)
         | Reply::StreamStall(inner, _, _)
+        | Reply::StreamStall(inner, _, _)
         | Reply::Whole(inner, _) => render(inner, req, usage),
+        Reply::Reasoning { text, inner } => {
+            let (code, headers, body) = render(inner, req, usage);
+            // Chat completions: `message.reasoning_content`, as DeepSeek, vLLM, llama.cpp
+            // and LM Studio send it.
+            let mut v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            if let Some(m) = v["choices"][0]["message"].as_object_mut() {
+                m.insert("reasoning_content".into(), json!(text));
+                return (code, headers, v.to_string().into_bytes());
+            }
+            (code, headers, body)
+        }
         Reply::HangUp => (200, json_ct, Vec::new()),
     }
 }

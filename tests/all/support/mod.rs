@@ -36,6 +36,7 @@ pub mod fake_forge;
 pub mod fake_llm;
 pub mod http;
 pub mod openai_api;
+pub mod responses_api;
 pub mod store;
 pub mod task;
 

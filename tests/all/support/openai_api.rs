@@ -32,7 +32,10 @@ fn allowed_fields(role: &str) -> Option<&'static [&'static str]> {
 
 /// Checks the request's `messages` against the API's message shapes. `Err(message)` with the
 /// text a strict gateway answers, e.g. `messages[3]: name is not supported for tool messages`.
-pub fn check_request(req: &RecordedRequest) -> Result<(), String> {
+/// With `deepseek_thinking`, as DeepSeek's thinking mode: an assistant message may carry
+/// `reasoning_content`, and one with `tool_calls` must ("The reasoning_content in the thinking
+/// mode must be passed back to the API.").
+pub fn check_request(req: &RecordedRequest, deepseek_thinking: bool) -> Result<(), String> {
     let Some(messages) = req.body.get("messages").and_then(Value::as_array) else {
         return Ok(());
     };
@@ -41,8 +44,22 @@ pub fn check_request(req: &RecordedRequest) -> Result<(), String> {
         let Some(allowed) = allowed_fields(role) else {
             return Err(format!("messages[{i}]: unknown role {role:?}"));
         };
+        let thinking_field =
+            |k: &str| deepseek_thinking && role == "assistant" && k == "reasoning_content";
+        if deepseek_thinking
+            && role == "assistant"
+            && m.get("tool_calls").is_some()
+            && m.get("reasoning_content").and_then(Value::as_str).is_none()
+        {
+            return Err(
+                "The reasoning_content in the thinking mode must be passed back to the API."
+                    .to_string(),
+            );
+        }
         if let Some(obj) = m.as_object()
-            && let Some(key) = obj.keys().find(|k| !allowed.contains(&k.as_str()))
+            && let Some(key) = obj
+                .keys()
+                .find(|k| !allowed.contains(&k.as_str()) && !thinking_field(k))
         {
             return Err(format!(
                 "messages[{i}]: {key} is not supported for {role} messages"

@@ -90,6 +90,17 @@ pub struct RawReasoning<'a> {
     pub data: RawStr<'a>,
 }
 
+impl RawReasoning<'_> {
+    /// The item decoded ([`crate::ReasoningItem`]: each JSON string's value).
+    pub fn to_item(&self) -> crate::ReasoningItem {
+        crate::ReasoningItem {
+            provider: self.provider.value().into_owned(),
+            kind: self.kind.value().into_owned(),
+            data: self.data.value().into_owned(),
+        }
+    }
+}
+
 /// A chat message line (`{"role","content"?,"tool_calls"?,"tool_call_id"?,"tool_name"?,
 /// "is_error"?,"reasoning"?}`,
 /// [`ChatMessage`]'s fields) with every value raw. Absent and `null` fields are `None`, an

@@ -4,7 +4,11 @@
 //! Accepts `{"choices":[{"message":{"role","content","tool_calls"?},"finish_reason"?}],
 //! "usage"?:{"prompt_tokens","completion_tokens","total_tokens",
 //! "prompt_tokens_details"?:{"cached_tokens"?}}}` (`cached_tokens`, the prompt tokens served from
-//! OpenAI's prompt cache, becomes `cache-read-tokens`). Lenient where servers
+//! OpenAI's prompt cache, becomes `cache-read-tokens`; `completion_tokens_details.reasoning_tokens`
+//! becomes `reasoning-tokens`). The reasoning text of OpenAI-compatible servers
+//! (`message.reasoning_content`, or a string `message.reasoning`) is kept on the message as a
+//! reasoning item (provider `openai-chat`, type `reasoning_content`, data the text as a JSON
+//! string); the chat shape never sends it back. Lenient where servers
 //! differ: `content` may be `null`, a string or an array of `{"type":"text","text"}` parts; a
 //! tool call's `arguments` may be an object (serialised to JSON text) and its `id` may be
 //! missing or repeated (`call_<n>` is generated, unique within the reply); `total_tokens` defaults to the
@@ -16,7 +20,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::bad_shape;
-use crate::format::reply::{ProviderToolCall, TokenCount, assistant_message, invalid_counts};
+use crate::format::reply::{
+    ProviderToolCall, TokenCount, assistant_message, invalid_counts, reasoning_content_item,
+};
 use crate::request_format::Reply;
 use crate::types::{PluginError, Usage};
 
@@ -45,6 +51,12 @@ struct MessageIn {
     content: Option<Value>,
     #[serde(default)]
     tool_calls: Option<Vec<ProviderToolCall>>,
+    /// `reasoning_content` (DeepSeek, vLLM, llama.cpp, LM Studio).
+    #[serde(default)]
+    reasoning_content: Option<Value>,
+    /// `reasoning` (newer vLLM, OpenRouter); read when a string.
+    #[serde(default)]
+    reasoning: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -57,6 +69,15 @@ struct UsageIn {
     total_tokens: TokenCount,
     #[serde(default)]
     prompt_tokens_details: Option<PromptTokensDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// OpenAI `usage.completion_tokens_details` (reasoning models).
+#[derive(Deserialize)]
+struct CompletionTokensDetails {
+    #[serde(default)]
+    reasoning_tokens: TokenCount,
 }
 
 /// OpenAI `usage.prompt_tokens_details` (`null` or absent on servers that do not cache).
@@ -78,11 +99,18 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     let Some(message) = choice.message else {
         return Err(bad_shape(file, "choice 0 has no message", &value));
     };
-    let message = assistant_message(
+    let reasoning = match (&message.reasoning_content, &message.reasoning) {
+        (Some(Value::String(r)), _) | (_, Some(Value::String(r))) => Some(r.clone()),
+        _ => None,
+    };
+    let mut message = assistant_message(
         message.role,
         content_text(message.content),
         message.tool_calls.unwrap_or_default(),
     );
+    message
+        .reasoning
+        .extend(reasoning.as_deref().and_then(reasoning_content_item));
     let usage = response
         .usage
         .filter(|u| !u.is_null())
@@ -122,7 +150,10 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     let r = fold
         .finish()
         .map_err(|e| PluginError::InvalidInput(format!("{file} (streamed reply): {e}")))?;
-    let message = assistant_message(r.role, r.content, r.tool_calls);
+    let mut message = assistant_message(r.role, r.content, r.tool_calls);
+    message
+        .reasoning
+        .extend(r.reasoning.as_deref().and_then(reasoning_content_item));
     Ok(Reply {
         message: super::to_wit(message),
         usage: r.usage.and_then(|u| usage_of(file, u)),
@@ -145,16 +176,25 @@ fn usage_of(file: &str, value: Value) -> Option<Usage> {
         .prompt_tokens_details
         .map(|d| d.cached_tokens)
         .unwrap_or_default();
+    let reasoning = u
+        .completion_tokens_details
+        .map(|d| d.reasoning_tokens)
+        .unwrap_or_default();
     if let Some(warning) = invalid_counts(&[
         ("usage.prompt_tokens", &u.prompt_tokens),
         ("usage.completion_tokens", &u.completion_tokens),
         ("usage.total_tokens", &u.total_tokens),
         ("usage.prompt_tokens_details.cached_tokens", &cached),
+        (
+            "usage.completion_tokens_details.reasoning_tokens",
+            &reasoning,
+        ),
     ]) {
         crate::logging::warn(&format!("{file}: {warning}"));
     }
     Some(Usage {
         cache_read_tokens: cached.value().unwrap_or(0),
+        reasoning_tokens: reasoning.value().unwrap_or(0),
         ..super::usage(
             u.prompt_tokens.value(),
             u.completion_tokens.value(),

@@ -150,6 +150,7 @@ impl From<&crate::runtime::RequestConfig> for wit_format::RequestConfig {
                 thinking_budget_tokens: r.thinking_budget_tokens,
                 thinking_adaptive: r.thinking_adaptive,
                 effort: r.effort.clone(),
+                send_reasoning_content: r.send_reasoning_content,
             }),
         }
     }

@@ -1,0 +1,390 @@
+//! Folding a streamed Responses API reply (server-sent events, as the host keeps them in
+//! `reply.stream`) into the parts of one reply ([`super::Folded`]), a line at a time.
+//!
+//! Each event is an `event: <type>` line (skipped: the type is repeated in the data) and a
+//! `data: {"type",...}` line. Read here:
+//! - `response.output_item.added` `{"output_index","item"}`: an output item starts (a
+//!   `function_call` with its `call_id` and `name`);
+//! - `response.output_text.delta` / `response.refusal.delta` `{"output_index","delta"}`: text
+//!   of a `message` item;
+//! - `response.function_call_arguments.delta` `{"output_index","delta"}`: arguments text;
+//! - `response.output_item.done` `{"output_index","item"}`: the item whole — a `reasoning`
+//!   item is kept from here, its JSON text exactly as received (with `encrypted_content`); a
+//!   `function_call`'s fields and a `message`'s text (when no delta came) are taken from it;
+//! - `response.completed` / `response.incomplete` `{"response"}`: the end, with `status`,
+//!   `incomplete_details` and `usage` (when no item event came, the response's `output` is read
+//!   as a whole response's);
+//! - `response.failed` `{"response":{"error"}}` and `error` `{"code","message"}`: the
+//!   provider's error.
+//!
+//! Other events (`response.created`, `response.content_part.*`, reasoning summary deltas, ...)
+//! carry nothing the reply needs. A stream without `response.completed` or
+//! `response.incomplete` was cut off ([`ResponsesStream::finish`] refuses it).
+
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::response::{Incomplete, ItemIn, call, parse_response};
+use super::{Folded, REASONING, error_text, finish_reason};
+
+/// One output item being assembled.
+#[derive(Debug, Default)]
+struct Slot {
+    index: u64,
+    kind: String,
+    text: String,
+    call_id: String,
+    name: String,
+    arguments: String,
+    /// A `reasoning` item's JSON text, from its `output_item.done`.
+    reasoning: Option<String>,
+}
+
+/// How the stream ended.
+#[derive(Debug)]
+struct End {
+    status: Option<String>,
+    incomplete_reason: Option<String>,
+    usage: Option<Value>,
+    /// The whole response's reply, when the stream had no item events.
+    whole: Option<Folded>,
+}
+
+/// The fold of a Responses API stream (module doc); feed it with [`ResponsesStream::line`],
+/// then take the reply with [`ResponsesStream::finish`].
+#[derive(Debug, Default)]
+pub struct ResponsesStream {
+    slots: Vec<Slot>,
+    end: Option<End>,
+    lines: u64,
+}
+
+#[derive(Deserialize)]
+struct EventIn<'a> {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    output_index: Option<u64>,
+    #[serde(default)]
+    delta: Option<String>,
+    #[serde(borrow, default)]
+    item: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    response: Option<&'a RawValue>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    code: Option<Value>,
+}
+
+/// The end-of-stream fields of `response` (its `output` is skipped, not built).
+#[derive(Deserialize)]
+struct EndIn {
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    incomplete_details: Option<Incomplete>,
+    #[serde(default)]
+    usage: Option<Value>,
+}
+
+impl ResponsesStream {
+    /// A fold that has seen nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Folds one line of the stream (without its line end; a trailing `\r` is ignored).
+    /// Errors: a `data:` payload that is not a JSON event, an event missing what it needs,
+    /// the provider's error (`error`, `response.failed`), data after the end; each names the
+    /// line number.
+    pub fn line(&mut self, line: &str) -> Result<(), String> {
+        self.lines += 1;
+        let n = self.lines;
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let Some(data) = line.strip_prefix("data:") else {
+            return Ok(());
+        };
+        let data = data.trim();
+        if data.is_empty() || data == "[DONE]" {
+            return Ok(());
+        }
+        self.event(data).map_err(|e| format!("line {n}: {e}"))
+    }
+
+    fn event(&mut self, data: &str) -> Result<(), String> {
+        let e: EventIn<'_> = serde_json::from_str(data)
+            .map_err(|e| format!("a data line that is not a JSON event ({e})"))?;
+        if self.end.is_some() {
+            return Err(format!("event `{}` after the response's end", e.kind));
+        }
+        match e.kind.as_str() {
+            "response.output_item.added" | "response.output_item.done" => {
+                let index = e.output_index.ok_or("an item event without output_index")?;
+                let raw = e.item.ok_or("an item event without item")?;
+                let item: ItemIn = serde_json::from_str(raw.get())
+                    .map_err(|e| format!("an item that is not an output item ({e})"))?;
+                let done = e.kind.ends_with("done");
+                let slot = self.slot(index);
+                slot.kind = item.kind.clone();
+                if slot.kind == REASONING && done {
+                    slot.reasoning = Some(raw.get().to_string());
+                }
+                if slot.kind == "message" && done && slot.text.is_empty() {
+                    for part in &item.content {
+                        if let Some(t) = part.text() {
+                            slot.text.push_str(t);
+                        }
+                    }
+                }
+                if slot.kind == "function_call" {
+                    if let Some(id) = item.call_id.filter(|s| !s.is_empty()) {
+                        slot.call_id = id;
+                    }
+                    if let Some(name) = item.name.filter(|s| !s.is_empty()) {
+                        slot.name = name;
+                    }
+                    if let Some(args) = item.arguments.filter(|_| done) {
+                        slot.arguments = args;
+                    }
+                }
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                let index = e.output_index.ok_or("a text delta without output_index")?;
+                let slot = self.slot(index);
+                if slot.kind.is_empty() {
+                    slot.kind = "message".to_string();
+                }
+                slot.text.push_str(e.delta.as_deref().unwrap_or(""));
+            }
+            "response.function_call_arguments.delta" => {
+                let index = e
+                    .output_index
+                    .ok_or("an arguments delta without output_index")?;
+                let slot = self.slot(index);
+                if slot.kind.is_empty() {
+                    slot.kind = "function_call".to_string();
+                }
+                slot.arguments.push_str(e.delta.as_deref().unwrap_or(""));
+            }
+            "response.completed" | "response.incomplete" => {
+                let raw = e.response.ok_or("an end event without response")?;
+                let end: EndIn = serde_json::from_str(raw.get())
+                    .map_err(|e| format!("an end event whose response is not one ({e})"))?;
+                if let Some(error) = error_text(end.error.as_ref()) {
+                    return Err(format!("the provider sent an error: {error}"));
+                }
+                let whole = if self.slots.is_empty() {
+                    Some(parse_response(raw.get())?)
+                } else {
+                    None
+                };
+                self.end = Some(End {
+                    status: end.status,
+                    incomplete_reason: end.incomplete_details.and_then(|d| d.reason),
+                    usage: end.usage.filter(|u| !u.is_null()),
+                    whole,
+                });
+            }
+            "response.failed" => {
+                let error = e
+                    .response
+                    .and_then(|r| serde_json::from_str::<EndIn>(r.get()).ok())
+                    .and_then(|r| error_text(r.error.as_ref()))
+                    .unwrap_or_else(|| "no error given".to_string());
+                return Err(format!("the response failed: {error}"));
+            }
+            "error" => {
+                let message = e.message.unwrap_or_else(|| data.to_string());
+                return Err(match e.code.filter(|c| !c.is_null()) {
+                    Some(Value::String(c)) => {
+                        format!("the provider sent an error: {message} (code: {c})")
+                    }
+                    Some(c) => format!("the provider sent an error: {message} (code: {c})"),
+                    None => format!("the provider sent an error: {message}"),
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn slot(&mut self, index: u64) -> &mut Slot {
+        let p = match self.slots.binary_search_by_key(&index, |s| s.index) {
+            Ok(p) => p,
+            Err(p) => {
+                self.slots.insert(
+                    p,
+                    Slot {
+                        index,
+                        ..Slot::default()
+                    },
+                );
+                p
+            }
+        };
+        &mut self.slots[p]
+    }
+
+    /// Whether the stream reached its end (`response.completed` or `response.incomplete`).
+    pub fn complete(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// The folded reply. Errors: a stream cut off before its end (an empty file is one), a
+    /// function call without `call_id` or `name`, a final status that is not completed or
+    /// incomplete.
+    pub fn finish(self) -> Result<Folded, String> {
+        let Some(end) = self.end else {
+            return Err(format!(
+                "the stream ended after {} lines without response.completed: cut off",
+                self.lines
+            ));
+        };
+        if let Some(mut whole) = end.whole {
+            whole.usage = whole.usage.or(end.usage);
+            return Ok(whole);
+        }
+        let mut folded = Folded::default();
+        for slot in self.slots {
+            match slot.kind.as_str() {
+                REASONING => folded.reasoning.extend(slot.reasoning),
+                "message" => folded
+                    .content
+                    .get_or_insert_with(String::new)
+                    .push_str(&slot.text),
+                "function_call" => {
+                    let item = ItemIn {
+                        kind: slot.kind,
+                        call_id: Some(slot.call_id),
+                        name: Some(slot.name),
+                        arguments: Some(slot.arguments),
+                        ..ItemIn::default()
+                    };
+                    folded.calls.push(call(item, slot.index as usize)?);
+                }
+                _ => {}
+            }
+        }
+        folded.finish_reason = finish_reason(
+            end.status.as_deref(),
+            end.incomplete_reason.as_deref(),
+            None,
+            !folded.calls.is_empty(),
+        )?;
+        folded.usage = end.usage;
+        Ok(folded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::responses::FunctionCallItem;
+
+    fn fold(lines: &[&str]) -> Result<Folded, String> {
+        let mut s = ResponsesStream::new();
+        for l in lines {
+            s.line(l)?;
+        }
+        s.finish()
+    }
+
+    const RS: &str =
+        r#"{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAA/x+=="}"#;
+
+    fn done_line() -> String {
+        format!(
+            r#"data: {{"type":"response.output_item.done","output_index":0,"item":{RS},"sequence_number":3}}"#
+        )
+    }
+
+    #[test]
+    fn reasoning_text_and_call_fold_with_usage() {
+        let done = done_line();
+        let f = fold(&[
+            "event: response.created",
+            r#"data: {"type":"response.created","response":{"id":"resp_1","status":"in_progress","output":[]}}"#,
+            "",
+            r#"data: {"type":"response.output_item.added","output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[]}}"#,
+            &done,
+            r#"data: {"type":"response.output_item.added","output_index":1,"item":{"id":"msg_1","type":"message","role":"assistant","content":[]}}"#,
+            r#"data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":1,"content_index":0,"delta":"Rea"}"#,
+            "data: {\"type\":\"response.output_text.delta\",\"output_index\":1,\"delta\":\"ding.\"}\r",
+            r#"data: {"type":"response.output_item.done","output_index":1,"item":{"id":"msg_1","type":"message","content":[{"type":"output_text","text":"Reading."}]}}"#,
+            r#"data: {"type":"response.output_item.added","output_index":2,"item":{"id":"fc_1","type":"function_call","call_id":"call_1","name":"read","arguments":""}}"#,
+            r#"data: {"type":"response.function_call_arguments.delta","output_index":2,"delta":"{\"pa"}"#,
+            r#"data: {"type":"response.function_call_arguments.delta","output_index":2,"delta":"th\":1}"}"#,
+            r#"data: {"type":"response.output_item.done","output_index":2,"item":{"id":"fc_1","type":"function_call","call_id":"call_1","name":"read","arguments":"{\"path\":1}"}}"#,
+            r#"data: {"type":"response.completed","response":{"status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Reading."}]}],"usage":{"input_tokens":9,"output_tokens":5,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":14}}}"#,
+        ])
+        .unwrap();
+        assert_eq!(f.reasoning, vec![RS.to_string()]);
+        assert_eq!(
+            f.content.as_deref(),
+            Some("Reading."),
+            "deltas, not repeated by done"
+        );
+        assert_eq!(
+            f.calls,
+            vec![FunctionCallItem {
+                call_id: "call_1".into(),
+                name: "read".into(),
+                arguments: "{\"path\":1}".into()
+            }]
+        );
+        assert_eq!(f.finish_reason, "tool_calls");
+        assert_eq!(
+            f.usage.unwrap()["output_tokens_details"]["reasoning_tokens"],
+            3
+        );
+    }
+
+    #[test]
+    fn a_cut_stream_and_errors_are_refused() {
+        let done = done_line();
+        let e = fold(&[&done]).unwrap_err();
+        assert!(e.contains("cut off"), "{e}");
+        assert!(fold(&[]).unwrap_err().contains("cut off"));
+        let e = fold(&[r#"data: {"type":"response.output_text.delta","output_ind"#]).unwrap_err();
+        assert!(
+            e.contains("line 1") && e.contains("not a JSON event"),
+            "{e}"
+        );
+        let e = fold(&[
+            r#"data: {"type":"error","code":"rate_limit_exceeded","message":"slow down","param":null}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "line 1: the provider sent an error: slow down (code: rate_limit_exceeded)"
+        );
+        let e = fold(&[
+            r#"data: {"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"boom"}}}"#,
+        ])
+        .unwrap_err();
+        assert!(e.contains("boom"), "{e}");
+    }
+
+    #[test]
+    fn an_incomplete_end_is_length_and_a_bare_completed_is_read_whole() {
+        let f = fold(&[
+            r#"data: {"type":"response.output_text.delta","output_index":0,"delta":"Hal"}"#,
+            r#"data: {"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}}"#,
+        ])
+        .unwrap();
+        assert_eq!(
+            (f.content.as_deref(), &*f.finish_reason),
+            (Some("Hal"), "length")
+        );
+        let f = fold(&[
+            r#"data: {"type":"response.completed","response":{"status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}],"usage":{"input_tokens":1}}}"#,
+        ])
+        .unwrap();
+        assert_eq!(f.content.as_deref(), Some("Hi"));
+        assert_eq!(f.usage.unwrap()["input_tokens"], 1);
+    }
+}
