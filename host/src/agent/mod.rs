@@ -65,8 +65,8 @@ use crate::invariants::pairing::invalid_arguments_text;
 use crate::invariants::queries::{self, Tail, last_message_in};
 use crate::llm::Interruption;
 use crate::runtime::{
-    Compressor, Decision, HookCall, ReasoningConfig, Reply, RequestConfig, RequestFormat,
-    RuntimeError, Strategy, StrategyConfig, TaskState, ToolOutcome,
+    Compressor, Decision, HookCall, Reply, RequestConfig, RequestFormat, RuntimeError, Strategy,
+    StrategyConfig, TaskState, ToolOutcome,
 };
 use crate::task::{CallRecord, Interrupt, TaskContext, UsageDelta};
 use crate::tools::CallOutcome;

@@ -425,7 +425,9 @@ impl LlmConfig {
     /// The reasoning settings sent with the agent loop's requests (`llm.thinking`,
     /// `llm.reasoning_effort`, `llm.send_reasoning_content`), `None` when none is set.
     pub fn reasoning(&self) -> Option<crate::runtime::ReasoningConfig> {
-        if self.reasoning_effort.is_none() && !self.send_reasoning_content && self.thinking.is_none()
+        if self.reasoning_effort.is_none()
+            && !self.send_reasoning_content
+            && self.thinking.is_none()
         {
             return None;
         }

@@ -874,7 +874,6 @@ fn render(
         | Reply::Delay(_, inner)
         | Reply::StreamCut(inner, _)
         | Reply::StreamStall(inner, _, _)
-        | Reply::StreamStall(inner, _, _)
         | Reply::Whole(inner, _) => render(inner, req, usage),
         Reply::Reasoning { text, inner } => {
             let (code, headers, body) = render(inner, req, usage);
