@@ -316,7 +316,10 @@ fn huge_tool_call_arguments_are_named_not_the_small_result_after_them() {
             && error.contains("tokens of tool-call arguments"),
         "{error}"
     );
-    assert!(!error.contains("a result of"), "blames the small result: {error}");
+    assert!(
+        !error.contains("a result of"),
+        "blames the small result: {error}"
+    );
 }
 
 /// How providers say the context is too long: (provider of the config, HTTP status, body).

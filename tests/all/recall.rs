@@ -457,13 +457,19 @@ fn a_compressor_component_searches_and_reads_the_history_through_the_host() {
         .unwrap()
         .len();
     // Each page is at most 64 bytes with its line break: 63 bytes of the line.
-    assert_eq!(pages as usize, line.div_ceil(63), "64-byte pages of the line");
+    assert_eq!(
+        pages as usize,
+        line.div_ceil(63),
+        "64-byte pages of the line"
+    );
     assert!(
         summary.contains(&format!("Read back (seq 2, {pages} pages): {prompt}\n")),
         "{summary}"
     );
     // The model got that summary in its context.
-    assert!(llm.requests().iter().any(|r| r.messages().iter().any(|m| m["content"]
-        .as_str()
-        .is_some_and(|c| c.contains(&format!("pages): {prompt}"))))));
+    assert!(llm.requests().iter().any(|r| r.messages().iter().any(|m| {
+        m["content"]
+            .as_str()
+            .is_some_and(|c| c.contains(&format!("pages): {prompt}")))
+    })));
 }

@@ -1075,18 +1075,32 @@ fn a_bad_summary_line_is_named_and_the_other_compactions_are_shown() {
     assert!(page.contains("compression 3</strong>"), "{page}");
     assert!(page.contains("third summary kept"), "{page}");
     assert!(page.contains("id=\"unreadable\""), "{page}");
-    assert!(page.contains("summaries.jsonl line 2: not a summary line"), "{page}");
+    assert!(
+        page.contains("summaries.jsonl line 2: not a summary line"),
+        "{page}"
+    );
     // The CLI says the same: the good ones, then the bad line named.
     let shown = env.ctxhost(&["show", A, "--compactions"]).ok().stdout();
-    assert!(shown.contains("compression 1: messages 2\u{2013}4"), "{shown}");
-    assert!(shown.contains("compression 3: messages 2\u{2013}5"), "{shown}");
     assert!(
-        shown.contains("unreadable: ") && shown.contains("summaries.jsonl line 2: not a summary line"),
+        shown.contains("compression 1: messages 2\u{2013}4"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("compression 3: messages 2\u{2013}5"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("unreadable: ")
+            && shown.contains("summaries.jsonl line 2: not a summary line"),
         "{shown}"
     );
     let json = env.ctxhost(&["show", A, "--compactions", "--json"]).ok();
     assert_eq!(json.json().as_array().unwrap().len(), 2);
-    assert!(json.stderr().contains("summaries.jsonl line 2"), "{}", json.stderr());
+    assert!(
+        json.stderr().contains("summaries.jsonl line 2"),
+        "{}",
+        json.stderr()
+    );
 }
 
 #[test]

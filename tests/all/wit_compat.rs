@@ -84,9 +84,17 @@ fn history_importers_of_0_3_0_and_older_components_without_it_all_load() {
     let tmp = tempfile::tempdir().unwrap();
     let rt = runtime(tmp.path());
     for (file, kind, wit) in [
-        ("recall_summarizer.wasm", PluginKind::Compressor, WitVersion::V0_3_0),
+        (
+            "recall_summarizer.wasm",
+            PluginKind::Compressor,
+            WitVersion::V0_3_0,
+        ),
         (SUMMARIZER_0_1_0, PluginKind::Compressor, WitVersion::V0_1_0),
-        ("v0_2_0_strategy.wasm", PluginKind::Strategy, WitVersion::V0_2_0),
+        (
+            "v0_2_0_strategy.wasm",
+            PluginKind::Strategy,
+            WitVersion::V0_2_0,
+        ),
     ] {
         let plugin = rt
             .load(&PluginSource::Path(guest(file)), kind)
@@ -104,7 +112,9 @@ fn history_importers_of_0_3_0_and_older_components_without_it_all_load() {
         ),
     );
     assert!(
-        err.contains("imports ctxhost:plugin/history@0.2.0, an interface ctxhost:plugin@0.2.0 does not have"),
+        err.contains(
+            "imports ctxhost:plugin/history@0.2.0, an interface ctxhost:plugin@0.2.0 does not have"
+        ),
         "{err}"
     );
 

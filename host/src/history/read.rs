@@ -150,8 +150,7 @@ pub fn read(
     else {
         return Ok(result);
     };
-    let start =
-        seek_before(&mut file, from.seq).map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
+    let start = seek_before(&mut file, from.seq).map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
     file.seek(SeekFrom::Start(start))
         .map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
     let mut lines = LineReader::new(
@@ -350,8 +349,12 @@ mod tests {
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            serde_json::to_string(&HistoryLine::of(i as u64 + 1, m, "2026-01-01T00:00:00.000Z"))
-                .unwrap()
+            serde_json::to_string(&HistoryLine::of(
+                i as u64 + 1,
+                m,
+                "2026-01-01T00:00:00.000Z",
+            ))
+            .unwrap()
         })
         .collect();
         std::fs::write(tmp.path().join(MESSAGES), lines.join("\n") + "\n").unwrap();
@@ -362,7 +365,10 @@ mod tests {
             loop {
                 let r = read(&dir, at, 3, budget).unwrap();
                 let w = r.window.expect("a window of line 2");
-                assert_eq!((w.seq, w.start, w.len), (2, at.offset, lines[1].len() as u64));
+                assert_eq!(
+                    (w.seq, w.start, w.len),
+                    (2, at.offset, lines[1].len() as u64)
+                );
                 if let Budget::Bytes(b) = budget {
                     assert!(r.text.len() as u64 <= b, "{}", r.text.len());
                 }
@@ -380,7 +386,10 @@ mod tests {
                         break;
                     }
                     None => {
-                        assert_eq!((r.seqs, rest), (Some((2, 3)), format!("{}\n", lines[2]).as_str()));
+                        assert_eq!(
+                            (r.seqs, rest),
+                            (Some((2, 3)), format!("{}\n", lines[2]).as_str())
+                        );
                         break;
                     }
                 }
@@ -391,14 +400,20 @@ mod tests {
         let mid = lines[1].len() / 2;
         let r = read(
             &dir,
-            Position { seq: 2, offset: mid as u64 },
+            Position {
+                seq: 2,
+                offset: mid as u64,
+            },
             3,
             Budget::Bytes(10_000_000),
         )
         .unwrap();
         let back = lines[1].floor_char_boundary(mid);
         assert_eq!(r.text, format!("{}\n{}\n", &lines[1][back..], lines[2]));
-        assert_eq!(r.window.map(|w| (w.start, w.end)), Some((back as u64, lines[1].len() as u64)));
+        assert_eq!(
+            r.window.map(|w| (w.start, w.end)),
+            Some((back as u64, lines[1].len() as u64))
+        );
         assert_eq!((r.seqs, r.next), (Some((2, 3)), None));
     }
 
@@ -410,7 +425,13 @@ mod tests {
         let r = read(&dir, Position::line(2), 3, Budget::Tokens(200)).unwrap();
         assert_eq!(r.seqs, Some((2, 2)));
         let end = r.window.unwrap().end;
-        assert_eq!(r.next, Some(Position { seq: 2, offset: end }));
+        assert_eq!(
+            r.next,
+            Some(Position {
+                seq: 2,
+                offset: end
+            })
+        );
         assert!(estimate_tokens(&r.text) <= 200, "{}", r.text.len());
     }
 }

@@ -92,7 +92,9 @@ fn world_imports(kind: PluginKind, wit: WitVersion) -> &'static [&'static str] {
         (PluginKind::Strategy, WitVersion::V0_1_0 | WitVersion::V0_2_0) => {
             &["types", "log", "llm", "planning"]
         }
-        (PluginKind::Strategy, WitVersion::V0_3_0) => &["types", "log", "llm", "planning", "history"],
+        (PluginKind::Strategy, WitVersion::V0_3_0) => {
+            &["types", "log", "llm", "planning", "history"]
+        }
     }
 }
 
@@ -255,7 +257,9 @@ mod tests {
         // A 0.2.0 component importing history@0.2.0: an interface 0.2.0 does not have.
         let old = missing(PluginKind::Compressor, WitVersion::V0_2_0);
         assert!(
-            old.contains("an interface ctxhost:plugin@0.2.0 does not have (it has types, log, llm,"),
+            old.contains(
+                "an interface ctxhost:plugin@0.2.0 does not have (it has types, log, llm,"
+            ),
             "{old}"
         );
         assert!(!old.contains("history,"), "{old}");

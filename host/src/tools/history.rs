@@ -505,7 +505,9 @@ mod tests {
                 Some((_, rest)) => {
                     let offset: u64 = rest[..rest.find(' ').unwrap()].parse().unwrap();
                     assert!(
-                        rest.contains(&format!("history_read(from_seq=2, offset={offset}, to_seq=2)")),
+                        rest.contains(&format!(
+                            "history_read(from_seq=2, offset={offset}, to_seq=2)"
+                        )),
                         "{rest}"
                     );
                     args = json!({"from_seq": 2, "to_seq": 2, "offset": offset});
