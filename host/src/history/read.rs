@@ -394,6 +394,8 @@ mod tests {
                     }
                 }
             }
+            assert_eq!(got, lines[1], "the windows join to the line, byte for byte");
+            assert!(windows > 10, "{windows} windows");
         }
         // An offset inside a character is moved back to its start; from the middle of a line
         // with room to spare, the rest of it and the next line come.

@@ -493,7 +493,7 @@ mod tests {
             calls += 1;
             assert!(calls < 100, "no end after {calls} reads");
             let out = tools
-                .call(&ToolCall::new("c", HISTORY_READ, &args.to_string()))
+                .call(&ToolCall::new("c", HISTORY_READ, args.to_string()))
                 .unwrap();
             let text = out.text();
             let body = text
