@@ -143,7 +143,13 @@ fn query(dir: &std::path::Path) {
         },
     );
     let last = {
-        let r = history::read(&dir, u64::MAX - 1, u64::MAX - 1, 100).unwrap();
+        let r = history::read(
+            &dir,
+            history::Position::line(u64::MAX - 1),
+            u64::MAX - 1,
+            history::Budget::Tokens(100),
+        )
+        .unwrap();
         r.last_seq_seen
     };
     for (name, from) in [
@@ -154,7 +160,13 @@ fn query(dir: &std::path::Path) {
         timed(
             &format!("read from seq {from} ({name}), 4,000-token budget"),
             &|| {
-                let r = history::read(&dir, from, from + 1000, 4000).unwrap();
+                let r = history::read(
+                    &dir,
+                    history::Position::line(from),
+                    from + 1000,
+                    history::Budget::Tokens(4000),
+                )
+                .unwrap();
                 format!(
                     "seqs {:?}, {} bytes, continue from {:?}",
                     r.seqs,

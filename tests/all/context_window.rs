@@ -274,7 +274,7 @@ fn a_newest_message_no_compression_can_shrink_fails_with_advice_that_works() {
     assert_eq!(row["status"], "failed", "{row}");
     let error = row["error_message"].as_str().unwrap();
     assert!(
-        error.contains("the newest message (user")
+        error.contains("the largest message (user, line 2 of ")
             && error.contains("shorten it")
             && error.contains("larger window (llm.context_length)"),
         "{error}"
@@ -283,6 +283,43 @@ fn a_newest_message_no_compression_can_shrink_fails_with_advice_that_works() {
         assert!(!error.contains(useless), "advice that cannot help: {error}");
     }
     assert_eq!(llm.request_count(), 0, "nothing was sent");
+}
+
+#[test]
+fn huge_tool_call_arguments_are_named_not_the_small_result_after_them() {
+    let llm = FakeLlm::start(vec![]);
+    let env = TestEnv::new();
+    env.write_config(
+        &config_yaml(&llm.base_url(), "openai", "")
+            .replace("context_length: 8192", "context_length: 4096"),
+    );
+    env.ctxhost(&["init"]).ok();
+    // The model's reply calls a tool with ~6000 tokens of arguments; the tool (unknown) answers
+    // with a short error. Every compression keeps that call and its result whole.
+    let args = json!({ "path": "notes.md", "text": "lorem ipsum dolor sit amet ".repeat(900) })
+        .to_string();
+    llm.set_handler(move |req| {
+        if is_summary_request(req) {
+            return Some(Reply::text("The agent wrote notes.", Some((100, 10))));
+        }
+        Some(Reply::tool_calls(
+            vec![("call_1", "write_notes", &args)],
+            None,
+        ))
+    });
+    let (_, row) = submit_and_run(&env, "Write the notes.");
+    assert_eq!(row["status"], "failed", "{row}");
+    let error = row["error_message"].as_str().unwrap();
+    assert!(
+        error.contains("the largest message (line 3 of ")
+            && error.contains("the model's own call of write_notes")
+            && error.contains("tokens of tool-call arguments"),
+        "{error}"
+    );
+    assert!(
+        !error.contains("a result of"),
+        "blames the small result: {error}"
+    );
 }
 
 /// How providers say the context is too long: (provider of the config, HTTP status, body).

@@ -391,3 +391,85 @@ fn a_task_compressed_three_times_gets_its_early_facts_back_from_the_history() {
         .body;
     assert!(task_page.contains(&format!("/tasks/{uuid}/compactions")));
 }
+
+/// Issue 27 item 4: a third-party compressor (WIT 0.3.0, `fixtures/recall-summarizer`) searches
+/// the task's history through the host's `history` import and reads a message back in 64-byte
+/// pages; what it found is in its summary, in summaries.jsonl and in the context the model gets.
+#[test]
+fn a_compressor_component_searches_and_reads_the_history_through_the_host() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const FACT: &str = "FACT-7: the deploy port is 8421, agreed with ops.";
+    let wasm = std::path::Path::new(env!("CTXHOST_GUEST_DIR")).join("recall_summarizer.wasm");
+    let llm = FakeLlm::start(vec![]);
+    let steps = Arc::new(AtomicUsize::new(0));
+    let s = steps.clone();
+    llm.set_handler(move |req| {
+        let summary_in_context = req.messages().iter().any(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("Recalled from the history"))
+        });
+        let n = s.fetch_add(1, Ordering::SeqCst) + 1;
+        if summary_in_context || n > 30 {
+            return Some(Reply::text("All done.", Some((400, 3))));
+        }
+        Some(Reply::read_file_step(n))
+    });
+    let env = TestEnv::new();
+    env.write_config(&format!(
+        "context_storage:\n  base_dir: ./contexts\n  compression_threshold: 0.5\n  keep_recent_messages: 2\n\
+         llm:\n  provider: openai\n  base_url: \"{}\"\n  model: fake-model\n  api_key_env: \"\"\n  \
+         context_length: 1500\n  max_output_tokens: 200\n  timeout_secs: 20\n  max_retries: 1\n  max_backoff_secs: 1\n\
+         plugins:\n  compressor: \"{}\"\n",
+        llm.base_url(),
+        wasm.display()
+    ));
+    env.ctxhost(&["init"]).ok();
+    let prompt = format!("Read every file and report. {FACT}");
+    let uuid = env
+        .ctxhost(&["submit", "--prompt", &prompt])
+        .ok()
+        .stdout()
+        .trim()
+        .to_string();
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    let row = env.ctxhost(&["show", &uuid, "--json"]).ok().json()["task"].clone();
+    assert_eq!(row["status"], "completed", "{row}");
+    let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+    let summaries = read_jsonl(&dir.join("summaries.jsonl"));
+    assert!(!summaries.is_empty(), "the task compressed");
+    let summary = summaries[0]["summary"].as_str().unwrap();
+    // The search hit (the prompt, seq 2) and the message read back whole, page by page.
+    assert!(
+        summary.contains("Recalled from the history: seq 2 (user, message): ")
+            && summary.contains("FACT-7: the deploy port is 8421"),
+        "{summary}"
+    );
+    let pages: u32 = summary
+        .split_once("Read back (seq 2, ")
+        .and_then(|(_, r)| r.split_once(" pages): "))
+        .map(|(n, _)| n.parse().unwrap())
+        .unwrap_or_else(|| panic!("{summary}"));
+    let line = std::fs::read_to_string(dir.join("messages.jsonl"))
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .len();
+    // Each page is at most 64 bytes with its line break: 63 bytes of the line.
+    assert_eq!(
+        pages as usize,
+        line.div_ceil(63),
+        "64-byte pages of the line"
+    );
+    assert!(
+        summary.contains(&format!("Read back (seq 2, {pages} pages): {prompt}\n")),
+        "{summary}"
+    );
+    // The model got that summary in its context.
+    assert!(llm.requests().iter().any(|r| r.messages().iter().any(|m| {
+        m["content"]
+            .as_str()
+            .is_some_and(|c| c.contains(&format!("pages): {prompt}")))
+    })));
+}

@@ -1050,6 +1050,60 @@ fn a_binary_file_is_shown_as_its_size_and_kind_with_a_download_link() {
 }
 
 #[test]
+fn a_bad_summary_line_is_named_and_the_other_compactions_are_shown() {
+    let (mut env, _db) = fixture();
+    env.expect_nonconforming("summaries.jsonl line 2 is torn on purpose");
+    let dir = env.contexts().join("completed").join(A);
+    let good = |id: u64, start: u64, end: u64, text: &str| {
+        serde_json::json!({"id":id,"start_seq":start,"end_seq":end,"summary":text,
+            "original_tokens":600,"summary_tokens":50,"ratio":0.08,"timestamp":"2026-01-01T00:00:03.000Z"})
+            .to_string()
+    };
+    std::fs::write(
+        dir.join("summaries.jsonl"),
+        format!(
+            "{}\n{{\"id\": 2, torn\n{}\n",
+            good(1, 2, 4, "first summary kept"),
+            good(3, 2, 5, "third summary kept")
+        ),
+    )
+    .unwrap();
+    let d = start(&env);
+    let page = d.get(&format!("/tasks/{A}/compactions")).expect(200).body;
+    assert!(page.contains("compression 1</strong>"), "{page}");
+    assert!(page.contains("first summary kept"), "{page}");
+    assert!(page.contains("compression 3</strong>"), "{page}");
+    assert!(page.contains("third summary kept"), "{page}");
+    assert!(page.contains("id=\"unreadable\""), "{page}");
+    assert!(
+        page.contains("summaries.jsonl line 2: not a summary line"),
+        "{page}"
+    );
+    // The CLI says the same: the good ones, then the bad line named.
+    let shown = env.ctxhost(&["show", A, "--compactions"]).ok().stdout();
+    assert!(
+        shown.contains("compression 1: messages 2\u{2013}4"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("compression 3: messages 2\u{2013}5"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("unreadable: ")
+            && shown.contains("summaries.jsonl line 2: not a summary line"),
+        "{shown}"
+    );
+    let json = env.ctxhost(&["show", A, "--compactions", "--json"]).ok();
+    assert_eq!(json.json().as_array().unwrap().len(), 2);
+    assert!(
+        json.stderr().contains("summaries.jsonl line 2"),
+        "{}",
+        json.stderr()
+    );
+}
+
+#[test]
 fn a_uuid_prefix_in_a_task_url_works_as_in_the_cli() {
     let (env, db) = fixture();
     const E: &str = "0194ffee-1c3d-7e8f-9a0b-00000000000e";

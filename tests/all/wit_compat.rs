@@ -76,6 +76,76 @@ fn the_fixtures_really_are_0_1_0_components_and_load_as_such() {
     assert_eq!(plugin.wit(), WitVersion::V0_3_0);
 }
 
+/// WIT 0.3.0 added the `history` import to the compressor and strategy worlds: a 0.3.0
+/// component using it loads, and components built before it (0.1.0 compressor, 0.2.0
+/// strategy, neither importing `history`) keep loading; a 0.2.0 strategy runs a task.
+#[test]
+fn history_importers_of_0_3_0_and_older_components_without_it_all_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = runtime(tmp.path());
+    for (file, kind, wit) in [
+        (
+            "recall_summarizer.wasm",
+            PluginKind::Compressor,
+            WitVersion::V0_3_0,
+        ),
+        (SUMMARIZER_0_1_0, PluginKind::Compressor, WitVersion::V0_1_0),
+        (
+            "v0_2_0_strategy.wasm",
+            PluginKind::Strategy,
+            WitVersion::V0_2_0,
+        ),
+    ] {
+        let plugin = rt
+            .load(&PluginSource::Path(guest(file)), kind)
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(plugin.wit(), wit, "{file}");
+    }
+    // A 0.2.0 component importing `history` at its own version: 0.2.0 has no such interface.
+    let (_, err) = load_error(
+        tmp.path(),
+        "history-0.2.0.wasm",
+        &component_importing(
+            "ctxhost:plugin/compressor@0.2.0",
+            "ctxhost:plugin/history@0.2.0",
+            &["search"],
+        ),
+    );
+    assert!(
+        err.contains(
+            "imports ctxhost:plugin/history@0.2.0, an interface ctxhost:plugin@0.2.0 does not have"
+        ),
+        "{err}"
+    );
+
+    // The 0.2.0 strategy runs a task to its end through the 0.2.0 shim.
+    let llm = FakeLlm::start(vec![Reply::text("Done.", Some((10, 2)))]);
+    let env = TestEnv::new();
+    env.write_config(&format!(
+        "{}plugins:\n  strategy: \"{}\"\n",
+        crate::support::config_yaml(&llm.base_url(), "openai", ""),
+        guest("v0_2_0_strategy.wasm").display()
+    ));
+    env.ctxhost(&["init"]).ok();
+    let uuid = env
+        .ctxhost(&["submit", "--prompt", "Say done."])
+        .ok()
+        .stdout()
+        .trim()
+        .to_string();
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    let row = env.ctxhost(&["show", &uuid, "--json"]).ok().json()["task"].clone();
+    assert_eq!(row["status"], "completed", "{row}");
+    let sent = llm.requests();
+    assert!(
+        sent[0]
+            .messages()
+            .iter()
+            .any(|m| m["content"] == "0.2.0 strategy: answer briefly."),
+        "the strategy's note was sent"
+    );
+}
+
 #[test]
 fn a_0_1_0_compressor_passes_plugin_check() {
     let report = run_check(&guest(SUMMARIZER_0_1_0));
@@ -284,7 +354,7 @@ fn an_unknown_imported_interface_is_named() {
             "component {path}: does not fit world compressor-plugin (ctxhost:plugin@0.3.0): this \
              component imports ctxhost:plugin/cache@0.3.0, an interface ctxhost:plugin@0.3.0 does \
              not have (it has types, log, llm, message-store, compressor, request-format, \
-             planning, strategy): it was built against a newer or modified WIT; this host loads \
+             planning, history, strategy): it was built against a newer or modified WIT; this host loads \
              ctxhost:plugin@0.1.0, 0.2.0 and 0.3.0 and provides WASI 0.2.0 to 0.2.12; rebuild it \
              against wit/plugin.wit (0.3.0)"
         )

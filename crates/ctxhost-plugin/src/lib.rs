@@ -10,9 +10,11 @@
 //!   [`request_format`] (world `request-format-plugin`, [`export_request_format!`]),
 //!   [`strategy`] (world `strategy-plugin`, [`export_strategy!`]);
 //! - the shared WIT types ([`types`]: `ChatMessage`, `PluginError`, `Usage`, ...) and the host
-//!   imports: [`log`], [`llm`] (for compressors and strategies only) and [`planning`] (the
-//!   task's planning history, for strategies only). A component that calls an import its
-//!   world does not have does not load: the host names the import;
+//!   imports: [`log`], [`llm`] (for compressors and strategies only), [`history`] (search and
+//!   read the task's whole history, as the agent's `history_search`/`history_read` tools do;
+//!   compressors and strategies only) and [`planning`] (the task's planning history, for
+//!   strategies only). A component that calls an import its world does not have does not
+//!   load: the host names the import;
 //! - helpers: JSONL reading and writing ([`jsonl`]), the token estimate ([`tokens`]), the
 //!   compression rules of the builtins (threshold, the tool-group-aware cut, the summary
 //!   message format, summary ids: [`compress`]), a guard that removes temporaries
@@ -63,6 +65,7 @@ mod imports_bindings {
                      import ctxhost:plugin/log@0.3.0;
                      import ctxhost:plugin/llm@0.3.0;
                      import ctxhost:plugin/planning@0.3.0;
+                     import ctxhost:plugin/history@0.3.0;
                  }",
         world: "ctxhost:plugin-sdk/imports",
         generate_all,
@@ -71,6 +74,9 @@ mod imports_bindings {
 }
 
 pub use imports_bindings::ctxhost::plugin::types;
+/// The host's `history` import (WIT 0.3.0): search and read the task's history. Natively
+/// (`cargo test`) it has no mock yet: a call panics.
+pub use imports_bindings::ctxhost::plugin::history;
 #[cfg(target_arch = "wasm32")]
 pub use imports_bindings::ctxhost::plugin::{llm, log, planning};
 
@@ -127,6 +133,7 @@ pub mod compressor {
             "ctxhost:plugin/types@0.3.0": crate::types,
             "ctxhost:plugin/log@0.3.0": crate::log,
             "ctxhost:plugin/llm@0.3.0": crate::llm,
+            "ctxhost:plugin/history@0.3.0": crate::history,
         },
         pub_export_macro: true,
         export_macro_name: "_export_compressor",
@@ -175,8 +182,8 @@ pub mod request_format {
 }
 
 /// The world `strategy-plugin` (an agent strategy): implement [`strategy::Guest`] and call
-/// [`export_strategy!`]. Its hooks may call [`llm`] (at most 4 side calls per hook) and
-/// [`planning`]; a strategy's state is its task directory (a hook may be asked again after a
+/// [`export_strategy!`]. Its hooks may call [`llm`] (at most 4 side calls per hook),
+/// [`planning`] and [`history`]; a strategy's state is its task directory (a hook may be asked again after a
 /// pause or crash), see docs/PLUGINS.md.
 #[allow(missing_docs, clippy::all)]
 pub mod strategy {
@@ -188,6 +195,7 @@ pub mod strategy {
             "ctxhost:plugin/log@0.3.0": crate::log,
             "ctxhost:plugin/llm@0.3.0": crate::llm,
             "ctxhost:plugin/planning@0.3.0": crate::planning,
+            "ctxhost:plugin/history@0.3.0": crate::history,
         },
         pub_export_macro: true,
         export_macro_name: "_export_strategy",

@@ -62,7 +62,7 @@ use crate::config::Config;
 use crate::db::now_rfc3339;
 use crate::invariants::arguments_error;
 use crate::invariants::pairing::invalid_arguments_text;
-use crate::invariants::queries::{self, Tail, last_message_in};
+use crate::invariants::queries::{self, Tail};
 use crate::llm::Interruption;
 use crate::runtime::{
     Compressor, Decision, HookCall, Reply, RequestConfig, RequestFormat, RuntimeError, Strategy,
@@ -837,15 +837,15 @@ impl Agent<'_> {
     fn window_exceeded(&self, ctx: &mut TaskContext, tokens: u64) -> anyhow::Error {
         let window = self.window();
         let reserve = self.config.reserve_output_tokens();
-        let newest = ctx
+        let largest = ctx
             .current_file()
             .ok()
-            .and_then(|f| last_message_in(ctx.dir(), &f).ok().flatten());
+            .and_then(|f| largest_message_in(ctx.dir(), &f));
         let summary = ctx
             .current_file()
             .ok()
             .and_then(|f| summary_tokens_in(ctx.dir(), &f));
-        let advice = match &newest {
+        let advice = match &largest {
             // A summary larger than its share: the model ignored the summary request's
             // max_tokens, or the reserve is too large for the window.
             _ if summary.is_some_and(|t| t > window / 4) => format!(
@@ -855,20 +855,30 @@ impl Agent<'_> {
                  (llm.context_length)",
                 summary.unwrap_or(0)
             ),
+            Some(m) if m.part == LargestPart::ToolCallArguments => format!(
+                "the largest message ({}), the model's own call of {}, has {} tokens of tool-call arguments of \
+                 its {} tokens; a tool call is kept whole with its results by every compression: the model \
+                 wrote arguments too large for the window — ask for smaller steps, lower llm.max_output_tokens \
+                 (the reply reserve, {reserve}), or use a model with a larger window (llm.context_length)",
+                m.place,
+                m.tool.as_deref().unwrap_or("a tool"),
+                m.part_tokens,
+                m.tokens
+            ),
             Some(m) if m.role == "tool" => format!(
-                "the newest message, a result of {} ({} tokens), is kept whole by every compression: lower \
-                 tools.max_tool_output_tokens (the effective cap for this window is {}), or use a model with a larger \
-                 window (llm.context_length)",
-                m.tool_name.as_deref().unwrap_or("a tool"),
-                ctxhost_format::estimate_message_tokens(m),
+                "the largest message ({}), a result of {} ({} tokens), is kept whole by every compression: \
+                 lower tools.max_tool_output_tokens (the effective cap for this window is {}), or use a model \
+                 with a larger window (llm.context_length)",
+                m.place,
+                m.tool.as_deref().unwrap_or("a tool"),
+                m.tokens,
                 self.config.tool_output_cap_for(window)
             ),
             Some(m) => format!(
-                "the newest message ({}, {} tokens) is kept whole by every compression: shorten it, lower \
+                "the largest message ({}, {}, {} tokens) is kept whole by every compression: shorten it, lower \
                  llm.max_output_tokens (the reply reserve, {reserve}), or use a model with a larger window \
                  (llm.context_length)",
-                m.role,
-                ctxhost_format::estimate_message_tokens(m)
+                m.role, m.place, m.tokens
             ),
             None => "use a model with a larger window (llm.context_length)".to_string(),
         };
@@ -978,6 +988,88 @@ impl Agent<'_> {
 /// Estimated tokens of the summary message of the context file `name` (its second line, when
 /// it is one); `None` when it has none or cannot be read. At most two lines are read, each
 /// capped at [`crate::compaction::MAX_FIRST_LINE_BYTES`].
+/// Which part of a message is the largest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LargestPart {
+    /// Its text (`content`).
+    Content,
+    /// The arguments of its tool calls (an assistant message).
+    ToolCallArguments,
+    /// Its reasoning items.
+    Reasoning,
+}
+
+/// The largest message of a context file, for the window-exceeded error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Largest {
+    /// `line N of current.jsonl`.
+    place: String,
+    /// Its role.
+    role: String,
+    /// The tool it answers or (for tool-call arguments) the largest call's tool.
+    tool: Option<String>,
+    /// Its estimated tokens.
+    tokens: u64,
+    /// Its largest part and that part's estimated tokens.
+    part: LargestPart,
+    part_tokens: u64,
+}
+
+/// The message of the context file `name` of `dir` with the most estimated tokens, and its
+/// largest part (one pass, one line in memory; `None` when the file cannot be read).
+fn largest_message_in(dir: &crate::task_dir::TaskDir, name: &str) -> Option<Largest> {
+    let mut lines = queries::open_lines(dir, name).ok()??;
+    let mut best: Option<Largest> = None;
+    while let Ok(Some((line_no, text))) = lines.next_line() {
+        let Ok(m) = serde_json::from_str::<ChatMessage>(text) else {
+            continue;
+        };
+        let tokens = ctxhost_format::estimate_message_tokens(&m);
+        if best.as_ref().is_some_and(|b| b.tokens >= tokens) {
+            continue;
+        }
+        let content = m
+            .content
+            .as_deref()
+            .map_or(0, ctxhost_format::estimate_tokens);
+        let biggest_call = m
+            .calls()
+            .iter()
+            .max_by_key(|c| c.function.arguments.len())
+            .map(|c| c.function.name.clone());
+        let arguments: u64 = m
+            .calls()
+            .iter()
+            .map(|c| ctxhost_format::estimate_tokens(&c.function.arguments))
+            .sum();
+        let reasoning: u64 = m
+            .reasoning
+            .iter()
+            .map(|r| ctxhost_format::estimate_tokens(&r.data))
+            .sum();
+        let (part, part_tokens) = if arguments > content && arguments >= reasoning {
+            (LargestPart::ToolCallArguments, arguments)
+        } else if reasoning > content {
+            (LargestPart::Reasoning, reasoning)
+        } else {
+            (LargestPart::Content, content)
+        };
+        best = Some(Largest {
+            place: format!("line {line_no} of {}", dir.show(name)),
+            tool: if part == LargestPart::ToolCallArguments {
+                biggest_call
+            } else {
+                m.tool_name.clone()
+            },
+            role: m.role,
+            tokens,
+            part,
+            part_tokens,
+        });
+    }
+    best
+}
+
 fn summary_tokens_in(dir: &crate::task_dir::TaskDir, name: &str) -> Option<u64> {
     let mut lines = queries::open_lines(dir, name)
         .ok()??

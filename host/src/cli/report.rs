@@ -523,11 +523,15 @@ fn show_compactions(env: &Env, uuid: &str, json: bool) -> anyhow::Result<ExitCod
     };
     let dir = crate::task_dir::TaskDir::open(&path)
         .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
-    let list = crate::ops::compactions::compactions(&dir)?;
+    let record = crate::ops::compactions::compactions(&dir)?;
     if json {
-        outln!("{}", serde_json::to_string_pretty(&list)?);
+        // The list stays the output; a summary line that does not read is said on stderr.
+        for bad in &record.unreadable {
+            eprintln!("warning: {}", crate::untrusted::terminal(bad));
+        }
+        outln!("{}", serde_json::to_string_pretty(&record.compactions)?);
     } else {
-        outln!("{}", crate::ops::compactions::render(&list).trim_end());
+        outln!("{}", crate::ops::compactions::render(&record).trim_end());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -19,7 +19,7 @@ mod read;
 mod search;
 
 pub use coverage::{Coverage, ElidedResult, MAX_PATHS, coverage};
-pub use read::{ReadResult, for_each_line, read};
+pub use read::{Budget, LineWindow, Position, ReadResult, for_each_line, read};
 pub use search::{Found, Hit, HitSource, MAX_LIMIT, MAX_PATTERN_BYTES, Query, search};
 
 /// The name the model calls [`search()`] by: its calls and their results are left out of

@@ -18,16 +18,94 @@ use crate::task_dir::TaskDir;
 /// Bisecting stops when the part left is smaller than this, bytes; it is then read forward.
 const SCAN_BYTES: u64 = 64 * 1024;
 
+/// Where [`read`] starts or continues: a line of messages.jsonl and a byte offset into its
+/// text, so a line longer than one read's budget can be read in several windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// The line's seq (from 1).
+    pub seq: u64,
+    /// Bytes of the line's JSON text already read (0: from its start); moved back to a
+    /// character boundary when it falls inside a character, past the end reads nothing of it.
+    pub offset: u64,
+}
+
+impl Position {
+    /// The start of line `seq`.
+    pub fn line(seq: u64) -> Position {
+        Position { seq, offset: 0 }
+    }
+}
+
+/// How much one [`read`] may return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// Estimated tokens (the agent's tool results: `max_tool_output_tokens`), a note's room
+    /// ([`bound::NOTE_RESERVE_TOKENS`]) kept free.
+    Tokens(u64),
+    /// Bytes of text (a component's `history.read`).
+    Bytes(u64),
+}
+
+impl Budget {
+    /// What the text of the lines may cost in all.
+    fn limit(self) -> u64 {
+        match self {
+            Budget::Tokens(t) => t.saturating_sub(bound::NOTE_RESERVE_TOKENS).max(1),
+            Budget::Bytes(b) => b.max(1),
+        }
+    }
+
+    /// What `text` and its line break cost.
+    fn cost(self, text: &str) -> u64 {
+        match self {
+            Budget::Tokens(_) => estimate_tokens(text) + 1,
+            Budget::Bytes(_) => text.len() as u64 + 1,
+        }
+    }
+
+    /// Bytes of `text` (which does not fit) given as a window: as much as the budget holds, at
+    /// least one character, cut at a character boundary.
+    fn window(self, text: &str) -> usize {
+        let cut = match self {
+            Budget::Tokens(t) => bound::cut_point(text, t).map_or(text.len(), |c| c.kept_bytes),
+            Budget::Bytes(b) => {
+                text.floor_char_boundary(usize::try_from(b.saturating_sub(1)).unwrap_or(usize::MAX))
+            }
+        };
+        if cut == 0 {
+            text.ceil_char_boundary(1)
+        } else {
+            cut
+        }
+    }
+}
+
+/// A line of which [`read`] gave only a part (bytes `start..end` of its `len`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineWindow {
+    /// The line's seq.
+    pub seq: u64,
+    /// First byte of the line's text given.
+    pub start: u64,
+    /// Byte after the last one given.
+    pub end: u64,
+    /// Bytes of the whole line's text (without its line break).
+    pub len: u64,
+}
+
 /// What [`read`] returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadResult {
-    /// The lines, verbatim, each ending in `\n` (a line longer than the whole budget is cut,
-    /// with a note saying so).
+    /// The lines, verbatim, each ending in `\n`; the first or only line may be a part of its
+    /// line ([`ReadResult::window`]).
     pub text: String,
     /// Seqs of the first and last line given (`None` when the range holds no line).
     pub seqs: Option<(u64, u64)>,
-    /// Where to continue when the budget ended before `to`.
-    pub next: Option<u64>,
+    /// A line given only in part: it started at an offset, or it did not fit the budget.
+    pub window: Option<LineWindow>,
+    /// Where to continue when the budget ended before `to` (inside a line when its offset is
+    /// not 0).
+    pub next: Option<Position>,
     /// Seq of the last line of messages.jsonl seen (the history's length when the read went
     /// to its end).
     pub last_seq_seen: u64,
@@ -38,28 +116,31 @@ struct SeqOnly {
     seq: u64,
 }
 
-/// The lines of messages.jsonl of `dir` with seq `from..=to`, as long as their estimated
-/// tokens stay within `max_tokens` (at least one line is given, cut if need be). Errors: `from`
-/// of 0 or after `to` (naming the argument), an unreadable file or line (naming it).
+/// The lines of messages.jsonl of `dir` from `from` (a seq, and an offset into its line) to seq
+/// `to`, as long as they fit `budget`; a line that does not fit alone is given as a window of
+/// it, with [`ReadResult::next`] inside it, so every byte can be read. Errors: a seq of 0 or
+/// `to` before `from` (naming the argument), an unreadable file or line (naming it).
 pub fn read(
     dir: &TaskDir,
-    from: u64,
+    from: Position,
     to: u64,
-    max_tokens: u64,
+    budget: Budget,
 ) -> Result<ReadResult, HistoryError> {
-    if from == 0 {
+    if from.seq == 0 {
         return Err(HistoryError::Argument(
             "`from_seq` must be at least 1".into(),
         ));
     }
-    if to < from {
+    if to < from.seq {
         return Err(HistoryError::Argument(format!(
-            "`to_seq` ({to}) is before `from_seq` ({from})"
+            "`to_seq` ({to}) is before `from_seq` ({})",
+            from.seq
         )));
     }
     let mut result = ReadResult {
         text: String::new(),
         seqs: None,
+        window: None,
         next: None,
         last_seq_seen: 0,
     };
@@ -69,7 +150,7 @@ pub fn read(
     else {
         return Ok(result);
     };
-    let start = seek_before(&mut file, from).map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
+    let start = seek_before(&mut file, from.seq).map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
     file.seek(SeekFrom::Start(start))
         .map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
     let mut lines = LineReader::new(
@@ -77,7 +158,7 @@ pub fn read(
         dir.show(MESSAGES),
     )
     .max_line_bytes(MAX_LINE_BYTES);
-    let budget = max_tokens.saturating_sub(bound::NOTE_RESERVE_TOKENS).max(1);
+    let limit = budget.limit();
     let mut used = 0u64;
     while let Some((_, text)) = lines.next_line()? {
         let seq = serde_json::from_str::<SeqOnly>(text)
@@ -86,35 +167,57 @@ pub fn read(
             })?
             .seq;
         result.last_seq_seen = seq;
-        if seq < from {
+        if seq < from.seq {
             continue;
         }
         if seq > to {
             break;
         }
-        let tokens = estimate_tokens(text) + 1;
-        if used + tokens > budget {
+        let skip = if seq == from.seq {
+            text.floor_char_boundary(usize::try_from(from.offset).unwrap_or(usize::MAX))
+        } else {
+            0
+        };
+        let rest = &text[skip..];
+        let len = text.len() as u64;
+        let cost = budget.cost(rest);
+        if used + cost > limit {
             if result.seqs.is_some() {
-                result.next = Some(seq);
+                result.next = Some(Position::line(seq));
                 break;
             }
-            // One line larger than the whole budget: its head, and the next line after it.
-            let cut = bound::cut_point(text, max_tokens).map_or(text.len(), |c| c.kept_bytes);
-            result.text.push_str(&text[..cut]);
-            result.text.push_str(&format!(
-                "\n[line seq {seq} cut: showing {} of {} characters]\n",
-                text[..cut].chars().count(),
-                text.chars().count()
-            ));
+            // One line larger than the whole budget: a window of it, and where it goes on.
+            let end = skip + budget.window(rest);
+            result.text.push_str(&text[skip..end]);
+            result.text.push('\n');
             result.seqs = Some((seq, seq));
-            if seq < to {
-                result.next = Some(seq + 1);
+            result.window = Some(LineWindow {
+                seq,
+                start: skip as u64,
+                end: end as u64,
+                len,
+            });
+            if end < text.len() {
+                result.next = Some(Position {
+                    seq,
+                    offset: end as u64,
+                });
+            } else if seq < to {
+                result.next = Some(Position::line(seq + 1));
             }
             break;
         }
-        used += tokens;
-        result.text.push_str(text);
+        used += cost;
+        result.text.push_str(rest);
         result.text.push('\n');
+        if skip > 0 {
+            result.window = Some(LineWindow {
+                seq,
+                start: skip as u64,
+                end: len,
+                len,
+            });
+        }
         result.seqs = Some((result.seqs.map_or(seq, |s| s.0), seq));
     }
     Ok(result)
@@ -201,34 +304,119 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = TaskDir::open(tmp.path()).unwrap();
         let lines = write_history(tmp.path(), 3000, 100);
-        let r = read(&dir, 1500, 1502, 10_000).unwrap();
+        let r = read(&dir, Position::line(1500), 1502, Budget::Tokens(10_000)).unwrap();
         assert_eq!(r.text, lines[1499..1502].join("\n") + "\n");
         assert_eq!((r.seqs, r.next), (Some((1500, 1502)), None));
         // A budget of about two lines: two given, continue from the third.
         let line_tokens = estimate_tokens(&lines[0]) + 1;
         let r = read(
             &dir,
-            10,
+            Position::line(10),
             20,
-            2 * line_tokens + bound::NOTE_RESERVE_TOKENS + 1,
+            Budget::Tokens(2 * line_tokens + bound::NOTE_RESERVE_TOKENS + 1),
         )
         .unwrap();
         assert_eq!(r.seqs, Some((10, 11)));
-        assert_eq!(r.next, Some(12));
+        assert_eq!(r.next, Some(Position::line(12)));
+        assert_eq!(r.window, None);
         // Past the end: nothing, and how long the history is.
-        let r = read(&dir, 5000, 6000, 1000).unwrap();
+        let r = read(&dir, Position::line(5000), 6000, Budget::Tokens(1000)).unwrap();
         assert_eq!((r.seqs, r.last_seq_seen), (None, 3000));
         // Every start is found by the bisection.
         for from in [1, 2, 999, 2999, 3000] {
-            let r = read(&dir, from, from, 1000).unwrap();
+            let r = read(&dir, Position::line(from), from, Budget::Tokens(1000)).unwrap();
             assert_eq!(
                 r.text,
                 format!("{}\n", lines[from as usize - 1]),
                 "from {from}"
             );
         }
-        assert!(read(&dir, 0, 3, 100).is_err());
-        assert!(read(&dir, 4, 3, 100).is_err());
+        assert!(read(&dir, Position::line(0), 3, Budget::Tokens(100)).is_err());
+        assert!(read(&dir, Position::line(4), 3, Budget::Tokens(100)).is_err());
+    }
+
+    #[test]
+    fn a_line_over_the_whole_budget_is_read_in_windows_to_its_end() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        // Line 2 holds 300 KB with multi-byte characters: windows of it, then line 3.
+        let long = ChatMessage::text("tool", format!("start {} end", "é→x".repeat(50_000)));
+        let lines: Vec<String> = [
+            ChatMessage::text("user", "one"),
+            long,
+            ChatMessage::text("assistant", "three"),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            serde_json::to_string(&HistoryLine::of(
+                i as u64 + 1,
+                m,
+                "2026-01-01T00:00:00.000Z",
+            ))
+            .unwrap()
+        })
+        .collect();
+        std::fs::write(tmp.path().join(MESSAGES), lines.join("\n") + "\n").unwrap();
+        for budget in [Budget::Tokens(2000), Budget::Bytes(7001)] {
+            let mut at = Position::line(2);
+            let mut got = String::new();
+            let mut windows = 0;
+            loop {
+                let r = read(&dir, at, 3, budget).unwrap();
+                let w = r.window.expect("a window of line 2");
+                assert_eq!(
+                    (w.seq, w.start, w.len),
+                    (2, at.offset, lines[1].len() as u64)
+                );
+                if let Budget::Bytes(b) = budget {
+                    assert!(r.text.len() as u64 <= b, "{}", r.text.len());
+                }
+                let (part, rest) = r.text.split_once('\n').unwrap();
+                got.push_str(part);
+                windows += 1;
+                match r.next {
+                    Some(p) if p.seq == 2 => {
+                        assert_eq!((r.seqs, p.offset), (Some((2, 2)), w.end));
+                        at = p;
+                    }
+                    // The end of line 2: line 3 comes with it when it fits, else next.
+                    Some(p) => {
+                        assert_eq!((r.seqs, p, rest), (Some((2, 2)), Position::line(3), ""));
+                        break;
+                    }
+                    None => {
+                        assert_eq!(
+                            (r.seqs, rest),
+                            (Some((2, 3)), format!("{}\n", lines[2]).as_str())
+                        );
+                        break;
+                    }
+                }
+            }
+            assert_eq!(got, lines[1], "the windows join to the line, byte for byte");
+            assert!(windows > 10, "{windows} windows");
+        }
+        // An offset inside a character is moved back to its start; from the middle of a line
+        // with room to spare, the rest of it and the next line come.
+        let mid = lines[1].len() / 2;
+        let r = read(
+            &dir,
+            Position {
+                seq: 2,
+                offset: mid as u64,
+            },
+            3,
+            Budget::Bytes(10_000_000),
+        )
+        .unwrap();
+        let back = lines[1].floor_char_boundary(mid);
+        assert_eq!(r.text, format!("{}\n{}\n", &lines[1][back..], lines[2]));
+        assert_eq!(
+            r.window.map(|w| (w.start, w.end)),
+            Some((back as u64, lines[1].len() as u64))
+        );
+        assert_eq!((r.seqs, r.next), (Some((2, 3)), None));
     }
 
     #[test]
@@ -236,10 +424,16 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = TaskDir::open(tmp.path()).unwrap();
         write_history(tmp.path(), 3, 5000);
-        let r = read(&dir, 2, 3, 200).unwrap();
+        let r = read(&dir, Position::line(2), 3, Budget::Tokens(200)).unwrap();
         assert_eq!(r.seqs, Some((2, 2)));
-        assert_eq!(r.next, Some(3));
-        assert!(r.text.contains("[line seq 2 cut: showing"), "{}", r.text);
+        let end = r.window.unwrap().end;
+        assert_eq!(
+            r.next,
+            Some(Position {
+                seq: 2,
+                offset: end
+            })
+        );
         assert!(estimate_tokens(&r.text) <= 200, "{}", r.text.len());
     }
 }

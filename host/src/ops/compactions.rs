@@ -39,32 +39,64 @@ impl Compaction {
     }
 }
 
-/// Every compression of the task in `dir` that made a summary, oldest first. Errors name the
-/// file and line that cannot be read.
-pub fn compactions(dir: &TaskDir) -> anyhow::Result<Vec<Compaction>> {
-    let mut out = Vec::new();
+/// The compaction record of a task: the compressions whose summary line reads, and the lines
+/// of summaries.jsonl that do not (each naming the file and line), so one bad line hides
+/// nothing else.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Record {
+    /// Every compression that made a summary, oldest first.
+    pub compactions: Vec<Compaction>,
+    /// `summaries.jsonl line N: why`, one per line that does not read.
+    pub unreadable: Vec<String>,
+}
+
+/// The compaction record of the task in `dir` ([`Record`]). A summary line that is not JSON or
+/// not a summary is named in [`Record::unreadable`] and the others are read; a line that cannot
+/// be read at all (not UTF-8, longer than [`MAX_LINE_BYTES`]) ends the reading there, named
+/// the same way. Errors: summaries.jsonl or messages.jsonl cannot be opened or read (named).
+pub fn compactions(dir: &TaskDir) -> anyhow::Result<Record> {
+    let mut record = Record::default();
     let Some(file) = dir.open_read_if_exists(SUMMARIES)? else {
-        return Ok(out);
+        return Ok(record);
     };
+    let shown = dir.show(SUMMARIES);
     let mut lines =
-        LineReader::new(BufReader::new(file), dir.show(SUMMARIES)).max_line_bytes(MAX_LINE_BYTES);
-    while let Some((_, value)) = lines.next_value::<serde_json::Value>()? {
-        let replaced = replaced_of(&value);
-        let summary: SummaryLine = serde_json::from_value(value).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: a summary line that does not read: {e}",
-                dir.show(SUMMARIES)
-            )
-        })?;
-        out.push(Compaction {
-            summary_seq: replaced.as_ref().map(|r| r.summary_seq),
-            kept: replaced
-                .as_ref()
-                .map(|r| (r.kept_start_seq, r.kept_end_seq)),
-            replaced,
-            summary,
+        LineReader::new(BufReader::new(file), shown.clone()).max_line_bytes(MAX_LINE_BYTES);
+    loop {
+        let (line_no, text) = match lines.next_line() {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(ctxhost_format::jsonl::JsonlError::Invalid {
+                file,
+                line,
+                message,
+            }) => {
+                record.unreadable.push(format!(
+                    "{file} line {line}: {message} (the lines after it were not read)"
+                ));
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let summary = serde_json::from_str::<serde_json::Value>(text).and_then(|value| {
+            let replaced = replaced_of(&value);
+            serde_json::from_value::<SummaryLine>(value).map(|s| (s, replaced))
         });
+        match summary {
+            Ok((summary, replaced)) => record.compactions.push(Compaction {
+                summary_seq: replaced.as_ref().map(|r| r.summary_seq),
+                kept: replaced
+                    .as_ref()
+                    .map(|r| (r.kept_start_seq, r.kept_end_seq)),
+                replaced,
+                summary,
+            }),
+            Err(e) => record.unreadable.push(format!(
+                "{shown} line {line_no}: not a summary line ({e}); not shown"
+            )),
+        }
     }
+    let out = &mut record.compactions;
     if out.iter().any(|c| c.summary_seq.is_none()) {
         // Older records: the summary's seq from messages.jsonl (one pass, one line at a time).
         let seqs = summary_seqs(dir)?;
@@ -75,7 +107,7 @@ pub fn compactions(dir: &TaskDir) -> anyhow::Result<Vec<Compaction>> {
                 .map(|s| (c.summary.end_seq + 1, s.saturating_sub(1)));
         }
     }
-    Ok(out)
+    Ok(record)
 }
 
 fn summary_seqs(dir: &TaskDir) -> anyhow::Result<HashMap<u64, u64>> {
@@ -117,14 +149,15 @@ pub fn messages(
 }
 
 /// `show --compactions` as text: per compression its range, when, the sizes, what was kept
-/// verbatim, the elided tool results, the paths and the summary (terminal-safe).
-pub fn render(list: &[Compaction]) -> String {
+/// verbatim, the elided tool results, the paths and the summary, then the summary lines that do
+/// not read (terminal-safe).
+pub fn render(record: &Record) -> String {
     use crate::untrusted::terminal;
-    if list.is_empty() {
-        return "no compression made a summary in this task\n".to_string();
-    }
     let mut out = String::new();
-    for c in list {
+    if record.compactions.is_empty() {
+        out.push_str("no compression made a summary in this task\n");
+    }
+    for c in &record.compactions {
         let s = &c.summary;
         out.push_str(&format!(
             "compression {}: messages {}\u{2013}{} summarised at {} ({} → {} tokens)\n",
@@ -180,6 +213,9 @@ pub fn render(list: &[Compaction]) -> String {
             c.new_start_seq(),
             s.end_seq
         ));
+    }
+    for bad in &record.unreadable {
+        out.push_str(&format!("unreadable: {}\n", terminal(bad)));
     }
     out
 }

@@ -14,7 +14,7 @@
 
 use std::time::Instant;
 
-use super::error::fmt_duration;
+use super::error::{PluginError, fmt_duration};
 use super::sandbox::StoreState;
 use super::types::{Completion, PlanningImport};
 use crate::untrusted::{self, MAX_LOG_BYTES};
@@ -93,4 +93,74 @@ pub(crate) fn planning<T>(
         Some(p) => f(p.as_mut()),
         None => Err("no planning history is available to this component".to_string()),
     }
+}
+
+/// Most bytes of text one `history.read` returns (its `max-bytes` may not be larger): 1 MiB.
+pub(crate) const MAX_HISTORY_READ_BYTES: u32 = 1024 * 1024;
+
+/// A [`crate::history::HistoryError`] as the `plugin-error` a component gets: an argument or a
+/// line that does not read is `invalid-input`, a file that cannot be read `io`.
+fn history_error(e: crate::history::HistoryError) -> PluginError {
+    use crate::history::HistoryError as H;
+    match e {
+        H::Io { .. } => PluginError::Io(e.to_string()),
+        H::Line(_) | H::Argument(_) => PluginError::InvalidInput(e.to_string()),
+    }
+}
+
+/// `f` on the instance's task directory (an error when it has none), its time counted as the
+/// host's ([`super::sandbox::CallState`]).
+fn with_history<T>(
+    state: &mut StoreState,
+    f: impl FnOnce(&crate::task_dir::TaskDir) -> Result<T, crate::history::HistoryError>,
+) -> Result<T, PluginError> {
+    let Some(dir) = state.history.as_ref() else {
+        return Err(PluginError::Unsupported(
+            "the task's history is not available to this component".into(),
+        ));
+    };
+    let started = Instant::now();
+    let result = f(dir).map_err(history_error);
+    state.call.host_time += started.elapsed();
+    result
+}
+
+/// `history.search`: the newest `limit` matches of `query` (words, or a regular expression).
+pub(crate) fn history_search(
+    state: &mut StoreState,
+    query: &str,
+    limit: u32,
+    regex: bool,
+) -> Result<crate::history::Found, PluginError> {
+    with_history(state, |dir| {
+        let query = if regex {
+            crate::history::Query::regex(query)?
+        } else {
+            crate::history::Query::words(query)?
+        };
+        crate::history::search(dir, &query, limit as usize)
+    })
+}
+
+/// `history.read`: messages.jsonl from `from` to seq `to`, at most `max_bytes` bytes of text
+/// (1..=[`MAX_HISTORY_READ_BYTES`]).
+pub(crate) fn history_read(
+    state: &mut StoreState,
+    from: crate::history::Position,
+    to: u64,
+    max_bytes: u32,
+) -> Result<crate::history::ReadResult, PluginError> {
+    if !(1..=MAX_HISTORY_READ_BYTES).contains(&max_bytes) {
+        return Err(PluginError::InvalidInput(format!(
+            "`max-bytes` is {max_bytes}: it must be 1 to {MAX_HISTORY_READ_BYTES}"
+        )));
+    }
+    with_history(state, |dir| {
+        crate::history::read(
+            dir,
+            from,
+            to,
+            crate::history::Budget::Bytes(u64::from(max_bytes)),
+        )
+    })
 }

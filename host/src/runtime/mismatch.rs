@@ -57,7 +57,7 @@ fn interfaces(wit: WitVersion) -> &'static [&'static str] {
             "compressor",
             "request-format",
         ],
-        WitVersion::V0_2_0 | WitVersion::V0_3_0 => &[
+        WitVersion::V0_2_0 => &[
             "types",
             "log",
             "llm",
@@ -67,15 +67,34 @@ fn interfaces(wit: WitVersion) -> &'static [&'static str] {
             "planning",
             "strategy",
         ],
+        WitVersion::V0_3_0 => &[
+            "types",
+            "log",
+            "llm",
+            "message-store",
+            "compressor",
+            "request-format",
+            "planning",
+            "history",
+            "strategy",
+        ],
     }
 }
 
-/// The `ctxhost:plugin` interfaces `kind`'s world imports (`types` comes with them).
-fn world_imports(kind: PluginKind) -> &'static [&'static str] {
-    match kind {
-        PluginKind::MessageStore | PluginKind::RequestFormat => &["types", "log"],
-        PluginKind::Compressor => &["types", "log", "llm"],
-        PluginKind::Strategy => &["types", "log", "llm", "planning"],
+/// The `ctxhost:plugin` interfaces `kind`'s world imports at `wit` (`types` comes with them).
+fn world_imports(kind: PluginKind, wit: WitVersion) -> &'static [&'static str] {
+    match (kind, wit) {
+        (PluginKind::MessageStore | PluginKind::RequestFormat, _) => &["types", "log"],
+        (PluginKind::Compressor, WitVersion::V0_1_0 | WitVersion::V0_2_0) => {
+            &["types", "log", "llm"]
+        }
+        (PluginKind::Compressor, WitVersion::V0_3_0) => &["types", "log", "llm", "history"],
+        (PluginKind::Strategy, WitVersion::V0_1_0 | WitVersion::V0_2_0) => {
+            &["types", "log", "llm", "planning"]
+        }
+        (PluginKind::Strategy, WitVersion::V0_3_0) => {
+            &["types", "log", "llm", "planning", "history"]
+        }
     }
 }
 
@@ -144,12 +163,15 @@ pub fn explain_link_error(reason: &str, kind: PluginKind, wit: WitVersion) -> St
             interfaces(wit).join(", ")
         );
     }
-    if !world_imports(kind).contains(&iface) {
+    if !world_imports(kind, wit).contains(&iface) {
         let hint = match iface {
             "llm" => {
                 "only a compressor or a strategy (worlds compressor-plugin, strategy-plugin) may import `llm`"
             }
             "planning" => "only a strategy (world strategy-plugin) may import `planning`",
+            "history" => {
+                "only a compressor or a strategy (worlds compressor-plugin, strategy-plugin) may import `history`"
+            }
             _ => "a plugin may import only what its world in wit/plugin.wit imports",
         };
         return not_provided(hint);
@@ -213,6 +235,46 @@ mod tests {
             explain_link_error("type mismatch", PluginKind::Compressor, WitVersion::V0_3_0),
             "type mismatch"
         );
+    }
+
+    #[test]
+    fn history_is_named_for_the_worlds_and_versions_that_do_not_have_it() {
+        let missing = |kind, wit| {
+            explain_link_error(
+                &format!(
+                    "component imports instance `ctxhost:plugin/history@{wit}`, but a matching implementation was not found in the linker"
+                ),
+                kind,
+                wit,
+            )
+        };
+        let store = missing(PluginKind::MessageStore, WitVersion::V0_3_0);
+        assert!(
+            store.contains("to a message-store-plugin")
+                && store.contains("only a compressor or a strategy (worlds compressor-plugin, strategy-plugin) may import `history`"),
+            "{store}"
+        );
+        // A 0.2.0 component importing history@0.2.0: an interface 0.2.0 does not have.
+        let old = missing(PluginKind::Compressor, WitVersion::V0_2_0);
+        assert!(
+            old.contains(
+                "an interface ctxhost:plugin@0.2.0 does not have (it has types, log, llm,"
+            ),
+            "{old}"
+        );
+        assert!(!old.contains("history,"), "{old}");
+        // In 0.3.0 both worlds import it: a missing function of it is what does not fit.
+        for kind in [PluginKind::Compressor, PluginKind::Strategy] {
+            let e = explain_link_error(
+                "component imports instance `ctxhost:plugin/history@0.3.0`, but a matching implementation was not found in the linker: instance export `grep` has the wrong type: function implementation is missing",
+                kind,
+                WitVersion::V0_3_0,
+            );
+            assert!(
+                e.starts_with("this component imports function `grep` of ctxhost:plugin/history@0.3.0, which ctxhost:plugin@0.3.0 does not have"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -233,8 +233,20 @@ impl fmt::Debug for LoadedPlugin {
     }
 }
 
+/// The task directory as the `history` import reads it (opened once, never through a link).
+fn history_dir(
+    plugin: &LoadedPlugin,
+    task_dir: &Path,
+) -> Result<crate::task_dir::TaskDir, RuntimeError> {
+    crate::task_dir::TaskDir::open(task_dir).map_err(|e| RuntimeError::Sandbox {
+        component: plugin.name.to_string(),
+        task_dir: task_dir.display().to_string(),
+        reason: format!("cannot open it for the history import: {e}"),
+    })
+}
+
 /// The linkers of one WIT version: one per world (WASI p2 + `log`, `llm` for compressors and
-/// strategies, `planning` for strategies). `strategy` is `None` for a version without the world.
+/// strategies, `planning` for strategies, `history` for compressors and strategies from 0.3.0). `strategy` is `None` for a version without the world.
 struct WorldLinkers {
     message_store: Linker<StoreState>,
     compressor: Linker<StoreState>,
@@ -425,7 +437,8 @@ impl Runtime {
         let Pre::Compressor(pre) = &plugin.pre else {
             return Err(self.kind_mismatch(plugin, PluginKind::Compressor));
         };
-        let sandbox = self.sandbox(plugin, task_dir, Some(llm))?;
+        let mut sandbox = self.sandbox(plugin, task_dir, Some(llm))?;
+        sandbox.state_mut().history = Some(history_dir(plugin, task_dir)?);
         Compressor::instantiate(sandbox, pre, task_dir.to_path_buf())
     }
 
@@ -443,6 +456,7 @@ impl Runtime {
         };
         let mut sandbox = self.sandbox(plugin, task_dir, Some(llm))?;
         sandbox.state_mut().planning = Some(planning);
+        sandbox.state_mut().history = Some(history_dir(plugin, task_dir)?);
         Strategy::instantiate(sandbox, pre)
     }
 

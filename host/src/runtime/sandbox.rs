@@ -94,6 +94,8 @@ pub struct StoreState {
     pub(crate) llm: Option<Box<dyn LlmImport>>,
     /// What the `planning` import calls (strategies only).
     pub(crate) planning: Option<Box<dyn PlanningImport>>,
+    /// The task directory the `history` import reads (compressors and strategies).
+    pub(crate) history: Option<crate::task_dir::TaskDir>,
     /// The instance's limits.
     pub(crate) limits: RuntimeLimits,
     /// The call in progress.
@@ -280,6 +282,7 @@ impl Sandbox {
             component: name.clone(),
             llm,
             planning: None,
+            history: None,
             limits: *limits,
             call: CallState::new(),
             budget,

@@ -38,10 +38,11 @@ pub fn definitions() -> Vec<Value> {
         }}),
         json!({"type": "function", "function": {
             "name": HISTORY_READ,
-            "description": "Read this task's history messages from_seq..to_seq verbatim.",
+            "description": "Read history messages from_seq..to_seq verbatim (offset: where a cut line goes on).",
             "parameters": {"type": "object", "properties": {
                 "from_seq": {"type": "integer"},
-                "to_seq": {"type": "integer"}
+                "to_seq": {"type": "integer"},
+                "offset": {"type": "integer"}
             }, "required": ["from_seq", "to_seq"]}
         }}),
     ]
@@ -247,7 +248,21 @@ impl HistoryTools {
             }),
         };
         let (from, to) = (seq("from_seq")?, seq("to_seq")?);
-        let r = history::read(&self.dir, from, to, self.max_output_tokens)?;
+        let offset = match args.get("offset") {
+            None | Some(Value::Null) => 0,
+            Some(v) => v.as_u64().ok_or_else(|| {
+                HistoryError::Argument(format!(
+                    "`offset` is {}: it must be a byte offset (0 or more) in from_seq's line",
+                    shown_value(v)
+                ))
+            })?,
+        };
+        let r = history::read(
+            &self.dir,
+            history::Position { seq: from, offset },
+            to,
+            history::Budget::Tokens(self.max_output_tokens),
+        )?;
         let Some((first, last)) = r.seqs else {
             return Ok(format!(
                 "no messages with seq {from}-{to}: the history has {} messages",
@@ -255,9 +270,21 @@ impl HistoryTools {
             ));
         };
         let mut out = format!("messages.jsonl seq {first}-{last}, verbatim:\n{}", r.text);
+        if let Some(w) = r.window {
+            out.push_str(&format!(
+                "[line seq {}: bytes {}-{} of {}]\n",
+                w.seq, w.start, w.end, w.len
+            ));
+        }
         match r.next {
+            Some(next) if next.offset > 0 => out.push_str(&format!(
+                "[cut to fit the context: continue from seq {} offset {} with \
+                 {HISTORY_READ}(from_seq={}, offset={}, to_seq={to})]",
+                next.seq, next.offset, next.seq, next.offset
+            )),
             Some(next) => out.push_str(&format!(
-                "[cut to fit the context: continue from seq {next} with {HISTORY_READ}(from_seq={next}, to_seq={to})]"
+                "[cut to fit the context: continue from seq {} with {HISTORY_READ}(from_seq={}, to_seq={to})]",
+                next.seq, next.seq
             )),
             None => out.push_str("[end of the range]"),
         }
@@ -439,5 +466,66 @@ mod tests {
         let mut off = HistoryTools::new(Box::new(NoTools), &dir, false, 8192, None).unwrap();
         off.context_compressed().unwrap();
         assert!(!off.is_active());
+    }
+
+    #[test]
+    fn history_read_pages_through_one_five_megabyte_message() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        let big = format!("BEGIN {} END", "0123456789".repeat(500_000));
+        let lines: String = [
+            ChatMessage::text("user", "start"),
+            ChatMessage::text("user", big.clone()),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| serde_json::to_string(&HistoryLine::of(i as u64 + 1, m, "t")).unwrap() + "\n")
+        .collect();
+        std::fs::write(tmp.path().join("messages.jsonl"), &lines).unwrap();
+        std::fs::write(tmp.path().join("summaries.jsonl"), "{}\n").unwrap();
+        let mut tools = HistoryTools::new(Box::new(NoTools), &dir, true, 1_000_000, None).unwrap();
+        tools.set_max_output_tokens(100_000);
+        let line = lines.lines().nth(1).unwrap();
+        let mut args = json!({"from_seq": 2, "to_seq": 2});
+        let mut got = String::new();
+        let mut calls = 0;
+        loop {
+            calls += 1;
+            assert!(calls < 100, "no end after {calls} reads");
+            let out = tools
+                .call(&ToolCall::new("c", HISTORY_READ, args.to_string()))
+                .unwrap();
+            let text = out.text();
+            let body = text
+                .strip_prefix("messages.jsonl seq 2-2, verbatim:\n")
+                .unwrap_or_else(|| panic!("{}", &text[..200]));
+            let (part, note) = body.split_at(body.find("\n[line seq 2: bytes ").unwrap());
+            got.push_str(part);
+            match note.split_once("continue from seq 2 offset ") {
+                Some((_, rest)) => {
+                    let offset: u64 = rest[..rest.find(' ').unwrap()].parse().unwrap();
+                    assert!(
+                        rest.contains(&format!(
+                            "history_read(from_seq=2, offset={offset}, to_seq=2)"
+                        )),
+                        "{rest}"
+                    );
+                    args = json!({"from_seq": 2, "to_seq": 2, "offset": offset});
+                }
+                None => {
+                    assert!(note.ends_with("[end of the range]"), "{note}");
+                    break;
+                }
+            }
+        }
+        assert_eq!(got, line, "every byte of the 5 MB line, in order");
+        assert!(calls > 5, "{calls}");
+        let bad = json!({"from_seq": 2, "to_seq": 2, "offset": -1}).to_string();
+        assert_eq!(
+            tools.call(&ToolCall::new("c", HISTORY_READ, &bad)).unwrap(),
+            CallOutcome::Error(
+                "history_read: `offset` is -1: it must be a byte offset (0 or more) in from_seq's line".into()
+            )
+        );
     }
 }

@@ -49,6 +49,8 @@ pub struct CompactionView {
 struct CompactionsPage {
     uuid: String,
     items: Vec<CompactionView>,
+    /// Lines of summaries.jsonl that do not read, each naming file and line (redacted).
+    unreadable: Vec<String>,
 }
 
 fn view(
@@ -138,12 +140,22 @@ pub async fn page(State(state): State<AppState>, Path(uuid): Path<String>) -> Re
             Named::Elsewhere(redirect) => return Ok(redirect),
         };
         let dir = files::open_task_dir(&state.layout, &uuid).ok_or(WebError::NotFound)?;
-        let list = compactions::compactions(dir.handle())?;
-        let items = list
+        let record = compactions::compactions(dir.handle())?;
+        let items = record
+            .compactions
             .iter()
             .map(|c| view(&state, &uuid, dir.handle(), c))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(render(&CompactionsPage { uuid, items }))
+        let unreadable = record
+            .unreadable
+            .iter()
+            .map(|b| state.redactor.redact(b))
+            .collect();
+        Ok(render(&CompactionsPage {
+            uuid,
+            items,
+            unreadable,
+        }))
     })
     .await
 }

@@ -12,7 +12,7 @@
 //! (integer id) and `compress-config` (with `keep-recent-tokens`), all one-to-one, and the
 //! strategy world's records and its `planning` import.
 
-/// World `compressor-plugin`: imports `log` and `llm`, exports `compressor`.
+/// World `compressor-plugin`: imports `log`, `llm` and `history`, exports `compressor`.
 pub mod compressor {
     wasmtime::component::bindgen!({
         world: "compressor-plugin",
@@ -44,7 +44,7 @@ pub mod request_format {
     });
 }
 
-/// World `strategy-plugin`: imports `log`, `llm` and `planning`, exports
+/// World `strategy-plugin`: imports `log`, `llm`, `planning` and `history`, exports
 /// `strategy`.
 pub mod strategy {
     wasmtime::component::bindgen!({
@@ -54,6 +54,7 @@ pub mod strategy {
             "ctxhost:plugin/types": crate::runtime::wit::v0_3_0::compressor::ctxhost::plugin::types,
             "ctxhost:plugin/log": crate::runtime::wit::v0_3_0::compressor::ctxhost::plugin::log,
             "ctxhost:plugin/llm": crate::runtime::wit::v0_3_0::compressor::ctxhost::plugin::llm,
+            "ctxhost:plugin/history": crate::runtime::wit::v0_3_0::compressor::ctxhost::plugin::history,
         },
     });
 }
@@ -63,7 +64,9 @@ pub use message_store::{MessageStorePlugin, MessageStorePluginPre};
 pub use request_format::{RequestFormatPlugin, RequestFormatPluginPre};
 pub use strategy::{StrategyPlugin, StrategyPluginPre};
 
-use compressor::ctxhost::plugin::{llm as wit_llm, log as wit_log, types as wit_types};
+use compressor::ctxhost::plugin::{
+    history as wit_history, llm as wit_llm, log as wit_log, types as wit_types,
+};
 use compressor::exports::ctxhost::plugin::compressor as wit_compressor;
 use message_store::exports::ctxhost::plugin::message_store as wit_store;
 use request_format::exports::ctxhost::plugin::request_format as wit_format;
@@ -219,6 +222,92 @@ impl From<wit_compressor::CompressResult> for CompressResult {
 
 // The strategy world, as in 0.2.0.
 super::strategy_world_conversions!();
+
+fn to_wit_error(e: crate::runtime::PluginError) -> wit_types::PluginError {
+    use crate::runtime::PluginError as E;
+    match e {
+        E::Io(s) => wit_types::PluginError::Io(s),
+        E::InvalidInput(s) => wit_types::PluginError::InvalidInput(s),
+        E::Llm(s) => wit_types::PluginError::Llm(s),
+        E::Unsupported(s) => wit_types::PluginError::Unsupported(s),
+        E::Internal(s) => wit_types::PluginError::Internal(s),
+    }
+}
+
+impl From<crate::history::Hit> for wit_history::HistoryHit {
+    fn from(h: crate::history::Hit) -> Self {
+        use crate::history::HitSource;
+        wit_history::HistoryHit {
+            seq: h.seq,
+            role: h.role,
+            tool_name: h.tool_name,
+            source: match h.source {
+                HitSource::Message => wit_history::HitSource::Message,
+                HitSource::ToolResultFile(f) => wit_history::HitSource::ToolResult(f),
+                HitSource::Summary {
+                    id,
+                    start_seq,
+                    end_seq,
+                } => wit_history::HitSource::Summary(wit_history::SummaryRange {
+                    id,
+                    start_seq,
+                    end_seq,
+                }),
+            },
+            snippet: h.snippet,
+        }
+    }
+}
+
+impl From<crate::history::ReadResult> for wit_history::HistoryPage {
+    fn from(r: crate::history::ReadResult) -> Self {
+        wit_history::HistoryPage {
+            text: r.text,
+            first_seq: r.seqs.map(|s| s.0),
+            last_seq: r.seqs.map(|s| s.1),
+            window: r.window.map(|w| wit_history::LineWindow {
+                seq: w.seq,
+                start: w.start,
+                end: w.end,
+                len: w.len,
+            }),
+            next_seq: r.next.map(|p| p.seq),
+            next_offset: r.next.map_or(0, |p| p.offset),
+            last_seq_seen: r.last_seq_seen,
+        }
+    }
+}
+
+/// `history` (new in 0.3.0), for compressors and strategies: [`crate::history`] on the task
+/// directory ([`crate::runtime::host_imports::history_search`], `history_read`).
+impl wit_history::Host for crate::runtime::sandbox::StoreState {
+    fn search(
+        &mut self,
+        query: String,
+        limit: u32,
+        regex: bool,
+    ) -> Result<Vec<wit_history::HistoryHit>, wit_types::PluginError> {
+        crate::runtime::host_imports::history_search(self, &query, limit, regex)
+            .map(|found| found.hits.into_iter().map(Into::into).collect())
+            .map_err(to_wit_error)
+    }
+
+    fn read(
+        &mut self,
+        from_seq: u64,
+        from_offset: u64,
+        to_seq: u64,
+        max_bytes: u32,
+    ) -> Result<wit_history::HistoryPage, wit_types::PluginError> {
+        let from = crate::history::Position {
+            seq: from_seq,
+            offset: from_offset,
+        };
+        crate::runtime::host_imports::history_read(self, from, to_seq, max_bytes)
+            .map(Into::into)
+            .map_err(to_wit_error)
+    }
+}
 
 #[cfg(test)]
 mod tests {
