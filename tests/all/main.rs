@@ -34,6 +34,7 @@ mod plugin_sdk;
 mod plugin_select;
 mod plugin_try;
 mod recall;
+mod remote_hosts;
 mod request_snapshots;
 mod request_write_path;
 mod resume_checkpoints;
