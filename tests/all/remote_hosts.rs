@@ -2,8 +2,9 @@
 //! S3-compatible bucket (issue 30, `context_storage.remote`), against the fake LLM and the
 //! SeaweedFS test server (`scripts/test-s3.sh`, `CTXHOST_TEST_S3_URL`): a host killed with
 //! kill -9 mid-task has its tasks finished by the others from the bucket, resumed from the last
-//! synced step; `show` on a host without the directory downloads it; `fsck` finds the bucket,
-//! the rows and the trees in agreement; `cleanup` deletes the tasks' objects.
+//! synced step; three hosts drain a queue while the object store restarts, each task run once;
+//! `show` on a host without the directory downloads it; `fsck` finds the bucket, the rows and
+//! the trees in agreement; `cleanup` deletes the tasks' objects.
 //!
 //! Built `#[ignore]`d unless both test servers are configured (or in CI).
 
@@ -58,6 +59,11 @@ fn bucket_url() -> String {
 fn remote_env(llm: &FakeLlm, url: &str, lease_secs: u64) -> TestEnv {
     let endpoint = std::env::var("CTXHOST_TEST_S3_URL")
         .expect("CTXHOST_TEST_S3_URL: start the server with `scripts/test-s3.sh start`");
+    remote_env_at(llm, url, &endpoint, lease_secs)
+}
+
+/// [`remote_env`] with the S3 server at `endpoint`.
+fn remote_env_at(llm: &FakeLlm, url: &str, endpoint: &str, lease_secs: u64) -> TestEnv {
     let mut env = TestEnv::new();
     // Any key: the test server takes every signature; the variables are the standard ones.
     env.set_env("AWS_ACCESS_KEY_ID", "ctxhost-test");
@@ -338,6 +344,8 @@ fn a_killed_hosts_tasks_are_finished_elsewhere_from_the_last_synced_step() {
         .ok()
         .json();
     assert_eq!(out["deleted"].as_array().unwrap().len(), 6, "{out:#}");
+    // Host c's own copies of those tasks are left for its own cleanup, which removes them.
+    on_host(&env, "host-c", &["cleanup", "--all"]).ok();
     let fsck = on_host(&env, "host-c", &["fsck", "--json"]).json();
     assert_eq!(fsck["problems"], Value::Array(vec![]), "{fsck:#}");
     let s3 = std::process::Command::new("curl")
@@ -358,6 +366,90 @@ fn a_killed_hosts_tasks_are_finished_elsewhere_from_the_last_synced_step() {
     );
 }
 
+/// A SeaweedFS server of this test's own (scripts/test-s3.sh with a directory of its own), so
+/// that restarting it disturbs no other test; destroyed when dropped.
+struct OwnS3 {
+    dir: PathBuf,
+}
+
+impl OwnS3 {
+    fn script(&self, cmd: &str) -> String {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/test-s3.sh");
+        let out = std::process::Command::new(script)
+            .args([cmd, self.dir.to_str().unwrap()])
+            .output()
+            .expect("run scripts/test-s3.sh");
+        assert!(
+            out.status.success(),
+            "test-s3.sh {cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for OwnS3 {
+    fn drop(&mut self) {
+        let _ = self.script("destroy");
+    }
+}
+
+fn three_hosts_drain_the_queue_while_the_object_store_restarts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s3 = OwnS3 {
+        dir: tmp.path().join("s3"),
+    };
+    let endpoint = s3.script("start");
+    let llm = two_step_llm(Duration::from_millis(300));
+    let env = remote_env_at(&llm, &bucket_url(), &endpoint, 10);
+    queue(&env, 30);
+    let workers: Vec<Worker> = ["host-a", "host-b", "host-c"]
+        .iter()
+        .map(|h| Worker::start(&env, h, 2))
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(120), || {
+            rows(&env)
+                .iter()
+                .filter(|r| r.status == Status::Completed)
+                .count()
+                >= 6
+        }),
+        "no progress:\n{}",
+        workers[0].log()
+    );
+    // The object store goes away for a few seconds mid-run: syncs and claims wait and retry.
+    s3.script("restart");
+    let all = wait_all_completed(&env, 300, &workers.iter().collect::<Vec<_>>());
+    let mut requests: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in llm.requests() {
+        *requests.entry(prompt_of(&r)).or_default() += 1;
+    }
+    assert_eq!(requests.len(), 30);
+    assert!(
+        requests.values().all(|n| *n == 2),
+        "each task ran exactly once: {requests:?}"
+    );
+    let mut hosts = std::collections::BTreeSet::new();
+    for r in &all {
+        assert_eq!(
+            (r.llm_call_count, r.tool_call_count, r.total_tokens),
+            (2, 1, 60),
+            "{r:?}"
+        );
+        assert_eq!(
+            (r.crash_count, r.error_message.as_deref()),
+            (0, None),
+            "{r:?}"
+        );
+        hosts.insert(r.hostname.clone().unwrap());
+    }
+    assert_eq!(hosts.len(), 3, "every host ran tasks: {hosts:?}");
+    drop(workers);
+    let fsck = on_host(&env, "host-b", &["fsck", "--json"]).json();
+    assert_eq!(fsck["problems"], Value::Array(vec![]), "{fsck:#}");
+}
+
 mod postgres {
     #[test]
     #[cfg_attr(
@@ -367,6 +459,17 @@ mod postgres {
     fn a_killed_hosts_tasks_are_finished_elsewhere_from_the_last_synced_step() {
         crate::support::store::on_postgres(
             super::a_killed_hosts_tasks_are_finished_elsewhere_from_the_last_synced_step,
+        )
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(all(ctxhost_pg_tests, ctxhost_s3_tests)),
+        ignore = "needs PostgreSQL and SeaweedFS: CTXHOST_TEST_DATABASE_URL (scripts/test-postgres.sh start) and CTXHOST_TEST_S3_URL (scripts/test-s3.sh start)"
+    )]
+    fn three_hosts_drain_the_queue_while_the_object_store_restarts() {
+        crate::support::store::on_postgres(
+            super::three_hosts_drain_the_queue_while_the_object_store_restarts,
         )
     }
 }

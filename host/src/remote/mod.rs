@@ -215,9 +215,19 @@ impl TaskSync {
     }
 }
 
-/// A copy of task `uuid` for reading (`ctxhost show` on a host that does not have it):
-/// downloaded from its manifest into `contexts/.remote/view/{uuid}` (replaced each time).
-/// `None` when the bucket has no manifest for it.
+/// Whether this host's copy of task `uuid` is the one the bucket's manifest describes (it
+/// synced or downloaded that manifest last); `true` when the bucket has none (nothing newer).
+pub fn local_copy_is_current(store: &Store, layout: &Layout, uuid: &str) -> anyhow::Result<bool> {
+    Ok(match read_manifest(store, uuid)? {
+        None => true,
+        Some(remote) => read_state(layout, uuid).is_some_and(|l| l.etag == remote.etag),
+    })
+}
+
+/// A copy of task `uuid` for reading (`ctxhost show` on a host that does not have it, or
+/// whose copy is older than the bucket's): downloaded from its manifest into
+/// `contexts/.remote/view/{uuid}` (replaced each time). `None` when the bucket has no manifest
+/// for it.
 pub fn download_for_reading(
     store: &Store,
     layout: &Layout,

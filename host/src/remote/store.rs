@@ -24,6 +24,25 @@ pub struct Store {
     uploaded: AtomicU64,
 }
 
+/// How long a request is retried (connection refused, timeouts, 5xx answers) before it fails:
+/// [`RETRY_SECS`], waiting 0.1 s doubling to 5 s between attempts. Long enough for a store that
+/// restarts or fails over; the default (10 attempts) gives up after a few seconds of refused
+/// connections. Kept under 5 minutes: a retried request is not signed again.
+fn retry_config() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: std::time::Duration::from_millis(100),
+            max_backoff: std::time::Duration::from_secs(5),
+            base: 2.0,
+        },
+        max_retries: usize::MAX,
+        retry_timeout: std::time::Duration::from_secs(RETRY_SECS),
+    }
+}
+
+/// Seconds a request to the bucket is retried before it fails ([`retry_config`]).
+pub const RETRY_SECS: u64 = 240;
+
 /// What a conditional write of a manifest came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Written {
@@ -47,6 +66,7 @@ impl Store {
             .location()
             .map_err(|e| anyhow::anyhow!("context_storage.remote.url: {e}"))?;
         let mut b = b
+            .with_retry(retry_config())
             .with_bucket_name(&loc.bucket)
             .with_conditional_put(S3ConditionalPut::ETagMatch)
             .with_allow_http(cfg.allow_http);
