@@ -231,9 +231,10 @@ pub fn sync_up(
     Ok((report, Base { manifest, etag }))
 }
 
-/// The manifest as written: pretty JSON (a person may read it with `aws s3 cp … -`).
+/// The manifest as written: compact JSON (it is written at every step; `jq` shows it to a
+/// person).
 pub fn manifest_bytes(m: &Manifest) -> anyhow::Result<Vec<u8>> {
-    Ok(serde_json::to_vec_pretty(m)?)
+    Ok(serde_json::to_vec(m)?)
 }
 
 /// Write `manifest` on the condition that the bucket's is still `expected` (`None`: there is
