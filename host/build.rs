@@ -45,6 +45,16 @@ fn main() {
         println!("cargo:rustc-cfg=ctxhost_pg_tests");
     }
 
+    // The object-store tests (task directories in a bucket, host/src/remote) run against the
+    // S3 test server (CTXHOST_TEST_S3_URL, printed by scripts/test-s3.sh) and in CI; elsewhere
+    // they are built `#[ignore]`d.
+    println!("cargo::rustc-check-cfg=cfg(ctxhost_s3_tests)");
+    println!("cargo:rerun-if-env-changed=CTXHOST_TEST_S3_URL");
+    let s3_url = std::env::var_os("CTXHOST_TEST_S3_URL").is_some_and(|v| !v.is_empty());
+    if s3_url || ci {
+        println!("cargo:rustc-cfg=ctxhost_s3_tests");
+    }
+
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     vendored_sdk(&root, &out_dir);
     // OUT_DIR = <target>/<profile>/build/ctxhost-<hash>/out

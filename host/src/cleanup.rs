@@ -71,6 +71,20 @@ pub fn cleanup(
     days: u32,
     dry_run: bool,
 ) -> anyhow::Result<CleanupReport> {
+    cleanup_with(db, layout, days, dry_run, None)
+}
+
+/// [`cleanup`] of task directories also kept in a bucket (`context_storage.remote`): a task's
+/// objects are deleted with it (after its row is marked), and a task whose directory is only in
+/// the bucket (it ran on another host) is cleaned up too; its `dir` is then the bucket's
+/// `s3://…/tasks/{uuid}` and its bytes those of its manifest.
+pub fn cleanup_with(
+    db: &Db,
+    layout: &Layout,
+    days: u32,
+    dry_run: bool,
+    remote: Option<&crate::remote::Store>,
+) -> anyhow::Result<CleanupReport> {
     let completed = layout.state_dir(DirState::Completed);
     let mut report = CleanupReport {
         days,
@@ -126,14 +140,29 @@ pub fn cleanup(
             }
         };
         let dir = layout.task_dir(DirState::Completed, &uuid);
-        if !dir.is_dir() {
+        let in_bucket = match remote {
+            Some(store) => crate::remote::read_manifest(store, &uuid)?
+                .map(|b| (store, b.manifest.total_bytes())),
+            None => None,
+        };
+        let (shown, bytes) = if dir.is_dir() {
+            (dir.display().to_string(), tree_size(&dir))
+        } else if let Some((store, bytes)) = in_bucket {
+            (
+                format!("{}/tasks/{uuid}", store.url().trim_end_matches('/')),
+                bytes,
+            )
+        } else {
             // Never started, or its directory is elsewhere (`ctxhost fsck` reports that).
             continue;
-        }
-        let bytes = tree_size(&dir);
+        };
         if !dry_run {
             if lifecycle::apply(db, layout, &uuid, &Transition::DeleteFiles)?.is_none() {
                 continue;
+            }
+            if let Some(store) = remote {
+                let n = crate::remote::delete_task(store, layout, &uuid)?;
+                tracing::info!(%uuid, objects = n, "task objects deleted from the bucket");
             }
             tracing::info!(%uuid, bytes, "task directory deleted");
         }
@@ -142,7 +171,7 @@ pub fn cleanup(
             uuid,
             status: row.status,
             completed_at: row.completed_at.clone(),
-            dir: dir.display().to_string(),
+            dir: shown,
             bytes,
         });
     }

@@ -25,6 +25,7 @@ pub mod ops;
 pub mod plugin_check;
 pub mod plugins;
 pub mod recovery;
+pub mod remote;
 pub mod repair;
 pub mod runtime;
 pub mod schemas;

@@ -154,6 +154,15 @@ pub fn run(
         Ok(h) => h,
         Err(e) => return failed(format!("cannot start the lease's heartbeat: {e:#}")),
     };
+    // With `context_storage.remote`, the directory comes from the bucket when this host's
+    // copy is not the latest, and the claim takes the manifest's next epoch (the fence).
+    let remote = match remote_claim(config, layout, &uuid, &worker_id, pid) {
+        Ok(r) => r,
+        Err(e) => {
+            heartbeat.stop();
+            return failed(format!("{e:#}"));
+        }
+    };
     tracing::info!(%uuid, pid, worker = %worker_id, "task started");
     let Some(row) = db.with(|db| db.get(&uuid))? else {
         return Err(anyhow::anyhow!("task {uuid} vanished after its claim"));
@@ -166,7 +175,7 @@ pub fn run(
     }
 
     let ended = catch_unwind(AssertUnwindSafe(|| {
-        execute(config, layout, db.clone(), row, pid, &host)
+        execute(config, layout, db.clone(), row, pid, &host, remote)
     }));
     let result = match ended {
         Ok(Ok(status)) => Ok(Some((uuid.clone(), status))),
@@ -183,6 +192,23 @@ pub fn run(
     };
     heartbeat.stop();
     result
+}
+
+/// The bucket side of claimed task `uuid` ([`crate::remote::TaskSync::claim`]); `None`
+/// without `context_storage.remote`.
+fn remote_claim(
+    config: &Config,
+    layout: &Layout,
+    uuid: &str,
+    worker_id: &WorkerId,
+    pid: u32,
+) -> anyhow::Result<Option<crate::remote::TaskSync>> {
+    let Some(store) = crate::remote::open(config.context_storage.remote.as_ref())? else {
+        return Ok(None);
+    };
+    let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
+    let holder = format!("{worker_id}/{pid}");
+    crate::remote::TaskSync::claim(store, layout, uuid, &holder, &dir).map(Some)
 }
 
 /// What a task's failure becomes in its `error_message` and the log: the API key and the
@@ -209,10 +235,14 @@ fn execute(
     row: TaskRow,
     pid: u32,
     host: &str,
+    remote: Option<crate::remote::TaskSync>,
 ) -> anyhow::Result<Status> {
     // CTXHOST_CACHE_DIR lets several contexts trees (or test runs) share compiled components.
     let plugins = PluginSet::load(config, layout)?;
     let mut ctx = TaskContext::open(config, layout, db, row, pid, host, &plugins)?;
+    if let Some(r) = remote {
+        ctx.set_remote(r);
+    }
     let mut outcome = run_loop(config, &plugins, &mut ctx);
     // Whatever the loop's outcome, the task never ends, pauses or stops on a history a
     // component replaced or rewrote during its last step: it fails, naming the file.

@@ -38,6 +38,7 @@ mod plugin_try;
 mod provider_streams;
 mod reasoning;
 mod recall;
+mod remote_hosts;
 mod request_snapshots;
 mod request_write_path;
 mod resume_checkpoints;

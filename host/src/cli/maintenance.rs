@@ -84,7 +84,9 @@ pub(super) fn cleanup(env: &Env, args: &CleanupArgs) -> anyhow::Result<ExitCode>
     } else {
         args.days.unwrap_or(env.config.context_storage.cleanup_days)
     };
-    let report = crate::cleanup::cleanup(&db, &env.layout, days, args.dry_run)?;
+    let remote = crate::remote::open(env.config.context_storage.remote.as_ref())?;
+    let report =
+        crate::cleanup::cleanup_with(&db, &env.layout, days, args.dry_run, remote.as_deref())?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
@@ -189,13 +191,16 @@ fn human_bytes(n: u64) -> String {
 pub(super) fn fsck(env: &Env, args: &FsckArgs) -> anyhow::Result<ExitCode> {
     env.require_tree()?;
     let db = env.open_db()?;
-    let report = crate::fsck::fsck(
+    let mut report = crate::fsck::fsck(
         &db,
         &env.layout,
         args.repair,
         env.config.worker.max_crashes,
         env.config.worker.lease(),
     )?;
+    if let Some(store) = crate::remote::open(env.config.context_storage.remote.as_ref())? {
+        crate::fsck::remote::check(&mut report, &db, &env.layout, &store, args.repair)?;
+    }
     let code = if report.remaining.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -451,6 +451,7 @@ impl Env {
             None => Config::load(&config_path)?,
         };
         flags.apply(&mut config)?;
+        crate::db::binding::set_working_copies(config.context_storage.remote.is_some());
         let root = global
             .contexts
             .clone()

@@ -205,7 +205,14 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     if args.compactions {
         return show_compactions(env, &row.uuid, args.json);
     }
-    let report = crate::ops::show::show(&db, &env.layout, &row.uuid, args.messages)?;
+    let remote = crate::remote::open(env.config.context_storage.remote.as_ref())?;
+    let report = crate::ops::show::show_with(
+        &db,
+        &env.layout,
+        &row.uuid,
+        args.messages,
+        remote.as_deref(),
+    )?;
     // Priced by llm.pricing (none without a price for the task's model).
     let cost = crate::task::cost::task_cost(&env.layout, &report.task, &env.config.llm.pricing);
     if args.json {

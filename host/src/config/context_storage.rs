@@ -43,6 +43,11 @@ pub struct ContextStorage {
     /// Once a compression summarised messages, offer the model the host's `history_search` and
     /// `history_read` tools over the task's full history ([`crate::tools::history`]).
     pub recall: bool,
+    /// Keep every task directory in an S3-compatible bucket as well, each host's `contexts/`
+    /// being a working copy of it (DESIGN.md, "Several hosts"; [`crate::remote`]); `None`:
+    /// task directories live only in `base_dir` (one host, or a shared filesystem).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<super::RemoteConfig>,
 }
 
 pub use crate::runtime::DEFAULT_MAX_FILES_PER_CALL;
@@ -67,6 +72,7 @@ impl Default for ContextStorage {
             max_llm_calls_per_compression: 16,
             max_compression_secs: 600,
             recall: true,
+            remote: None,
         }
     }
 }
@@ -131,6 +137,9 @@ impl ContextStorage {
             if v < 1 {
                 return Invalid::err(key, "must be at least 1, got 0");
             }
+        }
+        if let Some(remote) = &self.remote {
+            remote.validate()?;
         }
         if !self.summary_prompt.contains("{messages}") {
             return Invalid::err(

@@ -34,6 +34,7 @@ pub mod llm_flags;
 mod plugins;
 pub mod pricing;
 mod process;
+mod remote;
 mod sources;
 mod strategy;
 mod task_store;
@@ -88,6 +89,7 @@ pub use context_storage::{ContextStorage, DEFAULT_MAX_FILES_PER_CALL, DEFAULT_SU
 pub use llm::{LlmConfig, MIN_THINKING_BUDGET, Provider, Thinking};
 pub use plugins::{DEFAULT_COMPRESSOR, DEFAULT_STRATEGY, NO_COMPRESSOR, PluginsConfig};
 pub use process::{AgentConfig, DEFAULT_SYSTEM_PROMPT, RuntimeConfig, WorkerConfig};
+pub use remote::{RemoteConfig, RemoteLocation};
 pub use sources::{SourceConfig, SourceKind, SourcesConfig};
 pub use strategy::{ContextInheritance, StrategySection};
 pub use task_store::TaskStoreConfig;

@@ -50,6 +50,13 @@ context_storage:
   # Once a compression summarised messages, offer the model history_search and history_read: the host
   # answers them from the task's full history (messages.jsonl, tool-results/, summaries.jsonl).
   recall: {recall}
+  # Hosts without a shared filesystem: keep every task directory in an S3-compatible bucket too,
+  # contexts/ being each host's working copy (README, "Several hosts"). Credentials come only from
+  # AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN), never from this file.
+  # remote:
+  #   url: s3://my-bucket/ctxhost
+  #   region: eu-west-1
+  #   endpoint: https://s3.eu-west-1.amazonaws.com
   # Prompt used for summaries; {{messages}} is replaced by the messages to summarise.
   summary_prompt: |-
 {summary}

@@ -137,6 +137,22 @@ pub fn binding_for(db: &Db, spec: &StoreSpec, store_id: &str, contexts_id: &str)
     }
 }
 
+/// Whether this process's trees are working copies of task directories kept in a bucket
+/// (`context_storage.remote`, [`set_working_copies`]).
+static WORKING_COPIES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Say whether the contexts trees this process opens are working copies of task directories
+/// kept in a bucket (`context_storage.remote` is set): then a PostgreSQL store already bound to
+/// a tree accepts a new tree on another host as a copy of that tree (the bucket is what they
+/// share), instead of refusing it. Set once by the command from its config.
+pub fn set_working_copies(on: bool) {
+    WORKING_COPIES.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn working_copies() -> bool {
+    WORKING_COPIES.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Check that the tree at `contexts` belongs to `db` (of `spec`), binding a tree that belongs
 /// to no store yet (module docs). Binding is safe against other processes opening the same
 /// tree at the same moment: store.json is created only if absent (a hard link of a complete
@@ -159,6 +175,9 @@ pub(crate) fn check(db: &Db, spec: &StoreSpec, contexts: &Path) -> Result<(), Db
     let contexts_id = match (&bound_to, spec) {
         // A SQLite store lives in its tree: its id is this tree's (store.json was deleted).
         (Some(id), StoreSpec::Sqlite) => id.clone(),
+        // Task directories kept in a bucket: every host's tree is a working copy of the one
+        // tree the store is bound to.
+        (Some(id), StoreSpec::Postgres(_)) if working_copies() => id.clone(),
         _ => uuid::Uuid::new_v4().hyphenated().to_string(),
     };
     let mine = binding_for(db, spec, &store_id, &contexts_id);

@@ -55,6 +55,7 @@
 mod checkpoints;
 mod files;
 pub mod fixes;
+pub mod remote;
 pub mod tree;
 
 use std::collections::BTreeMap;
@@ -134,6 +135,13 @@ pub enum ProblemKind {
     LooseMode,
     /// A file or folder could not be read.
     Unreadable,
+    /// The bucket (`context_storage.remote`) holds no manifest of a task that ran, or one that
+    /// does not parse ([`remote`]).
+    RemoteManifest,
+    /// An object a task's manifest names is missing from the bucket or has another size.
+    RemoteObject,
+    /// Objects of a task whose files `ctxhost cleanup` deleted are left in the bucket.
+    RemoteLeftover,
 }
 
 /// One problem found.

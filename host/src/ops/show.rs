@@ -130,10 +130,33 @@ pub(crate) fn final_answer(layout: &Layout, uuid: &str) -> anyhow::Result<Option
 /// The report of task `uuid` (canonical) with its last `n` history lines. A UUID with no row is
 /// a usage error.
 pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<ShowReport> {
+    show_with(db, layout, uuid, n, None)
+}
+
+/// [`show`] on a host whose `contexts/` is a working copy of a bucket
+/// (`context_storage.remote`): a task directory that is not here, or whose copy here is older
+/// than the bucket's, is downloaded from the bucket for reading
+/// ([`crate::remote::download_for_reading`]); its `dir_state` is then `bucket`.
+pub fn show_with(
+    db: &Db,
+    layout: &Layout,
+    uuid: &str,
+    n: usize,
+    remote: Option<&crate::remote::Store>,
+) -> anyhow::Result<ShowReport> {
     let task = db
         .get(uuid)?
         .ok_or_else(|| usage(format!("no task with UUID {uuid} in {}", db.location())))?;
-    let found = layout.find_task_dir(uuid);
+    let mut found = layout.find_task_dir(uuid).map(|(s, d)| (s.to_string(), d));
+    // This host's copy is read only while no other host has synced the task since (a task
+    // running here is always current).
+    if task.files_deleted_at.is_none()
+        && let Some(store) = remote
+        && (found.is_none() || !crate::remote::local_copy_is_current(store, layout, uuid)?)
+        && let Some(dir) = crate::remote::download_for_reading(store, layout, uuid)?
+    {
+        found = Some(("bucket".to_string(), dir));
+    }
     // A directory or history that cannot be opened (a link in its place, say) is reported, not
     // fatal: the row and the other files are still worth showing.
     let (mut last_messages, mut answer, mut messages_error) = (Vec::new(), None, None);
@@ -174,7 +197,7 @@ pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<Sh
     Ok(ShowReport {
         publication,
         dir: found.as_ref().map(|(_, d)| d.display().to_string()),
-        dir_state: found.as_ref().map(|(s, _)| s.to_string()),
+        dir_state: found.as_ref().map(|(s, _)| s.clone()),
         task,
         result,
         last_messages,

@@ -98,6 +98,8 @@ pub struct TaskContext {
     usage: UsageMeter,
     /// The plugins, to open the message store again after the host repaired the files.
     plugins: PluginSet,
+    /// The task's objects in the bucket (`context_storage.remote`), synced at step boundaries.
+    remote: Option<crate::remote::TaskSync>,
 }
 
 impl TaskContext {
@@ -201,6 +203,7 @@ impl TaskContext {
             usage: UsageMeter::new(db.clone(), &uuid),
             plugins: plugins.clone(),
             max_dir_bytes: config.context_storage.max_task_dir_bytes(),
+            remote: None,
             db,
             dir,
             row,
@@ -385,7 +388,38 @@ impl TaskContext {
         }
         self.tools.sync()?;
         self.checkpoint(false)?;
-        self.check_budget()
+        self.check_budget()?;
+        self.sync_remote("step");
+        Ok(())
+    }
+
+    /// Keep the task's directory in the bucket from now on ([`crate::remote::TaskSync`], made
+    /// by the claim).
+    pub fn set_remote(&mut self, remote: crate::remote::TaskSync) {
+        self.remote = Some(remote);
+    }
+
+    /// Bring the bucket level with the directory (`context_storage.remote`), at a step
+    /// boundary or before the task pauses or ends (`when`). A store that cannot be reached
+    /// costs only this sync (logged; the next one uploads what this one did not); a manifest
+    /// claimed by another host means this process lost the task: it exits at once
+    /// ([`crate::lease::EXIT_LEASE_LOST`]), writing nothing more.
+    fn sync_remote(&mut self, when: &str) {
+        let Some(remote) = self.remote.as_mut() else {
+            return;
+        };
+        match remote.sync(&self.dir) {
+            Ok(r) => tracing::debug!(uuid = %self.row.uuid, when, written = r.written,
+                objects = r.objects, data_bytes = r.data_bytes, manifest_bytes = r.manifest_bytes,
+                "synced to the bucket"),
+            Err(e) if e.is::<crate::remote::Fenced>() => {
+                tracing::error!(uuid = %self.row.uuid, "{e:#}");
+                std::process::exit(crate::lease::EXIT_LEASE_LOST);
+            }
+            Err(e) => {
+                tracing::warn!(uuid = %self.row.uuid, when, "syncing the task directory to the bucket failed: {e:#}")
+            }
+        }
     }
 
     /// That messages.jsonl still starts with every line counted so far (and count what was
@@ -485,7 +519,9 @@ impl TaskContext {
         if !status.is_final() {
             bail!("update_status: {status} is not a final status (pause with `pause`)");
         }
-        let (db, layout, uuid, pid, worker_id) = self.close();
+        let mut this = self;
+        this.sync_remote("end");
+        let (db, layout, uuid, pid, worker_id) = this.close();
         let owner = Owner {
             pid,
             worker_id: &worker_id,
@@ -511,6 +547,8 @@ impl TaskContext {
         if let Err(e) = self.checkpoint(true) {
             tracing::warn!(uuid = %self.row.uuid, "{e:#}");
         }
+        self.sync_remote("pause");
+        let remote = self.remote.take();
         let (db, layout, uuid, pid, worker_id) = self.close();
         let owner = Owner {
             pid,
@@ -521,6 +559,19 @@ impl TaskContext {
             .is_none()
         {
             tracing::warn!(%uuid, pid, "the task's row was no longer running under this process when it paused");
+        } else if let Some(mut remote) = remote {
+            // task_state.json, written by the pause, goes up too (no one can have claimed the
+            // task since: it is paused until resumed).
+            let paused = TaskDir::open(&layout.task_dir(crate::layout::DirState::Paused, &uuid));
+            match paused
+                .map_err(anyhow::Error::from)
+                .and_then(|d| remote.sync(&d))
+            {
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(%uuid, "syncing the paused task's directory to the bucket failed: {e:#}")
+                }
+            }
         }
         Ok(Status::Paused)
     }

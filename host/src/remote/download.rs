@@ -1,0 +1,111 @@
+//! Download: make a local task directory from a manifest. The files are written into a fresh
+//! folder under `contexts/.remote/` (each object's hash checked), which then replaces the
+//! directory with two renames, so a task process never opens a half-downloaded directory.
+
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use super::manifest::{FileEntry, Manifest, blob_key, check_name, sha256_hex};
+use super::store::Store;
+use crate::layout::Layout;
+
+/// Folder of the remote working state in the contexts/ tree (the last manifest synced per
+/// task, downloads in progress, directories downloaded for reading).
+pub const REMOTE_DIR: &str = ".remote";
+
+/// Write every file of `m` (task `uuid`) into the new folder `into` (which must not exist);
+/// returns the bytes written. Each object is checked against its size and hash.
+pub fn download_into(store: &Store, uuid: &str, m: &Manifest, into: &Path) -> anyhow::Result<u64> {
+    crate::layout::create_private_dir_all(into)
+        .with_context(|| format!("cannot create {}", into.display()))?;
+    let mut total = 0u64;
+    for (name, entry) in &m.files {
+        check_name(name)?;
+        let path = into.join(name);
+        if let Some(parent) = path.parent() {
+            crate::layout::create_private_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(crate::task_dir::FILE_MODE)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let parts: Vec<(String, u64, String)> = match entry {
+            FileEntry::Appended { segments, .. } => segments
+                .iter()
+                .map(|s| (s.key.clone(), s.len, s.sha256.clone()))
+                .collect(),
+            FileEntry::Whole { size, sha256, .. } => {
+                vec![(blob_key(sha256), *size, sha256.clone())]
+            }
+        };
+        for (key, len, sha) in parts {
+            let Some((bytes, _)) = store.get(uuid, &key)? else {
+                anyhow::bail!(
+                    "task {uuid}: the object {key} of {name} named by the manifest is missing from {}",
+                    store.url()
+                );
+            };
+            if bytes.len() as u64 != len || sha256_hex(&bytes) != sha {
+                anyhow::bail!(
+                    "task {uuid}: the object {key} of {name} in {} does not match the manifest (size or SHA-256)",
+                    store.url()
+                );
+            }
+            f.write_all(&bytes)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            total += len;
+        }
+        f.sync_all()?;
+    }
+    Ok(total)
+}
+
+/// Replace the local directory `dir` of task `uuid` (in one of the state folders of `layout`)
+/// with the files of `m`: downloaded beside it first, then swapped in. Returns the bytes
+/// downloaded.
+pub fn replace_dir(
+    store: &Store,
+    layout: &Layout,
+    uuid: &str,
+    m: &Manifest,
+    dir: &Path,
+) -> anyhow::Result<u64> {
+    let work = work_dir(layout)?;
+    let nonce = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let fresh = work.join(format!("download-{uuid}-{nonce}"));
+    let old = work.join(format!("replaced-{uuid}-{nonce}"));
+    let bytes = match download_into(store, uuid, m, &fresh) {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = fs::remove_dir_all(&fresh);
+            return Err(e);
+        }
+    };
+    if dir.exists() {
+        fs::rename(dir, &old).with_context(|| format!("cannot move {} aside", dir.display()))?;
+    }
+    fs::rename(&fresh, dir)
+        .with_context(|| format!("cannot move the downloaded directory to {}", dir.display()))?;
+    if let Some(parent) = dir.parent() {
+        crate::layout::sync_dir(parent)?;
+    }
+    if old.exists() {
+        fs::remove_dir_all(&old).with_context(|| format!("cannot delete {}", old.display()))?;
+    }
+    Ok(bytes)
+}
+
+/// `contexts/.remote/`, created owner-only if missing.
+pub fn work_dir(layout: &Layout) -> anyhow::Result<PathBuf> {
+    let d = layout.root().join(REMOTE_DIR);
+    crate::layout::create_private_dir_all(&d)
+        .with_context(|| format!("cannot create {}", d.display()))?;
+    Ok(d)
+}

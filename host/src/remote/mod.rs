@@ -1,0 +1,262 @@
+//! Task directories kept in S3-compatible object storage (`context_storage.remote`): each
+//! host's `contexts/` is a working copy, the bucket holds every task directory, PostgreSQL
+//! stays the queue and the source of truth for status (DESIGN.md, "Several hosts").
+//!
+//! - the `context_storage.remote` section (bucket URL, endpoint, region):
+//!   [`crate::config::RemoteConfig`];
+//! - [`manifest`]: the per-task manifest and the object keys (segments, blobs);
+//! - [`store`]: blocking access to the bucket through `object_store`;
+//! - [`sync`]: sync up at a step boundary, fenced by the manifest's epoch and ETag;
+//! - [`download`]: a local directory made from a manifest.
+//!
+//! [`TaskSync`] ties them together for one task process: [`TaskSync::claim`] right after the
+//! claim (download when this host's copy is not the bucket's, then a new epoch), then
+//! [`TaskSync::sync`] at every step boundary and before the task pauses, completes or fails.
+//! The manifest this host last synced per task is kept in `contexts/.remote/{uuid}.json`, so a
+//! host that still has the latest copy does not download it again.
+
+pub mod download;
+pub mod manifest;
+pub mod store;
+pub mod sync;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+pub use crate::config::RemoteConfig;
+pub use manifest::Manifest;
+pub use store::Store;
+pub use sync::{Base, Fenced, SyncReport};
+
+use crate::layout::Layout;
+use crate::task_dir::TaskDir;
+use manifest::{MANIFEST, MAX_MANIFEST_BYTES};
+
+/// Claims in a row that may find the manifest changed under them before [`TaskSync::claim`]
+/// gives up.
+const CLAIM_ATTEMPTS: u32 = 5;
+
+/// What this host last synced of a task (`contexts/.remote/{uuid}.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct LocalState {
+    etag: Option<String>,
+    manifest: Manifest,
+}
+
+fn state_path(layout: &Layout, uuid: &str) -> PathBuf {
+    layout
+        .root()
+        .join(download::REMOTE_DIR)
+        .join(format!("{uuid}.json"))
+}
+
+fn read_state(layout: &Layout, uuid: &str) -> Option<LocalState> {
+    let bytes = std::fs::read(state_path(layout, uuid)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+fn write_state(layout: &Layout, uuid: &str, base: &Base) -> anyhow::Result<()> {
+    download::work_dir(layout)?;
+    let state = LocalState {
+        etag: base.etag.clone(),
+        manifest: base.manifest.clone(),
+    };
+    crate::layout::atomic_write(&state_path(layout, uuid), &serde_json::to_vec(&state)?)
+}
+
+/// The manifest of task `uuid` in the bucket and its ETag; `None` when it has none.
+pub fn read_manifest(store: &Store, uuid: &str) -> anyhow::Result<Option<Base>> {
+    let Some((bytes, etag)) = store.get(uuid, MANIFEST)? else {
+        return Ok(None);
+    };
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        anyhow::bail!(
+            "task {uuid}: its manifest in {} holds {} bytes, over {MAX_MANIFEST_BYTES}",
+            store.url(),
+            bytes.len()
+        );
+    }
+    Ok(Some(Base {
+        manifest: Manifest::parse(&bytes, uuid)?,
+        etag,
+    }))
+}
+
+/// The open bucket of `cfg`, if one is configured.
+pub fn open(cfg: Option<&RemoteConfig>) -> anyhow::Result<Option<Arc<Store>>> {
+    cfg.map(|c| Store::open(c).map(Arc::new)).transpose()
+}
+
+/// Whether this host's copy `dir` of the task lacks a file of `m`, or holds less of an
+/// append-only one than `m` does.
+fn lacks_files(dir: &Path, m: &Manifest) -> bool {
+    m.files.iter().any(|(name, e)| {
+        std::fs::symlink_metadata(dir.join(name))
+            .map(|meta| {
+                !meta.is_file()
+                    || (matches!(e, manifest::FileEntry::Appended { .. }) && meta.len() < e.size())
+            })
+            .unwrap_or(true)
+    })
+}
+
+/// The bucket side of one running task, held by its task process.
+pub struct TaskSync {
+    store: Arc<Store>,
+    layout: Layout,
+    uuid: String,
+    base: Base,
+    /// Bytes downloaded by the claim (0: this host's copy was the bucket's).
+    downloaded: u64,
+}
+
+impl TaskSync {
+    /// Right after the claim of task `uuid` by `holder` (`worker:pid`), before anything opens
+    /// its directory `dir` (in `running/`): download it when this host's copy is not the one
+    /// the bucket's manifest describes, then write the manifest with the next epoch (the
+    /// fence: a late write of the previous holder is refused from now on). A task without a
+    /// manifest starts from whatever `dir` holds (a new task: nothing).
+    pub fn claim(
+        store: Arc<Store>,
+        layout: &Layout,
+        uuid: &str,
+        holder: &str,
+        dir: &Path,
+    ) -> anyhow::Result<TaskSync> {
+        let mut downloaded = 0;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let remote = read_manifest(&store, uuid)?;
+            let local = read_state(layout, uuid);
+            let base = match remote {
+                Some(r) => {
+                    let current = local.as_ref().is_some_and(|l| l.etag == r.etag)
+                        && !lacks_files(dir, &r.manifest);
+                    if !current {
+                        downloaded = download::replace_dir(&store, layout, uuid, &r.manifest, dir)
+                            .with_context(|| {
+                                format!("cannot download task {uuid} from {}", store.url())
+                            })?;
+                        tracing::info!(%uuid, bytes = downloaded, version = r.manifest.version,
+                            "task directory downloaded from the bucket");
+                    }
+                    r
+                }
+                None => Base {
+                    manifest: Manifest::empty(uuid),
+                    etag: None,
+                },
+            };
+            let mut next = base.manifest.clone();
+            next.epoch += 1;
+            next.version += 1;
+            next.holder = holder.to_string();
+            next.written_at = crate::db::now_rfc3339();
+            let bytes = sync::manifest_bytes(&next)?;
+            match store.put_manifest(uuid, bytes, base.etag.as_deref())? {
+                store::Written::Ok(etag) => {
+                    let base = Base {
+                        manifest: next,
+                        etag,
+                    };
+                    write_state(layout, uuid, &base)?;
+                    return Ok(TaskSync {
+                        store,
+                        layout: layout.clone(),
+                        uuid: uuid.to_string(),
+                        base,
+                        downloaded,
+                    });
+                }
+                store::Written::Conflict => {
+                    tracing::warn!(%uuid, "the task's manifest changed while it was claimed; reading it again");
+                }
+            }
+        }
+        anyhow::bail!(
+            "task {uuid}: its manifest in {} kept changing during the claim ({CLAIM_ATTEMPTS} attempts)",
+            store.url()
+        )
+    }
+
+    /// Bring the bucket level with `dir` ([`sync::sync_up`]); the local record of the last
+    /// sync follows. Errors: [`Fenced`] (another host claimed the task), or an I/O or store
+    /// error (the previous sync stays the bucket's state).
+    pub fn sync(&mut self, dir: &TaskDir) -> anyhow::Result<SyncReport> {
+        let (report, base) = sync::sync_up(
+            &self.store,
+            &self.uuid,
+            dir,
+            &self.base,
+            &crate::db::now_rfc3339(),
+        )?;
+        if report.written {
+            self.base = base;
+            write_state(&self.layout, &self.uuid, &self.base)?;
+        }
+        Ok(report)
+    }
+
+    /// The manifest last synced.
+    pub fn manifest(&self) -> &Manifest {
+        &self.base.manifest
+    }
+
+    /// Bytes the claim downloaded (0: this host's copy was already the bucket's).
+    pub fn downloaded(&self) -> u64 {
+        self.downloaded
+    }
+
+    /// The bucket.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
+/// Whether this host's copy of task `uuid` is the one the bucket's manifest describes (it
+/// synced or downloaded that manifest last); `true` when the bucket has none (nothing newer).
+pub fn local_copy_is_current(store: &Store, layout: &Layout, uuid: &str) -> anyhow::Result<bool> {
+    Ok(match read_manifest(store, uuid)? {
+        None => true,
+        Some(remote) => read_state(layout, uuid).is_some_and(|l| l.etag == remote.etag),
+    })
+}
+
+/// A copy of task `uuid` for reading (`ctxhost show` on a host that does not have it, or
+/// whose copy is older than the bucket's): downloaded from its manifest into
+/// `contexts/.remote/view/{uuid}` (replaced each time). `None` when the bucket has no manifest
+/// for it.
+pub fn download_for_reading(
+    store: &Store,
+    layout: &Layout,
+    uuid: &str,
+) -> anyhow::Result<Option<PathBuf>> {
+    let Some(base) = read_manifest(store, uuid)? else {
+        return Ok(None);
+    };
+    let views = download::work_dir(layout)?.join("view");
+    crate::layout::create_private_dir_all(&views)?;
+    let dir = views.join(uuid);
+    download::replace_dir(store, layout, uuid, &base.manifest, &dir)?;
+    Ok(Some(dir))
+}
+
+/// Delete every object of task `uuid` and this host's record of its last sync. Returns the
+/// objects deleted.
+pub fn delete_task(store: &Store, layout: &Layout, uuid: &str) -> anyhow::Result<usize> {
+    let n = store.delete_task(uuid)?;
+    let _ = std::fs::remove_file(state_path(layout, uuid));
+    let _ = std::fs::remove_dir_all(
+        layout
+            .root()
+            .join(download::REMOTE_DIR)
+            .join("view")
+            .join(uuid),
+    );
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests;
