@@ -49,9 +49,25 @@ mod status;
 
 use std::cell::RefCell;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+/// Statements of this process retried because the database was busy or the connection failed
+/// (both stores); read by `metrics` at each scrape (`ctxhost_db_retries_total`).
+static RETRIES: AtomicU64 = AtomicU64::new(0);
+
+/// Count one retried statement.
+fn count_retry() {
+    RETRIES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Statements of this process retried so far (busy SQLite file, PostgreSQL connection or
+/// serialization failure).
+pub fn retries() -> u64 {
+    RETRIES.load(Ordering::Relaxed)
+}
 
 pub use control::Control;
 pub use postgres::PgUrl;

@@ -385,7 +385,7 @@ impl PgStore {
                         });
                     }
                     attempt += 1;
-                    crate::metrics::global().db_retries.inc();
+                    super::count_retry();
                     tracing::warn!(
                         db = %self.url.shown(),
                         attempt,

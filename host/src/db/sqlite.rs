@@ -110,7 +110,7 @@ impl SqliteStore {
                 Ok(v) => return Ok(v),
                 Err(e) if is_busy(&e) && attempt < BUSY_RETRIES => {
                     attempt += 1;
-                    crate::metrics::global().db_retries.inc();
+                    super::count_retry();
                     tracing::debug!(db = %self.path.display(), attempt, "database busy, retrying");
                     std::thread::sleep(Duration::from_millis(50 << (attempt - 1)));
                 }
