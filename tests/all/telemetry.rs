@@ -14,6 +14,7 @@ use prost::Message;
 use serde_json::Value;
 
 use crate::metrics::{config, scripted_llm};
+use crate::support::dashboard::Dashboard;
 use crate::support::{TestEnv, find_task_dir, read_jsonl, unused_port};
 
 /// A header sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`); must never be logged.
@@ -268,9 +269,26 @@ fn a_task_run_is_one_trace_with_genai_spans() {
         );
     }
 
-    // The task page's record of the trace.
+    // Strategy hooks: children of the task span too.
+    let hooks: Vec<&&Span> = run
+        .iter()
+        .filter(|s| s.name.starts_with("strategy "))
+        .collect();
+    assert!(!hooks.is_empty(), "the strategy's hooks have spans");
+    for h in &hooks {
+        assert_eq!(h.parent_span_id, agent.span_id);
+    }
+
+    // The task page's record of the trace, shown on the dashboard.
     let ids = std::fs::read_to_string(dir.join("trace_ids")).expect("trace_ids");
     assert_eq!(ids.trim(), hex(&trace));
+    let page = Dashboard::start(&env, &[]).get(&format!("/tasks/{uuid}"));
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body
+            .contains(&format!("<dt>Trace id</dt><dd>{}</dd>", hex(&trace))),
+        "the task page shows the trace id"
+    );
 }
 
 /// Issue 32: with the collector down (a closed port) the task completes as usual.

@@ -139,6 +139,7 @@ pub const TASK_FILES: &[TaskFile] = &[
     file(TOOL_DEFINITIONS, Owner::ToolStore, false),
     file(PLANNING_DIR, Owner::Host, false),
     file(LLM_CALLS, Owner::Host, false),
+    file(TRACE_IDS, Owner::Host, false),
     file(REQUEST, Owner::RequestFormat, true),
     file(RESPONSE, Owner::RequestFormat, true),
     file(LLM_REQUEST, Owner::RequestFormat, true),

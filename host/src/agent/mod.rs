@@ -399,10 +399,7 @@ impl Agent<'_> {
                 .context("message store: current-token-count")?,
             tools_file: self.tools.tools_file(),
         };
-        let _span = crate::telemetry::genai::strategy(
-            &format!("{hook:?}").to_lowercase(),
-            &self.strategy.component().to_string(),
-        );
+        let _span = crate::telemetry::genai::strategy(hook.as_str(), self.strategy.component());
         match self.strategy.hook(hook, &state, now_rfc3339(), call) {
             Ok(decision) => Ok(Some(decision)),
             Err(e) if self.took_gave_way() => {
