@@ -277,3 +277,33 @@ pub fn last_trace_id(dir: &crate::task_dir::TaskDir) -> Option<String> {
     let last = text.lines().rev().find(|l| !l.trim().is_empty())?.trim();
     (last.len() == 32 && last.bytes().all(|b| b.is_ascii_hexdigit())).then(|| last.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_well_formed_trace_id_is_the_one_shown() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = crate::task_dir::TaskDir::open(t.path()).unwrap();
+        assert_eq!(last_trace_id(&dir), None);
+        let a = "0af7651916cd43dd8448eb211c80319c";
+        let b = "4bf92f3577b34da6a3ce929d0e0e4736";
+        dir.append_line(ctxhost_format::files::TRACE_IDS, a)
+            .unwrap();
+        dir.append_line(ctxhost_format::files::TRACE_IDS, b)
+            .unwrap();
+        assert_eq!(last_trace_id(&dir).as_deref(), Some(b));
+        dir.append_line(ctxhost_format::files::TRACE_IDS, "<script>")
+            .unwrap();
+        assert_eq!(last_trace_id(&dir), None, "not 32 hex digits: not shown");
+    }
+
+    #[test]
+    fn a_span_of_the_worker_carries_no_context_when_traces_are_off() {
+        // No provider installed in this test process: the no-op tracer's spans are invalid.
+        let span = ChildSpan::start("task run");
+        assert!(span.env().is_empty());
+        span.end(None);
+    }
+}
