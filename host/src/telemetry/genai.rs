@@ -131,11 +131,12 @@ pub fn tool_done(span: &mut Span, success: bool) {
     }
 }
 
-/// A call of the strategy component's `hook`.
-pub fn strategy(hook: &str, component: &str) -> Span {
-    Span::start(
+/// A call of the strategy component's `hook`, current while it runs: the strategy's own LLM
+/// calls are its children.
+pub fn strategy(hook: &str, component: &str) -> super::RunSpan {
+    super::RunSpan::start(
+        &opentelemetry::Context::current(),
         format!("strategy {hook}"),
-        SpanKind::Internal,
         vec![
             KeyValue::new("ctxhost.strategy.hook", hook.to_string()),
             KeyValue::new("ctxhost.strategy.component", component.to_string()),

@@ -158,8 +158,9 @@ impl Drop for Span {
     }
 }
 
-/// The span of a whole run, current for as long as it is held: spans started meanwhile are
-/// its children.
+/// A span current for as long as it is held (a task's run, a strategy hook): spans started
+/// meanwhile on this thread are its children. Held in scope order (the last started is
+/// dropped first).
 #[derive(Debug)]
 pub struct RunSpan {
     cx: Context,
