@@ -318,3 +318,59 @@ fn a_collector_that_is_down_does_not_fail_the_task() {
     assert_eq!(row["status"], "completed", "{row}");
     assert!(row["tool_call_count"].as_i64().unwrap() > 0);
 }
+
+/// Issue 32: a strategy's side calls (plan-execute's planning and verification) are `chat`
+/// spans with `ctxhost.llm.purpose=strategy`, children of the hook's `strategy` span, which
+/// is a child of the task span.
+#[test]
+fn a_strategy_side_call_is_a_chat_span_under_its_hook() {
+    use crate::strategies::{Kind, Scripted};
+    let (endpoint, got) = receiver();
+    let script = Scripted::default();
+    let llm = script.start();
+    let mut env = TestEnv::for_llm(&llm, "plugins:\n  strategy: builtin:plan-execute\n");
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    let uuid = env.submit("What does src/main.rs print?");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    let side_calls = script.count(Kind::Plan) + script.count(Kind::Verify);
+    assert!(side_calls >= 2, "planning and verification calls");
+
+    let got = got.lock().unwrap();
+    let spans: Vec<&Span> = got.spans.iter().map(|(_, s)| s).collect();
+    let agent = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent ctxhost")
+        .expect("the task span");
+    let hooks: HashMap<&Vec<u8>, &str> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("strategy "))
+        .map(|s| {
+            assert_eq!(s.parent_span_id, agent.span_id);
+            assert_eq!(
+                str_attr(s, "ctxhost.strategy.component"),
+                "builtin:plan-execute"
+            );
+            (&s.span_id, str_attr(s, "ctxhost.strategy.hook"))
+        })
+        .collect();
+    let strategy_chats: Vec<&&Span> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("chat ") && str_attr(s, "ctxhost.llm.purpose") == "strategy")
+        .collect();
+    assert_eq!(strategy_chats.len(), side_calls, "a span per side call");
+    for c in &strategy_chats {
+        let hook = hooks
+            .get(&c.parent_span_id)
+            .expect("a side call's parent is a hook's span");
+        assert!(["start", "after-reply", "after-tools"].contains(hook));
+        assert_eq!(str_attr(c, "gen_ai.operation.name"), "chat");
+        assert!(int_attr(c, "gen_ai.usage.input_tokens") > 0);
+    }
+    // The planning call is made by the `start` hook.
+    assert!(
+        strategy_chats
+            .iter()
+            .any(|c| hooks[&c.parent_span_id] == "start")
+    );
+}
