@@ -34,6 +34,7 @@ pub mod task;
 pub mod task_dir;
 pub mod task_process;
 pub mod task_ref;
+pub mod telemetry;
 pub mod tools;
 pub mod untrusted;
 pub mod web;

@@ -56,6 +56,9 @@ pub fn run(
     target: &Target,
     worker_id: Option<&str>,
 ) -> anyhow::Result<Option<(String, Status)>> {
+    // Traces (off unless OTEL_EXPORTER_OTLP_ENDPOINT is set): flushed when this returns,
+    // after the run's span has ended.
+    let _telemetry = crate::telemetry::init();
     if crate::failpoint::is_set("task-exec:exit") {
         std::process::exit(3);
     }
@@ -174,8 +177,25 @@ pub fn run(
         let _ = writeln!(out, "{}", start.to_line()).and_then(|()| out.flush());
     }
 
+    // The run's span (a child of the worker's, TRACEPARENT): every LLM call, tool call,
+    // compression and strategy hook of the run is under it.
+    let run_span = crate::telemetry::RunSpan::start(
+        &crate::telemetry::parent_from_env(),
+        "invoke_agent ctxhost".to_string(),
+        crate::telemetry::genai::agent_attributes(&uuid, &llm.provider.to_string(), &llm.model),
+    );
+    let trace_id = run_span.trace_id().filter(|_| crate::telemetry::enabled());
     let ended = catch_unwind(AssertUnwindSafe(|| {
-        execute(config, layout, db.clone(), row, pid, &host, remote)
+        execute(
+            config,
+            layout,
+            db.clone(),
+            row,
+            pid,
+            &host,
+            remote,
+            trace_id.as_deref(),
+        )
     }));
     let result = match ended {
         Ok(Ok(status)) => Ok(Some((uuid.clone(), status))),
@@ -190,6 +210,20 @@ pub fn run(
             failed(format!("internal error (panic): {what}"))
         }
     };
+    match &result {
+        Ok(Some((_, status))) => {
+            run_span.set(opentelemetry::KeyValue::new(
+                "ctxhost.task.status",
+                status.to_string(),
+            ));
+            if *status == Status::Failed {
+                run_span.fail("the task failed");
+            }
+        }
+        Ok(None) => {}
+        Err(_) => run_span.fail("the task could not be ended"),
+    }
+    drop(run_span);
     heartbeat.stop();
     result
 }
@@ -236,12 +270,19 @@ fn execute(
     pid: u32,
     host: &str,
     remote: Option<crate::remote::TaskSync>,
+    trace_id: Option<&str>,
 ) -> anyhow::Result<Status> {
     // CTXHOST_CACHE_DIR lets several contexts trees (or test runs) share compiled components.
     let plugins = PluginSet::load(config, layout)?;
     let mut ctx = TaskContext::open(config, layout, db, row, pid, host, &plugins)?;
     if let Some(r) = remote {
         ctx.set_remote(r);
+    }
+    if let Some(id) = trace_id
+        && let Err(e) = ctx.dir().append_line(ctxhost_format::files::TRACE_IDS, id)
+    {
+        // A record for people (the task page): never fails the task.
+        tracing::warn!(uuid = %ctx.uuid(), "cannot record the run's trace id: {e}");
     }
     let mut outcome = run_loop(config, &plugins, &mut ctx);
     // Whatever the loop's outcome, the task never ends, pauses or stops on a history a
@@ -301,7 +342,8 @@ fn run_loop(
                 config.llm.temperature,
                 ctx.usage_meter(),
             )
-            .interruptible(probe.clone(), grace);
+            .interruptible(probe.clone(), grace)
+            .traced_as(&config.llm.provider.to_string(), "compressor");
             plugins.compressor(dir.path(), Box::new(llm))?
         }
     };
@@ -313,7 +355,8 @@ fn run_loop(
         config.llm.temperature,
         ctx.usage_meter(),
     )
-    .interruptible(probe.clone(), grace);
+    .interruptible(probe.clone(), grace)
+    .traced_as(&config.llm.provider.to_string(), "strategy");
     let instantiating = std::time::Instant::now();
     let strategy = plugins
         .strategy(

@@ -116,6 +116,8 @@ struct Running {
     uuid: Option<String>,
     /// The task's counters at the claim, once it said ([`crate::metrics::run`]).
     run_start: Option<crate::metrics::run::RunStart>,
+    /// The run's span, the task process's parent ([`crate::telemetry`]).
+    span: crate::telemetry::ChildSpan,
 }
 
 /// What a child's waiter thread reports.
@@ -142,6 +144,8 @@ enum Event {
 /// `wait()`, and reports both on a channel, so an exit is handled at once; the queue is looked
 /// at after every exit and otherwise every `poll_interval`.
 pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
+    // Traces (off unless OTEL_EXPORTER_OTLP_ENDPOINT is set): one span per task process.
+    let _telemetry = crate::telemetry::init();
     let layout = Layout::new(&opts.contexts);
     layout.ensure()?;
     let db = Db::open(&opts.store, layout.root())?;
@@ -246,7 +250,13 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
             let unclaimed = children.values().filter(|c| c.uuid.is_none()).count();
             let want = queued.saturating_sub(unclaimed).min(max - children.len());
             for _ in 0..want {
-                let mut child = spawn(&exe, opts, &me).context("cannot start a task process")?;
+                let span = crate::telemetry::ChildSpan::start("task run");
+                span.set(opentelemetry::KeyValue::new(
+                    "ctxhost.worker.id",
+                    me.as_str().to_string(),
+                ));
+                let mut child =
+                    spawn(&exe, opts, &me, &span.env()).context("cannot start a task process")?;
                 let pid = child.id();
                 tracing::debug!(pid, "task process started");
                 children.insert(
@@ -255,6 +265,7 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                         started: Instant::now(),
                         uuid: None,
                         run_start: None,
+                        span,
                     },
                 );
                 let tx = tx.clone();
@@ -307,6 +318,10 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                     paused_until = None;
                     crate::metrics::global().tasks_started.inc();
                     if let Some(c) = children.get_mut(&pid) {
+                        c.span.set(opentelemetry::KeyValue::new(
+                            "ctxhost.task.uuid",
+                            uuid.clone(),
+                        ));
                         c.uuid = Some(uuid);
                     }
                 }
@@ -319,6 +334,12 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                     let mut child = children.remove(&pid);
                     let started = child.as_ref().map(|c| c.started.elapsed());
                     let run_start = child.as_mut().and_then(|c| c.run_start.take());
+                    if let (Some(c), Ok(s)) = (&child, &status) {
+                        c.span
+                            .end((!s.success()).then(|| describe_exit(*s)).as_deref());
+                    } else if let Some(c) = &child {
+                        c.span.end(Some("cannot wait for the task process"));
+                    }
                     let status = match status {
                         Ok(s) => s,
                         Err(e) => {
@@ -404,8 +425,17 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
     }
 }
 
-fn spawn(exe: &std::path::Path, opts: &WorkerOptions, me: &WorkerId) -> std::io::Result<Child> {
+fn spawn(
+    exe: &std::path::Path,
+    opts: &WorkerOptions,
+    me: &WorkerId,
+    trace: &[(&'static str, String)],
+) -> std::io::Result<Child> {
     let mut cmd = Command::new(exe);
+    // The run's trace context (W3C), none when traces are off; never one inherited.
+    cmd.env_remove(crate::telemetry::TRACEPARENT)
+        .env_remove(crate::telemetry::TRACESTATE)
+        .envs(trace.iter().map(|(k, v)| (k, v)));
     if let Some(config) = &opts.config_path {
         cmd.arg("--config").arg(config);
     }

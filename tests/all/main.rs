@@ -48,6 +48,7 @@ mod security;
 mod sources;
 mod strategies;
 mod streaming;
+mod telemetry;
 mod transport_faults;
 mod uuid_prefix;
 mod web;

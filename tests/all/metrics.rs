@@ -24,7 +24,7 @@ const TASKS: usize = 2;
 /// A fake LLM: each task makes STEPS tool calls (read_text_file, which no server offers: each
 /// is a tool call that fails) and then answers; the context crosses the compression threshold
 /// on the way, and summary requests get a short summary.
-fn scripted_llm() -> FakeLlm {
+pub fn scripted_llm() -> FakeLlm {
     let llm = FakeLlm::start(vec![]);
     let summaries = Arc::new(AtomicUsize::new(0));
     llm.set_handler(move |req| {
@@ -54,7 +54,7 @@ fn scripted_llm() -> FakeLlm {
     llm
 }
 
-fn config(base_url: &str) -> String {
+pub fn config(base_url: &str) -> String {
     format!(
         "context_storage:\n  base_dir: ./contexts\n  compression_threshold: 0.5\n  keep_recent_messages: 3\n  \
          summary_prompt: \"{MARK}\\n{{messages}}\"\n\

@@ -91,6 +91,9 @@ pub const PLANNING_DIR: &str = "planning";
 /// `llm_calls.jsonl`: one line per LLM call and per compression
 /// ([`crate::CallLogLine`]), appended by the host's task context (the dashboard's chart reads it).
 pub const LLM_CALLS: &str = "llm_calls.jsonl";
+/// `trace_ids`: the OpenTelemetry trace id of each run of the task (32 hex digits a line,
+/// appended when a run starts with traces on; the dashboard's task page shows the last).
+pub const TRACE_IDS: &str = "trace_ids";
 /// `request.json`: the body of the agent loop's current LLM request (request format).
 pub const REQUEST: &str = "request.json";
 /// `response.json`: the body of the provider's answer to [`REQUEST`] (host transport).
@@ -136,6 +139,7 @@ pub const TASK_FILES: &[TaskFile] = &[
     file(TOOL_DEFINITIONS, Owner::ToolStore, false),
     file(PLANNING_DIR, Owner::Host, false),
     file(LLM_CALLS, Owner::Host, false),
+    file(TRACE_IDS, Owner::Host, false),
     file(REQUEST, Owner::RequestFormat, true),
     file(RESPONSE, Owner::RequestFormat, true),
     file(LLM_REQUEST, Owner::RequestFormat, true),

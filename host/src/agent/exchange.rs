@@ -119,6 +119,23 @@ impl ExchangeError {
     pub fn is_context_overflow(&self) -> bool {
         matches!(self, ExchangeError::Post { source, .. } if source.is_context_overflow())
     }
+
+    /// A short class of the failure for a span's `error.type` (no text from the provider).
+    pub fn error_type(&self) -> &'static str {
+        if self.is_interrupted() {
+            "interrupted"
+        } else if self.is_context_overflow() {
+            "context_overflow"
+        } else {
+            match self {
+                ExchangeError::Build { .. } => "request_build",
+                ExchangeError::Endpoint { .. } => "endpoint",
+                ExchangeError::Post { .. } => "http_error",
+                ExchangeError::Read { .. } => "malformed_reply",
+                ExchangeError::Rejected { .. } => "rejected_reply",
+            }
+        }
+    }
 }
 
 /// A completed exchange.

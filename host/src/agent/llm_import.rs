@@ -39,6 +39,10 @@ pub struct HostLlm {
     usage: UsageMeter,
     /// Whether the task was asked to pause or stop, and the grace of a reply in flight.
     interrupt: Option<(InterruptProbe, Duration)>,
+    /// `llm.provider`, for the calls' spans.
+    provider: String,
+    /// Whose calls these are on the spans (`compressor`, `strategy`).
+    purpose: &'static str,
 }
 
 impl HostLlm {
@@ -60,7 +64,17 @@ impl HostLlm {
             temperature,
             usage,
             interrupt: None,
+            provider: String::new(),
+            purpose: "side_call",
         }
+    }
+
+    /// The calls' spans name `provider` (`llm.provider`) and `purpose` (`compressor`,
+    /// `strategy`): [`crate::telemetry::genai::chat`].
+    pub fn traced_as(mut self, provider: &str, purpose: &'static str) -> HostLlm {
+        self.provider = provider.to_string();
+        self.purpose = purpose;
+        self
     }
 
     /// Calls that give way to a pause or stop of the task: `requested` is asked before each
@@ -110,6 +124,7 @@ impl LlmImport for HostLlm {
             stream: false,
             reasoning: None,
         };
+        let mut span = crate::telemetry::genai::chat(&self.provider, &self.model, self.purpose);
         let started = std::time::Instant::now();
         let probe = self.interrupt.as_ref().map(|(probe, _)| probe.clone());
         let asked = || probe.as_ref().is_some_and(InterruptProbe::requested);
@@ -138,9 +153,16 @@ impl LlmImport for HostLlm {
                     None,
                     &now,
                 );
+                crate::telemetry::genai::chat_done(
+                    &mut span,
+                    None,
+                    done.reply.usage,
+                    done.reply.finish_reason.as_deref(),
+                );
                 done.reply
             }
             Err(e) => {
+                span.fail(e.error_type(), e.error_type());
                 if e.is_interrupted()
                     && let Some((probe, _)) = &self.interrupt
                 {

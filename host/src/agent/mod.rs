@@ -399,6 +399,7 @@ impl Agent<'_> {
                 .context("message store: current-token-count")?,
             tools_file: self.tools.tools_file(),
         };
+        let _span = crate::telemetry::genai::strategy(hook.as_str(), self.strategy.component());
         match self.strategy.hook(hook, &state, now_rfc3339(), call) {
             Ok(decision) => Ok(Some(decision)),
             Err(e) if self.took_gave_way() => {
@@ -453,7 +454,23 @@ impl Agent<'_> {
 
     /// Make one tool call with the [`ToolRunner`], record it, answer it in the context.
     fn tool_call(&mut self, ctx: &mut TaskContext, call: &ToolCall) -> anyhow::Result<ToolOutcome> {
+        let mut span = crate::telemetry::genai::tool(&call.function.name, &call.id);
         let recorded = self.make_call(ctx, call)?;
+        crate::telemetry::genai::tool_done(&mut span, recorded.status == ToolStatus::Success);
+        let key = self.config.api_key().ok().flatten();
+        crate::telemetry::genai::content(
+            &mut span,
+            "gen_ai.tool.call.arguments",
+            || call.function.arguments.clone(),
+            key.as_deref(),
+        );
+        crate::telemetry::genai::content(
+            &mut span,
+            "gen_ai.tool.call.result",
+            || recorded.content.clone(),
+            key.as_deref(),
+        );
+        drop(span);
         let message = recorded.to_message(call);
         ctx.store()
             .add_message(&message, &now_rfc3339())
@@ -599,6 +616,9 @@ impl Agent<'_> {
                 .store()
                 .current_token_count()
                 .context("message store: current-token-count")?;
+            let provider = self.config.llm.provider.to_string();
+            let mut span =
+                crate::telemetry::genai::chat(&provider, &self.config.llm.model, "agent");
             let started = std::time::Instant::now();
             let result = self.send(ctx);
             let mut record = CallRecord {
@@ -616,6 +636,19 @@ impl Agent<'_> {
             };
             let e = match result {
                 Ok(done) => {
+                    crate::telemetry::genai::chat_done(
+                        &mut span,
+                        None,
+                        done.reply.usage,
+                        done.reply.finish_reason.as_deref(),
+                    );
+                    crate::telemetry::genai::content(
+                        &mut span,
+                        "gen_ai.output.messages",
+                        || serde_json::to_string(&[&done.reply.message]).unwrap_or_default(),
+                        self.config.api_key().ok().flatten().as_deref(),
+                    );
+                    drop(span);
                     record.request_bytes = done.request.bytes;
                     record.usage = done.reply.usage;
                     ctx.calls().record_call(&record, &now_rfc3339());
@@ -623,6 +656,8 @@ impl Agent<'_> {
                 }
                 Err(e) => e,
             };
+            span.fail(e.error_type(), e.error_type());
+            drop(span);
             let error = format!("LLM call {step} failed: {e}");
             // request.json is kept after a failed call, except one that gave way to a pause
             // or stop: the error tells its size then.
@@ -802,12 +837,14 @@ impl Agent<'_> {
         let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
         let recall = self.config.context_storage.recall;
+        let started = std::time::SystemTime::now();
         match compact_framed(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, true, recall) {
             Ok(CompactionOutcome::Compressed {
                 after_tokens,
                 summary_id,
                 ..
             }) => {
+                crate::telemetry::genai::compression(started, tokens, after_tokens, summary_id, true);
                 self.compressed(ctx, tokens, after_tokens, summary_id)?;
                 tracing::info!(uuid = %ctx.uuid(), before_tokens = tokens, after_tokens, "context compressed after the provider's answer");
                 self.restate_plan(ctx)?;
@@ -915,6 +952,7 @@ impl Agent<'_> {
         let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
         let recall = self.config.context_storage.recall;
+        let started = std::time::SystemTime::now();
         match compact_framed(
             ctx.store(),
             compressor,
@@ -931,6 +969,13 @@ impl Agent<'_> {
                 summary_id,
             }) => {
                 self.compaction_failures = 0;
+                crate::telemetry::genai::compression(
+                    started,
+                    before_tokens,
+                    after_tokens,
+                    summary_id,
+                    false,
+                );
                 self.compressed(ctx, before_tokens, after_tokens, summary_id)?;
                 let summaries = ctx.summaries().count().unwrap_or(0);
                 tracing::info!(uuid = %ctx.uuid(), before_tokens, after_tokens, summary = ?summary_id, summaries, "context compressed");

@@ -409,11 +409,23 @@ pub fn default_log_filter(verbose: u8) -> String {
     f
 }
 
+/// Log targets held at `info` whatever `RUST_LOG` asks: ureq's debug line of each request's
+/// head quotes every header but `Authorization` and `Cookie` (so an `x-api-key` or an
+/// `OTEL_EXPORTER_OTLP_HEADERS` value would reach the log).
+pub const SECRET_TARGETS: &[&str] = &["ureq::unit"];
+
 fn init_logging(verbose: u8) {
     use tracing_subscriber::EnvFilter;
-    // An explicit RUST_LOG is taken as given (it may ask for cranelift's trace on purpose).
+    // An explicit RUST_LOG is taken as given (it may ask for cranelift's trace on purpose),
+    // except for the targets that would log secrets.
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(default_log_filter(verbose)));
+    let filter = SECRET_TARGETS
+        .iter()
+        .fold(filter, |f, t| match format!("{t}=info").parse() {
+            Ok(d) => f.add_directive(d),
+            Err(_) => f,
+        });
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()

@@ -388,13 +388,15 @@ mod tests {
         }
         // Every lasting file of ctxhost_format::files has a schema, except the folder of cut
         // tool outputs (plain text) and the provider's raw stream bytes (reply.stream,
-        // failed-streams/: server-sent events or NDJSON as received, not a format of ours).
+        // failed-streams/: server-sent events or NDJSON as received, not a format of ours) and
+        // the runs' trace ids (trace_ids: 32 hex digits a line).
         for f in files::TASK_FILES {
             if f.temporary
                 || [
                     files::TOOL_RESULTS_DIR,
                     files::REPLY_STREAM,
                     files::FAILED_STREAMS_DIR,
+                    files::TRACE_IDS,
                 ]
                 .contains(&f.name)
             {

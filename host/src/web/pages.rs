@@ -694,6 +694,11 @@ pub async fn task(
                         &state.pricing,
                     )),
                 )])
+                .chain(
+                    dir.as_ref()
+                        .and_then(|d| crate::telemetry::last_trace_id(d.handle()))
+                        .map(|id| ("Trace id".to_string(), id)),
+                )
                 .map(|(k, v)| (k, redactor.redact(&v)))
                 .collect(),
             source: task_page::source_item(&row, db.publication(&uuid)?.as_ref()).map(|mut s| {

@@ -1,0 +1,376 @@
+//! OpenTelemetry traces (issue 32): a task run by a worker against the fake LLM, exported over
+//! OTLP/HTTP to a receiver in the test that decodes the official protobuf messages
+//! (`opentelemetry-proto`); and a collector that is down, which the task does not notice.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use serde_json::Value;
+
+use crate::metrics::{config, scripted_llm};
+use crate::support::dashboard::Dashboard;
+use crate::support::{TestEnv, find_task_dir, read_jsonl, unused_port};
+
+/// A header sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`); must never be logged.
+const SECRET: &str = "otlp-secret-4711";
+
+/// What the receiver got: the spans, and the headers of each export.
+#[derive(Default)]
+struct Received {
+    spans: Vec<(String, Span)>,
+    headers: Vec<HashMap<String, String>>,
+    paths: Vec<String>,
+}
+
+/// An OTLP/HTTP receiver on `127.0.0.1:PORT`: decodes each `POST /v1/traces` body as an
+/// `ExportTraceServiceRequest` and answers 200.
+fn receiver() -> (String, Arc<Mutex<Received>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    let got = Arc::new(Mutex::new(Received::default()));
+    let g = got.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let g = g.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream.try_clone().unwrap());
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                    let mut headers = HashMap::new();
+                    loop {
+                        let mut h = String::new();
+                        r.read_line(&mut h).unwrap();
+                        let h = h.trim_end();
+                        if h.is_empty() {
+                            break;
+                        }
+                        let (k, v) = h.split_once(':').unwrap();
+                        headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+                    }
+                    let len: usize = headers["content-length"].parse().unwrap();
+                    let mut body = vec![0; len];
+                    r.read_exact(&mut body).unwrap();
+                    let req = ExportTraceServiceRequest::decode(&body[..]).expect("protobuf");
+                    {
+                        let mut g = g.lock().unwrap();
+                        for rs in req.resource_spans {
+                            let service = rs
+                                .resource
+                                .iter()
+                                .flat_map(|r| &r.attributes)
+                                .find(|a| a.key == "service.name")
+                                .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+                                    Any::StringValue(s) => Some(s.clone()),
+                                    _ => None,
+                                })
+                                .unwrap_or_default();
+                            for ss in rs.scope_spans {
+                                for s in ss.spans {
+                                    g.spans.push((service.clone(), s));
+                                }
+                            }
+                        }
+                        g.headers.push(headers);
+                        g.paths.push(path);
+                    }
+                    let mut w = stream.try_clone().unwrap();
+                    let _ = w.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
+                    );
+                }
+            });
+        }
+    });
+    (addr, got)
+}
+
+fn attr<'a>(s: &'a Span, key: &str) -> Option<&'a Any> {
+    s.attributes
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| a.value.as_ref()?.value.as_ref())
+}
+
+fn str_attr<'a>(s: &'a Span, key: &str) -> &'a str {
+    match attr(s, key) {
+        Some(Any::StringValue(v)) => v,
+        other => panic!("span {}: {key} is {other:?}", s.name),
+    }
+}
+
+fn int_attr(s: &Span, key: &str) -> i64 {
+    match attr(s, key) {
+        Some(Any::IntValue(v)) => *v,
+        other => panic!("span {}: {key} is {other:?}", s.name),
+    }
+}
+
+fn hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Issue 32: one trace for the run: the worker's `task run` span is the root, the task
+/// process's `invoke_agent` span its child, and every LLM call (`chat fake-model`, GenAI
+/// attributes and token counts equal to llm_calls.jsonl), tool call (`execute_tool`) and
+/// compression (`compress`) of the run a child of that; the trace id is in the task's
+/// `trace_ids`; the OTLP headers are sent and never logged.
+#[test]
+fn a_task_run_is_one_trace_with_genai_spans() {
+    let (endpoint, got) = receiver();
+    let llm = scripted_llm();
+    let mut env = TestEnv::new();
+    env.write_config(&config(&llm.base_url()));
+    env.ctxhost(&["init"]).ok();
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    env.set_env(
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        &format!("x-otlp-key={SECRET}"),
+    );
+    env.set_env("OTEL_SERVICE_NAME", "ctxhost-test");
+    env.set_env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    env.set_env("RUST_LOG", "debug");
+    let uuid = env.submit("Read every file and report.");
+    let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    let logged = format!("{}{}", out.stdout(), out.stderr());
+    assert!(
+        !logged.contains(SECRET),
+        "the OTLP header was logged: {}",
+        logged
+            .lines()
+            .filter(|l| l.contains(SECRET))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    let got = got.lock().unwrap();
+    assert!(
+        got.paths.iter().all(|p| p == "/v1/traces"),
+        "{:?}",
+        got.paths
+    );
+    assert!(
+        got.headers
+            .iter()
+            .all(|h| h.get("x-otlp-key").map(String::as_str) == Some(SECRET)),
+        "every export carries OTEL_EXPORTER_OTLP_HEADERS"
+    );
+    assert!(got.spans.iter().all(|(svc, _)| svc == "ctxhost-test"));
+    let spans: Vec<&Span> = got.spans.iter().map(|(_, s)| s).collect();
+    let agent: Vec<&&Span> = spans
+        .iter()
+        .filter(|s| s.name == "invoke_agent ctxhost")
+        .collect();
+    assert_eq!(agent.len(), 1, "one run, one task span");
+    let agent = agent[0];
+    assert_eq!(str_attr(agent, "ctxhost.task.uuid"), uuid);
+    assert_eq!(str_attr(agent, "gen_ai.operation.name"), "invoke_agent");
+    assert_eq!(str_attr(agent, "ctxhost.task.status"), "completed");
+    let trace = agent.trace_id.clone();
+    let run: Vec<&Span> = spans
+        .iter()
+        .copied()
+        .filter(|s| s.trace_id == trace)
+        .collect();
+    // The worker's span is the trace's root and the task span's parent.
+    let root = run
+        .iter()
+        .find(|s| s.name == "task run")
+        .expect("the worker's span");
+    assert!(root.parent_span_id.is_empty());
+    assert_eq!(str_attr(root, "ctxhost.task.uuid"), uuid);
+    assert_eq!(agent.parent_span_id, root.span_id);
+
+    // LLM calls: one span each, children of the task span, tokens as in llm_calls.jsonl.
+    let dir = find_task_dir(&env.contexts(), &uuid).expect("task dir");
+    let lines: Vec<Value> = read_jsonl(&dir.join("llm_calls.jsonl"));
+    let calls: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] != "compression")
+        .collect();
+    let chats: Vec<&&Span> = run.iter().filter(|s| s.name == "chat fake-model").collect();
+    assert_eq!(chats.len(), calls.len(), "a span per LLM call");
+    let hook_ids: Vec<&Vec<u8>> = run
+        .iter()
+        .filter(|s| s.name.starts_with("strategy "))
+        .map(|s| &s.span_id)
+        .collect();
+    for c in &chats {
+        // The strategy's own calls are children of its hook's span; the others of the task's.
+        if str_attr(c, "ctxhost.llm.purpose") == "strategy" {
+            assert!(hook_ids.contains(&&c.parent_span_id));
+        } else {
+            assert_eq!(c.parent_span_id, agent.span_id, "{}", c.name);
+        }
+        assert_eq!(str_attr(c, "gen_ai.operation.name"), "chat");
+        assert_eq!(str_attr(c, "gen_ai.provider.name"), "openai");
+        assert_eq!(str_attr(c, "gen_ai.request.model"), "fake-model");
+        match attr(c, "gen_ai.response.finish_reasons") {
+            Some(Any::ArrayValue(a)) => assert_eq!(a.values.len(), 1),
+            other => panic!("finish reasons: {other:?}"),
+        }
+    }
+    let tokens = |key: &str| -> i64 { chats.iter().map(|c| int_attr(c, key)).sum() };
+    let logged_tokens =
+        |key: &str| -> i64 { calls.iter().map(|l| l[key].as_i64().unwrap_or(0)).sum() };
+    assert_eq!(
+        tokens("gen_ai.usage.input_tokens"),
+        logged_tokens("prompt_tokens")
+    );
+    assert_eq!(
+        tokens("gen_ai.usage.output_tokens"),
+        logged_tokens("completion_tokens")
+    );
+    assert!(tokens("gen_ai.usage.input_tokens") > 0);
+    let purposes: Vec<&str> = chats
+        .iter()
+        .map(|c| str_attr(c, "ctxhost.llm.purpose"))
+        .collect();
+    assert!(purposes.contains(&"agent") && purposes.contains(&"compressor"));
+
+    // Tool calls: read_text_file, which no server offers (each fails).
+    let row = env.row(&uuid);
+    let tools: Vec<&&Span> = run
+        .iter()
+        .filter(|s| s.name == "execute_tool read_text_file")
+        .collect();
+    assert_eq!(
+        tools.len() as i64,
+        row["tool_call_count"].as_i64().unwrap(),
+        "a span per tool call"
+    );
+    for t in &tools {
+        assert_eq!(t.parent_span_id, agent.span_id);
+        assert_eq!(str_attr(t, "gen_ai.operation.name"), "execute_tool");
+        assert_eq!(str_attr(t, "gen_ai.tool.name"), "read_text_file");
+        assert!(!str_attr(t, "gen_ai.tool.call.id").is_empty());
+        assert_eq!(str_attr(t, "ctxhost.tool.status"), "error");
+        assert_eq!(str_attr(t, "error.type"), "tool_error");
+    }
+
+    // Compressions: one span each, tokens before and after as llm_calls.jsonl says.
+    let compressions: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "compression")
+        .collect();
+    let compress: Vec<&&Span> = run.iter().filter(|s| s.name == "compress").collect();
+    assert!(!compressions.is_empty());
+    assert_eq!(compress.len(), compressions.len());
+    for (s, l) in compress.iter().zip(&compressions) {
+        assert_eq!(s.parent_span_id, agent.span_id);
+        assert_eq!(
+            int_attr(s, "ctxhost.compression.tokens_before"),
+            l["before_tokens"].as_i64().unwrap()
+        );
+        assert_eq!(
+            int_attr(s, "ctxhost.compression.tokens_after"),
+            l["after_tokens"].as_i64().unwrap()
+        );
+    }
+
+    // Strategy hooks: children of the task span too.
+    let hooks: Vec<&&Span> = run
+        .iter()
+        .filter(|s| s.name.starts_with("strategy "))
+        .collect();
+    assert!(!hooks.is_empty(), "the strategy's hooks have spans");
+    for h in &hooks {
+        assert_eq!(h.parent_span_id, agent.span_id);
+    }
+
+    // The task page's record of the trace, shown on the dashboard.
+    let ids = std::fs::read_to_string(dir.join("trace_ids")).expect("trace_ids");
+    assert_eq!(ids.trim(), hex(&trace));
+    let page = Dashboard::start(&env, &[]).get(&format!("/tasks/{uuid}"));
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body
+            .contains(&format!("<dt>Trace id</dt><dd>{}</dd>", hex(&trace))),
+        "the task page shows the trace id"
+    );
+}
+
+/// Issue 32: with the collector down (a closed port) the task completes as usual.
+#[test]
+fn a_collector_that_is_down_does_not_fail_the_task() {
+    let llm = scripted_llm();
+    let mut env = TestEnv::new();
+    env.write_config(&config(&llm.base_url()));
+    env.ctxhost(&["init"]).ok();
+    env.set_env(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        &format!("http://127.0.0.1:{}", unused_port()),
+    );
+    let uuid = env.submit("Read every file and report.");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    let row = env.row(&uuid);
+    assert_eq!(row["status"], "completed", "{row}");
+    assert!(row["tool_call_count"].as_i64().unwrap() > 0);
+}
+
+/// Issue 32: a strategy's side calls (plan-execute's planning and verification) are `chat`
+/// spans with `ctxhost.llm.purpose=strategy`, children of the hook's `strategy` span, which
+/// is a child of the task span.
+#[test]
+fn a_strategy_side_call_is_a_chat_span_under_its_hook() {
+    use crate::strategies::{Kind, Scripted};
+    let (endpoint, got) = receiver();
+    let script = Scripted::default();
+    let llm = script.start();
+    let mut env = TestEnv::for_llm(&llm, "plugins:\n  strategy: builtin:plan-execute\n");
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    let uuid = env.submit("What does src/main.rs print?");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    let side_calls = script.count(Kind::Plan) + script.count(Kind::Verify);
+    assert!(side_calls >= 2, "planning and verification calls");
+
+    let got = got.lock().unwrap();
+    let spans: Vec<&Span> = got.spans.iter().map(|(_, s)| s).collect();
+    let agent = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent ctxhost")
+        .expect("the task span");
+    let hooks: HashMap<&Vec<u8>, &str> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("strategy "))
+        .map(|s| {
+            assert_eq!(s.parent_span_id, agent.span_id);
+            assert_eq!(
+                str_attr(s, "ctxhost.strategy.component"),
+                "builtin:plan-execute"
+            );
+            (&s.span_id, str_attr(s, "ctxhost.strategy.hook"))
+        })
+        .collect();
+    let strategy_chats: Vec<&&Span> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("chat ") && str_attr(s, "ctxhost.llm.purpose") == "strategy")
+        .collect();
+    assert_eq!(strategy_chats.len(), side_calls, "a span per side call");
+    for c in &strategy_chats {
+        let hook = hooks
+            .get(&c.parent_span_id)
+            .expect("a side call's parent is a hook's span");
+        assert!(["start", "after-reply", "after-tools"].contains(hook));
+        assert_eq!(str_attr(c, "gen_ai.operation.name"), "chat");
+        assert!(int_attr(c, "gen_ai.usage.input_tokens") > 0);
+    }
+    // The planning call is made by the `start` hook.
+    assert!(
+        strategy_chats
+            .iter()
+            .any(|c| hooks[&c.parent_span_id] == "start")
+    );
+}
