@@ -193,8 +193,10 @@ pub fn run(
             row,
             pid,
             &host,
-            remote,
-            trace_id.as_deref(),
+            RunExtras {
+                remote,
+                trace_id: trace_id.as_deref(),
+            },
         )
     }));
     let result = match ended {
@@ -259,6 +261,13 @@ fn failure_text(config: &Config, error: &str) -> String {
     crate::untrusted::text(&redacted, crate::untrusted::MAX_DB_ERROR_BYTES).into_owned()
 }
 
+/// What a run may have besides its task: the bucket sync (`context_storage.remote`) and the
+/// trace id of its span (when traces are exported), recorded in the task's `trace_ids`.
+struct RunExtras<'a> {
+    remote: Option<crate::remote::TaskSync>,
+    trace_id: Option<&'a str>,
+}
+
 /// Everything between the claim and the end: plugins, context, tools, agent loop, and the
 /// status change the loop's outcome asks for. `Err` when no context could be made or ending
 /// the task failed before its row changed.
@@ -269,9 +278,9 @@ fn execute(
     row: TaskRow,
     pid: u32,
     host: &str,
-    remote: Option<crate::remote::TaskSync>,
-    trace_id: Option<&str>,
+    extras: RunExtras<'_>,
 ) -> anyhow::Result<Status> {
+    let RunExtras { remote, trace_id } = extras;
     // CTXHOST_CACHE_DIR lets several contexts trees (or test runs) share compiled components.
     let plugins = PluginSet::load(config, layout)?;
     let mut ctx = TaskContext::open(config, layout, db, row, pid, host, &plugins)?;
