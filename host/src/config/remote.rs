@@ -37,22 +37,77 @@ pub struct RemoteLocation {
     pub prefix: String,
 }
 
+/// The message for a URL or endpoint that carries a user name or password.
+const NO_CREDENTIALS: &str = "must not carry credentials (`user:password@`): they come only from \
+     AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or the rest of the AWS default chain)";
+
+/// The authority (`[userinfo@]host[:port]`) of `url` when it has a `scheme://`, checked by hand
+/// so that even a URL that does not parse is never quoted with its credentials.
+fn authority(url: &str) -> Option<&str> {
+    let rest = &url[url.find("://")? + 3..];
+    Some(rest.split(['/', '?', '#']).next().unwrap_or(rest))
+}
+
+/// Whether `url`'s authority holds a user name or password (`user:pass@host`).
+fn has_userinfo(url: &str) -> bool {
+    authority(url).is_some_and(|a| a.contains('@'))
+}
+
+/// `url` fit to quote in a message: any `userinfo@` replaced by `***@`.
+pub fn redact(url: &str) -> String {
+    match authority(url) {
+        Some(a) if a.contains('@') => {
+            let host = a.rsplit('@').next().unwrap_or_default();
+            url.replacen(a, &format!("***@{host}"), 1)
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Why `bucket` is not a valid S3 bucket name (the general-purpose bucket naming rules), if it
+/// is not.
+fn bucket_problem(bucket: &str) -> Option<&'static str> {
+    let bytes = bucket.as_bytes();
+    if !(3..=63).contains(&bytes.len())
+        || !bytes
+            .iter()
+            .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    {
+        return Some("3 to 63 lowercase letters, digits, `-` and `.`");
+    }
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
+        return Some("it must begin and end with a letter or digit");
+    }
+    if bucket.contains("..") || bucket.contains(".-") || bucket.contains("-.") {
+        return Some("`.` must not be next to another `.` or a `-`");
+    }
+    if bucket.parse::<std::net::Ipv4Addr>().is_ok() {
+        return Some("it must not look like an IP address");
+    }
+    None
+}
+
 impl RemoteConfig {
-    /// The bucket and prefix `url` names; the error says what is wrong with it.
+    /// The bucket and prefix `url` names; the error says what is wrong with it and never quotes
+    /// credentials.
     pub fn location(&self) -> Result<RemoteLocation, String> {
+        if has_userinfo(&self.url) {
+            return Err(NO_CREDENTIALS.to_string());
+        }
         let rest = self
             .url
             .strip_prefix("s3://")
-            .ok_or_else(|| format!("must start with s3:// (got `{}`)", self.url))?;
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        let valid_bucket = (3..=63).contains(&bucket.len())
-            && bucket
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-        if !valid_bucket {
+            .ok_or_else(|| format!("must start with s3:// (got `{}`)", redact(&self.url)))?;
+        if rest.contains(['?', '#']) {
             return Err(format!(
-                "`{bucket}` is not a bucket name (3 to 63 lowercase letters, digits, `-` and `.`)"
+                "`{}` has a query (`?`) or fragment (`#`): an s3:// URL is only s3://BUCKET/PREFIX",
+                self.url
             ));
+        }
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if let Some(why) = bucket_problem(bucket) {
+            return Err(format!("`{bucket}` is not a bucket name ({why})"));
         }
         let prefix = prefix.trim_matches('/');
         if prefix
@@ -64,52 +119,72 @@ impl RemoteConfig {
                 "the key prefix `{prefix}` has an empty, `.` or `..` part or a control character"
             ));
         }
+        if prefix.contains('%') {
+            return Err(format!(
+                "the key prefix `{prefix}` has a `%`: escapes are not decoded, write the key as it is"
+            ));
+        }
         Ok(RemoteLocation {
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
         })
     }
 
-    /// Check the URL and the endpoint; the error names the key.
+    /// Check the URL, the endpoint and the region; the error names the key and never quotes
+    /// credentials.
     pub(super) fn validate(&self) -> Result<(), Invalid> {
         if let Err(e) = self.location() {
             return Invalid::err("context_storage.remote.url", e);
         }
         if let Some(ep) = &self.endpoint {
-            match url::Url::parse(ep) {
-                Ok(u) if u.scheme() == "https" => {}
-                Ok(u) if u.scheme() == "http" && self.allow_http => {}
-                Ok(u) if u.scheme() == "http" => {
+            const KEY: &str = "context_storage.remote.endpoint";
+            if has_userinfo(ep) {
+                return Invalid::err(KEY, NO_CREDENTIALS);
+            }
+            let quoted = redact(ep);
+            let u = match url::Url::parse(ep) {
+                Ok(u) => u,
+                Err(e) => return Invalid::err(KEY, format!("`{quoted}` is not a URL: {e}")),
+            };
+            if !u.username().is_empty() || u.password().is_some() {
+                return Invalid::err(KEY, NO_CREDENTIALS);
+            }
+            match u.scheme() {
+                "https" => {}
+                "http" if self.allow_http => {}
+                "http" => {
                     return Invalid::err(
-                        "context_storage.remote.endpoint",
+                        KEY,
                         format!(
-                            "`{ep}` is plain http: set context_storage.remote.allow_http: true to allow it"
+                            "`{quoted}` is plain http: set context_storage.remote.allow_http: true to allow it"
                         ),
                     );
                 }
-                Ok(_) => {
-                    return Invalid::err(
-                        "context_storage.remote.endpoint",
-                        format!("`{ep}` is not an http(s) URL"),
-                    );
-                }
-                Err(e) => {
-                    return Invalid::err(
-                        "context_storage.remote.endpoint",
-                        format!("`{ep}` is not a URL: {e}"),
-                    );
-                }
+                _ => return Invalid::err(KEY, format!("`{quoted}` is not an http(s) URL")),
             }
-            if url::Url::parse(ep).is_ok_and(|u| !u.username().is_empty() || u.password().is_some())
-            {
+            if u.query().is_some() || u.fragment().is_some() || !matches!(u.path(), "" | "/") {
                 return Invalid::err(
-                    "context_storage.remote.endpoint",
-                    "must not carry credentials: they come only from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+                    KEY,
+                    format!(
+                        "`{quoted}` has a path, query or fragment: the endpoint is scheme://host[:port] only \
+                         (the bucket and prefix go in context_storage.remote.url)"
+                    ),
                 );
             }
         }
-        if self.region.as_deref().is_some_and(str::is_empty) {
-            return Invalid::err("context_storage.remote.region", "must not be empty");
+        if let Some(region) = &self.region {
+            let valid = (1..=64).contains(&region.len())
+                && region
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !valid {
+                return Invalid::err(
+                    "context_storage.remote.region",
+                    format!(
+                        "`{region}` is not a region name (1 to 64 letters, digits, `-` and `_`, such as eu-west-1)"
+                    ),
+                );
+            }
         }
         Ok(())
     }
@@ -169,5 +244,87 @@ mod tests {
         assert!(c.validate().is_err());
         c.endpoint = Some("ftp://x".into());
         assert!(c.validate().is_err());
+    }
+
+    /// The error `validate` gives, as text.
+    fn refusal(c: &RemoteConfig) -> String {
+        let e = c.validate().unwrap_err();
+        format!("{}: {}", e.key, e.message)
+    }
+
+    #[test]
+    fn credentials_are_refused_before_anything_else_and_never_quoted() {
+        for ep in [
+            "http://AKIAEXAMPLE:wJalrSECRET@127.0.0.1:8333",
+            "ftp://AKIAEXAMPLE:wJalrSECRET@x",
+            "https://AKIAEXAMPLE:wJalrSECRET@x:99999",
+            "https://AKIAEXAMPLE:wJalrSECRET@x/p?q#f",
+            "https://AKIAEXAMPLE@x",
+        ] {
+            let mut c = cfg("s3://bucket/p");
+            c.endpoint = Some(ep.into());
+            let e = refusal(&c);
+            assert!(e.starts_with("context_storage.remote.endpoint"), "{e}");
+            assert!(e.contains("credentials"), "{ep}: {e}");
+            assert!(
+                !e.contains("wJalrSECRET") && !e.contains("AKIAEXAMPLE"),
+                "{e}"
+            );
+        }
+        for url in [
+            "s3://AKIAXXX:secret@bkt/p",
+            "s3://AKIAXXX:secret@bkt",
+            "https://AKIAXXX:secret@bkt/p",
+        ] {
+            let e = refusal(&cfg(url));
+            assert!(e.starts_with("context_storage.remote.url"), "{e}");
+            assert!(e.contains("credentials"), "{url}: {e}");
+            assert!(!e.contains("secret") && !e.contains("AKIAXXX"), "{e}");
+        }
+        // A refusal for another reason quotes the URL without its userinfo.
+        assert_eq!(redact("ftp://k:s@h:1/p?q"), "ftp://***@h:1/p?q");
+        assert_eq!(redact("https://h/a@b"), "https://h/a@b");
+    }
+
+    #[test]
+    fn queries_fragments_and_invalid_names_are_refused() {
+        for url in [
+            "s3://bkt/p?x=1",
+            "s3://bkt//p?versionId=1",
+            "s3://bkt/p#frag",
+            "s3://bkt/a b%2F..%2F",
+            "s3://a..b/p",
+            "s3://192.168.1.1/p",
+            "s3://-abc/p",
+            "s3://abc-/p",
+            "s3://a.-b/p",
+        ] {
+            let e = refusal(&cfg(url));
+            assert!(e.starts_with("context_storage.remote.url: "), "{url}: {e}");
+        }
+        assert!(cfg("s3://my.bucket-1/a b/c").validate().is_ok());
+        for ep in [
+            "https://s3.example.com/foo?x=1#y",
+            "https://s3.example.com/?x=1",
+            "https://s3.example.com/#y",
+            "https://s3.example.com/foo",
+        ] {
+            let mut c = cfg("s3://bucket/p");
+            c.endpoint = Some(ep.into());
+            let e = refusal(&c);
+            assert!(e.contains("path, query or fragment"), "{ep}: {e}");
+        }
+        let mut c = cfg("s3://bucket/p");
+        c.endpoint = Some("https://s3.example.com/".into());
+        assert!(c.validate().is_ok());
+        for region in ["../../x y", "", "eu west"] {
+            c.region = Some(region.into());
+            assert!(
+                refusal(&c).starts_with("context_storage.remote.region: "),
+                "{region}"
+            );
+        }
+        c.region = Some("eu-west-1".into());
+        assert!(c.validate().is_ok());
     }
 }
