@@ -38,6 +38,9 @@ use crate::layout::Layout;
 /// ([`crate::db::binding`]) is a usage error (exit 2), with what to do.
 pub fn open_store(config: &Config, layout: &Layout) -> anyhow::Result<Db> {
     let spec = config.store_spec().map_err(|e| usage(e.to_string()))?;
+    // Every command that opens the store from a config (`init` too, which loads no `Env`)
+    // treats its tree as a working copy when the task directories are kept in a bucket.
+    crate::db::binding::set_working_copies(config.context_storage.remote.is_some());
     Db::open(&spec, layout.root()).map_err(|e| match e {
         DbError::Config(_) | DbError::NotOwner(_) => usage(e.to_string()),
         e => e.into(),
