@@ -72,6 +72,20 @@ impl Provider {
         }
     }
 
+    /// The model `ctxhost init --provider P` writes, and that `--provider P` brings when the
+    /// config still names another provider's default: OpenAI `gpt-4o-mini`, Anthropic
+    /// `claude-sonnet-4-5` (the alias of Claude Sonnet 4.5), Ollama `llama3.2`; the
+    /// OpenAI-compatible local servers serve what they loaded (llama-server ignores the name,
+    /// LM Studio and vLLM need their model id), so `local-model` stands for it.
+    pub fn default_model(self) -> &'static str {
+        match self {
+            Provider::Openai => "gpt-4o-mini",
+            Provider::Anthropic => "claude-sonnet-4-5",
+            Provider::Ollama => "llama3.2",
+            Provider::Lmstudio | Provider::Llamacpp | Provider::Vllm => "local-model",
+        }
+    }
+
     /// API-key variable used when `llm.api_key_env` is not set (`None`: no key sent).
     pub fn default_api_key_env(self) -> Option<&'static str> {
         match self {
@@ -250,7 +264,7 @@ impl Default for LlmConfig {
         LlmConfig {
             provider: Provider::Openai,
             base_url: None,
-            model: "gpt-4o-mini".to_string(),
+            model: Provider::Openai.default_model().to_string(),
             api_key_env: None,
             context_length: 8192,
             max_output_tokens: Some(1024),
@@ -369,6 +383,59 @@ impl LlmConfig {
             return Invalid::err(
                 "llm.max_retries",
                 format!("must be at most 20, got {}", self.max_retries),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl LlmConfig {
+    /// The keys only some request formats send, against `format` (the request format in
+    /// effect, [`Config::request_format`]): `reasoning_effort` is sent only by
+    /// `builtin:openai-chat` and `builtin:openai-responses`, `send_reasoning_content` only by
+    /// `builtin:openai-chat` (a `.wasm` format may read either); and `builtin:openai-responses`
+    /// (`/v1/responses`) only with an OpenAI-compatible provider, not anthropic or ollama.
+    pub(super) fn validate_for_format(&self, format: &str) -> Result<(), Invalid> {
+        let builtin = format.strip_prefix("builtin:");
+        let provider = self.provider;
+        if builtin == Some("openai-responses")
+            && matches!(provider, Provider::Anthropic | Provider::Ollama)
+        {
+            return Invalid::err(
+                "plugins.request_format",
+                format!(
+                    "builtin:openai-responses posts to /v1/responses, which provider {provider} does not \
+                     serve: use its default ({}) or an OpenAI-compatible provider (openai, llamacpp, vllm, lmstudio)",
+                    provider.default_request_format()
+                ),
+            );
+        }
+        if self.reasoning_effort.is_some()
+            && let Some(name) = builtin
+            && !matches!(name, "openai-chat" | "openai-responses")
+        {
+            return Invalid::err(
+                "llm.reasoning_effort",
+                format!(
+                    "is sent only by builtin:openai-chat and builtin:openai-responses; the request \
+                     format builtin:{name} (provider {provider}) ignores it{}",
+                    match provider {
+                        Provider::Anthropic | Provider::Ollama => ": use llm.thinking",
+                        _ => "",
+                    }
+                ),
+            );
+        }
+        if self.send_reasoning_content
+            && let Some(name) = builtin
+            && name != "openai-chat"
+        {
+            return Invalid::err(
+                "llm.send_reasoning_content",
+                format!(
+                    "is sent only by builtin:openai-chat; the request format builtin:{name} \
+                     (provider {provider}) ignores it"
+                ),
             );
         }
         Ok(())

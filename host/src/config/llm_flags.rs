@@ -53,7 +53,8 @@ impl LlmFlags {
 
     /// Set the given values in `config.llm` and validate the result. A `--provider` other than
     /// the config's drops the config's base URL and API-key variable (the new provider's
-    /// defaults apply) unless they are given too. Errors (usage): a value out of range, named
+    /// defaults apply) unless they are given too, and replaces the old provider's default model
+    /// ([`Provider::default_model`]) with the new one's unless `--model` is given. Errors (usage): a value out of range, named
     /// by its config key (`command-line flags: llm.context_length: ...`).
     pub fn apply(&self, config: &mut Config) -> anyhow::Result<()> {
         if !self.any() {
@@ -63,6 +64,10 @@ impl LlmFlags {
         if let Some(p) = self.provider
             && p != llm.provider
         {
+            // The old provider's default model means nothing to the new one.
+            if llm.model == llm.provider.default_model() {
+                llm.model = p.default_model().to_string();
+            }
             llm.provider = p;
             llm.base_url = None;
             llm.api_key_env = None;

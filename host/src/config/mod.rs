@@ -204,6 +204,7 @@ impl Config {
             self.context_storage.validate(),
             self.llm.validate(),
             self.plugins.validate(),
+            self.llm.validate_for_format(self.request_format()),
             self.runtime.validate(),
             self.agent.validate(),
             self.strategy.validate(),
@@ -678,5 +679,70 @@ mod tests {
     fn missing_file_gives_defaults() {
         let c = Config::load(Path::new("/nonexistent/dir/config.yaml")).unwrap();
         assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn keys_a_request_format_ignores_are_refused_naming_the_key() {
+        let e = err("llm:\n  provider: anthropic\n  reasoning_effort: high\n");
+        assert!(
+            e.starts_with("config.yaml: llm.reasoning_effort: is sent only by builtin:openai-chat")
+                && e.contains("builtin:anthropic-messages (provider anthropic)")
+                && e.contains("use llm.thinking"),
+            "{e}"
+        );
+        let e = err("llm:\n  provider: ollama\n  reasoning_effort: low\n");
+        assert!(
+            e.contains("llm.reasoning_effort") && e.contains("builtin:ollama-chat"),
+            "{e}"
+        );
+        let e = err("llm:\n  provider: anthropic\n  send_reasoning_content: true\n");
+        assert!(
+            e.starts_with(
+                "config.yaml: llm.send_reasoning_content: is sent only by builtin:openai-chat"
+            ),
+            "{e}"
+        );
+        let responses = "plugins:\n  request_format: builtin:openai-responses\n";
+        let e = err(&format!(
+            "llm:\n  send_reasoning_content: true\n{responses}"
+        ));
+        assert!(
+            e.contains("llm.send_reasoning_content") && e.contains("builtin:openai-responses"),
+            "{e}"
+        );
+        for provider in ["anthropic", "ollama"] {
+            let e = err(&format!("llm:\n  provider: {provider}\n{responses}"));
+            assert!(
+                e.starts_with("config.yaml: plugins.request_format: builtin:openai-responses posts to /v1/responses")
+                    && e.contains(&format!("provider {provider} does not serve")),
+                "{e}"
+            );
+        }
+        // Where they are sent, and with a .wasm format (which may read them), they stay.
+        for ok in [
+            format!("llm:\n  provider: llamacpp\n  reasoning_effort: high\n{responses}"),
+            "llm:\n  reasoning_effort: high\n  send_reasoning_content: true\n".to_string(),
+            "llm:\n  provider: anthropic\n  reasoning_effort: high\nplugins:\n  request_format: /opt/f.wasm\n".to_string(),
+        ] {
+            assert!(Config::from_yaml(&ok, "c").is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn prices_past_the_bound_are_refused_naming_the_key() {
+        let e = err("llm:\n  pricing:\n    qwen: {input: 1e300, output: 1}\n");
+        assert_eq!(
+            e,
+            "config.yaml: llm.pricing.qwen.input: must be a price from 0 to 1000000 (US dollars per million tokens), got 1e300"
+        );
+        let e = err("llm:\n  pricing:\n    qwen: {input: 1, output: 2, cache_write: 1000001}\n");
+        assert!(e.contains("llm.pricing.qwen.cache_write"), "{e}");
+        assert!(
+            Config::from_yaml(
+                "llm:\n  pricing:\n    qwen: {input: 1000000, output: 0}\n",
+                "c"
+            )
+            .is_ok()
+        );
     }
 }

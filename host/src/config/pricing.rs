@@ -31,6 +31,10 @@ pub struct ModelPrice {
     pub cache_write: Option<f64>,
 }
 
+/// The highest price `llm.pricing` accepts, US dollars per million tokens: far above any
+/// model's, low enough that a cost stays a readable number.
+pub const MAX_PRICE: f64 = 1_000_000.0;
+
 /// `llm.pricing`: model name → [`ModelPrice`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -64,7 +68,7 @@ impl Pricing {
         )
     }
 
-    /// Check every price is a finite number ≥ 0; the error names the key.
+    /// Check every price is a finite number in [0, [`MAX_PRICE`]]; the error names the key.
     pub(super) fn validate(&self) -> Result<(), Invalid> {
         for (model, p) in &self.0 {
             for (what, v) in [
@@ -74,11 +78,19 @@ impl Pricing {
                 ("cache_write", p.cache_write),
             ] {
                 if let Some(v) = v
-                    && !(v.is_finite() && v >= 0.0)
+                    && !(v.is_finite() && (0.0..=MAX_PRICE).contains(&v))
                 {
                     return Invalid::err(
                         &format!("llm.pricing.{model}.{what}"),
-                        format!("must be a price ≥ 0 (US dollars per million tokens), got {v}"),
+                        format!(
+                            "must be a price from 0 to {MAX_PRICE} (US dollars per million tokens), got {}",
+                            // 1e300, not its 301 digits.
+                            if v.abs() >= 1e15 {
+                                format!("{v:e}")
+                            } else {
+                                v.to_string()
+                            }
+                        ),
                     );
                 }
             }

@@ -76,12 +76,14 @@ llm:
   # The model's context window, tokens.
   context_length: {ctx}
   # Upper bound on output tokens per call (null: provider default; 4096 for anthropic).
+  # Claude models: raise context_length (200000) and this (e.g. 8192) to use them fully.
   max_output_tokens: {max_out}
   # Sampling temperature, 0-2 (0-1 for anthropic) (null: provider default).
   temperature: null
   # The model's thinking: a budget in tokens (anthropic: at least 1024, below
   # max_output_tokens; no temperature with it) or adaptive (newer Claude models); for ollama
   # either sends think: true. Signed thinking is kept in the history and sent back.
+  # A budget needs max_output_tokens above it, e.g. max_output_tokens: 8192 with thinking: 4096.
   # thinking: 4096
   timeout_secs: {timeout}
   connect_timeout_secs: {connect}

@@ -71,7 +71,8 @@ pub fn init(
 }
 
 /// The commented default config `yaml` with the `llm` keys `flags` gives set in its `llm`
-/// section (the commented lines of `base_url` and `api_key_env` uncommented); checked by
+/// section (the commented lines of `base_url` and `api_key_env` uncommented; `--provider`
+/// without `--model` writes that provider's default model); checked by
 /// parsing it. Errors (usage): a value out of range, named by its key.
 pub fn with_llm(yaml: &str, flags: &crate::config::llm_flags::LlmFlags) -> anyhow::Result<String> {
     if !flags.any() {
@@ -83,8 +84,10 @@ pub fn with_llm(yaml: &str, flags: &crate::config::llm_flags::LlmFlags) -> anyho
     if let Some(p) = flags.provider {
         sets.push(("provider", p.to_string()));
     }
-    if let Some(m) = &flags.model {
-        sets.push(("model", quote(m)));
+    match (&flags.model, flags.provider) {
+        (Some(m), _) => sets.push(("model", quote(m))),
+        (None, Some(p)) => sets.push(("model", quote(p.default_model()))),
+        (None, None) => {}
     }
     if let Some(u) = &flags.base_url {
         sets.push(("base_url", quote(u)));
@@ -125,4 +128,77 @@ pub fn with_llm(yaml: &str, flags: &crate::config::llm_flags::LlmFlags) -> anyho
     Config::from_yaml(&out, crate::config::llm_flags::FLAGS)
         .map_err(|e| crate::error::usage(e.to_string()))?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Provider;
+    use crate::config::llm_flags::LlmFlags;
+
+    #[test]
+    fn a_provider_brings_its_default_model_and_the_thinking_example_is_valid() {
+        for provider in Provider::ALL {
+            let flags = LlmFlags {
+                provider: Some(provider),
+                ..LlmFlags::default()
+            };
+            let yaml = with_llm(&Config::default_yaml(), &flags).unwrap();
+            let config = Config::from_yaml(&yaml, "c").unwrap();
+            assert_eq!(config.llm.model, provider.default_model(), "{provider}");
+            assert_ne!(
+                provider != Provider::Openai,
+                config.llm.model == "gpt-4o-mini",
+                "{provider}"
+            );
+        }
+        let flags = LlmFlags {
+            provider: Some(Provider::Anthropic),
+            ..LlmFlags::default()
+        };
+        let yaml = with_llm(&Config::default_yaml(), &flags).unwrap();
+        assert!(
+            yaml.contains("\n  model: \"claude-sonnet-4-5\"\n"),
+            "{yaml}"
+        );
+        // The template's thinking example, uncommented as its comment says, is valid.
+        let hint = "  # A budget needs max_output_tokens above it, e.g. max_output_tokens: 8192 with thinking: 4096.";
+        assert!(yaml.contains(hint), "{yaml}");
+        let edited = yaml
+            .replace("  max_output_tokens: 1024\n", "  max_output_tokens: 8192\n")
+            .replace("  context_length: 8192\n", "  context_length: 200000\n")
+            .replace("  # thinking: 4096\n", "  thinking: 4096\n");
+        let config = Config::from_yaml(&edited, "c").unwrap();
+        assert_eq!(
+            config.llm.thinking,
+            Some(crate::config::Thinking::Budget(4096))
+        );
+        // --model wins over the provider's default.
+        let flags = LlmFlags {
+            provider: Some(Provider::Anthropic),
+            model: Some("claude-opus-4-1".into()),
+            ..LlmFlags::default()
+        };
+        let config =
+            Config::from_yaml(&with_llm(&Config::default_yaml(), &flags).unwrap(), "c").unwrap();
+        assert_eq!(config.llm.model, "claude-opus-4-1");
+    }
+
+    #[test]
+    fn a_provider_flag_replaces_only_the_old_providers_default_model() {
+        let mut c = Config::default();
+        let flags = LlmFlags {
+            provider: Some(Provider::Llamacpp),
+            ..LlmFlags::default()
+        };
+        flags.apply(&mut c).unwrap();
+        assert_eq!(c.llm.model, "local-model");
+        let mut c = Config::default();
+        c.llm.model = "qwen2.5-0.5b".into();
+        flags.apply(&mut c).unwrap();
+        assert_eq!(
+            c.llm.model, "qwen2.5-0.5b",
+            "a model the user chose is kept"
+        );
+    }
 }
