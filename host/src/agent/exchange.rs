@@ -262,9 +262,14 @@ pub fn exchange_checked(
         };
         let post = posted.map_err(|source| {
             if source.is_interrupted() {
-                // Written again from the context when the task resumes; nothing to debug.
-                if let Err(e) = dir.remove_file_if_exists(&request_name) {
-                    tracing::warn!("cannot delete {}: {e}", dir.show(&request_name));
+                // Written again from the context when the task resumes; nothing to debug. An
+                // abandoned stream goes too: it is no reply in flight (`show --follow` of the
+                // paused task must not replay it).
+                let abandoned = if streamed { Some(REPLY_STREAM) } else { None };
+                for f in std::iter::once(request_name.as_str()).chain(abandoned) {
+                    if let Err(e) = dir.remove_file_if_exists(f) {
+                        tracing::warn!("cannot delete {}: {e}", dir.show(f));
+                    }
                 }
             }
             ExchangeError::Post {
