@@ -118,6 +118,34 @@ fn a_stream_cut_off_is_sent_again_and_kept_in_failed_streams() {
 }
 
 #[test]
+fn a_whole_stream_that_cannot_be_folded_fails_the_call_once() {
+    // The stream reaches its end (`[DONE]`), but one event is not JSON: the same request
+    // would get the same failure, so it is neither sent again nor asked for again.
+    let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n\
+                data: {not an event}\n\n\
+                data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+                data: [DONE]\n\n";
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::status(
+        200,
+        body,
+        &[("Content-Type", "text/event-stream")],
+    ));
+    let env = streaming_env(&llm, "");
+    let uuid = env.submit("Answer");
+    run_once(&env);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "failed", "{r}");
+    assert_eq!(llm.request_count(), 1, "a whole stream is not sent again");
+    let error = r["error_message"].as_str().unwrap();
+    assert!(
+        error.contains("line 3") && error.contains("not sent again"),
+        "{error}"
+    );
+    assert!(error.contains("failed-streams/1.stream"), "{error}");
+}
+
+#[test]
 fn idle_timeout_bounds_the_wait_between_bytes_not_the_whole_stream() {
     let llm = FakeLlm::start(vec![
         // Stalls 4 s after its third event: longer than llm.idle_timeout_secs.
@@ -212,4 +240,33 @@ fn stream_false_asks_for_one_whole_body() {
     assert!(reqs[0].body.get("stream_options").is_none());
     let dir = env.contexts().join("completed").join(&uuid);
     assert!(!dir.join("reply.stream").exists());
+}
+
+#[test]
+fn a_format_that_writes_an_unstreamed_request_is_read_unstreamed_without_a_note() {
+    // builtin:prompted-tools always writes `"stream": false`: with `llm.stream` on (the
+    // default) its request is sent and read as the unstreamed one it is, and the log does not
+    // blame the server for answering one JSON body.
+    let llm = FakeLlm::start(vec![Reply::text("Plain answer.", Some((10, 3)))]);
+    let env = TestEnv::new();
+    let base = config_yaml(&llm.base_url(), "openai", "");
+    assert!(
+        !base.contains("stream:") && !base.contains("plugins:"),
+        "{base}"
+    );
+    env.write_config(&format!(
+        "{base}\nplugins:\n  request_format: builtin:prompted-tools\n"
+    ));
+    env.ctxhost(&["init"]).ok();
+    let uuid = env.submit("Answer");
+    let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].body["stream"], false, "{}", reqs[0].body);
+    let log = format!("{}{}", out.stdout(), out.stderr());
+    assert!(!log.contains("answered one JSON body"), "{log}");
+    let dir = env.contexts().join("completed").join(&uuid);
+    assert!(!dir.join("reply.stream").exists(), "not read as a stream");
 }

@@ -53,7 +53,8 @@ pub enum ExchangeError {
     },
     /// The response could not be parsed.
     #[error(
-        "the response could not be read: {source} ({request} and {response} kept in the task directory for debugging)"
+        "the response could not be read: {source}{} ({request} and {response} kept in the task directory for debugging)",
+        if *whole_stream { "; the stream came whole (not cut off), so it was not sent again: the same reply would fail the same way" } else { "" }
     )]
     Read {
         /// The request file (relative to the task directory).
@@ -62,6 +63,9 @@ pub enum ExchangeError {
         response: String,
         /// The underlying error.
         source: RuntimeError,
+        /// A streamed reply that reached its end but cannot be folded (an event the format
+        /// cannot read): deterministic, so neither the exchange nor the caller sends it again.
+        whole_stream: bool,
     },
     /// The response was read, but the caller cannot use the reply (e.g. an empty answer).
     #[error(
@@ -100,12 +104,14 @@ impl ExchangeError {
     }
 
     /// The provider answered (the call counts), but with a reply that could not be read or used:
-    /// asking again may give a usable one.
+    /// asking again may give a usable one. Not for a stream that came whole yet cannot be
+    /// folded (`Read` with `whole_stream`): that fails the same way each time.
     pub fn is_malformed_reply(&self) -> bool {
-        matches!(
-            self,
-            ExchangeError::Read { .. } | ExchangeError::Rejected { .. }
-        )
+        match self {
+            ExchangeError::Read { whole_stream, .. } => !whole_stream,
+            ExchangeError::Rejected { .. } => true,
+            _ => false,
+        }
     }
 
     /// The call was given up for a pause or stop request of the task
@@ -211,6 +217,10 @@ pub fn exchange_checked(
             messages: config.messages_file.clone(),
             source,
         })?;
+    // A format that wrote an unstreamed request all the same (`"stream": false`, as
+    // builtin:prompted-tools always does) gets it read as one: a whole-request timeout, and
+    // no note that the server ignored the request for a stream.
+    let streamed = streamed && !asks_no_stream(&dir.file_path(&request_name));
     let endpoint = untrusted::endpoint_path(&request.endpoint_path).map_err(|reason| {
         ExchangeError::Endpoint {
             component: format.component().to_string(),
@@ -226,8 +236,8 @@ pub fn exchange_checked(
     };
     // Set when a server answered a streamed request with one whole body.
     let mut whole = false;
-    // A streamed reply that cannot be read (cut off before its end without a transport
-    // error, a broken event) is sent again, within the transport's retries.
+    // A streamed reply cut off before its end without a transport error is sent again,
+    // within the transport's retries; one that came whole but cannot be folded is not.
     let mut tries = 0u32;
     let (post, reply) = loop {
         tries += 1;
@@ -252,9 +262,14 @@ pub fn exchange_checked(
         };
         let post = posted.map_err(|source| {
             if source.is_interrupted() {
-                // Written again from the context when the task resumes; nothing to debug.
-                if let Err(e) = dir.remove_file_if_exists(&request_name) {
-                    tracing::warn!("cannot delete {}: {e}", dir.show(&request_name));
+                // Written again from the context when the task resumes; nothing to debug. An
+                // abandoned stream goes too: it is no reply in flight (`show --follow` of the
+                // paused task must not replay it).
+                let abandoned = if streamed { Some(REPLY_STREAM) } else { None };
+                for f in std::iter::once(request_name.as_str()).chain(abandoned) {
+                    if let Err(e) = dir.remove_file_if_exists(f) {
+                        tracing::warn!("cannot delete {}: {e}", dir.show(f));
+                    }
                 }
             }
             ExchangeError::Post {
@@ -289,7 +304,11 @@ pub fn exchange_checked(
                 }
                 break (post, reply);
             }
-            Err(source) if read_streamed && tries <= transport.config().max_retries => {
+            Err(source)
+                if read_streamed
+                    && is_cut_off(&source)
+                    && tries <= transport.config().max_retries =>
+            {
                 tracing::warn!(
                     attempt = tries,
                     "the streamed reply cannot be read ({source}); sending the request again"
@@ -303,10 +322,12 @@ pub fn exchange_checked(
                 } else {
                     file.to_string()
                 };
+                let whole_stream = read_streamed && !is_cut_off(&source);
                 return Err(ExchangeError::Read {
                     request: request_name.clone(),
                     response,
                     source,
+                    whole_stream,
                 });
             }
         }
@@ -338,6 +359,32 @@ pub fn exchange_checked(
         request,
         post,
     })
+}
+
+/// Whether the request file at `path` says `"stream": false` at its top level (the OpenAI,
+/// Anthropic, Ollama and Responses APIs' key). A file that cannot be read as a JSON object
+/// says nothing: the request stays as the config asked.
+fn asks_no_stream(path: &std::path::Path) -> bool {
+    #[derive(serde::Deserialize)]
+    struct StreamKey {
+        #[serde(default)]
+        stream: Option<serde_json::Value>,
+    }
+    std::fs::File::open(path)
+        .ok()
+        .and_then(|f| serde_json::from_reader::<_, StreamKey>(std::io::BufReader::new(f)).ok())
+        .is_some_and(|r| r.stream == Some(serde_json::Value::Bool(false)))
+}
+
+/// Whether a streamed reply's read error says the stream was cut off before its end (the
+/// WIT's `read-response` convention: an `invalid-input` ending in `cut off`): sending the
+/// request again may then give a whole one. Any other error of a stream that the transport
+/// received to its end (an event the format cannot read) would recur on each try.
+fn is_cut_off(error: &RuntimeError) -> bool {
+    matches!(
+        error.plugin_error(),
+        Some(crate::runtime::PluginError::InvalidInput(m)) if m.trim_end().ends_with("cut off")
+    )
 }
 
 /// The API key out of a reply folded from a stream: the transport redacts it from the raw

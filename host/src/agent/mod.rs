@@ -678,7 +678,7 @@ impl Agent<'_> {
             }
             if let ExchangeError::Rejected { usage_tokens, .. } = &e {
                 ctx.update_statistics(UsageDelta::llm_call(*usage_tokens))?;
-            } else if e.is_malformed_reply() {
+            } else if matches!(e, ExchangeError::Read { .. }) {
                 // The provider answered: count the call (usage unknown).
                 ctx.update_statistics(UsageDelta::llm_call(0))?;
             }

@@ -508,11 +508,16 @@ impl Follower {
         // RFC 3339 UTC with milliseconds sorts as text; the sort is stable, so lines of one
         // file keep their order.
         timed.sort_by(|a, b| a.0.cmp(&b.0));
-        events.extend(timed.into_iter().map(|(_, e)| e));
-        // The reply being streamed, while it is in flight (a stream whose reply is recorded
-        // is done: its message above says the rest; the next call's stream is read from its
-        // start).
-        if reply_in_flight(&dir) {
+        // The reply being streamed, while it is in flight (the next call's stream is read from
+        // its start). A stream followed until its reply was recorded is read to its end first:
+        // its last lines, written after the previous look, come before the reply's events, so
+        // the deltas join into the whole reply.
+        let in_flight = reply_in_flight(&dir);
+        let drain = !in_flight && self.stream.offset > 0;
+        if !drain {
+            events.extend(timed.drain(..).map(|(_, e)| e));
+        }
+        if in_flight || drain {
             for (_, l) in read(&mut self.stream, REPLY_STREAM)? {
                 let Ok(l) = std::str::from_utf8(&l) else {
                     continue;
@@ -525,9 +530,11 @@ impl Follower {
                     events.push(Event::ReplyDelta { text });
                 }
             }
-        } else {
+        }
+        if !in_flight {
             self.stream = Tail::default();
         }
+        events.extend(timed.into_iter().map(|(_, e)| e));
         Ok(events)
     }
 
@@ -734,6 +741,51 @@ mod tests {
         );
         assert_eq!(stream_delta("data: [DONE]"), None);
         assert_eq!(stream_delta("event: ping"), None);
+    }
+
+    #[test]
+    fn the_last_lines_of_a_stream_whose_reply_was_recorded_are_read_before_the_reply() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        layout.ensure().unwrap();
+        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6c";
+        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut f = Follower::new(uuid);
+        let first = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n";
+        std::fs::write(dir.join(REPLY_STREAM), first).unwrap();
+        assert_eq!(
+            f.look(&layout).unwrap(),
+            [Event::ReplyDelta { text: "Hel".into() }]
+        );
+        // Between two looks: the stream's last line, then the reply recorded.
+        std::fs::write(
+            dir.join(REPLY_STREAM),
+            format!("{first}data: {{\"choices\":[{{\"delta\":{{\"content\":\"lo.\"}}}}]}}\n"),
+        )
+        .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(
+            dir.join(MESSAGES),
+            concat!(
+                r#"{"seq":3,"role":"assistant","content":"Hello.","timestamp":"2026-01-01T00:00:01.000Z","tokens":1}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        assert!(!reply_in_flight(&TaskDir::open(&dir).unwrap()));
+        assert_eq!(
+            f.look(&layout).unwrap(),
+            [
+                Event::ReplyDelta { text: "lo.".into() },
+                Event::Reply {
+                    seq: 3,
+                    text: "Hello.".into(),
+                    is_final: true
+                }
+            ]
+        );
+        assert_eq!(f.look(&layout).unwrap(), []);
     }
 
     #[test]

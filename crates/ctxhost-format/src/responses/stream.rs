@@ -17,6 +17,9 @@
 //! - `response.failed` `{"response":{"error"}}` and `error` `{"code","message"}`: the
 //!   provider's error.
 //!
+//! llama.cpp's stream has no `output_index`: its events are then placed by the item's `id`
+//! (`item.id`, or the event's `item_id`), and a new item by the order of `output_item.added`.
+//!
 //! Other events (`response.created`, `response.content_part.*`, reasoning summary deltas, ...)
 //! carry nothing the reply needs. A stream without `response.completed` or
 //! `response.incomplete` was cut off ([`ResponsesStream::finish`] refuses it).
@@ -32,6 +35,8 @@ use super::{Folded, REASONING, error_text, finish_reason};
 #[derive(Debug, Default)]
 struct Slot {
     index: u64,
+    /// The item's `id` (`item.id` or an event's `item_id`), when one was seen.
+    id: String,
     kind: String,
     text: String,
     call_id: String,
@@ -67,6 +72,8 @@ struct EventIn<'a> {
     #[serde(default)]
     output_index: Option<u64>,
     #[serde(default)]
+    item_id: Option<String>,
+    #[serde(default)]
     delta: Option<String>,
     #[serde(borrow, default)]
     item: Option<&'a RawValue>,
@@ -76,6 +83,13 @@ struct EventIn<'a> {
     message: Option<String>,
     #[serde(default)]
     code: Option<Value>,
+}
+
+/// An item's `id`, read to place events that lack `output_index`.
+#[derive(Deserialize)]
+struct IdIn {
+    #[serde(default)]
+    id: Option<String>,
 }
 
 /// The end-of-stream fields of `response` (its `output` is skipped, not built).
@@ -123,12 +137,15 @@ impl ResponsesStream {
         }
         match e.kind.as_str() {
             "response.output_item.added" | "response.output_item.done" => {
-                let index = e.output_index.ok_or("an item event without output_index")?;
                 let raw = e.item.ok_or("an item event without item")?;
                 let item: ItemIn = serde_json::from_str(raw.get())
                     .map_err(|e| format!("an item that is not an output item ({e})"))?;
+                let id = serde_json::from_str::<IdIn>(raw.get())
+                    .ok()
+                    .and_then(|i| i.id)
+                    .or(e.item_id);
                 let done = e.kind.ends_with("done");
-                let slot = self.slot(index);
+                let slot = self.place(e.output_index, id, !done);
                 slot.kind = item.kind.clone();
                 if slot.kind == REASONING && done {
                     slot.reasoning = Some(raw.get().to_string());
@@ -153,18 +170,14 @@ impl ResponsesStream {
                 }
             }
             "response.output_text.delta" | "response.refusal.delta" => {
-                let index = e.output_index.ok_or("a text delta without output_index")?;
-                let slot = self.slot(index);
+                let slot = self.place(e.output_index, e.item_id, false);
                 if slot.kind.is_empty() {
                     slot.kind = "message".to_string();
                 }
                 slot.text.push_str(e.delta.as_deref().unwrap_or(""));
             }
             "response.function_call_arguments.delta" => {
-                let index = e
-                    .output_index
-                    .ok_or("an arguments delta without output_index")?;
-                let slot = self.slot(index);
+                let slot = self.place(e.output_index, e.item_id, false);
                 if slot.kind.is_empty() {
                     slot.kind = "function_call".to_string();
                 }
@@ -210,6 +223,34 @@ impl ResponsesStream {
             _ => {}
         }
         Ok(())
+    }
+
+    /// The slot an event belongs to: by its `output_index` when given; otherwise (llama.cpp's
+    /// stream has none) by the item's `id`; otherwise, for `output_item.added`, a new slot
+    /// after the last (the items' order), and for other events the last slot opened.
+    fn place(&mut self, index: Option<u64>, id: Option<String>, added: bool) -> &mut Slot {
+        let id = id.filter(|s| !s.is_empty());
+        let index = match index {
+            Some(i) => i,
+            None => {
+                let known = id
+                    .as_deref()
+                    .and_then(|id| self.slots.iter().find(|s| s.id == id))
+                    .map(|s| s.index);
+                let last = self.slots.last().map(|s| s.index);
+                match (known, last) {
+                    (Some(i), _) => i,
+                    (None, Some(l)) if !added && id.is_none() => l,
+                    (None, Some(l)) => l + 1,
+                    (None, None) => 0,
+                }
+            }
+        };
+        let slot = self.slot(index);
+        if let Some(id) = id {
+            slot.id = id;
+        }
+        slot
     }
 
     fn slot(&mut self, index: u64) -> &mut Slot {
@@ -341,6 +382,35 @@ mod tests {
             f.usage.unwrap()["output_tokens_details"]["reasoning_tokens"],
             3
         );
+    }
+
+    #[test]
+    fn a_stream_without_output_index_is_placed_by_item_id_and_order() {
+        // As llama.cpp's /v1/responses streams: `item_id`, no `output_index`.
+        let f = fold(&[
+            r#"data: {"type":"response.created","response":{"id":"resp_1","status":"in_progress","output":[]}}"#,
+            r#"data: {"type":"response.output_item.added","item":{"id":"msg_1","type":"message","status":"in_progress","role":"assistant","content":[]}}"#,
+            r#"data: {"type":"response.content_part.added","item_id":"msg_1","part":{"type":"output_text","text":""}}"#,
+            r#"data: {"type":"response.output_text.delta","item_id":"msg_1","delta":"I did "}"#,
+            r#"data: {"type":"response.output_item.added","item":{"id":"fc_1","type":"function_call","call_id":"call_1","name":"read","arguments":""}}"#,
+            r#"data: {"type":"response.function_call_arguments.delta","item_id":"fc_1","delta":"{\"pa"}"#,
+            r#"data: {"type":"response.output_text.delta","item_id":"msg_1","delta":"it."}"#,
+            r#"data: {"type":"response.function_call_arguments.delta","item_id":"fc_1","delta":"th\":1}"}"#,
+            r#"data: {"type":"response.output_item.done","item":{"id":"msg_1","type":"message","content":[{"type":"output_text","text":"I did it."}]}}"#,
+            r#"data: {"type":"response.output_item.done","item":{"id":"fc_1","type":"function_call","call_id":"call_1","name":"read","arguments":"{\"path\":1}"}}"#,
+            r#"data: {"type":"response.completed","response":{"id":"resp_1","status":"completed","output":[]}}"#,
+        ])
+        .unwrap();
+        assert_eq!(f.content.as_deref(), Some("I did it."));
+        assert_eq!(
+            f.calls,
+            vec![FunctionCallItem {
+                call_id: "call_1".into(),
+                name: "read".into(),
+                arguments: "{\"path\":1}".into()
+            }]
+        );
+        assert_eq!(f.finish_reason, "tool_calls");
     }
 
     #[test]
