@@ -567,3 +567,32 @@ fn crashed_runs_are_counted_exactly() {
         row["tool_call_count"].as_f64().unwrap()
     );
 }
+
+/// Idle clients never hold a scrape up: twenty connections that send nothing stay open while
+/// a scrape is answered (each connection has a thread of its own; the endpoint answered one
+/// at a time before, 10 s each, so this scrape's 5 s read timeout ran out).
+#[test]
+fn idle_connections_do_not_hold_a_scrape_up() {
+    let llm = scripted_llm();
+    let env = TestEnv::new();
+    env.write_config(&config(&llm.base_url()));
+    env.ctxhost(&["init"]).ok();
+    let worker = start_worker(&env);
+    let idle: Vec<std::net::TcpStream> = (0..20)
+        .map(|_| std::net::TcpStream::connect(&worker.addr).expect("an idle connection"))
+        .collect();
+    let mut s = std::net::TcpStream::connect(&worker.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        worker.addr
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text)
+        .expect("the scrape is answered while idle connections are open");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("ctxhost_tasks"), "{text}");
+    drop(idle);
+}
