@@ -275,7 +275,9 @@ fn ask_follows_its_task_when_a_worker_claims_it_first() {
         stderr.contains("another process claimed task") && !stderr.contains("died"),
         "{stderr}"
     );
-    assert!(stdout.contains("answer:\nDone by the worker."), "{stdout}");
+    // The worker's reply is shown once: as it streamed (no `answer:` header then), or under
+    // `answer:` when the follower first saw it recorded; which one depends on timing.
+    assert_eq!(stdout.matches("Done by the worker.").count(), 1, "{stdout}");
     let uuid = printed_uuid(&stdout);
     assert_eq!(env.row(&uuid)["status"], "completed");
 }
