@@ -10,49 +10,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::process::Child;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ctxhost::db::{Db, NewTask, Status, StoreSpec, TaskFilter, TaskKey, TaskRow};
+use ctxhost::db::{Db, NewTask, Status, StoreSpec, TaskFilter, TaskKey};
 use serde_json::Value;
 
-use crate::support::fake_llm::{FakeLlm, RecordedRequest, Reply};
+use crate::support::fake_llm::FakeLlm;
+use crate::support::hosts::{Worker, prompt_of, queue, rows, two_step_llm, wait_all_completed};
 use crate::support::store;
 use crate::support::{TestEnv, config_yaml, find_task_dir, read_jsonl, wait_until};
-
-/// The first user message of a request (the task's prompt).
-fn prompt_of(req: &RecordedRequest) -> String {
-    req.messages()
-        .iter()
-        .find(|m| m["role"] == "user")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_string()
-}
-
-/// Every task: one tool call (answered with an error: no tool server), then a final answer.
-/// 2 LLM calls, 1 tool call, 25 + 35 tokens. `delay` before each reply.
-fn two_step_llm(delay: Duration) -> FakeLlm {
-    let llm = FakeLlm::start(vec![]);
-    llm.set_handler(move |req| {
-        let last_is_tool = req.messages().last().is_some_and(|m| m["role"] == "tool");
-        let reply = if last_is_tool {
-            Reply::text(format!("finished {}", prompt_of(req)), Some((30, 5)))
-        } else {
-            Reply::tool_calls(
-                vec![("call_x", "read_text_file", r#"{"path":"a"}"#)],
-                Some((20, 5)),
-            )
-        };
-        Some(if delay.is_zero() {
-            reply
-        } else {
-            Reply::delay(delay, reply)
-        })
-    });
-    llm
-}
 
 /// A shared tree on PostgreSQL with the fake LLM, leases of `lease_secs`.
 fn shared_env(llm: &FakeLlm, lease_secs: u64) -> TestEnv {
@@ -67,118 +33,6 @@ fn shared_env(llm: &FakeLlm, lease_secs: u64) -> TestEnv {
     ));
     env.ctxhost(&["init"]).ok();
     env
-}
-
-/// Insert `n` queued tasks `task-{i}` (through the library: 200 `ctxhost submit` runs would
-/// only slow the test down). Returns their UUIDs in order.
-fn queue(env: &TestEnv, n: usize) -> Vec<String> {
-    let db = Db::open(&env.store_spec(), &env.contexts()).unwrap();
-    (0..n)
-        .map(|i| {
-            let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
-            db.insert_queued(&NewTask {
-                uuid: uuid.clone(),
-                key: TaskKey {
-                    task_source: "local".into(),
-                    ..TaskKey::default()
-                },
-                prompt: format!("task-{i}"),
-                user: None,
-                llm_provider: "openai".into(),
-                model: "fake-model".into(),
-                context_length: 8192,
-                no_inherit: false,
-            })
-            .unwrap();
-            uuid
-        })
-        .collect()
-}
-
-/// A worker (not `--once`: it keeps serving the queue) acting as host `host`; its log (and its
-/// children's) goes to a file.
-struct Worker {
-    host: String,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Worker {
-    fn start(env: &TestEnv, host: &str, parallel: u32) -> Worker {
-        Worker::start_as(env, host, None, parallel)
-    }
-
-    /// A worker acting as host `host` with host identity `id` (`CTXHOST_HOST_ID`; `None`: this
-    /// machine's).
-    fn start_as(env: &TestEnv, host: &str, id: Option<&str>, parallel: u32) -> Worker {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let log = env.root().join(format!(
-            "worker-{host}-{}.log",
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let p = parallel.to_string();
-        let mut cmd = env
-            .ctxhost_cmd(&["-v", "run", "--poll-ms", "20", "--max-parallel", &p])
-            .cmd;
-        if let Some(id) = id {
-            cmd.env(ctxhost::host::HOST_ID_ENV, id);
-        }
-        cmd.env(ctxhost::layout::HOSTNAME_ENV, host)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        Worker {
-            host: host.to_string(),
-            child: cmd.spawn().expect("start a worker"),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Kill the worker (its tasks are all done, or the test kills it on purpose).
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn rows(env: &TestEnv) -> Vec<TaskRow> {
-    Db::open(&env.store_spec(), &env.contexts())
-        .unwrap()
-        .list(&TaskFilter::default())
-        .unwrap()
-}
-
-/// Wait (up to `secs`) until every task is completed; panics with the statuses and the
-/// workers' logs otherwise.
-fn wait_all_completed(env: &TestEnv, secs: u64, workers: &[&Worker]) -> Vec<TaskRow> {
-    let done = wait_until(Duration::from_secs(secs), || {
-        rows(env).iter().all(|r| r.status == Status::Completed)
-    });
-    let all = rows(env);
-    if !done {
-        let mut by: BTreeMap<String, usize> = BTreeMap::new();
-        for r in &all {
-            *by.entry(r.status.to_string()).or_default() += 1;
-        }
-        let logs: Vec<String> = workers
-            .iter()
-            .map(|w| format!("--- {} ---\n{}", w.host, w.log()))
-            .collect();
-        panic!(
-            "not all tasks completed after {secs} s: {by:?}\n{}",
-            logs.join("\n")
-        );
-    }
-    all
 }
 
 /// Task directories are in completed/, with messages.jsonl seq 1..n: one system prompt, one
@@ -205,28 +59,6 @@ fn check_dir(env: &TestEnv, uuid: &str) {
 fn fsck_clean(env: &TestEnv) {
     let report = env.ctxhost(&["fsck", "--json"]).json();
     assert_eq!(report["problems"], Value::Array(vec![]), "{report:#}");
-}
-
-/// The process ids of `pid`'s children (from /proc).
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ...: the comm may hold spaces, so split after its ')'.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|s| s.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            out.push(p);
-        }
-    }
-    out
 }
 
 fn two_hundred_tasks_on_three_hosts_run_exactly_once_with_exact_counters() {
@@ -317,12 +149,7 @@ fn a_killed_hosts_tasks_are_taken_over_after_the_lease_and_complete() {
     let c = Worker::start(&env, "host-c", 2);
     // Let b's tasks get into their LLM calls, then kill host b: worker and task processes.
     std::thread::sleep(Duration::from_millis(500));
-    let victims = children_of(b.child.id());
-    b.kill();
-    for p in &victims {
-        // SAFETY: kill has no memory effects; these are the test's own grandchildren.
-        unsafe { libc::kill(*p as libc::pid_t, libc::SIGKILL) };
-    }
+    b.kill_host();
     let killed_at = Instant::now();
     let b_tasks: Vec<String> = rows(&env)
         .iter()

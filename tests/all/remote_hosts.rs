@@ -9,43 +9,14 @@
 //! Built `#[ignore]`d unless both test servers are configured (or in CI).
 
 use std::path::PathBuf;
-use std::process::Child;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ctxhost::db::{Db, NewTask, Status, TaskFilter, TaskKey, TaskRow};
+use ctxhost::db::Status;
 use serde_json::Value;
 
-use crate::support::fake_llm::{FakeLlm, RecordedRequest, Reply};
+use crate::support::fake_llm::{FakeLlm, RecordedRequest};
+use crate::support::hosts::{Worker, prompt_of, queue, rows, two_step_llm, wait_all_completed};
 use crate::support::{TestEnv, config_yaml, read_jsonl, wait_until};
-
-fn prompt_of(req: &RecordedRequest) -> String {
-    req.messages()
-        .iter()
-        .find(|m| m["role"] == "user")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_string()
-}
-
-/// Every task: one tool call (answered with an error: no tool server), then a final answer,
-/// each reply after `delay`.
-fn two_step_llm(delay: Duration) -> FakeLlm {
-    let llm = FakeLlm::start(vec![]);
-    llm.set_handler(move |req| {
-        let last_is_tool = req.messages().last().is_some_and(|m| m["role"] == "tool");
-        let reply = if last_is_tool {
-            Reply::text(format!("finished {}", prompt_of(req)), Some((30, 5)))
-        } else {
-            Reply::tool_calls(
-                vec![("call_x", "read_text_file", r#"{"path":"a"}"#)],
-                Some((20, 5)),
-            )
-        };
-        Some(Reply::delay(delay, reply))
-    });
-    llm
-}
 
 /// The bucket prefix of one test run.
 fn bucket_url() -> String {
@@ -87,147 +58,18 @@ fn remote_env_at(llm: &FakeLlm, url: &str, endpoint: &str, lease_secs: u64) -> T
     env
 }
 
-fn queue(env: &TestEnv, n: usize) -> Vec<String> {
-    let db = Db::open(&env.store_spec(), &env.contexts()).unwrap();
-    (0..n)
-        .map(|i| {
-            let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
-            db.insert_queued(&NewTask {
-                uuid: uuid.clone(),
-                key: TaskKey {
-                    task_source: "local".into(),
-                    ..TaskKey::default()
-                },
-                prompt: format!("task-{i}"),
-                user: None,
-                llm_provider: "openai".into(),
-                model: "fake-model".into(),
-                context_length: 8192,
-                no_inherit: false,
-            })
-            .unwrap();
-            uuid
-        })
-        .collect()
-}
-
-fn rows(env: &TestEnv) -> Vec<TaskRow> {
-    Db::open(&env.store_spec(), &env.contexts())
-        .unwrap()
-        .list(&TaskFilter::default())
-        .unwrap()
-}
-
 /// The local tree of host `host`.
 fn tree(env: &TestEnv, host: &str) -> PathBuf {
     env.root().join(format!("tree-{host}"))
 }
 
 /// A worker acting as host `host` on its own local tree.
-struct Worker {
-    host: String,
-    child: Child,
-    log: PathBuf,
+fn start(env: &TestEnv, host: &str, parallel: u32) -> Worker {
+    Worker::start_on_tree(env, host, &tree(env, host), parallel)
 }
 
-impl Worker {
-    fn start(env: &TestEnv, host: &str, parallel: u32) -> Worker {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let log = env.root().join(format!(
-            "worker-{host}-{}.log",
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let contexts = tree(env, host);
-        let (c, p) = (contexts.to_str().unwrap(), parallel.to_string());
-        let mut cmd = env
-            .ctxhost_cmd(&[
-                "-v",
-                "--contexts",
-                c,
-                "run",
-                "--poll-ms",
-                "20",
-                "--max-parallel",
-                &p,
-            ])
-            .cmd;
-        cmd.env(ctxhost::layout::HOSTNAME_ENV, host)
-            .env(ctxhost::host::HOST_ID_ENV, format!("machine-{host}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        Worker {
-            host: host.to_string(),
-            child: cmd.spawn().expect("start a worker"),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// kill -9 of the worker and its task processes.
-    fn kill_host(&mut self) {
-        let victims = children_of(self.child.id());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        for p in victims {
-            // SAFETY: kill has no memory effects; these are the test's own grandchildren.
-            unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
-        }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.kill_host();
-    }
-}
-
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|s| s.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            out.push(p);
-        }
-    }
-    out
-}
-
-fn wait_all_completed(env: &TestEnv, secs: u64, workers: &[&Worker]) -> Vec<TaskRow> {
-    let done = wait_until(Duration::from_secs(secs), || {
-        rows(env).iter().all(|r| r.status == Status::Completed)
-    });
-    let all = rows(env);
-    if !done {
-        let logs: Vec<String> = workers
-            .iter()
-            .map(|w| format!("--- {} ---\n{}", w.host, w.log()))
-            .collect();
-        let st: Vec<String> = all
-            .iter()
-            .map(|r| format!("{} {}", r.uuid, r.status))
-            .collect();
-        panic!(
-            "not all tasks completed after {secs} s: {st:?}\n{}",
-            logs.join("\n")
-        );
-    }
-    all
-}
-
-/// `ctxhost --contexts TREE ARGS` on host `host`.
-fn on_host(env: &TestEnv, host: &str, args: &[&str]) -> crate::support::CmdOutput {
+/// The command `ctxhost --contexts TREE ARGS` on host `host` (not started).
+fn host_cmd(env: &TestEnv, host: &str, args: &[&str]) -> crate::support::Cmd {
     let t = tree(env, host);
     let mut all = vec!["--contexts", t.to_str().unwrap()];
     all.extend_from_slice(args);
@@ -235,7 +77,181 @@ fn on_host(env: &TestEnv, host: &str, args: &[&str]) -> crate::support::CmdOutpu
     cmd.cmd
         .env(ctxhost::layout::HOSTNAME_ENV, host)
         .env(ctxhost::host::HOST_ID_ENV, format!("machine-{host}"));
-    cmd.run()
+    cmd
+}
+
+/// `ctxhost --contexts TREE ARGS` on host `host`.
+fn on_host(env: &TestEnv, host: &str, args: &[&str]) -> crate::support::CmdOutput {
+    host_cmd(env, host, args).run()
+}
+
+/// The keys of every object under the bucket prefix `url` (`s3://ctxhost-test/…`), listed
+/// with a plain (unsigned) S3 ListObjectsV2 request.
+fn bucket_keys(url: &str) -> Vec<String> {
+    let prefix = url.trim_start_matches("s3://ctxhost-test/");
+    let out = std::process::Command::new("curl")
+        .args([
+            "-fsS",
+            &format!(
+                "{}/ctxhost-test?list-type=2&prefix={prefix}/",
+                std::env::var("CTXHOST_TEST_S3_URL").unwrap()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        !listing.contains("<IsTruncated>true"),
+        "more than one page of objects: {listing}"
+    );
+    listing
+        .split("<Key>")
+        .skip(1)
+        .filter_map(|k| k.split_once("</Key>").map(|(k, _)| k.to_string()))
+        .collect()
+}
+
+/// The task key both tasks of [`a_task_only_in_the_bucket_is_read_served_inherited_and_cleaned_up`]
+/// share (so the second inherits from the first).
+const KEY: [&str; 10] = [
+    "--source", "github", "--owner", "acme", "--repo", "widgets", "--type", "issue", "--id", "7",
+];
+
+/// Issue 30 item 4: a task that ran on host a, whose directory host b never had, is shown by
+/// `show` on host b, served by host b's dashboard (task page, a message, a file), inherited by
+/// a task of the same key run on host b, and removed from the bucket by `cleanup` on host b
+/// (manifest, segments, blobs: nothing is left under the task's prefix).
+fn a_task_only_in_the_bucket_is_read_served_inherited_and_cleaned_up() {
+    let llm = two_step_llm(Duration::ZERO);
+    let url = bucket_url();
+    let env = remote_env(&llm, &url, 10);
+    let submit = |host: &str, prompt: &str| {
+        let mut args = vec!["submit"];
+        args.extend_from_slice(&KEY);
+        args.extend_from_slice(&["--prompt", prompt]);
+        on_host(&env, host, &args).ok().stdout().trim().to_string()
+    };
+    let first = submit("host-a", "first");
+    on_host(&env, "host-a", &["run", "--once", "--poll-ms", "20"]).ok();
+    let row = rows(&env).into_iter().find(|r| r.uuid == first).unwrap();
+    assert_eq!(
+        (row.status, row.hostname.as_deref()),
+        (Status::Completed, Some("host-a"))
+    );
+    assert!(
+        !tree(&env, "host-b").join("completed").join(&first).exists(),
+        "host b has no copy of the task"
+    );
+    let task_keys = |uuid: &str| -> Vec<String> {
+        bucket_keys(&url)
+            .into_iter()
+            .filter(|k| k.contains(&format!("/tasks/{uuid}/")))
+            .collect()
+    };
+    let objects = task_keys(&first);
+    assert!(
+        objects.iter().any(|k| k.ends_with("/manifest.json"))
+            && objects.iter().any(|k| k.contains("/seg/")),
+        "{objects:?}"
+    );
+
+    // show on host b (a new host: `init` makes its empty local tree).
+    on_host(&env, "host-b", &["init"]).ok();
+    let shown = on_host(
+        &env,
+        "host-b",
+        &["show", &first, "--json", "--messages", "10"],
+    )
+    .ok()
+    .json();
+    assert_eq!(shown["result"], "finished first", "{shown:#}");
+    assert_eq!(shown["dir_state"], "bucket", "{shown:#}");
+    let roles: Vec<&str> = shown["last_messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
+
+    // The dashboard of host b: the task page with its messages, one message in full, a file.
+    {
+        let dash = crate::support::dashboard::Dashboard::start_cmd(host_cmd(
+            &env,
+            "host-b",
+            &["serve", "--bind", "127.0.0.1:0"],
+        ));
+        let page = dash.get(&format!("/tasks/{first}")).expect(200).body;
+        assert!(page.contains("finished first"), "{page}");
+        assert!(!page.contains("directory is missing"), "{page}");
+        let tools = dash
+            .get(&format!("/tasks/{first}?view=tools"))
+            .expect(200)
+            .body;
+        assert!(tools.contains("read_text_file"), "{tools}");
+        let message = dash
+            .get(&format!("/tasks/{first}/messages/0"))
+            .expect(200)
+            .body;
+        assert!(message.contains("system"), "{message}");
+        let meta = dash
+            .get(&format!("/tasks/{first}/files/metadata.json"))
+            .expect(200)
+            .body;
+        assert!(meta.contains(&first), "{meta}");
+    }
+
+    // A task of the same key on host b inherits the first one's final answer.
+    let second = submit("host-b", "second");
+    on_host(&env, "host-b", &["run", "--once", "--poll-ms", "20"]).ok();
+    let shown = on_host(&env, "host-b", &["show", &second, "--json"])
+        .ok()
+        .json();
+    assert_eq!(shown["task"]["status"], "completed", "{shown:#}");
+    assert_eq!(shown["inherited_from"]["uuid"], first.as_str(), "{shown:#}");
+    assert_eq!(
+        shown["inheritance_skipped"],
+        Value::Array(vec![]),
+        "{shown:#}"
+    );
+    let system = llm
+        .requests()
+        .into_iter()
+        .find(|r| prompt_of(r) == "second")
+        .expect("a request of the second task")
+        .messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(system.contains("finished first"), "{system}");
+
+    // cleanup on host b deletes both tasks' objects, the first one's too (never here).
+    let out = on_host(&env, "host-b", &["cleanup", "--all", "--json"])
+        .ok()
+        .json();
+    let mut deleted: Vec<&str> = out["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["uuid"].as_str().unwrap())
+        .collect();
+    deleted.sort();
+    let mut both = [first.as_str(), second.as_str()];
+    both.sort();
+    assert_eq!(deleted, both, "{out:#}");
+    assert_eq!(bucket_keys(&url), Vec::<String>::new(), "objects left");
+    // Host a's own copy goes with its own cleanup; then both trees and the bucket agree.
+    on_host(&env, "host-a", &["cleanup", "--all"]).ok();
+    assert!(!tree(&env, "host-a").join("completed").join(&first).exists());
+    for host in ["host-a", "host-b"] {
+        let fsck = on_host(&env, host, &["fsck", "--json"]).json();
+        assert_eq!(fsck["problems"], Value::Array(vec![]), "{host}: {fsck:#}");
+    }
 }
 
 fn a_killed_hosts_tasks_are_finished_elsewhere_from_the_last_synced_step() {
@@ -244,7 +260,7 @@ fn a_killed_hosts_tasks_are_finished_elsewhere_from_the_last_synced_step() {
     let url = bucket_url();
     let env = remote_env(&llm, &url, LEASE);
     let uuids = queue(&env, 6);
-    let mut b = Worker::start(&env, "host-b", 3);
+    let mut b = start(&env, "host-b", 3);
     // Host b runs three tasks alone until each is in its second LLM call (its first step,
     // a tool call, synced to the bucket).
     assert!(
@@ -268,8 +284,8 @@ fn a_killed_hosts_tasks_are_finished_elsewhere_from_the_last_synced_step() {
     assert_eq!(b_tasks.len(), 3, "{}", b.log());
     b.kill_host();
     let seen = llm.request_count();
-    let a = Worker::start(&env, "host-a", 2);
-    let c = Worker::start(&env, "host-c", 2);
+    let a = start(&env, "host-a", 2);
+    let c = start(&env, "host-c", 2);
     let all = wait_all_completed(&env, 240, &[&a, &c]);
     assert_eq!(all.len(), 6);
 
@@ -348,21 +364,10 @@ fn a_killed_hosts_tasks_are_finished_elsewhere_from_the_last_synced_step() {
     on_host(&env, "host-c", &["cleanup", "--all"]).ok();
     let fsck = on_host(&env, "host-c", &["fsck", "--json"]).json();
     assert_eq!(fsck["problems"], Value::Array(vec![]), "{fsck:#}");
-    let s3 = std::process::Command::new("curl")
-        .args([
-            "-fsS",
-            &format!(
-                "{}/ctxhost-test?list-type=2&prefix={}/",
-                std::env::var("CTXHOST_TEST_S3_URL").unwrap(),
-                url.trim_start_matches("s3://ctxhost-test/")
-            ),
-        ])
-        .output()
-        .unwrap();
-    let listing = String::from_utf8_lossy(&s3.stdout);
-    assert!(
-        !listing.contains("<Key>"),
-        "objects left after cleanup: {listing}"
+    assert_eq!(
+        bucket_keys(&url),
+        Vec::<String>::new(),
+        "objects left after cleanup"
     );
 }
 
@@ -405,7 +410,7 @@ fn three_hosts_drain_the_queue_while_the_object_store_restarts() {
     queue(&env, 30);
     let workers: Vec<Worker> = ["host-a", "host-b", "host-c"]
         .iter()
-        .map(|h| Worker::start(&env, h, 2))
+        .map(|h| start(&env, h, 2))
         .collect();
     assert!(
         wait_until(Duration::from_secs(120), || {
@@ -459,6 +464,17 @@ mod postgres {
     fn a_killed_hosts_tasks_are_finished_elsewhere_from_the_last_synced_step() {
         crate::support::store::on_postgres(
             super::a_killed_hosts_tasks_are_finished_elsewhere_from_the_last_synced_step,
+        )
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(all(ctxhost_pg_tests, ctxhost_s3_tests)),
+        ignore = "needs PostgreSQL and SeaweedFS: CTXHOST_TEST_DATABASE_URL (scripts/test-postgres.sh start) and CTXHOST_TEST_S3_URL (scripts/test-s3.sh start)"
+    )]
+    fn a_task_only_in_the_bucket_is_read_served_inherited_and_cleaned_up() {
+        crate::support::store::on_postgres(
+            super::a_task_only_in_the_bucket_is_read_served_inherited_and_cleaned_up,
         )
     }
 

@@ -214,7 +214,14 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         remote.as_deref(),
     )?;
     // Priced by llm.pricing (none without a price for the task's model).
-    let cost = crate::task::cost::task_cost(&env.layout, &report.task, &env.config.llm.pricing);
+    let cost = match &report.dir {
+        Some(d) => crate::task_dir::TaskDir::open(std::path::Path::new(d))
+            .ok()
+            .and_then(|dir| {
+                crate::task::cost::dir_cost(&dir, &report.task, &env.config.llm.pricing)
+            }),
+        None => None,
+    };
     if args.json {
         let mut v = serde_json::to_value(&report)?;
         if let Some(o) = v.as_object_mut() {
@@ -522,7 +529,9 @@ fn counted(n: impl Into<i128>, one: &str, many: &str) -> String {
 
 /// `show --compactions`: the task's compaction record ([`crate::ops::compactions`]).
 fn show_compactions(env: &Env, uuid: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let Some((_, path)) = env.layout.find_task_dir(uuid) else {
+    let remote = crate::remote::open(env.config.context_storage.remote.as_ref())?;
+    let Some((_, path)) = crate::remote::view::for_reading(remote.as_deref(), &env.layout, uuid)?
+    else {
         anyhow::bail!(
             "task {uuid} has no directory under {}",
             env.layout.root().display()

@@ -66,6 +66,8 @@ pub(super) fn run(env: &Env, args: &ServeArgs) -> anyhow::Result<ExitCode> {
             crate::db::StoreSpec::Sqlite => None,
         })
         .collect();
+    // Kept here until the server returns: the last reference is dropped outside its runtime.
+    let remote = crate::remote::open(env.config.context_storage.remote.as_ref())?;
     let server = web::bind(ServeOptions {
         bind,
         token: token.clone(),
@@ -73,6 +75,7 @@ pub(super) fn run(env: &Env, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         store,
         secrets,
         pricing: env.config.llm.pricing.clone(),
+        remote: remote.clone(),
     })?;
     let addr = server.local_addr()?;
     let host = if addr.ip().is_unspecified() {
@@ -93,5 +96,6 @@ pub(super) fn run(env: &Env, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     );
     let _ = std::io::stdout().flush();
     server.run()?;
+    drop(remote);
     Ok(ExitCode::SUCCESS)
 }

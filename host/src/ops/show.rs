@@ -136,7 +136,7 @@ pub fn show(db: &Db, layout: &Layout, uuid: &str, n: usize) -> anyhow::Result<Sh
 /// [`show`] on a host whose `contexts/` is a working copy of a bucket
 /// (`context_storage.remote`): a task directory that is not here, or whose copy here is older
 /// than the bucket's, is downloaded from the bucket for reading
-/// ([`crate::remote::download_for_reading`]); its `dir_state` is then `bucket`.
+/// ([`crate::remote::view::for_reading`]); its `dir_state` is then `bucket`.
 pub fn show_with(
     db: &Db,
     layout: &Layout,
@@ -147,16 +147,11 @@ pub fn show_with(
     let task = db
         .get(uuid)?
         .ok_or_else(|| usage(format!("no task with UUID {uuid} in {}", db.location())))?;
-    let mut found = layout.find_task_dir(uuid).map(|(s, d)| (s.to_string(), d));
     // This host's copy is read only while no other host has synced the task since (a task
-    // running here is always current).
-    if task.files_deleted_at.is_none()
-        && let Some(store) = remote
-        && (found.is_none() || !crate::remote::local_copy_is_current(store, layout, uuid)?)
-        && let Some(dir) = crate::remote::download_for_reading(store, layout, uuid)?
-    {
-        found = Some(("bucket".to_string(), dir));
-    }
+    // running here is always current); a cleaned-up task is not looked for in the bucket.
+    let remote = remote.filter(|_| task.files_deleted_at.is_none());
+    let found =
+        crate::remote::view::for_reading(remote, layout, uuid)?.map(|(s, d)| (s.to_string(), d));
     // A directory or history that cannot be opened (a link in its place, say) is reported, not
     // fatal: the row and the other files are still worth showing.
     let (mut last_messages, mut answer, mut messages_error) = (Vec::new(), None, None);

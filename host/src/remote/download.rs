@@ -80,7 +80,6 @@ pub fn replace_dir(
     let work = work_dir(layout)?;
     let nonce = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let fresh = work.join(format!("download-{uuid}-{nonce}"));
-    let old = work.join(format!("replaced-{uuid}-{nonce}"));
     let bytes = match download_into(store, uuid, m, &fresh) {
         Ok(b) => b,
         Err(e) => {
@@ -88,10 +87,21 @@ pub fn replace_dir(
             return Err(e);
         }
     };
+    swap_in(layout, uuid, &fresh, dir)?;
+    Ok(bytes)
+}
+
+/// Put the complete directory `fresh` (under `contexts/.remote/`) in the place of task
+/// `uuid`'s directory `dir`: the old one is moved aside, `fresh` renamed in, the old one
+/// deleted.
+pub fn swap_in(layout: &Layout, uuid: &str, fresh: &Path, dir: &Path) -> anyhow::Result<()> {
+    let work = work_dir(layout)?;
+    let nonce = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let old = work.join(format!("replaced-{uuid}-{nonce}"));
     if dir.exists() {
         fs::rename(dir, &old).with_context(|| format!("cannot move {} aside", dir.display()))?;
     }
-    fs::rename(&fresh, dir)
+    fs::rename(fresh, dir)
         .with_context(|| format!("cannot move the downloaded directory to {}", dir.display()))?;
     if let Some(parent) = dir.parent() {
         crate::layout::sync_dir(parent)?;
@@ -99,7 +109,7 @@ pub fn replace_dir(
     if old.exists() {
         fs::remove_dir_all(&old).with_context(|| format!("cannot delete {}", old.display()))?;
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// `contexts/.remote/`, created owner-only if missing.

@@ -7,7 +7,9 @@
 //! - [`manifest`]: the per-task manifest and the object keys (segments, blobs);
 //! - [`store`]: blocking access to the bucket through `object_store`;
 //! - [`sync`]: sync up at a step boundary, fenced by the manifest's epoch and ETag;
-//! - [`download`]: a local directory made from a manifest.
+//! - [`download`]: a local directory made from a manifest;
+//! - [`view`]: task directories for reading (this host's copy when current, else a read-only
+//!   copy downloaded on demand).
 //!
 //! [`TaskSync`] ties them together for one task process: [`TaskSync::claim`] right after the
 //! claim (download when this host's copy is not the bucket's, then a new epoch), then
@@ -19,6 +21,7 @@ pub mod download;
 pub mod manifest;
 pub mod store;
 pub mod sync;
+pub mod view;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -135,12 +138,19 @@ impl TaskSync {
                     let current = local.as_ref().is_some_and(|l| l.etag == r.etag)
                         && !lacks_files(dir, &r.manifest);
                     if !current {
-                        downloaded = download::replace_dir(&store, layout, uuid, &r.manifest, dir)
-                            .with_context(|| {
-                                format!("cannot download task {uuid} from {}", store.url())
-                            })?;
-                        tracing::info!(%uuid, bytes = downloaded, version = r.manifest.version,
-                            "task directory downloaded from the bucket");
+                        if let Some(copy) = view::take_for_claim(layout, uuid, &r.manifest) {
+                            download::swap_in(layout, uuid, &copy, dir)?;
+                            tracing::info!(%uuid, version = r.manifest.version,
+                                "task directory taken from this host's read-only copy of the same manifest version");
+                        } else {
+                            downloaded =
+                                download::replace_dir(&store, layout, uuid, &r.manifest, dir)
+                                    .with_context(|| {
+                                        format!("cannot download task {uuid} from {}", store.url())
+                                    })?;
+                            tracing::info!(%uuid, bytes = downloaded, version = r.manifest.version,
+                                "task directory downloaded from the bucket");
+                        }
                     }
                     r
                 }
@@ -215,46 +225,12 @@ impl TaskSync {
     }
 }
 
-/// Whether this host's copy of task `uuid` is the one the bucket's manifest describes (it
-/// synced or downloaded that manifest last); `true` when the bucket has none (nothing newer).
-pub fn local_copy_is_current(store: &Store, layout: &Layout, uuid: &str) -> anyhow::Result<bool> {
-    Ok(match read_manifest(store, uuid)? {
-        None => true,
-        Some(remote) => read_state(layout, uuid).is_some_and(|l| l.etag == remote.etag),
-    })
-}
-
-/// A copy of task `uuid` for reading (`ctxhost show` on a host that does not have it, or
-/// whose copy is older than the bucket's): downloaded from its manifest into
-/// `contexts/.remote/view/{uuid}` (replaced each time). `None` when the bucket has no manifest
-/// for it.
-pub fn download_for_reading(
-    store: &Store,
-    layout: &Layout,
-    uuid: &str,
-) -> anyhow::Result<Option<PathBuf>> {
-    let Some(base) = read_manifest(store, uuid)? else {
-        return Ok(None);
-    };
-    let views = download::work_dir(layout)?.join("view");
-    crate::layout::create_private_dir_all(&views)?;
-    let dir = views.join(uuid);
-    download::replace_dir(store, layout, uuid, &base.manifest, &dir)?;
-    Ok(Some(dir))
-}
-
 /// Delete every object of task `uuid` and this host's record of its last sync. Returns the
 /// objects deleted.
 pub fn delete_task(store: &Store, layout: &Layout, uuid: &str) -> anyhow::Result<usize> {
     let n = store.delete_task(uuid)?;
     let _ = std::fs::remove_file(state_path(layout, uuid));
-    let _ = std::fs::remove_dir_all(
-        layout
-            .root()
-            .join(download::REMOTE_DIR)
-            .join("view")
-            .join(uuid),
-    );
+    let _ = std::fs::remove_dir_all(view::views_of(layout, uuid));
     Ok(n)
 }
 

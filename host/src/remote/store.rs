@@ -24,6 +24,14 @@ pub struct Store {
     uploaded: AtomicU64,
 }
 
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
 /// How long a request is retried (connection refused, timeouts, 5xx answers) before it fails:
 /// [`RETRY_SECS`], waiting 0.1 s doubling to 5 s between attempts. Long enough for a store that
 /// restarts or fails over; the default (10 attempts) gives up after a few seconds of refused

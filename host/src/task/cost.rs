@@ -53,8 +53,17 @@ pub fn task_cost(layout: &Layout, row: &TaskRow, pricing: &Pricing) -> Option<f6
         return None;
     }
     let (_, path) = layout.find_task_dir(&row.uuid)?;
-    let dir = TaskDir::open(&path).ok()?;
-    let t = call_tokens(&dir, |_| true);
+    dir_cost(&TaskDir::open(&path).ok()?, row, pricing)
+}
+
+/// [`task_cost`] of task `row` whose directory is `dir` (a copy downloaded from the bucket,
+/// say).
+pub fn dir_cost(dir: &TaskDir, row: &TaskRow, pricing: &Pricing) -> Option<f64> {
+    let model = row.model.as_deref()?;
+    if !pricing.0.contains_key(model) {
+        return None;
+    }
+    let t = call_tokens(dir, |_| true);
     pricing.cost(
         model,
         t.input,

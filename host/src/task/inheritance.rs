@@ -76,8 +76,12 @@ pub fn find(
     let since = since.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let candidates = db.completed_with_key(&key, &since, &row.uuid, MAX_CANDIDATES)?;
     let mut out = Inheritance::default();
+    if candidates.is_empty() {
+        return Ok(out);
+    }
+    let remote = crate::remote::open(config.context_storage.remote.as_ref())?;
     for c in candidates {
-        match from_predecessor(config, layout, &c) {
+        match from_predecessor(config, layout, remote.as_deref(), &c) {
             Ok((text, from)) => {
                 out.text = Some(text);
                 out.from = Some(from);
@@ -110,7 +114,14 @@ pub fn rebuild(config: &Config, layout: &Layout, db: &Db, from: &InheritedFrom) 
             return Inheritance::default();
         }
     };
-    match from_predecessor(config, layout, &row) {
+    let remote = match crate::remote::open(config.context_storage.remote.as_ref()) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(predecessor = %from.uuid, "context inheritance: {e:#}");
+            return Inheritance::default();
+        }
+    };
+    match from_predecessor(config, layout, remote.as_deref(), &row) {
         Ok((text, from)) => Inheritance {
             text: Some(text),
             from: Some(from),
@@ -123,16 +134,21 @@ pub fn rebuild(config: &Config, layout: &Layout, db: &Db, from: &InheritedFrom) 
     }
 }
 
-/// The block and the `inherited_from` record of predecessor `c`, or why it is skipped.
+/// The block and the `inherited_from` record of predecessor `c`, or why it is skipped. On a
+/// working copy of the bucket `remote`, a predecessor that ran on another host is read from a
+/// copy downloaded from the bucket ([`crate::remote::view::for_reading`]).
 fn from_predecessor(
     config: &Config,
     layout: &Layout,
+    remote: Option<&crate::remote::Store>,
     c: &TaskRow,
 ) -> Result<(String, InheritedFrom), String> {
     if c.files_deleted_at.is_some() {
         return Err("its directory was deleted by `ctxhost cleanup`".to_string());
     }
-    let Some((_, path)) = layout.find_task_dir(&c.uuid) else {
+    let found = crate::remote::view::for_reading(remote, layout, &c.uuid)
+        .map_err(|e| format!("cannot read it from the bucket: {e:#}"))?;
+    let Some((_, path)) = found else {
         return Err("its directory is gone".to_string());
     };
     // Its own handle: a predecessor's directory is read like the task's own (no link

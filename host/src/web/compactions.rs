@@ -10,7 +10,6 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 
 use super::AppState;
-use super::files;
 use super::pages::{Named, WebError, blocking, named_task, render};
 use crate::ops::compactions::{self, Compaction};
 
@@ -139,7 +138,7 @@ pub async fn page(State(state): State<AppState>, Path(uuid): Path<String>) -> Re
             Named::Task(uuid) => uuid,
             Named::Elsewhere(redirect) => return Ok(redirect),
         };
-        let dir = files::open_task_dir(&state.layout, &uuid).ok_or(WebError::NotFound)?;
+        let dir = state.task_dir(&uuid)?.ok_or(WebError::NotFound)?;
         let record = compactions::compactions(dir.handle())?;
         let items = record
             .compactions

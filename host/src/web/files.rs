@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use ctxhost_format::files;
 
 use crate::layout::{DirState, Layout};
+use crate::remote::view::Source;
 use crate::task_dir;
 
 /// A file of a task directory the dashboard may show.
@@ -159,8 +160,8 @@ fn is_plain_name(name: &str) -> bool {
 #[derive(Debug)]
 pub struct TaskDir {
     dir: task_dir::TaskDir,
-    /// Where it is.
-    pub state: DirState,
+    /// Where it is: a state folder of this host, or a copy downloaded from the bucket.
+    pub state: Source,
     /// Its path, for display.
     pub path: PathBuf,
 }
@@ -172,10 +173,37 @@ pub fn open_task_dir(layout: &Layout, uuid: &str) -> Option<TaskDir> {
     // The state folders are the operator's (they may be symlinks); everything below is not.
     DirState::ALL.into_iter().find_map(|state| {
         let path = layout.task_dir(state, uuid);
-        task_dir::TaskDir::open(&path)
-            .ok()
-            .map(|dir| TaskDir { dir, state, path })
+        task_dir::TaskDir::open(&path).ok().map(|dir| TaskDir {
+            dir,
+            state: Source::Local(state),
+            path,
+        })
     })
+}
+
+/// [`open_task_dir`] on a host whose tree is a working copy of the bucket `remote`: this host's
+/// directory while it is the bucket's latest, else a read-only copy of the bucket's, downloaded
+/// on demand ([`crate::remote::view::for_reading`]). Errors: the bucket cannot be read.
+pub fn open_for_reading(
+    layout: &Layout,
+    remote: Option<&crate::remote::Store>,
+    uuid: &str,
+) -> anyhow::Result<Option<TaskDir>> {
+    if remote.is_none() {
+        return Ok(open_task_dir(layout, uuid));
+    }
+    Ok(
+        match crate::remote::view::for_reading(remote, layout, uuid)? {
+            Some((Source::Bucket, path)) => {
+                task_dir::TaskDir::open(&path).ok().map(|dir| TaskDir {
+                    dir,
+                    state: Source::Bucket,
+                    path,
+                })
+            }
+            Some((Source::Local(_), _)) | None => open_task_dir(layout, uuid),
+        },
+    )
 }
 
 impl TaskDir {
@@ -302,7 +330,7 @@ mod tests {
         symlink(tmp.path(), task.join("planning")).unwrap();
 
         let dir = open_task_dir(&layout, UUID).unwrap();
-        assert_eq!(dir.state, DirState::Completed);
+        assert_eq!(dir.state, Source::Local(DirState::Completed));
         assert!(dir.open(&TaskFile::Messages).is_some());
         assert!(dir.open(&TaskFile::Request).is_none(), "symlink out");
         assert!(dir.open(&TaskFile::Current).is_none(), "symlink in");

@@ -67,6 +67,12 @@ pub struct ServeOptions {
     pub secrets: Vec<String>,
     /// `llm.pricing`: the cost shown on task pages ([`crate::task::cost`]).
     pub pricing: crate::config::pricing::Pricing,
+    /// The bucket of `context_storage.remote`, when `layout` is a working copy of one: a task
+    /// directory that is not here, or older here than in the bucket, is read from a copy
+    /// downloaded on demand ([`crate::remote::view`]). Opened outside any tokio runtime (it
+    /// holds one of its own), and the caller keeps a reference until the server returns, so
+    /// it is never dropped inside the server's runtime.
+    pub remote: Option<Arc<crate::remote::Store>>,
 }
 
 /// Shared by every request.
@@ -85,6 +91,16 @@ pub(crate) struct AppState {
     pub charts: Arc<call_series::ChartCache>,
     /// `llm.pricing`, for the task page's cost.
     pub pricing: Arc<crate::config::pricing::Pricing>,
+    /// The bucket, when `layout` is a working copy of one ([`ServeOptions::remote`]).
+    pub remote: Option<Arc<crate::remote::Store>>,
+}
+
+impl AppState {
+    /// The directory of task `uuid` to read ([`files::open_for_reading`]); `None` when there is
+    /// none here nor in the bucket.
+    pub fn task_dir(&self, uuid: &str) -> anyhow::Result<Option<files::TaskDir>> {
+        files::open_for_reading(&self.layout, self.remote.as_deref(), uuid)
+    }
 }
 
 /// The routes, with the security guard in front of all of them.
@@ -168,6 +184,7 @@ impl Server {
             layout,
             mut secrets,
             pricing,
+            remote,
             ..
         } = self.options;
         secrets.extend(token.clone());
@@ -182,6 +199,7 @@ impl Server {
             shutdown,
             charts: Arc::default(),
             pricing: Arc::new(pricing),
+            remote,
         };
         let listener = tokio::net::TcpListener::from_std(self.listener)
             .context("cannot hand the socket to the runtime")?;

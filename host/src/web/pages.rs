@@ -638,7 +638,7 @@ pub async fn task(
         let db = state.store.get()?;
         let row = db.get(&uuid)?.ok_or(WebError::NotFound)?;
         let redactor = &state.redactor;
-        let dir = files::open_task_dir(&state.layout, &uuid);
+        let dir = state.task_dir(&uuid)?;
         let (dir_info, body) = match &dir {
             Some(d) => (
                 Some(task_page::dir_info(&uuid, d, &row, redactor, &state.charts)),
@@ -688,11 +688,9 @@ pub async fn task(
                 .into_iter()
                 .chain([(
                     "Cost".to_string(),
-                    crate::config::pricing::show_cost(crate::task::cost::task_cost(
-                        &state.layout,
-                        &row,
-                        &state.pricing,
-                    )),
+                    crate::config::pricing::show_cost(dir.as_ref().and_then(|d| {
+                        crate::task::cost::dir_cost(d.handle(), &row, &state.pricing)
+                    })),
                 )])
                 .chain(
                     dir.as_ref()
@@ -737,7 +735,7 @@ pub async fn message(
             Named::Task(uuid) => uuid,
             Named::Elsewhere(redirect) => return Ok(redirect),
         };
-        let dir = files::open_task_dir(&state.layout, &uuid).ok_or(WebError::NotFound)?;
+        let dir = state.task_dir(&uuid)?.ok_or(WebError::NotFound)?;
         let mut f = dir.open(&TaskFile::Messages).ok_or(WebError::NotFound)?;
         let m = task_page::full_message(&uuid, &mut f, offset, &state.redactor)?
             .ok_or(WebError::NotFound)?;
@@ -781,7 +779,7 @@ fn file_page(
     raw: Option<String>,
 ) -> Result<Response, WebError> {
     let p = Params::parse(raw)?;
-    let dir = files::open_task_dir(&state.layout, uuid).ok_or(WebError::NotFound)?;
+    let dir = state.task_dir(uuid)?.ok_or(WebError::NotFound)?;
     let mut f = dir.open(&file).ok_or(WebError::NotFound)?;
     let name = file.relative_path();
     let len = f.metadata()?.len();

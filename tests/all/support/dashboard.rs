@@ -101,6 +101,12 @@ impl Dashboard {
         for (k, v) in vars {
             cmd.cmd.env(k, v);
         }
+        Self::start_cmd(cmd)
+    }
+
+    /// Start `cmd`, a `ctxhost [GLOBAL FLAGS] serve --bind 127.0.0.1:0 …` command (e.g. on a
+    /// contexts/ tree of its own), and wait for its address.
+    pub fn start_cmd(mut cmd: super::Cmd) -> Dashboard {
         cmd.cmd.stderr(Stdio::inherit());
         let mut child = cmd
             .cmd
