@@ -94,7 +94,8 @@ pub(super) fn pause(env: &Env, args: &PauseArgs) -> anyhow::Result<ExitCode> {
 
 pub(super) fn resume(env: &Env, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     let (db, row) = env.open_task(&args.uuid)?;
-    control::resume(&db, &env.layout, &row.uuid)?;
+    let remote = crate::remote::open(env.config.context_storage.remote.as_ref())?;
+    control::resume_with(&db, &env.layout, remote.as_deref(), &row.uuid)?;
     outln!(
         "task {} queued again; `ctxhost run` continues it from its context",
         row.uuid
@@ -104,8 +105,9 @@ pub(super) fn resume(env: &Env, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
 
 pub(super) fn retry(env: &Env, args: &RetryArgs) -> anyhow::Result<ExitCode> {
     let (db, row) = env.open_task(&args.uuid)?;
-    control::retry(&db, &env.layout, &row.uuid)?;
-    if env.layout.find_task_dir(&row.uuid).is_some() {
+    let remote = crate::remote::open(env.config.context_storage.remote.as_ref())?;
+    control::retry_with(&db, &env.layout, remote.as_deref(), &row.uuid)?;
+    if env.layout.find_task_dir(&row.uuid).is_some() || row.started_at.is_some() {
         outln!(
             "task {} queued again; `ctxhost run` continues it from its context",
             row.uuid

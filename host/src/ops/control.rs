@@ -48,12 +48,25 @@ pub fn pause(db: &Db, uuid: &str, reason: Option<&str>) -> anyhow::Result<()> {
 /// Errors: the task is not paused, or its directory has problems (each named with file and
 /// line; `ctxhost fsck --repair` fixes what it can).
 pub fn resume(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
+    resume_with(db, layout, None, uuid)
+}
+
+/// [`resume`] on a host whose tree is a working copy of the bucket `remote`: a directory that
+/// is not here, or older here than in the bucket (the task paused on another host), is
+/// checked in a copy downloaded from the bucket ([`crate::remote::view::for_reading`]); the
+/// process that claims the task downloads it (or takes that copy) as for any claim.
+pub fn resume_with(
+    db: &Db,
+    layout: &Layout,
+    remote: Option<&crate::remote::Store>,
+    uuid: &str,
+) -> anyhow::Result<()> {
     let Some(row) = db.get(uuid)? else {
         bail!("task {uuid} disappeared from the database")
     };
     // Only a paused task can be resumed: any other status is refused below, by what it is.
     if row.status == Status::Paused {
-        require_sound_files(layout, &row, Requeue::Resume)?;
+        require_sound_files_with(layout, remote, &row, Requeue::Resume)?;
     }
     if lifecycle::apply(db, layout, uuid, &Transition::Resume)?.is_some() {
         return Ok(());
@@ -78,6 +91,17 @@ pub fn resume(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
 /// Errors: the task is not failed, its files were deleted by cleanup, or its directory has
 /// problems (each named with file and line; `ctxhost fsck --repair` fixes what it can).
 pub fn retry(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
+    retry_with(db, layout, None, uuid)
+}
+
+/// [`retry`] on a host whose tree is a working copy of the bucket `remote` (the task failed on
+/// another host): its directory is checked as [`resume_with`] does.
+pub fn retry_with(
+    db: &Db,
+    layout: &Layout,
+    remote: Option<&crate::remote::Store>,
+    uuid: &str,
+) -> anyhow::Result<()> {
     let Some(row) = db.get(uuid)? else {
         bail!("task {uuid} disappeared from the database")
     };
@@ -94,7 +118,7 @@ pub fn retry(db: &Db, layout: &Layout, uuid: &str) -> anyhow::Result<()> {
             "task {uuid} cannot be retried: `ctxhost cleanup` deleted its files (submit a new task instead)"
         );
     }
-    require_sound_files(layout, &row, Requeue::Retry)?;
+    require_sound_files_with(layout, remote, &row, Requeue::Retry)?;
     if lifecycle::apply(db, layout, uuid, &Transition::Retry)?.is_none() {
         let now = db.get(uuid)?.map(|r| r.status);
         refuse!(
@@ -200,6 +224,18 @@ fn queued_with(problem: &Problem) -> Option<&'static str> {
 /// Errors: a [`Refused`] listing every problem that refuses (`FILE:LINE: what`, and whether
 /// `ctxhost fsck --repair` can fix it), with the command to run next.
 pub fn require_sound_files(layout: &Layout, row: &TaskRow, requeue: Requeue) -> anyhow::Result<()> {
+    require_sound_files_with(layout, None, row, requeue)
+}
+
+/// [`require_sound_files`] on a working copy of the bucket `remote`: the directory checked is
+/// the one [`crate::remote::view::for_reading`] gives (the bucket's latest when this host's copy
+/// is missing or older).
+pub fn require_sound_files_with(
+    layout: &Layout,
+    remote: Option<&crate::remote::Store>,
+    row: &TaskRow,
+    requeue: Requeue,
+) -> anyhow::Result<()> {
     let uuid = row.uuid.as_str();
     // Where the directory is, before anything changes: the row is queued only if the
     // lifecycle can then put the directory where a queued task keeps it. A directory in two
@@ -225,7 +261,8 @@ pub fn require_sound_files(layout: &Layout, row: &TaskRow, requeue: Requeue) -> 
         ),
         _ => {}
     }
-    let Some((_, dir)) = layout.find_task_dir(uuid) else {
+    let remote = remote.filter(|_| row.files_deleted_at.is_none());
+    let Some((_, dir)) = crate::remote::view::for_reading(remote, layout, uuid)? else {
         if row.status == Status::Paused || row.started_at.is_some() {
             refuse!(
                 "task {uuid} cannot be {}: its directory is missing from {} (`ctxhost fsck` reports it), so it \

@@ -56,12 +56,12 @@ async fn act(
             .filter(|r| !r.is_empty());
         let result = match action {
             Action::Pause => control::pause(&db, &uuid, reason).map(|()| "pause-requested"),
-            Action::Resume => control::resume(&db, &state.layout, &uuid).map(|()| "resumed"),
+            Action::Resume => control::resume_with(&db, &state.layout, state.remote.as_deref(), &uuid).map(|()| "resumed"),
             Action::Stop => control::stop(&db, &state.layout, &uuid).map(|o| match o {
                 Stopped::Requested => "stop-requested",
                 Stopped::Now { .. } => "stopped",
             }),
-            Action::Retry => control::retry(&db, &state.layout, &uuid).map(|()| "retried"),
+            Action::Retry => control::retry_with(&db, &state.layout, state.remote.as_deref(), &uuid).map(|()| "retried"),
         };
         match result {
             Ok(notice) => {

@@ -30,15 +30,7 @@ pub fn prompt_of(req: &RecordedRequest) -> String {
 pub fn two_step_llm(delay: Duration) -> FakeLlm {
     let llm = FakeLlm::start(vec![]);
     llm.set_handler(move |req| {
-        let last_is_tool = req.messages().last().is_some_and(|m| m["role"] == "tool");
-        let reply = if last_is_tool {
-            Reply::text(format!("finished {}", prompt_of(req)), Some((30, 5)))
-        } else {
-            Reply::tool_calls(
-                vec![("call_x", "read_text_file", r#"{"path":"a"}"#)],
-                Some((20, 5)),
-            )
-        };
+        let reply = two_step_reply(req);
         Some(if delay.is_zero() {
             reply
         } else {
@@ -46,6 +38,20 @@ pub fn two_step_llm(delay: Duration) -> FakeLlm {
         })
     });
     llm
+}
+
+/// The reply of [`two_step_llm`] to `req`: a tool call, or after a tool result the final
+/// answer `finished {prompt}`.
+pub fn two_step_reply(req: &RecordedRequest) -> Reply {
+    let last_is_tool = req.messages().last().is_some_and(|m| m["role"] == "tool");
+    if last_is_tool {
+        Reply::text(format!("finished {}", prompt_of(req)), Some((30, 5)))
+    } else {
+        Reply::tool_calls(
+            vec![("call_x", "read_text_file", r#"{"path":"a"}"#)],
+            Some((20, 5)),
+        )
+    }
 }
 
 /// Insert `n` queued tasks `task-{i}` (through the library: hundreds of `ctxhost submit` runs
