@@ -122,6 +122,19 @@ pub fn cleanup_with(
             }
         }
     }
+    // Reader's copies of tasks whose files are deleted (by a cleanup on another host, say),
+    // and this host's record of their last sync: `contexts/.remote/view/{uuid}`,
+    // `contexts/.remote/{uuid}.json`.
+    if remote.is_some() {
+        for (path, uuid) in crate::remote::local_records(layout) {
+            if db.get(&uuid)?.is_none_or(|r| r.files_deleted_at.is_some()) {
+                if !dry_run {
+                    crate::remote::forget_local(layout, &uuid)?;
+                }
+                report.leftovers.push(path.display().to_string());
+            }
+        }
+    }
     leftovers.sort();
     for (path, uuid) in leftovers {
         if !dry_run {

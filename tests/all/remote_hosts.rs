@@ -178,6 +178,22 @@ fn a_task_only_in_the_bucket_is_read_served_inherited_and_cleaned_up() {
         .map(|m| m["role"].as_str().unwrap_or("?"))
         .collect();
     assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
+    // Its copy is kept apart from the working copies, and reused while the bucket holds the
+    // same version (not downloaded again).
+    let copy = PathBuf::from(shown["dir"].as_str().unwrap());
+    assert!(
+        copy.starts_with(tree(&env, "host-b").join(".remote/view")),
+        "{copy:?}"
+    );
+    let inode = |p: &std::path::Path| {
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p.join("messages.jsonl")).unwrap())
+    };
+    let before = inode(&copy);
+    let again = on_host(&env, "host-b", &["show", &first, "--json"])
+        .ok()
+        .json();
+    assert_eq!(again["dir"], shown["dir"]);
+    assert_eq!(inode(&copy), before, "downloaded again");
 
     // The dashboard of host b: the task page with its messages, one message in full, a file.
     {
@@ -230,6 +246,13 @@ fn a_task_only_in_the_bucket_is_read_served_inherited_and_cleaned_up() {
         .to_string();
     assert!(system.contains("finished first"), "{system}");
 
+    // Host a reads the second task (it ran on b) from a copy of its own.
+    let shown = on_host(&env, "host-a", &["show", &second, "--json"])
+        .ok()
+        .json();
+    assert_eq!(shown["dir_state"], "bucket", "{shown:#}");
+    let a_copy = PathBuf::from(shown["dir"].as_str().unwrap());
+
     // cleanup on host b deletes both tasks' objects, the first one's too (never here).
     let out = on_host(&env, "host-b", &["cleanup", "--all", "--json"])
         .ok()
@@ -246,8 +269,13 @@ fn a_task_only_in_the_bucket_is_read_served_inherited_and_cleaned_up() {
     assert_eq!(deleted, both, "{out:#}");
     assert_eq!(bucket_keys(&url), Vec::<String>::new(), "objects left");
     // Host a's own copy goes with its own cleanup; then both trees and the bucket agree.
+    // (with its record of the first one's last sync, and its copy of the second one).
     on_host(&env, "host-a", &["cleanup", "--all"]).ok();
     assert!(!tree(&env, "host-a").join("completed").join(&first).exists());
+    assert!(!a_copy.exists(), "{a_copy:?}");
+    let remote_dir = tree(&env, "host-a").join(".remote");
+    assert!(!remote_dir.join(format!("{first}.json")).exists());
+    assert!(!remote_dir.join("view").join(&second).exists());
     for host in ["host-a", "host-b"] {
         let fsck = on_host(&env, host, &["fsck", "--json"]).json();
         assert_eq!(fsck["problems"], Value::Array(vec![]), "{host}: {fsck:#}");
@@ -516,15 +544,20 @@ fn three_hosts_drain_the_queue_while_the_object_store_restarts_and_a_host_is_kil
     );
     // The object store goes away for a few seconds mid-run: syncs and claims wait and retry.
     s3.script("restart");
-    // Then host c dies with tasks in flight (past their first step, synced or not).
+    // Then host c dies with as many tasks in flight as it runs at once (2), each in one of
+    // its steps, synced or not.
     assert!(
         wait_until(Duration::from_secs(300), || {
             completed() >= n / 3
                 && rows(&env)
                     .iter()
-                    .any(|r| r.status == Status::Running && r.hostname.as_deref() == Some("host-c"))
+                    .filter(|r| {
+                        r.status == Status::Running && r.hostname.as_deref() == Some("host-c")
+                    })
+                    .count()
+                    == 2
         }),
-        "host c has no task in flight:\n{}",
+        "host c never had two tasks in flight:\n{}",
         workers[2].log()
     );
     workers[2].kill_host();

@@ -225,13 +225,59 @@ impl TaskSync {
     }
 }
 
-/// Delete every object of task `uuid` and this host's record of its last sync. Returns the
-/// objects deleted.
+/// Delete every object of task `uuid` and this host's record of its last sync and reader's
+/// copies ([`forget_local`]). Returns the objects deleted.
 pub fn delete_task(store: &Store, layout: &Layout, uuid: &str) -> anyhow::Result<usize> {
     let n = store.delete_task(uuid)?;
-    let _ = std::fs::remove_file(state_path(layout, uuid));
-    let _ = std::fs::remove_dir_all(view::views_of(layout, uuid));
+    forget_local(layout, uuid)?;
     Ok(n)
+}
+
+/// Delete this host's record of the last sync of task `uuid` (`contexts/.remote/{uuid}.json`)
+/// and its reader's copies (`contexts/.remote/view/{uuid}`); what is not there is fine.
+pub fn forget_local(layout: &Layout, uuid: &str) -> anyhow::Result<()> {
+    let state = state_path(layout, uuid);
+    match std::fs::remove_file(&state) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot delete {}", state.display())),
+    }
+    let views = view::views_of(layout, uuid);
+    match std::fs::remove_dir_all(&views) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot delete {}", views.display())),
+    }
+}
+
+/// This host's local records of tasks kept in the bucket: each record of a last sync
+/// (`contexts/.remote/{uuid}.json`) and each folder of reader's copies
+/// (`contexts/.remote/view/{uuid}`), with the task's UUID, sorted.
+pub fn local_records(layout: &Layout) -> Vec<(PathBuf, String)> {
+    let root = layout.root().join(download::REMOTE_DIR);
+    let mut out = Vec::new();
+    let entries = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| (e.path(), e.file_name().to_string_lossy().into_owned()))
+            .collect::<Vec<_>>()
+    };
+    for (path, name) in entries(&root) {
+        if let Some(stem) = name.strip_suffix(".json")
+            && crate::layout::parse_uuid(stem).is_ok_and(|u| u == stem)
+        {
+            out.push((path, stem.to_string()));
+        }
+    }
+    for (path, name) in entries(&root.join("view")) {
+        if path.is_dir() && crate::layout::parse_uuid(&name).is_ok_and(|u| u == name) {
+            out.push((path, name));
+        }
+    }
+    out.sort();
+    out
 }
 
 #[cfg(test)]

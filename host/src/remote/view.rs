@@ -181,3 +181,117 @@ fn count_files(dir: &Path) -> Option<usize> {
     }
     Some(n)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+    use std::os::unix::fs::MetadataExt as _;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::remote::{RemoteConfig, TaskSync};
+    use crate::task_dir::TaskDir;
+
+    fn test_store() -> Arc<Store> {
+        let endpoint = std::env::var("CTXHOST_TEST_S3_URL")
+            .expect("CTXHOST_TEST_S3_URL: start the server with `scripts/test-s3.sh start`");
+        let cfg = RemoteConfig {
+            url: format!(
+                "s3://ctxhost-test/view-{}",
+                &uuid::Uuid::new_v4().simple().to_string()[..12]
+            ),
+            endpoint: Some(endpoint),
+            region: Some("us-east-1".into()),
+            allow_http: true,
+        };
+        let b = object_store::aws::AmazonS3Builder::new()
+            .with_access_key_id("ctxhost-test")
+            .with_secret_access_key("ctxhost-test");
+        Arc::new(Store::open_with(&cfg, b).unwrap())
+    }
+
+    fn host() -> (tempfile::TempDir, Layout) {
+        let t = tempfile::tempdir().unwrap();
+        let layout = Layout::new(t.path().join("contexts"));
+        layout.ensure().unwrap();
+        (t, layout)
+    }
+
+    fn append(dir: &Path, line: &str) {
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("messages.jsonl"))
+            .unwrap();
+        f.write_all(line.as_bytes()).unwrap();
+    }
+
+    fn history(dir: &Path) -> String {
+        fs::read_to_string(dir.join("messages.jsonl")).unwrap()
+    }
+
+    #[cfg_attr(
+        not(ctxhost_s3_tests),
+        ignore = "needs CTXHOST_TEST_S3_URL (scripts/test-s3.sh start)"
+    )]
+    #[test]
+    fn a_readers_copy_is_reused_and_a_claim_takes_it_only_at_the_bucket_s_version() {
+        let store = test_store();
+        let (_a, host_a) = host();
+        let (_b, host_b) = host();
+        let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+        let dir_a = host_a.task_dir(DirState::Running, &uuid);
+        crate::layout::create_private_dir_all(&dir_a).unwrap();
+        append(&dir_a, "{\"seq\":1}\n");
+        let mut a = TaskSync::claim(store.clone(), &host_a, &uuid, "a/1", &dir_a).unwrap();
+        a.sync(&TaskDir::open(&dir_a).unwrap()).unwrap();
+
+        // Host a reads its own copy; host b a copy of the bucket's, reused while it holds.
+        let (src, path) = for_reading(Some(&store), &host_a, &uuid).unwrap().unwrap();
+        assert_eq!(
+            (src, path),
+            (Source::Local(DirState::Running), dir_a.clone())
+        );
+        let (src, first) = for_reading(Some(&store), &host_b, &uuid).unwrap().unwrap();
+        assert_eq!(src, Source::Bucket);
+        assert_eq!(history(&first), "{\"seq\":1}\n");
+        let inode = fs::metadata(first.join("messages.jsonl")).unwrap().ino();
+        let (_, again) = for_reading(Some(&store), &host_b, &uuid).unwrap().unwrap();
+        assert_eq!(again, first);
+        assert_eq!(
+            fs::metadata(again.join("messages.jsonl")).unwrap().ino(),
+            inode,
+            "not downloaded again"
+        );
+
+        // A newer version replaces it.
+        append(&dir_a, "{\"seq\":2}\n");
+        a.sync(&TaskDir::open(&dir_a).unwrap()).unwrap();
+        let (_, second) = for_reading(Some(&store), &host_b, &uuid).unwrap().unwrap();
+        assert_ne!(second, first);
+        assert!(!first.exists(), "the older copy is deleted");
+        assert_eq!(history(&second), "{\"seq\":1}\n{\"seq\":2}\n");
+
+        // Host a appends a step it never syncs (it dies). Host b's copy is of the bucket's
+        // version: its claim takes it, downloading nothing, and holds what the bucket holds.
+        append(&dir_a, "{\"seq\":3,\"unsynced\":true}\n");
+        let dir_b = host_b.task_dir(DirState::Running, &uuid);
+        let mut b = TaskSync::claim(store.clone(), &host_b, &uuid, "b/1", &dir_b).unwrap();
+        assert_eq!(b.downloaded(), 0);
+        assert_eq!(history(&dir_b), "{\"seq\":1}\n{\"seq\":2}\n");
+        assert!(!second.exists(), "taken out of the reader's cache");
+
+        // Host a reads a copy now (b's claim changed the manifest), then b syncs a step: a's
+        // claim does not take its older copy, it downloads b's state.
+        let (src, stale) = for_reading(Some(&store), &host_a, &uuid).unwrap().unwrap();
+        assert_eq!(src, Source::Bucket);
+        append(&dir_b, "{\"seq\":3}\n");
+        b.sync(&TaskDir::open(&dir_b).unwrap()).unwrap();
+        let a2 = TaskSync::claim(store.clone(), &host_a, &uuid, "a/2", &dir_a).unwrap();
+        assert!(a2.downloaded() > 0);
+        assert_eq!(history(&dir_a), "{\"seq\":1}\n{\"seq\":2}\n{\"seq\":3}\n");
+        assert!(stale.exists(), "the older copy is left to the next reader");
+        crate::remote::delete_task(&store, &host_a, &uuid).unwrap();
+        assert!(!views_of(&host_a, &uuid).exists());
+    }
+}
