@@ -490,6 +490,61 @@ fn a_task_that_failed_on_another_host_is_retried_here_from_the_bucket() {
     assert_eq!(fsck["problems"], Value::Array(vec![]), "{fsck:#}");
 }
 
+/// A task of a GitHub issue that ran on host a (whose worker does not publish: a config
+/// without `sources`) is published by host b's `poll --once`: the comment carries the answer
+/// read from the bucket (it came without one: host b's tree never had the task).
+fn a_result_is_published_with_its_answer_by_a_host_that_never_had_the_task() {
+    use crate::support::fake_forge::{FakeForge, Kind};
+    let llm = two_step_llm(Duration::ZERO);
+    let gh = FakeForge::github();
+    let n = gh.add_item("acme/app", Kind::Issue, "Crash me", "x", &["coding agent"]);
+    let mut env = remote_env(&llm, &bucket_url(), 10);
+    env.set_env("CTXHOST_TEST_GITHUB_TOKEN", &gh.token());
+    let config = std::fs::read_to_string(env.root().join("config.yaml")).unwrap();
+    std::fs::write(
+        env.root().join("sources.yaml"),
+        format!(
+            "{config}\nsources:\n  github:\n    api_url: \"{}\"\n    token_env: CTXHOST_TEST_GITHUB_TOKEN\n    repos: [acme/app]\n    poll_interval_secs: 1\n",
+            gh.api_url()
+        ),
+    )
+    .unwrap();
+    on_host(&env, "host-b", &["init"]).ok();
+    let polled = on_host(
+        &env,
+        "host-b",
+        &["--config", "sources.yaml", "poll", "--once", "--json"],
+    )
+    .ok()
+    .json();
+    let uuid = polled["polls"][0][1]["queued"][0]["uuid"]
+        .as_str()
+        .unwrap_or_else(|| panic!("nothing queued: {polled:#}"))
+        .to_string();
+    on_host(&env, "host-a", &["run", "--once", "--poll-ms", "20"]).ok();
+    assert!(gh.comments("acme/app", Kind::Issue, n).is_empty());
+    let answer = on_host(&env, "host-a", &["show", &uuid, "--json"])
+        .ok()
+        .json()["result"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(answer.starts_with("finished "), "{answer}");
+    on_host(
+        &env,
+        "host-b",
+        &["--config", "sources.yaml", "poll", "--once"],
+    )
+    .ok();
+    let comments = gh.comments("acme/app", Kind::Issue, n);
+    assert_eq!(comments.len(), 1);
+    assert!(
+        comments[0].body.contains(&answer),
+        "the comment lacks the answer {answer:?}: {}",
+        comments[0].body
+    );
+}
+
 /// Tasks [`three_hosts_drain_the_queue_while_the_object_store_restarts_and_a_host_is_killed`]
 /// queues: `CTXHOST_DRAIN_TASKS`, 30 by default (`scripts/drain-remote.sh N` sets it).
 fn drain_size() -> usize {
@@ -691,6 +746,17 @@ mod postgres {
     fn a_task_that_failed_on_another_host_is_retried_here_from_the_bucket() {
         crate::support::store::on_postgres(
             super::a_task_that_failed_on_another_host_is_retried_here_from_the_bucket,
+        )
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(all(ctxhost_pg_tests, ctxhost_s3_tests)),
+        ignore = "needs PostgreSQL and SeaweedFS: CTXHOST_TEST_DATABASE_URL (scripts/test-postgres.sh start) and CTXHOST_TEST_S3_URL (scripts/test-s3.sh start)"
+    )]
+    fn a_result_is_published_with_its_answer_by_a_host_that_never_had_the_task() {
+        crate::support::store::on_postgres(
+            super::a_result_is_published_with_its_answer_by_a_host_that_never_had_the_task,
         )
     }
 

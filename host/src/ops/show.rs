@@ -119,7 +119,18 @@ fn tail_messages(dir: &TaskDir, n: usize) -> anyhow::Result<(Vec<ShownLine>, Opt
 /// [`ShowReport::result`] gives it for a completed task), without the rest of the report;
 /// `None` when its directory or history is gone.
 pub(crate) fn final_answer(layout: &Layout, uuid: &str) -> anyhow::Result<Option<String>> {
-    let Some((_, dir)) = layout.find_task_dir(uuid) else {
+    final_answer_with(layout, None, uuid)
+}
+
+/// [`final_answer`] on a host whose tree is a working copy of the bucket `remote`: read from
+/// the bucket's latest copy when this host's is missing or older
+/// ([`crate::remote::view::for_reading`]).
+pub(crate) fn final_answer_with(
+    layout: &Layout,
+    remote: Option<&crate::remote::Store>,
+    uuid: &str,
+) -> anyhow::Result<Option<String>> {
+    let Some((_, dir)) = crate::remote::view::for_reading(remote, layout, uuid)? else {
         return Ok(None);
     };
     let dir =

@@ -290,6 +290,9 @@ pub struct Publisher<'a> {
     sources: &'a Sources,
     db: &'a Db,
     layout: &'a Layout,
+    /// The bucket, when `layout` is a working copy of one: a task that completed on another
+    /// host has its answer read from the bucket.
+    remote: Option<std::sync::Arc<crate::remote::Store>>,
     owner: String,
 }
 
@@ -321,6 +324,7 @@ impl<'a> Publisher<'a> {
             sources,
             db,
             layout,
+            remote: None,
             owner: format!(
                 "{}/{}/{}/{}",
                 hostname(),
@@ -329,6 +333,13 @@ impl<'a> Publisher<'a> {
                 crate::host::short_host_id()
             ),
         }
+    }
+
+    /// Read the answers of tasks that completed on another host from the bucket `remote`
+    /// (`context_storage.remote`; `None`: this host's tree only).
+    pub fn with_remote(mut self, remote: Option<std::sync::Arc<crate::remote::Store>>) -> Self {
+        self.remote = remote;
+        self
     }
 
     /// Sync every task the publisher has work for ([`Db::publishing_due`]: one query per
@@ -561,10 +572,11 @@ impl<'a> Publisher<'a> {
         }
         crate::failpoint::kill_if_set("publish:before-comment");
         let answer = if row.status == Status::Completed {
-            crate::ops::show::final_answer(self.layout, uuid).unwrap_or_else(|e| {
-                tracing::warn!(%uuid, "cannot read the final answer: {e:#}");
-                None
-            })
+            crate::ops::show::final_answer_with(self.layout, self.remote.as_deref(), uuid)
+                .unwrap_or_else(|e| {
+                    tracing::warn!(%uuid, "cannot read the final answer: {e:#}");
+                    None
+                })
         } else {
             None
         };

@@ -52,7 +52,8 @@ pub fn poll_once(
 ) -> anyhow::Result<PassReport> {
     layout.ensure()?;
     let db = crate::ops::open_store(config, layout)?;
-    let publisher = Publisher::new(sources, &db, layout);
+    let publisher = Publisher::new(sources, &db, layout)
+        .with_remote(crate::remote::open(config.context_storage.remote.as_ref())?);
     let mut report = PassReport {
         published: publisher.sweep(true)?,
         polls: Vec::new(),
@@ -77,7 +78,8 @@ pub fn run_loop(
     stop: &AtomicBool,
 ) -> anyhow::Result<SweepReport> {
     let db = crate::ops::open_store(config, layout)?;
-    let publisher = Publisher::new(sources, &db, layout);
+    let publisher = Publisher::new(sources, &db, layout)
+        .with_remote(crate::remote::open(config.context_storage.remote.as_ref())?);
     let mut next_poll: Vec<Instant> = sources.iter().map(|_| Instant::now()).collect();
     // Given up during the loop: reported with the last pass (no later pass lists them).
     let mut given_up = Vec::new();
