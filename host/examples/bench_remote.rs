@@ -63,6 +63,7 @@ fn main() {
         endpoint: Some(endpoint),
         region: Some("us-east-1".into()),
         allow_http: true,
+        retry_secs: 30,
     };
     let store = Arc::new(Store::open(&cfg).unwrap());
     let tmp = tempfile::tempdir().unwrap();

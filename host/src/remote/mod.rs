@@ -4,7 +4,8 @@
 //!
 //! - the `context_storage.remote` section (bucket URL, endpoint, region):
 //!   [`crate::config::RemoteConfig`];
-//! - [`manifest`]: the per-task manifest and the object keys (segments, blobs);
+//! - [`manifest`]: the per-task manifest and the object keys (segments, blobs, indexes);
+//! - [`index`]: segment lists sealed into index objects, and read back;
 //! - [`store`]: blocking access to the bucket through `object_store`;
 //! - [`sync`]: sync up at a step boundary, fenced by the manifest's epoch and ETag;
 //! - [`download`]: a local directory made from a manifest.
@@ -16,6 +17,7 @@
 //! host that still has the latest copy does not download it again.
 
 pub mod download;
+pub mod index;
 pub mod manifest;
 pub mod store;
 pub mod sync;
@@ -65,6 +67,37 @@ fn write_state(layout: &Layout, uuid: &str, base: &Base) -> anyhow::Result<()> {
         manifest: base.manifest.clone(),
     };
     crate::layout::atomic_write(&state_path(layout, uuid), &serde_json::to_vec(&state)?)
+}
+
+/// The wait note of task `uuid` (`contexts/.remote/wait/{uuid}`, its folder created): one line
+/// saying what its process waits for while the bucket cannot be reached (`object store
+/// unreachable: ENDPOINT, retrying (n/N)`), deleted when it no longer waits. Read by
+/// [`read_wait_note`] (`ask`, `show --follow`).
+pub fn wait_note_path(layout: &Layout, uuid: &str) -> anyhow::Result<PathBuf> {
+    let dir = download::work_dir(layout)?.join("wait");
+    crate::layout::create_private_dir_all(&dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir.join(uuid))
+}
+
+/// What the process of task `uuid` on this host waits for besides the model, if anything
+/// ([`wait_note_path`]): its first line, at most 300 bytes, control characters dropped.
+pub fn read_wait_note(layout: &Layout, uuid: &str) -> Option<String> {
+    let path = layout
+        .root()
+        .join(download::REMOTE_DIR)
+        .join("wait")
+        .join(uuid);
+    let bytes = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]);
+    let line: String = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    (!line.is_empty()).then_some(line)
 }
 
 /// The manifest of task `uuid` in the bucket and its ETag; `None` when it has none.
@@ -154,6 +187,7 @@ impl TaskSync {
             next.version += 1;
             next.holder = holder.to_string();
             next.written_at = crate::db::now_rfc3339();
+            next.set_format();
             let bytes = sync::manifest_bytes(&next)?;
             match store.put_manifest(uuid, bytes, base.etag.as_deref())? {
                 store::Written::Ok(etag) => {
@@ -204,6 +238,11 @@ impl TaskSync {
         &self.base.manifest
     }
 
+    /// Bytes of the manifest last synced, as written.
+    pub fn manifest_bytes(&self) -> usize {
+        sync::manifest_bytes(&self.base.manifest).map_or(0, |b| b.len())
+    }
+
     /// Bytes the claim downloaded (0: this host's copy was already the bucket's).
     pub fn downloaded(&self) -> u64 {
         self.downloaded
@@ -233,14 +272,29 @@ pub fn download_for_reading(
     layout: &Layout,
     uuid: &str,
 ) -> anyhow::Result<Option<PathBuf>> {
-    let Some(base) = read_manifest(store, uuid)? else {
-        return Ok(None);
-    };
     let views = download::work_dir(layout)?.join("view");
     crate::layout::create_private_dir_all(&views)?;
     let dir = views.join(uuid);
-    download::replace_dir(store, layout, uuid, &base.manifest, &dir)?;
-    Ok(Some(dir))
+    // The task may be running elsewhere: a sync that commits during the download deletes what
+    // its new manifest no longer names. Then the download starts again from the new manifest.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let Some(base) = read_manifest(store, uuid)? else {
+            return Ok(None);
+        };
+        match download::replace_dir(store, layout, uuid, &base.manifest, &dir) {
+            Ok(_) => return Ok(Some(dir)),
+            Err(e) if tries < 3 && e.downcast_ref::<store::Unreachable>().is_none() => {
+                let now = read_manifest(store, uuid)?;
+                if now.is_none_or(|n| n.etag == base.etag) {
+                    return Err(e);
+                }
+                tracing::debug!(%uuid, "the manifest changed during the download; again: {e:#}");
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Delete every object of task `uuid` and this host's record of its last sync. Returns the
