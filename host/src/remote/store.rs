@@ -265,10 +265,11 @@ impl Store {
         let started = Instant::now();
         let mut fut = std::pin::pin!(fut);
         loop {
-            if let Ok(v) = self
-                .rt
-                .block_on(tokio::time::timeout(INTERRUPT_POLL, &mut fut))
-            {
+            // The timer is made inside the runtime (it needs its time driver).
+            let polled = self.rt.block_on(async {
+                tokio::time::timeout(INTERRUPT_POLL, fut.as_mut()).await
+            });
+            if let Ok(v) = polled {
                 return Some(v);
             }
             if (retrying || started.elapsed() >= FIRST_ATTEMPT_GRACE) && self.interrupt_requested()
