@@ -163,7 +163,10 @@ pub fn run(
         Ok(r) => r,
         // The bucket could not be reached (or a pause or stop came while it was waited for):
         // nothing was read or written, so the task is set aside as it is, resumable.
-        Err(e) if e.downcast_ref::<crate::remote::store::Unreachable>().is_some() => {
+        Err(e)
+            if e.downcast_ref::<crate::remote::store::Unreachable>()
+                .is_some() =>
+        {
             heartbeat.stop();
             let msg = failure_text(config, &format!("{e:#}"));
             return set_aside(&db, layout, &uuid, owner, &msg).map(|s| Some((uuid.clone(), s)));
@@ -291,7 +294,9 @@ fn set_aside(
     tracing::warn!(%uuid, "task paused, its directory could not be fetched from the bucket (resume it once the store is back: `ctxhost resume {uuid}`): {why}");
     match db.with(|db| lifecycle::apply(db, layout, uuid, &Transition::Pause { owner }))? {
         Some(_) => Ok(Status::Paused),
-        None => anyhow::bail!("task {uuid}: its row was no longer running under this process when it was to pause"),
+        None => anyhow::bail!(
+            "task {uuid}: its row was no longer running under this process when it was to pause"
+        ),
     }
 }
 

@@ -98,10 +98,7 @@ fn problems(fsck: &Value, kind: &str) -> Vec<Value> {
     ignore = "needs CTXHOST_TEST_S3_URL (scripts/test-s3.sh start)"
 )]
 fn fsck_deep_finds_an_object_whose_bytes_changed_and_fsck_names_unreferenced_objects() {
-    let llm = FakeLlm::start(vec![Reply::text(
-        "I did not call a tool.",
-        Some((10, 5)),
-    )]);
+    let llm = FakeLlm::start(vec![Reply::text("I did not call a tool.", Some((10, 5)))]);
     let url = bucket_url();
     let mut env = remote_env(&llm, &url, &s3_url(), 10);
     env.expect_nonconforming("the bucket's copy is damaged, the local one is not");
@@ -141,7 +138,11 @@ fn fsck_deep_finds_an_object_whose_bytes_changed_and_fsck_names_unreferenced_obj
 
     // Without --deep only presence and sizes are compared: the change is not seen.
     let fsck = env.ctxhost(&["fsck", "--json"]).json();
-    assert_eq!(problems(&fsck, "remote-object"), Vec::<Value>::new(), "{fsck:#}");
+    assert_eq!(
+        problems(&fsck, "remote-object"),
+        Vec::<Value>::new(),
+        "{fsck:#}"
+    );
     let stray = problems(&fsck, "remote-unreferenced");
     assert_eq!(stray.len(), 1, "{fsck:#}");
     assert!(
@@ -157,10 +158,7 @@ fn fsck_deep_finds_an_object_whose_bytes_changed_and_fsck_names_unreferenced_obj
     let fsck = env.ctxhost(&["fsck", "--deep", "--json"]).json();
     let bad = problems(&fsck, "remote-object");
     assert_eq!(bad.len(), 1, "{fsck:#}");
-    assert!(
-        bad[0]["path"].as_str().unwrap().ends_with(&key),
-        "{fsck:#}"
-    );
+    assert!(bad[0]["path"].as_str().unwrap().ends_with(&key), "{fsck:#}");
     let msg = bad[0]["message"].as_str().unwrap();
     assert!(msg.contains("SHA-256") && msg.contains("changed"), "{msg}");
     assert_eq!(bad[0]["uuid"], uuid.as_str());
@@ -203,8 +201,9 @@ fn an_unreachable_bucket_pauses_the_task_after_its_retry_budget_and_it_resumes_o
     // retry_secs 3: attempts after 1 s and 2 s more, then it gives up (3 attempts).
     let waiting: Vec<&Value> = evs.iter().filter(|e| e["event"] == "waiting").collect();
     assert!(
-        waiting.iter().any(|e| e["on"]
-            == format!("object store unreachable: {down}, retrying (2/3)").as_str()),
+        waiting.iter().any(
+            |e| e["on"] == format!("object store unreachable: {down}, retrying (2/3)").as_str()
+        ),
         "{evs:#?}"
     );
     let end = evs.last().unwrap();
@@ -220,7 +219,10 @@ fn an_unreachable_bucket_pauses_the_task_after_its_retry_budget_and_it_resumes_o
     assert_eq!(llm.request_count(), 0);
     let uuid = end["uuid"].as_str().unwrap().to_string();
     let r = row(&env, &uuid);
-    assert_eq!((r.status, r.error_message.as_deref()), (Status::Paused, None));
+    assert_eq!(
+        (r.status, r.error_message.as_deref()),
+        (Status::Paused, None)
+    );
     // The pause says why.
     let state = read_json(
         &find_task_dir(&env.contexts(), &uuid)
@@ -241,9 +243,11 @@ fn an_unreachable_bucket_pauses_the_task_after_its_retry_budget_and_it_resumes_o
     env.ctxhost(&["run", "--once"]).ok();
     assert_eq!(row(&env, &uuid).status, Status::Completed);
     assert_eq!(llm.request_count(), 1);
-    assert!(ctxhost::remote::read_manifest(&store(&url), &uuid)
-        .unwrap()
-        .is_some());
+    assert!(
+        ctxhost::remote::read_manifest(&store(&url), &uuid)
+            .unwrap()
+            .is_some()
+    );
 }
 
 #[test]
@@ -295,17 +299,19 @@ fn sigterm_while_the_bucket_is_retried_pauses_the_task_at_once() {
         .map(|l| serde_json::from_str(&l).unwrap())
         .collect();
     let end = rest.last().unwrap();
-    assert_eq!((&end["event"], &end["status"]), (&"end".into(), &"paused".into()), "{rest:#?}");
+    assert_eq!(
+        (&end["event"], &end["status"]),
+        (&"end".into(), &"paused".into()),
+        "{rest:#?}"
+    );
     let r = row(&env, &uuid);
-    assert_eq!((r.status, r.error_message.as_deref()), (Status::Paused, None));
+    assert_eq!(
+        (r.status, r.error_message.as_deref()),
+        (Status::Paused, None)
+    );
     assert_eq!(llm.request_count(), 0);
     // The wait note is gone with the waiting.
-    assert!(
-        !env.contexts()
-            .join(".remote/wait")
-            .join(&uuid)
-            .exists()
-    );
+    assert!(!env.contexts().join(".remote/wait").join(&uuid).exists());
 }
 
 /// `ctxhost init` on a second host whose config shares the PostgreSQL database and the bucket
@@ -332,7 +338,13 @@ fn init_on_a_second_host_sharing_the_database_and_the_bucket() {
     assert_eq!(id(&a), id(&b));
     // A task queued on one host is run from the other.
     let queued = env
-        .ctxhost(&["--contexts", a.to_str().unwrap(), "submit", "--prompt", "hi"])
+        .ctxhost(&[
+            "--contexts",
+            a.to_str().unwrap(),
+            "submit",
+            "--prompt",
+            "hi",
+        ])
         .ok()
         .stdout();
     let uuid = queued.trim().to_string();

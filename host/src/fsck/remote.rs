@@ -9,8 +9,9 @@
 //!   its SHA-256 compared with the manifest's, so a same-size object with other bytes is found
 //!   too. Off by default: it reads the whole bucket (egress costs on a cloud store);
 //! - no object of a task is named by nothing ([`ProblemKind::RemoteUnreferenced`]: written by
-//!   a sync that did not commit — a crash mid-sync, a host fenced out; `--repair` deletes those
-//!   older than [`UNREFERENCED_GRACE_SECS`], which no sync can still be committing);
+//!   a sync that did not commit — a crash mid-sync, a host fenced out; not reported while
+//!   young for a running task, whose sync may be committing it; `--repair` deletes those older
+//!   than [`UNREFERENCED_GRACE_SECS`], which no sync can still be committing);
 //! - a task whose files `ctxhost cleanup` deleted has no objects left
 //!   ([`ProblemKind::RemoteLeftover`]; `--repair` deletes them).
 //!
@@ -204,6 +205,10 @@ pub fn check(
                 continue;
             }
             let old = (now - l.modified).num_seconds() >= UNREFERENCED_GRACE_SECS;
+            // A running task's sync may be about to commit a young one: not a problem yet.
+            if !old && row.status == crate::db::Status::Running {
+                continue;
+            }
             let mut p = problem(
                 ProblemKind::RemoteUnreferenced,
                 Some(uuid),
@@ -212,7 +217,8 @@ pub fn check(
                 format!(
                     "no manifest names it ({} bytes, written {}): left by a sync that did not commit{}",
                     l.size,
-                    l.modified.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    l.modified
+                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                     if old {
                         ""
                     } else {

@@ -118,7 +118,16 @@ pub fn download_into(store: &Store, uuid: &str, m: &Manifest, into: &Path) -> an
                 })?;
             }
             FileEntry::Whole { size, sha256, .. } => {
-                fetch_into(store, uuid, name, &blob_key(sha256), *size, sha256, &mut f, 0)?;
+                fetch_into(
+                    store,
+                    uuid,
+                    name,
+                    &blob_key(sha256),
+                    *size,
+                    sha256,
+                    &mut f,
+                    0,
+                )?;
                 at = *size;
             }
         }

@@ -163,8 +163,9 @@ impl Index {
                 "task {uuid}: the index object {key} does not match the manifest (size or SHA-256)"
             );
         }
-        let i: Index = serde_json::from_slice(bytes)
-            .map_err(|e| anyhow::anyhow!("task {uuid}: the index object {key} is not valid: {e}"))?;
+        let i: Index = serde_json::from_slice(bytes).map_err(|e| {
+            anyhow::anyhow!("task {uuid}: the index object {key} is not valid: {e}")
+        })?;
         let fits = i.file == file
             && i.level == r.level
             && i.start == r.start
@@ -192,7 +193,10 @@ impl Index {
             anyhow::anyhow!("task {uuid}: the index object {key} is not contiguous at byte {at}")
         })?;
         if end != i.start.saturating_add(i.len) {
-            anyhow::bail!("task {uuid}: the index object {key} does not cover {} bytes", i.len);
+            anyhow::bail!(
+                "task {uuid}: the index object {key} does not cover {} bytes",
+                i.len
+            );
         }
         Ok(i)
     }

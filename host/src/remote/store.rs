@@ -98,7 +98,9 @@ pub fn planned_attempts(budget: Duration) -> u32 {
 /// The bucket could not be reached within `context_storage.remote.retry_secs`, or a pause or
 /// stop of the task was asked while it was waited for. Nothing was written by the request.
 #[derive(Debug, thiserror::Error)]
-#[error("object store unreachable: {endpoint}: {what} gave up after {attempts} attempt(s) in {secs:.1} s ({why}); last error: {last}")]
+#[error(
+    "object store unreachable: {endpoint}: {what} gave up after {attempts} attempt(s) in {secs:.1} s ({why}); last error: {last}"
+)]
 pub struct Unreachable {
     /// The endpoint (or the bucket URL when the endpoint is AWS's own).
     pub endpoint: String,
@@ -266,9 +268,9 @@ impl Store {
         let mut fut = std::pin::pin!(fut);
         loop {
             // The timer is made inside the runtime (it needs its time driver).
-            let polled = self.rt.block_on(async {
-                tokio::time::timeout(INTERRUPT_POLL, fut.as_mut()).await
-            });
+            let polled = self
+                .rt
+                .block_on(async { tokio::time::timeout(INTERRUPT_POLL, fut.as_mut()).await });
             if let Ok(v) = polled {
                 return Some(v);
             }
@@ -382,7 +384,12 @@ impl Store {
 
     /// Stream the object `rel` of task `uuid` into `sink` (memory: one chunk); its size, or
     /// `None` when it does not exist. A body that breaks off is read again from its start.
-    pub fn get_to(&self, uuid: &str, rel: &str, sink: &mut dyn Sink) -> anyhow::Result<Option<u64>> {
+    pub fn get_to(
+        &self,
+        uuid: &str,
+        rel: &str,
+        sink: &mut dyn Sink,
+    ) -> anyhow::Result<Option<u64>> {
         let path = self.path(uuid, rel);
         let what = || format!("GET {path}");
         let mut tries = 0;
@@ -557,7 +564,10 @@ mod retry_tests {
     fn the_retry_plan_fits_the_budget() {
         assert_eq!(planned_attempts(Duration::ZERO), 1);
         assert_eq!(planned_attempts(Duration::from_secs(3)), 3);
-        assert_eq!(planned_attempts(Duration::from_secs(DEFAULT_RETRY_SECS)), 12);
+        assert_eq!(
+            planned_attempts(Duration::from_secs(DEFAULT_RETRY_SECS)),
+            12
+        );
         assert_eq!(retry_delay(1), Duration::from_secs(1));
         assert_eq!(retry_delay(4), Duration::from_secs(8));
         assert_eq!(retry_delay(5), Duration::from_secs(15));

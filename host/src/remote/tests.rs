@@ -184,7 +184,11 @@ fn bytes_uploaded_per_step_are_the_bytes_appended_plus_the_manifest() {
         assert_eq!(r.data_bytes, appended, "step {step}");
         assert_eq!(r.objects, 4, "step {step}");
         // Every SEAL-th step of a file seals its segments into an index object.
-        assert_eq!(r.indexes > 0, (step + 1) % manifest::SEAL as u64 == 0, "step {step}: {r:?}");
+        assert_eq!(
+            r.indexes > 0,
+            (step + 1) % manifest::SEAL as u64 == 0,
+            "step {step}: {r:?}"
+        );
         assert_eq!(
             store.uploaded_bytes() - before,
             appended + r.index_bytes + r.manifest_bytes,
@@ -226,14 +230,23 @@ fn the_manifest_stays_small_as_old_segments_are_sealed_into_index_objects() {
     let steps = 600u64;
     for step in 1..=steps {
         let line = format!("{{\"seq\":{step},\"content\":\"{}\"}}\n", "y".repeat(100));
-        for f in ["messages.jsonl", "current.jsonl", "tools.jsonl", "llm_calls.jsonl"] {
+        for f in [
+            "messages.jsonl",
+            "current.jsonl",
+            "tools.jsonl",
+            "llm_calls.jsonl",
+        ] {
             append(&dir, f, line.as_bytes());
         }
         let r = sync.sync(&TaskDir::open(&dir).unwrap()).unwrap();
         largest = largest.max(r.manifest_bytes);
 
         if step == 1 {
-            assert_eq!(sync.manifest().format, 1, "no index yet: readable by format-1 hosts");
+            assert_eq!(
+                sync.manifest().format,
+                1,
+                "no index yet: readable by format-1 hosts"
+            );
         }
     }
     let m = sync.manifest().clone();
@@ -244,11 +257,20 @@ fn the_manifest_stays_small_as_old_segments_are_sealed_into_index_objects() {
     // Bounded: at most SEAL-1 entries per level and file, 12.7 KB at the worst step (511 =
     // 7·64 + 7·8 + 7); the format-1 manifest of the same task listed 2,400 segments, ~400 KB.
     assert!(largest < 16 * 1024, "largest manifest {largest} B");
-    assert!(sync.manifest_bytes() < 4 * 1024, "{}", sync.manifest_bytes());
+    assert!(
+        sync.manifest_bytes() < 4 * 1024,
+        "{}",
+        sync.manifest_bytes()
+    );
     // The bucket holds exactly what the manifest names through its indexes, and another host
     // gets the same files.
     let named = index::objects(&store, &uuid, &m).unwrap();
-    let listed: Vec<String> = store.list(&uuid).unwrap().into_iter().map(|(k, _)| k).collect();
+    let listed: Vec<String> = store
+        .list(&uuid)
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
     let mut want: Vec<String> = named.keys().cloned().collect();
     want.push(manifest::MANIFEST.to_string());
     want.sort();
@@ -309,7 +331,10 @@ fn a_format_1_manifest_still_loads_and_its_segments_are_sealed_at_the_next_sync(
     // 21 segments: two level-1 indexes, 5 open.
     assert_eq!(r.indexes, 2, "{r:?}");
     let m = read_manifest(&store, &uuid).unwrap().unwrap().manifest;
-    assert_eq!((m.format, shape(&m, "messages.jsonl")), (2, (vec![1, 1], 5)));
+    assert_eq!(
+        (m.format, shape(&m, "messages.jsonl")),
+        (2, (vec![1, 1], 5))
+    );
     let (_b, host_b) = host();
     let dir_b = host_b.task_dir(DirState::Running, &uuid);
     TaskSync::claim(store.clone(), &host_b, &uuid, "new/2", &dir_b).unwrap();
