@@ -341,3 +341,58 @@ fn a_format_1_manifest_still_loads_and_its_segments_are_sealed_at_the_next_sync(
     assert_eq!(files(&dir_b), files(&dir));
     delete_task(&store, &host_b, &uuid).unwrap();
 }
+
+#[cfg_attr(
+    not(ctxhost_s3_tests),
+    ignore = "needs CTXHOST_TEST_S3_URL (scripts/test-s3.sh start)"
+)]
+#[test]
+fn a_fenced_hosts_sealed_index_is_garbage_no_manifest_names() {
+    let store = test_store();
+    let (_a, host_a) = host();
+    let (uuid, dir_a) = new_task(&host_a);
+    let mut a = TaskSync::claim(store.clone(), &host_a, &uuid, "a/1", &dir_a).unwrap();
+    for i in 0..manifest::SEAL - 1 {
+        append(
+            &dir_a,
+            "messages.jsonl",
+            format!("{{\"seq\":{i}}}\n").as_bytes(),
+        );
+        a.sync(&TaskDir::open(&dir_a).unwrap()).unwrap();
+    }
+    // Host b takes the task over; a, not knowing, syncs the step that fills its segment list:
+    // the index object goes up first, then the manifest is refused.
+    let (_b, host_b) = host();
+    let dir_b = host_b.task_dir(DirState::Running, &uuid);
+    let b = TaskSync::claim(store.clone(), &host_b, &uuid, "b/1", &dir_b).unwrap();
+    append(&dir_a, "messages.jsonl", b"{\"seq\":99,\"late\":true}\n");
+    let e = a.sync(&TaskDir::open(&dir_a).unwrap()).unwrap_err();
+    assert!(e.is::<Fenced>(), "{e:#}");
+    let m = read_manifest(&store, &uuid).unwrap().unwrap().manifest;
+    assert_eq!(m, *b.manifest());
+    assert_eq!(shape(&m, "messages.jsonl"), (vec![], manifest::SEAL - 1));
+    let named = index::objects(&store, &uuid, &m).unwrap();
+    let stray: Vec<String> = store
+        .list(&uuid)
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| k != manifest::MANIFEST && !named.contains_key(k))
+        .collect();
+    // a's late segment and the index sealing it: what `ctxhost fsck` reports as unreferenced.
+    assert_eq!(stray.len(), 2, "{stray:?}");
+    assert!(
+        stray.iter().any(|k| k.starts_with("idx/messages.jsonl/")),
+        "{stray:?}"
+    );
+    assert!(
+        stray.iter().any(|k| k.starts_with("seg/messages.jsonl/")),
+        "{stray:?}"
+    );
+    // b's copy is the bucket's, without a's late line.
+    assert_eq!(
+        files(&dir_b)["messages.jsonl"].len() as u64,
+        m.files["messages.jsonl"].size()
+    );
+    delete_task(&store, &host_b, &uuid).unwrap();
+}
