@@ -263,9 +263,12 @@ fn remote_claim(
             false
         }
     };
+    // A note left by an earlier process of the task that was killed while it waited.
+    let note = crate::remote::wait_note_path(layout, uuid)?;
+    let _ = std::fs::remove_file(&note);
     let store = crate::remote::Store::open(cfg)?
         .with_interrupt(std::sync::Arc::new(requested))
-        .with_wait_note(crate::remote::wait_note_path(layout, uuid)?);
+        .with_wait_note(note);
     let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
     let holder = format!("{worker_id}/{pid}");
     crate::remote::TaskSync::claim(std::sync::Arc::new(store), layout, uuid, &holder, &dir)

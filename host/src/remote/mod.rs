@@ -168,10 +168,32 @@ impl TaskSync {
                     let current = local.as_ref().is_some_and(|l| l.etag == r.etag)
                         && !lacks_files(dir, &r.manifest);
                     if !current {
-                        downloaded = download::replace_dir(&store, layout, uuid, &r.manifest, dir)
-                            .with_context(|| {
-                                format!("cannot download task {uuid} from {}", store.url())
-                            })?;
+                        downloaded = match download::replace_dir(
+                            &store,
+                            layout,
+                            uuid,
+                            &r.manifest,
+                            dir,
+                        ) {
+                            Ok(n) => n,
+                            // The previous holder (its lease lost, not knowing yet) committed
+                            // a sync meanwhile, deleting what its new manifest no longer
+                            // names: start again from that manifest.
+                            Err(e)
+                                if e.downcast_ref::<store::Unreachable>().is_none()
+                                    && read_manifest(&store, uuid)?
+                                        .is_some_and(|now| now.etag != r.etag) =>
+                            {
+                                tracing::warn!(%uuid, "the task's manifest changed during its download; reading it again: {e:#}");
+                                continue;
+                            }
+                            Err(e) => {
+                                return Err(e.context(format!(
+                                    "cannot download task {uuid} from {}",
+                                    store.url()
+                                )));
+                            }
+                        };
                         tracing::info!(%uuid, bytes = downloaded, version = r.manifest.version,
                             "task directory downloaded from the bucket");
                     }
