@@ -3,7 +3,8 @@
 //!
 //! 1. bytes uploaded per step over a task of `--steps` steps (each appends a reply, a tool call
 //!    and its result, an LLM-call record and the context lines, as the agent loop does), next
-//!    to the bytes the step appended and the manifest's size;
+//!    to the bytes the step appended, the index objects it sealed and the manifest's size (at
+//!    steps 1, 100, 1000 and its largest);
 //! 2. the time to resume a task with a `--mib` MiB history on a new host (the claim
 //!    downloads it from the bucket), next to the time to upload it.
 //!
@@ -63,6 +64,7 @@ fn main() {
         endpoint: Some(endpoint),
         region: Some("us-east-1".into()),
         allow_http: true,
+        retry_secs: 30,
     };
     let store = Arc::new(Store::open(&cfg).unwrap());
     let tmp = tempfile::tempdir().unwrap();
@@ -77,7 +79,8 @@ fn main() {
     sync.sync(&TaskDir::open(&dir).unwrap()).unwrap();
     let (mut appended_total, mut uploaded_total, mut manifest_total, mut mismatched) =
         (0u64, 0u64, 0u64, 0u64);
-    let mut manifest_last = 0;
+    let (mut index_total, mut manifest_last, mut manifest_max) = (0u64, 0u64, 0u64);
+    let mut at_steps = Vec::new();
     let t0 = Instant::now();
     for step in 0..steps {
         let reply = format!(
@@ -109,24 +112,32 @@ fn main() {
         );
         let r = sync.sync(&TaskDir::open(&dir).unwrap()).unwrap();
         let uploaded = store.uploaded_bytes() - before;
-        if uploaded != appended + r.manifest_bytes {
+        if uploaded != appended + r.index_bytes + r.manifest_bytes {
             mismatched += 1;
         }
         appended_total += appended;
         uploaded_total += uploaded;
         manifest_total += r.manifest_bytes;
+        index_total += r.index_bytes;
         manifest_last = r.manifest_bytes;
+        manifest_max = manifest_max.max(r.manifest_bytes);
+        if [1, 10, 100, 1000, 10000].contains(&(step + 1)) {
+            at_steps.push(format!("step {}: {} B", step + 1, r.manifest_bytes));
+        }
     }
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "steps {steps}: appended {appended_total} B, uploaded {uploaded_total} B = appended + manifests {manifest_total} B; steps where uploaded != appended + manifest: {mismatched}"
+        "steps {steps}: appended {appended_total} B, uploaded {uploaded_total} B = appended + index objects {index_total} B + manifests {manifest_total} B; steps where uploaded != appended + index objects + manifest: {mismatched}"
     );
     println!(
-        "  per step: appended {:.0} B, manifest {:.0} B on average ({manifest_last} B at the last step), sync {:.1} ms on average",
+        "  per step: appended {:.0} B, index objects {:.0} B, manifest {:.0} B on average ({manifest_last} B at the last step, {manifest_max} B at most); uploaded / appended {:.2}; sync {:.1} ms on average",
         appended_total as f64 / steps as f64,
+        index_total as f64 / steps as f64,
         manifest_total as f64 / steps as f64,
+        uploaded_total as f64 / appended_total as f64,
         secs * 1000.0 / steps as f64
     );
+    println!("  manifest size at {}", at_steps.join(", "));
     ctxhost::remote::delete_task(&store, &a, &uuid).unwrap();
 
     // 2. Resume of a large history on a new host.

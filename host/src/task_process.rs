@@ -159,8 +159,18 @@ pub fn run(
     };
     // With `context_storage.remote`, the directory comes from the bucket when this host's
     // copy is not the latest, and the claim takes the manifest's next epoch (the fence).
-    let remote = match remote_claim(config, layout, &uuid, &worker_id, pid) {
+    let remote = match remote_claim(config, layout, &db, &uuid, &worker_id, pid) {
         Ok(r) => r,
+        // The bucket could not be reached (or a pause or stop came while it was waited for):
+        // nothing was read or written, so the task is set aside as it is, resumable.
+        Err(e)
+            if e.downcast_ref::<crate::remote::store::Unreachable>()
+                .is_some() =>
+        {
+            heartbeat.stop();
+            let msg = failure_text(config, &format!("{e:#}"));
+            return set_aside(&db, layout, &uuid, owner, &msg).map(|s| Some((uuid.clone(), s)));
+        }
         Err(e) => {
             heartbeat.stop();
             return failed(format!("{e:#}"));
@@ -231,20 +241,66 @@ pub fn run(
 }
 
 /// The bucket side of claimed task `uuid` ([`crate::remote::TaskSync::claim`]); `None`
-/// without `context_storage.remote`.
+/// without `context_storage.remote`. The store gives up waiting for an unreachable bucket as
+/// soon as a pause or stop of the task is asked, and says what it waits for in the task's
+/// wait note ([`crate::remote::wait_note_path`]).
 fn remote_claim(
     config: &Config,
     layout: &Layout,
+    db: &SharedDb,
     uuid: &str,
     worker_id: &WorkerId,
     pid: u32,
 ) -> anyhow::Result<Option<crate::remote::TaskSync>> {
-    let Some(store) = crate::remote::open(config.context_storage.remote.as_ref())? else {
+    let Some(cfg) = config.context_storage.remote.as_ref() else {
         return Ok(None);
     };
+    let (db, id) = (db.clone(), uuid.to_string());
+    let requested = move || match db.with(|db| db.control(&id)) {
+        Ok(c) => c.is_some_and(|c| c.pause_requested || c.stop_requested),
+        Err(e) => {
+            tracing::warn!(uuid = %id, "cannot read the task's pause/stop requests while the object store is waited for: {e:#}");
+            false
+        }
+    };
+    // A note left by an earlier process of the task that was killed while it waited.
+    let note = crate::remote::wait_note_path(layout, uuid)?;
+    let _ = std::fs::remove_file(&note);
+    let store = crate::remote::Store::open(cfg)?
+        .with_interrupt(std::sync::Arc::new(requested))
+        .with_wait_note(note);
     let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
     let holder = format!("{worker_id}/{pid}");
-    crate::remote::TaskSync::claim(store, layout, uuid, &holder, &dir).map(Some)
+    crate::remote::TaskSync::claim(std::sync::Arc::new(store), layout, uuid, &holder, &dir)
+        .map(Some)
+}
+
+/// End this run of task `uuid` without failing it when its directory could not be fetched
+/// from the bucket (`why`): stopped if a stop was asked, otherwise paused (with `why` as the
+/// pause reason when no pause was asked), to be resumed once the store is back. Nothing of the
+/// task was read or written, so nothing is lost.
+fn set_aside(
+    db: &SharedDb,
+    layout: &Layout,
+    uuid: &str,
+    owner: lifecycle::Owner<'_>,
+    why: &str,
+) -> anyhow::Result<Status> {
+    let control = db.with(|db| db.control(uuid))?.unwrap_or_default();
+    if control.stop_requested {
+        tracing::warn!(%uuid, "task stopped as requested while the object store was waited for: {why}");
+        return db.with(|db| crate::task::finish(db, layout, uuid, owner, Status::Stopped, None));
+    }
+    if !control.pause_requested {
+        db.with(|db| db.request_pause(uuid, Some(why)))?;
+    }
+    tracing::warn!(%uuid, "task paused, its directory could not be fetched from the bucket (resume it once the store is back: `ctxhost resume {uuid}`): {why}");
+    match db.with(|db| lifecycle::apply(db, layout, uuid, &Transition::Pause { owner }))? {
+        Some(_) => Ok(Status::Paused),
+        None => anyhow::bail!(
+            "task {uuid}: its row was no longer running under this process when it was to pause"
+        ),
+    }
 }
 
 /// What a task's failure becomes in its `error_message` and the log: the API key and the

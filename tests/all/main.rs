@@ -39,6 +39,7 @@ mod provider_streams;
 mod reasoning;
 mod recall;
 mod remote_hosts;
+mod remote_manifest;
 mod request_snapshots;
 mod request_write_path;
 mod resume_checkpoints;

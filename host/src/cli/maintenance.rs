@@ -58,6 +58,10 @@ pub struct FsckArgs {
     /// Fix what can be fixed without losing data, then check again.
     #[arg(long)]
     pub repair: bool,
+    /// With context_storage.remote: download every object of the bucket and compare its
+    /// SHA-256 with the manifest's (without it, only presence and sizes are compared).
+    #[arg(long)]
+    pub deep: bool,
     /// Print JSON: {tasks, dirs, problems: [{kind, uuid, path, line, message, fixable,
     /// repaired}], remaining: [...]}.
     #[arg(long)]
@@ -199,7 +203,14 @@ pub(super) fn fsck(env: &Env, args: &FsckArgs) -> anyhow::Result<ExitCode> {
         env.config.worker.lease(),
     )?;
     if let Some(store) = crate::remote::open(env.config.context_storage.remote.as_ref())? {
-        crate::fsck::remote::check(&mut report, &db, &env.layout, &store, args.repair)?;
+        crate::fsck::remote::check(
+            &mut report,
+            &db,
+            &env.layout,
+            &store,
+            args.repair,
+            args.deep,
+        )?;
     }
     let code = if report.remaining.is_empty() {
         ExitCode::SUCCESS

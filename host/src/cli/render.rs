@@ -48,6 +48,8 @@ fn count(n: i64, what: &str) -> String {
 enum Phase {
     Model,
     Tool(String),
+    /// Something else than the model (`object store unreachable: …, retrying (n/N)`).
+    Waiting(String),
 }
 
 /// Prints events; see the module doc.
@@ -150,6 +152,7 @@ impl Render {
         let what = match &self.phase {
             Phase::Model => "waiting for the model".to_string(),
             Phase::Tool(t) => format!("running {}", terminal(t)),
+            Phase::Waiting(w) => terminal(w).to_string(),
         };
         let mut err = std::io::stderr().lock();
         if self.progress_terminal {
@@ -192,6 +195,11 @@ impl Render {
             serde_json::to_writer(&mut *out, event)?;
             out.write_all(b"\n")?;
             out.flush()?;
+            return Ok(());
+        }
+        if let Event::Waiting { on } = event {
+            // Shown by the progress line.
+            self.phase = on.clone().map_or(Phase::Model, Phase::Waiting);
             return Ok(());
         }
         // A message whose text (or reasoning) was printed as it streamed: only the rest.
@@ -375,6 +383,8 @@ impl Render {
                     writeln!(out, "{} {}", self.paint("31", &head), terminal(why))?;
                 }
             }
+            // Handled above (the progress line shows it).
+            Event::Waiting { .. } => {}
             Event::Note { text } => {
                 writeln!(
                     out,

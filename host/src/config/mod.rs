@@ -34,7 +34,7 @@ pub mod llm_flags;
 mod plugins;
 pub mod pricing;
 mod process;
-mod remote;
+pub(crate) mod remote;
 mod sources;
 mod strategy;
 mod task_store;

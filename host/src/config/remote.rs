@@ -26,7 +26,20 @@ pub struct RemoteConfig {
     /// Allow a plain `http://` endpoint (a store on the same machine or network); off by default.
     #[serde(default)]
     pub allow_http: bool,
+    /// How long a request to the bucket is retried while the store cannot be reached
+    /// (connection refused, timeouts, 5xx answers), seconds; then the request fails: a claim
+    /// leaves its task paused (resumable), a sync is caught up by the next one. A pause or
+    /// stop of the task ends the waiting at once. At most 3600; 0: no retry.
+    #[serde(default = "default_retry_secs")]
+    pub retry_secs: u64,
 }
+
+fn default_retry_secs() -> u64 {
+    crate::remote::store::DEFAULT_RETRY_SECS
+}
+
+/// Largest `context_storage.remote.retry_secs`.
+pub const MAX_RETRY_SECS: u64 = 3600;
 
 /// Bucket and key prefix of a `s3://` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,6 +185,15 @@ impl RemoteConfig {
                 );
             }
         }
+        if self.retry_secs > MAX_RETRY_SECS {
+            return Invalid::err(
+                "context_storage.remote.retry_secs",
+                format!(
+                    "must be at most {MAX_RETRY_SECS} (an hour), got {}",
+                    self.retry_secs
+                ),
+            );
+        }
         if let Some(region) = &self.region {
             let valid = (1..=64).contains(&region.len())
                 && region
@@ -200,6 +222,7 @@ mod tests {
             endpoint: None,
             region: None,
             allow_http: false,
+            retry_secs: default_retry_secs(),
         }
     }
 

@@ -149,7 +149,8 @@ pub fn set_working_copies(on: bool) {
     WORKING_COPIES.store(on, std::sync::atomic::Ordering::SeqCst);
 }
 
-fn working_copies() -> bool {
+/// Whether this process treats its tree as a working copy of a bucket ([`set_working_copies`]).
+pub(crate) fn working_copies() -> bool {
     WORKING_COPIES.load(std::sync::atomic::Ordering::SeqCst)
 }
 

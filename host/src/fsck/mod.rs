@@ -142,6 +142,8 @@ pub enum ProblemKind {
     RemoteObject,
     /// Objects of a task whose files `ctxhost cleanup` deleted are left in the bucket.
     RemoteLeftover,
+    /// An object of a task that no manifest names (a sync that did not commit).
+    RemoteUnreferenced,
 }
 
 /// One problem found.

@@ -261,8 +261,16 @@ pub fn require_sound_files_with(
         ),
         _ => {}
     }
+    // A working copy of a bucket (`context_storage.remote`) need not hold the task, or all of
+    // it: the claim fetches the directory from the bucket (each object checked) before the
+    // task process opens it. A task set aside because the bucket could not be reached at its
+    // claim has nothing here but its task_state.json.
+    let working_copy = crate::db::binding::working_copies();
     let remote = remote.filter(|_| row.files_deleted_at.is_none());
     let Some((_, dir)) = crate::remote::view::for_reading(remote, layout, uuid)? else {
+        if working_copy {
+            return Ok(());
+        }
         if row.status == Status::Paused || row.started_at.is_some() {
             refuse!(
                 "task {uuid} cannot be {}: its directory is missing from {} (`ctxhost fsck` reports it), so it \
@@ -276,6 +284,7 @@ pub fn require_sound_files_with(
     let (queued, refusing): (Vec<Problem>, Vec<Problem>) =
         crate::fsck::check_task_dir(&dir, uuid, row.status)
             .into_iter()
+            .filter(|p| !(working_copy && p.kind == crate::fsck::ProblemKind::MissingFile))
             .partition(|p| queued_with(p).is_some());
     if refusing.is_empty() {
         for p in &queued {

@@ -154,6 +154,14 @@ pub enum Event {
         /// What it says.
         text: String,
     },
+    /// What the task's process waits for besides the model, each time it changes (seen on the
+    /// host that runs it): `{"event":"waiting","on"}`, `on` such as `object store unreachable:
+    /// ENDPOINT, retrying (2/12)`, `null` once it waits no more
+    /// ([`crate::remote::read_wait_note`]).
+    Waiting {
+        /// What it waits for; `None`: nothing any more.
+        on: Option<String>,
+    },
     /// The task stopped running: `{"event":"end","uuid","status","answer","error",
     /// "llm_calls","tool_calls","tokens","compressions","seconds"}`; `answer` for a completed
     /// task, `error` for a failed one; counters from its row; `seconds` since it started.
@@ -680,6 +688,7 @@ pub fn follow(
     })?;
     let mut follower = Follower::new(uuid);
     let mut last_seen = Instant::now();
+    let mut waiting: Option<String> = None;
     loop {
         // The row first: what the files hold after it says "ended" is all there will be.
         let row = db
@@ -693,6 +702,16 @@ pub fn follow(
             watch.event(e)?;
         }
         let live = matches!(row.status, Status::Queued | Status::Running);
+        let note = if live {
+            crate::remote::read_wait_note(layout, uuid)
+        } else {
+            None
+        };
+        if note != waiting {
+            watch.event(&Event::Waiting { on: note.clone() })?;
+            waiting = note;
+            last_seen = Instant::now();
+        }
         if !live {
             // Drain what the last process wrote before its status changed.
             loop {

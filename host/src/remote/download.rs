@@ -9,16 +9,86 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use super::manifest::{FileEntry, Manifest, blob_key, check_name, sha256_hex};
-use super::store::Store;
+use sha2::Digest as _;
+
+use super::index::{Part, walk_file};
+use super::manifest::{FileEntry, Manifest, blob_key, check_name};
+use super::store::{Sink, Store};
 use crate::layout::Layout;
 
 /// Folder of the remote working state in the contexts/ tree (the last manifest synced per
 /// task, downloads in progress, directories downloaded for reading).
 pub const REMOTE_DIR: &str = ".remote";
 
+/// Where a downloaded object goes: appended to the file being made, hashed on the way.
+struct FileSink<'a> {
+    f: &'a mut fs::File,
+    /// The file's length before this object.
+    at: u64,
+    hasher: sha2::Sha256,
+    n: u64,
+}
+
+impl Sink for FileSink<'_> {
+    fn restart(&mut self) -> std::io::Result<()> {
+        use std::io::Seek as _;
+        self.f.set_len(self.at)?;
+        self.f.seek(std::io::SeekFrom::Start(self.at))?;
+        self.hasher = sha2::Sha256::new();
+        self.n = 0;
+        Ok(())
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.hasher.update(bytes);
+        self.n += bytes.len() as u64;
+        self.f.write_all(bytes)
+    }
+}
+
+/// Append object `key` (of file `name`) to `f`, which holds `at` bytes, checking it against
+/// `len` and `sha` (memory: one chunk).
+#[allow(clippy::too_many_arguments)]
+fn fetch_into(
+    store: &Store,
+    uuid: &str,
+    name: &str,
+    key: &str,
+    len: u64,
+    sha: &str,
+    f: &mut fs::File,
+    at: u64,
+) -> anyhow::Result<()> {
+    let mut sink = FileSink {
+        f,
+        at,
+        hasher: sha2::Sha256::new(),
+        n: 0,
+    };
+    if store.get_to(uuid, key, &mut sink)?.is_none() {
+        anyhow::bail!(
+            "task {uuid}: the object {key} of {name} named by the manifest is missing from {}",
+            store.url()
+        );
+    }
+    let got = hex(&sink.hasher.finalize());
+    if sink.n != len || got != sha {
+        anyhow::bail!(
+            "task {uuid}: the object {key} of {name} in {} does not match the manifest (size or SHA-256)",
+            store.url()
+        );
+    }
+    Ok(())
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Write every file of `m` (task `uuid`) into the new folder `into` (which must not exist);
-/// returns the bytes written. Each object is checked against its size and hash.
+/// returns the bytes written. Each object is checked against its size and hash; the index
+/// objects are read as they come ([`super::index::walk_file`]).
 pub fn download_into(store: &Store, uuid: &str, m: &Manifest, into: &Path) -> anyhow::Result<u64> {
     crate::layout::create_private_dir_all(into)
         .with_context(|| format!("cannot create {}", into.display()))?;
@@ -36,32 +106,39 @@ pub fn download_into(store: &Store, uuid: &str, m: &Manifest, into: &Path) -> an
             .mode(crate::task_dir::FILE_MODE)
             .open(&path)
             .with_context(|| format!("cannot create {}", path.display()))?;
-        let parts: Vec<(String, u64, String)> = match entry {
-            FileEntry::Appended { segments, .. } => segments
-                .iter()
-                .map(|s| (s.key.clone(), s.len, s.sha256.clone()))
-                .collect(),
+        let mut at = 0u64;
+        match entry {
+            FileEntry::Appended { .. } => {
+                walk_file(store, uuid, name, entry, &mut |p| {
+                    if let Part::Segment(s) = p {
+                        fetch_into(store, uuid, name, &s.key, s.len, &s.sha256, &mut f, at)?;
+                        at += s.len;
+                    }
+                    Ok(())
+                })?;
+            }
             FileEntry::Whole { size, sha256, .. } => {
-                vec![(blob_key(sha256), *size, sha256.clone())]
+                fetch_into(
+                    store,
+                    uuid,
+                    name,
+                    &blob_key(sha256),
+                    *size,
+                    sha256,
+                    &mut f,
+                    0,
+                )?;
+                at = *size;
             }
-        };
-        for (key, len, sha) in parts {
-            let Some((bytes, _)) = store.get(uuid, &key)? else {
-                anyhow::bail!(
-                    "task {uuid}: the object {key} of {name} named by the manifest is missing from {}",
-                    store.url()
-                );
-            };
-            if bytes.len() as u64 != len || sha256_hex(&bytes) != sha {
-                anyhow::bail!(
-                    "task {uuid}: the object {key} of {name} in {} does not match the manifest (size or SHA-256)",
-                    store.url()
-                );
-            }
-            f.write_all(&bytes)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            total += len;
         }
+        if at != entry.size() {
+            anyhow::bail!(
+                "task {uuid}: the objects of {name} in {} hold {at} bytes, the manifest says {}",
+                store.url(),
+                entry.size()
+            );
+        }
+        total += at;
         f.sync_all()?;
     }
     Ok(total)

@@ -9,8 +9,18 @@
 //! ```text
 //! PREFIX/tasks/{uuid}/manifest.json
 //! PREFIX/tasks/{uuid}/seg/{file}/{epoch}-{version}-{start}   bytes [start, start+len) of an append-only file
+//! PREFIX/tasks/{uuid}/idx/{file}/{sha256}                    a sealed list of segments (or of indexes)
 //! PREFIX/tasks/{uuid}/blob/{sha256}                          the whole content of a replaced file
 //! ```
+//!
+//! **Formats.** Format 1 lists every segment of an append-only file in the manifest, so the
+//! manifest grows with the task. Format 2 keeps it small: every [`SEAL`] segments of a file are
+//! sealed into an immutable index object ([`Index`], `idx/`, named by its SHA-256), every
+//! [`SEAL`] indexes of one level into an index of the next level, and the manifest lists only
+//! the indexes ([`IndexRef`]) and the open segments — at most `SEAL - 1` entries per level and
+//! file (a few KB after 1,000 steps). A manifest is written as format 1 while no file has an
+//! index (hosts that read only format 1 can still read it), as format 2 from then on; both are
+//! read.
 
 use std::collections::BTreeMap;
 
@@ -19,8 +29,12 @@ use ctxhost_format::files::{
 };
 use serde::{Deserialize, Serialize};
 
-/// `format` of the manifests this host writes and reads.
-pub const MANIFEST_FORMAT: u32 = 1;
+/// The newest `format` of the manifests this host writes and reads (it reads 1 too).
+pub const MANIFEST_FORMAT: u32 = 2;
+
+/// Entries of one level sealed into an index object of the next: segments into a level-1
+/// index, level-1 indexes into a level-2 one, and so on.
+pub const SEAL: usize = 8;
 
 /// Name of the manifest object under a task's prefix.
 pub const MANIFEST: &str = "manifest.json";
@@ -57,13 +71,18 @@ pub struct Manifest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FileEntry {
-    /// An append-only file ([`is_append_only`]): its bytes are the segments in order.
+    /// An append-only file ([`is_append_only`]): its bytes are those of the indexes' segments,
+    /// then of the open segments, in order.
     Appended {
-        /// Bytes synced (the sum of the segments' lengths).
+        /// Bytes synced (the sum of the indexes' and segments' lengths).
         size: u64,
         /// SHA-256 (hex) of the last [`TAIL_BYTES`] (or fewer) bytes before `size`.
         tail_sha256: String,
-        /// The segments, contiguous from offset 0.
+        /// The sealed parts (format 2), contiguous from offset 0, levels never going up.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        indexes: Vec<IndexRef>,
+        /// The open segments, contiguous from the end of the indexes (fewer than [`SEAL`] once
+        /// synced by a host writing format 2).
         segments: Vec<Segment>,
         /// For a file that grows by appends but is replaced now and then (current.jsonl,
         /// [`Kind::Growing`]): the writer's local identity of it (`device:inode`); another
@@ -97,6 +116,105 @@ pub struct Segment {
     pub sha256: String,
 }
 
+/// An index object of the manifest (or of an index of the level above): it covers bytes
+/// `[start, start + len)` of its file. Its key is `idx/{file}/{sha256}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexRef {
+    /// 1: it lists segments; `n > 1`: indexes of level `n - 1`.
+    pub level: u32,
+    /// Offset of its first byte in the file.
+    pub start: u64,
+    /// Bytes of the file it covers.
+    pub len: u64,
+    /// Bytes of the index object itself.
+    pub bytes: u64,
+    /// SHA-256 (hex) of the index object, checked when it is read; also its name.
+    pub sha256: String,
+}
+
+/// The content of an index object (compact JSON, written once, never changed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Index {
+    /// The file it belongs to.
+    pub file: String,
+    /// Its level ([`IndexRef::level`]).
+    pub level: u32,
+    /// Offset of its first byte in the file.
+    pub start: u64,
+    /// Bytes covered.
+    pub len: u64,
+    /// Level 1: the segments, contiguous from `start`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<Segment>,
+    /// Level > 1: the indexes of the level below, contiguous from `start`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub indexes: Vec<IndexRef>,
+}
+
+impl Index {
+    /// Parse the index object `r` of `file` (task `uuid`), checking that it is the one `r`
+    /// names (hash, size, place, level) and that its parts are contiguous.
+    pub fn parse(bytes: &[u8], uuid: &str, file: &str, r: &IndexRef) -> anyhow::Result<Index> {
+        let key = index_key(file, &r.sha256);
+        if bytes.len() as u64 != r.bytes || sha256_hex(bytes) != r.sha256 {
+            anyhow::bail!(
+                "task {uuid}: the index object {key} does not match the manifest (size or SHA-256)"
+            );
+        }
+        let i: Index = serde_json::from_slice(bytes).map_err(|e| {
+            anyhow::anyhow!("task {uuid}: the index object {key} is not valid: {e}")
+        })?;
+        let fits = i.file == file
+            && i.level == r.level
+            && i.start == r.start
+            && i.len == r.len
+            && if i.level == 1 {
+                i.indexes.is_empty() && !i.segments.is_empty()
+            } else {
+                i.segments.is_empty()
+                    && !i.indexes.is_empty()
+                    && i.indexes.iter().all(|c| c.level + 1 == i.level)
+            };
+        if !fits {
+            anyhow::bail!(
+                "task {uuid}: the index object {key} does not describe what the manifest says it does"
+            );
+        }
+        let end = contiguous(
+            i.start,
+            i.segments
+                .iter()
+                .map(|s| (s.start, s.len))
+                .chain(i.indexes.iter().map(|c| (c.start, c.len))),
+        )
+        .map_err(|at| {
+            anyhow::anyhow!("task {uuid}: the index object {key} is not contiguous at byte {at}")
+        })?;
+        if end != i.start.saturating_add(i.len) {
+            anyhow::bail!(
+                "task {uuid}: the index object {key} does not cover {} bytes",
+                i.len
+            );
+        }
+        Ok(i)
+    }
+}
+
+/// Where parts `(start, len)` that must follow each other from `from` end; `Err(at)` at the
+/// first gap or overlap.
+fn contiguous(from: u64, parts: impl Iterator<Item = (u64, u64)>) -> Result<u64, u64> {
+    let mut at = from;
+    for (start, len) in parts {
+        if start != at {
+            return Err(at);
+        }
+        at = at.saturating_add(len);
+    }
+    Ok(at)
+}
+
 impl FileEntry {
     /// The file's size in bytes.
     pub fn size(&self) -> u64 {
@@ -105,12 +223,17 @@ impl FileEntry {
         }
     }
 
-    /// The objects it is made of, relative to the task's prefix, with their sizes.
-    pub fn objects(&self) -> Vec<(String, u64)> {
+    /// The objects the manifest names for it (the indexes, not what they list), relative to
+    /// the task's prefix, with their sizes; `name` is the file's.
+    pub fn objects(&self, name: &str) -> Vec<(String, u64)> {
         match self {
-            FileEntry::Appended { segments, .. } => {
-                segments.iter().map(|s| (s.key.clone(), s.len)).collect()
-            }
+            FileEntry::Appended {
+                indexes, segments, ..
+            } => indexes
+                .iter()
+                .map(|i| (index_key(name, &i.sha256), i.bytes))
+                .chain(segments.iter().map(|s| (s.key.clone(), s.len)))
+                .collect(),
             FileEntry::Whole { size, sha256, .. } => vec![(blob_key(sha256), *size)],
         }
     }
@@ -120,7 +243,7 @@ impl Manifest {
     /// The manifest of a task never synced: epoch 0, version 0, no files.
     pub fn empty(uuid: &str) -> Manifest {
         Manifest {
-            format: MANIFEST_FORMAT,
+            format: 1,
             uuid: uuid.to_string(),
             version: 0,
             epoch: 0,
@@ -130,13 +253,14 @@ impl Manifest {
         }
     }
 
-    /// Parse a manifest read from the store; the error says why it cannot be used.
+    /// Parse a manifest read from the store (format 1 or 2); the error says why it cannot be
+    /// used.
     pub fn parse(bytes: &[u8], uuid: &str) -> anyhow::Result<Manifest> {
         let m: Manifest = serde_json::from_slice(bytes)
             .map_err(|e| anyhow::anyhow!("the manifest of task {uuid} is not valid: {e}"))?;
-        if m.format != MANIFEST_FORMAT {
+        if !(1..=MANIFEST_FORMAT).contains(&m.format) {
             anyhow::bail!(
-                "the manifest of task {uuid} has format {}, this host reads format {MANIFEST_FORMAT}",
+                "the manifest of task {uuid} has format {}, this host reads formats 1 to {MANIFEST_FORMAT}",
                 m.format
             );
         }
@@ -145,16 +269,38 @@ impl Manifest {
         }
         for (name, e) in &m.files {
             check_name(name)?;
-            if let FileEntry::Appended { size, segments, .. } = e {
-                let mut at = 0u64;
-                for s in segments {
-                    if s.start != at {
-                        anyhow::bail!(
-                            "the manifest of task {uuid}: the segments of {name} are not contiguous at byte {at}"
-                        );
-                    }
-                    at = at.saturating_add(s.len);
+            if let FileEntry::Appended {
+                size,
+                indexes,
+                segments,
+                ..
+            } = e
+            {
+                if m.format < 2 && !indexes.is_empty() {
+                    anyhow::bail!(
+                        "the manifest of task {uuid} has format {} but lists indexes of {name}",
+                        m.format
+                    );
                 }
+                if indexes.iter().any(|i| i.level == 0)
+                    || indexes.windows(2).any(|w| w[1].level > w[0].level)
+                {
+                    anyhow::bail!(
+                        "the manifest of task {uuid}: the indexes of {name} are not in order of level"
+                    );
+                }
+                let at = contiguous(
+                    0,
+                    indexes
+                        .iter()
+                        .map(|i| (i.start, i.len))
+                        .chain(segments.iter().map(|s| (s.start, s.len))),
+                )
+                .map_err(|at| {
+                    anyhow::anyhow!(
+                        "the manifest of task {uuid}: the segments of {name} are not contiguous at byte {at}"
+                    )
+                })?;
                 if at != *size {
                     anyhow::bail!(
                         "the manifest of task {uuid}: the segments of {name} hold {at} bytes, not {size}"
@@ -165,9 +311,22 @@ impl Manifest {
         Ok(m)
     }
 
-    /// Every object the manifest names (relative keys) with its size.
+    /// Every object the manifest itself names (relative keys) with its size: blobs, open
+    /// segments and indexes (not what the indexes list: [`super::index::objects`]).
     pub fn objects(&self) -> BTreeMap<String, u64> {
-        self.files.values().flat_map(FileEntry::objects).collect()
+        self.files
+            .iter()
+            .flat_map(|(name, e)| e.objects(name))
+            .collect()
+    }
+
+    /// Set `format` to the oldest that can hold it: 1 while no file has an index, else 2.
+    pub fn set_format(&mut self) {
+        let indexed = self
+            .files
+            .values()
+            .any(|e| matches!(e, FileEntry::Appended { indexes, .. } if !indexes.is_empty()));
+        self.format = if indexed { 2 } else { 1 };
     }
 
     /// Bytes of all files.
@@ -214,6 +373,12 @@ pub fn is_append_only(name: &str) -> bool {
             .strip_prefix(PLANNING_DIR)
             .and_then(|r| r.strip_prefix('/'))
             .is_some_and(|r| !r.contains('/') && r.ends_with(".jsonl"))
+}
+
+/// The key of the index object of file `name` with content hash `sha256`, relative to the
+/// task's prefix.
+pub fn index_key(name: &str, sha256: &str) -> String {
+    format!("idx/{name}/{sha256}")
 }
 
 /// The key of a blob with content hash `sha256`, relative to the task's prefix.
@@ -293,6 +458,7 @@ mod tests {
             FileEntry::Appended {
                 size: 10,
                 tail_sha256: String::new(),
+                indexes: Vec::new(),
                 segments: vec![Segment {
                     key: "seg/a".into(),
                     start: 0,

@@ -4,7 +4,8 @@
 //!
 //! - the `context_storage.remote` section (bucket URL, endpoint, region):
 //!   [`crate::config::RemoteConfig`];
-//! - [`manifest`]: the per-task manifest and the object keys (segments, blobs);
+//! - [`manifest`]: the per-task manifest and the object keys (segments, blobs, indexes);
+//! - [`index`]: segment lists sealed into index objects, and read back;
 //! - [`store`]: blocking access to the bucket through `object_store`;
 //! - [`sync`]: sync up at a step boundary, fenced by the manifest's epoch and ETag;
 //! - [`download`]: a local directory made from a manifest;
@@ -18,6 +19,7 @@
 //! host that still has the latest copy does not download it again.
 
 pub mod download;
+pub mod index;
 pub mod manifest;
 pub mod store;
 pub mod sync;
@@ -68,6 +70,37 @@ fn write_state(layout: &Layout, uuid: &str, base: &Base) -> anyhow::Result<()> {
         manifest: base.manifest.clone(),
     };
     crate::layout::atomic_write(&state_path(layout, uuid), &serde_json::to_vec(&state)?)
+}
+
+/// The wait note of task `uuid` (`contexts/.remote/wait/{uuid}`, its folder created): one line
+/// saying what its process waits for while the bucket cannot be reached (`object store
+/// unreachable: ENDPOINT, retrying (n/N)`), deleted when it no longer waits. Read by
+/// [`read_wait_note`] (`ask`, `show --follow`).
+pub fn wait_note_path(layout: &Layout, uuid: &str) -> anyhow::Result<PathBuf> {
+    let dir = download::work_dir(layout)?.join("wait");
+    crate::layout::create_private_dir_all(&dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir.join(uuid))
+}
+
+/// What the process of task `uuid` on this host waits for besides the model, if anything
+/// ([`wait_note_path`]): its first line, at most 300 bytes, control characters dropped.
+pub fn read_wait_note(layout: &Layout, uuid: &str) -> Option<String> {
+    let path = layout
+        .root()
+        .join(download::REMOTE_DIR)
+        .join("wait")
+        .join(uuid);
+    let bytes = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]);
+    let line: String = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    (!line.is_empty()).then_some(line)
 }
 
 /// The manifest of task `uuid` in the bucket and its ETag; `None` when it has none.
@@ -143,11 +176,32 @@ impl TaskSync {
                             tracing::info!(%uuid, version = r.manifest.version,
                                 "task directory taken from this host's read-only copy of the same manifest version");
                         } else {
-                            downloaded =
-                                download::replace_dir(&store, layout, uuid, &r.manifest, dir)
-                                    .with_context(|| {
-                                        format!("cannot download task {uuid} from {}", store.url())
-                                    })?;
+                            downloaded = match download::replace_dir(
+                                &store,
+                                layout,
+                                uuid,
+                                &r.manifest,
+                                dir,
+                            ) {
+                                Ok(n) => n,
+                                // The previous holder (its lease lost, not knowing yet) committed
+                                // a sync meanwhile, deleting what its new manifest no longer
+                                // names: start again from that manifest.
+                                Err(e)
+                                    if e.downcast_ref::<store::Unreachable>().is_none()
+                                        && read_manifest(&store, uuid)?
+                                            .is_some_and(|now| now.etag != r.etag) =>
+                                {
+                                    tracing::warn!(%uuid, "the task's manifest changed during its download; reading it again: {e:#}");
+                                    continue;
+                                }
+                                Err(e) => {
+                                    return Err(e.context(format!(
+                                        "cannot download task {uuid} from {}",
+                                        store.url()
+                                    )));
+                                }
+                            };
                             tracing::info!(%uuid, bytes = downloaded, version = r.manifest.version,
                                 "task directory downloaded from the bucket");
                         }
@@ -164,6 +218,7 @@ impl TaskSync {
             next.version += 1;
             next.holder = holder.to_string();
             next.written_at = crate::db::now_rfc3339();
+            next.set_format();
             let bytes = sync::manifest_bytes(&next)?;
             match store.put_manifest(uuid, bytes, base.etag.as_deref())? {
                 store::Written::Ok(etag) => {
@@ -212,6 +267,11 @@ impl TaskSync {
     /// The manifest last synced.
     pub fn manifest(&self) -> &Manifest {
         &self.base.manifest
+    }
+
+    /// Bytes of the manifest last synced, as written.
+    pub fn manifest_bytes(&self) -> usize {
+        sync::manifest_bytes(&self.base.manifest).map_or(0, |b| b.len())
     }
 
     /// Bytes the claim downloaded (0: this host's copy was already the bucket's).

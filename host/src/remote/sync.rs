@@ -44,6 +44,10 @@ pub struct SyncReport {
     pub objects: usize,
     /// Bytes of those objects.
     pub data_bytes: u64,
+    /// Index objects written (segment lists sealed: [`super::index::seal`]).
+    pub indexes: usize,
+    /// Bytes of those index objects.
+    pub index_bytes: u64,
     /// Bytes of the manifest written (0 when none was).
     pub manifest_bytes: u64,
 }
@@ -142,6 +146,8 @@ pub fn sync_up(
     let version = old.version + 1;
     let mut report = SyncReport::default();
     let mut files = BTreeMap::new();
+    // Append-only files whose new entry continues the old one (nothing of theirs is dropped).
+    let mut continued = std::collections::BTreeSet::new();
     for l in local_files(dir)? {
         let name = l.name.as_str();
         let entry = match kind_of(name) {
@@ -152,18 +158,27 @@ pub fn sync_up(
                     Some(FileEntry::Appended {
                         size,
                         tail_sha256,
+                        indexes,
                         segments,
                         file_id,
                     }) if l.len >= *size
                         && (k == Kind::AppendOnly || *file_id == id)
                         && tail_hash(dir, name, *size)? == *tail_sha256 =>
                     {
-                        Some((*size, segments.clone(), tail_sha256.clone()))
+                        Some((
+                            *size,
+                            indexes.clone(),
+                            segments.clone(),
+                            tail_sha256.clone(),
+                        ))
                     }
                     _ => None,
                 };
-                let (start, mut segments, old_tail) =
-                    prior.unwrap_or((0, Vec::new(), String::new()));
+                if prior.is_some() {
+                    continued.insert(name.to_string());
+                }
+                let (start, mut indexes, mut segments, old_tail) =
+                    prior.unwrap_or((0, Vec::new(), Vec::new(), String::new()));
                 let tail = if l.len > start {
                     let bytes = read_range(dir, name, start, l.len)?;
                     let key = segment_key(name, old.epoch, version, start);
@@ -183,9 +198,15 @@ pub fn sync_up(
                 } else {
                     old_tail
                 };
+                // The manifest stays small: full segment lists go into index objects (written
+                // now, before the manifest that names them).
+                let sealed = super::index::seal(store, uuid, name, &mut indexes, &mut segments)?;
+                report.indexes += sealed.objects;
+                report.index_bytes += sealed.bytes;
                 FileEntry::Appended {
                     size: l.len,
                     tail_sha256: tail,
+                    indexes,
                     segments,
                     file_id: id,
                 }
@@ -219,16 +240,58 @@ pub fn sync_up(
     if files == old.files && base.etag.is_some() {
         return Ok((report, base.clone()));
     }
-    let manifest = Manifest {
+    let mut manifest = Manifest {
         version,
         written_at: now.to_string(),
         files,
         ..old.clone()
     };
+    manifest.set_format();
     let etag = write_manifest(store, uuid, &manifest, base.etag.as_deref(), old.epoch)?;
     report.written = true;
     report.manifest_bytes = manifest_bytes(&manifest)?.len() as u64;
+    delete_superseded(store, uuid, old, &manifest, &continued);
     Ok((report, Base { manifest, etag }))
+}
+
+/// After `new` was committed over `old`: delete the objects only `old` named — the blobs of
+/// replaced files, every part of an append-only file that went up again from its start
+/// (current.jsonl after a compaction) or of a file that is gone. Appended files in
+/// `continued` keep all they had (their sealed segments are listed by the new indexes). A
+/// failure is logged, not returned: the objects are garbage `ctxhost fsck --repair` deletes.
+fn delete_superseded(
+    store: &Store,
+    uuid: &str,
+    old: &Manifest,
+    new: &Manifest,
+    continued: &std::collections::BTreeSet<String>,
+) {
+    let kept = new.objects();
+    let mut gone = Vec::new();
+    for (name, entry) in &old.files {
+        if continued.contains(name) || new.files.get(name) == Some(entry) {
+            continue;
+        }
+        let listed = super::index::walk_file(store, uuid, name, entry, &mut |p| {
+            gone.push(match p {
+                super::index::Part::Index(r) => super::manifest::index_key(name, &r.sha256),
+                super::index::Part::Segment(s) => s.key.clone(),
+            });
+            Ok(())
+        });
+        if let Err(e) = listed {
+            tracing::warn!(%uuid, "cannot list the old objects of {name} to delete them: {e:#}");
+        }
+        if let FileEntry::Whole { sha256, .. } = entry {
+            gone.push(blob_key(sha256));
+        }
+    }
+    for key in gone.iter().filter(|k| !kept.contains_key(*k)) {
+        if let Err(e) = store.delete(uuid, key) {
+            tracing::warn!(%uuid, "cannot delete the superseded object {key}: {e:#}");
+            return;
+        }
+    }
 }
 
 /// The manifest as written: compact JSON (it is written at every step; `jq` shows it to a

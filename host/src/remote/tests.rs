@@ -23,6 +23,7 @@ fn test_store() -> Arc<Store> {
         endpoint: Some(endpoint),
         region: Some("us-east-1".into()),
         allow_http: true,
+        retry_secs: 30,
     };
     let b = object_store::aws::AmazonS3Builder::new()
         .with_access_key_id("ctxhost-test")
@@ -182,9 +183,15 @@ fn bytes_uploaded_per_step_are_the_bytes_appended_plus_the_manifest() {
         let r = sync.sync(&TaskDir::open(&dir).unwrap()).unwrap();
         assert_eq!(r.data_bytes, appended, "step {step}");
         assert_eq!(r.objects, 4, "step {step}");
+        // Every SEAL-th step of a file seals its segments into an index object.
+        assert_eq!(
+            r.indexes > 0,
+            (step + 1) % manifest::SEAL as u64 == 0,
+            "step {step}: {r:?}"
+        );
         assert_eq!(
             store.uploaded_bytes() - before,
-            appended + r.manifest_bytes,
+            appended + r.index_bytes + r.manifest_bytes,
             "step {step}"
         );
     }
@@ -196,4 +203,196 @@ fn bytes_uploaded_per_step_are_the_bytes_appended_plus_the_manifest() {
     let m = read_manifest(&store, &uuid).unwrap().unwrap().manifest;
     assert_eq!(m.files["messages.jsonl"].size(), history);
     delete_task(&store, &layout, &uuid).unwrap();
+}
+
+/// The entries of the manifest's file `name`: (indexes by level, open segments).
+fn shape(m: &Manifest, name: &str) -> (Vec<u32>, usize) {
+    match &m.files[name] {
+        manifest::FileEntry::Appended {
+            indexes, segments, ..
+        } => (indexes.iter().map(|i| i.level).collect(), segments.len()),
+        e => panic!("{name}: {e:?}"),
+    }
+}
+
+#[cfg_attr(
+    not(ctxhost_s3_tests),
+    ignore = "needs CTXHOST_TEST_S3_URL (scripts/test-s3.sh start)"
+)]
+#[test]
+fn the_manifest_stays_small_as_old_segments_are_sealed_into_index_objects() {
+    let store = test_store();
+    let (_a, layout) = host();
+    let (uuid, dir) = new_task(&layout);
+    append(&dir, "metadata.json", br#"{"uuid":"x"}"#);
+    let mut sync = TaskSync::claim(store.clone(), &layout, &uuid, "h/1", &dir).unwrap();
+    let mut largest = 0;
+    let steps = 600u64;
+    for step in 1..=steps {
+        let line = format!("{{\"seq\":{step},\"content\":\"{}\"}}\n", "y".repeat(100));
+        for f in [
+            "messages.jsonl",
+            "current.jsonl",
+            "tools.jsonl",
+            "llm_calls.jsonl",
+        ] {
+            append(&dir, f, line.as_bytes());
+        }
+        let r = sync.sync(&TaskDir::open(&dir).unwrap()).unwrap();
+        largest = largest.max(r.manifest_bytes);
+
+        if step == 1 {
+            assert_eq!(
+                sync.manifest().format,
+                1,
+                "no index yet: readable by format-1 hosts"
+            );
+        }
+    }
+    let m = sync.manifest().clone();
+    assert_eq!(m.format, 2);
+    // 600 = 1·512 + 1·64 + 3·8: one index of each of levels 3 and 2, three of level 1, no
+    // open segment.
+    assert_eq!(shape(&m, "messages.jsonl"), (vec![3, 2, 1, 1, 1], 0));
+    // Bounded: at most SEAL-1 entries per level and file, 12.7 KB at the worst step (511 =
+    // 7·64 + 7·8 + 7); the format-1 manifest of the same task listed 2,400 segments, ~400 KB.
+    assert!(largest < 16 * 1024, "largest manifest {largest} B");
+    assert!(
+        sync.manifest_bytes() < 4 * 1024,
+        "{}",
+        sync.manifest_bytes()
+    );
+    // The bucket holds exactly what the manifest names through its indexes, and another host
+    // gets the same files.
+    let named = index::objects(&store, &uuid, &m).unwrap();
+    let listed: Vec<String> = store
+        .list(&uuid)
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let mut want: Vec<String> = named.keys().cloned().collect();
+    want.push(manifest::MANIFEST.to_string());
+    want.sort();
+    assert_eq!(listed, want);
+    assert_eq!(
+        named.keys().filter(|k| k.starts_with("seg/")).count(),
+        4 * steps as usize
+    );
+    let (_b, host_b) = host();
+    let dir_b = host_b.task_dir(DirState::Running, &uuid);
+    let b = TaskSync::claim(store.clone(), &host_b, &uuid, "h/2", &dir_b).unwrap();
+    assert!(b.downloaded() > 0);
+    assert_eq!(files(&dir_b), files(&dir));
+    delete_task(&store, &host_b, &uuid).unwrap();
+    assert!(store.list(&uuid).unwrap().is_empty());
+}
+
+#[cfg_attr(
+    not(ctxhost_s3_tests),
+    ignore = "needs CTXHOST_TEST_S3_URL (scripts/test-s3.sh start)"
+)]
+#[test]
+fn a_format_1_manifest_still_loads_and_its_segments_are_sealed_at_the_next_sync() {
+    let store = test_store();
+    let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+    // A manifest as the first version wrote it: format 1, every segment listed.
+    let mut content = Vec::new();
+    let mut segments = Vec::new();
+    for i in 0..20u64 {
+        let bytes = format!("{{\"seq\":{i}}}\n").into_bytes();
+        let key = manifest::segment_key("messages.jsonl", 1, i + 1, content.len() as u64);
+        segments.push(serde_json::json!({
+            "key": key, "start": content.len(), "len": bytes.len(),
+            "sha256": manifest::sha256_hex(&bytes),
+        }));
+        store.put(&uuid, &key, bytes.clone()).unwrap();
+        content.extend_from_slice(&bytes);
+    }
+    let tail = &content[content.len().saturating_sub(manifest::TAIL_BYTES as usize)..];
+    let old = serde_json::json!({
+        "format": 1, "uuid": uuid, "version": 20, "epoch": 1, "holder": "old/1",
+        "written_at": "2026-12-01T00:00:00Z",
+        "files": {"messages.jsonl": {"kind": "appended", "size": content.len(),
+            "tail_sha256": manifest::sha256_hex(tail), "segments": segments}},
+    });
+    let bytes = serde_json::to_vec(&old).unwrap();
+    assert!(matches!(
+        store.put_manifest(&uuid, bytes, None).unwrap(),
+        store::Written::Ok(_)
+    ));
+    let (_a, layout) = host();
+    let dir = layout.task_dir(DirState::Running, &uuid);
+    let mut a = TaskSync::claim(store.clone(), &layout, &uuid, "new/1", &dir).unwrap();
+    assert_eq!(std::fs::read(dir.join("messages.jsonl")).unwrap(), content);
+    assert_eq!(a.manifest().format, 1);
+    append(&dir, "messages.jsonl", b"{\"seq\":20}\n");
+    let r = a.sync(&TaskDir::open(&dir).unwrap()).unwrap();
+    // 21 segments: two level-1 indexes, 5 open.
+    assert_eq!(r.indexes, 2, "{r:?}");
+    let m = read_manifest(&store, &uuid).unwrap().unwrap().manifest;
+    assert_eq!(
+        (m.format, shape(&m, "messages.jsonl")),
+        (2, (vec![1, 1], 5))
+    );
+    let (_b, host_b) = host();
+    let dir_b = host_b.task_dir(DirState::Running, &uuid);
+    TaskSync::claim(store.clone(), &host_b, &uuid, "new/2", &dir_b).unwrap();
+    assert_eq!(files(&dir_b), files(&dir));
+    delete_task(&store, &host_b, &uuid).unwrap();
+}
+
+#[cfg_attr(
+    not(ctxhost_s3_tests),
+    ignore = "needs CTXHOST_TEST_S3_URL (scripts/test-s3.sh start)"
+)]
+#[test]
+fn a_fenced_hosts_sealed_index_is_garbage_no_manifest_names() {
+    let store = test_store();
+    let (_a, host_a) = host();
+    let (uuid, dir_a) = new_task(&host_a);
+    let mut a = TaskSync::claim(store.clone(), &host_a, &uuid, "a/1", &dir_a).unwrap();
+    for i in 0..manifest::SEAL - 1 {
+        append(
+            &dir_a,
+            "messages.jsonl",
+            format!("{{\"seq\":{i}}}\n").as_bytes(),
+        );
+        a.sync(&TaskDir::open(&dir_a).unwrap()).unwrap();
+    }
+    // Host b takes the task over; a, not knowing, syncs the step that fills its segment list:
+    // the index object goes up first, then the manifest is refused.
+    let (_b, host_b) = host();
+    let dir_b = host_b.task_dir(DirState::Running, &uuid);
+    let b = TaskSync::claim(store.clone(), &host_b, &uuid, "b/1", &dir_b).unwrap();
+    append(&dir_a, "messages.jsonl", b"{\"seq\":99,\"late\":true}\n");
+    let e = a.sync(&TaskDir::open(&dir_a).unwrap()).unwrap_err();
+    assert!(e.is::<Fenced>(), "{e:#}");
+    let m = read_manifest(&store, &uuid).unwrap().unwrap().manifest;
+    assert_eq!(m, *b.manifest());
+    assert_eq!(shape(&m, "messages.jsonl"), (vec![], manifest::SEAL - 1));
+    let named = index::objects(&store, &uuid, &m).unwrap();
+    let stray: Vec<String> = store
+        .list(&uuid)
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| k != manifest::MANIFEST && !named.contains_key(k))
+        .collect();
+    // a's late segment and the index sealing it: what `ctxhost fsck` reports as unreferenced.
+    assert_eq!(stray.len(), 2, "{stray:?}");
+    assert!(
+        stray.iter().any(|k| k.starts_with("idx/messages.jsonl/")),
+        "{stray:?}"
+    );
+    assert!(
+        stray.iter().any(|k| k.starts_with("seg/messages.jsonl/")),
+        "{stray:?}"
+    );
+    // b's copy is the bucket's, without a's late line.
+    assert_eq!(
+        files(&dir_b)["messages.jsonl"].len() as u64,
+        m.files["messages.jsonl"].size()
+    );
+    delete_task(&store, &host_b, &uuid).unwrap();
 }

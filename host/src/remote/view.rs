@@ -74,15 +74,31 @@ pub fn for_reading(
     let Some(store) = store else {
         return Ok(local);
     };
-    let Some(remote) = read_manifest(store, uuid)? else {
-        return Ok(local);
-    };
-    if local.is_some() && read_state(layout, uuid).is_some_and(|l| l.etag == remote.etag) {
-        return Ok(local);
+    // The task may be running elsewhere: a sync that commits during the download deletes what
+    // its new manifest no longer names; the download then starts again from the new manifest.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let Some(remote) = read_manifest(store, uuid)? else {
+            return Ok(local);
+        };
+        if local.is_some() && read_state(layout, uuid).is_some_and(|l| l.etag == remote.etag) {
+            return Ok(local);
+        }
+        match copy_of(store, layout, uuid, &remote.manifest) {
+            Ok(dir) => return Ok(Some((Source::Bucket, dir))),
+            Err(e)
+                if tries < 3
+                    && e.downcast_ref::<super::store::Unreachable>().is_none()
+                    && read_manifest(store, uuid)?.is_some_and(|now| now.etag != remote.etag) =>
+            {
+                tracing::debug!(%uuid, "the manifest changed during the download; again: {e:#}");
+            }
+            Err(e) => {
+                return Err(e.context(format!("cannot download task {uuid} from {}", store.url())));
+            }
+        }
     }
-    let dir = copy_of(store, layout, uuid, &remote.manifest)
-        .with_context(|| format!("cannot download task {uuid} from {}", store.url()))?;
-    Ok(Some((Source::Bucket, dir)))
 }
 
 /// The read-only copy of task `uuid` as manifest `m` describes it, downloaded unless this
@@ -203,6 +219,7 @@ mod tests {
             endpoint: Some(endpoint),
             region: Some("us-east-1".into()),
             allow_http: true,
+            retry_secs: 30,
         };
         let b = object_store::aws::AmazonS3Builder::new()
             .with_access_key_id("ctxhost-test")
