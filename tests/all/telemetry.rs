@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message;
 use serde_json::Value;
 
@@ -207,12 +208,14 @@ fn a_task_run_is_one_trace_with_genai_spans() {
         .map(|s| &s.span_id)
         .collect();
     for c in &chats {
-        // The strategy's own calls are children of its hook's span; the others of the task's.
-        if str_attr(c, "ctxhost.llm.purpose") == "strategy" {
-            assert!(hook_ids.contains(&&c.parent_span_id));
-        } else {
-            assert_eq!(c.parent_span_id, agent.span_id, "{}", c.name);
+        // The strategy's own calls are children of its hook's span, the compressor's of its
+        // compression's (below); the agent loop's of the task's.
+        match str_attr(c, "ctxhost.llm.purpose") {
+            "strategy" => assert!(hook_ids.contains(&&c.parent_span_id)),
+            "compressor" => {}
+            _ => assert_eq!(c.parent_span_id, agent.span_id, "{}", c.name),
         }
+        assert_eq!(c.kind, SpanKind::Client as i32);
         assert_eq!(str_attr(c, "gen_ai.operation.name"), "chat");
         assert_eq!(str_attr(c, "gen_ai.provider.name"), "openai");
         assert_eq!(str_attr(c, "gen_ai.request.model"), "fake-model");
@@ -220,6 +223,9 @@ fn a_task_run_is_one_trace_with_genai_spans() {
             Some(Any::ArrayValue(a)) => assert_eq!(a.values.len(), 1),
             other => panic!("finish reasons: {other:?}"),
         }
+        // Cached tokens are reported (0 from this server), and no error on an answered call.
+        assert_eq!(int_attr(c, "gen_ai.usage.cache_read.input_tokens"), 0);
+        assert!(attr(c, "error.type").is_none(), "{}", c.name);
     }
     let tokens = |key: &str| -> i64 { chats.iter().map(|c| int_attr(c, key)).sum() };
     let logged_tokens =
@@ -259,16 +265,23 @@ fn a_task_run_is_one_trace_with_genai_spans() {
         assert_eq!(str_attr(t, "error.type"), "tool_error");
     }
 
-    // Compressions: one span each, tokens before and after as llm_calls.jsonl says.
+    // Compressions: one span each, tokens before and after and the summary id as
+    // llm_calls.jsonl says, messages before and after; the compressor's LLM call is a child
+    // of its compression's span.
     let compressions: Vec<&Value> = lines
         .iter()
         .filter(|l| l["type"] == "compression")
         .collect();
-    let compress: Vec<&&Span> = run.iter().filter(|s| s.name == "compress").collect();
+    let mut compress: Vec<&&Span> = run.iter().filter(|s| s.name == "compress").collect();
+    compress.sort_by_key(|s| s.start_time_unix_nano);
     assert!(!compressions.is_empty());
     assert_eq!(compress.len(), compressions.len());
     for (s, l) in compress.iter().zip(&compressions) {
         assert_eq!(s.parent_span_id, agent.span_id);
+        assert_eq!(
+            str_attr(s, "ctxhost.compression.component"),
+            "builtin:llm-summarizer"
+        );
         assert_eq!(
             int_attr(s, "ctxhost.compression.tokens_before"),
             l["before_tokens"].as_i64().unwrap()
@@ -277,6 +290,28 @@ fn a_task_run_is_one_trace_with_genai_spans() {
             int_attr(s, "ctxhost.compression.tokens_after"),
             l["after_tokens"].as_i64().unwrap()
         );
+        assert_eq!(
+            int_attr(s, "ctxhost.compression.summary_id"),
+            l["summary_id"].as_i64().expect("a summary was made")
+        );
+        let (before, after) = (
+            int_attr(s, "ctxhost.compression.messages_before"),
+            int_attr(s, "ctxhost.compression.messages_after"),
+        );
+        assert!(0 < after && after < before, "{before} -> {after}");
+        let children: Vec<&&Span> = chats
+            .iter()
+            .copied()
+            .filter(|c| c.parent_span_id == s.span_id)
+            .collect();
+        assert_eq!(
+            children.len(),
+            1,
+            "the summary's LLM call is under its compression"
+        );
+        assert_eq!(str_attr(children[0], "ctxhost.llm.purpose"), "compressor");
+        assert!(s.start_time_unix_nano <= children[0].start_time_unix_nano);
+        assert!(children[0].end_time_unix_nano <= s.end_time_unix_nano);
     }
 
     // Strategy hooks: children of the task span too.
@@ -313,10 +348,62 @@ fn a_collector_that_is_down_does_not_fail_the_task() {
         &format!("http://127.0.0.1:{}", unused_port()),
     );
     let uuid = env.submit("Read every file and report.");
-    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
     let row = env.row(&uuid);
     assert_eq!(row["status"], "completed", "{row}");
     assert!(row["tool_call_count"].as_i64().unwrap() > 0);
+    // The task process says at its end how many of its spans were lost.
+    let log = out.stderr();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("spans were not exported") && l.contains("spans_dropped=")),
+        "{log}"
+    );
+}
+
+/// Issue 32: a collector that accepts connections and never answers neither fails nor holds
+/// up a task: the spans it never took are counted in the worker's
+/// `ctxhost_otel_spans_dropped_total`, at least one per LLM call, tool call and compression of
+/// the run, plus the task's own span.
+#[test]
+fn a_collector_that_never_answers_costs_spans_that_are_counted() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h = held.clone();
+    std::thread::spawn(move || {
+        // Accept (so a connection is made) and never read or answer.
+        for stream in listener.incoming().flatten() {
+            h.lock().unwrap().push(stream);
+        }
+    });
+    let llm = scripted_llm();
+    let mut env = TestEnv::new();
+    env.write_config(&config(&llm.base_url()));
+    env.ctxhost(&["init"]).ok();
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    // Export early, so batches are in flight to the silent collector while the task runs.
+    env.set_env("OTEL_BSP_SCHEDULE_DELAY", "50");
+    env.set_env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2");
+    let worker = crate::metrics::start_worker(&env);
+    let uuid = env.submit("Read every file and report.");
+    let mut m = String::new();
+    assert!(
+        crate::support::wait_until(std::time::Duration::from_secs(90), || {
+            m = crate::metrics::scrape(&worker.addr);
+            crate::metrics::sample(&m, "ctxhost_tasks_finished_total{status=\"completed\"}") >= 1.0
+        }),
+        "the task did not complete: {m}"
+    );
+    let row = env.row(&uuid);
+    assert_eq!(row["status"], "completed", "{row}");
+    assert!(!held.lock().unwrap().is_empty(), "the exporter connected");
+    let at_least = row["llm_call_count"].as_f64().unwrap()
+        + row["tool_call_count"].as_f64().unwrap()
+        + row["compression_count"].as_f64().unwrap()
+        + 1.0;
+    let dropped = crate::metrics::sample(&m, "ctxhost_otel_spans_dropped_total");
+    assert!(dropped >= at_least, "{dropped} < {at_least}: {m}");
 }
 
 /// Issue 32: a strategy's side calls (plan-execute's planning and verification) are `chat`

@@ -837,14 +837,12 @@ impl Agent<'_> {
         let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
         let recall = self.config.context_storage.recall;
-        let started = std::time::SystemTime::now();
         match compact_framed(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, true, recall) {
             Ok(CompactionOutcome::Compressed {
                 after_tokens,
                 summary_id,
                 ..
             }) => {
-                crate::telemetry::genai::compression(started, tokens, after_tokens, summary_id, true);
                 self.compressed(ctx, tokens, after_tokens, summary_id)?;
                 tracing::info!(uuid = %ctx.uuid(), before_tokens = tokens, after_tokens, "context compressed after the provider's answer");
                 self.restate_plan(ctx)?;
@@ -952,7 +950,6 @@ impl Agent<'_> {
         let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
         let recall = self.config.context_storage.recall;
-        let started = std::time::SystemTime::now();
         match compact_framed(
             ctx.store(),
             compressor,
@@ -969,13 +966,6 @@ impl Agent<'_> {
                 summary_id,
             }) => {
                 self.compaction_failures = 0;
-                crate::telemetry::genai::compression(
-                    started,
-                    before_tokens,
-                    after_tokens,
-                    summary_id,
-                    false,
-                );
                 self.compressed(ctx, before_tokens, after_tokens, summary_id)?;
                 let summaries = ctx.summaries().count().unwrap_or(0);
                 tracing::info!(uuid = %ctx.uuid(), before_tokens, after_tokens, summary = ?summary_id, summaries, "context compressed");
