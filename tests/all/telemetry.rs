@@ -219,6 +219,11 @@ fn a_task_run_is_one_trace_with_genai_spans() {
         assert_eq!(str_attr(c, "gen_ai.operation.name"), "chat");
         assert_eq!(str_attr(c, "gen_ai.provider.name"), "openai");
         assert_eq!(str_attr(c, "gen_ai.request.model"), "fake-model");
+        // The model that answered, as the reply names it.
+        assert_eq!(
+            str_attr(c, "gen_ai.response.model"),
+            crate::support::fake_llm::answering_model("fake-model")
+        );
         match attr(c, "gen_ai.response.finish_reasons") {
             Some(Any::ArrayValue(a)) => assert_eq!(a.values.len(), 1),
             other => panic!("finish reasons: {other:?}"),
@@ -459,5 +464,45 @@ fn a_strategy_side_call_is_a_chat_span_under_its_hook() {
         strategy_chats
             .iter()
             .any(|c| hooks[&c.parent_span_id] == "start")
+    );
+}
+
+/// Issue 32: an LLM call that fails is a `chat` span with `error.type` (here the reply could
+/// not be read: `malformed_reply`) and an error status, without tokens or a response model;
+/// the call asked again is a span of its own that succeeded.
+#[test]
+fn a_failed_llm_call_is_a_chat_span_with_its_error_type() {
+    use crate::support::fake_llm::{FakeLlm, Reply};
+    let (endpoint, got) = receiver();
+    let llm = FakeLlm::start(vec![
+        Reply::raw(r#"{"choices":[]}"#),
+        Reply::text("Done.", Some((10, 2))),
+    ]);
+    let mut env = TestEnv::for_llm_unstreamed(&llm, "");
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    let uuid = env.submit("Say done.");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    let got = got.lock().unwrap();
+    let mut chats: Vec<&Span> = got
+        .spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.name.starts_with("chat "))
+        .collect();
+    chats.sort_by_key(|s| s.start_time_unix_nano);
+    assert_eq!(chats.len(), 2, "the failed call and the one asked again");
+    let (failed, answered) = (chats[0], chats[1]);
+    assert_eq!(str_attr(failed, "error.type"), "malformed_reply");
+    let status = failed.status.as_ref().expect("a status");
+    assert_eq!(status.code, 2, "STATUS_CODE_ERROR");
+    assert!(attr(failed, "gen_ai.usage.input_tokens").is_none());
+    assert!(attr(failed, "gen_ai.response.model").is_none());
+    assert!(attr(answered, "error.type").is_none());
+    assert_eq!(int_attr(answered, "gen_ai.usage.input_tokens"), 10);
+    assert_eq!(int_attr(answered, "gen_ai.usage.output_tokens"), 2);
+    assert_eq!(
+        str_attr(answered, "gen_ai.response.model"),
+        crate::support::fake_llm::answering_model("fake-model")
     );
 }

@@ -155,7 +155,7 @@ impl LlmImport for HostLlm {
                 );
                 crate::telemetry::genai::chat_done(
                     &mut span,
-                    None,
+                    done.reply.model.as_deref(),
                     done.reply.usage,
                     done.reply.finish_reason.as_deref(),
                 );

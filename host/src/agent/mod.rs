@@ -638,7 +638,7 @@ impl Agent<'_> {
                 Ok(done) => {
                     crate::telemetry::genai::chat_done(
                         &mut span,
-                        None,
+                        done.reply.model.as_deref(),
                         done.reply.usage,
                         done.reply.finish_reason.as_deref(),
                     );
