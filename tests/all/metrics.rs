@@ -672,3 +672,75 @@ fn database_retries_of_task_processes_are_counted() {
     let task = sample(&m, "ctxhost_db_retries_total{process=\"task\"}");
     assert!(task >= 1.0, "{m}");
 }
+
+/// Issue 32: a lease takeover is counted by the worker that takes the task over
+/// (`ctxhost_tasks_recovered_total{cause="lease_expired"}`): host a's task process is stopped
+/// (SIGSTOP) mid-call, so its lease runs out; host b's worker, on another host name over the
+/// same store, takes the task over and completes it.
+#[test]
+fn a_lease_takeover_is_counted_by_the_worker_that_takes_over() {
+    let llm = FakeLlm::start(vec![Reply::delay(
+        Duration::from_secs(2),
+        Reply::text("Done.", Some((10, 2))),
+    )]);
+    let env = TestEnv::for_llm(
+        &llm,
+        "plugins:\n  compressor: none\nworker:\n  lease_secs: 2\n",
+    );
+    let uuid = env.submit("Say done.");
+    let mut a = env.ctxhost_cmd(&["run", "--poll-ms", "20"]);
+    a.cmd.env("CTXHOST_HOSTNAME", "host-a");
+    let a = Worker {
+        child: a.spawn(),
+        addr: String::new(),
+    };
+    let mut pid = None;
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let row = env.row(&uuid);
+            pid = (row["status"] == "running")
+                .then(|| row["process_id"].as_i64())
+                .flatten();
+            pid.is_some()
+        }),
+        "host a did not start the task"
+    );
+    let pid = pid.unwrap() as libc::pid_t;
+    // SAFETY: signals to the test's own (grand)children; no memory is involved.
+    unsafe {
+        libc::kill(pid, libc::SIGSTOP);
+        libc::kill(a.child.id() as libc::pid_t, libc::SIGSTOP);
+    }
+    let mut b = env.ctxhost_cmd(&["run", "--poll-ms", "20", "--metrics-addr"]);
+    let addr = format!("127.0.0.1:{}", unused_port());
+    b.cmd.arg(&addr).env("CTXHOST_HOSTNAME", "host-b");
+    let b = Worker {
+        child: b.spawn(),
+        addr,
+    };
+    let mut m = String::new();
+    let taken = wait_until(Duration::from_secs(60), || {
+        m = std::net::TcpStream::connect(&b.addr)
+            .map(|_| scrape(&b.addr))
+            .unwrap_or_default();
+        sample(&m, "ctxhost_tasks_finished_total{status=\"completed\"}") >= 1.0
+    });
+    // SAFETY: as above; SIGKILL ends a stopped process too.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    drop(a);
+    assert!(taken, "host b did not complete the task: {m}");
+    let row = env.row(&uuid);
+    assert_eq!(row["status"], "completed", "{row}");
+    assert_eq!(row["hostname"], "host-b", "{row}");
+    assert_eq!(
+        sample(&m, "ctxhost_tasks_recovered_total{cause=\"lease_expired\"}"),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "ctxhost_tasks_recovered_total{cause=\"crash\"}"),
+        0.0
+    );
+}

@@ -3,8 +3,9 @@
 //!
 //! Exported over OTLP/HTTP with protobuf ([`http`]) through a batch span processor with a
 //! bounded queue (`OTEL_BSP_*`; spans beyond it are dropped, never waited for), flushed when
-//! the process ends within [`FLUSH_TIMEOUT`]: an unreachable collector costs a task at most
-//! that. Spans that never reached the collector are counted ([`SpanTally`]): logged when the
+//! the process ends within [`FLUSH_TIMEOUT`], and not waited for at all once the collector is
+//! known to be down ([`probe`]: an empty export when traces are set up, then each export's
+//! outcome). Spans that never reached the collector are counted ([`SpanTally`]): logged when the
 //! process ends, and a task process's sent to its worker for `ctxhost_otel_spans_dropped_total`. The span names and attributes follow the GenAI semantic conventions ([`genai`]).
 //!
 //! Variables: `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (on),
@@ -14,6 +15,7 @@
 
 pub mod genai;
 pub mod http;
+pub mod probe;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -77,11 +79,13 @@ impl SpanTally {
     }
 }
 
-/// The counts behind [`SpanTally`], kept by [`Counting`] and [`CountingExporter`].
+/// The counts behind [`SpanTally`], kept by [`Counting`] and [`CountingExporter`], and what is
+/// known of the collector ([`probe`]).
 #[derive(Debug, Default)]
 struct Tally {
     ended: AtomicU64,
     exported: AtomicU64,
+    collector: probe::Collector,
 }
 
 impl Telemetry {
@@ -94,7 +98,14 @@ impl Telemetry {
     fn flush(&mut self) -> SpanTally {
         if !self.finished {
             self.finished = true;
-            if let Err(e) = self.provider.shutdown_with_timeout(FLUSH_TIMEOUT) {
+            // A collector known to be down is not waited for (its spans are lost either way);
+            // one not known yet gets the rest of the time once the probe has said.
+            let deadline = std::time::Instant::now() + FLUSH_TIMEOUT;
+            let wait = match self.tally.collector.settle(deadline) {
+                probe::Reach::Down => Duration::ZERO,
+                _ => deadline.saturating_duration_since(std::time::Instant::now()),
+            };
+            if let Err(e) = self.provider.shutdown_with_timeout(wait) {
                 tracing::debug!("OpenTelemetry: the last spans were not all exported: {e}");
             }
         }
@@ -165,6 +176,7 @@ impl<E: SpanExporter> SpanExporter for CountingExporter<E> {
         if result.is_ok() {
             self.tally.exported.fetch_add(n, Ordering::Relaxed);
         }
+        self.tally.collector.exported(result.is_ok());
         result
     }
 
@@ -211,6 +223,9 @@ pub fn init() -> Option<Telemetry> {
             .build();
     }
     let tally = Arc::new(Tally::default());
+    if let Some(url) = probe::traces_url() {
+        tally.collector.probe(url, probe::headers());
+    }
     let exporter = CountingExporter {
         inner: exporter,
         tally: tally.clone(),
