@@ -34,7 +34,7 @@ pub enum WitVersion {
     V0_2_0,
     /// `ctxhost:plugin@0.3.0`: `chat-message.is-error` and `reasoning`,
     /// `usage.reasoning-tokens`, `request-config.stream-reply` and `reasoning`, `read-response`'s
-    /// `streamed`, the `history` import of compressors and strategies.
+    /// `streamed`, `reply.model`, the `history` import of compressors and strategies.
     V0_3_0,
 }
 
