@@ -633,7 +633,7 @@ fn idle_connections_do_not_hold_a_scrape_up() {
 
 /// Issue 32: the database retries of the task processes are counted, apart from the worker's
 /// own (`ctxhost_db_retries_total{process="task"}`): the test holds the SQLite file's write
-/// lock past the busy timeout (5 s) from the moment the LLM answers, so the task process's
+/// lock for 8 s, past the busy timeout (5 s), from the moment the LLM answers, so the task process's
 /// next write waits it out, gets "busy" and is retried; the task still completes.
 #[test]
 fn database_retries_of_task_processes_are_counted() {
@@ -650,7 +650,9 @@ fn database_retries_of_task_processes_are_counted() {
                 let c = rusqlite::Connection::open(&db).unwrap();
                 c.execute_batch("BEGIN EXCLUSIVE").unwrap();
                 tx.send(()).unwrap();
-                std::thread::sleep(Duration::from_millis(5600));
+                // The busy timeout (5 s) plus room for a slow machine to get the reply to
+                // the write: the write must start waiting before the lock goes.
+                std::thread::sleep(Duration::from_millis(8000));
                 c.execute_batch("COMMIT").unwrap();
             });
             rx.recv().unwrap();
