@@ -506,3 +506,32 @@ fn a_failed_llm_call_is_a_chat_span_with_its_error_type() {
         crate::support::fake_llm::answering_model("fake-model")
     );
 }
+
+/// Issue 32: a provider's error status is the failed `chat` span's `error.type` (the HTTP
+/// status code, as the semantic conventions say for HTTP errors); the task fails.
+#[test]
+fn an_http_error_of_the_provider_is_the_chat_spans_error_type() {
+    use crate::support::fake_llm::{FakeLlm, Reply};
+    let (endpoint, got) = receiver();
+    let llm = FakeLlm::start(vec![Reply::status(
+        400,
+        r#"{"error":{"message":"bad request","type":"invalid_request_error"}}"#,
+        &[],
+    )]);
+    let mut env = TestEnv::for_llm(&llm, "");
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    let uuid = env.submit("Say done.");
+    // The worker says that a task failed (exit status 1).
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).fails();
+    assert_eq!(env.row(&uuid)["status"], "failed");
+    let got = got.lock().unwrap();
+    let chats: Vec<&Span> = got
+        .spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.name.starts_with("chat "))
+        .collect();
+    assert_eq!(chats.len(), 1, "one call, not retried (400)");
+    assert_eq!(str_attr(chats[0], "error.type"), "400");
+    assert_eq!(chats[0].status.as_ref().map(|s| s.code), Some(2));
+}

@@ -162,7 +162,7 @@ impl LlmImport for HostLlm {
                 done.reply
             }
             Err(e) => {
-                span.fail(e.error_type(), e.error_type());
+                span.fail(&e.error_type(), &e.error_type());
                 if e.is_interrupted()
                     && let Some((probe, _)) = &self.interrupt
                 {

@@ -656,7 +656,7 @@ impl Agent<'_> {
                 }
                 Err(e) => e,
             };
-            span.fail(e.error_type(), e.error_type());
+            span.fail(&e.error_type(), &e.error_type());
             drop(span);
             let error = format!("LLM call {step} failed: {e}");
             // request.json is kept after a failed call, except one that gave way to a pause
