@@ -145,6 +145,42 @@ pub enum CompactionError {
     },
 }
 
+impl CompactionError {
+    /// A short class of the error, for a span's `error.type`.
+    pub fn class(&self) -> &'static str {
+        match self {
+            CompactionError::Plugin(_) => "component_error",
+            CompactionError::BadPath { .. } => "bad_path",
+            CompactionError::Invalid { .. } => "invalid_context",
+            CompactionError::SystemPromptChanged { .. } => "system_prompt_changed",
+            CompactionError::KeptTailRewritten { .. } => "kept_tail_rewritten",
+            CompactionError::NotSmaller { .. } => "not_smaller",
+            CompactionError::EmptySummary { .. } => "empty_summary",
+            CompactionError::StillOverThreshold { .. } => "still_over_threshold",
+            CompactionError::BadLine(_) => "bad_line",
+            CompactionError::Io { .. } => "io",
+        }
+    }
+}
+
+/// Messages (lines) of context file `name` in `task_dir`, `None` when it cannot be read.
+fn count_lines(task_dir: &TaskDir, name: &str) -> Option<u64> {
+    use std::io::Read;
+    let mut file = task_dir.open_read_if_exists(name).ok()??;
+    let (mut lines, mut last) = (0u64, b'\n');
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = file.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+        last = buf[n - 1];
+    }
+    // A last line without its newline is a message too.
+    Some(lines + u64::from(last != b'\n'))
+}
+
 /// Run one compaction step for the task in `task_dir` (the directory both components see;
 /// every file the host reads or deletes there goes through it), if the compressor says the
 /// context should be compressed. `now` gives the RFC 3339 UTC timestamp of the summary's
@@ -194,60 +230,75 @@ pub fn compact_framed(
             component: store.component().to_string(),
             reason: format!("(the message store's current-context-file) {e}"),
         })?;
-    // summaries.jsonl as it was before the compressor ran: a compression that is not installed
-    // leaves no summary line behind (nothing in messages.jsonl would refer to it).
-    let summaries_before = SummariesMark::take(task_dir)?;
-    let (file, summary) = compress_and_check(
-        store,
-        compressor,
-        task_dir,
-        config,
-        now,
-        &current_name,
+    let span = crate::telemetry::genai::Compression::start(
+        compressor.component(),
         before_tokens,
-    )
-    .inspect_err(|_| summaries_before.restore(task_dir))?;
-    let summary_id = summary.map(|(id, _)| id);
-    // What the compression replaced and how to get it back: additions to what the compressor
-    // wrote, so a failure is logged and the compression goes on.
-    if let Some((id, seq)) = summary {
-        let mark = summaries_before.0.unwrap_or(0);
-        if let Err(e) = crate::compaction_record::record_replaced(task_dir, mark, id, seq) {
+        count_lines(task_dir, &current_name),
+        force,
+    );
+    let outcome = (|| {
+        // summaries.jsonl as it was before the compressor ran: a compression that is not installed
+        // leaves no summary line behind (nothing in messages.jsonl would refer to it).
+        let summaries_before = SummariesMark::take(task_dir)?;
+        let (file, summary) = compress_and_check(
+            store,
+            compressor,
+            task_dir,
+            config,
+            now,
+            &current_name,
+            before_tokens,
+        )
+        .inspect_err(|_| summaries_before.restore(task_dir))?;
+        let summary_id = summary.map(|(id, _)| id);
+        // What the compression replaced and how to get it back: additions to what the compressor
+        // wrote, so a failure is logged and the compression goes on.
+        if let Some((id, seq)) = summary {
+            let mark = summaries_before.0.unwrap_or(0);
+            if let Err(e) = crate::compaction_record::record_replaced(task_dir, mark, id, seq) {
+                tracing::warn!(
+                    "{}: what summary {id} replaced not recorded: {e:#}",
+                    task_dir.show(SUMMARIES)
+                );
+            }
+        }
+        if recall && let Err(e) = crate::compaction_record::frame_summary(task_dir, &file) {
             tracing::warn!(
-                "{}: what summary {id} replaced not recorded: {e:#}",
-                task_dir.show(SUMMARIES)
+                "{}: the summary's note on history_read not added: {e:#}",
+                task_dir.show(&file)
             );
         }
-    }
-    if recall && let Err(e) = crate::compaction_record::frame_summary(task_dir, &file) {
-        tracing::warn!(
-            "{}: the summary's note on history_read not added: {e:#}",
-            task_dir.show(&file)
-        );
-    }
 
-    // The host's check of current.jsonl is of the file about to be replaced (DESIGN §2: its
-    // checkpoint is deleted first; the next check reads the new file whole).
-    if let Err(e) = task_dir.remove_file_if_exists(CONTEXT_CHECKPOINT) {
-        tracing::warn!("{} not deleted: {e}", task_dir.show(CONTEXT_CHECKPOINT));
-    }
-    let stats = store.recreate_current_context(&file)?;
+        // The host's check of current.jsonl is of the file about to be replaced (DESIGN §2: its
+        // checkpoint is deleted first; the next check reads the new file whole).
+        if let Err(e) = task_dir.remove_file_if_exists(CONTEXT_CHECKPOINT) {
+            tracing::warn!("{} not deleted: {e}", task_dir.show(CONTEXT_CHECKPOINT));
+        }
+        let stats = store.recreate_current_context(&file)?;
+        span.installed(stats.current_tokens, stats.current_count, summary_id);
 
-    let limit = (config.context_length as f64 * config.threshold) as u64;
-    if stats.current_tokens > limit {
-        return Err(CompactionError::StillOverThreshold {
+        let limit = (config.context_length as f64 * config.threshold) as u64;
+        if stats.current_tokens > limit {
+            return Err(CompactionError::StillOverThreshold {
+                before_tokens,
+                tokens: stats.current_tokens,
+                limit,
+                threshold: config.threshold,
+                context_length: config.context_length,
+            });
+        }
+        Ok(CompactionOutcome::Compressed {
             before_tokens,
-            tokens: stats.current_tokens,
-            limit,
-            threshold: config.threshold,
-            context_length: config.context_length,
-        });
+            after_tokens: stats.current_tokens,
+            summary_id,
+        })
+    })();
+    if let Err(e) = &outcome
+        && !matches!(e, CompactionError::StillOverThreshold { .. })
+    {
+        span.fail(e.class());
     }
-    Ok(CompactionOutcome::Compressed {
-        before_tokens,
-        after_tokens: stats.current_tokens,
-        summary_id,
-    })
+    outcome
 }
 
 /// Steps 2–4 up to the summary's record: run `compress`, check the file it returned against

@@ -56,9 +56,30 @@ pub fn run(
     target: &Target,
     worker_id: Option<&str>,
 ) -> anyhow::Result<Option<(String, Status)>> {
-    // Traces (off unless OTEL_EXPORTER_OTLP_ENDPOINT is set): flushed when this returns,
-    // after the run's span has ended.
-    let _telemetry = crate::telemetry::init();
+    // Traces (off unless OTEL_EXPORTER_OTLP_ENDPOINT is set): flushed once the run's span
+    // has ended.
+    let telemetry = crate::telemetry::init();
+    let mut announced = false;
+    let result = run_traced(config, layout, target, worker_id, &mut announced);
+    let spans = telemetry.map(crate::telemetry::Telemetry::finish);
+    if announced {
+        // What only this process knows, for the worker's metrics ([`crate::metrics::run`]).
+        let end = crate::metrics::run::RunEnd::of_this_process(spans);
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "{}", end.to_line()).and_then(|()| out.flush());
+    }
+    result
+}
+
+/// [`run`] with its traces set up; `announced`: whether it told the worker which task it
+/// claimed (`--next`).
+fn run_traced(
+    config: &Config,
+    layout: &Layout,
+    target: &Target,
+    worker_id: Option<&str>,
+    announced: &mut bool,
+) -> anyhow::Result<Option<(String, Status)>> {
     if crate::failpoint::is_set("task-exec:exit") {
         std::process::exit(3);
     }
@@ -130,6 +151,7 @@ pub fn run(
                 let mut out = std::io::stdout();
                 let _ = writeln!(out, "{}", c.uuid).and_then(|()| out.flush());
                 announce = true;
+                *announced = true;
                 (c.uuid, c.dir_error.map_or(Ok(()), Err))
             }
         },

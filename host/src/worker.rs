@@ -118,6 +118,8 @@ struct Running {
     run_start: Option<crate::metrics::run::RunStart>,
     /// The run's span, the task process's parent ([`crate::telemetry`]).
     span: crate::telemetry::ChildSpan,
+    /// What the child said when it ended ([`crate::metrics::run::RunEnd`]).
+    run_end: Option<crate::metrics::run::RunEnd>,
 }
 
 /// What a child's waiter thread reports.
@@ -128,6 +130,11 @@ enum Event {
     Started {
         pid: u32,
         start: crate::metrics::run::RunStart,
+    },
+    /// The child said what only it knows (its last line, before it exits).
+    Ended {
+        pid: u32,
+        end: crate::metrics::run::RunEnd,
     },
     /// The child exited.
     Exited {
@@ -266,6 +273,7 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                         uuid: None,
                         run_start: None,
                         span,
+                        run_end: None,
                     },
                 );
                 let tx = tx.clone();
@@ -284,6 +292,19 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                                     && let Some(start) = crate::metrics::run::RunStart::parse(&line)
                                 {
                                     let _ = tx.send(Event::Started { pid, start });
+                                }
+                                // Its last line, when it ends (read to the end of its output,
+                                // which closes when it exits).
+                                let mut last = None;
+                                line.clear();
+                                while out.read_line(&mut line).is_ok_and(|n| n > 0) {
+                                    if let Some(end) = crate::metrics::run::RunEnd::parse(&line) {
+                                        last = Some(end);
+                                    }
+                                    line.clear();
+                                }
+                                if let Some(end) = last {
+                                    let _ = tx.send(Event::Ended { pid, end });
                                 }
                             }
                         }
@@ -330,8 +351,16 @@ pub fn run(opts: &WorkerOptions) -> anyhow::Result<WorkerSummary> {
                         c.run_start = Some(start);
                     }
                 }
+                Event::Ended { pid, end } => {
+                    if let Some(c) = children.get_mut(&pid) {
+                        c.run_end = Some(end);
+                    }
+                }
                 Event::Exited { pid, status } => {
                     let mut child = children.remove(&pid);
+                    if let Some(end) = child.as_mut().and_then(|c| c.run_end.take()) {
+                        end.account(crate::metrics::global());
+                    }
                     let started = child.as_ref().map(|c| c.started.elapsed());
                     let run_start = child.as_mut().and_then(|c| c.run_start.take());
                     if let (Some(c), Ok(s)) = (&child, &status) {

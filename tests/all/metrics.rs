@@ -83,6 +83,11 @@ fn get(addr: &str, path: &str) -> (String, String) {
     )
 }
 
+/// The text of `GET http://addr/metrics`.
+pub fn scrape(addr: &str) -> String {
+    get(addr, "/metrics").1
+}
+
 /// The value of sample `name` (with its labels exactly as encoded) in an exposition, 0 when absent.
 pub fn sample(text: &str, name: &str) -> f64 {
     text.lines()
@@ -234,6 +239,35 @@ fn worker_metrics_equal_the_task_rows() {
             "ctxhost_tool_call_duration_seconds_count{tool=\"read_text_file\"}"
         ),
         sum(&rows, "tool_call_count")
+    );
+    // Component call times, of the task processes: the request format wrote and read each
+    // LLM call's request and reply, the compressor compressed each time.
+    let calls = |plugin: &str, function: &str| {
+        sample(
+            &m,
+            &format!(
+                "ctxhost_component_call_duration_seconds_count{{plugin=\"{plugin}\",function=\"{function}\"}}"
+            ),
+        )
+    };
+    assert_eq!(
+        calls("builtin:openai-chat", "write-request"),
+        llm_calls,
+        "{m}"
+    );
+    assert_eq!(calls("builtin:openai-chat", "read-response"), llm_calls);
+    assert_eq!(calls("builtin:llm-summarizer", "compress"), compressions);
+    assert!(calls("builtin:jsonl-store", "add-message") > 0.0, "{m}");
+    assert_eq!(
+        sample(
+            &m,
+            "ctxhost_component_call_duration_seconds_bucket{le=\"+Inf\",plugin=\"builtin:openai-chat\",function=\"write-request\"}"
+        ),
+        llm_calls
+    );
+    assert!(
+        m.contains("# UNIT ctxhost_component_call_duration_seconds seconds"),
+        "{m}"
     );
     // Every call answered: the histogram counts as many as the rows.
     assert_eq!(
@@ -595,4 +629,120 @@ fn idle_connections_do_not_hold_a_scrape_up() {
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.contains("ctxhost_tasks"), "{text}");
     drop(idle);
+}
+
+/// Issue 32: the database retries of the task processes are counted, apart from the worker's
+/// own (`ctxhost_db_retries_total{process="task"}`): the test holds the SQLite file's write
+/// lock for 8 s, past the busy timeout (5 s), from the moment the LLM answers, so the task process's
+/// next write waits it out, gets "busy" and is retried; the task still completes.
+#[test]
+fn database_retries_of_task_processes_are_counted() {
+    let llm = FakeLlm::start(vec![]);
+    let env = TestEnv::for_llm(&llm, "");
+    let db = env.contexts().join("tasks.db");
+    let locked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let l = locked.clone();
+    llm.set_handler(move |_| {
+        if !l.swap(true, Ordering::SeqCst) {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let db = db.clone();
+            std::thread::spawn(move || {
+                let c = rusqlite::Connection::open(&db).unwrap();
+                c.execute_batch("BEGIN EXCLUSIVE").unwrap();
+                tx.send(()).unwrap();
+                // The busy timeout (5 s) plus room for a slow machine to get the reply to
+                // the write: the write must start waiting before the lock goes.
+                std::thread::sleep(Duration::from_millis(8000));
+                c.execute_batch("COMMIT").unwrap();
+            });
+            rx.recv().unwrap();
+        }
+        Some(Reply::text("Done.", Some((10, 2))))
+    });
+    let worker = start_worker(&env);
+    let uuid = env.submit("Say done.");
+    let mut m = String::new();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            m = scrape(&worker.addr);
+            sample(&m, "ctxhost_tasks_finished_total{status=\"completed\"}") >= 1.0
+        }),
+        "the task did not complete: {m}"
+    );
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    assert!(locked.load(Ordering::SeqCst));
+    let task = sample(&m, "ctxhost_db_retries_total{process=\"task\"}");
+    assert!(task >= 1.0, "{m}");
+}
+
+/// Issue 32: a lease takeover is counted by the worker that takes the task over
+/// (`ctxhost_tasks_recovered_total{cause="lease_expired"}`): host a's task process is stopped
+/// (SIGSTOP) mid-call, so its lease runs out; host b's worker, on another host name over the
+/// same store, takes the task over and completes it.
+#[test]
+fn a_lease_takeover_is_counted_by_the_worker_that_takes_over() {
+    let llm = FakeLlm::start(vec![Reply::delay(
+        Duration::from_secs(2),
+        Reply::text("Done.", Some((10, 2))),
+    )]);
+    let env = TestEnv::for_llm(
+        &llm,
+        "plugins:\n  compressor: none\nworker:\n  lease_secs: 2\n",
+    );
+    let uuid = env.submit("Say done.");
+    let mut a = env.ctxhost_cmd(&["run", "--poll-ms", "20"]);
+    a.cmd.env("CTXHOST_HOSTNAME", "host-a");
+    let a = Worker {
+        child: a.spawn(),
+        addr: String::new(),
+    };
+    let mut pid = None;
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let row = env.row(&uuid);
+            pid = (row["status"] == "running")
+                .then(|| row["process_id"].as_i64())
+                .flatten();
+            pid.is_some()
+        }),
+        "host a did not start the task"
+    );
+    let pid = pid.unwrap() as libc::pid_t;
+    // SAFETY: signals to the test's own (grand)children; no memory is involved.
+    unsafe {
+        libc::kill(pid, libc::SIGSTOP);
+        libc::kill(a.child.id() as libc::pid_t, libc::SIGSTOP);
+    }
+    let mut b = env.ctxhost_cmd(&["run", "--poll-ms", "20", "--metrics-addr"]);
+    let addr = format!("127.0.0.1:{}", unused_port());
+    b.cmd.arg(&addr).env("CTXHOST_HOSTNAME", "host-b");
+    let b = Worker {
+        child: b.spawn(),
+        addr,
+    };
+    let mut m = String::new();
+    let taken = wait_until(Duration::from_secs(60), || {
+        m = std::net::TcpStream::connect(&b.addr)
+            .map(|_| scrape(&b.addr))
+            .unwrap_or_default();
+        sample(&m, "ctxhost_tasks_finished_total{status=\"completed\"}") >= 1.0
+    });
+    // SAFETY: as above; SIGKILL ends a stopped process too.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    drop(a);
+    assert!(taken, "host b did not complete the task: {m}");
+    let row = env.row(&uuid);
+    assert_eq!(row["status"], "completed", "{row}");
+    assert_eq!(row["hostname"], "host-b", "{row}");
+    assert_eq!(
+        sample(&m, "ctxhost_tasks_recovered_total{cause=\"lease_expired\"}"),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "ctxhost_tasks_recovered_total{cause=\"crash\"}"),
+        0.0
+    );
 }

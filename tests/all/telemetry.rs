@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message;
 use serde_json::Value;
 
@@ -207,19 +208,29 @@ fn a_task_run_is_one_trace_with_genai_spans() {
         .map(|s| &s.span_id)
         .collect();
     for c in &chats {
-        // The strategy's own calls are children of its hook's span; the others of the task's.
-        if str_attr(c, "ctxhost.llm.purpose") == "strategy" {
-            assert!(hook_ids.contains(&&c.parent_span_id));
-        } else {
-            assert_eq!(c.parent_span_id, agent.span_id, "{}", c.name);
+        // The strategy's own calls are children of its hook's span, the compressor's of its
+        // compression's (below); the agent loop's of the task's.
+        match str_attr(c, "ctxhost.llm.purpose") {
+            "strategy" => assert!(hook_ids.contains(&&c.parent_span_id)),
+            "compressor" => {}
+            _ => assert_eq!(c.parent_span_id, agent.span_id, "{}", c.name),
         }
+        assert_eq!(c.kind, SpanKind::Client as i32);
         assert_eq!(str_attr(c, "gen_ai.operation.name"), "chat");
         assert_eq!(str_attr(c, "gen_ai.provider.name"), "openai");
         assert_eq!(str_attr(c, "gen_ai.request.model"), "fake-model");
+        // The model that answered, as the reply names it.
+        assert_eq!(
+            str_attr(c, "gen_ai.response.model"),
+            crate::support::fake_llm::answering_model("fake-model")
+        );
         match attr(c, "gen_ai.response.finish_reasons") {
             Some(Any::ArrayValue(a)) => assert_eq!(a.values.len(), 1),
             other => panic!("finish reasons: {other:?}"),
         }
+        // Cached tokens are reported (0 from this server), and no error on an answered call.
+        assert_eq!(int_attr(c, "gen_ai.usage.cache_read.input_tokens"), 0);
+        assert!(attr(c, "error.type").is_none(), "{}", c.name);
     }
     let tokens = |key: &str| -> i64 { chats.iter().map(|c| int_attr(c, key)).sum() };
     let logged_tokens =
@@ -259,16 +270,23 @@ fn a_task_run_is_one_trace_with_genai_spans() {
         assert_eq!(str_attr(t, "error.type"), "tool_error");
     }
 
-    // Compressions: one span each, tokens before and after as llm_calls.jsonl says.
+    // Compressions: one span each, tokens before and after and the summary id as
+    // llm_calls.jsonl says, messages before and after; the compressor's LLM call is a child
+    // of its compression's span.
     let compressions: Vec<&Value> = lines
         .iter()
         .filter(|l| l["type"] == "compression")
         .collect();
-    let compress: Vec<&&Span> = run.iter().filter(|s| s.name == "compress").collect();
+    let mut compress: Vec<&&Span> = run.iter().filter(|s| s.name == "compress").collect();
+    compress.sort_by_key(|s| s.start_time_unix_nano);
     assert!(!compressions.is_empty());
     assert_eq!(compress.len(), compressions.len());
     for (s, l) in compress.iter().zip(&compressions) {
         assert_eq!(s.parent_span_id, agent.span_id);
+        assert_eq!(
+            str_attr(s, "ctxhost.compression.component"),
+            "builtin:llm-summarizer"
+        );
         assert_eq!(
             int_attr(s, "ctxhost.compression.tokens_before"),
             l["before_tokens"].as_i64().unwrap()
@@ -277,6 +295,28 @@ fn a_task_run_is_one_trace_with_genai_spans() {
             int_attr(s, "ctxhost.compression.tokens_after"),
             l["after_tokens"].as_i64().unwrap()
         );
+        assert_eq!(
+            int_attr(s, "ctxhost.compression.summary_id"),
+            l["summary_id"].as_i64().expect("a summary was made")
+        );
+        let (before, after) = (
+            int_attr(s, "ctxhost.compression.messages_before"),
+            int_attr(s, "ctxhost.compression.messages_after"),
+        );
+        assert!(0 < after && after < before, "{before} -> {after}");
+        let children: Vec<&&Span> = chats
+            .iter()
+            .copied()
+            .filter(|c| c.parent_span_id == s.span_id)
+            .collect();
+        assert_eq!(
+            children.len(),
+            1,
+            "the summary's LLM call is under its compression"
+        );
+        assert_eq!(str_attr(children[0], "ctxhost.llm.purpose"), "compressor");
+        assert!(s.start_time_unix_nano <= children[0].start_time_unix_nano);
+        assert!(children[0].end_time_unix_nano <= s.end_time_unix_nano);
     }
 
     // Strategy hooks: children of the task span too.
@@ -313,10 +353,62 @@ fn a_collector_that_is_down_does_not_fail_the_task() {
         &format!("http://127.0.0.1:{}", unused_port()),
     );
     let uuid = env.submit("Read every file and report.");
-    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    let out = env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
     let row = env.row(&uuid);
     assert_eq!(row["status"], "completed", "{row}");
     assert!(row["tool_call_count"].as_i64().unwrap() > 0);
+    // The task process says at its end how many of its spans were lost.
+    let log = out.stderr();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("spans were not exported") && l.contains("spans_dropped=")),
+        "{log}"
+    );
+}
+
+/// Issue 32: a collector that accepts connections and never answers neither fails nor holds
+/// up a task: the spans it never took are counted in the worker's
+/// `ctxhost_otel_spans_dropped_total`, at least one per LLM call, tool call and compression of
+/// the run, plus the task's own span.
+#[test]
+fn a_collector_that_never_answers_costs_spans_that_are_counted() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h = held.clone();
+    std::thread::spawn(move || {
+        // Accept (so a connection is made) and never read or answer.
+        for stream in listener.incoming().flatten() {
+            h.lock().unwrap().push(stream);
+        }
+    });
+    let llm = scripted_llm();
+    let mut env = TestEnv::new();
+    env.write_config(&config(&llm.base_url()));
+    env.ctxhost(&["init"]).ok();
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    // Export early, so batches are in flight to the silent collector while the task runs.
+    env.set_env("OTEL_BSP_SCHEDULE_DELAY", "50");
+    env.set_env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2");
+    let worker = crate::metrics::start_worker(&env);
+    let uuid = env.submit("Read every file and report.");
+    let mut m = String::new();
+    assert!(
+        crate::support::wait_until(std::time::Duration::from_secs(90), || {
+            m = crate::metrics::scrape(&worker.addr);
+            crate::metrics::sample(&m, "ctxhost_tasks_finished_total{status=\"completed\"}") >= 1.0
+        }),
+        "the task did not complete: {m}"
+    );
+    let row = env.row(&uuid);
+    assert_eq!(row["status"], "completed", "{row}");
+    assert!(!held.lock().unwrap().is_empty(), "the exporter connected");
+    let at_least = row["llm_call_count"].as_f64().unwrap()
+        + row["tool_call_count"].as_f64().unwrap()
+        + row["compression_count"].as_f64().unwrap()
+        + 1.0;
+    let dropped = crate::metrics::sample(&m, "ctxhost_otel_spans_dropped_total");
+    assert!(dropped >= at_least, "{dropped} < {at_least}: {m}");
 }
 
 /// Issue 32: a strategy's side calls (plan-execute's planning and verification) are `chat`
@@ -373,4 +465,73 @@ fn a_strategy_side_call_is_a_chat_span_under_its_hook() {
             .iter()
             .any(|c| hooks[&c.parent_span_id] == "start")
     );
+}
+
+/// Issue 32: an LLM call that fails is a `chat` span with `error.type` (here the reply could
+/// not be read: `malformed_reply`) and an error status, without tokens or a response model;
+/// the call asked again is a span of its own that succeeded.
+#[test]
+fn a_failed_llm_call_is_a_chat_span_with_its_error_type() {
+    use crate::support::fake_llm::{FakeLlm, Reply};
+    let (endpoint, got) = receiver();
+    let llm = FakeLlm::start(vec![
+        Reply::raw(r#"{"choices":[]}"#),
+        Reply::text("Done.", Some((10, 2))),
+    ]);
+    let mut env = TestEnv::for_llm_unstreamed(&llm, "");
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    let uuid = env.submit("Say done.");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    let got = got.lock().unwrap();
+    let mut chats: Vec<&Span> = got
+        .spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.name.starts_with("chat "))
+        .collect();
+    chats.sort_by_key(|s| s.start_time_unix_nano);
+    assert_eq!(chats.len(), 2, "the failed call and the one asked again");
+    let (failed, answered) = (chats[0], chats[1]);
+    assert_eq!(str_attr(failed, "error.type"), "malformed_reply");
+    let status = failed.status.as_ref().expect("a status");
+    assert_eq!(status.code, 2, "STATUS_CODE_ERROR");
+    assert!(attr(failed, "gen_ai.usage.input_tokens").is_none());
+    assert!(attr(failed, "gen_ai.response.model").is_none());
+    assert!(attr(answered, "error.type").is_none());
+    assert_eq!(int_attr(answered, "gen_ai.usage.input_tokens"), 10);
+    assert_eq!(int_attr(answered, "gen_ai.usage.output_tokens"), 2);
+    assert_eq!(
+        str_attr(answered, "gen_ai.response.model"),
+        crate::support::fake_llm::answering_model("fake-model")
+    );
+}
+
+/// Issue 32: a provider's error status is the failed `chat` span's `error.type` (the HTTP
+/// status code, as the semantic conventions say for HTTP errors); the task fails.
+#[test]
+fn an_http_error_of_the_provider_is_the_chat_spans_error_type() {
+    use crate::support::fake_llm::{FakeLlm, Reply};
+    let (endpoint, got) = receiver();
+    let llm = FakeLlm::start(vec![Reply::status(
+        400,
+        r#"{"error":{"message":"bad request","type":"invalid_request_error"}}"#,
+        &[],
+    )]);
+    let mut env = TestEnv::for_llm(&llm, "");
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    let uuid = env.submit("Say done.");
+    // The worker says that a task failed (exit status 1).
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]).fails();
+    assert_eq!(env.row(&uuid)["status"], "failed");
+    let got = got.lock().unwrap();
+    let chats: Vec<&Span> = got
+        .spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.name.starts_with("chat "))
+        .collect();
+    assert_eq!(chats.len(), 1, "one call, not retried (400)");
+    assert_eq!(str_attr(chats[0], "error.type"), "400");
+    assert_eq!(chats[0].status.as_ref().map(|s| s.code), Some(2));
 }

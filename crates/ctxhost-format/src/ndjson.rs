@@ -41,6 +41,8 @@ pub struct OllamaReply {
     pub prompt_eval_count: TokenCount,
     /// `eval_count` of the last line (generated tokens).
     pub eval_count: TokenCount,
+    /// `model` of the first line that has one: the model that answered.
+    pub model: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -55,6 +57,8 @@ struct Piece {
     prompt_eval_count: TokenCount,
     #[serde(default)]
     eval_count: TokenCount,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -95,6 +99,9 @@ impl OllamaStream {
         }
         let piece = Piece::deserialize(&value)
             .map_err(|e| format!("line {n}: not an Ollama chat piece ({e})"))?;
+        if self.reply.model.is_none() {
+            self.reply.model = piece.model.filter(|m| !m.is_empty());
+        }
         if let Some(m) = piece.message {
             let r = &mut self.reply;
             if let Some(role) = m.role.filter(|r| !r.is_empty()) {

@@ -37,6 +37,7 @@ pub struct OpenAiStream {
     calls: Vec<PartialCall>,
     finish_reason: Option<String>,
     usage: Option<Value>,
+    model: Option<String>,
     done: bool,
     lines: u64,
 }
@@ -58,6 +59,8 @@ pub struct StreamedReply {
     pub finish_reason: Option<String>,
     /// The last non-null `usage` (read by the caller as a whole body's `usage`).
     pub usage: Option<Value>,
+    /// The chunks' `model` (the first one given): the model that answered.
+    pub model: Option<String>,
 }
 
 impl OpenAiStream {
@@ -98,6 +101,11 @@ impl OpenAiStream {
         }
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
             self.usage = Some(u.clone());
+        }
+        if self.model.is_none()
+            && let Some(m) = chunk.get("model").and_then(Value::as_str)
+        {
+            self.model = Some(m.to_string());
         }
         let choice = match chunk.get("choices") {
             None | Some(Value::Null) => return Ok(()),
@@ -216,6 +224,7 @@ impl OpenAiStream {
             tool_calls,
             finish_reason: self.finish_reason,
             usage: self.usage,
+            model: self.model,
         })
     }
 }
@@ -246,9 +255,9 @@ mod tests {
     fn text_deltas_finish_reason_and_usage_chunk() {
         let r = fold(&[
             ": keep-alive",
-            r#"data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+            r#"data: {"model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
             "",
-            r#"data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
+            r#"data: {"model":"other","choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
             "",
             "data:{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"}}]}\r",
             r#"data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
@@ -260,6 +269,11 @@ mod tests {
         assert_eq!(r.content.as_deref(), Some("Hello"));
         assert!(r.tool_calls.is_empty());
         assert_eq!(r.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(
+            r.model.as_deref(),
+            Some("gpt-4o-2024-08-06"),
+            "the first given"
+        );
         assert_eq!(
             r.usage,
             Some(json!({"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}))

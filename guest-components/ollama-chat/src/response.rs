@@ -1,6 +1,6 @@
 //! `read-response`: an Ollama `/api/chat` response body → reply.
 //!
-//! Accepts `{"message":{"role","content","tool_calls"?:[{"function":{"name","arguments"}}]},
+//! Accepts `{"model"?,"message":{"role","content","tool_calls"?:[{"function":{"name","arguments"}}]},
 //! "done":true,"done_reason"?,"prompt_eval_count"?,"eval_count"?}`. Tool calls become OpenAI
 //! shaped: `id` as given or generated (`call_<n>`, n from 1, unique within the reply),
 //! `arguments` serialised to JSON text. `finish_reason` is `tool_calls` when the model called
@@ -36,6 +36,8 @@ struct Response {
     prompt_eval_count: TokenCount,
     #[serde(default)]
     eval_count: TokenCount,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -82,6 +84,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
             done_reason: response.done_reason,
             prompt_eval_count: response.prompt_eval_count,
             eval_count: response.eval_count,
+            model: response.model,
         },
     ))
 }
@@ -124,5 +127,6 @@ fn reply(file: &str, r: OllamaReply) -> Reply {
         message: common::to_wit(message),
         usage,
         finish_reason,
+        model: r.model,
     }
 }

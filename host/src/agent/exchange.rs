@@ -126,9 +126,12 @@ impl ExchangeError {
         matches!(self, ExchangeError::Post { source, .. } if source.is_context_overflow())
     }
 
-    /// A short class of the failure for a span's `error.type` (no text from the provider).
-    pub fn error_type(&self) -> &'static str {
-        if self.is_interrupted() {
+    /// A short class of the failure for a span's `error.type` (no text from the provider): the
+    /// HTTP status code of a non-2xx answer (`429`, `500`, as the semantic conventions say for
+    /// HTTP errors), else a name (`timeout`, `connection_error`, `malformed_reply`, ...).
+    pub fn error_type(&self) -> std::borrow::Cow<'static, str> {
+        use crate::llm::TransportError as T;
+        let name = if self.is_interrupted() {
             "interrupted"
         } else if self.is_context_overflow() {
             "context_overflow"
@@ -136,11 +139,18 @@ impl ExchangeError {
             match self {
                 ExchangeError::Build { .. } => "request_build",
                 ExchangeError::Endpoint { .. } => "endpoint",
-                ExchangeError::Post { .. } => "http_error",
+                ExchangeError::Post { source, .. } => match source {
+                    T::Http { status, .. } => return status.to_string().into(),
+                    T::Timeout { .. } => "timeout",
+                    T::Connection { .. } => "connection_error",
+                    T::TooLarge { .. } => "response_too_large",
+                    _ => "http_error",
+                },
                 ExchangeError::Read { .. } => "malformed_reply",
                 ExchangeError::Rejected { .. } => "rejected_reply",
             }
-        }
+        };
+        name.into()
     }
 }
 

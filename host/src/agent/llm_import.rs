@@ -155,14 +155,14 @@ impl LlmImport for HostLlm {
                 );
                 crate::telemetry::genai::chat_done(
                     &mut span,
-                    None,
+                    done.reply.model.as_deref(),
                     done.reply.usage,
                     done.reply.finish_reason.as_deref(),
                 );
                 done.reply
             }
             Err(e) => {
-                span.fail(e.error_type(), e.error_type());
+                span.fail(&e.error_type(), &e.error_type());
                 if e.is_interrupted()
                     && let Some((probe, _)) = &self.interrupt
                 {

@@ -638,7 +638,7 @@ impl Agent<'_> {
                 Ok(done) => {
                     crate::telemetry::genai::chat_done(
                         &mut span,
-                        None,
+                        done.reply.model.as_deref(),
                         done.reply.usage,
                         done.reply.finish_reason.as_deref(),
                     );
@@ -656,7 +656,7 @@ impl Agent<'_> {
                 }
                 Err(e) => e,
             };
-            span.fail(e.error_type(), e.error_type());
+            span.fail(&e.error_type(), &e.error_type());
             drop(span);
             let error = format!("LLM call {step} failed: {e}");
             // request.json is kept after a failed call, except one that gave way to a pause
@@ -837,14 +837,12 @@ impl Agent<'_> {
         let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
         let recall = self.config.context_storage.recall;
-        let started = std::time::SystemTime::now();
         match compact_framed(ctx.store(), compressor, &dir, &cfg, &now_rfc3339, true, recall) {
             Ok(CompactionOutcome::Compressed {
                 after_tokens,
                 summary_id,
                 ..
             }) => {
-                crate::telemetry::genai::compression(started, tokens, after_tokens, summary_id, true);
                 self.compressed(ctx, tokens, after_tokens, summary_id)?;
                 tracing::info!(uuid = %ctx.uuid(), before_tokens = tokens, after_tokens, "context compressed after the provider's answer");
                 self.restate_plan(ctx)?;
@@ -952,7 +950,6 @@ impl Agent<'_> {
         let cfg = self.config.compress_config_for(window);
         let dir = ctx.dir().clone();
         let recall = self.config.context_storage.recall;
-        let started = std::time::SystemTime::now();
         match compact_framed(
             ctx.store(),
             compressor,
@@ -969,13 +966,6 @@ impl Agent<'_> {
                 summary_id,
             }) => {
                 self.compaction_failures = 0;
-                crate::telemetry::genai::compression(
-                    started,
-                    before_tokens,
-                    after_tokens,
-                    summary_id,
-                    false,
-                );
                 self.compressed(ctx, before_tokens, after_tokens, summary_id)?;
                 let summaries = ctx.summaries().count().unwrap_or(0);
                 tracing::info!(uuid = %ctx.uuid(), before_tokens, after_tokens, summary = ?summary_id, summaries, "context compressed");

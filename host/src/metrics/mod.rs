@@ -11,8 +11,9 @@
 //!   what the row does not hold (durations, input/output split, tool names). Counters therefore
 //!   equal the sums of the task rows' counters over the runs this worker supervised, also
 //!   after a crash (the row is updated in SQL as the task goes).
-//! - recoveries, lease takeovers, database retries, publications: counted where they happen
-//!   in this process.
+//! - recoveries, lease takeovers, publications: counted where they happen in this process.
+//! - database retries, component call times, spans not exported: this process's own, plus
+//!   what each task process reported when it ended ([`run::RunEnd`]).
 //!
 //! Names and units follow the Prometheus conventions (`_total` counters, `_seconds`
 //! histograms, base units).
@@ -20,8 +21,8 @@
 pub mod run;
 pub mod server;
 
-use std::sync::LazyLock;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -31,6 +32,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::db::{Db, DbError, Status};
+use crate::runtime::call_times::{self, CallTable, CallTimes};
 
 /// The content type of [`render`]'s text (OpenMetrics 1.0, which Prometheus reads).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -82,6 +84,29 @@ pub struct CauseLabel {
     pub cause: String,
 }
 
+/// Label set `{process}` of database retries.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProcessLabel {
+    /// `worker` (the process scraped) or `task` (the task processes it ran).
+    pub process: String,
+}
+
+impl ProcessLabel {
+    /// The process scraped.
+    pub fn worker() -> ProcessLabel {
+        ProcessLabel {
+            process: "worker".to_string(),
+        }
+    }
+
+    /// The task processes it ran.
+    pub fn task() -> ProcessLabel {
+        ProcessLabel {
+            process: "task".to_string(),
+        }
+    }
+}
+
 type Seconds = Family<ModelLabel, Histogram, fn() -> Histogram>;
 type ToolSeconds = Family<ToolLabel, Histogram, fn() -> Histogram>;
 
@@ -130,15 +155,24 @@ pub struct Metrics {
     pub compressions: Family<ModelLabel, Counter>,
     /// `ctxhost_tasks_recovered_total{cause}`: tasks this process recovered.
     pub recovered: Family<CauseLabel, Counter>,
-    /// `ctxhost_db_retries_total`: retries of this process's database statements (busy
-    /// SQLite, unreachable PostgreSQL).
-    pub db_retries: Counter,
+    /// `ctxhost_db_retries_total{process}`: retries of database statements (busy SQLite,
+    /// unreachable PostgreSQL): `process="worker"` this process's own (the worker's, or the
+    /// dashboard's), `process="task"` those of the task processes it ran ([`run::RunEnd`]).
+    pub db_retries: Family<ProcessLabel, Counter>,
+    /// `ctxhost_component_call_duration_seconds{plugin,function}`: wall time of calls into
+    /// components, of this process and of the task processes it ran.
+    pub component_calls: ComponentCalls,
+    /// `ctxhost_otel_spans_dropped_total`: spans of the task processes this worker ran that
+    /// never reached the OpenTelemetry collector.
+    pub spans_dropped: Counter,
     /// `ctxhost_results_published_total`: result comments posted to GitHub/GitLab items.
     pub published: Counter,
     /// `ctxhost_publish_failures_total`: failed attempts to publish a result.
     pub publish_failures: Counter,
     /// `ctxhost_scrape_errors_total`: scrapes whose store read failed.
     pub scrape_errors: Counter,
+    /// This process's own retries already added to `db_retries`.
+    db_retries_seen: AtomicU64,
 }
 
 impl Metrics {
@@ -214,11 +248,24 @@ impl Metrics {
             "Running tasks recovered after their process was lost (crash, lease expired, fenced)",
             recovered.clone(),
         );
-        let db_retries = Counter::default();
+        let db_retries = Family::<ProcessLabel, Counter>::default();
         r.register(
             "ctxhost_db_retries",
-            "Retries of database statements in this process",
+            "Retries of database statements, of this process (worker) and of the task processes it ran (task)",
             db_retries.clone(),
+        );
+        let component_calls = ComponentCalls::default();
+        r.register_with_unit(
+            "ctxhost_component_call_duration",
+            "Wall time of calls into components (plugins), by component and WIT function",
+            Unit::Seconds,
+            component_calls.clone(),
+        );
+        let spans_dropped = Counter::default();
+        r.register(
+            "ctxhost_otel_spans_dropped",
+            "Spans of task processes never exported to the OpenTelemetry collector",
+            spans_dropped.clone(),
         );
         let published = Counter::default();
         r.register(
@@ -253,6 +300,9 @@ impl Metrics {
             compressions,
             recovered,
             db_retries,
+            db_retries_seen: AtomicU64::new(0),
+            component_calls,
+            spans_dropped,
             published,
             publish_failures,
             scrape_errors,
@@ -282,14 +332,96 @@ impl Metrics {
 
     /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
-        // The store counts its retries itself (db sits below metrics); bring the counter up.
+        // The store counts its retries itself (db sits below metrics); add those since the
+        // last scrape.
         let retries = crate::db::retries();
+        let seen = self.db_retries_seen.swap(retries, Ordering::Relaxed);
         self.db_retries
-            .inc_by(retries.saturating_sub(self.db_retries.get()));
+            .get_or_create(&ProcessLabel::worker())
+            .inc_by(retries.saturating_sub(seen));
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// Label set `{plugin, function}` of component call times.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ComponentLabels {
+    /// The component's display name.
+    pub plugin: String,
+    /// The WIT function called (or `instantiation`).
+    pub function: String,
+}
+
+/// `ctxhost_component_call_duration_seconds`: a histogram family whose figures are this
+/// process's own calls ([`call_times::snapshot`], read at scrape time) plus those its task
+/// processes reported ([`ComponentCalls::merge`]); buckets [`call_times::BOUNDS`].
+#[derive(Clone, Debug, Default)]
+pub struct ComponentCalls {
+    reported: Arc<Mutex<CallTable>>,
+}
+
+impl ComponentCalls {
+    /// Add a task process's calls.
+    pub fn merge(&self, calls: &[CallTimes]) {
+        let mut table = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+        for c in calls {
+            table.merge(c);
+        }
+    }
+
+    /// Every entry now: the reported calls and this process's own.
+    pub fn table(&self) -> CallTable {
+        let mut table = self
+            .reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for c in call_times::snapshot() {
+            table.merge(&c);
+        }
+        table
+    }
+}
+
+impl prometheus_client::metrics::TypedMetric for ComponentCalls {
+    const TYPE: prometheus_client::metrics::MetricType =
+        prometheus_client::metrics::MetricType::Histogram;
+}
+
+impl prometheus_client::encoding::EncodeMetric for ComponentCalls {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        for c in self.table().entries() {
+            let labels = ComponentLabels {
+                plugin: c.plugin.clone(),
+                function: c.function.clone(),
+            };
+            // Upper bounds with their (non-cumulative) counts; f64::MAX is encoded `+Inf`.
+            let buckets: Vec<(f64, u64)> = call_times::BOUNDS
+                .iter()
+                .copied()
+                .chain(std::iter::once(f64::MAX))
+                .zip(c.buckets.iter().copied())
+                .collect();
+            encoder
+                .encode_family(&labels)?
+                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                    c.sum_seconds,
+                    c.count,
+                    &buckets,
+                    None,
+                )?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
     }
 }
 

@@ -21,6 +21,7 @@ use super::{Metrics, ModelLabel, StatusLabel, TokenLabels, ToolLabel, ToolLabels
 use crate::config::pricing::Pricing;
 use crate::db::TaskRow;
 use crate::layout::Layout;
+use crate::runtime::call_times::CallTimes;
 use crate::task_dir::TaskDir;
 
 /// The longest line read from llm_calls.jsonl or tools.jsonl (longer ones are skipped).
@@ -68,6 +69,60 @@ impl RunStart {
     /// Parse a printed line; `None` for anything else.
     pub fn parse(line: &str) -> Option<RunStart> {
         serde_json::from_str(line.trim()).ok()
+    }
+}
+
+/// What a task process says when it ends (after its spans were flushed): the figures only it
+/// knows, printed by `task-exec --next` as its last line (`{"run_end":{...}}`), read by the
+/// worker. A process that dies before it says leaves them uncounted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunEnd {
+    /// Retries of the process's database statements ([`crate::db::retries`]).
+    pub db_retries: u64,
+    /// Spans the process ended and never exported ([`crate::telemetry::SpanTally`]).
+    pub spans_dropped: u64,
+    /// The process's calls into components ([`crate::runtime::call_times`]).
+    pub component_calls: Vec<CallTimes>,
+}
+
+/// The line's wrapper, so it cannot be taken for another line.
+#[derive(Serialize, Deserialize)]
+struct RunEndLine {
+    run_end: RunEnd,
+}
+
+impl RunEnd {
+    /// This process's figures now, with `spans` (`None`: traces off).
+    pub fn of_this_process(spans: Option<crate::telemetry::SpanTally>) -> RunEnd {
+        RunEnd {
+            db_retries: crate::db::retries(),
+            spans_dropped: spans.map_or(0, |t| t.dropped()),
+            component_calls: crate::runtime::call_times::snapshot(),
+        }
+    }
+
+    /// The line printed (JSON, no newline).
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(&RunEndLine {
+            run_end: self.clone(),
+        })
+        .unwrap_or_default()
+    }
+
+    /// Parse a printed line; `None` for anything else.
+    pub fn parse(line: &str) -> Option<RunEnd> {
+        serde_json::from_str::<RunEndLine>(line.trim())
+            .ok()
+            .map(|l| l.run_end)
+    }
+
+    /// Add these figures to `m`.
+    pub fn account(&self, m: &Metrics) {
+        m.db_retries
+            .get_or_create(&super::ProcessLabel::task())
+            .inc_by(self.db_retries);
+        m.spans_dropped.inc_by(self.spans_dropped);
+        m.component_calls.merge(&self.component_calls);
     }
 }
 
@@ -206,6 +261,55 @@ mod tests {
     use crate::layout::DirState;
 
     const U: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+
+    /// What task processes say at their end adds up: their database retries apart from the
+    /// scraped process's, their lost spans, their component call times merged by component
+    /// and function into one histogram each.
+    #[test]
+    fn the_ends_of_runs_add_up() {
+        let line = RunEnd {
+            db_retries: 2,
+            spans_dropped: 5,
+            component_calls: vec![CallTimes {
+                // Not a component this test process runs (its own calls are merged too).
+                plugin: "fixture:ends".into(),
+                function: "write-request".into(),
+                count: 3,
+                sum_seconds: 0.5,
+                buckets: vec![1, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0],
+            }],
+        }
+        .to_line();
+        assert!(line.starts_with(r#"{"run_end":"#), "{line}");
+        assert_eq!(RunStart::parse(&line), None);
+        let end = RunEnd::parse(&line).unwrap();
+        assert_eq!(RunEnd::parse("0193a4b2"), None);
+        let m = Metrics::new();
+        end.account(&m);
+        end.account(&m);
+        let text = m.encode();
+        let has = |line: &str| assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        has(r#"ctxhost_db_retries_total{process="task"} 4"#);
+        has(r#"ctxhost_otel_spans_dropped_total 10"#);
+        has("# TYPE ctxhost_component_call_duration_seconds histogram");
+        has("# UNIT ctxhost_component_call_duration_seconds seconds");
+        let series = r#"plugin="fixture:ends",function="write-request""#;
+        has(&format!(
+            "ctxhost_component_call_duration_seconds_count{{{series}}} 6"
+        ));
+        has(&format!(
+            "ctxhost_component_call_duration_seconds_sum{{{series}}} 1.0"
+        ));
+        has(&format!(
+            "ctxhost_component_call_duration_seconds_bucket{{le=\"0.0001\",{series}}} 2"
+        ));
+        has(&format!(
+            "ctxhost_component_call_duration_seconds_bucket{{le=\"0.4096\",{series}}} 6"
+        ));
+        has(&format!(
+            "ctxhost_component_call_duration_seconds_bucket{{le=\"+Inf\",{series}}} 6"
+        ));
+    }
 
     /// A resumed run: the row's growth since the claim is counted, and only the file lines
     /// stamped at or after the claim (the earlier run's are not counted twice).

@@ -20,6 +20,7 @@
 
 mod builtin;
 pub mod cache;
+pub mod call_times;
 mod compressor;
 mod epoch;
 mod error;

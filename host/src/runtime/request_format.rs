@@ -112,7 +112,13 @@ impl RequestFormat {
                 sandbox.plugin_result("read-response", r)
             }
         }?;
-        Ok(bounded_usage(reply, self.sandbox.name()))
+        let mut reply = bounded_usage(reply, self.sandbox.name());
+        // The provider's text: a name, escaped and bounded; an empty one is none.
+        reply.model = reply
+            .model
+            .filter(|m| !m.trim().is_empty())
+            .map(|m| crate::untrusted::name(&m).into_owned());
+        Ok(reply)
     }
 }
 
@@ -156,6 +162,7 @@ mod tests {
             message: ChatMessage::text("assistant", "hi"),
             usage: Some(huge),
             finish_reason: None,
+            model: None,
         };
         let u = bounded_usage(reply, "test").usage.unwrap();
         assert_eq!(

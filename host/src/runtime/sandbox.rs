@@ -363,7 +363,9 @@ impl Sandbox {
         }
         // The epoch callback runs at the next tick and then at every tick.
         self.store.set_epoch_deadline(1);
+        let started = std::time::Instant::now();
         let result = f(&mut self.store);
+        super::call_times::record(&self.name, function, started.elapsed());
         let state = self.store.data_mut();
         state.stdout.flush_partial();
         state.stderr.flush_partial();

@@ -182,6 +182,8 @@ pub struct Reply {
     pub usage: Option<Usage>,
     /// Why the model stopped (`stop`, `tool_calls`, `length`, ...), if given.
     pub finish_reason: Option<String>,
+    /// The model that answered, as the reply names it, if it does (WIT 0.3.0 formats).
+    pub model: Option<String>,
 }
 
 /// Compression settings from the task's config (WIT `compress-config`).

@@ -1,7 +1,7 @@
 //! The spans of a task's work, named and attributed per the OpenTelemetry GenAI semantic
 //! conventions (<https://opentelemetry.io/docs/specs/semconv/gen-ai/>): `chat {model}` per
 //! LLM call, `execute_tool {name}` per tool call, and ctxhost's own `compress` and
-//! `strategy {hook}` spans.
+//! `strategy {hook}` spans (the compressor's and the strategy's LLM calls are their children).
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanKind;
@@ -91,32 +91,73 @@ pub fn tool(name: &str, id: &str) -> Span {
     )
 }
 
-/// A compression of the context that was installed, begun at `started` and ended now:
-/// tokens of the context before and after (estimates), the summary's id when one was made.
-/// (Recorded once its outcome is known, so the checks that found nothing to do leave no
-/// span; the compressor's LLM calls are its siblings.)
-pub fn compression(
-    started: std::time::SystemTime,
-    tokens_before: u64,
-    tokens_after: u64,
-    summary_id: Option<u64>,
-    after_overflow: bool,
-) {
-    let mut attributes = vec![
-        KeyValue::new(
-            "ctxhost.compression.tokens_before",
-            saturating(tokens_before),
-        ),
-        KeyValue::new("ctxhost.compression.tokens_after", saturating(tokens_after)),
-        KeyValue::new("ctxhost.compression.after_overflow", after_overflow),
-    ];
-    if let Some(id) = summary_id {
-        attributes.push(KeyValue::new(
-            "ctxhost.compression.summary_id",
-            saturating(id),
-        ));
+/// A compression of the context, current from the moment the compressor is asked to compress
+/// until the new context is installed or rejected: the compressor's own LLM calls are its
+/// children. Started only when a compression is due (the checks that find nothing to do leave
+/// no span); ended when dropped.
+#[derive(Debug)]
+pub struct Compression {
+    span: super::RunSpan,
+}
+
+impl Compression {
+    /// `compress` by component `compressor` of a context of `tokens_before` estimated tokens
+    /// in `messages_before` messages (`None`: not counted); `after_overflow`: the provider said
+    /// the context was too long.
+    pub fn start(
+        compressor: &str,
+        tokens_before: u64,
+        messages_before: Option<u64>,
+        after_overflow: bool,
+    ) -> Compression {
+        let mut attributes = vec![
+            KeyValue::new("ctxhost.compression.component", compressor.to_string()),
+            KeyValue::new(
+                "ctxhost.compression.tokens_before",
+                saturating(tokens_before),
+            ),
+            KeyValue::new("ctxhost.compression.after_overflow", after_overflow),
+        ];
+        if let Some(n) = messages_before {
+            attributes.push(KeyValue::new(
+                "ctxhost.compression.messages_before",
+                saturating(n),
+            ));
+        }
+        Compression {
+            span: super::RunSpan::start(
+                &opentelemetry::Context::current(),
+                "compress".to_string(),
+                attributes,
+            ),
+        }
     }
-    let _span = Span::start_at("compress".to_string(), started, attributes);
+
+    /// The new context was installed: its tokens (estimate) and messages, the summary's id
+    /// when one was made.
+    pub fn installed(&self, tokens_after: u64, messages_after: u64, summary_id: Option<u64>) {
+        self.span.set(KeyValue::new(
+            "ctxhost.compression.tokens_after",
+            saturating(tokens_after),
+        ));
+        self.span.set(KeyValue::new(
+            "ctxhost.compression.messages_after",
+            saturating(messages_after),
+        ));
+        if let Some(id) = summary_id {
+            self.span.set(KeyValue::new(
+                "ctxhost.compression.summary_id",
+                saturating(id),
+            ));
+        }
+    }
+
+    /// The compression failed (`error_type`: a short class); the context was left as it was.
+    pub fn fail(&self, error_type: &str) {
+        self.span
+            .set(KeyValue::new("error.type", error_type.to_string()));
+        self.span.fail("the compression failed");
+    }
 }
 
 /// A tool call's result: `ctxhost.tool.status` (`success`, `error`), an error status when it

@@ -3,8 +3,10 @@
 //!
 //! Exported over OTLP/HTTP with protobuf ([`http`]) through a batch span processor with a
 //! bounded queue (`OTEL_BSP_*`; spans beyond it are dropped, never waited for), flushed when
-//! the process ends within [`FLUSH_TIMEOUT`]: an unreachable collector costs a task at most
-//! that. The span names and attributes follow the GenAI semantic conventions ([`genai`]).
+//! the process ends within [`FLUSH_TIMEOUT`], and not waited for at all once the collector is
+//! known to be down ([`probe`]: an empty export when traces are set up, then each export's
+//! outcome). Spans that never reached the collector are counted ([`SpanTally`]): logged when the
+//! process ends, and a task process's sent to its worker for `ctxhost_otel_spans_dropped_total`. The span names and attributes follow the GenAI semantic conventions ([`genai`]).
 //!
 //! Variables: `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (on),
 //! `OTEL_SDK_DISABLED=true` (off whatever else is set), `OTEL_SERVICE_NAME` (default
@@ -13,14 +15,18 @@
 
 pub mod genai;
 pub mod http;
+pub mod probe;
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use opentelemetry::trace::{Span as _, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue, global};
+use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter, SpanProcessor};
 
 /// The variable a task process reads its parent's trace context from (W3C `traceparent`).
 pub const TRACEPARENT: &str = "TRACEPARENT";
@@ -46,18 +52,144 @@ pub fn capture_content() -> bool {
         .is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
-/// The installed exporter; its spans are flushed when it is dropped (within
-/// [`FLUSH_TIMEOUT`]).
+/// The installed exporter; its spans are flushed when it is dropped or [`Telemetry::finish`]ed
+/// (within [`FLUSH_TIMEOUT`]).
 #[derive(Debug)]
 pub struct Telemetry {
     provider: SdkTracerProvider,
+    tally: Arc<Tally>,
+    finished: bool,
+}
+
+/// What became of this process's spans: ended (handed to the export queue) and exported
+/// (accepted by the collector). The rest were dropped: the queue was full, the collector
+/// refused, failed or did not answer in time, or the flush at the end ran out of time.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SpanTally {
+    /// Spans ended.
+    pub ended: u64,
+    /// Spans the collector accepted.
+    pub exported: u64,
+}
+
+impl SpanTally {
+    /// Spans ended and never exported.
+    pub fn dropped(&self) -> u64 {
+        self.ended.saturating_sub(self.exported)
+    }
+}
+
+/// The counts behind [`SpanTally`], kept by [`Counting`] and [`CountingExporter`], and what is
+/// known of the collector ([`probe`]).
+#[derive(Debug, Default)]
+struct Tally {
+    ended: AtomicU64,
+    exported: AtomicU64,
+    collector: probe::Collector,
+}
+
+impl Telemetry {
+    /// Flush the last spans (within [`FLUSH_TIMEOUT`]) and say what became of this process's
+    /// spans; spans not exported are logged (a warning, with the count).
+    pub fn finish(mut self) -> SpanTally {
+        self.flush()
+    }
+
+    fn flush(&mut self) -> SpanTally {
+        if !self.finished {
+            self.finished = true;
+            // A collector known to be down is not waited for (its spans are lost either way);
+            // one not known yet gets the rest of the time once the probe has said.
+            let deadline = std::time::Instant::now() + FLUSH_TIMEOUT;
+            let wait = match self.tally.collector.settle(deadline) {
+                probe::Reach::Down => Duration::ZERO,
+                _ => deadline.saturating_duration_since(std::time::Instant::now()),
+            };
+            if let Err(e) = self.provider.shutdown_with_timeout(wait) {
+                tracing::debug!("OpenTelemetry: the last spans were not all exported: {e}");
+            }
+        }
+        let tally = SpanTally {
+            ended: self.tally.ended.load(Ordering::Relaxed),
+            exported: self.tally.exported.load(Ordering::Relaxed),
+        };
+        if tally.dropped() > 0 {
+            tracing::warn!(
+                spans_dropped = tally.dropped(),
+                spans = tally.ended,
+                "OpenTelemetry: {} of {} spans were not exported (the collector refused them, was unreachable or too slow, or the queue of OTEL_BSP_MAX_QUEUE_SIZE spans was full)",
+                tally.dropped(),
+                tally.ended
+            );
+        }
+        tally
+    }
 }
 
 impl Drop for Telemetry {
     fn drop(&mut self) {
-        if let Err(e) = self.provider.shutdown_with_timeout(FLUSH_TIMEOUT) {
-            tracing::debug!("OpenTelemetry: the last spans were not all exported: {e}");
+        self.flush();
+    }
+}
+
+/// The batch span processor, counting the spans that end ([`Tally::ended`]).
+#[derive(Debug)]
+struct Counting<P> {
+    inner: P,
+    tally: Arc<Tally>,
+}
+
+impl<P: SpanProcessor> SpanProcessor for Counting<P> {
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &Context) {
+        self.inner.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        self.tally.ended.fetch_add(1, Ordering::Relaxed);
+        self.inner.on_end(span);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// The OTLP exporter, counting the spans the collector accepted ([`Tally::exported`]).
+#[derive(Debug)]
+struct CountingExporter<E> {
+    inner: E,
+    tally: Arc<Tally>,
+}
+
+impl<E: SpanExporter> SpanExporter for CountingExporter<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let n = batch.len() as u64;
+        let result = self.inner.export(batch).await;
+        if result.is_ok() {
+            self.tally.exported.fetch_add(n, Ordering::Relaxed);
         }
+        self.tally.collector.exported(result.is_ok());
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
     }
 }
 
@@ -90,14 +222,29 @@ pub fn init() -> Option<Telemetry> {
             .with_service_name(SCOPE)
             .build();
     }
-    let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter).build();
+    let tally = Arc::new(Tally::default());
+    if let Some(url) = probe::traces_url() {
+        tally.collector.probe(url, probe::headers());
+    }
+    let exporter = CountingExporter {
+        inner: exporter,
+        tally: tally.clone(),
+    };
+    let processor = Counting {
+        inner: opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter).build(),
+        tally: tally.clone(),
+    };
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_resource(resource)
         .build();
     global::set_tracer_provider(provider.clone());
     tracing::debug!("OpenTelemetry traces exported over OTLP/HTTP");
-    Some(Telemetry { provider })
+    Some(Telemetry {
+        provider,
+        tally,
+        finished: false,
+    })
 }
 
 /// A span of this process, ended when dropped.
@@ -117,21 +264,6 @@ impl Span {
         let span = tracer
             .span_builder(name)
             .with_kind(kind)
-            .with_attributes(attributes)
-            .start(&tracer);
-        Span { span }
-    }
-
-    /// Start internal span `name` begun at `started` (its outcome known only now).
-    pub fn start_at(
-        name: String,
-        started: std::time::SystemTime,
-        attributes: Vec<KeyValue>,
-    ) -> Span {
-        let tracer = global::tracer(SCOPE);
-        let span = tracer
-            .span_builder(name)
-            .with_start_time(started)
             .with_attributes(attributes)
             .start(&tracer);
         Span { span }

@@ -25,7 +25,8 @@
 //!   the API's checks, with usage from a prompt-cache accounting
 //!   ([`super::anthropic_api`]; a signed thinking block first when the request turns thinking
 //!   on); every other path gets OpenAI's chat completion shape
-//!   (`{"id","object":"chat.completion","choices":[{"message":{..},"finish_reason"}],"usage"}`).
+//!   (`{"id","object":"chat.completion","model","choices":[{"message":{..},"finish_reason"}],"usage"}`,
+//!   `model` a dated version of the one asked for: [`answering_model`]).
 //! - `/v1/chat/completions` requests are checked as a strict OpenAI-compatible gateway checks
 //!   them ([`super::openai_api::check_request`]: no field a message's role does not define,
 //!   e.g. `name` on a tool message); a refused one gets a 400 and is counted in
@@ -712,15 +713,22 @@ fn ollama_lines(reply: &Reply, req: &RecordedRequest) -> Option<Vec<String>> {
 /// the content a few characters at a time or each tool call in fragments, the finish reason,
 /// the usage chunk when the request's `stream_options.include_usage`, `[DONE]`. `None` for a
 /// reply without a message.
+/// The model an OpenAI-shaped reply names: a dated version of the one asked for, as OpenAI
+/// answers `gpt-4o` with `gpt-4o-2024-08-06`.
+pub fn answering_model(requested: &str) -> String {
+    format!("{requested}-2026-12-01")
+}
+
 fn sse_events(reply: &Reply, req: &RecordedRequest) -> Option<Vec<String>> {
     let (reasoning, reply) = match reply {
         Reply::Reasoning { text, inner } => (Some(text.as_str()), &**inner),
         other => (None, other),
     };
     let id = format!("chatcmpl-fake-{}", req.index);
+    let model = answering_model(req.body["model"].as_str().unwrap_or("fake-model"));
     let chunk = |delta: Value, finish: Value| {
         json!({"id": id, "object": "chat.completion.chunk", "created": 1_735_689_600u64,
-            "model": "fake-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
         .to_string()
     };
     let mut events = vec![chunk(
@@ -916,7 +924,7 @@ fn completion(
             "id": format!("chatcmpl-fake-{index}"),
             "object": "chat.completion",
             "created": 1_735_689_600u64,
-            "model": model,
+            "model": answering_model(model),
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         });
         if let Some((p, c)) = usage {

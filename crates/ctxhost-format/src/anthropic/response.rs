@@ -56,6 +56,8 @@ pub struct ParsedReply {
     pub usage: Option<AnthropicUsage>,
     /// `stop_reason` as an OpenAI `finish_reason` ([`finish_reason`]).
     pub finish_reason: Option<String>,
+    /// `model`: the model that answered.
+    pub model: Option<String>,
     /// What was wrong with the `usage` (counts that are not token counts, counted as 0; a
     /// `usage` that is not an object, ignored), for the log: the reply is used all the same.
     pub usage_warning: Option<String>,
@@ -128,6 +130,10 @@ pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
             .get("stop_reason")
             .and_then(Value::as_str)
             .map(finish_reason),
+        model: body
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         usage_warning,
         dropped_reasoning: 0,
     })

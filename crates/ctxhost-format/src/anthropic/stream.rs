@@ -4,8 +4,8 @@
 //! The stream (Anthropic's "Streaming Messages"): lines `event: <name>` and `data: <json>`, an
 //! event ending at a blank line; the JSON's `type` names the event, so the `event:` lines are
 //! not needed:
-//! - `message_start` `{"message":{"role","usage":{...}}}`: the role and the first usage
-//!   (input and cache counts);
+//! - `message_start` `{"message":{"role","model","usage":{...}}}`: the role, the model that
+//!   answers and the first usage (input and cache counts);
 //! - `content_block_start` `{"index","content_block":{...}}`: a block begins: `text`,
 //!   `tool_use` `{"id","name","input":{}}`, `thinking` `{"thinking":"","signature":""}`,
 //!   `redacted_thinking` `{"data"}` (whole);
@@ -71,6 +71,7 @@ pub struct AnthropicStream {
     usage_seen: bool,
     usage_bad: Option<String>,
     stop_reason: Option<String>,
+    model: Option<String>,
     stopped: bool,
     lines: u64,
 }
@@ -119,6 +120,9 @@ impl AnthropicStream {
         match kind {
             "message_start" => {
                 let message = event.get("message").unwrap_or(&Value::Null);
+                if let Some(m) = message.get("model").and_then(Value::as_str) {
+                    self.model = Some(m.to_string());
+                }
                 if let Some(r) = message.get("role").and_then(Value::as_str) {
                     self.role = Some(r.to_string());
                 }
@@ -331,6 +335,7 @@ impl AnthropicStream {
             message,
             usage,
             finish_reason: self.stop_reason.as_deref().map(finish_reason),
+            model: self.model,
             usage_warning,
             dropped_reasoning: dropped,
         })
@@ -425,6 +430,11 @@ mod tests {
             ]
         );
         assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(
+            r.model.as_deref(),
+            Some("claude-x"),
+            "message_start's model"
+        );
         assert_eq!(
             r.usage,
             Some(AnthropicUsage {

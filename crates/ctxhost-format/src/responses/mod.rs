@@ -51,6 +51,8 @@ pub struct Folded {
     pub finish_reason: String,
     /// The response's `usage` object, if any (read with [`ResponsesUsage`]).
     pub usage: Option<serde_json::Value>,
+    /// The response's `model`: the model that answered.
+    pub model: Option<String>,
 }
 
 /// A `function_call` output item: `{"type":"function_call","call_id","name","arguments"}`.

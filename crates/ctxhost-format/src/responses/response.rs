@@ -25,6 +25,8 @@ struct ResponseIn<'a> {
     output: Option<Vec<&'a RawValue>>,
     #[serde(default)]
     usage: Option<Value>,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 /// `incomplete_details`.
@@ -103,6 +105,7 @@ pub fn parse_response(body: &str) -> Result<Folded, String> {
         !folded.calls.is_empty(),
     )?;
     folded.usage = r.usage.filter(|u| !u.is_null());
+    folded.model = r.model;
     Ok(folded)
 }
 

@@ -52,6 +52,7 @@ struct End {
     status: Option<String>,
     incomplete_reason: Option<String>,
     usage: Option<Value>,
+    model: Option<String>,
     /// The whole response's reply, when the stream had no item events.
     whole: Option<Folded>,
 }
@@ -103,6 +104,8 @@ struct EndIn {
     incomplete_details: Option<Incomplete>,
     #[serde(default)]
     usage: Option<Value>,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 impl ResponsesStream {
@@ -199,6 +202,7 @@ impl ResponsesStream {
                     status: end.status,
                     incomplete_reason: end.incomplete_details.and_then(|d| d.reason),
                     usage: end.usage.filter(|u| !u.is_null()),
+                    model: end.model,
                     whole,
                 });
             }
@@ -287,6 +291,7 @@ impl ResponsesStream {
         };
         if let Some(mut whole) = end.whole {
             whole.usage = whole.usage.or(end.usage);
+            whole.model = whole.model.or(end.model);
             return Ok(whole);
         }
         let mut folded = Folded::default();
@@ -317,6 +322,7 @@ impl ResponsesStream {
             !folded.calls.is_empty(),
         )?;
         folded.usage = end.usage;
+        folded.model = end.model;
         Ok(folded)
     }
 }
@@ -398,10 +404,11 @@ mod tests {
             r#"data: {"type":"response.function_call_arguments.delta","item_id":"fc_1","delta":"th\":1}"}"#,
             r#"data: {"type":"response.output_item.done","item":{"id":"msg_1","type":"message","content":[{"type":"output_text","text":"I did it."}]}}"#,
             r#"data: {"type":"response.output_item.done","item":{"id":"fc_1","type":"function_call","call_id":"call_1","name":"read","arguments":"{\"path\":1}"}}"#,
-            r#"data: {"type":"response.completed","response":{"id":"resp_1","status":"completed","output":[]}}"#,
+            r#"data: {"type":"response.completed","response":{"id":"resp_1","model":"gpt-5-2025-08-07","status":"completed","output":[]}}"#,
         ])
         .unwrap();
         assert_eq!(f.content.as_deref(), Some("I did it."));
+        assert_eq!(f.model.as_deref(), Some("gpt-5-2025-08-07"));
         assert_eq!(
             f.calls,
             vec![FunctionCallItem {

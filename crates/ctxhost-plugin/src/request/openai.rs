@@ -1,7 +1,7 @@
 //! `read-response` of the OpenAI chat-completions API (`builtin:openai-chat`, and the reply
 //! of `builtin:prompted-tools`): a response body → reply.
 //!
-//! Accepts `{"choices":[{"message":{"role","content","tool_calls"?},"finish_reason"?}],
+//! Accepts `{"model"?,"choices":[{"message":{"role","content","tool_calls"?},"finish_reason"?}],
 //! "usage"?:{"prompt_tokens","completion_tokens","total_tokens",
 //! "prompt_tokens_details"?:{"cached_tokens"?}}}` (`cached_tokens`, the prompt tokens served from
 //! OpenAI's prompt cache, becomes `cache-read-tokens`; `completion_tokens_details.reasoning_tokens`
@@ -33,6 +33,9 @@ struct Response {
     /// Read as [`UsageIn`] apart, so a malformed one cannot fail the reply.
     #[serde(default)]
     usage: Option<Value>,
+    /// The model that answered; read when a string.
+    #[serde(default)]
+    model: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -119,6 +122,10 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
         message: super::to_wit(message),
         usage,
         finish_reason: choice.finish_reason,
+        model: match response.model {
+            Some(Value::String(m)) => Some(m),
+            _ => None,
+        },
     })
 }
 
@@ -158,6 +165,7 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
         message: super::to_wit(message),
         usage: r.usage.and_then(|u| usage_of(file, u)),
         finish_reason: r.finish_reason,
+        model: r.model,
     })
 }
 

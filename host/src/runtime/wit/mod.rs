@@ -34,7 +34,7 @@ pub enum WitVersion {
     V0_2_0,
     /// `ctxhost:plugin@0.3.0`: `chat-message.is-error` and `reasoning`,
     /// `usage.reasoning-tokens`, `request-config.stream-reply` and `reasoning`, `read-response`'s
-    /// `streamed`, the `history` import of compressors and strategies.
+    /// `streamed`, `reply.model`, the `history` import of compressors and strategies.
     V0_3_0,
 }
 
@@ -129,7 +129,7 @@ fn major_minor(version: &str) -> Option<(u64, u64)> {
 
 /// The parts of the shim that are the same in every supported version, because the WIT
 /// records and interfaces they convert did not change: plugin errors, store stats, added
-/// messages, request info, reply, completion, and the host side of the `types`, `log` and
+/// messages, request info, completion, and the host side of the `types`, `log` and
 /// `llm` imports. A version module brings its generated modules into scope as `wit_types`,
 /// `wit_log`, `wit_llm`, `wit_store`, `wit_format` and `wit_compressor`, implements `From` for
 /// `usage` in both directions and for `compress-config` (both changed in 0.2.0), for
@@ -187,16 +187,6 @@ macro_rules! unchanged_conversions {
                     endpoint_path: i.endpoint_path,
                     bytes: i.bytes,
                     messages: i.messages,
-                }
-            }
-        }
-
-        impl From<wit_format::Reply> for $crate::runtime::Reply {
-            fn from(r: wit_format::Reply) -> Self {
-                $crate::runtime::Reply {
-                    message: r.message.into(),
-                    usage: r.usage.map(Into::into),
-                    finish_reason: r.finish_reason,
                 }
             }
         }

@@ -67,6 +67,18 @@ use crate::runtime::types::{CompressResult, SummaryInfo, Usage};
 use crate::task_dir::TaskDir;
 
 super::unchanged_conversions!();
+
+/// A format's reply (`model` is new in 0.3.0: none before).
+impl From<wit_format::Reply> for crate::runtime::Reply {
+    fn from(r: wit_format::Reply) -> Self {
+        crate::runtime::Reply {
+            message: r.message.into(),
+            usage: r.usage.map(Into::into),
+            finish_reason: r.finish_reason,
+            model: None,
+        }
+    }
+}
 super::chat_message_conversions!();
 
 impl From<&crate::runtime::RequestConfig> for wit_format::RequestConfig {

@@ -80,6 +80,18 @@ use crate::runtime::types::{
 
 super::unchanged_conversions!();
 
+/// A format's reply (with `model`, new in 0.3.0).
+impl From<wit_format::Reply> for crate::runtime::Reply {
+    fn from(r: wit_format::Reply) -> Self {
+        crate::runtime::Reply {
+            message: r.message.into(),
+            usage: r.usage.map(Into::into),
+            finish_reason: r.finish_reason,
+            model: r.model,
+        }
+    }
+}
+
 impl From<&ctxhost_format::ChatMessage> for wit_types::ChatMessage {
     fn from(m: &ctxhost_format::ChatMessage) -> Self {
         wit_types::ChatMessage {

@@ -79,6 +79,8 @@ impl Guest for Format {
                 ..request::usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
             }),
             finish_reason: choice.finish_reason,
+            // The model that answered, as the provider names it.
+            model: response.model,
         })
     }
 }
@@ -89,6 +91,8 @@ struct Response {
     choices: Vec<Choice>,
     #[serde(default)]
     usage: Option<UsageIn>,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 #[derive(Deserialize)]
