@@ -270,3 +270,39 @@ fn a_format_that_writes_an_unstreamed_request_is_read_unstreamed_without_a_note(
     let dir = env.contexts().join("completed").join(&uuid);
     assert!(!dir.join("reply.stream").exists(), "not read as a stream");
 }
+
+/// The retry of a cut stream is decided by the request format's typed answer (WIT 0.3.0
+/// `plugin-error.stream-cut`), not by the words of an error: the hostile-format fixture
+/// declares a whole stream cut, with a text that never says "cut off", and the host sends the
+/// request again whole and keeps the stream it refused in `failed-streams/`.
+#[test]
+fn a_format_answering_stream_cut_gets_the_request_sent_again_and_the_partial_kept() {
+    let llm = FakeLlm::start(vec![
+        Reply::text("Refused by the format.", Some((5, 5))),
+        Reply::text("Whole.", Some((10, 2))),
+    ]);
+    let env = TestEnv::new();
+    let format = std::path::Path::new(env!("CTXHOST_GUEST_DIR")).join("hostile_format.wasm");
+    env.write_config(&format!(
+        "{}\nplugins:\n  request_format: \"{}\"\n",
+        config_yaml(&llm.base_url(), "openai", ""),
+        format.display()
+    ));
+    env.ctxhost(&["init"]).ok();
+    let uuid = env.submit("HOSTILE stream-cut=1\nAnswer");
+    run_once(&env);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(llm.request_count(), 2, "sent again once");
+    assert_eq!(r["total_tokens"], 12, "only the kept reply's usage counts");
+    let dir = env.contexts().join("completed").join(&uuid);
+    let replies: Vec<_> = read_jsonl(&dir.join("messages.jsonl"))
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(replies, ["Whole."]);
+    let failed = std::fs::read_to_string(dir.join("failed-streams/1.stream")).unwrap();
+    assert!(failed.contains("Refu"), "{failed}");
+    assert!(!dir.join("failed-streams/2.stream").exists());
+}

@@ -67,6 +67,7 @@ use crate::runtime::types::{CompressResult, SummaryInfo, Usage};
 use crate::task_dir::TaskDir;
 
 super::unchanged_conversions!();
+super::plugin_error_before_0_3_0!();
 super::chat_message_conversions!();
 
 impl From<&crate::runtime::RequestConfig> for wit_format::RequestConfig {

@@ -77,6 +77,7 @@ use crate::runtime::types::{
 };
 
 super::unchanged_conversions!();
+super::plugin_error_before_0_3_0!();
 super::chat_message_conversions!();
 
 impl From<&crate::runtime::RequestConfig> for wit_format::RequestConfig {
