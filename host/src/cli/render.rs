@@ -266,6 +266,17 @@ impl Render {
                 self.streamed.push_str(text);
                 self.streaming = true;
             }
+            Event::StreamBroken { bytes, kept } => {
+                // The line that streamed was ended above; what streams next starts afresh.
+                let line = format!(
+                    "[stream broken off after {} bytes: the text above is discarded; kept in {}]",
+                    thousands(*bytes as i64),
+                    terminal(kept)
+                );
+                writeln!(out, "{}", self.paint("33", &line))?;
+                self.streamed.clear();
+                self.streamed_reasoning.clear();
+            }
             Event::ReasoningDelta { text } => {
                 if !self.streaming_reasoning && self.streamed_reasoning.is_empty() {
                     write!(out, "{} ", self.paint("2;3", "thinking:"))?;
@@ -456,6 +467,46 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "LLM call 1 failed: POST http://h/v1/chat/completions: refused\n"
         );
+    }
+
+    /// F11: the text of a stream that broke off is followed by a marker, and the retry's text
+    /// starts on a line of its own; its message then prints nothing again.
+    #[test]
+    fn a_broken_stream_is_marked_and_the_retry_starts_afresh() {
+        let mut r = Render::text(false);
+        r.colour = false;
+        let mut out = Vec::new();
+        for e in [
+            Event::ReplyDelta {
+                text: "partial ans".into(),
+            },
+            Event::StreamBroken {
+                bytes: 1234,
+                kept: "failed-streams/1.stream".into(),
+            },
+            Event::ReplyDelta {
+                text: "Whole ".into(),
+            },
+            Event::ReplyDelta {
+                text: "answer.".into(),
+            },
+            Event::Reply {
+                seq: 3,
+                text: "Whole answer.".into(),
+                is_final: true,
+            },
+        ] {
+            r.write_event(&mut out, &e).unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            concat!(
+                "partial ans\n",
+                "[stream broken off after 1,234 bytes: the text above is discarded; kept in failed-streams/1.stream]\n",
+                "Whole answer.\n"
+            )
+        );
+        assert_eq!(r.answer_shown.as_deref(), Some("Whole answer."));
     }
 
     #[test]

@@ -7,13 +7,15 @@
 //! and byte offsets stay valid across a rename.
 //!
 //! Only whole lines are read (a line being written is read at the next look); a line that
-//! does not parse is reported as a [`Event::Note`] and skipped, never fatal.
+//! does not parse is reported as a [`Event::Note`] and skipped, never fatal. A stream whose
+//! text was shown and that then broke off (moved to `failed-streams/`, the request sent again)
+//! is followed by [`Event::StreamBroken`], so the retry's text is not read as its continuation.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use ctxhost_format::files::{LLM_CALLS, MESSAGES, SUMMARIES, TOOLS};
+use ctxhost_format::files::{FAILED_STREAMS_DIR, LLM_CALLS, MESSAGES, SUMMARIES, TOOLS};
 use ctxhost_format::{CallLogLine, HistoryLine, SummaryLine, ToolLine, ToolStatus};
 use serde::Serialize;
 
@@ -59,6 +61,16 @@ pub enum Event {
     ReplyDelta {
         /// The new text.
         text: String,
+    },
+    /// The stream whose text was shown since the last reply broke off (cut, stalled, or
+    /// unreadable) and was moved to `kept`: that text is discarded, and what streams next is
+    /// the request sent again (or the call's failure):
+    /// `{"event":"stream_broken","bytes","kept"}`.
+    StreamBroken {
+        /// Bytes of the broken stream.
+        bytes: u64,
+        /// Where it is kept, relative to the task directory: `failed-streams/{n}.stream`.
+        kept: String,
     },
     /// Reasoning text of the reply being streamed (`reasoning_content`, Anthropic's
     /// `thinking`), as it arrives: `{"event":"reasoning_delta","text"}`.
@@ -246,6 +258,44 @@ pub fn reply_in_flight(dir: &TaskDir) -> bool {
     }
 }
 
+/// A stream of the task that broke off (or came whole but could not be read), kept as
+/// `failed-streams/{n}.stream` ([`crate::llm::keep_failed_stream`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokenStream {
+    /// Its number, from 1 (the order the task's streams broke in).
+    pub n: u64,
+    /// Its size, bytes.
+    pub bytes: u64,
+    /// When it was last written (when it broke off), if the file system says.
+    pub modified: Option<SystemTime>,
+}
+
+impl BrokenStream {
+    /// Its path relative to the task directory: `failed-streams/{n}.stream`.
+    pub fn kept(&self) -> String {
+        format!("{FAILED_STREAMS_DIR}/{}.stream", self.n)
+    }
+}
+
+/// The broken streams kept in `dir`'s `failed-streams/`, by number (none when the folder is
+/// missing; other names are left out). Errors: the folder cannot be read.
+pub fn broken_streams(dir: &TaskDir) -> std::io::Result<Vec<BrokenStream>> {
+    let mut out: Vec<BrokenStream> = dir
+        .entries(Some(FAILED_STREAMS_DIR))?
+        .into_iter()
+        .filter(|(_, m)| m.is_file())
+        .filter_map(|(name, m)| {
+            Some(BrokenStream {
+                n: name.strip_suffix(".stream")?.parse().ok()?,
+                bytes: m.len(),
+                modified: m.modified().ok().map(|t| t.into_std()),
+            })
+        })
+        .collect();
+    out.sort_by_key(|b| b.n);
+    Ok(out)
+}
+
 /// The reply being streamed in `dir`, as far as it arrived (see [`partial_reply`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartialReply {
@@ -259,6 +309,9 @@ pub struct PartialReply {
     pub reasoning_cut: usize,
     /// Size of reply.stream, bytes.
     pub bytes: u64,
+    /// The stream this one restarts: the last that broke off after the last recorded message
+    /// (so during this call), if any.
+    pub restarts: Option<BrokenStream>,
 }
 
 /// The reply in flight in `dir` ([`reply_in_flight`]), read line by line from reply.stream
@@ -272,8 +325,15 @@ pub fn partial_reply(dir: &TaskDir, max_chars: usize) -> std::io::Result<Option<
     let Some(f) = dir.open_read_if_exists(REPLY_STREAM)? else {
         return Ok(None);
     };
+    let messages_written = dir
+        .metadata(MESSAGES)?
+        .and_then(|m| m.modified().ok())
+        .map_or(SystemTime::UNIX_EPOCH, |t| t.into_std());
     let mut out = PartialReply {
         bytes: f.metadata()?.len(),
+        restarts: broken_streams(dir)?
+            .into_iter()
+            .rfind(|b| b.modified.is_some_and(|t| t >= messages_written)),
         ..PartialReply::default()
     };
     let keep = |into: &mut String, cut: &mut usize, add: &str| {
@@ -405,6 +465,11 @@ pub struct Follower {
     calls: Tail,
     summaries: Tail,
     stream: Tail,
+    /// The highest `failed-streams/{n}.stream` seen (`None` before the first look): a higher
+    /// one is a stream that broke off since.
+    broken_seen: Option<u64>,
+    /// Text of a stream in flight was shown since the last assistant message was recorded.
+    stream_shown: bool,
     /// tools.jsonl's status and duration by tool-call id.
     tool_lines: HashMap<String, (ToolStatus, u64)>,
     /// summaries.jsonl's covered seqs by summary id.
@@ -452,6 +517,27 @@ impl Follower {
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.show(name)))
         };
         let mut events = Vec::new();
+        // A stream that broke off since the last look: what was shown of it is discarded, and
+        // the next stream (the request sent again) is read from its start. Streams broken
+        // before the first look were never shown.
+        let broken = broken_streams(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.show(FAILED_STREAMS_DIR)))?;
+        let newest = broken.last().map_or(0, |b| b.n);
+        if let Some(seen) = self.broken_seen
+            && newest > seen
+        {
+            if self.stream_shown
+                && let Some(b) = broken.iter().find(|b| b.n > seen)
+            {
+                events.push(Event::StreamBroken {
+                    bytes: b.bytes,
+                    kept: b.kept(),
+                });
+            }
+            self.stream_shown = false;
+            self.stream = Tail::default();
+        }
+        self.broken_seen = Some(newest);
         // Side files first, so a message that refers to their lines finds them.
         for (_, l) in read(&mut self.tools, TOOLS)? {
             if let Ok(t) = serde_json::from_slice::<ToolLine>(&l)
@@ -525,9 +611,11 @@ impl Follower {
                 let d = stream_parts(l);
                 if let Some(text) = d.reasoning {
                     events.push(Event::ReasoningDelta { text });
+                    self.stream_shown |= in_flight;
                 }
                 if let Some(text) = d.text {
                     events.push(Event::ReplyDelta { text });
+                    self.stream_shown |= in_flight;
                 }
             }
         }
@@ -551,6 +639,8 @@ impl Follower {
         match h.role.as_str() {
             "user" => vec![Event::Prompt { seq: h.seq, text }],
             "assistant" => {
+                // The reply recorded: its stream, if any, is done.
+                self.stream_shown = false;
                 let calls = h.tool_calls.unwrap_or_default();
                 let mut out: Vec<Event> = h
                     .reasoning
@@ -874,6 +964,68 @@ mod tests {
                     is_final: true
                 }
             ]
+        );
+    }
+
+    /// F11: a stream whose text was shown and that then broke off (moved to
+    /// failed-streams/ by the host, the request sent again) is marked, and the new stream is
+    /// read from its start even when it begins with the same bytes.
+    #[test]
+    fn a_stream_that_broke_off_is_marked_and_the_retry_read_from_its_start() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        layout.ensure().unwrap();
+        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6d";
+        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut f = Follower::new(uuid);
+        let first = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n";
+        std::fs::write(dir.join(REPLY_STREAM), first).unwrap();
+        assert_eq!(
+            f.look(&layout).unwrap(),
+            [Event::ReplyDelta { text: "Hel".into() }]
+        );
+        // The stream breaks off and is kept; the retry begins with the same first line.
+        std::fs::create_dir(dir.join(FAILED_STREAMS_DIR)).unwrap();
+        std::fs::rename(
+            dir.join(REPLY_STREAM),
+            dir.join(FAILED_STREAMS_DIR).join("1.stream"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join(REPLY_STREAM),
+            format!("{first}data: {{\"choices\":[{{\"delta\":{{\"content\":\"lo.\"}}}}]}}\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            f.look(&layout).unwrap(),
+            [
+                Event::StreamBroken {
+                    bytes: first.len() as u64,
+                    kept: "failed-streams/1.stream".into()
+                },
+                Event::ReplyDelta { text: "Hel".into() },
+                Event::ReplyDelta { text: "lo.".into() }
+            ]
+        );
+        assert_eq!(f.look(&layout).unwrap(), []);
+        // A follower that starts after a stream broke never showed it: no marker.
+        let mut late = Follower::new(uuid);
+        assert!(
+            !late
+                .look(&layout)
+                .unwrap()
+                .iter()
+                .any(|e| matches!(e, Event::StreamBroken { .. }))
+        );
+        // The dashboard's partial reply says which stream it restarts.
+        let p = partial_reply(&TaskDir::open(&dir).unwrap(), 100)
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.text, "Hello.");
+        assert_eq!(
+            p.restarts.map(|b| (b.n, b.bytes)),
+            Some((1, first.len() as u64))
         );
     }
 
