@@ -377,6 +377,17 @@ impl Render {
                     thousands(*after_tokens as i64)
                 )?;
             }
+            Event::LlmCall {
+                n,
+                interrupted: true,
+                ..
+            } => {
+                // Not a failure: the task was asked to pause or stop during the call.
+                let line = format!(
+                    "LLM call {n} ended by a pause or stop request (its partial reply is dropped; a resumed task sends it again)"
+                );
+                writeln!(out, "{}", self.paint("33", &line))?;
+            }
             Event::LlmCall { n, ok, error, .. } => {
                 if !ok {
                     let head = format!("LLM call {n} failed:");
@@ -457,6 +468,7 @@ mod tests {
                 n: 1,
                 duration_ms: 7,
                 ok: false,
+                interrupted: false,
                 prompt_tokens: None,
                 completion_tokens: None,
                 error: Some("LLM call 1 failed: POST http://h/v1/chat/completions: refused".into()),
@@ -467,6 +479,35 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "LLM call 1 failed: POST http://h/v1/chat/completions: refused\n"
         );
+    }
+
+    /// F15: a call given up for a pause is said as such, not as a failure.
+    #[test]
+    fn a_call_ended_by_a_pause_is_not_said_to_have_failed() {
+        let mut r = Render::text(false);
+        r.colour = false;
+        let mut out = Vec::new();
+        r.write_event(
+            &mut out,
+            &Event::LlmCall {
+                n: 2,
+                duration_ms: 700,
+                ok: false,
+                interrupted: true,
+                prompt_tokens: None,
+                completion_tokens: None,
+                error: Some(
+                    "LLM call 2 ended by a pause or stop request: POST http://h: given up".into(),
+                ),
+            },
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "LLM call 2 ended by a pause or stop request (its partial reply is dropped; a resumed task sends it again)\n"
+        );
+        assert!(!text.contains("failed"), "{text}");
     }
 
     /// F11: the text of a stream that broke off is followed by a marker, and the retry's text

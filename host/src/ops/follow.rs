@@ -145,7 +145,8 @@ pub enum Event {
         summarized_seqs: Option<[u64; 2]>,
     },
     /// One LLM call of the agent loop ended (llm_calls.jsonl):
-    /// `{"event":"llm_call","n","duration_ms","ok","prompt_tokens","completion_tokens","error"}`.
+    /// `{"event":"llm_call","n","duration_ms","ok","interrupted","prompt_tokens",
+    /// "completion_tokens","error"}`.
     LlmCall {
         /// The task's step number.
         n: u64,
@@ -153,6 +154,9 @@ pub enum Event {
         duration_ms: u64,
         /// Whether it got an answer.
         ok: bool,
+        /// It was given up for a pause or stop request of the task (not a failure; `ok` is
+        /// false, `error` says what it gave way to).
+        interrupted: bool,
         /// Provider-reported prompt tokens.
         prompt_tokens: Option<u64>,
         /// Provider-reported completion tokens.
@@ -571,6 +575,7 @@ impl Follower {
                         n: c.n,
                         duration_ms: c.duration_ms,
                         ok: c.status == ctxhost_format::CallStatus::Ok,
+                        interrupted: c.status == ctxhost_format::CallStatus::Interrupted,
                         prompt_tokens: c.usage.prompt_tokens,
                         completion_tokens: c.usage.completion_tokens,
                         error: c.error,
