@@ -18,6 +18,7 @@
 //! - [`compress`]: the pure rules of context compression (cut point, summary and mask markers,
 //!   summary request chunking); [`time`]: RFC 3339 timestamps from a wall clock.
 //! - [`prompted`]: tool calls for models without native tool calling (prompt text, reply parser).
+//! - [`repairs`]: the warning of a request changed to keep its API's rules.
 //! - [`planning`]: the planning history (`planning/{uuid}.jsonl`): line shapes, plan rules, the
 //!   fold to the latest plan, lenient reading of plans and verdicts from a model's reply.
 //! - [`summary_id`]: summary ids (numbers from 1).
@@ -38,6 +39,7 @@ pub mod ndjson;
 pub mod planning;
 pub mod prompted;
 pub mod raw;
+pub mod repairs;
 pub mod reply;
 pub mod responses;
 pub mod shape;
