@@ -816,6 +816,39 @@ pub fn follow(
 mod tests {
     use super::*;
 
+    /// A running task's directory in a new contexts tree (removed with it) and a follower of
+    /// the task that has read nothing yet.
+    struct Running {
+        _tmp: tempfile::TempDir,
+        layout: Layout,
+        uuid: &'static str,
+        dir: std::path::PathBuf,
+        follower: Follower,
+    }
+
+    impl Running {
+        fn new() -> Running {
+            let tmp = tempfile::tempdir().unwrap();
+            let layout = Layout::new(tmp.path());
+            layout.ensure().unwrap();
+            let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+            let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
+            std::fs::create_dir_all(&dir).unwrap();
+            Running {
+                _tmp: tmp,
+                layout,
+                uuid,
+                dir,
+                follower: Follower::new(uuid),
+            }
+        }
+
+        /// The events the follower sees now.
+        fn look(&mut self) -> Vec<Event> {
+            self.follower.look(&self.layout).unwrap()
+        }
+    }
+
     #[test]
     fn stream_lines_of_each_provider_give_their_text() {
         assert_eq!(
@@ -840,37 +873,28 @@ mod tests {
 
     #[test]
     fn the_last_lines_of_a_stream_whose_reply_was_recorded_are_read_before_the_reply() {
-        let tmp = tempfile::tempdir().unwrap();
-        let layout = Layout::new(tmp.path());
-        layout.ensure().unwrap();
-        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6c";
-        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut f = Follower::new(uuid);
+        let mut t = Running::new();
         let first = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n";
-        std::fs::write(dir.join(REPLY_STREAM), first).unwrap();
-        assert_eq!(
-            f.look(&layout).unwrap(),
-            [Event::ReplyDelta { text: "Hel".into() }]
-        );
+        std::fs::write(t.dir.join(REPLY_STREAM), first).unwrap();
+        assert_eq!(t.look(), [Event::ReplyDelta { text: "Hel".into() }]);
         // Between two looks: the stream's last line, then the reply recorded.
         std::fs::write(
-            dir.join(REPLY_STREAM),
+            t.dir.join(REPLY_STREAM),
             format!("{first}data: {{\"choices\":[{{\"delta\":{{\"content\":\"lo.\"}}}}]}}\n"),
         )
         .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(
-            dir.join(MESSAGES),
+            t.dir.join(MESSAGES),
             concat!(
                 r#"{"seq":3,"role":"assistant","content":"Hello.","timestamp":"2026-01-01T00:00:01.000Z","tokens":1}"#,
                 "\n"
             ),
         )
         .unwrap();
-        assert!(!reply_in_flight(&TaskDir::open(&dir).unwrap()));
+        assert!(!reply_in_flight(&TaskDir::open(&t.dir).unwrap()));
         assert_eq!(
-            f.look(&layout).unwrap(),
+            t.look(),
             [
                 Event::ReplyDelta { text: "lo.".into() },
                 Event::Reply {
@@ -880,20 +904,14 @@ mod tests {
                 }
             ]
         );
-        assert_eq!(f.look(&layout).unwrap(), []);
+        assert_eq!(t.look(), []);
     }
 
     #[test]
     fn a_reply_being_streamed_is_shown_as_deltas_from_reply_stream() {
-        let tmp = tempfile::tempdir().unwrap();
-        let layout = Layout::new(tmp.path());
-        layout.ensure().unwrap();
-        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
-        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut f = Follower::new(uuid);
+        let mut t = Running::new();
         std::fs::write(
-            dir.join(REPLY_STREAM),
+            t.dir.join(REPLY_STREAM),
             concat!(
                 "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n",
                 "\n",
@@ -903,7 +921,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            f.look(&layout).unwrap(),
+            t.look(),
             [
                 Event::ReplyDelta { text: "Hel".into() },
                 Event::ReplyDelta { text: "lo".into() }
@@ -911,17 +929,14 @@ mod tests {
         );
         // The next call's stream replaces the file: it is read from its start.
         std::fs::write(
-            dir.join(REPLY_STREAM),
+            t.dir.join(REPLY_STREAM),
             "data: {\"choices\":[{\"delta\":{\"content\":\"A\"}}]}\n",
         )
         .unwrap();
-        assert_eq!(
-            f.look(&layout).unwrap(),
-            [Event::ReplyDelta { text: "A".into() }]
-        );
+        assert_eq!(t.look(), [Event::ReplyDelta { text: "A".into() }]);
         // Reasoning deltas come as such.
         std::fs::write(
-            dir.join(REPLY_STREAM),
+            t.dir.join(REPLY_STREAM),
             concat!(
                 "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"Think\"}}]}\n",
                 "data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"ing\"}}\n",
@@ -929,7 +944,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            f.look(&layout).unwrap(),
+            t.look(),
             [
                 Event::ReasoningDelta {
                     text: "Think".into()
@@ -940,7 +955,7 @@ mod tests {
         // Once its reply is recorded (messages.jsonl is the newer file) the stream is done:
         // not read again, and the message carries its reasoning.
         std::fs::write(
-            dir.join(MESSAGES),
+            t.dir.join(MESSAGES),
             concat!(
                 r#"{"seq":3,"role":"assistant","content":"A","timestamp":"2026-01-01T00:00:01.000Z","tokens":1,"#,
                 r#""reasoning":[{"provider":"openai-chat","type":"reasoning_content","data":"\"Thinking\""},"#,
@@ -949,9 +964,9 @@ mod tests {
             ),
         )
         .unwrap();
-        assert!(!reply_in_flight(&TaskDir::open(&dir).unwrap()));
+        assert!(!reply_in_flight(&TaskDir::open(&t.dir).unwrap()));
         assert_eq!(
-            f.look(&layout).unwrap(),
+            t.look(),
             [
                 Event::Reasoning {
                     seq: 3,
@@ -977,33 +992,24 @@ mod tests {
     /// read from its start even when it begins with the same bytes.
     #[test]
     fn a_stream_that_broke_off_is_marked_and_the_retry_read_from_its_start() {
-        let tmp = tempfile::tempdir().unwrap();
-        let layout = Layout::new(tmp.path());
-        layout.ensure().unwrap();
-        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6d";
-        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut f = Follower::new(uuid);
+        let mut t = Running::new();
         let first = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n";
-        std::fs::write(dir.join(REPLY_STREAM), first).unwrap();
-        assert_eq!(
-            f.look(&layout).unwrap(),
-            [Event::ReplyDelta { text: "Hel".into() }]
-        );
+        std::fs::write(t.dir.join(REPLY_STREAM), first).unwrap();
+        assert_eq!(t.look(), [Event::ReplyDelta { text: "Hel".into() }]);
         // The stream breaks off and is kept; the retry begins with the same first line.
-        std::fs::create_dir(dir.join(FAILED_STREAMS_DIR)).unwrap();
+        std::fs::create_dir(t.dir.join(FAILED_STREAMS_DIR)).unwrap();
         std::fs::rename(
-            dir.join(REPLY_STREAM),
-            dir.join(FAILED_STREAMS_DIR).join("1.stream"),
+            t.dir.join(REPLY_STREAM),
+            t.dir.join(FAILED_STREAMS_DIR).join("1.stream"),
         )
         .unwrap();
         std::fs::write(
-            dir.join(REPLY_STREAM),
+            t.dir.join(REPLY_STREAM),
             format!("{first}data: {{\"choices\":[{{\"delta\":{{\"content\":\"lo.\"}}}}]}}\n"),
         )
         .unwrap();
         assert_eq!(
-            f.look(&layout).unwrap(),
+            t.look(),
             [
                 Event::StreamBroken {
                     bytes: first.len() as u64,
@@ -1013,18 +1019,18 @@ mod tests {
                 Event::ReplyDelta { text: "lo.".into() }
             ]
         );
-        assert_eq!(f.look(&layout).unwrap(), []);
+        assert_eq!(t.look(), []);
         // A follower that starts after a stream broke never showed it: no marker.
-        let mut late = Follower::new(uuid);
+        let mut late = Follower::new(t.uuid);
         assert!(
             !late
-                .look(&layout)
+                .look(&t.layout)
                 .unwrap()
                 .iter()
                 .any(|e| matches!(e, Event::StreamBroken { .. }))
         );
         // The dashboard's partial reply says which stream it restarts.
-        let p = partial_reply(&TaskDir::open(&dir).unwrap(), 100)
+        let p = partial_reply(&TaskDir::open(&t.dir).unwrap(), 100)
             .unwrap()
             .unwrap();
         assert_eq!(p.text, "Hello.");
@@ -1036,13 +1042,11 @@ mod tests {
 
     #[test]
     fn the_partial_reply_is_the_text_of_the_stream_in_flight_cut_to_its_end() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("task");
-        std::fs::create_dir_all(&path).unwrap();
-        let dir = TaskDir::open(&path).unwrap();
+        let t = Running::new();
+        let dir = TaskDir::open(&t.dir).unwrap();
         assert_eq!(partial_reply(&dir, 5).unwrap(), None);
         std::fs::write(
-            path.join(REPLY_STREAM),
+            t.dir.join(REPLY_STREAM),
             concat!(
                 "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"Hmm.\"}}]}\n",
                 "data: {\"choices\":[{\"delta\":{\"content\":\"Hello, \"}}]}\n",
@@ -1060,25 +1064,19 @@ mod tests {
 
     #[test]
     fn a_line_longer_than_one_read_is_read_whole() {
-        let tmp = tempfile::tempdir().unwrap();
-        let layout = Layout::new(tmp.path());
-        layout.ensure().unwrap();
-        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
-        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
-        std::fs::create_dir_all(&dir).unwrap();
+        let mut t = Running::new();
         let long = "A".repeat(MAX_READ_BYTES as usize + 10);
         let line = serde_json::json!({"seq": 3, "role": "assistant", "content": long,
             "timestamp": "2026-01-01T00:00:01.000Z", "tokens": 1});
-        std::fs::write(dir.join(MESSAGES), format!("{line}\n")).unwrap();
-        let mut f = Follower::new(uuid);
-        let events = f.look(&layout).unwrap();
+        std::fs::write(t.dir.join(MESSAGES), format!("{line}\n")).unwrap();
+        let events = t.look();
         assert!(
             matches!(&events[..], [Event::Reply { text, .. }] if text.len() == long.len()),
             "{} events",
             events.len()
         );
-        assert!(!f.behind());
-        assert!(f.look(&layout).unwrap().is_empty());
+        assert!(!t.follower.behind());
+        assert!(t.look().is_empty());
     }
 
     #[test]
@@ -1090,15 +1088,9 @@ mod tests {
 
     #[test]
     fn a_follower_reads_whole_lines_only_and_orders_files_by_time() {
-        let tmp = tempfile::tempdir().unwrap();
-        let layout = Layout::new(tmp.path());
-        layout.ensure().unwrap();
-        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
-        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut f = Follower::new(uuid);
+        let mut t = Running::new();
         std::fs::write(
-            dir.join(MESSAGES),
+            t.dir.join(MESSAGES),
             concat!(
                 r#"{"seq":1,"role":"system","content":"s","timestamp":"2026-01-01T00:00:00.000Z","tokens":1}"#,
                 "\n",
@@ -1109,14 +1101,14 @@ mod tests {
         )
         .unwrap();
         std::fs::write(
-            dir.join(LLM_CALLS),
+            t.dir.join(LLM_CALLS),
             concat!(
                 r#"{"type":"compression","timestamp":"2026-01-01T00:00:00.000Z","before_tokens":7412,"after_tokens":1230,"summary_id":3}"#,
                 "\n"
             ),
         )
         .unwrap();
-        let events = f.look(&layout).unwrap();
+        let events = t.look();
         assert!(
             matches!(
                 events[0],
@@ -1140,7 +1132,7 @@ mod tests {
         // The rest of the torn line arrives.
         let mut m = std::fs::OpenOptions::new()
             .append(true)
-            .open(dir.join(MESSAGES))
+            .open(t.dir.join(MESSAGES))
             .unwrap();
         std::io::Write::write_all(
             &mut m,
@@ -1148,13 +1140,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            f.look(&layout).unwrap(),
+            t.look(),
             [Event::Reply {
                 seq: 3,
                 text: "partial".into(),
                 is_final: true
             }]
         );
-        assert!(f.look(&layout).unwrap().is_empty());
+        assert!(t.look().is_empty());
     }
 }
