@@ -1487,6 +1487,11 @@ fn pause_during_a_slow_stream_ends_the_call_at_once() {
             && events.contains(r#""ok":false,"interrupted":true"#),
         "{events}"
     );
+    // The abandoned stream is no reply in flight: nothing of it is replayed for the paused
+    // task (F15, fixed in 516564e without a test until now).
+    assert!(!paused.join("reply.stream").exists());
+    assert!(!events.contains("reply_delta"), "{events}");
+    assert!(!shown.contains("word word"), "{shown}");
     assert_eq!(
         read_jsonl(&paused.join("current.jsonl")).len(),
         2,
