@@ -370,7 +370,7 @@ fn fsck_names_each_line_that_does_not_match_its_schema() {
     expect(
         "llm_calls.jsonl",
         Some(1),
-        "does not match docs/schemas/llm_calls.schema.json as a call line: /status: \"fine\" is not one of \"ok\" or \"error\"",
+        "does not match docs/schemas/llm_calls.schema.json as a call line: /status: \"fine\" is not one of \"ok\", \"error\" or \"interrupted\"",
     );
     expect(
         "tools.json",

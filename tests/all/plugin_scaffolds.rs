@@ -332,35 +332,64 @@ fn plugin_new_makes_a_python_strategy_that_builds_and_passes_plugin_check() {
     strategy_passes_plugin_check(&project, "py_strategy.wasm");
 }
 
-/// A Rust compressor generated outside the repository runs its unit tests natively, offline,
-/// on the vendored SDK: the scaffold's tests call `compress` with the SDK's mock LLM in a
-/// temporary task directory and check the request, the new context and the cleanup.
+/// A Rust compressor and a Rust strategy generated outside the repository run their unit tests
+/// natively, offline, on the vendored SDK: the compressor's call `compress` with the SDK's mock
+/// LLM in a temporary task directory and check the request, the new context and the cleanup;
+/// the strategy's call its hooks with the SDK's in-memory planning history and check the
+/// reminders, the reflections and the limit (F7: it had none, and `cargo test-native` ran 0
+/// tests with dead-code warnings).
 #[test]
 fn a_rust_scaffold_runs_its_unit_tests_natively_with_the_mock_llm() {
     let work = tempfile::tempdir().unwrap();
-    let out = ctxhost(
-        work.path(),
-        &["plugin", "new", "--kind", "compressor", "native-compressor"],
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let project = work.path().join("native-compressor");
-    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["test-native", "--offline"])
-        .current_dir(&project)
-        // Kept between runs: the SDK's dependencies compiled for the host once.
-        .env("CARGO_TARGET_DIR", tmp().join("native-plugin-tests"))
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_BUILD_TARGET")
-        .output()
-        .unwrap();
-    let report = text(&out);
-    assert!(out.status.success(), "cargo test-native failed:\n{report}");
-    for test in [
-        "tests::the_old_messages_become_one_summary_and_the_recent_ones_are_kept ... ok",
-        "tests::a_failing_llm_leaves_the_task_directory_as_it_was ... ok",
+    for (kind, name, tests) in [
+        (
+            "compressor",
+            "native-compressor",
+            &[
+                "tests::the_old_messages_become_one_summary_and_the_recent_ones_are_kept ... ok",
+                "tests::a_failing_llm_leaves_the_task_directory_as_it_was ... ok",
+            ],
+        ),
+        (
+            "strategy",
+            "native-strategy",
+            &[
+                "tests::a_failed_tool_call_is_reflected_on_and_told_to_the_model ... ok",
+                "tests::reminders_stop_at_max_reminders_and_the_rest_goes_on_quietly ... ok",
+            ],
+        ),
     ] {
-        assert!(report.contains(test), "{report}");
+        let out = ctxhost(work.path(), &["plugin", "new", "--kind", kind, name]);
+        assert!(out.status.success(), "{}", text(&out));
+        let project = work.path().join(name);
+        let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
+        assert!(readme.contains("cargo test-native"), "{readme}");
+        let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .args(["test-native", "--offline"])
+            .current_dir(&project)
+            // Kept between runs: the SDK's dependencies compiled for the host once.
+            .env("CARGO_TARGET_DIR", tmp().join("native-plugin-tests"))
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_BUILD_TARGET")
+            .output()
+            .unwrap();
+        let report = text(&out);
+        assert!(
+            out.status.success(),
+            "{kind}: cargo test-native failed:\n{report}"
+        );
+        for test in tests {
+            assert!(report.contains(test), "{kind}: {report}");
+        }
+        assert!(report.contains("2 passed; 0 failed"), "{kind}: {report}");
+        assert!(
+            !report.contains("never used"),
+            "{kind}: dead code: {report}"
+        );
+        assert!(
+            !report.contains("never constructed"),
+            "{kind}: dead code: {report}"
+        );
     }
-    assert!(report.contains("2 passed; 0 failed"), "{report}");
 }

@@ -270,3 +270,114 @@ fn a_format_that_writes_an_unstreamed_request_is_read_unstreamed_without_a_note(
     let dir = env.contexts().join("completed").join(&uuid);
     assert!(!dir.join("reply.stream").exists(), "not read as a stream");
 }
+
+/// The retry of a cut stream is decided by the request format's typed answer (WIT 0.3.0
+/// `plugin-error.stream-cut`), not by the words of an error: the hostile-format fixture
+/// declares a whole stream cut, with a text that never says "cut off", and the host sends the
+/// request again whole and keeps the stream it refused in `failed-streams/`.
+#[test]
+fn a_format_answering_stream_cut_gets_the_request_sent_again_and_the_partial_kept() {
+    let llm = FakeLlm::start(vec![
+        Reply::text("Refused by the format.", Some((5, 5))),
+        Reply::text("Whole.", Some((10, 2))),
+    ]);
+    let env = TestEnv::new();
+    let format = std::path::Path::new(env!("CTXHOST_GUEST_DIR")).join("hostile_format.wasm");
+    env.write_config(&format!(
+        "{}\nplugins:\n  request_format: \"{}\"\n",
+        config_yaml(&llm.base_url(), "openai", ""),
+        format.display()
+    ));
+    env.ctxhost(&["init"]).ok();
+    let uuid = env.submit("HOSTILE stream-cut=1\nAnswer");
+    run_once(&env);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(llm.request_count(), 2, "sent again once");
+    assert_eq!(r["total_tokens"], 12, "only the kept reply's usage counts");
+    let dir = env.contexts().join("completed").join(&uuid);
+    let replies: Vec<_> = read_jsonl(&dir.join("messages.jsonl"))
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(replies, ["Whole."]);
+    let failed = std::fs::read_to_string(dir.join("failed-streams/1.stream")).unwrap();
+    assert!(failed.contains("Refu"), "{failed}");
+    assert!(!dir.join("failed-streams/2.stream").exists());
+}
+
+/// F11: `show --follow` of a task whose stream breaks off prints the text that came, then a
+/// marker saying it is discarded, then the retry's text — read from its output while the fake
+/// is still sending the retry (which stalls midway), and the reply shown once.
+#[test]
+fn show_follow_marks_a_stream_that_broke_off_before_the_retry_streams() {
+    use std::io::BufRead;
+    let llm = FakeLlm::start(vec![
+        Reply::stream_cut(
+            Reply::text("Broken text that never ends here", Some((5, 5))),
+            6,
+        ),
+        Reply::stream_stall(
+            Reply::text("The retry arrives whole.", Some((10, 2))),
+            4,
+            Duration::from_secs(4),
+        ),
+    ]);
+    llm.set_stream_delay(Duration::from_millis(200));
+    let env = streaming_env(&llm, "");
+    let uuid = env.submit("Answer");
+    // Following from before the task starts: every delta of the first stream is seen.
+    let mut follow = env.ctxhost_cmd(&["show", &uuid, "--follow"]).spawn();
+    let stdout = follow.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut worker = env
+        .ctxhost_cmd(&["run", "--once", "--poll-ms", "20"])
+        .spawn();
+    let mut lines = Vec::new();
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("no marker ({e}); printed so far: {lines:#?}"));
+        let marker = line.starts_with("[stream broken off after");
+        lines.push(line);
+        if marker {
+            break;
+        }
+    }
+    // Printed while the retry is still arriving.
+    assert_eq!(env.row(&uuid)["status"], "running", "{lines:#?}");
+    assert_eq!(llm.request_count(), 2);
+    assert!(worker.wait().unwrap().success());
+    assert_eq!(follow.wait().unwrap().code(), Some(0));
+    lines.extend(rx.iter());
+    reader.join().unwrap();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("[stream broken off after"))
+        .unwrap();
+    assert!(lines[at - 1].starts_with("Brok"), "{lines:#?}");
+    assert!(
+        lines[at].ends_with("the text above is discarded; kept in failed-streams/1.stream]"),
+        "{lines:#?}"
+    );
+    let after = lines[at + 1..].join("\n");
+    assert!(
+        after.starts_with("The retry arrives whole.\n"),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        after.matches("The retry arrives whole.").count(),
+        1,
+        "{after}"
+    );
+    assert!(!after.contains("Brok"), "{after}");
+    assert!(after.contains("completed"), "{after}");
+}

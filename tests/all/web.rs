@@ -1478,6 +1478,53 @@ crate::support::store::postgres_variants!(
     a_real_task_records_its_calls_and_the_chart_shows_them,
 );
 
+/// F11: when a stream breaks off and the request is sent again, the task page's growing reply
+/// starts again from the retry's text and says it restarted (the broken stream's size and
+/// where it is kept); nothing of the broken text stays on the page.
+#[test]
+fn the_growing_reply_restarts_when_a_stream_breaks_off() {
+    let llm = FakeLlm::start(vec![
+        Reply::stream_cut(Reply::text("Broken text that never ends", Some((5, 5))), 4),
+        Reply::stream_stall(
+            Reply::text("The retry is growing here.", Some((20, 9))),
+            6,
+            Duration::from_secs(6),
+        ),
+    ]);
+    let env = TestEnv::for_llm(&llm, "");
+    let uuid = env.submit("Answer slowly");
+    let mut run = env
+        .ctxhost_cmd(&["run", "--once", "--poll-ms", "20"])
+        .spawn();
+    let dir = env.contexts().join("running").join(&uuid);
+    assert!(
+        crate::support::wait_until(Duration::from_secs(30), || {
+            dir.join("failed-streams/1.stream").exists()
+                && std::fs::read_to_string(dir.join("reply.stream"))
+                    .is_ok_and(|s| s.contains("wing"))
+        }),
+        "the retry never began"
+    );
+    let d = Dashboard::start(&env, &[]);
+    let page = d.get(&format!("/tasks/{uuid}")).expect(200);
+    assert!(
+        page.body
+            .contains("<pre class=\"content\" id=\"streaming-text\">The retry is growing</pre>"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("id=\"streaming-restarted\">Restarted: the previous stream broke off after")
+            && page.body.contains("(kept in failed-streams/1.stream)"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("Broken text"), "{}", page.body);
+    assert!(run.wait().unwrap().success());
+    assert_eq!(env.row(&uuid)["status"], "completed");
+}
+
 /// The task page of a running task shows the reply as far as it has streamed (issue 26), and
 /// the reasoning of an assistant message (readable text shown, a redacted item only named).
 #[test]

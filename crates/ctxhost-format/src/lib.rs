@@ -13,10 +13,12 @@
 //! - [`body`]: reading a provider's response body (size cap, readable parse errors);
 //!   [`reply`]: the assistant message of a reply (provider tool calls, unique ids).
 //! - [`sse`]: folding a streamed OpenAI chat-completions reply, a line at a time; [`ndjson`]:
-//!   the same for Ollama's streamed `/api/chat` reply.
+//!   the same for Ollama's streamed `/api/chat` reply; [`fold`]: why a fold's end failed (cut
+//!   off, or unreadable).
 //! - [`compress`]: the pure rules of context compression (cut point, summary and mask markers,
 //!   summary request chunking); [`time`]: RFC 3339 timestamps from a wall clock.
 //! - [`prompted`]: tool calls for models without native tool calling (prompt text, reply parser).
+//! - [`repairs`]: the warning of a request changed to keep its API's rules.
 //! - [`planning`]: the planning history (`planning/{uuid}.jsonl`): line shapes, plan rules, the
 //!   fold to the latest plan, lenient reading of plans and verdicts from a model's reply.
 //! - [`summary_id`]: summary ids (numbers from 1).
@@ -30,12 +32,14 @@ pub mod body;
 pub mod checkpoint;
 pub mod compress;
 pub mod files;
+pub mod fold;
 pub mod jsonl;
 pub mod lines;
 pub mod ndjson;
 pub mod planning;
 pub mod prompted;
 pub mod raw;
+pub mod repairs;
 pub mod reply;
 pub mod responses;
 pub mod shape;

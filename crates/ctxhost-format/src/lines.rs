@@ -454,6 +454,9 @@ pub enum CallStatus {
     /// The call failed (transport error, unreadable reply, empty answer); request.json and
     /// response.json are kept in the task directory.
     Error,
+    /// The call was given up for a pause or stop request of the task (not a failure, not
+    /// counted: nothing of its reply is kept, and a resumed task sends the request again).
+    Interrupted,
 }
 
 /// An LLM call of the agent loop (`type: call` in `llm_calls.jsonl`).

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::body::provider_error;
+use crate::fold::FoldError;
 use crate::reply::{ProviderToolCall, TokenCount};
 
 /// The fold of an Ollama chat stream (module doc); feed it with [`OllamaStream::line`], then
@@ -126,12 +127,12 @@ impl OllamaStream {
 
     /// The folded reply. Errors: a stream cut off before its `"done":true` line (an empty file
     /// is one).
-    pub fn finish(self) -> Result<OllamaReply, String> {
+    pub fn finish(self) -> Result<OllamaReply, FoldError> {
         if !self.done {
-            return Err(format!(
-                "the stream ended after {} lines without a \"done\":true line: cut off",
-                self.lines
-            ));
+            return Err(FoldError::Cut {
+                lines: self.lines,
+                end: "a \"done\":true line",
+            });
         }
         Ok(self.reply)
     }
@@ -146,7 +147,7 @@ mod tests {
         for l in lines {
             s.line(l)?;
         }
-        s.finish()
+        s.finish().map_err(|e| e.to_string())
     }
 
     #[test]
@@ -181,6 +182,9 @@ mod tests {
             e,
             "the stream ended after 1 lines without a \"done\":true line: cut off"
         );
+        let mut s = OllamaStream::new();
+        s.line(piece).unwrap();
+        assert!(s.finish().unwrap_err().is_cut());
         let e = fold(&[piece, r#"{"message":{"role":"assist"#]).unwrap_err();
         assert!(e.starts_with("line 2: not JSON"), "{e}");
         let e = fold(&[piece, "", r#"{"error":"model 'x' not found"}"#]).unwrap_err();

@@ -16,6 +16,7 @@
 use serde_json::Value;
 
 use crate::body::provider_error;
+use crate::fold::FoldError;
 use crate::reply::{ProviderFunction, ProviderToolCall};
 
 /// One tool call being assembled from its fragments.
@@ -197,17 +198,17 @@ impl OpenAiStream {
 
     /// The folded reply. Errors: a stream cut off before its end (neither `[DONE]` nor a
     /// `finish_reason`; an empty file is one), a tool call without a name.
-    pub fn finish(self) -> Result<StreamedReply, String> {
+    pub fn finish(self) -> Result<StreamedReply, FoldError> {
         if !self.complete() {
-            return Err(format!(
-                "the stream ended after {} lines without `data: [DONE]` or a finish_reason: cut off",
-                self.lines
-            ));
+            return Err(FoldError::Cut {
+                lines: self.lines,
+                end: "`data: [DONE]` or a finish_reason",
+            });
         }
         let mut tool_calls = Vec::with_capacity(self.calls.len());
         for c in self.calls {
             if c.name.is_empty() {
-                return Err(format!("tool call {} has no function name", c.index));
+                return Err(format!("tool call {} has no function name", c.index).into());
             }
             tool_calls.push(ProviderToolCall {
                 id: c.id,
@@ -248,7 +249,7 @@ mod tests {
         for l in lines {
             s.line(l)?;
         }
-        s.finish()
+        s.finish().map_err(|e| e.to_string())
     }
 
     #[test]
@@ -343,6 +344,21 @@ mod tests {
         let e = fold(&[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#]).unwrap_err();
         assert!(e.contains("cut off"), "{e}");
         assert!(fold(&[]).unwrap_err().contains("cut off"));
+        // Typed: a cut is told apart from a whole stream that cannot be folded.
+        let mut s = OpenAiStream::new();
+        s.line(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#)
+            .unwrap();
+        assert!(s.finish().unwrap_err().is_cut());
+        let mut s = OpenAiStream::new();
+        for l in [
+            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}"#,
+            "data: [DONE]",
+        ] {
+            s.line(l).unwrap();
+        }
+        let e = s.finish().unwrap_err();
+        assert!(!e.is_cut(), "{e}");
+        assert!(e.to_string().contains("no function name"), "{e}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 
 use ctxhost_plugin::format::anthropic::{
-    self, BodyError, DEFAULT_MAX_TOKENS, ENDPOINT_PATH, Repairs, RequestSettings, Thinking,
+    self, BodyError, DEFAULT_MAX_TOKENS, ENDPOINT_PATH, RequestSettings, Thinking,
 };
 use ctxhost_plugin::format::body;
 use ctxhost_plugin::format::stream::CountingWriter;
@@ -62,7 +62,7 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
     match written {
         Ok(w) => {
             if !w.repairs.is_empty() {
-                log(Level::Warn, &repairs_text(messages_file, &w.repairs));
+                log(Level::Warn, &w.repairs.text(messages_file));
             }
             Ok(RequestInfo {
                 endpoint_path: ENDPOINT_PATH.to_string(),
@@ -84,36 +84,4 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
             })
         }
     }
-}
-
-/// `<file>: changed in the request to keep the Anthropic API's rules: ...`.
-fn repairs_text(file: &str, r: &Repairs) -> String {
-    let parts: Vec<String> = [
-        (
-            r.missing_results,
-            "tool call(s) without a result answered as missing",
-        ),
-        (
-            r.dropped_results,
-            "tool result(s) answering no waiting call left out",
-        ),
-        (r.renamed_ids, "tool-call id(s) sent renamed"),
-        (r.late_system, "later system message(s) sent as user text"),
-        (
-            r.leading_user_turn,
-            "user turn put before a first assistant turn",
-        ),
-        (
-            r.unsendable_reasoning,
-            "reasoning item(s) left out (not Anthropic's signed thinking)",
-        ),
-    ]
-    .into_iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, what)| format!("{n} {what}"))
-    .collect();
-    format!(
-        "{file}: changed in the request to keep the Anthropic API's rules: {}",
-        parts.join(", ")
-    )
 }

@@ -30,13 +30,13 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 }
 
 /// Folds the streamed reply in `file` (server-sent events, `read-response` with `streamed`) a
-/// line at a time (`ctxhost_plugin::format::anthropic::AnthropicStream`). Errors
-/// (`invalid-input`, naming the file and line): a stream cut off before `message_stop`, a line
-/// that is not an event, the provider's `error` event; `io`.
+/// line at a time (`ctxhost_plugin::format::anthropic::AnthropicStream`). Errors: `stream-cut`
+/// for a stream cut off before `message_stop`; `invalid-input` naming the file and line for a
+/// line that is not an event or the provider's `error` event; `io`.
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     let mut fold = AnthropicStream::new();
     common::fold_stream_lines(file, |line| fold.line(line))?;
-    let parsed = fold.finish().map_err(|e| common::stream_error(file, e))?;
+    let parsed = fold.finish().map_err(|e| common::fold_error(file, e))?;
     if parsed.dropped_reasoning > 0 {
         ctxhost_plugin::logging::warn(&format!(
             "{file}: {} thinking block(s) left out: cut or unsigned, so never sent back",

@@ -89,13 +89,13 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     ))
 }
 
-/// Folds the streamed reply in `file` (`read-response` with `streamed`). Errors
-/// (`invalid-input`, naming the file and line): a stream cut off before its `"done":true` line,
-/// a line that is not a chat piece, the server's error line; `io`.
+/// Folds the streamed reply in `file` (`read-response` with `streamed`). Errors: `stream-cut`
+/// for a stream cut off before its `"done":true` line; `invalid-input` naming the file and line
+/// for a line that is not a chat piece or the server's error line; `io`.
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     let mut fold = OllamaStream::new();
     common::fold_stream_lines(file, |line| fold.line(line))?;
-    let r = fold.finish().map_err(|e| common::stream_error(file, e))?;
+    let r = fold.finish().map_err(|e| common::fold_error(file, e))?;
     Ok(reply(file, r))
 }
 

@@ -6,7 +6,6 @@ use std::fs::{self, File};
 use std::io::{BufReader, BufWriter, Write};
 
 use ctxhost_plugin::format::body;
-use ctxhost_plugin::format::responses::request::Repairs;
 use ctxhost_plugin::format::responses::{self, BodyError, ENDPOINT_PATH, RequestSettings};
 use ctxhost_plugin::format::stream::CountingWriter;
 
@@ -47,7 +46,7 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
     match written {
         Ok(w) => {
             if !w.repairs.is_empty() {
-                log(Level::Warn, &repairs_text(messages_file, &w.repairs));
+                log(Level::Warn, &w.repairs.text(messages_file));
             }
             Ok(RequestInfo {
                 endpoint_path: ENDPOINT_PATH.to_string(),
@@ -68,26 +67,4 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
             })
         }
     }
-}
-
-/// `<file>: changed in the request to keep the Responses API's rules: ...`.
-fn repairs_text(file: &str, r: &Repairs) -> String {
-    let parts: Vec<String> = [
-        (
-            r.orphan_results,
-            "tool result(s) whose call is not in the input sent as user text",
-        ),
-        (
-            r.bad_reasoning,
-            "reasoning item(s) that are not a `reasoning` object left out",
-        ),
-    ]
-    .into_iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, what)| format!("{n} {what}"))
-    .collect();
-    format!(
-        "{file}: changed in the request to keep the Responses API's rules: {}",
-        parts.join(", ")
-    )
 }

@@ -32,9 +32,9 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 }
 
 /// Parses the raw stream in `file` (`read-response` with `streamed`), folded a line at a time
-/// by `ResponsesStream` (never read whole). Errors (`invalid-input`, naming the file and
-/// line): a stream cut off before `response.completed`, an event that is not JSON, the
-/// provider's error event or failed response; `io`.
+/// by `ResponsesStream` (never read whole). Errors: `stream-cut` for a stream cut off before
+/// `response.completed`; `invalid-input` naming the file and line for an event that is not
+/// JSON, the provider's error event or failed response; `io`.
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     let f = std::fs::File::open(file).map_err(|e| io_error(format!("opening {file}"), e))?;
     let mut reader = BufReader::new(f);
@@ -53,7 +53,10 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
         fold.line(text.strip_suffix('\n').unwrap_or(&text))
             .map_err(bad)?;
     }
-    Ok(reply(file, fold.finish().map_err(bad)?))
+    Ok(reply(
+        file,
+        fold.finish().map_err(|e| common::fold_error(file, e))?,
+    ))
 }
 
 /// The reply of a folded response: the assistant message with its reasoning items, the usage.

@@ -619,7 +619,8 @@ fn error_text(e: &PluginError) -> String {
         | PluginError::InvalidInput(s)
         | PluginError::Llm(s)
         | PluginError::Unsupported(s)
-        | PluginError::Internal(s) => s.clone(),
+        | PluginError::Internal(s)
+        | PluginError::StreamCut(s) => s.clone(),
     }
 }
 

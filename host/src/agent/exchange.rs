@@ -386,14 +386,15 @@ fn asks_no_stream(path: &std::path::Path) -> bool {
         .is_some_and(|r| r.stream == Some(serde_json::Value::Bool(false)))
 }
 
-/// Whether a streamed reply's read error says the stream was cut off before its end (the
-/// WIT's `read-response` convention: an `invalid-input` ending in `cut off`): sending the
-/// request again may then give a whole one. Any other error of a stream that the transport
-/// received to its end (an event the format cannot read) would recur on each try.
+/// Whether a streamed reply's read error says the stream was cut off before its end (WIT
+/// 0.3.0 `plugin-error.stream-cut`): sending the request again may then give a whole one. Any
+/// other error of a stream that the transport received to its end (an event the format cannot
+/// read) would recur on each try. Only 0.3.0 components read streams, so no older error text
+/// needs reading as a cut.
 fn is_cut_off(error: &RuntimeError) -> bool {
     matches!(
         error.plugin_error(),
-        Some(crate::runtime::PluginError::InvalidInput(m)) if m.trim_end().ends_with("cut off")
+        Some(crate::runtime::PluginError::StreamCut(_))
     )
 }
 

@@ -151,6 +151,7 @@ impl LlmImport for HostLlm {
                     ms,
                     done.reply.usage,
                     None,
+                    false,
                     &now,
                 );
                 crate::telemetry::genai::chat_done(
@@ -181,6 +182,7 @@ impl LlmImport for HostLlm {
                     ms,
                     None,
                     Some(&e.to_string()),
+                    e.is_interrupted(),
                     &now,
                 );
                 if matches!(e, ExchangeError::Read { .. }) {

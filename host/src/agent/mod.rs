@@ -633,6 +633,7 @@ impl Agent<'_> {
                 duration_ms: started.elapsed().as_millis() as u64,
                 usage: None,
                 error: None,
+                interrupted: false,
             };
             let e = match result {
                 Ok(done) => {
@@ -658,7 +659,12 @@ impl Agent<'_> {
             };
             span.fail(&e.error_type(), &e.error_type());
             drop(span);
-            let error = format!("LLM call {step} failed: {e}");
+            let interrupted = e.is_interrupted();
+            let error = if interrupted {
+                format!("LLM call {step} ended by a pause or stop request: {e}")
+            } else {
+                format!("LLM call {step} failed: {e}")
+            };
             // request.json is kept after a failed call, except one that gave way to a pause
             // or stop: the error tells its size then.
             record.request_bytes = e.request_bytes().unwrap_or_else(|| {
@@ -669,8 +675,9 @@ impl Agent<'_> {
                     .map_or(0, |m| m.len())
             });
             record.error = Some(&error);
+            record.interrupted = interrupted;
             ctx.calls().record_call(&record, &now_rfc3339());
-            if e.is_interrupted() {
+            if interrupted {
                 // Not a failure: the provider did not answer (the call is not counted), and a
                 // resumed task sends the request again.
                 tracing::info!(uuid = %ctx.uuid(), step, "LLM call {step} given up: pause or stop requested");

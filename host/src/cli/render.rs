@@ -274,6 +274,17 @@ impl Render {
                 self.streamed.push_str(text);
                 self.streaming = true;
             }
+            Event::StreamBroken { bytes, kept } => {
+                // The line that streamed was ended above; what streams next starts afresh.
+                let line = format!(
+                    "[stream broken off after {} bytes: the text above is discarded; kept in {}]",
+                    thousands(*bytes as i64),
+                    terminal(kept)
+                );
+                writeln!(out, "{}", self.paint("33", &line))?;
+                self.streamed.clear();
+                self.streamed_reasoning.clear();
+            }
             Event::ReasoningDelta { text } => {
                 if !self.streaming_reasoning && self.streamed_reasoning.is_empty() {
                     write!(out, "{} ", self.paint("2;3", "thinking:"))?;
@@ -374,6 +385,17 @@ impl Render {
                     thousands(*after_tokens as i64)
                 )?;
             }
+            Event::LlmCall {
+                n,
+                interrupted: true,
+                ..
+            } => {
+                // Not a failure: the task was asked to pause or stop during the call.
+                let line = format!(
+                    "LLM call {n} ended by a pause or stop request (its partial reply is dropped; a resumed task sends it again)"
+                );
+                writeln!(out, "{}", self.paint("33", &line))?;
+            }
             Event::LlmCall { n, ok, error, .. } => {
                 if !ok {
                     let head = format!("LLM call {n} failed:");
@@ -456,6 +478,7 @@ mod tests {
                 n: 1,
                 duration_ms: 7,
                 ok: false,
+                interrupted: false,
                 prompt_tokens: None,
                 completion_tokens: None,
                 error: Some("LLM call 1 failed: POST http://h/v1/chat/completions: refused".into()),
@@ -466,6 +489,75 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "LLM call 1 failed: POST http://h/v1/chat/completions: refused\n"
         );
+    }
+
+    /// F15: a call given up for a pause is said as such, not as a failure.
+    #[test]
+    fn a_call_ended_by_a_pause_is_not_said_to_have_failed() {
+        let mut r = Render::text(false);
+        r.colour = false;
+        let mut out = Vec::new();
+        r.write_event(
+            &mut out,
+            &Event::LlmCall {
+                n: 2,
+                duration_ms: 700,
+                ok: false,
+                interrupted: true,
+                prompt_tokens: None,
+                completion_tokens: None,
+                error: Some(
+                    "LLM call 2 ended by a pause or stop request: POST http://h: given up".into(),
+                ),
+            },
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "LLM call 2 ended by a pause or stop request (its partial reply is dropped; a resumed task sends it again)\n"
+        );
+        assert!(!text.contains("failed"), "{text}");
+    }
+
+    /// F11: the text of a stream that broke off is followed by a marker, and the retry's text
+    /// starts on a line of its own; its message then prints nothing again.
+    #[test]
+    fn a_broken_stream_is_marked_and_the_retry_starts_afresh() {
+        let mut r = Render::text(false);
+        r.colour = false;
+        let mut out = Vec::new();
+        for e in [
+            Event::ReplyDelta {
+                text: "partial ans".into(),
+            },
+            Event::StreamBroken {
+                bytes: 1234,
+                kept: "failed-streams/1.stream".into(),
+            },
+            Event::ReplyDelta {
+                text: "Whole ".into(),
+            },
+            Event::ReplyDelta {
+                text: "answer.".into(),
+            },
+            Event::Reply {
+                seq: 3,
+                text: "Whole answer.".into(),
+                is_final: true,
+            },
+        ] {
+            r.write_event(&mut out, &e).unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            concat!(
+                "partial ans\n",
+                "[stream broken off after 1,234 bytes: the text above is discarded; kept in failed-streams/1.stream]\n",
+                "Whole answer.\n"
+            )
+        );
+        assert_eq!(r.answer_shown.as_deref(), Some("Whole answer."));
     }
 
     #[test]

@@ -7,13 +7,15 @@
 //! and byte offsets stay valid across a rename.
 //!
 //! Only whole lines are read (a line being written is read at the next look); a line that
-//! does not parse is reported as a [`Event::Note`] and skipped, never fatal.
+//! does not parse is reported as a [`Event::Note`] and skipped, never fatal. A stream whose
+//! text was shown and that then broke off (moved to `failed-streams/`, the request sent again)
+//! is followed by [`Event::StreamBroken`], so the retry's text is not read as its continuation.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use ctxhost_format::files::{LLM_CALLS, MESSAGES, SUMMARIES, TOOLS};
+use ctxhost_format::files::{FAILED_STREAMS_DIR, LLM_CALLS, MESSAGES, SUMMARIES, TOOLS};
 use ctxhost_format::{CallLogLine, HistoryLine, SummaryLine, ToolLine, ToolStatus};
 use serde::Serialize;
 
@@ -59,6 +61,16 @@ pub enum Event {
     ReplyDelta {
         /// The new text.
         text: String,
+    },
+    /// The stream whose text was shown since the last reply broke off (cut, stalled, or
+    /// unreadable) and was moved to `kept`: that text is discarded, and what streams next is
+    /// the request sent again (or the call's failure):
+    /// `{"event":"stream_broken","bytes","kept"}`.
+    StreamBroken {
+        /// Bytes of the broken stream.
+        bytes: u64,
+        /// Where it is kept, relative to the task directory: `failed-streams/{n}.stream`.
+        kept: String,
     },
     /// Reasoning text of the reply being streamed (`reasoning_content`, Anthropic's
     /// `thinking`), as it arrives: `{"event":"reasoning_delta","text"}`.
@@ -133,7 +145,8 @@ pub enum Event {
         summarized_seqs: Option<[u64; 2]>,
     },
     /// One LLM call of the agent loop ended (llm_calls.jsonl):
-    /// `{"event":"llm_call","n","duration_ms","ok","prompt_tokens","completion_tokens","error"}`.
+    /// `{"event":"llm_call","n","duration_ms","ok","interrupted","prompt_tokens",
+    /// "completion_tokens","error"}`.
     LlmCall {
         /// The task's step number.
         n: u64,
@@ -141,6 +154,9 @@ pub enum Event {
         duration_ms: u64,
         /// Whether it got an answer.
         ok: bool,
+        /// It was given up for a pause or stop request of the task (not a failure; `ok` is
+        /// false, `error` says what it gave way to).
+        interrupted: bool,
         /// Provider-reported prompt tokens.
         prompt_tokens: Option<u64>,
         /// Provider-reported completion tokens.
@@ -254,6 +270,44 @@ pub fn reply_in_flight(dir: &TaskDir) -> bool {
     }
 }
 
+/// A stream of the task that broke off (or came whole but could not be read), kept as
+/// `failed-streams/{n}.stream` ([`crate::llm::keep_failed_stream`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokenStream {
+    /// Its number, from 1 (the order the task's streams broke in).
+    pub n: u64,
+    /// Its size, bytes.
+    pub bytes: u64,
+    /// When it was last written (when it broke off), if the file system says.
+    pub modified: Option<SystemTime>,
+}
+
+impl BrokenStream {
+    /// Its path relative to the task directory: `failed-streams/{n}.stream`.
+    pub fn kept(&self) -> String {
+        format!("{FAILED_STREAMS_DIR}/{}.stream", self.n)
+    }
+}
+
+/// The broken streams kept in `dir`'s `failed-streams/`, by number (none when the folder is
+/// missing; other names are left out). Errors: the folder cannot be read.
+pub fn broken_streams(dir: &TaskDir) -> std::io::Result<Vec<BrokenStream>> {
+    let mut out: Vec<BrokenStream> = dir
+        .entries(Some(FAILED_STREAMS_DIR))?
+        .into_iter()
+        .filter(|(_, m)| m.is_file())
+        .filter_map(|(name, m)| {
+            Some(BrokenStream {
+                n: name.strip_suffix(".stream")?.parse().ok()?,
+                bytes: m.len(),
+                modified: m.modified().ok().map(|t| t.into_std()),
+            })
+        })
+        .collect();
+    out.sort_by_key(|b| b.n);
+    Ok(out)
+}
+
 /// The reply being streamed in `dir`, as far as it arrived (see [`partial_reply`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartialReply {
@@ -267,6 +321,9 @@ pub struct PartialReply {
     pub reasoning_cut: usize,
     /// Size of reply.stream, bytes.
     pub bytes: u64,
+    /// The stream this one restarts: the last that broke off after the last recorded message
+    /// (so during this call), if any.
+    pub restarts: Option<BrokenStream>,
 }
 
 /// The reply in flight in `dir` ([`reply_in_flight`]), read line by line from reply.stream
@@ -280,8 +337,15 @@ pub fn partial_reply(dir: &TaskDir, max_chars: usize) -> std::io::Result<Option<
     let Some(f) = dir.open_read_if_exists(REPLY_STREAM)? else {
         return Ok(None);
     };
+    let messages_written = dir
+        .metadata(MESSAGES)?
+        .and_then(|m| m.modified().ok())
+        .map_or(SystemTime::UNIX_EPOCH, |t| t.into_std());
     let mut out = PartialReply {
         bytes: f.metadata()?.len(),
+        restarts: broken_streams(dir)?
+            .into_iter()
+            .rfind(|b| b.modified.is_some_and(|t| t >= messages_written)),
         ..PartialReply::default()
     };
     let keep = |into: &mut String, cut: &mut usize, add: &str| {
@@ -413,6 +477,11 @@ pub struct Follower {
     calls: Tail,
     summaries: Tail,
     stream: Tail,
+    /// The highest `failed-streams/{n}.stream` seen (`None` before the first look): a higher
+    /// one is a stream that broke off since.
+    broken_seen: Option<u64>,
+    /// Text of a stream in flight was shown since the last assistant message was recorded.
+    stream_shown: bool,
     /// tools.jsonl's status and duration by tool-call id.
     tool_lines: HashMap<String, (ToolStatus, u64)>,
     /// summaries.jsonl's covered seqs by summary id.
@@ -460,6 +529,27 @@ impl Follower {
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.show(name)))
         };
         let mut events = Vec::new();
+        // A stream that broke off since the last look: what was shown of it is discarded, and
+        // the next stream (the request sent again) is read from its start. Streams broken
+        // before the first look were never shown.
+        let broken = broken_streams(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.show(FAILED_STREAMS_DIR)))?;
+        let newest = broken.last().map_or(0, |b| b.n);
+        if let Some(seen) = self.broken_seen
+            && newest > seen
+        {
+            if self.stream_shown
+                && let Some(b) = broken.iter().find(|b| b.n > seen)
+            {
+                events.push(Event::StreamBroken {
+                    bytes: b.bytes,
+                    kept: b.kept(),
+                });
+            }
+            self.stream_shown = false;
+            self.stream = Tail::default();
+        }
+        self.broken_seen = Some(newest);
         // Side files first, so a message that refers to their lines finds them.
         for (_, l) in read(&mut self.tools, TOOLS)? {
             if let Ok(t) = serde_json::from_slice::<ToolLine>(&l)
@@ -493,6 +583,7 @@ impl Follower {
                         n: c.n,
                         duration_ms: c.duration_ms,
                         ok: c.status == ctxhost_format::CallStatus::Ok,
+                        interrupted: c.status == ctxhost_format::CallStatus::Interrupted,
                         prompt_tokens: c.usage.prompt_tokens,
                         completion_tokens: c.usage.completion_tokens,
                         error: c.error,
@@ -533,9 +624,11 @@ impl Follower {
                 let d = stream_parts(l);
                 if let Some(text) = d.reasoning {
                     events.push(Event::ReasoningDelta { text });
+                    self.stream_shown |= in_flight;
                 }
                 if let Some(text) = d.text {
                     events.push(Event::ReplyDelta { text });
+                    self.stream_shown |= in_flight;
                 }
             }
         }
@@ -559,6 +652,8 @@ impl Follower {
         match h.role.as_str() {
             "user" => vec![Event::Prompt { seq: h.seq, text }],
             "assistant" => {
+                // The reply recorded: its stream, if any, is done.
+                self.stream_shown = false;
                 let calls = h.tool_calls.unwrap_or_default();
                 let mut out: Vec<Event> = h
                     .reasoning
@@ -740,6 +835,39 @@ pub fn follow(
 mod tests {
     use super::*;
 
+    /// A running task's directory in a new contexts tree (removed with it) and a follower of
+    /// the task that has read nothing yet.
+    struct Running {
+        _tmp: tempfile::TempDir,
+        layout: Layout,
+        uuid: &'static str,
+        dir: std::path::PathBuf,
+        follower: Follower,
+    }
+
+    impl Running {
+        fn new() -> Running {
+            let tmp = tempfile::tempdir().unwrap();
+            let layout = Layout::new(tmp.path());
+            layout.ensure().unwrap();
+            let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
+            let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
+            std::fs::create_dir_all(&dir).unwrap();
+            Running {
+                _tmp: tmp,
+                layout,
+                uuid,
+                dir,
+                follower: Follower::new(uuid),
+            }
+        }
+
+        /// The events the follower sees now.
+        fn look(&mut self) -> Vec<Event> {
+            self.follower.look(&self.layout).unwrap()
+        }
+    }
+
     #[test]
     fn stream_lines_of_each_provider_give_their_text() {
         assert_eq!(
@@ -764,37 +892,28 @@ mod tests {
 
     #[test]
     fn the_last_lines_of_a_stream_whose_reply_was_recorded_are_read_before_the_reply() {
-        let tmp = tempfile::tempdir().unwrap();
-        let layout = Layout::new(tmp.path());
-        layout.ensure().unwrap();
-        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6c";
-        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut f = Follower::new(uuid);
+        let mut t = Running::new();
         let first = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n";
-        std::fs::write(dir.join(REPLY_STREAM), first).unwrap();
-        assert_eq!(
-            f.look(&layout).unwrap(),
-            [Event::ReplyDelta { text: "Hel".into() }]
-        );
+        std::fs::write(t.dir.join(REPLY_STREAM), first).unwrap();
+        assert_eq!(t.look(), [Event::ReplyDelta { text: "Hel".into() }]);
         // Between two looks: the stream's last line, then the reply recorded.
         std::fs::write(
-            dir.join(REPLY_STREAM),
+            t.dir.join(REPLY_STREAM),
             format!("{first}data: {{\"choices\":[{{\"delta\":{{\"content\":\"lo.\"}}}}]}}\n"),
         )
         .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(
-            dir.join(MESSAGES),
+            t.dir.join(MESSAGES),
             concat!(
                 r#"{"seq":3,"role":"assistant","content":"Hello.","timestamp":"2026-01-01T00:00:01.000Z","tokens":1}"#,
                 "\n"
             ),
         )
         .unwrap();
-        assert!(!reply_in_flight(&TaskDir::open(&dir).unwrap()));
+        assert!(!reply_in_flight(&TaskDir::open(&t.dir).unwrap()));
         assert_eq!(
-            f.look(&layout).unwrap(),
+            t.look(),
             [
                 Event::ReplyDelta { text: "lo.".into() },
                 Event::Reply {
@@ -804,20 +923,14 @@ mod tests {
                 }
             ]
         );
-        assert_eq!(f.look(&layout).unwrap(), []);
+        assert_eq!(t.look(), []);
     }
 
     #[test]
     fn a_reply_being_streamed_is_shown_as_deltas_from_reply_stream() {
-        let tmp = tempfile::tempdir().unwrap();
-        let layout = Layout::new(tmp.path());
-        layout.ensure().unwrap();
-        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
-        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut f = Follower::new(uuid);
+        let mut t = Running::new();
         std::fs::write(
-            dir.join(REPLY_STREAM),
+            t.dir.join(REPLY_STREAM),
             concat!(
                 "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n",
                 "\n",
@@ -827,7 +940,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            f.look(&layout).unwrap(),
+            t.look(),
             [
                 Event::ReplyDelta { text: "Hel".into() },
                 Event::ReplyDelta { text: "lo".into() }
@@ -835,17 +948,14 @@ mod tests {
         );
         // The next call's stream replaces the file: it is read from its start.
         std::fs::write(
-            dir.join(REPLY_STREAM),
+            t.dir.join(REPLY_STREAM),
             "data: {\"choices\":[{\"delta\":{\"content\":\"A\"}}]}\n",
         )
         .unwrap();
-        assert_eq!(
-            f.look(&layout).unwrap(),
-            [Event::ReplyDelta { text: "A".into() }]
-        );
+        assert_eq!(t.look(), [Event::ReplyDelta { text: "A".into() }]);
         // Reasoning deltas come as such.
         std::fs::write(
-            dir.join(REPLY_STREAM),
+            t.dir.join(REPLY_STREAM),
             concat!(
                 "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"Think\"}}]}\n",
                 "data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"ing\"}}\n",
@@ -853,7 +963,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            f.look(&layout).unwrap(),
+            t.look(),
             [
                 Event::ReasoningDelta {
                     text: "Think".into()
@@ -864,7 +974,7 @@ mod tests {
         // Once its reply is recorded (messages.jsonl is the newer file) the stream is done:
         // not read again, and the message carries its reasoning.
         std::fs::write(
-            dir.join(MESSAGES),
+            t.dir.join(MESSAGES),
             concat!(
                 r#"{"seq":3,"role":"assistant","content":"A","timestamp":"2026-01-01T00:00:01.000Z","tokens":1,"#,
                 r#""reasoning":[{"provider":"openai-chat","type":"reasoning_content","data":"\"Thinking\""},"#,
@@ -873,9 +983,9 @@ mod tests {
             ),
         )
         .unwrap();
-        assert!(!reply_in_flight(&TaskDir::open(&dir).unwrap()));
+        assert!(!reply_in_flight(&TaskDir::open(&t.dir).unwrap()));
         assert_eq!(
-            f.look(&layout).unwrap(),
+            t.look(),
             [
                 Event::Reasoning {
                     seq: 3,
@@ -896,15 +1006,66 @@ mod tests {
         );
     }
 
+    /// F11: a stream whose text was shown and that then broke off (moved to
+    /// failed-streams/ by the host, the request sent again) is marked, and the new stream is
+    /// read from its start even when it begins with the same bytes.
+    #[test]
+    fn a_stream_that_broke_off_is_marked_and_the_retry_read_from_its_start() {
+        let mut t = Running::new();
+        let first = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n";
+        std::fs::write(t.dir.join(REPLY_STREAM), first).unwrap();
+        assert_eq!(t.look(), [Event::ReplyDelta { text: "Hel".into() }]);
+        // The stream breaks off and is kept; the retry begins with the same first line.
+        std::fs::create_dir(t.dir.join(FAILED_STREAMS_DIR)).unwrap();
+        std::fs::rename(
+            t.dir.join(REPLY_STREAM),
+            t.dir.join(FAILED_STREAMS_DIR).join("1.stream"),
+        )
+        .unwrap();
+        std::fs::write(
+            t.dir.join(REPLY_STREAM),
+            format!("{first}data: {{\"choices\":[{{\"delta\":{{\"content\":\"lo.\"}}}}]}}\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            t.look(),
+            [
+                Event::StreamBroken {
+                    bytes: first.len() as u64,
+                    kept: "failed-streams/1.stream".into()
+                },
+                Event::ReplyDelta { text: "Hel".into() },
+                Event::ReplyDelta { text: "lo.".into() }
+            ]
+        );
+        assert_eq!(t.look(), []);
+        // A follower that starts after a stream broke never showed it: no marker.
+        let mut late = Follower::new(t.uuid);
+        assert!(
+            !late
+                .look(&t.layout)
+                .unwrap()
+                .iter()
+                .any(|e| matches!(e, Event::StreamBroken { .. }))
+        );
+        // The dashboard's partial reply says which stream it restarts.
+        let p = partial_reply(&TaskDir::open(&t.dir).unwrap(), 100)
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.text, "Hello.");
+        assert_eq!(
+            p.restarts.map(|b| (b.n, b.bytes)),
+            Some((1, first.len() as u64))
+        );
+    }
+
     #[test]
     fn the_partial_reply_is_the_text_of_the_stream_in_flight_cut_to_its_end() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("task");
-        std::fs::create_dir_all(&path).unwrap();
-        let dir = TaskDir::open(&path).unwrap();
+        let t = Running::new();
+        let dir = TaskDir::open(&t.dir).unwrap();
         assert_eq!(partial_reply(&dir, 5).unwrap(), None);
         std::fs::write(
-            path.join(REPLY_STREAM),
+            t.dir.join(REPLY_STREAM),
             concat!(
                 "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"Hmm.\"}}]}\n",
                 "data: {\"choices\":[{\"delta\":{\"content\":\"Hello, \"}}]}\n",
@@ -922,25 +1083,19 @@ mod tests {
 
     #[test]
     fn a_line_longer_than_one_read_is_read_whole() {
-        let tmp = tempfile::tempdir().unwrap();
-        let layout = Layout::new(tmp.path());
-        layout.ensure().unwrap();
-        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
-        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
-        std::fs::create_dir_all(&dir).unwrap();
+        let mut t = Running::new();
         let long = "A".repeat(MAX_READ_BYTES as usize + 10);
         let line = serde_json::json!({"seq": 3, "role": "assistant", "content": long,
             "timestamp": "2026-01-01T00:00:01.000Z", "tokens": 1});
-        std::fs::write(dir.join(MESSAGES), format!("{line}\n")).unwrap();
-        let mut f = Follower::new(uuid);
-        let events = f.look(&layout).unwrap();
+        std::fs::write(t.dir.join(MESSAGES), format!("{line}\n")).unwrap();
+        let events = t.look();
         assert!(
             matches!(&events[..], [Event::Reply { text, .. }] if text.len() == long.len()),
             "{} events",
             events.len()
         );
-        assert!(!f.behind());
-        assert!(f.look(&layout).unwrap().is_empty());
+        assert!(!t.follower.behind());
+        assert!(t.look().is_empty());
     }
 
     #[test]
@@ -952,15 +1107,9 @@ mod tests {
 
     #[test]
     fn a_follower_reads_whole_lines_only_and_orders_files_by_time() {
-        let tmp = tempfile::tempdir().unwrap();
-        let layout = Layout::new(tmp.path());
-        layout.ensure().unwrap();
-        let uuid = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
-        let dir = layout.task_dir(crate::layout::DirState::Running, uuid);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut f = Follower::new(uuid);
+        let mut t = Running::new();
         std::fs::write(
-            dir.join(MESSAGES),
+            t.dir.join(MESSAGES),
             concat!(
                 r#"{"seq":1,"role":"system","content":"s","timestamp":"2026-01-01T00:00:00.000Z","tokens":1}"#,
                 "\n",
@@ -971,14 +1120,14 @@ mod tests {
         )
         .unwrap();
         std::fs::write(
-            dir.join(LLM_CALLS),
+            t.dir.join(LLM_CALLS),
             concat!(
                 r#"{"type":"compression","timestamp":"2026-01-01T00:00:00.000Z","before_tokens":7412,"after_tokens":1230,"summary_id":3}"#,
                 "\n"
             ),
         )
         .unwrap();
-        let events = f.look(&layout).unwrap();
+        let events = t.look();
         assert!(
             matches!(
                 events[0],
@@ -1002,7 +1151,7 @@ mod tests {
         // The rest of the torn line arrives.
         let mut m = std::fs::OpenOptions::new()
             .append(true)
-            .open(dir.join(MESSAGES))
+            .open(t.dir.join(MESSAGES))
             .unwrap();
         std::io::Write::write_all(
             &mut m,
@@ -1010,13 +1159,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            f.look(&layout).unwrap(),
+            t.look(),
             [Event::Reply {
                 seq: 3,
                 text: "partial".into(),
                 is_final: true
             }]
         );
-        assert!(f.look(&layout).unwrap().is_empty());
+        assert!(t.look().is_empty());
     }
 }

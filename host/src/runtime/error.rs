@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 /// A component's own error result (WIT `plugin-error`). `Display`: `io: …`, `invalid input: …`,
-/// `llm: …`, `unsupported: …`, `internal: …`.
+/// `llm: …`, `unsupported: …`, `internal: …`, `stream cut: …`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PluginError {
     /// Reading or writing a file of the task directory failed.
@@ -25,6 +25,10 @@ pub enum PluginError {
     /// Anything else.
     #[error("internal: {0}")]
     Internal(String),
+    /// `read-response` of a streamed reply: the stream ended before its end (WIT 0.3.0
+    /// `stream-cut`); the request is sent again whole.
+    #[error("stream cut: {0}")]
+    StreamCut(String),
 }
 
 impl PluginError {
@@ -41,6 +45,7 @@ impl PluginError {
             PluginError::Llm(s) => PluginError::Llm(b(s)),
             PluginError::Unsupported(s) => PluginError::Unsupported(b(s)),
             PluginError::Internal(s) => PluginError::Internal(b(s)),
+            PluginError::StreamCut(s) => PluginError::StreamCut(b(s)),
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct CallRecord<'a> {
     pub usage: Option<Usage>,
     /// `None` for a call that succeeded; the error text otherwise.
     pub error: Option<&'a str>,
+    /// The call was given up for a pause or stop request (status `interrupted`, not `error`).
+    pub interrupted: bool,
 }
 
 /// A line's token counts: the provider's, all absent when it reported none.
@@ -75,7 +77,7 @@ impl CallLog {
             threshold_tokens: call.threshold_tokens,
             request_bytes: call.request_bytes,
             duration_ms: call.duration_ms,
-            status: status_of(call.error),
+            status: status_of(call.error, call.interrupted),
             usage: reported(call.usage),
             cache_read_tokens: call.usage.map(|u| u.cache_read_tokens).filter(|n| *n > 0),
             reasoning_tokens: call.usage.map(|u| u.reasoning_tokens).filter(|n| *n > 0),
@@ -84,7 +86,9 @@ impl CallLog {
     }
 
     /// Append the line of one compressor request (`input_tokens`: estimate of what it sent;
-    /// `request_bytes` of its request body; `duration_ms` of the exchange).
+    /// `request_bytes` of its request body; `duration_ms` of the exchange; `interrupted`: it
+    /// was given up for a pause or stop request).
+    #[allow(clippy::too_many_arguments)]
     pub fn record_summary_call(
         &self,
         input_tokens: u64,
@@ -92,6 +96,7 @@ impl CallLog {
         duration_ms: u64,
         usage: Option<Usage>,
         error: Option<&str>,
+        interrupted: bool,
         timestamp: &str,
     ) {
         self.append(&CallLogLine::SummaryCall(SummaryCallLine {
@@ -99,7 +104,7 @@ impl CallLog {
             input_tokens,
             request_bytes,
             duration_ms,
-            status: status_of(error),
+            status: status_of(error, interrupted),
             usage: reported(usage),
             error: error.map(str::to_string),
         }));
@@ -135,8 +140,10 @@ impl CallLog {
     }
 }
 
-fn status_of(error: Option<&str>) -> CallStatus {
-    if error.is_some() {
+fn status_of(error: Option<&str>, interrupted: bool) -> CallStatus {
+    if interrupted {
+        CallStatus::Interrupted
+    } else if error.is_some() {
         CallStatus::Error
     } else {
         CallStatus::Ok
@@ -166,10 +173,11 @@ mod tests {
                     ..Default::default()
                 }),
                 error: None,
+                interrupted: false,
             },
             "t1",
         );
-        log.record_summary_call(600, 2500, 40, None, Some("boom"), "t2");
+        log.record_summary_call(600, 2500, 40, None, Some("boom"), false, "t2");
         log.record_compression(900, 300, Some(1), "t3");
         let text = std::fs::read_to_string(log.path()).unwrap();
         let lines: Vec<CallLogLine> = text
@@ -225,6 +233,7 @@ mod tests {
             duration_ms: 12,
             usage,
             error,
+            interrupted: false,
         };
         log.record_call(
             &call(1, Some(usage(800, 20, 5)), None),
@@ -237,6 +246,7 @@ mod tests {
             40,
             Some(usage(600, 50, 0)),
             None,
+            false,
             "2025-01-01T00:00:03.000Z",
         );
         log.record_summary_call(
@@ -245,7 +255,15 @@ mod tests {
             40,
             None,
             Some("boom"),
+            false,
             "2025-01-01T00:00:04.000Z",
+        );
+        log.record_call(
+            &CallRecord {
+                interrupted: true,
+                ..call(3, None, Some("paused"))
+            },
+            "2025-01-01T00:00:05.000Z",
         );
         let text = std::fs::read_to_string(log.path()).unwrap();
         let expected = [
@@ -253,6 +271,7 @@ mod tests {
             r#"{"type":"call","n":2,"timestamp":"2025-01-01T00:00:02.000Z","context_tokens":900,"context_length":1000,"threshold_tokens":700,"request_bytes":4000,"duration_ms":12,"status":"error","error":"down"}"#,
             r#"{"type":"summary_call","timestamp":"2025-01-01T00:00:03.000Z","input_tokens":600,"request_bytes":2500,"duration_ms":40,"status":"ok","prompt_tokens":600,"completion_tokens":50,"total_tokens":650}"#,
             r#"{"type":"summary_call","timestamp":"2025-01-01T00:00:04.000Z","input_tokens":600,"request_bytes":2500,"duration_ms":40,"status":"error","error":"boom"}"#,
+            r#"{"type":"call","n":3,"timestamp":"2025-01-01T00:00:05.000Z","context_tokens":900,"context_length":1000,"threshold_tokens":700,"request_bytes":4000,"duration_ms":12,"status":"interrupted","error":"paused"}"#,
         ];
         assert_eq!(text.lines().collect::<Vec<_>>(), expected);
         for line in expected {

@@ -36,7 +36,7 @@ pub fn call_tokens(dir: &TaskDir, mut keep: impl FnMut(&str) -> bool) -> CallTok
             CallLogLine::SummaryCall(c) => (&c.timestamp, c.status, c.usage, None),
             CallLogLine::Compression(_) => return,
         };
-        if status == CallStatus::Error || !keep(timestamp) {
+        if status != CallStatus::Ok || !keep(timestamp) {
             return;
         }
         t.input += usage.prompt_tokens.unwrap_or(0);

@@ -580,6 +580,9 @@ struct StreamingReply {
     reasoning_cut: usize,
     /// reply.stream's size, in human units.
     size: String,
+    /// The stream this one restarts (it broke off during this call): its size in human units
+    /// and where it is kept.
+    restarts: Option<(String, String)>,
 }
 
 /// Characters of a reply being streamed shown on the task page (its end).
@@ -604,6 +607,7 @@ fn streaming_reply(
         reasoning: redactor.redact(&p.reasoning),
         reasoning_cut: p.reasoning_cut,
         size: task_page::bytes(p.bytes),
+        restarts: p.restarts.map(|b| (task_page::bytes(b.bytes), b.kept())),
     })
 }
 

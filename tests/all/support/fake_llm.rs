@@ -35,7 +35,9 @@
 //!   completions and the Messages API, newline-delimited JSON for Ollama's `/api/chat`
 //!   ([`Reply::StreamCut`] and [`Reply::StreamStall`] cut or stall any of them).
 //! - Every request is recorded ([`RecordedRequest`]: method, path, headers, JSON body, arrival
-//!   time) before it is answered.
+//!   time) before it is answered. A streamed reply the client closes before its end is recorded
+//!   too ([`FakeLlm::abandoned_streams`]): between two events (with a stream delay) the fake
+//!   watches the connection, so it sees the close at once.
 //! - Connections are kept alive (HTTP/1.1) unless the client sends `Connection: close`; each
 //!   connection has its own thread, so a delayed reply does not block other clients.
 //! - Request bodies with `Content-Length` or `Transfer-Encoding: chunked` are accepted.
@@ -255,6 +257,21 @@ struct State {
     responses: Issued,
     /// Check chat completions as DeepSeek's thinking mode ([`openai_api::check_request`]).
     deepseek_thinking: bool,
+    /// Streamed replies the client closed before their end.
+    abandoned: Vec<AbandonedStream>,
+}
+
+/// A streamed reply whose connection the client closed before the fake sent all of it.
+#[derive(Clone, Debug)]
+pub struct AbandonedStream {
+    /// The request's index ([`RecordedRequest::index`]).
+    pub request: usize,
+    /// Events sent before the close was seen.
+    pub events_sent: usize,
+    /// Events the whole reply has.
+    pub events: usize,
+    /// When the fake saw the close.
+    pub at: Instant,
 }
 
 /// A running fake server. Stops accepting when dropped (connections already open finish).
@@ -281,6 +298,7 @@ impl FakeLlm {
             stream_delay: Duration::ZERO,
             responses: Issued::default(),
             deepseek_thinking: false,
+            abandoned: Vec::new(),
         }));
         let st = state.clone();
         let listener = TcpListener::bind(addr)?;
@@ -337,6 +355,11 @@ impl FakeLlm {
     /// Number of requests received so far.
     pub fn request_count(&self) -> usize {
         self.lock().requests.len()
+    }
+
+    /// The streamed replies the client closed before their end, in the order seen.
+    pub fn abandoned_streams(&self) -> Vec<AbandonedStream> {
+        self.lock().abandoned.clone()
     }
 
     /// Anthropic requests must carry `x-api-key: key` (else 401 `authentication_error`).
@@ -464,9 +487,9 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
             || recorded.path == MESSAGES_PATH
             || recorded.path == OLLAMA_CHAT_PATH;
         let streamed = recorded.body["stream"] == json!(true);
-        let keep_open = if let Some(r) = rendered {
+        let sent = if let Some(r) = rendered {
             if streamed {
-                send_events(&mut writer, &reply, r.events, stream_delay)?
+                send_events(&mut writer, &reply, r.events, stream_delay)
             } else {
                 let ct = vec![("Content-Type".to_string(), "application/json".to_string())];
                 let body = r.body.to_string().into_bytes();
@@ -477,16 +500,31 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
                     write_head(&mut writer, 200, &ct, body.len())?;
                     writer.write_all(&body[..body.len() / 2])?;
                     writer.flush()?;
-                    false
+                    Ok(false)
                 } else {
                     write_response(&mut writer, 200, &ct, &body)?;
-                    true
+                    Ok(true)
                 }
             }
         } else if streamed_path && streamed {
-            send_stream(&mut writer, &reply, &recorded, stream_delay, usage)?
+            send_stream(&mut writer, &reply, &recorded, stream_delay, usage)
         } else {
-            send_reply(&mut writer, &reply, &recorded, usage)?
+            send_reply(&mut writer, &reply, &recorded, usage)
+        };
+        let keep_open = match sent {
+            Ok(keep_open) => keep_open,
+            Err(e) => {
+                if let Some(a) = e.get_ref().and_then(|r| r.downcast_ref::<Abandoned>()) {
+                    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+                    s.abandoned.push(AbandonedStream {
+                        request: recorded.index,
+                        events_sent: a.events_sent,
+                        events: a.events,
+                        at: Instant::now(),
+                    });
+                }
+                return Err(e);
+            }
         };
         if !keep_open || close_requested {
             let _ = writer.shutdown(Shutdown::Both);
@@ -616,13 +654,79 @@ fn write_events(
         {
             thread::sleep(d);
         }
-        if i > 0 && !delay.is_zero() {
-            thread::sleep(delay);
+        if i > 0 && !delay.is_zero() && closed_within(w, delay) {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                Abandoned {
+                    events_sent: i,
+                    events: events.len(),
+                },
+            ));
         }
-        w.write_all(e.as_bytes())?;
-        w.flush()?;
+        if let Err(e) = w.write_all(e.as_bytes()).and_then(|()| w.flush()) {
+            return Err(io::Error::new(
+                e.kind(),
+                Abandoned {
+                    events_sent: i,
+                    events: events.len(),
+                },
+            ));
+        }
     }
     Ok(false)
+}
+
+/// Why a streamed reply stopped early: the client closed the connection.
+#[derive(Debug)]
+struct Abandoned {
+    events_sent: usize,
+    events: usize,
+}
+
+impl std::fmt::Display for Abandoned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the client closed the stream after {} of {} events",
+            self.events_sent, self.events
+        )
+    }
+}
+
+impl std::error::Error for Abandoned {}
+
+/// Wait `delay`, watching `w`: whether the client closed the connection (or reset it)
+/// meanwhile. It sends nothing while a reply streams, so a readable end is its close.
+fn closed_within(w: &TcpStream, delay: Duration) -> bool {
+    let before = w.read_timeout().ok().flatten();
+    let start = Instant::now();
+    let mut byte = [0u8; 1];
+    let closed = loop {
+        let left = delay.saturating_sub(start.elapsed());
+        if left.is_zero() || w.set_read_timeout(Some(left)).is_err() {
+            break false;
+        }
+        match w.peek(&mut byte) {
+            Ok(0) => break true,
+            // A byte from the client (it should send none): wait the rest out.
+            Ok(_) => {
+                thread::sleep(delay.saturating_sub(start.elapsed()));
+                break false;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                break false;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break true,
+        }
+    };
+    let _ = w.set_read_timeout(before);
+    closed
 }
 
 /// The events of a streamed Messages API reply of `reply` (thinking first when the request

@@ -257,6 +257,38 @@ impl Repairs {
     pub fn is_empty(&self) -> bool {
         *self == Repairs::default()
     }
+
+    /// The warning for a request built from `file` ([`crate::repairs::repairs_text`]):
+    /// `<file>: changed in the request to keep the Anthropic API's rules: ...`.
+    pub fn text(&self, file: &str) -> String {
+        crate::repairs::repairs_text(
+            file,
+            "Anthropic API",
+            &[
+                (
+                    self.missing_results,
+                    "tool call(s) without a result answered as missing",
+                ),
+                (
+                    self.dropped_results,
+                    "tool result(s) answering no waiting call left out",
+                ),
+                (self.renamed_ids, "tool-call id(s) sent renamed"),
+                (
+                    self.late_system,
+                    "later system message(s) sent as user text",
+                ),
+                (
+                    self.leading_user_turn,
+                    "user turn put before a first assistant turn",
+                ),
+                (
+                    self.unsendable_reasoning,
+                    "reasoning item(s) left out (not Anthropic's signed thinking)",
+                ),
+            ],
+        )
+    }
 }
 
 /// Content of the `tool_result` given to a tool call that has no result in the context.
@@ -532,6 +564,22 @@ mod tests {
     use crate::compress::summary_message;
     use crate::{ChatMessage, ToolCall};
     use serde_json::json;
+
+    #[test]
+    fn the_repairs_warning_names_each_change_made() {
+        let r = Repairs {
+            missing_results: 1,
+            renamed_ids: 2,
+            unsendable_reasoning: 3,
+            ..Repairs::default()
+        };
+        assert_eq!(
+            r.text("current.jsonl"),
+            "current.jsonl: changed in the request to keep the Anthropic API's rules: \
+             1 tool call(s) without a result answered as missing, 2 tool-call id(s) sent renamed, \
+             3 reasoning item(s) left out (not Anthropic's signed thinking)"
+        );
+    }
 
     /// Records (role, block, origin).
     #[derive(Default)]

@@ -30,6 +30,7 @@ use serde_json::{Map, Value};
 use super::response::{PROVIDER, ParsedReply, finish_reason, read_usage};
 use crate::ReasoningItem;
 use crate::body::provider_error;
+use crate::fold::FoldError;
 use crate::reply::{ProviderFunction, ProviderToolCall, assistant_message};
 
 /// A content block being assembled from its events.
@@ -250,12 +251,12 @@ impl AnthropicStream {
     /// joined `input_json_delta`s), closed and signed thinking blocks and redacted ones as
     /// reasoning items, in block order. Errors: a stream cut off before `message_stop` (an
     /// empty file is one), a tool call without a name or whose input is not JSON.
-    pub fn finish(mut self) -> Result<ParsedReply, String> {
+    pub fn finish(mut self) -> Result<ParsedReply, FoldError> {
         if !self.stopped {
-            return Err(format!(
-                "the stream ended after {} lines without `message_stop`: cut off",
-                self.lines
-            ));
+            return Err(FoldError::Cut {
+                lines: self.lines,
+                end: "`message_stop`",
+            });
         }
         self.blocks.sort_by_key(|b| b.index);
         let mut text: Option<String> = None;
@@ -272,13 +273,16 @@ impl AnthropicStream {
                     json,
                 } => {
                     if name.is_empty() {
-                        return Err(format!("tool_use block {} has no name", b.index));
+                        return Err(format!("tool_use block {} has no name", b.index).into());
                     }
                     let input = if json.trim().is_empty() {
                         start_input
                     } else {
                         Some(serde_json::from_str::<Value>(&json).map_err(|e| {
-                            format!("tool_use block {}: its input is not JSON ({e})", b.index)
+                            FoldError::from(format!(
+                                "tool_use block {}: its input is not JSON ({e})",
+                                b.index
+                            ))
                         })?)
                     };
                     calls.push(ProviderToolCall {
@@ -361,7 +365,7 @@ mod tests {
         for l in lines {
             s.line(l)?;
         }
-        s.finish()
+        s.finish().map_err(|e| e.to_string())
     }
 
     /// The events of a reply with thinking, text and a tool call, as the API streams them.
@@ -453,6 +457,11 @@ mod tests {
         let e = fold(cut).unwrap_err();
         assert!(e.contains("without `message_stop`: cut off"), "{e}");
         assert!(fold(&[]).unwrap_err().contains("after 0 lines"));
+        let mut s = AnthropicStream::new();
+        for l in cut {
+            s.line(l).unwrap();
+        }
+        assert!(s.finish().unwrap_err().is_cut());
     }
 
     #[test]

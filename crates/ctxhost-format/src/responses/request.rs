@@ -80,6 +80,25 @@ impl Repairs {
     pub fn is_empty(&self) -> bool {
         *self == Repairs::default()
     }
+
+    /// The warning for a request built from `file` ([`crate::repairs::repairs_text`]):
+    /// `<file>: changed in the request to keep the Responses API's rules: ...`.
+    pub fn text(&self, file: &str) -> String {
+        crate::repairs::repairs_text(
+            file,
+            "Responses API",
+            &[
+                (
+                    self.orphan_results,
+                    "tool result(s) whose call is not in the input sent as user text",
+                ),
+                (
+                    self.bad_reasoning,
+                    "reasoning item(s) that are not a `reasoning` object left out",
+                ),
+            ],
+        )
+    }
 }
 
 /// Why [`write_request`] failed.
@@ -318,6 +337,19 @@ fn json_to<W: Write>(out: &mut W, value: &impl serde::Serialize) -> io::Result<(
 mod tests {
     use super::*;
     use crate::{ReasoningItem, ToolCall};
+
+    #[test]
+    fn the_repairs_warning_names_each_change_made() {
+        let r = Repairs {
+            orphan_results: 0,
+            bad_reasoning: 2,
+        };
+        assert_eq!(
+            r.text("current.jsonl"),
+            "current.jsonl: changed in the request to keep the Responses API's rules: \
+             2 reasoning item(s) that are not a `reasoning` object left out"
+        );
+    }
 
     fn body(lines: &[ChatMessage], settings: &RequestSettings<'_>) -> (Value, String, Written) {
         let text: String = lines

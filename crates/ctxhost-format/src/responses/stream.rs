@@ -30,6 +30,7 @@ use serde_json::value::RawValue;
 
 use super::response::{Incomplete, ItemIn, call, parse_response};
 use super::{Folded, REASONING, error_text, finish_reason};
+use crate::fold::FoldError;
 
 /// One output item being assembled.
 #[derive(Debug, Default)]
@@ -282,12 +283,12 @@ impl ResponsesStream {
     /// The folded reply. Errors: a stream cut off before its end (an empty file is one), a
     /// function call without `call_id` or `name`, a final status that is not completed or
     /// incomplete.
-    pub fn finish(self) -> Result<Folded, String> {
+    pub fn finish(self) -> Result<Folded, FoldError> {
         let Some(end) = self.end else {
-            return Err(format!(
-                "the stream ended after {} lines without response.completed: cut off",
-                self.lines
-            ));
+            return Err(FoldError::Cut {
+                lines: self.lines,
+                end: "response.completed",
+            });
         };
         if let Some(mut whole) = end.whole {
             whole.usage = whole.usage.or(end.usage);
@@ -337,7 +338,7 @@ mod tests {
         for l in lines {
             s.line(l)?;
         }
-        s.finish()
+        s.finish().map_err(|e| e.to_string())
     }
 
     const RS: &str =
@@ -426,6 +427,9 @@ mod tests {
         let e = fold(&[&done]).unwrap_err();
         assert!(e.contains("cut off"), "{e}");
         assert!(fold(&[]).unwrap_err().contains("cut off"));
+        let mut s = ResponsesStream::new();
+        s.line(&done).unwrap();
+        assert!(s.finish().unwrap_err().is_cut());
         let e = fold(&[r#"data: {"type":"response.output_text.delta","output_ind"#]).unwrap_err();
         assert!(
             e.contains("line 1") && e.contains("not a JSON event"),

@@ -173,6 +173,17 @@ pub fn stream_error(file: &str, what: impl std::fmt::Display) -> PluginError {
     PluginError::InvalidInput(format!("{file} (streamed reply): {what}"))
 }
 
+/// The error of a streamed fold's end for the reply `file`: `stream-cut`
+/// `<file> (streamed reply): <what>` for a stream cut off before its end (the host sends the
+/// request again whole), `invalid-input` with the same text for any other (final).
+pub fn fold_error(file: &str, e: ctxhost_format::fold::FoldError) -> PluginError {
+    if e.is_cut() {
+        PluginError::StreamCut(format!("{file} (streamed reply): {e}"))
+    } else {
+        stream_error(file, e)
+    }
+}
+
 /// `invalid-input` for a response whose shape is wrong: `<file>: <what>; it starts with: ...`.
 pub fn bad_shape(file: &str, what: impl std::fmt::Display, body: &Value) -> PluginError {
     let text = body.to_string();
@@ -213,4 +224,33 @@ pub fn whole_body_only(streamed: bool) -> Result<(), PluginError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxhost_format::fold::FoldError;
+
+    #[test]
+    fn a_cut_fold_is_stream_cut_and_any_other_fold_error_invalid_input() {
+        let cut = fold_error(
+            "reply.stream",
+            FoldError::Cut {
+                lines: 2,
+                end: "`message_stop`",
+            },
+        );
+        assert!(
+            matches!(&cut, PluginError::StreamCut(m) if m == "reply.stream (streamed reply): the stream ended after 2 lines without `message_stop`: cut off"),
+            "{cut:?}"
+        );
+        let bad = fold_error(
+            "reply.stream",
+            FoldError::Invalid("tool call 0 has no function name".into()),
+        );
+        assert!(
+            matches!(&bad, PluginError::InvalidInput(m) if m == "reply.stream (streamed reply): tool call 0 has no function name"),
+            "{bad:?}"
+        );
+    }
 }

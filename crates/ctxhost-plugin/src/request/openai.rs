@@ -132,9 +132,9 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 /// Parses the raw stream in `file` (`read-response` with `streamed`: the server-sent events of
 /// a request with `"stream":true`), folded a line at a time by
 /// `ctxhost_format::sse::OpenAiStream` (never read whole); the usage chunk's `usage` is read
-/// as a whole body's. Errors (`invalid-input`, naming the file and line): a stream cut off
-/// before `data: [DONE]` or a `finish_reason`, a data line that is not a chunk, the
-/// provider's error chunk; `io`.
+/// as a whole body's. Errors: `stream-cut` for a stream cut off before `data: [DONE]` or a
+/// `finish_reason`; `invalid-input` naming the file and line for a data line that is not a
+/// chunk or the provider's error chunk; `io`.
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     use std::io::BufRead;
     let f = std::fs::File::open(file)
@@ -154,9 +154,7 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
         fold.line(text.strip_suffix('\n').unwrap_or(&text))
             .map_err(|e| PluginError::InvalidInput(format!("{file} (streamed reply): {e}")))?;
     }
-    let r = fold
-        .finish()
-        .map_err(|e| PluginError::InvalidInput(format!("{file} (streamed reply): {e}")))?;
+    let r = fold.finish().map_err(|e| super::fold_error(file, e))?;
     let mut message = assistant_message(r.role, r.content, r.tool_calls);
     message
         .reasoning

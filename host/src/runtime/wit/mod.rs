@@ -127,18 +127,11 @@ fn major_minor(version: &str) -> Option<(u64, u64)> {
     Some((major, minor))
 }
 
-/// The parts of the shim that are the same in every supported version, because the WIT
-/// records and interfaces they convert did not change: plugin errors, store stats, added
-/// messages, request info, completion, and the host side of the `types`, `log` and
-/// `llm` imports. A version module brings its generated modules into scope as `wit_types`,
-/// `wit_log`, `wit_llm`, `wit_store`, `wit_format` and `wit_compressor`, implements `From` for
-/// `usage` in both directions and for `compress-config` (both changed in 0.2.0), for
-/// `chat-message` in both directions and for `request-config` (changed in 0.3.0; versions
-/// before it use [`chat_message_conversions`]), and invokes this macro.
-///
-/// When a later version changes one of these records, move its conversion out of the macro into
-/// each version module.
-macro_rules! unchanged_conversions {
+/// `plugin-error` of the versions before 0.3.0 (five cases; 0.3.0 added `stream-cut`, converted
+/// in [`v0_3_0`]). Those components have no `stream-cut`, and need none: they never read a
+/// stream (the host asks them for an unstreamed reply, [`super::RequestFormat::reads_streams`]),
+/// so no error text of theirs is read as a cut stream.
+macro_rules! plugin_error_before_0_3_0 {
     () => {
         impl From<wit_types::PluginError> for $crate::runtime::PluginError {
             fn from(e: wit_types::PluginError) -> Self {
@@ -152,7 +145,23 @@ macro_rules! unchanged_conversions {
                 }
             }
         }
+    };
+}
+pub(crate) use plugin_error_before_0_3_0;
 
+/// The parts of the shim that are the same in every supported version, because the WIT
+/// records and interfaces they convert did not change: store stats, added
+/// messages, request info, completion, and the host side of the `types`, `log` and
+/// `llm` imports. A version module brings its generated modules into scope as `wit_types`,
+/// `wit_log`, `wit_llm`, `wit_store`, `wit_format` and `wit_compressor`, implements `From` for
+/// `usage` in both directions and for `compress-config` (both changed in 0.2.0), for
+/// `chat-message` in both directions and for `request-config` (changed in 0.3.0; versions
+/// before it use [`chat_message_conversions`]), and invokes this macro.
+///
+/// When a later version changes one of these records, move its conversion out of the macro into
+/// each version module.
+macro_rules! unchanged_conversions {
+    () => {
         impl From<$crate::runtime::Completion> for wit_llm::Completion {
             fn from(c: $crate::runtime::Completion) -> Self {
                 wit_llm::Completion {

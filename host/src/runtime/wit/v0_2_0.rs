@@ -77,6 +77,7 @@ use crate::runtime::types::{
 };
 
 super::unchanged_conversions!();
+super::plugin_error_before_0_3_0!();
 
 /// A format's reply (`model` is new in 0.3.0: none before).
 impl From<wit_format::Reply> for crate::runtime::Reply {

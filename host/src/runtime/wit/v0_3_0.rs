@@ -7,7 +7,7 @@
 //! host implements the `log` trait once.
 //!
 //! The shim: the records unchanged since 0.1.0 through [`super::unchanged_conversions`]; here
-//! `chat-message` (with `is-error` and `reasoning`), `usage` (with the prompt-cache counts and
+//! `plugin-error` (with `stream-cut`), `chat-message` (with `is-error` and `reasoning`), `usage` (with the prompt-cache counts and
 //! the reasoning tokens), `request-config` (with `stream` and `reasoning`), `summary-info`
 //! (integer id) and `compress-config` (with `keep-recent-tokens`), all one-to-one, and the
 //! strategy world's records and its `planning` import.
@@ -88,6 +88,20 @@ impl From<wit_format::Reply> for crate::runtime::Reply {
             usage: r.usage.map(Into::into),
             finish_reason: r.finish_reason,
             model: r.model,
+        }
+    }
+}
+
+impl From<wit_types::PluginError> for crate::runtime::PluginError {
+    fn from(e: wit_types::PluginError) -> Self {
+        use crate::runtime::PluginError as E;
+        match e {
+            wit_types::PluginError::Io(s) => E::Io(s),
+            wit_types::PluginError::InvalidInput(s) => E::InvalidInput(s),
+            wit_types::PluginError::Llm(s) => E::Llm(s),
+            wit_types::PluginError::Unsupported(s) => E::Unsupported(s),
+            wit_types::PluginError::Internal(s) => E::Internal(s),
+            wit_types::PluginError::StreamCut(s) => E::StreamCut(s),
         }
     }
 }
@@ -243,6 +257,7 @@ fn to_wit_error(e: crate::runtime::PluginError) -> wit_types::PluginError {
         E::Llm(s) => wit_types::PluginError::Llm(s),
         E::Unsupported(s) => wit_types::PluginError::Unsupported(s),
         E::Internal(s) => wit_types::PluginError::Internal(s),
+        E::StreamCut(s) => wit_types::PluginError::StreamCut(s),
     }
 }
 

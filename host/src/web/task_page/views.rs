@@ -395,6 +395,7 @@ fn status_text(status: CallStatus) -> String {
     match status {
         CallStatus::Ok => "ok".into(),
         CallStatus::Error => "error".into(),
+        CallStatus::Interrupted => "interrupted (pause or stop)".into(),
     }
 }
 

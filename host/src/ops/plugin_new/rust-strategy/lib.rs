@@ -10,7 +10,8 @@
 //! given so far are counted in the planning history.
 //!
 //! Build: `cargo build --release` (the target is wasm32-wasip2, see .cargo/config.toml), then
-//! `ctxhost plugin check target/wasm32-wasip2/release/{{crate}}.wasm`.
+//! `ctxhost plugin check target/wasm32-wasip2/release/{{crate}}.wasm`. Test: `cargo test-native`
+//! (the tests at the end of this file, natively).
 //! The contract (every hook, the decisions the host accepts, the limits): docs/PLUGINS.md of
 //! ctxhost.
 
@@ -102,3 +103,119 @@ fn reminders_given() -> u64 {
 // tests run: `cargo test-native`, with `ctxhost_plugin::testing`'s mock LLM and planning).
 #[cfg(target_arch = "wasm32")]
 ctxhost_plugin::export_strategy!(Strategy);
+
+// Native unit tests (`cargo test-native`): the hooks run as the host would call them, with the
+// SDK's in-memory planning history (`ctxhost_plugin::testing`), no wasm build.
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+    use ctxhost_plugin::testing::{MockLlm, TaskDir};
+
+    fn config(settings: &str) -> StrategyConfig {
+        StrategyConfig {
+            max_steps: 20,
+            context_length: 8192,
+            max_output_tokens: None,
+            settings: settings.into(),
+        }
+    }
+
+    fn state() -> TaskState {
+        TaskState {
+            prompt: "Fix the build".into(),
+            steps_done: 1,
+            seq: 4,
+            context_file: "current.jsonl".into(),
+            context_tokens: 120,
+            tools_file: None,
+        }
+    }
+
+    fn reply() -> ChatMessage {
+        ctxhost_plugin::format::ChatMessage::text("assistant", "Running the tools.").into()
+    }
+
+    fn outcome(id: &str, name: &str, error: Option<&str>) -> ToolOutcome {
+        ToolOutcome {
+            call_id: id.into(),
+            name: name.into(),
+            success: error.is_none(),
+            error: error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_failed_tool_call_is_reflected_on_and_told_to_the_model() {
+        let task = TaskDir::new().unwrap();
+        let mut llm = MockLlm::default();
+        let decision = task
+            .run(&mut llm, || {
+                Strategy::after_tools(
+                    config("{}"),
+                    state(),
+                    reply(),
+                    vec![
+                        outcome("c1", "read_text_file", None),
+                        outcome("c2", "run_command", Some("exit status 2")),
+                    ],
+                )
+            })
+            .unwrap();
+        let Decision::Proceed(Some(text)) = decision else {
+            panic!("expected a reminder, got {decision:?}");
+        };
+        assert!(
+            text.starts_with("1 tool call(s) failed: run_command (c2): exit status 2."),
+            "{text}"
+        );
+        // One reflection in the planning history, with this strategy's trigger and the text.
+        assert_eq!(llm.planning.len(), 1, "{:?}", llm.planning);
+        let line: serde_json::Value = serde_json::from_str(&llm.planning[0]).unwrap();
+        assert_eq!(line["type"], "reflection");
+        assert_eq!(line["trigger"], TRIGGER);
+        assert_eq!(line["text"], text.as_str());
+        assert!(llm.requests.is_empty(), "no model call of its own");
+    }
+
+    #[test]
+    fn reminders_stop_at_max_reminders_and_the_rest_goes_on_quietly() {
+        let task = TaskDir::new().unwrap();
+        let mut llm = MockLlm::default();
+        let failed = || vec![outcome("c1", "grep", Some("no such file"))];
+        let settings = r#"{"max_reminders": 2}"#;
+        for n in 1..=3 {
+            let decision = task
+                .run(&mut llm, || {
+                    Strategy::after_tools(config(settings), state(), reply(), failed())
+                })
+                .unwrap();
+            // Counted from the planning history, as after a resume: two reminders, then none.
+            match decision {
+                Decision::Proceed(Some(_)) => assert!(n <= 2, "reminder {n}"),
+                Decision::Proceed(None) => assert_eq!(n, 3),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(llm.planning.len(), 2);
+        // Calls that all succeeded add nothing; the first call adds nothing; a reply without
+        // tool calls is the answer.
+        let ok = task
+            .run(&mut llm, || {
+                Strategy::after_tools(
+                    config(settings),
+                    state(),
+                    reply(),
+                    vec![outcome("c2", "grep", None)],
+                )
+            })
+            .unwrap();
+        assert!(matches!(ok, Decision::Proceed(None)), "{ok:?}");
+        let start = task.run(&mut llm, || Strategy::start(config(settings), state()));
+        assert!(matches!(start, Ok(Decision::Proceed(None))), "{start:?}");
+        let end = task.run(&mut llm, || {
+            Strategy::after_reply(config(settings), state(), reply())
+        });
+        assert!(matches!(end, Ok(Decision::Finish)), "{end:?}");
+        assert_eq!(llm.planning.len(), 2);
+    }
+}
