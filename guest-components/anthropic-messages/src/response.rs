@@ -60,5 +60,6 @@ fn reply(file: &str, parsed: ParsedReply) -> Reply {
         message: common::to_wit(parsed.message),
         usage,
         finish_reason: parsed.finish_reason,
+        content_file: None,
     }
 }

@@ -124,5 +124,6 @@ fn reply(file: &str, r: OllamaReply) -> Reply {
         message: common::to_wit(message),
         usage,
         finish_reason,
+        content_file: None,
     }
 }

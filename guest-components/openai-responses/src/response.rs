@@ -83,6 +83,7 @@ fn reply(file: &str, f: Folded) -> Reply {
         message: common::to_wit(message),
         usage: f.usage.and_then(|u| usage_of(file, u)),
         finish_reason: Some(f.finish_reason),
+        content_file: None,
     }
 }
 

@@ -119,6 +119,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
         message: super::to_wit(message),
         usage,
         finish_reason: choice.finish_reason,
+        content_file: None,
     })
 }
 
@@ -127,13 +128,15 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 /// `ctxhost_format::sse::OpenAiStream` (never read whole); the usage chunk's `usage` is read
 /// as a whole body's. Errors (`invalid-input`, naming the file and line): a stream cut off
 /// before `data: [DONE]` or a `finish_reason`, a data line that is not a chunk, the
-/// provider's error chunk; `io`.
+/// provider's error chunk; `io`. A text past
+/// `ctxhost_format::content_file::CONTENT_FILE_THRESHOLD` is written to `reply.content` as it
+/// is folded and returned as `content-file` ([`super::content_sink`]).
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     use std::io::BufRead;
     let f = std::fs::File::open(file)
         .map_err(|e| crate::jsonl::io_error(format!("opening {file}"), e))?;
     let mut reader = std::io::BufReader::new(f);
-    let mut fold = ctxhost_format::sse::OpenAiStream::new();
+    let mut fold = ctxhost_format::sse::OpenAiStream::with_content_file(super::content_sink());
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -158,6 +161,7 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
         message: super::to_wit(message),
         usage: r.usage.and_then(|u| usage_of(file, u)),
         finish_reason: r.finish_reason,
+        content_file: r.content_file,
     })
 }
 
