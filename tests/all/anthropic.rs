@@ -284,6 +284,7 @@ fn replies_are_mapped_back_to_the_openai_shape() {
             // input 21 + cache creation 188 + cache read 1803.
             usage: usage(2012, 17, (1803, 188)),
             finish_reason: Some("stop".into()),
+            content_file: None,
         }
     );
     let reply = read("anthropic_tool_use.json").unwrap();

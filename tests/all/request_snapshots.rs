@@ -320,7 +320,8 @@ fn openai_replies_are_parsed() {
         Reply {
             message: ChatMessage::text("assistant", text),
             usage: usage(412, 17, 429),
-            finish_reason: Some("stop".into())
+            finish_reason: Some("stop".into()),
+            content_file: None,
         }
     );
 
@@ -385,7 +386,8 @@ fn ollama_replies_are_parsed() {
         Reply {
             message: ChatMessage::text("assistant", text),
             usage: usage(398, 21, 419),
-            finish_reason: Some("stop".into())
+            finish_reason: Some("stop".into()),
+            content_file: None,
         }
     );
 

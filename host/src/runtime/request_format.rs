@@ -156,6 +156,7 @@ mod tests {
             message: ChatMessage::text("assistant", "hi"),
             usage: Some(huge),
             finish_reason: None,
+            content_file: None,
         };
         let u = bounded_usage(reply, "test").usage.unwrap();
         assert_eq!(

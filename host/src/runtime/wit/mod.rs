@@ -191,16 +191,6 @@ macro_rules! unchanged_conversions {
             }
         }
 
-        impl From<wit_format::Reply> for $crate::runtime::Reply {
-            fn from(r: wit_format::Reply) -> Self {
-                $crate::runtime::Reply {
-                    message: r.message.into(),
-                    usage: r.usage.map(Into::into),
-                    finish_reason: r.finish_reason,
-                }
-            }
-        }
-
         impl wit_types::Host for $crate::runtime::sandbox::StoreState {}
 
         impl wit_log::Host for $crate::runtime::sandbox::StoreState {

@@ -67,6 +67,17 @@ use crate::runtime::types::{CompressResult, SummaryInfo, Usage};
 use crate::task_dir::TaskDir;
 
 super::unchanged_conversions!();
+
+impl From<wit_format::Reply> for crate::runtime::Reply {
+    fn from(r: wit_format::Reply) -> Self {
+        crate::runtime::Reply {
+            message: r.message.into(),
+            usage: r.usage.map(Into::into),
+            finish_reason: r.finish_reason,
+            content_file: None,
+        }
+    }
+}
 super::chat_message_conversions!();
 
 impl From<&crate::runtime::RequestConfig> for wit_format::RequestConfig {

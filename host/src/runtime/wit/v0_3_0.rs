@@ -80,6 +80,17 @@ use crate::runtime::types::{
 
 super::unchanged_conversions!();
 
+impl From<wit_format::Reply> for crate::runtime::Reply {
+    fn from(r: wit_format::Reply) -> Self {
+        crate::runtime::Reply {
+            message: r.message.into(),
+            usage: r.usage.map(Into::into),
+            finish_reason: r.finish_reason,
+            content_file: r.content_file,
+        }
+    }
+}
+
 impl From<&ctxhost_format::ChatMessage> for wit_types::ChatMessage {
     fn from(m: &ctxhost_format::ChatMessage) -> Self {
         wit_types::ChatMessage {

@@ -79,6 +79,8 @@ impl Guest for Format {
                 ..request::usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
             }),
             finish_reason: choice.finish_reason,
+            // The text in `content` (a format may write a large one to a file instead).
+            content_file: None,
         })
     }
 }
