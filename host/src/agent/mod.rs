@@ -774,6 +774,7 @@ impl Agent<'_> {
                 ..UsageDelta::default()
             })?;
         }
+        crate::failpoint::kill_if_set("agent:reply-read");
         let mut message = normalise_reply(reply.message);
         for (old, new) in ctx.make_call_ids_unique(&mut message)? {
             tracing::debug!(uuid = %ctx.uuid(), step, "tool call id {old:?} is already used in the conversation: {new}");
@@ -783,6 +784,7 @@ impl Agent<'_> {
             Some(file) => ctx.store().add_message_file(&message, file, &now_rfc3339()),
         }
         .context("appending the assistant message")?;
+        crate::failpoint::kill_if_set("agent:reply-appended");
         if let Some(file) = &reply.content_file {
             // Appended: what the loop keeps of the text is its start (the hooks get it), and
             // the file goes. A crash before this leaves it to crash repair, which deletes it
