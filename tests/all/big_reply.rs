@@ -23,8 +23,13 @@ fn big_text() -> String {
 
 /// An environment streaming from `llm` (`llm.stream` on by default), initialised.
 fn env_for(llm: &FakeLlm) -> TestEnv {
+    env_of(llm, "openai")
+}
+
+/// [`env_for`] with the provider `provider` (its builtin request format).
+fn env_of(llm: &FakeLlm, provider: &str) -> TestEnv {
     let env = TestEnv::new();
-    env.write_config(&config_yaml(&llm.base_url(), "openai", ""));
+    env.write_config(&config_yaml(&llm.base_url(), provider, ""));
     env.ctxhost(&["init"]).ok();
     env
 }
@@ -139,4 +144,33 @@ fn a_process_killed_after_the_reply_file_is_appended_keeps_the_reply_once() {
     env.ctxhost(&["task-exec", &uuid]).ok();
     assert_eq!(llm.request_count(), 1, "the appended reply stands");
     assert_appended_once(&env, &uuid, &text);
+}
+
+/// The big reply through `provider`'s streamed reply and builtin format: the fold writes it to
+/// reply.content (seen by a process killed before the append), and the task run again appends
+/// it byte-identical.
+fn lands_byte_identical_with(provider: &str) {
+    let text = big_text();
+    let llm = FakeLlm::start(vec![
+        Reply::text(text.clone(), Some((10, 5))),
+        Reply::text(text.clone(), Some((10, 5))),
+    ]);
+    let env = env_of(&llm, provider);
+    let uuid = env.submit("Write a lot");
+    exec_killed_at(&env, &uuid, "agent:reply-read");
+    assert_eq!(llm.requests()[0].body["stream"], true);
+    let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join(REPLY_CONTENT)).unwrap(),
+        text,
+        "{provider}: the fold wrote the text to its file"
+    );
+    env.ctxhost(&["recover", "--json"]).ok();
+    env.ctxhost(&["task-exec", &uuid]).ok();
+    assert_appended_once(&env, &uuid, &text);
+}
+
+#[test]
+fn a_streamed_ollama_reply_over_the_threshold_lands_byte_identical() {
+    lands_byte_identical_with("ollama");
 }

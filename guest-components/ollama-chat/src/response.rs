@@ -82,6 +82,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
             done_reason: response.done_reason,
             prompt_eval_count: response.prompt_eval_count,
             eval_count: response.eval_count,
+            content_file: None,
         },
     ))
 }
@@ -90,7 +91,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 /// (`invalid-input`, naming the file and line): a stream cut off before its `"done":true` line,
 /// a line that is not a chat piece, the server's error line; `io`.
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
-    let mut fold = OllamaStream::new();
+    let mut fold = OllamaStream::with_content_file(common::content_sink());
     common::fold_stream_lines(file, |line| fold.line(line))?;
     let r = fold.finish().map_err(|e| common::stream_error(file, e))?;
     Ok(reply(file, r))
@@ -124,6 +125,6 @@ fn reply(file: &str, r: OllamaReply) -> Reply {
         message: common::to_wit(message),
         usage,
         finish_reason,
-        content_file: None,
+        content_file: r.content_file,
     }
 }
