@@ -23,13 +23,13 @@ fn big_text() -> String {
 
 /// An environment streaming from `llm` (`llm.stream` on by default), initialised.
 fn env_for(llm: &FakeLlm) -> TestEnv {
-    env_of(llm, "openai")
+    env_of(llm, "openai", "")
 }
 
-/// [`env_for`] with the provider `provider` (its builtin request format).
-fn env_of(llm: &FakeLlm, provider: &str) -> TestEnv {
+/// [`env_for`] with the provider `provider` and the config's top-level `extra`.
+fn env_of(llm: &FakeLlm, provider: &str, extra: &str) -> TestEnv {
     let env = TestEnv::new();
-    env.write_config(&config_yaml(&llm.base_url(), provider, ""));
+    env.write_config(&config_yaml(&llm.base_url(), provider, extra));
     env.ctxhost(&["init"]).ok();
     env
 }
@@ -149,13 +149,13 @@ fn a_process_killed_after_the_reply_file_is_appended_keeps_the_reply_once() {
 /// The big reply through `provider`'s streamed reply and builtin format: the fold writes it to
 /// reply.content (seen by a process killed before the append), and the task run again appends
 /// it byte-identical.
-fn lands_byte_identical_with(provider: &str) {
+fn lands_byte_identical_with(provider: &str, extra: &str) {
     let text = big_text();
     let llm = FakeLlm::start(vec![
         Reply::text(text.clone(), Some((10, 5))),
         Reply::text(text.clone(), Some((10, 5))),
     ]);
-    let env = env_of(&llm, provider);
+    let env = env_of(&llm, provider, extra);
     let uuid = env.submit("Write a lot");
     exec_killed_at(&env, &uuid, "agent:reply-read");
     assert_eq!(llm.requests()[0].body["stream"], true);
@@ -172,5 +172,18 @@ fn lands_byte_identical_with(provider: &str) {
 
 #[test]
 fn a_streamed_ollama_reply_over_the_threshold_lands_byte_identical() {
-    lands_byte_identical_with("ollama");
+    lands_byte_identical_with("ollama", "");
+}
+
+#[test]
+fn a_streamed_anthropic_reply_over_the_threshold_lands_byte_identical() {
+    lands_byte_identical_with("anthropic", "");
+}
+
+#[test]
+fn a_streamed_responses_reply_over_the_threshold_lands_byte_identical() {
+    lands_byte_identical_with(
+        "openai",
+        "plugins:\n  request_format: builtin:openai-responses\n",
+    );
 }
