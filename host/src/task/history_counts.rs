@@ -561,6 +561,50 @@ mod tests {
         assert_eq!(of(&again), full(d));
     }
 
+    /// A line longer than [`MAX_WHOLE_LINE_BYTES`] (a reply of many MiB) is counted as it is
+    /// read: the same counts and ids as a full read; a torn one waits like any other.
+    #[test]
+    fn a_line_too_long_to_hold_is_counted_as_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let mut h = history();
+        let long = "x\"\\y\n".repeat(MAX_WHOLE_LINE_BYTES / 3);
+        let mut big_call = call(&["big"]);
+        big_call.content = Some(long.clone());
+        h.insert(5, ChatMessage::text("assistant", long.clone()));
+        h.insert(6, ChatMessage::text("user", "more"));
+        h.insert(7, big_call);
+        h.insert(8, result("big"));
+        write_task(d, &h, &[]);
+        let mut counts = HistoryCounts::open(&task(d)).unwrap();
+        assert_eq!(of(&counts), full(d));
+        assert!(counts.call_ids().len() == 21);
+        // Appended while the task runs: a long line whole, then one torn.
+        let text = fs::read_to_string(d.join(MESSAGES)).unwrap();
+        let line = |seq: usize| {
+            let m = ChatMessage::text("assistant", long.clone());
+            ctxhost_format::jsonl::to_line(&ctxhost_format::HistoryLine::of(seq as u64, &m, "t"))
+                .unwrap()
+        };
+        let next = h.len() + 1;
+        fs::write(d.join(MESSAGES), format!("{text}{}  \n", line(next))).unwrap();
+        counts.advance(true).unwrap();
+        assert_eq!(of(&counts), full(d));
+        let whole = fs::read_to_string(d.join(MESSAGES)).unwrap();
+        let torn = line(next + 1);
+        fs::write(d.join(MESSAGES), format!("{whole}{}", &torn[..torn.len() - 1])).unwrap();
+        let before = counts.stats();
+        counts.advance(true).unwrap();
+        assert_eq!(counts.stats(), before, "a torn long line is not counted");
+        fs::write(d.join(MESSAGES), format!("{whole}{torn}\n")).unwrap();
+        counts.advance(true).unwrap();
+        assert_eq!(of(&counts), full(d));
+        // A long line with text after its object is an error naming the line.
+        fs::write(d.join(MESSAGES), format!("{whole}{} x\n", line(next + 1))).unwrap();
+        let e = HistoryCounts::open(&task(d)).unwrap_err();
+        assert!(format!("{e:#}").contains("not a history line"), "{e:#}");
+    }
+
     #[test]
     fn a_cut_or_rewritten_history_is_counted_again_and_a_torn_last_line_waits() {
         let dir = tempfile::tempdir().unwrap();
