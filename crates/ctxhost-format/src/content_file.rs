@@ -131,26 +131,39 @@ impl TextSink {
 pub struct TextStats {
     /// Bytes of text.
     pub bytes: u64,
-    /// Its weight in quarter tokens ([`crate::tokens::char_quarter_tokens`]).
-    pub quarters: u64,
     /// Whether it holds a character other than white space.
     pub has_non_space: bool,
 }
 
 impl TextStats {
-    /// Estimated tokens of the text ([`crate::estimate_tokens`]).
-    pub fn tokens(&self) -> u64 {
-        self.quarters.div_ceil(4)
-    }
-
     fn add(&mut self, text: &str) {
         self.bytes += text.len() as u64;
-        for c in text.chars() {
-            self.quarters += crate::tokens::char_quarter_tokens(c);
-            if !c.is_whitespace() {
-                self.has_non_space = true;
-            }
+        if !self.has_non_space {
+            self.has_non_space = !text.trim().is_empty();
         }
+    }
+}
+
+/// The token estimate of a text read in parts ([`crate::estimate_tokens`] of the parts
+/// joined): add each part, then take [`TokenCount::tokens`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenCount {
+    /// The weight so far, in quarter tokens ([`crate::tokens::char_quarter_tokens`]).
+    pub quarters: u64,
+}
+
+impl TokenCount {
+    /// Adds `part` (whole characters).
+    pub fn add(&mut self, part: &str) {
+        self.quarters += part
+            .chars()
+            .map(crate::tokens::char_quarter_tokens)
+            .sum::<u64>();
+    }
+
+    /// The estimated tokens of the parts added.
+    pub fn tokens(&self) -> u64 {
+        self.quarters.div_ceil(4)
     }
 }
 
@@ -232,7 +245,7 @@ pub fn for_each_text_block(
 /// Writes the text of `reader` to `out` JSON-escaped as [`crate::jsonl::write_value`] escapes a
 /// string (U+2028 / U+2029 included), without the quotes around it: the inside of the
 /// string's JSON. At most one block and its escaped copy are in memory. Returns what the pass
-/// found (tokens, bytes). Errors: reading or writing, bytes that are not UTF-8.
+/// found (bytes). Errors: reading or writing, bytes that are not UTF-8.
 pub fn copy_escaped(reader: impl Read, out: &mut dyn Write) -> Result<TextStats, ContentError> {
     let mut escaped = Vec::with_capacity(BLOCK_BYTES + BLOCK_BYTES / 4);
     for_each_text_block(reader, |text| {
@@ -320,7 +333,13 @@ mod tests {
         let stats = copy_escaped(text.as_bytes(), &mut out).unwrap();
         let whole = crate::jsonl::to_line(&text).unwrap();
         assert_eq!(out, whole.as_bytes()[1..whole.len() - 1]);
-        assert_eq!(stats.tokens(), crate::estimate_tokens(&text));
+        let mut count = TokenCount::default();
+        for_each_text_block(text.as_bytes(), |part| {
+            count.add(part);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(count.tokens(), crate::estimate_tokens(&text));
         assert_eq!(stats.bytes, text.len() as u64);
         assert!(stats.has_non_space);
     }

@@ -19,7 +19,9 @@ use ctxhost_plugin::format::checkpoint::{
     CHECKPOINT_VERSION, FileMark, STORE_CHECKPOINT_EVERY, StoreCheckpoint,
 };
 use ctxhost_plugin::format::files::STORE_CHECKPOINT;
-use ctxhost_plugin::format::content_file::{ContentError, copy_escaped, for_each_text_block};
+use ctxhost_plugin::format::content_file::{
+    ContentError, TokenCount, copy_escaped, for_each_text_block,
+};
 use ctxhost_plugin::format::jsonl::for_each_line;
 use ctxhost_plugin::format::lines::encode_message_lines;
 use ctxhost_plugin::format::{ChatMessage, HistoryLine, estimate_message_tokens};
@@ -151,11 +153,15 @@ impl Store {
                 "add-message-file: {content_file}: {e}"
             )),
         };
-        let text = for_each_text_block(BufReader::new(open_text()?), |_| Ok(()))
-            .map_err(content_error)?;
+        let mut count = TokenCount::default();
+        let text = for_each_text_block(BufReader::new(open_text()?), |part| {
+            count.add(part);
+            Ok(())
+        })
+        .map_err(content_error)?;
         // The lines with an empty content, cut where the text goes.
         message.content = Some(String::new());
-        let tokens = estimate_message_tokens(&message) + text.tokens();
+        let tokens = estimate_message_tokens(&message) + count.tokens();
         let seq = self.history_count + 1;
         encode_message_lines(
             &message,

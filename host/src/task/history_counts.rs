@@ -33,9 +33,10 @@ use crate::invariants::ids::CallIds;
 use crate::invariants::queries::bounded;
 use crate::task_dir::{TaskDir, file_id};
 
-/// Longest line read whole (then parsed from memory), bytes: 1 MiB. A longer one is parsed as
-/// it is read, its text and reasoning skipped ([`long_line_head`]).
-pub const MAX_WHOLE_LINE_BYTES: usize = 1024 * 1024;
+/// Longest line read whole (then parsed from memory), bytes: 256 KiB. A longer one is parsed
+/// as it is read, its text and reasoning skipped ([`long_line_head`]): slower, but nothing
+/// of it is held (the buffer is what a long line costs the task process).
+pub const MAX_WHOLE_LINE_BYTES: usize = 256 * 1024;
 
 /// Reads one line into `buf` (its `\n` included), but stops after more than `cap` bytes:
 /// returns the bytes read (0 at the end).
