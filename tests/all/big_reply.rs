@@ -66,7 +66,10 @@ fn assert_appended(env: &TestEnv, uuid: &str, text: &str, exact: bool) {
     let row = env.row(uuid);
     assert_eq!(row["status"], "completed", "{row}");
     let dir = env.contexts().join("completed").join(uuid);
-    assert!(!dir.join(REPLY_CONTENT).exists(), "reply.content is deleted");
+    assert!(
+        !dir.join(REPLY_CONTENT).exists(),
+        "reply.content is deleted"
+    );
     let replies: Vec<_> = read_jsonl(&dir.join("messages.jsonl"))
         .into_iter()
         .filter(|m| m["role"] == "assistant")
@@ -92,8 +95,7 @@ fn assert_appended(env: &TestEnv, uuid: &str, text: &str, exact: bool) {
         "messages.jsonl's line differs from add-message's"
     );
     assert!(
-        last_line(&dir.join("current.jsonl"))
-            == ctxhost_format::jsonl::to_line(&message).unwrap(),
+        last_line(&dir.join("current.jsonl")) == ctxhost_format::jsonl::to_line(&message).unwrap(),
         "current.jsonl's line differs from add-message's"
     );
 }
@@ -111,7 +113,11 @@ fn a_streamed_reply_over_the_threshold_lands_byte_identical_through_its_file() {
     // The task's report shows the answer (its start at least).
     let shown = env.ctxhost(&["show", &uuid, "--json"]).ok().json();
     let result = shown.to_string();
-    assert!(result.contains("He said"), "{}", &result[..result.len().min(400)]);
+    assert!(
+        result.contains("He said"),
+        "{}",
+        &result[..result.len().min(400)]
+    );
 }
 
 #[test]

@@ -251,7 +251,12 @@ mod tests {
             format!("{long}\n\n{}\n", "\n".repeat(crate::tail::BLOCK)),
             format!("a\n{}b\n", " ".repeat(crate::tail::BLOCK - 1)),
         ] {
-            assert_eq!(mark(&text), whole_line_mark(&text), "{:?}", &text[..text.len().min(40)]);
+            assert_eq!(
+                mark(&text),
+                whole_line_mark(&text),
+                "{:?}",
+                &text[..text.len().min(40)]
+            );
         }
     }
 

@@ -231,9 +231,8 @@ pub fn for_each_text_block(
             }
         };
         // Checked just above.
-        let text = std::str::from_utf8(&buf[..valid]).map_err(|_| ContentError::NotUtf8 {
-            at: offset,
-        })?;
+        let text =
+            std::str::from_utf8(&buf[..valid]).map_err(|_| ContentError::NotUtf8 { at: offset })?;
         stats.add(text);
         each(text)?;
         offset += valid as u64;
@@ -312,7 +311,11 @@ mod tests {
 
         let out = Shared::default();
         let o = out.clone();
-        let mut s = TextSink::spilling("reply.content", 10, Box::new(move || Ok(Box::new(o.clone()))));
+        let mut s = TextSink::spilling(
+            "reply.content",
+            10,
+            Box::new(move || Ok(Box::new(o.clone()))),
+        );
         for piece in ["0123456", "789abc", "", "def"] {
             s.push(piece).unwrap();
         }

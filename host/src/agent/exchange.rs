@@ -297,11 +297,17 @@ pub fn exchange_checked(
         } else {
             (response_file, streamed)
         };
-        let read = format.read_response(file, read_streamed).and_then(|mut reply| {
-            let key = transport.config().api_key.as_deref().filter(|_| read_streamed);
-            check_content_file(dir, format.component(), &mut reply, key)?;
-            Ok(reply)
-        });
+        let read = format
+            .read_response(file, read_streamed)
+            .and_then(|mut reply| {
+                let key = transport
+                    .config()
+                    .api_key
+                    .as_deref()
+                    .filter(|_| read_streamed);
+                check_content_file(dir, format.component(), &mut reply, key)?;
+                Ok(reply)
+            });
         match read {
             Ok(mut reply) => {
                 if read_streamed {
@@ -390,18 +396,18 @@ fn check_content_file(
         function: "read-response".to_string(),
         reason,
     };
-    let name = untrusted::component_path(dir, &name)
-        .map_err(|e| fail(format!("content-file: {e}")))?;
+    let name =
+        untrusted::component_path(dir, &name).map_err(|e| fail(format!("content-file: {e}")))?;
     let open = || {
         dir.open_read_if_exists(&name)
             .map_err(|e| fail(format!("content-file {}: {e}", dir.show(&name))))?
             .ok_or_else(|| fail(format!("content-file {} does not exist", dir.show(&name))))
     };
-    let stats = ctxhost_format::content_file::for_each_text_block(
-        std::io::BufReader::new(open()?),
-        |_| Ok(()),
-    )
-    .map_err(|e| fail(format!("content-file {}: {e}", dir.show(&name))))?;
+    let stats =
+        ctxhost_format::content_file::for_each_text_block(std::io::BufReader::new(open()?), |_| {
+            Ok(())
+        })
+        .map_err(|e| fail(format!("content-file {}: {e}", dir.show(&name))))?;
     if !stats.has_non_space {
         reply.message.content = Some(String::new());
         reply.content_file = None;

@@ -1203,8 +1203,7 @@ fn text_prefix(dir: &crate::task_dir::TaskDir, file: &str) -> String {
     let read = dir.open_read_if_exists(file).and_then(|f| {
         let f = f.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
         let len = f.metadata()?.len();
-        let (mut text, longer) =
-            ctxhost_format::content_file::prefix(f, MAX_REPLY_PREFIX_BYTES)?;
+        let (mut text, longer) = ctxhost_format::content_file::prefix(f, MAX_REPLY_PREFIX_BYTES)?;
         if longer {
             text.push_str(&format!(
                 "\n[… {} more bytes of this reply are in messages.jsonl]",

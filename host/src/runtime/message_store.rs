@@ -108,19 +108,24 @@ impl MessageStore {
             Versioned::V0_3_0(b) => {
                 let m = message.into();
                 let r = sandbox.call("add-message-file", |s| {
-                    b.ctxhost_plugin_message_store()
-                        .call_add_message_file(s, &m, content_file, timestamp)
+                    b.ctxhost_plugin_message_store().call_add_message_file(
+                        s,
+                        &m,
+                        content_file,
+                        timestamp,
+                    )
                 })?;
                 sandbox.plugin_result("add-message-file", r)
             }
             _ => {
-                let text = std::fs::read_to_string(self.task_dir.join(content_file)).map_err(
-                    |e| RuntimeError::Host {
-                        component: sandbox.name().to_string(),
-                        function: "add-message".to_string(),
-                        reason: format!("reading the reply's text from {content_file}: {e}"),
-                    },
-                )?;
+                let text =
+                    std::fs::read_to_string(self.task_dir.join(content_file)).map_err(|e| {
+                        RuntimeError::Host {
+                            component: sandbox.name().to_string(),
+                            function: "add-message".to_string(),
+                            reason: format!("reading the reply's text from {content_file}: {e}"),
+                        }
+                    })?;
                 let mut whole = message.clone();
                 whole.content = Some(text);
                 self.add_message(&whole, timestamp)

@@ -40,7 +40,11 @@ pub const MAX_WHOLE_LINE_BYTES: usize = 256 * 1024;
 
 /// Reads one line into `buf` (its `\n` included), but stops after more than `cap` bytes:
 /// returns the bytes read (0 at the end).
-fn read_line_capped(reader: &mut impl io::BufRead, buf: &mut Vec<u8>, cap: usize) -> io::Result<usize> {
+fn read_line_capped(
+    reader: &mut impl io::BufRead,
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> io::Result<usize> {
     let mut total = 0;
     loop {
         let (done, used) = {
@@ -88,7 +92,10 @@ struct LineHead {
     tokens: u64,
     #[serde(default)]
     tool_calls: Option<Vec<ctxhost_format::ToolCall>>,
-    #[serde(default, deserialize_with = "ctxhost_format::summary_id::deserialize_opt")]
+    #[serde(
+        default,
+        deserialize_with = "ctxhost_format::summary_id::deserialize_opt"
+    )]
     summary_id: Option<u64>,
 }
 
@@ -332,8 +339,8 @@ impl HistoryCounts {
             if buf.last() != Some(&b'\n') {
                 // A line longer than the cap (a reply's text of many MiB): parsed as it is read,
                 // its text skipped, never held.
-                let Some((head, rest)) = long_line_head(&buf, &mut reader)
-                    .map_err(|e| not_a_line(line_no + 1, &e))?
+                let Some((head, rest)) =
+                    long_line_head(&buf, &mut reader).map_err(|e| not_a_line(line_no + 1, &e))?
                 else {
                     break;
                 };
@@ -593,7 +600,11 @@ mod tests {
         assert_eq!(of(&counts), full(d));
         let whole = fs::read_to_string(d.join(MESSAGES)).unwrap();
         let torn = line(next + 1);
-        fs::write(d.join(MESSAGES), format!("{whole}{}", &torn[..torn.len() - 1])).unwrap();
+        fs::write(
+            d.join(MESSAGES),
+            format!("{whole}{}", &torn[..torn.len() - 1]),
+        )
+        .unwrap();
         let before = counts.stats();
         counts.advance(true).unwrap();
         assert_eq!(counts.stats(), before, "a torn long line is not counted");

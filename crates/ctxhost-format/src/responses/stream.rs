@@ -182,21 +182,35 @@ impl ResponsesStream {
     /// already folded). Returns `Ok(false)`, having read the line (the caller must read it
     /// again, whole), for any other event. Errors: the line is not an event, or is one the fold
     /// refuses (the provider's error, an event after the end).
-    pub fn long_line(&mut self, start: &[u8], rest: &mut impl std::io::Read) -> Result<bool, String> {
+    pub fn long_line(
+        &mut self,
+        start: &[u8],
+        rest: &mut impl std::io::Read,
+    ) -> Result<bool, String> {
         self.lines += 1;
         let n = self.lines;
         let Some(data_at) = start.strip_prefix(b"data:") else {
             return Ok(false);
         };
-        let data = data_at.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(0);
+        let data = data_at
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(0);
         let mut de =
             serde_json::Deserializer::from_reader(std::io::Read::chain(&data_at[data..], rest));
         let e = match LongEventIn::deserialize(&mut de) {
             Ok(e) => e,
-            Err(e) => return Err(format!("line {n}: a data line that is not a JSON event ({e})")),
+            Err(e) => {
+                return Err(format!(
+                    "line {n}: a data line that is not a JSON event ({e})"
+                ));
+            }
         };
         if self.end.is_some() {
-            return Err(format!("line {n}: event `{}` after the response's end", e.kind));
+            return Err(format!(
+                "line {n}: event `{}` after the response's end",
+                e.kind
+            ));
         }
         match e.kind.as_str() {
             "response.output_item.done" => {
@@ -211,7 +225,9 @@ impl ResponsesStream {
                 slot.kind = item.kind;
             }
             "response.completed" | "response.incomplete" if !self.slots.is_empty() => {
-                let end = e.response.ok_or(format!("line {n}: an end event without response"))?;
+                let end = e
+                    .response
+                    .ok_or(format!("line {n}: an end event without response"))?;
                 if let Some(error) = error_text(end.error.as_ref()) {
                     return Err(format!("line {n}: the provider sent an error: {error}"));
                 }
@@ -470,7 +486,8 @@ mod tests {
     fn long_lines_repeating_the_text_are_folded_without_it_and_others_read_whole() {
         let mut s = ResponsesStream::new();
         s.line(r#"data: {"type":"response.output_item.added","output_index":0,"item":{"id":"msg_1","type":"message","content":[]}}"#).unwrap();
-        s.line(r#"data: {"type":"response.output_text.delta","output_index":0,"delta":"Hello"}"#).unwrap();
+        s.line(r#"data: {"type":"response.output_text.delta","output_index":0,"delta":"Hello"}"#)
+            .unwrap();
         let long = |line: &str, s: &mut ResponsesStream| {
             let (start, rest) = line.as_bytes().split_at(20);
             let mut rest = rest;
