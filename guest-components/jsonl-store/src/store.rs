@@ -18,10 +18,10 @@ use std::sync::Mutex;
 use ctxhost_plugin::format::checkpoint::{
     CHECKPOINT_VERSION, FileMark, STORE_CHECKPOINT_EVERY, StoreCheckpoint,
 };
-use ctxhost_plugin::format::files::STORE_CHECKPOINT;
 use ctxhost_plugin::format::content_file::{
     ContentError, TokenCount, copy_escaped, for_each_text_block,
 };
+use ctxhost_plugin::format::files::STORE_CHECKPOINT;
 use ctxhost_plugin::format::jsonl::for_each_line;
 use ctxhost_plugin::format::lines::encode_message_lines;
 use ctxhost_plugin::format::{ChatMessage, HistoryLine, estimate_message_tokens};
@@ -144,14 +144,13 @@ impl Store {
     ) -> Result<AddedMessage, PluginError> {
         self.require_open("add-message-file")?;
         check_role(&message.role, "add-message-file")?;
-        let open_text = || {
-            File::open(content_file).map_err(|e| io_error(format!("opening {content_file}"), e))
-        };
+        let open_text =
+            || File::open(content_file).map_err(|e| io_error(format!("opening {content_file}"), e));
         let content_error = |e: ContentError| match e {
             ContentError::Io(e) => io_error(format!("reading {content_file}"), e),
-            e @ ContentError::NotUtf8 { .. } => PluginError::InvalidInput(format!(
-                "add-message-file: {content_file}: {e}"
-            )),
+            e @ ContentError::NotUtf8 { .. } => {
+                PluginError::InvalidInput(format!("add-message-file: {content_file}: {e}"))
+            }
         };
         let mut count = TokenCount::default();
         let text = for_each_text_block(BufReader::new(open_text()?), |part| {
@@ -187,7 +186,9 @@ impl Store {
             file.append(&line[..at])?;
             let mut out = AppendWriter(file);
             copy_escaped(BufReader::new(open_text()?), &mut out).map_err(|e| match e {
-                ContentError::Io(e) => io_error(format!("copying {content_file} into the lines"), e),
+                ContentError::Io(e) => {
+                    io_error(format!("copying {content_file} into the lines"), e)
+                }
                 e => content_error(e),
             })?;
             file.append(&line[at..])?;
