@@ -12,14 +12,15 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 
-/// Past this many bytes a fold's text goes to a file ([`TextSink::spilling`]): 256 KiB. Smaller
+/// Past this many bytes a fold's text goes to a file ([`TextSink::spilling`]): 128 KiB. Smaller
 /// replies keep the text in `content`. It bounds what a large reply costs the format
 /// component's memory (a wasm memory never shrinks): the text up to here, in a `String` of at
 /// most twice its size.
-pub const CONTENT_FILE_THRESHOLD: usize = 256 * 1024;
+pub const CONTENT_FILE_THRESHOLD: usize = 128 * 1024;
 
-/// Bytes read (and escaped) at a time by the passes over a content file: 64 KiB.
-pub const BLOCK_BYTES: usize = 64 * 1024;
+/// Bytes read (and escaped) at a time by the passes over a content file: 16 KiB (what a pass
+/// costs the memory of the component or process that makes it).
+pub const BLOCK_BYTES: usize = 16 * 1024;
 
 /// Opens the file a [`TextSink`] spills to (created or truncated).
 pub type OpenSpill = Box<dyn FnMut() -> io::Result<Box<dyn Write>>>;

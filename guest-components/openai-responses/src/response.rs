@@ -40,7 +40,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 /// `output_item.done` of a message or the `response.completed` that repeat the whole text) is
 /// parsed as it is read, its text skipped (`ResponsesStream::long_line`), unless the event
 /// needs it whole (then it is read again, whole, as before). The text itself goes to
-/// `reply.content` past 256 KiB (`common::content_sink`).
+/// `reply.content` past 128 KiB (`common::content_sink`).
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     use std::io::{Seek, SeekFrom};
     let f = std::fs::File::open(file).map_err(|e| io_error(format!("opening {file}"), e))?;
