@@ -645,7 +645,14 @@ impl Agent<'_> {
                     crate::telemetry::genai::content(
                         &mut span,
                         "gen_ai.output.messages",
-                        || serde_json::to_string(&[&done.reply.message]).unwrap_or_default(),
+                        || {
+                            // A text in a file: its start (the span's attribute is bounded).
+                            let mut m = done.reply.message.clone();
+                            if let Some(f) = &done.reply.content_file {
+                                m.content = Some(text_prefix(ctx.dir(), f));
+                            }
+                            serde_json::to_string(&[&m]).unwrap_or_default()
+                        },
                         self.config.api_key().ok().flatten().as_deref(),
                     );
                     drop(span);
