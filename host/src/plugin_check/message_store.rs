@@ -1,7 +1,7 @@
 //! The message-store suite: open on an empty directory, appends (CJK text, a tool call and its
 //! result), counts, the exact line formats of messages.jsonl / current.jsonl, token counts,
-//! `recreate-current-context`, `record-summary`, reopening, and a large history with bounded
-//! linear memory.
+//! `recreate-current-context`, `record-summary`, reopening, `add-message-file` (WIT 0.3.0), and a
+//! large history with bounded linear memory.
 
 use ctxhost_format::files::{CURRENT, MESSAGES};
 use std::fs;
