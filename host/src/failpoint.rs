@@ -11,6 +11,9 @@
 //!   planning history, before it is applied;
 //! - `agent:compressed`: SIGKILL right after a compression installed the new context, before
 //!   the latest plan is stated again;
+//! - `agent:reply-read`: SIGKILL after a model reply was read (its text possibly in
+//!   `reply.content`), before it is appended; `agent:reply-appended`: right after it was
+//!   appended, before `reply.content` is deleted;
 //! - `lease:unreachable`: a task process's lease renewals fail as if the database could not
 //!   be reached, so it fences itself out ([`crate::lease`]) once its lease is 80 % used.
 //!

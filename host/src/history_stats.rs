@@ -41,10 +41,16 @@ pub fn history_stats(dir: &TaskDir, name: &str) -> anyhow::Result<HistoryStats> 
 impl HistoryStats {
     /// Count one more history line (the next one of the file).
     pub fn add(&mut self, h: &HistoryLine) {
+        self.add_parts(h.seq, &h.role, h.summary_id);
+    }
+
+    /// [`HistoryStats::add`] from the fields it reads: the line's `seq`, `role` and
+    /// `summary_id`.
+    pub fn add_parts(&mut self, seq: u64, role: &str, summary_id: Option<u64>) {
         self.lines += 1;
-        self.last_seq = h.seq;
-        self.ends_with_summary = h.summary_id.is_some();
-        if h.role == "assistant" && h.summary_id.is_none() {
+        self.last_seq = seq;
+        self.ends_with_summary = summary_id.is_some();
+        if role == "assistant" && summary_id.is_none() {
             self.agent_steps += 1;
         }
     }

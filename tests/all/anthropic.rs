@@ -285,6 +285,7 @@ fn replies_are_mapped_back_to_the_openai_shape() {
             usage: usage(2012, 17, (1803, 188)),
             finish_reason: Some("stop".into()),
             model: Some("claude-sonnet-4-5".into()),
+            content_file: None,
         }
     );
     let reply = read("anthropic_tool_use.json").unwrap();

@@ -12,6 +12,7 @@ mod support;
 
 mod anthropic;
 mod ask;
+mod big_reply;
 mod cli;
 mod compression;
 mod conformance;

@@ -321,7 +321,8 @@ fn openai_replies_are_parsed() {
             message: ChatMessage::text("assistant", text),
             usage: usage(412, 17, 429),
             finish_reason: Some("stop".into()),
-            model: Some("gpt-4o-mini-2024-07-18".into())
+            model: Some("gpt-4o-mini-2024-07-18".into()),
+            content_file: None,
         }
     );
 
@@ -387,7 +388,8 @@ fn ollama_replies_are_parsed() {
             message: ChatMessage::text("assistant", text),
             usage: usage(398, 21, 419),
             finish_reason: Some("stop".into()),
-            model: Some("qwen2.5-coder:0.5b".into())
+            model: Some("qwen2.5-coder:0.5b".into()),
+            content_file: None,
         }
     );
 

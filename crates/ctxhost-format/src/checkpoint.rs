@@ -18,11 +18,11 @@
 //!   pause; the host also records each file's identity (device and inode), so a file replaced
 //!   atomically is never taken for the one it counted.
 
-use std::io::{Read, Seek};
+use std::io::{Read, Seek, SeekFrom};
 
 use serde::{Deserialize, Serialize};
 
-use crate::tail::{BackwardLines, TailError};
+use crate::tail::TailError;
 
 /// Version of the checkpoint files' shape; a file with another version is ignored.
 pub const CHECKPOINT_VERSION: u32 = 1;
@@ -43,22 +43,84 @@ pub struct FileMark {
 
 impl FileMark {
     /// The mark of the first `end` bytes of `reader` (the whole file: its size). Reads only
-    /// the last line before `end`. `end` must be 0 or follow a `\n`; otherwise `None` (a file
-    /// whose last line is not whole gets no mark).
-    pub fn of<R: Read + Seek>(reader: R, end: u64, file: &str) -> Result<Option<Self>, TailError> {
+    /// the last line before `end`, in blocks of [`crate::tail::BLOCK`] bytes (a line of many
+    /// MiB is hashed as it is read, never held). `end` must be 0 or follow a `\n`; otherwise
+    /// `None` (a file whose last line is not whole gets no mark).
+    pub fn of<R: Read + Seek>(
+        mut reader: R,
+        end: u64,
+        file: &str,
+    ) -> Result<Option<Self>, TailError> {
         if end == 0 {
             return Ok(Some(FileMark::default()));
         }
-        let mut lines = BackwardLines::new(reader, end, file);
-        if !lines.ends_with_newline()? {
+        let io = |e: std::io::Error| TailError::Io {
+            file: file.to_string(),
+            message: e.to_string(),
+        };
+        let mut block = vec![0u8; crate::tail::BLOCK];
+        // Reads the bytes `[to - n, to)` into the block; returns n.
+        let read_before = |reader: &mut R, to: u64, block: &mut Vec<u8>| {
+            let n = to.min(block.len() as u64) as usize;
+            reader.seek(SeekFrom::Start(to - n as u64)).map_err(io)?;
+            reader.read_exact(&mut block[..n]).map_err(io)?;
+            Ok::<usize, TailError>(n)
+        };
+        let n = read_before(&mut reader, end, &mut block)?;
+        if block[n - 1] != b'\n' {
             return Ok(None);
+        }
+        // Backwards from the last `\n`: the last line that is not blank, `[start, line_end)`.
+        let mut line_end = end - 1;
+        let mut non_blank = false;
+        let mut at = line_end;
+        let start = 'found: loop {
+            if at == 0 {
+                break 'found non_blank.then_some(0);
+            }
+            let n = read_before(&mut reader, at, &mut block)?;
+            for i in (0..n).rev() {
+                let pos = at - n as u64 + i as u64;
+                match block[i] {
+                    b'\n' if non_blank => break 'found Some(pos + 1),
+                    // A blank line: the line before it is the one.
+                    b'\n' => line_end = pos,
+                    b if !b.is_ascii_whitespace() => non_blank = true,
+                    _ => {}
+                }
+            }
+            at -= n as u64;
+        };
+        let Some(start) = start else {
+            return Ok(Some(FileMark {
+                bytes: end,
+                last_line: String::new(),
+            }));
+        };
+        // Forwards: the line without its `\r\n` / `\n`, hashed a block at a time.
+        reader.seek(SeekFrom::Start(start)).map_err(io)?;
+        let mut hash = FNV_OFFSET;
+        let mut left = line_end - start;
+        let mut last = None;
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            reader.read_exact(&mut block[..n]).map_err(io)?;
+            // The byte before the terminator is held back: a `\r` there is not hashed.
+            if let Some(b) = last.take() {
+                hash = fnv1a_step(hash, b);
+            }
+            for b in &block[..n - 1] {
+                hash = fnv1a_step(hash, *b);
+            }
+            last = Some(block[n - 1]);
+            left -= n as u64;
+        }
+        if let Some(b) = last.filter(|b| *b != b'\r') {
+            hash = fnv1a_step(hash, b);
         }
         Ok(Some(FileMark {
             bytes: end,
-            last_line: match lines.prev_line()? {
-                Some((_, line)) => line_hash(line),
-                None => String::new(),
-            },
+            last_line: format!("{hash:016x}"),
         }))
     }
 
@@ -86,9 +148,15 @@ pub fn line_hash(line: &[u8]) -> String {
 /// Fast and stable across builds and platforms; not collision-resistant, so only for uses
 /// where a collision costs work, never a wrong result.
 pub fn fnv1a_64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    bytes.iter().fold(FNV_OFFSET, |h, b| fnv1a_step(h, *b))
+}
+
+/// FNV-1a 64's starting value.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// One byte of FNV-1a 64.
+fn fnv1a_step(hash: u64, byte: u8) -> u64 {
+    (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
 }
 
 /// `store_checkpoint.json`: the builtin message store's counts up to two file marks.
@@ -149,6 +217,47 @@ mod tests {
         );
         assert!(holds(&FileMark::default(), ""));
         assert!(holds(&FileMark::default(), "{}\n"));
+    }
+
+    /// The mark as it was made before it was hashed in blocks: the last non-blank line read
+    /// whole ([`crate::tail::BackwardLines`]).
+    fn whole_line_mark(text: &str) -> Option<FileMark> {
+        let mut lines =
+            crate::tail::BackwardLines::new(Cursor::new(text.as_bytes()), text.len() as u64, "f");
+        if text.is_empty() || !lines.ends_with_newline().unwrap() {
+            return None;
+        }
+        Some(FileMark {
+            bytes: text.len() as u64,
+            last_line: lines
+                .prev_line()
+                .unwrap()
+                .map_or(String::new(), |(_, l)| line_hash(l)),
+        })
+    }
+
+    #[test]
+    fn a_mark_hashed_in_blocks_is_the_whole_lines_mark() {
+        let long = "x".repeat(3 * crate::tail::BLOCK + 5);
+        for text in [
+            "{\"a\":1}\n".to_string(),
+            "{\"a\":1}\r\n".to_string(),
+            "{\"a\":1}\n\n  \n".to_string(),
+            "\n\n".to_string(),
+            "\r\n".to_string(),
+            "a\nb\n".to_string(),
+            format!("a\n{long}\n"),
+            format!("{long}\r\n \n"),
+            format!("{long}\n\n{}\n", "\n".repeat(crate::tail::BLOCK)),
+            format!("a\n{}b\n", " ".repeat(crate::tail::BLOCK - 1)),
+        ] {
+            assert_eq!(
+                mark(&text),
+                whole_line_mark(&text),
+                "{:?}",
+                &text[..text.len().min(40)]
+            );
+        }
     }
 
     #[test]

@@ -105,6 +105,11 @@ pub const LLM_RESPONSE: &str = "llm_response.json";
 /// `reply.stream`: the raw body of a streamed reply to [`REQUEST`] as it arrives (host
 /// transport; server-sent events or NDJSON), kept after the call until the next one.
 pub const REPLY_STREAM: &str = "reply.stream";
+/// `reply.content`: the text of a reply too large to pass whole (WIT 0.3.0
+/// `reply.content-file`), written by the request format's fold, appended by the message store
+/// (`add-message-file`), then deleted by the host. Left after a crash, it is stale: the step
+/// is redone or was already appended.
+pub const REPLY_CONTENT: &str = "reply.content";
 /// `failed-streams/`: `{n}.stream`, a streamed reply that broke off or could not be read
 /// (kept for debugging, never appended as a reply).
 pub const FAILED_STREAMS_DIR: &str = "failed-streams";
@@ -145,6 +150,7 @@ pub const TASK_FILES: &[TaskFile] = &[
     file(LLM_REQUEST, Owner::RequestFormat, true),
     file(LLM_RESPONSE, Owner::RequestFormat, true),
     file(REPLY_STREAM, Owner::Host, false),
+    file(REPLY_CONTENT, Owner::RequestFormat, true),
     file(FAILED_STREAMS_DIR, Owner::Host, false),
     file(TO_SUMMARIZE, Owner::Compressor, true),
     file(UNSUMMARIZED, Owner::Compressor, true),
@@ -169,6 +175,7 @@ pub const TEMPORARY_FILES: &[&str] = &[
     RESPONSE,
     LLM_REQUEST,
     LLM_RESPONSE,
+    REPLY_CONTENT,
     CURRENT_TMP,
     TO_SUMMARIZE,
     UNSUMMARIZED,

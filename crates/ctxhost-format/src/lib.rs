@@ -14,7 +14,8 @@
 //!   [`reply`]: the assistant message of a reply (provider tool calls, unique ids).
 //! - [`sse`]: folding a streamed OpenAI chat-completions reply, a line at a time; [`ndjson`]:
 //!   the same for Ollama's streamed `/api/chat` reply; [`fold`]: why a fold's end failed (cut
-//!   off, or unreadable).
+//!   off, or unreadable); [`content_file`]: a reply's text kept in a file past a threshold (the
+//!   folds' sink, escaping and counting it in blocks).
 //! - [`compress`]: the pure rules of context compression (cut point, summary and mask markers,
 //!   summary request chunking); [`time`]: RFC 3339 timestamps from a wall clock.
 //! - [`prompted`]: tool calls for models without native tool calling (prompt text, reply parser).
@@ -31,6 +32,7 @@ pub mod anthropic;
 pub mod body;
 pub mod checkpoint;
 pub mod compress;
+pub mod content_file;
 pub mod files;
 pub mod fold;
 pub mod jsonl;

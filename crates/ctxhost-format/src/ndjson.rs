@@ -9,6 +9,7 @@
 //! order. A line `{"error":"..."}` is the server's error. A stream without a `"done":true` line
 //! was cut off ([`OllamaStream::finish`] refuses it).
 
+use crate::content_file::{SunkText, TextSink};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -21,6 +22,8 @@ use crate::reply::{ProviderToolCall, TokenCount};
 #[derive(Debug, Default)]
 pub struct OllamaStream {
     reply: OllamaReply,
+    /// `message.content`, concatenated (in memory, or in a file past its threshold).
+    content: TextSink,
     done: bool,
     lines: u64,
 }
@@ -30,8 +33,12 @@ pub struct OllamaStream {
 pub struct OllamaReply {
     /// `message.role` (normally `assistant`), `None` when no line had one.
     pub role: Option<String>,
-    /// The concatenated `message.content`, `None` when no line had any.
+    /// The concatenated `message.content`, `None` when no line had any or when it is in
+    /// `content_file`.
     pub content: Option<String>,
+    /// The file the concatenated `message.content` was written to when it passed the threshold
+    /// of [`OllamaStream::with_content_file`] (`content` is then `None`).
+    pub content_file: Option<String>,
     /// The concatenated `message.thinking` (with `"think": true`), `None` when none came.
     pub thinking: Option<String>,
     /// The tool calls, in the order they came.
@@ -80,6 +87,15 @@ impl OllamaStream {
         Self::default()
     }
 
+    /// A fold whose text goes to a file once it passes a threshold
+    /// ([`TextSink::spilling`]): the reply then names the file instead of holding the text.
+    pub fn with_content_file(sink: TextSink) -> Self {
+        OllamaStream {
+            content: sink,
+            ..Self::default()
+        }
+    }
+
     /// Folds one line (without its line end; blank lines and a trailing `\r` are ignored).
     /// Errors, each naming the line number: a line that is not JSON or not a chat piece, the
     /// server's `{"error":...}`, a line after the `"done":true` one.
@@ -109,7 +125,9 @@ impl OllamaStream {
                 r.role = Some(role);
             }
             if let Some(c) = m.content.filter(|c| !c.is_empty()) {
-                r.content.get_or_insert_with(String::new).push_str(&c);
+                self.content
+                    .push(&c)
+                    .map_err(|e| format!("line {n}: writing the reply's text to its file: {e}"))?;
             }
             if let Some(t) = m.thinking.filter(|t| !t.is_empty()) {
                 r.thinking.get_or_insert_with(String::new).push_str(&t);
@@ -134,7 +152,17 @@ impl OllamaStream {
                 end: "a \"done\":true line",
             });
         }
-        Ok(self.reply)
+        let mut reply = self.reply;
+        match self
+            .content
+            .finish()
+            .map_err(|e| format!("writing the reply's text to its file: {e}"))?
+        {
+            SunkText::File { name, .. } => reply.content_file = Some(name),
+            SunkText::Text(t) => reply.content = Some(t),
+            SunkText::None => {}
+        }
+        Ok(reply)
     }
 }
 

@@ -16,6 +16,7 @@
 use serde_json::Value;
 
 use crate::body::provider_error;
+use crate::content_file::{SunkText, TextSink};
 use crate::fold::FoldError;
 use crate::reply::{ProviderFunction, ProviderToolCall};
 
@@ -33,7 +34,10 @@ struct PartialCall {
 #[derive(Debug, Default)]
 pub struct OpenAiStream {
     role: Option<String>,
-    content: Option<String>,
+    /// `delta.content`, concatenated (in memory, or in a file past its threshold).
+    content: TextSink,
+    /// Whether a chunk had `delta.content` (an empty one included).
+    has_content: bool,
     reasoning: Option<String>,
     calls: Vec<PartialCall>,
     finish_reason: Option<String>,
@@ -49,8 +53,12 @@ pub struct OpenAiStream {
 pub struct StreamedReply {
     /// `delta.role` (normally `assistant`), `None` when no chunk had one.
     pub role: Option<String>,
-    /// The concatenated `delta.content`, `None` when no chunk had content.
+    /// The concatenated `delta.content`, `None` when no chunk had content or when it is in
+    /// `content_file`.
     pub content: Option<String>,
+    /// The file the concatenated `delta.content` was written to when it passed the threshold
+    /// of [`OpenAiStream::with_content_file`] (`content` is then `None`).
+    pub content_file: Option<String>,
     /// The concatenated `delta.reasoning_content` (or string `delta.reasoning`), `None` when
     /// no chunk had any.
     pub reasoning: Option<String>,
@@ -68,6 +76,15 @@ impl OpenAiStream {
     /// A fold that has seen nothing yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A fold whose text goes to a file once it passes a threshold
+    /// ([`TextSink::spilling`]): the reply then names the file instead of holding the text.
+    pub fn with_content_file(sink: TextSink) -> Self {
+        OpenAiStream {
+            content: sink,
+            ..Self::default()
+        }
     }
 
     /// Folds one line of the stream (without its line end; a trailing `\r` is ignored).
@@ -126,7 +143,10 @@ impl OpenAiStream {
             self.role = Some(r.to_string());
         }
         if let Some(c) = delta.get("content").and_then(Value::as_str) {
-            self.content.get_or_insert_with(String::new).push_str(c);
+            self.has_content = true;
+            self.content
+                .push(c)
+                .map_err(|e| format!("line {n}: writing the reply's text to its file: {e}"))?;
         }
         if let Some(r) = reasoning_text(delta) {
             self.reasoning.get_or_insert_with(String::new).push_str(r);
@@ -218,9 +238,19 @@ impl OpenAiStream {
                 },
             });
         }
+        let (content, content_file) = match self
+            .content
+            .finish()
+            .map_err(|e| format!("writing the reply's text to its file: {e}"))?
+        {
+            SunkText::File { name, .. } => (None, Some(name)),
+            SunkText::Text(t) => (Some(t), None),
+            SunkText::None => (self.has_content.then(String::new), None),
+        };
         Ok(StreamedReply {
             role: self.role,
-            content: self.content,
+            content,
+            content_file,
             reasoning: self.reasoning,
             tool_calls,
             finish_reason: self.finish_reason,

@@ -73,10 +73,10 @@ mod imports_bindings {
     });
 }
 
-pub use imports_bindings::ctxhost::plugin::types;
 /// The host's `history` import (WIT 0.3.0): search and read the task's history. Natively
 /// (`cargo test`) it has no mock yet: a call panics.
 pub use imports_bindings::ctxhost::plugin::history;
+pub use imports_bindings::ctxhost::plugin::types;
 #[cfg(target_arch = "wasm32")]
 pub use imports_bindings::ctxhost::plugin::{llm, log, planning};
 

@@ -34,7 +34,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 /// for a stream cut off before `message_stop`; `invalid-input` naming the file and line for a
 /// line that is not an event or the provider's `error` event; `io`.
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
-    let mut fold = AnthropicStream::new();
+    let mut fold = AnthropicStream::with_content_file(common::content_sink());
     common::fold_stream_lines(file, |line| fold.line(line))?;
     let parsed = fold.finish().map_err(|e| common::fold_error(file, e))?;
     if parsed.dropped_reasoning > 0 {
@@ -61,5 +61,6 @@ fn reply(file: &str, parsed: ParsedReply) -> Reply {
         usage,
         finish_reason: parsed.finish_reason,
         model: parsed.model,
+        content_file: parsed.content_file,
     }
 }

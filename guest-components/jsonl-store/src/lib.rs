@@ -23,6 +23,14 @@ impl Guest for JsonlStore {
         store::with(|s| s.add_message(message.into(), &timestamp))
     }
 
+    fn add_message_file(
+        message: ChatMessage,
+        content_file: String,
+        timestamp: String,
+    ) -> Result<AddedMessage, PluginError> {
+        store::with(|s| s.add_message_file(message.into(), &content_file, &timestamp))
+    }
+
     fn record_summary(
         summary: ChatMessage,
         summary_id: u64,

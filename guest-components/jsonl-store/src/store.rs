@@ -18,6 +18,9 @@ use std::sync::Mutex;
 use ctxhost_plugin::format::checkpoint::{
     CHECKPOINT_VERSION, FileMark, STORE_CHECKPOINT_EVERY, StoreCheckpoint,
 };
+use ctxhost_plugin::format::content_file::{
+    ContentError, TokenCount, copy_escaped, for_each_text_block,
+};
 use ctxhost_plugin::format::files::STORE_CHECKPOINT;
 use ctxhost_plugin::format::jsonl::for_each_line;
 use ctxhost_plugin::format::lines::encode_message_lines;
@@ -126,6 +129,76 @@ impl Store {
         self.current_tokens += tokens;
         self.appended((self.history_line.len() + self.current_line.len()) as u64);
         Ok(added)
+    }
+
+    /// Appends `message` with the text of `content_file` as its content (WIT
+    /// `add-message-file`): the lines `add-message` would write, the text copied into each
+    /// through a fixed buffer, JSON-escaped as it goes (`ctxhost_format::content_file`), so
+    /// memory does not grow with it. The file is read three times (checked and counted first,
+    /// so a file that is not UTF-8 writes nothing; then once per line) and left in place.
+    pub fn add_message_file(
+        &mut self,
+        mut message: ChatMessage,
+        content_file: &str,
+        timestamp: &str,
+    ) -> Result<AddedMessage, PluginError> {
+        self.require_open("add-message-file")?;
+        check_role(&message.role, "add-message-file")?;
+        let open_text =
+            || File::open(content_file).map_err(|e| io_error(format!("opening {content_file}"), e));
+        let content_error = |e: ContentError| match e {
+            ContentError::Io(e) => io_error(format!("reading {content_file}"), e),
+            e @ ContentError::NotUtf8 { .. } => {
+                PluginError::InvalidInput(format!("add-message-file: {content_file}: {e}"))
+            }
+        };
+        let mut count = TokenCount::default();
+        let text = for_each_text_block(BufReader::new(open_text()?), |part| {
+            count.add(part);
+            Ok(())
+        })
+        .map_err(content_error)?;
+        // The lines with an empty content, cut where the text goes.
+        message.content = Some(String::new());
+        let tokens = estimate_message_tokens(&message) + count.tokens();
+        let seq = self.history_count + 1;
+        encode_message_lines(
+            &message,
+            seq,
+            timestamp,
+            tokens,
+            None,
+            &mut self.history_line,
+            &mut self.current_line,
+        );
+        let (Some(h), Some(c)) = (
+            content_at(&self.history_line),
+            content_at(&self.current_line),
+        ) else {
+            return Err(PluginError::Internal(
+                "add-message-file: the encoded lines have no content".to_string(),
+            ));
+        };
+        for (file, line, at) in [
+            (&mut self.history_file, &self.history_line, h),
+            (&mut self.current_file, &self.current_line, c),
+        ] {
+            file.append(&line[..at])?;
+            let mut out = AppendWriter(file);
+            copy_escaped(BufReader::new(open_text()?), &mut out).map_err(|e| match e {
+                ContentError::Io(e) => {
+                    io_error(format!("copying {content_file} into the lines"), e)
+                }
+                e => content_error(e),
+            })?;
+            file.append(&line[at..])?;
+        }
+        self.history_count = seq;
+        self.current_count += 1;
+        self.current_tokens += tokens;
+        // The escaped text is at least as long as the text: enough for the checkpoint's rule.
+        self.appended((self.history_line.len() + self.current_line.len()) as u64 + 2 * text.bytes);
+        Ok(AddedMessage { seq, tokens })
     }
 
     /// Appends a summary to messages.jsonl only, with its `summary_id` (a JSON number from 1).
@@ -263,6 +336,32 @@ impl Store {
         self.history_file.append(&self.history_line)?;
         self.history_count = seq;
         Ok(AddedMessage { seq, tokens })
+    }
+}
+
+/// Where the text goes in a line encoded with an empty content: just after the opening quote
+/// of `"content":""` (the first such bytes: inside a JSON string a quote is escaped, so
+/// none can match there).
+fn content_at(line: &[u8]) -> Option<usize> {
+    const KEY: &[u8] = b",\"content\":\"\"";
+    line.windows(KEY.len())
+        .position(|w| w == KEY)
+        .map(|p| p + KEY.len() - 1)
+}
+
+/// An [`Appender`] as an `io::Write`, for the escaped text of `add-message-file`.
+struct AppendWriter<'a>(&'a mut Appender);
+
+impl Write for AppendWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0
+            .append(buf)
+            .map_err(|e| io::Error::other(format!("{e:?}")))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

@@ -85,6 +85,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
             prompt_eval_count: response.prompt_eval_count,
             eval_count: response.eval_count,
             model: response.model,
+            content_file: None,
         },
     ))
 }
@@ -93,7 +94,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 /// for a stream cut off before its `"done":true` line; `invalid-input` naming the file and line
 /// for a line that is not a chat piece or the server's error line; `io`.
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
-    let mut fold = OllamaStream::new();
+    let mut fold = OllamaStream::with_content_file(common::content_sink());
     common::fold_stream_lines(file, |line| fold.line(line))?;
     let r = fold.finish().map_err(|e| common::fold_error(file, e))?;
     Ok(reply(file, r))
@@ -128,5 +129,6 @@ fn reply(file: &str, r: OllamaReply) -> Reply {
         usage,
         finish_reason,
         model: r.model,
+        content_file: r.content_file,
     }
 }

@@ -6,7 +6,7 @@
 //! 0, and a `usage` that is not an object is ignored, each with a warning in the host log: the
 //! reply is used.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 
 use ctxhost_plugin::format::ReasoningItem;
 use ctxhost_plugin::format::reply::{
@@ -35,20 +35,44 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 /// by `ResponsesStream` (never read whole). Errors: `stream-cut` for a stream cut off before
 /// `response.completed`; `invalid-input` naming the file and line for an event that is not
 /// JSON, the provider's error event or failed response; `io`.
+///
+/// Memory: a line is read whole up to [`MAX_WHOLE_LINE_BYTES`]; a longer one (the
+/// `output_item.done` of a message or the `response.completed` that repeat the whole text) is
+/// parsed as it is read, its text skipped (`ResponsesStream::long_line`), unless the event
+/// needs it whole (then it is read again, whole, as before). The text itself goes to
+/// `reply.content` past 128 KiB (`common::content_sink`).
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
+    use std::io::{Seek, SeekFrom};
     let f = std::fs::File::open(file).map_err(|e| io_error(format!("opening {file}"), e))?;
     let mut reader = BufReader::new(f);
-    let mut fold = ResponsesStream::new();
+    let mut fold = ResponsesStream::with_content_file(common::content_sink());
     let mut line = Vec::new();
     let bad = |e: String| PluginError::InvalidInput(format!("{file} (streamed reply): {e}"));
+    let read_err = |e| io_error(format!("reading {file}"), e);
+    let mut at = 0u64;
     loop {
         line.clear();
-        let n = reader
+        let n = (&mut reader)
+            .take(MAX_WHOLE_LINE_BYTES as u64 + 1)
             .read_until(b'\n', &mut line)
-            .map_err(|e| io_error(format!("reading {file}"), e))?;
+            .map_err(read_err)?;
         if n == 0 {
             break;
         }
+        if line.len() > MAX_WHOLE_LINE_BYTES && line.last() != Some(&b'\n') {
+            let mut rest = LineEnd(&mut reader);
+            if fold.long_line(&line, &mut rest).map_err(bad)? {
+                // What follows the event's JSON on its line (white space, the `\n`).
+                std::io::copy(&mut rest, &mut std::io::sink()).map_err(read_err)?;
+                at = reader.stream_position().map_err(read_err)?;
+                continue;
+            }
+            // Needed whole after all: read the line again.
+            reader.seek(SeekFrom::Start(at)).map_err(read_err)?;
+            line.clear();
+            reader.read_until(b'\n', &mut line).map_err(read_err)?;
+        }
+        at += line.len() as u64;
         let text = String::from_utf8_lossy(&line);
         fold.line(text.strip_suffix('\n').unwrap_or(&text))
             .map_err(bad)?;
@@ -57,6 +81,27 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
         file,
         fold.finish().map_err(|e| common::fold_error(file, e))?,
     ))
+}
+
+/// Longest line of a streamed reply read whole, bytes: 1 MiB.
+const MAX_WHOLE_LINE_BYTES: usize = 1024 * 1024;
+
+/// A reader that ends after the first `\n` (consumed): the rest of one line, read a byte at
+/// a time so nothing of the next line is taken.
+struct LineEnd<'a, R>(&'a mut R);
+
+impl<R: Read> Read for LineEnd<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut byte = [0u8; 1];
+        if self.0.read(&mut byte)? == 0 || byte[0] == b'\n' {
+            return Ok(0);
+        }
+        buf[0] = byte[0];
+        Ok(1)
+    }
 }
 
 /// The reply of a folded response: the assistant message with its reasoning items, the usage.
@@ -87,6 +132,7 @@ fn reply(file: &str, f: Folded) -> Reply {
         usage: f.usage.and_then(|u| usage_of(file, u)),
         finish_reason: Some(f.finish_reason),
         model: f.model,
+        content_file: f.content_file,
     }
 }
 

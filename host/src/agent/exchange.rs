@@ -307,7 +307,18 @@ pub fn exchange_checked(
         } else {
             (response_file, streamed)
         };
-        match format.read_response(file, read_streamed) {
+        let read = format
+            .read_response(file, read_streamed)
+            .and_then(|mut reply| {
+                let key = transport
+                    .config()
+                    .api_key
+                    .as_deref()
+                    .filter(|_| read_streamed);
+                check_content_file(dir, format.component(), &mut reply, key)?;
+                Ok(reply)
+            });
+        match read {
             Ok(mut reply) => {
                 if read_streamed {
                     redact_reply(&mut reply, transport.config().api_key.as_deref());
@@ -326,6 +337,8 @@ pub fn exchange_checked(
                 keep_failed_stream(dir, response_file);
             }
             Err(source) => {
+                // A text the format wrote before it failed is no reply.
+                remove_content_file(dir);
                 let response = if read_streamed {
                     keep_failed_stream(dir, response_file)
                         .unwrap_or_else(|| response_file.to_string())
@@ -344,6 +357,7 @@ pub fn exchange_checked(
     };
     let response_file = if whole { whole_file } else { response_file };
     if let Err(reason) = accept(&reply) {
+        remove_content_file(dir);
         return Err(ExchangeError::Rejected {
             request: request_name,
             response: response_file.to_string(),
@@ -369,6 +383,73 @@ pub fn exchange_checked(
         request,
         post,
     })
+}
+
+/// The checks on a reply whose text is in a file (WIT 0.3.0 `content-file`), before anyone
+/// reads it: a plain path in the task directory ([`untrusted::component_path`]), UTF-8 text
+/// (one pass in blocks, [`ctxhost_format::content_file`]); with `key` (a streamed reply), the
+/// API key redacted in it as in a text ([`redact_reply`]; the file is copied through
+/// [`crate::llm::redact::Redactor`] and renamed over itself). A text of white space only is given as `content` (empty: it cannot be a
+/// reply's answer) and the file removed. The reply's `message.content` is `None` while the
+/// text is in the file. Errors: the format's, as `read-response`'s.
+fn check_content_file(
+    dir: &TaskDir,
+    component: &str,
+    reply: &mut Reply,
+    key: Option<&str>,
+) -> Result<(), RuntimeError> {
+    let Some(name) = reply.content_file.clone() else {
+        return Ok(());
+    };
+    let fail = |reason: String| RuntimeError::Host {
+        component: component.to_string(),
+        function: "read-response".to_string(),
+        reason,
+    };
+    let name =
+        untrusted::component_path(dir, &name).map_err(|e| fail(format!("content-file: {e}")))?;
+    let open = || {
+        dir.open_read_if_exists(&name)
+            .map_err(|e| fail(format!("content-file {}: {e}", dir.show(&name))))?
+            .ok_or_else(|| fail(format!("content-file {} does not exist", dir.show(&name))))
+    };
+    let stats =
+        ctxhost_format::content_file::for_each_text_block(std::io::BufReader::new(open()?), |_| {
+            Ok(())
+        })
+        .map_err(|e| fail(format!("content-file {}: {e}", dir.show(&name))))?;
+    if !stats.has_non_space {
+        reply.message.content = Some(String::new());
+        reply.content_file = None;
+        if let Err(e) = dir.remove_file_if_exists(&name) {
+            tracing::warn!("cannot delete {}: {e}", dir.show(&name));
+        }
+        return Ok(());
+    }
+    reply.message.content = None;
+    reply.content_file = Some(name.clone());
+    if let Some(key) = key.filter(|k| crate::llm::redact::is_redactable(k)) {
+        // Copied through the redactor (bounded: it holds back at most a key's length).
+        let tmp = format!("{name}.tmp");
+        let copied = (|| -> std::io::Result<()> {
+            let out = std::io::BufWriter::new(dir.create(&tmp)?);
+            let mut redactor = crate::llm::redact::Redactor::new(out, Some(key));
+            std::io::copy(&mut open().map_err(std::io::Error::other)?, &mut redactor)?;
+            std::io::Write::flush(&mut redactor.finish()?)?;
+            dir.rename(&tmp, &name)
+        })();
+        copied.map_err(|e| fail(format!("redacting content-file {}: {e}", dir.show(&name))))?;
+    }
+    Ok(())
+}
+
+/// Deletes [`ctxhost_format::files::REPLY_CONTENT`] if a format left it (a reply that was not
+/// used). A failure is logged.
+pub fn remove_content_file(dir: &TaskDir) {
+    let name = ctxhost_format::files::REPLY_CONTENT;
+    if let Err(e) = dir.remove_file_if_exists(name) {
+        tracing::warn!("cannot delete {}: {e}", dir.show(name));
+    }
 }
 
 /// Whether the request file at `path` says `"stream": false` at its top level (the OpenAI,

@@ -646,7 +646,14 @@ impl Agent<'_> {
                     crate::telemetry::genai::content(
                         &mut span,
                         "gen_ai.output.messages",
-                        || serde_json::to_string(&[&done.reply.message]).unwrap_or_default(),
+                        || {
+                            // A text in a file: its start (the span's attribute is bounded).
+                            let mut m = done.reply.message.clone();
+                            if let Some(f) = &done.reply.content_file {
+                                m.content = Some(text_prefix(ctx.dir(), f));
+                            }
+                            serde_json::to_string(&[&m]).unwrap_or_default()
+                        },
                         self.config.api_key().ok().flatten().as_deref(),
                     );
                     drop(span);
@@ -781,14 +788,26 @@ impl Agent<'_> {
                 ..UsageDelta::default()
             })?;
         }
+        crate::failpoint::kill_if_set("agent:reply-read");
         let mut message = normalise_reply(reply.message);
         for (old, new) in ctx.make_call_ids_unique(&mut message)? {
             tracing::debug!(uuid = %ctx.uuid(), step, "tool call id {old:?} is already used in the conversation: {new}");
         }
-        let added = ctx
-            .store()
-            .add_message(&message, &now_rfc3339())
-            .context("appending the assistant message")?;
+        let added = match &reply.content_file {
+            None => ctx.store().add_message(&message, &now_rfc3339()),
+            Some(file) => ctx.store().add_message_file(&message, file, &now_rfc3339()),
+        }
+        .context("appending the assistant message")?;
+        crate::failpoint::kill_if_set("agent:reply-appended");
+        if let Some(file) = &reply.content_file {
+            // Appended: what the loop keeps of the text is its start (the hooks get it), and
+            // the file goes. A crash before this leaves it to crash repair, which deletes it
+            // as a temporary (the context then ends with the reply, or the call is made again).
+            message.content = Some(text_prefix(ctx.dir(), file));
+            if let Err(e) = ctx.dir().remove_file_if_exists(file) {
+                tracing::warn!(uuid = %ctx.uuid(), "cannot delete {}: {e}", ctx.dir().show(file));
+            }
+        }
         let tokens = match reply.usage {
             Some(u) if u.total_tokens > 0 => u.total_tokens,
             // Estimate: what was sent plus what came back.
@@ -1178,10 +1197,39 @@ pub const MAX_OVERFLOW_RETRIES: u32 = 2;
 /// (numerator, denominator): 3/4.
 pub const OVERFLOW_WINDOW_FACTOR: (u64, u64) = (3, 4);
 
+/// Bytes of a reply's text the loop keeps in memory when the text came in a file (WIT 0.3.0
+/// `content-file`): what the strategy's hooks are given of it (`after-reply`'s `reply`): 64 KiB.
+pub const MAX_REPLY_PREFIX_BYTES: usize = 64 * 1024;
+
+/// The first [`MAX_REPLY_PREFIX_BYTES`] of the text in `file`, with a note of how much was
+/// left out when it is longer (empty when it cannot be read: the text is in the history).
+fn text_prefix(dir: &crate::task_dir::TaskDir, file: &str) -> String {
+    let read = dir.open_read_if_exists(file).and_then(|f| {
+        let f = f.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+        let len = f.metadata()?.len();
+        let (mut text, longer) = ctxhost_format::content_file::prefix(f, MAX_REPLY_PREFIX_BYTES)?;
+        if longer {
+            text.push_str(&format!(
+                "\n[… {} more bytes of this reply are in messages.jsonl]",
+                len - text.len() as u64
+            ));
+        }
+        Ok(text)
+    });
+    read.unwrap_or_else(|e| {
+        tracing::warn!("cannot read the start of {}: {e}", dir.show(file));
+        String::new()
+    })
+}
+
 /// The reply of an LLM call cannot be used when it has neither text nor tool calls.
 fn reject_empty_reply(reply: &Reply) -> Result<(), String> {
     let m = &reply.message;
-    if m.calls().is_empty() && m.content.as_deref().is_none_or(|c| c.trim().is_empty()) {
+    // A text in a file holds more than white space (the exchange checked it).
+    if m.calls().is_empty()
+        && reply.content_file.is_none()
+        && m.content.as_deref().is_none_or(|c| c.trim().is_empty())
+    {
         return Err(format!(
             "the model returned an empty answer (no content and no tool calls; finish_reason: {})",
             untrusted::name(reply.finish_reason.as_deref().unwrap_or("none"))

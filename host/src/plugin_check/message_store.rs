@@ -1,7 +1,7 @@
 //! The message-store suite: open on an empty directory, appends (CJK text, a tool call and its
 //! result), counts, the exact line formats of messages.jsonl / current.jsonl, token counts,
-//! `recreate-current-context`, `record-summary`, reopening, and a large history with bounded
-//! linear memory.
+//! `recreate-current-context`, `record-summary`, reopening, `add-message-file` (WIT 0.3.0), and a
+//! large history with bounded linear memory.
 
 use ctxhost_format::files::{CURRENT, MESSAGES};
 use std::fs;
@@ -372,6 +372,13 @@ pub(super) fn message_store_suite(
         })(),
     );
 
+    if !matches!(plugin.wit_version(), "0.1.0" | "0.2.0") {
+        suite.record(
+            "add-message-file (a reply's text in a file: the lines add-message would write)",
+            add_message_file(runtime, plugin, &dir),
+        );
+    }
+
     suite.record(
         &format!(
             "large history ({} messages) in bounded memory",
@@ -379,6 +386,54 @@ pub(super) fn message_store_suite(
         ),
         large_history(runtime, plugin, scratch, options),
     );
+}
+
+/// `add-message-file` (WIT 0.3.0) after the suite's 5 messages: a text of 300 KiB with every
+/// character JSON escapes in `reply.content` lands as seq 6 with that content and the tokens
+/// `add-message` would count, in both files; the file is left in place.
+fn add_message_file(runtime: &Runtime, plugin: &LoadedPlugin, dir: &std::path::Path) -> Outcome {
+    let unit = "said \"ok\" \\ \n\t\u{1}\u{2028}上下文😀 ";
+    let text = unit.repeat(300 * 1024 / unit.len());
+    let file = ctxhost_format::files::REPLY_CONTENT;
+    fs::write(dir.join(file), &text).map_err(e)?;
+    let mut store = runtime.message_store(plugin, dir).map_err(e)?;
+    store.open().map_err(e)?;
+    let head = ChatMessage {
+        role: "assistant".to_string(),
+        ..ChatMessage::default()
+    };
+    let a = store
+        .add_message_file(&head, file, "2026-01-02T03:07:00Z")
+        .map_err(e)?;
+    let whole = ChatMessage::text("assistant", text.clone());
+    ensure!(a.seq == 6, "seq {}, expected 6", a.seq);
+    ensure!(
+        a.tokens == estimate_message_tokens(&whole),
+        "tokens {}, expected {} (add-message's count of the same message)",
+        a.tokens,
+        estimate_message_tokens(&whole)
+    );
+    let lines: Vec<HistoryLine> = read_lines(&dir.join(MESSAGES))?;
+    let last = lines.last().ok_or("messages.jsonl is empty")?;
+    ensure!(
+        last.seq == 6 && last.content.as_deref() == Some(text.as_str()),
+        "messages.jsonl's last line is not seq 6 with the file's text"
+    );
+    let current: Vec<ChatMessage> = read_lines(&dir.join(CURRENT))?;
+    ensure!(
+        current.last().and_then(|m| m.content.as_deref()) == Some(text.as_str()),
+        "current.jsonl's last line does not hold the file's text"
+    );
+    ensure!(
+        fs::read_to_string(dir.join(file)).map_err(e)? == text,
+        "{file} was changed or deleted (the host deletes it)"
+    );
+    Ok(format!(
+        "seq 6, {} tokens, {} bytes of text in both lines; peak linear memory {:.1} MiB",
+        a.tokens,
+        text.len(),
+        store.memory_peak_bytes() as f64 / (1024.0 * 1024.0)
+    ))
 }
 
 pub(super) fn large_history(

@@ -92,6 +92,47 @@ impl MessageStore {
         })
     }
 
+    /// `add-message-file` (WIT 0.3.0): append `message` with the text of `content_file` (a
+    /// file of the task directory, UTF-8, not escaped) as its content; the store copies it
+    /// through a fixed buffer. A store built against 0.2.0 or 0.1.0 has no such function: the
+    /// host reads the file into the message and calls `add-message` (memory then grows with
+    /// the text). The file is left in place either way.
+    pub fn add_message_file(
+        &mut self,
+        message: &ChatMessage,
+        content_file: &str,
+        timestamp: &str,
+    ) -> Result<AddedMessage, RuntimeError> {
+        let sandbox = &mut self.sandbox;
+        match &self.bindings {
+            Versioned::V0_3_0(b) => {
+                let m = message.into();
+                let r = sandbox.call("add-message-file", |s| {
+                    b.ctxhost_plugin_message_store().call_add_message_file(
+                        s,
+                        &m,
+                        content_file,
+                        timestamp,
+                    )
+                })?;
+                sandbox.plugin_result("add-message-file", r)
+            }
+            _ => {
+                let text =
+                    std::fs::read_to_string(self.task_dir.join(content_file)).map_err(|e| {
+                        RuntimeError::Host {
+                            component: sandbox.name().to_string(),
+                            function: "add-message".to_string(),
+                            reason: format!("reading the reply's text from {content_file}: {e}"),
+                        }
+                    })?;
+                let mut whole = message.clone();
+                whole.content = Some(text);
+                self.add_message(&whole, timestamp)
+            }
+        }
+    }
+
     /// `record-summary`: append a summary (role assistant, `summary_id`) to messages.jsonl only.
     /// `summary_id` is the summary's integer id (from 1); a 0.1.0 store is given `sum-N`, and
     /// the line it writes is numbered afterwards ([`v0_1_0::number_history_line`]).

@@ -163,6 +163,7 @@ mod tests {
             usage: Some(huge),
             finish_reason: None,
             model: None,
+            content_file: None,
         };
         let u = bounded_usage(reply, "test").usage.unwrap();
         assert_eq!(

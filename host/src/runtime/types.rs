@@ -184,6 +184,12 @@ pub struct Reply {
     pub finish_reason: Option<String>,
     /// The model that answered, as the reply names it, if it does (WIT 0.3.0 formats).
     pub model: Option<String>,
+    /// The assistant text in this file of the task directory instead of `message.content`
+    /// (WIT 0.3.0 `content-file`; `None` from older components): UTF-8, not escaped, written
+    /// by the request format for a text too large to pass whole. The host checks the path
+    /// ([`crate::untrusted::component_path`]), appends it with
+    /// [`crate::runtime::MessageStore::add_message_file`] and deletes it.
+    pub content_file: Option<String>,
 }
 
 /// Compression settings from the task's config (WIT `compress-config`).

@@ -33,6 +33,119 @@ use crate::invariants::ids::CallIds;
 use crate::invariants::queries::bounded;
 use crate::task_dir::{TaskDir, file_id};
 
+/// Longest line read whole (then parsed from memory), bytes: 256 KiB. A longer one is parsed
+/// as it is read, its text and reasoning skipped ([`long_line_head`]): slower, but nothing
+/// of it is held (the buffer is what a long line costs the task process).
+pub const MAX_WHOLE_LINE_BYTES: usize = 256 * 1024;
+
+/// Reads one line into `buf` (its `\n` included), but stops after more than `cap` bytes:
+/// returns the bytes read (0 at the end).
+fn read_line_capped(
+    reader: &mut impl io::BufRead,
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> io::Result<usize> {
+    let mut total = 0;
+    loop {
+        let (done, used) = {
+            let available = match reader.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if available.is_empty() {
+                return Ok(total);
+            }
+            let room = cap + 1 - buf.len().min(cap + 1);
+            match available.iter().take(room).position(|b| *b == b'\n') {
+                Some(i) => {
+                    buf.extend_from_slice(&available[..=i]);
+                    (true, i + 1)
+                }
+                None => {
+                    let used = available.len().min(room);
+                    buf.extend_from_slice(&available[..used]);
+                    (buf.len() > cap, used)
+                }
+            }
+        };
+        reader.consume(used);
+        total += used;
+        if done {
+            return Ok(total);
+        }
+    }
+}
+
+/// The fields of a history line the counts need, read from a line too long to hold whole:
+/// `content` and `reasoning` are skipped as they are read (their type is not checked).
+#[derive(Deserialize)]
+struct LineHead {
+    seq: u64,
+    role: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    content: Option<serde::de::IgnoredAny>,
+    #[allow(dead_code)]
+    timestamp: serde::de::IgnoredAny,
+    #[allow(dead_code)]
+    tokens: u64,
+    #[serde(default)]
+    tool_calls: Option<Vec<ctxhost_format::ToolCall>>,
+    #[serde(
+        default,
+        deserialize_with = "ctxhost_format::summary_id::deserialize_opt"
+    )]
+    summary_id: Option<u64>,
+}
+
+/// Parses the line that starts with `start` (its first bytes, already read) and goes on in
+/// `reader`, holding only the fields [`LineHead`] keeps; returns them and the bytes read from
+/// `reader` (the rest of the line, its `\n` included). `None`: the line has no `\n` yet (being
+/// written, or torn). Errors: the line is not a history line.
+fn long_line_head(
+    start: &[u8],
+    reader: &mut impl io::BufRead,
+) -> anyhow::Result<Option<(LineHead, u64)>> {
+    struct Counted<'a, R> {
+        inner: &'a mut R,
+        bytes: u64,
+    }
+    impl<R: Read> Read for Counted<'_, R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.bytes += n as u64;
+            Ok(n)
+        }
+    }
+    let mut rest = Counted {
+        inner: reader,
+        bytes: 0,
+    };
+    let head = {
+        // serde_json reads a reader a byte at a time and stops at the object's `}`.
+        let mut de = serde_json::Deserializer::from_reader(start.chain(&mut rest));
+        match <LineHead as Deserialize>::deserialize(&mut de) {
+            Ok(h) => h,
+            Err(e) if e.is_eof() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    // After the object's `}`: white space up to the line's end.
+    // A byte at a time: nothing of the next line may be taken.
+    let mut byte = [0u8; 1];
+    loop {
+        if rest.read(&mut byte)? == 0 {
+            return Ok(None);
+        }
+        match byte[0] {
+            b'\n' => return Ok(Some((head, rest.bytes))),
+            b if b.is_ascii_whitespace() => {}
+            _ => anyhow::bail!("text after the JSON object"),
+        }
+    }
+}
+
 /// Growth of messages.jsonl, bytes, after which a step boundary writes a new checkpoint.
 pub const CHECKPOINT_EVERY: u64 = 1024 * 1024;
 
@@ -200,30 +313,53 @@ impl HistoryCounts {
         let mut reader = BufReader::with_capacity(256 * 1024, (&mut file).take(len - from));
         let mut buf = Vec::new();
         let mut line_no = 0u64;
+        let not_a_line = |line_no: u64, e: &dyn std::fmt::Display| {
+            let at = if from > 0 {
+                format!(" (after byte {from})")
+            } else {
+                String::new()
+            };
+            anyhow::anyhow!(
+                "{shown}{at} line {line_no}: not a history line: {}",
+                crate::untrusted::text(&e.to_string(), crate::untrusted::MAX_ERROR_BYTES)
+            )
+        };
         loop {
             buf.clear();
-            let n = io::BufRead::read_until(&mut reader, b'\n', &mut buf)
+            let n = read_line_capped(&mut reader, &mut buf, MAX_WHOLE_LINE_BYTES)
                 .with_context(|| format!("cannot read {shown}"))?;
             self.bytes_read += n as u64;
-            if n == 0 || buf.last() != Some(&b'\n') {
+            if n == 0 {
                 break;
+            }
+            if buf.last() != Some(&b'\n') && buf.len() <= MAX_WHOLE_LINE_BYTES {
+                // A last line without `\n`: being written, or torn.
+                break;
+            }
+            if buf.last() != Some(&b'\n') {
+                // A line longer than the cap (a reply's text of many MiB): parsed as it is read,
+                // its text skipped, never held.
+                let Some((head, rest)) =
+                    long_line_head(&buf, &mut reader).map_err(|e| not_a_line(line_no + 1, &e))?
+                else {
+                    break;
+                };
+                self.bytes_read += rest;
+                line_no += 1;
+                end += n as u64 + rest;
+                stats.add_parts(head.seq, &head.role, head.summary_id);
+                for call in head.tool_calls.iter().flatten() {
+                    self.call_ids.insert(&call.id);
+                }
+                continue;
             }
             line_no += 1;
             end += n as u64;
             if buf.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let h: HistoryLine = serde_json::from_slice(&buf).map_err(|e| {
-                let at = if from > 0 {
-                    format!(" (after byte {from})")
-                } else {
-                    String::new()
-                };
-                anyhow::anyhow!(
-                    "{shown}{at} line {line_no}: not a history line: {}",
-                    crate::untrusted::text(&e.to_string(), crate::untrusted::MAX_ERROR_BYTES)
-                )
-            })?;
+            let h: HistoryLine =
+                serde_json::from_slice(&buf).map_err(|e| not_a_line(line_no, &e))?;
             stats.add(&h);
             for call in h.tool_calls.iter().flatten() {
                 self.call_ids.insert(&call.id);
@@ -431,6 +567,54 @@ mod tests {
         let again = HistoryCounts::open(&task(d)).unwrap();
         assert_eq!(again.bytes_read(), 0);
         assert_eq!(of(&again), full(d));
+    }
+
+    /// A line longer than [`MAX_WHOLE_LINE_BYTES`] (a reply of many MiB) is counted as it is
+    /// read: the same counts and ids as a full read; a torn one waits like any other.
+    #[test]
+    fn a_line_too_long_to_hold_is_counted_as_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let mut h = history();
+        let long = "x\"\\y\n".repeat(MAX_WHOLE_LINE_BYTES / 3);
+        let mut big_call = call(&["big"]);
+        big_call.content = Some(long.clone());
+        h.insert(5, ChatMessage::text("assistant", long.clone()));
+        h.insert(6, ChatMessage::text("user", "more"));
+        h.insert(7, big_call);
+        h.insert(8, result("big"));
+        write_task(d, &h, &[]);
+        let mut counts = HistoryCounts::open(&task(d)).unwrap();
+        assert_eq!(of(&counts), full(d));
+        assert!(counts.call_ids().len() == 21);
+        // Appended while the task runs: a long line whole, then one torn.
+        let text = fs::read_to_string(d.join(MESSAGES)).unwrap();
+        let line = |seq: usize| {
+            let m = ChatMessage::text("assistant", long.clone());
+            ctxhost_format::jsonl::to_line(&ctxhost_format::HistoryLine::of(seq as u64, &m, "t"))
+                .unwrap()
+        };
+        let next = h.len() + 1;
+        fs::write(d.join(MESSAGES), format!("{text}{}  \n", line(next))).unwrap();
+        counts.advance(true).unwrap();
+        assert_eq!(of(&counts), full(d));
+        let whole = fs::read_to_string(d.join(MESSAGES)).unwrap();
+        let torn = line(next + 1);
+        fs::write(
+            d.join(MESSAGES),
+            format!("{whole}{}", &torn[..torn.len() - 1]),
+        )
+        .unwrap();
+        let before = counts.stats();
+        counts.advance(true).unwrap();
+        assert_eq!(counts.stats(), before, "a torn long line is not counted");
+        fs::write(d.join(MESSAGES), format!("{whole}{torn}\n")).unwrap();
+        counts.advance(true).unwrap();
+        assert_eq!(of(&counts), full(d));
+        // A long line with text after its object is an error naming the line.
+        fs::write(d.join(MESSAGES), format!("{whole}{} x\n", line(next + 1))).unwrap();
+        let e = HistoryCounts::open(&task(d)).unwrap_err();
+        assert!(format!("{e:#}").contains("not a history line"), "{e:#}");
     }
 
     #[test]

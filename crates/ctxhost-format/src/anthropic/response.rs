@@ -64,6 +64,10 @@ pub struct ParsedReply {
     /// Thinking blocks of a streamed reply left out of the message's reasoning: cut (no
     /// `content_block_stop`) or unsigned, so they could never be sent back.
     pub dropped_reasoning: u64,
+    /// The file the text was written to when a streamed reply's text passed the threshold of
+    /// [`super::stream::AnthropicStream::with_content_file`] (the message's `content` is then
+    /// `None`); `None` otherwise.
+    pub content_file: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -124,6 +128,7 @@ pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
         None => (None, None),
     };
     Ok(ParsedReply {
+        content_file: None,
         message: assistant_message(role, text, calls),
         usage,
         finish_reason: body

@@ -25,6 +25,7 @@
 //! (unstreamed) reply has it; a `redacted_thinking` block is kept as
 //! `{"type":"redacted_thinking","data":<data>}`.
 
+use crate::content_file::{SunkText, TextSink};
 use serde_json::{Map, Value};
 
 use super::response::{PROVIDER, ParsedReply, finish_reason, read_usage};
@@ -43,7 +44,8 @@ struct Partial {
 
 #[derive(Debug)]
 enum PartialKind {
-    Text(String),
+    /// A text block: its text goes to the fold's sink ([`AnthropicStream::text`]).
+    Text,
     ToolUse {
         id: Option<String>,
         name: String,
@@ -67,6 +69,14 @@ enum PartialKind {
 #[derive(Debug, Default)]
 pub struct AnthropicStream {
     role: Option<String>,
+    /// The text blocks' text, joined in block order as it comes (in memory, or in a file past
+    /// its threshold: [`AnthropicStream::with_content_file`]).
+    text: TextSink,
+    /// Whether a text block started.
+    has_text: bool,
+    /// The index of the last text block that had text: a text block before it cannot get text
+    /// any more (the API streams one block at a time, in order).
+    last_text_index: Option<u64>,
     blocks: Vec<Partial>,
     usage: Map<String, Value>,
     usage_seen: bool,
@@ -81,6 +91,34 @@ impl AnthropicStream {
     /// A fold that has seen nothing yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A fold whose text goes to a file once it passes a threshold
+    /// ([`TextSink::spilling`]): the reply then names the file instead of holding the text.
+    pub fn with_content_file(sink: TextSink) -> Self {
+        AnthropicStream {
+            text: sink,
+            ..Self::default()
+        }
+    }
+
+    /// Adds `piece` of text block `index` to the joined text. Errors: text for a block before
+    /// one that already had text (blocks out of order), or the sink's file.
+    fn push_text(&mut self, index: u64, piece: &str) -> Result<(), String> {
+        if piece.is_empty() {
+            return Ok(());
+        }
+        match self.last_text_index {
+            Some(last) if index < last => {
+                return Err(format!(
+                    "text for block {index} after text of block {last} (blocks out of order)"
+                ));
+            }
+            _ => self.last_text_index = Some(index),
+        }
+        self.text
+            .push(piece)
+            .map_err(|e| format!("writing the reply's text to its file: {e}"))
     }
 
     /// Folds one line of the stream (without its line end; a trailing `\r` is ignored).
@@ -143,7 +181,11 @@ impl AnthropicStream {
                         .to_string()
                 };
                 let kind = match block.get("type").and_then(Value::as_str) {
-                    Some("text") => PartialKind::Text(text("text")),
+                    Some("text") => {
+                        self.has_text = true;
+                        self.push_text(index, &text("text"))?;
+                        PartialKind::Text
+                    }
                     Some("tool_use") => PartialKind::ToolUse {
                         id: block.get("id").and_then(Value::as_str).map(str::to_string),
                         name: text("name"),
@@ -170,7 +212,10 @@ impl AnthropicStream {
                 let piece = |field: &str| delta.get(field).and_then(Value::as_str);
                 let block = self.open_block(index)?;
                 match (&mut block.kind, delta_kind) {
-                    (PartialKind::Text(t), "text_delta") => t.push_str(piece("text").unwrap_or("")),
+                    (PartialKind::Text, "text_delta") => {
+                        let piece = piece("text").unwrap_or("");
+                        self.push_text(index, piece)?;
+                    }
                     (PartialKind::ToolUse { json, .. }, "input_json_delta") => {
                         json.push_str(piece("partial_json").unwrap_or(""))
                     }
@@ -259,13 +304,21 @@ impl AnthropicStream {
             });
         }
         self.blocks.sort_by_key(|b| b.index);
-        let mut text: Option<String> = None;
+        let (text, content_file) = match self
+            .text
+            .finish()
+            .map_err(|e| format!("writing the reply's text to its file: {e}"))?
+        {
+            SunkText::File { name, .. } => (None, Some(name)),
+            SunkText::Text(t) => (Some(t), None),
+            SunkText::None => (self.has_text.then(String::new), None),
+        };
         let mut calls = Vec::new();
         let mut reasoning = Vec::new();
         let mut dropped = 0u64;
         for b in self.blocks {
             match b.kind {
-                PartialKind::Text(t) => text.get_or_insert_with(String::new).push_str(&t),
+                PartialKind::Text => {}
                 PartialKind::ToolUse {
                     id,
                     name,
@@ -342,6 +395,7 @@ impl AnthropicStream {
             model: self.model,
             usage_warning,
             dropped_reasoning: dropped,
+            content_file,
         })
     }
 }

@@ -53,6 +53,9 @@ pub struct Folded {
     pub usage: Option<serde_json::Value>,
     /// The response's `model`: the model that answered.
     pub model: Option<String>,
+    /// The file the joined text was written to when a streamed reply's text passed the
+    /// threshold of [`stream::ResponsesStream::with_content_file`] (`content` is then `None`).
+    pub content_file: Option<String>,
 }
 
 /// A `function_call` output item: `{"type":"function_call","call_id","name","arguments"}`.

@@ -24,6 +24,7 @@
 //! carry nothing the reply needs. A stream without `response.completed` or
 //! `response.incomplete` was cut off ([`ResponsesStream::finish`] refuses it).
 
+use crate::content_file::{SunkText, TextSink};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -39,7 +40,8 @@ struct Slot {
     /// The item's `id` (`item.id` or an event's `item_id`), when one was seen.
     id: String,
     kind: String,
-    text: String,
+    /// Text of this `message` item came (it went to the fold's sink).
+    had_text: bool,
     call_id: String,
     name: String,
     arguments: String,
@@ -63,6 +65,12 @@ struct End {
 #[derive(Debug, Default)]
 pub struct ResponsesStream {
     slots: Vec<Slot>,
+    /// The `message` items' text, joined in output order as it comes (in memory, or in a file
+    /// past its threshold: [`ResponsesStream::with_content_file`]).
+    text: TextSink,
+    /// The output index of the last item that had text: an item before it cannot get text any
+    /// more (items stream one after another).
+    last_text_index: Option<u64>,
     end: Option<End>,
     lines: u64,
 }
@@ -85,6 +93,31 @@ struct EventIn<'a> {
     message: Option<String>,
     #[serde(default)]
     code: Option<Value>,
+}
+
+/// The parts of an event kept when its line is too long to hold ([`ResponsesStream::long_line`]):
+/// an item's `content` and a response's `output` are skipped as they are read.
+#[derive(Deserialize)]
+struct LongEventIn {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    output_index: Option<u64>,
+    #[serde(default)]
+    item_id: Option<String>,
+    #[serde(default)]
+    item: Option<LongItemIn>,
+    #[serde(default)]
+    response: Option<EndIn>,
+}
+
+/// An output item's type and id (the rest skipped).
+#[derive(Deserialize)]
+struct LongItemIn {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    id: Option<String>,
 }
 
 /// An item's `id`, read to place events that lack `output_index`.
@@ -113,6 +146,112 @@ impl ResponsesStream {
     /// A fold that has seen nothing yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A fold whose text goes to a file once it passes a threshold
+    /// ([`TextSink::spilling`]): the reply then names the file instead of holding the text.
+    pub fn with_content_file(sink: TextSink) -> Self {
+        ResponsesStream {
+            text: sink,
+            ..Self::default()
+        }
+    }
+
+    /// Adds `piece` of the `message` item at `index` to the joined text. Errors: text for an
+    /// item before one that already had text (items out of order), or the sink's file.
+    fn push_text(&mut self, index: u64, piece: &str) -> Result<(), String> {
+        self.slot(index).had_text = true;
+        if piece.is_empty() {
+            return Ok(());
+        }
+        match self.last_text_index {
+            Some(last) if index < last => {
+                return Err(format!(
+                    "text for output item {index} after text of item {last} (items out of order)"
+                ));
+            }
+            _ => self.last_text_index = Some(index),
+        }
+        self.text
+            .push(piece)
+            .map_err(|e| format!("writing the reply's text to its file: {e}"))
+    }
+
+    /// Folds a `data:` line too long to hold in memory (more than `cap` bytes, of which
+    /// `start` was read; the rest comes from `rest` up to the line's end, `\n` included): it
+    /// is parsed as it is read, keeping only the event's type, place and end fields, so a
+    /// message item's or a response's whole text is skipped. That is enough for the
+    /// `response.output_item.done` of a `message` item whose text came in deltas, and for
+    /// `response.completed` / `response.incomplete` after item events (the text of both is
+    /// already folded). Returns `Ok(false)`, having read the line (the caller must read it
+    /// again, whole), for any other event. Errors: the line is not an event, or is one the fold
+    /// refuses (the provider's error, an event after the end).
+    pub fn long_line(
+        &mut self,
+        start: &[u8],
+        rest: &mut impl std::io::Read,
+    ) -> Result<bool, String> {
+        self.lines += 1;
+        let n = self.lines;
+        let Some(data_at) = start.strip_prefix(b"data:") else {
+            return Ok(false);
+        };
+        let data = data_at
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(0);
+        let mut de =
+            serde_json::Deserializer::from_reader(std::io::Read::chain(&data_at[data..], rest));
+        let e = match LongEventIn::deserialize(&mut de) {
+            Ok(e) => e,
+            Err(e) => {
+                return Err(format!(
+                    "line {n}: a data line that is not a JSON event ({e})"
+                ));
+            }
+        };
+        if self.end.is_some() {
+            return Err(format!(
+                "line {n}: event `{}` after the response's end",
+                e.kind
+            ));
+        }
+        match e.kind.as_str() {
+            "response.output_item.done" => {
+                let Some(item) = e.item.filter(|i| i.kind == "message") else {
+                    return self.reread(n);
+                };
+                let slot = self.place(e.output_index, item.id.or(e.item_id), false);
+                if !slot.had_text {
+                    // Its text is only in this event, which is too long to hold.
+                    return self.reread(n);
+                }
+                slot.kind = item.kind;
+            }
+            "response.completed" | "response.incomplete" if !self.slots.is_empty() => {
+                let end = e
+                    .response
+                    .ok_or(format!("line {n}: an end event without response"))?;
+                if let Some(error) = error_text(end.error.as_ref()) {
+                    return Err(format!("line {n}: the provider sent an error: {error}"));
+                }
+                self.end = Some(End {
+                    status: end.status,
+                    incomplete_reason: end.incomplete_details.and_then(|d| d.reason),
+                    usage: end.usage.filter(|u| !u.is_null()),
+                    model: end.model,
+                    whole: None,
+                });
+            }
+            _ => return self.reread(n),
+        }
+        Ok(true)
+    }
+
+    /// A long line this fold must read whole after all: it is not counted yet.
+    fn reread(&mut self, _line: u64) -> Result<bool, String> {
+        self.lines -= 1;
+        Ok(false)
     }
 
     /// Folds one line of the stream (without its line end; a trailing `\r` is ignored).
@@ -154,13 +293,15 @@ impl ResponsesStream {
                 if slot.kind == REASONING && done {
                     slot.reasoning = Some(raw.get().to_string());
                 }
-                if slot.kind == "message" && done && slot.text.is_empty() {
+                let index = slot.index;
+                if slot.kind == "message" && done && !slot.had_text {
                     for part in &item.content {
                         if let Some(t) = part.text() {
-                            slot.text.push_str(t);
+                            self.push_text(index, t)?;
                         }
                     }
                 }
+                let slot = self.slot(index);
                 if slot.kind == "function_call" {
                     if let Some(id) = item.call_id.filter(|s| !s.is_empty()) {
                         slot.call_id = id;
@@ -178,7 +319,8 @@ impl ResponsesStream {
                 if slot.kind.is_empty() {
                     slot.kind = "message".to_string();
                 }
-                slot.text.push_str(e.delta.as_deref().unwrap_or(""));
+                let index = slot.index;
+                self.push_text(index, e.delta.as_deref().unwrap_or(""))?;
             }
             "response.function_call_arguments.delta" => {
                 let slot = self.place(e.output_index, e.item_id, false);
@@ -296,13 +438,20 @@ impl ResponsesStream {
             return Ok(whole);
         }
         let mut folded = Folded::default();
+        let has_message = self.slots.iter().any(|s| s.kind == "message");
+        match self
+            .text
+            .finish()
+            .map_err(|e| format!("writing the reply's text to its file: {e}"))?
+        {
+            SunkText::File { name, .. } => folded.content_file = Some(name),
+            SunkText::Text(t) => folded.content = Some(t),
+            SunkText::None => folded.content = has_message.then(String::new),
+        }
         for slot in self.slots {
             match slot.kind.as_str() {
                 REASONING => folded.reasoning.extend(slot.reasoning),
-                "message" => folded
-                    .content
-                    .get_or_insert_with(String::new)
-                    .push_str(&slot.text),
+                "message" => {}
                 "function_call" => {
                     let item = ItemIn {
                         kind: slot.kind,
@@ -339,6 +488,35 @@ mod tests {
             s.line(l)?;
         }
         s.finish().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn long_lines_repeating_the_text_are_folded_without_it_and_others_read_whole() {
+        let mut s = ResponsesStream::new();
+        s.line(r#"data: {"type":"response.output_item.added","output_index":0,"item":{"id":"msg_1","type":"message","content":[]}}"#).unwrap();
+        s.line(r#"data: {"type":"response.output_text.delta","output_index":0,"delta":"Hello"}"#)
+            .unwrap();
+        let long = |line: &str, s: &mut ResponsesStream| {
+            let (start, rest) = line.as_bytes().split_at(20);
+            let mut rest = rest;
+            s.long_line(start, &mut rest)
+        };
+        // The done event and the end repeat the text: skipped, the delta's text kept.
+        let done = r#"data: {"type":"response.output_item.done","output_index":0,"item":{"id":"msg_1","type":"message","content":[{"type":"output_text","text":"Hello"}]}}"#;
+        assert_eq!(long(done, &mut s), Ok(true));
+        // A function call's done event is needed whole: the caller reads it again.
+        let call = r#"data: {"type":"response.output_item.done","output_index":1,"item":{"type":"function_call","call_id":"c","name":"ls","arguments":"{}"}}"#;
+        assert_eq!(long(call, &mut s), Ok(false));
+        s.line(call).unwrap();
+        let end = r#"data: {"type":"response.completed","response":{"status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hello"}]}],"usage":{"input_tokens":3}}}"#;
+        assert_eq!(long(end, &mut s), Ok(true));
+        let f = s.finish().unwrap();
+        assert_eq!(f.content.as_deref(), Some("Hello"));
+        assert_eq!(f.calls.len(), 1);
+        assert_eq!(f.usage, Some(serde_json::json!({"input_tokens":3})));
+        // A message whose text is only in its long done event: read whole.
+        let mut s = ResponsesStream::new();
+        assert_eq!(long(done, &mut s), Ok(false));
     }
 
     const RS: &str =

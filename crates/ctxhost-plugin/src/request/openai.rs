@@ -126,6 +126,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
             Some(Value::String(m)) => Some(m),
             _ => None,
         },
+        content_file: None,
     })
 }
 
@@ -134,13 +135,15 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 /// `ctxhost_format::sse::OpenAiStream` (never read whole); the usage chunk's `usage` is read
 /// as a whole body's. Errors: `stream-cut` for a stream cut off before `data: [DONE]` or a
 /// `finish_reason`; `invalid-input` naming the file and line for a data line that is not a
-/// chunk or the provider's error chunk; `io`.
+/// chunk or the provider's error chunk; `io`. A text past
+/// `ctxhost_format::content_file::CONTENT_FILE_THRESHOLD` is written to `reply.content` as it
+/// is folded and returned as `content-file` ([`super::content_sink`]).
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     use std::io::BufRead;
     let f = std::fs::File::open(file)
         .map_err(|e| crate::jsonl::io_error(format!("opening {file}"), e))?;
     let mut reader = std::io::BufReader::new(f);
-    let mut fold = ctxhost_format::sse::OpenAiStream::new();
+    let mut fold = ctxhost_format::sse::OpenAiStream::with_content_file(super::content_sink());
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -164,6 +167,7 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
         usage: r.usage.and_then(|u| usage_of(file, u)),
         finish_reason: r.finish_reason,
         model: r.model,
+        content_file: r.content_file,
     })
 }
 

@@ -87,6 +87,7 @@ impl From<wit_format::Reply> for crate::runtime::Reply {
             usage: r.usage.map(Into::into),
             finish_reason: r.finish_reason,
             model: None,
+            content_file: None,
         }
     }
 }

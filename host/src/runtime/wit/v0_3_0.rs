@@ -88,6 +88,7 @@ impl From<wit_format::Reply> for crate::runtime::Reply {
             usage: r.usage.map(Into::into),
             finish_reason: r.finish_reason,
             model: r.model,
+            content_file: r.content_file,
         }
     }
 }

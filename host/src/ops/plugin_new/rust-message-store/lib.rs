@@ -91,6 +91,20 @@ impl Guest for Store {
         Ok(added)
     }
 
+    /// The text of `content_file` (a reply too large to pass whole) read into `add-message`:
+    /// simple, but memory grows with the text; the builtin store copies it through a fixed
+    /// buffer instead (`ctxhost_plugin::format::content_file::copy_escaped`).
+    fn add_message_file(
+        mut message: types::ChatMessage,
+        content_file: String,
+        timestamp: String,
+    ) -> Result<AddedMessage, PluginError> {
+        let text = std::fs::read_to_string(&content_file)
+            .map_err(|e| PluginError::Io(format!("reading {content_file}: {e}")))?;
+        message.content = Some(text);
+        Self::add_message(message, timestamp)
+    }
+
     fn record_summary(
         summary: types::ChatMessage,
         summary_id: u64,

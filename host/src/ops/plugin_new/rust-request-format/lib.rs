@@ -81,6 +81,8 @@ impl Guest for Format {
             finish_reason: choice.finish_reason,
             // The model that answered, as the provider names it.
             model: response.model,
+            // The text in `content` (a format may write a large one to a file instead).
+            content_file: None,
         })
     }
 }
