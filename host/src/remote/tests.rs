@@ -12,7 +12,7 @@ use crate::layout::DirState;
 
 /// A store on the test server under a prefix of its own (bucket `ctxhost-test`, made by
 /// scripts/test-s3.sh).
-fn test_store() -> Arc<Store> {
+pub(super) fn test_store() -> Arc<Store> {
     let endpoint = std::env::var("CTXHOST_TEST_S3_URL")
         .expect("CTXHOST_TEST_S3_URL: start the server with `scripts/test-s3.sh start` and export what it prints");
     let cfg = RemoteConfig {
@@ -32,7 +32,7 @@ fn test_store() -> Arc<Store> {
 }
 
 /// A contexts tree ("host") in a temporary folder.
-fn host() -> (tempfile::TempDir, Layout) {
+pub(super) fn host() -> (tempfile::TempDir, Layout) {
     let t = tempfile::tempdir().unwrap();
     let layout = Layout::new(t.path().join("contexts"));
     layout.ensure().unwrap();

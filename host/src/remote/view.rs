@@ -202,37 +202,11 @@ fn count_files(dir: &Path) -> Option<usize> {
 mod tests {
     use std::io::Write as _;
     use std::os::unix::fs::MetadataExt as _;
-    use std::sync::Arc;
 
     use super::*;
-    use crate::remote::{RemoteConfig, TaskSync};
+    use crate::remote::TaskSync;
+    use crate::remote::tests::{host, test_store};
     use crate::task_dir::TaskDir;
-
-    fn test_store() -> Arc<Store> {
-        let endpoint = std::env::var("CTXHOST_TEST_S3_URL")
-            .expect("CTXHOST_TEST_S3_URL: start the server with `scripts/test-s3.sh start`");
-        let cfg = RemoteConfig {
-            url: format!(
-                "s3://ctxhost-test/view-{}",
-                &uuid::Uuid::new_v4().simple().to_string()[..12]
-            ),
-            endpoint: Some(endpoint),
-            region: Some("us-east-1".into()),
-            allow_http: true,
-            retry_secs: 30,
-        };
-        let b = object_store::aws::AmazonS3Builder::new()
-            .with_access_key_id("ctxhost-test")
-            .with_secret_access_key("ctxhost-test");
-        Arc::new(Store::open_with(&cfg, b).unwrap())
-    }
-
-    fn host() -> (tempfile::TempDir, Layout) {
-        let t = tempfile::tempdir().unwrap();
-        let layout = Layout::new(t.path().join("contexts"));
-        layout.ensure().unwrap();
-        (t, layout)
-    }
 
     fn append(dir: &Path, line: &str) {
         let mut f = fs::OpenOptions::new()

@@ -149,6 +149,25 @@ macro_rules! plugin_error_before_0_3_0 {
 }
 pub(crate) use plugin_error_before_0_3_0;
 
+/// A format's `reply` of the versions before 0.3.0: no `model` and no `content-file` (both new
+/// in 0.3.0), so the text is always in the message.
+macro_rules! reply_before_0_3_0 {
+    () => {
+        impl From<wit_format::Reply> for $crate::runtime::Reply {
+            fn from(r: wit_format::Reply) -> Self {
+                $crate::runtime::Reply {
+                    message: r.message.into(),
+                    usage: r.usage.map(Into::into),
+                    finish_reason: r.finish_reason,
+                    model: None,
+                    content_file: None,
+                }
+            }
+        }
+    };
+}
+pub(crate) use reply_before_0_3_0;
+
 /// The parts of the shim that are the same in every supported version, because the WIT
 /// records and interfaces they convert did not change: store stats, added
 /// messages, request info, completion, and the host side of the `types`, `log` and

@@ -68,19 +68,7 @@ use crate::task_dir::TaskDir;
 
 super::unchanged_conversions!();
 super::plugin_error_before_0_3_0!();
-
-/// A format's reply (`model` is new in 0.3.0: none before).
-impl From<wit_format::Reply> for crate::runtime::Reply {
-    fn from(r: wit_format::Reply) -> Self {
-        crate::runtime::Reply {
-            message: r.message.into(),
-            usage: r.usage.map(Into::into),
-            finish_reason: r.finish_reason,
-            model: None,
-            content_file: None,
-        }
-    }
-}
+super::reply_before_0_3_0!();
 super::chat_message_conversions!();
 
 impl From<&crate::runtime::RequestConfig> for wit_format::RequestConfig {
