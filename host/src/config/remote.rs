@@ -35,8 +35,12 @@ pub struct RemoteConfig {
 }
 
 fn default_retry_secs() -> u64 {
-    crate::remote::store::DEFAULT_RETRY_SECS
+    DEFAULT_RETRY_SECS
 }
+
+/// Default of `context_storage.remote.retry_secs`: how long a request to the bucket is retried
+/// before it fails, seconds. Long enough for a store that restarts or fails over.
+pub const DEFAULT_RETRY_SECS: u64 = 120;
 
 /// Largest `context_storage.remote.retry_secs`.
 pub const MAX_RETRY_SECS: u64 = 3600;

@@ -67,9 +67,8 @@ fn client_retry_config() -> object_store::RetryConfig {
     }
 }
 
-/// Default of `context_storage.remote.retry_secs`: how long a request to the bucket is retried
-/// before it fails. Long enough for a store that restarts or fails over.
-pub const DEFAULT_RETRY_SECS: u64 = 120;
+/// Default of `context_storage.remote.retry_secs` (defined with the config).
+pub use crate::config::remote::DEFAULT_RETRY_SECS;
 
 /// Longest wait between two attempts.
 const MAX_DELAY_SECS: u64 = 15;
