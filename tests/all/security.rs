@@ -745,6 +745,43 @@ fn a_request_format_cannot_forge_log_lines_or_send_to_another_path() {
     assert_no_forged_line(&log);
 }
 
+/// A format may hand a reply's text over in a file (WIT 0.3.0 `content-file`), but only in
+/// `reply.content`: naming a task file made the store append messages.jsonl into itself (to
+/// 638 MB, fresh-user F1) or the host take metadata.json as the answer and delete it.
+#[test]
+fn a_request_format_cannot_name_a_task_file_as_its_replys_text() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::text("done", None));
+    let env = env(
+        &llm,
+        &format!("  request_format: {}\n", guest("hostile_format.wasm")),
+        "",
+    );
+    for name in ["messages.jsonl", "metadata.json", "current.jsonl"] {
+        let uuid = submit(&env, &format!("HOSTILE content-file={name}\ngo"));
+        run(&env);
+        let r = row(&env, &uuid);
+        assert_eq!(r["status"], "failed", "{name}");
+        let error = r["error_message"].as_str().unwrap();
+        assert!(
+            error.contains(&format!("content-file `{name}` refused"))
+                && error.contains("must be `reply.content`"),
+            "{name}: {error}"
+        );
+        let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+        assert!(
+            dir.join("metadata.json").is_file(),
+            "{name}: metadata.json kept"
+        );
+        let history = fs::read_to_string(dir.join("messages.jsonl")).unwrap();
+        assert!(
+            history.len() < 64 * 1024 && !history.contains(r#""role":"assistant""#),
+            "{name}: no reply appended: {} bytes",
+            history.len()
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. The task directory's byte budget
 

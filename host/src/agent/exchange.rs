@@ -386,7 +386,8 @@ pub fn exchange_checked(
 }
 
 /// The checks on a reply whose text is in a file (WIT 0.3.0 `content-file`), before anyone
-/// reads it: a plain path in the task directory ([`untrusted::component_path`]), UTF-8 text
+/// reads it: a plain path in the task directory ([`untrusted::component_path`]) that is
+/// exactly [`ctxhost_format::files::REPLY_CONTENT`], UTF-8 text
 /// (one pass in blocks, [`ctxhost_format::content_file`]); with `key` (a streamed reply), the
 /// API key redacted in it as in a text ([`redact_reply`]; the file is copied through
 /// [`crate::llm::redact::Redactor`] and renamed over itself). A text of white space only is given as `content` (empty: it cannot be a
@@ -408,6 +409,15 @@ fn check_content_file(
     };
     let name =
         untrusted::component_path(dir, &name).map_err(|e| fail(format!("content-file: {e}")))?;
+    // The one name a format may give: any other could be a task file (messages.jsonl, which the
+    // store would append into itself; metadata.json, which the host deletes after the append).
+    if name != ctxhost_format::files::REPLY_CONTENT {
+        return Err(fail(format!(
+            "content-file `{}` refused: a reply's text file must be `{}`",
+            untrusted::name(&name),
+            ctxhost_format::files::REPLY_CONTENT
+        )));
+    }
     let open = || {
         dir.open_read_if_exists(&name)
             .map_err(|e| fail(format!("content-file {}: {e}", dir.show(&name))))?
