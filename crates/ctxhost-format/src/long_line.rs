@@ -62,7 +62,8 @@ fn take_decoded() -> bool {
 pub struct Limits {
     /// A line longer than this (and than the reader's block) is read as a long line.
     pub line: usize,
-    /// In a long line, a string longer than this (quotes included) becomes a placeholder.
+    /// In a long line, a string longer than this (its opening quote included) becomes a
+    /// placeholder.
     pub string: usize,
     /// A long line's compact copy may grow to this before the line falls back.
     pub compact: usize,
@@ -87,13 +88,18 @@ pub enum LongCopy {
     Blank,
 }
 
-/// The scanner of a long line's bytes (see the module doc).
-pub(crate) struct Compactor {
+/// The scanner of a long line's bytes (see the module doc): feed it the line's bytes in
+/// order ([`Compactor::push`]), then take the compact line ([`Compactor::finish`]). It also
+/// counts each long string's estimated tokens ([`crate::tokens::estimate_tokens`] of its
+/// decoded text), for readers that need them without the text.
+pub struct Compactor {
     limits: Limits,
     /// The compact line.
     compact: Vec<u8>,
     /// File offsets `[from, to)` of each long string, quotes included.
     spans: Vec<(u64, u64)>,
+    /// The quarter tokens of each long string's decoded text.
+    quarters: Vec<u64>,
     /// File offset of the next byte.
     pos: u64,
     /// The line cannot be compacted (fall back).
@@ -116,6 +122,10 @@ struct StringState {
     low: u8,
     /// UTF-8 continuation bytes still expected, and the range of the next one.
     utf8: (u8, u8, u8),
+    /// The character being decoded (UTF-8 bits so far, or a leading surrogate's value).
+    code: u32,
+    /// Quarter tokens of the text decoded so far ([`crate::tokens::char_quarter_tokens`]).
+    quarters: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -127,12 +137,14 @@ enum Escape {
 }
 
 impl Compactor {
-    /// A scanner of the line starting at file offset `offset`.
-    pub(crate) fn new(offset: u64, limits: Limits) -> Self {
+    /// A scanner of the line starting at file offset `offset` (only used to say where the long
+    /// strings are).
+    pub fn new(offset: u64, limits: Limits) -> Self {
         Compactor {
             limits,
             compact: Vec::new(),
             spans: Vec::new(),
+            quarters: Vec::new(),
             pos: offset,
             failed: false,
             space: false,
@@ -140,8 +152,8 @@ impl Compactor {
         }
     }
 
-    /// Scans the next bytes of the line.
-    pub(crate) fn push(&mut self, bytes: &[u8]) {
+    /// Scans the next bytes of the line (without its `\n`).
+    pub fn push(&mut self, bytes: &[u8]) {
         if self.failed {
             return;
         }
@@ -166,6 +178,8 @@ impl Compactor {
                         escape: Escape::None,
                         low: 0,
                         utf8: (0, 0, 0),
+                        code: 0,
+                        quarters: 0,
                     });
                     self.compact.push(c);
                     self.space = false;
@@ -189,9 +203,11 @@ impl Compactor {
         if closing {
             let long = s.long;
             let from = s.from;
+            let quarters = s.quarters;
             self.string = None;
             if long {
                 self.spans.push((from, self.pos + 1));
+                self.quarters.push(quarters);
                 self.compact.push(b'"');
                 self.compact.extend_from_slice(MARKER);
                 self.compact
@@ -211,15 +227,44 @@ impl Compactor {
         true
     }
 
-    /// The compact line, or `None` when the line falls back (see the module doc).
-    fn finish(&self) -> Option<&[u8]> {
+    /// The compact line: the line with each long string replaced by the placeholder
+    /// `"\/\/ctxhost-long-N\/\/"` (N from 0, in the line's order), or `None` when the line
+    /// must be read whole instead: it has no long string, holds a placeholder's text of its
+    /// own, is cut inside a string, has a long string serde_json would not decode, or its
+    /// compact copy outgrew [`Limits::compact`].
+    pub fn finish(&self) -> Option<&[u8]> {
         let ok = !self.failed && self.string.is_none() && !self.spans.is_empty();
         // The line's own text must not hold a placeholder's.
         (ok && count(&self.compact, MARKER) == self.spans.len()).then_some(&self.compact[..])
     }
 }
 
+impl Compactor {
+    /// The index N of the long string whose placeholder is the JSON text `json` (exactly
+    /// `"\/\/ctxhost-long-N\/\/"`, as in [`Compactor::finish`]'s line: no string of the line
+    /// itself is spelled so).
+    pub fn placeholder(&self, json: &[u8]) -> Option<usize> {
+        let digits = json
+            .strip_prefix(b"\"")?
+            .strip_prefix(MARKER)?
+            .strip_suffix(b"\"")?
+            .strip_suffix(MARKER_END)?;
+        let n: usize = std::str::from_utf8(digits).ok()?.parse().ok()?;
+        (n < self.spans.len() && digits.iter().all(u8::is_ascii_digit)).then_some(n)
+    }
+
+    /// [`crate::tokens::estimate_tokens`] of the decoded text of long string `index`.
+    pub fn tokens(&self, index: usize) -> u64 {
+        self.quarters.get(index).copied().unwrap_or(0).div_ceil(4)
+    }
+}
+
 impl StringState {
+    /// Counts the decoded character `code` (a UTF-16 surrogate never reaches here).
+    fn count(&mut self, code: u32) {
+        self.quarters += char::from_u32(code).map_or(2, crate::tokens::char_quarter_tokens);
+    }
+
     /// Checks the next byte of the string: `Some(true)` for its closing quote, `None` when
     /// serde_json would not decode the string.
     fn check(&mut self, c: u8) -> Option<bool> {
@@ -229,6 +274,10 @@ impl StringState {
                 return None;
             }
             self.utf8 = (left - 1, 0x80, 0xBF);
+            self.code = (self.code << 6) | (c & 0x3F) as u32;
+            if left == 1 {
+                self.count(self.code);
+            }
             return Some(false);
         }
         match self.escape {
@@ -242,6 +291,7 @@ impl StringState {
                     }
                     (0, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
                         self.escape = Escape::None;
+                        self.quarters += 1;
                     }
                     _ => return None,
                 }
@@ -261,10 +311,14 @@ impl StringState {
                         return None;
                     }
                     self.low = 0;
+                    self.count(0x10000 + ((self.code - 0xD800) << 10) + (value - 0xDC00));
                 } else if trailing {
                     return None;
                 } else if (0xD800..=0xDBFF).contains(&value) {
                     self.low = 1;
+                    self.code = value;
+                } else {
+                    self.count(value);
                 }
                 return Some(false);
             }
@@ -282,7 +336,7 @@ impl StringState {
             b'"' => return Some(true),
             b'\\' => self.escape = Escape::Backslash,
             0..=0x1F => return None,
-            0x20..=0x7F => {}
+            0x20..=0x7F => self.quarters += 1,
             0xC2..=0xDF => self.utf8 = (1, 0x80, 0xBF),
             0xE0 => self.utf8 = (2, 0xA0, 0xBF),
             0xED => self.utf8 = (2, 0x80, 0x9F),
@@ -291,6 +345,9 @@ impl StringState {
             0xF1..=0xF3 => self.utf8 = (3, 0x80, 0xBF),
             0xF4 => self.utf8 = (3, 0x80, 0x8F),
             _ => return None,
+        }
+        if c >= 0xC2 {
+            self.code = (c & (0x3F >> self.utf8.0)) as u32;
         }
         Some(false)
     }
@@ -589,6 +646,51 @@ mod tests {
                 copy(input, prompted.clone(), SMALL, block).0,
                 whole(input, prompted)
             );
+        }
+
+        /// A long string's token count is the estimate of its decoded text, however it is
+        /// escaped, and its placeholder names it.
+        #[test]
+        fn long_strings_are_counted_as_their_text(
+            texts in proptest::collection::vec(text(), 1..4),
+            choice in proptest::collection::vec(any::<u8>(), 1..8),
+        ) {
+            let strings: Vec<String> = texts.iter().map(|t| json_string(t, &choice)).collect();
+            let line = format!("{{\"x\":[{}]}}", strings.join(","));
+            let mut c = Compactor::new(0, SMALL);
+            for piece in line.as_bytes().chunks(5) {
+                c.push(piece);
+            }
+            let long: Vec<&String> = texts
+                .iter()
+                .zip(&strings)
+                .filter(|(_, s)| s.len() > SMALL.string + 1)
+                .map(|(t, _)| t)
+                .collect();
+            if long.is_empty() {
+                prop_assert!(c.finish().is_none());
+            } else {
+                #[derive(serde::Deserialize)]
+                struct X<'a> {
+                    #[serde(borrow)]
+                    x: Vec<&'a serde_json::value::RawValue>,
+                }
+                let compact: X = serde_json::from_slice(c.finish().unwrap()).unwrap();
+                let mut n = 0;
+                for (i, text) in texts.iter().enumerate() {
+                    let raw = compact.x[i].get();
+                    let got: String = serde_json::from_str(raw).unwrap();
+                    match c.placeholder(raw.as_bytes()) {
+                        Some(index) => {
+                            prop_assert_eq!(index, n);
+                            prop_assert_eq!(c.tokens(index), crate::tokens::estimate_tokens(long[n]));
+                            n += 1;
+                        }
+                        None => prop_assert_eq!(&got, text),
+                    }
+                }
+                prop_assert_eq!(n, long.len());
+            }
         }
 
         /// A long string that is not valid (or a line that is not a message) gives the
