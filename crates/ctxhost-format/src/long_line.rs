@@ -104,6 +104,8 @@ pub struct Compactor {
     pos: u64,
     /// The line cannot be compacted (fall back).
     failed: bool,
+    /// The compact copy outgrew [`Limits::compact`] (the line's validity is not known).
+    overflow: bool,
     /// The last byte outside strings was white space.
     space: bool,
     string: Option<StringState>,
@@ -147,6 +149,7 @@ impl Compactor {
             quarters: Vec::new(),
             pos: offset,
             failed: false,
+            overflow: false,
             space: false,
             string: None,
         }
@@ -160,6 +163,7 @@ impl Compactor {
         for &c in bytes {
             if !self.byte(c) {
                 self.failed = true;
+                self.overflow = self.compact.len() > self.limits.compact;
                 return;
             }
             self.pos += 1;
@@ -239,7 +243,31 @@ impl Compactor {
     }
 }
 
+/// What [`Compactor::judge`] can say of a line's JSON validity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judged<'a> {
+    /// The compact line is valid JSON (of the same shape: object, array...) exactly when the
+    /// line is: parse it instead.
+    Compact(&'a [u8]),
+    /// The line is not valid JSON: a string of it is not valid, or it ends inside a string.
+    Invalid,
+    /// Not known: the compact copy outgrew [`Limits::compact`] (read the line whole).
+    Unknown,
+}
+
 impl Compactor {
+    /// Whether the line scanned is valid JSON, judged from the compact copy (white space
+    /// runs and long strings do not change a line's validity or its value's type).
+    pub fn judge(&self) -> Judged<'_> {
+        if self.overflow {
+            Judged::Unknown
+        } else if self.failed || self.string.is_some() {
+            Judged::Invalid
+        } else {
+            Judged::Compact(&self.compact)
+        }
+    }
+
     /// The index N of the long string whose placeholder is the JSON text `json` (exactly
     /// `"\/\/ctxhost-long-N\/\/"`, as in [`Compactor::finish`]'s line: no string of the line
     /// itself is spelled so).
