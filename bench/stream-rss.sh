@@ -20,6 +20,9 @@
 #   BENCH_PROFILE=release bench/stream-rss.sh   # optimised build (~10-25 min to build on 2 cores)
 #   BENCH_NO_BUILD=1 ...                    # measure what is built
 #   BENCH_KEEP=1 ...                        # keep the work directory (time.*, task.*.err)
+#   BENCH_TWO_STEP=1 ...                    # the reply also calls a tool: the task makes a
+#                                           # second request (history holding the reply),
+#                                           # answered "Done." (the next step's readers)
 # Needs: cargo, python3, GNU time at /usr/bin/time (Debian/Ubuntu: apt-get install -y time).
 set -euo pipefail
 
@@ -64,6 +67,8 @@ for _ in $(seq 100); do [[ -s $WORK/port ]] && break; sleep 0.05; done
 [[ -s $WORK/port ]] || die "the fake OpenAI server did not start"
 PORT=$(cat "$WORK/port")
 
+SUFFIX=
+[[ ${BENCH_TWO_STEP:-0} == 1 ]] && SUFFIX=-tool
 MAX=$(printf '%s\n' "${SIZES[@]}" | sort -n | tail -n 1)
 RESP_MIB=$((MAX * 3 / 2 / 1048576 + 4))
 # config MODEL: the config of a task whose one reply is streamed by the fake as MODEL says.
@@ -94,7 +99,7 @@ median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 measure() {
   local bytes=$1 tag=$2 cfg uuid dir got
   cfg="$WORK/config.$bytes.yaml"
-  config "stream-bytes-$bytes" >"$cfg"
+  config "stream-bytes-$bytes$SUFFIX" >"$cfg"
   uuid=$("$CTXHOST" --config "$cfg" --contexts "$CTX" submit "bench: answer" 2>"$WORK/submit.err") ||
     die "submit failed: $(cat "$WORK/submit.err")"
   local start end
@@ -110,11 +115,13 @@ measure() {
   # The whole reply is in messages.jsonl: its assistant line's content has BYTES characters.
   got=$(python3 -c 'import json,sys
 n=0
+steps=0
 for l in open(sys.argv[1]):
     m=json.loads(l)
-    if m["role"]=="assistant": n=len(m["content"] or "")
-print(n)' "$dir/messages.jsonl")
-  [[ $got -eq $bytes ]] || die "task $uuid: the reply in messages.jsonl has $got characters, expected $bytes"
+    if m["role"]=="assistant": n=max(n,len(m["content"] or "")); steps+=1
+print(n, steps)' "$dir/messages.jsonl")
+  [[ ${got% *} -eq $bytes ]] || die "task $uuid: the reply in messages.jsonl has ${got% *} characters, expected $bytes"
+  [[ -z $SUFFIX || ${got#* } -eq 2 ]] || die "task $uuid: ${got#* } assistant message(s), expected 2 (two-step mode)"
   rm -rf "${CTX:?}/completed/$uuid"
   echo "$(field "Maximum resident set size" "$WORK/time.$tag") $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')"
 }

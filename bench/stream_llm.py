@@ -3,6 +3,11 @@
 bench/stream-rss.sh: every request is answered with server-sent events whose text adds up to
 N bytes, N read from the request's model name `stream-bytes-N` (any other model: "Done.").
 
+Two-step mode, model `stream-bytes-N-tool`: the reply of N bytes of text also calls a tool
+(`bench_probe`, which the task does not offer: the host answers with an error result), so the
+task goes on and makes a second request, which carries the N-byte assistant message in its
+history; a request whose last message is a tool result is answered "Done.".
+
 The text is sent in events of 1,000 characters (`choices[0].delta.content`), then a
 `finish_reason: stop` chunk, the usage chunk (`stream_options.include_usage`) and
 `data: [DONE]`; the body is delimited by closing the connection. The reply is generated as it
@@ -34,7 +39,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         req = json.loads(body or b"{}")
         model = str(req.get("model", ""))
-        size = int(model[len("stream-bytes-"):]) if model.startswith("stream-bytes-") else 0
+        two_step = model.endswith("-tool")
+        spec = model[:-len("-tool")] if two_step else model
+        size = int(spec[len("stream-bytes-"):]) if spec.startswith("stream-bytes-") else 0
+        messages = req.get("messages") or [{}]
+        if two_step and messages[-1].get("role") == "tool":
+            size, two_step = 0, False
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -60,7 +70,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             event(chunk({"content": piece}))
             text += n
             i += n
-        event(chunk({}, "stop"))
+        if two_step:
+            event(chunk({"tool_calls": [{"index": 0, "id": "call_bench", "type": "function",
+                                         "function": {"name": "bench_probe",
+                                                      "arguments": "{}"}}]}))
+        event(chunk({}, "tool_calls" if two_step else "stop"))
         tokens = max(1, text // 4)
         event({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "choices": [],
                "usage": {"prompt_tokens": 10, "completion_tokens": tokens,

@@ -319,6 +319,21 @@ pub struct BlockLineReader<R> {
     last: (usize, usize),
 }
 
+/// What [`BlockLineReader::next_bounded`] found.
+#[derive(Debug)]
+pub enum NextLine<'a> {
+    /// A non-blank line: (line number, bytes), as [`BlockLineReader::next_line`].
+    Line(u64, &'a [u8]),
+    /// A line longer than the caller holds, not read yet: its line number and byte offset in
+    /// the file.
+    Long {
+        /// The line number (from 1).
+        line: u64,
+        /// Where the line starts in the file.
+        offset: u64,
+    },
+}
+
 /// A line of [`BlockLineReader::next_line_at`]: `(line number, byte offset in the file, bytes)`.
 pub type LineAt<'a> = (u64, u64, &'a [u8]);
 
@@ -330,10 +345,16 @@ impl<R: Read> BlockLineReader<R> {
     /// A reader of `reader` (read in blocks of [`BLOCK_BYTES`]; no buffering needed below it);
     /// `file` is the name used in errors.
     pub fn new(reader: R, file: impl Into<String>) -> Self {
+        Self::with_block_bytes(reader, file, BLOCK_BYTES)
+    }
+
+    /// [`BlockLineReader::new`] with blocks of `block` bytes (at least 1) instead of
+    /// [`BLOCK_BYTES`].
+    pub fn with_block_bytes(reader: R, file: impl Into<String>, block: usize) -> Self {
         BlockLineReader {
             reader,
             file: file.into(),
-            buf: vec![0; BLOCK_BYTES],
+            buf: vec![0; block.max(1)],
             start: 0,
             end: 0,
             eof: false,
@@ -385,10 +406,38 @@ impl<R: Read> BlockLineReader<R> {
     ///
     /// Errors: [`JsonlError::Io`] for a failed read.
     pub fn next_line(&mut self) -> Result<Option<(u64, &[u8])>, JsonlError> {
+        match self.next_bounded(usize::MAX)? {
+            None => Ok(None),
+            Some(NextLine::Line(line, _)) => Ok(Some((line, self.last_line()))),
+            // Not reached: a line only stops the reader past `usize::MAX` bytes.
+            Some(NextLine::Long { .. }) => Err(JsonlError::Io {
+                file: self.file.clone(),
+                line: Some(self.line),
+                message: "line too long to hold".to_string(),
+            }),
+        }
+    }
+
+    /// [`BlockLineReader::next_line`] for a caller that does not hold a line of more than
+    /// `max` bytes (at least the block size is held anyway): such a line is returned as
+    /// [`NextLine::Long`], with none of its bytes consumed yet, and the caller must then read
+    /// it with [`BlockLineReader::read_long_line`] before asking for the next line. A long
+    /// line is not checked for being blank (the caller's reading of it decides).
+    ///
+    /// Errors: [`JsonlError::Io`] for a failed read.
+    pub fn next_bounded(&mut self, max: usize) -> Result<Option<NextLine<'_>>, JsonlError> {
         let (from, to) = loop {
-            let Some((from, to, next)) = self.next_raw_line()? else {
+            let Some((from, to, next)) = self.next_raw_line(max)? else {
                 return Ok(None);
             };
+            if next == usize::MAX {
+                self.line += 1;
+                self.line_offset = self.base + from as u64;
+                return Ok(Some(NextLine::Long {
+                    line: self.line,
+                    offset: self.line_offset,
+                }));
+            }
             self.line += 1;
             self.start = next;
             let mut to = to;
@@ -401,12 +450,46 @@ impl<R: Read> BlockLineReader<R> {
         };
         self.line_offset = self.base + from as u64;
         self.last = (from, to);
-        Ok(Some((self.line, &self.buf[from..to])))
+        Ok(Some(NextLine::Line(self.line, &self.buf[from..to])))
+    }
+
+    /// Reads the rest of the line [`BlockLineReader::next_bounded`] returned as
+    /// [`NextLine::Long`], handing its bytes to `sink` a block at a time (without its `\n`;
+    /// a `\r` before it is handed on), and returns the line's length in bytes. The reader is
+    /// then at the next line.
+    ///
+    /// Errors: [`JsonlError::Io`] for a failed read.
+    pub fn read_long_line(&mut self, mut sink: impl FnMut(&[u8])) -> Result<u64, JsonlError> {
+        let mut length = 0u64;
+        loop {
+            let unread = &self.buf[self.start..self.end];
+            if let Some(at) = memchr_newline(unread) {
+                sink(&unread[..at]);
+                self.start += at + 1;
+                return Ok(length + at as u64);
+            }
+            sink(unread);
+            length += unread.len() as u64;
+            self.base += self.end as u64;
+            self.start = 0;
+            self.end = 0;
+            if self.eof {
+                return Ok(length);
+            }
+            self.fill()?;
+        }
+    }
+
+    /// The reader below (e.g. to seek in it; its position must be restored before the next
+    /// read through `self`).
+    pub fn reader_mut(&mut self) -> &mut R {
+        &mut self.reader
     }
 
     /// The next line's bytes as `(from, to, start of the line after)` in `buf`, `to`
-    /// excluding the `\n`; `None` at end of file.
-    fn next_raw_line(&mut self) -> Result<Option<(usize, usize, usize)>, JsonlError> {
+    /// excluding the `\n`; `None` at end of file; `(from, _, usize::MAX)` when the line is
+    /// longer than `max` and the block is full (nothing consumed).
+    fn next_raw_line(&mut self, max: usize) -> Result<Option<(usize, usize, usize)>, JsonlError> {
         let mut searched = self.start;
         loop {
             if let Some(at) = memchr_newline(&self.buf[searched..self.end]) {
@@ -429,31 +512,39 @@ impl<R: Read> BlockLineReader<R> {
                 self.start = 0;
             }
             if self.end == self.buf.len() {
+                if self.end >= max {
+                    return Ok(Some((0, self.end, usize::MAX)));
+                }
                 let grown = self.buf.len() * 2;
                 self.buf.resize(grown, 0);
             }
-            loop {
-                match self.reader.read(&mut self.buf[self.end..]) {
-                    Ok(0) => self.eof = true,
-                    Ok(n) => self.end += n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        return Err(JsonlError::Io {
-                            file: self.file.clone(),
-                            line: Some(self.line + 1),
-                            message: e.to_string(),
-                        });
-                    }
+            self.fill()?;
+        }
+    }
+
+    /// One read into the free end of `buf` (sets `eof` at the end of the file).
+    fn fill(&mut self) -> Result<(), JsonlError> {
+        loop {
+            match self.reader.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(JsonlError::Io {
+                        file: self.file.clone(),
+                        line: Some(self.line + 1),
+                        message: e.to_string(),
+                    });
                 }
-                break;
             }
+            return Ok(());
         }
     }
 }
 
 /// Whether `bytes` is only whitespace, as `str::trim` sees it (not UTF-8 is not blank). A
 /// line whose first non-space byte is `{` (a JSON object) is decided without decoding it.
-fn is_blank(bytes: &[u8]) -> bool {
+pub(crate) fn is_blank(bytes: &[u8]) -> bool {
     match bytes.iter().position(|b| !b.is_ascii_whitespace()) {
         None => true,
         Some(i) if bytes[i] == b'{' => false,

@@ -37,6 +37,7 @@ pub mod files;
 pub mod fold;
 pub mod jsonl;
 pub mod lines;
+pub mod long_line;
 pub mod ndjson;
 pub mod planning;
 pub mod prompted;

@@ -8,12 +8,13 @@
 //!   re-serialised. Kept for tests, which check that both give the same request.
 
 use std::fmt;
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, BufRead, Read, Seek, Write};
 
 use serde::Serialize;
 
 use crate::ChatMessage;
-use crate::jsonl::{BlockLineReader, JsonlError, LineReader};
+use crate::jsonl::{BlockLineReader, JsonlError, LineReader, NextLine};
+use crate::long_line::{self, Limits, LongCopy};
 use crate::raw;
 use crate::shape::MessageShape;
 
@@ -85,6 +86,10 @@ impl std::error::Error for ArrayError {}
 ///
 /// Errors: [`ArrayError::Read`] naming the file and line of a line that is not a chat message
 /// (same text as [`write_chat_array`]), [`ArrayError::Write`].
+///
+/// Memory: one block and one line; a line longer than the block (256 KiB) is not held but
+/// copied through fixed buffers ([`crate::long_line`]: `messages` is seeked to copy its long
+/// strings, and `shape` cloned in case the line must be read whole after all).
 pub fn copy_chat_array<R, W, S>(
     messages: R,
     file: &str,
@@ -92,17 +97,54 @@ pub fn copy_chat_array<R, W, S>(
     shape: &mut S,
 ) -> Result<u64, ArrayError>
 where
-    R: Read,
+    R: Read + Seek,
     W: Write,
-    S: MessageShape,
+    S: MessageShape + Clone,
 {
-    let mut lines = BlockLineReader::new(messages, file);
+    let lines = BlockLineReader::new(messages, file);
+    copy_lines(lines, out, shape, long_line::LIMITS, &mut |_| {})
+}
+
+/// [`copy_chat_array`] over `lines`, a line longer than `limits.line` read as a long line
+/// ([`crate::long_line`]); `copied` is told how each long line was copied.
+pub(crate) fn copy_lines<R, W, S>(
+    mut lines: BlockLineReader<R>,
+    out: &mut W,
+    shape: &mut S,
+    limits: Limits,
+    copied: &mut dyn FnMut(LongCopy),
+) -> Result<u64, ArrayError>
+where
+    R: Read + Seek,
+    W: Write,
+    S: MessageShape + Clone,
+{
     out.write_all(b"[").map_err(ArrayError::Write)?;
+    let file = lines.file().to_string();
     let mut count = 0u64;
-    while let Some((line, bytes)) = lines.next_line().map_err(ArrayError::Read)? {
+    loop {
+        let (line, bytes) = match lines.next_bounded(limits.line).map_err(ArrayError::Read)? {
+            None => break,
+            Some(NextLine::Line(line, bytes)) => (line, bytes),
+            Some(NextLine::Long { line, offset }) => {
+                let how = long_line::copy_long(
+                    &mut lines,
+                    (line, offset),
+                    limits,
+                    count == 0,
+                    out,
+                    shape,
+                )?;
+                if how != LongCopy::Blank {
+                    count += 1;
+                }
+                copied(how);
+                continue;
+            }
+        };
         let message = raw::parse_line(bytes).map_err(|message| {
             ArrayError::Read(JsonlError::Invalid {
-                file: file.to_string(),
+                file: file.clone(),
                 line,
                 message,
             })
@@ -191,7 +233,7 @@ mod tests {
             "{err}"
         );
         let fast = copy_chat_array(
-            input.as_bytes(),
+            io::Cursor::new(input.as_bytes()),
             "current.jsonl",
             &mut Vec::new(),
             &mut OpenAiShape,
@@ -204,7 +246,13 @@ mod tests {
     fn copy_writes_the_lines_bytes() {
         let input = "\n{\"role\":\"system\",\"content\":\"s\"}\r\n\n{\"role\":\"user\",\"content\":\"a \\\"q\\\"\\n\u{e9}\"}";
         let mut out = Vec::new();
-        let n = copy_chat_array(input.as_bytes(), "c.jsonl", &mut out, &mut OpenAiShape).unwrap();
+        let n = copy_chat_array(
+            io::Cursor::new(input),
+            "c.jsonl",
+            &mut out,
+            &mut OpenAiShape,
+        )
+        .unwrap();
         assert_eq!(n, 2);
         assert_eq!(
             String::from_utf8(out).unwrap(),
@@ -216,11 +264,17 @@ mod tests {
     fn copy_reports_bad_utf8_and_a_torn_last_line() {
         let bad: &[u8] =
             b"{\"role\":\"user\",\"content\":\"a\"}\n{\"role\":\"user\",\"content\":\"\xff\"}\n";
-        let err = copy_chat_array(bad, "c.jsonl", &mut Vec::new(), &mut OpenAiShape).unwrap_err();
+        let err = copy_chat_array(
+            io::Cursor::new(bad),
+            "c.jsonl",
+            &mut Vec::new(),
+            &mut OpenAiShape,
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), "c.jsonl line 2: not valid UTF-8");
         let torn = "{\"role\":\"user\",\"content\":\"a\"}\n\n{\"role\":\"user\",\"con";
         let err = copy_chat_array(
-            torn.as_bytes(),
+            io::Cursor::new(torn),
             "c.jsonl",
             &mut Vec::new(),
             &mut OpenAiShape,

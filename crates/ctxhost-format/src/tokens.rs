@@ -31,14 +31,37 @@ pub fn char_quarter_tokens(c: char) -> u64 {
 /// Estimated tokens of one chat message: content, tool-call names and arguments, plus
 /// [`MESSAGE_OVERHEAD_TOKENS`].
 pub fn estimate_message_tokens(message: &crate::ChatMessage) -> u64 {
+    estimate_message_tokens_by(message, |_, text| estimate_tokens(text))
+}
+
+/// [`estimate_message_tokens`] with each text's tokens given by `tokens(field, text)`, field
+/// being [`MessageText`] (for a message some of whose texts were counted apart, e.g. as a
+/// line too long to hold was read).
+pub fn estimate_message_tokens_by(
+    message: &crate::ChatMessage,
+    mut tokens: impl FnMut(MessageText, &str) -> u64,
+) -> u64 {
     let mut n = MESSAGE_OVERHEAD_TOKENS;
     if let Some(c) = &message.content {
-        n += estimate_tokens(c);
+        n += tokens(MessageText::Content, c);
     }
-    for call in message.tool_calls.iter().flatten() {
-        n += estimate_tokens(&call.function.name) + estimate_tokens(&call.function.arguments) + 3;
+    for (i, call) in message.tool_calls.iter().flatten().enumerate() {
+        n += tokens(MessageText::CallName(i), &call.function.name)
+            + tokens(MessageText::CallArguments(i), &call.function.arguments)
+            + 3;
     }
     n
+}
+
+/// Which text of a message [`estimate_message_tokens_by`] asks about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageText {
+    /// `content`.
+    Content,
+    /// The name of tool call N (from 0).
+    CallName(usize),
+    /// The arguments of tool call N (from 0).
+    CallArguments(usize),
 }
 
 /// CJK ideographs, kana, Hangul, CJK punctuation and full-width forms.

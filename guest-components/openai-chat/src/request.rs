@@ -61,6 +61,7 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
 /// OpenAI's shape, plus `"reasoning_content"` (the kept text, `""` when none) on every
 /// assistant message when `send_reasoning_content` (DeepSeek's thinking mode with tools
 /// refuses a tool-calling assistant message without it).
+#[derive(Clone)]
 struct ChatShape {
     send_reasoning_content: bool,
 }

@@ -14,19 +14,29 @@
 //! without one (a compression or a repair replaces current.jsonl: the next check is whole). A
 //! crash at any point costs at most a full check, never a wrong verdict on the files.
 //!
+//! A line longer than [`MAX_WHOLE_LINE_BYTES`] (256 KiB: a reply of many MiB) is not held: it
+//! is scanned as it is read ([`ctxhost_format::long_line::Compactor`]), its long texts checked
+//! as JSON strings, counted for the token estimate and left out, and the rest parsed as a
+//! message. The verdict, the error texts and the tokens are those of the whole line; a line
+//! whose long text the checker must read (a tool call's arguments, an id) or that is not valid
+//! is read whole after all, to give the same verdict ([`ContextCheck::long_lines_held`]).
+//!
 //! Trust: like the history checkpoint ([`crate::task::history_counts`]), it lies in the task
 //! directory and summarises a file the message store writes; it gives a component no power it
 //! lacks over what is sent.
 
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 
-use ctxhost_format::ChatMessage;
 use ctxhost_format::checkpoint::{CHECKPOINT_VERSION, FileMark};
 use ctxhost_format::files::{CONTEXT_CHECKPOINT, CURRENT};
+use ctxhost_format::long_line::{Compactor, LIMITS};
+use ctxhost_format::tokens::{MessageText, estimate_message_tokens_by};
+use ctxhost_format::{ChatMessage, estimate_message_tokens, raw};
 use serde::{Deserialize, Serialize};
 
 use super::{ContextChecker, ContextFileError, ContextSummary};
 use crate::checkpoint;
+use crate::task::history_counts::{MAX_WHOLE_LINE_BYTES, read_line_capped};
 use crate::task_dir::{TaskDir, file_id};
 
 /// Growth of the context file, bytes, after which a step boundary saves the checkpoint.
@@ -62,6 +72,10 @@ pub struct ContextCheck {
     /// Bytes read by this value's checks (not saved).
     #[serde(skip)]
     bytes_read: u64,
+    /// Lines longer than [`MAX_WHOLE_LINE_BYTES`] this value's checks had to hold whole after
+    /// all (not saved).
+    #[serde(skip)]
+    long_lines_held: u64,
 }
 
 /// `context_checkpoint.json`.
@@ -142,6 +156,13 @@ impl ContextCheck {
         self.bytes_read
     }
 
+    /// Lines longer than [`MAX_WHOLE_LINE_BYTES`] that this value's checks read whole after all
+    /// (see [`ctxhost_format::long_line`] for when); the others were checked as they were read,
+    /// their long texts never held.
+    pub fn long_lines_held(&self) -> u64 {
+        self.long_lines_held
+    }
+
     /// Check the context file `name` of `dir` like [`super::check_context_file`], reading only
     /// what follows the checked prefix when its mark still holds (else the whole file); the
     /// checked prefix then extends to the file's last whole line. A last line without `\n` is
@@ -172,6 +193,7 @@ impl ContextCheck {
                 file: name.to_string(),
                 file_id: id,
                 bytes_read: self.bytes_read,
+                long_lines_held: self.long_lines_held,
                 ..ContextCheck::default()
             };
         }
@@ -185,58 +207,93 @@ impl ContextCheck {
         // without `\n` followed it.
         let (mut whole_lines, mut whole_end, mut before_unterminated) = (self.lines, from, None);
         let mut buf = Vec::new();
+        let cap = MAX_CONTEXT_LINE_BYTES as u64 + 1;
         loop {
             buf.clear();
-            let cap = MAX_CONTEXT_LINE_BYTES as u64 + 1;
-            let n = (&mut reader)
-                .take(cap)
-                .read_until(b'\n', &mut buf)
-                .map_err(io)?;
-            self.bytes_read += n as u64;
+            let n = read_line_capped(&mut reader, &mut buf, MAX_WHOLE_LINE_BYTES).map_err(io)?;
             if n == 0 {
                 break;
             }
+            let start = end;
+            let mut long = None;
+            let mut n = n as u64;
+            if buf.len() > MAX_WHOLE_LINE_BYTES && buf.last() != Some(&b'\n') {
+                // A line longer than the cap (a reply's text of many MiB): scanned as it is
+                // read, its long strings counted and left out (`Compactor`), never held.
+                let mut compactor = Compactor::new(start, LIMITS);
+                compactor.push(&buf);
+                let (rest, ended) = scan_rest(&mut reader, &mut compactor, cap - n).map_err(io)?;
+                n += rest;
+                buf.clear();
+                long = Some((compactor, ended));
+            }
+            self.bytes_read += n;
             line_no += 1;
-            if n as u64 == cap && buf.last() != Some(&b'\n') {
+            let terminated = match &long {
+                Some((_, ended)) => *ended,
+                None => buf.last() == Some(&b'\n'),
+            };
+            if n == cap && !terminated {
                 return Err(ContextFileError::LineTooLong {
                     file: file.clone(),
                     line: line_no,
                     max: MAX_CONTEXT_LINE_BYTES,
                 });
             }
-            end += n as u64;
-            let terminated = buf.last() == Some(&b'\n');
+            end += n;
             if terminated {
                 whole_lines = line_no;
                 whole_end = end;
             } else {
                 before_unterminated = Some(checker.clone());
             }
-            // As `BufRead::lines`: without its `\n` or `\r\n`, UTF-8 or an I/O error.
-            let mut bytes = &buf[..];
-            if let Some(b) = bytes.strip_suffix(b"\n") {
-                bytes = b.strip_suffix(b"\r").unwrap_or(b);
-            }
-            let line = std::str::from_utf8(bytes).map_err(|_| {
-                io(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "stream did not contain valid UTF-8",
-                ))
-            })?;
-            if !line.trim().is_empty() {
-                let message: ChatMessage =
-                    serde_json::from_str(line).map_err(|e| ContextFileError::Parse {
-                        file: file.clone(),
-                        line: line_no,
-                        // serde quotes the value it did not expect, which a component wrote.
-                        reason: crate::untrusted::text(
-                            &e.to_string(),
-                            crate::untrusted::MAX_ERROR_BYTES,
-                        )
-                        .into_owned(),
+            let counted = match long.as_ref().and_then(|(c, _)| long_message(c)) {
+                Some(counted) => Some(counted),
+                None => {
+                    if long.is_some() {
+                        // Not one the scan can check without its text: read whole after all.
+                        self.long_lines_held += 1;
+                        let inner = reader.get_mut().get_mut();
+                        let resume = inner.stream_position().map_err(io)?;
+                        inner.seek(SeekFrom::Start(start)).map_err(io)?;
+                        buf.resize(n as usize, 0);
+                        inner.read_exact(&mut buf).map_err(io)?;
+                        inner.seek(SeekFrom::Start(resume)).map_err(io)?;
+                    }
+                    // As `BufRead::lines`: without its `\n` or `\r\n`, UTF-8 or an I/O error.
+                    let mut bytes = &buf[..];
+                    if let Some(b) = bytes.strip_suffix(b"\n") {
+                        bytes = b.strip_suffix(b"\r").unwrap_or(b);
+                    }
+                    let line = std::str::from_utf8(bytes).map_err(|_| {
+                        io(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "stream did not contain valid UTF-8",
+                        ))
                     })?;
+                    if line.trim().is_empty() {
+                        None
+                    } else {
+                        let message: ChatMessage =
+                            serde_json::from_str(line).map_err(|e| ContextFileError::Parse {
+                                file: file.clone(),
+                                line: line_no,
+                                // serde quotes the value it did not expect, which a component
+                                // wrote.
+                                reason: crate::untrusted::text(
+                                    &e.to_string(),
+                                    crate::untrusted::MAX_ERROR_BYTES,
+                                )
+                                .into_owned(),
+                            })?;
+                        let tokens = estimate_message_tokens(&message);
+                        Some((message, tokens))
+                    }
+                }
+            };
+            if let Some((message, tokens)) = counted {
                 checker
-                    .push(&message)
+                    .push_counted(&message, tokens)
                     .map_err(|violation| ContextFileError::Violation {
                         file: file.clone(),
                         line: line_no,
@@ -258,6 +315,71 @@ impl ContextCheck {
     }
 }
 
+/// Reads the rest of a long line from `reader` into `compactor`, up to and including its
+/// `\n` (not handed on) and at most `room` bytes: returns the bytes read and whether the
+/// `\n` was among them.
+fn scan_rest(
+    reader: &mut impl BufRead,
+    compactor: &mut Compactor,
+    room: u64,
+) -> io::Result<(u64, bool)> {
+    let mut read = 0u64;
+    while read < room {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            break;
+        }
+        let window = &available[..available.len().min((room - read) as usize)];
+        if let Some(at) = window.iter().position(|b| *b == b'\n') {
+            compactor.push(&window[..at]);
+            reader.consume(at + 1);
+            return Ok((read + at as u64 + 1, true));
+        }
+        let used = window.len();
+        compactor.push(window);
+        reader.consume(used);
+        read += used as u64;
+    }
+    Ok((read, false))
+}
+
+/// The message of a long line scanned by `compactor` and its estimated tokens, its long texts
+/// counted as they were read; `None` when the line must be read whole to be checked: the scan
+/// could not compact it, the compact line is not a chat message (the whole line's parse then
+/// gives the error), or a text the checker reads (role, tool call id, a call's id or
+/// arguments) is one left out.
+fn long_message(compactor: &Compactor) -> Option<(ChatMessage, u64)> {
+    let compact = compactor.finish()?;
+    let message: ChatMessage = serde_json::from_slice(compact).ok()?;
+    let fields = raw::parse_line(compact).ok()?;
+    let left_out = |s: Option<raw::RawStr<'_>>| s.and_then(|s| compactor.placeholder(s.json()));
+    if left_out(Some(fields.role)).is_some()
+        || left_out(fields.tool_call_id).is_some()
+        || fields
+            .tool_calls
+            .iter()
+            .any(|c| left_out(Some(c.id)).is_some() || left_out(Some(c.arguments)).is_some())
+    {
+        return None;
+    }
+    let tokens = estimate_message_tokens_by(&message, |field, text| {
+        let raw = match field {
+            MessageText::Content => fields.content,
+            MessageText::CallName(i) => fields.tool_calls.get(i).map(|c| c.name),
+            MessageText::CallArguments(i) => fields.tool_calls.get(i).map(|c| c.arguments),
+        };
+        match left_out(raw) {
+            Some(index) => compactor.tokens(index),
+            None => ctxhost_format::estimate_tokens(text),
+        }
+    });
+    Some((message, tokens))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,6 +399,132 @@ mod tests {
             text += &line(&result(&id));
         }
         text
+    }
+
+    /// What the whole-line path gives for `messages`: each parsed and pushed.
+    fn reference(messages: &[ChatMessage]) -> Result<ContextSummary, String> {
+        let mut checker = ContextChecker::default();
+        for (i, m) in messages.iter().enumerate() {
+            checker
+                .push(m)
+                .map_err(|v| format!("current.jsonl:{}: {v}", i + 1))?;
+        }
+        checker.finish(false).map_err(|v| v.to_string())
+    }
+
+    /// Text of more than 256 KiB (a line too long to hold) with escapes, CJK, emoji and
+    /// controls.
+    fn long_text(seed: &str) -> String {
+        format!("{seed} \"q\" \\ /\n\t\u{1}\u{e9}\u{4e2d}\u{1F600}\r").repeat(300 * 1024 / 20)
+    }
+
+    #[test]
+    fn long_lines_are_checked_as_read_with_the_whole_line_verdict_and_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = TaskDir::open(dir.path()).unwrap();
+        let mut calls = call(&["a", "b"]);
+        calls.content = Some(long_text("reply"));
+        if let Some(c) = calls.tool_calls.as_mut() {
+            c[1].function.name = long_text("name");
+        }
+        let mut answer = ChatMessage::text("assistant", long_text("end"));
+        answer.reasoning = vec![ctxhost_format::ReasoningItem {
+            provider: "anthropic".into(),
+            kind: "thinking".into(),
+            data: long_text("thinking"),
+        }];
+        let mut long_result = result("b");
+        long_result.content = Some(long_text("result"));
+        let good = vec![
+            sys(),
+            ChatMessage::text("user", long_text("ask")),
+            calls.clone(),
+            result("a"),
+            long_result.clone(),
+            answer,
+        ];
+        let mut bad_arguments = calls.clone();
+        if let Some(c) = bad_arguments.tool_calls.as_mut() {
+            c[0].function.arguments = format!("{{\"x\": {}", long_text("args").len());
+            c[1].function.arguments = format!("[{}]", serde_json::json!(long_text("args")));
+        }
+        let orphan = vec![sys(), ChatMessage::text("user", "go"), long_result.clone()];
+        for (what, messages) in [
+            ("good", good.clone()),
+            (
+                "arguments",
+                vec![sys(), ChatMessage::text("user", "go"), bad_arguments],
+            ),
+            ("orphan", orphan),
+        ] {
+            let text: String = messages.iter().map(line).collect();
+            assert!(
+                text.lines()
+                    .filter(|l| l.len() > MAX_WHOLE_LINE_BYTES)
+                    .count()
+                    >= 1
+            );
+            fs::write(dir.path().join("current.jsonl"), &text).unwrap();
+            let mut check = ContextCheck::default();
+            let got = check
+                .check(&task, "current.jsonl", false)
+                .map_err(|e| e.to_string());
+            let expected = reference(&messages);
+            match (&got, &expected) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{what}"),
+                (Err(a), Err(b)) => assert!(a.ends_with(b.as_str()), "{what}: {a} vs {b}"),
+                _ => panic!("{what}: {got:?} vs {expected:?}"),
+            }
+            assert_eq!(check.bytes_read(), text.len() as u64, "{what}");
+            // Only a line whose long text is a call's arguments is held whole.
+            let held = if what == "arguments" { 1 } else { 0 };
+            assert_eq!(check.long_lines_held(), held, "{what}");
+        }
+        // Invalid long lines give the whole line's parse error (serde's text and column).
+        let good_text: String = good[..2].iter().map(line).collect();
+        for bad in [
+            format!(
+                "{{\"role\":\"user\",\"content\":\"{}\\ud800\"}}",
+                "x".repeat(300_000)
+            ),
+            format!(
+                "{{\"role\":\"user\",\"content\":\"{}\tz\"}}",
+                "x".repeat(300_000)
+            ),
+            format!(
+                "{{\"role\":\"user\",\"content\":\"{}\"}} x",
+                "x".repeat(300_000)
+            ),
+            format!("{{\"role\":7,\"content\":\"{}\"}}", "x".repeat(300_000)),
+        ] {
+            fs::write(
+                dir.path().join("current.jsonl"),
+                good_text.clone() + &bad + "\n",
+            )
+            .unwrap();
+            let e = ContextCheck::default()
+                .check(&task, "current.jsonl", false)
+                .unwrap_err();
+            let reason = serde_json::from_str::<ChatMessage>(&bad).unwrap_err();
+            assert!(
+                matches!(&e, ContextFileError::Parse { line: 3, reason: r, .. } if *r == reason.to_string()),
+                "{e}"
+            );
+        }
+        // A long last line without its `\n` is checked, and the checked prefix stops before it.
+        let text: String = good[..5].iter().map(line).collect();
+        let last = line(&good[5]);
+        fs::write(
+            dir.path().join("current.jsonl"),
+            text.clone() + last.trim_end(),
+        )
+        .unwrap();
+        let mut check = ContextCheck::default();
+        assert_eq!(
+            check.check(&task, "current.jsonl", false).unwrap(),
+            reference(&good).unwrap()
+        );
+        assert_eq!(check.checked_bytes(), text.len() as u64);
     }
 
     #[test]

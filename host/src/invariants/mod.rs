@@ -213,6 +213,13 @@ impl ContextChecker {
 
     /// Check the next message.
     pub fn push(&mut self, message: &ChatMessage) -> Result<(), Violation> {
+        self.push_counted(message, estimate_message_tokens(message))
+    }
+
+    /// [`ContextChecker::push`] of a message whose estimated tokens are `tokens` (counted by the
+    /// caller: a line too long to hold has its long text counted as it is read, and left out
+    /// of `message`).
+    pub fn push_counted(&mut self, message: &ChatMessage, tokens: u64) -> Result<(), Violation> {
         let index = self.summary.messages + 1;
         match message.role.as_str() {
             "system" if index == 1 => {}
@@ -268,7 +275,7 @@ impl ContextChecker {
             }
         }
         self.summary.messages = index;
-        self.summary.tokens += estimate_message_tokens(message);
+        self.summary.tokens += tokens;
         Ok(())
     }
 

@@ -8,11 +8,16 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use ctxhost_format::files::TORN_SUFFIX;
+use ctxhost_format::long_line::{Compactor, Judged, LIMITS};
 
 use crate::task_dir::TaskDir;
 
 /// Chunk size for reading a file backwards to its last line.
 const BACK_CHUNK: u64 = 64 * 1024;
+
+/// Longest last line read whole to judge it, bytes (256 KiB, as the history counts'
+/// [`crate::task::history_counts::MAX_WHOLE_LINE_BYTES`]); a longer one is judged as it is read.
+const WHOLE_LINE_BYTES: u64 = 256 * 1024;
 
 /// What [`fix_torn_tail`] did to a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,11 +102,7 @@ pub fn inspect_tail(dir: &TaskDir, name: &str) -> io::Result<Tail> {
     let terminated = last[0] == b'\n';
     let end = if terminated { len - 1 } else { len };
     let start = last_line_start(&mut f, end)?;
-    let mut line = vec![0u8; (end - start) as usize];
-    f.seek(SeekFrom::Start(start))?;
-    f.read_exact(&mut line)?;
-    let is_object = serde_json::from_slice::<serde_json::Value>(&line).is_ok_and(|v| v.is_object());
-    let blank = line.iter().all(u8::is_ascii_whitespace);
+    let (is_object, blank) = judge_line(&mut f, start, end)?;
     Ok(if is_object && terminated {
         Tail::Sound
     } else if is_object {
@@ -115,6 +116,42 @@ pub fn inspect_tail(dir: &TaskDir, name: &str) -> io::Result<Tail> {
             len: len - start,
         }
     })
+}
+
+/// Whether the bytes `start..end` of `f` (a line without its `\n`) are a JSON object, and
+/// whether they are blank (ASCII white space only). A line longer than [`WHOLE_LINE_BYTES`] is
+/// judged as it is read, [`BACK_CHUNK`] bytes at a time, by its compact copy
+/// ([`ctxhost_format::long_line::Compactor`]: its long strings checked and left out), so a
+/// reply of many MiB is never held; only a line whose compact copy is too large (many short
+/// values) is read whole.
+fn judge_line(f: &mut File, start: u64, end: u64) -> io::Result<(bool, bool)> {
+    let judge = |line: &[u8]| {
+        let is_object =
+            serde_json::from_slice::<serde_json::Value>(line).is_ok_and(|v| v.is_object());
+        (is_object, line.iter().all(u8::is_ascii_whitespace))
+    };
+    f.seek(SeekFrom::Start(start))?;
+    let len = end - start;
+    if len > WHOLE_LINE_BYTES {
+        let mut compactor = Compactor::new(start, LIMITS);
+        let mut buf = vec![0u8; BACK_CHUNK as usize];
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(BACK_CHUNK) as usize;
+            f.read_exact(&mut buf[..n])?;
+            compactor.push(&buf[..n]);
+            left -= n as u64;
+        }
+        match compactor.judge() {
+            Judged::Compact(line) => return Ok(judge(line)),
+            // It holds a string (not valid): neither an object nor blank.
+            Judged::Invalid => return Ok((false, false)),
+            Judged::Unknown => f.seek(SeekFrom::Start(start)).map(drop)?,
+        }
+    }
+    let mut line = vec![0u8; len as usize];
+    f.read_exact(&mut line)?;
+    Ok(judge(&line))
 }
 
 /// Offset of the first byte after the last `\n` before `end` (0 when there is none).
@@ -232,6 +269,62 @@ pub fn torn_name(name: &str) -> String {
 mod tests {
     use super::*;
     use std::fs;
+
+    /// A last line longer than [`WHOLE_LINE_BYTES`] gets the verdict the whole line gets:
+    /// valid objects with long strings (escapes, non-ASCII, surrogate pairs), the same cut at
+    /// many places, and lines that are not objects or not JSON.
+    #[test]
+    fn a_long_last_line_is_judged_as_the_whole_line_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("x.jsonl");
+        let text = "d\u{e9}j\u{e0} \"vu\" \\ /\n\t\u{1}\u{4e2d}\u{1F600}".repeat(30_000);
+        let object = serde_json::json!({"role": "assistant", "content": text.clone(),
+            "tool_calls": [{"id": "c", "function": {"name": "n", "arguments": text.clone()}}],
+            "n": [1.5e300, -0, true, null]})
+        .to_string();
+        let escaped = object
+            .replace("\u{e9}", "\\u00e9")
+            .replace("\u{1F600}", "\\ud83d\\ude00");
+        let pad = "x".repeat(300_000);
+        let mut lines = vec![
+            object.clone(),
+            escaped.clone(),
+            format!("  {object}  \r"),
+            serde_json::json!([text.clone()]).to_string(),
+            format!("{object} x"),
+            format!("{{\"a\":\"{pad}\\ud800\"}}"),
+            format!("{{\"a\":\"{pad}\\udc00\"}}"),
+            format!("{{\"a\":\"{pad}\tb\"}}"),
+            format!("{{\"a\":\"{pad}\",\"b\":1e400}}"),
+            format!("{{\"a\":\"{pad}\",\"a\":2}}"),
+            " ".repeat(300_000),
+            format!("{{\"a\":[{}1]}}", "1,".repeat(200_000)),
+        ];
+        for at in [1, 100, object.len() / 2, object.len() - 2, object.len() - 1] {
+            let mut cut = at;
+            while !object.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            lines.push(object[..cut].to_string());
+            lines.push(escaped[..cut.min(escaped.len())].to_string());
+        }
+        let mut bad_utf8 = object.clone().into_bytes();
+        bad_utf8[200_000] = 0xff;
+        for line in lines.iter().map(|l| l.as_bytes()).chain([&bad_utf8[..]]) {
+            fs::write(&p, line).unwrap();
+            let mut f = File::open(&p).unwrap();
+            let whole = (
+                serde_json::from_slice::<serde_json::Value>(line).is_ok_and(|v| v.is_object()),
+                line.iter().all(u8::is_ascii_whitespace),
+            );
+            assert_eq!(
+                judge_line(&mut f, 0, line.len() as u64).unwrap(),
+                whole,
+                "{}",
+                String::from_utf8_lossy(&line[..80.min(line.len())])
+            );
+        }
+    }
 
     #[test]
     fn a_torn_last_line_is_cut_and_kept_aside() {

@@ -40,7 +40,7 @@ pub const MAX_WHOLE_LINE_BYTES: usize = 256 * 1024;
 
 /// Reads one line into `buf` (its `\n` included), but stops after more than `cap` bytes:
 /// returns the bytes read (0 at the end).
-fn read_line_capped(
+pub(crate) fn read_line_capped(
     reader: &mut impl io::BufRead,
     buf: &mut Vec<u8>,
     cap: usize,

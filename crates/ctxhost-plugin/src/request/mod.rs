@@ -36,7 +36,7 @@ const WRITE_BUFFER_BYTES: usize = 256 * 1024;
 pub fn write_request(
     config: &RequestConfig,
     endpoint_path: &str,
-    mut shape: impl MessageShape,
+    mut shape: impl MessageShape + Clone,
     tail: impl FnOnce(&mut dyn Write, Option<Vec<Value>>) -> io::Result<()>,
 ) -> Result<RequestInfo, PluginError> {
     if let Some(t) = config.temperature.filter(|t| !t.is_finite() || *t < 0.0) {
@@ -76,7 +76,7 @@ fn write_body(
     out: &mut impl Write,
     config: &RequestConfig,
     messages: File,
-    shape: &mut impl MessageShape,
+    shape: &mut (impl MessageShape + Clone),
     tail: impl FnOnce(&mut dyn Write, Option<Vec<Value>>) -> io::Result<()>,
     tools: Option<Vec<Value>>,
 ) -> Result<u64, PluginError> {
