@@ -392,9 +392,14 @@ pub const QUIET_TARGETS: &[&str] = &[
     "postgres",
 ];
 
+/// The OpenTelemetry SDK's own log targets, off without `-v`: with the collector down they say
+/// at each process's end what ctxhost's own line says once (`OpenTelemetry: N of M spans were
+/// not exported`, [`crate::telemetry`]), e.g. `BatchSpanProcessor.Shutdown.Timeout` at ERROR.
+pub const OTEL_SDK_TARGETS: &[&str] = &["opentelemetry_sdk", "opentelemetry_otlp"];
+
 /// The log filter (EnvFilter directive syntax) used when `RUST_LOG` is not set, for a `-v`
-/// count: 0 `warn,ctxhost=info`, 1 `info`, 2 `debug`, 3+ `trace`, each followed by
-/// `TARGET=warn` for every [`QUIET_TARGETS`] entry.
+/// count: 0 `warn,ctxhost=info` (and [`OTEL_SDK_TARGETS`] off), 1 `info`, 2 `debug`, 3+
+/// `trace`, each followed by `TARGET=warn` for every [`QUIET_TARGETS`] entry.
 pub fn default_log_filter(verbose: u8) -> String {
     let base = match verbose {
         0 => "warn,ctxhost=info",
@@ -405,6 +410,11 @@ pub fn default_log_filter(verbose: u8) -> String {
     let mut f = base.to_string();
     for t in QUIET_TARGETS {
         f.push_str(&format!(",{t}=warn"));
+    }
+    if verbose == 0 {
+        for t in OTEL_SDK_TARGETS {
+            f.push_str(&format!(",{t}=off"));
+        }
     }
     f
 }
@@ -832,6 +842,7 @@ mod tests {
             tracing::warn!(target: "cranelift_codegen::isa", "warn-cg");
             tracing::trace!(target: "ctxhost::agent", "trace-ours");
             tracing::info!(target: "ctxhost::worker", "info-ours");
+            tracing::error!(target: "opentelemetry_sdk", "otel-sdk");
         });
         let seen = seen.lock().unwrap();
         seen.clone()
@@ -844,10 +855,19 @@ mod tests {
             [
                 "cranelift_codegen::isa",
                 "ctxhost::agent",
-                "ctxhost::worker"
+                "ctxhost::worker",
+                "opentelemetry_sdk"
             ]
         );
-        assert_eq!(passed(2), ["cranelift_codegen::isa", "ctxhost::worker"]);
+        assert_eq!(
+            passed(2),
+            [
+                "cranelift_codegen::isa",
+                "ctxhost::worker",
+                "opentelemetry_sdk"
+            ]
+        );
+        // The SDK's own errors repeat ctxhost's line about spans not exported: off without -v.
         assert_eq!(passed(0), ["cranelift_codegen::isa", "ctxhost::worker"]);
         for t in QUIET_TARGETS {
             assert!(default_log_filter(3).contains(&format!("{t}=warn")), "{t}");
