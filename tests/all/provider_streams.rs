@@ -184,6 +184,33 @@ fn a_cut_anthropic_stream_is_sent_again_and_the_partial_kept() {
     assert!(!dir.join("failed-streams/2.stream").exists());
 }
 
+/// A stream that ends inside a line (the connection closed mid-event, the JSON half sent) is
+/// cut, so it is sent again: Anthropic's SSE and Ollama's NDJSON, read by
+/// `common::fold_stream_lines`.
+#[test]
+fn a_stream_cut_inside_a_line_is_sent_again_for_anthropic_and_ollama() {
+    for (provider, extra) in [("anthropic", ANTHROPIC_THINKING), ("ollama", "")] {
+        let whole = Reply::text("The whole answer.", Some((0, 5)));
+        let llm = FakeLlm::start(vec![Reply::stream_torn(whole.clone(), 2), whole]);
+        let env = streaming_env(&llm, provider, extra);
+        let (row, dir) = run(&env, "Answer");
+        assert_eq!(row["status"], "completed", "{provider}: {row}");
+        assert_eq!(llm.request_count(), 2, "{provider}");
+        let replies = assistant(&dir.join("messages.jsonl"));
+        assert_eq!(
+            replies.len(),
+            1,
+            "{provider}: the partial is never appended"
+        );
+        assert_eq!(replies[0]["content"], "The whole answer.", "{provider}");
+        let failed = std::fs::read_to_string(dir.join("failed-streams/1.stream")).unwrap();
+        assert!(
+            !failed.ends_with('\n'),
+            "{provider}: cut inside a line: {failed}"
+        );
+    }
+}
+
 #[test]
 fn the_fake_refuses_a_last_tool_use_turn_without_its_signed_thinking_or_with_a_changed_one() {
     let block = anthropic_api::thinking_block(0);

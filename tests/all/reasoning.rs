@@ -144,6 +144,23 @@ fn responses_streamed_reasoning_is_replayed_before_its_function_call() {
 }
 
 #[test]
+fn a_responses_stream_cut_inside_a_line_is_sent_again() {
+    let llm = FakeLlm::start(vec![
+        Reply::stream_torn(Reply::text("A partial answer", Some((5, 5))), 3),
+        Reply::text("Whole.", Some((10, 2))),
+    ]);
+    let env = env_for(&llm, "  stream: true\n", RESPONSES);
+    let uuid = env.submit("Answer");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(llm.request_count(), 2);
+    let dir = env.contexts().join("completed").join(&uuid);
+    let failed = std::fs::read_to_string(dir.join("failed-streams/1.stream")).unwrap();
+    assert!(!failed.ends_with('\n'), "cut inside a line: {failed}");
+}
+
+#[test]
 fn a_responses_stream_cut_off_is_sent_again() {
     let llm = FakeLlm::start(vec![
         Reply::stream_cut(

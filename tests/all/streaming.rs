@@ -118,6 +118,56 @@ fn a_stream_cut_off_is_sent_again_and_kept_in_failed_streams() {
 }
 
 #[test]
+fn a_stream_cut_inside_a_line_is_sent_again() {
+    // The connection closes inside event 2 (its JSON half sent, no `\n`): a cut, not a whole
+    // stream with a bad line, so the request is sent again and the partial kept.
+    let llm = FakeLlm::start(vec![
+        Reply::stream_torn(
+            Reply::text("A partial answer that breaks off", Some((5, 5))),
+            2,
+        ),
+        Reply::text("Whole.", Some((10, 2))),
+    ]);
+    let env = streaming_env(&llm, "");
+    let uuid = env.submit("Answer");
+    run_once(&env);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(llm.request_count(), 2);
+    let dir = env.contexts().join("completed").join(&uuid);
+    let failed = std::fs::read_to_string(dir.join("failed-streams/1.stream")).unwrap();
+    assert!(!failed.ends_with('\n'), "cut inside a line: {failed}");
+    let last = read_jsonl(&dir.join("messages.jsonl"));
+    assert_eq!(last.last().unwrap()["content"], "Whole.");
+}
+
+#[test]
+fn a_stream_cut_each_time_is_sent_at_most_max_retries_times_again() {
+    // `llm.max_retries: 2` (the test config): 3 requests in all for the call, not 3 per
+    // re-ask of the agent loop.
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::stream_cut(
+        Reply::text("A partial answer that breaks off", Some((5, 5))),
+        4,
+    ));
+    let env = streaming_env(&llm, "");
+    let uuid = env.submit("Answer");
+    run_once(&env);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "failed", "{r}");
+    assert_eq!(llm.request_count(), 3, "1 + max_retries requests");
+    let kept: usize = std::fs::read_dir(env.contexts())
+        .unwrap()
+        .map(|state| state.unwrap().path().join(&uuid).join("failed-streams"))
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .map(|d| d.count())
+        .sum();
+    assert_eq!(kept, 3, "every cut stream is kept");
+    let error = r["error_message"].as_str().unwrap();
+    assert!(error.contains("cut off"), "{error}");
+}
+
+#[test]
 fn a_whole_stream_that_cannot_be_folded_fails_the_call_once() {
     // The stream reaches its end (`[DONE]`), but one event is not JSON: the same request
     // would get the same failure, so it is neither sent again nor asked for again.

@@ -47,6 +47,28 @@ impl fmt::Display for FoldError {
 
 impl std::error::Error for FoldError {}
 
+/// Folds a stream's last line when it has no `\n` (the stream ended inside it): `folded` is
+/// the fold's answer to that line, `cut` the fold's [`FoldError::Cut`]. A line the fold
+/// refuses gives `cut` (the rest of the line never came), unless its payload (the line, or what
+/// follows `data:`) is whole JSON: then the fold's error stands as [`FoldError::Invalid`]
+/// (e.g. the provider's error object, which would fail the same way again).
+pub fn unterminated_line(
+    line: &str,
+    folded: Result<(), String>,
+    cut: FoldError,
+) -> Result<(), FoldError> {
+    let Err(what) = folded else {
+        return Ok(());
+    };
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    let payload = line.strip_prefix("data:").unwrap_or(line).trim();
+    if serde_json::from_str::<serde::de::IgnoredAny>(payload).is_ok() {
+        Err(FoldError::Invalid(what))
+    } else {
+        Err(cut)
+    }
+}
+
 impl From<String> for FoldError {
     fn from(what: String) -> Self {
         FoldError::Invalid(what)
@@ -71,5 +93,25 @@ mod tests {
         let e = FoldError::from("tool call 0 has no function name".to_string());
         assert!(!e.is_cut());
         assert_eq!(e.to_string(), "tool call 0 has no function name");
+    }
+
+    #[test]
+    fn a_refused_unterminated_line_is_a_cut_unless_its_json_is_whole() {
+        let cut = || FoldError::Cut { lines: 2, end: "x" };
+        assert_eq!(unterminated_line("data: {}", Ok(()), cut()), Ok(()));
+        assert!(
+            unterminated_line(r#"data: {"id":"x","obj"#, Err("bad".into()), cut())
+                .unwrap_err()
+                .is_cut()
+        );
+        assert!(
+            unterminated_line(r#"{"message":{"con"#, Err("bad".into()), cut())
+                .unwrap_err()
+                .is_cut()
+        );
+        assert_eq!(
+            unterminated_line(r#"data: {"error":"quota"}"#, Err("error".into()), cut()),
+            Err(FoldError::Invalid("error".into()))
+        );
     }
 }

@@ -17,6 +17,9 @@ use crate::body::provider_error;
 use crate::fold::FoldError;
 use crate::reply::{ProviderToolCall, TokenCount};
 
+/// What ends a whole stream of this provider (named by [`FoldError::Cut`]).
+const END: &str = "a \"done\":true line";
+
 /// The fold of an Ollama chat stream (module doc); feed it with [`OllamaStream::line`], then
 /// take the reply with [`OllamaStream::finish`].
 #[derive(Debug, Default)]
@@ -143,13 +146,25 @@ impl OllamaStream {
         Ok(())
     }
 
+    /// Folds the stream's last line when it has no `\n` (the stream ended inside it): as
+    /// [`Self::line`], except that a line it refuses whose JSON is not whole gives
+    /// [`FoldError::Cut`] ([`crate::fold::unterminated_line`]).
+    pub fn last_line(&mut self, line: &str) -> Result<(), FoldError> {
+        let folded = self.line(line);
+        let cut = FoldError::Cut {
+            lines: self.lines,
+            end: END,
+        };
+        crate::fold::unterminated_line(line, folded, cut)
+    }
+
     /// The folded reply. Errors: a stream cut off before its `"done":true` line (an empty file
     /// is one).
     pub fn finish(self) -> Result<OllamaReply, FoldError> {
         if !self.done {
             return Err(FoldError::Cut {
                 lines: self.lines,
-                end: "a \"done\":true line",
+                end: END,
             });
         }
         let mut reply = self.reply;
@@ -221,5 +236,28 @@ mod tests {
         assert!(e.starts_with("line 1: not an Ollama chat piece"), "{e}");
         let e = fold(&[r#"{"done":true}"#, piece]).unwrap_err();
         assert_eq!(e, "line 2: a line after the one with \"done\":true");
+    }
+
+    #[test]
+    fn a_stream_ending_inside_a_line_is_cut_not_invalid() {
+        // The last line has no `\n` and its JSON stops short: the rest never came.
+        let mut s = OllamaStream::new();
+        s.line(r#"{"message":{"role":"assistant","content":"a"},"done":false}"#)
+            .unwrap();
+        assert!(s.line(r#"{"message":{"role":"assist"#).is_err());
+        let mut s = OllamaStream::new();
+        s.line(r#"{"message":{"role":"assistant","content":"a"},"done":false}"#)
+            .unwrap();
+        let e = s.last_line(r#"{"message":{"role":"assist"#).unwrap_err();
+        assert!(e.is_cut(), "{e}");
+        assert!(e.to_string().contains("after 2 lines"), "{e}");
+        // A whole error object without its `\n` stays the provider's (final) error.
+        let mut s = OllamaStream::new();
+        s.line(r#"{"message":{"role":"assistant","content":"a"},"done":false}"#)
+            .unwrap();
+        let e = s
+            .last_line(r#"{"error":"model 'x' not found"}"#)
+            .unwrap_err();
+        assert!(!e.is_cut(), "{e}");
     }
 }

@@ -20,6 +20,9 @@ use crate::content_file::{SunkText, TextSink};
 use crate::fold::FoldError;
 use crate::reply::{ProviderFunction, ProviderToolCall};
 
+/// What ends a whole stream of this provider (named by [`FoldError::Cut`]).
+const END: &str = "`data: [DONE]` or a finish_reason";
+
 /// One tool call being assembled from its fragments.
 #[derive(Debug, Default, Clone, PartialEq)]
 struct PartialCall {
@@ -216,13 +219,25 @@ impl OpenAiStream {
         self.done || self.finish_reason.is_some()
     }
 
+    /// Folds the stream's last line when it has no `\n` (the stream ended inside it): as
+    /// [`Self::line`], except that a line it refuses whose JSON is not whole gives
+    /// [`FoldError::Cut`] ([`crate::fold::unterminated_line`]).
+    pub fn last_line(&mut self, line: &str) -> Result<(), FoldError> {
+        let folded = self.line(line);
+        let cut = FoldError::Cut {
+            lines: self.lines,
+            end: END,
+        };
+        crate::fold::unterminated_line(line, folded, cut)
+    }
+
     /// The folded reply. Errors: a stream cut off before its end (neither `[DONE]` nor a
     /// `finish_reason`; an empty file is one), a tool call without a name.
     pub fn finish(self) -> Result<StreamedReply, FoldError> {
         if !self.complete() {
             return Err(FoldError::Cut {
                 lines: self.lines,
-                end: "`data: [DONE]` or a finish_reason",
+                end: END,
             });
         }
         let mut tool_calls = Vec::with_capacity(self.calls.len());
@@ -396,5 +411,30 @@ mod tests {
         let e = fold(&[r#"data: {"error":{"message":"overloaded","type":"server_error"}}"#])
             .unwrap_err();
         assert!(e.contains("overloaded"), "{e}");
+    }
+
+    #[test]
+    fn a_stream_ending_inside_a_line_is_cut_not_invalid() {
+        // The last line has no `\n` and its JSON stops short: the rest never came.
+        let mut s = OpenAiStream::new();
+        s.line(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#)
+            .unwrap();
+        assert!(s.line(r#"data: {"id":"x","object":"chat.com"#).is_err());
+        let mut s = OpenAiStream::new();
+        s.line(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#)
+            .unwrap();
+        let e = s
+            .last_line(r#"data: {"id":"x","object":"chat.com"#)
+            .unwrap_err();
+        assert!(e.is_cut(), "{e}");
+        assert!(e.to_string().contains("after 2 lines"), "{e}");
+        // A whole error object without its `\n` stays the provider's (final) error.
+        let mut s = OpenAiStream::new();
+        s.line(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#)
+            .unwrap();
+        let e = s
+            .last_line(r#"data: {"error":{"message":"quota"}}"#)
+            .unwrap_err();
+        assert!(!e.is_cut(), "{e}");
     }
 }

@@ -35,7 +35,14 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 /// line that is not an event or the provider's `error` event; `io`.
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     let mut fold = AnthropicStream::with_content_file(common::content_sink());
-    common::fold_stream_lines(file, |line| fold.line(line))?;
+    common::fold_stream_lines(file, |line, whole| {
+        if whole {
+            fold.line(line)
+                .map_err(ctxhost_plugin::format::fold::FoldError::Invalid)
+        } else {
+            fold.last_line(line)
+        }
+    })?;
     let parsed = fold.finish().map_err(|e| common::fold_error(file, e))?;
     if parsed.dropped_reasoning > 0 {
         ctxhost_plugin::logging::warn(&format!(

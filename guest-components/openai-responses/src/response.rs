@@ -74,8 +74,13 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
         }
         at += line.len() as u64;
         let text = String::from_utf8_lossy(&line);
-        fold.line(text.strip_suffix('\n').unwrap_or(&text))
-            .map_err(bad)?;
+        match text.strip_suffix('\n') {
+            Some(whole) => fold.line(whole).map_err(bad)?,
+            // The stream ended inside its last line.
+            None => fold
+                .last_line(&text)
+                .map_err(|e| common::fold_error(file, e))?,
+        }
     }
     Ok(reply(
         file,

@@ -105,10 +105,16 @@ impl ExchangeError {
 
     /// The provider answered (the call counts), but with a reply that could not be read or used:
     /// asking again may give a usable one. Not for a stream that came whole yet cannot be
-    /// folded (`Read` with `whole_stream`): that fails the same way each time.
+    /// folded (`Read` with `whole_stream`): that fails the same way each time. Nor for a stream
+    /// cut off: the exchange already sent it `llm.max_retries` times again, the whole budget of
+    /// the call (asking again would multiply it).
     pub fn is_malformed_reply(&self) -> bool {
         match self {
-            ExchangeError::Read { whole_stream, .. } => !whole_stream,
+            ExchangeError::Read {
+                whole_stream,
+                source,
+                ..
+            } => !whole_stream && !is_cut_off(source),
             ExchangeError::Rejected { .. } => true,
             _ => false,
         }

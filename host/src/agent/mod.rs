@@ -18,7 +18,8 @@
 //!    request.json and response.json (both are kept when the call fails, and the error says
 //!    so).
 //!    - A reply that cannot be read or is empty is asked for again, up to
-//!      [`MAX_MALFORMED_REPLY_RETRIES`] times.
+//!      [`MAX_MALFORMED_REPLY_RETRIES`] times (not a stream cut off: the exchange already
+//!      sent it again `llm.max_retries` times).
 //!    - A provider answer that the context is too long ([`crate::llm::overflow`]) compresses
 //!      the context for a window a quarter smaller ([`OVERFLOW_WINDOW_FACTOR`], for the rest
 //!      of the task) and sends again, up to [`MAX_OVERFLOW_RETRIES`] times.

@@ -540,6 +540,7 @@ pub fn content_of(reply: &Reply) -> Option<(Vec<Value>, &'static str, Option<u64
         Reply::Delay(_, inner)
         | Reply::Truncated(inner)
         | Reply::StreamCut(inner, _)
+        | Reply::StreamTorn(inner, _)
         | Reply::StreamStall(inner, _, _) => content_of(inner),
         _ => None,
     }

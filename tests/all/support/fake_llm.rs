@@ -88,6 +88,9 @@ pub enum Reply {
     /// For a streamed request: the inner reply's first `n` events only, then the connection
     /// closes (no `finish_reason`, no `[DONE]`: a stream cut off).
     StreamCut(Box<Reply>, usize),
+    /// For a streamed request: the inner reply's first `n` events, then the first half of
+    /// event `n` (no line end), then the connection closes (a stream cut inside a line).
+    StreamTorn(Box<Reply>, usize),
     /// For a streamed request: the inner reply's first `n` events, then a pause of the
     /// duration, then the rest (a stream that stalls mid-way).
     StreamStall(Box<Reply>, usize, Duration),
@@ -169,6 +172,11 @@ impl Reply {
     /// A streamed `inner` cut off after `events` events ([`Reply::StreamCut`]).
     pub fn stream_cut(inner: Reply, events: usize) -> Reply {
         Reply::StreamCut(Box::new(inner), events)
+    }
+
+    /// A streamed `inner` cut off inside event `events` ([`Reply::StreamTorn`]).
+    pub fn stream_torn(inner: Reply, events: usize) -> Reply {
+        Reply::StreamTorn(Box::new(inner), events)
     }
 
     /// A streamed `inner` that pauses `stall` after `events` events ([`Reply::StreamStall`]).
@@ -591,7 +599,8 @@ fn send_stream(
             thread::sleep(*d);
             return send_stream(w, inner, req, delay, usage);
         }
-        Reply::StreamCut(inner, n) => (&**inner, Some(*n), None),
+        Reply::StreamCut(inner, n) => (&**inner, Some((*n, false)), None),
+        Reply::StreamTorn(inner, n) => (&**inner, Some((*n, true)), None),
         Reply::StreamStall(inner, n, d) => (&**inner, None, Some((*n, *d))),
         other => (other, None, None),
     };
@@ -623,20 +632,22 @@ fn send_events(
             thread::sleep(*d);
             return send_events(w, inner, events, delay);
         }
-        Reply::StreamCut(_, n) => (Some(*n), None),
+        Reply::StreamCut(_, n) => (Some((*n, false)), None),
+        Reply::StreamTorn(_, n) => (Some((*n, true)), None),
         Reply::StreamStall(_, n, d) => (None, Some((*n, *d))),
         _ => (None, None),
     };
     write_events(w, &events, "text/event-stream", cut, stall, delay)
 }
 
-/// Write a 200 event-stream head and `events` (stopping before event `cut`, pausing before
-/// event `stall.0`, `delay` between two); the body ends with the connection.
+/// Write a 200 event-stream head and `events` (stopping before event `cut.0`, after the first
+/// half of it when `cut.1`, pausing before event `stall.0`, `delay` between two); the body
+/// ends with the connection.
 fn write_events(
     w: &mut TcpStream,
     events: &[String],
     content_type: &str,
-    cut: Option<usize>,
+    cut: Option<(usize, bool)>,
     stall: Option<(usize, Duration)>,
     delay: Duration,
 ) -> io::Result<bool> {
@@ -646,7 +657,17 @@ fn write_events(
     )?;
     w.flush()?;
     for (i, e) in events.iter().enumerate() {
-        if cut == Some(i) {
+        if let Some((n, torn)) = cut
+            && n == i
+        {
+            if torn {
+                let mut half = e.len() / 2;
+                while !e.is_char_boundary(half) {
+                    half -= 1;
+                }
+                w.write_all(&e.as_bytes()[..half])?;
+                w.flush()?;
+            }
             break;
         }
         if let Some((n, d)) = stall
@@ -985,6 +1006,7 @@ fn render(
         Reply::Truncated(inner)
         | Reply::Delay(_, inner)
         | Reply::StreamCut(inner, _)
+        | Reply::StreamTorn(inner, _)
         | Reply::StreamStall(inner, _, _)
         | Reply::Whole(inner, _) => render(inner, req, usage),
         Reply::Reasoning { text, inner } => {

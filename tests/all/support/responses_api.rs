@@ -118,6 +118,7 @@ impl Issued {
             Reply::Reasoning { text, inner } => (Some(text.as_str()), &**inner),
             Reply::Delay(_, inner)
             | Reply::StreamCut(inner, _)
+            | Reply::StreamTorn(inner, _)
             | Reply::StreamStall(inner, _, _)
             | Reply::Truncated(inner) => return self.render(inner, req),
             other => (None, other),

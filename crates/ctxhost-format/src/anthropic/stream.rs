@@ -34,6 +34,9 @@ use crate::body::provider_error;
 use crate::fold::FoldError;
 use crate::reply::{ProviderFunction, ProviderToolCall, assistant_message};
 
+/// What ends a whole stream of this provider (named by [`FoldError::Cut`]).
+const END: &str = "`message_stop`";
+
 /// A content block being assembled from its events.
 #[derive(Debug)]
 struct Partial {
@@ -292,6 +295,18 @@ impl AnthropicStream {
         self.stopped
     }
 
+    /// Folds the stream's last line when it has no `\n` (the stream ended inside it): as
+    /// [`Self::line`], except that a line it refuses whose JSON is not whole gives
+    /// [`FoldError::Cut`] ([`crate::fold::unterminated_line`]).
+    pub fn last_line(&mut self, line: &str) -> Result<(), FoldError> {
+        let folded = self.line(line);
+        let cut = FoldError::Cut {
+            lines: self.lines,
+            end: END,
+        };
+        crate::fold::unterminated_line(line, folded, cut)
+    }
+
     /// The folded reply: text blocks joined, `tool_use` blocks as tool calls (`input` from the
     /// joined `input_json_delta`s), closed and signed thinking blocks and redacted ones as
     /// reasoning items, in block order. Errors: a stream cut off before `message_stop` (an
@@ -300,7 +315,7 @@ impl AnthropicStream {
         if !self.stopped {
             return Err(FoldError::Cut {
                 lines: self.lines,
-                end: "`message_stop`",
+                end: END,
             });
         }
         self.blocks.sort_by_key(|b| b.index);
@@ -612,5 +627,32 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(r.message.calls(), [ToolCall::new("t", "ls", "{}")]);
+    }
+
+    #[test]
+    fn a_stream_ending_inside_a_line_is_cut_not_invalid() {
+        // The last line has no `\n` and its JSON stops short: the rest never came.
+        let mut s = AnthropicStream::new();
+        s.line(r#"data: {"type":"message_start","message":{"role":"assistant","usage":{"input_tokens":3,"output_tokens":0}}}"#).unwrap();
+        assert!(
+            s.line(r#"data: {"type":"content_block_delta","ind"#)
+                .is_err()
+        );
+        let mut s = AnthropicStream::new();
+        s.line(r#"data: {"type":"message_start","message":{"role":"assistant","usage":{"input_tokens":3,"output_tokens":0}}}"#).unwrap();
+        let e = s
+            .last_line(r#"data: {"type":"content_block_delta","ind"#)
+            .unwrap_err();
+        assert!(e.is_cut(), "{e}");
+        assert!(e.to_string().contains("after 2 lines"), "{e}");
+        // A whole error object without its `\n` stays the provider's (final) error.
+        let mut s = AnthropicStream::new();
+        s.line(r#"data: {"type":"message_start","message":{"role":"assistant","usage":{"input_tokens":3,"output_tokens":0}}}"#).unwrap();
+        let e = s
+            .last_line(
+                r#"data: {"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
+            )
+            .unwrap_err();
+        assert!(!e.is_cut(), "{e}");
     }
 }

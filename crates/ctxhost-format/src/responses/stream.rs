@@ -33,6 +33,9 @@ use super::response::{Incomplete, ItemIn, call, parse_response};
 use super::{Folded, REASONING, error_text, finish_reason};
 use crate::fold::FoldError;
 
+/// What ends a whole stream of this provider (named by [`FoldError::Cut`]).
+const END: &str = "response.completed";
+
 /// One output item being assembled.
 #[derive(Debug, Default)]
 struct Slot {
@@ -422,6 +425,18 @@ impl ResponsesStream {
         self.end.is_some()
     }
 
+    /// Folds the stream's last line when it has no `\n` (the stream ended inside it): as
+    /// [`Self::line`], except that a line it refuses whose JSON is not whole gives
+    /// [`FoldError::Cut`] ([`crate::fold::unterminated_line`]).
+    pub fn last_line(&mut self, line: &str) -> Result<(), FoldError> {
+        let folded = self.line(line);
+        let cut = FoldError::Cut {
+            lines: self.lines,
+            end: END,
+        };
+        crate::fold::unterminated_line(line, folded, cut)
+    }
+
     /// The folded reply. Errors: a stream cut off before its end (an empty file is one), a
     /// function call without `call_id` or `name`, a final status that is not completed or
     /// incomplete.
@@ -429,7 +444,7 @@ impl ResponsesStream {
         let Some(end) = self.end else {
             return Err(FoldError::Cut {
                 lines: self.lines,
-                end: "response.completed",
+                end: END,
             });
         };
         if let Some(mut whole) = end.whole {
@@ -645,5 +660,33 @@ mod tests {
         .unwrap();
         assert_eq!(f.content.as_deref(), Some("Hi"));
         assert_eq!(f.usage.unwrap()["input_tokens"], 1);
+    }
+
+    #[test]
+    fn a_stream_ending_inside_a_line_is_cut_not_invalid() {
+        // The last line has no `\n` and its JSON stops short: the rest never came.
+        let mut s = ResponsesStream::new();
+        s.line(r#"data: {"type":"response.created","response":{"id":"r"}}"#)
+            .unwrap();
+        assert!(
+            s.line(r#"data: {"type":"response.output_text.delta","output_ind"#)
+                .is_err()
+        );
+        let mut s = ResponsesStream::new();
+        s.line(r#"data: {"type":"response.created","response":{"id":"r"}}"#)
+            .unwrap();
+        let e = s
+            .last_line(r#"data: {"type":"response.output_text.delta","output_ind"#)
+            .unwrap_err();
+        assert!(e.is_cut(), "{e}");
+        assert!(e.to_string().contains("after 2 lines"), "{e}");
+        // A whole error object without its `\n` stays the provider's (final) error.
+        let mut s = ResponsesStream::new();
+        s.line(r#"data: {"type":"response.created","response":{"id":"r"}}"#)
+            .unwrap();
+        let e = s
+            .last_line(r#"data: {"type":"error","message":"quota"}"#)
+            .unwrap_err();
+        assert!(!e.is_cut(), "{e}");
     }
 }

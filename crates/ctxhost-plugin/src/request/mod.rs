@@ -145,11 +145,13 @@ pub fn read_response_bytes(file: &str) -> Result<(Vec<u8>, Value), PluginError> 
 }
 
 /// Hands each line of the streamed reply `file` (without its `\n`; invalid UTF-8 replaced) to
-/// `fold`, one line in memory at a time. Errors: `io`, or `invalid-input`
-/// `<file> (streamed reply): <fold's error>` (the fold names the line).
+/// `fold`, one line in memory at a time, with whether the line had its `\n` (`false` only for
+/// a last line the stream ended inside: the fold's `last_line`). Errors: `io`, or the fold's
+/// error as [`fold_error`] makes it (`stream-cut` or `invalid-input`
+/// `<file> (streamed reply): <fold's error>`; the fold names the line).
 pub fn fold_stream_lines(
     file: &str,
-    mut fold: impl FnMut(&str) -> Result<(), String>,
+    mut fold: impl FnMut(&str, bool) -> Result<(), ctxhost_format::fold::FoldError>,
 ) -> Result<(), PluginError> {
     use std::io::BufRead;
     let f = File::open(file).map_err(|e| io_error(format!("opening {file}"), e))?;
@@ -164,7 +166,8 @@ pub fn fold_stream_lines(
             return Ok(());
         }
         let text = String::from_utf8_lossy(&line);
-        fold(text.strip_suffix('\n').unwrap_or(&text)).map_err(|e| stream_error(file, e))?;
+        let whole = text.strip_suffix('\n');
+        fold(whole.unwrap_or(&text), whole.is_some()).map_err(|e| fold_error(file, e))?;
     }
 }
 

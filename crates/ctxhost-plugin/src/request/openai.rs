@@ -154,8 +154,13 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
             break;
         }
         let text = String::from_utf8_lossy(&line);
-        fold.line(text.strip_suffix('\n').unwrap_or(&text))
-            .map_err(|e| PluginError::InvalidInput(format!("{file} (streamed reply): {e}")))?;
+        match text.strip_suffix('\n') {
+            Some(whole) => fold.line(whole).map_err(|e| super::stream_error(file, e))?,
+            // The stream ended inside its last line.
+            None => fold
+                .last_line(&text)
+                .map_err(|e| super::fold_error(file, e))?,
+        }
     }
     let r = fold.finish().map_err(|e| super::fold_error(file, e))?;
     let mut message = assistant_message(r.role, r.content, r.tool_calls);
