@@ -773,6 +773,7 @@ fn a_finished_tasks_failed_last_sync_is_reported_and_uploaded_by_fsck_repair() {
             .any(|p| p["kind"] == "remote-behind" && p["repaired"].is_string()),
         "{repaired:#}"
     );
+    assert_eq!(repaired["remaining"], Value::Array(vec![]), "{repaired:#}");
     let shown = on_host(&env, "host-b", &["show", &uuid, "--json"])
         .ok()
         .json();

@@ -67,8 +67,8 @@ pub fn check(
     let mut in_bucket = std::collections::BTreeSet::new();
     for row in db.list(&TaskFilter::default())? {
         let uuid = row.uuid.as_str();
-        let listed = store.list_objects(uuid)?;
-        let objects: BTreeMap<String, u64> =
+        let mut listed = store.list_objects(uuid)?;
+        let mut objects: BTreeMap<String, u64> =
             listed.iter().map(|l| (l.rel.clone(), l.size)).collect();
         let shown = format!("{}/tasks/{uuid}", store.url().trim_end_matches('/'));
         if row.files_deleted_at.is_some() {
@@ -107,12 +107,21 @@ pub fn check(
         }
         let manifest = match crate::remote::read_manifest(store, uuid) {
             Ok(Some(b)) => {
+                let mut manifest = b.manifest;
                 if row.status != crate::db::Status::Running
                     && let Some(p) = behind(layout, store, uuid, b.etag.as_deref(), repair)
                 {
+                    // Uploaded: its objects are checked against the manifest written now, and listed again.
+                    if p.repaired.is_some()
+                        && let Ok(Some(now)) = crate::remote::read_manifest(store, uuid)
+                    {
+                        manifest = now.manifest;
+                        listed = store.list_objects(uuid)?;
+                        objects = listed.iter().map(|l| (l.rel.clone(), l.size)).collect();
+                    }
                     found.push(p);
                 }
-                b.manifest
+                manifest
             }
             Ok(None) => continue,
             Err(e) => {
