@@ -14,6 +14,8 @@
 //! - `agent:reply-read`: SIGKILL after a model reply was read (its text possibly in
 //!   `reply.content`), before it is appended; `agent:reply-appended`: right after it was
 //!   appended, before `reply.content` is deleted;
+//! - `remote:end-sync`: the last sync of a task to the bucket (`context_storage.remote`),
+//!   before it completes or fails, fails as if the bucket could not be reached;
 //! - `lease:unreachable`: a task process's lease renewals fail as if the database could not
 //!   be reached, so it fences itself out ([`crate::lease`]) once its lease is 80 % used.
 //!

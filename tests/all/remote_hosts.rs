@@ -715,6 +715,133 @@ fn three_hosts_drain_the_queue_while_the_object_store_restarts_and_a_host_is_kil
     assert_eq!(fsck["problems"], Value::Array(vec![]), "{fsck:#}");
 }
 
+/// Fresh-user report F3: the last sync of a task completed on host a fails (failpoint
+/// `remote:end-sync`, as if the bucket were down), so the bucket's copy lacks the answer. The
+/// task end logs an error naming the fix; `fsck` on host a reports its copy ahead of the bucket
+/// (`remote-behind`), `fsck --repair` uploads it (a fenced sync), and host b's `show` then has
+/// the answer; `fsck` finds nothing more.
+fn a_finished_tasks_failed_last_sync_is_reported_and_uploaded_by_fsck_repair() {
+    let llm = two_step_llm(Duration::ZERO);
+    let url = bucket_url();
+    let env = remote_env(&llm, &url, 10);
+    let uuid = on_host(&env, "host-a", &["submit", "--prompt", "first"])
+        .ok()
+        .stdout()
+        .trim()
+        .to_string();
+    let mut cmd = host_cmd(&env, "host-a", &["run", "--once", "--poll-ms", "20"]);
+    cmd.cmd
+        .env(ctxhost::failpoint::FAILPOINT_ENV, "remote:end-sync");
+    let run = cmd.run().ok();
+    let log = format!("{}{}", run.stdout(), run.stderr());
+    assert!(
+        log.contains("ERROR") && log.contains("fsck --repair") && log.contains(&uuid),
+        "{log}"
+    );
+    let row = rows(&env).into_iter().find(|r| r.uuid == uuid).unwrap();
+    assert_eq!(row.status, Status::Completed);
+    on_host(&env, "host-b", &["init"]).ok();
+    let stale = on_host(&env, "host-b", &["show", &uuid, "--json"])
+        .ok()
+        .json();
+    assert_ne!(stale["result"], "finished first", "{stale:#}");
+
+    let fsck = on_host(&env, "host-a", &["fsck", "--json"]).json();
+    let problems = fsck["problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["kind"] == "remote-behind" && p["uuid"] == uuid.as_str()),
+        "{fsck:#}"
+    );
+    // Host b has no copy of its own: nothing is behind there.
+    let fsck_b = on_host(&env, "host-b", &["fsck", "--json"]).json();
+    assert!(
+        !fsck_b["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["kind"] == "remote-behind"),
+        "{fsck_b:#}"
+    );
+    let repaired = on_host(&env, "host-a", &["fsck", "--repair", "--json"]).json();
+    assert!(
+        repaired["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["kind"] == "remote-behind" && p["repaired"].is_string()),
+        "{repaired:#}"
+    );
+    assert_eq!(repaired["remaining"], Value::Array(vec![]), "{repaired:#}");
+    let shown = on_host(&env, "host-b", &["show", &uuid, "--json"])
+        .ok()
+        .json();
+    assert_eq!(shown["result"], "finished first", "{shown:#}");
+    assert_eq!(shown["dir_state"], "bucket", "{shown:#}");
+    let after = on_host(&env, "host-a", &["fsck", "--json"]).json();
+    assert_eq!(after["problems"], Value::Array(vec![]), "{after:#}");
+
+    // Again, and this time the next `run` on host a uploads it when it starts.
+    let second = on_host(&env, "host-a", &["submit", "--prompt", "second"])
+        .ok()
+        .stdout()
+        .trim()
+        .to_string();
+    let mut cmd = host_cmd(&env, "host-a", &["run", "--once", "--poll-ms", "20"]);
+    cmd.cmd
+        .env(ctxhost::failpoint::FAILPOINT_ENV, "remote:end-sync");
+    cmd.run().ok();
+    let stale = on_host(&env, "host-b", &["show", &second, "--json"])
+        .ok()
+        .json();
+    assert_ne!(stale["result"], "finished second", "{stale:#}");
+    on_host(&env, "host-a", &["run", "--once", "--poll-ms", "20"]).ok();
+    let shown = on_host(&env, "host-b", &["show", &second, "--json"])
+        .ok()
+        .json();
+    assert_eq!(shown["result"], "finished second", "{shown:#}");
+    let after = on_host(&env, "host-a", &["fsck", "--json"]).json();
+    assert_eq!(after["problems"], Value::Array(vec![]), "{after:#}");
+}
+
+/// Fresh-user report F4: `show` with a bucket that refuses connections prints the row (status,
+/// counters) and says the bucket is unavailable, on stdout and as `bucket_error` in `--json`,
+/// with a warning on stderr and exit 0, after a short wait (not `retry_secs`, 120 s here).
+fn show_prints_the_row_when_the_bucket_is_unreachable() {
+    let llm = two_step_llm(Duration::ZERO);
+    let env = remote_env_at(&llm, &bucket_url(), "http://127.0.0.1:1", 10);
+    let uuid = env
+        .ctxhost(&["submit", "--prompt", "first"])
+        .ok()
+        .stdout()
+        .trim()
+        .to_string();
+    let started = std::time::Instant::now();
+    let out = env.ctxhost(&["show", &uuid]).ok();
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    let text = out.stdout();
+    assert!(text.contains(&format!("uuid:          {uuid}")), "{text}");
+    assert!(text.contains("status:        queued"), "{text}");
+    assert!(text.contains("bucket:        unavailable ("), "{text}");
+    assert!(
+        out.stderr()
+            .contains("warning: the task directory could not be read from the bucket")
+    );
+    let json = env.ctxhost(&["show", &uuid, "--json"]).ok().json();
+    assert_eq!(json["task"]["status"], "queued", "{json:#}");
+    assert!(
+        json["bucket_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("127.0.0.1:1")),
+        "{json:#}"
+    );
+}
+
 mod postgres {
     #[test]
     #[cfg_attr(
@@ -768,6 +895,28 @@ mod postgres {
     fn three_hosts_drain_the_queue_while_the_object_store_restarts_and_a_host_is_killed() {
         crate::support::store::on_postgres(
             super::three_hosts_drain_the_queue_while_the_object_store_restarts_and_a_host_is_killed,
+        )
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(all(ctxhost_pg_tests, ctxhost_s3_tests)),
+        ignore = "needs PostgreSQL and SeaweedFS: CTXHOST_TEST_DATABASE_URL (scripts/test-postgres.sh start) and CTXHOST_TEST_S3_URL (scripts/test-s3.sh start)"
+    )]
+    fn a_finished_tasks_failed_last_sync_is_reported_and_uploaded_by_fsck_repair() {
+        crate::support::store::on_postgres(
+            super::a_finished_tasks_failed_last_sync_is_reported_and_uploaded_by_fsck_repair,
+        )
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(ctxhost_pg_tests),
+        ignore = "needs PostgreSQL: CTXHOST_TEST_DATABASE_URL (scripts/test-postgres.sh start)"
+    )]
+    fn show_prints_the_row_when_the_bucket_is_unreachable() {
+        crate::support::store::on_postgres(
+            super::show_prints_the_row_when_the_bucket_is_unreachable,
         )
     }
 }

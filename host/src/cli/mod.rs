@@ -604,7 +604,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             env.layout.ensure()?;
             // A store that does not own this tree (or is configured wrongly) is refused before
             // any task is touched.
-            drop(env.open_db()?);
+            let db = env.open_db()?;
+            // Copies of finished or paused tasks whose last sync failed are uploaded now.
+            if let Some(store) = crate::remote::open(env.config.context_storage.remote.as_ref())? {
+                crate::remote::catch_up_idle(&store, &env.layout, |uuid| {
+                    db.get(uuid).ok().flatten().is_some_and(|r| {
+                        r.status != crate::db::Status::Running && r.files_deleted_at.is_none()
+                    })
+                });
+            }
+            drop(db);
             let sources = if env.config.sources.any() {
                 Some(crate::sources::Sources::connect(&env.config.sources)?)
             } else {

@@ -196,6 +196,10 @@ fn print_table(rows: &[Vec<String>]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long `show` retries the bucket (seconds), at most: it shows the row without the
+/// directory rather than wait `context_storage.remote.retry_secs`.
+const SHOW_RETRY_SECS: u64 = 5;
+
 pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     use crate::untrusted::terminal;
     let (db, row) = env.open_task(&args.uuid)?;
@@ -205,7 +209,12 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     if args.compactions {
         return show_compactions(env, &row.uuid, args.json);
     }
-    let remote = crate::remote::open(env.config.context_storage.remote.as_ref())?;
+    // A reader waits for the bucket at most SHOW_RETRY_SECS: the row is worth showing soon.
+    let remote_cfg = env.config.context_storage.remote.clone().map(|mut c| {
+        c.retry_secs = c.retry_secs.min(SHOW_RETRY_SECS);
+        c
+    });
+    let remote = crate::remote::open(remote_cfg.as_ref())?;
     let report = crate::ops::show::show_with(
         &db,
         &env.layout,
@@ -222,6 +231,17 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
             }),
         None => None,
     };
+    if let Some(e) = &report.bucket_error {
+        eprintln!(
+            "warning: the task directory could not be read from the bucket: {}; {}",
+            crate::untrusted::text(e, crate::untrusted::MAX_ERROR_BYTES),
+            if report.dir.is_some() {
+                "showing this host's copy, which may be older"
+            } else {
+                "showing the database row only"
+            }
+        );
+    }
     if args.json {
         let mut v = serde_json::to_value(&report)?;
         if let Some(o) = v.as_object_mut() {
@@ -316,6 +336,15 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     match (&report.dir, &t.files_deleted_at) {
         (None, Some(at)) => outln!("directory:     deleted by `ctxhost cleanup` at {at}"),
         (dir, _) => outln!("directory:     {}", dir.as_deref().unwrap_or("-")),
+    }
+    if let Some(e) = &report.bucket_error {
+        outln!(
+            "bucket:        unavailable ({})",
+            terminal(&crate::untrusted::text(
+                e,
+                crate::untrusted::MAX_ERROR_BYTES
+            ))
+        );
     }
     if let Some(from) = &report.inherited_from {
         outln!(

@@ -144,6 +144,10 @@ pub enum ProblemKind {
     RemoteLeftover,
     /// An object of a task that no manifest names (a sync that did not commit).
     RemoteUnreferenced,
+    /// This host's copy of a task no process runs is ahead of the bucket: files changed since
+    /// the manifest this host last synced, which the bucket still holds (a sync that failed,
+    /// e.g. the final one while the bucket could not be reached); `--repair` uploads it.
+    RemoteBehind,
 }
 
 /// One problem found.

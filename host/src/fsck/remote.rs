@@ -67,8 +67,8 @@ pub fn check(
     let mut in_bucket = std::collections::BTreeSet::new();
     for row in db.list(&TaskFilter::default())? {
         let uuid = row.uuid.as_str();
-        let listed = store.list_objects(uuid)?;
-        let objects: BTreeMap<String, u64> =
+        let mut listed = store.list_objects(uuid)?;
+        let mut objects: BTreeMap<String, u64> =
             listed.iter().map(|l| (l.rel.clone(), l.size)).collect();
         let shown = format!("{}/tasks/{uuid}", store.url().trim_end_matches('/'));
         if row.files_deleted_at.is_some() {
@@ -106,7 +106,23 @@ pub fn check(
             continue;
         }
         let manifest = match crate::remote::read_manifest(store, uuid) {
-            Ok(Some(b)) => b.manifest,
+            Ok(Some(b)) => {
+                let mut manifest = b.manifest;
+                if row.status != crate::db::Status::Running
+                    && let Some(p) = behind(layout, store, uuid, b.etag.as_deref(), repair)
+                {
+                    // Uploaded: its objects are checked against the manifest written now, and listed again.
+                    if p.repaired.is_some()
+                        && let Ok(Some(now)) = crate::remote::read_manifest(store, uuid)
+                    {
+                        manifest = now.manifest;
+                        listed = store.list_objects(uuid)?;
+                        objects = listed.iter().map(|l| (l.rel.clone(), l.size)).collect();
+                    }
+                    found.push(p);
+                }
+                manifest
+            }
             Ok(None) => continue,
             Err(e) => {
                 found.push(problem(
@@ -254,4 +270,50 @@ pub fn check(
         .extend(found.iter().filter(|p| p.repaired.is_none()).cloned());
     report.problems.extend(found);
     Ok(())
+}
+
+/// [`ProblemKind::RemoteBehind`] for task `uuid` (not running) when this host's copy is ahead
+/// of the bucket's manifest (ETag `etag`); with `repair`, uploaded by a fenced sync
+/// ([`crate::remote::catch_up`]).
+fn behind(
+    layout: &crate::layout::Layout,
+    store: &Store,
+    uuid: &str,
+    etag: Option<&str>,
+    repair: bool,
+) -> Option<Problem> {
+    let (_, dir) = layout.find_task_dir(uuid)?;
+    let changed = match crate::remote::ahead_of_bucket(layout, uuid, &dir, etag) {
+        Ok(Some(c)) => c,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!(%uuid, "cannot compare this host's copy with the bucket: {e:#}");
+            return None;
+        }
+    };
+    let mut p = problem(
+        ProblemKind::RemoteBehind,
+        Some(uuid),
+        Some(&dir),
+        None,
+        format!(
+            "this host's copy is ahead of the bucket ({} changed since the last sync: {}); \
+             other hosts read the older copy; `ctxhost fsck --repair` on this host uploads it",
+            changed.len(),
+            changed.join(", ")
+        ),
+        true,
+    );
+    if repair {
+        match crate::remote::catch_up(store, layout, uuid, &dir) {
+            Ok(r) => {
+                p.repaired = Some(format!(
+                    "uploaded {} object(s), {} byte(s)",
+                    r.objects, r.data_bytes
+                ))
+            }
+            Err(e) => p.message.push_str(&format!("; not uploaded: {e:#}")),
+        }
+    }
+    Some(p)
 }

@@ -38,6 +38,11 @@ pub struct ShowReport {
     pub dir: Option<String>,
     /// `running`, `paused` or `completed`.
     pub dir_state: Option<String>,
+    /// Why the task directory could not be read from the bucket (`context_storage.remote`),
+    /// when it could not: `dir` is then this host's copy (possibly older than the bucket's) or
+    /// `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bucket_error: Option<String>,
     /// The final assistant answer of a completed task.
     pub result: Option<String>,
     /// The last lines of messages.jsonl.
@@ -161,8 +166,15 @@ pub fn show_with(
     // This host's copy is read only while no other host has synced the task since (a task
     // running here is always current); a cleaned-up task is not looked for in the bucket.
     let remote = remote.filter(|_| task.files_deleted_at.is_none());
-    let found =
-        crate::remote::view::for_reading(remote, layout, uuid)?.map(|(s, d)| (s.to_string(), d));
+    // A bucket that cannot be read (unreachable, an object that does not match its manifest)
+    // leaves the row and this host's copy, if any, to show, with the error.
+    let (found, bucket_error) = match crate::remote::view::for_reading(remote, layout, uuid) {
+        Ok(f) => (f.map(|(s, d)| (s.to_string(), d)), None),
+        Err(e) => (
+            layout.find_task_dir(uuid).map(|(s, d)| (s.to_string(), d)),
+            Some(format!("{e:#}")),
+        ),
+    };
     // A directory or history that cannot be opened (a link in its place, say) is reported, not
     // fatal: the row and the other files are still worth showing.
     let (mut last_messages, mut answer, mut messages_error) = (Vec::new(), None, None);
@@ -202,6 +214,7 @@ pub fn show_with(
         .unwrap_or_default();
     Ok(ShowReport {
         publication,
+        bucket_error,
         dir: found.as_ref().map(|(_, d)| d.display().to_string()),
         dir_state: found.as_ref().map(|(s, _)| s.clone()),
         task,

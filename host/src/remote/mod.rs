@@ -285,6 +285,100 @@ impl TaskSync {
     }
 }
 
+/// How this host's copy of task `uuid` is ahead of the bucket: this host's record of its last
+/// sync (`contexts/.remote/{uuid}.json`) names a manifest, and files of its working copy `dir`
+/// changed since ([`sync::changed_since`]: a sync that failed, say the final one of a task
+/// while the bucket could not be reached), and the bucket's manifest (ETag `bucket_etag`) is
+/// still that one. `None`: no record (this host never synced the task), another host wrote
+/// the manifest since, or nothing changed. Returns the changed files. Errors: `dir` cannot be
+/// read.
+pub fn ahead_of_bucket(
+    layout: &Layout,
+    uuid: &str,
+    dir: &Path,
+    bucket_etag: Option<&str>,
+) -> anyhow::Result<Option<Vec<String>>> {
+    let Some(state) = read_state(layout, uuid) else {
+        return Ok(None);
+    };
+    if state.etag.as_deref() != bucket_etag {
+        return Ok(None);
+    }
+    let dir = TaskDir::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
+    let changed = sync::changed_since(&dir, &state.manifest)?;
+    Ok((!changed.is_empty()).then_some(changed))
+}
+
+/// Upload this host's copy `dir` of task `uuid` (a task no process runs) that is ahead of the
+/// bucket ([`ahead_of_bucket`]): a sync based on this host's record of its last sync, so it
+/// commits only while the bucket's manifest is still the one this host last wrote, and the
+/// record follows. Errors: no record; [`Fenced`] (another host wrote the manifest since: this
+/// copy is not the task's latest, nothing is uploaded); an I/O or store error.
+pub fn catch_up(
+    store: &Store,
+    layout: &Layout,
+    uuid: &str,
+    dir: &Path,
+) -> anyhow::Result<SyncReport> {
+    let state = read_state(layout, uuid)
+        .with_context(|| format!("task {uuid}: this host has no record of a sync of it"))?;
+    let base = Base {
+        manifest: state.manifest,
+        etag: state.etag,
+    };
+    let dir = TaskDir::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
+    let (report, base) = sync::sync_up(store, uuid, &dir, &base, &crate::db::now_rfc3339())?;
+    if report.written {
+        write_state(layout, uuid, &base)?;
+    }
+    Ok(report)
+}
+
+/// At worker start: upload this host's copies that are ahead of the bucket
+/// ([`ahead_of_bucket`], [`catch_up`]) of the tasks for which `idle` is true (no process runs
+/// them: completed, failed or paused), so a final sync that failed does not leave the bucket
+/// behind for good. Costs a stat per synced file of each task this host holds a record of;
+/// stops at the first bucket that cannot be reached (`ctxhost fsck --repair` does the rest).
+/// Returns the tasks uploaded; each failure is logged.
+pub fn catch_up_idle(store: &Store, layout: &Layout, idle: impl Fn(&str) -> bool) -> usize {
+    let mut uploaded = 0;
+    for (path, uuid) in local_records(layout) {
+        if !path.is_file() || !idle(&uuid) {
+            continue;
+        }
+        let Some((_, dir)) = layout.find_task_dir(&uuid) else {
+            continue;
+        };
+        let Some(state) = read_state(layout, &uuid) else {
+            continue;
+        };
+        match ahead_of_bucket(layout, &uuid, &dir, state.etag.as_deref()) {
+            Ok(Some(_)) => {}
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(%uuid, "cannot compare this host's copy with the bucket: {e:#}");
+                continue;
+            }
+        }
+        match catch_up(store, layout, &uuid, &dir) {
+            Ok(r) => {
+                uploaded += 1;
+                tracing::info!(%uuid, objects = r.objects, data_bytes = r.data_bytes,
+                    "this host's copy of the task was ahead of the bucket; uploaded");
+            }
+            Err(e) if e.downcast_ref::<store::Unreachable>().is_some() => {
+                tracing::warn!(%uuid, "cannot upload this host's copy, ahead of the bucket: {e:#}; \
+                    `ctxhost fsck --repair` on this host uploads it");
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(%uuid, "cannot upload this host's copy, ahead of the bucket: {e:#}")
+            }
+        }
+    }
+    uploaded
+}
+
 /// Delete every object of task `uuid` and this host's record of its last sync and reader's
 /// copies ([`forget_local`]). Returns the objects deleted.
 pub fn delete_task(store: &Store, layout: &Layout, uuid: &str) -> anyhow::Result<usize> {

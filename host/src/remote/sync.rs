@@ -130,6 +130,44 @@ fn tail_hash(dir: &TaskDir, name: &str, size: u64) -> anyhow::Result<String> {
     )?))
 }
 
+/// The synced files of `dir` that `m` does not describe as they are now: a file `m` does not
+/// name, an append-only file of another size (or, for current.jsonl, another identity), a
+/// file replaced as a whole whose size or content differs (hashed only when its modification
+/// time is not the one `m` records). Sorted; empty when a sync would upload nothing.
+pub fn changed_since(dir: &TaskDir, m: &Manifest) -> anyhow::Result<Vec<String>> {
+    let mut changed = Vec::new();
+    for l in local_files(dir)? {
+        let same = match (kind_of(&l.name), m.files.get(&l.name)) {
+            (Kind::Skipped, _) => true,
+            (_, None) => false,
+            (
+                k @ (Kind::AppendOnly | Kind::Growing),
+                Some(FileEntry::Appended { size, file_id, .. }),
+            ) => {
+                *size == l.len
+                    && (k == Kind::AppendOnly || file_id.as_deref() == Some(l.id.as_str()))
+            }
+            (
+                Kind::Whole,
+                Some(FileEntry::Whole {
+                    size,
+                    sha256,
+                    mtime_ns,
+                }),
+            ) => {
+                *size == l.len
+                    && (*mtime_ns == l.mtime_ns
+                        || sha256_hex(&read_range(dir, &l.name, 0, l.len)?) == *sha256)
+            }
+            _ => false,
+        };
+        if !same {
+            changed.push(l.name);
+        }
+    }
+    Ok(changed)
+}
+
 /// Upload what changed in `dir` (task `uuid`) since `base`, then write the new manifest —
 /// version + 1, same epoch and holder — on the condition that the bucket still holds `base`.
 /// Returns the report and the new base. Errors: [`Fenced`] when a newer claim wrote the

@@ -408,13 +408,25 @@ impl TaskContext {
         let Some(remote) = self.remote.as_mut() else {
             return;
         };
-        match remote.sync(&self.dir) {
+        let synced = if when == "end" && crate::failpoint::is_set("remote:end-sync") {
+            Err(anyhow::anyhow!("failpoint remote:end-sync"))
+        } else {
+            remote.sync(&self.dir)
+        };
+        match synced {
             Ok(r) => tracing::debug!(uuid = %self.row.uuid, when, written = r.written,
                 objects = r.objects, data_bytes = r.data_bytes, manifest_bytes = r.manifest_bytes,
                 "synced to the bucket"),
             Err(e) if e.is::<crate::remote::Fenced>() => {
                 tracing::error!(uuid = %self.row.uuid, "{e:#}");
                 std::process::exit(crate::lease::EXIT_LEASE_LOST);
+            }
+            // The task's last sync: nothing syncs it again, so the bucket stays behind this
+            // host's copy until `fsck --repair` here uploads it.
+            Err(e) if when == "end" => {
+                tracing::error!(uuid = %self.row.uuid, "syncing the finished task's directory to the bucket failed: {e:#}; \
+                    the bucket's copy is behind this host's, other hosts read the older one; \
+                    run `ctxhost fsck --repair` on this host to upload it")
             }
             Err(e) => {
                 tracing::warn!(uuid = %self.row.uuid, when, "syncing the task directory to the bucket failed: {e:#}")
