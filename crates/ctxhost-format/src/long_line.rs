@@ -69,6 +69,50 @@ pub struct Limits {
     pub compact: usize,
 }
 
+/// Longest line read whole (then parsed from memory), bytes: 256 KiB. A longer one is parsed
+/// as it is read, its text and reasoning skipped (the host's history counts): slower, but nothing
+/// of it is held (the buffer is what a long line costs the task process).
+pub const MAX_WHOLE_LINE_BYTES: usize = 256 * 1024;
+
+/// Reads one line into `buf` (its `\n` included), but stops after more than `cap` bytes:
+/// returns the bytes read (0 at the end).
+pub fn read_line_capped(
+    reader: &mut impl io::BufRead,
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> io::Result<usize> {
+    let mut total = 0;
+    loop {
+        let (done, used) = {
+            let available = match reader.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if available.is_empty() {
+                return Ok(total);
+            }
+            let room = cap + 1 - buf.len().min(cap + 1);
+            match available.iter().take(room).position(|b| *b == b'\n') {
+                Some(i) => {
+                    buf.extend_from_slice(&available[..=i]);
+                    (true, i + 1)
+                }
+                None => {
+                    let used = available.len().min(room);
+                    buf.extend_from_slice(&available[..used]);
+                    (buf.len() > cap, used)
+                }
+            }
+        };
+        reader.consume(used);
+        total += used;
+        if done {
+            return Ok(total);
+        }
+    }
+}
+
 /// The limits of the request build: lines over one block (256 KiB), strings over 16 KiB,
 /// compact copies up to 256 KiB.
 pub const LIMITS: Limits = Limits {

@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{ContextChecker, ContextFileError, ContextSummary};
 use crate::checkpoint;
-use crate::task::history_counts::{MAX_WHOLE_LINE_BYTES, read_line_capped};
 use crate::task_dir::{TaskDir, file_id};
+use ctxhost_format::long_line::{MAX_WHOLE_LINE_BYTES, read_line_capped};
 
 /// Growth of the context file, bytes, after which a step boundary saves the checkpoint.
 pub const CHECKPOINT_EVERY: u64 = 1024 * 1024;

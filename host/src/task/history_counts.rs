@@ -33,49 +33,7 @@ use crate::invariants::ids::CallIds;
 use crate::invariants::queries::bounded;
 use crate::task_dir::{TaskDir, file_id};
 
-/// Longest line read whole (then parsed from memory), bytes: 256 KiB. A longer one is parsed
-/// as it is read, its text and reasoning skipped ([`long_line_head`]): slower, but nothing
-/// of it is held (the buffer is what a long line costs the task process).
-pub const MAX_WHOLE_LINE_BYTES: usize = 256 * 1024;
-
-/// Reads one line into `buf` (its `\n` included), but stops after more than `cap` bytes:
-/// returns the bytes read (0 at the end).
-pub(crate) fn read_line_capped(
-    reader: &mut impl io::BufRead,
-    buf: &mut Vec<u8>,
-    cap: usize,
-) -> io::Result<usize> {
-    let mut total = 0;
-    loop {
-        let (done, used) = {
-            let available = match reader.fill_buf() {
-                Ok(b) => b,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            if available.is_empty() {
-                return Ok(total);
-            }
-            let room = cap + 1 - buf.len().min(cap + 1);
-            match available.iter().take(room).position(|b| *b == b'\n') {
-                Some(i) => {
-                    buf.extend_from_slice(&available[..=i]);
-                    (true, i + 1)
-                }
-                None => {
-                    let used = available.len().min(room);
-                    buf.extend_from_slice(&available[..used]);
-                    (buf.len() > cap, used)
-                }
-            }
-        };
-        reader.consume(used);
-        total += used;
-        if done {
-            return Ok(total);
-        }
-    }
-}
+pub use ctxhost_format::long_line::{MAX_WHOLE_LINE_BYTES, read_line_capped};
 
 /// The fields of a history line the counts need, read from a line too long to hold whole:
 /// `content` and `reasoning` are skipped as they are read (their type is not checked).
