@@ -688,6 +688,17 @@ mod tests {
             })
     }
 
+    /// CI found it (proptest, 2026-12-02): a line of exactly the block's length is long (its
+    /// `\n` does not fit), so it may be spliced; the request is the whole-line path's.
+    #[test]
+    fn a_line_as_long_as_the_block_is_long_and_copied_exactly() {
+        let line = "{\"role\":\"user\",\"content\":\"\\\\\\u0000\u{1F600}\u{e9}/\\\"a\\\\/\\u0000a\u{7f}/\\\"/\\\"\\\"\\\\a\\u0000a\"}";
+        assert_eq!(line.len(), 75);
+        let (fast, how) = copy(line.as_bytes(), OpenAiShape, SMALL, 75);
+        assert_eq!(fast, whole(line.as_bytes(), OpenAiShape));
+        assert!(how.len() <= 1, "{how:?}");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
 
@@ -703,10 +714,11 @@ mod tests {
             let input = input.as_bytes();
             let (fast, how) = copy(input, OpenAiShape, SMALL, block);
             prop_assert_eq!(&fast, &whole(input, OpenAiShape));
-            // A line with no string over 8 bytes has nothing to splice.
+            // Only a long line can be spliced: one over the limit, or one that does not fit a
+            // block with its `\n` (a line of exactly `block` bytes is long).
             let spliceable = lines
                 .iter()
-                .filter(|l| l.len() > block.max(SMALL.line))
+                .filter(|l| l.len() >= block.max(SMALL.line))
                 .count();
             prop_assert!(how.iter().filter(|h| **h == LongCopy::Spliced).count() <= spliceable);
             prop_assert_eq!(
