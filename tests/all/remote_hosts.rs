@@ -569,7 +569,8 @@ fn line_count(dir: &std::path::Path, name: &str) -> usize {
 /// its worker and task processes) with tasks in flight. Each task is run once (the fake LLM's
 /// log: two requests per task; a task of the killed host at most one more, the step it was
 /// in), its history is one uninterrupted run's, its row's counters equal its files, the killed
-/// host's tasks complete elsewhere, and `fsck` finds bucket, rows and trees in agreement.
+/// host's tasks complete elsewhere, and `fsck` finds bucket, rows and trees in agreement (only the
+/// killed host's uncommitted segments are left, as garbage no manifest names).
 fn three_hosts_drain_the_queue_while_the_object_store_restarts_and_a_host_is_killed() {
     const LEASE: u64 = 4;
     let n = drain_size();
@@ -711,8 +712,20 @@ fn three_hosts_drain_the_queue_while_the_object_store_restarts_and_a_host_is_kil
         assert!(!w.log().contains(" ERROR "), "{}:\n{}", w.host, w.log());
     }
     drop(workers);
+    // The only thing a kill -9 may leave: segments of host c's last sync that never committed
+    // (no manifest names them; `fsck --repair` deletes them once 2 hours old). Nothing else.
     let fsck = on_host(&env, "host-b", &["fsck", "--json"]).json();
-    assert_eq!(fsck["problems"], Value::Array(vec![]), "{fsck:#}");
+    let problems = fsck["problems"].as_array().unwrap();
+    let unexpected: Vec<&Value> = problems
+        .iter()
+        .filter(|p| {
+            !(p["kind"] == "remote-unreferenced"
+                && c_tasks
+                    .iter()
+                    .any(|u| p["uuid"].as_str() == Some(u.as_str())))
+        })
+        .collect();
+    assert!(unexpected.is_empty(), "{fsck:#}");
 }
 
 /// Fresh-user report F3: the last sync of a task completed on host a fails (failpoint
