@@ -38,6 +38,8 @@ pub struct TextSink {
     file: Option<Box<dyn Write>>,
     /// Bytes of text so far.
     bytes: u64,
+    /// The last part that gave text ([`TextSink::push_part`]).
+    last_part: Option<u64>,
 }
 
 impl fmt::Debug for TextSink {
@@ -99,6 +101,25 @@ impl TextSink {
             self.file = Some(file);
         }
         Ok(())
+    }
+
+    /// Adds `fragment` of part `index` (a content block, an output item) of a reply whose
+    /// parts' texts are joined in order. Errors: text for a part before one that already gave
+    /// text (`kind` names the parts: "block", "output item"), or the file.
+    pub fn push_part(&mut self, index: u64, fragment: &str, kind: &str) -> Result<(), String> {
+        if fragment.is_empty() {
+            return Ok(());
+        }
+        match self.last_part {
+            Some(last) if index < last => {
+                return Err(format!(
+                    "text for {kind} {index} after text of {kind} {last} ({kind}s out of order)"
+                ));
+            }
+            _ => self.last_part = Some(index),
+        }
+        self.push(fragment)
+            .map_err(|e| format!("writing the reply's text to its file: {e}"))
     }
 
     /// Bytes of text so far.

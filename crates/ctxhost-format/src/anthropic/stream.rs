@@ -77,9 +77,6 @@ pub struct AnthropicStream {
     text: TextSink,
     /// Whether a text block started.
     has_text: bool,
-    /// The index of the last text block that had text: a text block before it cannot get text
-    /// any more (the API streams one block at a time, in order).
-    last_text_index: Option<u64>,
     blocks: Vec<Partial>,
     usage: Map<String, Value>,
     usage_seen: bool,
@@ -105,23 +102,9 @@ impl AnthropicStream {
         }
     }
 
-    /// Adds `piece` of text block `index` to the joined text. Errors: text for a block before
-    /// one that already had text (blocks out of order), or the sink's file.
+    /// Adds `piece` of text block `index` to the joined text ([`TextSink::push_part`]).
     fn push_text(&mut self, index: u64, piece: &str) -> Result<(), String> {
-        if piece.is_empty() {
-            return Ok(());
-        }
-        match self.last_text_index {
-            Some(last) if index < last => {
-                return Err(format!(
-                    "text for block {index} after text of block {last} (blocks out of order)"
-                ));
-            }
-            _ => self.last_text_index = Some(index),
-        }
-        self.text
-            .push(piece)
-            .map_err(|e| format!("writing the reply's text to its file: {e}"))
+        self.text.push_part(index, piece, "block")
     }
 
     /// Folds one line of the stream (without its line end; a trailing `\r` is ignored).

@@ -71,9 +71,6 @@ pub struct ResponsesStream {
     /// The `message` items' text, joined in output order as it comes (in memory, or in a file
     /// past its threshold: [`ResponsesStream::with_content_file`]).
     text: TextSink,
-    /// The output index of the last item that had text: an item before it cannot get text any
-    /// more (items stream one after another).
-    last_text_index: Option<u64>,
     end: Option<End>,
     lines: u64,
 }
@@ -160,24 +157,11 @@ impl ResponsesStream {
         }
     }
 
-    /// Adds `piece` of the `message` item at `index` to the joined text. Errors: text for an
-    /// item before one that already had text (items out of order), or the sink's file.
+    /// Adds `piece` of the `message` item at `index` to the joined text
+    /// ([`TextSink::push_part`]).
     fn push_text(&mut self, index: u64, piece: &str) -> Result<(), String> {
         self.slot(index).had_text = true;
-        if piece.is_empty() {
-            return Ok(());
-        }
-        match self.last_text_index {
-            Some(last) if index < last => {
-                return Err(format!(
-                    "text for output item {index} after text of item {last} (items out of order)"
-                ));
-            }
-            _ => self.last_text_index = Some(index),
-        }
-        self.text
-            .push(piece)
-            .map_err(|e| format!("writing the reply's text to its file: {e}"))
+        self.text.push_part(index, piece, "output item")
     }
 
     /// Folds a `data:` line too long to hold in memory (more than `cap` bytes, of which
