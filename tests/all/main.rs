@@ -16,6 +16,7 @@ mod big_reply;
 mod cli;
 mod compression;
 mod conformance;
+mod docs;
 mod context_validity;
 mod context_window;
 mod crash_torture;

@@ -121,6 +121,31 @@ fn hex(id: &[u8]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Every span exported is one of `ctxhost::telemetry::genai::SPANS` (docs/reference/spans.md is
+/// rendered from it), carrying only the attributes listed there: the reference cannot miss what
+/// a run exports.
+fn documented(spans: &[&Span]) {
+    use ctxhost::telemetry::genai::SPANS;
+    for s in spans {
+        let def = SPANS
+            .iter()
+            .find(|d| match d.name.split_once('{') {
+                Some((prefix, _)) => s.name.starts_with(prefix),
+                None => s.name == d.name,
+            })
+            .unwrap_or_else(|| panic!("span `{}` is not in telemetry::genai::SPANS", s.name));
+        for a in &s.attributes {
+            assert!(
+                def.attributes.contains(&a.key.as_str()),
+                "span `{}`: attribute {} is not listed for `{}` in telemetry::genai::SPANS",
+                s.name,
+                a.key,
+                def.name
+            );
+        }
+    }
+}
+
 /// Issue 32: one trace for the run: the worker's `task run` span is the root, the task
 /// process's `invoke_agent` span its child, and every LLM call (`chat fake-model`, GenAI
 /// attributes and token counts equal to llm_calls.jsonl), tool call (`execute_tool`) and
@@ -169,6 +194,7 @@ fn a_task_run_is_one_trace_with_genai_spans() {
     );
     assert!(got.spans.iter().all(|(svc, _)| svc == "ctxhost-test"));
     let spans: Vec<&Span> = got.spans.iter().map(|(_, s)| s).collect();
+    documented(&spans);
     let agent: Vec<&&Span> = spans
         .iter()
         .filter(|s| s.name == "invoke_agent ctxhost")
@@ -430,6 +456,7 @@ fn a_strategy_side_call_is_a_chat_span_under_its_hook() {
 
     let got = got.lock().unwrap();
     let spans: Vec<&Span> = got.spans.iter().map(|(_, s)| s).collect();
+    documented(&spans);
     let agent = spans
         .iter()
         .find(|s| s.name == "invoke_agent ctxhost")

@@ -11,6 +11,7 @@
 //! and line, [`crate::ops::follow::Event`]).
 
 mod ask;
+pub mod docs;
 mod follow;
 mod init;
 mod lifecycle;
@@ -67,6 +68,7 @@ Examples:
   ctxhost serve                                  web dashboard on http://127.0.0.1:7878/
   ctxhost migrate --to postgres                  move tasks.db into $CTXHOST_DATABASE_URL
   ctxhost plugin check ./my-compressor.wasm
+  ctxhost config check                           check ./config.yaml as init and run load it
   ctxhost completions bash > ~/.local/share/bash-completion/completions/ctxhost
 
 A task UUID can be shortened to any unique prefix of at least 4 hex digits.
@@ -234,6 +236,12 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Print the JSON Schema of config.yaml, or check a config file.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Write the references generated from the code (docs/reference/).
+    #[command(hide = true, subcommand)]
+    Docs(DocsCommand),
     /// Run one task in this process (used by `ctxhost run`).
     #[command(hide = true)]
     TaskExec {
@@ -248,6 +256,38 @@ pub enum Command {
         /// The `llm` settings of the command that started this process.
         #[command(flatten)]
         llm: llm_flags::LlmFlags,
+    },
+}
+
+/// `ctxhost config …`
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the JSON Schema (draft 2020-12) of config.yaml: every key, its type, default and
+    /// meaning. `ctxhost init` writes it as config.schema.json beside the config.yaml it writes,
+    /// whose first line points editors (yaml-language-server) at it.
+    #[command(
+        after_help = "Examples:\n  ctxhost config schema > config.schema.json\n\n\
+        A config.yaml whose first line is `# yaml-language-server: $schema=config.schema.json` is\n\
+        checked by editors that use yaml-language-server (VS Code's YAML extension, Neovim, Helix)."
+    )]
+    Schema,
+    /// Check a config file (--config PATH, default config.yaml) as `init` and `run` load it,
+    /// with the same messages: unknown keys (with the closest known one), types, ranges.
+    #[command(
+        after_help = "Examples:\n  ctxhost config check\n  ctxhost config check --config prod.yaml\n\n\
+        Exit codes: 0 the file is valid; 2 it is missing or invalid (the message names the key)."
+    )]
+    Check,
+}
+
+/// `ctxhost docs …` (hidden: for the repository's own docs).
+#[derive(Debug, Subcommand)]
+pub enum DocsCommand {
+    /// Write the generated references (CLI, config keys and schema, metrics, spans) into DIR.
+    Gen {
+        /// The directory to write (created).
+        #[arg(value_name = "DIR", default_value = docs::REFERENCE_DIR)]
+        dir: PathBuf,
     },
 }
 
@@ -593,6 +633,26 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut out = std::io::stdout().lock();
             std::io::Write::write_all(&mut out, &script)
                 .and_then(|()| std::io::Write::flush(&mut out))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config(ConfigCommand::Schema) => {
+            let mut out = std::io::stdout().lock();
+            std::io::Write::write_all(&mut out, crate::config::schema::schema_text().as_bytes())
+                .and_then(|()| std::io::Write::flush(&mut out))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config(ConfigCommand::Check) => {
+            // The loader `init` and `run` use, so the same messages (exit 2 on any error).
+            let path = global.config_path();
+            Config::load_existing(&path)?;
+            out::outln!("{}: ok", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Docs(DocsCommand::Gen { dir }) => {
+            let cli = <Cli as clap::CommandFactory>::command();
+            for path in docs::write(&dir, &cli)? {
+                out::outln!("{}", path.display());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Run(args) => {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::Invalid;
 
 /// `context_storage`: where task contexts live and when they are compressed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ContextStorage {
     /// Keep file-based contexts (always true for now; `false` is rejected).

@@ -10,7 +10,7 @@ use super::{Config, Invalid};
 use crate::llm::TransportConfig;
 
 /// The LLM provider. Decides the default base URL, request format and API-key variable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
     /// api.openai.com (`/v1/chat/completions`, key from `OPENAI_API_KEY`).
@@ -133,7 +133,7 @@ impl FromStr for Provider {
 }
 
 /// `llm`: the provider and how to reach it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LlmConfig {
     /// The provider (decides the defaults of the other keys).
@@ -248,6 +248,22 @@ impl<'de> Deserialize<'de> for Thinking {
             }
         }
         d.deserialize_any(Visitor)
+    }
+}
+
+/// In the schema of config.yaml: a whole number of tokens, or the string `adaptive`.
+impl schemars::JsonSchema for Thinking {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Thinking".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "oneOf": [
+                {"type": "integer", "minimum": 0, "maximum": u32::MAX, "description": "a thinking budget in tokens"},
+                {"const": "adaptive", "description": "the model decides"}
+            ]
+        })
     }
 }
 

@@ -19,6 +19,7 @@
 //! tools:   {max_tool_output_tokens, call_timeout_secs, start_timeout_secs}
 //! sources: {github: {...}, gitlab: {...}}          # see sources (the task sources)
 //! ```
+//! [`schema`] is the JSON Schema of this file, derived from these types (`ctxhost config schema`).
 //! One module per section, each with its own validation: `context_storage`, `llm`, `plugins`,
 //! `process` (`runtime`, `agent`, `worker`), `task_store`, `sources`, `strategy` (`strategy`,
 //! `context_inheritance`); `mcp_servers` and `tools` in
@@ -37,6 +38,7 @@ mod process;
 pub(crate) mod remote;
 mod sources;
 mod strategy;
+pub mod schema;
 mod task_store;
 mod template;
 mod window;
@@ -113,7 +115,7 @@ impl Invalid {
 }
 
 /// The whole config file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// `context_storage`: where contexts live, compression.

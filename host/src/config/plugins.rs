@@ -9,7 +9,7 @@ use super::{Config, Invalid};
 
 /// `plugins`: which components implement the message store, compressor, request format and
 /// agent strategy. Each is `builtin:NAME` or a path to a `.wasm` component file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginsConfig {
     /// The message store (`builtin:NAME` or a path).

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::Invalid;
 
 /// The price of one model, US dollars per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPrice {
     /// Input (prompt) tokens not read from or written to the prompt cache.
@@ -36,7 +36,7 @@ pub struct ModelPrice {
 pub const MAX_PRICE: f64 = 1_000_000.0;
 
 /// `llm.pricing`: model name → [`ModelPrice`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct Pricing(pub BTreeMap<String, ModelPrice>);
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{Config, Invalid};
 
 /// `runtime`: limits of every component instance.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
     /// Linear memory limit per component instance, MiB (≥ 1).
@@ -27,7 +27,7 @@ impl Default for RuntimeConfig {
 }
 
 /// `agent`: the agent loop.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentConfig {
     /// First message of every task's context.
@@ -53,7 +53,7 @@ impl Default for AgentConfig {
 }
 
 /// `worker`: the `ctxhost run` process.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkerConfig {
     /// Task processes running at once (≥ 1).

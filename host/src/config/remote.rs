@@ -10,7 +10,7 @@ use super::Invalid;
 
 /// `context_storage.remote`: where task directories are kept besides each host's local
 /// working copy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RemoteConfig {
     /// `s3://BUCKET/PREFIX` (the prefix may be empty): objects of task `U` are under

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::Invalid;
 
 /// `sources`: each forge is optional; none configured means tasks come only from `submit`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SourcesConfig {
     /// `sources.github`: GitHub (or GitHub Enterprise) repositories.
@@ -106,7 +106,7 @@ impl std::fmt::Display for SourceKind {
 
 /// One forge's section (`sources.github` or `sources.gitlab`). GitHub lists `repos`, GitLab
 /// `projects`; everything else is shared.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SourceConfig {
     /// REST API root, without a trailing `/` (`None`: [`SourceKind::default_api_url`]).
@@ -186,7 +186,7 @@ impl SourceConfig {
             Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
             _ => anyhow::bail!(
                 "sources.{}.token_env: environment variable {var} is not set (it must hold a {} token; \
-                 see README, \"Running ctxhost as a GitHub or GitLab bot\")",
+                 see docs/forge-bot.md)",
                 kind.as_str(),
                 kind.display_name()
             ),

@@ -10,7 +10,7 @@ use super::{Config, Invalid};
 /// `strategy`: settings of the agent strategy. The typed keys are `builtin:plan-execute`'s;
 /// every strategy gets all of them, with `options` merged in, as one JSON object (WIT
 /// `strategy-config.settings`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StrategySection {
     /// Reflect on the plan after every this many model replies that called tools (and after
@@ -71,7 +71,7 @@ impl StrategySection {
 
 /// `context_inheritance`: a task submitted with the same task key as an earlier completed task
 /// starts from that task's final state (final answer, last summary, latest plan).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ContextInheritance {
     /// Inherit at all (`submit --no-inherit` turns it off for one task).

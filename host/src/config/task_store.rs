@@ -70,6 +70,34 @@ impl Serialize for TaskStoreConfig {
     }
 }
 
+/// In the schema of config.yaml: `sqlite`, or `{url_env: VARIABLE}`.
+impl schemars::JsonSchema for TaskStoreConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TaskStoreConfig".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "oneOf": [
+                {"const": "sqlite", "description": "contexts/tasks.db (one host)"},
+                {
+                    "type": "object",
+                    "description": "PostgreSQL, shared by workers on several hosts",
+                    "properties": {
+                        "url_env": {
+                            "type": "string",
+                            "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                            "description": "The environment variable holding the PostgreSQL URL (never the URL itself)."
+                        }
+                    },
+                    "required": ["url_env"],
+                    "additionalProperties": false
+                }
+            ]
+        })
+    }
+}
+
 impl TaskStoreConfig {
     /// Check the variable name; the error names the key.
     pub(super) fn validate(&self) -> Result<(), Invalid> {

@@ -4,6 +4,8 @@ use super::Config;
 
 impl Config {
     /// The commented default config that `ctxhost init` writes. Parses to [`Config::default`].
+    /// Its first line points editors at the schema `init` writes beside it
+    /// ([`super::schema::modeline`], [`super::schema::SCHEMA_FILE`]).
     pub fn default_yaml() -> String {
         let d = Config::default();
         let indent = |s: &str| {
@@ -21,8 +23,11 @@ impl Config {
         let summary = d.context_storage.summary_prompt.clone();
         let system = d.agent.system_prompt.clone();
         format!(
-            r#"# ctxhost configuration. Every key is optional; the values below are the defaults.
-# Unknown keys are errors. Paths are relative to the directory ctxhost runs in.
+            r#"{modeline}
+# ctxhost configuration. Every key is optional; the values below are the defaults.
+# Unknown keys are errors (`ctxhost config check` checks this file; config.schema.json beside it is
+# its JSON Schema, which the first line shows editors). Paths are relative to the directory
+# ctxhost runs in.
 
 context_storage:
   enabled: true
@@ -51,7 +56,7 @@ context_storage:
   # answers them from the task's full history (messages.jsonl, tool-results/, summaries.jsonl).
   recall: {recall}
   # Hosts without a shared filesystem: keep every task directory in an S3-compatible bucket too,
-  # contexts/ being each host's working copy (README, "Several hosts"). Credentials come only from
+  # contexts/ being each host's working copy (docs/scale-out.md). Credentials come only from
   # AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN), never from this file.
   # remote:
   #   url: s3://my-bucket/ctxhost
@@ -202,7 +207,7 @@ tools:
 # --once`, or `ctxhost run` every poll_interval_secs); the answer (or the error) is posted back as
 # one comment and the labels move: label -> processing_label -> done_label / failed_label
 # (paused_label while paused). Tokens come from the environment variable token_env, never from
-# this file. See README, "Running ctxhost as a GitHub or GitLab bot".
+# this file. See docs/forge-bot.md.
 sources: {{}}
 #  github:
 #    api_url: https://api.github.com      # GitHub Enterprise: https://HOST/api/v3
@@ -220,6 +225,7 @@ sources: {{}}
 #    projects: [group/project]
 #    # the same label keys and poll_interval_secs as github
 "#,
+            modeline = super::schema::modeline(super::schema::SCHEMA_FILE),
             tool_max = d.tools.max_tool_output_tokens,
             tool_call = d.tools.call_timeout_secs,
             tool_start = d.tools.start_timeout_secs,

@@ -124,6 +124,240 @@ fn tool_buckets() -> Histogram {
     ))
 }
 
+/// What kind of metric a [`Def`] is (its OpenMetrics type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A value that goes up and down (`gauge`).
+    Gauge,
+    /// A count that only grows (`counter`; exposed with the `_total` suffix).
+    Counter,
+    /// A distribution of durations (`histogram`; `_bucket`, `_sum`, `_count` series).
+    Histogram,
+}
+
+impl Kind {
+    /// The OpenMetrics type name (`# TYPE` line).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One metric as registered ([`Metrics`] registers every entry of [`DEFS`] from it) and as
+/// documented (docs/reference/metrics.md is rendered from [`DEFS`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Def {
+    /// The name it is registered under, without the unit and `_total` suffixes.
+    pub name: &'static str,
+    /// Its type.
+    pub kind: Kind,
+    /// Measured in seconds (the name gets `_seconds`).
+    pub seconds: bool,
+    /// Its label names, in the order of its label set.
+    pub labels: &'static [&'static str],
+    /// The `# HELP` text.
+    pub help: &'static str,
+    /// What it counts, for the reference (Markdown).
+    pub doc: &'static str,
+}
+
+impl Def {
+    /// The name a scrape shows: `ctxhost_tasks_started_total`, `ctxhost_llm_request_duration_seconds`.
+    pub fn exposed_name(&self) -> String {
+        let unit = if self.seconds { "_seconds" } else { "" };
+        let total = if self.kind == Kind::Counter { "_total" } else { "" };
+        format!("{}{unit}{total}", self.name)
+    }
+}
+
+/// `ctxhost_tasks`.
+pub const TASKS: Def = Def {
+    name: "ctxhost_tasks",
+    kind: Kind::Gauge,
+    seconds: false,
+    labels: &["status"],
+    help: "Tasks in the task store by status",
+    doc: "tasks in the store by status, read at scrape time",
+};
+/// `ctxhost_tasks_started`.
+pub const TASKS_STARTED: Def = Def {
+    name: "ctxhost_tasks_started",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &[],
+    help: "Task runs started by this worker's task processes",
+    doc: "task runs this worker's processes claimed",
+};
+/// `ctxhost_tasks_finished`.
+pub const TASKS_FINISHED: Def = Def {
+    name: "ctxhost_tasks_finished",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &["status"],
+    help: "Task runs ended, by the task's status after the run",
+    doc: "runs ended, by the task's status after the run (`completed`, `failed`, `stopped`, `paused`, `queued` = queued again after a crash)",
+};
+/// `ctxhost_llm_calls`.
+pub const LLM_CALLS: Def = Def {
+    name: "ctxhost_llm_calls",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &["model"],
+    help: "LLM calls that got an answer",
+    doc: "LLM calls that got an answer (agent loop, compressor, strategy)",
+};
+/// `ctxhost_llm_call_errors`.
+pub const LLM_CALL_ERRORS: Def = Def {
+    name: "ctxhost_llm_call_errors",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &["model"],
+    help: "LLM calls that failed",
+    doc: "LLM calls that failed",
+};
+/// `ctxhost_llm_tokens`.
+pub const LLM_TOKENS: Def = Def {
+    name: "ctxhost_llm_tokens",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &["model", "type"],
+    help: "Tokens of LLM calls by type (input, output, cache_read, cache_write, total)",
+    doc: "tokens: `input`, `output` (provider-reported), `cache_read`, `cache_write`, `total`",
+};
+/// `ctxhost_llm_request_duration`.
+pub const LLM_REQUEST_DURATION: Def = Def {
+    name: "ctxhost_llm_request_duration",
+    kind: Kind::Histogram,
+    seconds: true,
+    labels: &["model"],
+    help: "Wall time of LLM calls",
+    doc: "wall time of each LLM call",
+};
+/// `ctxhost_llm_cost_usd`.
+pub const LLM_COST_USD: Def = Def {
+    name: "ctxhost_llm_cost_usd",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &["model"],
+    help: "Cost of LLM calls in US dollars (models with llm.pricing only)",
+    doc: "cost in US dollars (models with `llm.pricing` only)",
+};
+/// `ctxhost_tool_calls`.
+pub const TOOL_CALLS: Def = Def {
+    name: "ctxhost_tool_calls",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &["tool", "status"],
+    help: "Tool calls",
+    doc: "tool calls (`success`, `error`)",
+};
+/// `ctxhost_tool_call_duration`.
+pub const TOOL_CALL_DURATION: Def = Def {
+    name: "ctxhost_tool_call_duration",
+    kind: Kind::Histogram,
+    seconds: true,
+    labels: &["tool"],
+    help: "Wall time of tool calls",
+    doc: "wall time of each tool call",
+};
+/// `ctxhost_compressions`.
+pub const COMPRESSIONS: Def = Def {
+    name: "ctxhost_compressions",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &["model"],
+    help: "Compressions of task contexts",
+    doc: "compressions of the context",
+};
+/// `ctxhost_tasks_recovered`.
+pub const TASKS_RECOVERED: Def = Def {
+    name: "ctxhost_tasks_recovered",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &["cause"],
+    help: "Running tasks recovered after their process was lost (crash, lease expired, fenced)",
+    doc: "running tasks recovered: `crash`, `fenced` (the process lost the database), `lease_expired` (taken over)",
+};
+/// `ctxhost_db_retries`.
+pub const DB_RETRIES: Def = Def {
+    name: "ctxhost_db_retries",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &["process"],
+    help: "Retries of database statements, of this process (worker) and of the task processes it ran (task)",
+    doc: "retried database statements (busy SQLite, unreachable PostgreSQL): `worker` = the scraped process itself, `task` = the task processes it ran",
+};
+/// `ctxhost_component_call_duration`.
+pub const COMPONENT_CALL_DURATION: Def = Def {
+    name: "ctxhost_component_call_duration",
+    kind: Kind::Histogram,
+    seconds: true,
+    labels: &["plugin", "function"],
+    help: "Wall time of calls into components (plugins), by component and WIT function",
+    doc: "wall time of each call into a component (its host calls, e.g. a compressor's LLM call, included), by component (`builtin:openai-chat`, a file's name) and WIT function (`write-request`, `compress`, `add-message`, `instantiation`, ...)",
+};
+/// `ctxhost_otel_spans_dropped`.
+pub const OTEL_SPANS_DROPPED: Def = Def {
+    name: "ctxhost_otel_spans_dropped",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &[],
+    help: "Spans of task processes never exported to the OpenTelemetry collector",
+    doc: "spans of the task processes that never reached the OpenTelemetry collector (queue full, collector refusing, unreachable or too slow)",
+};
+/// `ctxhost_results_published`.
+pub const RESULTS_PUBLISHED: Def = Def {
+    name: "ctxhost_results_published",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &[],
+    help: "Task results posted to their GitHub/GitLab item",
+    doc: "results posted to GitHub/GitLab items",
+};
+/// `ctxhost_publish_failures`.
+pub const PUBLISH_FAILURES: Def = Def {
+    name: "ctxhost_publish_failures",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &[],
+    help: "Failed attempts to publish a task's result",
+    doc: "failed attempts to publish a result",
+};
+/// `ctxhost_scrape_errors`.
+pub const SCRAPE_ERRORS: Def = Def {
+    name: "ctxhost_scrape_errors",
+    kind: Kind::Counter,
+    seconds: false,
+    labels: &[],
+    help: "Scrapes whose read of the task store failed",
+    doc: "scrapes whose read of the store failed",
+};
+
+/// Every metric, in the order a scrape lists them.
+pub const DEFS: &[Def] = &[
+    TASKS,
+    TASKS_STARTED,
+    TASKS_FINISHED,
+    LLM_CALLS,
+    LLM_CALL_ERRORS,
+    LLM_TOKENS,
+    LLM_REQUEST_DURATION,
+    LLM_COST_USD,
+    TOOL_CALLS,
+    TOOL_CALL_DURATION,
+    COMPRESSIONS,
+    TASKS_RECOVERED,
+    DB_RETRIES,
+    COMPONENT_CALL_DURATION,
+    OTEL_SPANS_DROPPED,
+    RESULTS_PUBLISHED,
+    PUBLISH_FAILURES,
+    SCRAPE_ERRORS,
+];
+
 /// Every metric of a process (module docs).
 pub struct Metrics {
     registry: Registry,
@@ -179,112 +413,41 @@ impl Metrics {
     fn new() -> Metrics {
         let mut r = Registry::default();
         let tasks = Family::<StatusLabel, Gauge>::default();
-        r.register(
-            "ctxhost_tasks",
-            "Tasks in the task store by status",
-            tasks.clone(),
-        );
+        register(&mut r, &TASKS, tasks.clone());
         let tasks_started = Counter::default();
-        r.register(
-            "ctxhost_tasks_started",
-            "Task runs started by this worker's task processes",
-            tasks_started.clone(),
-        );
+        register(&mut r, &TASKS_STARTED, tasks_started.clone());
         let tasks_finished = Family::<StatusLabel, Counter>::default();
-        r.register(
-            "ctxhost_tasks_finished",
-            "Task runs ended, by the task's status after the run",
-            tasks_finished.clone(),
-        );
+        register(&mut r, &TASKS_FINISHED, tasks_finished.clone());
         let llm_calls = Family::<ModelLabel, Counter>::default();
-        r.register(
-            "ctxhost_llm_calls",
-            "LLM calls that got an answer",
-            llm_calls.clone(),
-        );
+        register(&mut r, &LLM_CALLS, llm_calls.clone());
         let llm_errors = Family::<ModelLabel, Counter>::default();
-        r.register(
-            "ctxhost_llm_call_errors",
-            "LLM calls that failed",
-            llm_errors.clone(),
-        );
+        register(&mut r, &LLM_CALL_ERRORS, llm_errors.clone());
         let llm_tokens = Family::<TokenLabels, Counter>::default();
-        r.register(
-            "ctxhost_llm_tokens",
-            "Tokens of LLM calls by type (input, output, cache_read, cache_write, total)",
-            llm_tokens.clone(),
-        );
+        register(&mut r, &LLM_TOKENS, llm_tokens.clone());
         let llm_duration: Seconds = Family::new_with_constructor(llm_buckets);
-        r.register_with_unit(
-            "ctxhost_llm_request_duration",
-            "Wall time of LLM calls",
-            Unit::Seconds,
-            llm_duration.clone(),
-        );
+        register(&mut r, &LLM_REQUEST_DURATION, llm_duration.clone());
         let llm_cost = Family::<ModelLabel, Counter<f64, AtomicU64>>::default();
-        r.register(
-            "ctxhost_llm_cost_usd",
-            "Cost of LLM calls in US dollars (models with llm.pricing only)",
-            llm_cost.clone(),
-        );
+        register(&mut r, &LLM_COST_USD, llm_cost.clone());
         let tool_calls = Family::<ToolLabels, Counter>::default();
-        r.register("ctxhost_tool_calls", "Tool calls", tool_calls.clone());
+        register(&mut r, &TOOL_CALLS, tool_calls.clone());
         let tool_duration: ToolSeconds = Family::new_with_constructor(tool_buckets);
-        r.register_with_unit(
-            "ctxhost_tool_call_duration",
-            "Wall time of tool calls",
-            Unit::Seconds,
-            tool_duration.clone(),
-        );
+        register(&mut r, &TOOL_CALL_DURATION, tool_duration.clone());
         let compressions = Family::<ModelLabel, Counter>::default();
-        r.register(
-            "ctxhost_compressions",
-            "Compressions of task contexts",
-            compressions.clone(),
-        );
+        register(&mut r, &COMPRESSIONS, compressions.clone());
         let recovered = Family::<CauseLabel, Counter>::default();
-        r.register(
-            "ctxhost_tasks_recovered",
-            "Running tasks recovered after their process was lost (crash, lease expired, fenced)",
-            recovered.clone(),
-        );
+        register(&mut r, &TASKS_RECOVERED, recovered.clone());
         let db_retries = Family::<ProcessLabel, Counter>::default();
-        r.register(
-            "ctxhost_db_retries",
-            "Retries of database statements, of this process (worker) and of the task processes it ran (task)",
-            db_retries.clone(),
-        );
+        register(&mut r, &DB_RETRIES, db_retries.clone());
         let component_calls = ComponentCalls::default();
-        r.register_with_unit(
-            "ctxhost_component_call_duration",
-            "Wall time of calls into components (plugins), by component and WIT function",
-            Unit::Seconds,
-            component_calls.clone(),
-        );
+        register(&mut r, &COMPONENT_CALL_DURATION, component_calls.clone());
         let spans_dropped = Counter::default();
-        r.register(
-            "ctxhost_otel_spans_dropped",
-            "Spans of task processes never exported to the OpenTelemetry collector",
-            spans_dropped.clone(),
-        );
+        register(&mut r, &OTEL_SPANS_DROPPED, spans_dropped.clone());
         let published = Counter::default();
-        r.register(
-            "ctxhost_results_published",
-            "Task results posted to their GitHub/GitLab item",
-            published.clone(),
-        );
+        register(&mut r, &RESULTS_PUBLISHED, published.clone());
         let publish_failures = Counter::default();
-        r.register(
-            "ctxhost_publish_failures",
-            "Failed attempts to publish a task's result",
-            publish_failures.clone(),
-        );
+        register(&mut r, &PUBLISH_FAILURES, publish_failures.clone());
         let scrape_errors = Counter::default();
-        r.register(
-            "ctxhost_scrape_errors",
-            "Scrapes whose read of the task store failed",
-            scrape_errors.clone(),
-        );
+        register(&mut r, &SCRAPE_ERRORS, scrape_errors.clone());
         Metrics {
             registry: r,
             tasks,
@@ -425,6 +588,15 @@ impl prometheus_client::encoding::EncodeMetric for ComponentCalls {
     }
 }
 
+/// Register `metric` under `def`'s name, help and unit.
+fn register(r: &mut Registry, def: &Def, metric: impl prometheus_client::registry::Metric) {
+    if def.seconds {
+        r.register_with_unit(def.name, def.help, Unit::Seconds, metric);
+    } else {
+        r.register(def.name, def.help, metric);
+    }
+}
+
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
 /// This process's metrics.
@@ -444,4 +616,83 @@ pub fn render(db: Option<&Db>) -> String {
         m.scrape_errors.inc();
     }
     m.encode()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`DEFS`] (from which docs/reference/metrics.md is rendered) is what a scrape shows: the
+    /// same names, types and label names, in the same order.
+    #[test]
+    fn the_table_of_metrics_is_what_a_scrape_shows() {
+        let m = Metrics::new();
+        let s = |v: &str| v.to_string();
+        m.tasks.get_or_create(&StatusLabel { status: s("queued") }).set(1);
+        m.tasks_finished.get_or_create(&StatusLabel { status: s("failed") }).inc();
+        let model = ModelLabel { model: s("m") };
+        m.llm_calls.get_or_create(&model).inc();
+        m.llm_errors.get_or_create(&model).inc();
+        m.llm_tokens
+            .get_or_create(&TokenLabels { model: s("m"), r#type: s("input") })
+            .inc();
+        m.llm_duration.get_or_create(&model).observe(0.1);
+        m.llm_cost.get_or_create(&model).inc_by(0.5);
+        m.tool_calls
+            .get_or_create(&ToolLabels { tool: s("t"), status: s("success") })
+            .inc();
+        m.tool_duration.get_or_create(&ToolLabel { tool: s("t") }).observe(0.1);
+        m.compressions.get_or_create(&model).inc();
+        m.recovered.get_or_create(&CauseLabel { cause: s("crash") }).inc();
+        let mut buckets = vec![0; call_times::BOUNDS.len() + 1];
+        buckets[0] = 1;
+        m.component_calls.merge(&[CallTimes {
+            plugin: s("p"),
+            function: s("f"),
+            count: 1,
+            sum_seconds: 0.001,
+            buckets,
+        }]);
+        let text = m.encode();
+        let types: Vec<(String, String)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| {
+                let (name, kind) = l.split_once(' ').unwrap();
+                (name.to_string(), kind.to_string())
+            })
+            .collect();
+        let wanted: Vec<(String, String)> = DEFS
+            .iter()
+            .map(|d| {
+                // OpenMetrics names a counter family without its `_total`.
+                let exposed = d.exposed_name();
+                let family = exposed.strip_suffix("_total").unwrap_or(&exposed).to_string();
+                (family, d.kind.as_str().to_string())
+            })
+            .collect();
+        assert_eq!(types, wanted, "{text}");
+        for d in DEFS {
+            let name = d.exposed_name();
+            let sample = text
+                .lines()
+                .find(|l| {
+                    l.strip_prefix(name.as_str()).is_some_and(|rest| {
+                        ["{", " ", "_sum", "_count", "_bucket"]
+                            .iter()
+                            .any(|p| rest.starts_with(p))
+                    })
+                })
+                .unwrap_or_else(|| panic!("no sample of {}:\n{text}", d.exposed_name()));
+            let names: Vec<&str> = sample
+                .split_once('{')
+                .map(|(_, rest)| rest.split_once('}').map_or("", |(l, _)| l))
+                .unwrap_or("")
+                .split(',')
+                .filter_map(|kv| kv.split_once('=').map(|(k, _)| k))
+                .filter(|k| *k != "le")
+                .collect();
+            assert_eq!(names, d.labels, "{}: {sample}", d.exposed_name());
+        }
+    }
 }

@@ -18,7 +18,8 @@ pub struct Initialized {
     pub database: String,
 }
 
-/// Create what is missing, keep what exists. An existing `config_path` is loaded (and so
+/// Create what is missing, keep what exists. A config.yaml written now gets its JSON Schema
+/// beside it ([`crate::config::schema::SCHEMA_FILE`]). An existing `config_path` is loaded (and so
 /// validated) to find `context_storage.base_dir`; it is never overwritten (`llm` flags are
 /// then a usage error: they would be silently ignored). `contexts` overrides that directory.
 /// The contexts directory is created, never missing folders above it: a usage error naming it
@@ -59,6 +60,9 @@ pub fn init(
             std::fs::create_dir_all(dir)?;
         }
         crate::layout::atomic_write(config_path, yaml.as_bytes())?;
+        // The schema the config's first line names, beside it (editors read it offline).
+        let schema = config_path.with_file_name(crate::config::schema::SCHEMA_FILE);
+        crate::layout::atomic_write(&schema, crate::config::schema::schema_text().as_bytes())?;
     }
     layout.ensure()?;
     let db = super::open_store(&config, &layout)?;

@@ -15,7 +15,7 @@ pub fn connect(config: &Config) -> anyhow::Result<Sources> {
     if !config.sources.any() {
         return Err(usage(
             "no task sources configured: add sources.github or sources.gitlab to the config \
-             (see README, \"Running ctxhost as a GitHub or GitLab bot\")",
+             (see docs/forge-bot.md)",
         ));
     }
     Sources::connect(&config.sources)

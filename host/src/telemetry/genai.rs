@@ -9,8 +9,147 @@ use opentelemetry::trace::SpanKind;
 use super::Span;
 use crate::runtime::Usage;
 
+/// One kind of span as documented (docs/reference/spans.md is rendered from [`SPANS`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SpanDef {
+    /// Its name; `{model}`, `{name}`, `{hook}` stand for the part that varies.
+    pub name: &'static str,
+    /// The span it is a child of (Markdown).
+    pub parent: &'static str,
+    /// The attributes it may carry (keys of [`ATTRIBUTES`]).
+    pub attributes: &'static [&'static str],
+    /// What it covers (Markdown).
+    pub doc: &'static str,
+}
+
+/// One span attribute as documented.
+#[derive(Debug, Clone, Copy)]
+pub struct AttributeDef {
+    /// Its key.
+    pub key: &'static str,
+    /// What it holds (Markdown).
+    pub doc: &'static str,
+}
+
+/// Every span ctxhost exports. The telemetry tests check that every span a task run exports
+/// matches one of these names and carries only attributes listed here.
+pub const SPANS: &[SpanDef] = &[
+    SpanDef {
+        name: "task run",
+        parent: "— (the worker; one trace per task run)",
+        attributes: &["ctxhost.task.uuid", "ctxhost.worker.id"],
+        doc: "the worker's span for one task process; error status when the process exits badly",
+    },
+    SpanDef {
+        name: "invoke_agent ctxhost",
+        parent: "`task run` (passed to the task process in `TRACEPARENT`, W3C trace context)",
+        attributes: &[
+            OPERATION,
+            "gen_ai.agent.name",
+            "gen_ai.conversation.id",
+            "gen_ai.provider.name",
+            "gen_ai.request.model",
+            "ctxhost.task.uuid",
+            "ctxhost.task.status",
+        ],
+        doc: "the task process's run (`gen_ai.operation.name=invoke_agent`)",
+    },
+    SpanDef {
+        name: "chat {model}",
+        parent: "`invoke_agent`; a compressor's under its `compress`, a strategy's under its `strategy {hook}`",
+        attributes: &[
+            OPERATION,
+            "gen_ai.provider.name",
+            "gen_ai.request.model",
+            "gen_ai.response.model",
+            "gen_ai.usage.input_tokens",
+            "gen_ai.usage.output_tokens",
+            "gen_ai.usage.cache_read.input_tokens",
+            "gen_ai.usage.cache_creation.input_tokens",
+            "gen_ai.response.finish_reasons",
+            "gen_ai.output.messages",
+            "error.type",
+            "ctxhost.llm.purpose",
+        ],
+        doc: "one LLM call (span kind client, `gen_ai.operation.name=chat`)",
+    },
+    SpanDef {
+        name: "execute_tool {name}",
+        parent: "`invoke_agent`",
+        attributes: &[
+            OPERATION,
+            "gen_ai.tool.name",
+            "gen_ai.tool.call.id",
+            "gen_ai.tool.type",
+            "gen_ai.tool.call.arguments",
+            "gen_ai.tool.call.result",
+            "ctxhost.tool.status",
+            "error.type",
+        ],
+        doc: "one tool call (`gen_ai.operation.name=execute_tool`; `error.type=tool_error` when it failed)",
+    },
+    SpanDef {
+        name: "compress",
+        parent: "`invoke_agent` (current while the compressor runs: its LLM call is a child `chat` span, `ctxhost.llm.purpose=compressor`)",
+        attributes: &[
+            "ctxhost.compression.component",
+            "ctxhost.compression.tokens_before",
+            "ctxhost.compression.tokens_after",
+            "ctxhost.compression.messages_before",
+            "ctxhost.compression.messages_after",
+            "ctxhost.compression.summary_id",
+            "ctxhost.compression.after_overflow",
+            "error.type",
+        ],
+        doc: "one compression of the context; an error status when it failed",
+    },
+    SpanDef {
+        name: "strategy {hook}",
+        parent: "`invoke_agent`",
+        attributes: &["ctxhost.strategy.hook", "ctxhost.strategy.component"],
+        doc: "one call of the strategy's hook (`start`, `after-reply`, `after-tools`); the strategy's own LLM calls are its child `chat` spans (`ctxhost.llm.purpose=strategy`)",
+    },
+];
+
+/// Every span attribute ctxhost sets, named per the OpenTelemetry GenAI semantic conventions
+/// where they have one.
+pub const ATTRIBUTES: &[AttributeDef] = &[
+    AttributeDef { key: OPERATION, doc: "`invoke_agent`, `chat` or `execute_tool`" },
+    AttributeDef { key: "gen_ai.agent.name", doc: "`ctxhost`" },
+    AttributeDef { key: "gen_ai.conversation.id", doc: "the task's UUID" },
+    AttributeDef { key: "gen_ai.provider.name", doc: "`llm.provider` (`openai`, `anthropic`, `ollama`, ...)" },
+    AttributeDef { key: "gen_ai.request.model", doc: "`llm.model`" },
+    AttributeDef { key: "gen_ai.response.model", doc: "the model as the reply names it" },
+    AttributeDef { key: "gen_ai.usage.input_tokens", doc: "prompt tokens the provider reported" },
+    AttributeDef { key: "gen_ai.usage.output_tokens", doc: "completion tokens the provider reported" },
+    AttributeDef { key: "gen_ai.usage.cache_read.input_tokens", doc: "prompt tokens read from the provider's cache" },
+    AttributeDef { key: "gen_ai.usage.cache_creation.input_tokens", doc: "prompt tokens written to the provider's cache" },
+    AttributeDef { key: "gen_ai.response.finish_reasons", doc: "why the model stopped (an array of one)" },
+    AttributeDef { key: "gen_ai.output.messages", doc: "the model's reply (agent loop only), only with `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, the API key redacted" },
+    AttributeDef { key: "gen_ai.tool.name", doc: "the tool's name as offered to the model" },
+    AttributeDef { key: "gen_ai.tool.call.id", doc: "the tool call's id" },
+    AttributeDef { key: "gen_ai.tool.type", doc: "`function`" },
+    AttributeDef { key: "gen_ai.tool.call.arguments", doc: "the call's arguments, only with `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, the API key redacted" },
+    AttributeDef { key: "gen_ai.tool.call.result", doc: "the call's result, only with `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, the API key redacted" },
+    AttributeDef { key: "error.type", doc: "on failure: the provider's HTTP status code (e.g. `429`), or `timeout`, `connection_error`, `malformed_reply`, `context_overflow`, ...; `tool_error` for a tool call" },
+    AttributeDef { key: "ctxhost.task.uuid", doc: "the task's UUID" },
+    AttributeDef { key: "ctxhost.task.status", doc: "the task's status when the run ended" },
+    AttributeDef { key: "ctxhost.worker.id", doc: "the worker that started the task process (`host:pid:nonce`)" },
+    AttributeDef { key: "ctxhost.llm.purpose", doc: "`agent`, `compressor` or `strategy`" },
+    AttributeDef { key: "ctxhost.tool.status", doc: "`success` or `error`" },
+    AttributeDef { key: "ctxhost.compression.component", doc: "the compressor (`builtin:llm-summarizer`, a file's name)" },
+    AttributeDef { key: "ctxhost.compression.tokens_before", doc: "the context's estimated tokens before" },
+    AttributeDef { key: "ctxhost.compression.tokens_after", doc: "... and after" },
+    AttributeDef { key: "ctxhost.compression.messages_before", doc: "the context's messages before" },
+    AttributeDef { key: "ctxhost.compression.messages_after", doc: "... and after" },
+    AttributeDef { key: "ctxhost.compression.summary_id", doc: "the summary's id in summaries.jsonl, when one was made" },
+    AttributeDef { key: "ctxhost.compression.after_overflow", doc: "the provider said the context was too long" },
+    AttributeDef { key: "ctxhost.strategy.hook", doc: "`start`, `after-reply` or `after-tools`" },
+    AttributeDef { key: "ctxhost.strategy.component", doc: "the strategy (`builtin:react`, `builtin:plan-execute`, a file's name)" },
+];
+
 /// `gen_ai.operation.name`.
-const OPERATION: &str = "gen_ai.operation.name";
+pub const OPERATION: &str = "gen_ai.operation.name";
 
 /// The span of the task process's run: `invoke_agent ctxhost` for task `uuid`.
 pub fn agent_attributes(uuid: &str, provider: &str, model: &str) -> Vec<KeyValue> {
@@ -205,4 +344,29 @@ pub fn content(
 
 fn saturating(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_span_attribute_is_documented_once_and_used() {
+        let keys: Vec<&str> = ATTRIBUTES.iter().map(|a| a.key).collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), keys.len(), "an attribute listed twice");
+        for span in SPANS {
+            for a in span.attributes {
+                assert!(keys.contains(a), "{}: {a} is not in ATTRIBUTES", span.name);
+            }
+        }
+        for k in keys {
+            assert!(
+                SPANS.iter().any(|s| s.attributes.contains(&k)),
+                "{k} is on no span"
+            );
+        }
+    }
 }

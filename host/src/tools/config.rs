@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// The server sees only the environment in `env` plus the host's `PATH` and `HOME`: nothing
 /// else of the host's environment (in particular not the LLM API key) is passed on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// Program to run: a path, or a name looked up in `PATH`.
@@ -61,7 +61,7 @@ fn quote(s: &str) -> String {
 }
 
 /// The `tools` section of config.yaml. Every key has a default.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
     /// A tool result longer than this (estimated tokens, see `ctxhost_format::estimate_tokens`)
