@@ -145,7 +145,11 @@ fn every_shell_block_of_the_guide_is_run_or_says_why_not() {
     let mut ran = 0;
     for page in pages() {
         let doc = std::fs::read_to_string(&page).unwrap();
-        let name = page.strip_prefix(repo_root()).unwrap().display().to_string();
+        let name = page
+            .strip_prefix(repo_root())
+            .unwrap()
+            .display()
+            .to_string();
         let mut script = String::new();
         for b in blocks(&doc).into_iter().filter(|b| b.lang == "sh") {
             match b.marker.as_deref() {
@@ -154,7 +158,8 @@ fn every_shell_block_of_the_guide_is_run_or_says_why_not() {
                     ran += 1;
                 }
                 Some("<!-- javascript-commands -->") => {}
-                Some(m) if m.starts_with("<!-- not run: ") && m.len() > "<!-- not run:  -->".len() => {}
+                Some(m)
+                    if m.starts_with("<!-- not run: ") && m.len() > "<!-- not run:  -->".len() => {}
                 _ => unmarked.push(format!("{name}:{}", b.line)),
             }
         }
@@ -165,8 +170,14 @@ fn every_shell_block_of_the_guide_is_run_or_says_why_not() {
         let out = Sandbox::new(&llm.base_url()).run(&name, &script);
         // A page whose commands run tasks shows the model's answer.
         if script.contains("ctxhost ask") || script.contains("run --once") {
-            assert!(llm.request_count() > before, "{name}: no LLM request\n{out}");
-            assert!(out.contains("Done."), "{name}: the answer is not shown\n{out}");
+            assert!(
+                llm.request_count() > before,
+                "{name}: no LLM request\n{out}"
+            );
+            assert!(
+                out.contains("Done."),
+                "{name}: the answer is not shown\n{out}"
+            );
         }
     }
     assert!(
@@ -190,9 +201,16 @@ fn every_config_fragment_of_the_guide_is_valid_for_the_loader_and_the_schema() {
     let mut checked = 0;
     for page in pages() {
         let doc = std::fs::read_to_string(&page).unwrap();
-        let name = page.strip_prefix(repo_root()).unwrap().display().to_string();
+        let name = page
+            .strip_prefix(repo_root())
+            .unwrap()
+            .display()
+            .to_string();
         for b in blocks(&doc).into_iter().filter(|b| b.lang == "yaml") {
-            let first = b.text.lines().find(|l| !l.trim().is_empty() && !l.starts_with('#'));
+            let first = b
+                .text
+                .lines()
+                .find(|l| !l.trim().is_empty() && !l.starts_with('#'));
             let Some(first) = first else { continue };
             let Some(key) = first.strip_suffix(':').or(first.split(": ").next()) else {
                 continue;
@@ -205,7 +223,11 @@ fn every_config_fragment_of_the_guide_is_valid_for_the_loader_and_the_schema() {
                 panic!("{at}: the loader refuses it: {e}\n{}", b.text);
             }
             let errors = ctxhost::config::schema::schema_errors(&b.text);
-            assert!(errors.is_empty(), "{at}: the schema refuses it: {errors:?}\n{}", b.text);
+            assert!(
+                errors.is_empty(),
+                "{at}: the schema refuses it: {errors:?}\n{}",
+                b.text
+            );
             checked += 1;
         }
     }
@@ -252,7 +274,11 @@ fn config_check_and_the_schema_flag_the_same_bad_configs() {
             "regoin",
             "did you mean `region`?",
         ),
-        ("llm:\n  context_length: lots\n", "context_length", "llm.context_length"),
+        (
+            "llm:\n  context_length: lots\n",
+            "context_length",
+            "llm.context_length",
+        ),
         ("llm:\n  provider: gemini\n", "provider", "gemini"),
         ("task_store: postgres\n", "task_store", "url_env"),
         ("llm:\n  thinking: lots\n", "thinking", "adaptive"),
@@ -277,8 +303,16 @@ fn config_check_and_the_schema_flag_the_same_bad_configs() {
     assert_eq!(run.code(), Some(2));
     assert_eq!(check.stderr(), run.stderr());
     // A missing file named explicitly is an error, as for every command.
-    let missing = env.ctxhost(&["config", "check", "--config", "nope.yaml"]).fails();
-    assert!(missing.stderr().contains("nope.yaml: config file not found"), "{}", missing.stderr());
+    let missing = env
+        .ctxhost(&["config", "check", "--config", "nope.yaml"])
+        .fails();
+    assert!(
+        missing
+            .stderr()
+            .contains("nope.yaml: config file not found"),
+        "{}",
+        missing.stderr()
+    );
 }
 
 /// `init` writes config.schema.json beside the config.yaml it writes (the schema `config
@@ -296,8 +330,14 @@ fn init_writes_the_schema_beside_the_config_and_points_editors_at_it() {
     let printed = env.ctxhost(&["config", "schema"]).ok().stdout();
     assert_eq!(written, printed);
     let schema: serde_json::Value = serde_json::from_str(&printed).unwrap();
-    assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
-    assert!(jsonschema::meta::is_valid(&schema), "not a valid 2020-12 schema");
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    assert!(
+        jsonschema::meta::is_valid(&schema),
+        "not a valid 2020-12 schema"
+    );
     // The file it points at validates the config it heads.
     assert!(ctxhost::config::schema::schema_errors(&yaml).is_empty());
     assert!(Path::new(&env.root().join("conf/config.yaml")).exists());

@@ -23,7 +23,10 @@ pub fn files(cli: &clap::Command) -> Vec<(&'static str, String)> {
     vec![
         ("README.md", index()),
         ("cli.md", cli_markdown(cli)),
-        ("config.md", config_markdown(&crate::config::schema::schema())),
+        (
+            "config.md",
+            config_markdown(&crate::config::schema::schema()),
+        ),
         ("config.schema.json", crate::config::schema::schema_text()),
         ("metrics.md", metrics_markdown()),
         ("spans.md", spans_markdown()),
@@ -259,7 +262,12 @@ pub fn config_markdown(schema: &Value) -> String {
         let mut rows = Vec::new();
         if object_of(section).is_none() && map_values_of(section).is_none() {
             // A section that is one value (`task_store: sqlite | {url_env}`).
-            rows.push((name.clone(), type_of(section), default_of(section), String::new()));
+            rows.push((
+                name.clone(),
+                type_of(section),
+                default_of(section),
+                String::new(),
+            ));
         }
         key_rows(name, section, &mut rows);
         if rows.is_empty() {
@@ -267,8 +275,14 @@ pub fn config_markdown(schema: &Value) -> String {
         }
         out.push_str("| key | type | default | meaning |\n|---|---|---|---|\n");
         for (key, ty, default, meaning) in rows {
-            writeln!(out, "| `{key}` | {} | {} | {} |", cell(&ty), cell(&default), cell(&meaning))
-                .ok();
+            writeln!(
+                out,
+                "| `{key}` | {} | {} | {} |",
+                cell(&ty),
+                cell(&default),
+                cell(&meaning)
+            )
+            .ok();
         }
         out.push('\n');
     }
@@ -300,7 +314,12 @@ fn key_rows(path: &str, node: &Value, rows: &mut Vec<Row>) {
             let sub = format!("{path}.{key}");
             let nested = object_of(prop).is_some()
                 || map_values_of(prop).is_some_and(|v| object_of(v).is_some());
-            rows.push((sub.clone(), type_of(prop), default_of(prop), description(prop)));
+            rows.push((
+                sub.clone(),
+                type_of(prop),
+                default_of(prop),
+                description(prop),
+            ));
             if nested {
                 key_rows(&sub, prop, rows);
             }
@@ -339,12 +358,20 @@ fn default_of(node: &Value) -> String {
 /// The type of a key in words: `integer ≥ 0`, `string or null`, `` `sqlite` or object ``.
 fn type_of(node: &Value) -> String {
     if let Some(c) = node.get("const") {
-        return format!("`{}`", c.as_str().map_or_else(|| c.to_string(), str::to_string));
+        return format!(
+            "`{}`",
+            c.as_str().map_or_else(|| c.to_string(), str::to_string)
+        );
     }
     if let Some(values) = node.get("enum").and_then(Value::as_array) {
         return values
             .iter()
-            .map(|v| format!("`{}`", v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+            .map(|v| {
+                format!(
+                    "`{}`",
+                    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ");
     }
@@ -355,7 +382,11 @@ fn type_of(node: &Value) -> String {
     }
     let types: Vec<String> = match node.get("type") {
         Some(Value::String(t)) => vec![t.clone()],
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
         _ => return "any".to_string(),
     };
     types
@@ -385,7 +416,9 @@ fn type_of(node: &Value) -> String {
 
 fn metrics_markdown() -> String {
     let mut out = String::from("# Metrics reference\n\n");
-    out.push_str(&generated_note("`ctxhost::metrics::DEFS` (host/src/metrics)"));
+    out.push_str(&generated_note(
+        "`ctxhost::metrics::DEFS` (host/src/metrics)",
+    ));
     out.push_str(
         "\nServed by `ctxhost run --metrics-addr ADDR` and `ctxhost serve` at `/metrics` \
          (OpenMetrics text). How to scrape them, and what the counters add up to: \
@@ -443,7 +476,9 @@ mod tests {
     use super::*;
 
     fn repo_reference() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(REFERENCE_DIR)
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(REFERENCE_DIR)
     }
 
     /// The committed references are what the code generates now. `CTXHOST_BLESS=1` rewrites
@@ -478,7 +513,10 @@ mod tests {
         ] {
             assert!(md.contains(needle), "{needle} missing from cli.md:\n{md}");
         }
-        assert!(!md.contains("task-exec") && !md.contains("## `ctxhost docs"), "hidden commands are left out");
+        assert!(
+            !md.contains("task-exec") && !md.contains("## `ctxhost docs"),
+            "hidden commands are left out"
+        );
         let config = config_markdown(&crate::config::schema::schema());
         for needle in [
             "| `llm.context_length` | integer ≥ 0 | `8192` |",
@@ -487,10 +525,16 @@ mod tests {
             "| `sources.github.repos` | list of string |",
             "| `task_store` |",
         ] {
-            assert!(config.contains(needle), "{needle} missing from config.md:\n{config}");
+            assert!(
+                config.contains(needle),
+                "{needle} missing from config.md:\n{config}"
+            );
         }
         let metrics = metrics_markdown();
-        assert!(metrics.contains("| `ctxhost_llm_request_duration_seconds` | histogram | `model` |"), "{metrics}");
+        assert!(
+            metrics.contains("| `ctxhost_llm_request_duration_seconds` | histogram | `model` |"),
+            "{metrics}"
+        );
         assert!(spans_markdown().contains("| `chat {model}` |"));
     }
 }

@@ -136,12 +136,12 @@ mod tests {
     #[test]
     fn the_schema_is_draft_2020_12_and_closed_where_the_loader_is() {
         let s = schema();
-        assert_eq!(
-            s["$schema"],
-            "https://json-schema.org/draft/2020-12/schema"
-        );
+        assert_eq!(s["$schema"], "https://json-schema.org/draft/2020-12/schema");
         assert_eq!(s["additionalProperties"], false);
         assert_eq!(s["properties"]["llm"]["additionalProperties"], false);
-        assert_eq!(s["properties"]["llm"]["properties"]["context_length"]["default"], 8192);
+        assert_eq!(
+            s["properties"]["llm"]["properties"]["context_length"]["default"],
+            8192
+        );
     }
 }

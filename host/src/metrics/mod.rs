@@ -168,7 +168,11 @@ impl Def {
     /// The name a scrape shows: `ctxhost_tasks_started_total`, `ctxhost_llm_request_duration_seconds`.
     pub fn exposed_name(&self) -> String {
         let unit = if self.seconds { "_seconds" } else { "" };
-        let total = if self.kind == Kind::Counter { "_total" } else { "" };
+        let total = if self.kind == Kind::Counter {
+            "_total"
+        } else {
+            ""
+        };
         format!("{}{unit}{total}", self.name)
     }
 }
@@ -628,22 +632,40 @@ mod tests {
     fn the_table_of_metrics_is_what_a_scrape_shows() {
         let m = Metrics::new();
         let s = |v: &str| v.to_string();
-        m.tasks.get_or_create(&StatusLabel { status: s("queued") }).set(1);
-        m.tasks_finished.get_or_create(&StatusLabel { status: s("failed") }).inc();
+        m.tasks
+            .get_or_create(&StatusLabel {
+                status: s("queued"),
+            })
+            .set(1);
+        m.tasks_finished
+            .get_or_create(&StatusLabel {
+                status: s("failed"),
+            })
+            .inc();
         let model = ModelLabel { model: s("m") };
         m.llm_calls.get_or_create(&model).inc();
         m.llm_errors.get_or_create(&model).inc();
         m.llm_tokens
-            .get_or_create(&TokenLabels { model: s("m"), r#type: s("input") })
+            .get_or_create(&TokenLabels {
+                model: s("m"),
+                r#type: s("input"),
+            })
             .inc();
         m.llm_duration.get_or_create(&model).observe(0.1);
         m.llm_cost.get_or_create(&model).inc_by(0.5);
         m.tool_calls
-            .get_or_create(&ToolLabels { tool: s("t"), status: s("success") })
+            .get_or_create(&ToolLabels {
+                tool: s("t"),
+                status: s("success"),
+            })
             .inc();
-        m.tool_duration.get_or_create(&ToolLabel { tool: s("t") }).observe(0.1);
+        m.tool_duration
+            .get_or_create(&ToolLabel { tool: s("t") })
+            .observe(0.1);
         m.compressions.get_or_create(&model).inc();
-        m.recovered.get_or_create(&CauseLabel { cause: s("crash") }).inc();
+        m.recovered
+            .get_or_create(&CauseLabel { cause: s("crash") })
+            .inc();
         let mut buckets = vec![0; call_times::BOUNDS.len() + 1];
         buckets[0] = 1;
         m.component_calls.merge(&[CallTimes {
@@ -667,7 +689,10 @@ mod tests {
             .map(|d| {
                 // OpenMetrics names a counter family without its `_total`.
                 let exposed = d.exposed_name();
-                let family = exposed.strip_suffix("_total").unwrap_or(&exposed).to_string();
+                let family = exposed
+                    .strip_suffix("_total")
+                    .unwrap_or(&exposed)
+                    .to_string();
                 (family, d.kind.as_str().to_string())
             })
             .collect();

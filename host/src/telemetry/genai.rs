@@ -114,38 +114,134 @@ pub const SPANS: &[SpanDef] = &[
 /// Every span attribute ctxhost sets, named per the OpenTelemetry GenAI semantic conventions
 /// where they have one.
 pub const ATTRIBUTES: &[AttributeDef] = &[
-    AttributeDef { key: OPERATION, doc: "`invoke_agent`, `chat` or `execute_tool`" },
-    AttributeDef { key: "gen_ai.agent.name", doc: "`ctxhost`" },
-    AttributeDef { key: "gen_ai.conversation.id", doc: "the task's UUID" },
-    AttributeDef { key: "gen_ai.provider.name", doc: "`llm.provider` (`openai`, `anthropic`, `ollama`, ...)" },
-    AttributeDef { key: "gen_ai.request.model", doc: "`llm.model`" },
-    AttributeDef { key: "gen_ai.response.model", doc: "the model as the reply names it" },
-    AttributeDef { key: "gen_ai.usage.input_tokens", doc: "prompt tokens the provider reported" },
-    AttributeDef { key: "gen_ai.usage.output_tokens", doc: "completion tokens the provider reported" },
-    AttributeDef { key: "gen_ai.usage.cache_read.input_tokens", doc: "prompt tokens read from the provider's cache" },
-    AttributeDef { key: "gen_ai.usage.cache_creation.input_tokens", doc: "prompt tokens written to the provider's cache" },
-    AttributeDef { key: "gen_ai.response.finish_reasons", doc: "why the model stopped (an array of one)" },
-    AttributeDef { key: "gen_ai.output.messages", doc: "the model's reply (agent loop only), only with `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, the API key redacted" },
-    AttributeDef { key: "gen_ai.tool.name", doc: "the tool's name as offered to the model" },
-    AttributeDef { key: "gen_ai.tool.call.id", doc: "the tool call's id" },
-    AttributeDef { key: "gen_ai.tool.type", doc: "`function`" },
-    AttributeDef { key: "gen_ai.tool.call.arguments", doc: "the call's arguments, only with `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, the API key redacted" },
-    AttributeDef { key: "gen_ai.tool.call.result", doc: "the call's result, only with `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, the API key redacted" },
-    AttributeDef { key: "error.type", doc: "on failure: the provider's HTTP status code (e.g. `429`), or `timeout`, `connection_error`, `malformed_reply`, `context_overflow`, ...; `tool_error` for a tool call" },
-    AttributeDef { key: "ctxhost.task.uuid", doc: "the task's UUID" },
-    AttributeDef { key: "ctxhost.task.status", doc: "the task's status when the run ended" },
-    AttributeDef { key: "ctxhost.worker.id", doc: "the worker that started the task process (`host:pid:nonce`)" },
-    AttributeDef { key: "ctxhost.llm.purpose", doc: "`agent`, `compressor` or `strategy`" },
-    AttributeDef { key: "ctxhost.tool.status", doc: "`success` or `error`" },
-    AttributeDef { key: "ctxhost.compression.component", doc: "the compressor (`builtin:llm-summarizer`, a file's name)" },
-    AttributeDef { key: "ctxhost.compression.tokens_before", doc: "the context's estimated tokens before" },
-    AttributeDef { key: "ctxhost.compression.tokens_after", doc: "... and after" },
-    AttributeDef { key: "ctxhost.compression.messages_before", doc: "the context's messages before" },
-    AttributeDef { key: "ctxhost.compression.messages_after", doc: "... and after" },
-    AttributeDef { key: "ctxhost.compression.summary_id", doc: "the summary's id in summaries.jsonl, when one was made" },
-    AttributeDef { key: "ctxhost.compression.after_overflow", doc: "the provider said the context was too long" },
-    AttributeDef { key: "ctxhost.strategy.hook", doc: "`start`, `after-reply` or `after-tools`" },
-    AttributeDef { key: "ctxhost.strategy.component", doc: "the strategy (`builtin:react`, `builtin:plan-execute`, a file's name)" },
+    AttributeDef {
+        key: OPERATION,
+        doc: "`invoke_agent`, `chat` or `execute_tool`",
+    },
+    AttributeDef {
+        key: "gen_ai.agent.name",
+        doc: "`ctxhost`",
+    },
+    AttributeDef {
+        key: "gen_ai.conversation.id",
+        doc: "the task's UUID",
+    },
+    AttributeDef {
+        key: "gen_ai.provider.name",
+        doc: "`llm.provider` (`openai`, `anthropic`, `ollama`, ...)",
+    },
+    AttributeDef {
+        key: "gen_ai.request.model",
+        doc: "`llm.model`",
+    },
+    AttributeDef {
+        key: "gen_ai.response.model",
+        doc: "the model as the reply names it",
+    },
+    AttributeDef {
+        key: "gen_ai.usage.input_tokens",
+        doc: "prompt tokens the provider reported",
+    },
+    AttributeDef {
+        key: "gen_ai.usage.output_tokens",
+        doc: "completion tokens the provider reported",
+    },
+    AttributeDef {
+        key: "gen_ai.usage.cache_read.input_tokens",
+        doc: "prompt tokens read from the provider's cache",
+    },
+    AttributeDef {
+        key: "gen_ai.usage.cache_creation.input_tokens",
+        doc: "prompt tokens written to the provider's cache",
+    },
+    AttributeDef {
+        key: "gen_ai.response.finish_reasons",
+        doc: "why the model stopped (an array of one)",
+    },
+    AttributeDef {
+        key: "gen_ai.output.messages",
+        doc: "the model's reply (agent loop only), only with `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, the API key redacted",
+    },
+    AttributeDef {
+        key: "gen_ai.tool.name",
+        doc: "the tool's name as offered to the model",
+    },
+    AttributeDef {
+        key: "gen_ai.tool.call.id",
+        doc: "the tool call's id",
+    },
+    AttributeDef {
+        key: "gen_ai.tool.type",
+        doc: "`function`",
+    },
+    AttributeDef {
+        key: "gen_ai.tool.call.arguments",
+        doc: "the call's arguments, only with `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, the API key redacted",
+    },
+    AttributeDef {
+        key: "gen_ai.tool.call.result",
+        doc: "the call's result, only with `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, the API key redacted",
+    },
+    AttributeDef {
+        key: "error.type",
+        doc: "on failure: the provider's HTTP status code (e.g. `429`), or `timeout`, `connection_error`, `malformed_reply`, `context_overflow`, ...; `tool_error` for a tool call",
+    },
+    AttributeDef {
+        key: "ctxhost.task.uuid",
+        doc: "the task's UUID",
+    },
+    AttributeDef {
+        key: "ctxhost.task.status",
+        doc: "the task's status when the run ended",
+    },
+    AttributeDef {
+        key: "ctxhost.worker.id",
+        doc: "the worker that started the task process (`host:pid:nonce`)",
+    },
+    AttributeDef {
+        key: "ctxhost.llm.purpose",
+        doc: "`agent`, `compressor` or `strategy`",
+    },
+    AttributeDef {
+        key: "ctxhost.tool.status",
+        doc: "`success` or `error`",
+    },
+    AttributeDef {
+        key: "ctxhost.compression.component",
+        doc: "the compressor (`builtin:llm-summarizer`, a file's name)",
+    },
+    AttributeDef {
+        key: "ctxhost.compression.tokens_before",
+        doc: "the context's estimated tokens before",
+    },
+    AttributeDef {
+        key: "ctxhost.compression.tokens_after",
+        doc: "... and after",
+    },
+    AttributeDef {
+        key: "ctxhost.compression.messages_before",
+        doc: "the context's messages before",
+    },
+    AttributeDef {
+        key: "ctxhost.compression.messages_after",
+        doc: "... and after",
+    },
+    AttributeDef {
+        key: "ctxhost.compression.summary_id",
+        doc: "the summary's id in summaries.jsonl, when one was made",
+    },
+    AttributeDef {
+        key: "ctxhost.compression.after_overflow",
+        doc: "the provider said the context was too long",
+    },
+    AttributeDef {
+        key: "ctxhost.strategy.hook",
+        doc: "`start`, `after-reply` or `after-tools`",
+    },
+    AttributeDef {
+        key: "ctxhost.strategy.component",
+        doc: "the strategy (`builtin:react`, `builtin:plan-execute`, a file's name)",
+    },
 ];
 
 /// `gen_ai.operation.name`.
