@@ -26,6 +26,22 @@ fn pages() -> Vec<PathBuf> {
     pages
 }
 
+/// Each page ([`pages`]) by its path in the repository, with its fenced blocks.
+fn page_blocks() -> Vec<(String, Vec<Block>)> {
+    pages()
+        .into_iter()
+        .map(|page| {
+            let doc = std::fs::read_to_string(&page).unwrap();
+            let name = page
+                .strip_prefix(repo_root())
+                .unwrap()
+                .display()
+                .to_string();
+            (name, blocks(&doc))
+        })
+        .collect()
+}
+
 /// A fenced block: its language, the marker line before it (if any), its first line number and
 /// its text.
 struct Block {
@@ -143,15 +159,9 @@ fn every_shell_block_of_the_guide_is_run_or_says_why_not() {
     llm.set_default(Reply::text("Done.", Some((40, 4))));
     let mut unmarked = Vec::new();
     let mut ran = 0;
-    for page in pages() {
-        let doc = std::fs::read_to_string(&page).unwrap();
-        let name = page
-            .strip_prefix(repo_root())
-            .unwrap()
-            .display()
-            .to_string();
+    for (name, blocks) in page_blocks() {
         let mut script = String::new();
-        for b in blocks(&doc).into_iter().filter(|b| b.lang == "sh") {
+        for b in blocks.into_iter().filter(|b| b.lang == "sh") {
             match b.marker.as_deref() {
                 Some("<!-- run: checkout -->") => {
                     script.push_str(&b.text);
@@ -199,14 +209,8 @@ fn every_config_fragment_of_the_guide_is_valid_for_the_loader_and_the_schema() {
         .cloned()
         .collect();
     let mut checked = 0;
-    for page in pages() {
-        let doc = std::fs::read_to_string(&page).unwrap();
-        let name = page
-            .strip_prefix(repo_root())
-            .unwrap()
-            .display()
-            .to_string();
-        for b in blocks(&doc).into_iter().filter(|b| b.lang == "yaml") {
+    for (name, blocks) in page_blocks() {
+        for b in blocks.into_iter().filter(|b| b.lang == "yaml") {
             let first = b
                 .text
                 .lines()
