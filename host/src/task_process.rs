@@ -183,11 +183,14 @@ fn run_traced(
     // copy is not the latest, and the claim takes the manifest's next epoch (the fence).
     let remote = match remote_claim(config, layout, &db, &uuid, &worker_id, pid) {
         Ok(r) => r,
-        // The bucket could not be reached (or a pause or stop came while it was waited for):
-        // nothing was read or written, so the task is set aside as it is, resumable.
+        // The bucket could not be reached (or a pause or stop came while it was waited for),
+        // its store does not honour conditional writes, or this host's clock is off: nothing
+        // was read or written, so the task is set aside as it is, resumable.
         Err(e)
             if e.downcast_ref::<crate::remote::store::Unreachable>()
-                .is_some() =>
+                .is_some()
+                || e.downcast_ref::<crate::remote::fencing::Unfenced>().is_some()
+                || e.downcast_ref::<crate::remote::store::ClockSkew>().is_some() =>
         {
             heartbeat.stop();
             let msg = failure_text(config, &format!("{e:#}"));

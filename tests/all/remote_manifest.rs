@@ -59,6 +59,7 @@ fn store(url: &str) -> ctxhost::remote::Store {
         region: Some("us-east-1".into()),
         allow_http: true,
         retry_secs: 5,
+        unsafe_unfenced: false,
     };
     let b = object_store::aws::AmazonS3Builder::new()
         .with_access_key_id("ctxhost-test")
