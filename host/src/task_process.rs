@@ -45,6 +45,10 @@ pub enum Target {
     Next,
 }
 
+/// The log target of the line saying a task failed (`task failed: …`). `ask` turns it off in
+/// its task process: it prints the task's end (with the error) itself, once.
+pub const TASK_END_LOG: &str = "ctxhost::task_end";
+
 /// Run a task in this process: claim `target` for worker `worker_id` (`None`: this process
 /// is its own worker), run it, end it. Returns the task and the status it ended with, or
 /// `None` when this process got no task (not queued, claimed by another process first, or
@@ -168,7 +172,7 @@ fn run_traced(
     );
     let failed = |msg: String| {
         let msg = failure_text(config, &msg);
-        tracing::error!(%uuid, "task failed: {msg}");
+        tracing::error!(target: TASK_END_LOG, %uuid, "task failed: {msg}");
         db.with(|db| crate::task::finish(db, layout, &uuid, owner, Status::Failed, Some(&msg)))
             .map(|s| Some((uuid.clone(), s)))
     };
@@ -401,7 +405,7 @@ fn execute(
         }
         Err(e) => {
             let msg = failure_text(config, &format!("{e:#}"));
-            tracing::error!(%uuid, "task failed: {msg}");
+            tracing::error!(target: TASK_END_LOG, %uuid, "task failed: {msg}");
             ctx.fail(&msg)
         }
     }
