@@ -485,24 +485,28 @@ impl Render {
 mod tests {
     use super::*;
 
+    /// The error of a failed first LLM call.
+    const REFUSED: &str = "LLM call 1 failed: POST http://h/v1/chat/completions: refused";
+
+    /// LLM call 1, failed with `why`.
+    fn failed_call(why: &str) -> Event {
+        Event::LlmCall {
+            n: 1,
+            duration_ms: 7,
+            ok: false,
+            interrupted: false,
+            prompt_tokens: None,
+            completion_tokens: None,
+            error: Some(why.into()),
+        }
+    }
+
     #[test]
     fn a_failed_llm_call_is_said_once() {
         let mut r = Render::text(false);
         r.colour = false;
         let mut out = Vec::new();
-        r.write_event(
-            &mut out,
-            &Event::LlmCall {
-                n: 1,
-                duration_ms: 7,
-                ok: false,
-                interrupted: false,
-                prompt_tokens: None,
-                completion_tokens: None,
-                error: Some("LLM call 1 failed: POST http://h/v1/chat/completions: refused".into()),
-            },
-        )
-        .unwrap();
+        r.write_event(&mut out, &failed_call(REFUSED)).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "LLM call 1 failed: POST http://h/v1/chat/completions: refused\n"
@@ -596,17 +600,9 @@ mod tests {
         let mut r = Render::text(false);
         r.colour = false;
         let mut out = Vec::new();
-        let why = "LLM call 1 failed: POST http://h/v1/chat/completions: refused";
+        let why = REFUSED;
         for e in [
-            Event::LlmCall {
-                n: 1,
-                duration_ms: 7,
-                ok: false,
-                interrupted: false,
-                prompt_tokens: None,
-                completion_tokens: None,
-                error: Some(why.into()),
-            },
+            failed_call(why),
             Event::End {
                 uuid: "u".into(),
                 status: Status::Failed,
