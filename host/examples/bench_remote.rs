@@ -65,6 +65,7 @@ fn main() {
         region: Some("us-east-1".into()),
         allow_http: true,
         retry_secs: 30,
+        unsafe_unfenced: false,
     };
     let store = Arc::new(Store::open(&cfg).unwrap());
     let tmp = tempfile::tempdir().unwrap();

@@ -45,6 +45,10 @@ pub enum Target {
     Next,
 }
 
+/// The log target of the line saying a task failed (`task failed: …`). `ask` turns it off in
+/// its task process: it prints the task's end (with the error) itself, once.
+pub const TASK_END_LOG: &str = "ctxhost::task_end";
+
 /// Run a task in this process: claim `target` for worker `worker_id` (`None`: this process
 /// is its own worker), run it, end it. Returns the task and the status it ended with, or
 /// `None` when this process got no task (not queued, claimed by another process first, or
@@ -168,7 +172,7 @@ fn run_traced(
     );
     let failed = |msg: String| {
         let msg = failure_text(config, &msg);
-        tracing::error!(%uuid, "task failed: {msg}");
+        tracing::error!(target: TASK_END_LOG, %uuid, "task failed: {msg}");
         db.with(|db| crate::task::finish(db, layout, &uuid, owner, Status::Failed, Some(&msg)))
             .map(|s| Some((uuid.clone(), s)))
     };
@@ -183,11 +187,14 @@ fn run_traced(
     // copy is not the latest, and the claim takes the manifest's next epoch (the fence).
     let remote = match remote_claim(config, layout, &db, &uuid, &worker_id, pid) {
         Ok(r) => r,
-        // The bucket could not be reached (or a pause or stop came while it was waited for):
-        // nothing was read or written, so the task is set aside as it is, resumable.
+        // The bucket could not be reached (or a pause or stop came while it was waited for),
+        // its store does not honour conditional writes, or this host's clock is off: nothing
+        // was read or written, so the task is set aside as it is, resumable.
         Err(e)
             if e.downcast_ref::<crate::remote::store::Unreachable>()
-                .is_some() =>
+                .is_some()
+                || e.downcast_ref::<crate::remote::fencing::Unfenced>().is_some()
+                || e.downcast_ref::<crate::remote::store::ClockSkew>().is_some() =>
         {
             heartbeat.stop();
             let msg = failure_text(config, &format!("{e:#}"));
@@ -398,7 +405,7 @@ fn execute(
         }
         Err(e) => {
             let msg = failure_text(config, &format!("{e:#}"));
-            tracing::error!(%uuid, "task failed: {msg}");
+            tracing::error!(target: TASK_END_LOG, %uuid, "task failed: {msg}");
             ctx.fail(&msg)
         }
     }

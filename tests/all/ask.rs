@@ -564,3 +564,24 @@ crate::support::store::postgres_variants!(
     show_follow_prints_a_task_a_worker_runs_while_it_runs,
     completions_tasks_beyond_the_limit_config_key_suggestions_and_the_prompt_limit,
 );
+
+/// Issue 38: a failed `ask` prints its error once (it was printed three times: the LLM call's
+/// line, the task process's WARN and ERROR logs, and the end's `error:` line).
+#[test]
+fn a_failed_ask_prints_its_error_once() {
+    let port = crate::support::unused_port();
+    let env = TestEnv::new();
+    env.write_config(
+        &crate::support::config_yaml(&format!("http://127.0.0.1:{port}"), "openai", "")
+            .replace("max_retries: 2", "max_retries: 0"),
+    );
+    env.ctxhost(&["init"]).ok();
+    let out = env.ctxhost(&["ask", "Say ok"]).fails();
+    let printed = format!("{}{}", out.stdout(), out.stderr());
+    assert_eq!(
+        printed.matches("Connection refused").count(),
+        1,
+        "{printed}"
+    );
+    assert!(out.stdout().contains("failed in "), "{printed}");
+}

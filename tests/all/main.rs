@@ -40,6 +40,7 @@ mod plugin_try;
 mod provider_streams;
 mod reasoning;
 mod recall;
+mod remote_fencing;
 mod remote_hosts;
 mod remote_manifest;
 mod request_snapshots;

@@ -27,11 +27,19 @@ struct Received {
     spans: Vec<(String, Span)>,
     headers: Vec<HashMap<String, String>>,
     paths: Vec<String>,
+    /// Exports refused as too large (413), with their sizes.
+    refused: Vec<usize>,
 }
 
 /// An OTLP/HTTP receiver on `127.0.0.1:PORT`: decodes each `POST /v1/traces` body as an
 /// `ExportTraceServiceRequest` and answers 200.
 fn receiver() -> (String, Arc<Mutex<Received>>) {
+    receiver_limited(usize::MAX)
+}
+
+/// [`receiver`], refusing a body over `max_body` bytes with 413 (as a collector does with a
+/// request over its limit: the whole batch is lost).
+fn receiver_limited(max_body: usize) -> (String, Arc<Mutex<Received>>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = format!("http://{}", listener.local_addr().unwrap());
     let got = Arc::new(Mutex::new(Received::default()));
@@ -62,6 +70,14 @@ fn receiver() -> (String, Arc<Mutex<Received>>) {
                     let len: usize = headers["content-length"].parse().unwrap();
                     let mut body = vec![0; len];
                     r.read_exact(&mut body).unwrap();
+                    if len > max_body {
+                        g.lock().unwrap().refused.push(len);
+                        let mut w = stream.try_clone().unwrap();
+                        let _ = w.write_all(
+                            b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n",
+                        );
+                        continue;
+                    }
                     let req = ExportTraceServiceRequest::decode(&body[..]).expect("protobuf");
                     {
                         let mut g = g.lock().unwrap();
@@ -561,4 +577,51 @@ fn an_http_error_of_the_provider_is_the_chat_spans_error_type() {
     assert_eq!(chats.len(), 1, "one call, not retried (400)");
     assert_eq!(str_attr(chats[0], "error.type"), "400");
     assert_eq!(chats[0].status.as_ref().map(|s| s.code), Some(2));
+}
+
+/// Issue 38: a span attribute of 2 MiB (a reply, with content capture on) is cut to the
+/// attribute value limit, so the collector (refusing requests over 1 MiB here, as real ones
+/// refuse theirs) takes every batch: 4096 characters by default, `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`
+/// when set.
+#[test]
+fn a_huge_attribute_is_cut_so_the_collector_takes_its_batch() {
+    use crate::support::fake_llm::{FakeLlm, Reply};
+    let (endpoint, got) = receiver_limited(1 << 20);
+    let big = "x".repeat(2 << 20);
+    let llm = FakeLlm::start(vec![
+        Reply::text(big.clone(), Some((10, 2))),
+        Reply::text(big, Some((10, 2))),
+    ]);
+    let mut env = TestEnv::for_llm_unstreamed(&llm, "");
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    env.set_env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true");
+    let mut lengths = Vec::new();
+    for limit in [None, Some("1000")] {
+        if let Some(l) = limit {
+            env.set_env("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", l);
+        }
+        let uuid = env.submit("Say a lot.");
+        env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
+        assert_eq!(env.row(&uuid)["status"], "completed");
+        let g = got.lock().unwrap();
+        assert_eq!(g.refused, Vec::<usize>::new(), "the collector refused batches");
+        let mut chats: Vec<&Span> = g
+            .spans
+            .iter()
+            .map(|(_, s)| s)
+            .filter(|s| s.name.starts_with("chat "))
+            .collect();
+        chats.sort_by_key(|s| s.start_time_unix_nano);
+        let last = chats.last().expect("a chat span");
+        lengths.push(
+            str_attr(last, "gen_ai.output.messages")
+                .chars()
+                .count(),
+        );
+        assert!(
+            g.spans.iter().any(|(_, s)| s.name == "invoke_agent ctxhost"),
+            "the task's span was lost"
+        );
+    }
+    assert_eq!(lengths, [4096, 1000]);
 }

@@ -127,7 +127,17 @@ fn spawn_task_process(env: &Env, llm: &LlmFlags, uuid: &str) -> anyhow::Result<C
     if env.verbose > 0 {
         cmd.arg(format!("-{}", "v".repeat(env.verbose as usize)));
     } else if std::env::var_os("RUST_LOG").is_none() {
-        cmd.env("RUST_LOG", super::quiet_log_filter());
+        // The failures this command prints from the task's files (a failed LLM call, the
+        // task's end) are not logged again by its process.
+        cmd.env(
+            "RUST_LOG",
+            format!(
+                "{},{}=off,{}=off",
+                super::quiet_log_filter(),
+                crate::task_process::TASK_END_LOG,
+                crate::llm::transport::GAVE_UP_LOG
+            ),
+        );
     }
     cmd.args(["task-exec", uuid]).args(llm.to_args());
     cmd.stdin(Stdio::null())

@@ -615,7 +615,30 @@ pub(crate) fn preflight(env: &Env) -> anyhow::Result<()> {
         ));
     }
     crate::worker::preflight(&env.config, &env.layout)
-        .map_err(|e| usage(format!("{}{e:#}", env.config_file_prefix())))
+        .map_err(|e| usage(format!("{}{e:#}", env.config_file_prefix())))?;
+    remote_preflight(env)
+}
+
+/// With `context_storage.remote`: refuse a store that does not honour conditional writes
+/// ([`crate::remote::fencing::ensure`]) before any task runs. A store that cannot be reached
+/// now (one attempt) is left to each claim, which probes it too (and sets its task aside).
+fn remote_preflight(env: &Env) -> anyhow::Result<()> {
+    let Some(cfg) = env.config.context_storage.remote.as_ref() else {
+        return Ok(());
+    };
+    let once = crate::remote::RemoteConfig {
+        retry_secs: 0,
+        ..cfg.clone()
+    };
+    let store = crate::remote::Store::open(&once)?;
+    env.layout.ensure()?;
+    match crate::remote::fencing::ensure(&store, &env.layout) {
+        Err(e) if e.downcast_ref::<crate::remote::store::Unreachable>().is_some() => {
+            tracing::warn!("cannot probe the object store's conditional writes now: {e:#}");
+            Ok(())
+        }
+        r => r,
+    }
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -71,6 +71,8 @@ pub struct Render {
     streamed_reasoning: String,
     /// The final reply, when it was printed as it streamed (the end does not repeat it).
     answer_shown: Option<String>,
+    /// The error of the last failed LLM call printed (the end does not repeat it).
+    failure_shown: Option<String>,
     phase: Phase,
     /// A progress line is on stderr (to be cleared on a terminal).
     progress_shown: bool,
@@ -102,6 +104,7 @@ impl Render {
             streamed: String::new(),
             streamed_reasoning: String::new(),
             answer_shown: None,
+            failure_shown: None,
             phase: Phase::Model,
             progress_shown: false,
             progress_terminal: std::io::stderr().is_terminal(),
@@ -403,6 +406,7 @@ impl Render {
                     // The recorded error often says so itself: not twice.
                     let why = why.strip_prefix(head.as_str()).unwrap_or(why).trim_start();
                     writeln!(out, "{} {}", self.paint("31", &head), terminal(why))?;
+                    self.failure_shown = error.clone();
                 }
             }
             // Handled above (the progress line shows it).
@@ -452,8 +456,22 @@ impl Render {
                     thousands(*tokens),
                     count(*compressions, "compression"),
                 )?;
-                if let Some(e) = error {
-                    writeln!(out, "{} {}", self.paint("31", "error:"), terminal(e))?;
+                // The failed LLM call that ended the task was printed as it failed: only
+                // what the task's error adds to it (hints) is printed.
+                let seen = self.failure_shown.take();
+                let rest = match (error, &seen) {
+                    (Some(e), Some(f)) => e.strip_prefix(f.as_str()).map(str::trim_start),
+                    _ => None,
+                };
+                match (error, rest) {
+                    (Some(_), Some("")) => {}
+                    (Some(_), Some(rest)) => {
+                        writeln!(out, "{} {}", self.paint("31", "error:"), terminal(rest))?;
+                    }
+                    (Some(e), None) => {
+                        writeln!(out, "{} {}", self.paint("31", "error:"), terminal(e))?;
+                    }
+                    (None, _) => {}
                 }
                 writeln!(out, "task {uuid}")?;
             }
@@ -467,24 +485,28 @@ impl Render {
 mod tests {
     use super::*;
 
+    /// The error of a failed first LLM call.
+    const REFUSED: &str = "LLM call 1 failed: POST http://h/v1/chat/completions: refused";
+
+    /// LLM call 1, failed with `why`.
+    fn failed_call(why: &str) -> Event {
+        Event::LlmCall {
+            n: 1,
+            duration_ms: 7,
+            ok: false,
+            interrupted: false,
+            prompt_tokens: None,
+            completion_tokens: None,
+            error: Some(why.into()),
+        }
+    }
+
     #[test]
     fn a_failed_llm_call_is_said_once() {
         let mut r = Render::text(false);
         r.colour = false;
         let mut out = Vec::new();
-        r.write_event(
-            &mut out,
-            &Event::LlmCall {
-                n: 1,
-                duration_ms: 7,
-                ok: false,
-                interrupted: false,
-                prompt_tokens: None,
-                completion_tokens: None,
-                error: Some("LLM call 1 failed: POST http://h/v1/chat/completions: refused".into()),
-            },
-        )
-        .unwrap();
+        r.write_event(&mut out, &failed_call(REFUSED)).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "LLM call 1 failed: POST http://h/v1/chat/completions: refused\n"
@@ -569,5 +591,34 @@ mod tests {
         assert_eq!(thousands(-1000), "-1,000");
         assert_eq!(count(1, "tool call"), "1 tool call");
         assert_eq!(count(2, "tool call"), "2 tool calls");
+    }
+
+    /// Issue 38: a task that failed on its LLM call says the error once (the call's line), not
+    /// again at its end.
+    #[test]
+    fn the_error_of_a_task_that_failed_on_its_llm_call_is_printed_once() {
+        let mut r = Render::text(false);
+        r.colour = false;
+        let mut out = Vec::new();
+        let why = REFUSED;
+        for e in [
+            failed_call(why),
+            Event::End {
+                uuid: "u".into(),
+                status: Status::Failed,
+                answer: None,
+                error: Some(why.into()),
+                llm_calls: 0,
+                tool_calls: 0,
+                tokens: 0,
+                compressions: 0,
+                seconds: Some(0.1),
+            },
+        ] {
+            r.write_event(&mut out, &e).unwrap();
+        }
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.matches("refused").count(), 1, "{text}");
+        assert!(text.contains("failed in 0.1 s"), "{text}");
     }
 }

@@ -32,6 +32,11 @@ pub struct RemoteConfig {
     /// stop of the task ends the waiting at once. At most 3600; 0: no retry.
     #[serde(default = "default_retry_secs")]
     pub retry_secs: u64,
+    /// Run even when the store does not honour conditional writes (`If-Match`,
+    /// `If-None-Match`; probed at start, [`crate::remote::fencing`]): the fence between a
+    /// task's holders then does not hold. Off by default; warned about at every start.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsafe_unfenced: bool,
 }
 
 fn default_retry_secs() -> u64 {
@@ -227,6 +232,7 @@ mod tests {
             region: None,
             allow_http: false,
             retry_secs: default_retry_secs(),
+            unsafe_unfenced: false,
         }
     }
 

@@ -13,6 +13,11 @@ use super::redact::{Redactor, url_credentials, url_without_credentials};
 use super::retry::{INITIAL_BACKOFF, next_delay, parse_retry_after, should_retry};
 use crate::task_dir::TaskDir;
 
+/// The log target of the line saying a POST was given up (`llm POST failed; giving up`): the
+/// call's failure is recorded in llm_calls.jsonl, and `ask` prints it from there, so its task
+/// process turns this target off.
+pub const GAVE_UP_LOG: &str = "ctxhost::llm_gave_up";
+
 /// Most bytes of an error response read to find the provider's error message in it.
 const ERROR_BODY_BYTES: u64 = 64 * 1024;
 
@@ -535,6 +540,7 @@ impl Transport {
                     let out_of_time = deadline.is_some_and(|d| Instant::now() + delay >= d);
                     if !e.retryable() || attempt >= max_attempts || out_of_time {
                         tracing::warn!(
+                            target: GAVE_UP_LOG,
                             url = %shown, attempt, max_attempts, elapsed_ms,
                             error = %e.summary(), retryable = e.retryable(), out_of_time,
                             "llm POST failed; giving up"

@@ -60,6 +60,14 @@ pub struct TokenLabels {
     pub r#type: String,
 }
 
+/// The `tool` label of calls of tools the run did not offer (a name the model made up), and
+/// of offered tools beyond [`MAX_TOOL_LABELS`] names.
+pub const UNKNOWN_TOOL: &str = "unknown";
+
+/// Most distinct tool names labelled by one process (the series of `ctxhost_tool_calls_total`
+/// and `ctxhost_tool_call_duration_seconds` stay bounded whatever the servers offer).
+pub const MAX_TOOL_LABELS: usize = 256;
+
 /// Label set `{tool, status}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ToolLabels {
@@ -256,7 +264,7 @@ pub const TOOL_CALLS: Def = Def {
     seconds: false,
     labels: &["tool", "status"],
     help: "Tool calls",
-    doc: "tool calls (`success`, `error`)",
+    doc: "tool calls (`success`, `error`); `tool` is `unknown` for a name the run did not offer (made up by the model) and past 256 names",
 };
 /// `ctxhost_tool_call_duration`.
 pub const TOOL_CALL_DURATION: Def = Def {
@@ -385,10 +393,13 @@ pub struct Metrics {
     /// `ctxhost_llm_cost_usd_total{model}`: cost of the calls with `llm.pricing` set for
     /// their model (nothing counted without prices).
     pub llm_cost: Family<ModelLabel, Counter<f64, AtomicU64>>,
-    /// `ctxhost_tool_calls_total{tool,status}`: tool calls (tools.jsonl).
+    /// `ctxhost_tool_calls_total{tool,status}`: tool calls (tools.jsonl), `tool` from
+    /// [`Metrics::tool_label`] (the names a model makes up are `unknown`).
     pub tool_calls: Family<ToolLabels, Counter>,
     /// `ctxhost_tool_call_duration_seconds{tool}`: wall time of each tool call.
     pub tool_duration: ToolSeconds,
+    /// The tool names labelled so far (at most [`MAX_TOOL_LABELS`]).
+    tool_names: Mutex<std::collections::HashSet<String>>,
     /// `ctxhost_compressions_total{model}`: compressions of the context (rows).
     pub compressions: Family<ModelLabel, Counter>,
     /// `ctxhost_tasks_recovered_total{cause}`: tasks this process recovered.
@@ -464,6 +475,7 @@ impl Metrics {
             llm_cost,
             tool_calls,
             tool_duration,
+            tool_names: Mutex::default(),
             compressions,
             recovered,
             db_retries,
@@ -474,6 +486,27 @@ impl Metrics {
             publish_failures,
             scrape_errors,
         }
+    }
+
+    /// The `tool` label of a call of `name`: the name itself when the run `offered` it (a
+    /// configured MCP server's tool or a host tool) and fewer than [`MAX_TOOL_LABELS`] other
+    /// names were labelled before, else [`UNKNOWN_TOOL`]. Names a model makes up (or a
+    /// server offers by the thousand) so never add series.
+    pub fn tool_label(&self, name: &str, offered: bool) -> String {
+        if !offered {
+            return UNKNOWN_TOOL.to_string();
+        }
+        let Ok(mut names) = self.tool_names.lock() else {
+            return UNKNOWN_TOOL.to_string();
+        };
+        if names.contains(name) {
+            return name.to_string();
+        }
+        if names.len() >= MAX_TOOL_LABELS {
+            return UNKNOWN_TOOL.to_string();
+        }
+        names.insert(name.to_string());
+        name.to_string()
     }
 
     /// Set `ctxhost_tasks{status}` from the store (every status, zeros included).

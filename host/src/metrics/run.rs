@@ -12,7 +12,7 @@
 
 use std::io::BufReader;
 
-use ctxhost_format::files::{LLM_CALLS, TOOLS};
+use ctxhost_format::files::{LLM_CALLS, TOOL_DEFINITIONS, TOOLS};
 use ctxhost_format::jsonl::LineReader;
 use ctxhost_format::{CallLogLine, CallStatus, CallUsage, ToolLine, ToolStatus};
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,7 @@ use crate::db::TaskRow;
 use crate::layout::Layout;
 use crate::runtime::call_times::CallTimes;
 use crate::task_dir::TaskDir;
+use crate::tools::history::{HISTORY_READ, HISTORY_SEARCH};
 
 /// The longest line read from llm_calls.jsonl or tools.jsonl (longer ones are skipped).
 const MAX_LINE_BYTES: usize = 1 << 20;
@@ -203,6 +204,7 @@ pub fn account(
     if let Some(cost) = pricing.cost(&model, input, output, cache_read, cache_write) {
         m.llm_cost.get_or_create(&by_model).inc_by(cost);
     }
+    let offered = offered_tools(&dir);
     for_each_line(&dir, TOOLS, |line: ToolLine| {
         if !in_run(&line.timestamp) {
             return;
@@ -211,16 +213,43 @@ pub fn account(
             ToolStatus::Success => "success",
             ToolStatus::Error => "error",
         };
+        let tool = m.tool_label(&line.tool, offered.contains(line.tool.as_str()));
         m.tool_calls
             .get_or_create(&ToolLabels {
-                tool: line.tool.clone(),
+                tool: tool.clone(),
                 status: status.to_string(),
             })
             .inc();
         m.tool_duration
-            .get_or_create(&ToolLabel { tool: line.tool })
+            .get_or_create(&ToolLabel { tool })
             .observe(line.duration_ms as f64 / 1000.0);
     });
+}
+
+/// Largest tools.json read for the names of the offered tools.
+const MAX_TOOLS_JSON_BYTES: u64 = 8 << 20;
+
+/// The names of the tools the task offers: those in its tools.json (the configured MCP
+/// servers' tools as named for the model, written by the host) and the host's own tools.
+fn offered_tools(dir: &TaskDir) -> std::collections::HashSet<String> {
+    let mut names: std::collections::HashSet<String> = [HISTORY_SEARCH, HISTORY_READ]
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let defs = match dir.read_bounded(TOOL_DEFINITIONS, MAX_TOOLS_JSON_BYTES) {
+        Ok(b) => serde_json::from_slice::<Vec<serde_json::Value>>(&b).unwrap_or_default(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            tracing::warn!("metrics: cannot read {}: {e}", dir.show(TOOL_DEFINITIONS));
+            Vec::new()
+        }
+    };
+    names.extend(
+        defs.iter()
+            .filter_map(|t| t["function"]["name"].as_str())
+            .map(str::to_string),
+    );
+    names
 }
 
 /// Call `f` with each line of `name` in `dir` that parses as `T` (a torn or foreign line is
@@ -259,6 +288,7 @@ pub(crate) fn for_each_line<T: serde::de::DeserializeOwned>(
 mod tests {
     use super::*;
     use crate::layout::DirState;
+    use crate::metrics::{MAX_TOOL_LABELS, UNKNOWN_TOOL};
 
     const U: &str = "0193a4b2-1c3d-7e8f-9a0b-1c2d3e4f5a6b";
 
@@ -354,6 +384,11 @@ mod tests {
                 + "\n",
         )
         .unwrap();
+        std::fs::write(
+            dir.join("tools.json"),
+            r#"[{"type":"function","function":{"name":"read","parameters":{}}}]"#,
+        )
+        .unwrap();
         let mut row = crate::db::testing::task_row(U);
         row.status = crate::db::Status::Completed;
         row.model = Some("m".into());
@@ -396,5 +431,83 @@ mod tests {
         let text = m.encode();
         assert!(text.contains(r#"ctxhost_tasks_finished_total{status="completed"} 1"#));
         assert!(!text.contains("ctxhost_llm_calls_total{"), "{text}");
+    }
+
+    /// Issue 38: the series of the tool metrics stay as many however many names the model
+    /// makes up. 500 runs, each with a call of the offered tool `read`, of a host tool, and of
+    /// three names made up anew: the names not offered are all `unknown`.
+    #[test]
+    fn made_up_tool_names_never_add_series() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        layout.ensure().unwrap();
+        let m = Metrics::new();
+        let series = |text: &str| {
+            text.lines()
+                .filter(|l| {
+                    l.starts_with("ctxhost_tool_calls_total{")
+                        || l.starts_with("ctxhost_tool_call_duration_seconds_count{")
+                })
+                .count()
+        };
+        let mut counts = Vec::new();
+        for run in 0..500u32 {
+            let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+            let dir = layout.task_dir(DirState::Completed, &uuid);
+            crate::layout::create_private_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("tools.json"),
+                r#"[{"type":"function","function":{"name":"read","parameters":{}}}]"#,
+            )
+            .unwrap();
+            let made_up = || uuid::Uuid::new_v4().simple().to_string();
+            let lines: Vec<String> = ["read".to_string(), HISTORY_SEARCH.to_string()]
+                .into_iter()
+                .chain([made_up(), made_up(), made_up()])
+                .enumerate()
+                .map(|(i, name)| {
+                    format!(
+                        r#"{{"seq":{},"tool":"{name}","args":{{}},"status":"error","duration_ms":1,"timestamp":"2026-01-01T00:01:00.000Z"}}"#,
+                        i + 1
+                    )
+                })
+                .collect();
+            std::fs::write(dir.join("tools.jsonl"), lines.join("\n") + "\n").unwrap();
+            let mut row = crate::db::testing::task_row(&uuid);
+            row.status = crate::db::Status::Completed;
+            let start = RunStart {
+                claimed_at: "2026-01-01T00:00:30.000Z".into(),
+                ..RunStart::default()
+            };
+            account(&m, &layout, Some(&start), &row, &Pricing::default());
+            if run % 100 == 99 {
+                counts.push(series(&m.encode()));
+            }
+        }
+        let text = m.encode();
+        // {read, history_search, unknown} × error, for both metrics.
+        assert_eq!(counts, [6; 5], "{text}");
+        assert!(
+            text.lines().any(|l| l
+                == r#"ctxhost_tool_calls_total{tool="unknown",status="error"} 1500"#),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l == r#"ctxhost_tool_calls_total{tool="read",status="error"} 500"#),
+            "{text}"
+        );
+    }
+
+    /// An offered name is its own label until [`MAX_TOOL_LABELS`] names were; then `unknown`.
+    #[test]
+    fn offered_names_past_the_bound_are_unknown() {
+        let m = Metrics::new();
+        for i in 0..MAX_TOOL_LABELS {
+            assert_eq!(m.tool_label(&format!("t{i}"), true), format!("t{i}"));
+        }
+        assert_eq!(m.tool_label("t0", true), "t0");
+        assert_eq!(m.tool_label("one-more", true), UNKNOWN_TOOL);
+        assert_eq!(m.tool_label("made-up", false), UNKNOWN_TOOL);
     }
 }

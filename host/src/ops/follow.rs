@@ -406,14 +406,25 @@ struct Tail {
     /// longer starts with them was replaced (reply.stream of the next call, which may be
     /// longer than the last one by the next look) and is read from its start.
     head: Vec<u8>,
+    /// The highest line number returned. A record file (messages.jsonl, tools.jsonl, ...) that
+    /// is cut back or replaced is read again from its start, but only its lines past this one
+    /// are returned: what was shown is not shown again.
+    shown: u64,
 }
 
 /// Bytes of a followed file's start remembered to notice it was replaced ([`Tail::head`]).
 const HEAD_BYTES: usize = 256;
 
 impl Tail {
-    /// The whole lines appended to `name` in `dir` since the last call, with their line numbers.
-    fn read(&mut self, dir: &TaskDir, name: &str) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
+    /// The whole lines appended to `name` in `dir` since the last call, with their line
+    /// numbers. `records`: a record file, whose lines are returned once even when it is cut
+    /// back ([`Tail::shown`]); else (reply.stream) a replaced file is a new one, read whole.
+    fn read(
+        &mut self,
+        dir: &TaskDir,
+        name: &str,
+        records: bool,
+    ) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
         let Some(mut f) = dir.open_read_if_exists(name)? else {
             return Ok(Vec::new());
         };
@@ -427,6 +438,9 @@ impl Tail {
             self.offset = 0;
             self.line = 0;
             self.head.clear();
+            if !records {
+                self.shown = 0;
+            }
         }
         if len == self.offset {
             return Ok(Vec::new());
@@ -462,7 +476,10 @@ impl Tail {
                 continue;
             }
             self.line += 1;
-            out.push((self.line, l.to_vec()));
+            if self.line > self.shown {
+                self.shown = self.line;
+                out.push((self.line, l.to_vec()));
+            }
         }
         Ok(out)
     }
@@ -525,7 +542,7 @@ impl Follower {
             Err(e) => return Err(anyhow::anyhow!("cannot open {}: {e}", path.display())),
         };
         let read = |tail: &mut Tail, name: &str| {
-            tail.read(&dir, name)
+            tail.read(&dir, name, name != REPLY_STREAM)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.show(name)))
         };
         let mut events = Vec::new();
@@ -1167,5 +1184,44 @@ mod tests {
             }]
         );
         assert!(t.look().is_empty());
+    }
+
+    /// Issue 38: messages.jsonl cut back (a torn last line repaired, a copy put back) is not
+    /// shown again from its start: the follower goes on from the records it showed, by count.
+    #[test]
+    fn a_truncated_file_is_not_shown_again() {
+        let mut t = Running::new();
+        let line = |seq: u64, role: &str, text: &str| {
+            format!(
+                r#"{{"seq":{seq},"role":"{role}","content":"{text}","timestamp":"2026-01-01T00:00:0{seq}.000Z","tokens":1}}"#
+            ) + "\n"
+        };
+        let three = line(1, "user", "first") + &line(2, "assistant", "one") + &line(3, "user", "second");
+        std::fs::write(t.dir.join(MESSAGES), &three).unwrap();
+        assert_eq!(t.look().len(), 3);
+        // Cut back to its first two records, then the third and a fourth appended again.
+        std::fs::write(
+            t.dir.join(MESSAGES),
+            line(1, "user", "first") + &line(2, "assistant", "one"),
+        )
+        .unwrap();
+        assert_eq!(t.look(), []);
+        let mut m = std::fs::OpenOptions::new()
+            .append(true)
+            .open(t.dir.join(MESSAGES))
+            .unwrap();
+        std::io::Write::write_all(
+            &mut m,
+            (line(3, "user", "second") + &line(4, "assistant", "two")).as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            t.look(),
+            [Event::Reply {
+                seq: 4,
+                text: "two".into(),
+                is_final: true
+            }]
+        );
     }
 }

@@ -6,7 +6,9 @@
 //!   [`crate::config::RemoteConfig`];
 //! - [`manifest`]: the per-task manifest and the object keys (segments, blobs, indexes);
 //! - [`index`]: segment lists sealed into index objects, and read back;
-//! - [`store`]: blocking access to the bucket through `object_store`;
+//! - [`store`]: blocking access to the bucket through `object_store`; [`answers`]: what the
+//!   store's refusals say that `object_store` drops (`Retry-After`, `Date`);
+//! - [`fencing`]: the probe that the store honours conditional writes, else it is refused;
 //! - [`sync`]: sync up at a step boundary, fenced by the manifest's epoch and ETag;
 //! - [`download`]: a local directory made from a manifest;
 //! - [`view`]: task directories for reading (this host's copy when current, else a read-only
@@ -18,7 +20,9 @@
 //! The manifest this host last synced per task is kept in `contexts/.remote/{uuid}.json`, so a
 //! host that still has the latest copy does not download it again.
 
+pub mod answers;
 pub mod download;
+pub mod fencing;
 pub mod index;
 pub mod manifest;
 pub mod store;
@@ -162,6 +166,8 @@ impl TaskSync {
         holder: &str,
         dir: &Path,
     ) -> anyhow::Result<TaskSync> {
+        // The fence below holds only on a store that honours conditional writes.
+        fencing::ensure(&store, layout)?;
         let mut downloaded = 0;
         for _ in 0..CLAIM_ATTEMPTS {
             let remote = read_manifest(&store, uuid)?;

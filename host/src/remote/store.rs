@@ -4,14 +4,20 @@
 //! the [`Store`]; it must not be called from inside another tokio runtime.
 //!
 //! **Retries.** A request that fails for a reason that may pass (connection refused, a timeout,
-//! a 5xx answer: `object_store`'s `Generic` errors; the client itself retries twice within
-//! ~0.3 s) is tried again after 1, 2, 4, 8, then every 15 s, for at most
-//! `context_storage.remote.retry_secs` ([`RemoteConfig::retry_secs`], 120 by default): the
-//! attempts that fit are [`planned_attempts`]. Each retry is logged (`object store
-//! unreachable: ENDPOINT, retrying (n/N)`) and, in a task process, written to the task's wait
-//! note (`contexts/.remote/wait/{uuid}`, which `ask` and `show --follow` show instead of
-//! "waiting for the model"). A pause or stop of the task ends the waiting at once
-//! ([`Store::with_interrupt`]). Giving up is an [`Unreachable`] error.
+//! a 5xx answer such as `503 SlowDown`: `object_store`'s `Generic` errors; the client itself
+//! does not retry, so every wait is this module's) is tried again after a wait drawn at random
+//! between 0 and 1, 2, 4, 8, then 15 s ("full jitter", so hosts throttled together do not
+//! come back together), or after the store's `Retry-After` when its answer has one
+//! ([`super::answers`]), for at most `context_storage.remote.retry_secs`
+//! ([`RemoteConfig::retry_secs`], 120 by default): at most [`planned_attempts`] attempts. Each
+//! retry is logged (`object store unreachable: ENDPOINT, retrying (n/N)`) and, in a task
+//! process, written to the task's wait note (`contexts/.remote/wait/{uuid}`, which `ask` and
+//! `show --follow` show instead of "waiting for the model"). A pause or stop of the task ends
+//! the waiting at once ([`Store::with_interrupt`]). Giving up is an [`Unreachable`] error.
+//!
+//! **Clock skew.** A store that refuses a request as `RequestTimeTooSkewed` (this host's clock
+//! too far from its own for SigV4) fails it with a [`ClockSkew`] error saying by how much, from
+//! the answer's `Date`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,6 +30,7 @@ use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
 
+use super::answers::{Answers, Observing, Refusal};
 use super::manifest::MANIFEST;
 use crate::config::RemoteConfig;
 
@@ -43,6 +50,11 @@ pub struct Store {
     uploaded: AtomicU64,
     interrupt: Option<InterruptCheck>,
     wait_note: Option<PathBuf>,
+    /// Where the result of the conditional-write probe is kept: the endpoint as configured
+    /// (or AWS's own) and the bucket ([`super::fencing`]).
+    fencing_key: String,
+    /// `context_storage.remote.unsafe_unfenced`.
+    unsafe_unfenced: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -53,16 +65,13 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// The client's own retries inside one attempt: two, within ~0.3 s (a connection reset, one
-/// 503). Waiting longer is [`Store`]'s job, where it can be logged and interrupted.
+/// The client's own retries: none. Its backoff ignores `Retry-After` and drops the answer's
+/// headers; every wait is [`Store`]'s, where it honours `Retry-After`, is jittered, logged
+/// and interrupted.
 fn client_retry_config() -> object_store::RetryConfig {
     object_store::RetryConfig {
-        backoff: object_store::BackoffConfig {
-            init_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(1),
-            base: 2.0,
-        },
-        max_retries: 2,
+        backoff: object_store::BackoffConfig::default(),
+        max_retries: 0,
         retry_timeout: Duration::from_secs(5),
     }
 }
@@ -83,9 +92,22 @@ const FIRST_ATTEMPT_GRACE: Duration = Duration::from_secs(2);
 /// Times a download whose body broke off is started again.
 const BODY_TRIES: u32 = 3;
 
-/// The wait after failed attempt `n` (1-based): 1, 2, 4, 8 s, then 15 s.
+/// The longest wait after failed attempt `n` (1-based): 1, 2, 4, 8 s, then 15 s.
 pub fn retry_delay(n: u32) -> Duration {
     Duration::from_secs((1u64 << n.saturating_sub(1).min(6)).min(MAX_DELAY_SECS))
+}
+
+/// The wait after failed attempt `n`: drawn uniformly between 0 and [`retry_delay`]`(n)`
+/// ("full jitter"), in milliseconds.
+pub fn jittered_delay(n: u32) -> Duration {
+    let cap = retry_delay(n).as_millis() as u64;
+    let mut b = [0u8; 8];
+    // No randomness (it does not fail on Linux): the longest wait, as before jitter.
+    let r = match getrandom::fill(&mut b) {
+        Ok(()) => u64::from_le_bytes(b),
+        Err(_) => u64::MAX,
+    };
+    Duration::from_millis(r % (cap + 1))
 }
 
 /// Attempts a request gets within a retry budget of `budget` (the waits of [`retry_delay`]
@@ -123,6 +145,25 @@ pub struct Unreachable {
     pub why: String,
     /// The last error.
     pub last: String,
+}
+
+/// The store refused a request as `RequestTimeTooSkewed`: this host's clock and the store's
+/// differ by more than SigV4 allows (15 min on AWS). It will not pass by retrying.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "clock skew of {} against {endpoint} (server Date {}): {what} was refused as RequestTimeTooSkewed; set this host's clock (NTP)",
+    .skew_secs.map_or("unknown".to_string(), |s| format!("{s} s")),
+    .server_date.as_deref().unwrap_or("not sent")
+)]
+pub struct ClockSkew {
+    /// The endpoint (or the bucket URL when the endpoint is AWS's own).
+    pub endpoint: String,
+    /// The request.
+    pub what: String,
+    /// The store's clock minus this host's, seconds (from the answer's `Date`), if it said.
+    pub skew_secs: Option<i64>,
+    /// The answer's `Date` header as sent.
+    pub server_date: Option<String>,
 }
 
 /// Where a streamed download goes ([`Store::get_to`]).
@@ -168,6 +209,7 @@ impl Store {
             .map_err(|e| anyhow::anyhow!("context_storage.remote.url: {e}"))?;
         let mut b = b
             .with_retry(client_retry_config())
+            .with_http_connector(Observing)
             .with_bucket_name(&loc.bucket)
             .with_conditional_put(S3ConditionalPut::ETagMatch)
             .with_allow_http(cfg.allow_http);
@@ -198,6 +240,12 @@ impl Store {
             uploaded: AtomicU64::new(0),
             interrupt: None,
             wait_note: None,
+            fencing_key: format!(
+                "{} {}",
+                cfg.endpoint.as_deref().unwrap_or("aws"),
+                loc.bucket
+            ),
+            unsafe_unfenced: cfg.unsafe_unfenced,
         })
     }
 
@@ -306,7 +354,7 @@ impl Store {
     /// Run the request `op` makes (`what`, for messages), retrying it while it fails for a
     /// reason that may pass (see the module's doc). `Ok(Err(e))`: it failed for a reason that
     /// will not pass (not found, precondition failed, access denied), for the caller to judge;
-    /// `Err`: [`Unreachable`].
+    /// `Err`: [`Unreachable`], or [`ClockSkew`].
     fn call<T, F, Fut>(
         &self,
         what: &dyn Fn() -> String,
@@ -320,10 +368,30 @@ impl Store {
         let started = Instant::now();
         let mut attempt = 1u32;
         let mut last = String::from("no answer yet");
+        let answers = Answers::default();
+        let mut why = None;
         let gave_up = loop {
-            match self.drive(op(), attempt > 1) {
+            answers.clear();
+            let refusal = || answers.last().unwrap_or_default();
+            let retry_after = match self.drive(answers.scope(op()), attempt > 1) {
                 None => break true,
-                Some(Err(e @ object_store::Error::Generic { .. })) => last = e.to_string(),
+                Some(Err(e @ object_store::Error::Generic { .. })) => {
+                    last = e.to_string();
+                    refusal().retry_after
+                }
+                Some(Err(e)) if e.to_string().contains("RequestTimeTooSkewed") => {
+                    self.note(None);
+                    let Refusal {
+                        date, skew_secs, ..
+                    } = refusal();
+                    return Err(ClockSkew {
+                        endpoint: self.endpoint.clone(),
+                        what: what(),
+                        skew_secs,
+                        server_date: date,
+                    }
+                    .into());
+                }
                 Some(done) => {
                     if attempt > 1 {
                         self.note(None);
@@ -331,34 +399,51 @@ impl Store {
                     }
                     return Ok(done);
                 }
-            }
+            };
             if attempt >= planned || started.elapsed() >= self.retry {
                 break false;
             }
             if self.interrupt_requested() {
                 break true;
             }
+            // The store's Retry-After (a 503 SlowDown) when it said, else a jittered wait.
+            let delay = retry_after.unwrap_or_else(|| jittered_delay(attempt));
+            if retry_after.is_some() && started.elapsed() + delay > self.retry {
+                why = Some(format!(
+                    "the store asked to wait {} s (Retry-After), past context_storage.remote.retry_secs ({})",
+                    delay.as_secs(),
+                    self.retry.as_secs()
+                ));
+                break false;
+            }
             attempt += 1;
             let line = format!(
                 "object store unreachable: {}, retrying ({attempt}/{planned})",
                 self.endpoint
             );
-            tracing::warn!("{line}: {}: {last}", what());
+            match retry_after {
+                Some(d) => tracing::warn!(
+                    "{line} in {:.1} s (the store's Retry-After): {}: {last}",
+                    d.as_secs_f64(),
+                    what()
+                ),
+                None => tracing::warn!("{line}: {}: {last}", what()),
+            }
             self.note(Some(&line));
-            if !self.wait(retry_delay(attempt - 1)) {
+            if !self.wait(delay) {
                 break true;
             }
         };
         if attempt > 1 {
             self.note(None);
         }
-        let why = if gave_up {
-            "the task was asked to pause or stop".to_string()
-        } else {
-            format!(
+        let why = match why {
+            Some(w) => w,
+            None if gave_up => "the task was asked to pause or stop".to_string(),
+            None => format!(
                 "context_storage.remote.retry_secs is {}",
                 self.retry.as_secs()
-            )
+            ),
         };
         Err(Unreachable {
             endpoint: self.endpoint.clone(),
@@ -498,6 +583,70 @@ impl Store {
             | Err(object_store::Error::AlreadyExists { .. }) => Ok(Written::Conflict),
             Err(e) => Err(anyhow::Error::new(e))
                 .with_context(|| format!("cannot write {path} to {}", self.url)),
+        }
+    }
+
+    /// The endpoint as configured (AWS's own: `aws`) and the bucket: what the result of the
+    /// conditional-write probe is kept under ([`super::fencing`]).
+    pub fn fencing_key(&self) -> &str {
+        &self.fencing_key
+    }
+
+    /// `context_storage.remote.unsafe_unfenced`.
+    pub fn unsafe_unfenced(&self) -> bool {
+        self.unsafe_unfenced
+    }
+
+    /// `PREFIX/.ctxhost-probe/{name}`: a key outside every task's, for [`super::fencing`].
+    fn probe_path(&self, name: &str) -> ObjectPath {
+        if self.prefix.is_empty() {
+            ObjectPath::from(format!(".ctxhost-probe/{name}"))
+        } else {
+            ObjectPath::from(format!("{}/.ctxhost-probe/{name}", self.prefix))
+        }
+    }
+
+    /// PUT a small body at probe key `name` with `mode` ([`super::fencing`]): its ETag, or
+    /// the store's refusal (`Ok(Err(_))`: 412 is `Precondition` or `AlreadyExists`).
+    pub(super) fn probe_put(
+        &self,
+        name: &str,
+        mode: PutMode,
+    ) -> anyhow::Result<Result<Option<String>, object_store::Error>> {
+        let path = self.probe_path(name);
+        let what = || format!("PUT {path} (probe of conditional writes)");
+        let payload = PutPayload::from_static(b"ctxhost probe of conditional writes\n");
+        Ok(self
+            .call(&what, || {
+                let opts = PutOptions {
+                    mode: mode.clone(),
+                    ..PutOptions::default()
+                };
+                self.s3.put_opts(&path, payload.clone(), opts)
+            })?
+            .map(|r| r.e_tag))
+    }
+
+    /// Whether probe key `name` exists.
+    pub(super) fn probe_exists(&self, name: &str) -> anyhow::Result<bool> {
+        let path = self.probe_path(name);
+        let what = || format!("HEAD {path}");
+        match self.call(&what, || self.s3.head(&path))? {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(anyhow::Error::new(e))
+                .with_context(|| format!("cannot read {path} in {}", self.url)),
+        }
+    }
+
+    /// Delete probe key `name` (gone already: fine).
+    pub(super) fn probe_delete(&self, name: &str) -> anyhow::Result<()> {
+        let path = self.probe_path(name);
+        let what = || format!("DELETE {path}");
+        match self.call(&what, || self.s3.delete(&path))? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(anyhow::Error::new(e))
+                .with_context(|| format!("cannot delete {path} from {}", self.url)),
         }
     }
 

@@ -24,6 +24,7 @@ pub(super) fn test_store() -> Arc<Store> {
         region: Some("us-east-1".into()),
         allow_http: true,
         retry_secs: 30,
+        unsafe_unfenced: false,
     };
     let b = object_store::aws::AmazonS3Builder::new()
         .with_access_key_id("ctxhost-test")

@@ -11,10 +11,13 @@
 //! Variables: `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (on),
 //! `OTEL_SDK_DISABLED=true` (off whatever else is set), `OTEL_SERVICE_NAME` (default
 //! `ctxhost`), `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_EXPORTER_OTLP_HEADERS` (sent, never logged),
-//! `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` (message contents on the spans).
+//! `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` (message contents on the spans),
+//! `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT` / `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT` (attribute
+//! values cut to that many characters, 4096 by default: [`limits`]).
 
 pub mod genai;
 pub mod http;
+pub mod limits;
 pub mod probe;
 
 use std::collections::HashMap;
@@ -137,6 +140,8 @@ impl Drop for Telemetry {
 struct Counting<P> {
     inner: P,
     tally: Arc<Tally>,
+    /// Characters an attribute value keeps ([`limits::value_length_limit`]).
+    value_limit: usize,
 }
 
 impl<P: SpanProcessor> SpanProcessor for Counting<P> {
@@ -144,8 +149,9 @@ impl<P: SpanProcessor> SpanProcessor for Counting<P> {
         self.inner.on_start(span, cx);
     }
 
-    fn on_end(&self, span: SpanData) {
+    fn on_end(&self, mut span: SpanData) {
         self.tally.ended.fetch_add(1, Ordering::Relaxed);
+        limits::bound_span(&mut span, self.value_limit);
         self.inner.on_end(span);
     }
 
@@ -233,6 +239,7 @@ pub fn init() -> Option<Telemetry> {
     let processor = Counting {
         inner: opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter).build(),
         tally: tally.clone(),
+        value_limit: limits::value_length_limit(),
     };
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)

@@ -4,6 +4,8 @@
 //!   [`anthropic_api`]: its Anthropic side (the API's checks, prompt-cache accounting).
 //! - [`fake_forge`]: a fake GitHub and a fake GitLab REST API on 127.0.0.1 (issues, pull/merge
 //!   requests, comments, labels, pagination, rate limits), recording every call.
+//! - [`fake_s3`]: a fake S3 (PUT/GET/HEAD/DELETE/list) that honours or ignores each
+//!   conditional write, and can throttle (`503 SlowDown`) or refuse for clock skew.
 //! - [`hosts`]: the multi-host harness (workers as separate hosts, the two-step fake LLM, a
 //!   queue filled through the library).
 //! - [`http`]: the HTTP/1.1 plumbing both fakes share (accepting connections, reading a request,
@@ -36,6 +38,7 @@ pub mod conformance;
 pub mod dashboard;
 pub mod fake_forge;
 pub mod fake_llm;
+pub mod fake_s3;
 pub mod hosts;
 pub mod http;
 pub mod openai_api;
