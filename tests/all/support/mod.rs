@@ -1,7 +1,8 @@
 //! Shared fixtures of the integration tests (`tests/all/`, one test binary).
 //!
 //! - [`fake_llm`]: a fake OpenAI/Ollama/Anthropic server on 127.0.0.1 with scripted replies;
-//!   [`anthropic_api`]: its Anthropic side (the API's checks, prompt-cache accounting).
+//!   [`anthropic_api`]: its Anthropic side (the API's checks, prompt-cache accounting);
+//!   [`api_schema`]: the APIs' official request schemas every request is validated against.
 //! - [`fake_forge`]: a fake GitHub and a fake GitLab REST API on 127.0.0.1 (issues, pull/merge
 //!   requests, comments, labels, pagination, rate limits), recording every call.
 //! - [`hosts`]: the multi-host harness (workers as separate hosts, the two-step fake LLM, a
@@ -31,6 +32,7 @@
 //! ```
 
 pub mod anthropic_api;
+pub mod api_schema;
 pub mod components;
 pub mod conformance;
 pub mod dashboard;
