@@ -396,7 +396,9 @@ fn anthropic_thinking_env(llm: &FakeLlm, stream: bool) -> TestEnv {
     let env = TestEnv::new();
     let yaml = config_yaml(&llm.base_url(), "anthropic", "").replace(
         "max_backoff_secs: 2",
-        &format!("max_backoff_secs: 1\n  stream: {stream}\n  max_output_tokens: 4096\n  thinking: 2048\n"),
+        &format!(
+            "max_backoff_secs: 1\n  stream: {stream}\n  max_output_tokens: 4096\n  thinking: 2048\n"
+        ),
     );
     env.write_config(&yaml);
     env.ctxhost(&["init"]).ok();
@@ -424,9 +426,11 @@ fn interleaved_content() -> Vec<Value> {
 fn interleaved_anthropic_thinking_is_sent_back_in_its_order(stream: bool) {
     let content = interleaved_content();
     let llm = FakeLlm::start(vec![
-        Reply::json(json!({"id": "msg_i", "type": "message", "role": "assistant",
+        Reply::json(
+            json!({"id": "msg_i", "type": "message", "role": "assistant",
             "model": "claude-fake", "content": content, "stop_reason": "tool_use",
-            "usage": {"input_tokens": 10, "output_tokens": 20}})),
+            "usage": {"input_tokens": 10, "output_tokens": 20}}),
+        ),
         Reply::text("Done.", Some((30, 5))),
     ]);
     let env = anthropic_thinking_env(&llm, stream);
@@ -518,10 +522,12 @@ fn interleaved_responses_reasoning_is_sent_back_in_its_order(stream: bool) {
     };
     let output = vec![rs("rs_a"), fc("call_a"), rs("rs_b"), fc("call_b")];
     let llm = FakeLlm::start(vec![
-        Reply::json(json!({"id": "resp_i", "object": "response", "created_at": 1,
+        Reply::json(
+            json!({"id": "resp_i", "object": "response", "created_at": 1,
             "status": "completed", "error": null, "incomplete_details": null,
             "model": "o4-mini", "output": output,
-            "usage": {"input_tokens": 10, "output_tokens": 20, "total_tokens": 30}})),
+            "usage": {"input_tokens": 10, "output_tokens": 20, "total_tokens": 30}}),
+        ),
         Reply::text("Done.", Some((30, 5))),
     ]);
     let env = env_for(
@@ -539,7 +545,13 @@ fn interleaved_responses_reasoning_is_sent_back_in_its_order(stream: bool) {
         .as_array()
         .unwrap()
         .iter()
-        .map(|i| format!("{} {}", i["type"].as_str().unwrap(), i["id"].as_str().or(i["call_id"].as_str()).unwrap_or("")))
+        .map(|i| {
+            format!(
+                "{} {}",
+                i["type"].as_str().unwrap(),
+                i["id"].as_str().or(i["call_id"].as_str()).unwrap_or("")
+            )
+        })
         .collect();
     assert_eq!(
         sent,
@@ -578,13 +590,19 @@ fn invalid_encrypted_content_is_sent_again_once_without_the_reasoning_items() {
             "name": "list_directory", "arguments": "{\"path\":\".\"}", "status": "completed"}),
     ];
     let llm = FakeLlm::start(vec![
-        Reply::json(json!({"id": "resp_1", "object": "response", "created_at": 1,
+        Reply::json(
+            json!({"id": "resp_1", "object": "response", "created_at": 1,
             "status": "completed", "error": null, "incomplete_details": null,
             "model": "o4-mini", "output": output,
-            "usage": {"input_tokens": 10, "output_tokens": 20, "total_tokens": 30}})),
+            "usage": {"input_tokens": 10, "output_tokens": 20, "total_tokens": 30}}),
+        ),
         Reply::text("Done.", Some((30, 5))),
     ]);
-    let env = env_for(&llm, "  stream: false\n  reasoning_effort: low\n", RESPONSES);
+    let env = env_for(
+        &llm,
+        "  stream: false\n  reasoning_effort: low\n",
+        RESPONSES,
+    );
     let uuid = env.submit("List the directory");
     env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
     let r = env.row(&uuid);
@@ -604,7 +622,12 @@ fn invalid_encrypted_content_is_sent_again_once_without_the_reasoning_items() {
     };
     assert_eq!(
         types(1),
-        ["message", "reasoning", "function_call", "function_call_output"]
+        [
+            "message",
+            "reasoning",
+            "function_call",
+            "function_call_output"
+        ]
     );
     assert_eq!(
         types(2),
@@ -627,7 +650,10 @@ fn invalid_encrypted_content_is_sent_again_once_without_the_reasoning_items() {
     );
     // The history keeps the item; only that request left it out.
     let kept = read_jsonl(&dir.join("messages.jsonl"));
-    assert!(kept.iter().any(|m| m["reasoning"][0]["type"] == "reasoning"));
+    assert!(
+        kept.iter()
+            .any(|m| m["reasoning"][0]["type"] == "reasoning")
+    );
     assert!(!dir.join("current.no-reasoning.jsonl.tmp").exists());
 }
 
@@ -637,14 +663,19 @@ fn invalid_encrypted_content_is_sent_again_once_without_the_reasoning_items() {
 #[test]
 fn reasoning_goes_back_under_the_field_it_came_in() {
     use ctxhost::runtime::{ReasoningConfig, RequestConfig};
-    for (field, stream) in [("reasoning", false), ("reasoning_content", false), ("reasoning", true)] {
+    for (field, stream) in [
+        ("reasoning", false),
+        ("reasoning_content", false),
+        ("reasoning", true),
+    ] {
         let task = tempfile::tempdir().unwrap();
         let mut f = crate::support::components::request_format("builtin:openai-chat", task.path());
         let message = json!({"role": "assistant", "content": null, field: "Plan: list it.",
             "tool_calls": [{"id": "c1", "type": "function",
                 "function": {"name": "list_directory", "arguments": "{}"}}]});
         let body = if stream {
-            let delta = json!({"choices": [{"index": 0, "delta": message, "finish_reason": "tool_calls"}]});
+            let delta =
+                json!({"choices": [{"index": 0, "delta": message, "finish_reason": "tool_calls"}]});
             format!("data: {delta}\n\ndata: [DONE]\n\n")
         } else {
             json!({"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]})
@@ -653,7 +684,10 @@ fn reasoning_goes_back_under_the_field_it_came_in() {
         std::fs::write(task.path().join("response.json"), body).unwrap();
         let reply = f.read_response("response.json", stream).unwrap();
         assert_eq!(reply.message.reasoning.len(), 1);
-        assert_eq!(reply.message.reasoning[0].kind, field, "kept under its field's name");
+        assert_eq!(
+            reply.message.reasoning[0].kind, field,
+            "kept under its field's name"
+        );
 
         let call = &reply.message.calls()[0];
         let lines = [
@@ -680,12 +714,17 @@ fn reasoning_goes_back_under_the_field_it_came_in() {
             }),
         };
         f.write_request(&config).unwrap();
-        let sent: Value =
-            serde_json::from_str(&std::fs::read_to_string(task.path().join("request.json")).unwrap())
-                .unwrap();
+        let sent: Value = serde_json::from_str(
+            &std::fs::read_to_string(task.path().join("request.json")).unwrap(),
+        )
+        .unwrap();
         let assistant = &sent["messages"][1];
         assert_eq!(assistant[field], "Plan: list it.", "{assistant}");
-        let other = if field == "reasoning" { "reasoning_content" } else { "reasoning" };
+        let other = if field == "reasoning" {
+            "reasoning_content"
+        } else {
+            "reasoning"
+        };
         assert!(assistant.get(other).is_none(), "{assistant}");
     }
 }

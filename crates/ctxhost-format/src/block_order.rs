@@ -234,7 +234,11 @@ mod tests {
         let o = order(&[Reasoning, Text(2), ToolCall, Reasoning, ToolCall, Text(3)]);
         let item = o.item("anthropic").unwrap();
         assert_eq!(
-            (item.provider.as_str(), item.kind.as_str(), item.data.as_str()),
+            (
+                item.provider.as_str(),
+                item.kind.as_str(),
+                item.data.as_str()
+            ),
             (
                 "anthropic",
                 "order",

@@ -8,7 +8,6 @@
 
 use std::io::{BufReader, BufWriter, Write};
 
-
 use anyhow::Context;
 use ctxhost_format::ChatMessage;
 use ctxhost_format::jsonl::{LineReader, write_line};

@@ -305,9 +305,7 @@ pub fn check_request(req: &RecordedRequest, expected_key: Option<&str>) -> Resul
                             "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
                         ));
                     }
-                    if Some(i) == latest_assistant
-                        && placed.is_some_and(|k| k != j)
-                    {
+                    if Some(i) == latest_assistant && placed.is_some_and(|k| k != j) {
                         return bad(format!(
                             "messages.{i}.content.{j}: `thinking` or `redacted_thinking` blocks in the latest assistant message cannot be modified. These blocks must remain as they were in the original response."
                         ));

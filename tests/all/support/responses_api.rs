@@ -211,7 +211,9 @@ impl Issued {
     /// each); `None` for a body that is not one.
     fn render_object(&mut self, body: &str) -> Option<Rendered> {
         let body: Value = serde_json::from_str(body).ok()?;
-        let output = body["output"].as_array().filter(|_| body["object"] == "response")?;
+        let output = body["output"]
+            .as_array()
+            .filter(|_| body["object"] == "response")?;
         let mut last_reasoning: Option<String> = None;
         for (i, item) in output.iter().enumerate() {
             match item["type"].as_str() {
@@ -222,8 +224,10 @@ impl Issued {
                         .as_str()
                         .is_some_and(|c| c.starts_with(STALE_KEY));
                     if !stale
-                        && let Some(Value::String(call_id)) =
-                        output.get(i + 1).filter(|n| n["type"] == "function_call").map(|n| &n["call_id"])
+                        && let Some(Value::String(call_id)) = output
+                            .get(i + 1)
+                            .filter(|n| n["type"] == "function_call")
+                            .map(|n| &n["call_id"])
                     {
                         self.followed_by.insert(id.clone(), call_id.clone());
                     }
@@ -235,7 +239,8 @@ impl Issued {
                         .as_ref()
                         .filter(|rs| !self.items[rs.as_str()].contains(STALE_KEY));
                     if let (Some(rs), Some(call_id)) = (linked, item["call_id"].as_str()) {
-                        self.reasoning_of_call.insert(call_id.to_string(), rs.clone());
+                        self.reasoning_of_call
+                            .insert(call_id.to_string(), rs.clone());
                     }
                 }
                 _ => {}

@@ -783,19 +783,30 @@ mod interleaved_tests {
                 "text" => json!({"type": "text", "text": ""}),
                 _ => json!({"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}),
             };
-            out.push(format!("data: {}", json!({"type": "content_block_start", "index": i, "content_block": start})));
+            out.push(format!(
+                "data: {}",
+                json!({"type": "content_block_start", "index": i, "content_block": start})
+            ));
             let delta = match b["type"].as_str().unwrap() {
                 "thinking" => vec![
                     json!({"type": "thinking_delta", "thinking": b["thinking"]}),
                     json!({"type": "signature_delta", "signature": b["signature"]}),
                 ],
                 "text" => vec![json!({"type": "text_delta", "text": b["text"]})],
-                _ => vec![json!({"type": "input_json_delta", "partial_json": b["input"].to_string()})],
+                _ => vec![
+                    json!({"type": "input_json_delta", "partial_json": b["input"].to_string()}),
+                ],
             };
             for d in delta {
-                out.push(format!("data: {}", json!({"type": "content_block_delta", "index": i, "delta": d})));
+                out.push(format!(
+                    "data: {}",
+                    json!({"type": "content_block_delta", "index": i, "delta": d})
+                ));
             }
-            out.push(format!("data: {}", json!({"type": "content_block_stop", "index": i})));
+            out.push(format!(
+                "data: {}",
+                json!({"type": "content_block_stop", "index": i})
+            ));
         }
         out.push(r#"data: {"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#.into());
         out.push(r#"data: {"type":"message_stop"}"#.into());

@@ -19,10 +19,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::block_order::{Order, Part};
 use crate::reply::{
     ProviderFunction, ProviderToolCall, TokenCount, assistant_message, invalid_counts,
 };
-use crate::block_order::{Order, Part};
 use crate::{ChatMessage, ReasoningItem};
 
 /// The `usage` of a response (tokens). The API counts a request's input in three parts:

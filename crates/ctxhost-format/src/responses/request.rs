@@ -397,9 +397,8 @@ fn write_items<W: Write>(
                         continue;
                     }
                     let data = r.data.value();
-                    let ok = serde_json::from_str::<ItemType>(&data).is_ok_and(|t| {
-                        t.kind == super::REASONING && t.encrypted_content.is_some()
-                    });
+                    let ok = serde_json::from_str::<ItemType>(&data)
+                        .is_ok_and(|t| t.kind == super::REASONING && t.encrypted_content.is_some());
                     if !ok {
                         written.repairs.bad_reasoning += 1;
                         continue;
@@ -412,7 +411,9 @@ fn write_items<W: Write>(
                         let piece = block_order::piece(whole, range);
                         if !piece.is_empty() {
                             item(out, written)?;
-                            out.write_all(b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":")?;
+                            out.write_all(
+                                b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":",
+                            )?;
                             json_to(out, &piece)?;
                             out.write_all(b"}")?;
                         }
@@ -420,7 +421,9 @@ fn write_items<W: Write>(
                     _ => {
                         if content != b"\"\"" {
                             item(out, written)?;
-                            out.write_all(b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":")?;
+                            out.write_all(
+                                b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":",
+                            )?;
                             out.write_all(content)?;
                             out.write_all(b"}")?;
                         }
@@ -462,7 +465,11 @@ fn write_items<W: Write>(
         return Ok(());
     }
     // `user`, a later `system`; any other role is sent as the user's.
-    let role: &[u8] = if m.role.is("system") { b"system" } else { b"user" };
+    let role: &[u8] = if m.role.is("system") {
+        b"system"
+    } else {
+        b"user"
+    };
     item(out, written)?;
     out.write_all(b"{\"type\":\"message\",\"role\":\"")?;
     out.write_all(role)?;
@@ -662,9 +669,9 @@ mod tests {
 #[cfg(test)]
 mod interleaved_tests {
     use super::*;
+    use crate::reply::{ProviderFunction, ProviderToolCall, assistant_message};
     use crate::responses::{PROVIDER, ResponsesStream, parse_response};
     use crate::{ChatMessage, ReasoningItem};
-    use crate::reply::{ProviderFunction, ProviderToolCall, assistant_message};
 
     /// `[rs_a, fc_a, rs_b, fc_b, message]`: reasoning interleaved with function calls.
     fn output() -> Value {
