@@ -21,6 +21,8 @@
 
 #[path = "../../tests/all/support/anthropic_api.rs"]
 mod anthropic_api;
+#[path = "../../tests/all/support/api_schema.rs"]
+mod api_schema;
 #[path = "../../tests/all/support/fake_llm.rs"]
 mod fake_llm;
 #[path = "../../tests/all/support/http.rs"]

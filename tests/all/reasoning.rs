@@ -61,6 +61,9 @@ fn reasoning_is_replayed_before_its_function_call(stream: bool) {
         assert_eq!(b["include"], json!(["reasoning.encrypted_content"]));
         assert_eq!(b["reasoning"], json!({"effort": "high"}));
         assert_eq!(b["stream"], stream);
+        // Issue 37 item 11: reasoning tokens count against it: the provider's default unless
+        // llm.max_output_tokens is set (it is not in this config).
+        assert!(b.get("max_output_tokens").is_none(), "{b}");
         assert!(
             b["instructions"].as_str().is_some_and(|s| !s.is_empty()),
             "the system prompt is the instructions: {b}"
@@ -386,4 +389,342 @@ fn a_model_without_reasoning_gets_no_include_and_no_unreplayable_item() {
         assistant["reasoning"][0]["data"],
         r#"{"id":"rs_fake_0","summary":[],"type":"reasoning"}"#
     );
+}
+
+/// An environment for `llm` with provider anthropic, extended thinking on and `llm.stream`.
+fn anthropic_thinking_env(llm: &FakeLlm, stream: bool) -> TestEnv {
+    let env = TestEnv::new();
+    let yaml = config_yaml(&llm.base_url(), "anthropic", "").replace(
+        "max_backoff_secs: 2",
+        &format!(
+            "max_backoff_secs: 1\n  stream: {stream}\n  max_output_tokens: 4096\n  thinking: 2048\n"
+        ),
+    );
+    env.write_config(&yaml);
+    env.ctxhost(&["init"]).ok();
+    env
+}
+
+/// A reply with interleaved thinking as current Claude models send it: thinking, a tool call,
+/// more thinking (signed, with an empty text), a second call, then text; each thinking block
+/// signed for its place ([`anthropic_api::signature_at`]).
+fn interleaved_content() -> Vec<Value> {
+    use crate::support::anthropic_api::signature_at;
+    let a = "List it first, then \"again\" →";
+    vec![
+        json!({"type": "thinking", "thinking": a, "signature": signature_at(a, 0)}),
+        json!({"type": "tool_use", "id": "toolu_1", "name": "list_directory", "input": {"path": "."}}),
+        json!({"type": "thinking", "thinking": "", "signature": signature_at("", 2)}),
+        json!({"type": "tool_use", "id": "toolu_2", "name": "list_directory", "input": {"path": "."}}),
+        json!({"type": "text", "text": "Listed twice."}),
+    ]
+}
+
+/// Issue 37 item 7: the reply `[thinking A, tool_use t1, thinking B, tool_use t2, text]` is
+/// sent back in exactly that order (the fake, as the API, refuses the latest assistant turn's
+/// thinking blocks moved: `[A, B, text, t1, t2]` got a 400 and failed the task for good).
+fn interleaved_anthropic_thinking_is_sent_back_in_its_order(stream: bool) {
+    let content = interleaved_content();
+    let llm = FakeLlm::start(vec![
+        Reply::json(
+            json!({"id": "msg_i", "type": "message", "role": "assistant",
+            "model": "claude-fake", "content": content, "stop_reason": "tool_use",
+            "usage": {"input_tokens": 10, "output_tokens": 20}}),
+        ),
+        Reply::text("Done.", Some((30, 5))),
+    ]);
+    let env = anthropic_thinking_env(&llm, stream);
+    let uuid = env.submit("List the directory twice");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    assert_eq!(llm.anthropic_rejections(), Vec::<String>::new());
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    let turns = reqs[1].body["messages"].as_array().unwrap();
+    let last = turns.iter().rfind(|t| t["role"] == "assistant").unwrap();
+    assert_eq!(last["content"], Value::Array(content.clone()));
+    // The order is kept with the message, as a reasoning item of its own.
+    let dir = env.contexts().join("completed").join(&uuid);
+    let kept = read_jsonl(&dir.join("messages.jsonl"));
+    let reply = kept.iter().find(|m| m["role"] == "assistant").unwrap();
+    let kinds: Vec<&str> = reply["reasoning"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["thinking", "thinking", "order"]);
+}
+
+#[test]
+fn interleaved_anthropic_thinking_is_sent_back_in_its_order_unstreamed() {
+    interleaved_anthropic_thinking_is_sent_back_in_its_order(false);
+}
+
+#[test]
+fn interleaved_anthropic_thinking_is_sent_back_in_its_order_streamed() {
+    interleaved_anthropic_thinking_is_sent_back_in_its_order(true);
+}
+
+#[test]
+fn the_fake_anthropic_api_refuses_moved_thinking_in_the_latest_assistant_turn() {
+    use crate::support::anthropic_api::check_request;
+    let content = interleaved_content();
+    let request = |assistant: Vec<Value>| {
+        let body = json!({"model": "m", "max_tokens": 4096,
+            "thinking": {"type": "enabled", "budget_tokens": 2048},
+            "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": assistant},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a"},
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": "b"}]}]});
+        crate::support::fake_llm::RecordedRequest {
+            index: 1,
+            method: "POST".into(),
+            path: "/v1/messages".into(),
+            headers: vec![("anthropic-version".into(), "2023-06-01".into())],
+            raw_body: body.to_string().into_bytes(),
+            body,
+            at: std::time::Instant::now(),
+            connection: 0,
+        }
+    };
+    check_request(&request(content.clone()), None).unwrap();
+    // As ctxhost sent it before: thinking first, text, then the calls.
+    let moved = vec![
+        content[0].clone(),
+        content[2].clone(),
+        content[4].clone(),
+        content[1].clone(),
+        content[3].clone(),
+    ];
+    let (code, kind, message) = check_request(&request(moved), None).unwrap_err();
+    assert_eq!((code, kind), (400, "invalid_request_error"));
+    assert!(
+        message.starts_with("messages.1.content.1: `thinking` or `redacted_thinking` blocks in the latest assistant message cannot be modified"),
+        "{message}"
+    );
+}
+
+/// Issue 37 item 7, Responses: `[rs_a, fc_a, rs_b, fc_b]` is sent back in that order (the
+/// fake, as the API, refuses a reasoning item not followed by the function call that followed
+/// it: `[rs_a, rs_b, fc_a, fc_b]` got a 400).
+fn interleaved_responses_reasoning_is_sent_back_in_its_order(stream: bool) {
+    let rs = |id: &str| {
+        json!({"id": id, "type": "reasoning", "summary": [],
+            "encrypted_content": format!("gAAAA-{id}+/=")})
+    };
+    let fc = |id: &str| {
+        json!({"id": format!("fc_{id}"), "type": "function_call", "call_id": id,
+            "name": "list_directory", "arguments": "{\"path\":\".\"}", "status": "completed"})
+    };
+    let output = vec![rs("rs_a"), fc("call_a"), rs("rs_b"), fc("call_b")];
+    let llm = FakeLlm::start(vec![
+        Reply::json(
+            json!({"id": "resp_i", "object": "response", "created_at": 1,
+            "status": "completed", "error": null, "incomplete_details": null,
+            "model": "o4-mini", "output": output,
+            "usage": {"input_tokens": 10, "output_tokens": 20, "total_tokens": 30}}),
+        ),
+        Reply::text("Done.", Some((30, 5))),
+    ]);
+    let env = env_for(
+        &llm,
+        &format!("  stream: {stream}\n  reasoning_effort: high\n"),
+        RESPONSES,
+    );
+    let uuid = env.submit("List the directory twice");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    assert_eq!(llm.responses_rejections(), Vec::<String>::new());
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    let sent: Vec<String> = reqs[1].body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            format!(
+                "{} {}",
+                i["type"].as_str().unwrap(),
+                i["id"].as_str().or(i["call_id"].as_str()).unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            "message ",
+            "reasoning rs_a",
+            "function_call call_a",
+            "reasoning rs_b",
+            "function_call call_b",
+            "function_call_output call_a",
+            "function_call_output call_b",
+        ]
+    );
+}
+
+#[test]
+fn interleaved_responses_reasoning_is_sent_back_in_its_order_unstreamed() {
+    interleaved_responses_reasoning_is_sent_back_in_its_order(false);
+}
+
+#[test]
+fn interleaved_responses_reasoning_is_sent_back_in_its_order_streamed() {
+    interleaved_responses_reasoning_is_sent_back_in_its_order(true);
+}
+
+/// Issue 37 item 8: a reasoning item the provider can no longer decrypt (made under another
+/// key) gets 400 `invalid_encrypted_content`; the request is sent again once without the
+/// reasoning items (OpenAI's documented recovery), and llm_calls.jsonl records the refused call.
+#[test]
+fn invalid_encrypted_content_is_sent_again_once_without_the_reasoning_items() {
+    use crate::support::responses_api::STALE_KEY;
+    let output = vec![
+        json!({"id": "rs_old", "type": "reasoning", "summary": [],
+            "encrypted_content": format!("{STALE_KEY}gAAAA")}),
+        json!({"id": "fc_1", "type": "function_call", "call_id": "call_1",
+            "name": "list_directory", "arguments": "{\"path\":\".\"}", "status": "completed"}),
+    ];
+    let llm = FakeLlm::start(vec![
+        Reply::json(
+            json!({"id": "resp_1", "object": "response", "created_at": 1,
+            "status": "completed", "error": null, "incomplete_details": null,
+            "model": "o4-mini", "output": output,
+            "usage": {"input_tokens": 10, "output_tokens": 20, "total_tokens": 30}}),
+        ),
+        Reply::text("Done.", Some((30, 5))),
+    ]);
+    let env = env_for(
+        &llm,
+        "  stream: false\n  reasoning_effort: low\n",
+        RESPONSES,
+    );
+    let uuid = env.submit("List the directory");
+    env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "completed", "{r}");
+    let rejections = llm.responses_rejections();
+    assert_eq!(rejections.len(), 1, "{rejections:?}");
+    assert!(rejections[0].contains("rs_old could not be verified"));
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 3);
+    let types = |i: usize| -> Vec<String> {
+        reqs[i].body["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["type"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        types(1),
+        [
+            "message",
+            "reasoning",
+            "function_call",
+            "function_call_output"
+        ]
+    );
+    assert_eq!(
+        types(2),
+        ["message", "function_call", "function_call_output"]
+    );
+    let dir = env.contexts().join("completed").join(&uuid);
+    let calls = read_jsonl(&dir.join("llm_calls.jsonl"));
+    let steps: Vec<(&str, bool)> = calls
+        .iter()
+        .filter(|c| c.get("n").is_some())
+        .map(|c| (c["status"].as_str().unwrap(), c.get("error").is_some()))
+        .collect();
+    assert_eq!(steps.len(), 3, "{calls:?}");
+    let refused = calls.iter().find(|c| c.get("error").is_some()).unwrap();
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains("invalid_encrypted_content")
+            && error.contains("sent again without the reasoning items"),
+        "{error}"
+    );
+    // The history keeps the item; only that request left it out.
+    let kept = read_jsonl(&dir.join("messages.jsonl"));
+    assert!(
+        kept.iter()
+            .any(|m| m["reasoning"][0]["type"] == "reasoning")
+    );
+    assert!(!dir.join("current.no-reasoning.jsonl.tmp").exists());
+}
+
+/// Issue 37 item 10: a vLLM / OpenRouter reply carrying its reasoning as `reasoning` keeps it
+/// under that name, and with `llm.send_reasoning_content` it goes back as `reasoning` (a
+/// `reasoning_content` one as `reasoning_content`), through the builtin openai-chat format.
+#[test]
+fn reasoning_goes_back_under_the_field_it_came_in() {
+    use ctxhost::runtime::{ReasoningConfig, RequestConfig};
+    for (field, stream) in [
+        ("reasoning", false),
+        ("reasoning_content", false),
+        ("reasoning", true),
+    ] {
+        let task = tempfile::tempdir().unwrap();
+        let mut f = crate::support::components::request_format("builtin:openai-chat", task.path());
+        let message = json!({"role": "assistant", "content": null, field: "Plan: list it.",
+            "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "list_directory", "arguments": "{}"}}]});
+        let body = if stream {
+            let delta =
+                json!({"choices": [{"index": 0, "delta": message, "finish_reason": "tool_calls"}]});
+            format!("data: {delta}\n\ndata: [DONE]\n\n")
+        } else {
+            json!({"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]})
+                .to_string()
+        };
+        std::fs::write(task.path().join("response.json"), body).unwrap();
+        let reply = f.read_response("response.json", stream).unwrap();
+        assert_eq!(reply.message.reasoning.len(), 1);
+        assert_eq!(
+            reply.message.reasoning[0].kind, field,
+            "kept under its field's name"
+        );
+
+        let call = &reply.message.calls()[0];
+        let lines = [
+            ctxhost_format::ChatMessage::text("user", "List"),
+            reply.message.clone(),
+            ctxhost_format::ChatMessage::tool_result(call, "a.txt"),
+        ];
+        let text: String = lines
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap() + "\n")
+            .collect();
+        std::fs::write(task.path().join("current.jsonl"), text).unwrap();
+        let config = RequestConfig {
+            model: "m".into(),
+            messages_file: "current.jsonl".into(),
+            request_file: "request.json".into(),
+            tools_file: None,
+            max_output_tokens: None,
+            temperature: None,
+            stream: false,
+            reasoning: Some(ReasoningConfig {
+                send_reasoning_content: true,
+                ..ReasoningConfig::default()
+            }),
+        };
+        f.write_request(&config).unwrap();
+        let sent: Value = serde_json::from_str(
+            &std::fs::read_to_string(task.path().join("request.json")).unwrap(),
+        )
+        .unwrap();
+        let assistant = &sent["messages"][1];
+        assert_eq!(assistant[field], "Plan: list it.", "{assistant}");
+        let other = if field == "reasoning" {
+            "reasoning_content"
+        } else {
+            "reasoning"
+        };
+        assert!(assistant.get(other).is_none(), "{assistant}");
+    }
 }

@@ -472,3 +472,52 @@ fn large_context_is_streamed_in_bounded_memory() {
         );
     }
 }
+
+/// Issue 37 item 12: the host learns whether a request is streamed from the format, never by
+/// reading request.json back (that parse was half the CPU of a 64 MiB step): the builtins ask
+/// for a stream when told to, except `builtin:prompted-tools`, which always writes
+/// `"stream": false` and so is asked for none.
+#[test]
+fn the_host_knows_which_builtin_formats_write_a_streamed_request() {
+    for (name, streams) in [
+        ("openai-chat", true),
+        ("openai-responses", true),
+        ("anthropic-messages", true),
+        ("ollama-chat", true),
+        ("prompted-tools", false),
+    ] {
+        let (_task, f) = format(name);
+        assert_eq!(f.reads_streams(), streams, "builtin:{name}");
+    }
+}
+
+/// Issue 37 item 9: the builtin formats' bodies for the golden context and tools validate
+/// against each API's official request schema (tests/golden/api-schemas: OpenAI's OpenAPI
+/// document, the Anthropic SDK's types). Responses function tools need `strict` (and
+/// `parameters`): without `strict: false` the API makes every optional parameter required.
+#[test]
+fn request_bodies_validate_against_the_official_schemas() {
+    use crate::support::api_schema::{Api, check};
+    let mut cfg = config("o4-mini");
+    cfg.temperature = None;
+    for stream in [false, true] {
+        cfg.stream = stream;
+        for (name, endpoint, api) in [
+            ("openai-responses", "/v1/responses", Api::Responses),
+            ("openai-chat", "/v1/chat/completions", Api::ChatCompletions),
+            ("anthropic-messages", "/v1/messages", Api::Messages),
+        ] {
+            let (_, body) = write(name, &cfg, endpoint, 6);
+            check(api, &body).unwrap_or_else(|e| panic!("{name}: {e}\n{body}"));
+        }
+    }
+    let (_, body) = write("openai-responses", &cfg, "/v1/responses", 6);
+    for tool in body["tools"].as_array().unwrap() {
+        assert_eq!(tool["strict"], false, "{tool}");
+    }
+    // The schema does refuse a function tool without `strict` (as every body was sent before).
+    let mut old = body.clone();
+    old["tools"][0].as_object_mut().unwrap().remove("strict");
+    let e = check(Api::Responses, &old).unwrap_err();
+    assert!(e.contains("/tools/0"), "{e}");
+}

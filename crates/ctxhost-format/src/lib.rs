@@ -25,10 +25,13 @@
 //! - [`summary_id`]: summary ids (numbers from 1).
 //! - [`anthropic`]: Anthropic's Messages API (request body with prompt-cache breakpoints,
 //!   response), for the `anthropic-messages` request format.
+//! - [`block_order`]: the order of a reply's provider blocks (interleaved thinking), kept as a
+//!   reasoning item so requests send them back in it.
 //! - [`responses`]: OpenAI's Responses API (request body with reasoning items replayed, whole
 //!   and streamed responses), for the `openai-responses` request format.
 
 pub mod anthropic;
+pub mod block_order;
 pub mod body;
 pub mod checkpoint;
 pub mod compress;

@@ -71,29 +71,54 @@ pub fn assistant_message(
 /// is kept as ([`reasoning_content_item`]).
 pub const CHAT_REASONING_PROVIDER: &str = "openai-chat";
 
-/// The `type` of that item.
+/// The `type` of that item when the text came as `reasoning_content` (DeepSeek, vLLM,
+/// llama.cpp, LM Studio).
 pub const REASONING_CONTENT: &str = "reasoning_content";
 
-/// The reasoning item of an OpenAI-compatible server's `reasoning_content` text (DeepSeek,
-/// Qwen3 on vLLM, llama.cpp, LM Studio): provider `openai-chat`, type `reasoning_content`,
-/// data the text as a JSON string. `None` for an empty text.
-pub fn reasoning_content_item(text: &str) -> Option<crate::ReasoningItem> {
+/// The `type` of that item when the text came as a string `reasoning` (newer vLLM,
+/// OpenRouter); sent back under that name.
+pub const REASONING_FIELD: &str = "reasoning";
+
+/// The reasoning item of an OpenAI-compatible server's reasoning text that came in the
+/// message's (or delta's) field `field` ([`REASONING_CONTENT`] or [`REASONING_FIELD`]; the
+/// item's type is the field's name, so it goes back under it): provider `openai-chat`, data the
+/// text as a JSON string. `None` for an empty text.
+pub fn reasoning_content_item(field: &str, text: &str) -> Option<crate::ReasoningItem> {
+    let kind = if field == REASONING_FIELD {
+        REASONING_FIELD
+    } else {
+        REASONING_CONTENT
+    };
     (!text.is_empty()).then(|| crate::ReasoningItem {
         provider: CHAT_REASONING_PROVIDER.to_string(),
-        kind: REASONING_CONTENT.to_string(),
+        kind: kind.to_string(),
         data: Value::String(text.to_string()).to_string(),
     })
 }
 
-/// The `reasoning_content` text of `items`: the texts of the [`REASONING_CONTENT`] items of
-/// provider [`CHAT_REASONING_PROVIDER`], joined (an item whose data is not a JSON string is
-/// skipped); `""` when there are none.
+/// The reasoning text of `items`: the texts of the [`REASONING_CONTENT`] and
+/// [`REASONING_FIELD`] items of provider [`CHAT_REASONING_PROVIDER`], joined (an item whose
+/// data is not a JSON string is skipped); `""` when there are none.
 pub fn reasoning_content_text(items: &[crate::ReasoningItem]) -> String {
     items
         .iter()
-        .filter(|r| r.provider == CHAT_REASONING_PROVIDER && r.kind == REASONING_CONTENT)
+        .filter(|r| r.provider == CHAT_REASONING_PROVIDER)
+        .filter(|r| r.kind == REASONING_CONTENT || r.kind == REASONING_FIELD)
         .filter_map(|r| serde_json::from_str::<String>(&r.data).ok())
         .collect()
+}
+
+/// The field to send `items`' reasoning text back in: [`REASONING_FIELD`] when it came as
+/// `reasoning`, else [`REASONING_CONTENT`] (also when there is none: DeepSeek's name).
+pub fn reasoning_field(items: &[crate::ReasoningItem]) -> &'static str {
+    if items
+        .iter()
+        .any(|r| r.provider == CHAT_REASONING_PROVIDER && r.kind == REASONING_FIELD)
+    {
+        REASONING_FIELD
+    } else {
+        REASONING_CONTENT
+    }
 }
 
 /// Tool-call ids for a reply: each call keeps its provider id when it has a non-empty one not

@@ -42,6 +42,7 @@ pub struct OpenAiStream {
     /// Whether a chunk had `delta.content` (an empty one included).
     has_content: bool,
     reasoning: Option<String>,
+    reasoning_field: &'static str,
     calls: Vec<PartialCall>,
     finish_reason: Option<String>,
     usage: Option<Value>,
@@ -65,6 +66,8 @@ pub struct StreamedReply {
     /// The concatenated `delta.reasoning_content` (or string `delta.reasoning`), `None` when
     /// no chunk had any.
     pub reasoning: Option<String>,
+    /// The field it came in: `reasoning_content`, or `reasoning` ([`reasoning_text`]).
+    pub reasoning_field: &'static str,
     /// The tool calls, in `index` order.
     pub tool_calls: Vec<ProviderToolCall>,
     /// The last non-null `finish_reason`.
@@ -151,8 +154,9 @@ impl OpenAiStream {
                 .push(c)
                 .map_err(|e| format!("line {n}: writing the reply's text to its file: {e}"))?;
         }
-        if let Some(r) = reasoning_text(delta) {
+        if let Some((field, r)) = reasoning_text(delta) {
             self.reasoning.get_or_insert_with(String::new).push_str(r);
+            self.reasoning_field = field;
         }
         match delta.get("tool_calls") {
             None | Some(Value::Null) => {}
@@ -267,6 +271,7 @@ impl OpenAiStream {
             content,
             content_file,
             reasoning: self.reasoning,
+            reasoning_field: self.reasoning_field,
             tool_calls,
             finish_reason: self.finish_reason,
             usage: self.usage,
@@ -275,13 +280,17 @@ impl OpenAiStream {
     }
 }
 
-/// The reasoning text of a message or delta: `reasoning_content` (DeepSeek, vLLM, llama.cpp,
-/// LM Studio), else a string `reasoning` (newer vLLM, OpenRouter).
-pub fn reasoning_text(message: &Value) -> Option<&str> {
-    message
-        .get("reasoning_content")
-        .and_then(Value::as_str)
-        .or_else(|| message.get("reasoning").and_then(Value::as_str))
+/// The reasoning text of a message or delta and the field it is in: `reasoning_content`
+/// (DeepSeek, vLLM, llama.cpp, LM Studio), else a string `reasoning` (newer vLLM, OpenRouter).
+pub fn reasoning_text(message: &Value) -> Option<(&'static str, &str)> {
+    use crate::reply::{REASONING_CONTENT, REASONING_FIELD};
+    let field = |name: &'static str| {
+        message
+            .get(name)
+            .and_then(Value::as_str)
+            .map(|text| (name, text))
+    };
+    field(REASONING_CONTENT).or_else(|| field(REASONING_FIELD))
 }
 
 #[cfg(test)]
@@ -369,12 +378,14 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(r.reasoning.as_deref(), Some("Let me think."));
+        assert_eq!(r.reasoning_field, "reasoning_content");
         assert_eq!(r.content.as_deref(), Some("42"));
         let r = fold(&[
             r#"data: {"choices":[{"delta":{"reasoning":"vLLM's field"},"finish_reason":"stop"}]}"#,
         ])
         .unwrap();
         assert_eq!(r.reasoning.as_deref(), Some("vLLM's field"));
+        assert_eq!(r.reasoning_field, "reasoning");
         assert_eq!(r.content, None);
     }
 

@@ -12,7 +12,7 @@
 //! the assistant message and the request sends back while thinking is on.
 
 use ctxhost_plugin::format::anthropic::{
-    AnthropicStream, ParsedReply, parse_response, reasoning_items,
+    AnthropicStream, PROVIDER, ParsedReply, parse_response, reasoning_items,
 };
 
 use ctxhost_plugin::request::{self as common, bad_shape};
@@ -26,6 +26,9 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     let (bytes, value) = common::read_response_bytes(file)?;
     let mut parsed = parse_response(&value).map_err(|what| bad_shape(file, what, &value))?;
     parsed.message.reasoning = reasoning_items(&bytes);
+    // Interleaved thinking: the blocks' order, to send them back in it.
+    let order = parsed.order.item(PROVIDER);
+    parsed.message.reasoning.extend(order);
     Ok(reply(file, parsed))
 }
 

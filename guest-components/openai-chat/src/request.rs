@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use ctxhost_plugin::format::ChatMessage;
 use ctxhost_plugin::format::raw::RawMessage;
-use ctxhost_plugin::format::reply::reasoning_content_text;
+use ctxhost_plugin::format::reply::{reasoning_content_text, reasoning_field};
 use ctxhost_plugin::format::shape::MessageShape;
 use ctxhost_plugin::format::shape::openai::OpenAiShape;
 use serde::Serialize;
@@ -60,7 +60,8 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
 
 /// OpenAI's shape, plus `"reasoning_content"` (the kept text, `""` when none) on every
 /// assistant message when `send_reasoning_content` (DeepSeek's thinking mode with tools
-/// refuses a tool-calling assistant message without it).
+/// refuses a tool-calling assistant message without it); a text that came as `reasoning`
+/// (newer vLLM, OpenRouter) goes back as `"reasoning"` ([`reasoning_field`]).
 #[derive(Clone)]
 struct ChatShape {
     send_reasoning_content: bool,
@@ -78,21 +79,22 @@ impl MessageShape for ChatShape {
         // OpenAiShape writes one object: drop its closing brace to add the field.
         buf.pop();
         out.write_all(&buf)?;
-        out.write_all(b",\"reasoning_content\":")?;
         let items: Vec<_> = m.reasoning.iter().map(|r| r.to_item()).collect();
+        write!(out, ",\"{}\":", reasoning_field(&items))?;
         write_json(out, &reasoning_content_text(&items))?;
         out.write_all(b"}")
     }
 
     fn reference(&mut self, m: ChatMessage) -> Value {
         let text = reasoning_content_text(&m.reasoning);
+        let field = reasoning_field(&m.reasoning);
         let assistant = m.role == "assistant";
         let mut v = serde_json::to_value(OpenAiShape.reference(m)).unwrap_or(Value::Null);
         if self.send_reasoning_content
             && assistant
             && let Some(o) = v.as_object_mut()
         {
-            o.insert("reasoning_content".into(), Value::String(text));
+            o.insert(field.into(), Value::String(text));
         }
         v
     }

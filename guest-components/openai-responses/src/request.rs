@@ -3,7 +3,7 @@
 //! made to keep the API's rules are logged as a warning.
 
 use std::fs::{self, File};
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 
 use ctxhost_plugin::format::body;
 use ctxhost_plugin::format::responses::{self, BodyError, ENDPOINT_PATH, RequestSettings};
@@ -41,7 +41,7 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
         File::create(request_file).map_err(|e| io_error(format!("creating {request_file}"), e))?;
     let mut out = CountingWriter::new(BufWriter::new(out));
     let written =
-        responses::write_request(BufReader::new(messages), messages_file, &mut out, &settings)
+        responses::write_request(messages, messages_file, &mut out, &settings)
             .and_then(|w| out.flush().map(|()| w).map_err(BodyError::Write));
     match written {
         Ok(w) => {

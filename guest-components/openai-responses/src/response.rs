@@ -132,6 +132,8 @@ fn reply(file: &str, f: Folded) -> Reply {
             data,
         })
         .collect();
+    // Interleaved reasoning: the items' order, to send them back in it.
+    message.reasoning.extend(f.order.item(PROVIDER));
     Reply {
         message: common::to_wit(message),
         usage: f.usage.and_then(|u| usage_of(file, u)),

@@ -52,6 +52,7 @@
 pub mod exchange;
 pub mod llm_import;
 pub mod strategy;
+pub mod without_reasoning;
 
 use anyhow::{Context, anyhow, bail};
 use ctxhost_format::files::{CURRENT, MESSAGES, REQUEST, RESPONSE};
@@ -610,6 +611,8 @@ impl Agent<'_> {
         step: u32,
     ) -> anyhow::Result<Option<ChatMessage>> {
         let (mut malformed, mut overflows) = (0u32, 0u32);
+        // Sent again once without the reasoning items the provider could not decrypt.
+        let mut drop_reasoning = false;
         loop {
             // Step boundary: what was appended so far is on disk before we wait on the network.
             ctx.sync()?;
@@ -621,7 +624,7 @@ impl Agent<'_> {
             let mut span =
                 crate::telemetry::genai::chat(&provider, &self.config.llm.model, "agent");
             let started = std::time::Instant::now();
-            let result = self.send(ctx);
+            let result = self.send(ctx, drop_reasoning);
             let mut record = CallRecord {
                 step,
                 context_tokens: tokens_before,
@@ -668,8 +671,16 @@ impl Agent<'_> {
             span.fail(&e.error_type(), &e.error_type());
             drop(span);
             let interrupted = e.is_interrupted();
+            let retry_without_reasoning =
+                !drop_reasoning && without_reasoning::is_invalid_encrypted_content(&e);
             let error = if interrupted {
                 format!("LLM call {step} ended by a pause or stop request: {e}")
+            } else if retry_without_reasoning {
+                format!(
+                    "LLM call {step} failed: {e}; sent again without the reasoning items \
+                     (the provider's recovery for {})",
+                    without_reasoning::INVALID_ENCRYPTED_CONTENT
+                )
             } else {
                 format!("LLM call {step} failed: {e}")
             };
@@ -696,6 +707,11 @@ impl Agent<'_> {
             } else if matches!(e, ExchangeError::Read { .. }) {
                 // The provider answered: count the call (usage unknown).
                 ctx.update_statistics(UsageDelta::llm_call(0))?;
+            }
+            if retry_without_reasoning {
+                drop_reasoning = true;
+                tracing::warn!(uuid = %ctx.uuid(), step, "LLM call {step}: the provider could not decrypt a reasoning item ({}); sending it again without the reasoning items", without_reasoning::INVALID_ENCRYPTED_CONTENT);
+                continue;
             }
             if e.is_malformed_reply() && malformed < MAX_MALFORMED_REPLY_RETRIES {
                 malformed += 1;
@@ -732,9 +748,27 @@ impl Agent<'_> {
     /// rejected (its files kept). The POST gives way to a pause or stop request of the task
     /// (the task's row, as at the safe points), with `llm.interrupt_grace_secs` for a reply in
     /// flight ([`crate::llm::Interruption`]).
-    fn send(&mut self, ctx: &mut TaskContext) -> Result<Exchange, ExchangeError> {
-        let messages_file = ctx.current_file().unwrap_or_else(|_| CURRENT.to_string());
+    /// `drop_reasoning`: from a copy of the context without the Responses API's reasoning
+    /// items ([`without_reasoning`]: the provider could not decrypt one).
+    fn send(
+        &mut self,
+        ctx: &mut TaskContext,
+        drop_reasoning: bool,
+    ) -> Result<Exchange, ExchangeError> {
+        let mut messages_file = ctx.current_file().unwrap_or_else(|_| CURRENT.to_string());
         let ctx: &TaskContext = ctx;
+        if drop_reasoning {
+            let provider = ctxhost_format::responses::PROVIDER;
+            match without_reasoning::write(ctx.dir(), &messages_file, provider) {
+                Ok(n) => {
+                    tracing::info!(uuid = %ctx.uuid(), messages = n, "request written without the reasoning items of {n} message(s)");
+                    messages_file = without_reasoning::WITHOUT_REASONING.to_string();
+                }
+                Err(e) => {
+                    tracing::warn!(uuid = %ctx.uuid(), "cannot write the context without its reasoning items ({e:#}): sending it as it is");
+                }
+            }
+        }
         let llm = &self.config.llm;
         let requested = || match ctx.interrupt() {
             Ok(interrupt) => interrupt.is_some(),
@@ -757,7 +791,7 @@ impl Agent<'_> {
             stream: llm.stream,
             reasoning: llm.reasoning(),
         };
-        exchange_checked(
+        let done = exchange_checked(
             self.format,
             ctx.transport(),
             ctx.dir(),
@@ -766,7 +800,15 @@ impl Agent<'_> {
             None,
             Some(&interruption),
             &reject_empty_reply,
-        )
+        );
+        if drop_reasoning
+            && let Err(e) = ctx
+                .dir()
+                .remove_file_if_exists(without_reasoning::WITHOUT_REASONING)
+        {
+            tracing::warn!(uuid = %ctx.uuid(), "cannot delete {}: {e}", ctx.dir().show(without_reasoning::WITHOUT_REASONING));
+        }
+        done
     }
 
     /// Append the reply of a completed exchange (host rules applied: [`normalise_reply`], ids

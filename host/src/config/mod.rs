@@ -181,13 +181,20 @@ impl Config {
             message: suggest_known_key(&explain_integer_range(&e.to_string())),
         };
         let typed = || serde_norway::from_str::<Config>(text).map_err(parse_error);
-        let cfg: Config = if text.trim().is_empty() {
+        let mut max_output_tokens_given = false;
+        let mut cfg: Config = if text.trim().is_empty() {
             Config::default()
         } else {
             // An all-comments document parses as null: treat like empty.
             match serde_norway::from_str::<serde_norway::Value>(text) {
                 Ok(value) if value.is_null() => Config::default(),
-                Ok(_) => typed()?,
+                Ok(value) => {
+                    max_output_tokens_given = value
+                        .get("llm")
+                        .and_then(|llm| llm.get("max_output_tokens"))
+                        .is_some();
+                    typed()?
+                }
                 // The typed parse names what the key expects (an integer too large for any
                 // YAML value is `expected u64` there); its error is the more useful one.
                 Err(e) => {
@@ -196,6 +203,11 @@ impl Config {
                 }
             }
         };
+        // Responses API: reasoning tokens count against `max_output_tokens`, so a reasoning
+        // model gets the provider's default (the field left out) unless the key is set.
+        if !max_output_tokens_given && cfg.request_format() == "builtin:openai-responses" {
+            cfg.llm.max_output_tokens = None;
+        }
         cfg.validate(file)?;
         Ok(cfg)
     }
@@ -746,5 +758,33 @@ mod tests {
             )
             .is_ok()
         );
+    }
+}
+
+#[cfg(test)]
+mod responses_max_output_tests {
+    use super::Config;
+
+    fn max_output(yaml: &str) -> Option<u32> {
+        Config::from_yaml(yaml, "config.yaml")
+            .unwrap()
+            .llm
+            .max_output_tokens
+    }
+
+    #[test]
+    fn the_responses_format_leaves_max_output_tokens_to_the_provider_unless_set() {
+        let responses = "plugins:\n  request_format: builtin:openai-responses\n";
+        assert_eq!(max_output(responses), None);
+        assert_eq!(
+            max_output(&format!("llm:\n  max_output_tokens: 2000\n{responses}")),
+            Some(2000)
+        );
+        assert_eq!(
+            max_output(&format!("llm:\n  max_output_tokens: null\n{responses}")),
+            None
+        );
+        // The chat format keeps its default.
+        assert_eq!(max_output("llm:\n  model: m\n"), Some(1024));
     }
 }

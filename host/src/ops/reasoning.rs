@@ -21,6 +21,13 @@ pub struct ShownReasoning {
 /// labelled as such (fsck reports it).
 pub fn shown(item: &ReasoningItem) -> ShownReasoning {
     let base = format!("{} {}", item.provider, item.kind);
+    if ctxhost_format::block_order::is_order(&item.kind) {
+        // Not reasoning: where the reply's blocks were (interleaved thinking).
+        return ShownReasoning {
+            text: None,
+            label: format!("{base} (the reply's block order, nothing to read)"),
+        };
+    }
     let value: Value = match serde_json::from_str(&item.data) {
         Ok(v) => v,
         Err(_) => {

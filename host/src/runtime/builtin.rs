@@ -54,6 +54,18 @@ const BUILTINS: &[(&str, &[u8])] = &[
     ),
 ];
 
+/// The builtin request formats that always write an unstreamed request (`"stream": false`),
+/// whatever `stream-reply` asks: the host asks them for none, so it never reads a request
+/// body back to learn what was written (issue 37 item 12).
+const WHOLE_BODY_FORMATS: &[&str] = &["prompted-tools"];
+
+/// Whether the component `spec` (`builtin:NAME` or a path) is a builtin request format that
+/// never asks for a stream ([`WHOLE_BODY_FORMATS`]).
+pub fn writes_whole_body_requests(spec: &str) -> bool {
+    spec.strip_prefix("builtin:")
+        .is_some_and(|name| WHOLE_BODY_FORMATS.contains(&name))
+}
+
 /// The bytes of builtin `name` (without the `builtin:` prefix).
 pub fn bytes(name: &str) -> Option<&'static [u8]> {
     BUILTINS.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)

@@ -65,10 +65,12 @@ impl RequestFormat {
         })
     }
 
-    /// Whether the component can read a streamed reply (WIT 0.3.0 on): the host asks for a
-    /// stream only then.
+    /// Whether the component can read a streamed reply (WIT 0.3.0 on) and writes the request
+    /// for one when asked (not `builtin:prompted-tools`, which always writes `"stream": false`:
+    /// [`super::builtin::writes_whole_body_requests`]): the host asks for a stream only then.
     pub fn reads_streams(&self) -> bool {
         matches!(self.bindings, Versioned::V0_3_0(_))
+            && !super::builtin::writes_whole_body_requests(self.component())
     }
 
     /// `read-response`: parse the provider's response in `response_file`; `streamed` when the

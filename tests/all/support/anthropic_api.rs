@@ -7,7 +7,10 @@
 //!   of the next user turn, at most 4 `cache_control` blocks, temperature 0–1; with `thinking`
 //!   on: a budget of 1024 or more below `max_tokens`, no temperature but 1, the last assistant
 //!   turn with `tool_use` starting with its thinking block, and every thinking block's signature
-//!   the one the fake gave its text ([`signature`])). A broken request
+//!   the one the fake gave its text ([`signature`], or [`signature_at`] for a block of an
+//!   interleaved reply, which binds it to its place: the latest assistant turn's thinking
+//!   blocks must come back where the reply had them, as the API refuses any change to them)).
+//!   A body that breaks the official request schema ([`super::api_schema`]) or a broken request
 //!   gets the API's 400 (or 401) error body instead of the scripted reply, and is counted in
 //!   [`Accounting::rejections`].
 //! - [`PromptCache`]: the prompt cache as the API documents it, to account the tokens of each
@@ -20,7 +23,8 @@
 //!   each block's JSON (without its `cache_control`). Entries never expire (the API's 5-minute
 //!   lifetime is far longer than a test).
 //! - [`message_body`], [`error_reply`]: response bodies of the API's shape; with thinking on,
-//!   a signed thinking block first ([`with_thinking`]); [`stream_events`]: the same reply as
+//!   a signed thinking block first ([`with_thinking`]) unless the reply brings its own (a
+//!   [`Reply::json`] Messages API body: [`content_of`]); [`stream_events`]: the same reply as
 //!   server-sent events, for a request with `"stream": true`.
 #![allow(dead_code)]
 
@@ -188,6 +192,7 @@ pub fn check_request(req: &RecordedRequest, expected_key: Option<&str>) -> Resul
     if !body.is_object() {
         return bad("the request body is not a JSON object".into());
     }
+    super::api_schema::check(super::api_schema::Api::Messages, body).or_else(bad)?;
     if !body["model"].is_string() {
         return bad("model: Field required".into());
     }
@@ -262,6 +267,7 @@ pub fn check_request(req: &RecordedRequest, expected_key: Option<&str>) -> Resul
             "A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
         ));
     }
+    let latest_assistant = turns.iter().rposition(|t| t["role"] == "assistant");
     let mut ids = HashSet::new();
     let mut open_uses: Vec<String> = Vec::new();
     for (i, turn) in turns.iter().enumerate() {
@@ -292,9 +298,16 @@ pub fn check_request(req: &RecordedRequest, expected_key: Option<&str>) -> Resul
             match b["type"].as_str().unwrap_or("") {
                 "thinking" if role == "assistant" => {
                     let text = b["thinking"].as_str().unwrap_or("");
-                    if b["signature"].as_str() != Some(signature(text).as_str()) {
+                    let sig = b["signature"].as_str().unwrap_or("");
+                    let placed = (0..MAX_PLACE).find(|k| sig == signature_at(text, *k));
+                    if sig != signature(text) && placed.is_none() {
                         return bad(format!(
                             "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+                        ));
+                    }
+                    if Some(i) == latest_assistant && placed.is_some_and(|k| k != j) {
+                        return bad(format!(
+                            "messages.{i}.content.{j}: `thinking` or `redacted_thinking` blocks in the latest assistant message cannot be modified. These blocks must remain as they were in the original response."
                         ));
                     }
                 }
@@ -395,6 +408,18 @@ pub fn signature(thinking: &str) -> String {
     format!("EqQBCkYIBxgCKkD{:016x}", h.finish())
 }
 
+/// The places [`signature_at`] is checked for.
+const MAX_PLACE: usize = 64;
+
+/// The fake's signature of a thinking block at place `index` of its reply's content: bound to
+/// the text and the place, so a latest assistant turn that moves it is refused
+/// ([`check_request`]).
+pub fn signature_at(thinking: &str, index: usize) -> String {
+    let mut h = DefaultHasher::new();
+    ("fake-anthropic-signing-key", thinking, index).hash(&mut h);
+    format!("EqQBCkYIBxgCKkE{:016x}", h.finish())
+}
+
 /// The thinking block the fake puts first in its reply to request `index` when thinking is on
 /// (a text with quotes, a line break and non-ASCII, so a changed byte shows).
 pub fn thinking_block(index: usize) -> Value {
@@ -406,7 +431,7 @@ pub fn thinking_block(index: usize) -> Value {
 /// `content` with the thinking block of request `req` first when its thinking is on; the second
 /// value is the thinking's tokens (they count as output).
 pub fn with_thinking(req: &RecordedRequest, mut content: Vec<Value>) -> (Vec<Value>, u64) {
-    if !thinking_on(&req.body) {
+    if !thinking_on(&req.body) || content.iter().any(|b| b["type"] == "thinking") {
         return (content, 0);
     }
     let block = thinking_block(req.index);
@@ -537,6 +562,17 @@ pub fn content_of(reply: &Reply) -> Option<(Vec<Value>, &'static str, Option<u64
             "tool_use",
             usage.map(|u| u.1),
         )),
+        // A Messages API body: its blocks as they are (e.g. interleaved thinking).
+        Reply::Raw { body } => {
+            let v: Value = serde_json::from_str(body).ok()?;
+            let blocks = v["content"].as_array().filter(|_| v["type"] == "message")?;
+            let stop = if blocks.iter().any(|b| b["type"] == "tool_use") {
+                "tool_use"
+            } else {
+                "end_turn"
+            };
+            Some((blocks.clone(), stop, v["usage"]["output_tokens"].as_u64()))
+        }
         Reply::Delay(_, inner)
         | Reply::Truncated(inner)
         | Reply::StreamCut(inner, _)

@@ -1,7 +1,8 @@
 //! Shared fixtures of the integration tests (`tests/all/`, one test binary).
 //!
 //! - [`fake_llm`]: a fake OpenAI/Ollama/Anthropic server on 127.0.0.1 with scripted replies;
-//!   [`anthropic_api`]: its Anthropic side (the API's checks, prompt-cache accounting).
+//!   [`anthropic_api`]: its Anthropic side (the API's checks, prompt-cache accounting);
+//!   [`api_schema`]: the APIs' official request schemas every request is validated against.
 //! - [`fake_forge`]: a fake GitHub and a fake GitLab REST API on 127.0.0.1 (issues, pull/merge
 //!   requests, comments, labels, pagination, rate limits), recording every call.
 //! - [`fake_s3`]: a fake S3 (PUT/GET/HEAD/DELETE/list) that honours or ignores each
@@ -33,6 +34,7 @@
 //! ```
 
 pub mod anthropic_api;
+pub mod api_schema;
 pub mod components;
 pub mod conformance;
 pub mod dashboard;

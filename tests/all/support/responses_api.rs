@@ -5,16 +5,21 @@
 //!   whose `call_id` has no `function_call` before it in `input` ("No tool call found for
 //!   function call output with call_id ..."), a `function_call` that came with a reasoning
 //!   item sent without that item before it ("... was provided without its required 'reasoning'
-//!   item ..."), and a reasoning item sent back changed by a byte ("The encrypted content for
+//!   item ..."), a reasoning item not followed by the function call that followed it in the
+//!   output ("Item ... of type 'reasoning' was provided without its required following item."),
+//!   and a reasoning item sent back changed by a byte ("The encrypted content for
 //!   item ... could not be verified."), a reasoning item without `encrypted_content` ("Item
-//!   with id ... not found. Items are not persisted when `store` is set to false..."), and a
-//!   request without `store: false`;
+//!   with id ... not found. Items are not persisted when `store` is set to false..."), a
+//!   request without `store: false`, and a body that breaks the official `CreateResponse`
+//!   schema ([`super::api_schema`]);
 //! - [`Issued::render`] answers a scripted [`Reply`] as a response object
 //!   (`output`: a `reasoning` item when the reply is [`Reply::Reasoning`], with
 //!   `encrypted_content` when the request's `include` asks for it; a `message` with
 //!   `output_text`, `function_call` items; `usage` with `input_tokens_details.cached_tokens` =
 //!   half the input tokens and `output_tokens_details.reasoning_tokens` = half the output tokens
-//!   when there is reasoning), or as its server-sent events for `"stream": true`.
+//!   when there is reasoning), or as its server-sent events for `"stream": true`; a
+//!   [`Reply::json`] response object (e.g. reasoning interleaved with function calls) is
+//!   answered as it is, its items recorded the same way.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -22,6 +27,11 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::fake_llm::{RecordedRequest, Reply};
+
+/// The start of the `encrypted_content` of a reasoning item made under a key the fake no
+/// longer has (another organisation, a rotated key): sent back, it is refused with
+/// `invalid_encrypted_content`, as OpenAI does.
+pub const STALE_KEY: &str = "stale-key:";
 
 /// The path of the Responses API.
 pub const RESPONSES_PATH: &str = "/v1/responses";
@@ -33,6 +43,8 @@ pub struct Issued {
     items: HashMap<String, String>,
     /// `call_id` of a function call → the id of the reasoning item sent with it.
     reasoning_of_call: HashMap<String, String>,
+    /// Reasoning item id → the `call_id` of the function call that followed it in the output.
+    followed_by: HashMap<String, String>,
     /// The error texts of the refused requests.
     pub rejections: Vec<String>,
 }
@@ -49,6 +61,7 @@ impl Issued {
     /// Checks `req` (module doc). `Err(message)` with the API's error text.
     pub fn check_request(&self, req: &RecordedRequest) -> Result<(), String> {
         let body = &req.body;
+        super::api_schema::check(super::api_schema::Api::Responses, body)?;
         if body["store"] != json!(false) {
             return Err("this fake serves stateless requests only: store must be false".into());
         }
@@ -71,9 +84,21 @@ impl Issued {
                         return Err(format!("Item with id '{id}' not found."));
                     };
                     let sent_value: Value = serde_json::from_str(sent).unwrap_or(Value::Null);
-                    if *item != sent_value || !raw.contains(sent.as_str()) {
+                    let stale = item["encrypted_content"]
+                        .as_str()
+                        .is_some_and(|c| c.starts_with(STALE_KEY));
+                    if *item != sent_value || !raw.contains(sent.as_str()) || stale {
                         return Err(format!(
                             "The encrypted content for item {id} could not be verified."
+                        ));
+                    }
+                    if let Some(call_id) = self.followed_by.get(id)
+                        && input.get(i + 1).is_none_or(|next| {
+                            next["type"] != "function_call" || next["call_id"] != json!(call_id)
+                        })
+                    {
+                        return Err(format!(
+                            "Item '{id}' of type 'reasoning' was provided without its required following item."
                         ));
                     }
                     reasoning_seen.push(id);
@@ -116,6 +141,7 @@ impl Issued {
     pub fn render(&mut self, reply: &Reply, req: &RecordedRequest) -> Option<Rendered> {
         let (reasoning, inner) = match reply {
             Reply::Reasoning { text, inner } => (Some(text.as_str()), &**inner),
+            Reply::Raw { body } => return self.render_object(body),
             Reply::Delay(_, inner)
             | Reply::StreamCut(inner, _)
             | Reply::StreamTorn(inner, _)
@@ -174,6 +200,52 @@ impl Issued {
         let body = json!({"id": format!("resp_fake_{n}"), "object": "response",
             "created_at": 1_735_689_600u64, "status": "completed", "error": null,
             "incomplete_details": null, "model": model, "output": output, "usage": usage});
+        let events = events(&body);
+        Some(Rendered { body, events })
+    }
+}
+
+impl Issued {
+    /// A literal response object (`{"object":"response","output":[...]}`) as the answer, its
+    /// reasoning items recorded with the function calls they came with (the one that follows
+    /// each); `None` for a body that is not one.
+    fn render_object(&mut self, body: &str) -> Option<Rendered> {
+        let body: Value = serde_json::from_str(body).ok()?;
+        let output = body["output"]
+            .as_array()
+            .filter(|_| body["object"] == "response")?;
+        let mut last_reasoning: Option<String> = None;
+        for (i, item) in output.iter().enumerate() {
+            match item["type"].as_str() {
+                Some("reasoning") => {
+                    let id = item["id"].as_str().unwrap_or("").to_string();
+                    self.items.insert(id.clone(), item.to_string());
+                    let stale = item["encrypted_content"]
+                        .as_str()
+                        .is_some_and(|c| c.starts_with(STALE_KEY));
+                    if !stale
+                        && let Some(Value::String(call_id)) = output
+                            .get(i + 1)
+                            .filter(|n| n["type"] == "function_call")
+                            .map(|n| &n["call_id"])
+                    {
+                        self.followed_by.insert(id.clone(), call_id.clone());
+                    }
+                    last_reasoning = Some(id);
+                }
+                Some("function_call") => {
+                    // A stale item links nothing: the request without it is the recovery.
+                    let linked = last_reasoning
+                        .as_ref()
+                        .filter(|rs| !self.items[rs.as_str()].contains(STALE_KEY));
+                    if let (Some(rs), Some(call_id)) = (linked, item["call_id"].as_str()) {
+                        self.reasoning_of_call
+                            .insert(call_id.to_string(), rs.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
         let events = events(&body);
         Some(Rendered { body, events })
     }
@@ -240,12 +312,18 @@ fn events(body: &Value) -> Vec<String> {
 }
 
 /// The 400 reply for a refused request: `{"error":{"message","type":"invalid_request_error",
-/// "param":"input","code":null}}`.
+/// "param":"input","code"}}`, `code` `invalid_encrypted_content` for a reasoning item that
+/// could not be verified (as OpenAI answers), `null` otherwise.
 pub fn error_reply(message: &str) -> Reply {
+    let code = if message.contains("could not be verified") {
+        json!("invalid_encrypted_content")
+    } else {
+        Value::Null
+    };
     Reply::status(
         400,
         json!({"error": {"message": message, "type": "invalid_request_error",
-            "param": "input", "code": null}})
+            "param": "input", "code": code}})
         .to_string(),
         &[],
     )

@@ -9,6 +9,9 @@
 //!   the JSON text it was received as (an unsigned, cut or foreign item is left out:
 //!   [`sendable_reasoning`]); then a `text` block for its content, then one `tool_use` block per
 //!   tool call (`input` = the arguments parsed as a JSON object);
+//!   a reply whose blocks came interleaved (thinking after a `tool_use` or text) is sent in
+//!   its own order, from its order record ([`crate::block_order`]; the API refuses any change
+//!   to the latest assistant turn's thinking blocks), texts split back into their blocks;
 //! - `tool`: a `tool_result` block in a user turn, answering the `tool_use` of the same id;
 //! - consecutive blocks of the same role form one turn (the sink merges them), so the turns
 //!   alternate user / assistant as the API expects;
@@ -44,6 +47,7 @@ use std::io::{self, Write};
 
 use serde_json::{Map, Value};
 
+use crate::block_order::{self, ORDER, Order, Slot};
 use crate::compress::parse_summary_range;
 use crate::raw::{RawMessage, RawReasoning, RawStr};
 
@@ -370,33 +374,7 @@ impl TurnBuilder {
         }
         self.answer_pending(made);
         if message.role.is("assistant") {
-            if self.reasoning {
-                for item in &message.reasoning {
-                    match sendable_reasoning(item) {
-                        Some(json) => self.emit(
-                            Role::Assistant,
-                            Block::Reasoning(json),
-                            Origin::Message,
-                            made,
-                        ),
-                        None => self.repairs.unsendable_reasoning += 1,
-                    }
-                }
-            }
-            if let Some(text) = non_blank(message.content) {
-                self.emit(Role::Assistant, Block::Text(text), Origin::Message, made);
-            }
-            for call in &message.tool_calls {
-                let given = call.id.value().into_owned();
-                let sent = self.unique_id(&given);
-                let block = Block::ToolUse {
-                    id: sent.clone(),
-                    name: Str::Json(call.name),
-                    input: tool_input(&call.arguments.value()),
-                };
-                self.pending.push((given, sent));
-                self.emit(Role::Assistant, block, Origin::Message, made);
-            }
+            self.convert_assistant(message, made);
             return;
         }
         if message.role.is("system") {
@@ -410,6 +388,95 @@ impl TurnBuilder {
         if let Some(text) = non_blank(message.content) {
             self.emit(Role::User, Block::Text(text), origin, made);
         }
+    }
+
+    /// An assistant message's blocks: with thinking on, in the order its reply had them when
+    /// the message records one ([`crate::block_order`]: interleaved thinking), else its
+    /// reasoning items, its text, its tool calls.
+    fn convert_assistant<'m>(&mut self, message: &RawMessage<'m>, made: &mut Made<'m>) {
+        let items: Vec<&RawReasoning<'m>> = message
+            .reasoning
+            .iter()
+            .filter(|r| !r.kind.is(ORDER))
+            .collect();
+        let slots = if self.reasoning {
+            self.recorded_order(message, items.len())
+        } else {
+            None
+        };
+        let Some(slots) = slots else {
+            if self.reasoning {
+                for item in &items {
+                    self.reasoning_block(item, made);
+                }
+            }
+            if let Some(text) = non_blank(message.content) {
+                self.emit(Role::Assistant, Block::Text(text), Origin::Message, made);
+            }
+            for call in &message.tool_calls {
+                self.tool_use(call, made);
+            }
+            return;
+        };
+        let whole = message.content.map(|c| c.value());
+        for slot in slots {
+            match slot {
+                Slot::Reasoning(i) => self.reasoning_block(items[i], made),
+                Slot::ToolCall(i) => self.tool_use(&message.tool_calls[i], made),
+                Slot::Text(range) => {
+                    let Some(content) = message.content else {
+                        continue;
+                    };
+                    let text = match &whole {
+                        Some(w) if range.len() < w.len() => {
+                            Str::from(block_order::piece(w, range).to_string())
+                        }
+                        _ => Str::Json(content),
+                    };
+                    if !text.is_blank() {
+                        self.emit(Role::Assistant, Block::Text(text), Origin::Message, made);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The places of `message`'s parts from its order record, when it has one that fits
+    /// (`reasoning` items besides the record).
+    fn recorded_order(&self, message: &RawMessage<'_>, reasoning: usize) -> Option<Vec<Slot>> {
+        let record = message
+            .reasoning
+            .iter()
+            .find(|r| r.kind.is(ORDER) && r.provider.is(super::PROVIDER))?;
+        let order = Order::parse(&record.data.value())?;
+        let content_len = message.content.map_or(0, |c| c.value().len());
+        order.replay(reasoning, message.tool_calls.len(), content_len)
+    }
+
+    /// A reasoning item as a block, or counted as left out ([`sendable_reasoning`]).
+    fn reasoning_block<'m>(&mut self, item: &RawReasoning<'m>, made: &mut Made<'m>) {
+        match sendable_reasoning(item) {
+            Some(json) => self.emit(
+                Role::Assistant,
+                Block::Reasoning(json),
+                Origin::Message,
+                made,
+            ),
+            None => self.repairs.unsendable_reasoning += 1,
+        }
+    }
+
+    /// A tool call as a `tool_use` block (its id made valid and unique), waiting for its result.
+    fn tool_use<'m>(&mut self, call: &crate::raw::RawToolCall<'m>, made: &mut Made<'m>) {
+        let given = call.id.value().into_owned();
+        let sent = self.unique_id(&given);
+        let block = Block::ToolUse {
+            id: sent.clone(),
+            name: Str::Json(call.name),
+            input: tool_input(&call.arguments.value()),
+        };
+        self.pending.push((given, sent));
+        self.emit(Role::Assistant, block, Origin::Message, made);
     }
 
     /// Answers the calls still waiting (the context ended) and returns what was repaired.

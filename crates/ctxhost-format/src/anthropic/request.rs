@@ -753,3 +753,136 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod interleaved_tests {
+    use super::*;
+    use crate::ChatMessage;
+    use crate::anthropic::{AnthropicStream, PROVIDER, parse_response, reasoning_items};
+
+    /// A reply with interleaved thinking, as current Claude models send it: thinking, a tool
+    /// call, more thinking (here signed with an empty text), a second call, then text.
+    fn reply_blocks() -> Value {
+        json!([
+            {"type": "thinking", "thinking": "First \"a\".", "signature": "sig-A"},
+            {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a"}},
+            {"type": "thinking", "thinking": "", "signature": "sig-B"},
+            {"type": "tool_use", "id": "t2", "name": "read", "input": {"path": "b"}},
+            {"type": "text", "text": "Both read."},
+        ])
+    }
+
+    /// The SSE lines of `content` (a block per start / delta / stop).
+    fn events(content: &Value) -> Vec<String> {
+        let mut out = vec![
+            r#"data: {"type":"message_start","message":{"role":"assistant","content":[],"usage":{"input_tokens":1,"output_tokens":1}}}"#.to_string(),
+        ];
+        for (i, b) in content.as_array().unwrap().iter().enumerate() {
+            let start = match b["type"].as_str().unwrap() {
+                "thinking" => json!({"type": "thinking", "thinking": "", "signature": ""}),
+                "text" => json!({"type": "text", "text": ""}),
+                _ => json!({"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}),
+            };
+            out.push(format!(
+                "data: {}",
+                json!({"type": "content_block_start", "index": i, "content_block": start})
+            ));
+            let delta = match b["type"].as_str().unwrap() {
+                "thinking" => vec![
+                    json!({"type": "thinking_delta", "thinking": b["thinking"]}),
+                    json!({"type": "signature_delta", "signature": b["signature"]}),
+                ],
+                "text" => vec![json!({"type": "text_delta", "text": b["text"]})],
+                _ => vec![
+                    json!({"type": "input_json_delta", "partial_json": b["input"].to_string()}),
+                ],
+            };
+            for d in delta {
+                out.push(format!(
+                    "data: {}",
+                    json!({"type": "content_block_delta", "index": i, "delta": d})
+                ));
+            }
+            out.push(format!(
+                "data: {}",
+                json!({"type": "content_block_stop", "index": i})
+            ));
+        }
+        out.push(r#"data: {"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#.into());
+        out.push(r#"data: {"type":"message_stop"}"#.into());
+        out
+    }
+
+    /// The assistant turn of the request built with thinking on after `reply`.
+    fn replayed(reply: ChatMessage) -> Value {
+        let calls = reply.calls().to_vec();
+        let mut messages = vec![ChatMessage::text("user", "go"), reply];
+        messages.extend(calls.iter().map(|c| ChatMessage::tool_result(c, "x")));
+        let text: String = messages
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap() + "\n")
+            .collect();
+        let settings = RequestSettings {
+            model: "claude-x",
+            max_tokens: 4000,
+            temperature: None,
+            tools: &[],
+            thinking: Some(Thinking::Budget(1024)),
+            stream: false,
+        };
+        let mut out = Vec::new();
+        let w = write_request(
+            || Ok(io::Cursor::new(text.as_bytes())),
+            "current.jsonl",
+            &mut out,
+            &settings,
+        )
+        .unwrap();
+        assert!(w.repairs.is_empty(), "{:?}", w.repairs);
+        let body: Value = serde_json::from_slice(&out).unwrap();
+        body["messages"][1]["content"].clone()
+    }
+
+    #[test]
+    fn interleaved_thinking_is_sent_back_in_the_order_it_came_streamed_or_whole() {
+        let content = reply_blocks();
+        // Streamed.
+        let mut fold = AnthropicStream::new();
+        for line in events(&content) {
+            fold.line(&line).unwrap();
+        }
+        let streamed = fold.finish().unwrap().message;
+        assert_eq!(replayed(streamed), content);
+        // Whole.
+        let body = json!({"type": "message", "role": "assistant", "content": content,
+            "stop_reason": "tool_use"});
+        let mut parsed = parse_response(&body).unwrap();
+        parsed.message.reasoning = reasoning_items(body.to_string().as_bytes());
+        parsed.message.reasoning.extend(parsed.order.item(PROVIDER));
+        assert_eq!(replayed(parsed.message), content);
+    }
+
+    #[test]
+    fn text_blocks_around_a_call_are_split_back_and_the_default_order_adds_no_record() {
+        let content = json!([
+            {"type": "text", "text": "Reading é."},
+            {"type": "thinking", "thinking": "then b", "signature": "s1"},
+            {"type": "tool_use", "id": "t1", "name": "read", "input": {}},
+            {"type": "text", "text": "Done."},
+        ]);
+        let body = json!({"type": "message", "role": "assistant", "content": content});
+        let mut parsed = parse_response(&body).unwrap();
+        parsed.message.reasoning = reasoning_items(body.to_string().as_bytes());
+        parsed.message.reasoning.extend(parsed.order.item(PROVIDER));
+        assert_eq!(parsed.message.content.as_deref(), Some("Reading é.Done."));
+        assert_eq!(replayed(parsed.message), content);
+
+        // Thinking, text, calls: as every reply was sent before, no record.
+        let plain = json!({"type": "message", "role": "assistant", "content": [
+            {"type": "thinking", "thinking": "t", "signature": "s"},
+            {"type": "text", "text": "x"},
+            {"type": "tool_use", "id": "t1", "name": "read", "input": {}}]});
+        let parsed = parse_response(&plain).unwrap();
+        assert_eq!(parsed.order.item(PROVIDER), None);
+    }
+}

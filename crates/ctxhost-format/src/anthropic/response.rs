@@ -19,6 +19,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::block_order::{Order, Part};
 use crate::reply::{
     ProviderFunction, ProviderToolCall, TokenCount, assistant_message, invalid_counts,
 };
@@ -68,6 +69,10 @@ pub struct ParsedReply {
     /// [`super::stream::AnthropicStream::with_content_file`] (the message's `content` is then
     /// `None`); `None` otherwise.
     pub content_file: Option<String>,
+    /// The order of the reply's blocks (thinking, text, tool use) as sent. A streamed reply's
+    /// message already carries its record ([`crate::block_order`]); for a whole body the
+    /// caller adds `order.item(PROVIDER)` after [`reasoning_items`].
+    pub order: Order,
 }
 
 #[derive(Deserialize)]
@@ -98,6 +103,7 @@ pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
     };
     let mut text: Option<String> = None;
     let mut calls = Vec::new();
+    let mut order = Order::new();
     for (i, block) in blocks.iter().enumerate() {
         let Some(kind) = block.get("type").and_then(Value::as_str) else {
             return Err(format!("content block {i} has no type"));
@@ -106,6 +112,7 @@ pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
             "text" => {
                 let t = block.get("text").and_then(Value::as_str).unwrap_or("");
                 text.get_or_insert_with(String::new).push_str(t);
+                order.push(Part::Text(t.len()));
             }
             "tool_use" => {
                 let Some(name) = block.get("name").and_then(Value::as_str) else {
@@ -118,7 +125,10 @@ pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
                         arguments: block.get("input").cloned(),
                     },
                 });
+                order.push(Part::ToolCall);
             }
+            // As [`reasoning_items`] keeps them.
+            "thinking" | "redacted_thinking" => order.push(Part::Reasoning),
             _ => {}
         }
     }
@@ -128,6 +138,7 @@ pub fn parse_response(body: &Value) -> Result<ParsedReply, String> {
         None => (None, None),
     };
     Ok(ParsedReply {
+        order,
         content_file: None,
         message: assistant_message(role, text, calls),
         usage,

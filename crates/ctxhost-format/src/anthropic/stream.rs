@@ -30,6 +30,7 @@ use serde_json::{Map, Value};
 
 use super::response::{PROVIDER, ParsedReply, finish_reason, read_usage};
 use crate::ReasoningItem;
+use crate::block_order::{Order, Part};
 use crate::body::provider_error;
 use crate::fold::FoldError;
 use crate::reply::{ProviderFunction, ProviderToolCall, assistant_message};
@@ -77,6 +78,9 @@ pub struct AnthropicStream {
     text: TextSink,
     /// Whether a text block started.
     has_text: bool,
+    /// Bytes of text per text block index, for the reply's block order
+    /// ([`crate::block_order`]).
+    text_bytes: std::collections::HashMap<u64, usize>,
     blocks: Vec<Partial>,
     usage: Map<String, Value>,
     usage_seen: bool,
@@ -104,6 +108,7 @@ impl AnthropicStream {
 
     /// Adds `piece` of text block `index` to the joined text ([`TextSink::push_part`]).
     fn push_text(&mut self, index: u64, piece: &str) -> Result<(), String> {
+        *self.text_bytes.entry(index).or_default() += piece.len();
         self.text.push_part(index, piece, "block")
     }
 
@@ -313,10 +318,13 @@ impl AnthropicStream {
         };
         let mut calls = Vec::new();
         let mut reasoning = Vec::new();
+        let mut order = Order::new();
         let mut dropped = 0u64;
         for b in self.blocks {
             match b.kind {
-                PartialKind::Text => {}
+                PartialKind::Text => order.push(Part::Text(
+                    self.text_bytes.get(&b.index).copied().unwrap_or(0),
+                )),
                 PartialKind::ToolUse {
                     id,
                     name,
@@ -343,6 +351,7 @@ impl AnthropicStream {
                             arguments: input,
                         },
                     });
+                    order.push(Part::ToolCall);
                 }
                 PartialKind::Thinking {
                     thinking,
@@ -352,6 +361,7 @@ impl AnthropicStream {
                         dropped += 1;
                         continue;
                     }
+                    order.push(Part::Reasoning);
                     reasoning.push(ReasoningItem {
                         provider: PROVIDER.to_string(),
                         kind: "thinking".to_string(),
@@ -367,6 +377,7 @@ impl AnthropicStream {
                         dropped += 1;
                         continue;
                     }
+                    order.push(Part::Reasoning);
                     reasoning.push(ReasoningItem {
                         provider: PROVIDER.to_string(),
                         kind: "redacted_thinking".to_string(),
@@ -385,8 +396,10 @@ impl AnthropicStream {
             (None, self.usage_bad)
         };
         let mut message = assistant_message(self.role, text, calls);
+        reasoning.extend(order.item(PROVIDER));
         message.reasoning = reasoning;
         Ok(ParsedReply {
+            order,
             message,
             usage,
             finish_reason: self.stop_reason.as_deref().map(finish_reason),

@@ -56,6 +56,10 @@ pub struct Folded {
     /// The file the joined text was written to when a streamed reply's text passed the
     /// threshold of [`stream::ResponsesStream::with_content_file`] (`content` is then `None`).
     pub content_file: Option<String>,
+    /// The order of the output items (reasoning, message, function call) as sent; its
+    /// record ([`crate::block_order::Order::item`]) goes with the reasoning items so a request
+    /// sends them back in it.
+    pub order: crate::block_order::Order,
 }
 
 /// A `function_call` output item: `{"type":"function_call","call_id","name","arguments"}`.

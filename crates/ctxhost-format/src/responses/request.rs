@@ -20,21 +20,23 @@
 //!   `{"type":"message","role":"assistant","content"}` (when non-empty), then one
 //!   `{"type":"function_call","call_id","name","arguments"}` per tool call — the order the
 //!   model produced them in (reasoning first), which the API needs to link a function call to
-//!   its reasoning; reasoning of other providers (Anthropic thinking, `reasoning_content`) is
-//!   not sent;
+//!   its reasoning; a reply whose items came interleaved (`[rs_a, fc_a, rs_b, fc_b]`) is sent
+//!   in its own order, from its order record ([`crate::block_order`]); reasoning of other
+//!   providers (Anthropic thinking, `reasoning_content`) is not sent;
 //! - tool: `{"type":"function_call_output","call_id","output"}` (a failed call's error text is
 //!   its output: the API has no error flag). A result whose call is not in the input (the API
 //!   refuses it: "No tool call found for function call output") is sent as user text instead.
 
 use std::collections::HashSet;
 use std::fmt;
-use std::io::{self, BufRead, Write};
+use std::io::{self, Read, Write};
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::ChatMessage;
-use crate::jsonl::{JsonlError, LineReader};
+use crate::block_order::{self, ORDER, Order, Slot};
+use crate::jsonl::{BlockLineReader, JsonlError};
+use crate::raw::{self, RawMessage, RawReasoning};
 
 /// What the request carries besides the messages.
 #[derive(Debug, Clone, Default)]
@@ -135,20 +137,106 @@ impl From<io::Error> for BodyError {
 
 /// A tool definition in the Responses shape: OpenAI chat's `{"type":"function","function":
 /// {"name","description"?,"parameters"?,"strict"?}}` becomes `{"type":"function","name",
-/// "description"?,"parameters"?,"strict"?}`; a definition without `function` (already in this
-/// shape, or a built-in tool) is kept as is.
+/// "description"?,"parameters","strict"}` (both required by the API's `FunctionTool`); a
+/// definition without `function` (already in this shape, or a built-in tool) is kept as is.
+///
+/// `strict` is `false` unless the definition says `true`: the Responses API treats a function
+/// tool without it as strict (OpenAI's function-calling guide), which makes every optional
+/// parameter required. A definition asking for strict gets a strict-compatible schema
+/// ([`strict_schema`]). A missing `parameters` is an empty object schema.
 pub fn responses_tool(tool: &Value) -> Value {
     let Some(function) = tool.get("function").and_then(Value::as_object) else {
         return tool.clone();
     };
     let mut out = Map::new();
     out.insert("type".into(), json!("function"));
-    for key in ["name", "description", "parameters", "strict"] {
+    for key in ["name", "description"] {
         if let Some(v) = function.get(key).filter(|v| !v.is_null()) {
             out.insert(key.into(), v.clone());
         }
     }
+    let strict = function.get("strict") == Some(&Value::Bool(true));
+    let mut parameters = function
+        .get("parameters")
+        .filter(|p| p.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+    if strict {
+        strict_schema(&mut parameters);
+    }
+    out.insert("parameters".into(), parameters);
+    out.insert("strict".into(), Value::Bool(strict));
     Value::Object(out)
+}
+
+/// Makes a JSON schema strict-compatible as OpenAI's structured outputs require: every object
+/// lists all its properties in `required` and has `additionalProperties: false`, and a property
+/// that was optional accepts `null` instead (its `type` gets `"null"`, or it becomes
+/// `anyOf: [schema, {"type":"null"}]`); applied to nested properties, `items`, `anyOf`,
+/// `$defs` / `definitions`.
+pub fn strict_schema(schema: &mut Value) {
+    let Some(map) = schema.as_object_mut() else {
+        return;
+    };
+    let required: Vec<String> = match map.get("required") {
+        Some(Value::Array(r)) => r
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    };
+    if let Some(Value::Object(props)) = map.get_mut("properties") {
+        let mut all = Vec::with_capacity(props.len());
+        for (name, prop) in props.iter_mut() {
+            strict_schema(prop);
+            if !required.contains(name) {
+                nullable(prop);
+            }
+            all.push(name.clone());
+        }
+        all.sort();
+        let all = all.into_iter().map(Value::String).collect();
+        map.insert("required".into(), Value::Array(all));
+        map.insert("additionalProperties".into(), Value::Bool(false));
+    } else if map.get("type") == Some(&json!("object")) {
+        map.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    if let Some(items) = map.get_mut("items") {
+        strict_schema(items);
+    }
+    for key in ["anyOf", "$defs", "definitions"] {
+        match map.get_mut(key) {
+            Some(Value::Array(list)) => list.iter_mut().for_each(strict_schema),
+            Some(Value::Object(defs)) => defs.values_mut().for_each(strict_schema),
+            _ => {}
+        }
+    }
+}
+
+/// `schema` also accepting `null`.
+fn nullable(schema: &mut Value) {
+    let Some(map) = schema.as_object_mut() else {
+        return;
+    };
+    match map.get_mut("type") {
+        Some(Value::String(t)) if t != "null" => {
+            let t = t.clone();
+            map.insert("type".into(), json!([t, "null"]));
+        }
+        Some(Value::Array(types)) => {
+            if !types.contains(&json!("null")) {
+                types.push(json!("null"));
+            }
+        }
+        Some(_) => {}
+        None => {
+            let inner = std::mem::take(map);
+            map.insert(
+                "anyOf".into(),
+                json!([Value::Object(inner), {"type": "null"}]),
+            );
+        }
+    }
 }
 
 /// The `type` of a reasoning item and whether it has `encrypted_content`, to check it before
@@ -181,7 +269,7 @@ pub fn wants_encrypted_reasoning(model: &str, effort: Option<&str>) -> bool {
 /// `out`. Errors: [`BodyError::Read`] naming file and line, [`BodyError::NoMessages`],
 /// [`BodyError::Setting`] for a temperature that is not a finite number ≥ 0,
 /// [`BodyError::Write`].
-pub fn write_request<R: BufRead, W: Write>(
+pub fn write_request<R: Read, W: Write>(
     messages: R,
     file: &str,
     out: &mut W,
@@ -195,24 +283,31 @@ pub fn write_request<R: BufRead, W: Write>(
     out.write_all(b"{\"model\":")?;
     json_to(out, &settings.model)?;
     out.write_all(b",\"input\":[")?;
-    let mut lines = LineReader::new(messages, file);
+    let mut lines = BlockLineReader::new(messages, file);
     let mut instructions: Option<String> = None;
     let mut written = Written::default();
     let mut calls: HashSet<String> = HashSet::new();
-    while let Some((_, m)) = lines.next_value::<ChatMessage>().map_err(BodyError::Read)? {
+    while let Some((line, _, bytes)) = lines.next_line_at().map_err(BodyError::Read)? {
+        let m = raw::parse_line(bytes).map_err(|message| {
+            BodyError::Read(JsonlError::Invalid {
+                file: file.to_string(),
+                line,
+                message,
+            })
+        })?;
         written.messages += 1;
-        if m.role == "system" && written.items == 0 {
-            let text = m.content.unwrap_or_default();
+        if m.role.is("system") && written.items == 0 {
+            let text = m.content.map(|c| c.value()).unwrap_or_default();
             match &mut instructions {
                 Some(i) => {
                     i.push_str("\n\n");
                     i.push_str(&text);
                 }
-                None => instructions = Some(text),
+                None => instructions = Some(text.into_owned()),
             }
             continue;
         }
-        write_items(out, m, &mut written, &mut calls)?;
+        write_items(out, &m, &mut written, &mut calls)?;
     }
     if written.items == 0 {
         return Err(BodyError::NoMessages);
@@ -252,10 +347,12 @@ pub fn write_request<R: BufRead, W: Write>(
 }
 
 /// Writes the input items of one (non-leading-system) message, each preceded by `,` but the
-/// first of the array.
+/// first of the array. Texts, ids, names and arguments are copied as the JSON the line holds
+/// ([`crate::raw`]); only a reasoning item's data, an orphan result and a text split back into
+/// its blocks are decoded.
 fn write_items<W: Write>(
     out: &mut W,
-    m: ChatMessage,
+    m: &RawMessage<'_>,
     written: &mut Written,
     calls: &mut HashSet<String>,
 ) -> Result<(), BodyError> {
@@ -266,66 +363,119 @@ fn write_items<W: Write>(
         written.items += 1;
         Ok(())
     };
-    let content = m.content.unwrap_or_default();
-    match m.role.as_str() {
-        "assistant" => {
-            for r in &m.reasoning {
-                if r.provider != super::PROVIDER || r.kind != super::REASONING {
-                    continue;
+    let content: &[u8] = m.content.map_or(b"\"\"", |c| c.json());
+    if m.role.is("assistant") {
+        let items: Vec<&RawReasoning<'_>> =
+            m.reasoning.iter().filter(|r| !r.kind.is(ORDER)).collect();
+        let recorded = m
+            .reasoning
+            .iter()
+            .find(|r| r.kind.is(ORDER) && r.provider.is(super::PROVIDER))
+            .and_then(|r| Order::parse(&r.data.value()));
+        // The decoded text, only when a record may split it.
+        let text = recorded.as_ref().map(|_| {
+            m.content
+                .map(|c| c.value().into_owned())
+                .unwrap_or_default()
+        });
+        let text_len = text.as_ref().map_or(0, String::len);
+        let slots = recorded
+            .and_then(|o| o.replay(items.len(), m.tool_calls.len(), text_len))
+            .unwrap_or_else(|| {
+                // Reasoning first, then the text, then the calls.
+                (0..items.len())
+                    .map(Slot::Reasoning)
+                    .chain(std::iter::once(Slot::Text(0..usize::MAX)))
+                    .chain((0..m.tool_calls.len()).map(Slot::ToolCall))
+                    .collect()
+            });
+        for slot in slots {
+            match slot {
+                Slot::Reasoning(i) => {
+                    let r = items[i];
+                    if !r.provider.is(super::PROVIDER) || !r.kind.is(super::REASONING) {
+                        continue;
+                    }
+                    let data = r.data.value();
+                    let ok = serde_json::from_str::<ItemType>(&data)
+                        .is_ok_and(|t| t.kind == super::REASONING && t.encrypted_content.is_some());
+                    if !ok {
+                        written.repairs.bad_reasoning += 1;
+                        continue;
+                    }
+                    item(out, written)?;
+                    out.write_all(data.as_bytes())?;
                 }
-                let ok = serde_json::from_str::<ItemType>(&r.data)
-                    .is_ok_and(|t| t.kind == super::REASONING && t.encrypted_content.is_some());
-                if !ok {
-                    written.repairs.bad_reasoning += 1;
-                    continue;
+                Slot::Text(range) => match &text {
+                    Some(whole) if range.len() < whole.len() => {
+                        let piece = block_order::piece(whole, range);
+                        if !piece.is_empty() {
+                            item(out, written)?;
+                            out.write_all(
+                                b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":",
+                            )?;
+                            json_to(out, &piece)?;
+                            out.write_all(b"}")?;
+                        }
+                    }
+                    _ => {
+                        if content != b"\"\"" {
+                            item(out, written)?;
+                            out.write_all(
+                                b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":",
+                            )?;
+                            out.write_all(content)?;
+                            out.write_all(b"}")?;
+                        }
+                    }
+                },
+                Slot::ToolCall(i) => {
+                    let c = &m.tool_calls[i];
+                    item(out, written)?;
+                    out.write_all(b"{\"type\":\"function_call\",\"call_id\":")?;
+                    out.write_all(c.id.json())?;
+                    out.write_all(b",\"name\":")?;
+                    out.write_all(c.name.json())?;
+                    out.write_all(b",\"arguments\":")?;
+                    out.write_all(c.arguments.json())?;
+                    out.write_all(b"}")?;
+                    calls.insert(c.id.value().into_owned());
                 }
-                item(out, written)?;
-                out.write_all(r.data.as_bytes())?;
-            }
-            if !content.is_empty() {
-                item(out, written)?;
-                json_to(
-                    out,
-                    &json!({"type": "message", "role": "assistant", "content": content}),
-                )?;
-            }
-            for c in m.tool_calls.unwrap_or_default() {
-                item(out, written)?;
-                json_to(
-                    out,
-                    &json!({"type": "function_call", "call_id": c.id,
-                        "name": c.function.name, "arguments": c.function.arguments}),
-                )?;
-                calls.insert(c.id);
             }
         }
-        "tool" => {
-            let id = m.tool_call_id.unwrap_or_default();
-            item(out, written)?;
-            if calls.contains(&id) {
-                json_to(
-                    out,
-                    &json!({"type": "function_call_output", "call_id": id, "output": content}),
-                )?;
-            } else {
-                written.repairs.orphan_results += 1;
-                let text = format!("Result of tool call {id}:\n{content}");
-                json_to(
-                    out,
-                    &json!({"type": "message", "role": "user", "content": text}),
-                )?;
-            }
-        }
-        role => {
-            // `user`, a later `system`; any other role is sent as the user's.
-            let role = if role == "system" { "system" } else { "user" };
-            item(out, written)?;
-            json_to(
-                out,
-                &json!({"type": "message", "role": role, "content": content}),
-            )?;
-        }
+        return Ok(());
     }
+    if m.role.is("tool") {
+        let id = m.tool_call_id.map(|i| i.value()).unwrap_or_default();
+        item(out, written)?;
+        if calls.contains(id.as_ref()) {
+            out.write_all(b"{\"type\":\"function_call_output\",\"call_id\":")?;
+            json_to(out, &id)?;
+            out.write_all(b",\"output\":")?;
+            out.write_all(content)?;
+            out.write_all(b"}")?;
+        } else {
+            written.repairs.orphan_results += 1;
+            let content = m.content.map(|c| c.value()).unwrap_or_default();
+            let text = format!("Result of tool call {id}:\n{content}");
+            out.write_all(b"{\"type\":\"message\",\"role\":\"user\",\"content\":")?;
+            json_to(out, &text)?;
+            out.write_all(b"}")?;
+        }
+        return Ok(());
+    }
+    // `user`, a later `system`; any other role is sent as the user's.
+    let role: &[u8] = if m.role.is("system") {
+        b"system"
+    } else {
+        b"user"
+    };
+    item(out, written)?;
+    out.write_all(b"{\"type\":\"message\",\"role\":\"")?;
+    out.write_all(role)?;
+    out.write_all(b"\",\"content\":")?;
+    out.write_all(content)?;
+    out.write_all(b"}")?;
     Ok(())
 }
 
@@ -336,7 +486,7 @@ fn json_to<W: Write>(out: &mut W, value: &impl serde::Serialize) -> io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ReasoningItem, ToolCall};
+    use crate::{ChatMessage, ReasoningItem, ToolCall};
 
     #[test]
     fn the_repairs_warning_names_each_change_made() {
@@ -427,7 +577,8 @@ mod tests {
         assert_eq!(v["reasoning"], json!({"effort":"high"}));
         assert_eq!(
             v["tools"],
-            json!([{"type":"function","name":"read","description":"d","parameters":{"type":"object"}}])
+            json!([{"type":"function","name":"read","description":"d","parameters":{"type":"object"},
+                "strict":false}])
         );
         assert!(v.get("temperature").is_none());
         assert_eq!(w.messages, 6);
@@ -512,5 +663,139 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, BodyError::NoMessages), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod interleaved_tests {
+    use super::*;
+    use crate::reply::{ProviderFunction, ProviderToolCall, assistant_message};
+    use crate::responses::{PROVIDER, ResponsesStream, parse_response};
+    use crate::{ChatMessage, ReasoningItem};
+
+    /// `[rs_a, fc_a, rs_b, fc_b, message]`: reasoning interleaved with function calls.
+    fn output() -> Value {
+        json!([
+            {"id": "rs_a", "type": "reasoning", "summary": [], "encrypted_content": "A+/="},
+            {"type": "function_call", "call_id": "fc_a", "name": "read", "arguments": "{\"p\":1}"},
+            {"id": "rs_b", "type": "reasoning", "summary": [], "encrypted_content": "B+/="},
+            {"type": "function_call", "call_id": "fc_b", "name": "read", "arguments": "{}"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]},
+        ])
+    }
+
+    /// The message the format's guest makes of `f`.
+    fn message(f: crate::responses::Folded) -> ChatMessage {
+        let calls = f
+            .calls
+            .into_iter()
+            .map(|c| ProviderToolCall {
+                id: Some(c.call_id),
+                function: ProviderFunction {
+                    name: c.name,
+                    arguments: Some(Value::String(c.arguments)),
+                },
+            })
+            .collect();
+        let mut m = assistant_message(None, f.content, calls);
+        m.reasoning = f
+            .reasoning
+            .into_iter()
+            .map(|data| ReasoningItem {
+                provider: PROVIDER.into(),
+                kind: super::super::REASONING.into(),
+                data,
+            })
+            .collect();
+        m.reasoning.extend(f.order.item(PROVIDER));
+        m
+    }
+
+    /// The input items of the request after `reply` and its calls' results, without the user's
+    /// first and the results.
+    fn replayed(reply: ChatMessage) -> Value {
+        let calls = reply.calls().to_vec();
+        let mut lines = vec![ChatMessage::text("user", "go"), reply];
+        lines.extend(calls.iter().map(|c| ChatMessage::tool_result(c, "x")));
+        let text: String = lines
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap() + "\n")
+            .collect();
+        let mut out = Vec::new();
+        let settings = RequestSettings {
+            model: "o4-mini",
+            ..RequestSettings::default()
+        };
+        write_request(text.as_bytes(), "current.jsonl", &mut out, &settings).unwrap();
+        let body: Value = serde_json::from_slice(&out).unwrap();
+        let input = body["input"].as_array().unwrap();
+        Value::Array(input[1..input.len() - calls.len()].to_vec())
+    }
+
+    /// What an item is sent back as: reasoning verbatim, the others in the input shape.
+    fn expected() -> Value {
+        let o = output();
+        json!([o[0], {"type": "function_call", "call_id": "fc_a", "name": "read", "arguments": "{\"p\":1}"},
+            o[2], {"type": "function_call", "call_id": "fc_b", "name": "read", "arguments": "{}"},
+            {"type": "message", "role": "assistant", "content": "Done."}])
+    }
+
+    #[test]
+    fn interleaved_reasoning_items_are_sent_back_in_output_order_streamed_or_whole() {
+        let body = json!({"status": "completed", "output": output()});
+        let whole = parse_response(&body.to_string()).unwrap();
+        assert_eq!(replayed(message(whole)), expected());
+
+        let mut s = ResponsesStream::new();
+        for (i, item) in output().as_array().unwrap().iter().enumerate() {
+            for kind in ["response.output_item.added", "response.output_item.done"] {
+                let e = json!({"type": kind, "output_index": i, "item": item});
+                s.line(&format!("data: {e}")).unwrap();
+            }
+        }
+        let end = json!({"type": "response.completed", "response": {"status": "completed"}});
+        s.line(&format!("data: {end}")).unwrap();
+        assert_eq!(replayed(message(s.finish().unwrap())), expected());
+    }
+}
+
+#[cfg(test)]
+mod tool_tests {
+    use super::*;
+
+    #[test]
+    fn function_tools_are_not_strict_unless_asked_and_then_strict_compatible() {
+        let schema = json!({"type": "object",
+            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"},
+                "filter": {"type": "object", "properties": {"kind": {"enum": ["a", "b"]}}}},
+            "required": ["query"]});
+        let chat = json!({"type": "function", "function": {"name": "history_search",
+            "description": "Search.", "parameters": schema}});
+        assert_eq!(
+            responses_tool(&chat),
+            json!({"type": "function", "name": "history_search", "description": "Search.",
+                "parameters": schema, "strict": false})
+        );
+        // No parameters: an empty object schema (the API requires the field).
+        assert_eq!(
+            responses_tool(&json!({"type": "function", "function": {"name": "now"}})),
+            json!({"type": "function", "name": "now",
+                "parameters": {"type": "object", "properties": {}}, "strict": false})
+        );
+        // Asked for strict: every property required, the optional ones nullable, no others.
+        let mut strict = chat.clone();
+        strict["function"]["strict"] = json!(true);
+        assert_eq!(
+            responses_tool(&strict)["parameters"],
+            json!({"type": "object", "additionalProperties": false,
+                "properties": {
+                    "query": {"type": "string"},
+                    "limit": {"type": ["integer", "null"]},
+                    "filter": {"type": ["object", "null"], "additionalProperties": false,
+                        "properties": {"kind": {"anyOf": [{"enum": ["a", "b"]}, {"type": "null"}]}},
+                        "required": ["kind"]}},
+                "required": ["filter", "limit", "query"]})
+        );
+        assert_eq!(responses_tool(&strict)["strict"], true);
     }
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::{Folded, FunctionCallItem, REASONING, error_text, finish_reason};
+use crate::block_order::Part;
 
 #[derive(Deserialize)]
 struct ResponseIn<'a> {
@@ -84,15 +85,24 @@ pub fn parse_response(body: &str) -> Result<Folded, String> {
         let item: ItemIn = serde_json::from_str(raw.get())
             .map_err(|e| format!("output[{i}] is not an output item ({e})"))?;
         match item.kind.as_str() {
-            REASONING => folded.reasoning.push(raw.get().to_string()),
+            REASONING => {
+                folded.reasoning.push(raw.get().to_string());
+                folded.order.push(Part::Reasoning);
+            }
             "message" => {
+                let mut bytes = 0;
                 for part in &item.content {
                     if let Some(t) = part.text() {
                         folded.content.get_or_insert_with(String::new).push_str(t);
+                        bytes += t.len();
                     }
                 }
+                folded.order.push(Part::Text(bytes));
             }
-            "function_call" => folded.calls.push(call(item, i)?),
+            "function_call" => {
+                folded.calls.push(call(item, i)?);
+                folded.order.push(Part::ToolCall);
+            }
             _ => {}
         }
     }

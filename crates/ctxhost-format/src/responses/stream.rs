@@ -31,6 +31,7 @@ use serde_json::value::RawValue;
 
 use super::response::{Incomplete, ItemIn, call, parse_response};
 use super::{Folded, REASONING, error_text, finish_reason};
+use crate::block_order::Part;
 use crate::fold::FoldError;
 
 /// What ends a whole stream of this provider (named by [`FoldError::Cut`]).
@@ -45,6 +46,8 @@ struct Slot {
     kind: String,
     /// Text of this `message` item came (it went to the fold's sink).
     had_text: bool,
+    /// Bytes of that text, for the reply's item order ([`crate::block_order`]).
+    text_bytes: usize,
     call_id: String,
     name: String,
     arguments: String,
@@ -160,7 +163,9 @@ impl ResponsesStream {
     /// Adds `piece` of the `message` item at `index` to the joined text
     /// ([`TextSink::push_part`]).
     fn push_text(&mut self, index: u64, piece: &str) -> Result<(), String> {
-        self.slot(index).had_text = true;
+        let slot = self.slot(index);
+        slot.had_text = true;
+        slot.text_bytes += piece.len();
         self.text.push_part(index, piece, "output item")
     }
 
@@ -449,9 +454,15 @@ impl ResponsesStream {
         }
         for slot in self.slots {
             match slot.kind.as_str() {
-                REASONING => folded.reasoning.extend(slot.reasoning),
-                "message" => {}
+                REASONING => {
+                    if let Some(item) = slot.reasoning {
+                        folded.reasoning.push(item);
+                        folded.order.push(Part::Reasoning);
+                    }
+                }
+                "message" => folded.order.push(Part::Text(slot.text_bytes)),
                 "function_call" => {
+                    folded.order.push(Part::ToolCall);
                     let item = ItemIn {
                         kind: slot.kind,
                         call_id: Some(slot.call_id),

@@ -7,8 +7,9 @@
 //! OpenAI's prompt cache, becomes `cache-read-tokens`; `completion_tokens_details.reasoning_tokens`
 //! becomes `reasoning-tokens`). The reasoning text of OpenAI-compatible servers
 //! (`message.reasoning_content`, or a string `message.reasoning`) is kept on the message as a
-//! reasoning item (provider `openai-chat`, type `reasoning_content`, data the text as a JSON
-//! string); the chat shape never sends it back. Lenient where servers
+//! reasoning item (provider `openai-chat`, type the field's name, `reasoning_content` or
+//! `reasoning`, data the text as a JSON string); the chat shape sends it back, under the same
+//! field, only when `send-reasoning-content` asks for it. Lenient where servers
 //! differ: `content` may be `null`, a string or an array of `{"type":"text","text"}` parts; a
 //! tool call's `arguments` may be an object (serialised to JSON text) and its `id` may be
 //! missing or repeated (`call_<n>` is generated, unique within the reply); `total_tokens` defaults to the
@@ -21,7 +22,8 @@ use serde_json::Value;
 
 use super::bad_shape;
 use crate::format::reply::{
-    ProviderToolCall, TokenCount, assistant_message, invalid_counts, reasoning_content_item,
+    ProviderToolCall, REASONING_CONTENT, REASONING_FIELD, TokenCount, assistant_message,
+    invalid_counts, reasoning_content_item,
 };
 use crate::request_format::Reply;
 use crate::types::{PluginError, Usage};
@@ -102,8 +104,10 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     let Some(message) = choice.message else {
         return Err(bad_shape(file, "choice 0 has no message", &value));
     };
+    // Kept under the field it came in, to go back under it.
     let reasoning = match (&message.reasoning_content, &message.reasoning) {
-        (Some(Value::String(r)), _) | (_, Some(Value::String(r))) => Some(r.clone()),
+        (Some(Value::String(r)), _) => Some((REASONING_CONTENT, r.clone())),
+        (_, Some(Value::String(r))) => Some((REASONING_FIELD, r.clone())),
         _ => None,
     };
     let mut message = assistant_message(
@@ -113,7 +117,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
     );
     message
         .reasoning
-        .extend(reasoning.as_deref().and_then(reasoning_content_item));
+        .extend(reasoning.and_then(|(field, r)| reasoning_content_item(field, &r)));
     let usage = response
         .usage
         .filter(|u| !u.is_null())
@@ -166,7 +170,11 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     let mut message = assistant_message(r.role, r.content, r.tool_calls);
     message
         .reasoning
-        .extend(r.reasoning.as_deref().and_then(reasoning_content_item));
+        .extend(
+            r.reasoning
+                .as_deref()
+                .and_then(|text| reasoning_content_item(r.reasoning_field, text)),
+        );
     Ok(Reply {
         message: super::to_wit(message),
         usage: r.usage.and_then(|u| usage_of(file, u)),
