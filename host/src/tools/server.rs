@@ -27,7 +27,8 @@ use tokio::task::JoinHandle;
 use super::{CallOutcome, McpServerConfig, ToolError};
 use crate::interrupt::{InterruptProbe, Request};
 
-/// Environment variables passed from the host to every server (besides the configured ones).
+/// Environment variables passed from the host to every server (besides the configured ones and
+/// [`crate::process_group::MARK_ENV`]).
 pub const INHERITED_ENV: [&str; 2] = ["PATH", "HOME"];
 
 /// Stderr lines kept for error messages, and the longest kept line (characters).
