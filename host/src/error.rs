@@ -12,6 +12,10 @@ use crate::config::ConfigError;
 pub const EXIT_FAILED: u8 = 1;
 /// Exit code: usage or configuration error.
 pub const EXIT_USAGE: u8 = 2;
+/// Exit code: the command was interrupted (Ctrl-C or SIGTERM) and ended what it ran as asked
+/// (`ask`: the task paused or stopped; `plugin try`: the call was interrupted), 128 + SIGINT
+/// as shells do.
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// An error caused by how ctxhost was called (exit code 2): a bad argument, an unknown or
 /// invalid UUID, a missing contexts tree. The text is shown to the user as is.

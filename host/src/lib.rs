@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod ops;
 pub mod plugin_check;
 pub mod plugins;
+pub mod process_group;
 pub mod recovery;
 pub mod remote;
 pub mod repair;

@@ -468,11 +468,10 @@ fn run_loop(
     let task_tools: Box<dyn ToolRunner> = if config.mcp_servers.is_empty() {
         Box::new(NoTools)
     } else {
-        Box::new(crate::tools::McpTools::start(
-            &config.mcp_servers,
-            &config.tools,
-            &dir,
-        )?)
+        Box::new(
+            crate::tools::McpTools::start(&config.mcp_servers, &config.tools, &dir)?
+                .interruptible(probe.clone()),
+        )
     };
     // The host's history tools, offered once the context was compressed (issue 27).
     let mut tools: Box<dyn ToolRunner> = Box::new(crate::tools::HistoryTools::new(

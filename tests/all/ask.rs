@@ -359,7 +359,8 @@ fn ctrl_c_pauses_the_task_of_ask_and_it_resumes_to_completion() {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
-    assert!(status.success(), "{status}: {stdout}\n{stderr}");
+    // Interrupted: the shell's 130, not success (issue 38, item 2).
+    assert_eq!(status.code(), Some(130), "{status}: {stdout}\n{stderr}");
     assert!(stderr.contains("pausing…"), "{stderr}");
     assert!(stderr.contains("Ctrl-C again to stop"), "{stderr}");
     let uuid = printed_uuid(&stdout);
@@ -414,7 +415,7 @@ fn a_second_ctrl_c_stops_the_task_of_ask() {
         .unwrap()
         .read_to_string(&mut stdout)
         .unwrap();
-    assert!(status.success(), "{status}: {stdout}");
+    assert_eq!(status.code(), Some(130), "{status}: {stdout}");
     let end: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(end["event"], "end");
     assert_eq!(end["status"], "stopped", "{stdout}");

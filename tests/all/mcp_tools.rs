@@ -512,7 +512,8 @@ fn servers_get_only_path_home_and_their_configured_env() {
         panic!("env tool failed")
     };
     let keys: Vec<String> = serde_json::from_str(&text).unwrap();
-    let allowed = ["FAKE_LEVEL", "HOME", "PATH"];
+    // CTXHOST_PROCESS_GROUP: the mark that finds the server's setsid descendants at a stop.
+    let allowed = ["CTXHOST_PROCESS_GROUP", "FAKE_LEVEL", "HOME", "PATH"];
     assert!(
         keys.iter().all(|k| allowed.contains(&k.as_str())),
         "unexpected variables: {keys:?}"

@@ -107,6 +107,10 @@ impl HostLlm {
 }
 
 impl LlmImport for HostLlm {
+    fn interrupt_probe(&self) -> Option<InterruptProbe> {
+        self.interrupt.as_ref().map(|(probe, _)| probe.clone())
+    }
+
     fn complete(
         &mut self,
         messages_file: &str,

@@ -267,6 +267,11 @@ impl Agent<'_> {
                         }
                         outcomes.push(self.tool_call(ctx, call)?);
                     }
+                    // Safe point: after the last result (a call interrupted by a pause or
+                    // stop ends this run here; a resume goes on with the strategy's hook).
+                    if let Some(outcome) = self.interrupted(ctx)? {
+                        return Ok(outcome);
+                    }
                     Next::AfterTools { reply, outcomes }
                 }
                 Next::AfterTools { reply, outcomes } => {

@@ -105,8 +105,12 @@ pub(super) fn run(env: &Env, args: &AskArgs) -> anyhow::Result<ExitCode> {
             _ => {}
         }
     }
+    let interrupted = watch.done != Request::None;
     Ok(if ended.status == Status::Failed {
         ExitCode::from(EXIT_FAILED)
+    } else if interrupted && matches!(ended.status, Status::Paused | Status::Stopped) {
+        // Ctrl-C (or SIGTERM) ended the task's run: the shell's convention, not success.
+        ExitCode::from(super::EXIT_INTERRUPTED)
     } else {
         ExitCode::SUCCESS
     })

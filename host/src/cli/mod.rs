@@ -31,7 +31,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, contexts_from};
 use crate::error::exit_code_of;
-pub use crate::error::{EXIT_FAILED, EXIT_USAGE, UsageError, usage};
+pub use crate::error::{EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, usage};
 use crate::layout::Layout;
 
 const ABOUT: &str =
@@ -860,12 +860,40 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                     .map_err(|e| crate::error::usage(format!("{e:#}")))?,
                 (None, None) => Vec::new(),
             };
-            let text = try_call::run(&spec, &try_call::TryOptions { context, replies })?;
-            std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())?;
-            Ok(ExitCode::SUCCESS)
+            // The limits a task would get: a `--config` that does not exist is refused.
+            let env = Env::load(&global)?;
+            // Ctrl-C interrupts the component's call (the process exits 130 within 2 s in any
+            // case, e.g. while compiling).
+            let interrupts = crate::interrupt::Interrupts::install_exiting(
+                std::time::Duration::from_secs(2),
+                EXIT_INTERRUPTED,
+            )?;
+            let options = try_call::TryOptions {
+                context,
+                replies,
+                limits: env.config.runtime_limits(),
+                interrupt: Some(interrupts.stop_probe()),
+            };
+            match try_call::run(&spec, &options) {
+                Ok(text) => {
+                    std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) if interrupts.count() > 0 => {
+                    eprintln!("error: {e:#}");
+                    Ok(ExitCode::from(EXIT_INTERRUPTED))
+                }
+                Err(e) => Err(e),
+            }
         }
         Command::Plugin(PluginCommand::Check { spec, json, keep }) => {
-            let passed = crate::plugin_check::run(&spec, json, keep.as_deref())?;
+            let env = Env::load(&global)?;
+            let passed = crate::plugin_check::run(
+                &spec,
+                json,
+                keep.as_deref(),
+                env.config.runtime_limits(),
+            )?;
             Ok(if passed {
                 ExitCode::SUCCESS
             } else {

@@ -102,14 +102,19 @@ pub fn check_cache_dir() -> Option<PathBuf> {
 }
 
 /// `ctxhost plugin check`: check `path_or_builtin` (a `.wasm` path or `builtin:NAME`) with
-/// default limits, the cache of [`check_cache_dir`], and `keep` as [`CheckOptions::keep`];
+/// `limits` (a task's, from the config: [`crate::config::Config::runtime_limits`]), the cache of [`check_cache_dir`], and `keep` as [`CheckOptions::keep`];
 /// print the report to stdout (JSON with `json`), and return whether it passed (the caller
 /// exits 0 / 1).
 ///
 /// Errors only when the check cannot run at all (no temp directory, engine setup failed, a
 /// `--keep` directory that is not empty); a component that cannot be loaded is a failed
 /// report, not an error.
-pub fn run(path_or_builtin: &str, json: bool, keep: Option<&Path>) -> anyhow::Result<bool> {
+pub fn run(
+    path_or_builtin: &str,
+    json: bool,
+    keep: Option<&Path>,
+    limits: RuntimeLimits,
+) -> anyhow::Result<bool> {
     // Without a cache directory, a temporary one: compiled every run.
     let fallback;
     let cache = match check_cache_dir() {
@@ -119,7 +124,7 @@ pub fn run(path_or_builtin: &str, json: bool, keep: Option<&Path>) -> anyhow::Re
             fallback.path().to_path_buf()
         }
     };
-    let runtime = Runtime::new(&cache, RuntimeLimits::default())?;
+    let runtime = Runtime::new(&cache, limits)?;
     let options = CheckOptions {
         keep: keep.map(Path::to_path_buf),
         ..CheckOptions::default()

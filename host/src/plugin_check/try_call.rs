@@ -12,6 +12,11 @@
 //!   host's rules, planning entries committed with it).
 //!
 //! The `llm` import answers each request with the next canned reply (the last one repeats).
+//! The instance gets the limits a task's would (`runtime.memory_limit_mib`,
+//! `runtime.call_timeout_secs`, … of `--config`: [`TryOptions::limits`]); a Ctrl-C interrupts a
+//! compressor's or strategy's call at once ([`TryOptions::interrupt`]). What the component
+//! prints (stdout and stderr) is logged at info level, each line tagged with the component and
+//! the hook ([`crate::runtime::output`]).
 //! The report: what the call returned, the files it wrote or changed (name, size), the LLM
 //! requests it made (each message's role and its first [`SHOWN_CHARS`] characters), and the
 //! host's invariant checks on the resulting context file.
@@ -73,6 +78,11 @@ pub struct TryOptions {
     pub context: PathBuf,
     /// Canned LLM replies, used in order; the last repeats. Empty: `canned reply`.
     pub replies: Vec<String>,
+    /// The limits of the instance (a task's: [`crate::config::Config::runtime_limits`]).
+    pub limits: crate::runtime::RuntimeLimits,
+    /// Asked while a compressor's or strategy's call runs: a request interrupts it
+    /// ([`crate::runtime::RuntimeError::Interrupted`]). `None`: the call runs to its deadline.
+    pub interrupt: Option<crate::interrupt::InterruptProbe>,
 }
 
 /// The replies of a `--replies FILE`: one reply per line, or a JSON array of strings.
@@ -110,9 +120,14 @@ struct CannedLlm {
     dir: PathBuf,
     replies: Vec<String>,
     requests: Requests,
+    interrupt: Option<crate::interrupt::InterruptProbe>,
 }
 
 impl LlmImport for CannedLlm {
+    fn interrupt_probe(&self) -> Option<crate::interrupt::InterruptProbe> {
+        self.interrupt.clone()
+    }
+
     fn complete(
         &mut self,
         messages_file: &str,
@@ -136,7 +151,8 @@ impl LlmImport for CannedLlm {
     }
 }
 
-/// `plugin try`: [`try_plugin`] with the runtime of `plugin check` (its compile cache).
+/// `plugin try`: [`try_plugin`] with the runtime of `plugin check` (its compile cache) and
+/// `options.limits`.
 ///
 /// # Errors
 /// As [`try_plugin`].
@@ -149,7 +165,7 @@ pub fn run(source: &str, options: &TryOptions) -> anyhow::Result<String> {
             fallback.path().to_path_buf()
         }
     };
-    let runtime = Runtime::new(&cache, crate::runtime::RuntimeLimits::default())?;
+    let runtime = Runtime::new(&cache, options.limits)?;
     try_plugin(&runtime, source, options)
 }
 
@@ -182,6 +198,7 @@ pub fn try_plugin(runtime: &Runtime, source: &str, options: &TryOptions) -> anyh
         dir: dir.clone(),
         replies: options.replies.clone(),
         requests: requests.clone(),
+        interrupt: options.interrupt.clone(),
     };
     let mut out = String::new();
     writeln!(

@@ -158,6 +158,19 @@ pub enum RuntimeError {
         /// The limit that passed.
         timeout: Duration,
     },
+    /// The task was asked to pause or stop while the call ran: it was interrupted (epoch
+    /// interruption) rather than left to run to its deadline.
+    #[error("component {component}: {function} interrupted by {request} after {}", fmt_duration(*after))]
+    Interrupted {
+        /// The component: `builtin:NAME` or its path.
+        component: String,
+        /// The component function called.
+        function: String,
+        /// `pause` or `stop`.
+        request: &'static str,
+        /// How long the call had run.
+        after: Duration,
+    },
     /// A call that used the `llm` import ran past its wall-time limit (LLM calls included).
     #[error(
         "component {component}: {function} ran past its wall-time limit of {} (after {llm_calls} llm.complete call(s); context_storage.max_compression_secs)",
@@ -281,6 +294,7 @@ impl RuntimeError {
             | RuntimeError::Link { component, .. }
             | RuntimeError::Sandbox { component, .. }
             | RuntimeError::Deadline { component, .. }
+            | RuntimeError::Interrupted { component, .. }
             | RuntimeError::WallTime { component, .. }
             | RuntimeError::DiskBudget { component, .. }
             | RuntimeError::FileLimit { component, .. }

@@ -21,6 +21,7 @@
 mod builtin;
 pub mod cache;
 pub mod call_times;
+pub mod compile_progress;
 mod compressor;
 mod epoch;
 mod error;
@@ -500,6 +501,8 @@ impl Runtime {
         };
         check_header(&name, &bytes)?;
         let (component, outcome) = self.cache.load_or_compile(&self.engine, &bytes, || {
+            let _progress =
+                compile_progress::CompileProgress::start(&name, bytes.len(), self.cache.dir());
             Component::new(&self.engine, &bytes).map_err(|e| RuntimeError::Compile {
                 component: name.clone(),
                 reason: format!("{e:#}"),

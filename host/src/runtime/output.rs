@@ -1,5 +1,8 @@
-//! A component's stdout and stderr: split into lines and forwarded to `tracing`, tagged with
-//! the component's name (target `ctxhost::plugin`, fields `component` and `stream`).
+//! A component's stdout and stderr: split into lines and forwarded to `tracing` at info level
+//! (so `plugin try` and a task's log show them), each tagged with the component's name, the
+//! function (hook) being called and the stream (target `ctxhost::plugin`, fields `component`,
+//! `hook`, `stream`). At most [`MAX_LINES_PER_CALL`] lines of each stream are logged per call;
+//! the rest are counted and reported in one line when the call ends.
 //!
 //! The last few stderr lines are also kept, so a trap's error message can quote what the
 //! component printed before it died (a Rust guest prints its panic message to stderr, then
@@ -20,6 +23,8 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 pub const MAX_LINE_BYTES: usize = 8 * 1024;
 /// Stderr lines kept for error messages.
 pub const TAIL_LINES: usize = 4;
+/// Lines of one stream logged per call; the rest are counted ([`GuestOutput::end_call`]).
+pub const MAX_LINES_PER_CALL: usize = 200;
 /// Bytes a guest may write per `check-write` permit.
 const WRITE_PERMIT: usize = 64 * 1024;
 
@@ -52,6 +57,11 @@ struct State {
     stream: Stream,
     partial: Vec<u8>,
     tail: VecDeque<String>,
+    /// The function being called (`compress`, `start`, `instantiation`).
+    hook: Arc<str>,
+    /// Lines logged in the current call, and those left out past [`MAX_LINES_PER_CALL`].
+    logged: usize,
+    dropped: usize,
 }
 
 impl GuestOutput {
@@ -63,6 +73,9 @@ impl GuestOutput {
                 stream,
                 partial: Vec::new(),
                 tail: VecDeque::new(),
+                hook: Arc::from("-"),
+                logged: 0,
+                dropped: 0,
             })),
         }
     }
@@ -87,14 +100,6 @@ impl GuestOutput {
         }
     }
 
-    /// Log an unterminated last line, if any (called after every call into the component).
-    pub fn flush_partial(&self) {
-        let mut st = self.state();
-        if !st.partial.is_empty() {
-            st.emit();
-        }
-    }
-
     /// The last lines written (oldest first), joined with ` | `; `None` when nothing was
     /// written since the last [`GuestOutput::clear_tail`].
     pub fn tail(&self) -> Option<String> {
@@ -106,9 +111,28 @@ impl GuestOutput {
         }
     }
 
-    /// Forget the kept lines (called before every call, so an error quotes only its own call).
-    pub fn clear_tail(&self) {
-        self.state().tail.clear();
+    /// A call of `hook` begins: its lines are tagged with it, the per-call line count and the
+    /// kept stderr lines start afresh.
+    pub fn begin_call(&self, hook: &str) {
+        let mut st = self.state();
+        st.hook = Arc::from(hook);
+        st.tail.clear();
+        st.logged = 0;
+        st.dropped = 0;
+    }
+
+    /// The call ended: log an unterminated last line, and how many lines were left out.
+    pub fn end_call(&self) {
+        let mut st = self.state();
+        if !st.partial.is_empty() {
+            st.emit();
+        }
+        if st.dropped > 0 {
+            let (component, hook, stream) = (&*st.component, &*st.hook, st.stream.name());
+            tracing::info!(target: "ctxhost::plugin", component, hook, stream,
+                "{} more line(s) not logged (at most {MAX_LINES_PER_CALL} per call)", st.dropped);
+            st.dropped = 0;
+        }
     }
 }
 
@@ -120,14 +144,13 @@ impl State {
         let line = crate::untrusted::text(line.trim_end_matches('\r'), MAX_LINE_BYTES);
         let line: &str = &line;
         let component = &*self.component;
+        let hook = &*self.hook;
         let stream = self.stream.name();
-        match self.stream {
-            Stream::Stdout => {
-                tracing::debug!(target: "ctxhost::plugin", component, stream, "{line}")
-            }
-            Stream::Stderr => {
-                tracing::info!(target: "ctxhost::plugin", component, stream, "{line}")
-            }
+        if self.logged < MAX_LINES_PER_CALL {
+            self.logged += 1;
+            tracing::info!(target: "ctxhost::plugin", component, hook, stream, "{line}");
+        } else {
+            self.dropped += 1;
         }
         // Rust's panic hint adds nothing to an error message.
         let noise = line.starts_with("note: run with `RUST_BACKTRACE=1`");
@@ -198,6 +221,7 @@ impl tokio::io::AsyncWrite for GuestOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn keeps_the_last_stderr_lines_and_cuts_long_ones() {
@@ -206,11 +230,66 @@ mod tests {
         assert_eq!(out.tail().as_deref(), Some("one | two"));
         out.write_bytes(b"ee\n\nfour\nfive\n");
         assert_eq!(out.tail().as_deref(), Some("two | three | four | five"));
-        out.clear_tail();
+        out.begin_call("next");
         assert_eq!(out.tail(), None);
         out.write_bytes(&vec![b'x'; MAX_LINE_BYTES + 10]);
-        out.flush_partial();
+        out.end_call();
         let tail = out.tail().unwrap();
         assert_eq!(tail.len(), MAX_LINE_BYTES + " | ".len() + 10);
+    }
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn stdout_lines_are_logged_at_info_with_component_and_hook_and_bounded_per_call() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let out = GuestOutput::new("my.wasm".into(), Stream::Stdout);
+            out.begin_call("compress");
+            out.write_bytes(b"hello from console.log\nno newline");
+            out.end_call();
+            out.begin_call("start");
+            for i in 0..MAX_LINES_PER_CALL + 5 {
+                out.write_bytes(format!("line {i}\n").as_bytes());
+            }
+            out.end_call();
+        });
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let hello = text
+            .lines()
+            .find(|l| l.contains("hello from console.log"))
+            .expect(&text);
+        assert!(hello.contains("INFO"), "{hello}");
+        assert!(
+            hello.contains("component=\"my.wasm\"") || hello.contains("component=my.wasm"),
+            "{hello}"
+        );
+        assert!(hello.contains("hook=\"compress\"") || hello.contains("hook=compress"), "{hello}");
+        assert!(hello.contains("stream=\"stdout\"") || hello.contains("stream=stdout"), "{hello}");
+        assert!(text.lines().any(|l| l.contains("no newline") && l.contains("compress")));
+        let start_lines = text.lines().filter(|l| l.contains(" line ")).count();
+        assert_eq!(start_lines, MAX_LINES_PER_CALL, "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.contains("5 more line(s) not logged") && l.contains("start")),
+            "{text}"
+        );
     }
 }

@@ -11,7 +11,10 @@
 //!   [`super::RuntimeLimits::call_timeout`] bounds the component's own time (time it spends
 //!   waiting in the host's `llm` import is not counted), [`super::RuntimeLimits::wall_time_per_call`]
 //!   the whole call, that time included; the `llm` import gets at most
-//!   [`super::RuntimeLimits::llm_calls_per_call`] calls per call;
+//!   [`super::RuntimeLimits::llm_calls_per_call`] calls per call; an instance whose `llm`
+//!   import has an interrupt probe ([`super::LlmImport::interrupt_probe`]: a task's compressor
+//!   and strategy, `plugin try`) asks it every [`INTERRUPT_POLL`] and stops the call at once on
+//!   a pause or stop ([`RuntimeError::Interrupted`]);
 //! - the task directory's byte budget ([`super::fs_guard::DirBudget`]), measured during and
 //!   after every call; the files and folders one call may create bounded, WASI `symlink-at`
 //!   and `link-at` refused ([`super::fs_guard::guard_filesystem`]).
@@ -42,6 +45,9 @@ use super::output::{GuestOutput, Stream};
 use super::types::{LlmImport, PlanningImport};
 use crate::untrusted;
 
+/// How often a running call asks its interrupt probe (which may read the task's row).
+pub const INTERRUPT_POLL: Duration = Duration::from_millis(200);
+
 /// The clock and counters of the call in progress.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CallState {
@@ -55,6 +61,10 @@ pub(crate) struct CallState {
     pub(crate) llm_refused: u32,
     deadline_hit: bool,
     wall_hit: bool,
+    /// When the interrupt probe was last asked.
+    probe_asked: Instant,
+    /// The pause or stop that interrupted the call.
+    interrupted: Option<crate::interrupt::Request>,
     /// Bytes the task directory held when the budget stopped the call.
     budget_hit: Option<u64>,
     /// Files and folders the call created in the task directory.
@@ -72,6 +82,8 @@ impl CallState {
             llm_refused: 0,
             deadline_hit: false,
             wall_hit: false,
+            probe_asked: Instant::now(),
+            interrupted: None,
             budget_hit: None,
             files_created: 0,
             files_refused: 0,
@@ -94,6 +106,8 @@ pub struct StoreState {
     pub(crate) llm: Option<Box<dyn LlmImport>>,
     /// What the `planning` import calls (strategies only).
     pub(crate) planning: Option<Box<dyn PlanningImport>>,
+    /// Asked every [`INTERRUPT_POLL`] while a call runs: a pause or stop interrupts it.
+    interrupt: Option<crate::interrupt::InterruptProbe>,
     /// The task directory the `history` import reads (compressors and strategies).
     pub(crate) history: Option<crate::task_dir::TaskDir>,
     /// The instance's limits.
@@ -275,11 +289,13 @@ impl Sandbox {
                 )
             }
         };
+        let interrupt = llm.as_ref().and_then(|l| l.interrupt_probe());
         let state = StoreState {
             wasi: builder.build(),
             table: ResourceTable::new(),
             limiter,
             component: name.clone(),
+            interrupt,
             llm,
             planning: None,
             history: None,
@@ -308,6 +324,17 @@ impl Sandbox {
             if let Some(used) = state.budget.as_mut().and_then(|b| b.over(false)) {
                 state.call.budget_hit = Some(used);
                 return Ok(UpdateDeadline::Interrupt);
+            }
+            if let Some(probe) = &state.interrupt
+                && state.call.probe_asked.elapsed() >= INTERRUPT_POLL
+            {
+                state.call.probe_asked = Instant::now();
+                let request = probe.request();
+                if request != crate::interrupt::Request::None {
+                    probe.mark_gave_way();
+                    state.call.interrupted = Some(request);
+                    return Ok(UpdateDeadline::Interrupt);
+                }
             }
             Ok(UpdateDeadline::Continue(1))
         });
@@ -359,7 +386,8 @@ impl Sandbox {
         {
             let state = self.store.data_mut();
             state.call = CallState::new();
-            state.stderr.clear_tail();
+            state.stdout.begin_call(function);
+            state.stderr.begin_call(function);
         }
         // The epoch callback runs at the next tick and then at every tick.
         self.store.set_epoch_deadline(1);
@@ -367,8 +395,8 @@ impl Sandbox {
         let result = f(&mut self.store);
         super::call_times::record(&self.name, function, started.elapsed());
         let state = self.store.data_mut();
-        state.stdout.flush_partial();
-        state.stderr.flush_partial();
+        state.stdout.end_call();
+        state.stderr.end_call();
         if state.call.llm_refused > 0 {
             tracing::warn!(component = %self.name, function, refused = state.call.llm_refused,
                 made = state.call.llm_calls - state.call.llm_refused,
@@ -445,6 +473,14 @@ impl Sandbox {
         }
         if let Some(used) = state.call.budget_hit {
             return self.budget_error(&function, used);
+        }
+        if let Some(request) = state.call.interrupted {
+            return RuntimeError::Interrupted {
+                component,
+                function,
+                request: request.as_str(),
+                after: state.call.started.elapsed(),
+            };
         }
         if state.call.wall_hit {
             return RuntimeError::WallTime {

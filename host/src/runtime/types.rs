@@ -87,6 +87,13 @@ pub trait LlmImport: Send {
         max_output_tokens: u32,
         deadline: std::time::Instant,
     ) -> Result<Completion, String>;
+
+    /// What a running call of the component asks (every [`super::sandbox::INTERRUPT_POLL`],
+    /// from the epoch callback) to give way to a pause or stop of the task at once: `None`
+    /// (the default) for calls that run to their deadline.
+    fn interrupt_probe(&self) -> Option<crate::interrupt::InterruptProbe> {
+        None
+    }
 }
 
 /// An [`LlmImport`] for components that must not reach a model: every call fails with

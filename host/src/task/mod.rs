@@ -19,7 +19,6 @@ pub mod calls;
 pub mod cost;
 pub mod history_counts;
 pub mod inheritance;
-pub mod interrupt;
 pub mod metadata;
 pub mod planning;
 pub use crate::lifecycle::task_state as state;
@@ -48,7 +47,7 @@ use crate::untrusted;
 pub use calls::{CallLog, CallRecord};
 pub use history_counts::HistoryCounts;
 pub use inheritance::Inheritance;
-pub use interrupt::InterruptProbe;
+pub use crate::interrupt::InterruptProbe;
 pub use metadata::{
     InheritedFrom, Metadata, MetadataConfig, MetadataTaskKey, SkippedPredecessor, read_metadata,
     write_metadata_once,
@@ -493,16 +492,19 @@ impl TaskContext {
         Ok(self.usage.add(delta)?)
     }
 
-    /// [`TaskContext::interrupt`] as a probe the `llm` import of a compressor or strategy can
-    /// hold: a pause or stop was requested; a row that cannot be read counts as no request
-    /// (logged).
+    /// [`TaskContext::interrupt`] as a probe a running call can hold (the `llm` import and
+    /// the hooks of a compressor or strategy, an MCP tool call): a pause or stop was
+    /// requested (a stop wins); a row that cannot be read counts as no request (logged).
     pub fn interrupt_probe(&self) -> InterruptProbe {
+        use crate::interrupt::Request;
         let (db, uuid) = (self.db.clone(), self.uuid().to_string());
         InterruptProbe::new(move || match db.with(|db| db.control(&uuid)) {
-            Ok(control) => control.is_some_and(|c| c.stop_requested || c.pause_requested),
+            Ok(Some(c)) if c.stop_requested => Request::Stop,
+            Ok(Some(c)) if c.pause_requested => Request::Pause,
+            Ok(_) => Request::None,
             Err(e) => {
-                tracing::warn!(%uuid, "cannot read the task's pause/stop requests during a component's LLM call: {e:#}");
-                false
+                tracing::warn!(%uuid, "cannot read the task's pause/stop requests during a running call: {e:#}");
+                Request::None
             }
         })
     }

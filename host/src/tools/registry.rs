@@ -42,6 +42,9 @@ pub struct ToolRegistry {
     /// Command line of each server, by name, for errors after the servers are gone.
     commands: HashMap<String, String>,
     config: ToolsConfig,
+    /// Asked during a call: a pause or stop of the task interrupts it
+    /// ([`ToolRegistry::interruptible`]).
+    interrupt: Option<crate::interrupt::InterruptProbe>,
 }
 
 impl ToolRegistry {
@@ -54,7 +57,15 @@ impl ToolRegistry {
             by_name: HashMap::new(),
             commands: HashMap::new(),
             config: config.clone(),
+            interrupt: None,
         }
+    }
+
+    /// Calls that give way to a pause or stop of the task at once: `probe` is asked every
+    /// [`super::server::INTERRUPT_POLL`] while a call runs; on a request the call is cancelled
+    /// and its server's processes stopped ([`McpServer::call`]).
+    pub fn interruptible(&mut self, probe: crate::interrupt::InterruptProbe) {
+        self.interrupt = Some(probe);
     }
 
     /// Start every server of `servers` (in name order), list their tools and name them.
@@ -222,7 +233,12 @@ impl ToolRegistry {
         let server = self.servers.iter().find(|s| s.name() == tool.server);
         match (server, self.runtime.as_ref()) {
             (Some(server), Some(runtime)) => {
-                runtime.block_on(server.call(&tool.mcp_name, arguments, self.config.call_timeout()))
+                runtime.block_on(server.call(
+                &tool.mcp_name,
+                arguments,
+                self.config.call_timeout(),
+                self.interrupt.as_ref(),
+            ))
             }
             _ => Err(ToolError::Died {
                 server: tool.server.clone(),

@@ -87,6 +87,13 @@ impl McpTools {
         })
     }
 
+    /// Calls that give way to a pause or stop of the task at once
+    /// ([`ToolRegistry::interruptible`]).
+    pub fn interruptible(mut self, probe: crate::interrupt::InterruptProbe) -> McpTools {
+        self.registry.interruptible(probe);
+        self
+    }
+
     /// The registry (tool list, direct calls).
     pub fn registry(&self) -> &ToolRegistry {
         &self.registry

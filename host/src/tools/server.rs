@@ -4,6 +4,11 @@
 //! and run on the registry's runtime (see [`super::registry`]). The server's stderr is read in
 //! the background: each line goes to the log (target `ctxhost::tools`, level debug) and the last
 //! lines are kept so start and crash errors can quote them.
+//!
+//! Each server runs in a process group of its own, marked ([`crate::process_group`]): closing
+//! it (task end, failure, pause) and interrupting a call (a pause or stop of the task while the
+//! call runs) stop the whole group and every marked descendant (`setsid` ones too), SIGTERM
+//! then SIGKILL after [`GROUP_GRACE`], so nothing a tool started outlives the task's run.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -20,8 +25,10 @@ use tokio::process::ChildStderr;
 use tokio::task::JoinHandle;
 
 use super::{CallOutcome, McpServerConfig, ToolError};
+use crate::interrupt::{InterruptProbe, Request};
 
-/// Environment variables passed from the host to every server (besides the configured ones).
+/// Environment variables passed from the host to every server (besides the configured ones and
+/// [`crate::process_group::MARK_ENV`]).
 pub const INHERITED_ENV: [&str; 2] = ["PATH", "HOME"];
 
 /// Stderr lines kept for error messages, and the longest kept line (characters).
@@ -32,6 +39,12 @@ const STDERR_LINE_CHARS: usize = 300;
 /// waits up to 3 s for each step).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the processes of a server's group get between SIGTERM and SIGKILL.
+pub const GROUP_GRACE: Duration = Duration::from_millis(500);
+
+/// How often a running call asks whether the task was asked to pause or stop.
+pub const INTERRUPT_POLL: Duration = Duration::from_millis(200);
+
 /// A started MCP server.
 pub struct McpServer {
     name: String,
@@ -40,6 +53,8 @@ pub struct McpServer {
     tools: Vec<Tool>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     stderr_task: Option<JoinHandle<()>>,
+    /// The server's process group (its pid), and the mark its descendants carry.
+    group: Option<(u32, String)>,
 }
 
 impl McpServer {
@@ -100,10 +115,13 @@ impl McpServer {
                 });
             }
         }
+        crate::process_group::in_new_group(cmd.as_std_mut());
+        let marker = crate::process_group::mark(cmd.as_std_mut());
         let (transport, stderr) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| start_error(e.to_string()))?;
+        let group = transport.id().map(|pid| (pid, marker));
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         let stderr_task =
             stderr.map(|s| tokio::spawn(read_stderr(name.to_string(), s, stderr_tail.clone())));
@@ -114,6 +132,7 @@ impl McpServer {
             tools: Vec::new(),
             stderr_tail,
             stderr_task,
+            group,
         };
         let started = tokio::time::timeout(start_timeout, async {
             let service = ().serve(transport).await.map_err(|e| e.to_string())?;
@@ -168,7 +187,14 @@ impl McpServer {
         &self.tools
     }
 
-    /// Call `tool` with `arguments`, cancelling it after `timeout`.
+    /// Call `tool` with `arguments`, cancelling it after `timeout`; with `interrupt`, asked
+    /// every [`INTERRUPT_POLL`], a pause or stop of the task interrupts the call at once: the
+    /// request is cancelled (`notifications/cancelled`), the server's whole process group is
+    /// stopped ([`McpServer::stop_processes`]) and the result says "interrupted by pause after N s"
+    /// (the server is gone afterwards: the task is ending its run anyway).
+    ///
+    /// At the deadline the call is cancelled and the processes the server started are stopped
+    /// (the server goes on).
     ///
     /// The tool's own failures come back as `Ok(CallOutcome::Error)`: an `isError` result (its
     /// content), a JSON-RPC error (unknown tool, invalid arguments), the deadline. `Err` only when
@@ -178,6 +204,7 @@ impl McpServer {
         tool: &str,
         arguments: serde_json::Map<String, serde_json::Value>,
         timeout: Duration,
+        interrupt: Option<&InterruptProbe>,
     ) -> Result<CallOutcome, ToolError> {
         let Some(service) = self.service.as_ref().filter(|s| !s.is_transport_closed()) else {
             return Err(self
@@ -185,13 +212,52 @@ impl McpServer {
                 .await);
         };
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
-        // Dropping the request future on timeout makes rmcp send notifications/cancelled.
-        match tokio::time::timeout(timeout, service.call_tool(params)).await {
-            Err(_) | Ok(Err(ServiceError::Timeout { .. })) => Ok(CallOutcome::Error(format!(
-                "tool `{tool}` of MCP server `{}` did not answer within {} s (tools.call_timeout_secs); the call was cancelled",
-                self.name,
-                timeout.as_secs()
-            ))),
+        let started = std::time::Instant::now();
+        // Dropping the request future (timeout, interruption) makes rmcp send
+        // notifications/cancelled.
+        let call = tokio::time::timeout(timeout, service.call_tool(params));
+        let result = match interrupt {
+            None => call.await,
+            Some(probe) => {
+                let mut call = Box::pin(call);
+                let request = loop {
+                    if let Ok(result) = tokio::time::timeout(INTERRUPT_POLL, &mut call).await {
+                        break Ok(result);
+                    }
+                    let request = probe.request();
+                    if request != Request::None {
+                        break Err(request);
+                    }
+                };
+                match request {
+                    Ok(result) => result,
+                    Err(request) => {
+                        drop(call);
+                        // Let the cancellation go out before the server is stopped.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        self.stop_processes(true).await;
+                        let secs = started.elapsed().as_secs();
+                        tracing::info!(server = %self.name, tool, secs, "tool call interrupted by {}", request.as_str());
+                        return Ok(CallOutcome::Error(format!(
+                            "interrupted by {} after {secs} s: tool `{tool}` of MCP server `{}` and the processes it started were stopped",
+                            request.as_str(),
+                            self.name
+                        )));
+                    }
+                }
+            }
+        };
+        match result {
+            Err(_) | Ok(Err(ServiceError::Timeout { .. })) => {
+                // What the call started stops with it; the server goes on.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                self.stop_processes(false).await;
+                Ok(CallOutcome::Error(format!(
+                    "tool `{tool}` of MCP server `{}` did not answer within {} s (tools.call_timeout_secs); the call was cancelled and the processes the server started were stopped",
+                    self.name,
+                    timeout.as_secs()
+                )))
+            }
             Ok(Ok(result)) => {
                 let text = result_text(&result);
                 Ok(if result.is_error == Some(true) {
@@ -215,8 +281,34 @@ impl McpServer {
         }
     }
 
-    /// Stop the server: close its stdin and wait for it to exit (then SIGTERM, then kill).
-    /// Idempotent; never fails (problems are logged).
+    /// Stop the server's process group and every marked descendant now (`server`: the server
+    /// too, else only what it started): SIGTERM, then SIGKILL after [`GROUP_GRACE`]
+    /// ([`crate::process_group`]). Never fails.
+    pub async fn stop_processes(&self, server: bool) {
+        let Some((pgid, marker)) = self.group.clone() else {
+            return;
+        };
+        let name = self.name.clone();
+        let stopped = tokio::task::spawn_blocking(move || {
+            if server {
+                crate::process_group::terminate_marked(pgid, Some(&marker), GROUP_GRACE)
+            } else {
+                crate::process_group::terminate_descendants(pgid, Some(&marker), GROUP_GRACE)
+            }
+        })
+        .await;
+        match stopped {
+            Ok(t) if t.found > 0 => {
+                tracing::debug!(server = %name, pgid, found = t.found, killed = t.killed, "MCP server's processes stopped")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(server = %name, "stopping the MCP server's processes failed: {e}"),
+        }
+    }
+
+    /// Stop the server: close its stdin and wait for it to exit (then SIGTERM, then kill),
+    /// then stop what is left of its process group ([`McpServer::stop_processes`]: a tool's
+    /// background processes). Idempotent; never fails (problems are logged).
     pub async fn close(&mut self) {
         if let Some(service) = self.service.take() {
             match tokio::time::timeout(CLOSE_TIMEOUT, service.cancel()).await {
@@ -231,6 +323,8 @@ impl McpServer {
                 }
             }
         }
+        self.stop_processes(true).await;
+        self.group = None;
         if let Some(task) = self.stderr_task.take() {
             // The pipe closes when the process exits; don't wait for a grandchild holding it.
             if tokio::time::timeout(Duration::from_millis(500), task)
