@@ -254,6 +254,12 @@ fn coding_round_trip_fixes_a_python_bug_and_the_diff_is_exactly_the_edit() {
     for name in ["read_file", "list_files", "search_files", "write_file", "edit_file", "shell"] {
         assert!(offered.iter().any(|o| o == name), "{offered:?}");
     }
+    // metadata.json records the workspace (valid against its schema: fsck), `show` prints it.
+    let fsck = env.ctxhost(&["fsck", "--json"]);
+    assert_eq!(fsck.code(), Some(0), "{}", fsck.stdout());
+    let shown = env.ctxhost(&["show", &uuid]).ok().stdout();
+    let canonical = ws.path().display().to_string();
+    assert!(shown.contains(&format!("workspace:     {canonical}")), "{shown}");
     // The diff is exactly the edit.
     let after = snapshot(ws.path());
     let expected: Vec<(String, String)> = before

@@ -244,6 +244,18 @@ mod tests {
     }
 
     #[test]
+    fn sandbox_on_and_off_parse_as_words() {
+        let t: ToolsConfig = serde_norway::from_str("sandbox: off\nnetwork: true\n").unwrap();
+        assert_eq!(t.sandbox, SandboxMode::Off);
+        assert!(t.network);
+        let t: ToolsConfig = serde_norway::from_str("sandbox: on\n").unwrap();
+        assert_eq!(t.sandbox, SandboxMode::On);
+        assert_eq!(ToolsConfig::default().sandbox, SandboxMode::On);
+        let err = serde_norway::from_str::<ToolsConfig>("limits: {cpu: 3}\n").unwrap_err();
+        assert!(err.to_string().contains("cpu"), "{err}");
+    }
+
+    #[test]
     fn tools_defaults_fill_missing_keys() {
         let t: ToolsConfig = serde_norway::from_str("call_timeout_secs: 5\n").unwrap();
         assert_eq!(t.call_timeout(), Duration::from_secs(5));
