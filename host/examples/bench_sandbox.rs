@@ -53,5 +53,9 @@ fn main() -> anyhow::Result<()> {
     println!("plain spawn      p50 {p50:7.2} ms   p90 {p90:7.2} ms");
     println!("sandboxed        p50 {s50:7.2} ms   p90 {s90:7.2} ms");
     println!("overhead         p50 {:7.2} ms", s50 - p50);
+    println!(
+        "(the built-in tools' definitions: {} estimated tokens of every request)",
+        ctxhost::tools::builtin::definition_tokens()
+    );
     Ok(())
 }
