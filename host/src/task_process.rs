@@ -500,7 +500,10 @@ fn run_loop(
                 config: config.tools.clone(),
                 secret: config.api_key().ok().flatten(),
             },
-            Some(probe.clone()),
+            Some({
+                let probe = probe.clone();
+                Box::new(move || probe.requested())
+            }),
         )?),
         _ => task_tools,
     };

@@ -27,7 +27,6 @@ use serde_json::{Map, Value, json};
 use super::registry::parse_arguments;
 use super::{CallOutcome, ToolError, ToolRunner, ToolsConfig};
 use crate::sandbox::{self, Ended, Policy};
-use crate::task::InterruptProbe;
 use crate::task_dir::TaskDir;
 use workspace::Workspace;
 
@@ -134,6 +133,10 @@ pub struct Setup {
     pub secret: Option<String>,
 }
 
+/// Whether the task was asked to pause or stop (read from the task's row; polled while a
+/// `shell` command runs).
+pub type Interrupted = Box<dyn Fn() -> bool + Send + Sync>;
+
 /// The task's tool runner with the built-in tools added.
 pub struct BuiltinTools {
     inner: Box<dyn ToolRunner>,
@@ -147,7 +150,7 @@ pub struct BuiltinTools {
     offered: Vec<&'static str>,
     /// Why the confining tools refuse (the sandbox is on and the kernel lacks something).
     refused: Option<String>,
-    probe: Option<InterruptProbe>,
+    interrupted: Option<Interrupted>,
     tools_file: Option<String>,
 }
 
@@ -159,7 +162,7 @@ impl BuiltinTools {
         inner: Box<dyn ToolRunner>,
         dir: &TaskDir,
         setup: Setup,
-        probe: Option<InterruptProbe>,
+        interrupted: Option<Interrupted>,
     ) -> Result<BuiltinTools, ToolError> {
         let temp = tempfile::Builder::new()
             .prefix("ctxhost-task-")
@@ -167,6 +170,12 @@ impl BuiltinTools {
             .map_err(|e| ToolError::io(&std::env::temp_dir(), e))?;
         let ws = Workspace::open(&setup.workspace, temp.path(), &setup.hidden)
             .map_err(|e| ToolError::io(&setup.workspace, e))?;
+        if ws.root() == Path::new("/") {
+            return Err(ToolError::io(
+                &setup.workspace,
+                "the workspace is /: the tools would get the whole machine; run in a project directory or set `workspace:`",
+            ));
+        }
         let enforce = setup.config.sandbox == super::config::SandboxMode::On;
         let policy = Policy {
             workspace: ws.root().to_path_buf(),
@@ -200,7 +209,7 @@ impl BuiltinTools {
             secret: setup.secret,
             offered: Vec::new(),
             refused,
-            probe,
+            interrupted,
             tools_file: None,
         };
         tools.write_definitions(dir)?;
@@ -293,8 +302,7 @@ impl BuiltinTools {
         let secs = timeout_secs
             .unwrap_or(self.config.call_timeout_secs)
             .clamp(1, self.config.shell_max_timeout_secs);
-        let probe = self.probe.clone();
-        let interrupted = move || probe.as_ref().is_some_and(InterruptProbe::requested);
+        let interrupted = || self.interrupted.as_ref().is_some_and(|asked| asked());
         let done = sandbox::run(
             &self.policy,
             command,
