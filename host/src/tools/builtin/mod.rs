@@ -167,7 +167,7 @@ impl BuiltinTools {
         let temp = tempfile::Builder::new()
             .prefix("ctxhost-task-")
             .tempdir()
-            .map_err(|e| ToolError::io(&std::env::temp_dir(), e))?;
+            .map_err(|e| ToolError::io(std::env::temp_dir(), e))?;
         let ws = Workspace::open(&setup.workspace, temp.path(), &setup.hidden)
             .map_err(|e| ToolError::io(&setup.workspace, e))?;
         if ws.root() == Path::new("/") {
