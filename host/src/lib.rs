@@ -29,6 +29,7 @@ pub mod recovery;
 pub mod remote;
 pub mod repair;
 pub mod runtime;
+pub mod sandbox;
 pub mod schemas;
 pub mod sources;
 pub mod task;

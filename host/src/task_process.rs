@@ -411,6 +411,19 @@ fn execute(
     }
 }
 
+/// The paths of ctxhost itself no tool may touch even inside a workspace: the contexts/ tree
+/// (the parent of `running/`, where the task's directory is) and the config file.
+fn own_paths(config: &Config, ctx: &TaskContext) -> Vec<std::path::PathBuf> {
+    let mut paths = Vec::new();
+    if let Some(contexts) = ctx.dir().path().parent().and_then(|p| p.parent()) {
+        paths.push(contexts.to_path_buf());
+    }
+    if let Some(c) = &config.loaded_from {
+        paths.push(c.clone());
+    }
+    paths
+}
+
 /// The agent loop of `ctx` with the request formats, compressor, strategy and tools of
 /// `plugins` and `config`. The tool servers are stopped and the instances dropped when it
 /// returns, before the task's status changes.
@@ -472,6 +485,33 @@ fn run_loop(
             crate::tools::McpTools::start(&config.mcp_servers, &config.tools, &dir)?
                 .interruptible(probe.clone()),
         )
+    };
+    // The built-in coding tools on the task's workspace (issue 39).
+    // The config's (or `task-exec --workspace`'s) workspace; a resumed task keeps the one
+    // metadata.json recorded when it first ran.
+    let workspace = config.workspace.clone().or_else(|| {
+        crate::task::read_metadata(&dir)
+            .ok()
+            .flatten()
+            .and_then(|m| m.workspace)
+            .map(std::path::PathBuf::from)
+    });
+    let task_tools: Box<dyn ToolRunner> = match &workspace {
+        Some(ws) if config.tools.builtin => Box::new(crate::tools::BuiltinTools::new(
+            task_tools,
+            &dir,
+            crate::tools::builtin::Setup {
+                workspace: ws.clone(),
+                hidden: own_paths(config, ctx),
+                config: config.tools.clone(),
+                secret: config.api_key().ok().flatten(),
+            },
+            Some({
+                let probe = probe.clone();
+                Box::new(move || probe.requested())
+            }),
+        )?),
+        _ => task_tools,
     };
     // The host's history tools, offered once the context was compressed (issue 27).
     let mut tools: Box<dyn ToolRunner> = Box::new(crate::tools::HistoryTools::new(

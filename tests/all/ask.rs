@@ -39,14 +39,15 @@ fn scripted_llm(steps: usize) -> FakeLlm {
     llm
 }
 
-/// A config whose small window (1,500 tokens, threshold 0.5) the scripted task crosses.
+/// A config whose small window (1,500 tokens, threshold 0.5) the scripted task crosses (no
+/// built-in tools: their definitions would take a third of it).
 fn compressing_config(base_url: &str) -> String {
     format!(
         "context_storage:\n  base_dir: ./contexts\n  compression_threshold: 0.5\n  keep_recent_messages: 3\n  \
          summary_prompt: \"{MARK}\\n{{messages}}\"\n\
          llm:\n  provider: openai\n  base_url: \"{base_url}\"\n  model: fake-model\n  api_key_env: \"\"\n  \
          context_length: 1500\n  max_output_tokens: 200\n  timeout_secs: 20\n  max_retries: 1\n  max_backoff_secs: 1\n\
-         plugins:\n  compressor: builtin:llm-summarizer\n"
+         plugins:\n  compressor: builtin:llm-summarizer\ntools:\n  builtin: false\n"
     )
 }
 

@@ -41,13 +41,11 @@ fn real_task_completes_with_valid_files_and_usage() {
     let url = llm_url();
     let model = env_or("CTXHOST_TEST_LLM_MODEL", "qwen2.5-coder-0.5b-instruct");
 
-    // The README's demo: demo/config.template.yaml (prompted tool calls over a real MCP
-    // filesystem server, a window that leaves ~940 tokens for the messages after the tool definitions, so the context
+    // The README's demo: demo/config.template.yaml (prompted calls of the built-in read_file
+    // tool on demo/workspace/, a window that leaves ~940 tokens for the messages after the tool definitions, so the context
     // is compressed during the run),
     // demo/task.md and demo/workspace/.
     let root = crate::support::repo_root();
-    // The template starts this server; fail early with the fix when it is not installed.
-    crate::support::filesystem_server_bin();
     let template = fs::read_to_string(root.join("demo/config.template.yaml")).unwrap();
     let config = template
         .replace("@LLM_URL@", &url)
@@ -203,7 +201,6 @@ fn real_plan_execute_task_plans_and_ends_cleanly() {
     let url = llm_url();
     let model = env_or("CTXHOST_TEST_LLM_MODEL", "qwen2.5-coder-0.5b-instruct");
     let root = crate::support::repo_root();
-    crate::support::filesystem_server_bin();
     let template = fs::read_to_string(root.join("demo/config.template.yaml")).unwrap();
     // A window with room for the plan message (llama-server runs with -c 4096).
     let config = template
@@ -213,7 +210,7 @@ fn real_plan_execute_task_plans_and_ends_cleanly() {
             "model: qwen2.5-coder-0.5b-instruct",
             &format!("model: {model}"),
         )
-        .replace("context_length: 3650", "context_length: 2048")
+        .replace("context_length: 1875", "context_length: 2048")
         .replace(
             "  request_format: builtin:prompted-tools",
             "  request_format: builtin:prompted-tools\n  strategy: builtin:plan-execute",

@@ -13,6 +13,7 @@ mod support;
 mod anthropic;
 mod ask;
 mod big_reply;
+mod builtin_tools;
 mod cli;
 mod compression;
 mod conformance;

@@ -53,6 +53,7 @@ fn config(max_tool_output_tokens: u64) -> ToolsConfig {
         max_tool_output_tokens,
         call_timeout_secs: 20,
         start_timeout_secs: 30,
+        ..ToolsConfig::default()
     }
 }
 

@@ -218,6 +218,7 @@ fn the_host_never_follows_a_link_for_any_file_it_reads_or_writes() {
                 user: None,
                 inherited_from: None,
                 inheritance_skipped: Vec::new(),
+                workspace: None,
             };
             ctxhost::task::write_metadata_once(d, &meta)
                 .map(|_| ())

@@ -144,6 +144,12 @@ fn spawn_task_process(env: &Env, llm: &LlmFlags, uuid: &str) -> anyhow::Result<C
         );
     }
     cmd.args(["task-exec", uuid]).args(llm.to_args());
+    // The built-in tools work on the current directory unless the config names a workspace.
+    if env.config.workspace.is_none()
+        && let Ok(cwd) = std::env::current_dir()
+    {
+        cmd.arg("--workspace").arg(cwd);
+    }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

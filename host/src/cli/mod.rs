@@ -225,6 +225,9 @@ pub enum Command {
     /// Plugin tools.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Report what the built-in tools' sandbox can do on this machine: Landlock ABI, network
+    /// isolation, process limits (exit 1 when `shell` and the write tools would refuse).
+    Doctor,
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  ctxhost completions bash > ~/.local/share/bash-completion/completions/ctxhost\n  \
@@ -253,6 +256,10 @@ pub enum Command {
         /// The worker that started this process (recorded with the task's lease).
         #[arg(long, value_name = "ID")]
         worker_id: Option<String>,
+        /// The directory the built-in tools work on (overrides the `workspace` config key;
+        /// `ctxhost ask` passes its current directory).
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<std::path::PathBuf>,
         /// The `llm` settings of the command that started this process.
         #[command(flatten)]
         llm: llm_flags::LlmFlags,
@@ -803,6 +810,29 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Poll(args) => poll::poll(&Env::load(&global)?, &args),
         Command::Tasks(args) => report::tasks(&Env::load(&global)?, &args),
         Command::Show(args) => report::show(&Env::load(&global)?, &args),
+        Command::Doctor => {
+            let env = Env::load(&global)?;
+            let support = crate::sandbox::probe();
+            out::outln!("{}", support.report().trim_end());
+            let t = &env.config.tools;
+            out::outln!(
+                "tools: built-in {}, sandbox {}, network {}, workspace {}",
+                if t.builtin { "on" } else { "off" },
+                if t.sandbox == crate::tools::SandboxMode::On { "on" } else { "OFF (unconfined)" },
+                if t.network { "allowed" } else { "none" },
+                env.config
+                    .workspace
+                    .as_ref()
+                    .map_or("the current directory (ask) / none (submit)".to_string(), |w| w.display().to_string())
+            );
+            Ok(match support.missing() {
+                Some(m) if t.sandbox == crate::tools::SandboxMode::On => {
+                    eprintln!("error: shell, write_file and edit_file will refuse: missing {m}");
+                    ExitCode::from(EXIT_FAILED)
+                }
+                _ => ExitCode::SUCCESS,
+            })
+        }
         Command::Stats(args) => report::stats(&Env::load(&global)?, &args),
         Command::Pause(args) => lifecycle::pause(&Env::load(&global)?, &args),
         Command::Resume(args) => lifecycle::resume(&Env::load(&global)?, &args),
@@ -904,10 +934,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             uuid,
             next,
             worker_id,
+            workspace,
             llm,
         } => {
             use crate::task_process::Target;
-            let env = Env::load_with(&global, &llm)?;
+            let mut env = Env::load_with(&global, &llm)?;
+            if workspace.is_some() {
+                env.config.workspace = workspace;
+            }
             let target = match (uuid, next) {
                 (Some(u), false) => {
                     Target::Task(crate::layout::parse_uuid(&u).map_err(|e| usage(e.to_string()))?)

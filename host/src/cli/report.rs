@@ -346,6 +346,9 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
             ))
         );
     }
+    if let Some(w) = &report.workspace {
+        outln!("workspace:     {}", terminal(w));
+    }
     if let Some(from) = &report.inherited_from {
         outln!(
             "inherited:     from task {} (completed {}; link {} of its chain; {} tokens: {})",

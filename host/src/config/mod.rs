@@ -136,8 +136,16 @@ pub struct Config {
     pub worker: WorkerConfig,
     /// MCP servers started for every task (stdio); their tools are offered to the model.
     pub mcp_servers: std::collections::BTreeMap<String, crate::tools::McpServerConfig>,
-    /// Tool call limits: output size, deadlines.
+    /// Tool call limits: output size, deadlines; the built-in tools and their sandbox.
     pub tools: crate::tools::ToolsConfig,
+    /// The directory the built-in tools work on for tasks that name none (`submit`, `run`);
+    /// `ctxhost ask` uses the current directory unless this is set. Relative to the config
+    /// file. `None`: such tasks get no built-in tools.
+    pub workspace: Option<std::path::PathBuf>,
+    /// The file this config was loaded from (not a key: set by [`Config::load`]); the built-in
+    /// tools may not touch it.
+    #[serde(skip)]
+    pub loaded_from: Option<std::path::PathBuf>,
     /// `task_store`: SQLite (contexts/tasks.db) or PostgreSQL.
     pub task_store: TaskStoreConfig,
     /// `sources`: GitHub / GitLab repositories whose labelled items become tasks.

@@ -129,8 +129,12 @@ impl Config {
     /// This config, read from the file `path`, with its plugin paths resolved against the
     /// file's directory ([`PluginsConfig::resolve_paths`]).
     pub(super) fn relative_to(mut self, path: &Path) -> Config {
+        self.loaded_from = Some(path.to_path_buf());
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             self.plugins.resolve_paths(dir);
+            if let Some(w) = self.workspace.as_mut().filter(|w| w.is_relative()) {
+                *w = dir.join(&*w);
+            }
         }
         self
     }

@@ -202,6 +202,17 @@ tools:
   max_tool_output_tokens: {tool_max}
   call_timeout_secs: {tool_call}
   start_timeout_secs: {tool_start}
+  # Built-in tools (read_file, list_files, search_files, write_file, edit_file, shell) for tasks
+  # with a workspace (ask: the current directory; queued tasks: `workspace` below). shell runs in
+  # a kernel sandbox (README, "Built-in coding tools"); `ctxhost doctor` says what it can do here.
+  builtin: true
+  sandbox: on            # off: unconfined (otherwise shell and the write tools refuse where the kernel cannot confine)
+  network: false
+  read_paths: []         # toolchains shell may read and run, besides /usr /lib /lib64 /bin /sbin /etc
+#  limits: {{cpu_secs: 300, file_size_mib: 1024, memory_mib: 8192, processes: 256}}
+
+# The directory the built-in tools of queued tasks work on (relative to this file).
+# workspace: ./project
 
 # Task sources: open issues and pull/merge requests carrying `label` become tasks (`ctxhost poll
 # --once`, or `ctxhost run` every poll_interval_secs); the answer (or the error) is posted back as

@@ -62,6 +62,9 @@ pub struct ShowReport {
     pub inherited_from: Option<crate::task::InheritedFrom>,
     /// metadata.json `inheritance_skipped`: earlier tasks of the key that were skipped, and why.
     pub inheritance_skipped: Vec<crate::task::SkippedPredecessor>,
+    /// metadata.json `workspace`: the directory the built-in tools worked on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 /// The last `n` lines of `messages.jsonl` of `dir`, streamed (memory bounded by `n` lines),
@@ -209,8 +212,8 @@ pub fn show_with(
         // A damaged metadata.json is fsck's to report; show shows what it can.
         meta = crate::task::read_metadata(dir).ok().flatten();
     }
-    let (inherited_from, inheritance_skipped) = meta
-        .map(|m| (m.inherited_from, m.inheritance_skipped))
+    let (inherited_from, inheritance_skipped, workspace) = meta
+        .map(|m| (m.inherited_from, m.inheritance_skipped, m.workspace))
         .unwrap_or_default();
     Ok(ShowReport {
         publication,
@@ -225,5 +228,6 @@ pub fn show_with(
         planning_error,
         inherited_from,
         inheritance_skipped,
+        workspace,
     })
 }

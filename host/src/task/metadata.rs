@@ -90,6 +90,9 @@ pub struct Metadata {
     /// Earlier tasks of the same key that were skipped, with why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inheritance_skipped: Vec<SkippedPredecessor>,
+    /// The directory the built-in tools work on (absolute), when the task has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 /// Read `metadata.json` of the task directory `dir` (through the handle: a link of that name
@@ -150,6 +153,7 @@ mod tests {
             user: None,
             inherited_from: None,
             inheritance_skipped: Vec::new(),
+            workspace: None,
         };
         assert!(write_metadata_once(&dir, &meta).unwrap());
         let text = String::from_utf8(dir.read(METADATA_FILE).unwrap()).unwrap();

@@ -648,5 +648,10 @@ fn metadata(config: &Config, row: &TaskRow, pid: u32, host: &str) -> Metadata {
         user: row.user.clone(),
         inherited_from: None,
         inheritance_skipped: Vec::new(),
+        workspace: config
+            .workspace
+            .as_ref()
+            .filter(|_| config.tools.builtin)
+            .map(|w| std::path::absolute(w).unwrap_or_else(|_| w.clone()).display().to_string()),
     }
 }

@@ -73,6 +73,34 @@ pub struct ToolsConfig {
     /// Deadline for a server to start and answer `initialize` and `tools/list`, in seconds.
     /// Default 30.
     pub start_timeout_secs: u64,
+    /// Offer the built-in tools (`read_file`, `list_files`, `search_files`, `write_file`,
+    /// `edit_file`, `shell`) to tasks with a workspace. Default true.
+    pub builtin: bool,
+    /// `on` (default): `shell` runs in the kernel sandbox ([`crate::sandbox`]) and `shell` and
+    /// the write tools refuse to run where the kernel cannot give it; `off`: unconfined.
+    pub sandbox: SandboxMode,
+    /// Whether `shell` commands may use the network. Default false (a network namespace with
+    /// only a down loopback, and Landlock denying TCP).
+    pub network: bool,
+    /// Paths `shell` commands may read and execute besides /usr, /lib, /lib64, /bin, /sbin,
+    /// /etc (toolchains such as ~/.cargo or ~/.pyenv). Default none.
+    pub read_paths: Vec<PathBuf>,
+    /// Resource limits of each `shell` command.
+    pub limits: crate::sandbox::Limits,
+    /// Largest `timeout_secs` a `shell` call may ask for, seconds (its default is
+    /// `call_timeout_secs`). Default 1800.
+    pub shell_max_timeout_secs: u64,
+}
+
+/// `tools.sandbox`: whether the built-in tools are confined by the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Confined; refuse to run `shell` and the write tools where the kernel cannot confine.
+    #[default]
+    On,
+    /// Not confined (the operator's explicit choice).
+    Off,
 }
 
 impl Default for ToolsConfig {
@@ -81,6 +109,12 @@ impl Default for ToolsConfig {
             max_tool_output_tokens: 4000,
             call_timeout_secs: 60,
             start_timeout_secs: 30,
+            builtin: true,
+            sandbox: SandboxMode::On,
+            network: false,
+            read_paths: Vec::new(),
+            limits: crate::sandbox::Limits::default(),
+            shell_max_timeout_secs: 1800,
         }
     }
 }
@@ -125,6 +159,11 @@ pub fn validate(
         ("tools.max_tool_output_tokens", tools.max_tool_output_tokens),
         ("tools.call_timeout_secs", tools.call_timeout_secs),
         ("tools.start_timeout_secs", tools.start_timeout_secs),
+        ("tools.shell_max_timeout_secs", tools.shell_max_timeout_secs),
+        ("tools.limits.cpu_secs", tools.limits.cpu_secs),
+        ("tools.limits.file_size_mib", tools.limits.file_size_mib),
+        ("tools.limits.memory_mib", tools.limits.memory_mib),
+        ("tools.limits.processes", tools.limits.processes),
     ] {
         if v < 1 {
             return Err((key.to_string(), "must be at least 1, got 0".into()));
@@ -202,6 +241,18 @@ mod tests {
             validate(&BTreeMap::new(), &tiny).unwrap_err().0,
             "tools.max_tool_output_tokens"
         );
+    }
+
+    #[test]
+    fn sandbox_on_and_off_parse_as_words() {
+        let t: ToolsConfig = serde_norway::from_str("sandbox: off\nnetwork: true\n").unwrap();
+        assert_eq!(t.sandbox, SandboxMode::Off);
+        assert!(t.network);
+        let t: ToolsConfig = serde_norway::from_str("sandbox: on\n").unwrap();
+        assert_eq!(t.sandbox, SandboxMode::On);
+        assert_eq!(ToolsConfig::default().sandbox, SandboxMode::On);
+        let err = serde_norway::from_str::<ToolsConfig>("limits: {cpu: 3}\n").unwrap_err();
+        assert!(err.to_string().contains("cpu"), "{err}");
     }
 
     #[test]

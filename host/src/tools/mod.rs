@@ -17,6 +17,7 @@
 //! when dropped.
 
 pub use crate::bound;
+pub mod builtin;
 pub mod config;
 pub mod error;
 pub mod history;
@@ -25,7 +26,8 @@ pub mod registry;
 pub mod runner;
 pub mod server;
 
-pub use config::{McpServerConfig, ToolsConfig};
+pub use builtin::BuiltinTools;
+pub use config::{McpServerConfig, SandboxMode, ToolsConfig};
 pub use error::ToolError;
 pub use history::HistoryTools;
 pub use registry::{TOOL_DEFINITIONS_FILE, ToolInfo, ToolRegistry};
