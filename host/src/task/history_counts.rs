@@ -135,7 +135,7 @@ struct Checkpoint {
 /// and its `\n`, blank lines included), `h = SHA-256(h ‖ line)`; written as 64 lowercase hex
 /// digits. Resumable from its value (the checkpoint's), and fed in blocks (a line of many MiB
 /// is never held).
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct HistoryHash {
     /// The hash of the whole lines fed.
     value: [u8; 32],
@@ -146,15 +146,6 @@ pub struct HistoryHash {
 impl std::fmt::Debug for HistoryHash {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.hex())
-    }
-}
-
-impl Default for HistoryHash {
-    fn default() -> Self {
-        HistoryHash {
-            value: [0; 32],
-            line: None,
-        }
     }
 }
 

@@ -499,13 +499,13 @@ mod tests {
         assert_eq!(defs.len(), 2);
         let text = tools.call(&search).unwrap();
         assert_eq!(
-            unquote(&text.text()),
+            unquote(text.text()),
             "1 of 1 match(es) for \"PORT\" in 2 messages, newest first:\n\
              seq 1 (user): The deploy key is [redacted] and the port is 8421.\n\
              Read whole messages with history_read(from_seq, to_seq).\n"
         );
         let read = ToolCall::new("c2", HISTORY_READ, r#"{"from_seq":2,"to_seq":9}"#);
-        let text = unquote(&tools.call(&read).unwrap().text());
+        let text = unquote(tools.call(&read).unwrap().text());
         assert!(
             text.starts_with("messages.jsonl seq 2-2, verbatim:\n{\"seq\":2,"),
             "{text}"
@@ -610,7 +610,7 @@ mod tests {
             let out = tools
                 .call(&ToolCall::new("c", HISTORY_READ, args.to_string()))
                 .unwrap();
-            let text = unquote(&out.text());
+            let text = unquote(out.text());
             let body = text
                 .strip_prefix("messages.jsonl seq 2-2, verbatim:\n")
                 .unwrap_or_else(|| panic!("{}", &text[..200]));
