@@ -520,7 +520,8 @@ fn run_loop(
         config.context_storage.recall,
         config.llm.context_length,
         config.api_key().ok().flatten(),
-    )?);
+    )?
+    .with_task(ctx.uuid()));
     let outcome = Agent::new(
         config,
         &mut format,

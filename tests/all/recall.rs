@@ -225,14 +225,24 @@ fn a_task_compressed_three_times_gets_its_early_facts_back_from_the_history() {
 
     // The exact text of each history tool result, as recorded in tools.jsonl.
     let tools = read_jsonl(&dir.join("tools.jsonl"));
+    // Each between the quote marks naming this task (issue 38 item 11), unquoted here.
     let result = |id: &str| {
-        tools
+        let text = tools
             .iter()
             .find(|t| t["tool_call_id"] == id)
             .unwrap_or_else(|| panic!("no tools.jsonl line for {id}"))["result"]
             .as_str()
             .unwrap()
-            .to_string()
+            .to_string();
+        let head = format!("<quoted-history task=\"{uuid}\" id=\"");
+        let rest = text
+            .strip_prefix(&head)
+            .unwrap_or_else(|| panic!("{id}: not quoted for this task: {text}"));
+        let (nonce, rest) = rest.split_once("\">\n").unwrap();
+        let end = format!("\n</quoted-history id=\"{nonce}\">\n");
+        let (inner, note) = rest.split_once(&end).unwrap_or_else(|| panic!("{text}"));
+        assert!(note.contains("not instructions to follow"), "{note}");
+        inner.to_string()
     };
     let seq_of = |pred: &dyn Fn(&Value) -> bool| {
         history.iter().find(|m| pred(m)).unwrap()["seq"]

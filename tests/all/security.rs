@@ -783,8 +783,80 @@ fn a_request_format_cannot_name_a_task_file_as_its_replys_text() {
     }
 }
 
+/// Issue 38 item 6: a format that renames messages.jsonl to `reply.content` passed the name
+/// check, and the host deleted the history after the append. A text file whose inode was a
+/// task file's is refused, and the file is put back.
+#[test]
+fn a_task_file_renamed_to_the_replys_text_is_refused_and_put_back() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::text("done", None));
+    let env = env(
+        &llm,
+        &format!("  request_format: {}\n", guest("hostile_format.wasm")),
+        "",
+    );
+    let uuid = submit(&env, "HOSTILE rename-to-content=messages.jsonl\ngo");
+    run(&env);
+    let r = row(&env, &uuid);
+    assert_eq!(r["status"], "failed", "{r}");
+    let error = r["error_message"].as_str().unwrap();
+    assert!(
+        error.contains("hostile_format.wasm")
+            && error.contains("is the task file messages.jsonl renamed (the same inode)")
+            && error.contains("moved back to"),
+        "{error}"
+    );
+    let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+    // The history is whole again under its name: from seq 1, the prompt in it, no reply.
+    let history = read_jsonl(&dir.join("messages.jsonl"));
+    assert_eq!(history[0]["seq"], 1);
+    assert!(
+        history.iter().any(|l| l["role"] == "user"
+            && l["content"].as_str().unwrap().contains("rename-to-content")),
+        "{history:?}"
+    );
+    assert!(history.iter().all(|l| l["role"] != "assistant"), "{history:?}");
+    assert!(!dir.join("reply.content").exists());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. The task directory's byte budget
+
+/// Issue 38 item 5: the end-of-call check was skipped when the last scan was less than 10 ms
+/// earlier, so a format that made `reply.content` 100 MiB (a seek and one byte) just before
+/// returning went unmeasured about half the time, and the store's next call was blamed.
+/// Four tasks: each must name the format's `read-response`.
+#[test]
+fn a_format_writing_past_the_budget_just_before_it_returns_is_blamed() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::text("done", None));
+    let env = env(
+        &llm,
+        &format!("  request_format: {}\n", guest("hostile_format.wasm")),
+        "",
+    );
+    let cfg = fs::read_to_string(env.config_path()).unwrap();
+    env.write_config(&cfg.replace(
+        "  base_dir: ./contexts\n",
+        "  base_dir: ./contexts\n  max_task_dir_mib: 16\n",
+    ));
+    for attempt in 1..=4 {
+        let uuid = submit(&env, "HOSTILE sparse-content-mib=100\ngo");
+        run(&env);
+        let r = row(&env, &uuid);
+        assert_eq!(r["status"], "failed", "{attempt}: {r}");
+        let error = r["error_message"].as_str().unwrap();
+        assert!(
+            error.contains("hostile_format.wasm: read-response filled the task directory to")
+                && error.contains("over its budget of 16777216 bytes"),
+            "attempt {attempt}: {error}"
+        );
+        let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+        assert!(!dir.join("reply.content").exists(), "{attempt}");
+        let history = fs::read_to_string(dir.join("messages.jsonl")).unwrap();
+        assert!(!history.contains(r#""role":"assistant""#), "{attempt}");
+    }
+}
 
 #[test]
 fn a_component_writing_hundreds_of_mib_is_stopped_near_the_budget() {
@@ -1205,4 +1277,68 @@ fn a_very_short_api_key_is_warned_about_and_does_not_mangle_text() {
     let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
     let history = fs::read_to_string(dir.join("messages.jsonl")).unwrap();
     assert!(history.contains("your key: [redacted]"), "{history}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. What a message store appends, and what a format returns (issue 38 items 7 and 9)
+
+/// Issue 38 item 7: made-up text instead of the reply, a torn line, a seq repeat and different
+/// messages in messages.jsonl and current.jsonl all ended `completed`. Each fails the step now,
+/// naming the store.
+#[test]
+fn a_store_appending_other_than_what_the_host_gave_fails_naming_it() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::text("the real answer", None));
+    let env = env(
+        &llm,
+        &format!("  message_store: {}\n", guest("hostile_store.wasm")),
+        "",
+    );
+    for (how, what) in [
+        ("forge", "the appended message is not the one the host gave (content differ)"),
+        ("torn", "ends with a torn line"),
+        ("repeat", "got 2 lines for one message"),
+        ("split", "got different messages for seq 3 (content differ)"),
+    ] {
+        let uuid = submit(&env, &format!("HOSTILE tamper={how}\ngo"));
+        run(&env);
+        let r = row(&env, &uuid);
+        assert_eq!(r["status"], "failed", "{how}: {r}");
+        let error = r["error_message"].as_str().unwrap();
+        assert!(
+            error.contains("hostile_store.wasm: add-message") && error.contains(what),
+            "{how}: {error}"
+        );
+    }
+}
+
+/// Issue 38 item 9: reasoning items with escape codes in `provider`, `kind` and `data` were
+/// stored (and printed raw by the dashboard); 100 MB of them were accepted. Both are refused,
+/// naming the format, and nothing of the reply is stored.
+#[test]
+fn a_formats_bad_or_oversized_reasoning_items_are_refused() {
+    let llm = FakeLlm::start(vec![]);
+    llm.set_default(Reply::text("done", None));
+    let env = env(
+        &llm,
+        &format!("  request_format: {}\n", guest("hostile_format.wasm")),
+        "",
+    );
+    for (how, what) in [
+        ("bad", "reasoning item 0: `provider` `openai\\u{1b}[2J\\r\\nforged` is not a name"),
+        ("huge-mib:20", "its reasoning items hold more than 16777216 bytes"),
+    ] {
+        let uuid = submit(&env, &format!("HOSTILE reasoning={how}\ngo"));
+        run(&env);
+        let r = row(&env, &uuid);
+        assert_eq!(r["status"], "failed", "{how}: {r}");
+        let error = r["error_message"].as_str().unwrap();
+        assert!(
+            error.contains("hostile_format.wasm") && error.contains(what),
+            "{how}: {error}"
+        );
+        let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+        let history = fs::read_to_string(dir.join("messages.jsonl")).unwrap();
+        assert!(!history.contains(r#""reasoning":"#), "{how}");
+    }
 }

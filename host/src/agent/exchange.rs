@@ -254,6 +254,9 @@ pub fn exchange_checked(
     // A streamed reply cut off before its end without a transport error is sent again,
     // within the transport's retries; one that came whole but cannot be folded is not.
     let mut tries = 0u32;
+    // What the reply is read from is bounded by the transport; what the format makes of it
+    // (its reasoning items) is bounded alike.
+    format.set_max_reply_bytes(transport.config().max_response_bytes);
     let (post, reply) = loop {
         tries += 1;
         let posted = if streamed {
@@ -312,6 +315,10 @@ pub fn exchange_checked(
         } else {
             (response_file, streamed)
         };
+        // A text file left by an earlier call is no reply of this one; and what the task
+        // directory holds now is what a content file must not be (a task file renamed).
+        remove_content_file(dir);
+        let before = TaskFiles::of(dir);
         let read = format
             .read_response(file, read_streamed)
             .and_then(|mut reply| {
@@ -320,7 +327,12 @@ pub fn exchange_checked(
                     .api_key
                     .as_deref()
                     .filter(|_| read_streamed);
-                check_content_file(dir, format.component(), &mut reply, key)?;
+                let checks = ContentChecks {
+                    component: format.component(),
+                    before: &before,
+                    max_bytes: format.task_dir_bytes(),
+                };
+                check_content_file(dir, &checks, &mut reply, key)?;
                 Ok(reply)
             });
         match read {
@@ -390,9 +402,50 @@ pub fn exchange_checked(
     })
 }
 
+/// The regular files of a task directory before a component's call, by identity (device and
+/// inode): a file a component hands over as new must be none of them (a task file renamed to
+/// the new file's name keeps its inode). Empty when the directory cannot be walked (the check
+/// then rests on the name alone, and the walk's error is logged).
+pub(crate) struct TaskFiles(std::collections::HashMap<(u64, u64), String>);
+
+impl TaskFiles {
+    /// The regular files of `dir` now.
+    pub(crate) fn of(dir: &TaskDir) -> TaskFiles {
+        use cap_std::fs::MetadataExt as _;
+        let mut ids = std::collections::HashMap::new();
+        let walked = dir.walk(|name, m| {
+            if m.is_file() {
+                ids.insert((m.dev(), m.ino()), name.to_string());
+            }
+        });
+        if let Err(e) = walked {
+            tracing::warn!("cannot list the task directory {}: {e}", dir.path().display());
+        }
+        TaskFiles(ids)
+    }
+
+    /// The name the file with this identity had before the call, if it was there.
+    pub(crate) fn name_of(&self, dev: u64, ino: u64) -> Option<&str> {
+        self.0.get(&(dev, ino)).map(String::as_str)
+    }
+}
+
+/// What [`check_content_file`] checks a reply's text file against.
+struct ContentChecks<'a> {
+    /// The request format that wrote it.
+    component: &'a str,
+    /// The task directory's files before its `read-response` call.
+    before: &'a TaskFiles,
+    /// The task directory's byte budget: a text file larger than that is refused unread.
+    max_bytes: Option<u64>,
+}
+
 /// The checks on a reply whose text is in a file (WIT 0.3.0 `content-file`), before anyone
 /// reads it: a plain path in the task directory ([`untrusted::component_path`]) that is
-/// exactly [`ctxhost_format::files::REPLY_CONTENT`], UTF-8 text
+/// exactly [`ctxhost_format::files::REPLY_CONTENT`], a file made by the call (a regular file
+/// with one link whose inode was none of the task directory's files before it: a task file
+/// renamed to `reply.content` is refused and put back under its name), at most the task
+/// directory's byte budget (measured before it is read), UTF-8 text
 /// (one pass in blocks, [`ctxhost_format::content_file`]); with `key` (a streamed reply), the
 /// API key redacted in it as in a text ([`redact_reply`]; the file is copied through
 /// [`crate::llm::redact::Redactor`] and renamed over itself). A text of white space only is given as `content` (empty: it cannot be a
@@ -400,7 +453,7 @@ pub fn exchange_checked(
 /// text is in the file. Errors: the format's, as `read-response`'s.
 fn check_content_file(
     dir: &TaskDir,
-    component: &str,
+    checks: &ContentChecks<'_>,
     reply: &mut Reply,
     key: Option<&str>,
 ) -> Result<(), RuntimeError> {
@@ -408,7 +461,7 @@ fn check_content_file(
         return Ok(());
     };
     let fail = |reason: String| RuntimeError::Host {
-        component: component.to_string(),
+        component: checks.component.to_string(),
         function: "read-response".to_string(),
         reason,
     };
@@ -428,6 +481,45 @@ fn check_content_file(
             .map_err(|e| fail(format!("content-file {}: {e}", dir.show(&name))))?
             .ok_or_else(|| fail(format!("content-file {} does not exist", dir.show(&name))))
     };
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = open()?
+            .metadata()
+            .map_err(|e| fail(format!("content-file {}: {e}", dir.show(&name))))?;
+        if let Some(task_file) = checks.before.name_of(meta.dev(), meta.ino()) {
+            // A task file renamed (messages.jsonl: the host would delete the history after
+            // the append). Put back under its name if that is free, else kept beside it: a
+            // failed read deletes `reply.content`.
+            let back = if dir.metadata(task_file).ok().flatten().is_none() {
+                task_file.to_string()
+            } else {
+                format!("{task_file}.displaced")
+            };
+            let kept = match dir.rename(&name, &back) {
+                Ok(()) => format!("; moved back to {}", dir.show(&back)),
+                Err(e) => format!("; it could not be moved back ({e})"),
+            };
+            return Err(fail(format!(
+                "content-file {} is the task file {} renamed (the same inode), not a text the call wrote; refused{kept}",
+                dir.show(&name),
+                untrusted::name(task_file),
+            )));
+        }
+        if !meta.is_file() || meta.nlink() != 1 {
+            return Err(fail(format!(
+                "content-file {} is not a regular file of its own ({} links); refused",
+                dir.show(&name),
+                meta.nlink()
+            )));
+        }
+        if let Some(max) = checks.max_bytes.filter(|max| meta.len() > *max) {
+            return Err(fail(format!(
+                "content-file {} holds {} bytes, over the task directory's budget of {max} bytes (context_storage.max_task_dir_mib); refused unread",
+                dir.show(&name),
+                meta.len()
+            )));
+        }
+    }
     let stats =
         ctxhost_format::content_file::for_each_text_block(std::io::BufReader::new(open()?), |_| {
             Ok(())

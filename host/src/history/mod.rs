@@ -7,6 +7,8 @@
 //!   messages.jsonl, the full text of cut tool results (tool-results/) and summaries.jsonl.
 //! - [`read()`]: the lines of messages.jsonl from one seq to another, verbatim, bounded by a
 //!   token budget, saying where to continue.
+//! - [`read_full()`]: the full text of a tool output cut in messages.jsonl
+//!   (`tool-results/N.txt`), a window at a time from a byte offset.
 //! - [`coverage()`]: what a seq range holds that a summary replaces (tool results and their
 //!   size, file paths mentioned), for summaries.jsonl and the compaction record.
 //!
@@ -15,10 +17,12 @@
 //! components) is a thin shim over them.
 
 mod coverage;
+mod full;
 mod read;
 mod search;
 
 pub use coverage::{Coverage, ElidedResult, MAX_PATHS, coverage};
+pub use full::{FullPage, read_full};
 pub use read::{Budget, LineWindow, Position, ReadResult, for_each_line, read};
 pub use search::{Found, Hit, HitSource, MAX_LIMIT, MAX_PATTERN_BYTES, Query, search};
 
@@ -69,14 +73,49 @@ impl HistoryError {
     }
 }
 
+/// Most bytes of a search hit's snippet (the WIT's `history-hit.snippet`: "at most a few
+/// hundred bytes"), its `…` marks included.
+pub const MAX_SNIPPET_BYTES: usize = 400;
+
+/// Most bytes of the match itself shown in a snippet (a longer match is cut there).
+const MAX_MATCH_BYTES: usize = 160;
+
 /// `text` around byte range `at` as one line: at most `before` characters before and `after`
-/// characters after the match (the match whole), line breaks as spaces, `…` where cut.
+/// characters after the match (the match cut to [`MAX_MATCH_BYTES`]), line breaks as spaces,
+/// `…` where cut; at most [`MAX_SNIPPET_BYTES`] bytes in all.
 pub(crate) fn snippet(
     text: &str,
     at: std::ops::Range<usize>,
     before: usize,
     after: usize,
 ) -> String {
+    // A match longer than the bound (a regex that matched megabytes): its start only.
+    if at.end - at.start > MAX_MATCH_BYTES {
+        let end = text.floor_char_boundary(at.start + MAX_MATCH_BYTES);
+        let end = if end == at.start {
+            text.ceil_char_boundary(at.start + 1)
+        } else {
+            end
+        };
+        let mut out = around(&text[..end], at.start..end, before, 0);
+        if !out.ends_with('…') {
+            out.push('…');
+        }
+        return bounded_snippet(out);
+    }
+    bounded_snippet(around(text, at, before, after))
+}
+
+/// `s` cut to [`MAX_SNIPPET_BYTES`] (at a character boundary, with `…`).
+fn bounded_snippet(mut s: String) -> String {
+    if s.len() > MAX_SNIPPET_BYTES {
+        s.truncate(s.floor_char_boundary(MAX_SNIPPET_BYTES - '…'.len_utf8()));
+        s.push('…');
+    }
+    s
+}
+
+fn around(text: &str, at: std::ops::Range<usize>, before: usize, after: usize) -> String {
     let start = text[..at.start]
         .char_indices()
         .rev()
@@ -116,5 +155,23 @@ mod tests {
         let wide = "é".repeat(20);
         let s = snippet(&wide, 20..22, 3, 3);
         assert_eq!(s, format!("…{}…", "é".repeat(7)));
+    }
+
+    /// Issue 38 item 8: a snippet held the whole match (400 KB seen; the WIT promises a few
+    /// hundred bytes).
+    #[test]
+    fn a_snippet_of_a_huge_match_is_a_few_hundred_bytes() {
+        let text = format!("before {} after", "x".repeat(400_000));
+        let s = snippet(&text, 7..400_007, 60, 100);
+        assert!(s.len() <= MAX_SNIPPET_BYTES, "{}", s.len());
+        assert!(s.starts_with("before xxx") && s.ends_with('…'), "{s}");
+        let wide = "€".repeat(1000);
+        let s = snippet(&wide, 0..wide.len(), 60, 100);
+        assert!(s.len() <= MAX_SNIPPET_BYTES && s.starts_with('€'), "{s}");
+        // Wide characters around a short match are bounded too.
+        let text = format!("{}match{}", "€".repeat(100), "€".repeat(200));
+        let s = snippet(&text, 300..305, 60, 100);
+        assert!(s.len() <= MAX_SNIPPET_BYTES, "{}", s.len());
+        assert!(s.contains("match"), "{s}");
     }
 }

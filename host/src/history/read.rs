@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 
 use ctxhost_format::estimate_tokens;
 use ctxhost_format::files::MESSAGES;
-use ctxhost_format::jsonl::LineReader;
+use ctxhost_format::jsonl::{BlockLineReader, LineReader, NextLine};
 
 use super::{HistoryError, MAX_LINE_BYTES};
 use crate::bound;
@@ -48,7 +48,7 @@ pub enum Budget {
 
 impl Budget {
     /// What the text of the lines may cost in all.
-    fn limit(self) -> u64 {
+    pub(super) fn limit(self) -> u64 {
         match self {
             Budget::Tokens(t) => t.saturating_sub(bound::NOTE_RESERVE_TOKENS).max(1),
             Budget::Bytes(b) => b.max(1),
@@ -56,16 +56,26 @@ impl Budget {
     }
 
     /// What `text` and its line break cost.
-    fn cost(self, text: &str) -> u64 {
+    pub(super) fn cost(self, text: &str) -> u64 {
         match self {
             Budget::Tokens(_) => estimate_tokens(text) + 1,
             Budget::Bytes(_) => text.len() as u64 + 1,
         }
     }
 
+    /// Most bytes of text the budget can hold (a character costs at least a quarter token and
+    /// is at most 4 bytes): what to read of a file before cutting it with [`Budget::window`].
+    pub(super) fn max_bytes(self) -> u64 {
+        match self {
+            Budget::Tokens(t) => t.saturating_mul(16),
+            Budget::Bytes(b) => b,
+        }
+        .max(4)
+    }
+
     /// Bytes of `text` (which does not fit) given as a window: as much as the budget holds, at
     /// least one character, cut at a character boundary.
-    fn window(self, text: &str) -> usize {
+    pub(super) fn window(self, text: &str) -> usize {
         let cut = match self {
             Budget::Tokens(t) => bound::cut_point(text, t).map_or(text.len(), |c| c.kept_bytes),
             Budget::Bytes(b) => {
@@ -153,14 +163,28 @@ pub fn read(
     let start = seek_before(&mut file, from.seq).map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
     file.seek(SeekFrom::Start(start))
         .map_err(|e| HistoryError::io(dir, MESSAGES, e))?;
-    let mut lines = LineReader::new(
-        BufReader::with_capacity(64 * 1024, file),
-        dir.show(MESSAGES),
-    )
-    .max_line_bytes(MAX_LINE_BYTES);
+    let mut lines = BlockLineReader::new(file, dir.show(MESSAGES));
     let limit = budget.limit();
     let mut used = 0u64;
-    while let Some((_, text)) = lines.next_line()? {
+    loop {
+        let (n, bytes) = match lines.next_bounded(MAX_LINE_BYTES)? {
+            None => break,
+            Some(NextLine::Line(n, bytes)) => (n, bytes),
+            Some(NextLine::Long { .. }) => {
+                // A line too long to hold (a reply of more than 64 MiB): read in blocks.
+                if long_line(&mut lines, dir, from, to, budget, &mut result)? {
+                    break;
+                }
+                continue;
+            }
+        };
+        let text = std::str::from_utf8(bytes).map_err(|_| {
+            HistoryError::Line(ctxhost_format::jsonl::JsonlError::Invalid {
+                file: dir.show(MESSAGES),
+                line: n,
+                message: "not valid UTF-8".into(),
+            })
+        })?;
         let seq = serde_json::from_str::<SeqOnly>(text)
             .map_err(|e| {
                 HistoryError::Argument(format!("{}: a line without a seq: {e}", dir.show(MESSAGES)))
@@ -223,6 +247,133 @@ pub fn read(
     Ok(result)
 }
 
+/// Bytes at the start of a long line searched for its `"seq"`.
+const SEQ_PREFIX_BYTES: usize = 256;
+
+/// The seq of a line from its first bytes (`{"seq":N,…`, as the message store writes it).
+fn seq_of_prefix(prefix: &[u8]) -> Option<u64> {
+    let key = b"\"seq\":";
+    let at = prefix.windows(key.len()).position(|w| w == key)? + key.len();
+    let digits: Vec<u8> = prefix[at..]
+        .iter()
+        .skip_while(|b| **b == b' ')
+        .take_while(|b| b.is_ascii_digit())
+        .copied()
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
+}
+
+/// [`read`]'s handling of a line longer than [`MAX_LINE_BYTES`], read in blocks (never held
+/// whole): skipped when outside the range, given as a window (at most what `budget` holds,
+/// from `from.offset` when it is `from`'s line) when it is the first line of the page, else
+/// the page ends before it. Returns whether the page is done. Errors: a line without a seq
+/// in its first bytes, a failed read.
+fn long_line(
+    lines: &mut BlockLineReader<File>,
+    dir: &TaskDir,
+    from: Position,
+    to: u64,
+    budget: Budget,
+    result: &mut ReadResult,
+) -> Result<bool, HistoryError> {
+    let skip_from = |seq: u64| if seq == from.seq { from.offset } else { 0 };
+    let cap = budget.max_bytes();
+    let mut prefix: Vec<u8> = Vec::new();
+    let mut seq: Option<u64> = None;
+    let mut window: Vec<u8> = Vec::new();
+    let mut window_start = 0u64;
+    let mut pos = 0u64;
+    let mut wanted = None::<bool>;
+    let len = lines.read_long_line(|block| {
+        if seq.is_none() && prefix.len() < SEQ_PREFIX_BYTES {
+            let take = (SEQ_PREFIX_BYTES - prefix.len()).min(block.len());
+            prefix.extend_from_slice(&block[..take]);
+            if prefix.len() == SEQ_PREFIX_BYTES {
+                seq = seq_of_prefix(&prefix);
+            }
+        }
+        if wanted.is_none() && prefix.len() == SEQ_PREFIX_BYTES {
+            wanted = Some(seq.is_some_and(|s| s >= from.seq && s <= to && result.seqs.is_none()));
+            // Three bytes before the offset, to move it back to a character's start.
+            window_start = seq.map_or(0, skip_from).saturating_sub(3);
+            // The window's bytes in earlier blocks are in the prefix (it was not full then).
+            if wanted == Some(true) && window_start < pos {
+                window.extend_from_slice(&prefix[window_start as usize..pos as usize]);
+            }
+        }
+        if wanted == Some(true) {
+            let block_end = pos + block.len() as u64;
+            let want_end = window_start.saturating_add(cap + 3);
+            if block_end > window_start && pos < want_end {
+                let a = window_start.saturating_sub(pos) as usize;
+                let b = (want_end.min(block_end) - pos) as usize;
+                window.extend_from_slice(&block[a..b]);
+            }
+        }
+        pos += block.len() as u64;
+    })?;
+    let seq = seq.or_else(|| seq_of_prefix(&prefix)).ok_or_else(|| {
+        HistoryError::Argument(format!(
+            "{}: a line of {len} bytes without a seq at its start",
+            dir.show(MESSAGES)
+        ))
+    })?;
+    result.last_seq_seen = seq;
+    if seq < from.seq {
+        return Ok(false);
+    }
+    if seq > to {
+        return Ok(true);
+    }
+    if result.seqs.is_some() {
+        result.next = Some(Position::line(seq));
+        return Ok(true);
+    }
+    // The window: from the offset (moved back to a character's start), whole characters.
+    let offset = skip_from(seq).min(len);
+    let mut at = (offset - window_start) as usize;
+    while at > 0 && at < window.len() && window[at] & 0xC0 == 0x80 {
+        at -= 1;
+    }
+    let start = window_start + at as u64;
+    let bytes = &window[at.min(window.len())..];
+    let bytes = &bytes[..bytes.len().min(cap as usize)];
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default()
+        }
+        Err(_) => {
+            return Err(HistoryError::Line(ctxhost_format::jsonl::JsonlError::Invalid {
+                file: dir.show(MESSAGES),
+                line: seq,
+                message: "not valid UTF-8".into(),
+            }));
+        }
+    };
+    let keep = if budget.cost(text) <= budget.limit() {
+        text.len()
+    } else {
+        budget.window(text)
+    };
+    let end = start + keep as u64;
+    result.text.push_str(&text[..keep]);
+    result.text.push('\n');
+    result.seqs = Some((seq, seq));
+    result.window = Some(LineWindow {
+        seq,
+        start,
+        end,
+        len,
+    });
+    if end < len {
+        result.next = Some(Position { seq, offset: end });
+    } else if seq < to {
+        result.next = Some(Position::line(seq + 1));
+    }
+    Ok(true)
+}
+
 /// Call `f` with each line of messages.jsonl of `dir` with seq `from..=to`, parsed, in order,
 /// until it returns `false`. Errors: an unreadable file or line (naming it).
 pub fn for_each_line(
@@ -266,20 +417,54 @@ pub(super) fn seek_before(file: &mut File, from: u64) -> std::io::Result<u64> {
         let mid = lo + (hi - lo) / 2;
         file.seek(SeekFrom::Start(mid - 1))?;
         let mut reader = BufReader::with_capacity(16 * 1024, &mut *file);
-        buf.clear();
-        // The rest of the line holding `mid - 1`: the next line starts after it.
-        let skipped = reader.read_until(b'\n', &mut buf)? as u64;
+        // The rest of the line holding `mid - 1` (read past, not kept: it may be a line of
+        // hundreds of MiB): the next line starts after it.
+        let skipped = skip_line(&mut reader)?;
         let line_start = mid - 1 + skipped;
+        // Its seq from its first bytes when it is there (a line of many MiB is not read
+        // whole), else from the whole line (at most MAX_LINE_BYTES).
         buf.clear();
         (&mut reader)
-            .take(MAX_LINE_BYTES as u64)
+            .take(SEQ_PREFIX_BYTES as u64)
             .read_until(b'\n', &mut buf)?;
-        match serde_json::from_slice::<SeqOnly>(&buf) {
-            Ok(line) if line.seq < from => lo = line_start,
+        let mut seq = seq_of_prefix(&buf);
+        if seq.is_none() {
+            if buf.last() != Some(&b'\n') {
+                (&mut reader)
+                    .take(MAX_LINE_BYTES as u64)
+                    .read_until(b'\n', &mut buf)?;
+            }
+            seq = serde_json::from_slice::<SeqOnly>(&buf).map(|l| l.seq).ok();
+        }
+        match seq {
+            Some(seq) if seq < from => lo = line_start,
             _ => hi = mid,
         }
     }
     Ok(lo)
+}
+
+/// Read past the rest of the line `reader` is in, its `\n` included, without keeping it;
+/// returns the bytes read.
+fn skip_line(reader: &mut impl BufRead) -> std::io::Result<u64> {
+    let mut skipped = 0u64;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(skipped);
+        }
+        match buf.iter().position(|b| *b == b'\n') {
+            Some(at) => {
+                reader.consume(at + 1);
+                return Ok(skipped + at as u64 + 1);
+            }
+            None => {
+                let n = buf.len();
+                reader.consume(n);
+                skipped += n as u64;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -417,6 +602,64 @@ mod tests {
             Some((back as u64, lines[1].len() as u64))
         );
         assert_eq!((r.seqs, r.next), (Some((2, 3)), None));
+    }
+
+    /// Issue 38 item 8: after one reply over 64 MiB (which `content-file` accepts) every
+    /// later search and read of the task failed; the long line is read past in blocks.
+    #[test]
+    fn a_line_over_64_mib_is_read_in_blocks_and_the_history_after_it_still_reads() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::open(tmp.path()).unwrap();
+        // The long line written as the store writes one (seq first), without serde: a 64 MiB
+        // string through serde_json takes long in a debug build.
+        let half = "x".repeat(MAX_LINE_BYTES / 2);
+        let huge = format!("HUGE {half}{} {half}€€ END", "€".repeat(100));
+        let line = |seq: u64, role: &str, text: &str| {
+            format!(r#"{{"seq":{seq},"role":"{role}","content":"{text}","timestamp":"t","tokens":1}}"#)
+        };
+        let lines = [
+            line(1, "user", "one"),
+            line(2, "assistant", &huge),
+            line(3, "user", "the needle after it"),
+        ];
+        assert!(lines[1].len() > MAX_LINE_BYTES);
+        let mut text = lines.join("\n");
+        text.push('\n');
+        std::fs::write(tmp.path().join(MESSAGES), text).unwrap();
+        // From the start: line 1 whole, then the page ends before the long line.
+        let r = read(&dir, Position::line(1), 3, Budget::Bytes(1 << 20)).unwrap();
+        assert_eq!(r.text, format!("{}\n", lines[0]));
+        assert_eq!(r.next, Some(Position::line(2)));
+        // The long line: a window of it from its start, and where it goes on.
+        let r = read(&dir, Position::line(2), 3, Budget::Bytes(1 << 20)).unwrap();
+        let w = r.window.unwrap();
+        assert_eq!((w.seq, w.start, w.len), (2, 0, lines[1].len() as u64));
+        assert!(r.text.len() <= 1 << 20 && w.end > 0);
+        assert_eq!(r.text, format!("{}\n", &lines[1][..w.end as usize]));
+        assert_eq!(r.next, Some(Position { seq: 2, offset: w.end }));
+        // From the middle of it (inside a character: moved back), then its end.
+        let mid = lines[1].find('€').unwrap() as u64 + 1;
+        let r = read(&dir, Position { seq: 2, offset: mid }, 2, Budget::Bytes(1000)).unwrap();
+        let w = r.window.unwrap();
+        let back = lines[1].floor_char_boundary(mid as usize);
+        assert_eq!(w.start, back as u64);
+        assert_eq!(r.text, format!("{}\n", &lines[1][back..w.end as usize]));
+        let near_end = lines[1].len() as u64 - 20;
+        let r = read(&dir, Position { seq: 2, offset: near_end }, 3, Budget::Bytes(1000)).unwrap();
+        assert_eq!(r.text, format!("{}\n", &lines[1][near_end as usize..]));
+        assert_eq!(r.next, Some(Position::line(3)));
+        // The line after it reads, and so does a search.
+        let r = read(&dir, Position::line(3), 3, Budget::Bytes(1000)).unwrap();
+        assert_eq!(r.text, format!("{}\n", lines[2]));
+        assert_eq!(r.last_seq_seen, 3);
+        let found = crate::history::search(
+            &dir,
+            &crate::history::Query::words("needle").unwrap(),
+            10,
+        )
+        .unwrap();
+        assert_eq!(found.hits.len(), 1);
+        assert_eq!((found.hits[0].seq, found.messages), (3, 3));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::io::BufReader;
 use std::ops::Range;
 
 use ctxhost_format::files::{MESSAGES, SUMMARIES, TOOL_RESULTS_DIR};
-use ctxhost_format::jsonl::LineReader;
+use ctxhost_format::jsonl::{BlockLineReader, LineReader, NextLine};
 use ctxhost_format::{HistoryLine, SummaryLine};
 
 use super::{HistoryError, MAX_LINE_BYTES, MAX_RESULT_FILE_BYTES, snippet};
@@ -162,13 +162,17 @@ pub fn search(dir: &TaskDir, query: &Query, limit: usize) -> Result<Found, Histo
         )));
     }
     let mut total = 0u64;
-    // Summaries first: one line per compression, kept as (id, range, match).
-    let mut summary_hits: Vec<(u64, Hit)> = Vec::new();
+    // Summaries first: one line per compression, in the order they were made, so the newest
+    // `limit` of their matches are all that can be among the newest `limit` in all.
+    let mut summary_hits: VecDeque<(u64, Hit)> = VecDeque::with_capacity(limit + 1);
     if let Some(mut lines) = open(dir, SUMMARIES)? {
         while let Some((_, s)) = lines.next_value::<SummaryLine>()? {
             if let Some(at) = query.find(&s.summary) {
                 total += 1;
-                summary_hits.push((
+                if summary_hits.len() == limit {
+                    summary_hits.pop_front();
+                }
+                summary_hits.push_back((
                     s.id,
                     Hit {
                         seq: 0,
@@ -188,8 +192,27 @@ pub fn search(dir: &TaskDir, query: &Query, limit: usize) -> Result<Found, Histo
     let mut summary_seq: HashMap<u64, u64> = HashMap::new();
     let mut newest: VecDeque<Hit> = VecDeque::with_capacity(limit + 1);
     let mut messages = 0u64;
-    if let Some(mut lines) = open(dir, MESSAGES)? {
-        while let Some((_, line)) = lines.next_value::<HistoryLine>()? {
+    if let Some(mut lines) = open_blocks(dir, MESSAGES)? {
+        loop {
+            let line = match lines.next_bounded(MAX_LINE_BYTES)? {
+                None => break,
+                Some(NextLine::Line(n, bytes)) => {
+                    serde_json::from_slice::<HistoryLine>(bytes).map_err(|e| {
+                        HistoryError::Line(ctxhost_format::jsonl::JsonlError::Invalid {
+                            file: dir.show(MESSAGES),
+                            line: n,
+                            message: format!("not valid: {e}"),
+                        })
+                    })?
+                }
+                // A line too long to hold (a reply of more than 64 MiB): read past in blocks,
+                // unsearched; the lines after it are searched as usual.
+                Some(NextLine::Long { .. }) => {
+                    lines.read_long_line(|_| ())?;
+                    messages += 1;
+                    continue;
+                }
+            };
             messages += 1;
             if let Some(id) = line.summary_id {
                 summary_seq.insert(id, line.seq);
@@ -229,6 +252,17 @@ fn open(
             LineReader::new(BufReader::with_capacity(64 * 1024, f), dir.show(name))
                 .max_line_bytes(MAX_LINE_BYTES),
         )),
+        Ok(None) => Ok(None),
+        Err(e) => Err(HistoryError::io(dir, name, e)),
+    }
+}
+
+fn open_blocks(
+    dir: &TaskDir,
+    name: &str,
+) -> Result<Option<BlockLineReader<std::fs::File>>, HistoryError> {
+    match dir.open_read_if_exists(name) {
+        Ok(Some(f)) => Ok(Some(BlockLineReader::new(f, dir.show(name)))),
         Ok(None) => Ok(None),
         Err(e) => Err(HistoryError::io(dir, name, e)),
     }

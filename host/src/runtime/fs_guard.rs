@@ -9,8 +9,8 @@
 //!   `quota` (and the call fails, [`super::RuntimeError::FileLimit`]). Everything else of
 //!   `wasi:filesystem` is wasmtime's, and so is the work of the three once allowed.
 //! - [`DirBudget`]: the byte budget of the task directory (`context_storage.max_task_dir_mib`),
-//!   measured while a call runs (from the epoch callback, every [`SCAN_INTERVAL`]) and when it
-//!   returns, so a component writing hundreds of MiB is stopped within about one interval of
+//!   measured while a call runs (from the epoch callback, every [`SCAN_INTERVAL`]) and every
+//!   time it returns (whenever the last scan was), so a component writing hundreds of MiB is stopped within about one interval of
 //!   writing past the budget. Every byte counts, however deep ([`TaskDir::walk`]).
 
 use std::path::Path;

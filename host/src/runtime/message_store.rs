@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use ctxhost_format::ChatMessage;
 
+mod appended;
+
 use super::error::RuntimeError;
 use super::sandbox::{Sandbox, StoreState};
 use super::types::{AddedMessage, StoreStats};
@@ -28,6 +30,9 @@ pub struct MessageStore {
     bindings: Bindings,
     /// The task directory the component sees (the 0.1.0 shim numbers its summary lines there).
     task_dir: PathBuf,
+    /// The seq of the last line of messages.jsonl, as the store said (`open`, then each
+    /// append): the next message must be the one after it.
+    last_seq: Option<u64>,
 }
 
 impl MessageStore {
@@ -52,6 +57,7 @@ impl MessageStore {
             sandbox,
             bindings,
             task_dir,
+            last_seq: None,
         })
     }
 
@@ -68,15 +74,59 @@ impl MessageStore {
     /// `open`: read messages.jsonl and current.jsonl (if present) once. Call first.
     pub fn open(&mut self) -> Result<StoreStats, RuntimeError> {
         let sandbox = &mut self.sandbox;
-        dispatch!(&self.bindings, b => {
+        let stats: StoreStats = dispatch!(&self.bindings, b => {
             let r = sandbox.call("open", |s| b.ctxhost_plugin_message_store().call_open(s))?;
             sandbox.plugin_result("open", r)
-        })
+        })?;
+        self.last_seq = Some(stats.history_count);
+        Ok(stats)
+    }
+
+    /// What the task's two files hold before an append ([`appended`]): `None` when they
+    /// cannot be measured (the check is then skipped; the host's step check reports the
+    /// directory).
+    fn marks(&mut self) -> Option<appended::Marks> {
+        let current = self.current_context_file().ok()?;
+        appended::Marks::of(&self.task_dir, current, self.last_seq)
+    }
+
+    /// The check after an append of `message` (text in `content_file` when given) that the
+    /// store said is `added`: [`appended::check`], failing the call naming the store.
+    fn check_appended(
+        &mut self,
+        function: &str,
+        marks: Option<appended::Marks>,
+        message: &ChatMessage,
+        content_file: Option<&str>,
+        added: AddedMessage,
+    ) -> Result<AddedMessage, RuntimeError> {
+        if let Some(marks) = marks {
+            let full = matches!(self.bindings, Versioned::V0_3_0(_));
+            appended::check(&marks, message, content_file, added, full).map_err(
+                |reason| RuntimeError::Host {
+                    component: self.sandbox.name().to_string(),
+                    function: function.to_string(),
+                    reason: format!("{reason}; the step fails (the store must write what the host gives it)"),
+                },
+            )?;
+        }
+        self.last_seq = Some(added.seq);
+        Ok(added)
     }
 
     /// `add-message`: append `message` to messages.jsonl and current.jsonl; `timestamp` is
     /// RFC 3339 UTC.
     pub fn add_message(
+        &mut self,
+        message: &ChatMessage,
+        timestamp: &str,
+    ) -> Result<AddedMessage, RuntimeError> {
+        let marks = self.marks();
+        let added = self.add_message_unchecked(message, timestamp)?;
+        self.check_appended("add-message", marks, message, None, added)
+    }
+
+    fn add_message_unchecked(
         &mut self,
         message: &ChatMessage,
         timestamp: &str,
@@ -103,6 +153,7 @@ impl MessageStore {
         content_file: &str,
         timestamp: &str,
     ) -> Result<AddedMessage, RuntimeError> {
+        let marks = self.marks();
         let sandbox = &mut self.sandbox;
         match &self.bindings {
             Versioned::V0_3_0(b) => {
@@ -115,7 +166,14 @@ impl MessageStore {
                         timestamp,
                     )
                 })?;
-                sandbox.plugin_result("add-message-file", r)
+                let added = sandbox.plugin_result("add-message-file", r)?;
+                self.check_appended(
+                    "add-message-file",
+                    marks,
+                    message,
+                    Some(content_file),
+                    added,
+                )
             }
             _ => {
                 let text =
@@ -128,7 +186,8 @@ impl MessageStore {
                     })?;
                 let mut whole = message.clone();
                 whole.content = Some(text);
-                self.add_message(&whole, timestamp)
+                let added = self.add_message_unchecked(&whole, timestamp)?;
+                self.check_appended("add-message", marks, &whole, None, added)
             }
         }
     }
@@ -137,6 +196,17 @@ impl MessageStore {
     /// `summary_id` is the summary's integer id (from 1); a 0.1.0 store is given `sum-N`, and
     /// the line it writes is numbered afterwards ([`v0_1_0::number_history_line`]).
     pub fn record_summary(
+        &mut self,
+        summary: &ChatMessage,
+        summary_id: u64,
+        timestamp: &str,
+    ) -> Result<AddedMessage, RuntimeError> {
+        let added = self.record_summary_unchecked(summary, summary_id, timestamp)?;
+        self.last_seq = Some(added.seq);
+        Ok(added)
+    }
+
+    fn record_summary_unchecked(
         &mut self,
         summary: &ChatMessage,
         summary_id: u64,

@@ -352,6 +352,12 @@ impl Sandbox {
         &self.name
     }
 
+    /// The task directory's byte budget this instance is held to
+    /// ([`super::RuntimeLimits::task_dir_bytes`]; `None`: none).
+    pub fn task_dir_bytes(&self) -> Option<u64> {
+        self.store.data().limits.task_dir_bytes
+    }
+
     /// The largest linear memory the instance has had (bytes).
     pub fn memory_peak_bytes(&self) -> usize {
         self.store.data().limiter.peak_bytes
@@ -402,9 +408,11 @@ impl Sandbox {
                 made = state.call.llm_calls - state.call.llm_refused,
                 "llm.complete calls were refused by the limits of one call");
         }
-        // What the call wrote, measured once more now that it returned.
+        // What the call wrote, measured once more now that it returned: always, however
+        // recent the last scan (a write and a return within one scan interval of it went
+        // unmeasured, and the next component's call was blamed for the bytes).
         let over = match &result {
-            Ok(_) => state.budget.as_mut().and_then(|b| b.over(false)),
+            Ok(_) => state.budget.as_mut().and_then(|b| b.over(true)),
             Err(_) => None,
         };
         // A call that was refused a creation fails, whatever the component made of the refusal

@@ -124,6 +124,94 @@ struct Checkpoint {
     /// is the same for the same history). A checkpoint of any other shape is not read (a full
     /// read instead).
     call_id_hashes: CallIds,
+    /// The running hash of the prefix ([`HistoryHash`]), so `ctxhost fsck` sees a history
+    /// rewritten under a mark that still holds; absent in checkpoints of older hosts (and
+    /// after a resume from one of them: the chain cannot go on without its start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    history_hash: Option<String>,
+}
+
+/// The running hash of a history: from 32 zero bytes, for each line of the file (its bytes
+/// and its `\n`, blank lines included), `h = SHA-256(h ‖ line)`; written as 64 lowercase hex
+/// digits. Resumable from its value (the checkpoint's), and fed in blocks (a line of many MiB
+/// is never held).
+#[derive(Clone, Default)]
+pub struct HistoryHash {
+    /// The hash of the whole lines fed.
+    value: [u8; 32],
+    /// The line being fed (started with `value`), if any.
+    line: Option<sha2::Sha256>,
+}
+
+impl std::fmt::Debug for HistoryHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.hex())
+    }
+}
+
+impl HistoryHash {
+    /// The hash whose value is `hex` (64 hex digits), to go on from; `None` when it is not.
+    pub fn from_hex(hex: &str) -> Option<HistoryHash> {
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut value = [0u8; 32];
+        for (i, b) in value.iter_mut().enumerate() {
+            *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(HistoryHash { value, line: None })
+    }
+
+    /// The value, as 64 lowercase hex digits (of the whole lines fed).
+    pub fn hex(&self) -> String {
+        self.value.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Feed the file's next `bytes` (any cut: a line may go on in the next call).
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        use sha2::Digest as _;
+        while !bytes.is_empty() {
+            let line = self.line.get_or_insert_with(|| {
+                let mut h = sha2::Sha256::new();
+                h.update(self.value);
+                h
+            });
+            match bytes.iter().position(|b| *b == b'\n') {
+                Some(at) => {
+                    line.update(&bytes[..=at]);
+                    if let Some(done) = self.line.take() {
+                        self.value = done.finalize().into();
+                    }
+                    bytes = &bytes[at + 1..];
+                }
+                None => {
+                    line.update(bytes);
+                    bytes = &[];
+                }
+            }
+        }
+    }
+
+    /// The hash of the first `end` bytes of `file` (a prefix of whole lines), read in blocks.
+    pub fn of_prefix(file: &mut std::fs::File, end: u64) -> io::Result<HistoryHash> {
+        let mut h = HistoryHash::default();
+        h.feed_from(file, 0, end)?;
+        Ok(h)
+    }
+
+    /// Feed bytes `from..end` of `file`, read in blocks.
+    fn feed_from(&mut self, file: &mut std::fs::File, from: u64, end: u64) -> io::Result<()> {
+        file.seek(SeekFrom::Start(from))?;
+        let mut reader = (&mut *file).take(end - from);
+        let mut block = vec![0u8; 256 * 1024];
+        loop {
+            let n = reader.read(&mut block)?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.feed(&block[..n]);
+        }
+    }
 }
 
 impl checkpoint::Versioned for Checkpoint {
@@ -149,6 +237,8 @@ pub struct HistoryCounts {
     /// Bytes of messages.jsonl read by this value so far (for tests and benchmarks: a resume
     /// from a checkpoint that holds reads only what follows it).
     bytes_read: u64,
+    /// The running hash of the prefix (`None`: unknown, resumed from a checkpoint without one).
+    hash: Option<HistoryHash>,
 }
 
 impl HistoryCounts {
@@ -164,6 +254,7 @@ impl HistoryCounts {
             file_id: String::new(),
             saved: None,
             bytes_read: 0,
+            hash: Some(HistoryHash::default()),
         };
         if let Some(cp) = read_checkpoint(dir) {
             counts.stats = cp.stats;
@@ -171,6 +262,7 @@ impl HistoryCounts {
             counts.mark = cp.messages.clone();
             counts.file_id = cp.file_id;
             counts.saved = Some(cp.messages);
+            counts.hash = cp.history_hash.as_deref().and_then(HistoryHash::from_hex);
         }
         if counts.catch_up(false)? {
             counts.save_logged();
@@ -323,6 +415,11 @@ impl HistoryCounts {
                 self.call_ids.insert(&call.id);
             }
         }
+        if let Some(hash) = self.hash.as_mut() {
+            // The lines counted, read again in blocks (they were parsed, not kept).
+            hash.feed_from(&mut file, from, end)
+                .with_context(|| format!("cannot read {shown}"))?;
+        }
         let mark = FileMark::of(&mut file, end, &shown)
             .map_err(bounded)?
             .unwrap_or_default();
@@ -345,6 +442,7 @@ impl HistoryCounts {
 
     /// Forget the counts (the file is gone, or no longer starts with the counted prefix).
     fn reset(&mut self) {
+        self.hash = Some(HistoryHash::default());
         self.file_id.clear();
         self.stats = HistoryStats::default();
         self.call_ids.clear();
@@ -360,6 +458,7 @@ impl HistoryCounts {
             messages: self.mark.clone(),
             stats: self.stats,
             call_id_hashes: std::mem::take(&mut self.call_ids),
+            history_hash: self.hash.as_ref().map(HistoryHash::hex),
         };
         let bytes = serde_json::to_vec(&cp);
         self.call_ids = cp.call_id_hashes;
@@ -453,7 +552,21 @@ pub fn verify_checkpoint(dir: &TaskDir) -> anyhow::Result<()> {
     };
     // As `catch_up`: no file holds only an empty mark; a file must be the one counted.
     let id = (cp.messages.bytes > 0 || !cp.file_id.is_empty()).then_some(cp.file_id.as_str());
-    checkpoint::ensure_holds(dir, MESSAGES, id, &cp.messages)
+    checkpoint::ensure_holds(dir, MESSAGES, id, &cp.messages)?;
+    // A history rewritten under a mark that still holds (same length, same last line).
+    if let Some(recorded) = &cp.history_hash
+        && let Some(mut file) = dir.open_read_if_exists(MESSAGES)?
+    {
+        let now = HistoryHash::of_prefix(&mut file, cp.messages.bytes)?.hex();
+        anyhow::ensure!(
+            &now == recorded,
+            "{} is not the history the host recorded: its first {} bytes ({} lines) have the running hash {now}, the checkpoint recorded {recorded} (lines before the last were rewritten)",
+            dir.show(MESSAGES),
+            cp.messages.bytes,
+            cp.stats.lines
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -665,6 +778,48 @@ mod tests {
             HistoryCounts::open(&task(d)).unwrap().stats(),
             HistoryStats::default()
         );
+    }
+
+    /// Issue 38 item 7: fsck called a history rewritten under a mark that still holds (same
+    /// length, same last line) clean; the checkpoint's running hash shows it.
+    #[test]
+    fn fsck_sees_a_history_rewritten_under_a_mark_that_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let h = history();
+        write_task(d, &h[..30], &[]);
+        HistoryCounts::open(&task(d)).unwrap();
+        // Appended, then counted from the checkpoint on: the chain goes on from its value.
+        write_task(d, &h, &[]);
+        HistoryCounts::open(&task(d)).unwrap();
+        let cp: serde_json::Value =
+            serde_json::from_slice(&fs::read(d.join(HISTORY_CHECKPOINT)).unwrap()).unwrap();
+        let len = fs::metadata(d.join(MESSAGES)).unwrap().len();
+        assert_eq!(cp["messages"]["bytes"], len);
+        let mut file = fs::File::open(d.join(MESSAGES)).unwrap();
+        let whole = HistoryHash::of_prefix(&mut file, len).unwrap().hex();
+        assert_eq!(cp["history_hash"], whole.as_str());
+        let mut fed = HistoryHash::default();
+        for b in fs::read(d.join(MESSAGES)).unwrap().chunks(7) {
+            fed.feed(b);
+        }
+        assert_eq!(fed.hex(), whole, "fed in any blocks, the same");
+        verify_checkpoint(&task(d)).unwrap();
+        // An earlier line rewritten, same length: the mark holds, the hash does not.
+        let text = fs::read_to_string(d.join(MESSAGES)).unwrap();
+        fs::write(d.join(MESSAGES), text.replacen("\"go\"", "\"no\"", 1)).unwrap();
+        let e = format!("{:#}", verify_checkpoint(&task(d)).unwrap_err());
+        assert!(
+            e.contains("is not the history the host recorded") && e.contains("rewritten"),
+            "{e}"
+        );
+        // A checkpoint of an older host (no hash) is still used.
+        fs::write(d.join(MESSAGES), &text).unwrap();
+        let mut old = cp.clone();
+        old.as_object_mut().unwrap().remove("history_hash");
+        fs::write(d.join(HISTORY_CHECKPOINT), old.to_string()).unwrap();
+        verify_checkpoint(&task(d)).unwrap();
+        assert_eq!(HistoryCounts::open(&task(d)).unwrap().bytes_read(), 0);
     }
 
     #[test]

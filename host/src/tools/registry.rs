@@ -314,6 +314,42 @@ pub fn parse_arguments(arguments: &str) -> Result<Map<String, Value>, String> {
     }
 }
 
+/// [`parse_arguments`] for a tool the host answers itself, described by `definition` (its
+/// OpenAI definition, `{"type":"function","function":{"name","parameters":{"properties"}}}`):
+/// an argument the definition does not name is refused, naming every such argument and the
+/// ones the tool takes, so a model never believes an argument it made up was used (a
+/// `task_id` of another task, a `path`). Errors say what is wrong, for the model.
+pub fn parse_host_arguments(
+    arguments: &str,
+    definition: &Value,
+) -> Result<Map<String, Value>, String> {
+    let args = parse_arguments(arguments)?;
+    let known = definition["function"]["parameters"]["properties"].as_object();
+    let unknown: Vec<String> = args
+        .keys()
+        .filter(|k| !known.is_some_and(|p| p.contains_key(*k)))
+        .map(|k| format!("`{}`", crate::untrusted::name(k)))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(args);
+    }
+    let takes: Vec<String> = known
+        .into_iter()
+        .flat_map(|p| p.keys())
+        .map(|k| format!("`{k}`"))
+        .collect();
+    Err(format!(
+        "unknown argument{} {} (this tool takes {}); nothing was done",
+        if unknown.len() == 1 { "" } else { "s" },
+        unknown.join(", "),
+        if takes.is_empty() {
+            "none".to_string()
+        } else {
+            takes.join(", ")
+        }
+    ))
+}
+
 fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -340,6 +376,25 @@ mod tests {
                 .unwrap_err()
                 .contains("not valid JSON")
         );
+    }
+
+    /// Issue 38 item 11: an argument a host tool does not take is refused, naming it.
+    #[test]
+    fn a_host_tool_refuses_arguments_it_does_not_take() {
+        let def = serde_json::json!({"type": "function", "function": {"name": "t",
+            "parameters": {"type": "object", "properties": {"a": {}, "b": {}}}}});
+        assert_eq!(
+            parse_host_arguments(r#"{"a":1}"#, &def).unwrap()["a"],
+            1
+        );
+        assert_eq!(parse_host_arguments("", &def).unwrap().len(), 0);
+        assert_eq!(
+            parse_host_arguments(r#"{"a":1,"task_id":"x","path":"/etc"}"#, &def).unwrap_err(),
+            "unknown arguments `path`, `task_id` (this tool takes `a`, `b`); nothing was done"
+        );
+        let e = parse_host_arguments("{\"x\\u001b[2J\":1}", &def).unwrap_err();
+        assert!(e.starts_with("unknown argument `x\\u{1b}[2J`"), "{e}");
+        assert!(parse_host_arguments("[1]", &def).unwrap_err().contains("an array"));
     }
 
     #[test]
