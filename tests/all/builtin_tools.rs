@@ -289,7 +289,7 @@ fn snapshot(dir: &Path) -> Vec<(String, String)> {
 }
 
 #[test]
-fn edit_file_names_zero_and_several_matches() {
+fn edit_file_names_zero_and_several_matches_and_unknown_arguments() {
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("a.txt"), "x = 1\ny = 1\nx = 1\n").unwrap();
     let c = |id: &str, args: Value| (id.to_string(), "edit_file".to_string(), args.to_string());
@@ -299,6 +299,7 @@ fn edit_file_names_zero_and_several_matches() {
                 c("none", json!({"path": "a.txt", "old_string": "z = 1", "new_string": "z = 2"})),
                 c("two", json!({"path": "a.txt", "old_string": "x = 1", "new_string": "x = 2"})),
                 c("all", json!({"path": "a.txt", "old_string": "x = 1", "new_string": "x = 2", "replace_all": true})),
+                c("extra", json!({"path": "a.txt", "old_string": "y = 1", "new_string": "y = 9", "task_id": "other"})),
             ],
             usage: Some((100, 10)),
         },
@@ -315,6 +316,9 @@ fn edit_file_names_zero_and_several_matches() {
         "Error: edit_file: `old_string` occurs 2 times in a.txt (lines 1, 3): add surrounding lines to make it unique, or set replace_all: true"
     );
     assert_eq!(tools[2]["result"], "replaced 2 occurrence(s) in a.txt");
+    // An argument the tool does not take is refused naming it, and nothing is done (issue 38 item 11).
+    assert_eq!(tools[3]["status"], "error");
+    assert!(text_of(&tools[3]).contains("unknown argument `task_id`"), "{}", text_of(&tools[3]));
     assert_eq!(std::fs::read_to_string(ws.path().join("a.txt")).unwrap(), "x = 2\ny = 1\nx = 2\n");
 }
 

@@ -24,7 +24,7 @@ use ctxhost_format::ToolCall;
 use ctxhost_format::files::TOOL_DEFINITIONS as TOOLS_JSON;
 use serde_json::{Map, Value, json};
 
-use super::registry::parse_arguments;
+use super::registry::parse_host_arguments;
 use super::{CallOutcome, ToolError, ToolRunner, ToolsConfig};
 use crate::sandbox::{self, Ended, Policy};
 use crate::task_dir::TaskDir;
@@ -386,7 +386,11 @@ impl ToolRunner for BuiltinTools {
         if !self.offered.contains(&name) {
             return self.inner.call(call);
         }
-        let result = parse_arguments(&call.function.arguments)
+        let definition = definitions()
+            .into_iter()
+            .find(|d| d["function"]["name"] == name)
+            .unwrap_or_default();
+        let result = parse_host_arguments(&call.function.arguments, &definition)
             .map_err(|m| format!("invalid arguments for tool `{name}`: {m}"))
             .and_then(|a| self.answer(name, &a));
         let redact = |t: &str| crate::llm::redact::redact(t, self.secret.as_deref());
