@@ -67,6 +67,18 @@ impl std::fmt::Display for EventId {
     }
 }
 
+/// One server-sent event of the stream, as a client parses it (the document's schema of
+/// `text/event-stream`).
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ServerSentEvent {
+    /// The event's tag: `task`, `prompt`, `reply_delta`, `tool_call`, …, `end` (or `error`).
+    pub event: String,
+    /// Its position `D.V`, for `Last-Event-ID`.
+    pub id: Option<String>,
+    /// The event as `show --follow --json` prints it (one JSON object).
+    pub data: String,
+}
+
 /// Whether `event` is seen only while it happens (not read again from the files).
 fn is_volatile(event: &Event) -> bool {
     matches!(
@@ -175,7 +187,7 @@ fn error_event(message: &str) -> SseEvent {
         ("Last-Event-ID" = Option<String>, Header, description = "The `id` of the last event received: the stream resumes after it"),
     ),
     responses(
-        (status = 200, description = "The task's events, as `show --follow --json` prints them, one server-sent event each (`event:` the tag, `id:` its position, `data:` the JSON), until `end`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "The task's events, as `show --follow --json` prints them, one server-sent event each (`event:` the tag, `id:` its position, `data:` the JSON), until `end`", content_type = "text/event-stream", body = ServerSentEvent),
         (status = 400, description = "Last-Event-ID is not an id this server sent", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or wrong bearer token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such task", body = Problem, content_type = "application/problem+json"),

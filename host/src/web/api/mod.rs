@@ -75,7 +75,7 @@ pub struct Api {
     ),
     components(schemas(
         Problem, TaskPage, TaskDetail, NewTaskRequest, ControlRequest, ControlResult, Action,
-        tasks::Outcome, MessagePage, FileEntry, crate::db::TaskRow, crate::db::Status,
+        tasks::Outcome, events::ServerSentEvent, MessagePage, FileEntry, crate::db::TaskRow, crate::db::Status,
         crate::db::sources::Publication, crate::db::sources::CommentState
     )),
     modifiers(&BearerAuth),
@@ -138,10 +138,15 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| Problem::from(anyhow::anyhow!("request handler failed: {e}")))?
 }
 
-/// `T` from a query string; 400 naming what is wrong.
+/// `T` from a query string, a parameter with an empty value counting as absent; 400 naming
+/// what is wrong.
 fn query<T: serde::de::DeserializeOwned>(raw: Option<String>) -> Result<T, Problem> {
-    serde_urlencoded::from_str(raw.as_deref().unwrap_or(""))
-        .map_err(|e| Problem::bad_request(format!("bad query string: {e}")))
+    let bad = |e: &dyn std::fmt::Display| Problem::bad_request(format!("bad query string: {e}"));
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(raw.as_deref().unwrap_or("")).map_err(|e| bad(&e))?;
+    let given: Vec<(String, String)> = pairs.into_iter().filter(|(_, v)| !v.is_empty()).collect();
+    let text = serde_urlencoded::to_string(&given).map_err(|e| bad(&e))?;
+    serde_urlencoded::from_str(&text).map_err(|e| bad(&e))
 }
 
 /// `T` from a JSON body (an empty body is `{}`); 400 naming what is wrong.

@@ -60,10 +60,12 @@ pub struct TaskDetail {
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTaskRequest {
-    /// The user message that starts the task (1 byte to 1 MiB of text, no NUL byte).
+    /// The user message that starts the task (1 byte to 1 MiB of text, not blank, no NUL byte).
+    #[schema(min_length = 1, max_length = 1048576)]
     pub prompt: String,
-    /// `github`, `gitlab` or `local` (default).
+    /// `github`, `gitlab` or `local` (default); github and gitlab need `owner` and `repo`.
     #[serde(default)]
+    #[schema(pattern = "^(github|gitlab|local)$")]
     pub source: Option<String>,
     /// Repository owner (required for github/gitlab).
     #[serde(default)]
@@ -73,6 +75,7 @@ pub struct NewTaskRequest {
     pub repo: Option<String>,
     /// `issue` or `pull_request`.
     #[serde(default, rename = "type")]
+    #[schema(pattern = "^(issue|pull_request)$")]
     pub task_type: Option<String>,
     /// Issue or pull request number / id.
     #[serde(default)]
