@@ -130,9 +130,7 @@ impl Feed {
                 }
             }
             self.first = false;
-            let Some(mut following) = self.following.take() else {
-                return None;
-            };
+            let mut following = self.following.take()?;
             let api = self.api.clone();
             let looked = tokio::task::spawn_blocking(move || {
                 let db = api.store.get()?;
