@@ -32,6 +32,8 @@ fn main() {
     prometheus_test_cfg();
     componentize_py_cfg();
     componentize_js_cfg(&root);
+    schemathesis_cfg(&root);
+    mcp_inspector_cfg(&root);
 
     // The PostgreSQL variants of the store tests run when a test server is available
     // (CTXHOST_TEST_DATABASE_URL) and in CI (CI=true), where a missing server must fail them;
@@ -163,6 +165,34 @@ fn componentize_js_cfg(root: &std::path::Path) {
     let installed = root.join("node_modules/.bin/componentize-js").exists();
     if ci || named || installed {
         println!("cargo:rustc-cfg=ctxhost_componentize_js");
+    }
+}
+
+/// `cfg(ctxhost_schemathesis)` for the schemathesis run against the JSON API
+/// (tests/all/api_clients.rs): set when schemathesis is installed where `.ci/run` puts it
+/// (`.cache/schemathesis/bin/schemathesis`) or the file `CTXHOST_SCHEMATHESIS` names exists, or in
+/// CI (where a missing one must fail the test). Without it the test is `#[ignore]`d with the
+/// reason. Installing it after a build needs `touch host/build.rs`.
+fn schemathesis_cfg(root: &std::path::Path) {
+    println!("cargo:rustc-check-cfg=cfg(ctxhost_schemathesis)");
+    println!("cargo:rerun-if-env-changed=CTXHOST_SCHEMATHESIS");
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    let named =
+        std::env::var_os("CTXHOST_SCHEMATHESIS").is_some_and(|p| PathBuf::from(p).is_file());
+    let installed = root.join(".cache/schemathesis/bin/schemathesis").is_file();
+    if ci || named || installed {
+        println!("cargo:rustc-cfg=ctxhost_schemathesis");
+    }
+}
+
+/// `cfg(ctxhost_mcp_inspector)` for the MCP Inspector test (tests/all/api_clients.rs): set when
+/// `npm ci` installed `@modelcontextprotocol/inspector` (package.json pins it) or in CI (where a
+/// missing one must fail the test). Without it the test is `#[ignore]`d with the reason.
+fn mcp_inspector_cfg(root: &std::path::Path) {
+    println!("cargo:rustc-check-cfg=cfg(ctxhost_mcp_inspector)");
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    if ci || root.join("node_modules/.bin/mcp-inspector").exists() {
+        println!("cargo:rustc-cfg=ctxhost_mcp_inspector");
     }
 }
 

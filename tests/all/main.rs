@@ -11,6 +11,8 @@
 mod support;
 
 mod anthropic;
+mod api;
+mod api_clients;
 mod ask;
 mod big_reply;
 mod builtin_tools;
@@ -29,6 +31,7 @@ mod jsonl_store;
 mod layering;
 mod lifecycle;
 mod lifecycle_crash;
+mod mcp_server;
 mod mcp_tools;
 mod metrics;
 mod multi_host;

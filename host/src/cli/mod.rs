@@ -17,6 +17,7 @@ mod init;
 mod lifecycle;
 pub use crate::config::llm_flags;
 mod maintenance;
+mod mcp;
 pub(crate) mod out;
 mod poll;
 pub mod render;
@@ -222,6 +223,15 @@ pub enum Command {
         Only loopback addresses are served without an access token. Stop with Ctrl-C."
     )]
     Serve(serve::ServeArgs),
+    /// Serve ctxhost's MCP tools over standard input and output, for Claude Code, Codex or an
+    /// IDE: submit_task, wait_for_task, get_task, list_tasks, pause/resume/stop_task.
+    #[command(
+        after_help = "Examples:\n  claude mcp add ctxhost -- ctxhost --config /srv/ctx/config.yaml --contexts /srv/ctx/contexts mcp\n  \
+        codex mcp add ctxhost -- ctxhost --config /srv/ctx/config.yaml --contexts /srv/ctx/contexts mcp\n\n\
+        Tasks it queues are run by a `ctxhost run` worker on the same tree. `ctxhost serve` offers the\n\
+        same server over streamable HTTP at /mcp (with its bearer tokens)."
+    )]
+    Mcp,
     /// Plugin tools.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -842,6 +852,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cleanup(args) => maintenance::cleanup(&Env::load(&global)?, &args),
         Command::Fsck(args) => maintenance::fsck(&Env::load(&global)?, &args),
         Command::Serve(args) => serve::run(&Env::load(&global)?, &args),
+        Command::Mcp => mcp::run(&Env::load(&global)?),
         Command::Migrate(args) => maintenance::migrate(&Env::load(&global)?, &args),
         Command::Plugin(PluginCommand::New {
             dir,

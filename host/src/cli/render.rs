@@ -25,18 +25,7 @@ pub(crate) fn colours(stream_is_terminal: bool) -> bool {
     stream_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// `n` with a comma every three digits: `7,412`.
-pub(crate) fn thousands(n: i64) -> String {
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 { format!("-{out}") } else { out }
-}
+pub(crate) use crate::ops::thousands;
 
 /// `1 tool call` / `2 tool calls`.
 fn count(n: i64, what: &str) -> String {

@@ -25,6 +25,11 @@ pub struct ServeArgs {
     /// the token (login form, `?token=`, or `Authorization: Bearer`).
     #[arg(long, value_name = "NAME")]
     pub token_env: Option<String>,
+    /// Name of the environment variable that holds a read-only token for the JSON API
+    /// (`/api/v1`) and `/mcp` (at least 16 characters): it may list and read tasks, not
+    /// create or steer them. Without any token the API is read-only (loopback only).
+    #[arg(long, value_name = "NAME")]
+    pub read_token_env: Option<String>,
 }
 
 fn resolve(bind: &str) -> anyhow::Result<SocketAddr> {
@@ -42,6 +47,21 @@ fn resolve(bind: &str) -> anyhow::Result<SocketAddr> {
         })
 }
 
+/// The secrets the server must never show: the LLM API key is never written to contexts/, but
+/// should a provider have echoed it into a file, the dashboard, the API and the MCP server do
+/// not show it; nor the database password of `store`, should it appear in a task's files.
+pub(super) fn known_secrets(env: &Env, store: &crate::db::StoreSpec) -> Vec<String> {
+    env.config
+        .api_key_env()
+        .and_then(|n| std::env::var(n).ok())
+        .into_iter()
+        .chain(match store {
+            crate::db::StoreSpec::Postgres(url) => url.password(),
+            crate::db::StoreSpec::Sqlite => None,
+        })
+        .collect()
+}
+
 pub(super) fn run(env: &Env, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     env.require_tree()?;
     // Opened once first: an old schema is upgraded (and a newer one refused), and a tree
@@ -53,24 +73,18 @@ pub(super) fn run(env: &Env, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         std::env::var(name).ok()
     })
     .map_err(|e| usage(e.to_string()))?;
-    // The LLM API key is never written to contexts/; should a provider have echoed it into a
-    // file anyway, the dashboard does not show it.
-    // Nor the database password, should it appear in a task's files.
-    let secrets = env
-        .config
-        .api_key_env()
-        .and_then(|n| std::env::var(n).ok())
-        .into_iter()
-        .chain(match &store {
-            crate::db::StoreSpec::Postgres(url) => url.password(),
-            crate::db::StoreSpec::Sqlite => None,
-        })
-        .collect();
+    let read_token = security::read_token(args.read_token_env.as_deref(), |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(|e| usage(e.to_string()))?;
+    let secrets = known_secrets(env, &store);
     // Kept here until the server returns: the last reference is dropped outside its runtime.
     let remote = crate::remote::open(env.config.context_storage.remote.as_ref())?;
     let server = web::bind(ServeOptions {
         bind,
         token: token.clone(),
+        read_token,
+        config: env.config.clone(),
         layout: env.layout.clone(),
         store,
         secrets,
@@ -86,7 +100,7 @@ pub(super) fn run(env: &Env, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         addr.ip().to_string()
     };
     println!(
-        "ctxhost dashboard: http://{host}:{}/ (contexts {}){}",
+        "ctxhost dashboard: http://{host}:{}/ (contexts {}; API /api/v1, MCP /mcp){}",
         addr.port(),
         env.layout.root().display(),
         match &args.token_env {

@@ -11,8 +11,8 @@ use super::{Env, usage};
 use crate::db::TaskKey;
 use crate::ops::submit::Submission;
 
-/// Largest prompt accepted, bytes (1 MiB; README, "Using it").
-pub const MAX_PROMPT_BYTES: usize = 1024 * 1024;
+pub use crate::ops::submit::MAX_PROMPT_BYTES;
+use crate::ops::submit::too_large;
 
 /// Where a task comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -73,23 +73,6 @@ pub struct SubmitArgs {
     pub llm: super::llm_flags::LlmFlags,
 }
 
-/// The error for a prompt of more than [`MAX_PROMPT_BYTES`]: its size (`at_least`: only the
-/// first bytes were read), the limit, and what to do.
-fn too_large(size: usize, at_least: bool) -> anyhow::Error {
-    let size = if at_least {
-        format!(
-            "more than {}",
-            super::render::thousands(MAX_PROMPT_BYTES as i64)
-        )
-    } else {
-        super::render::thousands(size as i64)
-    };
-    usage(format!(
-        "the prompt is {size} bytes, over the limit of {} bytes (1 MiB): put the large material in a file the task's tools can read (an MCP server's directory) and refer to it in a short prompt",
-        super::render::thousands(MAX_PROMPT_BYTES as i64)
-    ))
-}
-
 /// The prompt from `text` (`-`: standard input) or `prompt` (literal), else `file` (`-`:
 /// standard input). Errors (usage): unreadable, larger than [`MAX_PROMPT_BYTES`] (its size and
 /// the limit), not UTF-8 or holding a NUL byte (naming the file), empty.
@@ -137,19 +120,7 @@ pub(super) fn read_prompt(
         })?;
         (text, Some(path))
     };
-    // Text has no NUL bytes; PostgreSQL's text type cannot even store one.
-    if let Some(at) = text.find('\0') {
-        return Err(usage(format!(
-            "the prompt{} contains a NUL byte (at offset {at}): it is not text (a binary file?)",
-            read_from.map(from).unwrap_or_default()
-        )));
-    }
-    if text.len() > MAX_PROMPT_BYTES {
-        return Err(too_large(text.len(), false));
-    }
-    if text.trim().is_empty() {
-        return Err(usage("the prompt is empty"));
-    }
+    crate::ops::submit::check_prompt(&text, &read_from.map(from).unwrap_or_default())?;
     Ok(text)
 }
 
@@ -163,35 +134,21 @@ fn from(path: &std::path::Path) -> String {
 }
 
 fn task_key(args: &SubmitArgs) -> anyhow::Result<TaskKey> {
-    let source = match args.source {
-        Source::Github => "github",
-        Source::Gitlab => "gitlab",
-        Source::Local => "local",
-    };
-    let clean = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<String>> {
-        match v.as_deref().map(str::trim) {
-            None => Ok(None),
-            Some("") => Err(usage(format!("--{flag} must not be empty"))),
-            Some(s) if s.chars().any(char::is_control) => Err(usage(format!(
-                "--{flag} must not contain control characters"
-            ))),
-            Some(s) => Ok(Some(s.to_string())),
-        }
-    };
-    let key = TaskKey {
-        task_source: source.to_string(),
-        owner: clean("owner", &args.owner)?,
-        repo: clean("repo", &args.repo)?,
-        task_type: args.task_type.map(|t| match t {
-            TaskType::Issue => "issue".to_string(),
-            TaskType::PullRequest => "pull_request".to_string(),
+    let parts = crate::ops::submit::KeyParts {
+        source: Some(match args.source {
+            Source::Github => "github",
+            Source::Gitlab => "gitlab",
+            Source::Local => "local",
         }),
-        task_id: clean("id", &args.id)?,
+        owner: args.owner.as_deref(),
+        repo: args.repo.as_deref(),
+        task_type: args.task_type.map(|t| match t {
+            TaskType::Issue => "issue",
+            TaskType::PullRequest => "pull_request",
+        }),
+        id: args.id.as_deref(),
     };
-    if args.source != Source::Local && (key.owner.is_none() || key.repo.is_none()) {
-        return Err(usage(format!("--source {source} needs --owner and --repo")));
-    }
-    Ok(key)
+    crate::ops::submit::task_key(&parts, |part| format!("--{part}"))
 }
 
 pub(super) fn run(env: &Env, args: &SubmitArgs) -> anyhow::Result<ExitCode> {

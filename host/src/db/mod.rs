@@ -239,7 +239,7 @@ pub struct NewTask {
 }
 
 /// One `tasks` row (DESIGN.md §2; timestamps RFC 3339 UTC text).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct TaskRow {
     /// Primary key: canonical UUID.
     pub uuid: String,

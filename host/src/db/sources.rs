@@ -44,7 +44,7 @@ pub fn item_id(key: &TaskKey) -> Option<String> {
 pub const NEVER_MS: i64 = i64::MAX;
 
 /// Where the result comment of a task is (`publications.comment_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CommentState {
     /// Nothing was attempted.
@@ -68,7 +68,7 @@ impl CommentState {
 }
 
 /// One `publications` row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Publication {
     /// The task.
     pub task_uuid: String,

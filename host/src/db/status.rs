@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 /// A task's status. Text in the database: `queued`, `running`, `paused`, `completed`, `failed`,
 /// `stopped`. Which directory each keeps and which changes are allowed:
 /// [`crate::lifecycle::dir_rule`], [`crate::lifecycle::allowed`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Waiting for a task process to claim it.

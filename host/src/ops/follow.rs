@@ -779,6 +779,110 @@ pub trait Watch {
 /// How often [`follow`] looks at the files and the row.
 pub const POLL: Duration = Duration::from_millis(100);
 
+/// A task being followed, one look at a time ([`Following::look`]): what [`follow`] does in a
+/// loop, for callers that wait between looks their own way (the API's event stream waits on
+/// its async runtime, not on a thread).
+#[derive(Debug)]
+pub struct Following {
+    uuid: String,
+    follower: Follower,
+    /// [`Event::Task`] was handed out.
+    started: bool,
+    last_seen: Instant,
+    waiting: Option<String>,
+}
+
+/// What one [`Following::look`] saw.
+#[derive(Debug)]
+pub struct Look {
+    /// The events, in order: [`Event::Task`] first at the first look, [`Event::End`] last at
+    /// the look that saw the task end.
+    pub events: Vec<Event>,
+    /// The task's row at this look.
+    pub row: TaskRow,
+    /// The task is no longer queued or running: there is nothing more to look at.
+    pub ended: bool,
+    /// How long nothing new has been seen while the task runs (`None`: not running, or
+    /// something was just seen).
+    pub idle: Option<Duration>,
+    /// Lines were left unread (a file grew by more than one read): look again at once.
+    pub behind: bool,
+}
+
+impl Following {
+    /// Follow task `uuid` from the start of its files.
+    pub fn new(uuid: &str) -> Following {
+        Following {
+            uuid: uuid.to_string(),
+            follower: Follower::new(uuid),
+            started: false,
+            last_seen: Instant::now(),
+            waiting: None,
+        }
+    }
+
+    /// Look at the task's row and files once. Errors: the row is gone, a file cannot be read.
+    pub fn look(&mut self, db: &Db, layout: &Layout) -> anyhow::Result<Look> {
+        let uuid = self.uuid.as_str();
+        // The row first: what the files hold after it says "ended" is all there will be.
+        let row = db
+            .get(uuid)?
+            .ok_or_else(|| anyhow::anyhow!("task {uuid} disappeared from the database"))?;
+        let mut events = Vec::new();
+        if !self.started {
+            self.started = true;
+            events.push(Event::Task {
+                uuid: row.uuid.clone(),
+                status: row.status,
+                model: row.model.clone(),
+                provider: row.llm_provider.clone(),
+            });
+        }
+        let seen = self.follower.look(layout)?;
+        let saw_files = !seen.is_empty();
+        if saw_files {
+            self.last_seen = Instant::now();
+        }
+        events.extend(seen);
+        let live = matches!(row.status, Status::Queued | Status::Running);
+        let note = if live {
+            crate::remote::read_wait_note(layout, uuid)
+        } else {
+            None
+        };
+        if note != self.waiting {
+            events.push(Event::Waiting { on: note.clone() });
+            self.waiting = note;
+            self.last_seen = Instant::now();
+        }
+        if !live {
+            // Drain what the last process wrote before its status changed.
+            loop {
+                events.extend(self.follower.look(layout)?);
+                if !self.follower.behind() {
+                    break;
+                }
+            }
+            events.push(end_event(layout, &row)?);
+            return Ok(Look {
+                events,
+                row,
+                ended: true,
+                idle: None,
+                behind: false,
+            });
+        }
+        let idle = (row.status == Status::Running && !saw_files).then(|| self.last_seen.elapsed());
+        Ok(Look {
+            events,
+            row,
+            ended: false,
+            idle,
+            behind: self.follower.behind(),
+        })
+    }
+}
+
 /// Follow task `uuid` from the start of its files until it is no longer queued or running
 /// (or `watch.tick` says stop), handing every event to `watch`: first [`Event::Task`], last
 /// [`Event::End`] (when it ended). A task that is paused, completed, failed or stopped when
@@ -789,60 +893,16 @@ pub fn follow(
     uuid: &str,
     watch: &mut dyn Watch,
 ) -> anyhow::Result<TaskRow> {
-    let row = db
-        .get(uuid)?
-        .ok_or_else(|| anyhow::anyhow!("task {uuid} disappeared from the database"))?;
-    watch.event(&Event::Task {
-        uuid: row.uuid.clone(),
-        status: row.status,
-        model: row.model.clone(),
-        provider: row.llm_provider.clone(),
-    })?;
-    let mut follower = Follower::new(uuid);
-    let mut last_seen = Instant::now();
-    let mut waiting: Option<String> = None;
+    let mut following = Following::new(uuid);
     loop {
-        // The row first: what the files hold after it says "ended" is all there will be.
-        let row = db
-            .get(uuid)?
-            .ok_or_else(|| anyhow::anyhow!("task {uuid} disappeared from the database"))?;
-        let events = follower.look(layout)?;
-        if !events.is_empty() {
-            last_seen = Instant::now();
-        }
-        for e in &events {
+        let look = following.look(db, layout)?;
+        for e in &look.events {
             watch.event(e)?;
         }
-        let live = matches!(row.status, Status::Queued | Status::Running);
-        let note = if live {
-            crate::remote::read_wait_note(layout, uuid)
-        } else {
-            None
-        };
-        if note != waiting {
-            watch.event(&Event::Waiting { on: note.clone() })?;
-            waiting = note;
-            last_seen = Instant::now();
+        if look.ended || !watch.tick(look.idle)? {
+            return Ok(look.row);
         }
-        if !live {
-            // Drain what the last process wrote before its status changed.
-            loop {
-                for e in follower.look(layout)? {
-                    watch.event(&e)?;
-                }
-                if !follower.behind() {
-                    break;
-                }
-            }
-            watch.event(&end_event(layout, &row)?)?;
-            return Ok(row);
-        }
-        let idle =
-            (row.status == Status::Running && events.is_empty()).then(|| last_seen.elapsed());
-        if !watch.tick(idle)? {
-            return Ok(row);
-        }
-        if !follower.behind() {
+        if !look.behind {
             std::thread::sleep(POLL);
         }
     }

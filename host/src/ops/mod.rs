@@ -46,3 +46,16 @@ pub fn open_store(config: &Config, layout: &Layout) -> anyhow::Result<Db> {
         e => e.into(),
     })
 }
+
+/// `n` with a comma every three digits: `7,412`.
+pub fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}

@@ -67,6 +67,12 @@ pub const TOOL_RESULTS_DIR: &str = files::TOOL_RESULTS_DIR;
 /// Folder of the planning history.
 pub const PLANNING_DIR: &str = files::PLANNING_DIR;
 
+/// The names of the top-level files the dashboard and the API show, in the order they are
+/// listed.
+pub fn top_level_names() -> impl Iterator<Item = &'static str> {
+    TOP_LEVEL.iter().map(|(n, _)| *n)
+}
+
 impl TaskFile {
     /// The top-level file called `name`, if it is one the dashboard shows.
     pub fn top_level(name: &str) -> Option<TaskFile> {

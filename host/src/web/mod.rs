@@ -16,6 +16,8 @@
 //! | `GET /metrics` | Prometheus metrics (OpenMetrics text; [`crate::metrics`]) |
 //! | `GET /events` | server-sent events: `change` whenever the task store changes |
 //! | `GET /static/…` | the embedded CSS and JS |
+//! | `/api/v1/…` | the JSON API ([`api`]; bearer tokens, no cookies) |
+//! | `/mcp` | the MCP server over streamable HTTP ([`mcp`]; the API's bearer tokens) |
 //!
 //! In the GET routes, `{uuid}` may be a prefix only one task has, as on the command line
 //! ([`crate::task_ref`]): the answer is a redirect to the same page under the whole UUID.
@@ -26,18 +28,20 @@
 //! (SVG geometry), `pages` (page handlers), `task_page` (what the task page shows: `row`, `dir`, `views`), `actions`
 //! (POST handlers), `events` (change notifications), `assets` (embedded CSS/JS).
 
+pub(crate) mod api;
 mod actions;
 mod assets;
 mod call_series;
 mod charts;
 mod compactions;
 mod events;
-mod files;
-mod pager;
-mod pages;
-mod queries;
+pub(crate) mod mcp;
+pub(crate) mod files;
+pub(crate) mod pager;
+pub(crate) mod pages;
+pub(crate) mod queries;
 pub(crate) mod security;
-mod store;
+pub(crate) mod store;
 mod task_page;
 
 use std::net::{SocketAddr, TcpListener};
@@ -57,8 +61,13 @@ use store::StorePool;
 pub struct ServeOptions {
     /// Address to listen on (port 0: any free port).
     pub bind: SocketAddr,
-    /// The access token (required for a non-loopback `bind`; see `web::security::check_bind`).
+    /// The access token (required for a non-loopback `bind`; see `web::security::check_bind`):
+    /// the dashboard's, and the API's read-write token.
     pub token: Option<String>,
+    /// The API's read-only token (`--read-token-env`), if any.
+    pub read_token: Option<String>,
+    /// The config: the `llm` settings recorded for tasks created through the API.
+    pub config: crate::config::Config,
     /// The contexts/ tree (must exist, owned by `store`).
     pub layout: Layout,
     /// The task store (from the config's `task_store`).
@@ -181,6 +190,8 @@ impl Server {
     ) -> anyhow::Result<()> {
         let ServeOptions {
             token,
+            read_token,
+            config,
             layout,
             mut secrets,
             pricing,
@@ -188,13 +199,27 @@ impl Server {
             ..
         } = self.options;
         secrets.extend(token.clone());
+        secrets.extend(read_token.clone());
+        let api_auth = Arc::new(
+            api::auth::ApiAuth::new(token.clone(), read_token)
+                .context("cannot get random bytes from the OS")?,
+        );
         let keys = Keys::new(token).context("cannot get random bytes from the OS")?;
         let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
+        let redactor = Arc::new(Redactor::new(secrets));
+        let api = api::Api {
+            layout: layout.clone(),
+            store: store.clone(),
+            config: Arc::new(config),
+            redactor: redactor.clone(),
+            remote: remote.clone(),
+            shutdown: shutdown.clone(),
+        };
         let state = AppState {
             layout,
             store,
             keys: Arc::new(keys),
-            redactor: Arc::new(Redactor::new(secrets)),
+            redactor,
             changes,
             shutdown,
             charts: Arc::default(),
@@ -203,7 +228,10 @@ impl Server {
         };
         let listener = tokio::net::TcpListener::from_std(self.listener)
             .context("cannot hand the socket to the runtime")?;
-        axum::serve(listener, router(state))
+        let app = router(state)
+            .nest("/api/v1", api::router(api.clone(), api_auth.clone()))
+            .merge(mcp::router(api, api_auth));
+        axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 shutdown_signal().await;
                 tracing::info!("shutting down");

@@ -112,6 +112,30 @@ pub struct ListPage {
     pub counts: Vec<(Status, u64)>,
 }
 
+/// What one page of the API's task list asks for ([`Queries::task_page`]); `None`: any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskPageQuery {
+    /// Only this status.
+    pub status: Option<Status>,
+    /// Only this `task_source` (`github`, `gitlab`, `local`).
+    pub source: Option<String>,
+    /// Only this repository owner.
+    pub owner: Option<String>,
+    /// Only this repository name.
+    pub repo: Option<String>,
+    /// Only this `task_type` (`issue`, `pull_request`).
+    pub task_type: Option<String>,
+    /// Only this issue or pull request id.
+    pub task_id: Option<String>,
+    /// Only tasks created at or after this time (RFC 3339 UTC with milliseconds, as stored).
+    pub since: Option<String>,
+    /// Only tasks after this position of the order: `(created_at, uuid)` of the last row of
+    /// the page before.
+    pub after: Option<(String, String)>,
+    /// Rows per page (1..=500).
+    pub limit: u32,
+}
+
 /// Tasks created on one day (UTC), by status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DayCounts {
@@ -337,6 +361,49 @@ impl<'a> Queries<'a> {
             }
         }
         Ok(counts)
+    }
+
+    /// One page of the API's task list ([`TaskPageQuery`]): rows newest first — by
+    /// `created_at`, then UUID, a total order — matching every filter given, after the
+    /// position `after` when given. A keyset page: tasks added meanwhile are newer than any
+    /// position already handed out, so following pages neither repeat nor skip a row.
+    pub fn task_page(&self, q: &TaskPageQuery) -> Result<Vec<crate::db::TaskRow>, DbError> {
+        let (after_created, after_uuid) = match &q.after {
+            Some((c, u)) => (Some(c.as_str()), Some(u.as_str())),
+            None => (None, None),
+        };
+        let sql = format!(
+            "SELECT {} FROM tasks WHERE (CAST(?1 AS TEXT) IS NULL OR status = ?1) \
+             AND (CAST(?2 AS TEXT) IS NULL OR task_source = ?2) \
+             AND (CAST(?3 AS TEXT) IS NULL OR owner = ?3) \
+             AND (CAST(?4 AS TEXT) IS NULL OR repo = ?4) \
+             AND (CAST(?5 AS TEXT) IS NULL OR task_type = ?5) \
+             AND (CAST(?6 AS TEXT) IS NULL OR task_id = ?6) \
+             AND (CAST(?7 AS TEXT) IS NULL OR created_at >= ?7) \
+             AND (CAST(?8 AS TEXT) IS NULL OR created_at < ?8 OR (created_at = ?8 AND uuid < ?9)) \
+             ORDER BY created_at DESC, uuid DESC LIMIT ?10",
+            crate::db::COLUMNS
+        );
+        let limit = i64::from(q.limit.clamp(1, 500));
+        self.db
+            .query(
+                &sql,
+                &args![
+                    q.status.map(|s| s.as_str()),
+                    q.source.as_deref(),
+                    q.owner.as_deref(),
+                    q.repo.as_deref(),
+                    q.task_type.as_deref(),
+                    q.task_id.as_deref(),
+                    q.since.as_deref(),
+                    after_created,
+                    after_uuid,
+                    limit
+                ],
+            )?
+            .iter()
+            .map(|r| self.db.task_row(r))
+            .collect()
     }
 }
 

@@ -52,6 +52,12 @@ pub enum BindError {
     MissingToken { name: String },
     #[error("--token-env {name}: the token is {len} characters long; use at least {MIN_TOKEN_LEN}")]
     ShortToken { name: String, len: usize },
+    #[error("--read-token-env {name}: the environment variable {name} is not set or empty")]
+    MissingReadToken { name: String },
+    #[error(
+        "--read-token-env {name}: the token is {len} characters long; use at least {MIN_TOKEN_LEN}"
+    )]
+    ShortReadToken { name: String, len: usize },
 }
 
 /// The access token for serving `addr`: `token_env` names the environment variable that holds
@@ -84,6 +90,24 @@ pub fn check_bind(
         return Err(BindError::NotLoopback { addr });
     }
     Ok(token)
+}
+
+/// The API's read-only token, from the environment variable `read_token_env` names (`lookup`
+/// reads the environment): the same checks as the access token's ([`check_bind`]), with the
+/// flag `--read-token-env` in the message.
+pub fn read_token(
+    read_token_env: Option<&str>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Option<String>, BindError> {
+    let Some(name) = read_token_env else {
+        return Ok(None);
+    };
+    // Any loopback address: only the token's checks apply.
+    check_bind(SocketAddr::from(([127, 0, 0, 1], 0)), Some(name), lookup).map_err(|e| match e {
+        BindError::MissingToken { name } => BindError::MissingReadToken { name },
+        BindError::ShortToken { name, len } => BindError::ShortReadToken { name, len },
+        e => e,
+    })
 }
 
 /// The server's secrets for one run: a random HMAC key, and the access token if any.

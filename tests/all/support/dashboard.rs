@@ -181,6 +181,28 @@ impl Dashboard {
         }
     }
 
+    /// `METHOD path` with headers and an optional body (sent as JSON when given).
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> Resp {
+        let mut req = self.agent.request(method, &format!("{}{path}", self.base));
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        let sent = match body {
+            Some(b) => req.set("content-type", "application/json").send_string(b),
+            None => req.call(),
+        };
+        match sent {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => to_resp(r),
+            Err(e) => panic!("{method} {path}: {e}"),
+        }
+    }
+
     /// Send `request` (a whole HTTP/1.1 request, sent as it is) and return the status and the
     /// raw answer. For request targets a client library would normalise (`..`, `%2F`).
     pub fn raw(&self, request: &str) -> (u16, String) {
