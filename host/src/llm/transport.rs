@@ -450,6 +450,7 @@ impl Transport {
             None,
             None,
             false,
+            0,
         )
     }
 
@@ -471,6 +472,7 @@ impl Transport {
             None,
             Some(interruption),
             false,
+            0,
         )
     }
 
@@ -493,6 +495,7 @@ impl Transport {
             Some(deadline),
             None,
             false,
+            0,
         )
     }
 
@@ -516,6 +519,7 @@ impl Transport {
             deadline,
             interruption,
             false,
+            0,
         )
     }
 
@@ -550,7 +554,7 @@ impl Transport {
         interruption: Option<&Interruption<'_>>,
         made: u32,
     ) -> Result<PostOutcome, TransportError> {
-        self.post_counted(
+        self.post(
             endpoint_path,
             dir,
             (request_file, stream_file),
@@ -596,30 +600,10 @@ impl Transport {
         }
     }
 
-    fn post(
-        &self,
-        endpoint_path: &str,
-        dir: &TaskDir,
-        files: (&str, &str),
-        deadline: Option<Instant>,
-        interruption: Option<&Interruption<'_>>,
-        streamed: bool,
-    ) -> Result<PostOutcome, TransportError> {
-        self.post_counted(
-            endpoint_path,
-            dir,
-            files,
-            deadline,
-            interruption,
-            streamed,
-            0,
-        )
-    }
-
-    /// [`Transport::post`] for a call that already made `made` requests (one budget:
+    /// The POST of every `post_file*` call, which already made `made` requests (one budget:
     /// [`Transport::post_file_streamed`]).
     #[allow(clippy::too_many_arguments)]
-    fn post_counted(
+    fn post(
         &self,
         endpoint_path: &str,
         dir: &TaskDir,
