@@ -333,3 +333,142 @@ fn an_unstreamed_anthropic_reply_keeps_its_thinking_bytes_and_sends_them_back() 
         "{raw}"
     );
 }
+
+/// The three formats that read server-sent events: (name, provider, `llm` keys, top-level
+/// YAML).
+const SSE_FORMATS: [(&str, &str, &str, &str); 3] = [
+    ("openai-chat", "openai", "", ""),
+    ("anthropic-messages", "anthropic", ANTHROPIC_THINKING, ""),
+    (
+        "openai-responses",
+        "openai",
+        "",
+        "plugins:\n  request_format: builtin:openai-responses\n",
+    ),
+];
+
+/// A streaming environment for one of [`SSE_FORMATS`].
+fn sse_env(llm: &FakeLlm, (_, provider, llm_extra, extra): (&str, &str, &str, &str)) -> TestEnv {
+    let env = TestEnv::new();
+    let yaml = config_yaml(&llm.base_url(), provider, extra).replace(
+        "max_backoff_secs: 2",
+        &format!("max_backoff_secs: 1\n  stream: true\n{llm_extra}"),
+    );
+    env.write_config(&yaml);
+    env.ctxhost(&["init"]).ok();
+    env
+}
+
+/// Issue 37 item 1: every event's JSON spread over several `data:` lines (with `id:` fields
+/// and comments), as the event-stream rules allow: a whole task with a tool call completes in
+/// each format, its reply and tool call as sent.
+#[test]
+fn events_whose_json_spans_several_data_lines_fold_in_every_format() {
+    for format in SSE_FORMATS {
+        let name = format.0;
+        let llm = FakeLlm::start(vec![
+            Reply::multi_line_data(Reply::tool_calls(
+                vec![("call_m1", "list_directory", r#"{"path":"."}"#)],
+                Some((20, 5)),
+            )),
+            Reply::multi_line_data(Reply::text("Listed: one folder.", Some((30, 6)))),
+        ]);
+        let env = sse_env(&llm, format);
+        let (row, dir) = run(&env, "List the folder");
+        assert_eq!(row["status"], "completed", "{name}: {row}");
+        assert_eq!(llm.request_count(), 2, "{name}");
+        assert_eq!(row["tool_call_count"], 1, "{name}");
+        let replies = assistant(&dir.join("messages.jsonl"));
+        assert_eq!(replies.len(), 2, "{name}");
+        assert_eq!(
+            replies[0]["tool_calls"][0]["function"]["arguments"],
+            r#"{"path":"."}"#,
+            "{name}"
+        );
+        assert_eq!(replies[1]["content"], "Listed: one folder.", "{name}");
+        let stream = std::fs::read_to_string(dir.join("reply.stream")).unwrap();
+        assert!(stream.contains("\ndata:  \""), "{name}: multi-line: {stream}");
+        assert!(!dir.join("failed-streams").exists(), "{name}");
+    }
+}
+
+/// Issue 37 item 2: an error the provider sends inside the stream after HTTP 200 is retried as
+/// its status would be: a transient one (`overloaded_error`, OpenAI's `server_error`) is sent
+/// again after a back-off, the partial kept in `failed-streams/`; `invalid_request_error` is
+/// final, the request sent once.
+#[test]
+fn an_error_inside_a_stream_is_retried_when_transient_and_final_otherwise() {
+    for format in SSE_FORMATS {
+        let name = format.0;
+        let whole = Reply::text("The whole answer.", Some((10, 2)));
+        let llm = FakeLlm::start(vec![
+            Reply::stream_error(whole.clone(), 3, "overloaded_error"),
+            whole,
+        ]);
+        let env = sse_env(&llm, format);
+        let (row, dir) = run(&env, "Answer");
+        assert_eq!(row["status"], "completed", "{name}: {row}");
+        let reqs = llm.requests();
+        assert_eq!(reqs.len(), 2, "{name}");
+        let waited = reqs[1].at - reqs[0].at;
+        assert!(
+            waited >= std::time::Duration::from_millis(250),
+            "{name}: sent again after {waited:?}, no back-off"
+        );
+        let replies = assistant(&dir.join("messages.jsonl"));
+        assert_eq!(replies.len(), 1, "{name}: the partial is never appended");
+        assert_eq!(replies[0]["content"], "The whole answer.", "{name}");
+        let failed = std::fs::read_to_string(dir.join("failed-streams/1.stream")).unwrap();
+        assert!(failed.contains("overloaded_error (fake)"), "{name}: {failed}");
+
+        let llm = FakeLlm::start(vec![Reply::stream_error(
+            Reply::text("Never whole.", Some((10, 2))),
+            3,
+            "invalid_request_error",
+        )]);
+        let env = sse_env(&llm, format);
+        let (row, _) = run(&env, "Answer");
+        assert_eq!(row["status"], "failed", "{name}: {row}");
+        assert_eq!(llm.request_count(), 1, "{name}: final, not sent again");
+        let error = row["error_message"].as_str().unwrap();
+        assert!(error.contains("invalid_request_error (fake)"), "{name}: {error}");
+    }
+}
+
+/// Issue 37 item 14: one rule for the size of a reply in every format: `llm.max_response_mib`
+/// bounds the reply folded from a stream (as an unstreamed body), not the stream's framing —
+/// the Responses API repeats the text in its closing events, and each chat-completions chunk
+/// wraps a few characters in ~150 bytes. A reply within the limit completes in every format;
+/// one over it fails naming the setting, and is not sent again.
+#[test]
+fn the_reply_size_limit_is_the_same_rule_in_every_format() {
+    for format in SSE_FORMATS {
+        let name = format.0;
+        let small = "a".repeat(100_000);
+        let big = "b".repeat(1_100_000);
+        let llm = FakeLlm::start(vec![
+            Reply::text(small.clone(), Some((10, 2))),
+            Reply::text(big, Some((10, 2))),
+        ]);
+        let one_mib = (
+            format.0,
+            format.1,
+            &*format!("{}  max_response_mib: 1\n", format.2),
+            format.3,
+        );
+        let env = sse_env(&llm, one_mib);
+        let (row, dir) = run(&env, "Answer small");
+        assert_eq!(row["status"], "completed", "{name}: {row}");
+        let stream = std::fs::metadata(dir.join("reply.stream")).unwrap().len();
+        assert!(stream > 1 << 20, "{name}: the framing is past the limit: {stream}");
+        assert_eq!(assistant(&dir.join("messages.jsonl"))[0]["content"], small);
+        let (row, _) = run(&env, "Answer big");
+        assert_eq!(row["status"], "failed", "{name}: {row}");
+        let error = row["error_message"].as_str().unwrap();
+        assert!(
+            error.contains("larger than the limit of 1048576 bytes (llm.max_response_mib)"),
+            "{name}: {error}"
+        );
+        assert_eq!(llm.request_count(), 2, "{name}: not sent again");
+    }
+}

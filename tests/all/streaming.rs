@@ -402,9 +402,11 @@ fn show_follow_marks_a_stream_that_broke_off_before_the_retry_streams() {
             break;
         }
     }
-    // Printed while the retry is still arriving.
+    // Printed while the retry is still arriving (sent after its back-off, issue 38 item 10).
     assert_eq!(env.row(&uuid)["status"], "running", "{lines:#?}");
-    assert_eq!(llm.request_count(), 2);
+    assert!(crate::support::wait_until(Duration::from_secs(5), || llm
+        .request_count()
+        == 2));
     assert!(worker.wait().unwrap().success());
     assert_eq!(follow.wait().unwrap().code(), Some(0));
     lines.extend(rx.iter());
@@ -430,4 +432,80 @@ fn show_follow_marks_a_stream_that_broke_off_before_the_retry_streams() {
     );
     assert!(!after.contains("Brok"), "{after}");
     assert!(after.contains("completed"), "{after}");
+}
+
+/// Issue 37 item 3 and issue 38 item 10: one budget per call. A connection reset (retried by
+/// the transport) alternating with a clean end of stream without its end marker (sent again
+/// by the exchange) makes `1 + max_retries` requests in all (3 with the test config's 2), not
+/// `(1 + max_retries)²`; and a cut stream is sent again after the same back-off as a
+/// transport retry (500 ms doubling, with jitter: at least half of it), not at once.
+#[test]
+fn resets_and_cut_streams_share_one_budget_and_the_back_off() {
+    let cut = || {
+        Reply::stream_cut(
+            Reply::text("A partial answer that breaks off", Some((5, 5))),
+            4,
+        )
+    };
+    let llm = FakeLlm::start(vec![
+        cut(),
+        Reply::hang_up(),
+        cut(),
+        Reply::hang_up(),
+        cut(),
+        Reply::hang_up(),
+        cut(),
+        Reply::hang_up(),
+    ]);
+    llm.set_default(Reply::text("Whole.", Some((10, 2))));
+    let env = streaming_env(&llm, "");
+    let uuid = env.submit("Answer");
+    run_once(&env);
+    let r = env.row(&uuid);
+    assert_eq!(r["status"], "failed", "{r}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 3, "1 + max_retries requests for the call");
+    for (k, pair) in reqs.windows(2).enumerate() {
+        let waited = pair[1].at - pair[0].at;
+        let least = Duration::from_millis(250 << k);
+        assert!(
+            waited >= least,
+            "retry {}: sent again after {waited:?}, less than {least:?}",
+            k + 1
+        );
+    }
+}
+
+/// Issue 37 item 6: while a stalled stream is retried, `show` (and its `--json`) says what
+/// the task waits for — `waiting for the model: stream stalled 1 s, retry 1 of 2` — as `ask`
+/// and `show --follow` do (their `waiting` event), and says nothing once the call is over.
+#[test]
+fn show_says_the_model_is_waited_for_while_a_stalled_stream_is_retried() {
+    let llm = FakeLlm::start(vec![
+        Reply::stream_stall(
+            Reply::text("Stalled reply", Some((5, 5))),
+            3,
+            Duration::from_secs(10),
+        ),
+        // 0.3 s between events: the retry streams for a few seconds.
+        Reply::text("A slow but steady stream of text, the whole answer.", Some((10, 2))),
+    ]);
+    llm.set_stream_delay(Duration::from_millis(300));
+    let env = streaming_env(&llm, "  idle_timeout_secs: 1\n");
+    let uuid = env.submit("Answer");
+    let mut worker = env
+        .ctxhost_cmd(&["run", "--once", "--poll-ms", "20"])
+        .spawn();
+    let expected = "waiting for the model: stream stalled 1 s, retry 1 of 2";
+    let mut seen = String::new();
+    let shown = crate::support::wait_until(Duration::from_secs(30), || {
+        seen = env.ctxhost(&["show", &uuid]).stdout();
+        seen.contains(&format!("waiting:       {expected}"))
+    });
+    assert!(shown, "{seen}");
+    let json = env.ctxhost(&["show", &uuid, "--json"]).json();
+    assert_eq!(json["waiting"], expected, "{json}");
+    assert!(worker.wait().unwrap().success());
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    assert!(!env.ctxhost(&["show", &uuid]).stdout().contains("waiting:"));
 }

@@ -678,3 +678,51 @@ fn an_interruptible_call_keeps_a_reply_in_grace_and_abandons_a_slow_one() {
     );
     assert_eq!(llm.request_count(), before);
 }
+
+/// Issue 37 item 5: with an API key configured, the redactor holds back only the start of a
+/// key between reads, and every ending writes what it held: a stream that stalls shows its
+/// last event in reply.stream while it stalls (the live view), and one that breaks off on its
+/// idle timeout keeps every byte it received in `failed-streams/`.
+#[test]
+fn a_stalled_or_broken_stream_keeps_its_last_bytes_with_a_key_configured() {
+    // The fake's chunks end with `"object":"chat.completion.chunk"}`: bytes a key starting
+    // with `c` shares its first byte with.
+    let key = "ck-live-0123456789";
+    let llm = FakeLlm::start(vec![
+        Reply::stream_stall(Reply::text("Hello there.", None), 3, Duration::from_secs(2)),
+        Reply::stream_stall(Reply::text("Hello there.", None), 3, Duration::from_secs(3)),
+    ]);
+    let f = files();
+    let mut body: Value = serde_json::from_slice(&f.request_bytes).unwrap();
+    body["stream"] = json!(true);
+    fs::write(&f.request, serde_json::to_vec(&body).unwrap()).unwrap();
+    let stream = f.task.file_path("reply.stream");
+    // Stalls 2 s, idle timeout 3 s: read while it stalls.
+    let t = transport(&llm.base_url(), |c| {
+        c.api_key = Some(key.to_string());
+        c.idle_timeout = Duration::from_secs(3);
+        c.max_retries = 0;
+    });
+    let (t2, task) = (t.clone(), f.task.clone());
+    let call = std::thread::spawn(move || {
+        t2.post_file_streamed(ENDPOINT, &task, REQUEST, "reply.stream", None, None, 0)
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    let during = fs::read_to_string(&stream).unwrap();
+    assert_eq!(during.matches("data: ").count(), 3, "{during}");
+    assert!(during.ends_with("chunk\"}\n\n"), "the last event whole: {during:?}");
+    call.join().unwrap().unwrap();
+    // Stalls 3 s, idle timeout 1 s: broken off, kept whole.
+    let t = transport(&llm.base_url(), |c| {
+        c.api_key = Some(key.to_string());
+        c.idle_timeout = Duration::from_secs(1);
+        c.max_retries = 0;
+    });
+    let err = t
+        .post_file_streamed(ENDPOINT, &f.task, REQUEST, "reply.stream", None, None, 0)
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    let kept = fs::read_to_string(f.task.file_path("failed-streams/1.stream")).unwrap();
+    assert_eq!(kept.matches("data: ").count(), 3, "{kept}");
+    assert!(kept.ends_with("chunk\"}\n\n"), "every byte received: {kept:?}");
+}

@@ -149,6 +149,41 @@ pub fn provider_error(body: &Value) -> Option<String> {
     })
 }
 
+/// Whether `error` (the `error` object of an error event sent inside a stream after HTTP 200,
+/// or a failed response's `error`) is one the provider documents as transient: the condition
+/// of a 429, 500, 503 or 529 status, which sending the same request again may clear. By its
+/// `type` or `code`: Anthropic's `overloaded_error`, `api_error`, `rate_limit_error`,
+/// `timeout_error`; OpenAI's `server_error`, `rate_limit_exceeded`, `rate_limit_error`,
+/// `service_unavailable`, `internal_error`, `timeout`; or a numeric `code` / `status` among the
+/// retried HTTP statuses (408, 409, 429, 500, 502, 503, 504, 529; OpenRouter sends its errors
+/// so). Anything else (`invalid_request_error`, `authentication_error`, `insufficient_quota`,
+/// an unknown kind) is final.
+pub fn is_transient_error(error: &Value) -> bool {
+    const KINDS: [&str; 10] = [
+        "overloaded_error",
+        "api_error",
+        "rate_limit_error",
+        "timeout_error",
+        "server_error",
+        "rate_limit_exceeded",
+        "service_unavailable",
+        "internal_error",
+        "timeout",
+        "overloaded",
+    ];
+    const STATUSES: [u64; 8] = [408, 409, 429, 500, 502, 503, 504, 529];
+    let Value::Object(map) = error else {
+        return false;
+    };
+    ["type", "code", "status"].into_iter().any(|k| match map.get(k) {
+        Some(Value::String(v)) => {
+            KINDS.contains(&v.as_str()) || v.parse().is_ok_and(|n| STATUSES.contains(&n))
+        }
+        Some(Value::Number(n)) => n.as_u64().is_some_and(|n| STATUSES.contains(&n)),
+        _ => false,
+    })
+}
+
 /// Tool-call arguments as JSON text: a string is kept as is, a missing/`null` value becomes
 /// `{}`, anything else (some servers send an object) is serialised.
 pub fn arguments_text(arguments: Option<&Value>) -> String {
@@ -228,6 +263,31 @@ mod tests {
         );
         assert_eq!(provider_error(&json!({"error": "boom"})).unwrap(), "boom");
         assert_eq!(provider_error(&json!({"error": null, "choices": []})), None);
+    }
+
+    #[test]
+    fn transient_errors_are_the_retried_statuses_conditions() {
+        for e in [
+            json!({"type": "overloaded_error", "message": "Overloaded"}),
+            json!({"type": "api_error", "message": "Internal server error"}),
+            json!({"type": "rate_limit_error", "message": "slow down"}),
+            json!({"message": "The server had an error", "type": "server_error", "code": null}),
+            json!({"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}),
+            json!({"code": 502, "message": "Provider returned error"}),
+            json!({"code": "503", "message": "busy"}),
+        ] {
+            assert!(is_transient_error(&e), "{e}");
+        }
+        for e in [
+            json!({"type": "invalid_request_error", "message": "prompt is too long"}),
+            json!({"type": "authentication_error", "message": "invalid x-api-key"}),
+            json!({"type": "insufficient_quota", "code": "insufficient_quota"}),
+            json!({"code": 400, "message": "bad"}),
+            json!("overloaded_error"),
+            json!({}),
+        ] {
+            assert!(!is_transient_error(&e), "{e}");
+        }
     }
 
     #[test]

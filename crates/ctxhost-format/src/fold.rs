@@ -19,6 +19,11 @@ pub enum FoldError {
         /// What ends a whole stream of this provider, e.g. `` `message_stop` ``.
         end: &'static str,
     },
+    /// The provider ended the stream with an error event it documents as transient
+    /// ([`crate::body::is_transient_error`]: overloaded, rate limited, a server error), the
+    /// same conditions as a 529, 429 or 500 status: the request is sent again as for a cut
+    /// (WIT `plugin-error.stream-cut`). The text says which error, and where.
+    Transient(String),
     /// The stream reached its end but its events do not make a reply (e.g. a tool call without
     /// a name): the text says what.
     Invalid(String),
@@ -28,6 +33,13 @@ impl FoldError {
     /// Whether the stream was cut off before its end ([`FoldError::Cut`]).
     pub fn is_cut(&self) -> bool {
         matches!(self, FoldError::Cut { .. })
+    }
+
+    /// Whether the same request sent again may give a whole reply: a cut
+    /// ([`FoldError::Cut`]) or a transient error of the provider ([`FoldError::Transient`]).
+    /// A request format answers these with the WIT `plugin-error.stream-cut`.
+    pub fn sends_again(&self) -> bool {
+        matches!(self, FoldError::Cut { .. } | FoldError::Transient(_))
     }
 }
 
@@ -40,7 +52,7 @@ impl fmt::Display for FoldError {
                     "the stream ended after {lines} lines without {end}: cut off"
                 )
             }
-            FoldError::Invalid(what) => f.write_str(what),
+            FoldError::Invalid(what) | FoldError::Transient(what) => f.write_str(what),
         }
     }
 }
@@ -72,6 +84,12 @@ pub fn unterminated_line(
 impl From<String> for FoldError {
     fn from(what: String) -> Self {
         FoldError::Invalid(what)
+    }
+}
+
+impl From<&str> for FoldError {
+    fn from(what: &str) -> Self {
+        FoldError::Invalid(what.to_string())
     }
 }
 

@@ -12,6 +12,8 @@
 //!   format's shape of a message in that array.
 //! - [`body`]: reading a provider's response body (size cap, readable parse errors);
 //!   [`reply`]: the assistant message of a reply (provider tool calls, unique ids).
+//! - [`event_stream`]: the one parser of server-sent events (WHATWG rules), which every
+//!   streamed fold reads its stream with.
 //! - [`sse`]: folding a streamed OpenAI chat-completions reply, a line at a time; [`ndjson`]:
 //!   the same for Ollama's streamed `/api/chat` reply; [`fold`]: why a fold's end failed (cut
 //!   off, or unreadable); [`content_file`]: a reply's text kept in a file past a threshold (the
@@ -36,6 +38,7 @@ pub mod body;
 pub mod checkpoint;
 pub mod compress;
 pub mod content_file;
+pub mod event_stream;
 pub mod files;
 pub mod fold;
 pub mod jsonl;

@@ -1,8 +1,9 @@
 //! Folding a streamed OpenAI chat-completions reply (server-sent events, as the host keeps
 //! them in `reply.stream`) into the parts of one reply, a line at a time: no whole-file read.
 //!
-//! A stream is lines `data: <chunk>` (blank lines, `:` comments and other SSE fields are
-//! skipped), each chunk `{"choices":[{"index":0,"delta":{"role"?,"content"?,"tool_calls"?:
+//! A stream is server-sent events (read by [`crate::event_stream`], the WHATWG rules: an
+//! event's `data:` lines joined with `\n`; comments and other fields carry nothing here), each
+//! event's data a chunk `{"choices":[{"index":0,"delta":{"role"?,"content"?,"tool_calls"?:
 //! [{"index","id"?,"function":{"name"?,"arguments"?}}]},"finish_reason"?}],"usage"?}`, ending
 //! with `data: [DONE]`. Content fragments are concatenated; a tool call's fragments are joined
 //! by their `index` (id and name from the first fragment that has them, `arguments` text
@@ -15,8 +16,9 @@
 
 use serde_json::Value;
 
-use crate::body::provider_error;
+use crate::body::{is_transient_error, provider_error};
 use crate::content_file::{SunkText, TextSink};
+use crate::event_stream::EventStream;
 use crate::fold::FoldError;
 use crate::reply::{ProviderFunction, ProviderToolCall};
 
@@ -49,6 +51,7 @@ pub struct OpenAiStream {
     model: Option<String>,
     done: bool,
     lines: u64,
+    events: EventStream,
 }
 
 /// The folded reply: the assistant's role, text and tool calls (as a provider would send them
@@ -93,35 +96,44 @@ impl OpenAiStream {
         }
     }
 
-    /// Folds one line of the stream (without its line end; a trailing `\r` is ignored).
-    /// Errors: a `data:` payload that is not JSON or not a chunk, a chunk with an `error`
-    /// (the provider's message), data after `[DONE]`; each names the line number.
-    pub fn line(&mut self, line: &str) -> Result<(), String> {
+    /// Folds one line of the stream (without its `\n`), read as server-sent events by
+    /// [`EventStream`] (WHATWG rules: an event's `data:` lines joined with `\n`, dispatched at
+    /// its blank line; comments and other fields carry nothing here). Errors, each naming the
+    /// line the event began on: an event whose data is not JSON or not a chunk, data after
+    /// `[DONE]`, an `error` chunk ([`FoldError::Transient`] when the provider documents it as
+    /// transient, [`crate::body::is_transient_error`]; else [`FoldError::Invalid`]).
+    pub fn line(&mut self, line: &str) -> Result<(), FoldError> {
         self.lines += 1;
-        let n = self.lines;
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        let Some(data) = line.strip_prefix("data:") else {
-            // Blank lines end events; `:` comments, `event:`, `id:`, `retry:` carry nothing here.
-            return Ok(());
-        };
+        match self.events.line(line) {
+            Some(event) => self.event(&event.data, event.line),
+            None => Ok(()),
+        }
+    }
+
+    /// Folds the data of one event that began on line `n`.
+    fn event(&mut self, data: &str, n: u64) -> Result<(), FoldError> {
         let data = data.trim();
         if data.is_empty() {
             return Ok(());
         }
         if self.done {
-            return Err(format!("line {n}: data after `data: [DONE]`"));
+            return Err(format!("line {n}: data after `data: [DONE]`").into());
         }
         if data == "[DONE]" {
             self.done = true;
             return Ok(());
         }
         let chunk: Value = serde_json::from_str(data)
-            .map_err(|e| format!("line {n}: a data line that is not JSON ({e})"))?;
+            .map_err(|e| format!("line {n}: an event whose data is not JSON ({e})"))?;
         if let Some(e) = provider_error(&chunk) {
-            return Err(format!("line {n}: the provider sent an error: {e}"));
+            let what = format!("line {n}: the provider sent an error: {e}");
+            return Err(match chunk.get("error") {
+                Some(error) if is_transient_error(error) => FoldError::Transient(what),
+                _ => FoldError::Invalid(what),
+            });
         }
         if !chunk.is_object() {
-            return Err(format!("line {n}: a chunk that is not a JSON object"));
+            return Err(format!("line {n}: a chunk that is not a JSON object").into());
         }
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
             self.usage = Some(u.clone());
@@ -137,7 +149,7 @@ impl OpenAiStream {
                 Some(c) => c,
                 None => return Ok(()),
             },
-            Some(_) => return Err(format!("line {n}: `choices` is not an array")),
+            Some(_) => return Err(format!("line {n}: `choices` is not an array").into()),
         };
         if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
             self.finish_reason = Some(r.to_string());
@@ -166,7 +178,7 @@ impl OpenAiStream {
                         .map_err(|e| format!("line {n}: tool call fragment {i}: {e}"))?;
                 }
             }
-            Some(_) => return Err(format!("line {n}: `delta.tool_calls` is not an array")),
+            Some(_) => return Err(format!("line {n}: `delta.tool_calls` is not an array").into()),
         }
         Ok(())
     }
@@ -223,16 +235,16 @@ impl OpenAiStream {
         self.done || self.finish_reason.is_some()
     }
 
-    /// Folds the stream's last line when it has no `\n` (the stream ended inside it): as
-    /// [`Self::line`], except that a line it refuses whose JSON is not whole gives
-    /// [`FoldError::Cut`] ([`crate::fold::unterminated_line`]).
+    /// Folds the stream's last line when it has no `\n` (the stream ended inside it): by the
+    /// event-stream rules the end of the stream dispatches nothing, so an event not ended by
+    /// its blank line is discarded and [`Self::finish`] judges the stream without it (cut, when
+    /// it had not reached its end).
     pub fn last_line(&mut self, line: &str) -> Result<(), FoldError> {
-        let folded = self.line(line);
-        let cut = FoldError::Cut {
-            lines: self.lines,
-            end: END,
-        };
-        crate::fold::unterminated_line(line, folded, cut)
+        self.lines += 1;
+        match self.events.last_line(line) {
+            Some(event) => self.event(&event.data, event.line),
+            None => Ok(()),
+        }
     }
 
     /// The folded reply. Errors: a stream cut off before its end (neither `[DONE]` nor a
@@ -298,12 +310,26 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Folds `lines`, each `data:` line an event of its own (its blank line added, as
+    /// providers send them).
     fn fold(lines: &[&str]) -> Result<StreamedReply, String> {
         let mut s = OpenAiStream::new();
         for l in lines {
-            s.line(l)?;
+            s.line(l).map_err(|e| e.to_string())?;
+            if l.starts_with("data:") {
+                s.line("").map_err(|e| e.to_string())?;
+            }
         }
         s.finish().map_err(|e| e.to_string())
+    }
+
+    /// `lines` as events of their own (a blank line after each).
+    fn events(s: &mut OpenAiStream, lines: &[&str]) -> Result<(), FoldError> {
+        for l in lines {
+            s.line(l)?;
+            s.line("")?;
+        }
+        Ok(())
     }
 
     #[test]
@@ -396,56 +422,91 @@ mod tests {
             r#"data: {"choices":[{"delta":{"con"#,
         ])
         .unwrap_err();
-        assert!(e.contains("line 2") && e.contains("not JSON"), "{e}");
+        assert!(e.contains("line 3") && e.contains("not JSON"), "{e}");
         let e = fold(&[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#]).unwrap_err();
         assert!(e.contains("cut off"), "{e}");
         assert!(fold(&[]).unwrap_err().contains("cut off"));
         // Typed: a cut is told apart from a whole stream that cannot be folded.
         let mut s = OpenAiStream::new();
-        s.line(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#)
-            .unwrap();
+        events(&mut s, &[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#]).unwrap();
         assert!(s.finish().unwrap_err().is_cut());
         let mut s = OpenAiStream::new();
-        for l in [
-            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}"#,
-            "data: [DONE]",
-        ] {
-            s.line(l).unwrap();
-        }
+        events(
+            &mut s,
+            &[
+                r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}"#,
+                "data: [DONE]",
+            ],
+        )
+        .unwrap();
         let e = s.finish().unwrap_err();
         assert!(!e.is_cut(), "{e}");
         assert!(e.to_string().contains("no function name"), "{e}");
     }
 
     #[test]
-    fn an_error_chunk_is_the_providers_error() {
-        let e = fold(&[r#"data: {"error":{"message":"overloaded","type":"server_error"}}"#])
-            .unwrap_err();
-        assert!(e.contains("overloaded"), "{e}");
+    fn an_error_chunk_is_the_providers_error_retried_when_transient() {
+        let mut s = OpenAiStream::new();
+        let e = events(
+            &mut s,
+            &[r#"data: {"error":{"message":"overloaded","type":"server_error"}}"#],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("overloaded"), "{e}");
+        assert!(e.sends_again() && !e.is_cut(), "{e:?}");
+        let mut s = OpenAiStream::new();
+        let e = events(
+            &mut s,
+            &[r#"data: {"error":{"message":"bad","type":"invalid_request_error"}}"#],
+        )
+        .unwrap_err();
+        assert!(!e.sends_again(), "{e:?}");
     }
 
     #[test]
-    fn a_stream_ending_inside_a_line_is_cut_not_invalid() {
-        // The last line has no `\n` and its JSON stops short: the rest never came.
+    fn a_stream_ending_inside_an_event_is_cut() {
+        // The last line has no `\n`: the end of the stream dispatches nothing.
         let mut s = OpenAiStream::new();
-        s.line(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#)
-            .unwrap();
-        assert!(s.line(r#"data: {"id":"x","object":"chat.com"#).is_err());
-        let mut s = OpenAiStream::new();
-        s.line(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#)
-            .unwrap();
-        let e = s
-            .last_line(r#"data: {"id":"x","object":"chat.com"#)
-            .unwrap_err();
+        events(&mut s, &[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#]).unwrap();
+        s.last_line(r#"data: {"id":"x","object":"chat.com"#).unwrap();
+        let e = s.finish().unwrap_err();
         assert!(e.is_cut(), "{e}");
-        assert!(e.to_string().contains("after 2 lines"), "{e}");
-        // A whole error object without its `\n` stays the provider's (final) error.
+        assert!(e.to_string().contains("after 3 lines"), "{e}");
+        // Even a whole error object: an event is dispatched by its blank line only.
         let mut s = OpenAiStream::new();
-        s.line(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#)
-            .unwrap();
-        let e = s
-            .last_line(r#"data: {"error":{"message":"quota"}}"#)
-            .unwrap_err();
-        assert!(!e.is_cut(), "{e}");
+        events(&mut s, &[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#]).unwrap();
+        s.last_line(r#"data: {"error":{"message":"quota"}}"#).unwrap();
+        assert!(s.finish().unwrap_err().is_cut());
+        // And a whole event without the blank line after it.
+        let mut s = OpenAiStream::new();
+        s.line(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#).unwrap();
+        s.line(r#"data: {"choices":[{"delta":{},"finish_reason":"stop"}]}"#).unwrap();
+        assert!(s.finish().unwrap_err().is_cut());
+    }
+
+    #[test]
+    fn an_event_whose_json_spans_several_data_lines_is_one_chunk() {
+        let mut s = OpenAiStream::new();
+        for l in [
+            ": a comment",
+            "id: 1",
+            "retry: 1000",
+            r#"data: {"choices":[{"index":0,"#,
+            r#"data:  "delta":{"role":"assistant","content":"Hel"}}]}"#,
+            "",
+            "event: message",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"lo\"},\r",
+            "data: \"finish_reason\":\"stop\"}]}\r",
+            "\r",
+            "data",
+            "",
+            "data: [DONE]",
+            "",
+        ] {
+            s.line(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        let r = s.finish().unwrap();
+        assert_eq!(r.content.as_deref(), Some("Hello"));
+        assert_eq!(r.finish_reason.as_deref(), Some("stop"));
     }
 }

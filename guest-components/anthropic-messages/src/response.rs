@@ -41,7 +41,6 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     common::fold_stream_lines(file, |line, whole| {
         if whole {
             fold.line(line)
-                .map_err(ctxhost_plugin::format::fold::FoldError::Invalid)
         } else {
             fold.last_line(line)
         }

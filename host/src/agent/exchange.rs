@@ -251,14 +251,15 @@ pub fn exchange_checked(
     };
     // Set when a server answered a streamed request with one whole body.
     let mut whole = false;
-    // A streamed reply cut off before its end without a transport error is sent again,
-    // within the transport's retries; one that came whole but cannot be folded is not.
-    let mut tries = 0u32;
     // What the reply is read from is bounded by the transport; what the format makes of it
     // (its reasoning items) is bounded alike.
     format.set_max_reply_bytes(transport.config().max_response_bytes);
+    // A streamed reply cut off before its end without a transport error (or ended by an
+    // error the provider documents as transient) is sent again, after the transport's backoff
+    // and within its budget: one budget of `1 + max_retries` requests for the call, whatever
+    // mix of failures. One that came whole but cannot be folded is not.
+    let mut made = 0u32;
     let (post, reply) = loop {
-        tries += 1;
         let posted = if streamed {
             transport.post_file_streamed(
                 endpoint,
@@ -267,6 +268,7 @@ pub fn exchange_checked(
                 response_file,
                 deadline,
                 interruption,
+                made,
             )
         } else {
             transport.post_file_with(
@@ -278,7 +280,7 @@ pub fn exchange_checked(
                 interruption,
             )
         };
-        let post = posted.map_err(|source| {
+        let interrupted = |source: TransportError| {
             if source.is_interrupted() {
                 // Written again from the context when the task resumes; nothing to debug. An
                 // abandoned stream goes too: it is no reply in flight (`show --follow` of the
@@ -295,7 +297,9 @@ pub fn exchange_checked(
                 request_bytes: request.bytes,
                 source,
             }
-        })?;
+        };
+        let post = posted.map_err(interrupted)?;
+        made = post.attempts;
         if streamed && !post.streamed {
             // The server ignored the request for a stream and answered one JSON body: read
             // it as an unstreamed reply, under the unstreamed reply's name.
@@ -339,19 +343,65 @@ pub fn exchange_checked(
             Ok(mut reply) => {
                 if read_streamed {
                     redact_reply(&mut reply, transport.config().api_key.as_deref());
+                    // One rule for every format: the folded reply is held to
+                    // `llm.max_response_mib` as an unstreamed body is.
+                    let limit = transport.config().max_response_bytes;
+                    if reply_json_bytes(dir, &reply) > limit {
+                        remove_content_file(dir);
+                        keep_failed_stream(dir, response_file);
+                        return Err(ExchangeError::Post {
+                            request: request_name.clone(),
+                            request_bytes: request.bytes,
+                            source: TransportError::TooLarge {
+                                url: crate::llm::redact::url_without_credentials(
+                                    &transport.config().url_for(endpoint),
+                                )
+                                .into_owned(),
+                                streamed: false,
+                                limit,
+                            },
+                        });
+                    }
                 }
                 break (post, reply);
             }
             Err(source)
                 if read_streamed
                     && is_cut_off(&source)
-                    && tries <= transport.config().max_retries =>
+                    && made <= transport.config().max_retries =>
             {
                 tracing::warn!(
-                    attempt = tries,
+                    attempt = made,
                     "the streamed reply cannot be read ({source}); sending the request again"
                 );
-                keep_failed_stream(dir, response_file);
+                let kept = keep_failed_stream(dir, response_file);
+                remove_content_file(dir);
+                match transport.wait_before_retry(
+                    made,
+                    "stream broken off",
+                    post.retry_after,
+                    deadline,
+                    interruption,
+                ) {
+                    crate::llm::RetryWait::Waited => {}
+                    crate::llm::RetryWait::Interrupted => {
+                        return Err(interrupted(TransportError::Interrupted {
+                            url: crate::llm::redact::url_without_credentials(
+                                &transport.config().url_for(endpoint),
+                            )
+                            .into_owned(),
+                            attempts: made,
+                        }));
+                    }
+                    crate::llm::RetryWait::GiveUp => {
+                        return Err(ExchangeError::Read {
+                            request: request_name.clone(),
+                            response: kept.unwrap_or_else(|| response_file.to_string()),
+                            source,
+                            whole_stream: false,
+                        });
+                    }
+                }
             }
             Err(source) => {
                 // A text the format wrote before it failed is no reply.
@@ -569,6 +619,41 @@ fn is_cut_off(error: &RuntimeError) -> bool {
         error.plugin_error(),
         Some(crate::runtime::PluginError::StreamCut(_))
     )
+}
+
+/// Bytes of `reply` as JSON, as messages.jsonl stores it: its text (or its content file's,
+/// counted as escaped JSON), tool calls and reasoning items. An estimate from above within a
+/// few bytes per field; a content file that cannot be read counts its size.
+fn reply_json_bytes(dir: &TaskDir, reply: &Reply) -> u64 {
+    let escaped = |s: &str| serde_json::to_string(s).map_or(s.len(), |j| j.len()) as u64;
+    let m = &reply.message;
+    let mut n = m.content.as_deref().map_or(0, escaped);
+    for call in m.tool_calls.iter().flatten() {
+        n += escaped(&call.id) + escaped(&call.function.name) + escaped(&call.function.arguments);
+    }
+    for item in &m.reasoning {
+        n += escaped(&item.provider) + escaped(&item.kind) + escaped(&item.data);
+    }
+    if let Some(name) = &reply.content_file {
+        let text = dir.open_read_if_exists(name).ok().flatten().map(|f| {
+            let mut total = 0u64;
+            let counted =
+                ctxhost_format::content_file::for_each_text_block(std::io::BufReader::new(f), |block| {
+                    total += escaped(block);
+                    Ok(())
+                });
+            (counted, total)
+        });
+        n += match text {
+            Some((Ok(_), total)) => total,
+            _ => dir
+                .metadata(name)
+                .ok()
+                .flatten()
+                .map_or(0, |m| m.len()),
+        };
+    }
+    n
 }
 
 /// The API key out of a reply folded from a stream: the transport redacts it from the raw

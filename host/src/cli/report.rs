@@ -242,10 +242,16 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
             }
         );
     }
+    // What a running task's process waits for (the model between attempts, the bucket), as
+    // `ask` and `show --follow` show it.
+    let waiting = (report.task.status == Status::Running)
+        .then(|| crate::remote::read_wait_note(&env.layout, &report.task.uuid))
+        .flatten();
     if args.json {
         let mut v = serde_json::to_value(&report)?;
         if let Some(o) = v.as_object_mut() {
             o.insert("cost_usd".into(), serde_json::json!(cost));
+            o.insert("waiting".into(), serde_json::json!(waiting));
         }
         outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
@@ -254,6 +260,9 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     outln!("uuid:          {}", t.uuid);
     outln!("status:        {}", t.status);
+    if let Some(w) = &waiting {
+        outln!("waiting:       {}", terminal(w));
+    }
     if let Some(e) = &t.error_message {
         outln!("error:         {e}");
     }

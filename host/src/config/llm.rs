@@ -164,7 +164,10 @@ pub struct LlmConfig {
     /// Longest wait between retries, seconds (1 to [`MAX_LLM_SECS`]); Retry-After is honoured
     /// up to this.
     pub max_backoff_secs: u64,
-    /// Largest response body accepted, MiB (≥ 1).
+    /// Largest reply accepted, MiB (1 to [`MAX_RESPONSE_MIB`]), the same rule for every request
+    /// format: an unstreamed response body, or the reply folded from a stream as messages.jsonl
+    /// stores it (its text, tool-call arguments and reasoning as JSON); a stream's raw bytes may
+    /// be [`crate::llm::STREAM_FRAMING_FACTOR`] times that (event framing).
     pub max_response_mib: u64,
     /// Largest request body sent, MiB (≥ 1); a bigger request fails the call without sending it.
     pub max_request_mib: u64,
@@ -275,6 +278,11 @@ pub const REASONING_EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "h
 /// `interrupt_grace_secs`: 86,400 s.
 pub const MAX_LLM_SECS: u64 = 86_400;
 
+/// The most `llm.max_response_mib` may be: the longest line of a context file, MiB
+/// (`crate::invariants::context_check::MAX_CONTEXT_LINE_BYTES`), since a reply is one line of
+/// messages.jsonl and current.jsonl.
+pub const MAX_RESPONSE_MIB: u64 = 64;
+
 impl Default for LlmConfig {
     fn default() -> Self {
         LlmConfig {
@@ -367,6 +375,16 @@ impl LlmConfig {
             if v < 1 {
                 return Invalid::err(key, "must be at least 1, got 0");
             }
+        }
+        if self.max_response_mib > MAX_RESPONSE_MIB {
+            return Invalid::err(
+                "llm.max_response_mib",
+                format!(
+                    "must be at most {MAX_RESPONSE_MIB}, got {}: a reply is one line of messages.jsonl and \
+                     current.jsonl, whose lines are at most {MAX_RESPONSE_MIB} MiB (the same for every request format)",
+                    self.max_response_mib
+                ),
+            );
         }
         // A deadline past what the clock can represent fails every request ("Request deadline
         // overflowed"); a day is longer than any call or wait should take.

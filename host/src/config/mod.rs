@@ -457,6 +457,17 @@ mod tests {
             );
         }
         assert!(err("llm:\n  max_request_mib: 0\n").contains("llm.max_request_mib"));
+        // Issue 37 item 14: a reply is one line of the context files (at most 64 MiB).
+        let e = err("llm:\n  max_response_mib: 100\n");
+        assert!(
+            e.contains("llm.max_response_mib: must be at most 64, got 100"),
+            "{e}"
+        );
+        assert_eq!(
+            crate::config::llm::MAX_RESPONSE_MIB << 20,
+            crate::invariants::context_check::MAX_CONTEXT_LINE_BYTES as u64
+        );
+        Config::from_yaml("llm:\n  max_response_mib: 64\n", "c").unwrap();
         // u64::MAX seconds used to pass and then fail every request ("deadline overflowed").
         for key in [
             "timeout_secs",

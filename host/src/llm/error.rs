@@ -66,14 +66,21 @@ pub enum TransportError {
         /// What went wrong.
         detail: String,
     },
-    /// The response body exceeded `max_response_bytes`; not retried.
+    /// The reply exceeded `max_response_bytes`: an unstreamed body, or the reply folded from a
+    /// stream as JSON; or a stream's raw bytes exceeded that times
+    /// [`crate::llm::STREAM_FRAMING_FACTOR`] (`streamed`). Not retried.
     #[error(
-        "POST {url}: response body larger than the limit of {limit} bytes (llm.max_response_mib)"
+        "POST {url}: {} larger than the limit of {limit} bytes (llm.max_response_mib{})",
+        if *streamed { "streamed reply" } else { "reply" },
+        if *streamed { format!(" × {} for a stream's raw bytes", crate::llm::STREAM_FRAMING_FACTOR) } else { String::new() }
     )]
     TooLarge {
         /// The request URL.
         url: String,
-        /// `llm.max_response_mib` in bytes.
+        /// A stream's raw bytes (the limit is then the stream's).
+        streamed: bool,
+        /// The limit applied, bytes: `llm.max_response_mib` (a stream's raw bytes: times
+        /// [`crate::llm::STREAM_FRAMING_FACTOR`]).
         limit: u64,
     },
     /// The request body is larger than `llm.max_request_mib`; nothing was sent.

@@ -28,5 +28,7 @@ pub mod transport;
 pub use config::{AuthScheme, TransportConfig};
 pub use error::{TimeoutLimit, TransportError};
 pub use transport::{
-    BodyKind, FAILED_STREAMS_DIR, Interruption, PostOutcome, Transport, keep_failed_stream,
+    BodyKind, FAILED_STREAMS_DIR, Interruption, PostOutcome, RetryWait, STREAM_FRAMING_FACTOR,
+    Transport,
+    keep_failed_stream,
 };

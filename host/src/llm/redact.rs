@@ -95,15 +95,15 @@ impl<W: Write> Redactor<W> {
         Ok(self.inner)
     }
 
-    /// Write out `pending`, redacted, keeping back (unless `last`) a tail that could be the
-    /// start of a secret.
+    /// Write out `pending`, redacted, keeping back (unless `last`) only a tail that is the
+    /// start of a secret (a proper prefix of one of the patterns): any other byte is written at
+    /// once, so what a live reader sees lags the received bytes only by a partial key.
     fn drain(&mut self, last: bool) -> io::Result<()> {
         if self.patterns.is_empty() {
             self.inner.write_all(&self.pending)?;
             self.pending.clear();
             return Ok(());
         }
-        let keep = if last { 0 } else { self.longest - 1 };
         let mut out = Vec::with_capacity(self.pending.len());
         let mut i = 0;
         let n = self.pending.len();
@@ -128,8 +128,14 @@ impl<W: Write> Redactor<W> {
             {
                 out.extend_from_slice(REDACTED.as_bytes());
                 i += p.len();
-            } else if n - i <= keep {
-                // Could be the start of a secret that the next write completes.
+            } else if !last
+                && n - i < self.longest
+                && self
+                    .patterns
+                    .iter()
+                    .any(|p| p.starts_with(&self.pending[i..]))
+            {
+                // The start of a secret that the next write may complete.
                 break;
             } else {
                 out.push(self.pending[i]);
@@ -214,6 +220,22 @@ mod tests {
         let chunks: Vec<String> = text.chars().map(String::from).collect();
         let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
         assert_eq!(redacted(&chunks, key), "a [redacted] b");
+    }
+
+    #[test]
+    fn only_the_start_of_a_key_is_held_back_between_writes() {
+        let key = Some("sk-test-SECRET");
+        // The stream's last bytes share the key's first byte but cannot begin it: written at
+        // once (a live reader sees the whole event before a stall), nothing held back.
+        let mut r = Redactor::new(Vec::new(), key);
+        r.write_all(b"data: {\"stop\":\"s\"}\n\n").unwrap();
+        assert_eq!(r.inner, b"data: {\"stop\":\"s\"}\n\n");
+        // A real start of the key is held until the next write decides.
+        let mut r = Redactor::new(Vec::new(), key);
+        r.write_all(b"x sk-te").unwrap();
+        assert_eq!(r.inner, b"x ");
+        r.write_all(b"st-SECRET y").unwrap();
+        assert_eq!(String::from_utf8(r.finish().unwrap()).unwrap(), "x [redacted] y");
     }
 
     #[test]

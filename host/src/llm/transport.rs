@@ -18,6 +18,13 @@ use crate::task_dir::TaskDir;
 /// process turns this target off.
 pub const GAVE_UP_LOG: &str = "ctxhost::llm_gave_up";
 
+/// How many times `max_response_bytes` a streamed reply's raw bytes may be: event framing
+/// around small deltas (a chat-completions chunk carries ~150 bytes of JSON around a few
+/// characters), and the Responses API repeats the whole text in its closing events. The reply
+/// folded from the stream is held to `max_response_bytes` itself, as an unstreamed body is
+/// (the one rule of `llm.max_response_mib`).
+pub const STREAM_FRAMING_FACTOR: u64 = 64;
+
 /// Most bytes of an error response read to find the provider's error message in it.
 const ERROR_BODY_BYTES: u64 = 64 * 1024;
 
@@ -77,7 +84,26 @@ pub struct PostOutcome {
     /// ([`BodyKind::of`]); that body was then read like an unstreamed one (kept whole or not
     /// at all, never as a failed stream). Always `false` for the other calls.
     pub streamed: bool,
+    /// The final response's `Retry-After` (HTTP 200 included), capped at `max_backoff`: the
+    /// wait a caller honours before sending the request again after an error the provider
+    /// sent inside the stream ([`Transport::wait_before_retry`]).
+    pub retry_after: Option<Duration>,
 }
+
+/// How [`Transport::wait_before_retry`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryWait {
+    /// The wait is over: send the request again.
+    Waited,
+    /// No attempt is left in the call's budget, or the wait would end past the deadline.
+    GiveUp,
+    /// A pause or stop was requested during the wait.
+    Interrupted,
+}
+
+/// What one successful attempt got: status, body bytes, whether it was a stream, its
+/// `Retry-After`.
+type Answer = (u16, u64, bool, Option<Duration>);
 
 /// What a 2xx response to a request for a streamed reply holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +166,8 @@ pub struct Transport {
     /// For streamed replies: no whole-request limit, `idle_timeout` per read instead.
     stream_agent: ureq::Agent,
     initial_backoff: Duration,
+    /// Where to say what a call waits for between its attempts ([`Transport::with_wait_note`]).
+    wait_note: Option<Arc<std::path::PathBuf>>,
 }
 
 /// Why one attempt failed (internal; turned into a [`TransportError`] when no retry is left).
@@ -162,7 +190,8 @@ enum AttemptError {
         detail: String,
     },
     Connection(String),
-    TooLarge,
+    /// Past the limit of this many bytes (a stream's limit when `true`).
+    TooLarge(u64, bool),
     RequestTooLarge(u64),
     InvalidUrl(String),
     RequestFile(io::Error),
@@ -176,7 +205,7 @@ impl AttemptError {
         match self {
             AttemptError::Status { retryable, .. } => *retryable,
             AttemptError::Timeout { .. } | AttemptError::Connection(_) => true,
-            AttemptError::TooLarge
+            AttemptError::TooLarge(..)
             | AttemptError::RequestTooLarge(_)
             | AttemptError::InvalidUrl(_)
             | AttemptError::RequestFile(_)
@@ -214,6 +243,24 @@ impl AttemptError {
         }
     }
 
+    /// What failed, in a few words, for the wait note: `stream stalled 120 s`, `HTTP 529`,
+    /// `connection failed`.
+    fn reason(&self) -> String {
+        match self {
+            AttemptError::Status { status, .. } => format!("HTTP {status}"),
+            AttemptError::Timeout {
+                which: TimeoutLimit::Idle,
+                limit,
+                ..
+            } => format!("stream stalled {} s", limit.as_secs()),
+            AttemptError::Timeout { limit, .. } => {
+                format!("no answer in {} s", limit.as_secs())
+            }
+            AttemptError::Connection(_) => "connection failed".into(),
+            other => other.summary(),
+        }
+    }
+
     /// Short text for the per-attempt log line.
     fn summary(&self) -> String {
         match self {
@@ -228,7 +275,7 @@ impl AttemptError {
             },
             AttemptError::Timeout { detail, .. } => format!("timeout: {detail}"),
             AttemptError::Connection(d) => d.clone(),
-            AttemptError::TooLarge => "response too large".into(),
+            AttemptError::TooLarge(..) => "response too large".into(),
             AttemptError::RequestTooLarge(n) => format!("request body of {n} bytes too large"),
             AttemptError::InvalidUrl(d) => format!("invalid URL: {d}"),
             AttemptError::RequestFile(e) => format!("request file: {e}"),
@@ -279,9 +326,10 @@ impl AttemptError {
                 attempts,
                 detail,
             },
-            AttemptError::TooLarge => TransportError::TooLarge {
+            AttemptError::TooLarge(limit, streamed) => TransportError::TooLarge {
                 url,
-                limit: cfg.max_response_bytes,
+                limit,
+                streamed,
             },
             AttemptError::RequestTooLarge(bytes) => TransportError::RequestTooLarge {
                 path: dir.file_path(request_file),
@@ -329,7 +377,42 @@ impl Transport {
             agent,
             stream_agent,
             initial_backoff: INITIAL_BACKOFF,
+            wait_note: None,
         }
+    }
+
+    /// Say in the file `path` (one line) what a call waits for between its attempts — `waiting
+    /// for the model: stream stalled 120 s, retry 1 of 3` — from the start of the back-off
+    /// until the attempt it waits for ends; the file is removed then. `ask`, `show` and the
+    /// dashboard read it ([`crate::remote::read_wait_note`]).
+    pub fn with_wait_note(mut self, path: std::path::PathBuf) -> Transport {
+        self.wait_note = Some(Arc::new(path));
+        self
+    }
+
+    /// Writes (`Some`) or removes (`None`) the wait note, if one is set; failures are logged.
+    fn note_wait(&self, text: Option<&str>) {
+        let Some(path) = &self.wait_note else {
+            return;
+        };
+        let r = match text {
+            Some(t) => crate::layout::atomic_write(path, format!("{t}\n").as_bytes()),
+            None => match std::fs::remove_file(&**path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e.into()),
+                _ => Ok(()),
+            },
+        };
+        if let Err(e) = r {
+            tracing::debug!(path = %path.display(), "cannot write the model wait note: {e:#}");
+        }
+    }
+
+    /// The wait note's text for retry `retry` after `why` (`stream stalled 120 s`).
+    fn wait_text(&self, why: &str, retry: u32) -> String {
+        format!(
+            "waiting for the model: {why}, retry {retry} of {}",
+            self.cfg.max_retries
+        )
     }
 
     /// Replace the first backoff delay (default [`INITIAL_BACKOFF`], 500 ms; doubles per retry).
@@ -372,6 +455,7 @@ impl Transport {
             None,
             None,
             false,
+            0,
         )
     }
 
@@ -393,6 +477,7 @@ impl Transport {
             None,
             Some(interruption),
             false,
+            0,
         )
     }
 
@@ -415,6 +500,7 @@ impl Transport {
             Some(deadline),
             None,
             false,
+            0,
         )
     }
 
@@ -438,6 +524,7 @@ impl Transport {
             deadline,
             interruption,
             false,
+            0,
         )
     }
 
@@ -456,6 +543,12 @@ impl Transport {
     /// [`BodyKind`]) is read as [`Transport::post_file_with`] reads a body: to
     /// `<stream_file>.partial`, renamed to `stream_file` once whole, a body cut off retried
     /// and never kept in `failed-streams/`; [`PostOutcome::streamed`] is then `false`.
+    ///
+    /// `made`: requests this call already made (a stream the format found cut, sent again by
+    /// the caller): they count against the one budget of the call, `1 + max_retries` requests
+    /// whatever failed ([`PostOutcome::attempts`] and the error's attempts include them); the
+    /// caller asks [`Transport::wait_before_retry`] first, which says when none is left.
+    #[allow(clippy::too_many_arguments)]
     pub fn post_file_streamed(
         &self,
         endpoint_path: &str,
@@ -464,6 +557,7 @@ impl Transport {
         stream_file: &str,
         deadline: Option<Instant>,
         interruption: Option<&Interruption<'_>>,
+        made: u32,
     ) -> Result<PostOutcome, TransportError> {
         self.post(
             endpoint_path,
@@ -472,9 +566,47 @@ impl Transport {
             deadline,
             interruption,
             true,
+            made,
         )
     }
 
+    /// The wait before sending a request again after attempt `made` of the call failed in a
+    /// way only the caller saw (a stream cut off, an error the provider sent inside it): the
+    /// same wait as between the transport's own attempts (the provider's `retry_after`, capped
+    /// at `max_backoff`, else exponential backoff with jitter from the first delay), and the
+    /// same budget. Returns [`RetryWait::GiveUp`] at once when `made` already is
+    /// `1 + max_retries` or the wait would end past `deadline`; asks `interruption` every
+    /// [`INTERRUPT_POLL`] while it waits.
+    /// `why` says what failed for the wait note ([`Transport::with_wait_note`]), e.g.
+    /// `stream cut off`; the note stays until the next attempt ends.
+    pub fn wait_before_retry(
+        &self,
+        made: u32,
+        why: &str,
+        retry_after: Option<Duration>,
+        deadline: Option<Instant>,
+        interruption: Option<&Interruption<'_>>,
+    ) -> RetryWait {
+        if made >= self.cfg.max_retries.saturating_add(1) {
+            return RetryWait::GiveUp;
+        }
+        let delay = next_delay(made, retry_after, self.initial_backoff, self.cfg.max_backoff);
+        if deadline.is_some_and(|d| Instant::now() + delay >= d) {
+            return RetryWait::GiveUp;
+        }
+        self.note_wait(Some(&self.wait_text(why, made)));
+        match interruption {
+            Some(i) if wait_unless_requested(delay, i) => RetryWait::Interrupted,
+            Some(_) => RetryWait::Waited,
+            None => {
+                thread::sleep(delay);
+                RetryWait::Waited
+            }
+        }
+    }
+
+    /// The POST of every `post_file*` call, which already made `made` requests (one budget:
+    /// [`Transport::post_file_streamed`]).
     #[allow(clippy::too_many_arguments)]
     fn post(
         &self,
@@ -484,13 +616,16 @@ impl Transport {
         deadline: Option<Instant>,
         interruption: Option<&Interruption<'_>>,
         streamed: bool,
+        made: u32,
     ) -> Result<PostOutcome, TransportError> {
         let url = self.cfg.url_for(endpoint_path);
         // The URL as every log line and error shows it.
         let shown = url_without_credentials(&url).into_owned();
         let started = Instant::now();
         let max_attempts = self.cfg.max_retries.saturating_add(1);
-        let mut attempt = 0u32;
+        let mut attempt = made.min(max_attempts - 1);
+        // The wait note of a back-off stays while the attempt it waited for runs.
+        let _note = NoteGuard(self);
         loop {
             if interruption.is_some_and(|i| (i.requested)()) {
                 tracing::info!(url = %shown, attempts = attempt, "llm POST given up before the next attempt: pause or stop requested");
@@ -515,7 +650,7 @@ impl Transport {
             }
             .map_err(|e| e.scrub(url_credentials(&url)));
             match result {
-                Ok((status, bytes, body_streamed)) => {
+                Ok((status, bytes, body_streamed, retry_after)) => {
                     tracing::info!(
                         url = %shown, attempt, status, bytes, streamed = body_streamed,
                         elapsed_ms = t0.elapsed().as_millis() as u64,
@@ -527,6 +662,7 @@ impl Transport {
                         attempts: attempt,
                         elapsed: started.elapsed(),
                         streamed: body_streamed,
+                        retry_after: retry_after.map(|d| d.min(self.cfg.max_backoff)),
                     });
                 }
                 Err(e) => {
@@ -554,6 +690,7 @@ impl Transport {
                         retry_in_ms = delay.as_millis() as u64,
                         "llm POST failed; retrying"
                     );
+                    self.note_wait(Some(&self.wait_text(&e.reason(), attempt)));
                     if let Some(i) = interruption {
                         if wait_unless_requested(delay, i) {
                             tracing::info!(url = %shown, attempts = attempt, "llm POST given up during the back-off: pause or stop requested");
@@ -583,7 +720,7 @@ impl Transport {
         left: Option<Duration>,
         interruption: &Interruption<'_>,
         streamed: bool,
-    ) -> Result<(u16, u64, bool), AttemptError> {
+    ) -> Result<Answer, AttemptError> {
         // A streamed reply is abandoned at once: what arrived so far cannot be used.
         let grace = if streamed {
             Duration::ZERO
@@ -658,7 +795,7 @@ impl Transport {
         left: Option<Duration>,
         gate: Option<&SharedGate>,
         streamed: bool,
-    ) -> Result<(u16, u64, bool), AttemptError> {
+    ) -> Result<Answer, AttemptError> {
         let file = dir
             .open_read(request_file)
             .map_err(AttemptError::RequestFile)?;
@@ -713,9 +850,12 @@ impl Transport {
             // 1xx/3xx (redirects are not followed): report, don't retry.
             return Err(self.status_error(status, resp));
         }
+        let retry_after = resp
+            .header("Retry-After")
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
         if !streamed {
             let bytes = self.stream_body(Body::of(resp), dir, response_file, gate)?;
-            return Ok((status, bytes, false));
+            return Ok((status, bytes, false, retry_after));
         }
         let kind = BodyKind::of(resp.header("Content-Type"));
         let mut body = Body::of(resp);
@@ -726,10 +866,10 @@ impl Transport {
         if kind == BodyKind::Whole {
             tracing::info!(url = %shown, "a streamed reply was asked for, the server answered one JSON body: read as such");
             let bytes = self.stream_body(body, dir, response_file, gate)?;
-            return Ok((status, bytes, false));
+            return Ok((status, bytes, false, retry_after));
         }
         let bytes = self.stream_live(body, dir, response_file, gate)?;
-        Ok((status, bytes, true))
+        Ok((status, bytes, true, retry_after))
     }
 
     /// Build the error for a non-2xx response: snippet of its body, the provider's error
@@ -922,13 +1062,46 @@ impl Transport {
         if abandoned(gate) {
             return Err(AttemptError::Interrupted);
         }
-        let limit = self.cfg.max_response_bytes;
         let file = dir.create(dest).map_err(AttemptError::ResponseFile)?;
         let mut out = Redactor::new(
             io::BufWriter::with_capacity(64 * 1024, file),
             self.cfg.api_key.as_deref(),
         );
         let mut reader = resp;
+        let copied = self.copy_into(&mut reader, &mut out, gate, live);
+        if matches!(copied, Err(AttemptError::Interrupted)) {
+            // Abandoned: a newer call may own the file by now; write nothing more.
+            return copied;
+        }
+        // Every ending writes what the redactor held back (the last bytes of a stream that
+        // broke off or stalled are kept with the rest).
+        let flushed = out
+            .finish()
+            .and_then(|mut w| w.flush())
+            .map_err(AttemptError::ResponseFile);
+        match (copied, flushed) {
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e)) => Err(e),
+            (Ok(n), Ok(())) => Ok(n),
+        }
+    }
+
+    /// The copy loop of [`Transport::copy_capped`]: reads `reader` into `out` until its end,
+    /// an error, the size limit or an abandon. Returns the bytes received.
+    fn copy_into<W: Write>(
+        &self,
+        reader: &mut Body,
+        out: &mut Redactor<W>,
+        gate: Option<&SharedGate>,
+        live: bool,
+    ) -> Result<u64, AttemptError> {
+        let limit = if live {
+            self.cfg
+                .max_response_bytes
+                .saturating_mul(STREAM_FRAMING_FACTOR)
+        } else {
+            self.cfg.max_response_bytes
+        };
         let mut buf = vec![0u8; 64 * 1024];
         let mut total: u64 = 0;
         loop {
@@ -964,7 +1137,7 @@ impl Transport {
             };
             total += n as u64;
             if total > limit {
-                return Err(AttemptError::TooLarge);
+                return Err(AttemptError::TooLarge(limit, live));
             }
             if live && abandoned(gate) {
                 // A newer call may own the file by now.
@@ -976,10 +1149,17 @@ impl Transport {
                 out.flush().map_err(AttemptError::ResponseFile)?;
             }
         }
-        out.finish()
-            .and_then(|mut w| w.flush())
-            .map_err(AttemptError::ResponseFile)?;
         Ok(total)
+    }
+}
+
+/// Removes the transport's wait note when the call (or the attempt a back-off waited for)
+/// ends.
+struct NoteGuard<'a>(&'a Transport);
+
+impl Drop for NoteGuard<'_> {
+    fn drop(&mut self) {
+        self.0.note_wait(None);
     }
 }
 

@@ -24,7 +24,7 @@ use crate::layout::Layout;
 use crate::task_dir::TaskDir;
 
 /// The raw stream of the reply being received, written by the transport while a call streams
-/// (one line per server-sent line); [`stream_delta`] turns a line into text.
+/// (the server-sent events as they arrive); [`StreamLines`] turns its lines into text.
 pub const REPLY_STREAM: &str = "reply.stream";
 
 /// Longest tool result an [`Event::ToolResult`] carries, bytes (cut at a character boundary;
@@ -214,12 +214,12 @@ pub struct StreamDelta {
     pub text: Option<String>,
 }
 
-/// Turns one line of a streamed reply (reply.stream: a server-sent `data: {...}` line of an
-/// OpenAI-compatible or Anthropic stream, or an Ollama JSON line) into the reasoning and the
-/// text it adds (signatures, redacted and encrypted reasoning add nothing shown).
-pub fn stream_parts(line: &str) -> StreamDelta {
-    let data = line.trim().strip_prefix("data:").unwrap_or(line).trim();
-    if data.is_empty() || data == "[DONE]" || !data.starts_with('{') {
+/// What the data of one event of a streamed reply (an OpenAI-compatible or Anthropic
+/// server-sent event, or an Ollama JSON line) adds: its reasoning and its text (signatures,
+/// redacted and encrypted reasoning add nothing shown).
+pub fn event_parts(data: &str) -> StreamDelta {
+    let data = data.trim();
+    if !data.starts_with('{') {
         return StreamDelta::default();
     }
     let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
@@ -247,9 +247,32 @@ pub fn stream_parts(line: &str) -> StreamDelta {
     }
 }
 
-/// The reply text one line of a streamed reply adds, if any ([`stream_parts`]).
-pub fn stream_delta(line: &str) -> Option<String> {
-    stream_parts(line).text
+/// Reads reply.stream a line at a time, as the request formats do: server-sent events by
+/// the one event-stream parser ([`ctxhost_format::event_stream`]: an event's `data:` lines
+/// joined, dispatched at its blank line), Ollama's JSON lines (a line starting with `{` outside
+/// an event) each on its own.
+#[derive(Debug, Default)]
+pub struct StreamLines {
+    events: ctxhost_format::event_stream::EventStream,
+}
+
+impl StreamLines {
+    /// What one whole line of the stream (without its `\n`) adds ([`event_parts`]).
+    pub fn line(&mut self, line: &str) -> StreamDelta {
+        if !self.events.inside_event() && line.trim_start().starts_with('{') {
+            return event_parts(line);
+        }
+        match self.events.line(line) {
+            Some(event) => event_parts(&event.data),
+            None => StreamDelta::default(),
+        }
+    }
+}
+
+/// The reply text of `lines` of a streamed reply ([`StreamLines`]), joined.
+pub fn stream_text(lines: &[&str]) -> String {
+    let mut reader = StreamLines::default();
+    lines.iter().filter_map(|l| reader.line(l).text).collect()
 }
 
 /// Whether `reply.stream` of `dir` holds a reply still in flight: it exists and was written
@@ -360,6 +383,7 @@ pub fn partial_reply(dir: &TaskDir, max_chars: usize) -> std::io::Result<Option<
     };
     let mut reader = std::io::BufReader::new(f);
     let mut line = Vec::new();
+    let mut lines = StreamLines::default();
     loop {
         line.clear();
         if reader.read_until(b'\n', &mut line)? == 0 {
@@ -369,10 +393,8 @@ pub fn partial_reply(dir: &TaskDir, max_chars: usize) -> std::io::Result<Option<
         if !line.ends_with(b"\n") {
             break;
         }
-        let Ok(l) = std::str::from_utf8(&line) else {
-            continue;
-        };
-        let d = stream_parts(l);
+        let l = String::from_utf8_lossy(&line[..line.len() - 1]);
+        let d = lines.line(&l);
         if let Some(r) = d.reasoning {
             keep(&mut out.reasoning, &mut out.reasoning_cut, &r);
         }
@@ -425,6 +447,18 @@ impl Tail {
         name: &str,
         records: bool,
     ) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
+        self.read_lines(dir, name, records, false)
+    }
+
+    /// [`Tail::read`], blank lines kept (and counted) when `blank` (an event stream, whose
+    /// blank lines end events).
+    fn read_lines(
+        &mut self,
+        dir: &TaskDir,
+        name: &str,
+        records: bool,
+        blank: bool,
+    ) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
         let Some(mut f) = dir.open_read_if_exists(name)? else {
             return Ok(Vec::new());
         };
@@ -471,8 +505,9 @@ impl Tail {
         }
         self.offset += buf.len() as u64;
         let mut out = Vec::new();
+        buf.pop();
         for l in buf.split(|b| *b == b'\n') {
-            if l.is_empty() {
+            if l.is_empty() && !blank {
                 continue;
             }
             self.line += 1;
@@ -494,6 +529,8 @@ pub struct Follower {
     calls: Tail,
     summaries: Tail,
     stream: Tail,
+    /// The events of reply.stream read so far (reset with `stream`).
+    stream_lines: StreamLines,
     /// The highest `failed-streams/{n}.stream` seen (`None` before the first look): a higher
     /// one is a stream that broke off since.
     broken_seen: Option<u64>,
@@ -565,6 +602,7 @@ impl Follower {
             }
             self.stream_shown = false;
             self.stream = Tail::default();
+            self.stream_lines = StreamLines::default();
         }
         self.broken_seen = Some(newest);
         // Side files first, so a message that refers to their lines finds them.
@@ -634,11 +672,16 @@ impl Follower {
             events.extend(timed.drain(..).map(|(_, e)| e));
         }
         if in_flight || drain {
-            for (_, l) in read(&mut self.stream, REPLY_STREAM)? {
-                let Ok(l) = std::str::from_utf8(&l) else {
-                    continue;
-                };
-                let d = stream_parts(l);
+            let lines = self
+                .stream
+                .read_lines(&dir, REPLY_STREAM, false, true)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.show(REPLY_STREAM)))?;
+            if lines.first().is_some_and(|(n, _)| *n == 1) {
+                // Read from its start (a new stream): no event of the last one is open.
+                self.stream_lines = StreamLines::default();
+            }
+            for (_, l) in lines {
+                let d = self.stream_lines.line(&String::from_utf8_lossy(&l));
                 if let Some(text) = d.reasoning {
                     events.push(Event::ReasoningDelta { text });
                     self.stream_shown |= in_flight;
@@ -651,6 +694,7 @@ impl Follower {
         }
         if !in_flight {
             self.stream = Tail::default();
+            self.stream_lines = StreamLines::default();
         }
         events.extend(timed.into_iter().map(|(_, e)| e));
         Ok(events)
@@ -948,35 +992,52 @@ mod tests {
     #[test]
     fn stream_lines_of_each_provider_give_their_text() {
         assert_eq!(
-            stream_delta(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#).as_deref(),
-            Some("Hel")
+            stream_text(&[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#, ""]),
+            "Hel"
         );
         assert_eq!(
-            stream_delta(
-                r#"data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"lo"}}"#
-            )
-            .as_deref(),
-            Some("lo")
+            stream_text(&[
+                "event: content_block_delta",
+                r#"data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"lo"}}"#,
+                ""
+            ]),
+            "lo"
         );
         assert_eq!(
-            stream_delta(r#"{"message":{"role":"assistant","content":"!"},"done":false}"#)
-                .as_deref(),
-            Some("!")
+            stream_text(&[r#"{"message":{"role":"assistant","content":"!"},"done":false}"#]),
+            "!"
         );
-        assert_eq!(stream_delta("data: [DONE]"), None);
-        assert_eq!(stream_delta("event: ping"), None);
+        assert_eq!(stream_text(&["data: [DONE]", "", "event: ping", ""]), "");
+        // An event shows once its blank line came; its JSON may span `data:` lines.
+        assert_eq!(
+            stream_text(&[
+                r#"data: {"choices":[{"delta":"#,
+                r#"data: {"content":"Hi"}}]}"#
+            ]),
+            ""
+        );
+        assert_eq!(
+            stream_text(&[
+                r#"data: {"choices":[{"delta":"#,
+                r#"data: {"content":"Hi"}}]}"#,
+                "",
+                r#"data: {"choices":[{"delta":{"content":"!"}}]}"#,
+                "",
+            ]),
+            "Hi!"
+        );
     }
 
     #[test]
     fn the_last_lines_of_a_stream_whose_reply_was_recorded_are_read_before_the_reply() {
         let mut t = Running::new();
-        let first = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n";
+        let first = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n";
         std::fs::write(t.dir.join(REPLY_STREAM), first).unwrap();
         assert_eq!(t.look(), [Event::ReplyDelta { text: "Hel".into() }]);
         // Between two looks: the stream's last line, then the reply recorded.
         std::fs::write(
             t.dir.join(REPLY_STREAM),
-            format!("{first}data: {{\"choices\":[{{\"delta\":{{\"content\":\"lo.\"}}}}]}}\n"),
+            format!("{first}data: {{\"choices\":[{{\"delta\":{{\"content\":\"lo.\"}}}}]}}\n\n"),
         )
         .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -1009,9 +1070,9 @@ mod tests {
         std::fs::write(
             t.dir.join(REPLY_STREAM),
             concat!(
-                "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n",
                 "\n",
-                "data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\n\n",
                 "data: {\"choices\":[{\"delta\":{\"content\":\"!!\"" // not whole yet
             ),
         )
@@ -1026,7 +1087,7 @@ mod tests {
         // The next call's stream replaces the file: it is read from its start.
         std::fs::write(
             t.dir.join(REPLY_STREAM),
-            "data: {\"choices\":[{\"delta\":{\"content\":\"A\"}}]}\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"A\"}}]}\n\n",
         )
         .unwrap();
         assert_eq!(t.look(), [Event::ReplyDelta { text: "A".into() }]);
@@ -1034,8 +1095,8 @@ mod tests {
         std::fs::write(
             t.dir.join(REPLY_STREAM),
             concat!(
-                "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"Think\"}}]}\n",
-                "data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"ing\"}}\n",
+                "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"Think\"}}]}\n\n",
+                "data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"ing\"}}\n\n",
             ),
         )
         .unwrap();
@@ -1089,7 +1150,7 @@ mod tests {
     #[test]
     fn a_stream_that_broke_off_is_marked_and_the_retry_read_from_its_start() {
         let mut t = Running::new();
-        let first = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n";
+        let first = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n";
         std::fs::write(t.dir.join(REPLY_STREAM), first).unwrap();
         assert_eq!(t.look(), [Event::ReplyDelta { text: "Hel".into() }]);
         // The stream breaks off and is kept; the retry begins with the same first line.
@@ -1101,7 +1162,7 @@ mod tests {
         .unwrap();
         std::fs::write(
             t.dir.join(REPLY_STREAM),
-            format!("{first}data: {{\"choices\":[{{\"delta\":{{\"content\":\"lo.\"}}}}]}}\n"),
+            format!("{first}data: {{\"choices\":[{{\"delta\":{{\"content\":\"lo.\"}}}}]}}\n\n"),
         )
         .unwrap();
         assert_eq!(
@@ -1144,9 +1205,9 @@ mod tests {
         std::fs::write(
             t.dir.join(REPLY_STREAM),
             concat!(
-                "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"Hmm.\"}}]}\n",
-                "data: {\"choices\":[{\"delta\":{\"content\":\"Hello, \"}}]}\n",
-                "data: {\"choices\":[{\"delta\":{\"content\":\"world\"}}]}\n",
+                "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"Hmm.\"}}]}\n\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"Hello, \"}}]}\n\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"world\"}}]}\n\n",
                 "data: {\"choices\":[{\"delta\":{\"content\":\"!!" // not whole yet
             ),
         )

@@ -87,14 +87,29 @@ pub fn wait_note_path(layout: &Layout, uuid: &str) -> anyhow::Result<PathBuf> {
     Ok(dir.join(uuid))
 }
 
-/// What the process of task `uuid` on this host waits for besides the model, if anything
-/// ([`wait_note_path`]): its first line, at most 300 bytes, control characters dropped.
+/// The model wait note of task `uuid` (`contexts/.remote/wait/{uuid}.model`, its folder
+/// created): one line saying what its LLM calls wait for between attempts (`waiting for the
+/// model: stream stalled 120 s, retry 1 of 3`, [`crate::llm::Transport::with_wait_note`]),
+/// removed when the attempt waited for ends. Read by [`read_wait_note`].
+pub fn model_wait_note_path(layout: &Layout, uuid: &str) -> anyhow::Result<PathBuf> {
+    let path = wait_note_path(layout, uuid)?;
+    Ok(path.with_file_name(format!("{uuid}.model")))
+}
+
+/// What the process of task `uuid` on this host waits for, if anything: the model
+/// ([`model_wait_note_path`]) and the object store ([`wait_note_path`]), joined with `; `.
+/// Each note is its first line, at most 300 bytes, control characters dropped.
 pub fn read_wait_note(layout: &Layout, uuid: &str) -> Option<String> {
-    let path = layout
-        .root()
-        .join(download::REMOTE_DIR)
-        .join("wait")
-        .join(uuid);
+    let dir = layout.root().join(download::REMOTE_DIR).join("wait");
+    let notes: Vec<String> = [format!("{uuid}.model"), uuid.to_string()]
+        .iter()
+        .filter_map(|name| read_note(&dir.join(name)))
+        .collect();
+    (!notes.is_empty()).then(|| notes.join("; "))
+}
+
+/// The first line of the note at `path` (at most 300 bytes, control characters dropped).
+fn read_note(path: &std::path::Path) -> Option<String> {
     let bytes = std::fs::read(path).ok()?;
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]);
     let line: String = text

@@ -198,7 +198,8 @@ impl TaskContext {
             planning: SharedPlanning::new(planning),
             inherited: inheritance.text,
             calls: CallLog::new(&dir),
-            transport: Transport::new(config.transport_config()?),
+            transport: Transport::new(config.transport_config()?)
+                .with_wait_note(crate::remote::model_wait_note_path(layout, &uuid)?),
             usage: UsageMeter::new(db.clone(), &uuid),
             plugins: plugins.clone(),
             max_dir_bytes: config.context_storage.max_task_dir_bytes(),

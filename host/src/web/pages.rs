@@ -565,6 +565,9 @@ struct TaskPage {
     body: ViewBody,
     /// The reply being streamed (a running task's `reply.stream`), as far as it arrived.
     streaming: Option<StreamingReply>,
+    /// What the running task's process waits for (the model between attempts, the bucket),
+    /// empty when nothing ([`crate::remote::read_wait_note`]).
+    waiting: String,
 }
 
 /// The reply a running task is receiving, shown growing on its page (the page's script
@@ -713,6 +716,13 @@ pub async fn task(
             tabs: task_page::tabs(&uuid, view),
             body,
             streaming,
+            waiting: if row.status == Status::Running {
+                crate::remote::read_wait_note(&state.layout, &uuid)
+                    .map(|w| redactor.redact(&w))
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            },
             uuid,
         };
         Ok(render(&page))

@@ -577,7 +577,9 @@ pub fn content_of(reply: &Reply) -> Option<(Vec<Value>, &'static str, Option<u64
         | Reply::Truncated(inner)
         | Reply::StreamCut(inner, _)
         | Reply::StreamTorn(inner, _)
-        | Reply::StreamStall(inner, _, _) => content_of(inner),
+        | Reply::StreamStall(inner, _, _)
+        | Reply::MultiLineData(inner)
+        | Reply::StreamError(inner, _, _) => content_of(inner),
         _ => None,
     }
 }

@@ -97,6 +97,17 @@ pub enum Reply {
     /// The inner reply as one whole body even to a streamed request (a server that ignores
     /// `"stream": true`), with this `Content-Type` (`None`: no Content-Type header).
     Whole(Box<Reply>, Option<String>),
+    /// For a streamed request: the inner reply's events with each JSON `data:` line spread
+    /// over several `data:` lines (the JSON pretty-printed, a line of it per `data:` line, the
+    /// space after the colon left out on every other one), an `id:` field and a comment in
+    /// each event: what the event-stream rules allow a server to send.
+    MultiLineData(Box<Reply>),
+    /// For a streamed request: the inner reply's first `n` events, then the provider's error
+    /// event of the given `type` (Anthropic's `event: error` with `{"type":"error","error":
+    /// {"type","message"}}`, chat completions' `data: {"error":{"message","type","code"}}`,
+    /// the Responses API's `event: error` with `{"type":"error","code","message"}`), then the
+    /// connection closes: an error sent inside a stream after HTTP 200.
+    StreamError(Box<Reply>, usize, String),
     /// The inner reply (text or tool calls) with the model's reasoning `text`: chat
     /// completions' `reasoning_content` (streamed as `delta.reasoning_content`), a Responses
     /// API `reasoning` item with encrypted content ([`super::responses_api`]).
@@ -188,6 +199,18 @@ impl Reply {
     /// Content-Type header) ([`Reply::Whole`]).
     pub fn whole(inner: Reply, content_type: Option<&str>) -> Reply {
         Reply::Whole(Box::new(inner), content_type.map(str::to_string))
+    }
+
+    /// A streamed `inner` whose events' JSON spans several `data:` lines
+    /// ([`Reply::MultiLineData`]).
+    pub fn multi_line_data(inner: Reply) -> Reply {
+        Reply::MultiLineData(Box::new(inner))
+    }
+
+    /// A streamed `inner` ended after `events` events by the provider's error `kind`, e.g.
+    /// `overloaded_error` or `invalid_request_error` ([`Reply::StreamError`]).
+    pub fn stream_error(inner: Reply, events: usize, kind: &str) -> Reply {
+        Reply::StreamError(Box::new(inner), events, kind.to_string())
     }
 
     /// Send `inner` after `delay`.
@@ -594,7 +617,8 @@ fn send_stream(
     delay: Duration,
     usage: Option<CacheUsage>,
 ) -> io::Result<bool> {
-    let (inner, cut, stall) = match reply {
+    let shape = Shape::of(reply);
+    let (inner, cut, stall) = match shape.inner {
         Reply::Delay(d, inner) => {
             thread::sleep(*d);
             return send_stream(w, inner, req, delay, usage);
@@ -602,6 +626,7 @@ fn send_stream(
         Reply::StreamCut(inner, n) => (&**inner, Some((*n, false)), None),
         Reply::StreamTorn(inner, n) => (&**inner, Some((*n, true)), None),
         Reply::StreamStall(inner, n, d) => (&**inner, None, Some((*n, *d))),
+        Reply::StreamError(inner, _, _) => (&**inner, None, None),
         other => (other, None, None),
     };
     let (events, content_type) = if req.path == MESSAGES_PATH {
@@ -616,7 +641,95 @@ fn send_stream(
     let Some(events) = events else {
         return send_reply(w, inner, req, usage);
     };
+    let events = shape.apply(events, &req.path);
     write_events(w, &events, content_type, cut, stall, delay)
+}
+
+/// How a streamed reply's events are changed on the way out ([`Reply::MultiLineData`],
+/// [`Reply::StreamError`]); `inner` is the reply under those wrappers.
+struct Shape<'a> {
+    inner: &'a Reply,
+    multi_line: bool,
+    /// The error kind, and after how many events it comes.
+    error: Option<(usize, &'a str)>,
+}
+
+impl<'a> Shape<'a> {
+    fn of(reply: &'a Reply) -> Shape<'a> {
+        match reply {
+            Reply::MultiLineData(inner) => Shape {
+                multi_line: true,
+                ..Shape::of(inner)
+            },
+            Reply::StreamError(_, n, kind) => Shape {
+                inner: reply,
+                multi_line: false,
+                error: Some((*n, kind)),
+            },
+            other => Shape {
+                inner: other,
+                multi_line: false,
+                error: None,
+            },
+        }
+    }
+
+    /// `events` (whole events, blank line included) as this shape sends them to `path`.
+    fn apply(&self, events: Vec<String>, path: &str) -> Vec<String> {
+        let mut events: Vec<String> = if self.multi_line {
+            events.iter().enumerate().map(|(i, e)| multi_line(e, i)).collect()
+        } else {
+            events
+        };
+        if let Some((n, kind)) = self.error {
+            events.truncate(n);
+            events.push(error_event(path, kind));
+        }
+        events
+    }
+}
+
+/// `event` with its JSON `data:` line spread over several (pretty-printed), an `id:` field
+/// and a comment added ([`Reply::MultiLineData`]).
+fn multi_line(event: &str, i: usize) -> String {
+    let mut out = format!(": event {i}\nid: {i}\n");
+    for line in event.lines() {
+        let json = line
+            .strip_prefix("data: ")
+            .and_then(|d| serde_json::from_str::<Value>(d).ok());
+        match json {
+            Some(v) => {
+                for (k, part) in serde_json::to_string_pretty(&v).unwrap().lines().enumerate() {
+                    let sep = if k % 2 == 0 { " " } else { "" };
+                    out.push_str(&format!("data:{sep}{part}\n"));
+                }
+            }
+            None if line.is_empty() => {}
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// The provider's error event of `kind` for a stream to `path` ([`Reply::StreamError`]).
+fn error_event(path: &str, kind: &str) -> String {
+    let message = format!("{kind} (fake)");
+    if path == MESSAGES_PATH {
+        let data = json!({"type": "error", "error": {"type": kind, "message": message}});
+        format!("event: error\ndata: {data}\n\n")
+    } else if path == RESPONSES_PATH {
+        let code = if kind == "overloaded_error" { "server_error" } else { kind };
+        let data = json!({"type": "error", "code": code, "message": message, "param": null});
+        format!("event: error\ndata: {data}\n\n")
+    } else {
+        let kind = if kind == "overloaded_error" { "server_error" } else { kind };
+        let data = json!({"error": {"message": message, "type": kind, "param": null, "code": null}});
+        format!("data: {data}\n\n")
+    }
 }
 
 /// Write the server-sent `events` (each a whole event, blank line included) of a Responses
@@ -627,7 +740,9 @@ fn send_events(
     events: Vec<String>,
     delay: Duration,
 ) -> io::Result<bool> {
-    let (cut, stall) = match reply {
+    let shape = Shape::of(reply);
+    let events = shape.apply(events, RESPONSES_PATH);
+    let (cut, stall) = match shape.inner {
         Reply::Delay(d, inner) => {
             thread::sleep(*d);
             return send_events(w, inner, events, delay);
@@ -1008,6 +1123,8 @@ fn render(
         | Reply::StreamCut(inner, _)
         | Reply::StreamTorn(inner, _)
         | Reply::StreamStall(inner, _, _)
+        | Reply::MultiLineData(inner)
+        | Reply::StreamError(inner, _, _)
         | Reply::Whole(inner, _) => render(inner, req, usage),
         Reply::Reasoning { text, inner } => {
             let (code, headers, body) = render(inner, req, usage);

@@ -146,6 +146,8 @@ impl Issued {
             | Reply::StreamCut(inner, _)
             | Reply::StreamTorn(inner, _)
             | Reply::StreamStall(inner, _, _)
+            | Reply::MultiLineData(inner)
+            | Reply::StreamError(inner, _, _)
             | Reply::Truncated(inner) => return self.render(inner, req),
             other => (None, other),
         };

@@ -31,7 +31,8 @@ use serde_json::{Map, Value};
 use super::response::{PROVIDER, ParsedReply, finish_reason, read_usage};
 use crate::ReasoningItem;
 use crate::block_order::{Order, Part};
-use crate::body::provider_error;
+use crate::body::{is_transient_error, provider_error};
+use crate::event_stream::EventStream;
 use crate::fold::FoldError;
 use crate::reply::{ProviderFunction, ProviderToolCall, assistant_message};
 
@@ -89,6 +90,7 @@ pub struct AnthropicStream {
     model: Option<String>,
     stopped: bool,
     lines: u64,
+    events: EventStream,
 }
 
 impl AnthropicStream {
@@ -112,38 +114,47 @@ impl AnthropicStream {
         self.text.push_part(index, piece, "block")
     }
 
-    /// Folds one line of the stream (without its line end; a trailing `\r` is ignored).
-    /// Errors, each naming the line number: a `data:` payload that is not a JSON object, an
-    /// `error` event (the provider's message), a delta or stop for a block that was not
+    /// Folds one line of the stream (without its `\n`), read as server-sent events by
+    /// [`EventStream`] (WHATWG rules: an event's `data:` lines joined with `\n`, dispatched at
+    /// its blank line). Errors, each naming the line the event began on: an event whose data
+    /// is not a JSON object, an `error` event (the provider's message;
+    /// [`FoldError::Transient`] for `overloaded_error`, `api_error`, `rate_limit_error` and the
+    /// like, [`crate::body::is_transient_error`]), a delta or stop for a block that was not
     /// started, a delta of the wrong kind for its block, data after `message_stop`.
-    pub fn line(&mut self, line: &str) -> Result<(), String> {
+    pub fn line(&mut self, line: &str) -> Result<(), FoldError> {
         self.lines += 1;
-        let n = self.lines;
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        let Some(data) = line.strip_prefix("data:") else {
-            // Blank lines end events; `event:`, `id:`, `retry:` and `:` comments carry nothing
-            // the data does not.
-            return Ok(());
-        };
+        match self.events.line(line) {
+            Some(event) => self.data(&event.data, event.line),
+            None => Ok(()),
+        }
+    }
+
+    /// Folds the data of one event that began on line `n`.
+    fn data(&mut self, data: &str, n: u64) -> Result<(), FoldError> {
         let data = data.trim();
         if data.is_empty() {
             return Ok(());
         }
         let event: Value = serde_json::from_str(data)
-            .map_err(|e| format!("line {n}: a data line that is not JSON ({e})"))?;
+            .map_err(|e| format!("line {n}: an event whose data is not JSON ({e})"))?;
         if !event.is_object() {
-            return Err(format!("line {n}: an event that is not a JSON object"));
+            return Err(format!("line {n}: an event that is not a JSON object").into());
         }
         let kind = event.get("type").and_then(Value::as_str).unwrap_or("");
         if kind == "error" || provider_error(&event).is_some() {
             let e = provider_error(&event).unwrap_or_else(|| event.to_string());
-            return Err(format!("line {n}: the provider sent an error: {e}"));
+            let what = format!("line {n}: the provider sent an error: {e}");
+            return Err(match event.get("error") {
+                Some(error) if is_transient_error(error) => FoldError::Transient(what),
+                _ => FoldError::Invalid(what),
+            });
         }
         if self.stopped && kind != "ping" {
-            return Err(format!("line {n}: a `{kind}` event after `message_stop`"));
+            return Err(format!("line {n}: a `{kind}` event after `message_stop`").into());
         }
-        self.event(kind, &event)
-            .map_err(|e| format!("line {n}: {e}"))
+        Ok(self
+            .event(kind, &event)
+            .map_err(|e| format!("line {n}: {e}"))?)
     }
 
     fn event(&mut self, kind: &str, event: &Value) -> Result<(), String> {
@@ -283,16 +294,15 @@ impl AnthropicStream {
         self.stopped
     }
 
-    /// Folds the stream's last line when it has no `\n` (the stream ended inside it): as
-    /// [`Self::line`], except that a line it refuses whose JSON is not whole gives
-    /// [`FoldError::Cut`] ([`crate::fold::unterminated_line`]).
+    /// Folds the stream's last line when it has no `\n` (the stream ended inside it): by the
+    /// event-stream rules the end of the stream dispatches nothing, so an event not ended by
+    /// its blank line is discarded and [`Self::finish`] judges the stream without it.
     pub fn last_line(&mut self, line: &str) -> Result<(), FoldError> {
-        let folded = self.line(line);
-        let cut = FoldError::Cut {
-            lines: self.lines,
-            end: END,
-        };
-        crate::fold::unterminated_line(line, folded, cut)
+        self.lines += 1;
+        match self.events.last_line(line) {
+            Some(event) => self.data(&event.data, event.line),
+            None => Ok(()),
+        }
     }
 
     /// The folded reply: text blocks joined, `tool_use` blocks as tool calls (`input` from the
@@ -425,12 +435,23 @@ mod tests {
     use crate::ToolCall;
     use crate::anthropic::AnthropicUsage;
 
+    /// Folds `lines`, each `data:` line an event of its own (its blank line added, as the API
+    /// sends them).
     fn fold(lines: &[&str]) -> Result<ParsedReply, String> {
         let mut s = AnthropicStream::new();
+        feed(&mut s, lines).map_err(|e| e.to_string())?;
+        s.finish().map_err(|e| e.to_string())
+    }
+
+    /// Feeds `lines` to `s`, a blank line after each `data:` line.
+    fn feed(s: &mut AnthropicStream, lines: &[&str]) -> Result<(), FoldError> {
         for l in lines {
             s.line(l)?;
+            if l.starts_with("data:") {
+                s.line("")?;
+            }
         }
-        s.finish().map_err(|e| e.to_string())
+        Ok(())
     }
 
     /// The events of a reply with thinking, text and a tool call, as the API streams them.
@@ -523,9 +544,7 @@ mod tests {
         assert!(e.contains("without `message_stop`: cut off"), "{e}");
         assert!(fold(&[]).unwrap_err().contains("after 0 lines"));
         let mut s = AnthropicStream::new();
-        for l in cut {
-            s.line(l).unwrap();
-        }
+        feed(&mut s, cut).unwrap();
         assert!(s.finish().unwrap_err().is_cut());
     }
 
@@ -537,13 +556,17 @@ mod tests {
             r#"data: {"type":"content_block_start","index":0,"content_bl"#,
         ])
         .unwrap_err();
-        assert!(e.starts_with("line 3: a data line that is not JSON"), "{e}");
+        // Each data line is followed by its blank line: the torn event is on line 4.
+        assert!(
+            e.starts_with("line 4: an event whose data is not JSON"),
+            "{e}"
+        );
         let e = fold(&[
             r#"data: {"type":"message_start","message":{"role":"assistant"}}"#,
             r#"data: {"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":"x"}}"#,
         ])
         .unwrap_err();
-        assert_eq!(e, "line 2: an event for block 4, which was not started");
+        assert_eq!(e, "line 3: an event for block 4, which was not started");
         let e = fold(&[
             r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
             r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"x"}}"#,
@@ -551,14 +574,14 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             e,
-            "line 2: a `thinking_delta` for block 0, which is not of that kind"
+            "line 3: a `thinking_delta` for block 0, which is not of that kind"
         );
         let e = fold(&[
             r#"data: {"type":"message_stop"}"#,
             r#"data: {"type":"message_start","message":{}}"#,
         ])
         .unwrap_err();
-        assert_eq!(e, "line 2: a `message_start` event after `message_stop`");
+        assert_eq!(e, "line 3: a `message_start` event after `message_stop`");
         let e = fold(&["data: [1]"]).unwrap_err();
         assert_eq!(e, "line 1: an event that is not a JSON object");
     }
@@ -626,29 +649,75 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_ending_inside_a_line_is_cut_not_invalid() {
-        // The last line has no `\n` and its JSON stops short: the rest never came.
+    fn a_stream_ending_inside_an_event_is_cut() {
+        // The last line has no `\n`: the end of the stream dispatches nothing.
+        let start = r#"data: {"type":"message_start","message":{"role":"assistant","usage":{"input_tokens":3,"output_tokens":0}}}"#;
         let mut s = AnthropicStream::new();
-        s.line(r#"data: {"type":"message_start","message":{"role":"assistant","usage":{"input_tokens":3,"output_tokens":0}}}"#).unwrap();
-        assert!(
-            s.line(r#"data: {"type":"content_block_delta","ind"#)
-                .is_err()
-        );
-        let mut s = AnthropicStream::new();
-        s.line(r#"data: {"type":"message_start","message":{"role":"assistant","usage":{"input_tokens":3,"output_tokens":0}}}"#).unwrap();
-        let e = s
-            .last_line(r#"data: {"type":"content_block_delta","ind"#)
-            .unwrap_err();
+        feed(&mut s, &[start]).unwrap();
+        s.last_line(r#"data: {"type":"content_block_delta","ind"#)
+            .unwrap();
+        let e = s.finish().unwrap_err();
         assert!(e.is_cut(), "{e}");
-        assert!(e.to_string().contains("after 2 lines"), "{e}");
-        // A whole error object without its `\n` stays the provider's (final) error.
+        assert!(e.to_string().contains("after 3 lines"), "{e}");
+        // message_stop without the blank line that dispatches it: cut.
         let mut s = AnthropicStream::new();
-        s.line(r#"data: {"type":"message_start","message":{"role":"assistant","usage":{"input_tokens":3,"output_tokens":0}}}"#).unwrap();
-        let e = s
-            .last_line(
-                r#"data: {"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
+        feed(&mut s, &[start]).unwrap();
+        s.line("event: message_stop").unwrap();
+        s.line(r#"data: {"type":"message_stop"}"#).unwrap();
+        assert!(s.finish().unwrap_err().is_cut());
+    }
+
+    #[test]
+    fn an_error_event_is_sent_again_when_transient_and_final_otherwise() {
+        for (kind, again) in [
+            ("overloaded_error", true),
+            ("api_error", true),
+            ("rate_limit_error", true),
+            ("invalid_request_error", false),
+            ("authentication_error", false),
+        ] {
+            let mut s = AnthropicStream::new();
+            let e = feed(
+                &mut s,
+                &[
+                    r#"data: {"type":"message_start","message":{"role":"assistant"}}"#,
+                    "event: error",
+                    &format!(r#"data: {{"type":"error","error":{{"type":"{kind}","message":"busy"}}}}"#),
+                ],
             )
             .unwrap_err();
-        assert!(!e.is_cut(), "{e}");
+            assert_eq!(e.sends_again(), again, "{kind}: {e:?}");
+            assert!(!e.is_cut());
+            assert!(e.to_string().starts_with("line 3: the provider sent an error: busy"), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_event_whose_json_spans_several_data_lines_is_one_event() {
+        let mut s = AnthropicStream::new();
+        for l in [
+            "event: message_start",
+            r#"data: {"type":"message_start","#,
+            r#"data: "message":{"role":"assistant","model":"claude-x"}}"#,
+            "",
+            "event: content_block_start",
+            r#"data: {"type":"content_block_start","index":0,"#,
+            r#"data: "content_block":{"type":"text","text":""}}"#,
+            "",
+            "event: content_block_delta",
+            r#"data: {"type":"content_block_delta","index":0,"delta":"#,
+            r#"data: {"type":"text_delta","text":"Hi"}}"#,
+            "",
+            r#"data: {"type":"content_block_stop","index":0}"#,
+            "",
+            "data: {\"type\":\"message_stop\"",
+            "data: }",
+            "",
+        ] {
+            s.line(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        let r = s.finish().unwrap();
+        assert_eq!(r.message.content.as_deref(), Some("Hi"));
+        assert_eq!(r.model.as_deref(), Some("claude-x"));
     }
 }

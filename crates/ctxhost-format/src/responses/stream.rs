@@ -32,6 +32,8 @@ use serde_json::value::RawValue;
 use super::response::{Incomplete, ItemIn, call, parse_response};
 use super::{Folded, REASONING, error_text, finish_reason};
 use crate::block_order::Part;
+use crate::body::is_transient_error;
+use crate::event_stream::EventStream;
 use crate::fold::FoldError;
 
 /// What ends a whole stream of this provider (named by [`FoldError::Cut`]).
@@ -76,6 +78,10 @@ pub struct ResponsesStream {
     text: TextSink,
     end: Option<End>,
     lines: u64,
+    events: EventStream,
+    /// The event being read was folded from its long line ([`ResponsesStream::long_line`]):
+    /// no more data until its blank line.
+    taken: bool,
 }
 
 #[derive(Deserialize)]
@@ -186,8 +192,12 @@ impl ResponsesStream {
         self.lines += 1;
         let n = self.lines;
         let Some(data_at) = start.strip_prefix(b"data:") else {
-            return Ok(false);
+            return self.reread(n);
         };
+        if self.events.inside_event() || self.taken {
+            // The line continues an event begun before it: the event is read whole.
+            return self.reread(n);
+        }
         let data = data_at
             .iter()
             .position(|b| !b.is_ascii_whitespace())
@@ -237,6 +247,10 @@ impl ResponsesStream {
             }
             _ => return self.reread(n),
         }
+        // The event's data is folded; the line is counted, and until the event's blank line
+        // no more data may come ([`Self::line`]).
+        self.events.skip_line();
+        self.taken = true;
         Ok(true)
     }
 
@@ -246,29 +260,48 @@ impl ResponsesStream {
         Ok(false)
     }
 
-    /// Folds one line of the stream (without its line end; a trailing `\r` is ignored).
-    /// Errors: a `data:` payload that is not a JSON event, an event missing what it needs,
-    /// the provider's error (`error`, `response.failed`), data after the end; each names the
-    /// line number.
-    pub fn line(&mut self, line: &str) -> Result<(), String> {
+    /// Folds one line of the stream (without its `\n`), read as server-sent events by
+    /// [`EventStream`] (WHATWG rules: an event's `data:` lines joined with `\n`, dispatched at
+    /// its blank line). Errors, each naming the line the event began on: an event whose data is
+    /// not a JSON event, an event missing what it needs, data after the end, the provider's
+    /// error (`error`, `response.failed`: [`FoldError::Transient`] when its code is one the
+    /// provider documents as transient, [`crate::body::is_transient_error`]).
+    pub fn line(&mut self, line: &str) -> Result<(), FoldError> {
         self.lines += 1;
-        let n = self.lines;
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        let Some(data) = line.strip_prefix("data:") else {
+        let event = self.events.line(line);
+        if self.taken {
+            // After an event folded from its long line ([`Self::long_line`]): data lines that
+            // add nothing but white space, up to the blank line that ends it.
+            let blank = line.strip_suffix('\r').unwrap_or(line).is_empty();
+            if let Some(e) = event.filter(|e| !e.data.trim().is_empty()) {
+                return Err(format!(
+                    "line {}: more data after the whole JSON of the event before it",
+                    e.line
+                )
+                .into());
+            }
+            self.taken &= !blank;
+            return Ok(());
+        }
+        let Some(event) = event else {
             return Ok(());
         };
-        let data = data.trim();
+        let data = event.data.trim();
         if data.is_empty() || data == "[DONE]" {
             return Ok(());
         }
-        self.event(data).map_err(|e| format!("line {n}: {e}"))
+        let n = event.line;
+        self.event(data).map_err(|e| match e {
+            FoldError::Transient(what) => FoldError::Transient(format!("line {n}: {what}")),
+            other => FoldError::Invalid(format!("line {n}: {other}")),
+        })
     }
 
-    fn event(&mut self, data: &str) -> Result<(), String> {
+    fn event(&mut self, data: &str) -> Result<(), FoldError> {
         let e: EventIn<'_> = serde_json::from_str(data)
-            .map_err(|e| format!("a data line that is not a JSON event ({e})"))?;
+            .map_err(|e| format!("an event whose data is not a JSON event ({e})"))?;
         if self.end.is_some() {
-            return Err(format!("event `{}` after the response's end", e.kind));
+            return Err(format!("event `{}` after the response's end", e.kind).into());
         }
         match e.kind.as_str() {
             "response.output_item.added" | "response.output_item.done" => {
@@ -326,7 +359,7 @@ impl ResponsesStream {
                 let end: EndIn = serde_json::from_str(raw.get())
                     .map_err(|e| format!("an end event whose response is not one ({e})"))?;
                 if let Some(error) = error_text(end.error.as_ref()) {
-                    return Err(format!("the provider sent an error: {error}"));
+                    return Err(format!("the provider sent an error: {error}").into());
                 }
                 let whole = if self.slots.is_empty() {
                     Some(parse_response(raw.get())?)
@@ -345,18 +378,34 @@ impl ResponsesStream {
                 let error = e
                     .response
                     .and_then(|r| serde_json::from_str::<EndIn>(r.get()).ok())
-                    .and_then(|r| error_text(r.error.as_ref()))
-                    .unwrap_or_else(|| "no error given".to_string());
-                return Err(format!("the response failed: {error}"));
+                    .and_then(|r| r.error);
+                let transient = error.as_ref().is_some_and(is_transient_error);
+                let error = error_text(error.as_ref()).unwrap_or_else(|| "no error given".to_string());
+                let what = format!("the response failed: {error}");
+                return Err(if transient {
+                    FoldError::Transient(what)
+                } else {
+                    FoldError::Invalid(what)
+                });
             }
             "error" => {
-                let message = e.message.unwrap_or_else(|| data.to_string());
-                return Err(match e.code.filter(|c| !c.is_null()) {
+                let message = e.message.clone().unwrap_or_else(|| data.to_string());
+                let code = e.code.filter(|c| !c.is_null());
+                // The event itself is the error object (`{"type":"error","code","message"}`).
+                let transient = code.as_ref().is_some_and(|c| {
+                    is_transient_error(&serde_json::json!({ "code": c }))
+                });
+                let what = match code {
                     Some(Value::String(c)) => {
                         format!("the provider sent an error: {message} (code: {c})")
                     }
                     Some(c) => format!("the provider sent an error: {message} (code: {c})"),
                     None => format!("the provider sent an error: {message}"),
+                };
+                return Err(if transient {
+                    FoldError::Transient(what)
+                } else {
+                    FoldError::Invalid(what)
                 });
             }
             _ => {}
@@ -414,16 +463,19 @@ impl ResponsesStream {
         self.end.is_some()
     }
 
-    /// Folds the stream's last line when it has no `\n` (the stream ended inside it): as
-    /// [`Self::line`], except that a line it refuses whose JSON is not whole gives
-    /// [`FoldError::Cut`] ([`crate::fold::unterminated_line`]).
+    /// Folds the stream's last line when it has no `\n` (the stream ended inside it): by the
+    /// event-stream rules the end of the stream dispatches nothing, so an event not ended by
+    /// its blank line is discarded and [`Self::finish`] judges the stream without it.
     pub fn last_line(&mut self, line: &str) -> Result<(), FoldError> {
-        let folded = self.line(line);
-        let cut = FoldError::Cut {
-            lines: self.lines,
-            end: END,
-        };
-        crate::fold::unterminated_line(line, folded, cut)
+        match line.rfind('\r') {
+            // Bare CRs end lines of their own: fold those.
+            Some(end) if !self.taken => self.line(&line[..=end]),
+            _ => {
+                self.lines += 1;
+                self.events.last_line(line);
+                Ok(())
+            }
+        }
     }
 
     /// The folded reply. Errors: a stream cut off before its end (an empty file is one), a
@@ -492,10 +544,15 @@ mod tests {
     use super::*;
     use crate::responses::FunctionCallItem;
 
+    /// Folds `lines`, each `data:` line an event of its own (its blank line added, as the API
+    /// sends them).
     fn fold(lines: &[&str]) -> Result<Folded, String> {
         let mut s = ResponsesStream::new();
         for l in lines {
-            s.line(l)?;
+            s.line(l).map_err(|e| e.to_string())?;
+            if l.starts_with("data:") {
+                s.line("").map_err(|e| e.to_string())?;
+            }
         }
         s.finish().map_err(|e| e.to_string())
     }
@@ -504,8 +561,10 @@ mod tests {
     fn long_lines_repeating_the_text_are_folded_without_it_and_others_read_whole() {
         let mut s = ResponsesStream::new();
         s.line(r#"data: {"type":"response.output_item.added","output_index":0,"item":{"id":"msg_1","type":"message","content":[]}}"#).unwrap();
+        s.line("").unwrap();
         s.line(r#"data: {"type":"response.output_text.delta","output_index":0,"delta":"Hello"}"#)
             .unwrap();
+        s.line("").unwrap();
         let long = |line: &str, s: &mut ResponsesStream| {
             let (start, rest) = line.as_bytes().split_at(20);
             let mut rest = rest;
@@ -514,12 +573,20 @@ mod tests {
         // The done event and the end repeat the text: skipped, the delta's text kept.
         let done = r#"data: {"type":"response.output_item.done","output_index":0,"item":{"id":"msg_1","type":"message","content":[{"type":"output_text","text":"Hello"}]}}"#;
         assert_eq!(long(done, &mut s), Ok(true));
+        // A data line of white space before the event's blank line adds nothing.
+        s.line("data:  ").unwrap();
+        s.line("").unwrap();
         // A function call's done event is needed whole: the caller reads it again.
         let call = r#"data: {"type":"response.output_item.done","output_index":1,"item":{"type":"function_call","call_id":"c","name":"ls","arguments":"{}"}}"#;
         assert_eq!(long(call, &mut s), Ok(false));
         s.line(call).unwrap();
+        s.line("").unwrap();
         let end = r#"data: {"type":"response.completed","response":{"status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hello"}]}],"usage":{"input_tokens":3}}}"#;
         assert_eq!(long(end, &mut s), Ok(true));
+        // More data would join the event's JSON: refused at its blank line.
+        s.line("data: more").unwrap();
+        let e = s.line("").unwrap_err().to_string();
+        assert!(e.contains("more data after the whole JSON"), "{e}");
         let f = s.finish().unwrap();
         assert_eq!(f.content.as_deref(), Some("Hello"));
         assert_eq!(f.calls.len(), 1);
@@ -658,30 +725,58 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_ending_inside_a_line_is_cut_not_invalid() {
-        // The last line has no `\n` and its JSON stops short: the rest never came.
-        let mut s = ResponsesStream::new();
-        s.line(r#"data: {"type":"response.created","response":{"id":"r"}}"#)
-            .unwrap();
-        assert!(
-            s.line(r#"data: {"type":"response.output_text.delta","output_ind"#)
-                .is_err()
-        );
-        let mut s = ResponsesStream::new();
-        s.line(r#"data: {"type":"response.created","response":{"id":"r"}}"#)
-            .unwrap();
-        let e = s
-            .last_line(r#"data: {"type":"response.output_text.delta","output_ind"#)
+    fn a_stream_ending_inside_an_event_is_cut() {
+        // The last line has no `\n`: the end of the stream dispatches nothing, whatever it is.
+        for last in [
+            r#"data: {"type":"response.output_text.delta","output_ind"#,
+            r#"data: {"type":"error","message":"quota"}"#,
+        ] {
+            let mut s = ResponsesStream::new();
+            s.line(r#"data: {"type":"response.created","response":{"id":"r"}}"#)
+                .unwrap();
+            s.line("").unwrap();
+            s.last_line(last).unwrap();
+            let e = s.finish().unwrap_err();
+            assert!(e.is_cut(), "{e}");
+            assert!(e.to_string().contains("after 3 lines"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_transient_error_event_or_failed_response_is_sent_again() {
+        let e = fold(&[r#"data: {"type":"error","code":"server_error","message":"try again"}"#])
             .unwrap_err();
-        assert!(e.is_cut(), "{e}");
-        assert!(e.to_string().contains("after 2 lines"), "{e}");
-        // A whole error object without its `\n` stays the provider's (final) error.
+        assert!(e.contains("try again"), "{e}");
         let mut s = ResponsesStream::new();
-        s.line(r#"data: {"type":"response.created","response":{"id":"r"}}"#)
+        s.line(r#"data: {"type":"error","code":"server_error","message":"x"}"#)
             .unwrap();
-        let e = s
-            .last_line(r#"data: {"type":"error","message":"quota"}"#)
-            .unwrap_err();
-        assert!(!e.is_cut(), "{e}");
+        assert!(s.line("").unwrap_err().sends_again());
+        let mut s = ResponsesStream::new();
+        s.line(r#"data: {"type":"response.failed","response":{"error":{"code":"rate_limit_exceeded","message":"slow"}}}"#)
+            .unwrap();
+        assert!(s.line("").unwrap_err().sends_again());
+        let mut s = ResponsesStream::new();
+        s.line(r#"data: {"type":"error","code":"invalid_prompt","message":"no"}"#)
+            .unwrap();
+        assert!(!s.line("").unwrap_err().sends_again());
+    }
+
+    #[test]
+    fn an_event_whose_json_spans_several_data_lines_is_one_event() {
+        let mut s = ResponsesStream::new();
+        for l in [
+            "event: response.output_text.delta",
+            r#"data: {"type":"response.output_text.delta","#,
+            r#"data: "output_index":0,"delta":"Hi"}"#,
+            "",
+            "event: response.completed",
+            r#"data: {"type":"response.completed","response":{"status":"completed","#,
+            r#"data: "usage":{"input_tokens":1}}}"#,
+            "",
+        ] {
+            s.line(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        let f = s.finish().unwrap();
+        assert_eq!(f.content.as_deref(), Some("Hi"));
     }
 }

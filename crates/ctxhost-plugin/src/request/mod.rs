@@ -192,11 +192,13 @@ pub fn stream_error(file: &str, what: impl std::fmt::Display) -> PluginError {
     PluginError::InvalidInput(format!("{file} (streamed reply): {what}"))
 }
 
-/// The error of a streamed fold's end for the reply `file`: `stream-cut`
-/// `<file> (streamed reply): <what>` for a stream cut off before its end (the host sends the
-/// request again whole), `invalid-input` with the same text for any other (final).
+/// The error of a streamed fold for the reply `file`: `stream-cut`
+/// `<file> (streamed reply): <what>` for a stream cut off before its end or ended by an error
+/// the provider documents as transient (`FoldError::sends_again`: the host sends the request
+/// again whole, as for a 529 or 500), `invalid-input` with the same text for any other
+/// (final).
 pub fn fold_error(file: &str, e: ctxhost_format::fold::FoldError) -> PluginError {
-    if e.is_cut() {
+    if e.sends_again() {
         PluginError::StreamCut(format!("{file} (streamed reply): {e}"))
     } else {
         stream_error(file, e)

@@ -159,7 +159,7 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
         }
         let text = String::from_utf8_lossy(&line);
         match text.strip_suffix('\n') {
-            Some(whole) => fold.line(whole).map_err(|e| super::stream_error(file, e))?,
+            Some(whole) => fold.line(whole).map_err(|e| super::fold_error(file, e))?,
             // The stream ended inside its last line.
             None => fold
                 .last_line(&text)
