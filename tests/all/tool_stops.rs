@@ -284,6 +284,7 @@ fn a_timed_out_call_stops_what_it_started_and_the_server_goes_on() {
         max_tool_output_tokens: 4000,
         call_timeout_secs: 3,
         start_timeout_secs: 30,
+        ..Default::default()
     };
     let mut registry = ToolRegistry::start(&servers, &config).unwrap();
     let args = json!({ "port": port }).to_string();
