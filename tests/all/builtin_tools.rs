@@ -355,3 +355,53 @@ fn a_pause_ends_a_running_shell_at_once_with_everything_it_started() {
     assert!(text.contains("interrupted by pause/stop after"), "{text}");
     assert_eq!(processes_with("sleep 2999"), Vec::<String>::new());
 }
+
+#[test]
+fn submit_workspace_is_stored_with_the_queued_task_and_its_tools_work_there() {
+    let c = |id: &str, name: &str, args: Value| (id.to_string(), name.to_string(), args.to_string());
+    let llm = FakeLlm::start(vec![
+        Reply::ToolCalls {
+            calls: vec![c("r", "read_file", json!({"path": "notes.txt"}))],
+            usage: Some((100, 10)),
+        },
+        Reply::text("The notes say WS-NOTE-5521.", Some((150, 5))),
+    ]);
+    // The config names no workspace: the task's own is the only one.
+    let env = TestEnv::new();
+    env.write_config(&config_yaml(&llm.base_url(), "openai", "tools:\n  builtin: true\n"));
+    env.ctxhost(&["init"]).ok();
+    let ws = env.root().join("proj");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("notes.txt"), "WS-NOTE-5521\n").unwrap();
+
+    // A directory that is not there is refused before anything is queued (usage: exit 2).
+    let missing = env.ctxhost(&["submit", "--prompt", "x", "--workspace", "nowhere"]);
+    assert_eq!(missing.code(), Some(2), "{}", missing.stderr());
+    let expected = format!("--workspace {}", env.root().join("nowhere").display());
+    assert!(missing.stderr().contains(&expected), "{}", missing.stderr());
+    let file = env.ctxhost(&["submit", "--prompt", "x", "--workspace", "proj/notes.txt"]);
+    assert_eq!(file.code(), Some(2), "{}", file.stderr());
+    assert!(file.stderr().contains("not a directory"), "{}", file.stderr());
+    let tasks = env.ctxhost(&["tasks", "--json"]).ok().stdout();
+    assert!(!tasks.contains("\"x\""), "{tasks}");
+
+    // Relative to the current directory, made absolute at submit.
+    let submitted = env.ctxhost(&["submit", "--prompt", "What do the notes say?", "--workspace", "proj", "--json"]);
+    let row = submitted.ok().json();
+    let abs = ws.display().to_string();
+    assert_eq!(row["workspace"], abs.as_str(), "{row}");
+    let uuid = row["uuid"].as_str().unwrap().to_string();
+    let run = env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    let tools = read_jsonl(&env.contexts().join("completed").join(&uuid).join("tools.jsonl"));
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["status"], "success", "{tools:?}");
+    assert!(text_of(&tools[0]).contains("WS-NOTE-5521"), "{tools:?}");
+    // The model was given the file's text with the tool result.
+    let second = llm.requests()[1].body.to_string();
+    assert!(second.contains("WS-NOTE-5521"), "{second}");
+    let shown = env.ctxhost(&["show", &uuid]).ok().stdout();
+    assert!(shown.contains(&format!("workspace:     {abs}")), "{shown}");
+    assert!(shown.contains("WS-NOTE-5521"), "{shown}");
+}
