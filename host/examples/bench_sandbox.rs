@@ -23,6 +23,7 @@ fn main() -> anyhow::Result<()> {
     let policy = Policy {
         workspace: ws.path().to_path_buf(),
         temp_dir: tmp.path().to_path_buf(),
+        write_paths: Vec::new(),
         read_paths: Vec::new(),
         hidden: Vec::new(),
         network: false,

@@ -471,15 +471,6 @@ fn run_loop(
         ctx.planning().clone(),
         Agent::strategy_config(config),
     );
-    let task_tools: Box<dyn ToolRunner> = if config.mcp_servers.is_empty() {
-        Box::new(NoTools)
-    } else {
-        Box::new(crate::tools::McpTools::start(
-            &config.mcp_servers,
-            &config.tools,
-            &dir,
-        )?)
-    };
     // The built-in coding tools on the task's workspace (issue 39).
     // The one metadata.json recorded when the task first ran (the task's own, from `submit
     // --workspace` or `ask`, else the config's); a task older than that record: the config's
@@ -490,6 +481,22 @@ fn run_loop(
         .and_then(|m| m.workspace)
         .map(std::path::PathBuf::from)
         .or_else(|| config.workspace.clone());
+    let task_tools: Box<dyn ToolRunner> = if config.mcp_servers.is_empty() {
+        Box::new(NoTools)
+    } else {
+        // Servers with `sandbox: true` are confined to the workspace (issue 39).
+        let confinement = crate::tools::Confinement {
+            workspace: workspace.clone(),
+            hidden: own_paths(config, ctx),
+            tools: config.tools.clone(),
+        };
+        Box::new(crate::tools::McpTools::start(
+            &config.mcp_servers,
+            &config.tools,
+            &dir,
+            &confinement,
+        )?)
+    };
     let task_tools: Box<dyn ToolRunner> = match &workspace {
         Some(ws) if config.tools.builtin => Box::new(crate::tools::BuiltinTools::new(
             task_tools,

@@ -405,3 +405,60 @@ fn submit_workspace_is_stored_with_the_queued_task_and_its_tools_work_there() {
     assert!(shown.contains(&format!("workspace:     {abs}")), "{shown}");
     assert!(shown.contains("WS-NOTE-5521"), "{shown}");
 }
+
+#[test]
+fn a_sandboxed_mcp_server_writes_only_the_workspace_and_its_own_paths() {
+    let ws = tempfile::tempdir().unwrap();
+    let own = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "TOPSECRET-9931\n").unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/all/support/fixtures");
+    let fixtures = fixtures.canonicalize().unwrap();
+    let (w, o, x) = (ws.path().display(), own.path().display(), outside.path().display());
+    let c = |id: &str, args: Value| (id.to_string(), "fs_probe".to_string(), args.to_string());
+    let env = TestEnv::new();
+    let tasks_db = env.contexts().join("tasks.db");
+    let llm = FakeLlm::start(vec![
+        Reply::ToolCalls {
+            calls: vec![
+                c("w_out", json!({"op": "write", "path": format!("{x}/pwned.txt"), "text": "x"})),
+                c("r_out", json!({"op": "read", "path": format!("{x}/secret.txt")})),
+                c("w_ws", json!({"op": "write", "path": format!("{w}/made.txt"), "text": "inside"})),
+                c("w_own", json!({"op": "write", "path": format!("{o}/own.txt"), "text": "mine"})),
+                c("r_ws", json!({"op": "read", "path": format!("{w}/made.txt")})),
+                c("r_ctx", json!({"op": "read", "path": tasks_db.display().to_string()})),
+            ],
+            usage: Some((100, 10)),
+        },
+        Reply::text("Probed.", Some((150, 5))),
+    ]);
+    env.write_config(&config_yaml(
+        &llm.base_url(),
+        "openai",
+        &format!(
+            "workspace: {w:?}\ntools:\n  read_paths: [{:?}]\nmcp_servers:\n  probe:\n    command: python3\n    \
+             args: [{:?}]\n    sandbox: true\n    write_paths: [{o:?}]\n",
+            fixtures.display().to_string(),
+            fixtures.join("mcp_fs_probe.py").display().to_string(),
+            w = w.to_string(),
+            o = o.to_string(),
+        ),
+    ));
+    env.ctxhost(&["init"]).ok();
+    let uuid = env.submit("Probe the file system.");
+    let run = env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let tools = read_jsonl(&env.contexts().join("completed").join(&uuid).join("tools.jsonl"));
+    let results: Vec<String> = tools.iter().map(text_of).collect();
+    assert_eq!(results.len(), 6, "{results:?}");
+    assert!(results[0].starts_with("refused:"), "{results:?}");
+    assert!(results[1].starts_with("refused:") && !results[1].contains("TOPSECRET"), "{results:?}");
+    assert!(results[2].starts_with("ok: wrote"), "{results:?}");
+    assert!(results[3].starts_with("ok: wrote"), "{results:?}");
+    assert_eq!(results[4], "ok: inside", "{results:?}");
+    // Nor contexts/ (the task's own tree, the database).
+    assert!(results[5].starts_with("refused:"), "{results:?}");
+    assert!(!outside.path().join("pwned.txt").exists());
+    assert_eq!(std::fs::read_to_string(ws.path().join("made.txt")).unwrap(), "inside");
+    assert_eq!(std::fs::read_to_string(own.path().join("own.txt")).unwrap(), "mine");
+}

@@ -49,17 +49,18 @@ pub fn ruleset(policy: &Policy) -> Result<OwnedFd, String> {
         .scope(Scope::from_all(WANTED))
         .map_err(|x| e("scope", x))?;
     let mut created = ruleset.create().map_err(|x| e("create", x))?;
-    for p in [&policy.workspace, &policy.temp_dir] {
+    let rw: Vec<&std::path::PathBuf> = [&policy.workspace, &policy.temp_dir]
+        .into_iter()
+        .chain(&policy.write_paths)
+        .collect();
+    for p in &rw {
         // The read-write places must exist: a missing one is an error, not a skipped rule.
         if !p.is_dir() {
             return Err(format!("{} is not a directory", p.display()));
         }
     }
     created = created
-        .add_rules(path_beneath_rules(
-            [&policy.workspace, &policy.temp_dir],
-            AccessFs::from_all(WANTED),
-        ))
+        .add_rules(path_beneath_rules(rw, AccessFs::from_all(WANTED)))
         .map_err(|x| e("rw rules", x))?;
     let read: Vec<std::path::PathBuf> = SYSTEM_READ_PATHS
         .iter()
