@@ -805,12 +805,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             out::outln!(
                 "tools: built-in {}, sandbox {}, network {}, workspace {}",
                 if t.builtin { "on" } else { "off" },
-                if t.sandbox == crate::tools::SandboxMode::On { "on" } else { "OFF (unconfined)" },
+                if t.sandbox == crate::tools::SandboxMode::On {
+                    "on"
+                } else {
+                    "OFF (unconfined)"
+                },
                 if t.network { "allowed" } else { "none" },
-                env.config
-                    .workspace
-                    .as_ref()
-                    .map_or("the current directory (ask) / none (submit)".to_string(), |w| w.display().to_string())
+                env.config.workspace.as_ref().map_or(
+                    "the current directory (ask) / none (submit)".to_string(),
+                    |w| w.display().to_string()
+                )
             );
             Ok(match support.missing() {
                 Some(m) if t.sandbox == crate::tools::SandboxMode::On => {

@@ -174,11 +174,18 @@ pub(super) fn workspace_dir(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
         .map_err(|e| usage(format!("--workspace {}: {e}", dir.display())))?;
     match std::fs::metadata(&abs) {
         Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(usage(format!("--workspace {}: not a directory", abs.display()))),
+        Ok(_) => {
+            return Err(usage(format!(
+                "--workspace {}: not a directory",
+                abs.display()
+            )));
+        }
         Err(e) => return Err(usage(format!("--workspace {}: {e}", abs.display()))),
     }
     if abs.parent().is_none() {
-        return Err(usage("--workspace /: the built-in tools may not work on the whole file system"));
+        return Err(usage(
+            "--workspace /: the built-in tools may not work on the whole file system",
+        ));
     }
     Ok(abs)
 }

@@ -15,7 +15,13 @@ use super::{Policy, SYSTEM_READ_PATHS};
 const WANTED: ABI = ABI::V10;
 
 /// Device files a command may read and write (shells redirect to /dev/null).
-const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
 
 /// The kernel's Landlock ABI version (0 when Landlock is missing or disabled).
 pub fn landlock_abi() -> i32 {

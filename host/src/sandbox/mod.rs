@@ -145,7 +145,9 @@ pub struct Finished {
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// The kernel cannot give the confinement required (names what is missing).
-    #[error("the sandbox is not available on this machine: {0} (set `tools.sandbox: off` to run tools unconfined)")]
+    #[error(
+        "the sandbox is not available on this machine: {0} (set `tools.sandbox: off` to run tools unconfined)"
+    )]
     Unavailable(String),
     /// Preparing or starting the command failed.
     #[error("starting the sandboxed command failed: {0}")]
@@ -182,7 +184,10 @@ pub fn exec_confined(
         .map_err(|e| SandboxError::Start(format!("{e} (while {})", prepared.steps())))?;
     drop(prepared);
     use std::os::unix::process::ExitStatusExt;
-    Ok(status.code().or(status.signal().map(|n| 128 + n)).unwrap_or(-1))
+    Ok(status
+        .code()
+        .or(status.signal().map(|n| 128 + n))
+        .unwrap_or(-1))
 }
 
 /// Run `sh -c command` under `policy`, ending it after `timeout` or as soon as `interrupted`
@@ -195,7 +200,8 @@ pub fn run(
 ) -> Result<Finished, SandboxError> {
     let started = Instant::now();
     let prepared = Prepared::new(policy)?;
-    let (reader, writer) = std::io::pipe().map_err(|e| SandboxError::Start(format!("pipe: {e}")))?;
+    let (reader, writer) =
+        std::io::pipe().map_err(|e| SandboxError::Start(format!("pipe: {e}")))?;
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(command)
@@ -372,7 +378,11 @@ impl Support {
             n => format!(
                 "ABI {n} (files{}{})",
                 if n >= 4 { ", TCP bind/connect" } else { "" },
-                if n >= 6 { ", signal and abstract-socket scoping" } else { "" }
+                if n >= 6 {
+                    ", signal and abstract-socket scoping"
+                } else {
+                    ""
+                }
             ),
         };
         let ns = match &self.namespaces {
@@ -677,14 +687,22 @@ impl ChildSetup {
             rlimits: [(libc::RLIMIT_CORE, 0); 5],
             namespaces: true,
             network: false,
-            uid_map: Arc::new(CString::new(format!("{0} {0} 1\n", unsafe { libc::geteuid() })).unwrap_or_default()),
-            gid_map: Arc::new(CString::new(format!("{0} {0} 1\n", unsafe { libc::getegid() })).unwrap_or_default()),
+            uid_map: Arc::new(
+                CString::new(format!("{0} {0} 1\n", unsafe { libc::geteuid() }))
+                    .unwrap_or_default(),
+            ),
+            gid_map: Arc::new(
+                CString::new(format!("{0} {0} 1\n", unsafe { libc::getegid() }))
+                    .unwrap_or_default(),
+            ),
             hidden_dirs: Arc::new(Vec::new()),
             hidden_files: Arc::new(Vec::new()),
         };
         let started = Instant::now();
         let mut cmd = Command::new("/bin/true");
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         // SAFETY: as in `run`.
         unsafe {
             cmd.pre_exec(move || setup.apply());

@@ -354,8 +354,8 @@ mod tests {
                 ..Default::default()
             },
         )]);
-        let err =
-            ToolRegistry::start(&servers, &ToolsConfig::default(), &Default::default()).expect_err("start must fail");
+        let err = ToolRegistry::start(&servers, &ToolsConfig::default(), &Default::default())
+            .expect_err("start must fail");
         let msg = err.to_string();
         assert!(
             msg.contains("`ghost`") && msg.contains("/nonexistent/ctxhost-no-such-server --flag"),

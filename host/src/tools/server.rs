@@ -67,7 +67,10 @@ impl Confinement {
     ) -> std::io::Result<(tokio::process::Command, tempfile::TempDir)> {
         let temp = tempfile::Builder::new().prefix("ctxhost-mcp-").tempdir()?;
         let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
-        let workspace = self.workspace.clone().unwrap_or_else(|| temp.path().to_path_buf());
+        let workspace = self
+            .workspace
+            .clone()
+            .unwrap_or_else(|| temp.path().to_path_buf());
         cmd.arg("sandbox-exec")
             .arg("--workspace")
             .arg(&workspace)
@@ -93,7 +96,9 @@ impl Confinement {
             "--limits={},{},{},{}",
             l.cpu_secs, l.file_size_mib, l.memory_mib, l.processes
         ));
-        cmd.arg("--").arg(program(&config.command)).args(&config.args);
+        cmd.arg("--")
+            .arg(program(&config.command))
+            .args(&config.args);
         Ok((cmd, temp))
     }
 }
@@ -153,7 +158,10 @@ impl McpServer {
             }
         }
         cmd.envs(&config.env);
-        if let Some(dir) = cwd.as_ref().or(confinement.workspace.as_ref().filter(|_| config.sandbox)) {
+        if let Some(dir) = cwd
+            .as_ref()
+            .or(confinement.workspace.as_ref().filter(|_| config.sandbox))
+        {
             cmd.current_dir(dir);
         }
         // The server writes the user's files: it gets the umask ctxhost was started with, not
