@@ -152,6 +152,7 @@ impl Fresh {
                 model: "bench".into(),
                 context_length: 8192,
                 no_inherit: false,
+                workspace: None,
             })
             .unwrap();
         }

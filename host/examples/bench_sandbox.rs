@@ -23,6 +23,7 @@ fn main() -> anyhow::Result<()> {
     let policy = Policy {
         workspace: ws.path().to_path_buf(),
         temp_dir: tmp.path().to_path_buf(),
+        write_paths: Vec::new(),
         read_paths: Vec::new(),
         hidden: Vec::new(),
         network: false,
@@ -45,7 +46,11 @@ fn main() -> anyhow::Result<()> {
         let t = Instant::now();
         let done = run(&policy, "true", Duration::from_secs(10), &|| false)?;
         boxed.push(t.elapsed());
-        anyhow::ensure!(done.ended == ctxhost::sandbox::Ended::Exited(0), "{:?}", done.ended);
+        anyhow::ensure!(
+            done.ended == ctxhost::sandbox::Ended::Exited(0),
+            "{:?}",
+            done.ended
+        );
     }
     let (p50, p90) = (percentile(&mut plain, 0.5), percentile(&mut plain, 0.9));
     let (s50, s90) = (percentile(&mut boxed, 0.5), percentile(&mut boxed, 0.9));

@@ -113,6 +113,7 @@ fn make_task(db: &Db, contexts: &Path, uuid: &str, bytes: u64) -> Result<(u64, u
         model: "bench-model".into(),
         context_length: 128_000,
         no_inherit: false,
+        workspace: None,
     })
     .map_err(|e| e.to_string())?;
     // Rows only (the directory was written above, in completed/).

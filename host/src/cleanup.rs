@@ -224,6 +224,7 @@ mod tests {
             model: "m".into(),
             context_length: 1,
             no_inherit: false,
+            workspace: None,
         })
         .unwrap();
         if status.is_final() {

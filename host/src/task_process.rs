@@ -478,24 +478,33 @@ fn run_loop(
         ctx.planning().clone(),
         Agent::strategy_config(config),
     );
+    // The built-in coding tools on the task's workspace (issue 39).
+    // The one metadata.json recorded when the task first ran (the task's own, from `submit
+    // --workspace` or `ask`, else the config's); a task older than that record: the config's
+    // (or `task-exec --workspace`'s).
+    let workspace = crate::task::read_metadata(&dir)
+        .ok()
+        .flatten()
+        .and_then(|m| m.workspace)
+        .map(std::path::PathBuf::from)
+        .or_else(|| config.workspace.clone());
     let task_tools: Box<dyn ToolRunner> = if config.mcp_servers.is_empty() {
         Box::new(NoTools)
     } else {
-        Box::new(
-            crate::tools::McpTools::start(&config.mcp_servers, &config.tools, &dir)?
-                .interruptible(probe.clone()),
-        )
+        // Servers with `sandbox: true` are confined to the workspace (issue 39).
+        let confinement = crate::tools::Confinement {
+            workspace: workspace.clone(),
+            hidden: own_paths(config, ctx),
+            tools: config.tools.clone(),
+        };
+        Box::new(crate::tools::McpTools::start(
+            &config.mcp_servers,
+            &config.tools,
+            &dir,
+            &confinement,
+        )?
+        .interruptible(probe.clone()))
     };
-    // The built-in coding tools on the task's workspace (issue 39).
-    // The config's (or `task-exec --workspace`'s) workspace; a resumed task keeps the one
-    // metadata.json recorded when it first ran.
-    let workspace = config.workspace.clone().or_else(|| {
-        crate::task::read_metadata(&dir)
-            .ok()
-            .flatten()
-            .and_then(|m| m.workspace)
-            .map(std::path::PathBuf::from)
-    });
     let task_tools: Box<dyn ToolRunner> = match &workspace {
         Some(ws) if config.tools.builtin => Box::new(crate::tools::BuiltinTools::new(
             task_tools,

@@ -30,7 +30,10 @@ fn env_with_workspace(llm: &FakeLlm, workspace: &Path, tools: &str) -> TestEnv {
     env.write_config(&config_yaml(
         &llm.base_url(),
         "openai",
-        &format!("workspace: {:?}\ntools:\n{tools}", workspace.display().to_string()),
+        &format!(
+            "workspace: {:?}\ntools:\n{tools}",
+            workspace.display().to_string()
+        ),
     ));
     env.ctxhost(&["init"]).ok();
     env
@@ -85,31 +88,87 @@ fn hostile_calls_are_refused_or_bounded_and_the_task_goes_on() {
         })
     };
 
-    let call = |id: &str, name: &str, args: Value| (id.to_string(), name.to_string(), args.to_string());
+    let call =
+        |id: &str, name: &str, args: Value| (id.to_string(), name.to_string(), args.to_string());
     let calls = vec![
-        call("w_abs", "write_file", json!({"path": format!("{o}/pwned.txt"), "content": "x"})),
-        call("w_up", "write_file", json!({"path": "../pwned.txt", "content": "x"})),
-        call("links", "shell", json!({"command": format!(
+        call(
+            "w_abs",
+            "write_file",
+            json!({"path": format!("{o}/pwned.txt"), "content": "x"}),
+        ),
+        call(
+            "w_up",
+            "write_file",
+            json!({"path": "../pwned.txt", "content": "x"}),
+        ),
+        call(
+            "links",
+            "shell",
+            json!({"command": format!(
             "ln -s {o}/secret.txt link; ln {o}/secret.txt hard; cat link; cat {o}/secret.txt; \
-             echo pwned > {o}/w.txt; echo pwned > link; echo pwned > ../up.txt; cat config.yaml; ls contexts; cat link")})),
+             echo pwned > {o}/w.txt; echo pwned > link; echo pwned > ../up.txt; cat config.yaml; ls contexts; cat link")}),
+        ),
         call("r_link", "read_file", json!({"path": "link"})),
-        call("w_link", "write_file", json!({"path": "link", "content": "pwned"})),
-        call("r_abs", "read_file", json!({"path": format!("{o}/secret.txt")})),
-        call("r_up", "read_file", json!({"path": format!("../{}/secret.txt", outside.path().file_name().unwrap().to_string_lossy())})),
+        call(
+            "w_link",
+            "write_file",
+            json!({"path": "link", "content": "pwned"}),
+        ),
+        call(
+            "r_abs",
+            "read_file",
+            json!({"path": format!("{o}/secret.txt")}),
+        ),
+        call(
+            "r_up",
+            "read_file",
+            json!({"path": format!("../{}/secret.txt", outside.path().file_name().unwrap().to_string_lossy())}),
+        ),
         call("r_db", "read_file", json!({"path": "contexts/tasks.db"})),
         call("r_cfg", "read_file", json!({"path": "config.yaml"})),
-        call("net", "shell", json!({"command": format!(
-            "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=2)'")})),
-        call("bomb", "shell", json!({"command": "b() { b | b & }; b; sleep 3; echo bombed", "timeout_secs": 20})),
-        call("big", "shell", json!({"command": "head -c 2147483648 /dev/zero > big.bin"})),
-        call("term", "shell", json!({"command": "trap '' TERM; sleep 29991", "timeout_secs": 2})),
-        call("setsid", "shell", json!({"command": "setsid sleep 29992 & (setsid sh -c 'sleep 29993' &); echo started"})),
-        call("flood", "shell", json!({"command": "yes 0123456789abcdef | head -c 1000000000; echo end"})),
-        call("ok", "shell", json!({"command": "echo still-working > alive.txt && cat alive.txt"})),
+        call(
+            "net",
+            "shell",
+            json!({"command": format!(
+            "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=2)'")}),
+        ),
+        call(
+            "bomb",
+            "shell",
+            json!({"command": "b() { b | b & }; b; sleep 3; echo bombed", "timeout_secs": 20}),
+        ),
+        call(
+            "big",
+            "shell",
+            json!({"command": "head -c 2147483648 /dev/zero > big.bin"}),
+        ),
+        call(
+            "term",
+            "shell",
+            json!({"command": "trap '' TERM; sleep 29991", "timeout_secs": 2}),
+        ),
+        call(
+            "setsid",
+            "shell",
+            json!({"command": "setsid sleep 29992 & (setsid sh -c 'sleep 29993' &); echo started"}),
+        ),
+        call(
+            "flood",
+            "shell",
+            json!({"command": "yes 0123456789abcdef | head -c 1000000000; echo end"}),
+        ),
+        call(
+            "ok",
+            "shell",
+            json!({"command": "echo still-working > alive.txt && cat alive.txt"}),
+        ),
     ];
     let n = calls.len();
     let llm = FakeLlm::start(vec![
-        Reply::ToolCalls { calls, usage: Some((100, 20)) },
+        Reply::ToolCalls {
+            calls,
+            usage: Some((100, 20)),
+        },
         Reply::text("I tried.", Some((200, 5))),
     ]);
     let env = TestEnv::new();
@@ -135,15 +194,9 @@ fn hostile_calls_are_refused_or_bounded_and_the_task_goes_on() {
             .iter()
             .find(|l| l["tool_call_id"] == id)
             .unwrap_or_else(|| panic!("no call {id}"));
-        (
-            l["status"].as_str().unwrap().to_string(),
-            text_of(l),
-        )
+        (l["status"].as_str().unwrap().to_string(), text_of(l))
     };
-    let all_results: String = tools
-        .iter()
-        .map(text_of)
-        .collect();
+    let all_results: String = tools.iter().map(text_of).collect();
     assert!(!all_results.contains("TOPSECRET"), "{all_results}");
     // Nothing was written outside the workspace.
     let outside_names: Vec<String> = std::fs::read_dir(outside.path())
@@ -151,21 +204,41 @@ fn hostile_calls_are_refused_or_bounded_and_the_task_goes_on() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(outside_names, ["secret.txt"]);
-    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "TOPSECRET-4711\n");
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "TOPSECRET-4711\n"
+    );
     assert!(!env.root().parent().unwrap().join("pwned.txt").exists());
     assert!(!env.root().parent().unwrap().join("up.txt").exists());
 
-    for id in ["w_abs", "w_up", "r_link", "w_link", "r_abs", "r_up", "r_db", "r_cfg"] {
+    for id in [
+        "w_abs", "w_up", "r_link", "w_link", "r_abs", "r_up", "r_db", "r_cfg",
+    ] {
         let (status, text) = by_id(id);
         assert_eq!(status, "error", "{id}: {text}");
     }
-    assert!(by_id("w_abs").1.contains("outside the workspace"), "{:?}", by_id("w_abs"));
-    assert!(by_id("r_db").1.contains("ctxhost's own"), "{:?}", by_id("r_db"));
-    assert!(by_id("r_cfg").1.contains("ctxhost's own"), "{:?}", by_id("r_cfg"));
+    assert!(
+        by_id("w_abs").1.contains("outside the workspace"),
+        "{:?}",
+        by_id("w_abs")
+    );
+    assert!(
+        by_id("r_db").1.contains("ctxhost's own"),
+        "{:?}",
+        by_id("r_db")
+    );
+    assert!(
+        by_id("r_cfg").1.contains("ctxhost's own"),
+        "{:?}",
+        by_id("r_cfg")
+    );
     let (status, text) = by_id("links");
     assert_eq!(status, "error", "{text}");
     assert!(text.contains("Permission denied"), "{text}");
-    assert!(text.contains("Invalid cross-device link"), "hard link refused: {text}");
+    assert!(
+        text.contains("Invalid cross-device link"),
+        "hard link refused: {text}"
+    );
     assert!(!text.contains("llm:"), "the config is hidden: {text}");
     // The listener saw nothing.
     let (status, text) = by_id("net");
@@ -197,7 +270,12 @@ fn hostile_calls_are_refused_or_bounded_and_the_task_goes_on() {
     assert_eq!(status, "success", "the task goes on: {text}");
     assert!(text.contains("still-working"));
     // Nothing is left running.
-    for needle in ["sleep 29991", "sleep 29992", "sleep 29993", "yes 0123456789abcdef"] {
+    for needle in [
+        "sleep 29991",
+        "sleep 29992",
+        "sleep 29993",
+        "yes 0123456789abcdef",
+    ] {
         assert_eq!(processes_with(needle), Vec::<String>::new(), "{needle}");
     }
 }
@@ -213,22 +291,35 @@ fn coding_round_trip_fixes_a_python_bug_and_the_diff_is_exactly_the_edit() {
     std::fs::write(ws.path().join("test_calc.py"), test).unwrap();
     let before: Vec<(String, String)> = snapshot(ws.path());
 
-    let c = |id: &str, name: &str, args: Value| (id.to_string(), name.to_string(), args.to_string());
+    let c =
+        |id: &str, name: &str, args: Value| (id.to_string(), name.to_string(), args.to_string());
     let llm = FakeLlm::start(vec![
         Reply::ToolCalls {
             calls: vec![
                 c("l", "list_files", json!({"glob": "*.py"})),
-                c("s", "search_files", json!({"pattern": "return a - b", "literal": true})),
+                c(
+                    "s",
+                    "search_files",
+                    json!({"pattern": "return a - b", "literal": true}),
+                ),
                 c("r", "read_file", json!({"path": "calc.py"})),
             ],
             usage: Some((100, 10)),
         },
         Reply::ToolCalls {
-            calls: vec![c("e", "edit_file", json!({"path": "calc.py", "old_string": "return a - b", "new_string": "return a + b"}))],
+            calls: vec![c(
+                "e",
+                "edit_file",
+                json!({"path": "calc.py", "old_string": "return a - b", "new_string": "return a + b"}),
+            )],
             usage: Some((150, 10)),
         },
         Reply::ToolCalls {
-            calls: vec![c("t", "shell", json!({"command": "python3 -B -m unittest 2>&1"}))],
+            calls: vec![c(
+                "t",
+                "shell",
+                json!({"command": "python3 -B -m unittest 2>&1"}),
+            )],
             usage: Some((200, 10)),
         },
         Reply::text("Fixed add(): it subtracted.", Some((250, 5))),
@@ -236,14 +327,27 @@ fn coding_round_trip_fixes_a_python_bug_and_the_diff_is_exactly_the_edit() {
     let env = env_with_workspace(&llm, ws.path(), "  builtin: true\n");
     let (uuid, row) = run_task(&env, "Fix the failing test.");
     assert_eq!(row["status"], "completed", "{row}");
-    let tools = read_jsonl(&env.contexts().join("completed").join(&uuid).join("tools.jsonl"));
+    let tools = read_jsonl(
+        &env.contexts()
+            .join("completed")
+            .join(&uuid)
+            .join("tools.jsonl"),
+    );
     let result = |i: usize| tools[i]["result"].as_str().unwrap().to_string();
     assert!(tools.iter().all(|l| l["status"] == "success"), "{tools:?}");
     assert_eq!(result(0), "calc.py\ntest_calc.py");
     assert_eq!(result(1), "calc.py:2:    return a - b\n");
-    assert!(result(2).starts_with("     1\tdef add(a, b):\n     2\t    return a - b\n"), "{}", result(2));
+    assert!(
+        result(2).starts_with("     1\tdef add(a, b):\n     2\t    return a - b\n"),
+        "{}",
+        result(2)
+    );
     assert_eq!(result(3), "replaced 1 occurrence(s) in calc.py");
-    assert!(result(4).contains("Ran 2 tests") && result(4).contains("\nOK\n"), "{}", result(4));
+    assert!(
+        result(4).contains("Ran 2 tests") && result(4).contains("\nOK\n"),
+        "{}",
+        result(4)
+    );
     // The offered tools carry the issue's names.
     let offered: Vec<String> = llm.requests()[0].body["tools"]
         .as_array()
@@ -251,7 +355,14 @@ fn coding_round_trip_fixes_a_python_bug_and_the_diff_is_exactly_the_edit() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap().to_string())
         .collect();
-    for name in ["read_file", "list_files", "search_files", "write_file", "edit_file", "shell"] {
+    for name in [
+        "read_file",
+        "list_files",
+        "search_files",
+        "write_file",
+        "edit_file",
+        "shell",
+    ] {
         assert!(offered.iter().any(|o| o == name), "{offered:?}");
     }
     // metadata.json records the workspace (valid against its schema: fsck), `show` prints it.
@@ -259,13 +370,20 @@ fn coding_round_trip_fixes_a_python_bug_and_the_diff_is_exactly_the_edit() {
     assert_eq!(fsck.code(), Some(0), "{}", fsck.stdout());
     let shown = env.ctxhost(&["show", &uuid]).ok().stdout();
     let canonical = ws.path().display().to_string();
-    assert!(shown.contains(&format!("workspace:     {canonical}")), "{shown}");
+    assert!(
+        shown.contains(&format!("workspace:     {canonical}")),
+        "{shown}"
+    );
     // The diff is exactly the edit.
     let after = snapshot(ws.path());
     let expected: Vec<(String, String)> = before
         .into_iter()
         .map(|(n, t)| {
-            let t = if n == "calc.py" { t.replace("return a - b", "return a + b") } else { t };
+            let t = if n == "calc.py" {
+                t.replace("return a - b", "return a + b")
+            } else {
+                t
+            };
             (n, t)
         })
         .collect();
@@ -307,9 +425,17 @@ fn edit_file_names_zero_and_several_matches_and_unknown_arguments() {
     ]);
     let env = env_with_workspace(&llm, ws.path(), "  builtin: true\n");
     let (uuid, _) = run_task(&env, "edit");
-    let tools = read_jsonl(&env.contexts().join("completed").join(&uuid).join("tools.jsonl"));
+    let tools = read_jsonl(
+        &env.contexts()
+            .join("completed")
+            .join(&uuid)
+            .join("tools.jsonl"),
+    );
     assert_eq!(tools[0]["status"], "error");
-    assert_eq!(text_of(&tools[0]), "Error: edit_file: `old_string` was not found in a.txt");
+    assert_eq!(
+        text_of(&tools[0]),
+        "Error: edit_file: `old_string` was not found in a.txt"
+    );
     assert_eq!(tools[1]["status"], "error");
     assert_eq!(
         text_of(&tools[1]),
@@ -330,7 +456,8 @@ fn a_pause_ends_a_running_shell_at_once_with_everything_it_started() {
             calls: vec![(
                 "slow".into(),
                 "shell".into(),
-                json!({"command": "setsid sleep 29997 & sleep 29998", "timeout_secs": 600}).to_string(),
+                json!({"command": "setsid sleep 29997 & sleep 29998", "timeout_secs": 600})
+                    .to_string(),
             )],
             usage: Some((100, 10)),
         },
@@ -338,7 +465,9 @@ fn a_pause_ends_a_running_shell_at_once_with_everything_it_started() {
     ]);
     let env = env_with_workspace(&llm, ws.path(), "  builtin: true\n");
     let uuid = env.submit("sleep");
-    let mut run = env.ctxhost_cmd(&["run", "--once", "--poll-ms", "20"]).spawn();
+    let mut run = env
+        .ctxhost_cmd(&["run", "--once", "--poll-ms", "20"])
+        .spawn();
     let started = std::time::Instant::now();
     while processes_with("sleep 29998").is_empty() {
         assert!(started.elapsed().as_secs() < 60, "the shell never started");
@@ -353,9 +482,178 @@ fn a_pause_ends_a_running_shell_at_once_with_everything_it_started() {
     assert!(took.as_secs() < 15, "{took:?}");
     let row = env.ctxhost(&["show", &uuid, "--json"]).ok().json()["task"].clone();
     assert_eq!(row["status"], "paused", "{row}");
-    let tools = read_jsonl(&env.contexts().join("paused").join(&uuid).join("tools.jsonl"));
+    let tools = read_jsonl(
+        &env.contexts()
+            .join("paused")
+            .join(&uuid)
+            .join("tools.jsonl"),
+    );
     assert_eq!(tools[0]["status"], "error");
     let text = text_of(&tools[0]);
     assert!(text.contains("interrupted by pause/stop after"), "{text}");
     assert_eq!(processes_with("sleep 2999"), Vec::<String>::new());
+}
+
+#[test]
+fn submit_workspace_is_stored_with_the_queued_task_and_its_tools_work_there() {
+    let c =
+        |id: &str, name: &str, args: Value| (id.to_string(), name.to_string(), args.to_string());
+    let llm = FakeLlm::start(vec![
+        Reply::ToolCalls {
+            calls: vec![c("r", "read_file", json!({"path": "notes.txt"}))],
+            usage: Some((100, 10)),
+        },
+        Reply::text("The notes say WS-NOTE-5521.", Some((150, 5))),
+    ]);
+    // The config names no workspace: the task's own is the only one.
+    let env = TestEnv::new();
+    env.write_config(&config_yaml(
+        &llm.base_url(),
+        "openai",
+        "tools:\n  builtin: true\n",
+    ));
+    env.ctxhost(&["init"]).ok();
+    let ws = env.root().join("proj");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("notes.txt"), "WS-NOTE-5521\n").unwrap();
+
+    // A directory that is not there is refused before anything is queued (usage: exit 2).
+    let missing = env.ctxhost(&["submit", "--prompt", "x", "--workspace", "nowhere"]);
+    assert_eq!(missing.code(), Some(2), "{}", missing.stderr());
+    let expected = format!("--workspace {}", env.root().join("nowhere").display());
+    assert!(missing.stderr().contains(&expected), "{}", missing.stderr());
+    let file = env.ctxhost(&["submit", "--prompt", "x", "--workspace", "proj/notes.txt"]);
+    assert_eq!(file.code(), Some(2), "{}", file.stderr());
+    assert!(
+        file.stderr().contains("not a directory"),
+        "{}",
+        file.stderr()
+    );
+    let tasks = env.ctxhost(&["tasks", "--json"]).ok().stdout();
+    assert!(!tasks.contains("\"x\""), "{tasks}");
+
+    // Relative to the current directory, made absolute at submit.
+    let submitted = env.ctxhost(&[
+        "submit",
+        "--prompt",
+        "What do the notes say?",
+        "--workspace",
+        "proj",
+        "--json",
+    ]);
+    let row = submitted.ok().json();
+    let abs = ws.display().to_string();
+    assert_eq!(row["workspace"], abs.as_str(), "{row}");
+    let uuid = row["uuid"].as_str().unwrap().to_string();
+    let run = env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(env.row(&uuid)["status"], "completed");
+    let tools = read_jsonl(
+        &env.contexts()
+            .join("completed")
+            .join(&uuid)
+            .join("tools.jsonl"),
+    );
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["status"], "success", "{tools:?}");
+    assert!(text_of(&tools[0]).contains("WS-NOTE-5521"), "{tools:?}");
+    // The model was given the file's text with the tool result.
+    let second = llm.requests()[1].body.to_string();
+    assert!(second.contains("WS-NOTE-5521"), "{second}");
+    let shown = env.ctxhost(&["show", &uuid]).ok().stdout();
+    assert!(shown.contains(&format!("workspace:     {abs}")), "{shown}");
+    assert!(shown.contains("WS-NOTE-5521"), "{shown}");
+}
+
+#[test]
+fn a_sandboxed_mcp_server_writes_only_the_workspace_and_its_own_paths() {
+    let ws = tempfile::tempdir().unwrap();
+    let own = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "TOPSECRET-9931\n").unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/all/support/fixtures");
+    let fixtures = fixtures.canonicalize().unwrap();
+    let (w, o, x) = (
+        ws.path().display(),
+        own.path().display(),
+        outside.path().display(),
+    );
+    let c = |id: &str, args: Value| (id.to_string(), "fs_probe".to_string(), args.to_string());
+    let env = TestEnv::new();
+    let tasks_db = env.contexts().join("tasks.db");
+    let llm = FakeLlm::start(vec![
+        Reply::ToolCalls {
+            calls: vec![
+                c(
+                    "w_out",
+                    json!({"op": "write", "path": format!("{x}/pwned.txt"), "text": "x"}),
+                ),
+                c(
+                    "r_out",
+                    json!({"op": "read", "path": format!("{x}/secret.txt")}),
+                ),
+                c(
+                    "w_ws",
+                    json!({"op": "write", "path": format!("{w}/made.txt"), "text": "inside"}),
+                ),
+                c(
+                    "w_own",
+                    json!({"op": "write", "path": format!("{o}/own.txt"), "text": "mine"}),
+                ),
+                c(
+                    "r_ws",
+                    json!({"op": "read", "path": format!("{w}/made.txt")}),
+                ),
+                c(
+                    "r_ctx",
+                    json!({"op": "read", "path": tasks_db.display().to_string()}),
+                ),
+            ],
+            usage: Some((100, 10)),
+        },
+        Reply::text("Probed.", Some((150, 5))),
+    ]);
+    env.write_config(&config_yaml(
+        &llm.base_url(),
+        "openai",
+        &format!(
+            "workspace: {w:?}\ntools:\n  read_paths: [{:?}]\nmcp_servers:\n  probe:\n    command: python3\n    \
+             args: [{:?}]\n    sandbox: true\n    write_paths: [{o:?}]\n",
+            fixtures.display().to_string(),
+            fixtures.join("mcp_fs_probe.py").display().to_string(),
+            w = w.to_string(),
+            o = o.to_string(),
+        ),
+    ));
+    env.ctxhost(&["init"]).ok();
+    let uuid = env.submit("Probe the file system.");
+    let run = env.ctxhost(&["run", "--once", "--poll-ms", "20"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let tools = read_jsonl(
+        &env.contexts()
+            .join("completed")
+            .join(&uuid)
+            .join("tools.jsonl"),
+    );
+    let results: Vec<String> = tools.iter().map(text_of).collect();
+    assert_eq!(results.len(), 6, "{results:?}");
+    assert!(results[0].starts_with("refused:"), "{results:?}");
+    assert!(
+        results[1].starts_with("refused:") && !results[1].contains("TOPSECRET"),
+        "{results:?}"
+    );
+    assert!(results[2].starts_with("ok: wrote"), "{results:?}");
+    assert!(results[3].starts_with("ok: wrote"), "{results:?}");
+    assert_eq!(results[4], "ok: inside", "{results:?}");
+    // Nor contexts/ (the task's own tree, the database).
+    assert!(results[5].starts_with("refused:"), "{results:?}");
+    assert!(!outside.path().join("pwned.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("made.txt")).unwrap(),
+        "inside"
+    );
+    assert_eq!(
+        std::fs::read_to_string(own.path().join("own.txt")).unwrap(),
+        "mine"
+    );
 }

@@ -44,6 +44,7 @@ fn fs_servers(sample: &Path) -> BTreeMap<String, McpServerConfig> {
             args: vec![sample.display().to_string()],
             env: BTreeMap::new(),
             cwd: None,
+            ..Default::default()
         },
     )])
 }
@@ -86,7 +87,12 @@ fn run(
 fn filesystem_tools_are_listed_and_offered_in_openai_shape() {
     let sample = sample_dir();
     let task = tempfile::tempdir().unwrap();
-    let registry = ToolRegistry::start(&fs_servers(sample.path()), &config(4000)).unwrap();
+    let registry = ToolRegistry::start(
+        &fs_servers(sample.path()),
+        &config(4000),
+        &Default::default(),
+    )
+    .unwrap();
     let names: Vec<&str> = registry.tools().iter().map(|t| t.name.as_str()).collect();
     assert!(names.contains(&"read_text_file"), "{names:?}");
     assert!(names.contains(&"list_directory"), "{names:?}");
@@ -123,7 +129,12 @@ fn filesystem_tools_are_listed_and_offered_in_openai_shape() {
 fn calls_return_results_and_land_in_tools_jsonl() {
     let sample = sample_dir();
     let task = tempfile::tempdir().unwrap();
-    let mut registry = ToolRegistry::start(&fs_servers(sample.path()), &config(4000)).unwrap();
+    let mut registry = ToolRegistry::start(
+        &fs_servers(sample.path()),
+        &config(4000),
+        &Default::default(),
+    )
+    .unwrap();
     let mut journal = ToolStore::open(
         &ctxhost::task_dir::TaskDir::open(task.path()).unwrap(),
         4000,
@@ -204,7 +215,12 @@ fn calls_return_results_and_land_in_tools_jsonl() {
 fn unknown_tool_and_tool_errors_are_error_results_and_the_server_keeps_working() {
     let sample = sample_dir();
     let task = tempfile::tempdir().unwrap();
-    let mut registry = ToolRegistry::start(&fs_servers(sample.path()), &config(4000)).unwrap();
+    let mut registry = ToolRegistry::start(
+        &fs_servers(sample.path()),
+        &config(4000),
+        &Default::default(),
+    )
+    .unwrap();
     let mut journal = ToolStore::open(
         &ctxhost::task_dir::TaskDir::open(task.path()).unwrap(),
         4000,
@@ -293,8 +309,12 @@ fn huge_result_is_cut_on_a_char_boundary_and_spilled_in_full() {
     let big: String = format!("x{}", "é上🎉a".repeat(40_000));
     std::fs::write(sample.path().join("big.txt"), &big).unwrap();
     let max_tokens = 500;
-    let mut registry =
-        ToolRegistry::start(&fs_servers(sample.path()), &config(max_tokens)).unwrap();
+    let mut registry = ToolRegistry::start(
+        &fs_servers(sample.path()),
+        &config(max_tokens),
+        &Default::default(),
+    )
+    .unwrap();
     let mut journal = ToolStore::open(
         &ctxhost::task_dir::TaskDir::open(task.path()).unwrap(),
         max_tokens,
@@ -349,9 +369,11 @@ fn a_server_that_cannot_start_gives_a_clear_error() {
             args: vec!["--dir".into(), "/tmp".into()],
             env: BTreeMap::new(),
             cwd: None,
+            ..Default::default()
         },
     )]);
-    let err = ToolRegistry::start(&missing, &config(4000)).expect_err("must fail");
+    let err =
+        ToolRegistry::start(&missing, &config(4000), &Default::default()).expect_err("must fail");
     assert!(matches!(err, ToolError::Start { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("MCP server `broken`"), "{msg}");
@@ -372,9 +394,10 @@ fn a_server_that_cannot_start_gives_a_clear_error() {
             ],
             env: BTreeMap::new(),
             cwd: None,
+            ..Default::default()
         },
     )]);
-    let msg = ToolRegistry::start(&dies, &config(4000))
+    let msg = ToolRegistry::start(&dies, &config(4000), &Default::default())
         .expect_err("must fail")
         .to_string();
     assert!(
@@ -393,9 +416,10 @@ fn a_server_that_cannot_start_gives_a_clear_error() {
             args: vec![],
             env: BTreeMap::new(),
             cwd: Some("/nonexistent/ctxhost-dir".into()),
+            ..Default::default()
         },
     )]);
-    let msg = ToolRegistry::start(&bad_cwd, &config(4000))
+    let msg = ToolRegistry::start(&bad_cwd, &config(4000), &Default::default())
         .expect_err("must fail")
         .to_string();
     assert!(
@@ -449,6 +473,7 @@ fn fake_server(dir: &Path, env: &[(&str, &str)]) -> McpServerConfig {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         cwd: Some(dir.to_path_buf()),
+        ..Default::default()
     }
 }
 
@@ -463,7 +488,7 @@ fn clashing_tool_names_get_server_prefixes_and_route_to_their_server() {
             fs_servers(dir.path()).remove("fs").unwrap(),
         ),
     ]);
-    let mut registry = ToolRegistry::start(&servers, &config(4000)).unwrap();
+    let mut registry = ToolRegistry::start(&servers, &config(4000), &Default::default()).unwrap();
     let names: Vec<&str> = registry.tools().iter().map(|t| t.name.as_str()).collect();
     assert!(
         names.contains(&"alpha__echo") && names.contains(&"beta__echo"),
@@ -508,7 +533,7 @@ fn servers_get_only_path_home_and_their_configured_env() {
         "fake".to_string(),
         fake_server(dir.path(), &[("FAKE_LEVEL", "3")]),
     )]);
-    let mut registry = ToolRegistry::start(&servers, &config(4000)).unwrap();
+    let mut registry = ToolRegistry::start(&servers, &config(4000), &Default::default()).unwrap();
     let CallOutcome::Success(text) = registry.call("env", "").unwrap() else {
         panic!("env tool failed")
     };
@@ -534,7 +559,7 @@ fn is_error_and_timeouts_are_error_results_a_crash_is_fatal() {
         call_timeout_secs: 1,
         ..config(4000)
     };
-    let mut registry = ToolRegistry::start(&servers, &cfg).unwrap();
+    let mut registry = ToolRegistry::start(&servers, &cfg, &Default::default()).unwrap();
     let mut journal = ToolStore::open(
         &ctxhost::task_dir::TaskDir::open(task.path()).unwrap(),
         4000,
@@ -602,7 +627,12 @@ fn is_error_and_timeouts_are_error_results_a_crash_is_fatal() {
 #[test]
 fn close_stops_the_servers() {
     let sample = sample_dir();
-    let mut registry = ToolRegistry::start(&fs_servers(sample.path()), &config(4000)).unwrap();
+    let mut registry = ToolRegistry::start(
+        &fs_servers(sample.path()),
+        &config(4000),
+        &Default::default(),
+    )
+    .unwrap();
     let pids_before = crate::support::filesystem_server_pids(sample.path());
     assert!(!pids_before.is_empty(), "the filesystem server runs");
     registry.close();
@@ -654,7 +684,12 @@ fn request_config(tools_file: Option<String>) -> ctxhost::runtime::RequestConfig
 fn prompted_tools_describes_the_real_tools_in_the_system_prompt_and_flattens_history() {
     let sample = sample_dir();
     let task = tempfile::tempdir().unwrap();
-    let registry = ToolRegistry::start(&fs_servers(sample.path()), &config(4000)).unwrap();
+    let registry = ToolRegistry::start(
+        &fs_servers(sample.path()),
+        &config(4000),
+        &Default::default(),
+    )
+    .unwrap();
     let tools_file = registry
         .write_tools_file(&ctxhost::task_dir::TaskDir::open(task.path()).unwrap())
         .unwrap();

@@ -603,6 +603,7 @@ fn queue_on(env: &TestEnv, spec: &StoreSpec, n: usize) -> Vec<String> {
                 model: "fake-model".into(),
                 context_length: 8192,
                 no_inherit: false,
+                workspace: None,
             })
             .unwrap();
             uuid

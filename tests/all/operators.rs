@@ -49,6 +49,7 @@ fn many_tasks(env: &TestEnv, n: usize) {
             model: "fake-model".into(),
             context_length: 8192,
             no_inherit: false,
+            workspace: None,
         })
         .unwrap();
     }

@@ -57,6 +57,14 @@ pub(super) fn run(env: &Env, args: &AskArgs) -> anyhow::Result<ExitCode> {
             },
             user: std::env::var("USER").ok().filter(|u| !u.is_empty()),
             no_inherit: false,
+            // Recorded with the task so that a resume (by `resume` and a worker) works on the
+            // same directory.
+            workspace: env
+                .config
+                .workspace
+                .is_none()
+                .then(std::env::current_dir)
+                .and_then(Result::ok),
         },
     )?;
     let uuid = row.uuid.clone();

@@ -255,6 +255,38 @@ pub enum Command {
     /// Write the references generated from the code (docs/reference/).
     #[command(hide = true, subcommand)]
     Docs(DocsCommand),
+    /// Run COMMAND confined by the built-in tools' sandbox, its standard input and output
+    /// this process's (the launcher of MCP servers with `sandbox: true`); exits with its code.
+    #[command(hide = true)]
+    SandboxExec {
+        /// Readable and writable; the sandbox's workspace.
+        #[arg(long, value_name = "DIR")]
+        workspace: std::path::PathBuf,
+        /// Readable and writable; HOME and TMPDIR.
+        #[arg(long, value_name = "DIR")]
+        temp_dir: std::path::PathBuf,
+        /// Further writable directories.
+        #[arg(long, value_name = "DIR")]
+        write: Vec<std::path::PathBuf>,
+        /// Further readable directories.
+        #[arg(long, value_name = "DIR")]
+        read: Vec<std::path::PathBuf>,
+        /// Paths covered inside the sandbox.
+        #[arg(long, value_name = "PATH")]
+        hide: Vec<std::path::PathBuf>,
+        /// Allow the network.
+        #[arg(long)]
+        network: bool,
+        /// Only limits and the process's death (`tools.sandbox: off`).
+        #[arg(long)]
+        unconfined: bool,
+        /// `cpu_secs,file_size_mib,memory_mib,processes`.
+        #[arg(long, value_name = "N,N,N,N")]
+        limits: String,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Run one task in this process (used by `ctxhost run`).
     #[command(hide = true)]
     TaskExec {
@@ -820,6 +852,44 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Poll(args) => poll::poll(&Env::load(&global)?, &args),
         Command::Tasks(args) => report::tasks(&Env::load(&global)?, &args),
         Command::Show(args) => report::show(&Env::load(&global)?, &args),
+        Command::SandboxExec {
+            workspace,
+            temp_dir,
+            write,
+            read,
+            hide,
+            network,
+            unconfined,
+            limits,
+            command,
+        } => {
+            let n: Vec<u64> = limits
+                .split(',')
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .map_err(|e| usage(format!("--limits {limits}: {e}")))?;
+            let [cpu_secs, file_size_mib, memory_mib, processes] = n[..] else {
+                return Err(usage(format!("--limits {limits}: four numbers expected")));
+            };
+            let policy = crate::sandbox::Policy {
+                workspace,
+                temp_dir,
+                write_paths: write,
+                read_paths: read,
+                hidden: hide,
+                network,
+                limits: crate::sandbox::Limits {
+                    cpu_secs,
+                    file_size_mib,
+                    memory_mib,
+                    processes,
+                },
+                enforce: !unconfined,
+            };
+            let (program, args) = command.split_first().ok_or_else(|| usage("no command"))?;
+            let code = crate::sandbox::exec_confined(&policy, program, args)?;
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
         Command::Doctor => {
             let env = Env::load(&global)?;
             let support = crate::sandbox::probe();
@@ -828,12 +898,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             out::outln!(
                 "tools: built-in {}, sandbox {}, network {}, workspace {}",
                 if t.builtin { "on" } else { "off" },
-                if t.sandbox == crate::tools::SandboxMode::On { "on" } else { "OFF (unconfined)" },
+                if t.sandbox == crate::tools::SandboxMode::On {
+                    "on"
+                } else {
+                    "OFF (unconfined)"
+                },
                 if t.network { "allowed" } else { "none" },
-                env.config
-                    .workspace
-                    .as_ref()
-                    .map_or("the current directory (ask) / none (submit)".to_string(), |w| w.display().to_string())
+                env.config.workspace.as_ref().map_or(
+                    "the current directory (ask) / none (submit)".to_string(),
+                    |w| w.display().to_string()
+                )
             );
             Ok(match support.missing() {
                 Some(m) if t.sandbox == crate::tools::SandboxMode::On => {

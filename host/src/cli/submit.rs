@@ -65,6 +65,10 @@ pub struct SubmitArgs {
     /// the same task key (source, owner, repo, type, id).
     #[arg(long)]
     pub no_inherit: bool,
+    /// The directory the task's built-in tools work on (made absolute; it must exist).
+    /// Default: the config's `workspace` key when the task runs.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
     /// Print the new task's row as JSON instead of the bare UUID.
     #[arg(long)]
     pub json: bool,
@@ -133,6 +137,30 @@ fn from(path: &std::path::Path) -> String {
     }
 }
 
+/// `--workspace DIR` made absolute (against the current directory, not resolving links: the
+/// sandbox checks resolved paths itself). Errors (usage): DIR does not exist or is not a
+/// directory, or is `/` (the tools would own the whole machine).
+pub(super) fn workspace_dir(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let abs = std::path::absolute(dir)
+        .map_err(|e| usage(format!("--workspace {}: {e}", dir.display())))?;
+    match std::fs::metadata(&abs) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(usage(format!(
+                "--workspace {}: not a directory",
+                abs.display()
+            )));
+        }
+        Err(e) => return Err(usage(format!("--workspace {}: {e}", abs.display()))),
+    }
+    if abs.parent().is_none() {
+        return Err(usage(
+            "--workspace /: the built-in tools may not work on the whole file system",
+        ));
+    }
+    Ok(abs)
+}
+
 fn task_key(args: &SubmitArgs) -> anyhow::Result<TaskKey> {
     let parts = crate::ops::submit::KeyParts {
         source: Some(match args.source {
@@ -163,11 +191,13 @@ pub(super) fn run(env: &Env, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         Some(u) => Some(u.trim().to_string()),
         None => std::env::var("USER").ok().filter(|u| !u.is_empty()),
     };
+    let workspace = args.workspace.as_deref().map(workspace_dir).transpose()?;
     let submission = Submission {
         prompt,
         key,
         user,
         no_inherit: args.no_inherit,
+        workspace,
     };
     let row = crate::ops::submit::submit(&env.config, &env.layout, submission)?;
     if args.json {

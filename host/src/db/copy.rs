@@ -190,6 +190,7 @@ fn row_values(r: &TaskRow) -> Vec<Value> {
         r.worker_id.as_deref(),
         r.lease_expires_at,
         r.host_id.as_deref(),
+        r.workspace.as_deref(),
     ]
 }
 

@@ -236,6 +236,9 @@ pub struct NewTask {
     /// Start from scratch even if an earlier task with the same key completed
     /// (`submit --no-inherit`).
     pub no_inherit: bool,
+    /// The directory the built-in tools work on (absolute; `submit --workspace`, or the
+    /// current directory of `ctxhost ask`); `None`: the config's `workspace`.
+    pub workspace: Option<String>,
 }
 
 /// One `tasks` row (DESIGN.md §2; timestamps RFC 3339 UTC text).
@@ -317,6 +320,9 @@ pub struct TaskRow {
     /// `hostname`, what tells whether its pid can be checked here); `None` in rows written
     /// before schema version 7.
     pub host_id: Option<String>,
+    /// The directory the built-in tools work on, stored at submit (absolute; `submit
+    /// --workspace`, `ask`'s current directory); `None`: the config's `workspace`.
+    pub workspace: Option<String>,
 }
 
 /// Filter for [`Db::list`]. Rows come newest first.
@@ -377,7 +383,7 @@ pub(crate) const COLUMNS: &str = "uuid, task_source, owner, repo, task_type, tas
 completed_at, updated_at, process_id, hostname, llm_provider, model, context_length, llm_call_count, \
 tool_call_count, total_tokens, compression_count, error_message, \"user\", prompt, resume_count, crash_count, \
 pause_requested, stop_requested, pause_reason, files_deleted_at, cache_read_tokens, cache_creation_tokens, \
-no_inherit, worker_id, lease_expires_at, host_id";
+no_inherit, worker_id, lease_expires_at, host_id, workspace";
 
 impl Db {
     /// Open the task store of `spec` for the contexts tree at `contexts` (which must exist):
@@ -590,6 +596,7 @@ fn task_row(r: &SqlRow) -> Result<TaskRow, DbError> {
         worker_id: r.opt_text(32)?,
         lease_expires_at: r.opt_int(33)?,
         host_id: r.opt_text(34)?,
+        workspace: r.opt_text(35)?,
         uuid,
     })
 }
@@ -637,6 +644,7 @@ pub(crate) mod testing {
             model: "m".into(),
             context_length: 4096,
             no_inherit: false,
+            workspace: None,
         }
     }
 
@@ -678,6 +686,7 @@ pub(crate) mod testing {
             worker_id: None,
             lease_expires_at: None,
             host_id: None,
+            workspace: None,
         }
     }
 

@@ -12,8 +12,8 @@ impl Db {
         let now = now_rfc3339();
         self.execute(
             "INSERT INTO tasks (uuid, task_source, owner, repo, task_type, task_id, status, created_at, \
-             updated_at, llm_provider, model, context_length, \"user\", prompt, no_inherit) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+             updated_at, llm_provider, model, context_length, \"user\", prompt, no_inherit, \
+             workspace) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             args![
                 task.uuid.as_str(),
                 task.key.task_source.as_str(),
@@ -28,6 +28,7 @@ impl Db {
                 task.user.as_deref(),
                 task.prompt.as_str(),
                 task.no_inherit,
+                task.workspace.as_deref(),
             ],
         )?;
         Ok(())
@@ -213,6 +214,17 @@ mod tests {
             db.insert_queued(&new_task("default")).unwrap();
             assert!(db.get("fresh").unwrap().unwrap().no_inherit);
             assert!(!db.get("default").unwrap().unwrap().no_inherit);
+        }
+
+        /// `submit --workspace`: stored with the queued row, read back; none by default.
+        fn workspace_is_stored(store: &TestStore) {
+            let db = store.open();
+            let mut t = new_task("placed");
+            t.workspace = Some("/srv/ws ü".into());
+            db.insert_queued(&t).unwrap();
+            db.insert_queued(&new_task("default")).unwrap();
+            assert_eq!(db.get("placed").unwrap().unwrap().workspace.as_deref(), Some("/srv/ws ü"));
+            assert_eq!(db.get("default").unwrap().unwrap().workspace, None);
         }
 
         fn finished_rows_are_listed_for_cleanup_until_marked(store: &TestStore) {

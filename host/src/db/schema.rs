@@ -4,7 +4,7 @@
 //! upgraded automatically when a store is opened ([`ensure`]).
 //!
 //! - SQLite: versioned by `PRAGMA user_version`; version 1 was the first table, each later
-//!   version an upgrade step ([`MIGRATE_V2`] ... [`MIGRATE_V7`]), run in one `BEGIN IMMEDIATE`
+//!   version an upgrade step ([`MIGRATE_V2`] ... [`MIGRATE_V8`]), run in one `BEGIN IMMEDIATE`
 //!   transaction that reads the version again (another process may be upgrading too).
 //! - PostgreSQL: versioned by `ctxhost_meta.schema_version`. PostgreSQL support began at
 //!   version 4 with the schema of that time ([`POSTGRES_V4`]: SQLite's version 3 plus the
@@ -19,7 +19,7 @@
 //! columns sort bytewise (`COLLATE "C"`, as SQLite compares text), and PostgreSQL has an
 //! identity column `seq` for insertion order where SQLite has its `rowid`.
 //!
-//! To add a column or table: a step for each backend (`MIGRATE_V8` in [`upgrade_sqlite`], a
+//! To add a column or table: a step for each backend (`MIGRATE_V9` in [`upgrade_sqlite`], a
 //! [`Step`] in [`POSTGRES_STEPS`], which may use `IF NOT EXISTS`), [`SCHEMA_VERSION`] bumped,
 //! and the column in [`crate::db::copy`] (which checks that a migration copied it).
 
@@ -31,8 +31,9 @@ use super::{Db, DbError};
 /// `no_inherit` and an index on the task key; version 6 the lease (`worker_id`,
 /// `lease_expires_at`) and `ctxhost_meta` (on PostgreSQL, whose own step numbers differ, see
 /// the module docs, version 6 is the same schema); version 7 `host_id` (the identity of a
-/// task process's host, [`crate::host`]), step 7 on both backends.
-pub const SCHEMA_VERSION: i64 = 7;
+/// task process's host, [`crate::host`]), step 7 on both backends; version 8 `workspace`
+/// (`submit --workspace`), step 8 on both.
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// SQLite version 1: the `tasks` table and its indexes.
 pub(crate) const SCHEMA: &str = "
@@ -128,6 +129,11 @@ pub(crate) const MIGRATE_V7: &str = "
 ALTER TABLE tasks ADD COLUMN host_id TEXT;
 ";
 
+/// SQLite version 7 → 8: the directory the built-in tools work on (`submit --workspace`).
+pub(crate) const MIGRATE_V8: &str = "
+ALTER TABLE tasks ADD COLUMN workspace TEXT;
+";
+
 /// PostgreSQL version 4, the first PostgreSQL schema (SQLite's version 3 plus the lease and
 /// `ctxhost_meta`); [`POSTGRES_STEPS`] follow it, for a new database as for an old one.
 pub(crate) const POSTGRES_V4: &str = r#"
@@ -185,7 +191,7 @@ pub(crate) struct Step {
 
 /// The PostgreSQL upgrades after [`POSTGRES_V4`], in order: 5, the task sources (SQLite's
 /// [`MIGRATE_V4`]); 6, `no_inherit` and the task-key index (SQLite's [`MIGRATE_V5`]); 7,
-/// `host_id` (SQLite's [`MIGRATE_V7`]).
+/// `host_id` (SQLite's [`MIGRATE_V7`]); 8, `workspace` (SQLite's [`MIGRATE_V8`]).
 pub(crate) const POSTGRES_STEPS: &[Step] = &[
     Step {
         version: 5,
@@ -220,6 +226,10 @@ CREATE INDEX IF NOT EXISTS idx_tasks_key ON tasks(task_source, owner, repo, task
     Step {
         version: 7,
         sql: "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS host_id TEXT",
+    },
+    Step {
+        version: 8,
+        sql: "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS workspace TEXT",
     },
 ];
 
@@ -304,6 +314,9 @@ fn upgrade_sqlite(c: &rusqlite::Connection) -> rusqlite::Result<()> {
         if from < 7 {
             c.execute_batch(MIGRATE_V7)?;
         }
+        if from < 8 {
+            c.execute_batch(MIGRATE_V8)?;
+        }
         if v < SCHEMA_VERSION {
             c.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
         }
@@ -379,6 +392,7 @@ mod tests {
                 "ALTER TABLE tasks DROP COLUMN no_inherit",
                 "ALTER TABLE tasks DROP COLUMN source_item",
                 "ALTER TABLE tasks DROP COLUMN host_id",
+                "ALTER TABLE tasks DROP COLUMN workspace",
                 "DROP TABLE publications",
             ] {
                 db.execute_raw(sql).unwrap();
@@ -431,6 +445,10 @@ mod tests {
             fresh.no_inherit = true;
             db.insert_queued(&fresh).unwrap();
             assert!(db.get("fresh").unwrap().unwrap().no_inherit);
+            let mut placed = crate::db::testing::new_task("placed");
+            placed.workspace = Some("/srv/ws".into());
+            db.insert_queued(&placed).unwrap();
+            assert_eq!(db.get("placed").unwrap().unwrap().workspace.as_deref(), Some("/srv/ws"));
             // Opening again changes nothing.
             drop(db);
             store.open();

@@ -454,6 +454,7 @@ mod tests {
             model: "m".into(),
             context_length: 1,
             no_inherit: false,
+            workspace: None,
         })
         .unwrap();
         let mut claim = Claim::test(1);
@@ -660,6 +661,7 @@ mod tests {
                 model: "m".into(),
                 context_length: 1,
                 no_inherit: false,
+                workspace: None,
             })
             .unwrap();
             let mut claim = Claim::test(std::process::id());

@@ -21,6 +21,9 @@ pub struct Submission {
     pub user: Option<String>,
     /// Do not start from an earlier task with the same key (`--no-inherit`).
     pub no_inherit: bool,
+    /// The directory the built-in tools work on (absolute, existing: checked by the caller);
+    /// `None`: the config's `workspace` when the task runs.
+    pub workspace: Option<std::path::PathBuf>,
 }
 
 /// The usage error for a prompt of more than [`MAX_PROMPT_BYTES`]: its size (`at_least`: only
@@ -134,6 +137,7 @@ pub fn submit(config: &Config, layout: &Layout, task: Submission) -> anyhow::Res
         model: config.llm.model.clone(),
         context_length: config.llm.context_length,
         no_inherit: task.no_inherit,
+        workspace: task.workspace.map(|w| w.display().to_string()),
     })?;
     tracing::debug!(%uuid, "task queued");
     db.get(&uuid)?

@@ -15,7 +15,13 @@ use super::{Policy, SYSTEM_READ_PATHS};
 const WANTED: ABI = ABI::V10;
 
 /// Device files a command may read and write (shells redirect to /dev/null).
-const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
 
 /// The kernel's Landlock ABI version (0 when Landlock is missing or disabled).
 pub fn landlock_abi() -> i32 {
@@ -49,17 +55,18 @@ pub fn ruleset(policy: &Policy) -> Result<OwnedFd, String> {
         .scope(Scope::from_all(WANTED))
         .map_err(|x| e("scope", x))?;
     let mut created = ruleset.create().map_err(|x| e("create", x))?;
-    for p in [&policy.workspace, &policy.temp_dir] {
+    let rw: Vec<&std::path::PathBuf> = [&policy.workspace, &policy.temp_dir]
+        .into_iter()
+        .chain(&policy.write_paths)
+        .collect();
+    for p in &rw {
         // The read-write places must exist: a missing one is an error, not a skipped rule.
         if !p.is_dir() {
             return Err(format!("{} is not a directory", p.display()));
         }
     }
     created = created
-        .add_rules(path_beneath_rules(
-            [&policy.workspace, &policy.temp_dir],
-            AccessFs::from_all(WANTED),
-        ))
+        .add_rules(path_beneath_rules(rw, AccessFs::from_all(WANTED)))
         .map_err(|x| e("rw rules", x))?;
     let read: Vec<std::path::PathBuf> = SYSTEM_READ_PATHS
         .iter()

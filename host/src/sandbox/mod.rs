@@ -101,6 +101,8 @@ pub struct Policy {
     pub workspace: PathBuf,
     /// The task's temp dir (read, write, execute; HOME and TMPDIR).
     pub temp_dir: PathBuf,
+    /// Further directories to read, write and execute (an MCP server's `write_paths`).
+    pub write_paths: Vec<PathBuf>,
     /// Operator-listed paths to read and execute (toolchains), besides [`SYSTEM_READ_PATHS`].
     pub read_paths: Vec<PathBuf>,
     /// Paths inside the workspace the command must not see (the contexts/ directory, the
@@ -143,11 +145,49 @@ pub struct Finished {
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// The kernel cannot give the confinement required (names what is missing).
-    #[error("the sandbox is not available on this machine: {0} (set `tools.sandbox: off` to run tools unconfined)")]
+    #[error(
+        "the sandbox is not available on this machine: {0} (set `tools.sandbox: off` to run tools unconfined)"
+    )]
     Unavailable(String),
     /// Preparing or starting the command failed.
     #[error("starting the sandboxed command failed: {0}")]
     Start(String),
+}
+
+/// Run `program args` under `policy` with this process's standard input, output and error
+/// and environment (the caller scrubbed it), in its working directory; wait for it and return
+/// its exit code (a signal `n` as 128 + n). Dying, this process takes the command with it
+/// (PR_SET_PDEATHSIG). For `ctxhost sandbox-exec`, the launcher of sandboxed MCP servers,
+/// whose standard input and output stay the MCP transport.
+pub fn exec_confined(
+    policy: &Policy,
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+) -> Result<i32, SandboxError> {
+    let prepared = Prepared::new(policy)?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("HOME", &policy.temp_dir)
+        .env("TMPDIR", &policy.temp_dir);
+    let child_setup = prepared.child_setup();
+    // SAFETY: prctl is async-signal-safe; `apply` as in `run`.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(os_err());
+            }
+            child_setup.apply()
+        });
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| SandboxError::Start(format!("{e} (while {})", prepared.steps())))?;
+    drop(prepared);
+    use std::os::unix::process::ExitStatusExt;
+    Ok(status
+        .code()
+        .or(status.signal().map(|n| 128 + n))
+        .unwrap_or(-1))
 }
 
 /// Run `sh -c command` under `policy`, ending it after `timeout` or as soon as `interrupted`
@@ -160,7 +200,8 @@ pub fn run(
 ) -> Result<Finished, SandboxError> {
     let started = Instant::now();
     let prepared = Prepared::new(policy)?;
-    let (reader, writer) = std::io::pipe().map_err(|e| SandboxError::Start(format!("pipe: {e}")))?;
+    let (reader, writer) =
+        std::io::pipe().map_err(|e| SandboxError::Start(format!("pipe: {e}")))?;
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(command)
@@ -334,7 +375,11 @@ impl Support {
             n => format!(
                 "ABI {n} (files{}{})",
                 if n >= 4 { ", TCP bind/connect" } else { "" },
-                if n >= 6 { ", signal and abstract-socket scoping" } else { "" }
+                if n >= 6 {
+                    ", signal and abstract-socket scoping"
+                } else {
+                    ""
+                }
             ),
         };
         let ns = match &self.namespaces {
@@ -368,6 +413,7 @@ pub fn probe() -> Support {
         let policy = Policy {
             workspace: ws.clone(),
             temp_dir: ws.clone(),
+            write_paths: Vec::new(),
             read_paths: Vec::new(),
             hidden: Vec::new(),
             network: false,
@@ -638,14 +684,22 @@ impl ChildSetup {
             rlimits: [(libc::RLIMIT_CORE, 0); 5],
             namespaces: true,
             network: false,
-            uid_map: Arc::new(CString::new(format!("{0} {0} 1\n", unsafe { libc::geteuid() })).unwrap_or_default()),
-            gid_map: Arc::new(CString::new(format!("{0} {0} 1\n", unsafe { libc::getegid() })).unwrap_or_default()),
+            uid_map: Arc::new(
+                CString::new(format!("{0} {0} 1\n", unsafe { libc::geteuid() }))
+                    .unwrap_or_default(),
+            ),
+            gid_map: Arc::new(
+                CString::new(format!("{0} {0} 1\n", unsafe { libc::getegid() }))
+                    .unwrap_or_default(),
+            ),
             hidden_dirs: Arc::new(Vec::new()),
             hidden_files: Arc::new(Vec::new()),
         };
         let started = Instant::now();
         let mut cmd = Command::new("/bin/true");
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         // SAFETY: as in `run`.
         unsafe {
             cmd.pre_exec(move || setup.apply());

@@ -97,6 +97,7 @@ fn poll_repo(
             context_length: config.llm.context_length,
             // A relabelled item's new task starts from the earlier task's context (issue 12).
             no_inherit: false,
+            workspace: None,
         };
         if !db.queue_source_task(&task)? {
             tracing::debug!(item = %item.r.short(), "another poller queued the item first");

@@ -649,10 +649,13 @@ fn metadata(config: &Config, row: &TaskRow, pid: u32, host: &str) -> Metadata {
         user: row.user.clone(),
         inherited_from: None,
         inheritance_skipped: Vec::new(),
-        workspace: config
+        // The task's own (`submit --workspace`, `ask`), else the config's.
+        workspace: row
             .workspace
             .as_ref()
+            .map(std::path::PathBuf::from)
+            .or_else(|| config.workspace.clone())
             .filter(|_| config.tools.builtin)
-            .map(|w| std::path::absolute(w).unwrap_or_else(|_| w.clone()).display().to_string()),
+            .map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string()),
     }
 }

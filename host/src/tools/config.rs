@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// The server sees only the environment in `env` plus the host's `PATH` and `HOME`: nothing
 /// else of the host's environment (in particular not the LLM API key) is passed on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// Program to run: a path, or a name looked up in `PATH`.
@@ -35,9 +35,21 @@ pub struct McpServerConfig {
     /// Extra environment variables for the server (values taken literally).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Working directory of the server; the task process's own when absent.
+    /// Working directory of the server; the task process's own when absent (the task's
+    /// workspace when `sandbox` is on).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
+    /// Start the server inside the built-in tools' kernel sandbox ([`crate::sandbox`]): it
+    /// may write only the task's workspace, a temp dir of its own and `write_paths`, read
+    /// those and the system paths and `tools.read_paths`, with `tools.limits`. Default false.
+    #[serde(default)]
+    pub sandbox: bool,
+    /// Directories a sandboxed server may also write (they must exist).
+    #[serde(default)]
+    pub write_paths: Vec<PathBuf>,
+    /// Whether a sandboxed server may use the network; default `tools.network`.
+    #[serde(default)]
+    pub network: Option<bool>,
 }
 
 impl McpServerConfig {
@@ -214,6 +226,7 @@ mod tests {
             args: vec![],
             env: BTreeMap::new(),
             cwd: None,
+            ..Default::default()
         };
         let servers = BTreeMap::from([("fs".to_string(), server(" "))]);
         assert_eq!(

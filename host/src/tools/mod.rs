@@ -32,6 +32,7 @@ pub use error::ToolError;
 pub use history::HistoryTools;
 pub use registry::{TOOL_DEFINITIONS_FILE, ToolInfo, ToolRegistry};
 pub use runner::{McpTools, NoTools, ToolRunner, no_such_tool_text};
+pub use server::Confinement;
 
 /// What a tool call produced, before it is bounded and recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -74,6 +74,7 @@ impl ToolRegistry {
     pub fn start(
         servers: &BTreeMap<String, McpServerConfig>,
         config: &ToolsConfig,
+        confinement: &super::server::Confinement,
     ) -> Result<ToolRegistry, ToolError> {
         let mut registry = ToolRegistry::empty(config);
         registry.commands = servers
@@ -95,6 +96,7 @@ impl ToolRegistry {
                 name,
                 server_config,
                 config.start_timeout(),
+                confinement,
             ));
             match server {
                 Ok(server) => registry.servers.push(server),
@@ -420,10 +422,11 @@ mod tests {
                 args: vec!["--flag".into()],
                 env: BTreeMap::new(),
                 cwd: None,
+                ..Default::default()
             },
         )]);
-        let err =
-            ToolRegistry::start(&servers, &ToolsConfig::default()).expect_err("start must fail");
+        let err = ToolRegistry::start(&servers, &ToolsConfig::default(), &Default::default())
+            .expect_err("start must fail");
         let msg = err.to_string();
         assert!(
             msg.contains("`ghost`") && msg.contains("/nonexistent/ctxhost-no-such-server --flag"),

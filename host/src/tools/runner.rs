@@ -73,8 +73,9 @@ impl McpTools {
         servers: &BTreeMap<String, McpServerConfig>,
         config: &ToolsConfig,
         task_dir: &TaskDir,
+        confinement: &super::server::Confinement,
     ) -> Result<McpTools, ToolError> {
-        let registry = ToolRegistry::start(servers, config)?;
+        let registry = ToolRegistry::start(servers, config, confinement)?;
         let tools_file = registry.write_tools_file(task_dir)?;
         tracing::info!(
             servers = servers.len(),

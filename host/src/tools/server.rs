@@ -47,6 +47,8 @@ pub const INTERRUPT_POLL: Duration = Duration::from_millis(200);
 
 /// A started MCP server.
 pub struct McpServer {
+    /// A sandboxed server's temp dir (HOME, TMPDIR), removed when the server is dropped.
+    _temp: Option<tempfile::TempDir>,
     name: String,
     command_line: String,
     service: Option<RunningService<RoleClient, ()>>,
@@ -55,6 +57,65 @@ pub struct McpServer {
     stderr_task: Option<JoinHandle<()>>,
     /// The server's process group (its pid), and the mark its descendants carry.
     group: Option<(u32, String)>,
+}
+
+/// What a sandboxed MCP server (`mcp_servers.NAME.sandbox: true`) may touch besides its own
+/// `write_paths`: the task's workspace, and the paths it must not see.
+#[derive(Debug, Clone, Default)]
+pub struct Confinement {
+    /// The task's workspace (writable; the server's working directory unless `cwd` is set);
+    /// `None`: the server's temp dir stands in.
+    pub workspace: Option<PathBuf>,
+    /// Paths the server must not see (contexts/, the config file).
+    pub hidden: Vec<PathBuf>,
+    /// `tools`: sandbox on/off, network, read paths, limits.
+    pub tools: super::ToolsConfig,
+}
+
+impl Confinement {
+    /// The command that starts `config`'s server confined: `ctxhost sandbox-exec` (this
+    /// executable) with the policy as flags, then the server's command; and the server's temp
+    /// dir. Errors: this executable's path, creating the temp dir.
+    fn launcher(
+        &self,
+        config: &McpServerConfig,
+    ) -> std::io::Result<(tokio::process::Command, tempfile::TempDir)> {
+        let temp = tempfile::Builder::new().prefix("ctxhost-mcp-").tempdir()?;
+        let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
+        let workspace = self
+            .workspace
+            .clone()
+            .unwrap_or_else(|| temp.path().to_path_buf());
+        cmd.arg("sandbox-exec")
+            .arg("--workspace")
+            .arg(&workspace)
+            .arg("--temp-dir")
+            .arg(temp.path());
+        for p in &config.write_paths {
+            cmd.arg("--write").arg(absolute(p));
+        }
+        for p in &self.tools.read_paths {
+            cmd.arg("--read").arg(p);
+        }
+        for p in &self.hidden {
+            cmd.arg("--hide").arg(p);
+        }
+        if config.network.unwrap_or(self.tools.network) {
+            cmd.arg("--network");
+        }
+        if self.tools.sandbox == super::SandboxMode::Off {
+            cmd.arg("--unconfined");
+        }
+        let l = &self.tools.limits;
+        cmd.arg(format!(
+            "--limits={},{},{},{}",
+            l.cpu_secs, l.file_size_mib, l.memory_mib, l.processes
+        ));
+        cmd.arg("--")
+            .arg(program(&config.command))
+            .args(&config.args);
+        Ok((cmd, temp))
+    }
 }
 
 impl McpServer {
@@ -66,6 +127,7 @@ impl McpServer {
         name: &str,
         config: &McpServerConfig,
         start_timeout: Duration,
+        confinement: &Confinement,
     ) -> Result<McpServer, ToolError> {
         let command_line = config.command_line();
         let start_error = |message: String| ToolError::Start {
@@ -92,15 +154,29 @@ impl McpServer {
             }
             None => None,
         };
-        let mut cmd = tokio::process::Command::new(program(&config.command));
-        cmd.args(&config.args).env_clear();
+        let mut temp = None;
+        let mut cmd = if config.sandbox {
+            let (c, t) = confinement
+                .launcher(config)
+                .map_err(|e| start_error(format!("preparing its sandbox: {e}")))?;
+            temp = Some(t);
+            c
+        } else {
+            let mut c = tokio::process::Command::new(program(&config.command));
+            c.args(&config.args);
+            c
+        };
+        cmd.env_clear();
         for key in INHERITED_ENV {
             if let Some(v) = std::env::var_os(key) {
                 cmd.env(key, v);
             }
         }
         cmd.envs(&config.env);
-        if let Some(dir) = &cwd {
+        if let Some(dir) = cwd
+            .as_ref()
+            .or(confinement.workspace.as_ref().filter(|_| config.sandbox))
+        {
             cmd.current_dir(dir);
         }
         // The server writes the user's files: it gets the umask ctxhost was started with, not
@@ -126,6 +202,7 @@ impl McpServer {
         let stderr_task =
             stderr.map(|s| tokio::spawn(read_stderr(name.to_string(), s, stderr_tail.clone())));
         let mut server = McpServer {
+            _temp: temp,
             name: name.to_string(),
             command_line: command_line.clone(),
             service: None,

@@ -430,6 +430,7 @@ mod tests {
             model: "m".into(),
             context_length: 1000,
             no_inherit: false,
+            workspace: None,
         }
     }
 

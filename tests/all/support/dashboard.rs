@@ -262,6 +262,7 @@ pub fn insert_task(db: &Db, uuid: &str, prompt: &str, owner: Option<&str>, model
         model: model.into(),
         context_length: 1000,
         no_inherit: false,
+        workspace: None,
     })
     .expect("insert task");
 }

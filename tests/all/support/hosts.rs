@@ -73,6 +73,7 @@ pub fn queue(env: &TestEnv, n: usize) -> Vec<String> {
                 model: "fake-model".into(),
                 context_length: 8192,
                 no_inherit: false,
+                workspace: None,
             })
             .unwrap();
             uuid

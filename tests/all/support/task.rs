@@ -62,6 +62,7 @@ impl TaskBuilder {
                 model: "fake-model".into(),
                 context_length: 8192,
                 no_inherit: false,
+                workspace: None,
             })
             .unwrap();
         uuid

@@ -158,8 +158,5 @@ pub fn edit(
     f.set_len(0).map_err(|e| format!("{path}: {e}"))?;
     f.write_all(edited.as_bytes())
         .map_err(|e| format!("{path}: {e}"))?;
-    Ok(format!(
-        "replaced {} occurrence(s) in {path}",
-        starts.len()
-    ))
+    Ok(format!("replaced {} occurrence(s) in {path}", starts.len()))
 }

@@ -21,14 +21,8 @@ const MAX_MATCH_CHARS: usize = 300;
 /// The directory to walk: `path` resolved and checked to lie in the workspace or temp dir.
 fn start_dir(ws: &Workspace, path: &str) -> Result<PathBuf, String> {
     let r = ws.resolve(path)?;
-    let d = r
-        .dir
-        .open_dir(&r.rel)
-        .map_err(|e| format!("{path}: {e}"))?;
-    let f = d
-        .open(".")
-        .map_err(|e| format!("{path}: {e}"))?
-        .into_std();
+    let d = r.dir.open_dir(&r.rel).map_err(|e| format!("{path}: {e}"))?;
+    let f = d.open(".").map_err(|e| format!("{path}: {e}"))?.into_std();
     let real = ws.check_open(&f, path)?;
     if !ws.contains(&real) {
         return Err(format!("{path} leads outside the workspace"));

@@ -180,6 +180,7 @@ impl BuiltinTools {
         let policy = Policy {
             workspace: ws.root().to_path_buf(),
             temp_dir: ws.temp_root().to_path_buf(),
+            write_paths: Vec::new(),
             read_paths: setup.config.read_paths.clone(),
             hidden: ws
                 .hidden()

@@ -39,7 +39,10 @@ impl Workspace {
             temp: Dir::open_ambient_dir(&temp_root, ambient_authority())?,
             root,
             temp_root,
-            hidden: hidden.iter().filter_map(|p| p.canonicalize().ok()).collect(),
+            hidden: hidden
+                .iter()
+                .filter_map(|p| p.canonicalize().ok())
+                .collect(),
         })
     }
 
