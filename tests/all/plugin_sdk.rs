@@ -11,7 +11,9 @@
 //!   wasm32-wasip2) and pass `plugin check` as generated, and a Python compressor that does with componentize-py
 //!   (ignored, with the reason, when componentize-py is not installed);
 //! - `plugin check --keep DIR` keeps the fixtures, the cache makes a second check load in
-//!   milliseconds, a `--keep` directory that is not empty is refused.
+//!   milliseconds, a `--keep` directory that is not empty is refused;
+//! - the SDK crates package for crates.io (issue 42): `cargo package` builds each `.crate`
+//!   and verifies it, with metadata, a README and only versioned dependencies.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -415,16 +417,24 @@ fn text(out: &std::process::Output) -> String {
     )
 }
 
-/// `cargo build --release --offline` in `project` (the registry crates are those the guest
-/// components were built with), without the variables this test runs under.
-fn cargo_build(project: &Path, target_dir: &Path) -> std::process::Output {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["build", "--release", "--offline"])
-        .current_dir(project)
+/// `cargo` in `dir` with the target dir `target_dir`, without the variables this test runs
+/// under.
+fn cargo(dir: &Path, target_dir: &Path) -> Command {
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    command
+        .current_dir(dir)
         .env("CARGO_TARGET_DIR", target_dir)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_BUILD_TARGET")
+        .env_remove("CARGO_BUILD_TARGET");
+    command
+}
+
+/// `cargo build --release --offline` in `project` (the registry crates are those the guest
+/// components were built with).
+fn cargo_build(project: &Path, target_dir: &Path) -> std::process::Output {
+    cargo(project, target_dir)
+        .args(["build", "--release", "--offline"])
         .output()
         .unwrap()
 }
@@ -903,4 +913,116 @@ fn the_python_example_compressor_builds_with_componentize_py_and_passes_plugin_c
     // The token bound, as the host sets one: older groups summarised, the newest group's
     // older result cut with its note, the newest message kept.
     compact_over_the_token_bound(&wasm, &cache);
+}
+
+/// `cargo package` of `ctxhost-format` (in the workspace) and of `ctxhost-plugin` (outside it,
+/// wasm32-wasip2), each verified by building the unpacked `.crate` offline; then each `.crate`,
+/// unpacked outside the repository, holds its README and library and no tests, and its
+/// manifest has the crates.io metadata and no dependency without a version (cargo drops `path`
+/// on packaging, so a dependency that had only a path would be left with none).
+///
+/// `ctxhost-format` is not on crates.io yet, so `ctxhost-plugin`'s verification resolves it
+/// through `[patch.crates-io]` (given with `--config`, not written in any manifest) to the
+/// `ctxhost-format` package just made: what crates.io would serve once it is published. Its
+/// lock file is left out (`--exclude-lockfile`): it would record that local patch, and
+/// a library's lock file is not used by the crates that depend on it.
+#[test]
+fn the_sdk_crates_package_for_crates_io() {
+    // Persistent, so a second run only rebuilds the two crates.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sdk-package");
+    let unpacked = tempfile::tempdir().unwrap();
+    let version = |manifest: &Path, name: &str| -> String {
+        let out = cargo(&repo(), &target)
+            .args(["metadata", "--offline", "--no-deps", "--format-version", "1"])
+            .arg("--manifest-path")
+            .arg(manifest)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let package = metadata["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {}", manifest.display()));
+        package["version"].as_str().unwrap().to_string()
+    };
+    let package = |dir: &Path, name: &str, args: &[&str]| -> PathBuf {
+        let out = cargo(dir, &target)
+            .args(["package", "--offline", "--allow-dirty"])
+            .args(args)
+            .output()
+            .unwrap();
+        let report = text(&out);
+        assert!(out.status.success(), "cargo package of {name} failed:\n{report}");
+        assert!(
+            !report.contains("warning:"),
+            "cargo package of {name} warned:\n{report}"
+        );
+        let manifest = dir.join("Cargo.toml");
+        let name_version = format!("{name}-{}", version(&manifest, name));
+        let out = Command::new("tar")
+            .arg("-xzf")
+            .arg(target.join("package").join(format!("{name_version}.crate")))
+            .arg("-C")
+            .arg(unpacked.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        unpacked.path().join(name_version)
+    };
+
+    let format = package(&repo(), "ctxhost-format", &["-p", "ctxhost-format"]);
+    let patch = format!(
+        "patch.crates-io.ctxhost-format.path={:?}",
+        format.to_str().unwrap()
+    );
+    let plugin = package(
+        &repo().join("crates/ctxhost-plugin"),
+        "ctxhost-plugin",
+        &[
+            "--exclude-lockfile",
+            "--target",
+            "wasm32-wasip2",
+            "--config",
+            &patch,
+        ],
+    );
+
+    for (dir, name) in [(&format, "ctxhost-format"), (&plugin, "ctxhost-plugin")] {
+        assert!(dir.join("README.md").is_file(), "{name}: no README.md");
+        assert!(dir.join("src/lib.rs").is_file(), "{name}: no src/lib.rs");
+        for left_out in ["proptest-regressions", "target"] {
+            assert!(!dir.join(left_out).exists(), "{name} packages {left_out}/");
+        }
+        let out = cargo(dir, &target)
+            .args(["metadata", "--offline", "--no-deps", "--format-version", "1"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", text(&out));
+        let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let package = &metadata["packages"][0];
+        assert_eq!(package["license"], "Apache-2.0", "{name}");
+        for field in ["description", "documentation", "readme"] {
+            assert!(
+                package[field].as_str().is_some_and(|v| !v.is_empty()),
+                "{name}: no {field}"
+            );
+        }
+        for field in ["keywords", "categories"] {
+            assert!(
+                package[field].as_array().is_some_and(|v| !v.is_empty()),
+                "{name}: no {field}"
+            );
+        }
+        for dependency in package["dependencies"].as_array().unwrap() {
+            let dep = &dependency["name"];
+            assert!(dependency["path"].is_null(), "{name}: {dep} by path");
+            assert_ne!(
+                dependency["req"], "*",
+                "{name}: {dep} has no version (a path-only dependency)"
+            );
+        }
+    }
 }
