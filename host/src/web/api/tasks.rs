@@ -320,6 +320,9 @@ impl Api {
                 key,
                 user,
                 no_inherit: req.no_inherit,
+                // Not taken from a request: a caller naming a host directory for the built-in
+                // write tools and `shell` would own it. The config's `workspace` applies.
+                workspace: None,
             },
         )?;
         tracing::info!(uuid = row.uuid, "task submitted through the API");
