@@ -167,7 +167,11 @@ fn live_members(pgid: u32, marker: Option<&str>, me: u32) -> BTreeSet<u32> {
     };
     let needle = marker.map(|m| format!("{MARK_ENV}={m}").into_bytes());
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         if pid == me {
@@ -237,16 +241,26 @@ mod tests {
             .unwrap();
         assert_ne!(stat_of(setsid_pid).unwrap().1, pgid, "it left the group");
         let before = live_members(pgid, Some(&token), std::process::id());
-        assert!(before.contains(&pgid) && before.contains(&setsid_pid), "{before:?}");
+        assert!(
+            before.contains(&pgid) && before.contains(&setsid_pid),
+            "{before:?}"
+        );
         assert!(before.len() >= 3, "{before:?}");
 
         let started = Instant::now();
         let outcome = terminate_marked(pgid, Some(&token), Duration::from_millis(300));
         child.wait().unwrap();
         assert!(outcome.found >= 3, "{outcome:?}");
-        assert!(outcome.killed >= 1, "the shell ignored SIGTERM: {outcome:?}");
+        assert!(
+            outcome.killed >= 1,
+            "the shell ignored SIGTERM: {outcome:?}"
+        );
         assert_eq!(outcome.left, 0, "{outcome:?}");
-        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
         assert!(
             live_members(pgid, Some(&token), std::process::id()).is_empty(),
             "nothing of the group or the mark runs"

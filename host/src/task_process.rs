@@ -193,8 +193,10 @@ fn run_traced(
         Err(e)
             if e.downcast_ref::<crate::remote::store::Unreachable>()
                 .is_some()
-                || e.downcast_ref::<crate::remote::fencing::Unfenced>().is_some()
-                || e.downcast_ref::<crate::remote::store::ClockSkew>().is_some() =>
+                || e.downcast_ref::<crate::remote::fencing::Unfenced>()
+                    .is_some()
+                || e.downcast_ref::<crate::remote::store::ClockSkew>()
+                    .is_some() =>
         {
             heartbeat.stop();
             let msg = failure_text(config, &format!("{e:#}"));
@@ -497,13 +499,10 @@ fn run_loop(
             hidden: own_paths(config, ctx),
             tools: config.tools.clone(),
         };
-        Box::new(crate::tools::McpTools::start(
-            &config.mcp_servers,
-            &config.tools,
-            &dir,
-            &confinement,
-        )?
-        .interruptible(probe.clone()))
+        Box::new(
+            crate::tools::McpTools::start(&config.mcp_servers, &config.tools, &dir, &confinement)?
+                .interruptible(probe.clone()),
+        )
     };
     let task_tools: Box<dyn ToolRunner> = match &workspace {
         Some(ws) if config.tools.builtin => Box::new(crate::tools::BuiltinTools::new(
@@ -523,14 +522,16 @@ fn run_loop(
         _ => task_tools,
     };
     // The host's history tools, offered once the context was compressed (issue 27).
-    let mut tools: Box<dyn ToolRunner> = Box::new(crate::tools::HistoryTools::new(
-        task_tools,
-        &dir,
-        config.context_storage.recall,
-        config.llm.context_length,
-        config.api_key().ok().flatten(),
-    )?
-    .with_task(ctx.uuid()));
+    let mut tools: Box<dyn ToolRunner> = Box::new(
+        crate::tools::HistoryTools::new(
+            task_tools,
+            &dir,
+            config.context_storage.recall,
+            config.llm.context_length,
+            config.api_key().ok().flatten(),
+        )?
+        .with_task(ctx.uuid()),
+    );
     let outcome = Agent::new(
         config,
         &mut format,

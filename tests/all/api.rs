@@ -92,9 +92,21 @@ fn bearer_tokens_guard_the_api_and_errors_are_problems_with_the_cli_messages() {
     let r = call(&d, "GET", "/api/v1/tasks", None, None);
     assert_problem(&r, 401, "Authorization: Bearer");
     assert_eq!(r.header("www-authenticate"), Some("Bearer"));
-    assert_problem(&call(&d, "GET", "/api/v1/tasks", Some("nope-nope-nope-nope"), None), 401, "not one of");
+    assert_problem(
+        &call(
+            &d,
+            "GET",
+            "/api/v1/tasks",
+            Some("nope-nope-nope-nope"),
+            None,
+        ),
+        401,
+        "not one of",
+    );
     let login = d.get(&format!("/tasks?token={WRITE}"));
-    let session = login.set_cookie("ctxhost_session").expect("the dashboard's session");
+    let session = login
+        .set_cookie("ctxhost_session")
+        .expect("the dashboard's session");
     let r = d.send(
         "GET",
         "/api/v1/tasks",
@@ -104,29 +116,71 @@ fn bearer_tokens_guard_the_api_and_errors_are_problems_with_the_cli_messages() {
     assert_eq!(r.status, 401, "a dashboard cookie is no API credential");
     // Read-only token: reads, but writes are 403.
     let r = call(&d, "GET", "/api/v1/tasks", Some(READ), None).expect(200);
-    assert!(r.headers.iter().all(|(k, _)| !k.eq_ignore_ascii_case("set-cookie")));
+    assert!(
+        r.headers
+            .iter()
+            .all(|(k, _)| !k.eq_ignore_ascii_case("set-cookie"))
+    );
     assert_eq!(json_of(&r)["tasks"], json!([]));
     assert_problem(
-        &call(&d, "POST", "/api/v1/tasks", Some(READ), Some(json!({"prompt": "hi"}))),
+        &call(
+            &d,
+            "POST",
+            "/api/v1/tasks",
+            Some(READ),
+            Some(json!({"prompt": "hi"})),
+        ),
         403,
         "read-only",
     );
     // Validation: the messages `ctxhost submit` gives.
     for (body, status, text) in [
         (json!({"prompt": "   "}), 400, "the prompt is empty"),
-        (json!({"prompt": "a\u{0}b"}), 400, "contains a NUL byte (at offset 1)"),
-        (json!({"prompt": "x".repeat(1024 * 1024 + 1)}), 400, "over the limit of 1,048,576 bytes"),
-        (json!({"prompt": "x", "source": "github"}), 400, "source github needs owner and repo"),
-        (json!({"prompt": "x", "source": "svn"}), 400, "expected one of github, gitlab, local"),
-        (json!({"prompt": "x", "owner": " "}), 400, "owner must not be empty"),
-        (json!({"prompt": "x", "colour": "red"}), 400, "unknown field `colour`"),
+        (
+            json!({"prompt": "a\u{0}b"}),
+            400,
+            "contains a NUL byte (at offset 1)",
+        ),
+        (
+            json!({"prompt": "x".repeat(1024 * 1024 + 1)}),
+            400,
+            "over the limit of 1,048,576 bytes",
+        ),
+        (
+            json!({"prompt": "x", "source": "github"}),
+            400,
+            "source github needs owner and repo",
+        ),
+        (
+            json!({"prompt": "x", "source": "svn"}),
+            400,
+            "expected one of github, gitlab, local",
+        ),
+        (
+            json!({"prompt": "x", "owner": " "}),
+            400,
+            "owner must not be empty",
+        ),
+        (
+            json!({"prompt": "x", "colour": "red"}),
+            400,
+            "unknown field `colour`",
+        ),
         (json!({"no_prompt": 1}), 400, "bad JSON body"),
     ] {
-        assert_problem(&call(&d, "POST", "/api/v1/tasks", Some(WRITE), Some(body)), status, text);
+        assert_problem(
+            &call(&d, "POST", "/api/v1/tasks", Some(WRITE), Some(body)),
+            status,
+            text,
+        );
     }
     // The CLI's own message for the same prompt.
     let cli = env.ctxhost(&["submit", "--prompt", "   "]).fails();
-    assert!(cli.stderr().contains("the prompt is empty"), "{}", cli.stderr());
+    assert!(
+        cli.stderr().contains("the prompt is empty"),
+        "{}",
+        cli.stderr()
+    );
     // Create, get, steer.
     let r = call(
         &d,
@@ -138,13 +192,25 @@ fn bearer_tokens_guard_the_api_and_errors_are_problems_with_the_cli_messages() {
     .expect(201);
     let row = json_of(&r);
     let uuid = row["uuid"].as_str().unwrap().to_string();
-    assert_eq!(r.header("location"), Some(format!("/api/v1/tasks/{uuid}").as_str()));
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/api/v1/tasks/{uuid}").as_str())
+    );
     assert_eq!(row["status"], "queued");
     assert_eq!(row["model"], "other-model");
     assert_eq!(row["owner"], "acme");
     let cli_row = env.row(&uuid);
     assert_eq!(cli_row["prompt"], "Fix the bug", "the task is in the store");
-    let got = json_of(&call(&d, "GET", &format!("/api/v1/tasks/{uuid}"), Some(READ), None).expect(200));
+    let got = json_of(
+        &call(
+            &d,
+            "GET",
+            &format!("/api/v1/tasks/{uuid}"),
+            Some(READ),
+            None,
+        )
+        .expect(200),
+    );
     assert_eq!(got["task"]["uuid"], uuid.as_str());
     assert_eq!(got["result"], Value::Null);
     assert_problem(
@@ -152,24 +218,77 @@ fn bearer_tokens_guard_the_api_and_errors_are_problems_with_the_cli_messages() {
         404,
         &format!("no task with UUID {A}"),
     );
-    assert_problem(&call(&d, "GET", "/api/v1/tasks/not-a-uuid", Some(READ), None), 404, "");
+    assert_problem(
+        &call(&d, "GET", "/api/v1/tasks/not-a-uuid", Some(READ), None),
+        404,
+        "",
+    );
     // pause a queued task: refused as `ctxhost pause` refuses it.
-    let pause = call(&d, "POST", &format!("/api/v1/tasks/{uuid}/pause"), Some(WRITE), Some(json!({"reason": "later"})));
+    let pause = call(
+        &d,
+        "POST",
+        &format!("/api/v1/tasks/{uuid}/pause"),
+        Some(WRITE),
+        Some(json!({"reason": "later"})),
+    );
     assert_problem(&pause, 409, &format!("task {uuid} is queued, not running"));
     let cli = env.ctxhost(&["pause", &uuid]).fails();
     let detail = json_of(&pause)["detail"].as_str().unwrap().to_string();
-    assert!(cli.stderr().contains(&detail), "CLI: {} / API: {detail}", cli.stderr());
-    assert_problem(&call(&d, "POST", &format!("/api/v1/tasks/{uuid}/stop"), Some(READ), None), 403, "read-only");
-    assert_problem(&call(&d, "POST", &format!("/api/v1/tasks/{uuid}/explode"), Some(WRITE), None), 404, "no action");
-    let stop = json_of(&call(&d, "POST", &format!("/api/v1/tasks/{uuid}/stop"), Some(WRITE), None).expect(200));
+    assert!(
+        cli.stderr().contains(&detail),
+        "CLI: {} / API: {detail}",
+        cli.stderr()
+    );
+    assert_problem(
+        &call(
+            &d,
+            "POST",
+            &format!("/api/v1/tasks/{uuid}/stop"),
+            Some(READ),
+            None,
+        ),
+        403,
+        "read-only",
+    );
+    assert_problem(
+        &call(
+            &d,
+            "POST",
+            &format!("/api/v1/tasks/{uuid}/explode"),
+            Some(WRITE),
+            None,
+        ),
+        404,
+        "no action",
+    );
+    let stop = json_of(
+        &call(
+            &d,
+            "POST",
+            &format!("/api/v1/tasks/{uuid}/stop"),
+            Some(WRITE),
+            None,
+        )
+        .expect(200),
+    );
     assert_eq!(stop["outcome"], "stopped");
     assert_eq!(stop["task"]["status"], "stopped");
     assert_problem(
-        &call(&d, "POST", &format!("/api/v1/tasks/{uuid}/stop"), Some(WRITE), None),
+        &call(
+            &d,
+            "POST",
+            &format!("/api/v1/tasks/{uuid}/stop"),
+            Some(WRITE),
+            None,
+        ),
         409,
         &format!("task {uuid} is already stopped"),
     );
-    assert_problem(&call(&d, "GET", "/api/v1/nothing-here", Some(READ), None), 404, "no such API route");
+    assert_problem(
+        &call(&d, "GET", "/api/v1/nothing-here", Some(READ), None),
+        404,
+        "no such API route",
+    );
 }
 
 #[test]
@@ -180,11 +299,21 @@ fn without_tokens_the_api_is_read_only_and_answers_only_loopback_hosts() {
     let list = json_of(&call(&d, "GET", "/api/v1/tasks", None, None).expect(200));
     assert_eq!(list["tasks"][0]["uuid"], A);
     assert_problem(
-        &call(&d, "POST", "/api/v1/tasks", None, Some(json!({"prompt": "hi"}))),
+        &call(
+            &d,
+            "POST",
+            "/api/v1/tasks",
+            None,
+            Some(json!({"prompt": "hi"})),
+        ),
         403,
         "--token-env",
     );
-    assert_problem(&call(&d, "POST", &format!("/api/v1/tasks/{A}/stop"), None, None), 403, "read-only");
+    assert_problem(
+        &call(&d, "POST", &format!("/api/v1/tasks/{A}/stop"), None, None),
+        403,
+        "read-only",
+    );
     assert_eq!(env.row(A)["status"], "queued", "nothing changed");
     let (status, raw) = d.raw(&format!(
         "GET /api/v1/tasks HTTP/1.1\r\nHost: evil.example:{}\r\nConnection: close\r\n\r\n",
@@ -201,8 +330,12 @@ fn the_task_list_filters_and_its_cursor_neither_repeats_nor_skips_while_tasks_ar
         let r = call(&d, "POST", "/api/v1/tasks", Some(WRITE), Some(body)).expect(201);
         json_of(&r)["uuid"].as_str().unwrap().to_string()
     };
-    let first: Vec<String> = (0..7).map(|i| create(json!({"prompt": format!("task {i}")}))).collect();
-    let gh = create(json!({"prompt": "issue", "source": "github", "owner": "acme", "repo": "app", "type": "issue", "id": "9"}));
+    let first: Vec<String> = (0..7)
+        .map(|i| create(json!({"prompt": format!("task {i}")})))
+        .collect();
+    let gh = create(
+        json!({"prompt": "issue", "source": "github", "owner": "acme", "repo": "app", "type": "issue", "id": "9"}),
+    );
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
     let mut added = Vec::new();
@@ -214,7 +347,11 @@ fn the_task_list_filters_and_its_cursor_neither_repeats_nor_skips_while_tasks_ar
         let page = json_of(&call(&d, "GET", &path, Some(READ), None).expect(200));
         let tasks = page["tasks"].as_array().unwrap();
         assert!(tasks.len() <= 3);
-        seen.extend(tasks.iter().map(|t| t["uuid"].as_str().unwrap().to_string()));
+        seen.extend(
+            tasks
+                .iter()
+                .map(|t| t["uuid"].as_str().unwrap().to_string()),
+        );
         // Tasks queued between pages come before the cursor: never on a later page.
         added.push(create(json!({"prompt": "added meanwhile"})));
         match page["next_cursor"].as_str() {
@@ -225,34 +362,58 @@ fn the_task_list_filters_and_its_cursor_neither_repeats_nor_skips_while_tasks_ar
     let mut expected: Vec<String> = first.clone();
     expected.push(gh.clone());
     expected.reverse();
-    assert_eq!(seen, expected, "every task before the first page, newest first, once each");
+    assert_eq!(
+        seen, expected,
+        "every task before the first page, newest first, once each"
+    );
     assert_eq!(seen.iter().collect::<HashSet<_>>().len(), seen.len());
     // Filters.
     let only = |q: &str| -> Vec<String> {
-        let page = json_of(&call(&d, "GET", &format!("/api/v1/tasks?{q}"), Some(READ), None).expect(200));
-        page["tasks"].as_array().unwrap().iter().map(|t| t["uuid"].as_str().unwrap().to_string()).collect()
+        let page =
+            json_of(&call(&d, "GET", &format!("/api/v1/tasks?{q}"), Some(READ), None).expect(200));
+        page["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["uuid"].as_str().unwrap().to_string())
+            .collect()
     };
     assert_eq!(only("source=github"), vec![gh.clone()]);
-    assert_eq!(only("owner=acme&repo=app&type=issue&id=9"), vec![gh.clone()]);
+    assert_eq!(
+        only("owner=acme&repo=app&type=issue&id=9"),
+        vec![gh.clone()]
+    );
     assert_eq!(only("owner=acme&id=10"), Vec::<String>::new());
-    assert_eq!(only("status=queued&limit=500").len(), first.len() + 1 + added.len());
+    assert_eq!(
+        only("status=queued&limit=500").len(),
+        first.len() + 1 + added.len()
+    );
     assert_eq!(only("status=running"), Vec::<String>::new());
     assert_eq!(only("since=2999-01-01T00:00:00Z"), Vec::<String>::new());
-    assert_eq!(only("since=2000-01-01T00:00:00%2B02:00&limit=500").len(), first.len() + 1 + added.len());
+    assert_eq!(
+        only("since=2000-01-01T00:00:00%2B02:00&limit=500").len(),
+        first.len() + 1 + added.len()
+    );
     for (q, text) in [
         ("status=sleeping", "bad query string"),
         ("since=yesterday", "not an RFC 3339 time"),
         ("limit=0", "limit 0: expected 1 to 500"),
         ("cursor=abc", "not one this server gave"),
     ] {
-        assert_problem(&call(&d, "GET", &format!("/api/v1/tasks?{q}"), Some(READ), None), 400, text);
+        assert_problem(
+            &call(&d, "GET", &format!("/api/v1/tasks?{q}"), Some(READ), None),
+            400,
+            text,
+        );
     }
 }
 
 fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -268,37 +429,131 @@ fn history_pages_by_seq_and_files_are_listed_and_redacted() {
         "running",
         A,
         &[
-            ("messages.jsonl", history(25, |s| if s == 3 { format!("key {SECRET} leaked") } else { format!("message {s}") })),
+            (
+                "messages.jsonl",
+                history(25, |s| {
+                    if s == 3 {
+                        format!("key {SECRET} leaked")
+                    } else {
+                        format!("message {s}")
+                    }
+                }),
+            ),
             ("response.json", format!("{{\"echo\": \"{SECRET}\"}}")),
         ],
     );
     let d = serve_with_tokens(&env, &[("CTXHOST_API_TEST_KEY", SECRET)]);
-    let page = json_of(&call(&d, "GET", &format!("/api/v1/tasks/{A}/messages?limit=10"), Some(READ), None).expect(200));
-    let seqs: Vec<u64> = page["messages"].as_array().unwrap().iter().map(|m| m["seq"].as_u64().unwrap()).collect();
+    let page = json_of(
+        &call(
+            &d,
+            "GET",
+            &format!("/api/v1/tasks/{A}/messages?limit=10"),
+            Some(READ),
+            None,
+        )
+        .expect(200),
+    );
+    let seqs: Vec<u64> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["seq"].as_u64().unwrap())
+        .collect();
     assert_eq!(seqs, (1..=10).collect::<Vec<_>>());
     assert_eq!(page["next_after_seq"], 10);
     assert!(!page.to_string().contains(SECRET));
     assert_eq!(page["messages"][2]["content"], "key [redacted] leaked");
-    let page = json_of(&call(&d, "GET", &format!("/api/v1/tasks/{A}/messages?after_seq=20&limit=10"), Some(READ), None).expect(200));
-    let seqs: Vec<u64> = page["messages"].as_array().unwrap().iter().map(|m| m["seq"].as_u64().unwrap()).collect();
+    let page = json_of(
+        &call(
+            &d,
+            "GET",
+            &format!("/api/v1/tasks/{A}/messages?after_seq=20&limit=10"),
+            Some(READ),
+            None,
+        )
+        .expect(200),
+    );
+    let seqs: Vec<u64> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["seq"].as_u64().unwrap())
+        .collect();
     assert_eq!(seqs, vec![21, 22, 23, 24, 25]);
     assert_eq!(page["next_after_seq"], Value::Null);
-    assert_problem(&call(&d, "GET", &format!("/api/v1/tasks/{A}/messages?limit=5000"), Some(READ), None), 400, "limit 5000");
-    let files = json_of(&call(&d, "GET", &format!("/api/v1/tasks/{A}/files"), Some(READ), None).expect(200));
-    let names: Vec<&str> = files.as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_problem(
+        &call(
+            &d,
+            "GET",
+            &format!("/api/v1/tasks/{A}/messages?limit=5000"),
+            Some(READ),
+            None,
+        ),
+        400,
+        "limit 5000",
+    );
+    let files = json_of(
+        &call(
+            &d,
+            "GET",
+            &format!("/api/v1/tasks/{A}/files"),
+            Some(READ),
+            None,
+        )
+        .expect(200),
+    );
+    let names: Vec<&str> = files
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, vec!["messages.jsonl", "response.json"]);
-    let r = call(&d, "GET", &format!("/api/v1/tasks/{A}/files/response.json"), Some(READ), None).expect(200);
+    let r = call(
+        &d,
+        "GET",
+        &format!("/api/v1/tasks/{A}/files/response.json"),
+        Some(READ),
+        None,
+    )
+    .expect(200);
     assert_eq!(r.header("content-type"), Some("application/octet-stream"));
     assert_eq!(r.body, "{\"echo\": \"[redacted]\"}");
     for bad in ["..%2Fx", "secret.txt", "request.json"] {
-        assert_problem(&call(&d, "GET", &format!("/api/v1/tasks/{A}/files/{bad}"), Some(READ), None), 404, "");
+        assert_problem(
+            &call(
+                &d,
+                "GET",
+                &format!("/api/v1/tasks/{A}/files/{bad}"),
+                Some(READ),
+                None,
+            ),
+            404,
+            "",
+        );
     }
-    assert_eq!(json_of(&call(&d, "GET", &format!("/api/v1/tasks/{A}/compactions"), Some(READ), None).expect(200)), json!([]));
+    assert_eq!(
+        json_of(
+            &call(
+                &d,
+                "GET",
+                &format!("/api/v1/tasks/{A}/compactions"),
+                Some(READ),
+                None
+            )
+            .expect(200)
+        ),
+        json!([])
+    );
     let stats = json_of(&call(&d, "GET", "/api/v1/stats", Some(READ), None).expect(200));
     assert_eq!(stats["total"]["tasks"], 1, "{stats}");
     let doc = call(&d, "GET", "/api/v1/openapi.json", Some(READ), None).expect(200);
-    let committed = std::fs::read_to_string(crate::support::repo_root().join("docs/openapi.json")).unwrap();
-    assert_eq!(doc.body, committed, "the served document is docs/openapi.json");
+    let committed =
+        std::fs::read_to_string(crate::support::repo_root().join("docs/openapi.json")).unwrap();
+    assert_eq!(
+        doc.body, committed,
+        "the served document is docs/openapi.json"
+    );
 }
 
 /// One server-sent event: `(event, id, data)`.
@@ -312,7 +567,9 @@ fn read_events(
     last_id: Option<&str>,
     mut stop: impl FnMut(&SseEvent) -> bool,
 ) -> Vec<SseEvent> {
-    let agent = ureq::AgentBuilder::new().timeout_read(Duration::from_secs(60)).build();
+    let agent = ureq::AgentBuilder::new()
+        .timeout_read(Duration::from_secs(60))
+        .build();
     let mut req = agent
         .get(&format!("{}/api/v1/tasks/{uuid}/events", d.base))
         .set("authorization", &bearer(READ))
@@ -357,18 +614,29 @@ fn read_events(
 }
 
 fn volatile(event: &str) -> bool {
-    matches!(event, "reply_delta" | "reasoning_delta" | "stream_broken" | "waiting")
+    matches!(
+        event,
+        "reply_delta" | "reasoning_delta" | "stream_broken" | "waiting"
+    )
 }
 
 #[test]
 fn events_follow_a_task_from_queued_to_its_end_and_resume_after_last_event_id() {
-    let llm = FakeLlm::start(vec![
-        Reply::text("First part of the work, done.", Some((20, 8))),
-    ]);
+    let llm = FakeLlm::start(vec![Reply::text(
+        "First part of the work, done.",
+        Some((20, 8)),
+    )]);
     llm.set_stream_delay(Duration::from_millis(30));
     let env = TestEnv::for_llm(&llm, "");
     let d = serve_with_tokens(&env, &[]);
-    let r = call(&d, "POST", "/api/v1/tasks", Some(WRITE), Some(json!({"prompt": "Say something long"}))).expect(201);
+    let r = call(
+        &d,
+        "POST",
+        "/api/v1/tasks",
+        Some(WRITE),
+        Some(json!({"prompt": "Say something long"})),
+    )
+    .expect(201);
     let uuid = json_of(&r)["uuid"].as_str().unwrap().to_string();
     // Connected while the task is queued: the `task` event says so.
     let worker = std::thread::spawn({
@@ -378,7 +646,9 @@ fn events_follow_a_task_from_queued_to_its_end_and_resume_after_last_event_id() 
             cmd.cmd.output().expect("run the worker")
         }
     });
-    let first = read_events(&d, &uuid, None, |(event, _, _)| event == "prompt" || event == "end");
+    let first = read_events(&d, &uuid, None, |(event, _, _)| {
+        event == "prompt" || event == "end"
+    });
     assert_eq!(first[0].0, "task");
     assert_eq!(first[0].2["status"], "queued", "{:?}", first[0]);
     assert!(first.iter().any(|e| e.0 == "prompt"), "{first:?}");
@@ -386,10 +656,17 @@ fn events_follow_a_task_from_queued_to_its_end_and_resume_after_last_event_id() 
     let last = first.last().unwrap().1.clone();
     let rest = read_events(&d, &uuid, Some(&last), |_| false);
     let out = worker.join().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(rest.last().unwrap().0, "end", "{rest:?}");
     assert_eq!(rest.last().unwrap().2["status"], "completed");
-    assert_eq!(rest.last().unwrap().2["answer"], "First part of the work, done.");
+    assert_eq!(
+        rest.last().unwrap().2["answer"],
+        "First part of the work, done."
+    );
     let all: Vec<SseEvent> = first.into_iter().chain(rest).collect();
     // Ids increase strictly: nothing is repeated.
     let ids: Vec<(u64, u64)> = all
@@ -420,7 +697,10 @@ fn events_follow_a_task_from_queued_to_its_end_and_resume_after_last_event_id() 
         })
         .collect();
     assert_eq!(streamed, shown);
-    assert!(streamed.iter().any(|v| v["event"] == "reply"), "{streamed:?}");
+    assert!(
+        streamed.iter().any(|v| v["event"] == "reply"),
+        "{streamed:?}"
+    );
     // The reply's text arrived live, as deltas, before its `reply` event.
     let deltas: String = all
         .iter()

@@ -108,7 +108,13 @@ fn inspector() -> PathBuf {
 fn inspect(env: &TestEnv, args: &[&str]) -> Value {
     let bin = ctxhost_bin();
     let root = env.root().display().to_string();
-    let mut all = vec!["--cli", bin.to_str().unwrap(), "mcp", "--cwd", root.as_str()];
+    let mut all = vec![
+        "--cli",
+        bin.to_str().unwrap(),
+        "mcp",
+        "--cwd",
+        root.as_str(),
+    ];
     all.extend_from_slice(args);
     let out = std::process::Command::new(inspector())
         .args(&all)
@@ -147,13 +153,30 @@ fn the_mcp_inspector_lists_the_tools_and_submits_then_waits_for_a_task() {
     names.sort();
     assert_eq!(
         names,
-        vec!["get_task", "list_tasks", "pause_task", "resume_task", "stop_task", "submit_task", "wait_for_task"]
+        vec![
+            "get_task",
+            "list_tasks",
+            "pause_task",
+            "resume_task",
+            "stop_task",
+            "submit_task",
+            "wait_for_task"
+        ]
     );
     let submitted = inspect(
         &env,
-        &["--method", "tools/call", "--tool-name", "submit_task", "--tool-arg", "prompt=What is six times seven?"],
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "submit_task",
+            "--tool-arg",
+            "prompt=What is six times seven?",
+        ],
     );
-    let text = submitted["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{submitted}"));
+    let text = submitted["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{submitted}"));
     let row: Value = serde_json::from_str(text).unwrap();
     let uuid = row["uuid"].as_str().unwrap().to_string();
     assert_eq!(row["status"], "queued");
@@ -165,10 +188,19 @@ fn the_mcp_inspector_lists_the_tools_and_submits_then_waits_for_a_task() {
     let uuid_arg = format!("uuid={uuid}");
     let done = inspect(
         &env,
-        &["--method", "tools/call", "--tool-name", "wait_for_task", "--tool-arg", &uuid_arg],
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "wait_for_task",
+            "--tool-arg",
+            &uuid_arg,
+        ],
     );
     assert!(worker.join().unwrap().status.success());
-    let text = done["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{done}"));
+    let text = done["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{done}"));
     let task: Value = serde_json::from_str(text).unwrap();
     assert_eq!(task["task"]["status"], "completed", "{task}");
     assert_eq!(task["result"], "Forty-two.");

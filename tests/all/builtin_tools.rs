@@ -414,10 +414,22 @@ fn edit_file_names_zero_and_several_matches_and_unknown_arguments() {
     let llm = FakeLlm::start(vec![
         Reply::ToolCalls {
             calls: vec![
-                c("none", json!({"path": "a.txt", "old_string": "z = 1", "new_string": "z = 2"})),
-                c("two", json!({"path": "a.txt", "old_string": "x = 1", "new_string": "x = 2"})),
-                c("all", json!({"path": "a.txt", "old_string": "x = 1", "new_string": "x = 2", "replace_all": true})),
-                c("extra", json!({"path": "a.txt", "old_string": "y = 1", "new_string": "y = 9", "task_id": "other"})),
+                c(
+                    "none",
+                    json!({"path": "a.txt", "old_string": "z = 1", "new_string": "z = 2"}),
+                ),
+                c(
+                    "two",
+                    json!({"path": "a.txt", "old_string": "x = 1", "new_string": "x = 2"}),
+                ),
+                c(
+                    "all",
+                    json!({"path": "a.txt", "old_string": "x = 1", "new_string": "x = 2", "replace_all": true}),
+                ),
+                c(
+                    "extra",
+                    json!({"path": "a.txt", "old_string": "y = 1", "new_string": "y = 9", "task_id": "other"}),
+                ),
             ],
             usage: Some((100, 10)),
         },
@@ -444,8 +456,15 @@ fn edit_file_names_zero_and_several_matches_and_unknown_arguments() {
     assert_eq!(tools[2]["result"], "replaced 2 occurrence(s) in a.txt");
     // An argument the tool does not take is refused naming it, and nothing is done (issue 38 item 11).
     assert_eq!(tools[3]["status"], "error");
-    assert!(text_of(&tools[3]).contains("unknown argument `task_id`"), "{}", text_of(&tools[3]));
-    assert_eq!(std::fs::read_to_string(ws.path().join("a.txt")).unwrap(), "x = 2\ny = 1\nx = 2\n");
+    assert!(
+        text_of(&tools[3]).contains("unknown argument `task_id`"),
+        "{}",
+        text_of(&tools[3])
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "x = 2\ny = 1\nx = 2\n"
+    );
 }
 
 #[test]

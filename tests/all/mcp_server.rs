@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientRequest, NumberOrString, ProgressNotificationParam,
-    ProgressToken, ReadResourceRequestParams, Request, RequestMetaObject,
+    CallToolRequestParams, CallToolResult, ClientRequest, NumberOrString,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, Request,
+    RequestMetaObject,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
@@ -64,10 +65,21 @@ async fn submit_and_wait(client: &RunningService<RoleClient, Client>, env: &Test
     names.sort();
     assert_eq!(
         names,
-        vec!["get_task", "list_tasks", "pause_task", "resume_task", "stop_task", "submit_task", "wait_for_task"]
+        vec![
+            "get_task",
+            "list_tasks",
+            "pause_task",
+            "resume_task",
+            "stop_task",
+            "submit_task",
+            "wait_for_task"
+        ]
     );
     let submitted = client
-        .call_tool(CallToolRequestParams::new("submit_task").with_arguments(args(json!({"prompt": "What is six times seven?"}))))
+        .call_tool(
+            CallToolRequestParams::new("submit_task")
+                .with_arguments(args(json!({"prompt": "What is six times seven?"}))),
+        )
         .await
         .unwrap();
     let row = ok_json(&submitted);
@@ -96,7 +108,11 @@ async fn submit_and_wait(client: &RunningService<RoleClient, Client>, env: &Test
         other => panic!("not a tool result: {other:?}"),
     };
     let out = worker.join().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let done = ok_json(&answer);
     assert_eq!(done["task"]["status"], "completed", "{done}");
     assert_eq!(done["result"], "Forty-two.");
@@ -119,11 +135,21 @@ fn the_rmcp_client_submits_a_task_over_stdio_and_waits_for_its_answer_with_progr
         let done = submit_and_wait(&client, &env).await;
         let uuid = done["task"]["uuid"].as_str().unwrap().to_string();
         let seen = progress.lock().unwrap().clone();
-        assert!(!seen.is_empty(), "progress notifications while the task was queued/running");
-        // One token for the whole wait (the client's request handle assigns it).
-        assert!(seen.iter().all(|p| p.progress_token == seen[0].progress_token), "{seen:?}");
         assert!(
-            seen.iter().any(|p| p.message.as_deref().is_some_and(|m| m.contains("queued") || m.contains("running"))),
+            !seen.is_empty(),
+            "progress notifications while the task was queued/running"
+        );
+        // One token for the whole wait (the client's request handle assigns it).
+        assert!(
+            seen.iter()
+                .all(|p| p.progress_token == seen[0].progress_token),
+            "{seen:?}"
+        );
+        assert!(
+            seen.iter().any(|p| p
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("queued") || m.contains("running"))),
             "{seen:?}"
         );
         // The task's files are resources.
@@ -138,12 +164,20 @@ fn the_rmcp_client_submits_a_task_over_stdio_and_waits_for_its_answer_with_progr
         assert!(text.contains("Forty-two."), "{text}");
         // Steering: the task ended, stop_task says so as `ctxhost stop` does.
         let stop = client
-            .call_tool(CallToolRequestParams::new("stop_task").with_arguments(args(json!({"uuid": uuid}))))
+            .call_tool(
+                CallToolRequestParams::new("stop_task").with_arguments(args(json!({"uuid": uuid}))),
+            )
             .await
             .unwrap();
-        assert!(error_text(&stop).contains("is already completed"), "{stop:?}");
+        assert!(
+            error_text(&stop).contains("is already completed"),
+            "{stop:?}"
+        );
         let listed = client
-            .call_tool(CallToolRequestParams::new("list_tasks").with_arguments(args(json!({"status": "completed"}))))
+            .call_tool(
+                CallToolRequestParams::new("list_tasks")
+                    .with_arguments(args(json!({"status": "completed"}))),
+            )
             .await
             .unwrap();
         assert_eq!(ok_json(&listed)["tasks"][0]["uuid"], uuid.as_str());
@@ -184,7 +218,11 @@ fn mcp_post(
         r.headers,
         r.body
     );
-    (r.status, json, r.header("mcp-session-id").map(str::to_string))
+    (
+        r.status,
+        json,
+        r.header("mcp-session-id").map(str::to_string),
+    )
 }
 
 #[test]
@@ -195,25 +233,49 @@ fn mcp_over_http_needs_the_bearer_token_and_writes_need_the_read_write_one() {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "test", "version": "1"}}});
-    let r = d.send("POST", "/mcp", &[("accept", "application/json, text/event-stream")], Some(&init.to_string()));
+    let r = d.send(
+        "POST",
+        "/mcp",
+        &[("accept", "application/json, text/event-stream")],
+        Some(&init.to_string()),
+    );
     assert_eq!(r.status, 401, "no token: {}", r.body);
     let call = |token: &str, prompt: &str| -> Value {
         let (status, answer, session) = mcp_post(&d, token, None, init.clone());
         assert_eq!(status, 200, "{answer:?}");
         assert_eq!(answer.unwrap()["result"]["serverInfo"]["name"], "ctxhost");
         let session = session.as_deref();
-        let (status, _, _) = mcp_post(&d, token, session, json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        let (status, _, _) = mcp_post(
+            &d,
+            token,
+            session,
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        );
         assert!(status == 202 || status == 200, "{status}");
-        let (status, answer, _) = mcp_post(&d, token, session, json!({"jsonrpc": "2.0", "id": 2,
-            "method": "tools/call", "params": {"name": "submit_task", "arguments": {"prompt": prompt}}}));
+        let (status, answer, _) = mcp_post(
+            &d,
+            token,
+            session,
+            json!({"jsonrpc": "2.0", "id": 2,
+            "method": "tools/call", "params": {"name": "submit_task", "arguments": {"prompt": prompt}}}),
+        );
         assert_eq!(status, 200);
         answer.unwrap()["result"].clone()
     };
     let refused = call(crate::api::READ, "x");
     assert_eq!(refused["isError"], true, "{refused}");
-    assert!(refused["content"][0]["text"].as_str().unwrap().contains("read-only"), "{refused}");
+    assert!(
+        refused["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("read-only"),
+        "{refused}"
+    );
     let queued = call(crate::api::WRITE, "Queued over HTTP");
     assert_eq!(queued["isError"], false, "{queued}");
     let row: Value = serde_json::from_str(queued["content"][0]["text"].as_str().unwrap()).unwrap();
-    assert_eq!(env.row(row["uuid"].as_str().unwrap())["prompt"], "Queued over HTTP");
+    assert_eq!(
+        env.row(row["uuid"].as_str().unwrap())["prompt"],
+        "Queued over HTTP"
+    );
 }

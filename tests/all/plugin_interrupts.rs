@@ -44,7 +44,9 @@ fn a_task_paused_during_a_looping_component_call_is_paused_at_once_and_resumes()
         ),
     );
     let uuid = env.submit(&format!("HOSTILE spin-once={SPIN_FILE}\ngo"));
-    let mut worker = env.ctxhost_cmd(&["run", "--once", "--poll-ms", "20"]).spawn();
+    let mut worker = env
+        .ctxhost_cmd(&["run", "--once", "--poll-ms", "20"])
+        .spawn();
     // The compressor's should-compress spins once it created its file.
     assert!(
         wait_until(Duration::from_secs(60), || {
@@ -80,7 +82,10 @@ fn a_task_paused_during_a_looping_component_call_is_paused_at_once_and_resumes()
     assert_eq!(llm.request_count(), 0, "paused before the model call");
     assert!(log.contains("interrupted by pause after"), "{log}");
     // The component's stdout and stderr, at info level, with component and hook.
-    for text in ["hostile-compressor: spinning", "hostile-compressor: spun.txt"] {
+    for text in [
+        "hostile-compressor: spinning",
+        "hostile-compressor: spun.txt",
+    ] {
         let line = log
             .lines()
             .find(|l| l.contains(text))
@@ -117,7 +122,10 @@ fn ctrl_c_stops_plugin_try_of_a_looping_component_at_once_with_130() {
         let seen = seen.clone();
         std::thread::spawn(move || {
             use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
                 let mut s = seen.lock().unwrap();
                 s.push_str(&line);
                 s.push('\n');
@@ -154,7 +162,13 @@ fn plugin_try_and_check_take_the_limits_of_config_and_refuse_a_missing_one() {
     let env = TestEnv::new();
     // A `--config` that does not exist is refused as by every other command.
     for command in [
-        vec!["--config", "nope.yaml", "plugin", "check", "builtin:jsonl-store"],
+        vec![
+            "--config",
+            "nope.yaml",
+            "plugin",
+            "check",
+            "builtin:jsonl-store",
+        ],
         vec![
             "--config",
             "nope.yaml",
@@ -172,7 +186,11 @@ fn plugin_try_and_check_take_the_limits_of_config_and_refuse_a_missing_one() {
     // runtime.call_timeout_secs of the config bounds the call (30 s by default).
     std::fs::write(
         env.root().join("limits.yaml"),
-        config_yaml("http://127.0.0.1:9", "openai", "runtime:\n  call_timeout_secs: 1\n"),
+        config_yaml(
+            "http://127.0.0.1:9",
+            "openai",
+            "runtime:\n  call_timeout_secs: 1\n",
+        ),
     )
     .unwrap();
     let started = Instant::now();
@@ -207,7 +225,11 @@ fn compile_settings_of_a_large_component() {
     let path = std::env::var_os("CTXHOST_MEASURE_WASM").expect("CTXHOST_MEASURE_WASM");
     let wasm = std::fs::read(&path).unwrap();
     let settings: [(&str, bool, wasmtime::OptLevel); 3] = [
-        ("host default (parallel, speed)", true, wasmtime::OptLevel::Speed),
+        (
+            "host default (parallel, speed)",
+            true,
+            wasmtime::OptLevel::Speed,
+        ),
         ("parallel off", false, wasmtime::OptLevel::Speed),
         ("opt-level none (parallel)", true, wasmtime::OptLevel::None),
     ];

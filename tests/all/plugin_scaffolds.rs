@@ -451,7 +451,15 @@ fn ctrl_c_stops_plugin_try_of_a_looping_javascript_compressor_within_a_second() 
     let work = tempfile::tempdir().unwrap();
     let out = ctxhost(
         work.path(),
-        &["plugin", "new", "--kind", "compressor", "--lang", "js", "js-spin"],
+        &[
+            "plugin",
+            "new",
+            "--kind",
+            "compressor",
+            "--lang",
+            "js",
+            "js-spin",
+        ],
     );
     assert!(out.status.success(), "{}", text(&out));
     let project = work.path().join("js-spin");
@@ -490,7 +498,10 @@ fn ctrl_c_stops_plugin_try_of_a_looping_javascript_compressor_within_a_second() 
     let reader = {
         let seen = seen.clone();
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
                 let mut s = seen.lock().unwrap();
                 s.push_str(&line);
                 s.push('\n');
@@ -507,7 +518,10 @@ fn ctrl_c_stops_plugin_try_of_a_looping_javascript_compressor_within_a_second() 
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    println!("first plugin try reached the loop after {:?}", started.elapsed());
+    println!(
+        "first plugin try reached the loop after {:?}",
+        started.elapsed()
+    );
     std::thread::sleep(Duration::from_millis(300));
     let asked = Instant::now();
     // SAFETY: kill(2) with a valid signal number has no memory-safety preconditions.
@@ -539,7 +553,9 @@ fn ctrl_c_stops_plugin_try_of_a_looping_javascript_compressor_within_a_second() 
             .find(|l| l.contains(text))
             .unwrap_or_else(|| panic!("{text:?} not shown:\n{log}"));
         assert!(
-            line.contains("js_spin.wasm") && line.contains("hook=\"compress\"") && line.contains(stream),
+            line.contains("js_spin.wasm")
+                && line.contains("hook=\"compress\"")
+                && line.contains(stream),
             "{line}"
         );
     }

@@ -933,7 +933,13 @@ fn the_sdk_crates_package_for_crates_io() {
     let unpacked = tempfile::tempdir().unwrap();
     let version = |manifest: &Path, name: &str| -> String {
         let out = cargo(&repo(), &target)
-            .args(["metadata", "--offline", "--no-deps", "--format-version", "1"])
+            .args([
+                "metadata",
+                "--offline",
+                "--no-deps",
+                "--format-version",
+                "1",
+            ])
             .arg("--manifest-path")
             .arg(manifest)
             .output()
@@ -955,7 +961,10 @@ fn the_sdk_crates_package_for_crates_io() {
             .output()
             .unwrap();
         let report = text(&out);
-        assert!(out.status.success(), "cargo package of {name} failed:\n{report}");
+        assert!(
+            out.status.success(),
+            "cargo package of {name} failed:\n{report}"
+        );
         assert!(
             !report.contains("warning:"),
             "cargo package of {name} warned:\n{report}"
@@ -997,7 +1006,13 @@ fn the_sdk_crates_package_for_crates_io() {
             assert!(!dir.join(left_out).exists(), "{name} packages {left_out}/");
         }
         let out = cargo(dir, &target)
-            .args(["metadata", "--offline", "--no-deps", "--format-version", "1"])
+            .args([
+                "metadata",
+                "--offline",
+                "--no-deps",
+                "--format-version",
+                "1",
+            ])
             .output()
             .unwrap();
         assert!(out.status.success(), "{name}: {}", text(&out));

@@ -381,13 +381,15 @@ fn events_whose_json_spans_several_data_lines_fold_in_every_format() {
         let replies = assistant(&dir.join("messages.jsonl"));
         assert_eq!(replies.len(), 2, "{name}");
         assert_eq!(
-            replies[0]["tool_calls"][0]["function"]["arguments"],
-            r#"{"path":"."}"#,
+            replies[0]["tool_calls"][0]["function"]["arguments"], r#"{"path":"."}"#,
             "{name}"
         );
         assert_eq!(replies[1]["content"], "Listed: one folder.", "{name}");
         let stream = std::fs::read_to_string(dir.join("reply.stream")).unwrap();
-        assert!(stream.contains("\ndata:  \""), "{name}: multi-line: {stream}");
+        assert!(
+            stream.contains("\ndata:  \""),
+            "{name}: multi-line: {stream}"
+        );
         assert!(!dir.join("failed-streams").exists(), "{name}");
     }
 }
@@ -419,7 +421,10 @@ fn an_error_inside_a_stream_is_retried_when_transient_and_final_otherwise() {
         assert_eq!(replies.len(), 1, "{name}: the partial is never appended");
         assert_eq!(replies[0]["content"], "The whole answer.", "{name}");
         let failed = std::fs::read_to_string(dir.join("failed-streams/1.stream")).unwrap();
-        assert!(failed.contains("overloaded_error (fake)"), "{name}: {failed}");
+        assert!(
+            failed.contains("overloaded_error (fake)"),
+            "{name}: {failed}"
+        );
 
         let llm = FakeLlm::start(vec![Reply::stream_error(
             Reply::text("Never whole.", Some((10, 2))),
@@ -431,7 +436,10 @@ fn an_error_inside_a_stream_is_retried_when_transient_and_final_otherwise() {
         assert_eq!(row["status"], "failed", "{name}: {row}");
         assert_eq!(llm.request_count(), 1, "{name}: final, not sent again");
         let error = row["error_message"].as_str().unwrap();
-        assert!(error.contains("invalid_request_error (fake)"), "{name}: {error}");
+        assert!(
+            error.contains("invalid_request_error (fake)"),
+            "{name}: {error}"
+        );
     }
 }
 
@@ -460,7 +468,10 @@ fn the_reply_size_limit_is_the_same_rule_in_every_format() {
         let (row, dir) = run(&env, "Answer small");
         assert_eq!(row["status"], "completed", "{name}: {row}");
         let stream = std::fs::metadata(dir.join("reply.stream")).unwrap().len();
-        assert!(stream > 1 << 20, "{name}: the framing is past the limit: {stream}");
+        assert!(
+            stream > 1 << 20,
+            "{name}: the framing is past the limit: {stream}"
+        );
         assert_eq!(assistant(&dir.join("messages.jsonl"))[0]["content"], small);
         let (row, _) = run(&env, "Answer big");
         assert_eq!(row["status"], "failed", "{name}: {row}");

@@ -138,7 +138,9 @@ fn a_store_that_ignores_conditional_writes_is_refused_unless_unsafe_unfenced_say
         assert_eq!(end["status"], "completed", "{}", out.stderr());
         assert!(
             out.stderr().contains("unsafe_unfenced is true")
-                && out.stderr().contains("runs UNFENCED (it does not honour: If-None-Match: *"),
+                && out
+                    .stderr()
+                    .contains("runs UNFENCED (it does not honour: If-None-Match: *"),
             "{}",
             out.stderr()
         );
@@ -177,9 +179,17 @@ fn a_slow_down_is_retried_after_the_stores_retry_after() {
     });
     let bucket = store(&s3.endpoint(), 30);
     bucket
-        .put("7f3e6a2c-1d2b-4c5e-8f90-0a1b2c3d4e5f", "blobs/x", b"x".to_vec())
+        .put(
+            "7f3e6a2c-1d2b-4c5e-8f90-0a1b2c3d4e5f",
+            "blobs/x",
+            b"x".to_vec(),
+        )
         .unwrap();
-    let puts: Vec<_> = s3.requests().into_iter().filter(|r| r.method == "PUT").collect();
+    let puts: Vec<_> = s3
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT")
+        .collect();
     assert_eq!(
         puts.iter().map(|r| r.status).collect::<Vec<_>>(),
         [503, 503, 200]

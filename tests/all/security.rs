@@ -811,11 +811,16 @@ fn a_task_file_renamed_to_the_replys_text_is_refused_and_put_back() {
     let history = read_jsonl(&dir.join("messages.jsonl"));
     assert_eq!(history[0]["seq"], 1);
     assert!(
-        history.iter().any(|l| l["role"] == "user"
-            && l["content"].as_str().unwrap().contains("rename-to-content")),
+        history
+            .iter()
+            .any(|l| l["role"] == "user"
+                && l["content"].as_str().unwrap().contains("rename-to-content")),
         "{history:?}"
     );
-    assert!(history.iter().all(|l| l["role"] != "assistant"), "{history:?}");
+    assert!(
+        history.iter().all(|l| l["role"] != "assistant"),
+        "{history:?}"
+    );
     assert!(!dir.join("reply.content").exists());
 }
 
@@ -1295,7 +1300,10 @@ fn a_store_appending_other_than_what_the_host_gave_fails_naming_it() {
         "",
     );
     for (how, what) in [
-        ("forge", "the appended message is not the one the host gave (content differ)"),
+        (
+            "forge",
+            "the appended message is not the one the host gave (content differ)",
+        ),
         ("torn", "ends with a torn line"),
         ("repeat", "got 2 lines for one message"),
         ("split", "got different messages for seq 3 (content differ)"),
@@ -1325,8 +1333,14 @@ fn a_formats_bad_or_oversized_reasoning_items_are_refused() {
         "",
     );
     for (how, what) in [
-        ("bad", "reasoning item 0: `provider` `openai\\u{1b}[2J\\r\\nforged` is not a name"),
-        ("huge-mib:20", "its reasoning items hold more than 16777216 bytes"),
+        (
+            "bad",
+            "reasoning item 0: `provider` `openai\\u{1b}[2J\\r\\nforged` is not a name",
+        ),
+        (
+            "huge-mib:20",
+            "its reasoning items hold more than 16777216 bytes",
+        ),
     ] {
         let uuid = submit(&env, &format!("HOSTILE reasoning={how}\ngo"));
         run(&env);

@@ -488,7 +488,10 @@ fn show_says_the_model_is_waited_for_while_a_stalled_stream_is_retried() {
             Duration::from_secs(10),
         ),
         // 0.3 s between events: the retry streams for a few seconds.
-        Reply::text("A slow but steady stream of text, the whole answer.", Some((10, 2))),
+        Reply::text(
+            "A slow but steady stream of text, the whole answer.",
+            Some((10, 2)),
+        ),
     ]);
     llm.set_stream_delay(Duration::from_millis(300));
     let env = streaming_env(&llm, "  idle_timeout_secs: 1\n");

@@ -604,7 +604,11 @@ fn a_huge_attribute_is_cut_so_the_collector_takes_its_batch() {
         env.ctxhost(&["run", "--once", "--poll-ms", "20"]).ok();
         assert_eq!(env.row(&uuid)["status"], "completed");
         let g = got.lock().unwrap();
-        assert_eq!(g.refused, Vec::<usize>::new(), "the collector refused batches");
+        assert_eq!(
+            g.refused,
+            Vec::<usize>::new(),
+            "the collector refused batches"
+        );
         let mut chats: Vec<&Span> = g
             .spans
             .iter()
@@ -613,13 +617,11 @@ fn a_huge_attribute_is_cut_so_the_collector_takes_its_batch() {
             .collect();
         chats.sort_by_key(|s| s.start_time_unix_nano);
         let last = chats.last().expect("a chat span");
-        lengths.push(
-            str_attr(last, "gen_ai.output.messages")
-                .chars()
-                .count(),
-        );
+        lengths.push(str_attr(last, "gen_ai.output.messages").chars().count());
         assert!(
-            g.spans.iter().any(|(_, s)| s.name == "invoke_agent ctxhost"),
+            g.spans
+                .iter()
+                .any(|(_, s)| s.name == "invoke_agent ctxhost"),
             "the task's span was lost"
         );
     }

@@ -115,8 +115,7 @@ impl Setup {
             "port {} still taken",
             self.port
         );
-        let notes =
-            std::fs::read_to_string(self.state.path().join("notifications.jsonl")).unwrap();
+        let notes = std::fs::read_to_string(self.state.path().join("notifications.jsonl")).unwrap();
         assert!(
             notes.contains("notifications/cancelled"),
             "no notifications/cancelled: {notes}"
@@ -153,7 +152,8 @@ fn running(pid: u32) -> bool {
 fn wait_for_status(env: &TestEnv, uuid: &str, status: &str) -> Duration {
     let started = Instant::now();
     assert!(
-        wait_until(Duration::from_secs(30), || env.row(uuid)["status"] == status),
+        wait_until(Duration::from_secs(30), || env.row(uuid)["status"]
+            == status),
         "task {uuid} is not {status}: {}",
         env.row(uuid)
     );
@@ -211,8 +211,7 @@ fn a_stop_interrupts_a_running_tool_call_and_stops_all_its_processes() {
     assert!(worker.wait().unwrap().success());
     s.assert_all_stopped(pgid, setsid_pid);
     assert!(
-        s.recorded_call(&uuid)
-            .contains("interrupted by stop after"),
+        s.recorded_call(&uuid).contains("interrupted by stop after"),
         "{}",
         s.recorded_call(&uuid)
     );
@@ -222,7 +221,10 @@ fn a_stop_interrupts_a_running_tool_call_and_stops_all_its_processes() {
 /// tool's processes are gone.
 fn ask_interrupted_by(signal: libc::c_int) {
     let s = setup();
-    let mut ask = s.env.ctxhost_cmd(&["ask", "--json", "Start the servers"]).spawn();
+    let mut ask = s
+        .env
+        .ctxhost_cmd(&["ask", "--json", "Start the servers"])
+        .spawn();
     let (pgid, setsid_pid) = s.wait_for_the_tool();
     let asked = Instant::now();
     // SAFETY: kill(2) with a valid signal number has no memory-safety preconditions.
@@ -278,6 +280,7 @@ fn a_timed_out_call_stops_what_it_started_and_the_server_goes_on() {
                 state.path().display().to_string(),
             )]),
             cwd: None,
+            ..Default::default()
         },
     )]);
     let config = ToolsConfig {
@@ -286,7 +289,7 @@ fn a_timed_out_call_stops_what_it_started_and_the_server_goes_on() {
         start_timeout_secs: 30,
         ..Default::default()
     };
-    let mut registry = ToolRegistry::start(&servers, &config).unwrap();
+    let mut registry = ToolRegistry::start(&servers, &config, &Default::default()).unwrap();
     let args = json!({ "port": port }).to_string();
     let outcome = registry.call("spawn", &args).unwrap();
     let CallOutcome::Error(text) = outcome else {
@@ -307,7 +310,8 @@ fn a_timed_out_call_stops_what_it_started_and_the_server_goes_on() {
         .parse()
         .unwrap();
     assert!(
-        wait_until(Duration::from_secs(5), || !running(setsid_pid) && port_is_free(port)),
+        wait_until(Duration::from_secs(5), || !running(setsid_pid)
+            && port_is_free(port)),
         "setsid child running: {}, port free: {}",
         running(setsid_pid),
         port_is_free(port)

@@ -710,7 +710,10 @@ fn a_stalled_or_broken_stream_keeps_its_last_bytes_with_a_key_configured() {
     std::thread::sleep(Duration::from_millis(1000));
     let during = fs::read_to_string(&stream).unwrap();
     assert_eq!(during.matches("data: ").count(), 3, "{during}");
-    assert!(during.ends_with("chunk\"}\n\n"), "the last event whole: {during:?}");
+    assert!(
+        during.ends_with("chunk\"}\n\n"),
+        "the last event whole: {during:?}"
+    );
     call.join().unwrap().unwrap();
     // Stalls 3 s, idle timeout 1 s: broken off, kept whole.
     let t = transport(&llm.base_url(), |c| {
@@ -724,5 +727,8 @@ fn a_stalled_or_broken_stream_keeps_its_last_bytes_with_a_key_configured() {
     assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
     let kept = fs::read_to_string(f.task.file_path("failed-streams/1.stream")).unwrap();
     assert_eq!(kept.matches("data: ").count(), 3, "{kept}");
-    assert!(kept.ends_with("chunk\"}\n\n"), "every byte received: {kept:?}");
+    assert!(
+        kept.ends_with("chunk\"}\n\n"),
+        "every byte received: {kept:?}"
+    );
 }

@@ -175,13 +175,15 @@ pub fn is_transient_error(error: &Value) -> bool {
     let Value::Object(map) = error else {
         return false;
     };
-    ["type", "code", "status"].into_iter().any(|k| match map.get(k) {
-        Some(Value::String(v)) => {
-            KINDS.contains(&v.as_str()) || v.parse().is_ok_and(|n| STATUSES.contains(&n))
-        }
-        Some(Value::Number(n)) => n.as_u64().is_some_and(|n| STATUSES.contains(&n)),
-        _ => false,
-    })
+    ["type", "code", "status"]
+        .into_iter()
+        .any(|k| match map.get(k) {
+            Some(Value::String(v)) => {
+                KINDS.contains(&v.as_str()) || v.parse().is_ok_and(|n| STATUSES.contains(&n))
+            }
+            Some(Value::Number(n)) => n.as_u64().is_some_and(|n| STATUSES.contains(&n)),
+            _ => false,
+        })
 }
 
 /// Tool-call arguments as JSON text: a string is kept as is, a missing/`null` value becomes

@@ -195,7 +195,11 @@ mod tests {
     fn spec_example_with_a_comment_ids_and_a_last_block_without_its_blank_line() {
         let stream = ": test stream\n\ndata: first event\nid: 1\n\ndata:second event\nid\n\ndata:  third event\n";
         let e = events(stream);
-        assert_eq!(e.len(), 2, "the last block is not followed by a blank line: {e:?}");
+        assert_eq!(
+            e.len(),
+            2,
+            "the last block is not followed by a blank line: {e:?}"
+        );
         assert_eq!((e[0].data.as_str(), e[0].id.as_str()), ("first event", "1"));
         // `id` without a colon: an empty value, which resets the last event id.
         assert_eq!((e[1].data.as_str(), e[1].id.as_str()), ("second event", ""));
@@ -219,9 +223,17 @@ mod tests {
 
     #[test]
     fn spec_example_of_event_types() {
-        let e = events("event: add\ndata: 73857293\n\nevent: remove\ndata: 2153\n\nevent: add\ndata: 113411\n\n");
-        let got: Vec<(&str, &str)> = e.iter().map(|e| (e.kind.as_str(), e.data.as_str())).collect();
-        assert_eq!(got, [("add", "73857293"), ("remove", "2153"), ("add", "113411")]);
+        let e = events(
+            "event: add\ndata: 73857293\n\nevent: remove\ndata: 2153\n\nevent: add\ndata: 113411\n\n",
+        );
+        let got: Vec<(&str, &str)> = e
+            .iter()
+            .map(|e| (e.kind.as_str(), e.data.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [("add", "73857293"), ("remove", "2153"), ("add", "113411")]
+        );
         assert_eq!(events("data: x\n\n")[0].kind, "message");
     }
 
@@ -240,7 +252,10 @@ mod tests {
 
     #[test]
     fn line_ends_crlf_cr_and_lf_and_a_leading_bom() {
-        assert_eq!(data("\u{feff}data: a\r\n\r\ndata: b\rdata: c\r\r\n"), ["a", "b\nc"]);
+        assert_eq!(
+            data("\u{feff}data: a\r\n\r\ndata: b\rdata: c\r\r\n"),
+            ["a", "b\nc"]
+        );
     }
 
     #[test]
@@ -256,7 +271,10 @@ mod tests {
         // The type of the event without data was dropped with it.
         p.line("data: {}");
         let e = p.line("").unwrap();
-        assert_eq!((e.kind.as_str(), e.id.as_str(), e.line), ("message", "7", 8));
+        assert_eq!(
+            (e.kind.as_str(), e.id.as_str(), e.line),
+            ("message", "7", 8)
+        );
     }
 
     #[test]
@@ -272,7 +290,9 @@ mod tests {
 
     #[test]
     fn a_multi_line_json_event_is_whole_json() {
-        let e = events("event: message_delta\ndata: {\"type\":\"message_delta\",\ndata:  \"delta\":{\"stop_reason\":\"end_turn\"}}\n\n");
+        let e = events(
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\ndata:  \"delta\":{\"stop_reason\":\"end_turn\"}}\n\n",
+        );
         let v: serde_json::Value = serde_json::from_str(&e[0].data).unwrap();
         assert_eq!(v["delta"]["stop_reason"], "end_turn");
         assert_eq!(e[0].line, 1);

@@ -428,7 +428,11 @@ mod tests {
         assert!(fold(&[]).unwrap_err().contains("cut off"));
         // Typed: a cut is told apart from a whole stream that cannot be folded.
         let mut s = OpenAiStream::new();
-        events(&mut s, &[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#]).unwrap();
+        events(
+            &mut s,
+            &[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#],
+        )
+        .unwrap();
         assert!(s.finish().unwrap_err().is_cut());
         let mut s = OpenAiStream::new();
         events(
@@ -467,20 +471,32 @@ mod tests {
     fn a_stream_ending_inside_an_event_is_cut() {
         // The last line has no `\n`: the end of the stream dispatches nothing.
         let mut s = OpenAiStream::new();
-        events(&mut s, &[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#]).unwrap();
-        s.last_line(r#"data: {"id":"x","object":"chat.com"#).unwrap();
+        events(
+            &mut s,
+            &[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#],
+        )
+        .unwrap();
+        s.last_line(r#"data: {"id":"x","object":"chat.com"#)
+            .unwrap();
         let e = s.finish().unwrap_err();
         assert!(e.is_cut(), "{e}");
         assert!(e.to_string().contains("after 3 lines"), "{e}");
         // Even a whole error object: an event is dispatched by its blank line only.
         let mut s = OpenAiStream::new();
-        events(&mut s, &[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#]).unwrap();
-        s.last_line(r#"data: {"error":{"message":"quota"}}"#).unwrap();
+        events(
+            &mut s,
+            &[r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#],
+        )
+        .unwrap();
+        s.last_line(r#"data: {"error":{"message":"quota"}}"#)
+            .unwrap();
         assert!(s.finish().unwrap_err().is_cut());
         // And a whole event without the blank line after it.
         let mut s = OpenAiStream::new();
-        s.line(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#).unwrap();
-        s.line(r#"data: {"choices":[{"delta":{},"finish_reason":"stop"}]}"#).unwrap();
+        s.line(r#"data: {"choices":[{"delta":{"content":"Hel"}}]}"#)
+            .unwrap();
+        s.line(r#"data: {"choices":[{"delta":{},"finish_reason":"stop"}]}"#)
+            .unwrap();
         assert!(s.finish().unwrap_err().is_cut());
     }
 

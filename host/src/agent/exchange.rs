@@ -469,7 +469,10 @@ impl TaskFiles {
             }
         });
         if let Err(e) = walked {
-            tracing::warn!("cannot list the task directory {}: {e}", dir.path().display());
+            tracing::warn!(
+                "cannot list the task directory {}: {e}",
+                dir.path().display()
+            );
         }
         TaskFiles(ids)
     }
@@ -637,20 +640,18 @@ fn reply_json_bytes(dir: &TaskDir, reply: &Reply) -> u64 {
     if let Some(name) = &reply.content_file {
         let text = dir.open_read_if_exists(name).ok().flatten().map(|f| {
             let mut total = 0u64;
-            let counted =
-                ctxhost_format::content_file::for_each_text_block(std::io::BufReader::new(f), |block| {
+            let counted = ctxhost_format::content_file::for_each_text_block(
+                std::io::BufReader::new(f),
+                |block| {
                     total += escaped(block);
                     Ok(())
-                });
+                },
+            );
             (counted, total)
         });
         n += match text {
             Some((Ok(_), total)) => total,
-            _ => dir
-                .metadata(name)
-                .ok()
-                .flatten()
-                .map_or(0, |m| m.len()),
+            _ => dir.metadata(name).ok().flatten().map_or(0, |m| m.len()),
         };
     }
     n

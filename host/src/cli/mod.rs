@@ -682,7 +682,10 @@ fn remote_preflight(env: &Env) -> anyhow::Result<()> {
     let store = crate::remote::Store::open(&once)?;
     env.layout.ensure()?;
     match crate::remote::fencing::ensure(&store, &env.layout) {
-        Err(e) if e.downcast_ref::<crate::remote::store::Unreachable>().is_some() => {
+        Err(e)
+            if e.downcast_ref::<crate::remote::store::Unreachable>()
+                .is_some() =>
+        {
             tracing::warn!("cannot probe the object store's conditional writes now: {e:#}");
             Ok(())
         }

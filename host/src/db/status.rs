@@ -9,7 +9,17 @@ use serde::{Deserialize, Serialize};
 /// `stopped`. Which directory each keeps and which changes are allowed:
 /// [`crate::lifecycle::dir_rule`], [`crate::lifecycle::allowed`].
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord, utoipa::ToSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    utoipa::ToSchema,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Status {

@@ -4,9 +4,9 @@
 
 use std::io::{Read, Seek, SeekFrom};
 
+use super::HistoryError;
 use super::read::{Budget, for_each_line};
 use super::search::spilled_file;
-use super::HistoryError;
 use crate::task_dir::TaskDir;
 
 /// A window of a cut tool result's full text.
@@ -47,9 +47,8 @@ pub fn read_full(
         found = Some(line);
         false
     })?;
-    let line = found.ok_or_else(|| {
-        HistoryError::Argument(format!("there is no message with seq {seq}"))
-    })?;
+    let line = found
+        .ok_or_else(|| HistoryError::Argument(format!("there is no message with seq {seq}")))?;
     let file = (line.role == "tool")
         .then(|| spilled_file(line.content.as_deref().unwrap_or("")))
         .flatten()
@@ -83,7 +82,9 @@ pub fn read_full(
     }
     f.seek(SeekFrom::Start(start)).map_err(io)?;
     let mut bytes = Vec::new();
-    f.take(budget.max_bytes()).read_to_end(&mut bytes).map_err(io)?;
+    f.take(budget.max_bytes())
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
     // A character cut at the end of what was read is left for the next window.
     let whole = match std::str::from_utf8(&bytes) {
         Ok(_) => bytes.len(),
@@ -93,7 +94,11 @@ pub fn read_full(
     bytes.truncate(whole);
     let text = String::from_utf8_lossy(&bytes).into_owned();
     let fits = budget.cost(&text) <= budget.limit();
-    let keep = if fits { text.len() } else { budget.window(&text) };
+    let keep = if fits {
+        text.len()
+    } else {
+        budget.window(&text)
+    };
     let kept_bytes = file_bytes_of(&bytes, keep);
     let mut text = text;
     text.truncate(keep);
@@ -182,9 +187,16 @@ mod tests {
         assert_eq!(p.start, at - 1);
         assert!(p.text.starts_with('é'));
         // Not a cut tool output, or no such message: named.
-        let e = read_full(&dir, 1, 0, Budget::Bytes(100)).unwrap_err().to_string();
-        assert!(e.contains("message 1 (user) is not a tool output that was cut"), "{e}");
-        let e = read_full(&dir, 9, 0, Budget::Bytes(100)).unwrap_err().to_string();
+        let e = read_full(&dir, 1, 0, Budget::Bytes(100))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("message 1 (user) is not a tool output that was cut"),
+            "{e}"
+        );
+        let e = read_full(&dir, 9, 0, Budget::Bytes(100))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no message with seq 9"), "{e}");
     }
 }

@@ -344,11 +344,13 @@ fn long_line(
             std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default()
         }
         Err(_) => {
-            return Err(HistoryError::Line(ctxhost_format::jsonl::JsonlError::Invalid {
-                file: dir.show(MESSAGES),
-                line: seq,
-                message: "not valid UTF-8".into(),
-            }));
+            return Err(HistoryError::Line(
+                ctxhost_format::jsonl::JsonlError::Invalid {
+                    file: dir.show(MESSAGES),
+                    line: seq,
+                    message: "not valid UTF-8".into(),
+                },
+            ));
         }
     };
     let keep = if budget.cost(text) <= budget.limit() {
@@ -615,7 +617,9 @@ mod tests {
         let half = "x".repeat(MAX_LINE_BYTES / 2);
         let huge = format!("HUGE {half}{} {half}€€ END", "€".repeat(100));
         let line = |seq: u64, role: &str, text: &str| {
-            format!(r#"{{"seq":{seq},"role":"{role}","content":"{text}","timestamp":"t","tokens":1}}"#)
+            format!(
+                r#"{{"seq":{seq},"role":"{role}","content":"{text}","timestamp":"t","tokens":1}}"#
+            )
         };
         let lines = [
             line(1, "user", "one"),
@@ -636,28 +640,49 @@ mod tests {
         assert_eq!((w.seq, w.start, w.len), (2, 0, lines[1].len() as u64));
         assert!(r.text.len() <= 1 << 20 && w.end > 0);
         assert_eq!(r.text, format!("{}\n", &lines[1][..w.end as usize]));
-        assert_eq!(r.next, Some(Position { seq: 2, offset: w.end }));
+        assert_eq!(
+            r.next,
+            Some(Position {
+                seq: 2,
+                offset: w.end
+            })
+        );
         // From the middle of it (inside a character: moved back), then its end.
         let mid = lines[1].find('€').unwrap() as u64 + 1;
-        let r = read(&dir, Position { seq: 2, offset: mid }, 2, Budget::Bytes(1000)).unwrap();
+        let r = read(
+            &dir,
+            Position {
+                seq: 2,
+                offset: mid,
+            },
+            2,
+            Budget::Bytes(1000),
+        )
+        .unwrap();
         let w = r.window.unwrap();
         let back = lines[1].floor_char_boundary(mid as usize);
         assert_eq!(w.start, back as u64);
         assert_eq!(r.text, format!("{}\n", &lines[1][back..w.end as usize]));
         let near_end = lines[1].len() as u64 - 20;
-        let r = read(&dir, Position { seq: 2, offset: near_end }, 3, Budget::Bytes(1000)).unwrap();
+        let r = read(
+            &dir,
+            Position {
+                seq: 2,
+                offset: near_end,
+            },
+            3,
+            Budget::Bytes(1000),
+        )
+        .unwrap();
         assert_eq!(r.text, format!("{}\n", &lines[1][near_end as usize..]));
         assert_eq!(r.next, Some(Position::line(3)));
         // The line after it reads, and so does a search.
         let r = read(&dir, Position::line(3), 3, Budget::Bytes(1000)).unwrap();
         assert_eq!(r.text, format!("{}\n", lines[2]));
         assert_eq!(r.last_seq_seen, 3);
-        let found = crate::history::search(
-            &dir,
-            &crate::history::Query::words("needle").unwrap(),
-            10,
-        )
-        .unwrap();
+        let found =
+            crate::history::search(&dir, &crate::history::Query::words("needle").unwrap(), 10)
+                .unwrap();
         assert_eq!(found.hits.len(), 1);
         assert_eq!((found.hits[0].seq, found.messages), (3, 3));
     }

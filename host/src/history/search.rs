@@ -196,15 +196,14 @@ pub fn search(dir: &TaskDir, query: &Query, limit: usize) -> Result<Found, Histo
         loop {
             let line = match lines.next_bounded(MAX_LINE_BYTES)? {
                 None => break,
-                Some(NextLine::Line(n, bytes)) => {
-                    serde_json::from_slice::<HistoryLine>(bytes).map_err(|e| {
+                Some(NextLine::Line(n, bytes)) => serde_json::from_slice::<HistoryLine>(bytes)
+                    .map_err(|e| {
                         HistoryError::Line(ctxhost_format::jsonl::JsonlError::Invalid {
                             file: dir.show(MESSAGES),
                             line: n,
                             message: format!("not valid: {e}"),
                         })
-                    })?
-                }
+                    })?,
                 // A line too long to hold (a reply of more than 64 MiB): read past in blocks,
                 // unsearched; the lines after it are searched as usual.
                 Some(NextLine::Long { .. }) => {

@@ -29,6 +29,5 @@ pub use config::{AuthScheme, TransportConfig};
 pub use error::{TimeoutLimit, TransportError};
 pub use transport::{
     BodyKind, FAILED_STREAMS_DIR, Interruption, PostOutcome, RetryWait, STREAM_FRAMING_FACTOR,
-    Transport,
-    keep_failed_stream,
+    Transport, keep_failed_stream,
 };

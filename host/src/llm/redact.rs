@@ -235,7 +235,10 @@ mod tests {
         r.write_all(b"x sk-te").unwrap();
         assert_eq!(r.inner, b"x ");
         r.write_all(b"st-SECRET y").unwrap();
-        assert_eq!(String::from_utf8(r.finish().unwrap()).unwrap(), "x [redacted] y");
+        assert_eq!(
+            String::from_utf8(r.finish().unwrap()).unwrap(),
+            "x [redacted] y"
+        );
     }
 
     #[test]

@@ -590,7 +590,12 @@ impl Transport {
         if made >= self.cfg.max_retries.saturating_add(1) {
             return RetryWait::GiveUp;
         }
-        let delay = next_delay(made, retry_after, self.initial_backoff, self.cfg.max_backoff);
+        let delay = next_delay(
+            made,
+            retry_after,
+            self.initial_backoff,
+            self.cfg.max_backoff,
+        );
         if deadline.is_some_and(|d| Instant::now() + delay >= d) {
             return RetryWait::GiveUp;
         }

@@ -488,8 +488,8 @@ mod tests {
         // {read, history_search, unknown} × error, for both metrics.
         assert_eq!(counts, [6; 5], "{text}");
         assert!(
-            text.lines().any(|l| l
-                == r#"ctxhost_tool_calls_total{tool="unknown",status="error"} 1500"#),
+            text.lines()
+                .any(|l| l == r#"ctxhost_tool_calls_total{tool="unknown",status="error"} 1500"#),
             "{text}"
         );
         assert!(

@@ -1317,7 +1317,8 @@ mod tests {
                 r#"{{"seq":{seq},"role":"{role}","content":"{text}","timestamp":"2026-01-01T00:00:0{seq}.000Z","tokens":1}}"#
             ) + "\n"
         };
-        let three = line(1, "user", "first") + &line(2, "assistant", "one") + &line(3, "user", "second");
+        let three =
+            line(1, "user", "first") + &line(2, "assistant", "one") + &line(3, "user", "second");
         std::fs::write(t.dir.join(MESSAGES), &three).unwrap();
         assert_eq!(t.look().len(), 3);
         // Cut back to its first two records, then the third and a fourth appended again.

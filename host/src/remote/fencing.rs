@@ -99,9 +99,9 @@ fn probe_keys(store: &Store, first: &str, missing_key: &str) -> anyhow::Result<V
     }
     match store.probe_put(first, wrong())? {
         Err(e) if refused(&e) => {}
-        Ok(_) => missing.push(
-            "If-Match (a PUT with a wrong ETag was not refused with 412)".to_string(),
-        ),
+        Ok(_) => {
+            missing.push("If-Match (a PUT with a wrong ETag was not refused with 412)".to_string())
+        }
         Err(e) => missing.push(format!("If-Match with a wrong ETag (answered: {e})")),
     }
     let created = match store.probe_put(missing_key, wrong())? {

@@ -102,13 +102,15 @@ impl MessageStore {
     ) -> Result<AddedMessage, RuntimeError> {
         if let Some(marks) = marks {
             let full = matches!(self.bindings, Versioned::V0_3_0(_));
-            appended::check(&marks, message, content_file, added, full).map_err(
-                |reason| RuntimeError::Host {
+            appended::check(&marks, message, content_file, added, full).map_err(|reason| {
+                RuntimeError::Host {
                     component: self.sandbox.name().to_string(),
                     function: function.to_string(),
-                    reason: format!("{reason}; the step fails (the store must write what the host gives it)"),
-                },
-            )?;
+                    reason: format!(
+                        "{reason}; the step fails (the store must write what the host gives it)"
+                    ),
+                }
+            })?;
         }
         self.last_seq = Some(added.seq);
         Ok(added)

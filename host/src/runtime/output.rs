@@ -281,9 +281,18 @@ mod tests {
             hello.contains("component=\"my.wasm\"") || hello.contains("component=my.wasm"),
             "{hello}"
         );
-        assert!(hello.contains("hook=\"compress\"") || hello.contains("hook=compress"), "{hello}");
-        assert!(hello.contains("stream=\"stdout\"") || hello.contains("stream=stdout"), "{hello}");
-        assert!(text.lines().any(|l| l.contains("no newline") && l.contains("compress")));
+        assert!(
+            hello.contains("hook=\"compress\"") || hello.contains("hook=compress"),
+            "{hello}"
+        );
+        assert!(
+            hello.contains("stream=\"stdout\"") || hello.contains("stream=stdout"),
+            "{hello}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.contains("no newline") && l.contains("compress"))
+        );
         let start_lines = text.lines().filter(|l| l.contains(" line ")).count();
         assert_eq!(start_lines, MAX_LINES_PER_CALL, "{text}");
         assert!(

@@ -166,7 +166,8 @@ fn checked_reply(reply: Reply, component: &str, max_bytes: u64) -> Result<Reply,
     reply.finish_reason = name(reply.finish_reason);
     let mut total = 0u64;
     for (i, item) in reply.message.reasoning.iter().enumerate() {
-        total = total.saturating_add((item.provider.len() + item.kind.len() + item.data.len()) as u64);
+        total =
+            total.saturating_add((item.provider.len() + item.kind.len() + item.data.len()) as u64);
         if total > max_bytes {
             return Err(format!(
                 "its reasoning items hold more than {max_bytes} bytes (the bound of a reply, llm.max_response_mib); refused"
@@ -290,30 +291,45 @@ mod tests {
         let finish = r.finish_reason.unwrap();
         assert!(finish.len() < 400, "{}", finish.len());
         assert!(!finish.chars().any(char::is_control), "{finish:?}");
-        assert!(finish.starts_with("\\u{1b}[31mstop\\r\\n\\u{7}"), "{finish}");
+        assert!(
+            finish.starts_with("\\u{1b}[31mstop\\r\\n\\u{7}"),
+            "{finish}"
+        );
         assert_eq!(r.model.as_deref(), Some("m\\u{1b}[2J"));
         assert_eq!(
-            checked_reply(reply_with(" ", vec![]), "test", 1).unwrap().finish_reason,
+            checked_reply(reply_with(" ", vec![]), "test", 1)
+                .unwrap()
+                .finish_reason,
             None
         );
-        let good = item("anthropic", "thinking", r#"{"type":"thinking","thinking":"a\nb"}"#);
+        let good = item(
+            "anthropic",
+            "thinking",
+            r#"{"type":"thinking","thinking":"a\nb"}"#,
+        );
         let ok = checked_reply(reply_with("stop", vec![good.clone()]), "test", 1 << 20).unwrap();
         assert_eq!(ok.message.reasoning, vec![good.clone()]);
         for (bad, why) in [
             (item("openai\u{1b}[2J", "summary", "{}"), "`provider`"),
             (item("openai", "", "{}"), "`kind`"),
             (item("openai", "summary\u{7}", "{}"), "`kind`"),
-            (item("openai", "summary", "{\"a\":1}\u{1b}[31m"), "control character"),
+            (
+                item("openai", "summary", "{\"a\":1}\u{1b}[31m"),
+                "control character",
+            ),
             (item("openai", "summary", "not json"), "not JSON text"),
         ] {
             let e = checked_reply(reply_with("stop", vec![good.clone(), bad]), "test", 1 << 20)
                 .unwrap_err();
-            assert!(e.starts_with("reasoning item 1: ") && e.contains(why), "{e}");
+            assert!(
+                e.starts_with("reasoning item 1: ") && e.contains(why),
+                "{e}"
+            );
             assert!(!e.contains('\u{1b}') && !e.contains('\u{7}'), "{e:?}");
         }
         let big = item("openai", "summary", &format!("\"{}\"", "x".repeat(4096)));
-        let e = checked_reply(reply_with("stop", vec![big.clone(), big]), "test", 8000)
-            .unwrap_err();
+        let e =
+            checked_reply(reply_with("stop", vec![big.clone(), big]), "test", 8000).unwrap_err();
         assert!(e.contains("more than 8000 bytes"), "{e}");
     }
 }

@@ -68,7 +68,9 @@ pub const GRACE: Duration = Duration::from_secs(2);
 pub const KEPT_OUTPUT_BYTES: usize = 256 * 1024;
 
 /// Resource limits of a sandboxed command (`tools.limits` in config.yaml).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// CPU time of each process, seconds (RLIMIT_CPU). Default 300.

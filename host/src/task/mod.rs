@@ -44,10 +44,10 @@ use crate::runtime::MessageStore;
 use crate::task_dir::TaskDir;
 use crate::untrusted;
 
+pub use crate::interrupt::InterruptProbe;
 pub use calls::{CallLog, CallRecord};
 pub use history_counts::HistoryCounts;
 pub use inheritance::Inheritance;
-pub use crate::interrupt::InterruptProbe;
 pub use metadata::{
     InheritedFrom, Metadata, MetadataConfig, MetadataTaskKey, SkippedPredecessor, read_metadata,
     write_metadata_once,

@@ -95,7 +95,10 @@ mod tests {
         assert_eq!(v.as_str().chars().count(), 4096);
         let mut a = Value::Array(Array::String(vec!["xyz".into(), "x".into()]));
         bound_value(&mut a, 2);
-        assert_eq!(a, Value::Array(Array::String(vec!["xy".into(), "x".into()])));
+        assert_eq!(
+            a,
+            Value::Array(Array::String(vec!["xy".into(), "x".into()]))
+        );
         let mut n = Value::I64(123456);
         bound_value(&mut n, 2);
         assert_eq!(n, Value::I64(123456));

@@ -105,7 +105,9 @@ pub struct ToolsConfig {
 }
 
 /// `tools.sandbox`: whether the built-in tools are confined by the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxMode {
     /// Confined; refuse to run `shell` and the write tools where the kernel cannot confine.

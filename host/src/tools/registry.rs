@@ -234,14 +234,12 @@ impl ToolRegistry {
         let tool = &self.tools[index];
         let server = self.servers.iter().find(|s| s.name() == tool.server);
         match (server, self.runtime.as_ref()) {
-            (Some(server), Some(runtime)) => {
-                runtime.block_on(server.call(
+            (Some(server), Some(runtime)) => runtime.block_on(server.call(
                 &tool.mcp_name,
                 arguments,
                 self.config.call_timeout(),
                 self.interrupt.as_ref(),
-            ))
-            }
+            )),
             _ => Err(ToolError::Died {
                 server: tool.server.clone(),
                 command: self.commands.get(&tool.server).cloned().unwrap_or_default(),
@@ -385,10 +383,7 @@ mod tests {
     fn a_host_tool_refuses_arguments_it_does_not_take() {
         let def = serde_json::json!({"type": "function", "function": {"name": "t",
             "parameters": {"type": "object", "properties": {"a": {}, "b": {}}}}});
-        assert_eq!(
-            parse_host_arguments(r#"{"a":1}"#, &def).unwrap()["a"],
-            1
-        );
+        assert_eq!(parse_host_arguments(r#"{"a":1}"#, &def).unwrap()["a"], 1);
         assert_eq!(parse_host_arguments("", &def).unwrap().len(), 0);
         assert_eq!(
             parse_host_arguments(r#"{"a":1,"task_id":"x","path":"/etc"}"#, &def).unwrap_err(),
@@ -396,7 +391,11 @@ mod tests {
         );
         let e = parse_host_arguments("{\"x\\u001b[2J\":1}", &def).unwrap_err();
         assert!(e.starts_with("unknown argument `x\\u{1b}[2J`"), "{e}");
-        assert!(parse_host_arguments("[1]", &def).unwrap_err().contains("an array"));
+        assert!(
+            parse_host_arguments("[1]", &def)
+                .unwrap_err()
+                .contains("an array")
+        );
     }
 
     #[test]

@@ -379,7 +379,9 @@ impl McpServer {
                 tracing::debug!(server = %name, pgid, found = t.found, killed = t.killed, "MCP server's processes stopped")
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(server = %name, "stopping the MCP server's processes failed: {e}"),
+            Err(e) => {
+                tracing::warn!(server = %name, "stopping the MCP server's processes failed: {e}")
+            }
         }
     }
 

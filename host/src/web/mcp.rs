@@ -22,19 +22,19 @@ use axum::Router;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, ListResourceTemplatesResult,
-    ListResourcesResult, PaginatedRequestParams, ProgressNotificationParam,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ResourceTemplate, ServerCapabilities, ServerConfig,
+    CallToolResult, ContentBlock, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, schemars, tool, tool_handler, tool_router};
 use serde::Deserialize;
 
+use super::api::Api;
 use super::api::auth::{Access, ApiAuth};
 use super::api::problem::Problem;
 use super::api::tasks::{Action, ListParams, NewTaskRequest};
-use super::api::Api;
 use crate::db::Status;
 
 /// Tasks whose files `resources/list` names (the newest).
@@ -224,7 +224,9 @@ impl CtxhostMcp {
         )
     }
 
-    #[tool(description = "ctxhost tasks, newest first, with filters and a cursor for the next page.")]
+    #[tool(
+        description = "ctxhost tasks, newest first, with filters and a cursor for the next page."
+    )]
     async fn list_tasks(&self, Parameters(a): Parameters<ListArgs>) -> CallToolResult {
         let api = self.api.clone();
         answer(
@@ -317,7 +319,9 @@ impl CtxhostMcp {
         }
     }
 
-    #[tool(description = "Ask a running ctxhost task to pause at its next safe point (as `ctxhost pause`).")]
+    #[tool(
+        description = "Ask a running ctxhost task to pause at its next safe point (as `ctxhost pause`)."
+    )]
     async fn pause_task(
         &self,
         Parameters(a): Parameters<PauseArgs>,
@@ -326,7 +330,9 @@ impl CtxhostMcp {
         self.control(&a.uuid, Action::Pause, a.reason, &ctx).await
     }
 
-    #[tool(description = "Queue a paused ctxhost task again; it continues from its context (as `ctxhost resume`).")]
+    #[tool(
+        description = "Queue a paused ctxhost task again; it continues from its context (as `ctxhost resume`)."
+    )]
     async fn resume_task(
         &self,
         Parameters(a): Parameters<TaskArgs>,
@@ -335,7 +341,9 @@ impl CtxhostMcp {
         self.control(&a.uuid, Action::Resume, None, &ctx).await
     }
 
-    #[tool(description = "Stop a ctxhost task: at once if queued or paused, at its next safe point if running (as `ctxhost stop`).")]
+    #[tool(
+        description = "Stop a ctxhost task: at once if queued or paused, at its next safe point if running (as `ctxhost stop`)."
+    )]
     async fn stop_task(
         &self,
         Parameters(a): Parameters<TaskArgs>,

@@ -28,15 +28,15 @@
 //! (SVG geometry), `pages` (page handlers), `task_page` (what the task page shows: `row`, `dir`, `views`), `actions`
 //! (POST handlers), `events` (change notifications), `assets` (embedded CSS/JS).
 
-pub(crate) mod api;
 mod actions;
+pub(crate) mod api;
 mod assets;
 mod call_series;
 mod charts;
 mod compactions;
 mod events;
-pub(crate) mod mcp;
 pub(crate) mod files;
+pub(crate) mod mcp;
 pub(crate) mod pager;
 pub(crate) mod pages;
 pub(crate) mod queries;

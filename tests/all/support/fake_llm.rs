@@ -677,7 +677,11 @@ impl<'a> Shape<'a> {
     /// `events` (whole events, blank line included) as this shape sends them to `path`.
     fn apply(&self, events: Vec<String>, path: &str) -> Vec<String> {
         let mut events: Vec<String> = if self.multi_line {
-            events.iter().enumerate().map(|(i, e)| multi_line(e, i)).collect()
+            events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| multi_line(e, i))
+                .collect()
         } else {
             events
         };
@@ -699,7 +703,11 @@ fn multi_line(event: &str, i: usize) -> String {
             .and_then(|d| serde_json::from_str::<Value>(d).ok());
         match json {
             Some(v) => {
-                for (k, part) in serde_json::to_string_pretty(&v).unwrap().lines().enumerate() {
+                for (k, part) in serde_json::to_string_pretty(&v)
+                    .unwrap()
+                    .lines()
+                    .enumerate()
+                {
                     let sep = if k % 2 == 0 { " " } else { "" };
                     out.push_str(&format!("data:{sep}{part}\n"));
                 }
@@ -722,12 +730,21 @@ fn error_event(path: &str, kind: &str) -> String {
         let data = json!({"type": "error", "error": {"type": kind, "message": message}});
         format!("event: error\ndata: {data}\n\n")
     } else if path == RESPONSES_PATH {
-        let code = if kind == "overloaded_error" { "server_error" } else { kind };
+        let code = if kind == "overloaded_error" {
+            "server_error"
+        } else {
+            kind
+        };
         let data = json!({"type": "error", "code": code, "message": message, "param": null});
         format!("event: error\ndata: {data}\n\n")
     } else {
-        let kind = if kind == "overloaded_error" { "server_error" } else { kind };
-        let data = json!({"error": {"message": message, "type": kind, "param": null, "code": null}});
+        let kind = if kind == "overloaded_error" {
+            "server_error"
+        } else {
+            kind
+        };
+        let data =
+            json!({"error": {"message": message, "type": kind, "param": null, "code": null}});
         format!("data: {data}\n\n")
     }
 }

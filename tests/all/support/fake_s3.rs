@@ -153,7 +153,11 @@ fn decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn error(code: u16, s3_code: &str, extra: &[(String, String)]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+fn error(
+    code: u16,
+    s3_code: &str,
+    extra: &[(String, String)],
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut headers = vec![("Content-Type".to_string(), "application/xml".to_string())];
     headers.extend_from_slice(extra);
     (

@@ -682,13 +682,19 @@ mod tests {
                 &[
                     r#"data: {"type":"message_start","message":{"role":"assistant"}}"#,
                     "event: error",
-                    &format!(r#"data: {{"type":"error","error":{{"type":"{kind}","message":"busy"}}}}"#),
+                    &format!(
+                        r#"data: {{"type":"error","error":{{"type":"{kind}","message":"busy"}}}}"#
+                    ),
                 ],
             )
             .unwrap_err();
             assert_eq!(e.sends_again(), again, "{kind}: {e:?}");
             assert!(!e.is_cut());
-            assert!(e.to_string().starts_with("line 3: the provider sent an error: busy"), "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with("line 3: the provider sent an error: busy"),
+                "{e}"
+            );
         }
     }
 

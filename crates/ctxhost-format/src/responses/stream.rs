@@ -380,7 +380,8 @@ impl ResponsesStream {
                     .and_then(|r| serde_json::from_str::<EndIn>(r.get()).ok())
                     .and_then(|r| r.error);
                 let transient = error.as_ref().is_some_and(is_transient_error);
-                let error = error_text(error.as_ref()).unwrap_or_else(|| "no error given".to_string());
+                let error =
+                    error_text(error.as_ref()).unwrap_or_else(|| "no error given".to_string());
                 let what = format!("the response failed: {error}");
                 return Err(if transient {
                     FoldError::Transient(what)
@@ -392,9 +393,9 @@ impl ResponsesStream {
                 let message = e.message.clone().unwrap_or_else(|| data.to_string());
                 let code = e.code.filter(|c| !c.is_null());
                 // The event itself is the error object (`{"type":"error","code","message"}`).
-                let transient = code.as_ref().is_some_and(|c| {
-                    is_transient_error(&serde_json::json!({ "code": c }))
-                });
+                let transient = code
+                    .as_ref()
+                    .is_some_and(|c| is_transient_error(&serde_json::json!({ "code": c })));
                 let what = match code {
                     Some(Value::String(c)) => {
                         format!("the provider sent an error: {message} (code: {c})")

@@ -40,9 +40,8 @@ impl Marks {
     pub(crate) fn of(task_dir: &Path, current: String, last_seq: Option<u64>) -> Option<Marks> {
         let dir = TaskDir::open(task_dir).ok()?;
         let current = crate::untrusted::component_path(&dir, &current).ok()?;
-        let len = |name: &str| -> Option<u64> {
-            Some(dir.metadata(name).ok()?.map_or(0, |m| m.len()))
-        };
+        let len =
+            |name: &str| -> Option<u64> { Some(dir.metadata(name).ok()?.map_or(0, |m| m.len())) };
         Some(Marks {
             messages_len: len(MESSAGES)?,
             current_len: len(&current)?,
@@ -126,7 +125,11 @@ fn compared(m: &ChatMessage, full: bool) -> ChatMessage {
         tool_call_id: m.tool_call_id.clone(),
         tool_name: if full { m.tool_name.clone() } else { None },
         is_error: full && m.is_error,
-        reasoning: if full { m.reasoning.clone() } else { Vec::new() },
+        reasoning: if full {
+            m.reasoning.clone()
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -173,7 +176,11 @@ fn message_of(line: &HistoryLine) -> ChatMessage {
 /// The seq at the start of a history line (`{"seq":N,…`), if there.
 fn seq_at_start(head: &[u8]) -> Option<u64> {
     let rest = head.strip_prefix(b"{\"seq\":")?;
-    let digits: Vec<u8> = rest.iter().take_while(|b| b.is_ascii_digit()).copied().collect();
+    let digits: Vec<u8> = rest
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .copied()
+        .collect();
     std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
@@ -267,8 +274,11 @@ mod tests {
             serde_json::to_string(&first).unwrap() + "\n",
         )
         .unwrap();
-        std::fs::write(tmp.path().join("current.jsonl"), "{\"role\":\"user\",\"content\":\"go\"}\n")
-            .unwrap();
+        std::fs::write(
+            tmp.path().join("current.jsonl"),
+            "{\"role\":\"user\",\"content\":\"go\"}\n",
+        )
+        .unwrap();
         let marks = Marks::of(tmp.path(), "current.jsonl".into(), Some(1)).unwrap();
         let append = |name: &str, text: &str| {
             use std::io::Write;
@@ -285,8 +295,12 @@ mod tests {
     }
 
     fn line(seq: u64, text: &str) -> String {
-        serde_json::to_string(&HistoryLine::of(seq, &ChatMessage::text("assistant", text), "t"))
-            .unwrap()
+        serde_json::to_string(&HistoryLine::of(
+            seq,
+            &ChatMessage::text("assistant", text),
+            "t",
+        ))
+        .unwrap()
             + "\n"
     }
 
@@ -306,7 +320,10 @@ mod tests {
                 "seq 2: the appended message is not the one the host gave (content differ)",
             ),
             (
-                [line(2, "the answer").trim_end().to_string(), current.to_string()],
+                [
+                    line(2, "the answer").trim_end().to_string(),
+                    current.to_string(),
+                ],
                 2,
                 "ends with a torn line",
             ),
@@ -321,7 +338,10 @@ mod tests {
                 "the appended line has seq 3 but the store answered seq 2",
             ),
             (
-                [line(2, "the answer") + &line(2, "the answer"), current.to_string()],
+                [
+                    line(2, "the answer") + &line(2, "the answer"),
+                    current.to_string(),
+                ],
                 2,
                 "got 2 lines for one message",
             ),
@@ -333,10 +353,17 @@ mod tests {
                 2,
                 "current.jsonl got different messages for seq 2 (content differ)",
             ),
-            ([line(2, "the answer"), String::new()], 2, "current.jsonl got no line"),
+            (
+                [line(2, "the answer"), String::new()],
+                2,
+                "current.jsonl got no line",
+            ),
         ] {
             let (_t, m) = setup(&[&lines[0], &lines[1]]);
-            let added = AddedMessage { seq: answered, tokens: 3 };
+            let added = AddedMessage {
+                seq: answered,
+                tokens: 3,
+            };
             let e = check(&m, &reply, None, added, true).unwrap_err();
             assert!(e.contains(error), "{e}\nwanted: {error}");
         }

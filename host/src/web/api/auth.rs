@@ -102,7 +102,11 @@ impl ApiAuth {
 /// extensions for the MCP tools), writes refused to read-only access (every method but
 /// `GET`/`HEAD`, except `POST /mcp`, whose tools check it themselves), and headers that keep
 /// answers out of caches and from being sniffed as another type.
-pub async fn guard(State(auth): State<std::sync::Arc<ApiAuth>>, mut req: Request, next: Next) -> Response {
+pub async fn guard(
+    State(auth): State<std::sync::Arc<ApiAuth>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let host = req
         .headers()
         .get(header::HOST)
@@ -136,7 +140,10 @@ pub async fn guard(State(auth): State<std::sync::Arc<ApiAuth>>, mut req: Request
         }
     };
     let h = response.headers_mut();
-    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     if !h.contains_key(header::CACHE_CONTROL) {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
@@ -152,7 +159,12 @@ mod tests {
         let none = ApiAuth::new(None, None).unwrap();
         assert_eq!(none.access(None, "127.0.0.1:7878"), Ok(Access::Read));
         assert_eq!(none.access(None, "evil.com").unwrap_err().status, 403);
-        assert!(none.refuse_write(Access::Read).unwrap().detail.contains("--token-env"));
+        assert!(
+            none.refuse_write(Access::Read)
+                .unwrap()
+                .detail
+                .contains("--token-env")
+        );
         let both = ApiAuth::new(
             Some("write-token-0123456789".into()),
             Some("read-token-0123456789".into()),
@@ -166,9 +178,24 @@ mod tests {
             both.access(Some("Bearer read-token-0123456789"), "x"),
             Ok(Access::Read)
         );
-        assert!(both.refuse_write(Access::Read).unwrap().detail.contains("read-only"));
+        assert!(
+            both.refuse_write(Access::Read)
+                .unwrap()
+                .detail
+                .contains("read-only")
+        );
         assert_eq!(both.access(None, "127.0.0.1").unwrap_err().status, 401);
-        assert_eq!(both.access(Some("Bearer nope"), "127.0.0.1").unwrap_err().status, 401);
-        assert_eq!(both.access(Some("Basic abc"), "127.0.0.1").unwrap_err().status, 401);
+        assert_eq!(
+            both.access(Some("Bearer nope"), "127.0.0.1")
+                .unwrap_err()
+                .status,
+            401
+        );
+        assert_eq!(
+            both.access(Some("Basic abc"), "127.0.0.1")
+                .unwrap_err()
+                .status,
+            401
+        );
     }
 }

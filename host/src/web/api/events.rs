@@ -170,9 +170,9 @@ impl Feed {
 }
 
 fn error_event(message: &str) -> SseEvent {
-    SseEvent::default().event("error").data(
-        serde_json::json!({"event": "error", "text": message}).to_string(),
-    )
+    SseEvent::default()
+        .event("error")
+        .data(serde_json::json!({"event": "error", "text": message}).to_string())
 }
 
 /// `GET /api/v1/tasks/{uuid}/events`.
@@ -226,8 +226,8 @@ async fn open(
         let db = check.store.get()?;
         check.row(&db, &u).map(|_| ())
     })
-        .await
-        .map_err(|e| Problem::from(anyhow::anyhow!("request handler failed: {e}")))??;
+    .await
+    .map_err(|e| Problem::from(anyhow::anyhow!("request handler failed: {e}")))??;
     let state = Feed {
         following: Some(Following::new(&uuid)),
         api,
@@ -253,10 +253,30 @@ mod tests {
         let delta = Event::ReplyDelta { text: "a".into() };
         let note = Event::Note { text: "n".into() };
         let id = EventId::default().next(&note).next(&delta).next(&delta);
-        assert_eq!(id, EventId { durable: 1, volatile: 2 });
-        assert_eq!(id.next(&note), EventId { durable: 2, volatile: 0 });
+        assert_eq!(
+            id,
+            EventId {
+                durable: 1,
+                volatile: 2
+            }
+        );
+        assert_eq!(
+            id.next(&note),
+            EventId {
+                durable: 2,
+                volatile: 0
+            }
+        );
         assert_eq!(EventId::parse(&id.to_string()), Some(id));
-        assert!(EventId { durable: 1, volatile: 9 } < EventId { durable: 2, volatile: 0 });
+        assert!(
+            EventId {
+                durable: 1,
+                volatile: 9
+            } < EventId {
+                durable: 2,
+                volatile: 0
+            }
+        );
         for bad in ["", "1", "a.b", "1.2.3", "-1.0"] {
             assert_eq!(EventId::parse(bad), None, "{bad}");
         }

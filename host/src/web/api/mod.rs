@@ -156,8 +156,7 @@ fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
     } else {
         bytes
     };
-    serde_json::from_slice(bytes)
-        .map_err(|e| Problem::bad_request(format!("bad JSON body: {e}")))
+    serde_json::from_slice(bytes).map_err(|e| Problem::bad_request(format!("bad JSON body: {e}")))
 }
 
 fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
@@ -293,11 +292,7 @@ async fn task_file(
 ) -> Result<Response, Problem> {
     let uuid = uuid_of(&uuid)?;
     let bytes = blocking(move || api.file(&uuid, &name)).await?;
-    Ok((
-        [(header::CONTENT_TYPE, "application/octet-stream")],
-        bytes,
-    )
-        .into_response())
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
 }
 
 /// `GET /api/v1/tasks/{uuid}/compactions`.

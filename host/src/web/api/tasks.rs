@@ -264,7 +264,11 @@ impl Api {
         let mut tasks = Queries::new(&db).task_page(&q)?;
         let more = tasks.len() > limit as usize;
         tasks.truncate(limit as usize);
-        let next_cursor = if more { tasks.last().map(cursor_of) } else { None };
+        let next_cursor = if more {
+            tasks.last().map(cursor_of)
+        } else {
+            None
+        };
         Ok(TaskPage { tasks, next_cursor })
     }
 
@@ -272,7 +276,8 @@ impl Api {
     pub fn get(&self, uuid: &str) -> Result<TaskDetail, Problem> {
         let db = self.store.get()?;
         self.row(&db, uuid)?;
-        let report = crate::ops::show::show_with(&db, &self.layout, uuid, 0, self.remote.as_deref())?;
+        let report =
+            crate::ops::show::show_with(&db, &self.layout, uuid, 0, self.remote.as_deref())?;
         let cost_usd =
             crate::task::cost::task_cost(&self.layout, &report.task, &self.config.llm.pricing);
         Ok(TaskDetail {
@@ -300,9 +305,9 @@ impl Api {
             match v.as_deref().map(str::trim) {
                 None => Ok(None),
                 Some("") => Err(Problem::bad_request(format!("{field} must not be empty"))),
-                Some(s) if s.chars().any(char::is_control) => Err(Problem::bad_request(
-                    format!("{field} must not contain control characters"),
-                )),
+                Some(s) if s.chars().any(char::is_control) => Err(Problem::bad_request(format!(
+                    "{field} must not contain control characters"
+                ))),
                 Some(s) => Ok(Some(s.to_string())),
             }
         };
@@ -416,7 +421,11 @@ impl Api {
     pub fn files(&self, uuid: &str) -> Result<Vec<FileEntry>, Problem> {
         let db = self.store.get()?;
         self.row(&db, uuid)?;
-        let dir = match crate::web::files::open_for_reading(&self.layout, self.remote.as_deref(), uuid)? {
+        let dir = match crate::web::files::open_for_reading(
+            &self.layout,
+            self.remote.as_deref(),
+            uuid,
+        )? {
             Some(d) => d,
             None => return Ok(Vec::new()),
         };
@@ -444,7 +453,9 @@ impl Api {
         if len > FILE_MAX {
             return Err(Problem::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("{name} is {len} bytes, more than the API hands out ({FILE_MAX} bytes); read it in the task directory"),
+                format!(
+                    "{name} is {len} bytes, more than the API hands out ({FILE_MAX} bytes); read it in the task directory"
+                ),
             ));
         }
         let mut bytes = Vec::with_capacity(len as usize);
