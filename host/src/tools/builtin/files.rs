@@ -84,9 +84,38 @@ fn read_up_to(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
+/// Refuse a write under a hidden path (contexts/, the config) before anything is created: the
+/// real path of `rel`'s nearest existing ancestor in `dir`, with the rest of `rel` joined, is
+/// checked (a link inside the workspace that leads into contexts/ is followed as the write would).
+fn check_nearest_ancestor(
+    ws: &Workspace,
+    dir: &cap_std::fs::Dir,
+    rel: &std::path::Path,
+    shown: &str,
+) -> Result<(), String> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let mut ancestor = rel.parent();
+    loop {
+        let a = match ancestor {
+            Some(a) if !a.as_os_str().is_empty() => a,
+            _ => std::path::Path::new("."),
+        };
+        if let Ok(d) = dir.open_dir(a) {
+            let real = std::fs::read_link(format!("/proc/self/fd/{}", d.as_fd().as_raw_fd()))
+                .map_err(|e| format!("{shown}: cannot tell where it is: {e}"))?;
+            return ws.check_real(&real.join(rel.strip_prefix(a).unwrap_or(rel)), shown);
+        }
+        if a == std::path::Path::new(".") {
+            return Ok(());
+        }
+        ancestor = a.parent();
+    }
+}
+
 /// `write_file`: replace (or create, with its parent directories) `path` with `content`.
 pub fn write(ws: &Workspace, path: &str, content: &str) -> Result<String, String> {
     let r = ws.resolve(path)?;
+    check_nearest_ancestor(ws, &r.dir, &r.rel, path)?;
     if let Some(parent) = r.rel.parent().filter(|p| !p.as_os_str().is_empty()) {
         r.dir
             .create_dir_all(parent)
@@ -159,4 +188,54 @@ pub fn edit(
     f.write_all(edited.as_bytes())
         .map_err(|e| format!("{path}: {e}"))?;
     Ok(format!("replaced {} occurrence(s) in {path}", starts.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_write_under_contexts_creates_nothing() {
+        let ws_dir = tempfile::tempdir().unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let contexts = ws_dir.path().join("contexts");
+        std::fs::create_dir_all(contexts.join("running")).unwrap();
+        std::os::unix::fs::symlink("contexts/running", ws_dir.path().join("link")).unwrap();
+        let ws =
+            Workspace::open(ws_dir.path(), temp.path(), std::slice::from_ref(&contexts)).unwrap();
+        for path in [
+            "contexts/newdir/sub/x.txt",
+            "contexts/running/u/metadata.json",
+            "link/new/x",
+        ] {
+            let err = write(&ws, path, "x").unwrap_err();
+            assert!(err.contains("is ctxhost's own"), "{path}: {err}");
+        }
+        assert!(!contexts.join("newdir").exists());
+        assert!(!contexts.join("running/u").exists());
+        assert!(!contexts.join("running/new").exists());
+        // A write elsewhere in the workspace still creates its directories.
+        write(&ws, "src/new/x.txt", "x").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws_dir.path().join("src/new/x.txt")).unwrap(),
+            "x"
+        );
+    }
+
+    #[test]
+    fn a_workspace_inside_contexts_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let contexts = root.path().join("contexts");
+        std::fs::create_dir_all(contexts.join("completed")).unwrap();
+        for ws in [contexts.clone(), contexts.join("completed")] {
+            let Err(err) = Workspace::open(&ws, temp.path(), std::slice::from_ref(&contexts))
+            else {
+                panic!("{} was accepted as a workspace", ws.display())
+            };
+            assert!(err.to_string().contains("inside ctxhost's own"), "{err}");
+        }
+        // The project that holds contexts/ (as `ask` in a repository) is a workspace.
+        assert!(Workspace::open(root.path(), temp.path(), std::slice::from_ref(&contexts)).is_ok());
+    }
 }

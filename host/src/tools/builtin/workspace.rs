@@ -31,18 +31,30 @@ pub struct Resolved<'a> {
 impl Workspace {
     /// Open `root` and `temp_root` (both must be directories); `hidden` are paths that no tool
     /// may touch (canonicalised here; missing ones are ignored).
+    ///
+    /// Errors: either cannot be opened, or the workspace is (beneath) a hidden path (a
+    /// workspace inside contexts/ would give the tools every task's files and the task store).
     pub fn open(root: &Path, temp_root: &Path, hidden: &[PathBuf]) -> std::io::Result<Workspace> {
         let root = root.canonicalize()?;
         let temp_root = temp_root.canonicalize()?;
+        let hidden: Vec<PathBuf> = hidden
+            .iter()
+            .filter_map(|p| p.canonicalize().ok())
+            .collect();
+        if let Some(h) = hidden.iter().find(|h| root.starts_with(h)) {
+            return Err(std::io::Error::other(format!(
+                "the workspace {} is inside ctxhost's own {} (the task store or the config): \
+                 the tools would reach every task's files",
+                root.display(),
+                h.display()
+            )));
+        }
         Ok(Workspace {
             dir: Dir::open_ambient_dir(&root, ambient_authority())?,
             temp: Dir::open_ambient_dir(&temp_root, ambient_authority())?,
             root,
             temp_root,
-            hidden: hidden
-                .iter()
-                .filter_map(|p| p.canonicalize().ok())
-                .collect(),
+            hidden,
         })
     }
 
