@@ -115,7 +115,7 @@ fn check_nearest_ancestor(
 /// `write_file`: replace (or create, with its parent directories) `path` with `content`.
 pub fn write(ws: &Workspace, path: &str, content: &str) -> Result<String, String> {
     let r = ws.resolve(path)?;
-    check_nearest_ancestor(ws, &r.dir, &r.rel, path)?;
+    check_nearest_ancestor(ws, r.dir, &r.rel, path)?;
     if let Some(parent) = r.rel.parent().filter(|p| !p.as_os_str().is_empty()) {
         r.dir
             .create_dir_all(parent)
