@@ -217,7 +217,7 @@ fn run_reading_task(compressor: &str) -> (TestEnv, Value, std::path::PathBuf, us
     });
     let env = TestEnv::new();
     let yaml = config(&llm.base_url(), compressor)
-        .replace("context_length: 1500", "context_length: 4000")
+        .replace("context_length: 1500", "context_length: 4100")
         + &format!(
             "mcp_servers:\n  fs:\n    command: {:?}\n    args: [{:?}]\n",
             crate::support::filesystem_server_bin()
