@@ -566,6 +566,14 @@ pub fn content_of(reply: &Reply) -> Option<(Vec<Value>, &'static str, Option<u64
         Reply::Raw { body } => {
             let v: Value = serde_json::from_str(body).ok()?;
             let blocks = v["content"].as_array().filter(|_| v["type"] == "message")?;
+            // A body whose usage holds something other than counts is sent as scripted: it tests
+            // how the host reads bad counts, which the fake's own usage would replace.
+            if v["usage"].as_object().is_some_and(|u| {
+                u.values()
+                    .any(|c| !(c.is_u64() || c.is_null() || c.is_object()))
+            }) {
+                return None;
+            }
             let stop = if blocks.iter().any(|b| b["type"] == "tool_use") {
                 "tool_use"
             } else {
