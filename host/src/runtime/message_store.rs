@@ -128,7 +128,10 @@ impl MessageStore {
         self.check_appended("add-message", marks, message, None, added)
     }
 
-    fn add_message_unchecked(
+    /// `add-message` without the host's check of what the store appended: the store's own
+    /// answer, for probing what a (hostile) store can reach (tests/all/runtime_sandbox.rs). A
+    /// task never calls it: [`MessageStore::add_message`] checks every append.
+    pub fn add_message_unchecked(
         &mut self,
         message: &ChatMessage,
         timestamp: &str,
