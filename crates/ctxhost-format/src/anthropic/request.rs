@@ -850,6 +850,8 @@ mod interleaved_tests {
         let mut fold = AnthropicStream::new();
         for line in events(&content) {
             fold.line(&line).unwrap();
+            // The blank line that ends each server-sent event.
+            fold.line("").unwrap();
         }
         let streamed = fold.finish().unwrap().message;
         assert_eq!(replayed(streamed), content);

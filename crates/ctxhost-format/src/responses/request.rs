@@ -751,10 +751,13 @@ mod interleaved_tests {
             for kind in ["response.output_item.added", "response.output_item.done"] {
                 let e = json!({"type": kind, "output_index": i, "item": item});
                 s.line(&format!("data: {e}")).unwrap();
+                // The blank line that ends each server-sent event.
+                s.line("").unwrap();
             }
         }
         let end = json!({"type": "response.completed", "response": {"status": "completed"}});
         s.line(&format!("data: {end}")).unwrap();
+        s.line("").unwrap();
         assert_eq!(replayed(message(s.finish().unwrap())), expected());
     }
 }
