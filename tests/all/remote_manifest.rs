@@ -276,7 +276,7 @@ fn sigterm_while_the_bucket_is_retried_pauses_the_task_at_once() {
                 v["on"]
                     .as_str()
                     .unwrap()
-                    .starts_with(&format!("object store unreachable: {down}, retrying (2/")),
+                    .starts_with(&format!("object store unreachable: {down}, retrying (")),
                 "{v}"
             );
             break seen[0]["uuid"].as_str().unwrap().to_string();
