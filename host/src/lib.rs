@@ -41,3 +41,4 @@ pub mod tools;
 pub mod untrusted;
 pub mod web;
 pub mod worker;
+pub mod workspace;
