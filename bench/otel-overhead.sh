@@ -27,42 +27,26 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PROFILE=${BENCH_PROFILE:-dev}
+BENCH_NAME=otel-overhead
+source "$ROOT/scripts/bench_lib.sh"
 RUNS=${BENCH_RUNS:-7}
 TOOL_CALLS=${BENCH_TOOL_CALLS:-4}
 LLM_DELAY_MS=${BENCH_LLM_DELAY_MS:-300}
 MODES=(off live refused silent)
 
-die() { echo "otel-overhead: $*" >&2; exit 1; }
+die() { bench_die "$@"; }
 command -v python3 >/dev/null || die "python3 is needed for the fake servers"
-[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "BENCH_RUNS must be a positive integer, got '$RUNS'"
-[[ $TOOL_CALLS =~ ^[0-9]+$ ]] || die "BENCH_TOOL_CALLS must be a whole number, got '$TOOL_CALLS'"
-[[ $LLM_DELAY_MS =~ ^[0-9]+$ ]] || die "BENCH_LLM_DELAY_MS must be a whole number, got '$LLM_DELAY_MS'"
-case $PROFILE in
-  dev) OUT=debug ;;
-  release | bench) OUT=release ;;
-  *) die "BENCH_PROFILE must be dev, bench or release, got '$PROFILE'" ;;
-esac
-if [[ ${BENCH_NO_BUILD:-0} != 1 ]]; then
-  echo "building ctxhost ($PROFILE profile)..." >&2
-  (cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --bin ctxhost)
-fi
-CTXHOST="${CARGO_TARGET_DIR:-$ROOT/target}/$OUT/ctxhost"
+bench_positive "$RUNS" BENCH_RUNS
+bench_whole "$TOOL_CALLS" BENCH_TOOL_CALLS
+bench_whole "$LLM_DELAY_MS" BENCH_LLM_DELAY_MS
+bench_profile
+bench_build --bin ctxhost
+CTXHOST="$OUT/ctxhost"
 [[ -x $CTXHOST ]] || die "no ctxhost at $CTXHOST"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ctxhost-otel-overhead.XXXXXX")
-SERVER_PID=
-cleanup() {
-  if [[ -n $SERVER_PID ]]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
-  if [[ ${BENCH_KEEP:-0} == 1 ]]; then echo "otel-overhead: kept $WORK" >&2; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_workdir
 
-python3 "$ROOT/bench/otel_servers.py" "$WORK/ports" "$WORK/exports" "$TOOL_CALLS" "$LLM_DELAY_MS" &
-SERVER_PID=$!
-for _ in $(seq 100); do [[ -s $WORK/ports ]] && break; sleep 0.05; done
-[[ -s $WORK/ports ]] || die "the fake servers did not start"
+bench_server "$WORK/ports" python3 "$ROOT/bench/otel_servers.py" "$WORK/ports" "$WORK/exports" "$TOOL_CALLS" "$LLM_DELAY_MS"
 read -r LLM_PORT LIVE_PORT SILENT_PORT <"$WORK/ports"
 # A port nothing listens on: bound, then released.
 REFUSED_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -27,44 +27,28 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PROFILE=${BENCH_PROFILE:-dev}
+BENCH_NAME=stream-rss
+source "$ROOT/scripts/bench_lib.sh"
 RUNS=${BENCH_RUNS:-3}
 SIZES=("$@")
 [[ ${#SIZES[@]} -gt 0 ]] || SIZES=(5 20000000)
 
-die() { echo "stream-rss: $*" >&2; exit 1; }
+die() { bench_die "$@"; }
 [[ -x /usr/bin/time ]] || die "GNU time is needed at /usr/bin/time (apt-get install -y time)"
 command -v python3 >/dev/null || die "python3 is needed for the fake OpenAI server"
-[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "BENCH_RUNS must be a positive integer, got '$RUNS'"
+bench_positive "$RUNS" BENCH_RUNS
 for s in "${SIZES[@]}"; do
   [[ $s =~ ^[1-9][0-9]*$ ]] || die "sizes are whole bytes ≥ 1, got '$s'"
 done
-case $PROFILE in
-  dev) OUT=debug ;;
-  release | bench) OUT=release ;;
-  *) die "BENCH_PROFILE must be dev, bench or release, got '$PROFILE'" ;;
-esac
-if [[ ${BENCH_NO_BUILD:-0} != 1 ]]; then
-  echo "building ctxhost ($PROFILE profile)..." >&2
-  (cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --bin ctxhost)
-fi
-CTXHOST="${CARGO_TARGET_DIR:-$ROOT/target}/$OUT/ctxhost"
+bench_profile
+bench_build --bin ctxhost
+CTXHOST="$OUT/ctxhost"
 [[ -x $CTXHOST ]] || die "no ctxhost at $CTXHOST"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ctxhost-stream-rss.XXXXXX")
-SERVER_PID=
-cleanup() {
-  if [[ -n $SERVER_PID ]]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
-  if [[ ${BENCH_KEEP:-0} == 1 ]]; then echo "stream-rss: kept $WORK" >&2; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_workdir
 
 : >"$WORK/llm.log"
-python3 "$ROOT/bench/stream_llm.py" "$WORK/port" "$WORK/llm.log" &
-SERVER_PID=$!
-for _ in $(seq 100); do [[ -s $WORK/port ]] && break; sleep 0.05; done
-[[ -s $WORK/port ]] || die "the fake OpenAI server did not start"
+bench_server "$WORK/port" python3 "$ROOT/bench/stream_llm.py" "$WORK/port" "$WORK/llm.log"
 PORT=$(cat "$WORK/port")
 
 SUFFIX=

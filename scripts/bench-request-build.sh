@@ -26,13 +26,14 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PROFILE=${BENCH_PROFILE:-dev}
+BENCH_NAME=bench-request-build
+source "$ROOT/scripts/bench_lib.sh"
 RUNS=${BENCH_RUNS:-3}
 MIB=${1:-256}
 
-die() { echo "bench-request-build: $*" >&2; exit 1; }
+die() { bench_die "$@"; }
 [[ $MIB =~ ^[1-9][0-9]*$ ]] || die "SIZE is whole MiB ≥ 1, got '$MIB'"
-[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "BENCH_RUNS must be a positive integer, got '$RUNS'"
+bench_positive "$RUNS" BENCH_RUNS
 command -v python3 >/dev/null || die "python3 is needed to read hyperfine's JSON"
 if ! command -v hyperfine >/dev/null; then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
@@ -45,23 +46,12 @@ if ! command -v hyperfine >/dev/null; then
   fi
 fi
 
-case $PROFILE in
-  dev) OUT=debug ;;
-  release | bench) OUT=release ;;
-  *) die "BENCH_PROFILE must be dev, bench or release, got '$PROFILE'" ;;
-esac
-BENCH="$ROOT/target/$OUT/examples/bench_context"
-if [[ ${BENCH_NO_BUILD:-0} == 1 ]]; then
-  [[ -x $BENCH ]] || die "BENCH_NO_BUILD=1 but $BENCH is not built (build it, or run without BENCH_NO_BUILD)"
-  echo "BENCH_NO_BUILD=1: measuring $BENCH as built" >&2
-else
-  echo "building bench_context ($PROFILE profile)..." >&2
-  (cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --example bench_context)
-fi
+bench_profile
+BENCH="$OUT/examples/bench_context"
+bench_build --example bench_context
+[[ -x $BENCH ]] || die "$BENCH is not built (build it, or run without BENCH_NO_BUILD)"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ctxhost-bench-build.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-trap 'exit 130' INT TERM
+bench_workdir
 
 echo "generating a $MIB MiB history..." >&2
 "$BENCH" gen "$WORK/task" --mib "$MIB" >&2

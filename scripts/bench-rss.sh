@@ -47,7 +47,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PROFILE=${BENCH_PROFILE:-dev}
+BENCH_NAME=bench-rss
+source "$ROOT/scripts/bench_lib.sh"
 RUNS=${BENCH_RUNS:-3}
 CALL_TIMEOUT=${BENCH_CALL_TIMEOUT_SECS:-600}
 INMEM_MAX=${BENCH_INMEM_MAX_MIB:-256}
@@ -55,46 +56,27 @@ CHECKPOINT=${BENCH_CHECKPOINT:-1}
 SIZES=("$@")
 [[ ${#SIZES[@]} -gt 0 ]] || SIZES=(1 256)
 
-die() { echo "bench-rss: $*" >&2; exit 1; }
+die() { bench_die "$@"; }
 [[ -x /usr/bin/time ]] || die "GNU time is needed at /usr/bin/time (apt-get install -y time)"
 command -v python3 >/dev/null || die "python3 is needed for the fake OpenAI server"
-[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "BENCH_RUNS must be a positive integer, got '$RUNS'"
-[[ $CALL_TIMEOUT =~ ^[1-9][0-9]*$ ]] ||
-  die "BENCH_CALL_TIMEOUT_SECS must be a positive integer, got '$CALL_TIMEOUT'"
+bench_positive "$RUNS" BENCH_RUNS
+bench_positive "$CALL_TIMEOUT" BENCH_CALL_TIMEOUT_SECS
 for s in "${SIZES[@]}"; do
   [[ $s =~ ^[1-9][0-9]*$ ]] || die "sizes are whole MiB ≥ 1, got '$s'"
 done
 
-case $PROFILE in
-  dev) OUT=debug ;;
-  release | bench) OUT=release ;;
-  *) die "BENCH_PROFILE must be dev, bench or release, got '$PROFILE'" ;;
-esac
-if [[ ${BENCH_NO_BUILD:-0} != 1 ]]; then
-  echo "building ctxhost, inmem_request and bench_context ($PROFILE profile)..." >&2
-  (cd "$ROOT" && cargo build -q -p ctxhost --profile "$PROFILE" --bin ctxhost \
-    --example inmem_request --example bench_context)
-fi
-BIN="$ROOT/target/$OUT"
+bench_profile
+bench_build --bin ctxhost --example inmem_request --example bench_context
+BIN="$OUT"
 CTXHOST="$BIN/ctxhost"
 INMEM="$BIN/examples/inmem_request"
 GEN="$BIN/examples/bench_context"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ctxhost-bench-rss.XXXXXX")
-SERVER_PID=
-cleanup() {
-  if [[ -n $SERVER_PID ]]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
-  if [[ ${BENCH_KEEP:-0} == 1 ]]; then echo "bench-rss: kept $WORK" >&2; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_workdir
 
 # --- fake OpenAI server (scripts/sink_llm.py): reads and discards each body, answers "Done." ----
 : >"$WORK/llm.log"
-python3 "$ROOT/scripts/sink_llm.py" "$WORK/port" "$WORK/llm.log" &
-SERVER_PID=$!
-for _ in $(seq 100); do [[ -s $WORK/port ]] && break; sleep 0.05; done
-[[ -s $WORK/port ]] || die "the fake OpenAI server did not start"
+bench_server "$WORK/port" python3 "$ROOT/scripts/sink_llm.py" "$WORK/port" "$WORK/llm.log"
 PORT=$(cat "$WORK/port")
 
 MAX_MIB=$(printf '%s\n' "${SIZES[@]}" | sort -n | tail -n 1)
