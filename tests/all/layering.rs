@@ -259,3 +259,211 @@ fn every_arrow_between_top_level_modules_points_down() {
         );
     }
 }
+
+/// The module path of a source file relative to its crate's `src`: `fsck/files.rs` →
+/// `[fsck, files]`, `fsck/mod.rs` → `[fsck]`, `lib.rs` → `[]`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts
+        .last()
+        .is_some_and(|p| p == "mod" || p == "lib" || p == "main")
+    {
+        parts.pop();
+    }
+    parts
+}
+
+/// Every path of `code` that starts at `crate::`, `self::` or `super::` (any number of
+/// `super::`), resolved against `module` to the segments it names from the crate root; a
+/// group (`super::{a::B, c}`) gives one path per item.
+fn module_refs(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    fn idents(s: &str) -> (Vec<String>, usize) {
+        let mut segs = Vec::new();
+        let mut pos = 0;
+        loop {
+            let id: String = s[pos..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if id.is_empty() || id.starts_with(|c: char| c.is_ascii_digit()) {
+                break;
+            }
+            pos += id.len();
+            segs.push(id);
+            if s[pos..].starts_with("::") && !s[pos..].starts_with("::{") {
+                pos += 2;
+            } else {
+                break;
+            }
+        }
+        (segs, pos)
+    }
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < code.len() {
+        let rest = &code[i..];
+        let anchor = ["crate::", "self::", "super::"]
+            .into_iter()
+            .find(|a| rest.starts_with(a));
+        let boundary = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || matches!(bytes[i - 1], b'_' | b'$' | b':'));
+        let (Some(anchor), true) = (anchor, boundary) else {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        };
+        let mut base: Vec<String> = match anchor {
+            "crate::" => Vec::new(),
+            "self::" => module.to_vec(),
+            _ => module[..module.len().saturating_sub(1)].to_vec(),
+        };
+        let mut at = i + anchor.len();
+        while code[at..].starts_with("super::") {
+            base.pop();
+            at += "super::".len();
+        }
+        let rest = &code[at..];
+        let (segs, end) = idents(rest);
+        let group = if rest[end..].starts_with("::{") {
+            Some(end + 3)
+        } else if segs.is_empty() && rest.starts_with('{') {
+            Some(1)
+        } else {
+            None
+        };
+        match group {
+            Some(open) => {
+                let (mut depth, mut item) = (0usize, open);
+                for (j, c) in rest[open..].char_indices() {
+                    let j = open + j;
+                    let last = match c {
+                        '{' => {
+                            depth += 1;
+                            false
+                        }
+                        '}' if depth > 0 => {
+                            depth -= 1;
+                            false
+                        }
+                        '}' => true,
+                        ',' if depth == 0 => false,
+                        _ => continue,
+                    };
+                    if depth == 0 && (c == ',' || last) {
+                        let (inner, _) = idents(rest[item..j].trim());
+                        let mut path = base.clone();
+                        path.extend(segs.iter().cloned());
+                        path.extend(inner);
+                        out.push(path);
+                        item = j + 1;
+                    }
+                    if last {
+                        break;
+                    }
+                }
+            }
+            None => {
+                let mut path = base.clone();
+                path.extend(segs);
+                out.push(path);
+            }
+        }
+        i = at;
+    }
+    out
+}
+
+/// For every module with submodules (a directory), the arrows between its submodules: parent
+/// path (`fsck`, `web/task_page`; `` for the crate root) → submodule → the sibling
+/// submodules its non-test code names (through `crate::`, `super::` or `self::` paths).
+fn sibling_graphs(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(src, f)).collect();
+    let mut graphs: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for file in &files {
+        let from = module_path(src, file);
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        for to in module_refs(&code, &from) {
+            // The deepest module holding both: the arrow is between its two children.
+            let k = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if k >= from.len() || k >= to.len() || !modules.contains(&to[..=k].to_vec()) {
+                continue;
+            }
+            graphs
+                .entry(from[..k].join("/"))
+                .or_default()
+                .entry(from[k].clone())
+                .or_default()
+                .insert(to[k].clone());
+        }
+    }
+    graphs
+}
+
+#[test]
+fn the_inside_module_scanner_resolves_super_self_and_groups() {
+    let module: Vec<String> = ["fsck", "files"].map(String::from).to_vec();
+    let code = code_of(
+        "use super::{checkpoints::check, Problem};\nuse super::super::db::Db;\n\
+         let x = self::inner::f();\nuse crate::web::{pages::{A, B}, security};\n\
+         #[cfg(test)]\nmod tests {\n use super::x;\n}\n",
+    );
+    let refs: Vec<String> = module_refs(&code, &module)
+        .into_iter()
+        .map(|p| p.join("::"))
+        .collect();
+    assert_eq!(
+        refs,
+        [
+            "fsck::checkpoints::check",
+            "fsck::Problem",
+            "db::Db",
+            "fsck::files::inner::f",
+            "web::pages::A",
+            "web::security",
+        ]
+    );
+}
+
+/// No two submodules of one module import each other through any chain (issue 42 item 4),
+/// in the host and in the format crate.
+#[test]
+fn no_circle_inside_a_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    for src in [src_dir(), root.join("crates/ctxhost-format/src")] {
+        let graphs = sibling_graphs(&src);
+        assert!(
+            graphs.get("").is_some_and(|g| g.len() > 3),
+            "the scan found the modules of {}: {graphs:?}",
+            src.display()
+        );
+        for (parent, graph) in &graphs {
+            // The host's top level is the test above's, with its known circles.
+            if parent.is_empty() && src == src_dir() {
+                continue;
+            }
+            for circle in circles(graph) {
+                let arrows: Vec<String> = circle
+                    .iter()
+                    .flat_map(|a| {
+                        graph[a]
+                            .iter()
+                            .filter(|b| circle.contains(*b))
+                            .map(move |b| format!("{a} → {b}"))
+                    })
+                    .collect();
+                found.push(format!("{} `{parent}`: {arrows:?}", src.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "submodules import each other in a circle; give the shared piece its own module below \
+         both: {found:#?}"
+    );
+}

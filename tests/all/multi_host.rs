@@ -12,11 +12,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ctxhost::db::{Db, NewTask, Status, StoreSpec, TaskFilter, TaskKey};
+use ctxhost::db::{Db, Status, StoreSpec, TaskFilter};
 use serde_json::Value;
 
 use crate::support::fake_llm::FakeLlm;
-use crate::support::hosts::{Worker, prompt_of, queue, rows, two_step_llm, wait_all_completed};
+use crate::support::hosts::{
+    Worker, prompt_of, queue, queue_into, rows, two_step_llm, wait_all_completed,
+};
 use crate::support::store;
 use crate::support::{TestEnv, config_yaml, find_task_dir, read_jsonl, wait_until};
 
@@ -588,27 +590,7 @@ fn same_stats(a: &Value, b: &Value) {
 /// Insert `n` queued tasks into the store `spec` of `env`'s tree.
 fn queue_on(env: &TestEnv, spec: &StoreSpec, n: usize) -> Vec<String> {
     let db = Db::open(spec, &env.contexts()).unwrap();
-    (0..n)
-        .map(|i| {
-            let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
-            db.insert_queued(&NewTask {
-                uuid: uuid.clone(),
-                key: TaskKey {
-                    task_source: "local".into(),
-                    ..TaskKey::default()
-                },
-                prompt: format!("migrated-{i}-{uuid}"),
-                user: Some("ann".into()),
-                llm_provider: "openai".into(),
-                model: "fake-model".into(),
-                context_length: 8192,
-                no_inherit: false,
-                workspace: None,
-            })
-            .unwrap();
-            uuid
-        })
-        .collect()
+    queue_into(&db, n, Some("ann"), |i, uuid| format!("migrated-{i}-{uuid}"))
 }
 
 // Every test of this module needs PostgreSQL (they are not run on SQLite).

@@ -15,10 +15,11 @@ use std::fs;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::process::Stdio;
 
-use ctxhost::db::{NewTask, Status, TaskKey};
+use ctxhost::db::Status;
 use serde_json::Value;
 
 use crate::support::fake_llm::{FakeLlm, Reply};
+use crate::support::hosts::queue_into;
 use crate::support::task::TaskBuilder;
 use crate::support::{TestEnv, config_yaml, find_task_dir, read_jsonl};
 
@@ -36,23 +37,9 @@ fn row(env: &TestEnv, uuid: &str) -> Value {
 /// `n` queued tasks, inserted through one connection.
 fn many_tasks(env: &TestEnv, n: usize) {
     let db = TaskBuilder::new(&env.contexts()).db();
-    for i in 0..n {
-        db.insert_queued(&NewTask {
-            uuid: uuid::Uuid::new_v4().hyphenated().to_string(),
-            key: TaskKey {
-                task_source: "local".into(),
-                ..TaskKey::default()
-            },
-            prompt: format!("task number {i}: explain the module and list its public items"),
-            user: Some("ops".into()),
-            llm_provider: "openai".into(),
-            model: "fake-model".into(),
-            context_length: 8192,
-            no_inherit: false,
-            workspace: None,
-        })
-        .unwrap();
-    }
+    queue_into(&db, n, Some("ops"), |i, _| {
+        format!("task number {i}: explain the module and list its public items")
+    });
 }
 
 #[test]

@@ -58,6 +58,17 @@ pub fn two_step_reply(req: &RecordedRequest) -> Reply {
 /// would only slow a test down). Returns their UUIDs in order.
 pub fn queue(env: &TestEnv, n: usize) -> Vec<String> {
     let db = Db::open(&env.store_spec(), &env.contexts()).unwrap();
+    queue_into(&db, n, None, |i, _| format!("task-{i}"))
+}
+
+/// Insert `n` queued local tasks into `db`, submitted by `user`, the prompt of the `i`-th made
+/// by `prompt(i, uuid)`. Returns their UUIDs in order.
+pub fn queue_into(
+    db: &Db,
+    n: usize,
+    user: Option<&str>,
+    prompt: impl Fn(usize, &str) -> String,
+) -> Vec<String> {
     (0..n)
         .map(|i| {
             let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
@@ -67,8 +78,8 @@ pub fn queue(env: &TestEnv, n: usize) -> Vec<String> {
                     task_source: "local".into(),
                     ..TaskKey::default()
                 },
-                prompt: format!("task-{i}"),
-                user: None,
+                prompt: prompt(i, &uuid),
+                user: user.map(str::to_string),
                 llm_provider: "openai".into(),
                 model: "fake-model".into(),
                 context_length: 8192,
