@@ -590,7 +590,9 @@ fn same_stats(a: &Value, b: &Value) {
 /// Insert `n` queued tasks into the store `spec` of `env`'s tree.
 fn queue_on(env: &TestEnv, spec: &StoreSpec, n: usize) -> Vec<String> {
     let db = Db::open(spec, &env.contexts()).unwrap();
-    queue_into(&db, n, Some("ann"), |i, uuid| format!("migrated-{i}-{uuid}"))
+    queue_into(&db, n, Some("ann"), |i, uuid| {
+        format!("migrated-{i}-{uuid}")
+    })
 }
 
 // Every test of this module needs PostgreSQL (they are not run on SQLite).

@@ -8,6 +8,21 @@
 
 use std::fmt;
 
+/// A streamed fold fed a reply one line at a time, as a request format reads the stream file
+/// ([`crate::anthropic::stream::AnthropicStream`], [`crate::ndjson::OllamaStream`]): each
+/// whole line (without its `\n`), then the last line if the stream ended inside one, then
+/// `finish`.
+pub trait LineFold {
+    /// What a whole stream folds into.
+    type Folded;
+    /// Folds one whole line.
+    fn fold_line(&mut self, line: &str) -> Result<(), FoldError>;
+    /// Folds a last line the stream ended inside (it had no `\n`).
+    fn fold_last_line(&mut self, line: &str) -> Result<(), FoldError>;
+    /// The folded reply, or why the stream cannot be one.
+    fn finish_fold(self) -> Result<Self::Folded, FoldError>;
+}
+
 /// Why a streamed fold's `finish` failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FoldError {

@@ -600,6 +600,27 @@ where
     Ok(count)
 }
 
+/// Why writing a JSON array of chat messages from a JSONL file failed
+/// ([`crate::stream::write_chat_array`] and the long-line copy of [`crate::long_line`]).
+#[derive(Debug)]
+pub enum ArrayError {
+    /// A line of the messages file could not be read or is not a chat message.
+    Read(JsonlError),
+    /// Writing the output failed.
+    Write(io::Error),
+}
+
+impl fmt::Display for ArrayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArrayError::Read(e) => write!(f, "{e}"),
+            ArrayError::Write(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ArrayError {}
+
 #[cfg(test)]
 mod tests {
 

@@ -45,6 +45,7 @@ pub mod jsonl;
 pub mod lines;
 pub mod long_line;
 pub mod ndjson;
+mod placeholder;
 pub mod planning;
 pub mod prompted;
 pub mod raw;

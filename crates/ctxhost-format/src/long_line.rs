@@ -22,40 +22,16 @@
 //! every string; Ollama decodes tool-call arguments and prompted tools decodes a tool result's
 //! or a tool-calling message's text, so those fall back when that text is long.
 
-use std::cell::Cell;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 
-use crate::jsonl::{self, BlockLineReader, JsonlError};
+use crate::jsonl::{self, ArrayError, BlockLineReader, JsonlError};
 use crate::raw;
 use crate::shape::MessageShape;
-use crate::stream::ArrayError;
 
-/// The start of a placeholder's inner text (`\/\/ctxhost-long-`, then its index and `\/\/`).
-pub(crate) const MARKER: &[u8] = b"\\/\\/ctxhost-long-";
-
-/// The end of a placeholder's inner text.
-const MARKER_END: &[u8] = b"\\/\\/";
+use crate::placeholder::{MARKER, MARKER_END, take_decoded};
 
 /// Bytes copied from the file per read when a long string is spliced into the output.
 const COPY_BYTES: usize = 64 * 1024;
-
-thread_local! {
-    /// Whether a placeholder was decoded since it was last cleared.
-    static DECODED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Notes that a JSON string whose inner text (without quotes) is `inner` is being decoded:
-/// a placeholder's decoded text is not the original's, so the line falls back.
-pub(crate) fn note_decoded(inner: &[u8]) {
-    if inner.starts_with(MARKER) {
-        DECODED.with(|d| d.set(true));
-    }
-}
-
-/// Whether a placeholder was decoded since the last call (and clears it).
-fn take_decoded() -> bool {
-    DECODED.with(|d| d.replace(false))
-}
 
 /// The sizes that decide how a line is read, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

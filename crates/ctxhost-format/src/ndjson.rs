@@ -181,6 +181,19 @@ impl OllamaStream {
     }
 }
 
+impl crate::fold::LineFold for OllamaStream {
+    type Folded = OllamaReply;
+    fn fold_line(&mut self, line: &str) -> Result<(), FoldError> {
+        self.line(line).map_err(FoldError::Invalid)
+    }
+    fn fold_last_line(&mut self, line: &str) -> Result<(), FoldError> {
+        self.last_line(line)
+    }
+    fn finish_fold(self) -> Result<OllamaReply, FoldError> {
+        self.finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

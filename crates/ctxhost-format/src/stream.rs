@@ -7,7 +7,6 @@
 //! - [`write_chat_array`]: the reference: every line parsed into a [`ChatMessage`], converted,
 //!   re-serialised. Kept for tests, which check that both give the same request.
 
-use std::fmt;
 use std::io::{self, BufRead, Read, Seek, Write};
 
 use serde::Serialize;
@@ -53,25 +52,7 @@ impl<W: Write> Write for CountingWriter<W> {
     }
 }
 
-/// Why [`write_chat_array`] failed.
-#[derive(Debug)]
-pub enum ArrayError {
-    /// A line of the messages file could not be read or is not a chat message.
-    Read(JsonlError),
-    /// Writing the output failed.
-    Write(io::Error),
-}
-
-impl fmt::Display for ArrayError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ArrayError::Read(e) => write!(f, "{e}"),
-            ArrayError::Write(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for ArrayError {}
+pub use crate::jsonl::ArrayError;
 
 /// Writes `[m1,m2,...]` to `out`, where `m` is `shape`'s JSON of each chat message line of
 /// `messages` (the file `file`; blank lines skipped). Returns the number of messages written.

@@ -37,15 +37,10 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 /// for a stream cut off before `message_stop`; `invalid-input` naming the file and line for a
 /// line that is not an event or the provider's `error` event; `io`.
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
-    let mut fold = AnthropicStream::with_content_file(common::content_sink());
-    common::fold_stream_lines(file, |line, whole| {
-        if whole {
-            fold.line(line)
-        } else {
-            fold.last_line(line)
-        }
-    })?;
-    let parsed = fold.finish().map_err(|e| common::fold_error(file, e))?;
+    let parsed = common::fold_stream(
+        file,
+        AnthropicStream::with_content_file(common::content_sink()),
+    )?;
     if parsed.dropped_reasoning > 0 {
         ctxhost_plugin::logging::warn(&format!(
             "{file}: {} thinking block(s) left out: cut or unsigned, so never sent back",

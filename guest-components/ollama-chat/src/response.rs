@@ -94,16 +94,7 @@ pub fn read_response(file: &str) -> Result<Reply, PluginError> {
 /// for a stream cut off before its `"done":true` line; `invalid-input` naming the file and line
 /// for a line that is not a chat piece or the server's error line; `io`.
 pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
-    let mut fold = OllamaStream::with_content_file(common::content_sink());
-    common::fold_stream_lines(file, |line, whole| {
-        if whole {
-            fold.line(line)
-                .map_err(ctxhost_plugin::format::fold::FoldError::Invalid)
-        } else {
-            fold.last_line(line)
-        }
-    })?;
-    let r = fold.finish().map_err(|e| common::fold_error(file, e))?;
+    let r = common::fold_stream(file, OllamaStream::with_content_file(common::content_sink()))?;
     Ok(reply(file, r))
 }
 

@@ -89,7 +89,7 @@ fn fault(dir: &TaskDir, name: &str) -> Option<String> {
         .read_bounded_if_exists(name, MAX_CHECKPOINT_BYTES)
         .ok()??;
     let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    super::files::schema_mismatch(Schema::for_task_file(name)?, &value)
+    super::schema_check::schema_mismatch(Schema::for_task_file(name)?, &value)
 }
 
 #[cfg(test)]

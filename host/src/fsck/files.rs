@@ -17,10 +17,11 @@ use ctxhost_format::files::{
 use ctxhost_format::planning::{PlanningHistory, PlanningLine};
 use ctxhost_format::{CallLogLine, ChatMessage, HistoryLine, SummaryLine, ToolLine};
 
+use super::schema_check::schema_mismatch;
 use super::{Problem, ProblemKind, problem};
 use crate::invariants::{ContextChecker, Violation};
 use crate::repair::{jsonl_files, reconcile_current};
-use crate::schemas::{self, Schema};
+use crate::schemas::Schema;
 use crate::task::metadata::Metadata;
 use crate::task_dir::{DIR_MODE, FILE_MODE, TaskDir};
 use crate::untrusted;
@@ -583,28 +584,6 @@ fn reasoning_mismatch(schema: Schema, value: &serde_json::Value) -> Option<Strin
     }
     None
 }
-
-/// `does not match <schema>: <what>` for a value that does not match `schema`.
-pub(crate) fn schema_mismatch(schema: Schema, value: &serde_json::Value) -> Option<String> {
-    match schema.validate(value) {
-        Ok(m) if m.is_empty() => None,
-        Ok(m) => {
-            let sep = if m.iter().any(|x| x.kind.is_some()) {
-                " "
-            } else {
-                ": "
-            };
-            Some(format!(
-                "does not match docs/schemas/{schema}{sep}{}",
-                schemas::describe(&m, MAX_MISMATCHES)
-            ))
-        }
-        Err(e) => Some(e.to_string()),
-    }
-}
-
-/// Mismatches named per line (the rest are counted).
-const MAX_MISMATCHES: usize = 5;
 
 /// A violation, and what `--repair` does about it when it can.
 fn describe_violation(v: &Violation) -> String {

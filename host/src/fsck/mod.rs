@@ -56,6 +56,7 @@ mod checkpoints;
 mod files;
 pub mod fixes;
 pub mod remote;
+mod schema_check;
 pub mod tree;
 
 use std::collections::BTreeMap;

@@ -123,7 +123,7 @@ pub enum TransportError {
         source: std::io::Error,
     },
     /// The task was asked to pause or stop while the call was under way
-    /// ([`crate::llm::transport::Interruption`]): no further attempt or wait was started, and
+    /// ([`crate::llm::interruption::Interruption`]): no further attempt or wait was started, and
     /// an attempt in flight was abandoned after the grace period. No response file is left.
     #[error(
         "POST {url}: given up after {attempts} attempt(s) because the task was asked to pause or stop (a paused task sends the request again when it resumes)"

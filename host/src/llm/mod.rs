@@ -17,17 +17,21 @@
 //! - [`transport`]: [`Transport`], [`PostOutcome`], and [`Interruption`] (how a call gives way
 //!   to a pause or stop of its task)
 
+mod attempt;
+pub mod body_kind;
 pub mod config;
 pub mod error;
+pub mod failed_streams;
 pub mod handshake;
+pub mod interruption;
 pub mod overflow;
 pub mod redact;
 pub mod retry;
 pub mod transport;
 
+pub use body_kind::BodyKind;
 pub use config::{AuthScheme, TransportConfig};
 pub use error::{TimeoutLimit, TransportError};
-pub use transport::{
-    BodyKind, FAILED_STREAMS_DIR, Interruption, PostOutcome, RetryWait, STREAM_FRAMING_FACTOR,
-    Transport, keep_failed_stream,
-};
+pub use failed_streams::{FAILED_STREAMS_DIR, keep_failed_stream};
+pub use interruption::Interruption;
+pub use transport::{PostOutcome, RetryWait, STREAM_FRAMING_FACTOR, Transport};

@@ -2,13 +2,19 @@
 
 use std::io::{self, BufReader, Read, Write};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::attempt::AttemptError;
+use super::body_kind::BodyKind;
 use super::config::{AuthScheme, TransportConfig};
 use super::error::{BODY_SNIPPET_BYTES, TimeoutLimit, TransportError, body_snippet, redact};
+use super::failed_streams::keep_failed_stream;
 use super::handshake::HandshakeLimit;
+use super::interruption::{
+    Gate, INTERRUPT_POLL, Interruption, SharedGate, abandoned, lock, wait_unless_requested,
+};
 use super::redact::{Redactor, url_credentials, url_without_credentials};
 use super::retry::{INITIAL_BACKOFF, next_delay, parse_retry_after, should_retry};
 use crate::task_dir::TaskDir;
@@ -27,46 +33,6 @@ pub const STREAM_FRAMING_FACTOR: u64 = 64;
 
 /// Most bytes of an error response read to find the provider's error message in it.
 const ERROR_BODY_BYTES: u64 = 64 * 1024;
-
-/// How often an interruptible call asks [`Interruption::requested`] while it waits (for a reply
-/// or during a back-off).
-pub const INTERRUPT_POLL: Duration = Duration::from_millis(200);
-
-/// How a call gives way to a pause or stop of its task ([`Transport::post_file_interruptible`]).
-///
-/// `requested` is asked before each attempt, every [`INTERRUPT_POLL`] of a back-off wait and
-/// every [`INTERRUPT_POLL`] while an attempt waits for the provider. Once it says yes, no
-/// attempt or wait starts any more; an attempt in flight is given `grace` to finish (a reply
-/// about to arrive is kept, and the caller honours the request right after it), then it is
-/// abandoned: the call returns [`TransportError::Interrupted`] and leaves no response file.
-/// An abandoned attempt's connection ends with its own timeout in a background thread, which
-/// writes nothing.
-pub struct Interruption<'a> {
-    /// Whether the task was asked to pause or stop (the agent loop reads the task's row).
-    pub requested: &'a (dyn Fn() -> bool + 'a),
-    /// How long an attempt in flight may still run after the request (`llm.interrupt_grace_secs`).
-    pub grace: Duration,
-}
-
-/// Who decides the fate of an interruptible attempt's response: the attempt's thread renames
-/// its response file into place only while `Open` (then sets `Written`); the caller abandons
-/// it only while `Open` (then sets `Abandoned`). One lock, so never both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Gate {
-    Open,
-    Written,
-    Abandoned,
-}
-
-type SharedGate = Arc<Mutex<Gate>>;
-
-fn lock(gate: &SharedGate) -> MutexGuard<'_, Gate> {
-    gate.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn abandoned(gate: Option<&SharedGate>) -> bool {
-    gate.is_some_and(|g| *lock(g) == Gate::Abandoned)
-}
 
 /// The result of a successful [`Transport::post_file`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,57 +71,6 @@ pub enum RetryWait {
 /// `Retry-After`.
 type Answer = (u16, u64, bool, Option<Duration>);
 
-/// What a 2xx response to a request for a streamed reply holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyKind {
-    /// A stream (server-sent events, NDJSON): written as it arrives.
-    Stream,
-    /// One whole JSON body: the server ignored `"stream": true` (some OpenAI-compatible
-    /// servers and proxies do).
-    Whole,
-    /// Not known from the headers: the first byte decides ([`BodyKind::of_first_byte`]).
-    Unknown,
-}
-
-impl BodyKind {
-    /// From the response's `Content-Type`: `text/event-stream` and the NDJSON / JSON-lines
-    /// types are a stream; `application/json` (or any `+json` type) is a whole body; none or
-    /// any other type is [`BodyKind::Unknown`].
-    pub fn of(content_type: Option<&str>) -> BodyKind {
-        let Some(ct) = content_type else {
-            return BodyKind::Unknown;
-        };
-        let essence = ct
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        if essence == "text/event-stream"
-            || essence.contains("ndjson")
-            || essence.contains("jsonl")
-            || essence.contains("json-seq")
-        {
-            BodyKind::Stream
-        } else if essence == "application/json" || essence.ends_with("+json") {
-            BodyKind::Whole
-        } else {
-            BodyKind::Unknown
-        }
-    }
-
-    /// For a body whose type says nothing: one starting (after white space) with `{` is a
-    /// whole JSON body, anything else a stream (an event stream starts with `data:`, `event:`
-    /// or a `:` comment). An NDJSON stream sent without its type would be taken for a whole
-    /// body: the format's reader then names it as not JSON.
-    pub fn of_first_byte(first: Option<u8>) -> BodyKind {
-        match first {
-            Some(b'{') => BodyKind::Whole,
-            _ => BodyKind::Stream,
-        }
-    }
-}
-
 /// A blocking HTTP client for one provider. Keeps a connection pool; `Send + Sync`, so one
 /// instance can serve a task's agent loop and its compressor's `llm` import. Clones share the
 /// pool.
@@ -168,186 +83,6 @@ pub struct Transport {
     initial_backoff: Duration,
     /// Where to say what a call waits for between its attempts ([`Transport::with_wait_note`]).
     wait_note: Option<Arc<std::path::PathBuf>>,
-}
-
-/// Why one attempt failed (internal; turned into a [`TransportError`] when no retry is left).
-enum AttemptError {
-    Status {
-        status: u16,
-        status_text: String,
-        body: String,
-        /// The provider's error message, from a JSON error body.
-        provider_error: Option<String>,
-        /// The provider's id of the request (`request-id`, `x-request-id`).
-        request_id: Option<String>,
-        retry_after: Option<Duration>,
-        /// From the status and the `x-should-retry` header.
-        retryable: bool,
-    },
-    Timeout {
-        which: TimeoutLimit,
-        limit: Duration,
-        detail: String,
-    },
-    Connection(String),
-    /// Past the limit of this many bytes (a stream's limit when `true`).
-    TooLarge(u64, bool),
-    RequestTooLarge(u64),
-    InvalidUrl(String),
-    RequestFile(io::Error),
-    ResponseFile(io::Error),
-    /// Abandoned for a pause or stop request ([`Interruption`]).
-    Interrupted,
-}
-
-impl AttemptError {
-    fn retryable(&self) -> bool {
-        match self {
-            AttemptError::Status { retryable, .. } => *retryable,
-            AttemptError::Timeout { .. } | AttemptError::Connection(_) => true,
-            AttemptError::TooLarge(..)
-            | AttemptError::RequestTooLarge(_)
-            | AttemptError::InvalidUrl(_)
-            | AttemptError::RequestFile(_)
-            | AttemptError::ResponseFile(_)
-            | AttemptError::Interrupted => false,
-        }
-    }
-
-    /// Replace `secret` (a URL's credentials) wherever an error text could quote it.
-    fn scrub(self, secret: Option<&str>) -> AttemptError {
-        let Some(secret) = secret.filter(|s| !s.is_empty()) else {
-            return self;
-        };
-        let clean = |s: String| s.replace(secret, "***");
-        match self {
-            AttemptError::Timeout {
-                which,
-                limit,
-                detail,
-            } => AttemptError::Timeout {
-                which,
-                limit,
-                detail: clean(detail),
-            },
-            AttemptError::Connection(d) => AttemptError::Connection(clean(d)),
-            AttemptError::InvalidUrl(d) => AttemptError::InvalidUrl(clean(d)),
-            other => other,
-        }
-    }
-
-    fn retry_after(&self) -> Option<Duration> {
-        match self {
-            AttemptError::Status { retry_after, .. } => *retry_after,
-            _ => None,
-        }
-    }
-
-    /// What failed, in a few words, for the wait note: `stream stalled 120 s`, `HTTP 529`,
-    /// `connection failed`.
-    fn reason(&self) -> String {
-        match self {
-            AttemptError::Status { status, .. } => format!("HTTP {status}"),
-            AttemptError::Timeout {
-                which: TimeoutLimit::Idle,
-                limit,
-                ..
-            } => format!("stream stalled {} s", limit.as_secs()),
-            AttemptError::Timeout { limit, .. } => {
-                format!("no answer in {} s", limit.as_secs())
-            }
-            AttemptError::Connection(_) => "connection failed".into(),
-            other => other.summary(),
-        }
-    }
-
-    /// Short text for the per-attempt log line.
-    fn summary(&self) -> String {
-        match self {
-            AttemptError::Status {
-                status,
-                status_text,
-                provider_error,
-                ..
-            } => match provider_error {
-                Some(e) => format!("HTTP {status} {status_text}: {e}"),
-                None => format!("HTTP {status} {status_text}"),
-            },
-            AttemptError::Timeout { detail, .. } => format!("timeout: {detail}"),
-            AttemptError::Connection(d) => d.clone(),
-            AttemptError::TooLarge(..) => "response too large".into(),
-            AttemptError::RequestTooLarge(n) => format!("request body of {n} bytes too large"),
-            AttemptError::InvalidUrl(d) => format!("invalid URL: {d}"),
-            AttemptError::RequestFile(e) => format!("request file: {e}"),
-            AttemptError::ResponseFile(e) => format!("response file: {e}"),
-            AttemptError::Interrupted => "abandoned: the task was asked to pause or stop".into(),
-        }
-    }
-
-    fn into_error(
-        self,
-        url: &str,
-        attempts: u32,
-        cfg: &TransportConfig,
-        dir: &TaskDir,
-        (request_file, response_file): (&str, &str),
-    ) -> TransportError {
-        let url = url.to_string();
-        match self {
-            AttemptError::Status {
-                status,
-                status_text,
-                body,
-                provider_error,
-                request_id,
-                ..
-            } => TransportError::Http {
-                url,
-                status,
-                status_text,
-                attempts,
-                provider_error,
-                request_id,
-                body,
-            },
-            AttemptError::Timeout {
-                which,
-                limit,
-                detail,
-            } => TransportError::Timeout {
-                url,
-                attempts,
-                limit: which,
-                timeout: limit,
-                detail,
-            },
-            AttemptError::Connection(detail) => TransportError::Connection {
-                url,
-                attempts,
-                detail,
-            },
-            AttemptError::TooLarge(limit, streamed) => TransportError::TooLarge {
-                url,
-                limit,
-                streamed,
-            },
-            AttemptError::RequestTooLarge(bytes) => TransportError::RequestTooLarge {
-                path: dir.file_path(request_file),
-                bytes,
-                limit: cfg.max_request_bytes,
-            },
-            AttemptError::InvalidUrl(detail) => TransportError::InvalidUrl { url, detail },
-            AttemptError::RequestFile(source) => TransportError::RequestFile {
-                path: dir.file_path(request_file),
-                source,
-            },
-            AttemptError::ResponseFile(source) => TransportError::ResponseFile {
-                path: dir.file_path(response_file),
-                source,
-            },
-            AttemptError::Interrupted => TransportError::Interrupted { url, attempts },
-        }
-    }
 }
 
 impl Transport {
@@ -1235,64 +970,5 @@ impl Read for Body {
             return Ok(n);
         }
         self.rest.read(out)
-    }
-}
-
-/// Folder of the task directory keeping streamed replies that failed (`{n}.stream`, n from 1).
-pub const FAILED_STREAMS_DIR: &str = ctxhost_format::files::FAILED_STREAMS_DIR;
-
-/// Moves the stream file `stream_file` of `dir` to `failed-streams/{n}.stream` (n one more
-/// than the highest there), for debugging; returns its new name. Failures are logged, not
-/// returned: the call's own error matters more.
-pub fn keep_failed_stream(dir: &TaskDir, stream_file: &str) -> Option<String> {
-    let moved = dir.create_dir(FAILED_STREAMS_DIR).and_then(|()| {
-        let n = dir
-            .entries(Some(FAILED_STREAMS_DIR))?
-            .iter()
-            .filter_map(|(name, _)| {
-                name.rsplit('/')
-                    .next()?
-                    .strip_suffix(".stream")?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .max()
-            .unwrap_or(0)
-            + 1;
-        let to = format!("{FAILED_STREAMS_DIR}/{n}.stream");
-        dir.rename(stream_file, &to)?;
-        Ok(to)
-    });
-    match moved {
-        Ok(to) => {
-            tracing::warn!(
-                "the streamed reply failed; what arrived is kept in {}",
-                dir.show(&to)
-            );
-            Some(to)
-        }
-        Err(e) => {
-            tracing::warn!(
-                "cannot keep the failed stream {}: {e}",
-                dir.show(stream_file)
-            );
-            None
-        }
-    }
-}
-
-/// Sleep `delay`, asking `interruption` every [`INTERRUPT_POLL`]. Returns whether a pause or
-/// stop was requested (the wait then ends at once).
-fn wait_unless_requested(delay: Duration, interruption: &Interruption<'_>) -> bool {
-    let end = Instant::now() + delay;
-    loop {
-        if (interruption.requested)() {
-            return true;
-        }
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        thread::sleep(left.min(INTERRUPT_POLL));
     }
 }

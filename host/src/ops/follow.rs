@@ -12,27 +12,23 @@
 //! is followed by [`Event::StreamBroken`], so the retry's text is not read as its continuation.
 
 use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use ctxhost_format::files::{FAILED_STREAMS_DIR, LLM_CALLS, MESSAGES, SUMMARIES, TOOLS};
+use ctxhost_format::files::{
+    FAILED_STREAMS_DIR, LLM_CALLS, MESSAGES, REPLY_STREAM, SUMMARIES, TOOLS,
+};
 use ctxhost_format::{CallLogLine, HistoryLine, SummaryLine, ToolLine, ToolStatus};
 use serde::Serialize;
 
+use super::reply_stream::{StreamLines, broken_streams, reply_in_flight};
+use super::tail::Tail;
 use crate::db::{Db, Status, TaskRow};
 use crate::layout::Layout;
 use crate::task_dir::TaskDir;
 
-/// The raw stream of the reply being received, written by the transport while a call streams
-/// (the server-sent events as they arrive); [`StreamLines`] turns its lines into text.
-pub const REPLY_STREAM: &str = "reply.stream";
-
 /// Longest tool result an [`Event::ToolResult`] carries, bytes (cut at a character boundary;
 /// `bytes` gives the full size).
 pub const MAX_RESULT_BYTES: usize = 600;
-
-/// Most bytes read from one file in one look (a long history is read over several looks).
-const MAX_READ_BYTES: u64 = 4 << 20;
 
 /// One thing that happened in a task, in the order the follower saw it. `--json` prints each as
 /// one line, tagged by `event`.
@@ -201,323 +197,6 @@ pub enum Event {
         /// Seconds from its start to its end, when both are recorded.
         seconds: Option<f64>,
     },
-}
-
-/// What one line of a streamed reply adds.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StreamDelta {
-    /// Reasoning text: `choices[0].delta.reasoning_content` (or `.reasoning`) of an
-    /// OpenAI-compatible stream, Anthropic's `delta.thinking`, Ollama's `message.thinking`.
-    pub reasoning: Option<String>,
-    /// Reply text: `choices[0].delta.content`, Anthropic's `delta.text`, Ollama's
-    /// `message.content`.
-    pub text: Option<String>,
-}
-
-/// What the data of one event of a streamed reply (an OpenAI-compatible or Anthropic
-/// server-sent event, or an Ollama JSON line) adds: its reasoning and its text (signatures,
-/// redacted and encrypted reasoning add nothing shown).
-pub fn event_parts(data: &str) -> StreamDelta {
-    let data = data.trim();
-    if !data.starts_with('{') {
-        return StreamDelta::default();
-    }
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
-        return StreamDelta::default();
-    };
-    let pick = |paths: &[&str]| {
-        paths
-            .iter()
-            .find_map(|p| v.pointer(p).and_then(|t| t.as_str()))
-            .filter(|t| !t.is_empty())
-            .map(str::to_string)
-    };
-    StreamDelta {
-        reasoning: pick(&[
-            "/choices/0/delta/reasoning_content",
-            "/choices/0/delta/reasoning",
-            "/delta/thinking",
-            "/message/thinking",
-        ]),
-        text: pick(&[
-            "/choices/0/delta/content",
-            "/delta/text",
-            "/message/content",
-        ]),
-    }
-}
-
-/// Reads reply.stream a line at a time, as the request formats do: server-sent events by
-/// the one event-stream parser ([`ctxhost_format::event_stream`]: an event's `data:` lines
-/// joined, dispatched at its blank line), Ollama's JSON lines (a line starting with `{` outside
-/// an event) each on its own.
-#[derive(Debug, Default)]
-pub struct StreamLines {
-    events: ctxhost_format::event_stream::EventStream,
-}
-
-impl StreamLines {
-    /// What one whole line of the stream (without its `\n`) adds ([`event_parts`]).
-    pub fn line(&mut self, line: &str) -> StreamDelta {
-        if !self.events.inside_event() && line.trim_start().starts_with('{') {
-            return event_parts(line);
-        }
-        match self.events.line(line) {
-            Some(event) => event_parts(&event.data),
-            None => StreamDelta::default(),
-        }
-    }
-}
-
-/// The reply text of `lines` of a streamed reply ([`StreamLines`]), joined.
-pub fn stream_text(lines: &[&str]) -> String {
-    let mut reader = StreamLines::default();
-    lines.iter().filter_map(|l| reader.line(l).text).collect()
-}
-
-/// Whether `reply.stream` of `dir` holds a reply still in flight: it exists and was written
-/// after messages.jsonl (once the reply is folded, its message is appended to messages.jsonl,
-/// which is then the newer; the stream stays until the next call, for debugging).
-pub fn reply_in_flight(dir: &TaskDir) -> bool {
-    let modified = |name: &str| {
-        dir.open_read_if_exists(name)
-            .ok()
-            .flatten()
-            .and_then(|f| f.metadata().ok())
-            .and_then(|m| m.modified().ok())
-    };
-    match (modified(REPLY_STREAM), modified(MESSAGES)) {
-        (Some(stream), Some(messages)) => stream > messages,
-        (Some(_), None) => true,
-        (None, _) => false,
-    }
-}
-
-/// A stream of the task that broke off (or came whole but could not be read), kept as
-/// `failed-streams/{n}.stream` ([`crate::llm::keep_failed_stream`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BrokenStream {
-    /// Its number, from 1 (the order the task's streams broke in).
-    pub n: u64,
-    /// Its size, bytes.
-    pub bytes: u64,
-    /// When it was last written (when it broke off), if the file system says.
-    pub modified: Option<SystemTime>,
-}
-
-impl BrokenStream {
-    /// Its path relative to the task directory: `failed-streams/{n}.stream`.
-    pub fn kept(&self) -> String {
-        format!("{FAILED_STREAMS_DIR}/{}.stream", self.n)
-    }
-}
-
-/// The broken streams kept in `dir`'s `failed-streams/`, by number (none when the folder is
-/// missing; other names are left out). Errors: the folder cannot be read.
-pub fn broken_streams(dir: &TaskDir) -> std::io::Result<Vec<BrokenStream>> {
-    let mut out: Vec<BrokenStream> = dir
-        .entries(Some(FAILED_STREAMS_DIR))?
-        .into_iter()
-        .filter(|(_, m)| m.is_file())
-        .filter_map(|(name, m)| {
-            Some(BrokenStream {
-                n: name.strip_suffix(".stream")?.parse().ok()?,
-                bytes: m.len(),
-                modified: m.modified().ok().map(|t| t.into_std()),
-            })
-        })
-        .collect();
-    out.sort_by_key(|b| b.n);
-    Ok(out)
-}
-
-/// The reply being streamed in `dir`, as far as it arrived (see [`partial_reply`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PartialReply {
-    /// The reply text so far, its last `max_chars` characters.
-    pub text: String,
-    /// Characters of the text before `text` (not kept).
-    pub text_cut: usize,
-    /// The reasoning text so far, its last `max_chars` characters.
-    pub reasoning: String,
-    /// Characters of the reasoning before `reasoning` (not kept).
-    pub reasoning_cut: usize,
-    /// Size of reply.stream, bytes.
-    pub bytes: u64,
-    /// The stream this one restarts: the last that broke off after the last recorded message
-    /// (so during this call), if any.
-    pub restarts: Option<BrokenStream>,
-}
-
-/// The reply in flight in `dir` ([`reply_in_flight`]), read line by line from reply.stream
-/// (memory: one line and `max_chars` characters of each part); `None` when no reply is in
-/// flight. Errors: reply.stream cannot be opened or read (a link in its place, an I/O error).
-pub fn partial_reply(dir: &TaskDir, max_chars: usize) -> std::io::Result<Option<PartialReply>> {
-    use std::io::BufRead;
-    if !reply_in_flight(dir) {
-        return Ok(None);
-    }
-    let Some(f) = dir.open_read_if_exists(REPLY_STREAM)? else {
-        return Ok(None);
-    };
-    let messages_written = dir
-        .metadata(MESSAGES)?
-        .and_then(|m| m.modified().ok())
-        .map_or(SystemTime::UNIX_EPOCH, |t| t.into_std());
-    let mut out = PartialReply {
-        bytes: f.metadata()?.len(),
-        restarts: broken_streams(dir)?
-            .into_iter()
-            .rfind(|b| b.modified.is_some_and(|t| t >= messages_written)),
-        ..PartialReply::default()
-    };
-    let keep = |into: &mut String, cut: &mut usize, add: &str| {
-        into.push_str(add);
-        let n = into.chars().count();
-        if n > max_chars * 2 {
-            let drop = n - max_chars;
-            let at = into.char_indices().nth(drop).map_or(into.len(), |(i, _)| i);
-            into.drain(..at);
-            *cut += drop;
-        }
-    };
-    let mut reader = std::io::BufReader::new(f);
-    let mut line = Vec::new();
-    let mut lines = StreamLines::default();
-    loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line)? == 0 {
-            break;
-        }
-        // A line still being written (no line end yet) is read at the next look.
-        if !line.ends_with(b"\n") {
-            break;
-        }
-        let l = String::from_utf8_lossy(&line[..line.len() - 1]);
-        let d = lines.line(&l);
-        if let Some(r) = d.reasoning {
-            keep(&mut out.reasoning, &mut out.reasoning_cut, &r);
-        }
-        if let Some(t) = d.text {
-            keep(&mut out.text, &mut out.text_cut, &t);
-        }
-    }
-    for (text, cut) in [
-        (&mut out.text, &mut out.text_cut),
-        (&mut out.reasoning, &mut out.reasoning_cut),
-    ] {
-        let n = text.chars().count();
-        if n > max_chars {
-            let drop = n - max_chars;
-            let at = text.char_indices().nth(drop).map_or(text.len(), |(i, _)| i);
-            text.drain(..at);
-            *cut += drop;
-        }
-    }
-    Ok(Some(out))
-}
-
-/// One file read from a byte offset, whole lines only.
-#[derive(Debug, Default)]
-struct Tail {
-    offset: u64,
-    line: u64,
-    /// The last read stopped at [`MAX_READ_BYTES`]: more is there to read now.
-    behind: bool,
-    /// The file's first bytes (up to [`HEAD_BYTES`]) when it was first read: a file that no
-    /// longer starts with them was replaced (reply.stream of the next call, which may be
-    /// longer than the last one by the next look) and is read from its start.
-    head: Vec<u8>,
-    /// The highest line number returned. A record file (messages.jsonl, tools.jsonl, ...) that
-    /// is cut back or replaced is read again from its start, but only its lines past this one
-    /// are returned: what was shown is not shown again.
-    shown: u64,
-}
-
-/// Bytes of a followed file's start remembered to notice it was replaced ([`Tail::head`]).
-const HEAD_BYTES: usize = 256;
-
-impl Tail {
-    /// The whole lines appended to `name` in `dir` since the last call, with their line
-    /// numbers. `records`: a record file, whose lines are returned once even when it is cut
-    /// back ([`Tail::shown`]); else (reply.stream) a replaced file is a new one, read whole.
-    fn read(
-        &mut self,
-        dir: &TaskDir,
-        name: &str,
-        records: bool,
-    ) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
-        self.read_lines(dir, name, records, false)
-    }
-
-    /// [`Tail::read`], blank lines kept (and counted) when `blank` (an event stream, whose
-    /// blank lines end events).
-    fn read_lines(
-        &mut self,
-        dir: &TaskDir,
-        name: &str,
-        records: bool,
-        blank: bool,
-    ) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
-        let Some(mut f) = dir.open_read_if_exists(name)? else {
-            return Ok(Vec::new());
-        };
-        let len = f.metadata()?.len();
-        let replaced = len < self.offset || {
-            let mut head = vec![0u8; self.head.len()];
-            self.offset > 0 && (f.read_exact(&mut head).is_err() || head != self.head)
-        };
-        if replaced {
-            // Replaced (reply.stream of the next call): start again.
-            self.offset = 0;
-            self.line = 0;
-            self.head.clear();
-            if !records {
-                self.shown = 0;
-            }
-        }
-        if len == self.offset {
-            return Ok(Vec::new());
-        }
-        f.seek(SeekFrom::Start(self.offset))?;
-        let mut buf = Vec::new();
-        (&mut f).take(MAX_READ_BYTES).read_to_end(&mut buf)?;
-        // One line longer than a read (a reply of several MiB): read on to its end, or the
-        // follower would read the same bytes again and again without ever moving on.
-        while (buf.len() as u64).is_multiple_of(MAX_READ_BYTES)
-            && !buf.is_empty()
-            && !buf.contains(&b'\n')
-        {
-            let before = buf.len();
-            (&mut f).take(MAX_READ_BYTES).read_to_end(&mut buf)?;
-            if buf.len() == before {
-                break;
-            }
-        }
-        self.behind =
-            buf.len() as u64 >= MAX_READ_BYTES && (buf.len() as u64).is_multiple_of(MAX_READ_BYTES);
-        let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
-            return Ok(Vec::new());
-        };
-        buf.truncate(end + 1);
-        if self.offset == 0 {
-            self.head = buf[..buf.len().min(HEAD_BYTES)].to_vec();
-        }
-        self.offset += buf.len() as u64;
-        let mut out = Vec::new();
-        buf.pop();
-        for l in buf.split(|b| *b == b'\n') {
-            if l.is_empty() && !blank {
-                continue;
-            }
-            self.line += 1;
-            if self.line > self.shown {
-                self.shown = self.line;
-                out.push((self.line, l.to_vec()));
-            }
-        }
-        Ok(out)
-    }
 }
 
 /// What the follower knows of a task's files between looks.
@@ -955,6 +634,8 @@ pub fn follow(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::reply_stream::{partial_reply, reply_in_flight, stream_text};
+    use crate::ops::tail::MAX_READ_BYTES;
 
     /// A running task's directory in a new contexts tree (removed with it) and a follower of
     /// the task that has read nothing yet.

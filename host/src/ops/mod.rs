@@ -25,8 +25,10 @@ pub mod migrate;
 pub mod plugin_new;
 pub mod poll;
 pub mod reasoning;
+pub mod reply_stream;
 pub mod show;
 pub mod submit;
+mod tail;
 
 use crate::config::Config;
 use crate::db::{Db, DbError};

@@ -23,6 +23,7 @@ pub mod cache;
 pub mod call_times;
 pub mod compile_progress;
 mod compressor;
+pub mod dir_budget;
 mod epoch;
 mod error;
 pub mod fs_guard;

@@ -15,7 +15,7 @@
 //!   import has an interrupt probe ([`super::LlmImport::interrupt_probe`]: a task's compressor
 //!   and strategy, `plugin try`) asks it every [`INTERRUPT_POLL`] and stops the call at once on
 //!   a pause or stop ([`RuntimeError::Interrupted`]);
-//! - the task directory's byte budget ([`super::fs_guard::DirBudget`]), measured during and
+//! - the task directory's byte budget ([`super::dir_budget::DirBudget`]), measured during and
 //!   after every call; the files and folders one call may create bounded, WASI `symlink-at`
 //!   and `link-at` refused ([`super::fs_guard::guard_filesystem`]).
 //!
@@ -38,9 +38,9 @@ use wasmtime::{
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::RuntimeLimits;
+use super::dir_budget::DirBudget;
 use super::epoch::EpochTicker;
 use super::error::{PluginError, RuntimeError};
-use super::fs_guard::DirBudget;
 use super::output::{GuestOutput, Stream};
 use super::types::{LlmImport, PlanningImport};
 use crate::untrusted;

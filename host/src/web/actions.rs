@@ -11,7 +11,9 @@ use axum::extract::{Path, RawForm, State};
 use axum::response::Response;
 
 use super::AppState;
-use super::pages::{WebError, blocking, login_page, see_other, task_uuid};
+use super::answer::see_other;
+use super::login::login_page;
+use super::pages::{WebError, blocking, task_uuid};
 use super::security::{CSRF_FIELD, CsrfCookie, with_session};
 use crate::ops::control::{self, Refused, Stopped};
 
@@ -125,7 +127,7 @@ pub async fn login(State(state): State<AppState>, RawForm(body): RawForm) -> Res
         Ok(f) => f,
         Err(e) => return axum::response::IntoResponse::into_response(e),
     };
-    let next = super::pages::local_path(form.get("next").map(String::as_str).unwrap_or("/tasks"));
+    let next = super::login::local_path(form.get("next").map(String::as_str).unwrap_or("/tasks"));
     let token = form.get("token").map(String::as_str).unwrap_or("");
     if state.keys.token_required() && state.keys.token_matches(token) {
         with_session(&state, see_other(&next))

@@ -10,7 +10,8 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 
 use super::AppState;
-use super::pages::{Named, WebError, blocking, named_task, render};
+use super::answer::render;
+use super::pages::{Named, WebError, blocking, named_task};
 use crate::ops::compactions::{self, Compaction};
 
 /// Summarised messages shown next to a summary.

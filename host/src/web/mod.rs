@@ -25,10 +25,11 @@
 //! Modules: `security` (bind policy, token, CSRF, headers, redaction), `files` (the only
 //! way task files are opened), `pager` (JSONL pages by byte offset), `store` (the
 //! connections to the task store), `queries` (read-only SQL), `call_series` (the context chart's data, read incrementally and cached), `charts`
-//! (SVG geometry), `pages` (page handlers), `task_page` (what the task page shows: `row`, `dir`, `views`), `actions`
+//! (SVG geometry), `pages` (page handlers), `answer` (a rendered template, a redirect), `login` (the login page), `task_page` (what the task page shows: `row`, `dir`, `views`), `actions`
 //! (POST handlers), `events` (change notifications), `assets` (embedded CSS/JS).
 
 mod actions;
+mod answer;
 pub(crate) mod api;
 mod assets;
 mod call_series;
@@ -36,6 +37,7 @@ mod charts;
 mod compactions;
 mod events;
 pub(crate) mod files;
+mod login;
 pub(crate) mod mcp;
 pub(crate) mod pager;
 pub(crate) mod pages;

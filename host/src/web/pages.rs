@@ -9,9 +9,10 @@ use askama::Template;
 use axum::Extension;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 
 use super::AppState;
+use super::answer::{render, see_other};
 use super::charts::{self, ColumnChart, HBarChart};
 use super::files::{self, TaskFile};
 use super::pager::{self, Anchor};
@@ -84,28 +85,6 @@ impl IntoResponse for WebError {
         };
         (status, render(&page)).into_response()
     }
-}
-
-/// Render `t` as an HTML answer (a template error becomes a plain 500).
-pub fn render<T: Template>(t: &T) -> Response {
-    match t.render() {
-        Ok(html) => Html(html).into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            format!("500: template error: {e}"),
-        )
-            .into_response(),
-    }
-}
-
-/// `303 See Other` to `location` (a path on this server).
-pub fn see_other(location: &str) -> Response {
-    (
-        StatusCode::SEE_OTHER,
-        [(header::LOCATION, location.to_string())],
-    )
-        .into_response()
 }
 
 /// Run `f` on a blocking thread (file and database reads) and answer with its result.
@@ -592,7 +571,7 @@ struct StreamingReply {
 const STREAMING_CHARS: usize = 20_000;
 
 /// The reply `dir`'s task is receiving, if it is running and one is in flight
-/// ([`crate::ops::follow::partial_reply`]); a stream that cannot be read is not shown.
+/// ([`crate::ops::reply_stream::partial_reply`]); a stream that cannot be read is not shown.
 fn streaming_reply(
     dir: &files::TaskDir,
     row: &crate::db::TaskRow,
@@ -601,7 +580,7 @@ fn streaming_reply(
     if row.status != Status::Running {
         return None;
     }
-    let p = crate::ops::follow::partial_reply(dir.handle(), STREAMING_CHARS)
+    let p = crate::ops::reply_stream::partial_reply(dir.handle(), STREAMING_CHARS)
         .ok()
         .flatten()?;
     Some(StreamingReply {
@@ -1073,36 +1052,6 @@ pub async fn not_found() -> Response {
     WebError::NotFound.into_response()
 }
 
-#[derive(Template)]
-#[template(path = "login.html")]
-struct LoginPage {
-    next: String,
-    failed: bool,
-}
-
-/// A path on this server to return to after logging in (`/tasks` unless `next` is a plain
-/// local path).
-pub fn local_path(next: &str) -> String {
-    if next.starts_with('/')
-        && !next.starts_with("//")
-        && !next.contains('\\')
-        && !next.contains("://")
-    {
-        next.to_string()
-    } else {
-        "/tasks".into()
-    }
-}
-
-/// The 401 page asking for the access token, returning to `next` after.
-pub fn login_page(next: &str, failed: bool) -> Response {
-    let page = LoginPage {
-        next: local_path(next),
-        failed,
-    };
-    (StatusCode::UNAUTHORIZED, render(&page)).into_response()
-}
-
 /// `GET /metrics`: the Prometheus metrics of this process ([`crate::metrics`]), the task counts
 /// by status read from the store at each scrape. A store that cannot be read is counted in
 /// `ctxhost_scrape_errors_total`; the rest is still served.
@@ -1129,20 +1078,6 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_local_paths_are_returned_to() {
-        assert_eq!(local_path("/tasks/x?view=tools"), "/tasks/x?view=tools");
-        for bad in [
-            "//evil.com",
-            "https://evil.com",
-            "/\\evil.com",
-            "javascript:alert(1)",
-            "",
-        ] {
-            assert_eq!(local_path(bad), "/tasks", "{bad}");
-        }
-    }
 
     #[test]
     fn notices_are_fixed_texts() {

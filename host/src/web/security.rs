@@ -307,7 +307,7 @@ fn check(state: &AppState, req: &mut Request) -> Result<Option<String>, Response
         let login = req.method() == Method::POST && req.uri().path() == "/login";
         if !login {
             let next = req.uri().path_and_query().map_or("/", |p| p.as_str());
-            return Err(super::pages::login_page(next, false));
+            return Err(super::login::login_page(next, false));
         }
     }
     let (csrf, fresh) = match cookie(req.headers(), CSRF_COOKIE).filter(|c| is_hex_token(c)) {
@@ -360,7 +360,7 @@ fn authorised(state: &AppState, req: &Request) -> Result<bool, Response> {
                 target.push('?');
                 target.push_str(&serde_urlencoded::to_string(rest).unwrap_or_default());
             }
-            return Err(with_session(state, super::pages::see_other(&target)));
+            return Err(with_session(state, super::answer::see_other(&target)));
         }
     }
     Ok(false)

@@ -429,6 +429,19 @@ fn index_of(event: &Value) -> Result<u64, String> {
         .ok_or_else(|| "an event without a block `index`".to_string())
 }
 
+impl crate::fold::LineFold for AnthropicStream {
+    type Folded = ParsedReply;
+    fn fold_line(&mut self, line: &str) -> Result<(), FoldError> {
+        self.line(line)
+    }
+    fn fold_last_line(&mut self, line: &str) -> Result<(), FoldError> {
+        self.last_line(line)
+    }
+    fn finish_fold(self) -> Result<ParsedReply, FoldError> {
+        self.finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

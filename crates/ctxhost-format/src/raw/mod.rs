@@ -42,7 +42,7 @@ impl<'a> RawStr<'a> {
     /// The decoded text (borrowed when the string has no escapes).
     pub fn value(self) -> Cow<'a, str> {
         let inner = &self.0[1..self.0.len() - 1];
-        crate::long_line::note_decoded(inner);
+        crate::placeholder::note_decoded(inner);
         // Neither can fail on a string parse_line accepted; the lossy forms only keep this
         // total.
         if inner.contains(&b'\\') {

@@ -171,6 +171,23 @@ pub fn fold_stream_lines(
     }
 }
 
+/// Folds the streamed reply `file` with `fold` ([`fold_stream_lines`], then the fold's
+/// `finish`). Errors: those of [`fold_stream_lines`], and the fold's final error as
+/// [`fold_error`] makes it.
+pub fn fold_stream<F: ctxhost_format::fold::LineFold>(
+    file: &str,
+    mut fold: F,
+) -> Result<F::Folded, PluginError> {
+    fold_stream_lines(file, |line, whole| {
+        if whole {
+            fold.fold_line(line)
+        } else {
+            fold.fold_last_line(line)
+        }
+    })?;
+    fold.finish_fold().map_err(|e| fold_error(file, e))
+}
+
 /// The sink a fold gathers the reply's text in: in memory up to
 /// [`ctxhost_format::content_file::CONTENT_FILE_THRESHOLD`] bytes, past it in
 /// [`ctxhost_format::files::REPLY_CONTENT`] (created or truncated, written through a 16 KiB
