@@ -170,12 +170,6 @@ impl BuiltinTools {
             .map_err(|e| ToolError::io(std::env::temp_dir(), e))?;
         let ws = Workspace::open(&setup.workspace, temp.path(), &setup.hidden)
             .map_err(|e| ToolError::io(&setup.workspace, e))?;
-        if ws.root() == Path::new("/") {
-            return Err(ToolError::io(
-                &setup.workspace,
-                "the workspace is /: the tools would get the whole machine; run in a project directory or set `workspace:`",
-            ));
-        }
         let enforce = setup.config.sandbox == super::config::SandboxMode::On;
         let policy = Policy {
             workspace: ws.root().to_path_buf(),
