@@ -744,3 +744,28 @@ fn a_configured_workspace_linking_to_a_system_directory_fails_the_task_when_it_r
     let error = row["error_message"].as_str().unwrap_or_default();
     assert!(error.contains("system directory /etc"), "{row}");
 }
+
+/// `show` of a queued task prints the workspace `submit --workspace` stored with it (there is
+/// no metadata.json yet), as text and JSON.
+#[test]
+fn show_prints_the_workspace_of_a_queued_task() {
+    let env = TestEnv::new();
+    env.write_config(&config_yaml(
+        "http://127.0.0.1:9",
+        "openai",
+        "tools:\n  builtin: true\n",
+    ));
+    env.ctxhost(&["init"]).ok();
+    let proj = env.root().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    let row = env
+        .ctxhost(&["submit", "--prompt", "y", "--workspace", "proj", "--json"])
+        .ok()
+        .json();
+    let uuid = row["uuid"].as_str().unwrap();
+    let ws = row["workspace"].as_str().unwrap().to_string();
+    let shown = env.ctxhost(&["show", uuid]).ok().stdout();
+    assert!(shown.contains(&format!("workspace:     {ws}\n")), "{shown}");
+    let json = env.ctxhost(&["show", uuid, "--json"]).ok().json();
+    assert_eq!(json["workspace"], ws.as_str(), "{json}");
+}
