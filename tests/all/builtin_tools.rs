@@ -769,3 +769,43 @@ fn show_prints_the_workspace_of_a_queued_task() {
     let json = env.ctxhost(&["show", uuid, "--json"]).ok().json();
     assert_eq!(json["workspace"], ws.as_str(), "{json}");
 }
+
+/// A model that calls a tool that does not exist, in a task with only the built-in tools, is
+/// told which tools there are (not that none are configured).
+#[test]
+fn an_unknown_tool_is_answered_with_the_tools_there_are() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = FakeLlm::start(vec![
+        Reply::ToolCalls {
+            calls: vec![(
+                "u".to_string(),
+                "read_text_file".to_string(),
+                json!({"path": "a"}).to_string(),
+            )],
+            usage: Some((100, 10)),
+        },
+        Reply::text("ok", Some((150, 5))),
+    ]);
+    let env = env_with_workspace(&llm, ws.path(), "  builtin: true\n");
+    let (uuid, row) = run_task(&env, "read a");
+    assert_eq!(row["status"], "completed", "{row}");
+    let tools = read_jsonl(
+        &env.contexts()
+            .join("completed")
+            .join(&uuid)
+            .join("tools.jsonl"),
+    );
+    let text = text_of(&tools[0]);
+    assert!(text.contains("read_text_file"), "{text}");
+    assert!(!text.contains("no tools are configured"), "{text}");
+    for name in [
+        "read_file",
+        "list_files",
+        "search_files",
+        "write_file",
+        "edit_file",
+        "shell",
+    ] {
+        assert!(text.contains(name), "{name} missing from {text}");
+    }
+}

@@ -376,9 +376,20 @@ impl ToolRunner for BuiltinTools {
         self.tools_file.clone()
     }
 
+    fn tool_names(&self) -> Vec<String> {
+        let mut names = self.inner.tool_names();
+        names.extend(self.offered.iter().map(|n| n.to_string()));
+        names
+    }
+
     fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError> {
         let name = call.function.name.as_str();
         if !self.offered.contains(&name) {
+            if let Some(unknown) =
+                super::runner::unknown_to_both(self.inner.as_ref(), name, || self.tool_names())
+            {
+                return Ok(unknown);
+            }
             return self.inner.call(call);
         }
         let definition = definitions()
