@@ -838,3 +838,27 @@ fn every_api_error_is_a_problem_even_those_the_framework_makes() {
         );
     }
 }
+
+/// The API takes the token as `Authorization: Bearer` only (a `?token=` query, which the
+/// dashboard accepts, is no credential there), and `serve --help` says so.
+#[test]
+fn the_api_takes_bearer_tokens_only_as_serve_help_says() {
+    let (env, _db) = env_with_tree("CTXHOST_API_TEST_KEY");
+    let d = serve_with_tokens(&env, &[]);
+    let r = call(
+        &d,
+        "GET",
+        &format!("/api/v1/tasks?token={WRITE}"),
+        None,
+        None,
+    );
+    assert_problem(&r, 401, "Authorization: Bearer");
+    let help = env.ctxhost(&["serve", "--help"]).ok().stdout();
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains(
+            "the JSON API (`/api/v1`) and `/mcp` take it only as `Authorization: Bearer`"
+        ),
+        "{help}"
+    );
+}
