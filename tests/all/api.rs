@@ -552,7 +552,9 @@ fn history_pages_by_seq_and_files_are_listed_and_redacted() {
         std::fs::read_to_string(crate::support::repo_root().join("docs/openapi.json")).unwrap();
     assert_eq!(
         doc.body, committed,
-        "the served document is docs/openapi.json"
+        "the served document is docs/openapi.json (regenerate it from a debug build: `ctxhost serve \
+         --bind 127.0.0.1:7991` in an initialised directory, then `curl -s \
+         http://127.0.0.1:7991/api/v1/openapi.json > docs/openapi.json`)"
     );
 }
 
@@ -721,4 +723,142 @@ fn events_follow_a_task_from_queued_to_its_end_and_resume_after_last_event_id() 
         None,
     );
     assert_problem(&r, 400, "Last-Event-ID");
+}
+
+/// A request sent as raw bytes over its own connection (the body written on a thread of its
+/// own while the answer is read, as a server may answer before it has read the whole body):
+/// status, headers (lower-case names) and body of the answer.
+fn send_raw(d: &Dashboard, head: &str, body: Vec<u8>) -> (u16, Vec<(String, String)>, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(&d.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok();
+    let mut w = s.try_clone().unwrap();
+    let head = head.to_string();
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(head.as_bytes());
+        let _ = w.write_all(&body);
+    });
+    let mut out = Vec::new();
+    let mut buf = [0u8; 64 * 1024];
+    // Read until the answer is whole (or the server closes the connection).
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+        let text = String::from_utf8_lossy(&out);
+        if let Some((h, b)) = text.split_once("\r\n\r\n") {
+            let len = h
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            if b.len() >= len {
+                break;
+            }
+        }
+    }
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    let _ = writer.join();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (h, b) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = h.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, b.to_string())
+}
+
+/// Every error of `/api/v1` is a problem+json answer, those axum makes itself too: a body over
+/// the limit (413), a method a route does not take (405, with `Allow`), a route that does not
+/// exist (404).
+#[test]
+fn every_api_error_is_a_problem_even_those_the_framework_makes() {
+    let (env, _db) = env_with_tree("CTXHOST_API_TEST_KEY");
+    let d = serve_with_tokens(&env, &[]);
+    let big = format!("{{\"prompt\": \"{}\"}}", "x".repeat(3 * 1024 * 1024)).into_bytes();
+    let head = format!(
+        "POST /api/v1/tasks HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {WRITE}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        d.addr,
+        big.len()
+    );
+    let (status, headers, body) = send_raw(&d, &head, big);
+    assert_eq!(status, 413, "{headers:?} {body}");
+    let ct = headers.iter().find(|(k, _)| k == "content-type");
+    assert_eq!(
+        ct.map(|(_, v)| v.as_str()),
+        Some("application/problem+json"),
+        "{headers:?} {body}"
+    );
+    let p: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(p["status"], 413, "{p}");
+    assert_eq!(p["type"], "about:blank", "{p}");
+    assert_eq!(p["title"], "Payload Too Large", "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("bytes"), "{p}");
+    // Nothing was queued.
+    assert_eq!(
+        json_of(&call(&d, "GET", "/api/v1/tasks", Some(READ), None).expect(200))["tasks"],
+        json!([])
+    );
+    // A method the route does not take: 405 naming the ones it does.
+    let r = call(&d, "DELETE", "/api/v1/tasks", Some(WRITE), None);
+    assert_problem(&r, 405, "DELETE");
+    let allow = r.header("allow").unwrap_or_default().to_string();
+    assert!(allow.contains("GET") && allow.contains("POST"), "{allow}");
+    let detail = json_of(&r)["detail"].as_str().unwrap().to_string();
+    assert!(
+        detail.contains("DELETE is not allowed on /api/v1/tasks"),
+        "{detail}"
+    );
+    let r = call(
+        &d,
+        "GET",
+        &format!("/api/v1/tasks/{A}/pause"),
+        Some(READ),
+        None,
+    );
+    assert_problem(&r, 405, "GET is not allowed");
+    assert_eq!(r.header("allow"), Some("POST"));
+    // Routes that do not exist.
+    for path in ["/api/v1/nothing-here", "/api/v1/tasks/a/b/c/d", "/api/v1/"] {
+        assert_problem(
+            &call(&d, "GET", path, Some(READ), None),
+            404,
+            "no such API route",
+        );
+    }
+}
+
+/// The API takes the token as `Authorization: Bearer` only (a `?token=` query, which the
+/// dashboard accepts, is no credential there), and `serve --help` says so.
+#[test]
+fn the_api_takes_bearer_tokens_only_as_serve_help_says() {
+    let (env, _db) = env_with_tree("CTXHOST_API_TEST_KEY");
+    let d = serve_with_tokens(&env, &[]);
+    let r = call(
+        &d,
+        "GET",
+        &format!("/api/v1/tasks?token={WRITE}"),
+        None,
+        None,
+    );
+    assert_problem(&r, 401, "Authorization: Bearer");
+    let help = env.ctxhost(&["serve", "--help"]).ok().stdout();
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains(
+            "the JSON API (`/api/v1`) and `/mcp` take it only as `Authorization: Bearer`"
+        ),
+        "{help}"
+    );
 }

@@ -676,3 +676,136 @@ fn a_sandboxed_mcp_server_writes_only_the_workspace_and_its_own_paths() {
         "mine"
     );
 }
+
+/// `submit --workspace` resolves links before it checks, then refuses `/`, the system's own
+/// directories, homes that are not a project, and ctxhost's own contexts/ (usage: exit 2,
+/// nothing queued); a project reached through a link is stored resolved.
+#[test]
+fn submit_workspace_resolves_links_then_refuses_the_root_and_system_directories() {
+    let env = TestEnv::new();
+    env.write_config(&config_yaml(
+        "http://127.0.0.1:9",
+        "openai",
+        "tools:\n  builtin: true\n",
+    ));
+    env.ctxhost(&["init"]).ok();
+    std::os::unix::fs::symlink("/", env.root().join("to-root")).unwrap();
+    std::os::unix::fs::symlink("/etc", env.root().join("to-etc")).unwrap();
+    for (dir, says) in [
+        ("to-root", "is the root directory"),
+        ("to-etc", "system directory /etc"),
+        ("/etc", "system directory /etc"),
+        ("/usr/lib", "system directory /usr"),
+        ("/var", "system directory /var"),
+        ("/root", "home"),
+        ("/tmp", "use a project directory beneath it"),
+        ("contexts", "inside ctxhost's own"),
+    ] {
+        let out = env.ctxhost(&["submit", "--prompt", "x", "--workspace", dir]);
+        assert_eq!(out.code(), Some(2), "{dir}: {}", out.stderr());
+        assert!(
+            out.stderr().contains(&format!("--workspace {dir}: ")) && out.stderr().contains(says),
+            "{dir}: {}",
+            out.stderr()
+        );
+    }
+    let tasks = env.ctxhost(&["tasks", "--json"]).ok().stdout();
+    assert!(!tasks.contains("\"x\""), "{tasks}");
+    // A project directory through a link: allowed, stored as the directory it leads to.
+    let proj = env.root().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    std::os::unix::fs::symlink(&proj, env.root().join("to-proj")).unwrap();
+    let row = env
+        .ctxhost(&[
+            "submit",
+            "--prompt",
+            "y",
+            "--workspace",
+            "to-proj",
+            "--json",
+        ])
+        .ok()
+        .json();
+    let canonical = proj.canonicalize().unwrap().display().to_string();
+    assert_eq!(row["workspace"], canonical.as_str(), "{row}");
+}
+
+/// The same rule when the task runs: a config `workspace:` that is a link to /etc fails the
+/// task before any tool is offered, naming the rule.
+#[test]
+fn a_configured_workspace_linking_to_a_system_directory_fails_the_task_when_it_runs() {
+    let llm = FakeLlm::start(vec![Reply::text("done", Some((10, 1)))]);
+    let links = tempfile::tempdir().unwrap();
+    let link = links.path().join("ws");
+    std::os::unix::fs::symlink("/etc", &link).unwrap();
+    let env = env_with_workspace(&llm, &link, "  builtin: true\n");
+    let (_, row) = run_task(&env, "hi");
+    assert_eq!(row["status"], "failed", "{row}");
+    let error = row["error_message"].as_str().unwrap_or_default();
+    assert!(error.contains("system directory /etc"), "{row}");
+}
+
+/// `show` of a queued task prints the workspace `submit --workspace` stored with it (there is
+/// no metadata.json yet), as text and JSON.
+#[test]
+fn show_prints_the_workspace_of_a_queued_task() {
+    let env = TestEnv::new();
+    env.write_config(&config_yaml(
+        "http://127.0.0.1:9",
+        "openai",
+        "tools:\n  builtin: true\n",
+    ));
+    env.ctxhost(&["init"]).ok();
+    let proj = env.root().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    let row = env
+        .ctxhost(&["submit", "--prompt", "y", "--workspace", "proj", "--json"])
+        .ok()
+        .json();
+    let uuid = row["uuid"].as_str().unwrap();
+    let ws = row["workspace"].as_str().unwrap().to_string();
+    let shown = env.ctxhost(&["show", uuid]).ok().stdout();
+    assert!(shown.contains(&format!("workspace:     {ws}\n")), "{shown}");
+    let json = env.ctxhost(&["show", uuid, "--json"]).ok().json();
+    assert_eq!(json["workspace"], ws.as_str(), "{json}");
+}
+
+/// A model that calls a tool that does not exist, in a task with only the built-in tools, is
+/// told which tools there are (not that none are configured).
+#[test]
+fn an_unknown_tool_is_answered_with_the_tools_there_are() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = FakeLlm::start(vec![
+        Reply::ToolCalls {
+            calls: vec![(
+                "u".to_string(),
+                "read_text_file".to_string(),
+                json!({"path": "a"}).to_string(),
+            )],
+            usage: Some((100, 10)),
+        },
+        Reply::text("ok", Some((150, 5))),
+    ]);
+    let env = env_with_workspace(&llm, ws.path(), "  builtin: true\n");
+    let (uuid, row) = run_task(&env, "read a");
+    assert_eq!(row["status"], "completed", "{row}");
+    let tools = read_jsonl(
+        &env.contexts()
+            .join("completed")
+            .join(&uuid)
+            .join("tools.jsonl"),
+    );
+    let text = text_of(&tools[0]);
+    assert!(text.contains("read_text_file"), "{text}");
+    assert!(!text.contains("no tools are configured"), "{text}");
+    for name in [
+        "read_file",
+        "list_files",
+        "search_files",
+        "write_file",
+        "edit_file",
+        "shell",
+    ] {
+        assert!(text.contains(name), "{name} missing from {text}");
+    }
+}

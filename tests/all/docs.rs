@@ -7,7 +7,7 @@
 //!
 //! The references under docs/reference/ are checked current by `cli::docs` (a unit test).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::support::fake_llm::{FakeLlm, Reply};
 use crate::support::{TestEnv, ctxhost_bin, repo_root};
@@ -319,18 +319,24 @@ fn config_check_and_the_schema_flag_the_same_bad_configs() {
     );
 }
 
-/// `init` writes config.schema.json beside the config.yaml it writes (the schema `config
-/// schema` prints), and config.yaml's first line points yaml-language-server at it.
+/// `init` writes config.schema.json (the schema `config schema` prints) into contexts/, where
+/// the built-in tools never see it (beside a config.yaml in the project, `list_files` and
+/// `search_files` would find it), and config.yaml's first line points yaml-language-server at
+/// it: relative to the config when contexts/ is beneath the config's directory, else absolute.
 #[test]
-fn init_writes_the_schema_beside_the_config_and_points_editors_at_it() {
+fn init_writes_the_schema_into_contexts_and_points_editors_at_it() {
     let env = TestEnv::new();
-    env.ctxhost(&["init", "--config", "conf/config.yaml"]).ok();
-    let yaml = std::fs::read_to_string(env.root().join("conf/config.yaml")).unwrap();
+    env.ctxhost(&["init"]).ok();
+    let yaml = std::fs::read_to_string(env.root().join("config.yaml")).unwrap();
     assert_eq!(
         yaml.lines().next(),
-        Some("# yaml-language-server: $schema=config.schema.json")
+        Some("# yaml-language-server: $schema=contexts/config.schema.json")
     );
-    let written = std::fs::read_to_string(env.root().join("conf/config.schema.json")).unwrap();
+    assert!(
+        !env.root().join("config.schema.json").exists(),
+        "the schema lies in the project, where the tools find it"
+    );
+    let written = std::fs::read_to_string(env.contexts().join("config.schema.json")).unwrap();
     let printed = env.ctxhost(&["config", "schema"]).ok().stdout();
     assert_eq!(written, printed);
     let schema: serde_json::Value = serde_json::from_str(&printed).unwrap();
@@ -344,5 +350,18 @@ fn init_writes_the_schema_beside_the_config_and_points_editors_at_it() {
     );
     // The file it points at validates the config it heads.
     assert!(ctxhost::config::schema::schema_errors(&yaml).is_empty());
-    assert!(Path::new(&env.root().join("conf/config.yaml")).exists());
+    // A config in a directory of its own, contexts/ elsewhere: an absolute path.
+    env.ctxhost(&["init", "--config", "conf/config.yaml"]).ok();
+    let yaml = std::fs::read_to_string(env.root().join("conf/config.yaml")).unwrap();
+    let at = env
+        .contexts()
+        .canonicalize()
+        .unwrap()
+        .join("config.schema.json");
+    assert_eq!(
+        yaml.lines().next(),
+        Some(format!("# yaml-language-server: $schema={}", at.display()).as_str())
+    );
+    assert!(at.exists());
+    assert!(!env.root().join("conf/config.schema.json").exists());
 }

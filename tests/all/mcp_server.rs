@@ -75,6 +75,34 @@ async fn submit_and_wait(client: &RunningService<RoleClient, Client>, env: &Test
             "wait_for_task"
         ]
     );
+    // submit_task takes what `POST /api/v1/tasks` takes: the same fields, nothing else.
+    let submit = tools.iter().find(|t| t.name == "submit_task").unwrap();
+    let schema = Value::Object(submit.input_schema.as_ref().clone());
+    let mut mcp: Vec<String> = schema["properties"]
+        .as_object()
+        .expect("submit_task's properties")
+        .keys()
+        .cloned()
+        .collect();
+    mcp.sort();
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(crate::support::repo_root().join("docs/openapi.json")).unwrap(),
+    )
+    .unwrap();
+    let api_schema = &doc["components"]["schemas"]["NewTaskRequest"];
+    let mut api: Vec<String> = api_schema["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    api.sort();
+    assert_eq!(
+        mcp, api,
+        "submit_task's arguments are not the API's NewTaskRequest"
+    );
+    assert_eq!(schema["required"], api_schema["required"], "{schema}");
+    assert_eq!(schema["additionalProperties"], json!(false), "{schema}");
     let submitted = client
         .call_tool(
             CallToolRequestParams::new("submit_task")

@@ -176,8 +176,9 @@ fn a_panic_is_a_trap_error() {
 fn try_open(env: &Env, path: &str) -> Result<u64, String> {
     let mut store = env.instance();
     // The probe appends nothing: the store's own answer, without the host's append check.
-    let outcome =
-        store.add_message_unchecked(&ChatMessage::text("user", path), "2026-01-02T03:04:05Z");
+    let outcome = store
+        .unchecked_probe()
+        .add_message(&ChatMessage::text("user", path), "2026-01-02T03:04:05Z");
     // The process and the instance carry on either way.
     assert_eq!(store.current_context_file().unwrap(), "current.jsonl");
     match outcome {

@@ -44,6 +44,17 @@ pub(super) fn run(env: &Env, args: &AskArgs) -> anyhow::Result<ExitCode> {
     let prompt =
         super::submit::read_prompt(args.text.as_deref(), None, args.prompt_file.as_deref())?;
     super::preflight(env)?;
+    // The current directory is the workspace unless the config names one: checked by the rule
+    // the tools apply when the task runs, before anything is queued.
+    if env.config.workspace.is_none() && env.config.tools.builtin {
+        let cwd = std::env::current_dir()?;
+        crate::tools::builtin::workspace::checked_root(&cwd, &super::submit::own_paths(env))
+            .map_err(|why| {
+                super::usage(format!(
+                    "{why} (ask works on the current directory unless the config sets `workspace:`)"
+                ))
+            })?;
+    }
     env.layout.ensure()?;
     let db = env.open_db()?;
     let row = crate::ops::submit::submit(

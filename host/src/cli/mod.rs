@@ -312,11 +312,12 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Print the JSON Schema (draft 2020-12) of config.yaml: every key, its type, default and
-    /// meaning. `ctxhost init` writes it as config.schema.json beside the config.yaml it writes,
-    /// whose first line points editors (yaml-language-server) at it.
+    /// meaning. `ctxhost init` writes it as contexts/config.schema.json (out of the built-in
+    /// tools' sight), and the first line of the config.yaml it writes points editors
+    /// (yaml-language-server) at it.
     #[command(
-        after_help = "Examples:\n  ctxhost config schema > config.schema.json\n\n\
-        A config.yaml whose first line is `# yaml-language-server: $schema=config.schema.json` is\n\
+        after_help = "Examples:\n  ctxhost config schema > contexts/config.schema.json\n\n\
+        A config.yaml whose first line is `# yaml-language-server: $schema=contexts/config.schema.json` is\n\
         checked by editors that use yaml-language-server (VS Code's YAML extension, Neovim, Helix)."
     )]
     Schema,

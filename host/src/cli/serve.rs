@@ -22,7 +22,9 @@ pub struct ServeArgs {
     pub bind: String,
     /// Name of the environment variable that holds the access token (at least 16
     /// characters). Required for a non-loopback --bind; with it, every request must present
-    /// the token (login form, `?token=`, or `Authorization: Bearer`).
+    /// the token: the dashboard takes it from its login form, a `?token=` link or
+    /// `Authorization: Bearer`; the JSON API (`/api/v1`) and `/mcp` take it only as
+    /// `Authorization: Bearer` (read-write there).
     #[arg(long, value_name = "NAME")]
     pub token_env: Option<String>,
     /// Name of the environment variable that holds a read-only token for the JSON API

@@ -137,10 +137,12 @@ fn from(path: &std::path::Path) -> String {
     }
 }
 
-/// `--workspace DIR` made absolute (against the current directory, not resolving links: the
-/// sandbox checks resolved paths itself). Errors (usage): DIR does not exist or is not a
-/// directory, or is `/` (the tools would own the whole machine).
-pub(super) fn workspace_dir(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+/// `--workspace DIR` made canonical (against the current directory, links resolved) and
+/// checked by the rule the built-in tools apply again when the task runs
+/// ([`crate::tools::builtin::workspace::checked_root`]): not `/`, a system directory, another
+/// user's home or your home itself, nor (inside) ctxhost's own `hidden` paths (contexts/, the
+/// config file). Errors (usage): DIR does not exist, is not a directory, or is refused.
+pub(super) fn workspace_dir(dir: &std::path::Path, hidden: &[PathBuf]) -> anyhow::Result<PathBuf> {
     let abs = std::path::absolute(dir)
         .map_err(|e| usage(format!("--workspace {}: {e}", dir.display())))?;
     match std::fs::metadata(&abs) {
@@ -153,12 +155,15 @@ pub(super) fn workspace_dir(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
         }
         Err(e) => return Err(usage(format!("--workspace {}: {e}", abs.display()))),
     }
-    if abs.parent().is_none() {
-        return Err(usage(
-            "--workspace /: the built-in tools may not work on the whole file system",
-        ));
-    }
-    Ok(abs)
+    crate::tools::builtin::workspace::checked_root(&abs, hidden)
+        .map_err(|why| usage(format!("--workspace {}: {why}", dir.display())))
+}
+
+/// ctxhost's own paths, which no workspace may lie in: contexts/ and the config file.
+pub(super) fn own_paths(env: &Env) -> Vec<PathBuf> {
+    std::iter::once(env.layout.root().to_path_buf())
+        .chain(env.config.loaded_from.clone())
+        .collect()
 }
 
 fn task_key(args: &SubmitArgs) -> anyhow::Result<TaskKey> {
@@ -191,7 +196,11 @@ pub(super) fn run(env: &Env, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         Some(u) => Some(u.trim().to_string()),
         None => std::env::var("USER").ok().filter(|u| !u.is_empty()),
     };
-    let workspace = args.workspace.as_deref().map(workspace_dir).transpose()?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(|d| workspace_dir(d, &own_paths(env)))
+        .transpose()?;
     let submission = Submission {
         prompt,
         key,

@@ -3,8 +3,9 @@
 //! accepts: a section that denies unknown keys has `additionalProperties: false`, every key its
 //! type, its default (the value of [`Config::default`]) and its doc comment as description.
 //!
-//! `ctxhost config schema` prints it; `ctxhost init` writes it as [`SCHEMA_FILE`] beside the
-//! config.yaml it writes, whose first line ([`modeline`]) points editors that use
+//! `ctxhost config schema` prints it; `ctxhost init` writes it as [`SCHEMA_FILE`] in contexts/
+//! (where the built-in tools never look; [`crate::ops::init::schema_place`]), and the first line
+//! of the config.yaml it writes ([`modeline`]) points editors that use
 //! yaml-language-server (VS Code's YAML extension, Neovim, Helix, …) at it, offline.
 //! docs/reference/config.schema.json is this schema, and docs/reference/config.md is rendered
 //! from it (`ctxhost docs gen`).
@@ -14,7 +15,7 @@
 
 use super::Config;
 
-/// The file name `ctxhost init` writes the schema under, beside config.yaml.
+/// The file name `ctxhost init` writes the schema under, in contexts/.
 pub const SCHEMA_FILE: &str = "config.schema.json";
 
 /// The schema as JSON: draft 2020-12, every subschema inline (no `$ref`), so it reads top-down.

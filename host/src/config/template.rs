@@ -4,8 +4,9 @@ use super::Config;
 
 impl Config {
     /// The commented default config that `ctxhost init` writes. Parses to [`Config::default`].
-    /// Its first line points editors at the schema `init` writes beside it
-    /// ([`super::schema::modeline`], [`super::schema::SCHEMA_FILE`]).
+    /// Its first line points editors at a schema beside it ([`super::schema::modeline`],
+    /// [`super::schema::SCHEMA_FILE`]); `init` names where it writes the schema instead
+    /// ([`crate::ops::init::schema_place`]).
     pub fn default_yaml() -> String {
         let d = Config::default();
         let indent = |s: &str| {

@@ -19,7 +19,7 @@ pub struct Initialized {
 }
 
 /// Create what is missing, keep what exists. A config.yaml written now gets its JSON Schema
-/// beside it ([`crate::config::schema::SCHEMA_FILE`]). An existing `config_path` is loaded (and so
+/// in contexts/ ([`schema_place`]), named on its first line. An existing `config_path` is loaded (and so
 /// validated) to find `context_storage.base_dir`; it is never overwritten (`llm` flags are
 /// then a usage error: they would be silently ignored). `contexts` overrides that directory.
 /// The contexts directory is created, never missing folders above it: a usage error naming it
@@ -55,16 +55,21 @@ pub fn init(
             layout.root().display()
         )));
     }
+    layout.ensure()?;
     if !existing {
         if let Some(dir) = config_path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
+        // The schema the config's first line names (editors read it offline), in contexts/.
+        let (schema, named) = schema_place(config_path, layout.root())?;
+        let yaml = yaml.replacen(
+            &crate::config::schema::modeline(crate::config::schema::SCHEMA_FILE),
+            &crate::config::schema::modeline(&named),
+            1,
+        );
         crate::layout::atomic_write(config_path, yaml.as_bytes())?;
-        // The schema the config's first line names, beside it (editors read it offline).
-        let schema = config_path.with_file_name(crate::config::schema::SCHEMA_FILE);
         crate::layout::atomic_write(&schema, crate::config::schema::schema_text().as_bytes())?;
     }
-    layout.ensure()?;
     let db = super::open_store(&config, &layout)?;
     Ok(Initialized {
         config_path: config_path.to_path_buf(),
@@ -72,6 +77,29 @@ pub fn init(
         contexts: layout.root().to_path_buf(),
         database: db.location().to_string(),
     })
+}
+
+/// Where `init` writes the JSON Schema of the config it writes at `config_path`, and how the
+/// config's first line names it: `contexts/`[`SCHEMA_FILE`](crate::config::schema::SCHEMA_FILE)
+/// (the contexts directory `contexts`, which exists), never beside a config.yaml in a project,
+/// where the built-in tools' `list_files` and `search_files` would find it (they never see
+/// contexts/). Named relative to the config's directory when contexts/ lies beneath it (the
+/// default layout: `contexts/config.schema.json`), else by its absolute path; both are what
+/// yaml-language-server's modeline takes. Errors: a directory that cannot be resolved.
+pub fn schema_place(config_path: &Path, contexts: &Path) -> std::io::Result<(PathBuf, String)> {
+    let file = contexts
+        .canonicalize()?
+        .join(crate::config::schema::SCHEMA_FILE);
+    let dir = config_path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .canonicalize()?;
+    let named = match file.strip_prefix(&dir) {
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => file.display().to_string(),
+    };
+    Ok((file, named))
 }
 
 /// The commented default config `yaml` with the `llm` keys `flags` gives set in its `llm`

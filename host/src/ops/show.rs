@@ -62,7 +62,8 @@ pub struct ShowReport {
     pub inherited_from: Option<crate::task::InheritedFrom>,
     /// metadata.json `inheritance_skipped`: earlier tasks of the key that were skipped, and why.
     pub inheritance_skipped: Vec<crate::task::SkippedPredecessor>,
-    /// metadata.json `workspace`: the directory the built-in tools worked on.
+    /// The directory the built-in tools work on: metadata.json `workspace` once the task ran,
+    /// before that the row's (`submit --workspace`); absent when the config's applies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
 }
@@ -215,6 +216,8 @@ pub fn show_with(
     let (inherited_from, inheritance_skipped, workspace) = meta
         .map(|m| (m.inherited_from, m.inheritance_skipped, m.workspace))
         .unwrap_or_default();
+    // Before the task first runs (no metadata.json yet), the row's (`submit --workspace`).
+    let workspace = workspace.or_else(|| task.workspace.clone());
     Ok(ShowReport {
         publication,
         bucket_error,

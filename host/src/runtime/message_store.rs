@@ -128,10 +128,17 @@ impl MessageStore {
         self.check_appended("add-message", marks, message, None, added)
     }
 
-    /// `add-message` without the host's check of what the store appended: the store's own
-    /// answer, for probing what a (hostile) store can reach (tests/all/runtime_sandbox.rs). A
-    /// task never calls it: [`MessageStore::add_message`] checks every append.
-    pub fn add_message_unchecked(
+    /// The store's own answers, without the host's check of what it appended: for tests that
+    /// probe what a hostile store can reach (tests/all/runtime_sandbox.rs: its probe opens a
+    /// path and appends nothing, which the check rightly refuses). Not part of the API; a task
+    /// never uses it ([`MessageStore::add_message`] checks every append).
+    #[doc(hidden)]
+    pub fn unchecked_probe(&mut self) -> UncheckedProbe<'_> {
+        UncheckedProbe(self)
+    }
+
+    /// `add-message` without the host's check of what the store appended (the callers check).
+    fn add_message_unchecked(
         &mut self,
         message: &ChatMessage,
         timestamp: &str,
@@ -294,5 +301,20 @@ impl MessageStore {
             })?;
             sandbox.plugin_result("recreate-current-context", r)
         })
+    }
+}
+/// [`MessageStore::unchecked_probe`]: a message store's calls answered as the store answers
+/// them, unchecked. Test-only; hidden.
+#[doc(hidden)]
+pub struct UncheckedProbe<'a>(&'a mut MessageStore);
+
+impl UncheckedProbe<'_> {
+    /// `add-message`: the store's own answer, whatever it appended.
+    pub fn add_message(
+        &mut self,
+        message: &ChatMessage,
+        timestamp: &str,
+    ) -> Result<AddedMessage, RuntimeError> {
+        self.0.add_message_unchecked(message, timestamp)
     }
 }

@@ -62,6 +62,8 @@ pub use cache::CacheOutcome;
 pub use compressor::Compressor;
 pub use error::{PluginError, RuntimeError};
 pub use message_store::MessageStore;
+#[doc(hidden)]
+pub use message_store::UncheckedProbe;
 pub use mismatch::explain_link_error;
 pub use request_format::RequestFormat;
 pub use strategy::{HookCall, MAX_LLM_CALLS_PER_HOOK, Strategy};

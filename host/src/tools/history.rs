@@ -383,9 +383,23 @@ impl ToolRunner for HistoryTools {
         }
     }
 
+    fn tool_names(&self) -> Vec<String> {
+        let mut names = self.inner.tool_names();
+        if self.active {
+            names.extend([HISTORY_SEARCH.to_string(), HISTORY_READ.to_string()]);
+        }
+        names
+    }
+
     fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError> {
         let name = call.function.name.as_str();
         if !self.active || (name != HISTORY_SEARCH && name != HISTORY_READ) {
+            if self.active
+                && let Some(unknown) =
+                    super::runner::unknown_to_both(self.inner.as_ref(), name, || self.tool_names())
+            {
+                return Ok(unknown);
+            }
             return self.inner.call(call);
         }
         let args = match parse_host_arguments(&call.function.arguments, &definition(name)) {
@@ -498,6 +512,14 @@ mod tests {
         assert_eq!(tools.tools_file().as_deref(), Some(TOOLS_JSON));
         let defs: Vec<Value> = serde_json::from_slice(&dir.read(TOOLS_JSON).unwrap()).unwrap();
         assert_eq!(defs.len(), 2);
+        // A tool that does not exist: the model is told which do.
+        let unknown = ToolCall::new("c0", "read_text_file", "{}");
+        assert_eq!(
+            tools.call(&unknown).unwrap(),
+            CallOutcome::Error(
+                "error: no such tool \"read_text_file\"; the tools of this task are: history_search, history_read".into()
+            )
+        );
         let text = tools.call(&search).unwrap();
         assert_eq!(
             unquote(text.text()),

@@ -22,6 +22,12 @@ pub trait ToolRunner {
     /// tool's server is gone).
     fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError>;
 
+    /// The names of the tools this runner answers (the wrapped runners' too), in the order
+    /// offered: what a call of an unknown tool is told exists. Default: none.
+    fn tool_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The cap of one result in the context (estimated tokens), set by the agent loop when it
     /// knows the window: a runner that bounds its own output to it may use it. Default: ignored.
     fn set_max_output_tokens(&mut self, _max_output_tokens: u64) {}
@@ -44,9 +50,32 @@ pub trait ToolRunner {
 #[derive(Debug, Default)]
 pub struct NoTools;
 
-/// The result text given to the model for a call of an unknown tool.
-pub fn no_such_tool_text(name: &str) -> String {
-    format!("error: no such tool {name:?} (no tools are configured)")
+/// The result text given to the model for a call of the unknown tool `name` when the task's
+/// tools are `names` (all of them: MCP, built-in, history): `error: no such tool "X"; the
+/// tools of this task are: a, b`, or `error: no such tool "X" (no tools are configured)`.
+pub fn no_such_tool_text(name: &str, names: &[String]) -> String {
+    if names.is_empty() {
+        format!("error: no such tool {name:?} (no tools are configured)")
+    } else {
+        format!(
+            "error: no such tool {name:?}; the tools of this task are: {}",
+            names.join(", ")
+        )
+    }
+}
+
+/// For a runner that wraps `inner`, called with a tool `name` it does not answer itself: when
+/// `inner` has no such tool either, the answer naming every tool of the task (`all`: the
+/// wrapper's [`ToolRunner::tool_names`]); `None`: `inner` has it, call it.
+pub fn unknown_to_both(
+    inner: &dyn ToolRunner,
+    name: &str,
+    all: impl FnOnce() -> Vec<String>,
+) -> Option<CallOutcome> {
+    if inner.tool_names().iter().any(|n| n == name) {
+        return None;
+    }
+    Some(CallOutcome::Error(no_such_tool_text(name, &all())))
 }
 
 impl ToolRunner for NoTools {
@@ -55,7 +84,10 @@ impl ToolRunner for NoTools {
     }
 
     fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError> {
-        Ok(CallOutcome::Error(no_such_tool_text(&call.function.name)))
+        Ok(CallOutcome::Error(no_such_tool_text(
+            &call.function.name,
+            &[],
+        )))
     }
 }
 
@@ -104,6 +136,14 @@ impl McpTools {
 impl ToolRunner for McpTools {
     fn tools_file(&self) -> Option<String> {
         self.tools_file.clone()
+    }
+
+    fn tool_names(&self) -> Vec<String> {
+        self.registry
+            .tools()
+            .iter()
+            .map(|t| t.name.clone())
+            .collect()
     }
 
     fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError> {

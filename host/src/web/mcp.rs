@@ -3,7 +3,8 @@
 //! (behind the API's bearer tokens: [`crate::web::api::auth`]). The tools are the API's
 //! operations ([`crate::web::api::Api`]), so they check and answer as the CLI does:
 //!
-//! - `submit_task` (prompt, optional task key, model), `get_task`, `list_tasks`,
+//! - `submit_task` (the API's [`NewTaskRequest`]: prompt, optional task key, user, model,
+//!   no_inherit), `get_task`, `list_tasks`,
 //!   `pause_task`, `resume_task`, `stop_task`;
 //! - `wait_for_task`: blocks until the task is no longer queued or running, or a timeout,
 //!   sending MCP progress notifications (progress = LLM calls made so far) while it runs when
@@ -43,32 +44,6 @@ pub const RESOURCE_TASKS: u32 = 20;
 pub const MAX_WAIT_SECS: u64 = 3600;
 /// How often `wait_for_task` looks at the task.
 const WAIT_POLL: Duration = Duration::from_millis(250);
-
-/// `submit_task`'s arguments.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-pub struct SubmitArgs {
-    /// The task: what the agent should do (at most 1 MiB of text).
-    pub prompt: String,
-    /// `github`, `gitlab` or `local` (default).
-    #[serde(default)]
-    pub source: Option<String>,
-    /// Repository owner (github/gitlab).
-    #[serde(default)]
-    pub owner: Option<String>,
-    /// Repository name (github/gitlab).
-    #[serde(default)]
-    pub repo: Option<String>,
-    /// `issue` or `pull_request`.
-    #[serde(default, rename = "type")]
-    pub task_type: Option<String>,
-    /// Issue or pull request number.
-    #[serde(default)]
-    pub id: Option<String>,
-    /// The model to record for the task instead of the configured one.
-    #[serde(default)]
-    pub model: Option<String>,
-}
 
 /// Arguments naming one task.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -190,23 +165,13 @@ impl CtxhostMcp {
     )]
     async fn submit_task(
         &self,
-        Parameters(a): Parameters<SubmitArgs>,
+        Parameters(req): Parameters<NewTaskRequest>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         if let Some(p) = self.refuse_write(&ctx) {
             return answer::<()>(Err(p));
         }
         let api = self.api.clone();
-        let req = NewTaskRequest {
-            prompt: a.prompt,
-            source: a.source,
-            owner: a.owner,
-            repo: a.repo,
-            task_type: a.task_type,
-            id: a.id,
-            model: a.model,
-            ..NewTaskRequest::default()
-        };
         answer(blocking(move || api.create(&req)).await)
     }
 

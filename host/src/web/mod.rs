@@ -231,7 +231,11 @@ impl Server {
         let listener = tokio::net::TcpListener::from_std(self.listener)
             .context("cannot hand the socket to the runtime")?;
         let app = router(state)
-            .nest("/api/v1", api::router(api.clone(), api_auth.clone()))
+            .nest(api::PREFIX, api::router(api.clone(), api_auth.clone()))
+            .route(
+                &format!("{}/", api::PREFIX),
+                axum::routing::any(api::not_found),
+            )
             .merge(mcp::router(api, api_auth));
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {

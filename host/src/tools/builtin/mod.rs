@@ -170,12 +170,6 @@ impl BuiltinTools {
             .map_err(|e| ToolError::io(std::env::temp_dir(), e))?;
         let ws = Workspace::open(&setup.workspace, temp.path(), &setup.hidden)
             .map_err(|e| ToolError::io(&setup.workspace, e))?;
-        if ws.root() == Path::new("/") {
-            return Err(ToolError::io(
-                &setup.workspace,
-                "the workspace is /: the tools would get the whole machine; run in a project directory or set `workspace:`",
-            ));
-        }
         let enforce = setup.config.sandbox == super::config::SandboxMode::On;
         let policy = Policy {
             workspace: ws.root().to_path_buf(),
@@ -382,9 +376,20 @@ impl ToolRunner for BuiltinTools {
         self.tools_file.clone()
     }
 
+    fn tool_names(&self) -> Vec<String> {
+        let mut names = self.inner.tool_names();
+        names.extend(self.offered.iter().map(|n| n.to_string()));
+        names
+    }
+
     fn call(&mut self, call: &ToolCall) -> Result<CallOutcome, ToolError> {
         let name = call.function.name.as_str();
         if !self.offered.contains(&name) {
+            if let Some(unknown) =
+                super::runner::unknown_to_both(self.inner.as_ref(), name, || self.tool_names())
+            {
+                return Ok(unknown);
+            }
             return self.inner.call(call);
         }
         let definition = definitions()

@@ -9,6 +9,113 @@ use std::path::{Component, Path, PathBuf};
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
+/// Directories that may not be a workspace, with everything beneath them: the system's own
+/// trees (programs, libraries, configuration, kernel interfaces, devices, state). See
+/// [`refusal`].
+pub const SYSTEM_TREES: &[&str] = &[
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
+    "/sbin", "/sys", "/usr", "/var",
+];
+
+/// Directories beneath a [`SYSTEM_TREES`] entry that may hold a workspace (temporary files
+/// anyone may use), though not as themselves.
+pub const SYSTEM_EXCEPTIONS: &[&str] = &["/var/tmp"];
+
+/// Directories that may not be a workspace themselves (they hold other users' or other
+/// programs' directories) but whose subdirectories may.
+pub const SHARED_PARENTS: &[&str] = &[
+    "/home", "/mnt", "/media", "/opt", "/srv", "/tmp", "/var/tmp",
+];
+
+/// Why the canonical directory `root` may not be a task's workspace, or `None` when it may.
+/// The one rule of `submit --workspace`, the config's `workspace`, `ask`'s current directory
+/// and the built-in tools at run time:
+///
+/// | directory | workspace? |
+/// |---|---|
+/// | `/` | no: the tools would get the whole machine |
+/// | [`SYSTEM_TREES`] (`/etc`, `/usr`, `/bin`, `/sbin`, `/lib*`, `/boot`, `/proc`, `/sys`, `/dev`, `/run`, `/var`) and beneath | no, except beneath [`SYSTEM_EXCEPTIONS`] (`/var/tmp`) |
+/// | `/root` and beneath | no, unless the user's home (`home`) is `/root`: then its subdirectories may |
+/// | the user's home itself | no: it holds the user's keys and credentials (a project beneath it may) |
+/// | [`SHARED_PARENTS`] (`/home`, `/tmp`, `/srv`, `/opt`, `/mnt`, `/media`, `/var/tmp`) themselves | no; their subdirectories may |
+/// | anything else | yes (ctxhost's own contexts/ and config file: see [`checked_root`]) |
+///
+/// `root` must be canonical (links resolved), else a link to `/etc` would pass; `home`
+/// canonical too.
+pub fn refusal(root: &Path, home: Option<&Path>) -> Option<String> {
+    let shown = root.display();
+    if root.parent().is_none() {
+        return Some(format!(
+            "the workspace {shown} is the root directory: the tools would get the whole machine; \
+             use a project directory"
+        ));
+    }
+    let under = |d: &str| root.starts_with(d);
+    if let Some(tree) = SYSTEM_TREES.iter().find(|d| under(d))
+        && !SYSTEM_EXCEPTIONS.iter().any(|e| root.starts_with(e))
+    {
+        return Some(format!(
+            "the workspace {shown} is (inside) the system directory {tree}: the tools may not \
+             change the system; use a project directory"
+        ));
+    }
+    if SHARED_PARENTS.iter().any(|d| root == Path::new(d)) {
+        return Some(format!(
+            "the workspace {shown} holds other users' or programs' directories: use a project \
+             directory beneath it"
+        ));
+    }
+    if home == Some(root) {
+        return Some(format!(
+            "the workspace {shown} is your home directory (your keys and credentials): use a \
+             project directory beneath it"
+        ));
+    }
+    let root_home = Path::new("/root");
+    if under("/root") && !(home == Some(root_home) && root != root_home) {
+        return Some(format!(
+            "the workspace {shown} is (inside) root's home /root, which is not your home: use a \
+             project directory of your own"
+        ));
+    }
+    None
+}
+
+/// `root` made canonical and checked: [`refusal`] (with the user's home from `$HOME`), and not
+/// (beneath) one of the `hidden` paths (contexts/ and the config file: a workspace inside
+/// contexts/ would give the tools every task's files and the task store). The rule used by
+/// `submit --workspace` before the task is queued and by the tools when it runs.
+///
+/// Errors (a message naming the directory): it cannot be resolved, is not a directory, or is
+/// refused.
+pub fn checked_root(root: &Path, hidden: &[PathBuf]) -> Result<PathBuf, String> {
+    let canonical = root
+        .canonicalize()
+        .map_err(|e| format!("the workspace {}: {e}", root.display()))?;
+    if !canonical.is_dir() {
+        return Err(format!(
+            "the workspace {}: not a directory",
+            canonical.display()
+        ));
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .and_then(|h| PathBuf::from(h).canonicalize().ok());
+    if let Some(why) = refusal(&canonical, home.as_deref()) {
+        return Err(why);
+    }
+    let hidden = hidden.iter().filter_map(|p| p.canonicalize().ok());
+    if let Some(h) = hidden.into_iter().find(|h| canonical.starts_with(h)) {
+        return Err(format!(
+            "the workspace {} is inside ctxhost's own {} (the task store or the config): \
+             the tools would reach every task's files",
+            canonical.display(),
+            h.display()
+        ));
+    }
+    Ok(canonical)
+}
+
 /// The directories the file tools may use.
 pub struct Workspace {
     root: PathBuf,
@@ -32,23 +139,14 @@ impl Workspace {
     /// Open `root` and `temp_root` (both must be directories); `hidden` are paths that no tool
     /// may touch (canonicalised here; missing ones are ignored).
     ///
-    /// Errors: either cannot be opened, or the workspace is (beneath) a hidden path (a
-    /// workspace inside contexts/ would give the tools every task's files and the task store).
+    /// Errors: either cannot be opened, or the workspace is refused by [`checked_root`].
     pub fn open(root: &Path, temp_root: &Path, hidden: &[PathBuf]) -> std::io::Result<Workspace> {
-        let root = root.canonicalize()?;
+        let root = checked_root(root, hidden).map_err(std::io::Error::other)?;
         let temp_root = temp_root.canonicalize()?;
         let hidden: Vec<PathBuf> = hidden
             .iter()
             .filter_map(|p| p.canonicalize().ok())
             .collect();
-        if let Some(h) = hidden.iter().find(|h| root.starts_with(h)) {
-            return Err(std::io::Error::other(format!(
-                "the workspace {} is inside ctxhost's own {} (the task store or the config): \
-                 the tools would reach every task's files",
-                root.display(),
-                h.display()
-            )));
-        }
         Ok(Workspace {
             dir: Dir::open_ambient_dir(&root, ambient_authority())?,
             temp: Dir::open_ambient_dir(&temp_root, ambient_authority())?,
@@ -143,5 +241,102 @@ impl Workspace {
     /// Whether the real path `real` lies beneath the workspace or the temp dir.
     pub fn contains(&self, real: &Path) -> bool {
         real.starts_with(&self.root) || real.starts_with(&self.temp_root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The policy table of [`refusal`], row by row.
+    #[test]
+    fn the_root_system_trees_homes_and_shared_parents_are_refused() {
+        let user = Some(Path::new("/home/ann"));
+        let root_user = Some(Path::new("/root"));
+        let refused = |dir: &str, home: Option<&Path>| refusal(Path::new(dir), home);
+        for dir in [
+            "/",
+            "/etc",
+            "/etc/nginx",
+            "/usr",
+            "/usr/local/src/app",
+            "/bin",
+            "/sbin",
+            "/lib",
+            "/lib64",
+            "/boot",
+            "/proc/self",
+            "/sys",
+            "/dev",
+            "/run/user",
+            "/var",
+            "/var/lib/app",
+            "/var/tmp",
+            "/root",
+            "/root/proj",
+            "/home",
+            "/home/ann",
+            "/tmp",
+            "/srv",
+            "/opt",
+            "/mnt",
+            "/media",
+        ] {
+            assert!(refused(dir, user).is_some(), "{dir} is a workspace");
+        }
+        for dir in [
+            "/home/ann/proj",
+            "/home/bob/proj",
+            "/tmp/ctxhost-test-1/proj",
+            "/tmp/x",
+            "/var/tmp/build",
+            "/srv/app",
+            "/opt/app/src",
+            "/work/repo",
+            "/etcetera",
+            "/usrx",
+        ] {
+            assert_eq!(refused(dir, user), None, "{dir}");
+        }
+        // Root's home: its subdirectories are root's projects, itself is not one.
+        assert_eq!(refused("/root/proj", root_user), None);
+        let why = refused("/root", root_user).unwrap();
+        assert!(why.contains("your home directory"), "{why}");
+        let why = refused("/root/proj", user).unwrap();
+        assert!(why.contains("root's home /root"), "{why}");
+        let why = refused("/", user).unwrap();
+        assert!(why.contains("the whole machine"), "{why}");
+        let why = refused("/usr/lib", user).unwrap();
+        assert!(why.contains("system directory /usr"), "{why}");
+    }
+
+    /// Links are resolved before the rule: a link to `/` or `/etc` is refused, a link to a
+    /// project is its target; contexts/ and what lies beneath it is refused.
+    #[test]
+    fn checked_root_resolves_links_first_and_refuses_ctxhosts_own_paths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let link = |name: &str, to: &Path| {
+            let p = tmp.path().join(name);
+            std::os::unix::fs::symlink(to, &p).unwrap();
+            p
+        };
+        let why = checked_root(&link("r", Path::new("/")), &[]).unwrap_err();
+        assert!(why.contains("is the root directory"), "{why}");
+        let why = checked_root(&link("e", Path::new("/etc")), &[]).unwrap_err();
+        assert!(why.contains("system directory /etc"), "{why}");
+        let proj = tmp.path().join("proj");
+        std::fs::create_dir(&proj).unwrap();
+        assert_eq!(
+            checked_root(&link("p", &proj), &[]).unwrap(),
+            proj.canonicalize().unwrap()
+        );
+        let contexts = tmp.path().join("contexts");
+        std::fs::create_dir_all(contexts.join("running")).unwrap();
+        for dir in [contexts.clone(), contexts.join("running")] {
+            let why = checked_root(&dir, std::slice::from_ref(&contexts)).unwrap_err();
+            assert!(why.contains("inside ctxhost's own"), "{why}");
+        }
+        let why = checked_root(&tmp.path().join("none"), &[]).unwrap_err();
+        assert!(why.contains("none"), "{why}");
     }
 }

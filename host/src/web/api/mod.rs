@@ -15,7 +15,9 @@
 //! | `GET /api/v1/stats` | the `ctxhost stats` figures |
 //! | `GET /api/v1/openapi.json` | the OpenAPI document |
 //!
-//! Errors are RFC 9457 problem details ([`problem`]); who may do what: [`auth`].
+//! Errors are RFC 9457 problem details ([`problem`]), every one: those axum gives itself (a
+//! body over [`BODY_LIMIT`]: 413, a method a route does not take: 405, an unknown route: 404)
+//! are rewritten as problems too; who may do what: [`auth`].
 
 pub mod auth;
 pub mod events;
@@ -107,7 +109,10 @@ pub fn openapi_json() -> String {
     s
 }
 
-/// The API's routes, to nest under `/api/v1`, with the bearer-token guard in front.
+/// Where the API's routes are nested on `ctxhost serve`.
+pub const PREFIX: &str = "/api/v1";
+
+/// The API's routes, to nest under [`PREFIX`], with the bearer-token guard in front.
 pub fn router(api: Api, auth: Arc<auth::ApiAuth>) -> Router {
     Router::new()
         .route("/tasks", get(list_tasks).post(create_task))
@@ -121,11 +126,68 @@ pub fn router(api: Api, auth: Arc<auth::ApiAuth>) -> Router {
         .route("/stats", get(stats))
         .route("/openapi.json", get(serve_openapi))
         .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(auth, auth::guard))
+        .layer(axum::middleware::from_fn(problems_only))
         .with_state(api)
 }
 
-async fn not_found() -> Problem {
+/// The largest request body the API reads (bytes; axum's default, made explicit): room for a
+/// prompt of 1 MiB of text (the limit `submit` gives) in its JSON string. A larger body is
+/// answered 413.
+pub const BODY_LIMIT: usize = 2 * 1024 * 1024;
+
+/// Makes every error answer of the API a [`Problem`]: the handlers' are already; those axum
+/// gives itself come as `text/plain` or empty (a body over [`BODY_LIMIT`]: 413; a method the
+/// route does not take: 405, with `Allow`; a body or path it cannot read: 400) and are
+/// rewritten here with the same status and headers, their text as `detail`.
+async fn problems_only(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let method = req.method().clone();
+    // The path as the client sent it (inside the nest, the URI lacks the prefix).
+    let path = format!("{PREFIX}{}", req.uri().path());
+    let answer = next.run(req).await;
+    let status = answer.status();
+    let is_problem = answer
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == problem::PROBLEM_JSON.as_bytes());
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return answer;
+    }
+    let (parts, body) = answer.into_parts();
+    // axum's own error texts are a line or two; a larger body is not read.
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let detail = match status {
+        // axum adds the `Allow` header after this layer has run.
+        StatusCode::METHOD_NOT_ALLOWED => format!(
+            "{method} is not allowed on {path}: the `Allow` header names the methods it takes"
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => format!(
+            "the request body is larger than the API reads ({BODY_LIMIT} bytes){}",
+            if text.is_empty() {
+                String::new()
+            } else {
+                format!(": {text}")
+            }
+        ),
+        _ if text.is_empty() => format!("{method} {path}: {status}"),
+        _ => text,
+    };
+    let mut out = Problem::new(status, detail).into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            out.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// 404 for a path under [`PREFIX`] that is no route (also `/api/v1/`, which the nest does not
+/// reach).
+pub(crate) async fn not_found() -> Problem {
     Problem::not_found("there is no such API route (see /api/v1/openapi.json)")
 }
 
@@ -183,6 +245,7 @@ async fn list_tasks(State(api): State<Api>, RawQuery(raw): RawQuery) -> Result<R
         (status = 400, description = "The task is not valid (the message `ctxhost submit` gives)", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or wrong bearer token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Read-only access", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than the API reads", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn create_task(State(api): State<Api>, bytes: Bytes) -> Result<Response, Problem> {
     let req: NewTaskRequest = body(&bytes)?;
@@ -222,6 +285,7 @@ async fn get_task(State(api): State<Api>, Path(uuid): Path<String>) -> Result<Re
         (status = 403, description = "Read-only access", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such task or action", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The task's state does not allow it (the CLI's message)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than the API reads", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn control_task(
     State(api): State<Api>,

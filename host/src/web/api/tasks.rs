@@ -55,17 +55,21 @@ pub struct TaskDetail {
     pub inherited_from: Option<crate::task::InheritedFrom>,
 }
 
-/// A task to queue (`POST /api/v1/tasks`, MCP `submit_task`); checked as `ctxhost submit`
-/// checks its flags.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+/// A task to queue (`POST /api/v1/tasks`; the arguments of MCP `submit_task` too); checked as
+/// `ctxhost submit` checks its flags.
+// One type for both: utoipa derives its schema in the OpenAPI document, schemars the MCP tool's.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema, rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
 #[serde(deny_unknown_fields)]
 pub struct NewTaskRequest {
     /// The user message that starts the task (1 byte to 1 MiB of text, not blank, no NUL byte).
     #[schema(min_length = 1, max_length = 1048576)]
+    #[schemars(length(min = 1, max = 1048576))]
     pub prompt: String,
     /// `github`, `gitlab` or `local` (default); github and gitlab need `owner` and `repo`.
     #[serde(default)]
     #[schema(pattern = "^(github|gitlab|local)$")]
+    #[schemars(regex(pattern = "^(github|gitlab|local)$"))]
     pub source: Option<String>,
     /// Repository owner (required for github/gitlab).
     #[serde(default)]
@@ -76,6 +80,7 @@ pub struct NewTaskRequest {
     /// `issue` or `pull_request`.
     #[serde(default, rename = "type")]
     #[schema(pattern = "^(issue|pull_request)$")]
+    #[schemars(regex(pattern = "^(issue|pull_request)$"))]
     pub task_type: Option<String>,
     /// Issue or pull request number / id.
     #[serde(default)]
