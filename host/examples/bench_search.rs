@@ -5,7 +5,7 @@
 //! - `search_files` as the tool runs it ([`ctxhost::tools::builtin::find::search`], in process);
 //! - the same search done sequentially, one searcher on one thread (what `search_files` was
 //!   before it used `ignore`'s parallel walker), for a before/after in one run;
-//! - `rg -n PATTERN DIR` (the binary on PATH, output to a pipe that is read and dropped; its
+//! - `rg -n --no-require-git PATTERN DIR` (the binary on PATH, output to a pipe that is read and dropped; its
 //!   time includes starting the process, ~1 ms).
 //!
 //! Prints the medians, the ratio to `rg`, and the load average.
@@ -125,7 +125,8 @@ fn sequential(dir: &Path, pattern: &str, literal: bool) -> anyhow::Result<usize>
 /// `rg -n` over `dir`: the number of output lines.
 fn rg(dir: &Path, pattern: &str, literal: bool) -> anyhow::Result<usize> {
     let mut cmd = Command::new("rg");
-    cmd.arg("-n").arg("--no-messages");
+    // `--no-require-git`: honour .gitignore outside a git repository, as search_files does.
+    cmd.arg("-n").arg("--no-messages").arg("--no-require-git");
     if literal {
         cmd.arg("-F");
     }
