@@ -135,7 +135,7 @@ def main():
         time.sleep(1)
         lat = []
         for seq in range(1, 21):
-            line = json.dumps({"seq": seq, "role": "user", "content": f"line {seq}",
+            line = json.dumps({"seq": seq, "role": "user", "content": f"line {seq}", "tokens": 3,
                                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000Z"})
             before = len(events)
             t = time.perf_counter()
@@ -169,6 +169,7 @@ def main():
               f"{(with_clients - base) / 100:.0f} KiB per client")
         for s in socks:
             s.close()
+        print("(load average " + " ".join(open("/proc/loadavg").read().split()[:3]) + ")")
     finally:
         serve.terminate()
         serve.wait()

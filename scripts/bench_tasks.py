@@ -23,6 +23,9 @@ arrival of its first request are read from one clock (time.perf_counter).
       2 x TASKS requests, and no database error in the worker's output. Prints
       `P6 tasks=.. pss_sum_peak_mib=.. pss_per_task_peak_mib=.. alive_peak=.. db_errors=..
       counter_errors=.. wall_s=.. per_task_ms=.. host_ms_per_task=..`.
+      With --breakdown, also what one task process's memory is made of when the PSS sum peaks
+      (its /proc/PID/smaps summed by mapping kind: Rss, Pss, private and shared KiB; issue 42
+      item 3).
 
 Needs python3 (standard library only) and a built `ctxhost`. Leaves nothing behind (a
 temporary directory under $TMPDIR, deleted at the end).
@@ -220,6 +223,60 @@ def pss_kib(pid):
     return None
 
 
+def smaps_kinds(pid):
+    """/proc/PID/smaps summed by mapping kind: {kind: {Rss, Pss, Private, Shared}} in KiB."""
+    kinds = {}
+    cur = None
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split()
+                if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                    perms = head[1]
+                    name = " ".join(head[5:]) if len(head) > 5 else ""
+                    if name.endswith(".cwasm"):
+                        kind = f"compiled components (.cwasm files) {perms}"
+                    elif name.startswith("/memfd:"):
+                        kind = f"memfd ({name.split()[0]}) {perms}"
+                    elif "/ctxhost" in name and ".so" not in name:
+                        kind = f"ctxhost binary {perms}"
+                    elif ".so" in name:
+                        kind = "shared libraries"
+                    elif name in ("[heap]", "[stack]"):
+                        kind = name
+                    elif name == "":
+                        kind = f"anonymous {perms}"
+                    else:
+                        kind = name if name.startswith("[") else "other files"
+                    cur = kinds.setdefault(kind, {"Rss": 0, "Pss": 0, "Private": 0, "Shared": 0,
+                                                  "maps": 0})
+                    cur["maps"] += 1
+                elif cur is not None and len(head) >= 2 and head[0].endswith(":"):
+                    key = head[0][:-1]
+                    if key in ("Rss", "Pss"):
+                        cur[key] += int(head[1])
+                    elif key in ("Private_Clean", "Private_Dirty"):
+                        cur["Private"] += int(head[1])
+                    elif key in ("Shared_Clean", "Shared_Dirty"):
+                        cur["Shared"] += int(head[1])
+    except OSError:
+        return None
+    return kinds
+
+
+def print_kinds(kinds, pid):
+    total = {k: sum(v[k] for v in kinds.values()) for k in ("Rss", "Pss", "Private", "Shared")}
+    print(f"breakdown of task process {pid} at the PSS sum's peak (KiB):")
+    print(f"  {'mapping kind':44s} {'maps':>5s} {'Rss':>8s} {'Pss':>8s} {'Private':>8s} {'Shared':>8s}")
+    for kind, v in sorted(kinds.items(), key=lambda kv: -kv[1]["Pss"]):
+        if v["Rss"] == 0:
+            continue
+        print(f"  {kind:44s} {v['maps']:5d} {v['Rss']:8d} {v['Pss']:8d} {v['Private']:8d} "
+              f"{v['Shared']:8d}")
+    print(f"  {'total':44s} {'':5s} {total['Rss']:8d} {total['Pss']:8d} {total['Private']:8d} "
+          f"{total['Shared']:8d}")
+
+
 def task_pids(contexts):
     """PIDs of live `ctxhost ... task-exec` processes of this contexts tree."""
     pids = []
@@ -247,20 +304,27 @@ def p6(args):
         uuids = [env.submit(f"bench: task {i}") for i in range(args.tasks)]
         seen = len(llm.snapshot())
         stop = threading.Event()
-        samples = {"sum_peak": 0, "alive_peak": 0, "per_pid": {}}
+        samples = {"sum_peak": 0, "alive_peak": 0, "per_pid": {}, "kinds": None}
 
         def sample():
             while not stop.is_set():
-                total, alive = 0, 0
+                total, alive, live = 0, 0, []
                 for pid in task_pids(env.contexts):
                     kib = pss_kib(pid)
                     if kib is None:
                         continue
                     total += kib
                     alive += 1
+                    live.append(pid)
                     per = samples["per_pid"]
                     per[pid] = max(per.get(pid, 0), kib)
-                samples["sum_peak"] = max(samples["sum_peak"], total)
+                if total > samples["sum_peak"]:
+                    samples["sum_peak"] = total
+                    if args.breakdown and alive:
+                        pid = live[len(live) // 2]
+                        kinds = smaps_kinds(pid)
+                        if kinds:
+                            samples["kinds"] = (pid, kinds)
                 samples["alive_peak"] = max(samples["alive_peak"], alive)
                 stop.wait(0.05)
 
@@ -309,6 +373,8 @@ def p6(args):
               f"counter_errors={len(counter_errors)} wall_s={wall:.2f} "
               f"per_task_ms={per_task_ms:.1f} host_ms_per_task={host_ms:.1f} "
               f"delay_ms={args.delay_ms} exit={rc}")
+        if samples["kinds"]:
+            print_kinds(samples["kinds"][1], samples["kinds"][0])
     finally:
         llm.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -324,6 +390,8 @@ def main():
     b.add_argument("ctxhost")
     b.add_argument("--tasks", type=int, default=64)
     b.add_argument("--delay-ms", type=int, default=500)
+    b.add_argument("--breakdown", action="store_true",
+                   help="print one task process's smaps by mapping kind at the PSS sum's peak")
     args = ap.parse_args()
     {"p4": p4, "p6": p6}[args.cmd](args)
 

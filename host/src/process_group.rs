@@ -72,6 +72,29 @@ pub fn terminate_group(pgid: u32, grace: Duration) -> Terminated {
     terminate_marked(pgid, None, grace)
 }
 
+/// SIGKILL to process group `pgid`, once, without looking for its members (no `/proc` scan):
+/// for a group whose processes are known to be gone or going, e.g. a sandboxed command whose
+/// PID namespace ended with its init (the kernel kills the rest). Group 0, this process and its
+/// own group are never signalled. Returns whether a process received it.
+pub fn kill_group(pgid: u32) -> bool {
+    signal_group(pgid, libc::SIGKILL)
+}
+
+/// `signal` to process group `pgid`, once (the guards of [`kill_group`]). Returns whether a
+/// process received it (false: no such group, or a group this function never signals).
+pub fn signal_group(pgid: u32, signal: libc::c_int) -> bool {
+    let Ok(pgid_t) = libc::pid_t::try_from(pgid) else {
+        return false;
+    };
+    // SAFETY: getpgrp has no preconditions.
+    let own_group = u32::try_from(unsafe { libc::getpgrp() }).ok();
+    if pgid == 0 || pgid == std::process::id() || Some(pgid) == own_group {
+        return false;
+    }
+    // SAFETY: killpg only sends a signal; a group that is gone is ESRCH.
+    unsafe { libc::killpg(pgid_t, signal) == 0 }
+}
+
 /// [`terminate_group`] of `pgid`, plus every process whose environment carries `marker` (the
 /// token of [`mark`]: descendants that left the group with `setsid`). The calling process is
 /// never signalled.
@@ -288,6 +311,35 @@ mod tests {
         // The shell's `wait` returns once its children are gone: it exits on its own.
         let status = child.wait().unwrap();
         assert!(status.success() || status.code().is_some(), "{status}");
+    }
+
+    #[test]
+    fn kill_group_ends_a_group_at_once_and_spares_its_caller() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "trap '' TERM; sleep 300 & wait"])
+            .stdin(Stdio::null());
+        in_new_group(&mut cmd);
+        let mut child = cmd.spawn().unwrap();
+        let pgid = child.id();
+        assert!(!signal_group(0, 0) && !signal_group(std::process::id(), 0));
+        // SAFETY: getpgrp has no preconditions.
+        let own = u32::try_from(unsafe { libc::getpgrp() }).unwrap();
+        assert!(
+            !kill_group(own),
+            "the caller's own group is never signalled"
+        );
+        assert!(kill_group(pgid));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !live_members(pgid, None, std::process::id()).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the group's sleep is still there"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!kill_group(pgid), "a gone group");
     }
 
     #[test]

@@ -280,6 +280,9 @@ fn compiled_components_are_cached_and_a_corrupt_cache_file_is_replaced() {
         .load(&source, PluginKind::MessageStore)
         .unwrap();
     assert_eq!(second.cache_outcome(), CacheOutcome::Hit);
+    // A hit maps the file: it goes before the file is changed in place below (the cache itself
+    // only ever replaces a file by a rename).
+    drop(second);
 
     // Flip a byte in the middle: detected, recompiled, overwritten, and the plugin works.
     let mut bytes = fs::read(&files[0]).unwrap();
@@ -325,6 +328,53 @@ fn compiled_components_are_cached_and_a_corrupt_cache_file_is_replaced() {
             .cache_outcome(),
         CacheOutcome::Hit
     );
+}
+
+/// The mappings of this process whose path is `file`, as `/proc/self/maps` lines.
+fn mappings_of(file: &Path) -> Vec<String> {
+    let file = file.canonicalize().unwrap();
+    fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.ends_with(&*file.to_string_lossy()))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue 42 item 3: a cached component's compiled code is mapped from the cache file (pages of
+/// the page cache, shared by every task process that loads it), not copied into private
+/// memory, and the mapped code runs.
+#[test]
+fn a_cached_component_is_mapped_from_its_file_and_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("contexts").join(".cache");
+    let source: PluginSource = "builtin:jsonl-store".parse().unwrap();
+    let compiled = runtime(&cache)
+        .load(&source, PluginKind::MessageStore)
+        .unwrap();
+    assert_eq!(compiled.cache_outcome(), CacheOutcome::Compiled);
+    drop(compiled);
+    let file = fs::read_dir(&cache)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(mappings_of(&file).is_empty(), "nothing maps it yet");
+
+    let rt = runtime(&cache);
+    let hit = rt.load(&source, PluginKind::MessageStore).unwrap();
+    assert_eq!(hit.cache_outcome(), CacheOutcome::Hit);
+    let maps = mappings_of(&file);
+    assert!(
+        maps.iter()
+            .any(|l| l.split_whitespace().nth(1) == Some("r-xp")),
+        "the compiled code is executed from the file's pages: {maps:?}"
+    );
+    let task = tmp.path().join("task");
+    fs::create_dir(&task).unwrap();
+    let mut store = rt.message_store(&hit, &task).unwrap();
+    assert_eq!(store.open().unwrap().history_count, 0);
 }
 
 #[test]

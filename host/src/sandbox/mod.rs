@@ -202,6 +202,7 @@ pub fn run(
 ) -> Result<Finished, SandboxError> {
     let started = Instant::now();
     let prepared = Prepared::new(policy)?;
+    let namespaced = prepared.setup.namespaces;
     let (reader, writer) =
         std::io::pipe().map_err(|e| SandboxError::Start(format!("pipe: {e}")))?;
     let mut cmd = Command::new("/bin/sh");
@@ -274,11 +275,22 @@ pub fn run(
             }
         }
         if ended.is_some() {
-            crate::process_group::terminate_group(pgid, GRACE);
+            if namespaced {
+                end_namespaced(pgid, &exited);
+            } else {
+                crate::process_group::terminate_group(pgid, GRACE);
+            }
         }
     };
-    // Whatever stayed in the group after the leader (the sandbox's init or the shell) ended.
-    crate::process_group::terminate_group(pgid, Duration::ZERO);
+    // Whatever stayed in the group after the leader ended. In a PID namespace nothing can: the
+    // leader waited for the namespace's init, whose end made the kernel kill every other
+    // process inside, so one SIGKILL to the group (no /proc scan) only covers a race. Without
+    // namespaces the group is looked for and ended member by member.
+    if namespaced {
+        crate::process_group::kill_group(pgid);
+    } else {
+        crate::process_group::terminate_group(pgid, Duration::ZERO);
+    }
     let code = match status {
         Ok(s) => {
             use std::os::unix::process::ExitStatusExt;
@@ -303,6 +315,19 @@ pub fn run(
         dropped_bytes,
         elapsed: started.elapsed(),
     })
+}
+
+/// End a command running in its own PID namespace (a timeout, pause or stop): SIGTERM to its
+/// group, up to [`GRACE`] for the leader to exit (`exited`, set by its waiter: no `/proc` scan),
+/// then SIGKILL to the group. The leader waits for the namespace's init, so its exit means
+/// every process inside is gone.
+fn end_namespaced(pgid: u32, exited: &AtomicBool) {
+    crate::process_group::signal_group(pgid, libc::SIGTERM);
+    let deadline = Instant::now() + GRACE;
+    while !exited.load(Ordering::SeqCst) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    crate::process_group::kill_group(pgid);
 }
 
 /// Read `pipe` to its end in a thread, keeping the first and last [`KEPT_OUTPUT_BYTES`] and
@@ -556,7 +581,8 @@ impl ChildSetup {
     /// Runs in the child between fork and exec: async-signal-safe calls only.
     fn apply(&self) -> std::io::Result<()> {
         if let Some(fd) = self.cgroup_procs {
-            // SAFETY: writing "0" (this process) to the cgroup.procs descriptor opened before.
+            // SAFETY: writing "0" (this thread, the only one of this forked child) to the
+            // cgroup file opened before (`tasks` or `cgroup.procs`: cgroup.rs).
             if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } < 0 {
                 return Err(os_err());
             }
