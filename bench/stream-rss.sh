@@ -23,6 +23,13 @@
 #   BENCH_TWO_STEP=1 ...                    # the reply also calls a tool: the task makes a
 #                                           # second request (history holding the reply),
 #                                           # answered "Done." (the next step's readers)
+#   BENCH_FORMAT=builtin:anthropic-messages ... # the request format (plugins.request_format:
+#                                           # builtin:openai-chat by default,
+#                                           # builtin:anthropic-messages, builtin:openai-responses,
+#                                           # or a .wasm path, e.g. another build of one); the
+#                                           # fake answers in the stream of the path posted to
+#   BENCH_PROVIDER=anthropic ...            # llm.provider (default: anthropic when the format's
+#                                           # name holds "anthropic", else openai)
 # Needs: cargo, python3, GNU time at /usr/bin/time (Debian/Ubuntu: apt-get install -y time).
 set -euo pipefail
 
@@ -53,13 +60,18 @@ PORT=$(cat "$WORK/port")
 
 SUFFIX=
 [[ ${BENCH_TWO_STEP:-0} == 1 ]] && SUFFIX=-tool
+FORMAT=${BENCH_FORMAT:-builtin:openai-chat}
+case $FORMAT in
+  *anthropic*) PROVIDER=${BENCH_PROVIDER:-anthropic} ;;
+  *) PROVIDER=${BENCH_PROVIDER:-openai} ;;
+esac
 MAX=$(printf '%s\n' "${SIZES[@]}" | sort -n | tail -n 1)
 RESP_MIB=$((MAX * 3 / 2 / 1048576 + 4))
 # config MODEL: the config of a task whose one reply is streamed by the fake as MODEL says.
 config() {
   cat <<YAML
 llm:
-  provider: openai
+  provider: $PROVIDER
   base_url: http://127.0.0.1:$PORT
   model: $1
   api_key_env: ""
@@ -70,6 +82,7 @@ llm:
   max_response_mib: $RESP_MIB
 plugins:
   compressor: none
+  request_format: $FORMAT
 runtime:
   call_timeout_secs: 600
 YAML
@@ -130,4 +143,4 @@ for b in "${SIZES[@]}"; do
     "$(awk -v k="$rss" -v b="$BASE" 'BEGIN { printf "%+.1f", (k - b) / 1024 }')" "$wall" \
     "$(awk '{ printf "%s ", $1 }' "$WORK/runs.$b")"
 done
-echo "($PROFILE build, medians of $RUNS run(s); load average $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "($PROFILE build, $FORMAT, medians of $RUNS run(s); load average $(cut -d' ' -f1-3 /proc/loadavg))"

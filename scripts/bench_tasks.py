@@ -27,6 +27,21 @@ arrival of its first request are read from one clock (time.perf_counter).
       (its /proc/PID/smaps summed by mapping kind: Rss, Pss, private and shared KiB; issue 42
       item 3).
 
+  bench_tasks.py steps CTXHOST [--steps 200] [--runs 3]
+      Issue 37 item 12: the host's CPU time per agent step, from step 1 to step STEPS, in one
+      task. Every reply but the last calls a tool the task does not offer (the host answers it
+      with an error result: no tool process, nothing but the host's own work); the STEPS-th is
+      the final answer. When each request arrives (its headers read: the task process is then
+      waiting for the reply), the server reads the task process's CPU time: the sum of
+      `/proc/PID/task/*/schedstat` (nanoseconds on a CPU, every live thread) — a step's host CPU
+      is the difference between two consecutive requests' readings (folding the reply,
+      answering the tool call, appending both messages, checking the context, building and
+      sending the next request). Step 1 is the process's start to its first request. Prints,
+      per run, the medians of steps 2–11, the middle ten and the last ten, the largest step and
+      the least-squares slope (µs per step), then the medians over the runs, and the whole
+      process's CPU (`/proc/PID/stat` utime + stime, which counts exited threads too, at 10 ms
+      resolution) divided by the steps as a cross-check.
+
 Needs python3 (standard library only) and a built `ctxhost`. Leaves nothing behind (a
 temporary directory under $TMPDIR, deleted at the end).
 """
@@ -75,10 +90,13 @@ class FakeLlm:
     a tool call unless the request already holds a tool result. Records each request's arrival
     (perf_counter, when its headers are read) and size."""
 
-    def __init__(self, mode, delay_ms=0):
+    def __init__(self, mode, delay_ms=0, steps=0):
         self.mode, self.delay = mode, delay_ms / 1000.0
+        # Mode "steps": a tool call for the first `steps` - 1 requests of the task whose
+        # process is `pid`, then the final answer; each request records that process's CPU.
+        self.steps, self.step, self.pid = steps, 0, None
         self.lock = threading.Lock()
-        self.requests = []  # (arrival, bytes, kind)
+        self.requests = []  # (arrival, bytes, kind, task CPU ns or None)
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -91,8 +109,13 @@ class FakeLlm:
                 kind = "done"
                 if outer.mode == "tool-then-done" and b'"role":"tool"' not in body:
                     kind = "tool"
+                cpu = None
                 with outer.lock:
-                    outer.requests.append((arrival, len(body), kind))
+                    if outer.mode == "steps":
+                        cpu = process_cpu_ns(outer.pid) if outer.pid else None
+                        outer.step += 1
+                        kind = "tool" if outer.step < outer.steps else "done"
+                    outer.requests.append((arrival, len(body), kind, cpu))
                     n = len(outer.requests)
                 if outer.delay:
                     time.sleep(outer.delay)
@@ -380,6 +403,108 @@ def p6(args):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def process_cpu_ns(pid):
+    """Nanoseconds process `pid`'s live threads have run (sum of /proc/PID/task/*/schedstat)."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except OSError:
+                pass  # the thread ended meanwhile
+    except OSError:
+        return None
+    return total
+
+
+def stat_cpu_s(pid):
+    """utime + stime of process `pid` (all its threads, ended ones too), seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(") ", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def steps(args):
+    if args.steps < 2:
+        sys.exit("bench_tasks: --steps must be at least 2")
+    llm = FakeLlm("done")
+    work = tempfile.mkdtemp(prefix="ctxhost-bench-steps.")
+    try:
+        env = Env(args.ctxhost, llm, work)
+        # Room for every step: no compression, no step limit in the way.
+        with open(env.config, "a") as f:
+            f.write(f"agent:\n  max_steps: {args.steps + 10}\n")
+        with open(env.config) as f:
+            text = f.read().replace("context_length: 32000", "context_length: 4000000")
+        with open(env.config, "w") as f:
+            f.write(text)
+        env.task_exec(env.submit("warm-up: fills the compiled-component cache"))
+        llm.mode = "steps"
+        runs = []
+        for r in range(args.runs):
+            uuid = env.submit(f"bench: {args.steps} steps ({r})")
+            seen = len(llm.snapshot())
+            with llm.lock:
+                llm.step, llm.steps = 0, args.steps
+            err = open(os.path.join(work, "task.err"), "w")
+            proc = subprocess.Popen(env.cmd("task-exec", uuid), stdout=subprocess.DEVNULL,
+                                    stderr=err)
+            with llm.lock:
+                llm.pid = proc.pid
+            # The process's total CPU just before it exits (it is a zombie until waited for).
+            total = None
+            while proc.poll() is None:
+                try:
+                    total = stat_cpu_s(proc.pid)
+                except OSError:
+                    pass
+                time.sleep(0.005)
+            with llm.lock:
+                llm.pid = None
+            err.close()
+            if proc.returncode != 0:
+                sys.exit(f"bench_tasks: task-exec {uuid} exited {proc.returncode}: "
+                         f"{open(os.path.join(work, 'task.err')).read()}")
+            got = llm.snapshot()[seen:]
+            cpu = [c for (_, _, _, c) in got]
+            if len(got) != args.steps or None in cpu:
+                sys.exit(f"bench_tasks: task {uuid} made {len(got)} requests, "
+                         f"expected {args.steps} (or its CPU could not be read)")
+            per = [(b - a) / 1e6 for a, b in zip(cpu, cpu[1:])]  # ms, steps 2..STEPS
+            n = len(per)
+            mid = n // 2
+            xs = list(range(2, n + 2))
+            mx, my = statistics.mean(xs), statistics.mean(per)
+            slope = sum((x - mx) * (y - my) for x, y in zip(xs, per)) / sum(
+                (x - mx) ** 2 for x in xs)
+            run = {
+                "first": cpu[0] / 1e6,
+                "early": statistics.median(per[:10]),
+                "middle": statistics.median(per[max(0, mid - 5):mid + 5]),
+                "late": statistics.median(per[-10:]),
+                "max": max(per),
+                "slope_us": slope * 1000,
+                "stat_per_step": (total or 0) / args.steps * 1000,
+            }
+            runs.append(run)
+            print(f"run {r + 1}/{args.runs}: step 1 (start to first request) "
+                  f"{run['first']:.1f} ms; steps 2-11 {run['early']:.2f} ms, middle "
+                  f"{run['middle']:.2f} ms, last 10 {run['late']:.2f} ms, max "
+                  f"{run['max']:.2f} ms, slope {run['slope_us']:+.2f} us/step; "
+                  f"utime+stime / steps {run['stat_per_step']:.2f} ms", file=sys.stderr)
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        print(f"STEPS steps={args.steps} runs={args.runs} first_ms={med['first']:.1f} "
+              f"early_ms={med['early']:.2f} middle_ms={med['middle']:.2f} "
+              f"late_ms={med['late']:.2f} max_ms={med['max']:.2f} "
+              f"slope_us_per_step={med['slope_us']:+.2f} "
+              f"stat_ms_per_step={med['stat_per_step']:.2f} "
+              f"load={' '.join(open('/proc/loadavg').read().split()[:3])}")
+    finally:
+        llm.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -392,8 +517,12 @@ def main():
     b.add_argument("--delay-ms", type=int, default=500)
     b.add_argument("--breakdown", action="store_true",
                    help="print one task process's smaps by mapping kind at the PSS sum's peak")
+    c = sub.add_parser("steps")
+    c.add_argument("ctxhost")
+    c.add_argument("--steps", type=int, default=200)
+    c.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    {"p4": p4, "p6": p6}[args.cmd](args)
+    {"p4": p4, "p6": p6, "steps": steps}[args.cmd](args)
 
 
 if __name__ == "__main__":

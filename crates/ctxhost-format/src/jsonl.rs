@@ -337,6 +337,20 @@ pub enum NextLine<'a> {
 /// A line of [`BlockLineReader::next_line_at`]: `(line number, byte offset in the file, bytes)`.
 pub type LineAt<'a> = (u64, u64, &'a [u8]);
 
+/// What [`BlockLineReader::next_bounded_at`] found.
+#[derive(Debug)]
+pub enum NextLineAt<'a> {
+    /// A non-blank line with its offset, as [`BlockLineReader::next_line_at`].
+    Line(LineAt<'a>),
+    /// A line longer than the caller holds, not read yet ([`NextLine::Long`]).
+    Long {
+        /// The line number (from 1).
+        line: u64,
+        /// Where the line starts in the file.
+        offset: u64,
+    },
+}
+
 /// Bytes a [`BlockLineReader`] reads at a time: wasmtime's WASI hands out at most 64 KiB per
 /// read, so a block holds a few reads' worth of lines.
 pub const BLOCK_BYTES: usize = 256 * 1024;
@@ -363,6 +377,13 @@ impl<R: Read> BlockLineReader<R> {
             line_offset: 0,
             last: (0, 0),
         }
+    }
+
+    /// This reader with blocks of `block` bytes (at least 1) instead of [`BLOCK_BYTES`]; call
+    /// it before the first read.
+    pub fn block_bytes(mut self, block: usize) -> Self {
+        self.buf = vec![0; block.max(1)];
+        self
     }
 
     /// A reader of `reader` already at byte `offset` of the file (offsets reported by
@@ -451,6 +472,21 @@ impl<R: Read> BlockLineReader<R> {
         self.line_offset = self.base + from as u64;
         self.last = (from, to);
         Ok(Some(NextLine::Line(self.line, &self.buf[from..to])))
+    }
+
+    /// [`BlockLineReader::next_bounded`] with a line's byte offset.
+    ///
+    /// Errors: [`JsonlError::Io`] for a failed read.
+    pub fn next_bounded_at(&mut self, max: usize) -> Result<Option<NextLineAt<'_>>, JsonlError> {
+        match self.next_bounded(max)? {
+            None => Ok(None),
+            Some(NextLine::Line(line, _)) => Ok(Some(NextLineAt::Line((
+                line,
+                self.line_offset,
+                self.last_line(),
+            )))),
+            Some(NextLine::Long { line, offset }) => Ok(Some(NextLineAt::Long { line, offset })),
+        }
     }
 
     /// Reads the rest of the line [`BlockLineReader::next_bounded`] returned as

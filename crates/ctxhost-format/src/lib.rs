@@ -44,6 +44,8 @@ pub mod fold;
 pub mod jsonl;
 pub mod lines;
 pub mod long_line;
+#[cfg(test)]
+mod long_request_tests;
 pub mod ndjson;
 mod placeholder;
 pub mod planning;

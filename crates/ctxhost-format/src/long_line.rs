@@ -22,16 +22,26 @@
 //! every string; Ollama decodes tool-call arguments and prompted tools decodes a tool result's
 //! or a tool-calling message's text, so those fall back when that text is long.
 
+#[cfg(test)]
+use std::cell::Cell;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 
 use crate::jsonl::{self, ArrayError, BlockLineReader, JsonlError};
 use crate::raw;
 use crate::shape::MessageShape;
 
-use crate::placeholder::{MARKER, MARKER_END, take_decoded};
+pub(crate) use crate::placeholder::take_decoded;
+use crate::placeholder::{MARKER, MARKER_END};
 
 /// Bytes copied from the file per read when a long string is spliced into the output.
 const COPY_BYTES: usize = 64 * 1024;
+
+#[cfg(test)]
+thread_local! {
+    /// Long lines spliced by [`LongLine::splice`] on this thread (tests check the path is
+    /// taken).
+    pub(crate) static SPLICED: Cell<u64> = const { Cell::new(0) };
+}
 
 /// The sizes that decide how a line is read, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +130,9 @@ pub struct Compactor {
     spans: Vec<(u64, u64)>,
     /// The quarter tokens of each long string's decoded text.
     quarters: Vec<u64>,
+    /// Whether every long string so far has a character that is not white space
+    /// (`char::is_whitespace`, what `str::trim` strips).
+    long_non_blank: bool,
     /// File offset of the next byte.
     pos: u64,
     /// The line cannot be compacted (fall back).
@@ -148,6 +161,8 @@ struct StringState {
     code: u32,
     /// Quarter tokens of the text decoded so far ([`crate::tokens::char_quarter_tokens`]).
     quarters: u64,
+    /// A character that is not white space was decoded.
+    non_blank: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -167,6 +182,7 @@ impl Compactor {
             compact: Vec::new(),
             spans: Vec::new(),
             quarters: Vec::new(),
+            long_non_blank: true,
             pos: offset,
             failed: false,
             overflow: false,
@@ -204,6 +220,7 @@ impl Compactor {
                         utf8: (0, 0, 0),
                         code: 0,
                         quarters: 0,
+                        non_blank: false,
                     });
                     self.compact.push(c);
                     self.space = false;
@@ -228,8 +245,10 @@ impl Compactor {
             let long = s.long;
             let from = s.from;
             let quarters = s.quarters;
+            let non_blank = s.non_blank;
             self.string = None;
             if long {
+                self.long_non_blank &= non_blank;
                 self.spans.push((from, self.pos + 1));
                 self.quarters.push(quarters);
                 self.compact.push(b'"');
@@ -305,12 +324,22 @@ impl Compactor {
     pub fn tokens(&self, index: usize) -> u64 {
         self.quarters.get(index).copied().unwrap_or(0).div_ceil(4)
     }
+
+    /// Whether every long string has a character that is not white space
+    /// (`char::is_whitespace`, what `str::trim` strips): then a reader that asks only whether
+    /// a text is blank gets the same answer from its placeholder (whose text starts with `//`)
+    /// as from the string.
+    pub fn long_strings_non_blank(&self) -> bool {
+        self.long_non_blank
+    }
 }
 
 impl StringState {
     /// Counts the decoded character `code` (a UTF-16 surrogate never reaches here).
     fn count(&mut self, code: u32) {
-        self.quarters += char::from_u32(code).map_or(2, crate::tokens::char_quarter_tokens);
+        let c = char::from_u32(code);
+        self.non_blank |= c.is_none_or(|c| !c.is_whitespace());
+        self.quarters += c.map_or(2, crate::tokens::char_quarter_tokens);
     }
 
     /// Checks the next byte of the string: `Some(true)` for its closing quote, `None` when
@@ -339,6 +368,8 @@ impl StringState {
                     }
                     (0, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
                         self.escape = Escape::None;
+                        // `\f`, `\n`, `\r`, `\t` decode to white space.
+                        self.non_blank |= !matches!(c, b'f' | b'n' | b'r' | b't');
                         self.quarters += 1;
                     }
                     _ => return None,
@@ -384,7 +415,10 @@ impl StringState {
             b'"' => return Some(true),
             b'\\' => self.escape = Escape::Backslash,
             0..=0x1F => return None,
-            0x20..=0x7F => self.quarters += 1,
+            0x20..=0x7F => {
+                self.non_blank |= c != b' ';
+                self.quarters += 1;
+            }
             0xC2..=0xDF => self.utf8 = (1, 0x80, 0xBF),
             0xE0 => self.utf8 = (2, 0xA0, 0xBF),
             0xED => self.utf8 = (2, 0x80, 0x9F),
@@ -411,8 +445,9 @@ fn count(haystack: &[u8], needle: &[u8]) -> usize {
 
 /// The placeholders of `piece` (a shape's output for a compact line with `spans` long
 /// strings) as `(from, to, index)` byte ranges, quotes included, in order; `None` unless each
-/// placeholder appears exactly once, quoted, and no other text holds the marker.
-fn placeholders(piece: &[u8], spans: usize) -> Option<Vec<(usize, usize, usize)>> {
+/// placeholder appears at most once (exactly once when `all`), quoted, and no other text holds
+/// the marker.
+fn placeholders(piece: &[u8], spans: usize, all: bool) -> Option<Vec<(usize, usize, usize)>> {
     let mut found = Vec::with_capacity(spans);
     let mut seen = vec![false; spans];
     let mut from = 0;
@@ -441,11 +476,140 @@ fn placeholders(piece: &[u8], spans: usize) -> Option<Vec<(usize, usize, usize)>
         found.push((at - 1, close + 1, index));
         from = close + 1;
     }
-    (found.len() == spans).then_some(found)
+    (!all || found.len() == spans).then_some(found)
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A long line read through a [`Compactor`] ([`scan_long`]): its compact copy, and where the
+/// line is in the file, to copy its long strings from there ([`LongLine::splice`]) or read it
+/// whole after all ([`LongLine::read_whole`]).
+pub(crate) struct LongLine {
+    compactor: Compactor,
+    /// The line number (from 1).
+    pub line: u64,
+    /// Where the line starts in the file.
+    pub offset: u64,
+    /// Its length in bytes, without its `\n`.
+    pub length: u64,
+}
+
+/// Why [`LongLine::splice`] failed.
+#[derive(Debug)]
+pub(crate) enum SpliceError {
+    /// Reading the file (seeking or reading a long string) failed.
+    Read(io::Error),
+    /// Writing the output failed.
+    Write(io::Error),
+}
+
+/// Reads the long line that `lines` just returned as [`crate::jsonl::NextLine::Long`] (line
+/// number `line`, at file offset `offset`) through a [`Compactor`] with `limits`; `lines` is
+/// then at the next line. Memory: the compact copy (at most [`Limits::compact`] and a string's
+/// [`Limits::string`]).
+///
+/// Errors: [`JsonlError::Io`] for a failed read.
+pub(crate) fn scan_long<R: Read>(
+    lines: &mut BlockLineReader<R>,
+    (line, offset): (u64, u64),
+    limits: Limits,
+) -> Result<LongLine, JsonlError> {
+    let mut compactor = Compactor::new(offset, limits);
+    let length = lines.read_long_line(|bytes| compactor.push(bytes))?;
+    Ok(LongLine {
+        compactor,
+        line,
+        offset,
+        length,
+    })
+}
+
+impl LongLine {
+    /// The compact line ([`Compactor::finish`]), or `None` when the line must be read whole.
+    pub fn compact(&self) -> Option<&[u8]> {
+        self.compactor.finish()
+    }
+
+    /// [`Compactor::long_strings_non_blank`].
+    pub fn long_strings_non_blank(&self) -> bool {
+        self.compactor.long_strings_non_blank()
+    }
+
+    /// Writes `piece` (output made from the compact line's message) to `out`, each
+    /// placeholder in it replaced by the JSON text of its long string, copied from `reader`
+    /// (the file `lines` reads: seeked to each string and back) 64 KiB at a time. Returns
+    /// `false`, having written nothing, when a placeholder appears more than once in `piece`
+    /// (or, with `all`, not at all), or not as a whole quoted string: the output would not be
+    /// the whole line's. Whether the maker of `piece` decoded a placeholder is the caller's
+    /// to check ([`take_decoded`]).
+    ///
+    /// Errors: [`SpliceError`].
+    pub fn splice<R: Read + Seek, W: Write>(
+        &self,
+        piece: &[u8],
+        all: bool,
+        reader: &mut R,
+        out: &mut W,
+    ) -> Result<bool, SpliceError> {
+        let Some(found) = placeholders(piece, self.compactor.spans.len(), all) else {
+            return Ok(false);
+        };
+        let resume = reader.stream_position().map_err(SpliceError::Read)?;
+        let mut buf = vec![0u8; COPY_BYTES.min(self.length as usize + 1)];
+        let mut done = 0;
+        for (from, to, index) in found {
+            out.write_all(&piece[done..from])
+                .map_err(SpliceError::Write)?;
+            let (start, end) = self.compactor.spans[index];
+            reader
+                .seek(SeekFrom::Start(start))
+                .map_err(SpliceError::Read)?;
+            let mut left = end - start;
+            while left > 0 {
+                let n = left.min(buf.len() as u64) as usize;
+                reader
+                    .read_exact(&mut buf[..n])
+                    .map_err(SpliceError::Read)?;
+                out.write_all(&buf[..n]).map_err(SpliceError::Write)?;
+                left -= n as u64;
+            }
+            done = to;
+        }
+        out.write_all(&piece[done..]).map_err(SpliceError::Write)?;
+        reader
+            .seek(SeekFrom::Start(resume))
+            .map_err(SpliceError::Read)?;
+        #[cfg(test)]
+        SPLICED.with(|n| n.set(n.get() + 1));
+        Ok(true)
+    }
+
+    /// The whole line's bytes, read again from `reader` (its position restored), without the
+    /// `\r`s before its `\n`: what the whole-line path reads (memory: the line).
+    ///
+    /// Errors: a failed seek or read; `OutOfMemory` when the line cannot be held.
+    pub fn read_whole<R: Read + Seek>(&self, reader: &mut R) -> io::Result<Vec<u8>> {
+        let resume = reader.stream_position()?;
+        reader.seek(SeekFrom::Start(self.offset))?;
+        let mut bytes = Vec::new();
+        bytes
+            .try_reserve_exact(self.length as usize)
+            .map_err(|e| io::Error::new(io::ErrorKind::OutOfMemory, e.to_string()))?;
+        reader.by_ref().take(self.length).read_to_end(&mut bytes)?;
+        reader.seek(SeekFrom::Start(resume))?;
+        while bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
+        Ok(bytes)
+    }
+}
+
+/// Clears the note that a placeholder was decoded ([`crate::raw::RawStr::value`] sets it):
+/// call it before making output from a compact line, and [`take_decoded`] after.
+pub(crate) fn clear_decoded() {
+    take_decoded();
 }
 
 /// Reads the long line (line number `line`, at file offset `offset`) that `lines` just
@@ -453,7 +617,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// preceded by `,` unless `first`. Same output and errors as the whole-line path.
 pub(crate) fn copy_long<R, W, S>(
     lines: &mut BlockLineReader<R>,
-    (line, offset): (u64, u64),
+    at: (u64, u64),
     limits: Limits,
     first: bool,
     out: &mut W,
@@ -464,11 +628,9 @@ where
     W: Write,
     S: MessageShape + Clone,
 {
-    let mut compactor = Compactor::new(offset, limits);
-    let length = lines
-        .read_long_line(|bytes| compactor.push(bytes))
-        .map_err(ArrayError::Read)?;
+    let long = scan_long(lines, at, limits).map_err(ArrayError::Read)?;
     let file = lines.file().to_string();
+    let line = long.line;
     let io_err = |e: io::Error| {
         ArrayError::Read(JsonlError::Io {
             file: file.clone(),
@@ -476,62 +638,32 @@ where
             message: e.to_string(),
         })
     };
-    if let Some(compact) = compactor.finish()
+    if let Some(compact) = long.compact()
         && let Ok(message) = raw::parse_line(compact)
     {
         let saved = shape.clone();
-        take_decoded();
+        clear_decoded();
         let mut piece = Vec::new();
+        if !first {
+            piece.push(b',');
+        }
         shape
             .write_raw(&message, &mut piece)
             .map_err(ArrayError::Write)?;
-        match placeholders(&piece, compactor.spans.len()) {
-            Some(found) if !take_decoded() => {
-                if !first {
-                    out.write_all(b",").map_err(ArrayError::Write)?;
-                }
-                let reader = lines.reader_mut();
-                let resume = reader.stream_position().map_err(io_err)?;
-                let mut buf = vec![0u8; COPY_BYTES];
-                let mut done = 0;
-                for (from, to, index) in found {
-                    out.write_all(&piece[done..from])
-                        .map_err(ArrayError::Write)?;
-                    let (start, end) = compactor.spans[index];
-                    reader.seek(SeekFrom::Start(start)).map_err(io_err)?;
-                    let mut left = end - start;
-                    while left > 0 {
-                        let n = left.min(buf.len() as u64) as usize;
-                        reader.read_exact(&mut buf[..n]).map_err(io_err)?;
-                        out.write_all(&buf[..n]).map_err(ArrayError::Write)?;
-                        left -= n as u64;
-                    }
-                    done = to;
-                }
-                out.write_all(&piece[done..]).map_err(ArrayError::Write)?;
-                reader.seek(SeekFrom::Start(resume)).map_err(io_err)?;
-                return Ok(LongCopy::Spliced);
-            }
-            _ => *shape = saved,
+        let spliced = !take_decoded()
+            && long
+                .splice(&piece, true, lines.reader_mut(), out)
+                .map_err(|e| match e {
+                    SpliceError::Read(e) => io_err(e),
+                    SpliceError::Write(e) => ArrayError::Write(e),
+                })?;
+        if spliced {
+            return Ok(LongCopy::Spliced);
         }
+        *shape = saved;
     }
     // The whole line, as the whole-line path reads it.
-    let reader = lines.reader_mut();
-    let resume = reader.stream_position().map_err(io_err)?;
-    reader.seek(SeekFrom::Start(offset)).map_err(io_err)?;
-    let mut bytes = Vec::new();
-    bytes
-        .try_reserve_exact(length as usize)
-        .map_err(|e| io_err(io::Error::new(io::ErrorKind::OutOfMemory, e.to_string())))?;
-    reader
-        .by_ref()
-        .take(length)
-        .read_to_end(&mut bytes)
-        .map_err(io_err)?;
-    reader.seek(SeekFrom::Start(resume)).map_err(io_err)?;
-    while bytes.last() == Some(&b'\r') {
-        bytes.pop();
-    }
+    let bytes = long.read_whole(lines.reader_mut()).map_err(io_err)?;
     if jsonl::is_blank(&bytes) {
         return Ok(LongCopy::Blank);
     }

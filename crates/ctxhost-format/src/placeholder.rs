@@ -23,7 +23,9 @@ pub(crate) fn note_decoded(inner: &[u8]) {
     }
 }
 
-/// Whether a placeholder was decoded since the last call (and clears it).
+/// Whether a placeholder was decoded since the last call or [`crate::long_line::clear_decoded`]
+/// (the output made from the compact line is then not the whole line's: read it whole); clears
+/// the note.
 pub(crate) fn take_decoded() -> bool {
     DECODED.with(|d| d.replace(false))
 }

@@ -52,6 +52,20 @@ impl fmt::Display for TailError {
 
 impl std::error::Error for TailError {}
 
+/// What [`BackwardLines::prev_line_bounded`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BackLine<'a> {
+    /// A non-blank line: `(offset, bytes)`, as [`BackwardLines::prev_line`].
+    Line(u64, &'a [u8]),
+    /// A line longer than the caller holds, not kept.
+    Long {
+        /// Where the line starts.
+        offset: u64,
+        /// Where it ends (before its `\n`; a `\r` before that is included).
+        end: u64,
+    },
+}
+
 /// The lines of a file, last first. [`BackwardLines::prev_line`] yields `(offset, bytes)` of
 /// each non-blank line before the current position: the byte offset where the line starts and
 /// its bytes without the terminator (`\n` or `\r\n`). A last line without `\n` counts as a
@@ -145,6 +159,78 @@ impl<R: Read + Seek> BackwardLines<R> {
             }
             return Ok(Some((line_start, &self.data[from..to])));
         }
+    }
+
+    /// [`BackwardLines::prev_line`] for a caller that does not hold a line of more than `max`
+    /// bytes: such a line is returned as [`BackLine::Long`] (its start found by reading
+    /// backwards a block at a time, none of it kept; it is not checked for being blank).
+    /// Memory: `max` and a block.
+    pub fn prev_line_bounded(&mut self, max: usize) -> Result<Option<BackLine<'_>>, TailError> {
+        loop {
+            if self.end == 0 {
+                return Ok(None);
+            }
+            if self.start == self.end {
+                self.read_more()?;
+            }
+            let terminated = self.data[(self.end - 1 - self.start) as usize] == b'\n';
+            let line_end = self.end - u64::from(terminated);
+            let newline = loop {
+                let rel = (line_end - self.start) as usize;
+                if let Some(i) = self.data[..rel].iter().rposition(|b| *b == b'\n') {
+                    break Some(self.start + i as u64);
+                }
+                if self.start == 0 {
+                    break None;
+                }
+                if rel > max {
+                    let offset = self.skip_to_line_start()?;
+                    return Ok(Some(BackLine::Long {
+                        offset,
+                        end: line_end,
+                    }));
+                }
+                self.read_more()?;
+            };
+            let line_start = newline.map_or(0, |p| p + 1);
+            self.end = line_start;
+            let from = (line_start - self.start) as usize;
+            let mut to = (line_end - self.start) as usize;
+            if to > from && self.data[to - 1] == b'\r' {
+                to -= 1;
+            }
+            if self.data[from..to].iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            return Ok(Some(BackLine::Line(line_start, &self.data[from..to])));
+        }
+    }
+
+    /// For a line too long to hold, none of whose bytes in `data` hold a `\n`: finds where it
+    /// starts reading backwards a [`BLOCK`] at a time (nothing kept) and moves there.
+    fn skip_to_line_start(&mut self) -> Result<u64, TailError> {
+        self.data.clear();
+        self.block = BLOCK;
+        let mut chunk = vec![0u8; BLOCK];
+        let mut at = self.start;
+        let line_start = loop {
+            if at == 0 {
+                break 0;
+            }
+            let n = at.min(BLOCK as u64) as usize;
+            let from = at - n as u64;
+            self.reader
+                .seek(SeekFrom::Start(from))
+                .and_then(|_| self.reader.read_exact(&mut chunk[..n]))
+                .map_err(|e| io_err(&self.file, e))?;
+            if let Some(i) = chunk[..n].iter().rposition(|b| *b == b'\n') {
+                break from + i as u64 + 1;
+            }
+            at = from;
+        };
+        self.start = line_start;
+        self.end = line_start;
+        Ok(line_start)
     }
 
     /// The previous non-blank line parsed as `T`; errors name the file and the line's offset.
@@ -253,6 +339,43 @@ mod tests {
                     all_forwards(t),
                     "{t:?} block {block}"
                 );
+            }
+        }
+    }
+
+    /// Bounded: a line over the bound comes back as its offsets, none of it held; the others
+    /// as `prev_line` gives them.
+    #[test]
+    fn lines_over_the_bound_come_back_as_their_offsets() {
+        let long = "y".repeat(300);
+        let texts = [
+            format!("{long}\nshort\n{long}\n\n{long}"),
+            format!("a\n{long}\r\nb\n"),
+            format!("{long}\n"),
+            "a\n\n  \nb\r\n".to_string(),
+        ];
+        for t in &texts {
+            for block in [1, 3, 64, BLOCK] {
+                let mut r = BackwardLines::new(Cursor::new(t.as_bytes()), t.len() as u64, "f");
+                r.block = block;
+                let mut got = Vec::new();
+                while let Some(l) = r.prev_line_bounded(100).unwrap() {
+                    got.push(match l {
+                        BackLine::Line(off, bytes) => {
+                            (off, String::from_utf8(bytes.to_vec()).unwrap())
+                        }
+                        BackLine::Long { offset, end } => {
+                            let line = &t[offset as usize..end as usize];
+                            (offset, line.strip_suffix('\r').unwrap_or(line).to_string())
+                        }
+                    });
+                    assert!(
+                        r.data.len() <= 100 + 2 * block.max(BLOCK),
+                        "{}",
+                        r.data.len()
+                    );
+                }
+                assert_eq!(got, all_forwards(t), "{t:?} block {block}");
             }
         }
     }

@@ -2,7 +2,7 @@
 //! written to the request file; repairs made to keep the API's rules are logged as a warning.
 
 use std::fs::{self, File};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 
 use ctxhost_plugin::format::anthropic::{
     self, BodyError, DEFAULT_MAX_TOKENS, ENDPOINT_PATH, RequestSettings, Thinking,
@@ -15,6 +15,7 @@ use ctxhost_plugin::log::{Level, log};
 use ctxhost_plugin::request as common;
 use ctxhost_plugin::request_format::{RequestConfig, RequestInfo};
 use ctxhost_plugin::types::PluginError;
+use ctxhost_plugin::wasi_output::FileWriter;
 
 /// Writes the body for `config` (`max_tokens` is `max-output-tokens`, or
 /// [`DEFAULT_MAX_TOKENS`]). Errors: `invalid-input` for a messages line that is not a chat
@@ -49,9 +50,11 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
         stream: config.stream_reply,
     };
     let (messages_file, request_file) = (&config.messages_file, &config.request_file);
-    let out =
-        File::create(request_file).map_err(|e| io_error(format!("creating {request_file}"), e))?;
-    let mut out = CountingWriter::new(BufWriter::new(out));
+    // Written through one large buffer with `descriptor.write` on the calling thread, as
+    // openai-chat's body is: std's `File` takes a worker-thread hand-off per 8 KiB write.
+    let out = FileWriter::create(request_file, common::WRITE_BUFFER_BYTES)
+        .map_err(|e| io_error(format!("creating {request_file}"), e))?;
+    let mut out = CountingWriter::new(out);
     let written = anthropic::write_request(
         || File::open(messages_file),
         messages_file,

@@ -3,7 +3,7 @@
 //! made to keep the API's rules are logged as a warning.
 
 use std::fs::{self, File};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 
 use ctxhost_plugin::format::body;
 use ctxhost_plugin::format::responses::{self, BodyError, ENDPOINT_PATH, RequestSettings};
@@ -14,6 +14,7 @@ use ctxhost_plugin::log::{Level, log};
 use ctxhost_plugin::request as common;
 use ctxhost_plugin::request_format::{RequestConfig, RequestInfo};
 use ctxhost_plugin::types::PluginError;
+use ctxhost_plugin::wasi_output::FileWriter;
 
 /// Writes the body for `config` (`reasoning.effort` from `config.reasoning`). Errors:
 /// `invalid-input` for a messages line that is not a chat message (file:line), a file with
@@ -37,9 +38,11 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
     let (messages_file, request_file) = (&config.messages_file, &config.request_file);
     let messages =
         File::open(messages_file).map_err(|e| io_error(format!("opening {messages_file}"), e))?;
-    let out =
-        File::create(request_file).map_err(|e| io_error(format!("creating {request_file}"), e))?;
-    let mut out = CountingWriter::new(BufWriter::new(out));
+    // Written through one large buffer with `descriptor.write` on the calling thread, as
+    // openai-chat's body is: std's `File` takes a worker-thread hand-off per 8 KiB write.
+    let out = FileWriter::create(request_file, common::WRITE_BUFFER_BYTES)
+        .map_err(|e| io_error(format!("creating {request_file}"), e))?;
+    let mut out = CountingWriter::new(out);
     let written =
         responses::write_request(messages, messages_file, &mut out, &settings)
             .and_then(|w| out.flush().map(|()| w).map_err(BodyError::Write));

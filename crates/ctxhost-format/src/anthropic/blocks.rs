@@ -95,6 +95,11 @@ impl Str<'_> {
         match self {
             Str::Json(raw) => {
                 let inner = &raw.json()[1..raw.json().len() - 1];
+                // `\/\/...` decodes to `//...`: not blank. So a long string's placeholder
+                // (`crate::long_line`) answers without being decoded.
+                if inner.starts_with(crate::long_line::MARKER) {
+                    return false;
+                }
                 match inner
                     .iter()
                     .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
@@ -302,7 +307,7 @@ pub const MISSING_RESULT: &str = "(no result was recorded for this tool call)";
 pub const CONTINUED_TEXT: &str = "(conversation continues)";
 
 /// Turns chat messages into blocks, one message at a time (see the module doc).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct TurnBuilder {
     /// Calls of the last assistant message(s) waiting for a result: (id in the context, id sent).
     pending: Vec<(String, String)>,
@@ -317,6 +322,16 @@ pub struct TurnBuilder {
 
 /// The blocks of one push, in order.
 type Made<'m> = Vec<(Role, Block<'m>, Origin)>;
+
+/// The blocks of one message, made but not yet handed to a sink ([`TurnBuilder::made`]).
+pub(crate) struct Pushed<'m>(Made<'m>);
+
+impl Pushed<'_> {
+    /// Hands the blocks to `sink`, keyed `key` ([`TurnBuilder::push`]).
+    pub(crate) fn flush(self, key: u64, sink: &mut impl BlockSink) -> io::Result<()> {
+        flush(self.0, Some(key), sink)
+    }
+}
 
 impl TurnBuilder {
     /// A builder that has seen nothing.
@@ -354,6 +369,14 @@ impl TurnBuilder {
         let mut made = Made::new();
         self.convert(index, message, &mut made);
         flush(made, Some(key), sink)
+    }
+
+    /// [`TurnBuilder::push`] without the sink: the blocks `message` makes, to hand on later
+    /// ([`Pushed::flush`]) or drop (with a clone of the builder taken before, to undo).
+    pub(crate) fn made<'m>(&mut self, index: usize, message: &RawMessage<'m>) -> Pushed<'m> {
+        let mut made = Made::new();
+        self.convert(index, message, &mut made);
+        Pushed(made)
     }
 
     fn convert<'m>(&mut self, index: usize, message: &RawMessage<'m>, made: &mut Made<'m>) {

@@ -22,11 +22,12 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use serde_json::{Map, Value, json};
 
 use super::MAX_TEMPERATURE;
-use super::blocks::{Block, BlockSink, Origin, Position, Repairs, Role, TurnBuilder};
+use super::blocks::{Block, BlockSink, Origin, Position, Pushed, Repairs, Role, TurnBuilder};
 use super::cache::{CachePlan, Planner};
-use crate::jsonl::{BlockLineReader, JsonlError};
-use crate::raw;
-use crate::tail::BackwardLines;
+use crate::jsonl::{self, BlockLineReader, JsonlError, NextLineAt};
+use crate::long_line::{self, LIMITS, Limits, LongLine, SpliceError};
+use crate::raw::{self, RawMessage};
+use crate::tail::{BackLine, BackwardLines};
 
 /// The settings of one request.
 #[derive(Debug, Clone, Copy)]
@@ -115,14 +116,26 @@ impl From<JsonlError> for BodyError {
 /// Errors: [`BodyError::Setting`] before anything is read, [`BodyError::Open`],
 /// [`BodyError::Read`] naming file and line, [`BodyError::NoMessages`], [`BodyError::Write`].
 pub fn write_request<R: Read + Seek, W: Write>(
-    mut open: impl FnMut() -> io::Result<R>,
+    open: impl FnMut() -> io::Result<R>,
     file: &str,
     out: &mut W,
     settings: &RequestSettings<'_>,
 ) -> Result<Written, BodyError> {
+    write_request_limited(open, file, out, settings, LIMITS)
+}
+
+/// [`write_request`] reading lines longer than `limits.line` as long lines
+/// ([`crate::long_line`]; blocks of that size), for tests with small ones.
+pub(crate) fn write_request_limited<R: Read + Seek, W: Write>(
+    mut open: impl FnMut() -> io::Result<R>,
+    file: &str,
+    out: &mut W,
+    settings: &RequestSettings<'_>,
+    limits: Limits,
+) -> Result<Written, BodyError> {
     check_settings(settings)?;
-    let plan = plan_from_end(&mut open, file)?;
-    write_body(open, file, out, settings, &plan)
+    let plan = plan_from_end(&mut open, file, limits)?;
+    write_body(open, file, out, settings, &plan, limits)
 }
 
 /// [`write_request`] with the plan from a run over the whole file (the reference the plan from
@@ -135,8 +148,8 @@ pub(crate) fn write_request_planned_whole<R: Read + Seek, W: Write>(
     settings: &RequestSettings<'_>,
 ) -> Result<Written, BodyError> {
     check_settings(settings)?;
-    let plan = plan_run(&mut open, file)?;
-    write_body(open, file, out, settings, &plan)
+    let plan = plan_run(&mut open, file, LIMITS)?;
+    write_body(open, file, out, settings, &plan, LIMITS)
 }
 
 /// Errors: [`BodyError::Setting`] for a temperature or thinking budget the API refuses.
@@ -174,6 +187,7 @@ fn check_settings(settings: &RequestSettings<'_>) -> Result<(), BodyError> {
 fn plan_from_end<R: Read + Seek>(
     open: &mut impl FnMut() -> io::Result<R>,
     file: &str,
+    limits: Limits,
 ) -> Result<CachePlan, BodyError> {
     let mut back = BackwardLines::from_end(open().map_err(BodyError::Open)?, file)
         .map_err(|e| BodyError::Open(io::Error::other(e.to_string())))?;
@@ -183,20 +197,23 @@ fn plan_from_end<R: Read + Seek>(
     loop {
         let mut at_start = false;
         while lines.len() < want {
-            match back.prev_line() {
-                Ok(Some((offset, bytes))) => match raw::parse_line(bytes) {
+            match back.prev_line_bounded(limits.line) {
+                Ok(Some(BackLine::Line(offset, bytes))) => match raw::parse_line(bytes) {
                     Ok(m) => lines.push((offset, m.role.is("tool"))),
-                    Err(_) => return plan_run(open, file),
+                    Err(_) => return plan_run(open, file, limits),
                 },
+                // A line too long to hold (a 20 MB reply) is not read here: it is never where
+                // a run starts (taken as a `tool` message), the run reads it.
+                Ok(Some(BackLine::Long { offset, .. })) => lines.push((offset, true)),
                 Ok(None) => {
                     at_start = true;
                     break;
                 }
-                Err(_) => return plan_run(open, file),
+                Err(_) => return plan_run(open, file, limits),
             }
         }
         if at_start {
-            return plan_run(open, file);
+            return plan_run(open, file, limits);
         }
         // Never the earliest line read: it may be the file's first (a system prompt, or the
         // start of the conversation), which only a run from the start sees as such.
@@ -206,7 +223,7 @@ fn plan_from_end<R: Read + Seek>(
             reader
                 .seek(SeekFrom::Start(*offset))
                 .map_err(BodyError::Open)?;
-            if let Some(plan) = plan_tail(reader, file, *offset)? {
+            if let Some(plan) = plan_tail(reader, file, *offset, limits)? {
                 return Ok(plan);
             }
         }
@@ -216,33 +233,39 @@ fn plan_from_end<R: Read + Seek>(
 
 /// The plan of a run from byte `offset` (a non-`tool` message after the first) to the end,
 /// when it closes two user turns; `None` when it does not or a line does not parse.
-fn plan_tail<R: Read>(reader: R, file: &str, offset: u64) -> Result<Option<CachePlan>, BodyError> {
-    let mut lines = BlockLineReader::at_offset(reader, file, offset);
-    let mut builder = TurnBuilder::continuing();
+fn plan_tail<R: Read + Seek>(
+    reader: R,
+    file: &str,
+    offset: u64,
+    limits: Limits,
+) -> Result<Option<CachePlan>, BodyError> {
     let mut planner = Planner::new();
-    while let Some((_, key, bytes)) = lines.next_line_at()? {
-        let Ok(message) = raw::parse_line(bytes) else {
-            return Ok(None);
-        };
-        builder
-            .push(usize::MAX, key, &message, &mut planner)
-            .map_err(BodyError::Write)?;
-    }
+    let run = Run {
+        lines: BlockLineReader::at_offset(reader, file, offset)
+            .block_bytes(limits.line.min(jsonl::BLOCK_BYTES)),
+        builder: TurnBuilder::continuing(),
+        tail: true,
+        limits,
+    };
+    let Some((_, builder)) = run.messages(&mut planner, |_, _| Ok(()))? else {
+        return Ok(None);
+    };
     builder.finish(&mut planner).map_err(BodyError::Write)?;
     Ok(planner.complete().then(|| planner.finish()))
 }
 
 /// The plan of a run over the whole file (from its first message, `first` true), as the
 /// writing run sees it. Errors: a bad line (file:line), [`BodyError::NoMessages`].
-fn plan_run<R: Read>(
+fn plan_run<R: Read + Seek>(
     open: &mut impl FnMut() -> io::Result<R>,
     file: &str,
+    limits: Limits,
 ) -> Result<CachePlan, BodyError> {
     let mut planner = Planner::new();
     stream(
         open().map_err(BodyError::Open)?,
         file,
-        false,
+        (false, limits),
         &mut planner,
         |_, _| Ok(()),
     )?;
@@ -253,12 +276,13 @@ fn plan_run<R: Read>(
 }
 
 /// The body, with the breakpoints of `plan` and the summary's.
-fn write_body<R: Read, W: Write>(
+fn write_body<R: Read + Seek, W: Write>(
     mut open: impl FnMut() -> io::Result<R>,
     file: &str,
     out: &mut W,
     settings: &RequestSettings<'_>,
     plan: &CachePlan,
+    limits: Limits,
 ) -> Result<Written, BodyError> {
     let tools: Vec<Value> = settings.tools.iter().filter_map(anthropic_tool).collect();
 
@@ -289,11 +313,12 @@ fn write_body<R: Read, W: Write>(
         plan,
         role: None,
         marked: 0,
+        piece: None,
     };
     let (messages, repairs) = stream(
         open().map_err(BodyError::Open)?,
         file,
-        settings.thinking.is_some(),
+        (settings.thinking.is_some(), limits),
         &mut sink,
         |system, sink| sink.head(system, &tools),
     )?;
@@ -312,47 +337,227 @@ fn write_body<R: Read, W: Write>(
 /// before the first block, with the first message's content when that message is a system
 /// message (`None` otherwise, or when the prompt is blank); `reasoning`: assistant messages'
 /// reasoning is sent ([`TurnBuilder::replaying_reasoning`]; the cache plan, which marks only
-/// user turns, is the same either way). Returns (messages read, repairs).
-fn stream<R: Read, S: BlockSink>(
+/// user turns, is the same either way); `limits`: of long lines ([`Run`]). Returns (messages
+/// read, repairs).
+fn stream<R: Read + Seek, S: LongSink>(
     reader: R,
     file: &str,
-    reasoning: bool,
+    (reasoning, limits): (bool, Limits),
     sink: &mut S,
-    mut head: impl FnMut(Option<&str>, &mut S) -> io::Result<()>,
+    head: impl FnMut(Option<&str>, &mut S) -> io::Result<()>,
 ) -> Result<(u64, Repairs), BodyError> {
-    let mut lines = BlockLineReader::new(reader, file);
-    let mut builder = TurnBuilder::new().replaying_reasoning(reasoning);
-    let mut index = 0usize;
-    let mut head_done = false;
-    while let Some((line, key, bytes)) = lines.next_line_at()? {
-        let message = raw::parse_line(bytes).map_err(|message| {
+    let run = Run {
+        lines: BlockLineReader::new(reader, file).block_bytes(limits.line.min(jsonl::BLOCK_BYTES)),
+        builder: TurnBuilder::new().replaying_reasoning(reasoning),
+        tail: false,
+        limits,
+    };
+    let Some((index, builder)) = run.messages(sink, head)? else {
+        // Not reached: only a tail run gives up.
+        return Err(BodyError::NoMessages);
+    };
+    let repairs = builder.finish(sink).map_err(BodyError::Write)?;
+    Ok((index as u64, repairs))
+}
+
+/// A run over the lines of a messages file, from its start or (`tail`) from a non-`tool`
+/// message after the first (the plan from the end: indexes unknown, no system prompt taken).
+/// A line longer than `limits.line` (the reader's block) is a long line.
+struct Run<R> {
+    lines: BlockLineReader<R>,
+    builder: TurnBuilder,
+    tail: bool,
+    limits: Limits,
+}
+
+/// What is known of the run so far.
+struct State {
+    index: usize,
+    head_done: bool,
+}
+
+impl<R: Read + Seek> Run<R> {
+    /// Hands every message's blocks to `sink` (see [`stream`] for `head`); returns the
+    /// messages read and the builder (to finish). A line longer than a block is not held when
+    /// its message can be made from its compact copy ([`crate::long_line`]): the blocks are
+    /// made from it and written with each long string copied from the file
+    /// ([`LongSink::long_blocks`]); else (a long text that is decoded: a system prompt, tool
+    /// arguments, a thinking block, a text split by an order record) it is read whole.
+    ///
+    /// Errors: a line that is not a chat message (file:line) — for a tail run, `None`
+    /// instead —, a failed read or write.
+    fn messages<S: LongSink>(
+        mut self,
+        sink: &mut S,
+        mut head: impl FnMut(Option<&str>, &mut S) -> io::Result<()>,
+    ) -> Result<Option<(usize, TurnBuilder)>, BodyError> {
+        let file = self.lines.file().to_string();
+        let invalid = |line: u64, message: String| {
             BodyError::Read(JsonlError::Invalid {
-                file: file.to_string(),
+                file: file.clone(),
                 line,
                 message,
             })
-        })?;
-        if index == 0 && message.role.is("system") {
-            let system = message.content.map(|c| c.value());
-            let system = system.as_deref().filter(|s| !s.trim().is_empty());
-            head(system, sink).map_err(BodyError::Write)?;
-            head_done = true;
-        } else {
-            if !head_done {
-                head(None, sink).map_err(BodyError::Write)?;
-                head_done = true;
+        };
+        let mut state = State {
+            index: if self.tail { usize::MAX } else { 0 },
+            head_done: self.tail,
+        };
+        loop {
+            let long = match self.lines.next_bounded_at(self.limits.line)? {
+                None => break,
+                Some(NextLineAt::Line((line, key, bytes))) => {
+                    let message = match raw::parse_line(bytes) {
+                        Ok(m) => m,
+                        Err(_) if self.tail => return Ok(None),
+                        Err(e) => return Err(invalid(line, e)),
+                    };
+                    step(
+                        &mut state,
+                        key,
+                        &message,
+                        &mut self.builder,
+                        sink,
+                        &mut head,
+                    )?;
+                    continue;
+                }
+                Some(NextLineAt::Long { line, offset }) => {
+                    long_line::scan_long(&mut self.lines, (line, offset), self.limits)?
+                }
+            };
+            if self.compact_step(&long, &mut state, sink, &mut head)? {
+                continue;
             }
-            builder
-                .push(index, key, &message, sink)
-                .map_err(BodyError::Write)?;
+            let io_err = |e: io::Error| {
+                BodyError::Read(JsonlError::Io {
+                    file: file.clone(),
+                    line: Some(long.line),
+                    message: e.to_string(),
+                })
+            };
+            let bytes = long.read_whole(self.lines.reader_mut()).map_err(io_err)?;
+            if jsonl::is_blank(&bytes) {
+                continue;
+            }
+            let message = match raw::parse_line(&bytes) {
+                Ok(m) => m,
+                Err(_) if self.tail => return Ok(None),
+                Err(e) => return Err(invalid(long.line, e)),
+            };
+            step(
+                &mut state,
+                long.offset,
+                &message,
+                &mut self.builder,
+                sink,
+                &mut head,
+            )?;
         }
-        index += 1;
+        if !state.head_done {
+            head(None, sink).map_err(BodyError::Write)?;
+        }
+        Ok(Some((state.index, self.builder)))
     }
-    if !head_done {
-        head(None, sink).map_err(BodyError::Write)?;
+
+    /// The long line `long` from its compact copy; `false` (nothing changed) when it must be
+    /// read whole.
+    fn compact_step<S: LongSink>(
+        &mut self,
+        long: &LongLine,
+        state: &mut State,
+        sink: &mut S,
+        head: &mut impl FnMut(Option<&str>, &mut S) -> io::Result<()>,
+    ) -> Result<bool, BodyError> {
+        let Some(compact) = long.compact().filter(|_| long.long_strings_non_blank()) else {
+            return Ok(false);
+        };
+        let Ok(message) = raw::parse_line(compact) else {
+            return Ok(false);
+        };
+        // The system prompt is decoded.
+        if state.index == 0 && message.role.is("system") {
+            return Ok(false);
+        }
+        if !state.head_done {
+            head(None, sink).map_err(BodyError::Write)?;
+            state.head_done = true;
+        }
+        let saved = self.builder.clone();
+        long_line::clear_decoded();
+        let made = self.builder.made(state.index, &message);
+        let done = !long_line::take_decoded()
+            && sink
+                .long_blocks(made, long, self.lines.reader_mut())
+                .map_err(|e| match e {
+                    SpliceError::Write(e) => BodyError::Write(e),
+                    SpliceError::Read(e) => BodyError::Read(JsonlError::Io {
+                        file: self.lines.file().to_string(),
+                        line: Some(long.line),
+                        message: e.to_string(),
+                    }),
+                })?;
+        if done {
+            state.index = state.index.saturating_add(1);
+        } else {
+            self.builder = saved;
+        }
+        Ok(done)
     }
-    let repairs = builder.finish(sink).map_err(BodyError::Write)?;
-    Ok((index as u64, repairs))
+}
+
+/// One message of a run: the system prompt (the first message, when a system message) to
+/// `head`, any other to the builder.
+fn step<S: BlockSink>(
+    state: &mut State,
+    key: u64,
+    message: &RawMessage<'_>,
+    builder: &mut TurnBuilder,
+    sink: &mut S,
+    head: &mut impl FnMut(Option<&str>, &mut S) -> io::Result<()>,
+) -> Result<(), BodyError> {
+    if state.index == 0 && message.role.is("system") {
+        let system = message.content.map(|c| c.value());
+        let system = system.as_deref().filter(|s| !s.trim().is_empty());
+        head(system, sink).map_err(BodyError::Write)?;
+        state.head_done = true;
+    } else {
+        if !state.head_done {
+            head(None, sink).map_err(BodyError::Write)?;
+            state.head_done = true;
+        }
+        builder
+            .push(state.index, key, message, sink)
+            .map_err(BodyError::Write)?;
+    }
+    state.index = state.index.saturating_add(1);
+    Ok(())
+}
+
+/// A [`BlockSink`] that also takes the blocks of a long line made from its compact copy.
+trait LongSink: BlockSink {
+    /// Hands on `made`, the blocks of `long`'s compact message; a sink that writes copies
+    /// each long string from `reader` in place of its placeholder ([`LongLine::splice`]).
+    /// `false`, nothing written and nothing changed, when the output would not be the whole
+    /// line's (the line is then read whole).
+    fn long_blocks<R: Read + Seek>(
+        &mut self,
+        made: Pushed<'_>,
+        long: &LongLine,
+        reader: &mut R,
+    ) -> Result<bool, SpliceError>;
+}
+
+impl LongSink for Planner {
+    fn long_blocks<R: Read + Seek>(
+        &mut self,
+        made: Pushed<'_>,
+        long: &LongLine,
+        _reader: &mut R,
+    ) -> Result<bool, SpliceError> {
+        made.flush(long.offset, self).map_err(SpliceError::Write)?;
+        Ok(true)
+    }
 }
 
 /// An Anthropic tool definition `{"name","description"?,"input_schema"}` from OpenAI's
@@ -388,6 +593,8 @@ struct TurnWriter<'a, W> {
     /// Role of the open turn (`None` before the first block).
     role: Option<Role>,
     marked: u32,
+    /// Where blocks are written instead of `out` while a long line's are made.
+    piece: Option<Vec<u8>>,
 }
 
 impl<W: Write> TurnWriter<'_, W> {
@@ -433,21 +640,59 @@ impl<W: Write> BlockSink for TurnWriter<'_, W> {
         origin: Origin,
         at: Position,
     ) -> io::Result<()> {
-        if self.role == Some(role) {
-            self.out.write_all(b",")?;
-        } else {
-            if self.role.is_some() {
-                self.out.write_all(b"]},")?;
-            }
-            write!(self.out, "{{\"role\":\"{}\",\"content\":[", role.as_str())?;
-            self.role = Some(role);
-        }
+        let opening = self.role != Some(role);
+        let closing = opening && self.role.is_some();
+        self.role = Some(role);
         let cache = origin == Origin::Summary || self.plan.marks(at);
         if cache {
             self.marked += 1;
         }
-        write_block(self.out, block, cache)
+        match self.piece.as_mut() {
+            Some(piece) => write_turn_block(piece, role, opening, closing, block, cache),
+            None => write_turn_block(self.out, role, opening, closing, block, cache),
+        }
     }
+}
+
+impl<W: Write> LongSink for TurnWriter<'_, W> {
+    fn long_blocks<R: Read + Seek>(
+        &mut self,
+        made: Pushed<'_>,
+        long: &LongLine,
+        reader: &mut R,
+    ) -> Result<bool, SpliceError> {
+        let saved = (self.role, self.marked);
+        self.piece = Some(Vec::new());
+        let flushed = made.flush(long.offset, self);
+        let piece = self.piece.take().unwrap_or_default();
+        flushed.map_err(SpliceError::Write)?;
+        let done = long.splice(&piece, false, reader, self.out)?;
+        if !done {
+            (self.role, self.marked) = saved;
+        }
+        Ok(done)
+    }
+}
+
+/// A block of a turn: `,` before it in the open turn, else the turn's opening (after the
+/// previous turn's closing `]}`, when `closing`).
+fn write_turn_block(
+    out: &mut impl Write,
+    role: Role,
+    opening: bool,
+    closing: bool,
+    block: &Block<'_>,
+    cache: bool,
+) -> io::Result<()> {
+    if !opening {
+        out.write_all(b",")?;
+    } else {
+        if closing {
+            out.write_all(b"]},")?;
+        }
+        write!(out, "{{\"role\":\"{}\",\"content\":[", role.as_str())?;
+    }
+    write_block(out, block, cache)
 }
 
 /// One block as JSON, with `cache_control` when `cache`.

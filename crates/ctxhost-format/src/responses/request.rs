@@ -29,13 +29,14 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::block_order::{self, ORDER, Order, Slot};
-use crate::jsonl::{BlockLineReader, JsonlError};
+use crate::jsonl::{self, BlockLineReader, JsonlError, NextLineAt};
+use crate::long_line::{self, LIMITS, Limits, LongLine, SpliceError};
 use crate::raw::{self, RawMessage, RawReasoning};
 
 /// What the request carries besides the messages.
@@ -269,11 +270,29 @@ pub fn wants_encrypted_reasoning(model: &str, effort: Option<&str>) -> bool {
 /// `out`. Errors: [`BodyError::Read`] naming file and line, [`BodyError::NoMessages`],
 /// [`BodyError::Setting`] for a temperature that is not a finite number ≥ 0,
 /// [`BodyError::Write`].
-pub fn write_request<R: Read, W: Write>(
+///
+/// Memory: one block of the file and one line; a line longer than the block (a 20 MB reply)
+/// is not held when its items can be made from its compact copy ([`crate::long_line`]: its
+/// texts, arguments and ids are copied from the file in 64 KiB reads, `messages` is seeked
+/// for them); it is read whole when a long text of it is decoded (a leading system message,
+/// a reasoning item, an orphan result, a text split by an order record).
+pub fn write_request<R: Read + Seek, W: Write>(
     messages: R,
     file: &str,
     out: &mut W,
     settings: &RequestSettings<'_>,
+) -> Result<Written, BodyError> {
+    write_request_limited(messages, file, out, settings, LIMITS)
+}
+
+/// [`write_request`] reading lines longer than `limits.line` as long lines
+/// ([`crate::long_line`]; blocks of that size), for tests with small ones.
+pub(crate) fn write_request_limited<R: Read + Seek, W: Write>(
+    messages: R,
+    file: &str,
+    out: &mut W,
+    settings: &RequestSettings<'_>,
+    limits: Limits,
 ) -> Result<Written, BodyError> {
     if let Some(t) = settings.temperature.filter(|t| !t.is_finite() || *t < 0.0) {
         return Err(BodyError::Setting(format!(
@@ -283,11 +302,46 @@ pub fn write_request<R: Read, W: Write>(
     out.write_all(b"{\"model\":")?;
     json_to(out, &settings.model)?;
     out.write_all(b",\"input\":[")?;
-    let mut lines = BlockLineReader::new(messages, file);
+    let mut lines =
+        BlockLineReader::new(messages, file).block_bytes(limits.line.min(jsonl::BLOCK_BYTES));
     let mut instructions: Option<String> = None;
     let mut written = Written::default();
     let mut calls: HashSet<String> = HashSet::new();
-    while let Some((line, _, bytes)) = lines.next_line_at().map_err(BodyError::Read)? {
+    loop {
+        let whole: Vec<u8>;
+        let (line, bytes) = match lines
+            .next_bounded_at(limits.line)
+            .map_err(BodyError::Read)?
+        {
+            None => break,
+            Some(NextLineAt::Line((line, _, bytes))) => (line, bytes),
+            Some(NextLineAt::Long { line, offset }) => {
+                let long = long_line::scan_long(&mut lines, (line, offset), limits)
+                    .map_err(BodyError::Read)?;
+                let leading_system = written.items == 0;
+                if long_items(
+                    &long,
+                    leading_system,
+                    &mut lines,
+                    out,
+                    &mut written,
+                    &mut calls,
+                )? {
+                    continue;
+                }
+                whole = long.read_whole(lines.reader_mut()).map_err(|e| {
+                    BodyError::Read(JsonlError::Io {
+                        file: file.to_string(),
+                        line: Some(line),
+                        message: e.to_string(),
+                    })
+                })?;
+                if jsonl::is_blank(&whole) {
+                    continue;
+                }
+                (line, &whole[..])
+            }
+        };
         let m = raw::parse_line(bytes).map_err(|message| {
             BodyError::Read(JsonlError::Invalid {
                 file: file.to_string(),
@@ -344,6 +398,49 @@ pub fn write_request<R: Read, W: Write>(
     }
     out.write_all(b"}")?;
     Ok(written)
+}
+
+/// The items of the long line `long` made from its compact copy, each long string copied
+/// from the file ([`LongLine::splice`]); `false`, nothing written or changed, when the line
+/// must be read whole (`leading_system`: a system message there would be decoded into
+/// `instructions`).
+fn long_items<R: Read + Seek, W: Write>(
+    long: &LongLine,
+    leading_system: bool,
+    lines: &mut BlockLineReader<R>,
+    out: &mut W,
+    written: &mut Written,
+    calls: &mut HashSet<String>,
+) -> Result<bool, BodyError> {
+    let Some(compact) = long.compact() else {
+        return Ok(false);
+    };
+    let Ok(m) = raw::parse_line(compact) else {
+        return Ok(false);
+    };
+    if leading_system && m.role.is("system") {
+        return Ok(false);
+    }
+    let saved = (written.clone(), calls.clone());
+    long_line::clear_decoded();
+    let mut piece = Vec::new();
+    written.messages += 1;
+    write_items(&mut piece, &m, written, calls)?;
+    let done = !long_line::take_decoded()
+        && long
+            .splice(&piece, false, lines.reader_mut(), out)
+            .map_err(|e| match e {
+                SpliceError::Write(e) => BodyError::Write(e),
+                SpliceError::Read(e) => BodyError::Read(JsonlError::Io {
+                    file: lines.file().to_string(),
+                    line: Some(long.line),
+                    message: e.to_string(),
+                }),
+            })?;
+    if !done {
+        (*written, *calls) = saved;
+    }
+    Ok(done)
 }
 
 /// Writes the input items of one (non-leading-system) message, each preceded by `,` but the
@@ -507,7 +604,7 @@ mod tests {
             .map(|m| serde_json::to_string(m).unwrap() + "\n")
             .collect();
         let mut out = Vec::new();
-        let w = write_request(text.as_bytes(), "current.jsonl", &mut out, settings).unwrap();
+        let w = write_request(io::Cursor::new(text), "current.jsonl", &mut out, settings).unwrap();
         let raw = String::from_utf8(out).unwrap();
         (serde_json::from_str(&raw).unwrap(), raw, w)
     }
@@ -656,7 +753,7 @@ mod tests {
     fn only_system_messages_is_no_input() {
         let text = "{\"role\":\"system\",\"content\":\"s\"}\n";
         let e = write_request(
-            text.as_bytes(),
+            io::Cursor::new(text),
             "c",
             &mut Vec::new(),
             &RequestSettings::default(),
@@ -726,7 +823,7 @@ mod interleaved_tests {
             model: "o4-mini",
             ..RequestSettings::default()
         };
-        write_request(text.as_bytes(), "current.jsonl", &mut out, &settings).unwrap();
+        write_request(io::Cursor::new(text), "current.jsonl", &mut out, &settings).unwrap();
         let body: Value = serde_json::from_slice(&out).unwrap();
         let input = body["input"].as_array().unwrap();
         Value::Array(input[1..input.len() - calls.len()].to_vec())

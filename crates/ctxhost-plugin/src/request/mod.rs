@@ -21,8 +21,8 @@ use crate::wasi_output::FileWriter;
 pub mod openai;
 
 /// Bytes written to the request file per WASI call (`descriptor.write`, run on the calling
-/// thread; [`crate::wasi_output`]).
-const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// thread; [`crate::wasi_output`]): the buffer of every builtin request build.
+pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
 
 /// Writes the request body for `config` to `config.request_file`:
 /// `{"model":<model>,"messages":[<m>,...]<tail>}`, each `m` a messages line in `shape`
