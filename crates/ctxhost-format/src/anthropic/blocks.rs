@@ -97,7 +97,7 @@ impl Str<'_> {
                 let inner = &raw.json()[1..raw.json().len() - 1];
                 // `\/\/...` decodes to `//...`: not blank. So a long string's placeholder
                 // (`crate::long_line`) answers without being decoded.
-                if inner.starts_with(crate::long_line::MARKER) {
+                if inner.starts_with(crate::placeholder::MARKER) {
                     return false;
                 }
                 match inner
