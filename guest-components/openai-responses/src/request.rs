@@ -40,9 +40,8 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
     let out =
         File::create(request_file).map_err(|e| io_error(format!("creating {request_file}"), e))?;
     let mut out = CountingWriter::new(BufWriter::new(out));
-    let written =
-        responses::write_request(messages, messages_file, &mut out, &settings)
-            .and_then(|w| out.flush().map(|()| w).map_err(BodyError::Write));
+    let written = responses::write_request(messages, messages_file, &mut out, &settings)
+        .and_then(|w| out.flush().map(|()| w).map_err(BodyError::Write));
     match written {
         Ok(w) => {
             if !w.repairs.is_empty() {

@@ -212,8 +212,8 @@ pub fn exchange_checked(
     interruption: Option<&Interruption<'_>>,
     accept: &dyn Fn(&Reply) -> Result<(), String>,
 ) -> Result<Exchange, ExchangeError> {
-    // A stream only for a format that reads one (WIT 0.3.0, and not a builtin that always
-    // writes an unstreamed request); otherwise the same request unstreamed. The request body
+    // A stream only for a format that reads one (not a builtin that always writes an
+    // unstreamed request); otherwise the same request unstreamed. The request body
     // is never read back to learn what the format wrote (issue 37 item 12: that parse was
     // half the CPU of a 64 MiB step): a format that writes `"stream": false` all the same
     // gets a whole body, which the transport reads as a server ignoring the stream.
@@ -493,7 +493,7 @@ struct ContentChecks<'a> {
     max_bytes: Option<u64>,
 }
 
-/// The checks on a reply whose text is in a file (WIT 0.3.0 `content-file`), before anyone
+/// The checks on a reply whose text is in a file (WIT `content-file`), before anyone
 /// reads it: a plain path in the task directory ([`untrusted::component_path`]) that is
 /// exactly [`ctxhost_format::files::REPLY_CONTENT`], a file made by the call (a regular file
 /// with one link whose inode was none of the task directory's files before it: a task file
@@ -613,10 +613,9 @@ pub fn remove_content_file(dir: &TaskDir) {
 }
 
 /// Whether a streamed reply's read error says the stream was cut off before its end (WIT
-/// 0.3.0 `plugin-error.stream-cut`): sending the request again may then give a whole one. Any
+/// `plugin-error.stream-cut`): sending the request again may then give a whole one. Any
 /// other error of a stream that the transport received to its end (an event the format cannot
-/// read) would recur on each try. Only 0.3.0 components read streams, so no older error text
-/// needs reading as a cut.
+/// read) would recur on each try.
 fn is_cut_off(error: &RuntimeError) -> bool {
     matches!(
         error.plugin_error(),

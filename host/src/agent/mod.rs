@@ -1245,7 +1245,7 @@ pub const MAX_OVERFLOW_RETRIES: u32 = 2;
 /// (numerator, denominator): 3/4.
 pub const OVERFLOW_WINDOW_FACTOR: (u64, u64) = (3, 4);
 
-/// Bytes of a reply's text the loop keeps in memory when the text came in a file (WIT 0.3.0
+/// Bytes of a reply's text the loop keeps in memory when the text came in a file (WIT
 /// `content-file`): what the strategy's hooks are given of it (`after-reply`'s `reply`): 64 KiB.
 pub const MAX_REPLY_PREFIX_BYTES: usize = 64 * 1024;
 
