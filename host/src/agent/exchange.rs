@@ -169,6 +169,10 @@ pub struct Exchange {
     pub request: RequestInfo,
     /// How the POST went (status, attempts).
     pub post: PostOutcome,
+    /// The error of a request the provider refused for its `stream_options` (HTTP 400 naming
+    /// the argument: [`refuses_stream_options`]), after which the request was written without
+    /// it and sent again within the call's budget; the reply's usage is then unknown.
+    pub refused_stream_usage: Option<String>,
 }
 
 /// Run one exchange in `dir` (the task directory) for `config`, writing the response body to
@@ -229,20 +233,21 @@ pub fn exchange_checked(
         config
     };
     let request_name = config.request_file.clone();
-    let request = format
+    let mut request = format
         .write_request(config)
         .map_err(|source| ExchangeError::Build {
             request: request_name.clone(),
             messages: config.messages_file.clone(),
             source,
         })?;
-    let endpoint = untrusted::endpoint_path(&request.endpoint_path).map_err(|reason| {
-        ExchangeError::Endpoint {
+    let endpoint_path = untrusted::endpoint_path(&request.endpoint_path)
+        .map_err(|reason| ExchangeError::Endpoint {
             component: format.component().to_string(),
             reason,
             request: request_name.clone(),
-        }
-    })?;
+        })?
+        .to_string();
+    let endpoint = endpoint_path.as_str();
     let whole_file = response_file;
     let response_file = if streamed {
         REPLY_STREAM
@@ -259,6 +264,8 @@ pub fn exchange_checked(
     // and within its budget: one budget of `1 + max_retries` requests for the call, whatever
     // mix of failures. One that came whole but cannot be folded is not.
     let mut made = 0u32;
+    // Set when a server refused `stream_options` and the request went again without it.
+    let mut refused_stream_usage: Option<String> = None;
     let (post, reply) = loop {
         let posted = if streamed {
             transport.post_file_streamed(
@@ -280,6 +287,34 @@ pub fn exchange_checked(
                 interruption,
             )
         };
+        // A strict OpenAI-compatible server that does not know `stream_options` (HTTP 400
+        // naming it): the same request without it, once, as one more request of this call.
+        if let Err(source) = &posted
+            && streamed
+            && config.stream_usage
+            && refused_stream_usage.is_none()
+            && let Some(attempts) = refuses_stream_options(source)
+            && attempts <= transport.config().max_retries
+        {
+            tracing::warn!(
+                attempt = attempts,
+                "the server refused stream_options ({source}); sending the request again without it (the reply's usage is then unknown)"
+            );
+            let without = RequestConfig {
+                stream_usage: false,
+                ..config.clone()
+            };
+            request = format
+                .write_request(&without)
+                .map_err(|source| ExchangeError::Build {
+                    request: request_name.clone(),
+                    messages: config.messages_file.clone(),
+                    source,
+                })?;
+            refused_stream_usage = Some(source.to_string());
+            made = attempts;
+            continue;
+        }
         let interrupted = |source: TransportError| {
             if source.is_interrupted() {
                 // Written again from the context when the task resumes; nothing to debug. An
@@ -449,7 +484,30 @@ pub fn exchange_checked(
         reply,
         request,
         post,
+        refused_stream_usage,
     })
+}
+
+/// The attempts of a call the provider answered with HTTP 400 naming `stream_options` (in its
+/// error message or body), e.g. an OpenAI-compatible server's `Unrecognized request argument
+/// supplied: stream_options`; `None` for any other error.
+pub(crate) fn refuses_stream_options(error: &TransportError) -> Option<u32> {
+    match error {
+        TransportError::Http {
+            status: 400,
+            attempts,
+            provider_error,
+            body,
+            ..
+        } if body.contains("stream_options")
+            || provider_error
+                .as_deref()
+                .is_some_and(|e| e.contains("stream_options")) =>
+        {
+            Some(*attempts)
+        }
+        _ => None,
+    }
 }
 
 /// The regular files of a task directory before a component's call, by identity (device and

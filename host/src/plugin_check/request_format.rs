@@ -71,6 +71,7 @@ pub(super) fn request_format_suite(
                 max_output_tokens: Some(256),
                 temperature: Some(0.2),
                 stream: false,
+                stream_usage: false,
                 reasoning: None,
             };
             let info = format.write_request(&config).map_err(e)?;

@@ -149,6 +149,9 @@ pub struct RequestConfig {
     pub temperature: Option<f32>,
     /// Ask for a streamed reply (`stream-reply`).
     pub stream: bool,
+    /// With `stream`: ask for the reply's usage inside the stream (`stream-usage`,
+    /// `llm.stream_usage`).
+    pub stream_usage: bool,
     /// The model's reasoning settings, if any.
     pub reasoning: Option<ReasoningConfig>,
 }

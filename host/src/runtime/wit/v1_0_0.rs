@@ -243,6 +243,7 @@ impl From<&crate::runtime::RequestConfig> for wit_format::RequestConfig {
             max_output_tokens: c.max_output_tokens,
             temperature: c.temperature,
             stream_reply: c.stream,
+            stream_usage: c.stream_usage,
             reasoning: c.reasoning.as_ref().map(|r| wit_format::ReasoningConfig {
                 thinking_budget_tokens: r.thinking_budget_tokens,
                 thinking_adaptive: r.thinking_adaptive,
