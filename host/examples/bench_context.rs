@@ -323,6 +323,7 @@ fn build_cmd(args: &[String]) -> Result<(), String> {
         max_output_tokens: Some(1024),
         temperature: None,
         stream: false,
+        stream_usage: false,
         reasoning: None,
     };
     let config = &config;

@@ -52,6 +52,7 @@ fn config() -> RequestConfig {
         max_output_tokens: Some(512),
         temperature: Some(0.2),
         stream: false,
+        stream_usage: false,
         reasoning: None,
     }
 }

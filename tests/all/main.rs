@@ -56,6 +56,7 @@ mod scripts;
 mod security;
 mod sources;
 mod strategies;
+mod stream_usage;
 mod streaming;
 mod telemetry;
 mod tool_stops;

@@ -676,6 +676,7 @@ fn request_config(tools_file: Option<String>) -> ctxhost::runtime::RequestConfig
         max_output_tokens: Some(256),
         temperature: Some(0.0),
         stream: false,
+        stream_usage: false,
         reasoning: None,
     }
 }

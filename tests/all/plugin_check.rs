@@ -48,7 +48,7 @@ fn every_builtin_passes() {
     for name in builtin_names() {
         let report = run_check(&name);
         assert!(report.passed(), "{name} failed:\n{}", report.to_text());
-        assert_eq!(report.version.as_deref(), Some("0.3.0"));
+        assert_eq!(report.version.as_deref(), Some("1.0.0"));
         assert!(
             report.checks.len() >= 8,
             "{name}: only {} checks ran:\n{}",
@@ -128,7 +128,7 @@ fn a_store_that_miscounts_fails_and_the_report_says_where() {
     assert_eq!(json["passed"], false);
     assert_eq!(json["component"], path.to_str().unwrap());
     assert_eq!(json["world"], "message-store-plugin");
-    assert_eq!(json["version"], "0.3.0");
+    assert_eq!(json["version"], "1.0.0");
     let checks = json["checks"].as_array().unwrap();
     assert!(
         checks
@@ -217,7 +217,7 @@ fn the_cli_prints_json_and_sets_the_exit_code() {
         serde_json::from_slice(&ok.stdout).expect("stdout is one JSON document");
     assert_eq!(v["component"], "builtin:openai-chat");
     assert_eq!(v["world"], "request-format-plugin");
-    assert_eq!(v["version"], "0.3.0");
+    assert_eq!(v["version"], "1.0.0");
     assert_eq!(v["passed"], true);
     assert!(v["checks"].as_array().unwrap().len() >= 8);
 
@@ -234,7 +234,7 @@ fn the_cli_prints_json_and_sets_the_exit_code() {
     );
     let text = String::from_utf8_lossy(&bad.stdout);
     assert!(
-        text.contains("world message-store-plugin, WIT version 0.3.0"),
+        text.contains("world message-store-plugin, WIT version 1.0.0"),
         "{text}"
     );
     assert!(

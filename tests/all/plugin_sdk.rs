@@ -468,7 +468,7 @@ fn scaffold_build_and_check(kind: &str, name: &str, world: &str) -> (serde_json:
     // The SDK is vendored into the project (built here in a temporary directory outside the
     // repository, offline): no checkout of ctxhost is needed.
     assert!(
-        manifest.contains("path = \"vendor/ctxhost-plugin\", version = \"0.3.0\""),
+        manifest.contains("path = \"vendor/ctxhost-plugin\", version = \"1.0.0\""),
         "{manifest}"
     );
     assert!(project.join("vendor/ctxhost-plugin/src/lib.rs").is_file());

@@ -32,7 +32,7 @@ fn builtins_load_as_their_kind() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(p.name(), name);
         assert_eq!(p.kind(), kind);
-        assert_eq!(p.wit_version(), "0.3.0");
+        assert_eq!(p.wit_version(), "1.0.0");
         let any = rt.load_any(&name.parse().unwrap()).unwrap();
         assert_eq!(any.kind(), kind, "{name} detected as {}", any.kind());
     }
@@ -83,8 +83,8 @@ fn wrong_world_names_the_file_and_the_expected_world() {
     assert!(matches!(err, RuntimeError::WrongWorld { .. }), "{err}");
     assert_eq!(
         err.to_string(),
-        "component builtin:openai-chat: exports ctxhost:plugin/request-format@0.3.0, expected \
-         ctxhost:plugin/message-store@0.3.0 (world message-store-plugin)"
+        "component builtin:openai-chat: exports ctxhost:plugin/request-format@1.0.0, expected \
+         ctxhost:plugin/message-store@1.0.0 (world message-store-plugin)"
     );
 
     let wasm = tmp.path().join("x.wasm");
@@ -98,7 +98,7 @@ fn wrong_world_names_the_file_and_the_expected_world() {
         "{text}"
     );
     assert!(
-        text.contains("expected ctxhost:plugin/message-store@0.3.0 (world message-store-plugin)"),
+        text.contains("expected ctxhost:plugin/message-store@1.0.0 (world message-store-plugin)"),
         "{text}"
     );
 
@@ -110,7 +110,7 @@ fn wrong_world_names_the_file_and_the_expected_world() {
         .unwrap_err();
     assert!(
         err.to_string()
-            .contains("expected ctxhost:plugin/compressor@0.3.0 (world compressor-plugin)"),
+            .contains("expected ctxhost:plugin/compressor@1.0.0 (world compressor-plugin)"),
         "{err}"
     );
 
@@ -127,7 +127,7 @@ fn wrong_world_names_the_file_and_the_expected_world() {
         .expect("a message store is no request format");
     assert!(
         err.to_string()
-            .contains("expected ctxhost:plugin/request-format@0.3.0"),
+            .contains("expected ctxhost:plugin/request-format@1.0.0"),
         "{err}"
     );
 }

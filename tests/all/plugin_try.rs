@@ -62,7 +62,7 @@ fn plugin_try_runs_one_call_of_each_builtin() {
     );
     assert!(
         out.starts_with(
-            "component builtin:llm-summarizer: world compressor-plugin, WIT 0.3.0; context \
+            "component builtin:llm-summarizer: world compressor-plugin, WIT 1.0.0; context \
              current.jsonl (26 messages)\ncompress returned: CompressResult { context_file: "
         ),
         "{out}"

@@ -708,6 +708,7 @@ fn reasoning_goes_back_under_the_field_it_came_in() {
             max_output_tokens: None,
             temperature: None,
             stream: false,
+            stream_usage: false,
             reasoning: Some(ReasoningConfig {
                 send_reasoning_content: true,
                 ..ReasoningConfig::default()

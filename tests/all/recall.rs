@@ -402,7 +402,7 @@ fn a_task_compressed_three_times_gets_its_early_facts_back_from_the_history() {
     assert!(task_page.contains(&format!("/tasks/{uuid}/compactions")));
 }
 
-/// Issue 27 item 4: a third-party compressor (WIT 0.3.0, `fixtures/recall-summarizer`) searches
+/// Issue 27 item 4: a third-party compressor (WIT 1.0.0, `fixtures/recall-summarizer`) searches
 /// the task's history through the host's `history` import and reads a message back in 64-byte
 /// pages; what it found is in its summary, in summaries.jsonl and in the context the model gets.
 #[test]

@@ -116,6 +116,7 @@ fn component_requests_parse_equal_to_the_reference() {
                     max_output_tokens: None,
                     temperature: None,
                     stream: false,
+                    stream_usage: false,
                     reasoning: None,
                 };
                 let info = format.borrow_mut().write_request(&config).unwrap();
@@ -163,6 +164,7 @@ fn a_line_that_is_not_a_chat_message_is_named_and_leaves_no_request() {
                 max_output_tokens: None,
                 temperature: None,
                 stream: false,
+                stream_usage: false,
                 reasoning: None,
             };
             let err = format.write_request(&config).unwrap_err().to_string();
@@ -186,6 +188,7 @@ fn a_line_that_is_not_a_chat_message_is_named_and_leaves_no_request() {
         max_output_tokens: None,
         temperature: None,
         stream: false,
+        stream_usage: false,
         reasoning: None,
     };
     let err = format.write_request(&config).unwrap_err().to_string();

@@ -746,7 +746,7 @@ fn a_request_format_cannot_forge_log_lines_or_send_to_another_path() {
     assert_no_forged_line(&log);
 }
 
-/// A format may hand a reply's text over in a file (WIT 0.3.0 `content-file`), but only in
+/// A format may hand a reply's text over in a file (WIT `content-file`), but only in
 /// `reply.content`: naming a task file made the store append messages.jsonl into itself (to
 /// 638 MB, fresh-user F1) or the host take metadata.json as the answer and delete it.
 #[test]

@@ -1027,7 +1027,7 @@ fn a_component_that_is_no_strategy_is_refused_when_the_plugins_load() {
             "error: config.yaml: plugins.strategy (`builtin:openai-chat`) cannot be loaded as a strategy"
         ) && out
             .stderr()
-            .contains("expected ctxhost:plugin/strategy@0.3.0 (world strategy-plugin)"),
+            .contains("expected ctxhost:plugin/strategy@1.0.0 (world strategy-plugin)"),
         "{}",
         out.stderr()
     );

@@ -321,7 +321,7 @@ fn a_format_that_writes_an_unstreamed_request_is_read_unstreamed_without_a_note(
     assert!(!dir.join("reply.stream").exists(), "not read as a stream");
 }
 
-/// The retry of a cut stream is decided by the request format's typed answer (WIT 0.3.0
+/// The retry of a cut stream is decided by the request format's typed answer (WIT
 /// `plugin-error.stream-cut`), not by the words of an error: the hostile-format fixture
 /// declares a whole stream cut, with a text that never says "cut off", and the host sends the
 /// request again whole and keeps the stream it refused in `failed-streams/`.

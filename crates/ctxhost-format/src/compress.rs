@@ -115,7 +115,7 @@ pub fn group_start(kinds: &[LineKind], mut i: usize) -> usize {
 ///
 /// The newest message itself is never moved out of the tail nor cut, so a compression can
 /// always make room when it alone fits the window. `max_tail_tokens == 0` means no token bound
-/// (the rule of `ctxhost:plugin@0.1.0`: [`cut_point`] alone). With `keep == 0` nothing is kept.
+/// ([`cut_point`] alone). With `keep == 0` nothing is kept.
 pub fn plan_tail(
     kinds: &[LineKind],
     tokens: &[u64],

@@ -1,4 +1,4 @@
-//! A reply's text kept in a file instead of memory (WIT 0.3.0 `reply.content-file`, the
+//! A reply's text kept in a file instead of memory (WIT `reply.content-file`, the
 //! message store's `add-message-file`): the fold's sink that moves the text to a file once it
 //! passes a threshold, and the bounded-memory passes over such a file (JSON escaping into a
 //! line, the token estimate, a prefix).

@@ -105,7 +105,7 @@ pub const LLM_RESPONSE: &str = "llm_response.json";
 /// `reply.stream`: the raw body of a streamed reply to [`REQUEST`] as it arrives (host
 /// transport; server-sent events or NDJSON), kept after the call until the next one.
 pub const REPLY_STREAM: &str = "reply.stream";
-/// `reply.content`: the text of a reply too large to pass whole (WIT 0.3.0
+/// `reply.content`: the text of a reply too large to pass whole (WIT
 /// `reply.content-file`), written by the request format's fold, appended by the message store
 /// (`add-message-file`), then deleted by the host. Left after a crash, it is stale: the step
 /// is redone or was already appended.

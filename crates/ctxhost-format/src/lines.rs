@@ -32,7 +32,7 @@ pub struct ChatMessage {
     /// For `tool` messages: the tool call failed (the content is the error text).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
-    /// For assistant messages: the reasoning that came with the reply (WIT 0.3.0
+    /// For assistant messages: the reasoning that came with the reply (WIT
     /// `reasoning-item`s), kept opaque; left out when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasoning: Vec<ReasoningItem>,

@@ -1,11 +1,8 @@
 //! Summary ids (DESIGN.md §2): integers counting from 1 within a task, written as JSON numbers,
-//! `id` in summaries.jsonl and `summary_id` in messages.jsonl (WIT `ctxhost:plugin@0.2.0`).
-//! Used as `#[serde(deserialize_with = "summary_id::deserialize")]` on the id fields of
-//! [`crate::SummaryLine`] and [`crate::HistoryLine`]: a string id is an error naming it.
-//!
-//! The WIT 0.1.0 plugin contract passes summary ids as strings (`sum-N`): [`parse_legacy`] and
-//! [`LEGACY_PREFIX`] are for the host's 0.1.0 shim, which numbers what such a component returns
-//! or writes before anything else reads it; no file holds a string id.
+//! `id` in summaries.jsonl and `summary_id` in messages.jsonl (WIT `ctxhost:plugin`
+//! `summary-info.id`). Used as `#[serde(deserialize_with = "summary_id::deserialize")]` on the
+//! id fields of [`crate::SummaryLine`] and [`crate::HistoryLine`]: a string id is an error
+//! naming it.
 
 use std::fmt;
 use std::io::{self, BufRead};
@@ -13,19 +10,6 @@ use std::io::{self, BufRead};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Unexpected, Visitor};
 use serde_json::Value;
-
-/// Prefix of the string ids of the WIT 0.1.0 contract (`sum-3`).
-pub const LEGACY_PREFIX: &str = "sum-";
-
-/// The integer a WIT 0.1.0 string id stands for: `"sum-N"` or `"N"` with N ≥ 1 (decimal digits
-/// only); `None` for anything else.
-pub fn parse_legacy(text: &str) -> Option<u64> {
-    let digits = text.strip_prefix(LEGACY_PREFIX).unwrap_or(text);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok().filter(|&n| n >= 1)
-}
 
 struct IdVisitor;
 
@@ -63,12 +47,11 @@ pub fn deserialize_opt<'de, D: Deserializer<'de>>(
 
 /// The next free summary id of a task, from its summaries.jsonl: one more than the largest id
 /// found, and at least one more than the number of lines, so that a line whose id cannot be read
-/// still holds a number. Lines whose `id` is the string `skip` are left out (a
-/// WIT 0.1.0 compressor's own, just-appended line, whose id is being chosen). Blank lines and
-/// lines that are not JSON objects are counted but otherwise ignored.
+/// still holds a number. Blank lines are skipped; lines that are not JSON objects are counted
+/// but otherwise ignored.
 ///
 /// Errors: reading failed.
-pub fn next_id<R: BufRead>(reader: R, skip: Option<&str>) -> io::Result<u64> {
+pub fn next_id<R: BufRead>(reader: R) -> io::Result<u64> {
     #[derive(Deserialize)]
     struct IdOnly {
         #[serde(default)]
@@ -83,11 +66,6 @@ pub fn next_id<R: BufRead>(reader: R, skip: Option<&str>) -> io::Result<u64> {
         let id = serde_json::from_str::<IdOnly>(&line)
             .ok()
             .and_then(|l| l.id);
-        if let (Some(skip), Some(Value::String(s))) = (skip, &id)
-            && s == skip
-        {
-            continue;
-        }
         lines += 1;
         if let Some(n) = id.as_ref().and_then(Value::as_u64) {
             largest = largest.max(n);
@@ -153,26 +131,13 @@ mod tests {
     }
 
     #[test]
-    fn wit_0_1_0_string_ids() {
-        assert_eq!(parse_legacy("sum-1"), Some(1));
-        assert_eq!(parse_legacy("sum-42"), Some(42));
-        assert_eq!(parse_legacy("42"), Some(42));
-        for bad in [
-            "", "sum-", "sum-0", "0", "sum-+1", "sum-1a", "sum 1", "SUM-1", "s-1",
-        ] {
-            assert_eq!(parse_legacy(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
     fn next_id_counts_lines_and_takes_the_largest() {
-        let next = |text: &str, skip| next_id(text.as_bytes(), skip).unwrap();
-        assert_eq!(next("", None), 1);
-        assert_eq!(next("{\"id\":1}\n{\"id\":2}\n\n", None), 3);
-        assert_eq!(next("{\"id\":5}\n", None), 6);
+        let next = |text: &str| next_id(text.as_bytes()).unwrap();
+        assert_eq!(next(""), 1);
+        assert_eq!(next("{\"id\":1}\n{\"id\":2}\n\n"), 3);
+        assert_eq!(next("{\"id\":5}\n"), 6);
         // An unreadable id still holds its place.
-        assert_eq!(next("{\"id\":\"a\"}\n{\"id\":\"b\"}\n", None), 3);
-        assert_eq!(next("{\"id\":1}\n{\"id\":\"mine\"}\n", Some("mine")), 2);
-        assert_eq!(next("not json\n", None), 2);
+        assert_eq!(next("{\"id\":\"a\"}\n{\"id\":\"b\"}\n"), 3);
+        assert_eq!(next("not json\n"), 2);
     }
 }

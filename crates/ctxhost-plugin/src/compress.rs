@@ -57,7 +57,7 @@ pub fn line_kind(index: usize, message: &ChatMessage) -> LineKind {
 /// line count; 1 when the file does not exist.
 pub fn next_summary_id() -> Result<u64, PluginError> {
     match std::fs::File::open(SUMMARIES) {
-        Ok(f) => crate::format::summary_id::next_id(std::io::BufReader::new(f), None)
+        Ok(f) => crate::format::summary_id::next_id(std::io::BufReader::new(f))
             .map_err(|e| io_error(format!("reading {SUMMARIES}"), e)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(1),
         Err(e) => Err(io_error(format!("opening {SUMMARIES}"), e)),

@@ -1,7 +1,7 @@
 //! # ctxhost-plugin: write ctxhost plugin components in Rust
 //!
 //! A ctxhost plugin is a WebAssembly component (`wasm32-wasip2`) implementing one world of the
-//! WIT package `ctxhost:plugin@0.3.0` (vendored in this crate as `wit/plugin.wit`). This crate
+//! WIT package `ctxhost:plugin@1.0.0` (vendored in this crate as `wit/plugin.wit`). This crate
 //! gives a plugin crate everything it needs:
 //!
 //! - the bindings of every world, one module each, with an export macro:
@@ -49,7 +49,7 @@
 pub use ctxhost_format as format;
 
 /// The WIT version this crate's bindings implement (`ctxhost:plugin@WIT_VERSION`).
-pub const WIT_VERSION: &str = "0.3.0";
+pub const WIT_VERSION: &str = "1.0.0";
 
 /// The vendored contract, `wit/plugin.wit` (for tools that write it out, e.g. for
 /// componentize-py).
@@ -61,11 +61,11 @@ mod imports_bindings {
         path: "wit",
         inline: "package ctxhost:plugin-sdk;
                  world imports {
-                     import ctxhost:plugin/types@0.3.0;
-                     import ctxhost:plugin/log@0.3.0;
-                     import ctxhost:plugin/llm@0.3.0;
-                     import ctxhost:plugin/planning@0.3.0;
-                     import ctxhost:plugin/history@0.3.0;
+                     import ctxhost:plugin/types@1.0.0;
+                     import ctxhost:plugin/log@1.0.0;
+                     import ctxhost:plugin/llm@1.0.0;
+                     import ctxhost:plugin/planning@1.0.0;
+                     import ctxhost:plugin/history@1.0.0;
                  }",
         world: "ctxhost:plugin-sdk/imports",
         generate_all,
@@ -73,7 +73,7 @@ mod imports_bindings {
     });
 }
 
-/// The host's `history` import (WIT 0.3.0): search and read the task's history. Natively
+/// The host's `history` import: search and read the task's history. Natively
 /// (`cargo test`) it has no mock yet: a call panics.
 pub use imports_bindings::ctxhost::plugin::history;
 pub use imports_bindings::ctxhost::plugin::types;
@@ -130,10 +130,10 @@ pub mod compressor {
         path: "wit",
         world: "compressor-plugin",
         with: {
-            "ctxhost:plugin/types@0.3.0": crate::types,
-            "ctxhost:plugin/log@0.3.0": crate::log,
-            "ctxhost:plugin/llm@0.3.0": crate::llm,
-            "ctxhost:plugin/history@0.3.0": crate::history,
+            "ctxhost:plugin/types@1.0.0": crate::types,
+            "ctxhost:plugin/log@1.0.0": crate::log,
+            "ctxhost:plugin/llm@1.0.0": crate::llm,
+            "ctxhost:plugin/history@1.0.0": crate::history,
         },
         pub_export_macro: true,
         export_macro_name: "_export_compressor",
@@ -151,8 +151,8 @@ pub mod message_store {
         path: "wit",
         world: "message-store-plugin",
         with: {
-            "ctxhost:plugin/types@0.3.0": crate::types,
-            "ctxhost:plugin/log@0.3.0": crate::log,
+            "ctxhost:plugin/types@1.0.0": crate::types,
+            "ctxhost:plugin/log@1.0.0": crate::log,
         },
         pub_export_macro: true,
         export_macro_name: "_export_message_store",
@@ -170,8 +170,8 @@ pub mod request_format {
         path: "wit",
         world: "request-format-plugin",
         with: {
-            "ctxhost:plugin/types@0.3.0": crate::types,
-            "ctxhost:plugin/log@0.3.0": crate::log,
+            "ctxhost:plugin/types@1.0.0": crate::types,
+            "ctxhost:plugin/log@1.0.0": crate::log,
         },
         pub_export_macro: true,
         export_macro_name: "_export_request_format",
@@ -191,11 +191,11 @@ pub mod strategy {
         path: "wit",
         world: "strategy-plugin",
         with: {
-            "ctxhost:plugin/types@0.3.0": crate::types,
-            "ctxhost:plugin/log@0.3.0": crate::log,
-            "ctxhost:plugin/llm@0.3.0": crate::llm,
-            "ctxhost:plugin/planning@0.3.0": crate::planning,
-            "ctxhost:plugin/history@0.3.0": crate::history,
+            "ctxhost:plugin/types@1.0.0": crate::types,
+            "ctxhost:plugin/log@1.0.0": crate::log,
+            "ctxhost:plugin/llm@1.0.0": crate::llm,
+            "ctxhost:plugin/planning@1.0.0": crate::planning,
+            "ctxhost:plugin/history@1.0.0": crate::history,
         },
         pub_export_macro: true,
         export_macro_name: "_export_strategy",
@@ -206,7 +206,7 @@ pub mod strategy {
 }
 
 /// Export `$ty` (which implements [`compressor::Guest`]) as this component's
-/// `ctxhost:plugin/compressor@0.3.0`. Use once per crate.
+/// `ctxhost:plugin/compressor@1.0.0`. Use once per crate.
 #[macro_export]
 macro_rules! export_compressor {
     ($ty:ident) => {
@@ -215,7 +215,7 @@ macro_rules! export_compressor {
 }
 
 /// Export `$ty` (which implements [`message_store::Guest`]) as this component's
-/// `ctxhost:plugin/message-store@0.3.0`. Use once per crate.
+/// `ctxhost:plugin/message-store@1.0.0`. Use once per crate.
 #[macro_export]
 macro_rules! export_message_store {
     ($ty:ident) => {
@@ -224,7 +224,7 @@ macro_rules! export_message_store {
 }
 
 /// Export `$ty` (which implements [`request_format::Guest`]) as this component's
-/// `ctxhost:plugin/request-format@0.3.0`. Use once per crate.
+/// `ctxhost:plugin/request-format@1.0.0`. Use once per crate.
 #[macro_export]
 macro_rules! export_request_format {
     ($ty:ident) => {
@@ -233,7 +233,7 @@ macro_rules! export_request_format {
 }
 
 /// Export `$ty` (which implements [`strategy::Guest`]) as this component's
-/// `ctxhost:plugin/strategy@0.3.0`. Use once per crate.
+/// `ctxhost:plugin/strategy@1.0.0`. Use once per crate.
 #[macro_export]
 macro_rules! export_strategy {
     ($ty:ident) => {

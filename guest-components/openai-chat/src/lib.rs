@@ -3,8 +3,8 @@
 //!
 //! - [`request`]: `write-request` streams the messages file into
 //!   `{"model","messages":[...],"stream":false,"max_tokens"?,"temperature"?,"tools"?}` for
-//!   `POST /v1/chat/completions` (with `stream-reply`: `"stream":true,
-//!   "stream_options":{"include_usage":true}`).
+//!   `POST /v1/chat/completions` (with `stream-reply`: `"stream":true`, and
+//!   `"stream_options":{"include_usage":true}` with `stream-usage` too).
 //! - `read-response` (`ctxhost_plugin::request::openai`, shared with `builtin:prompted-tools`) parses `{"choices":[{"message","finish_reason"}],"usage"?}`
 //!   or an `{"error":{...}}` body into a reply; with `streamed`, the server-sent events of a
 //!   streamed reply are folded a line at a time (`ctxhost_plugin::request::openai::read_stream`).

@@ -19,13 +19,15 @@ pub const ENDPOINT_PATH: &str = "/v1/chat/completions";
 
 /// Writes `{"model","messages":[...],"stream":false,"max_tokens"?,"temperature"?,
 /// "reasoning_effort"?,"tools"?}`
-/// (`"stream":true,"stream_options":{"include_usage":true}` when `config.stream_reply`)
+/// (`"stream":true` when `config.stream_reply`, with `"stream_options":{"include_usage":true}`
+/// when `config.stream_usage` too: strict OpenAI-compatible servers refuse the argument)
 /// (messages in OpenAI's shape, `ctxhost_plugin::format::shape::openai`, with each assistant
 /// message's kept `reasoning_content` when `reasoning.send-reasoning-content`; an empty tools
 /// array is left out: OpenAI rejects `"tools":[]`).
 pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError> {
     let (max_tokens, temperature) = (config.max_output_tokens, config.temperature);
     let stream = config.stream_reply;
+    let stream_usage = config.stream_usage;
     let effort = config.reasoning.as_ref().and_then(|r| r.effort.clone());
     let shape = ChatShape {
         send_reasoning_content: config
@@ -34,8 +36,10 @@ pub fn write_request(config: &RequestConfig) -> Result<RequestInfo, PluginError>
             .is_some_and(|r| r.send_reasoning_content),
     };
     common::write_request(config, ENDPOINT_PATH, shape, |out, tools| {
-        if stream {
+        if stream && stream_usage {
             out.write_all(b",\"stream\":true,\"stream_options\":{\"include_usage\":true}")?;
+        } else if stream {
+            out.write_all(b",\"stream\":true")?;
         } else {
             out.write_all(b",\"stream\":false")?;
         }

@@ -75,9 +75,7 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
         at += line.len() as u64;
         let text = String::from_utf8_lossy(&line);
         match text.strip_suffix('\n') {
-            Some(whole) => fold
-                .line(whole)
-                .map_err(|e| common::fold_error(file, e))?,
+            Some(whole) => fold.line(whole).map_err(|e| common::fold_error(file, e))?,
             // The stream ended inside its last line.
             None => fold
                 .last_line(&text)

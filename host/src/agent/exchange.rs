@@ -169,6 +169,10 @@ pub struct Exchange {
     pub request: RequestInfo,
     /// How the POST went (status, attempts).
     pub post: PostOutcome,
+    /// The error of a request the provider refused for its `stream_options` (HTTP 400 naming
+    /// the argument: [`refuses_stream_options`]), after which the request was written without
+    /// it and sent again within the call's budget; the reply's usage is then unknown.
+    pub refused_stream_usage: Option<String>,
 }
 
 /// Run one exchange in `dir` (the task directory) for `config`, writing the response body to
@@ -212,8 +216,8 @@ pub fn exchange_checked(
     interruption: Option<&Interruption<'_>>,
     accept: &dyn Fn(&Reply) -> Result<(), String>,
 ) -> Result<Exchange, ExchangeError> {
-    // A stream only for a format that reads one (WIT 0.3.0, and not a builtin that always
-    // writes an unstreamed request); otherwise the same request unstreamed. The request body
+    // A stream only for a format that reads one (not a builtin that always writes an
+    // unstreamed request); otherwise the same request unstreamed. The request body
     // is never read back to learn what the format wrote (issue 37 item 12: that parse was
     // half the CPU of a 64 MiB step): a format that writes `"stream": false` all the same
     // gets a whole body, which the transport reads as a server ignoring the stream.
@@ -229,20 +233,21 @@ pub fn exchange_checked(
         config
     };
     let request_name = config.request_file.clone();
-    let request = format
+    let mut request = format
         .write_request(config)
         .map_err(|source| ExchangeError::Build {
             request: request_name.clone(),
             messages: config.messages_file.clone(),
             source,
         })?;
-    let endpoint = untrusted::endpoint_path(&request.endpoint_path).map_err(|reason| {
-        ExchangeError::Endpoint {
+    let endpoint_path = untrusted::endpoint_path(&request.endpoint_path)
+        .map_err(|reason| ExchangeError::Endpoint {
             component: format.component().to_string(),
             reason,
             request: request_name.clone(),
-        }
-    })?;
+        })?
+        .to_string();
+    let endpoint = endpoint_path.as_str();
     let whole_file = response_file;
     let response_file = if streamed {
         REPLY_STREAM
@@ -259,6 +264,8 @@ pub fn exchange_checked(
     // and within its budget: one budget of `1 + max_retries` requests for the call, whatever
     // mix of failures. One that came whole but cannot be folded is not.
     let mut made = 0u32;
+    // Set when a server refused `stream_options` and the request went again without it.
+    let mut refused_stream_usage: Option<String> = None;
     let (post, reply) = loop {
         let posted = if streamed {
             transport.post_file_streamed(
@@ -280,6 +287,34 @@ pub fn exchange_checked(
                 interruption,
             )
         };
+        // A strict OpenAI-compatible server that does not know `stream_options` (HTTP 400
+        // naming it): the same request without it, once, as one more request of this call.
+        if let Err(source) = &posted
+            && streamed
+            && config.stream_usage
+            && refused_stream_usage.is_none()
+            && let Some(attempts) = refuses_stream_options(source)
+            && attempts <= transport.config().max_retries
+        {
+            tracing::warn!(
+                attempt = attempts,
+                "the server refused stream_options ({source}); sending the request again without it (the reply's usage is then unknown)"
+            );
+            let without = RequestConfig {
+                stream_usage: false,
+                ..config.clone()
+            };
+            request = format
+                .write_request(&without)
+                .map_err(|source| ExchangeError::Build {
+                    request: request_name.clone(),
+                    messages: config.messages_file.clone(),
+                    source,
+                })?;
+            refused_stream_usage = Some(source.to_string());
+            made = attempts;
+            continue;
+        }
         let interrupted = |source: TransportError| {
             if source.is_interrupted() {
                 // Written again from the context when the task resumes; nothing to debug. An
@@ -449,7 +484,30 @@ pub fn exchange_checked(
         reply,
         request,
         post,
+        refused_stream_usage,
     })
+}
+
+/// The attempts of a call the provider answered with HTTP 400 naming `stream_options` (in its
+/// error message or body), e.g. an OpenAI-compatible server's `Unrecognized request argument
+/// supplied: stream_options`; `None` for any other error.
+pub(crate) fn refuses_stream_options(error: &TransportError) -> Option<u32> {
+    match error {
+        TransportError::Http {
+            status: 400,
+            attempts,
+            provider_error,
+            body,
+            ..
+        } if body.contains("stream_options")
+            || provider_error
+                .as_deref()
+                .is_some_and(|e| e.contains("stream_options")) =>
+        {
+            Some(*attempts)
+        }
+        _ => None,
+    }
 }
 
 /// The regular files of a task directory before a component's call, by identity (device and
@@ -493,7 +551,7 @@ struct ContentChecks<'a> {
     max_bytes: Option<u64>,
 }
 
-/// The checks on a reply whose text is in a file (WIT 0.3.0 `content-file`), before anyone
+/// The checks on a reply whose text is in a file (WIT `content-file`), before anyone
 /// reads it: a plain path in the task directory ([`untrusted::component_path`]) that is
 /// exactly [`ctxhost_format::files::REPLY_CONTENT`], a file made by the call (a regular file
 /// with one link whose inode was none of the task directory's files before it: a task file
@@ -613,10 +671,9 @@ pub fn remove_content_file(dir: &TaskDir) {
 }
 
 /// Whether a streamed reply's read error says the stream was cut off before its end (WIT
-/// 0.3.0 `plugin-error.stream-cut`): sending the request again may then give a whole one. Any
+/// `plugin-error.stream-cut`): sending the request again may then give a whole one. Any
 /// other error of a stream that the transport received to its end (an event the format cannot
-/// read) would recur on each try. Only 0.3.0 components read streams, so no older error text
-/// needs reading as a cut.
+/// read) would recur on each try.
 fn is_cut_off(error: &RuntimeError) -> bool {
     matches!(
         error.plugin_error(),

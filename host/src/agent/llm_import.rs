@@ -126,6 +126,7 @@ impl LlmImport for HostLlm {
             max_output_tokens: Some(max_output_tokens),
             temperature: self.temperature,
             stream: false,
+            stream_usage: false,
             reasoning: None,
         };
         let mut span = crate::telemetry::genai::chat(&self.provider, &self.model, self.purpose);

@@ -158,6 +158,9 @@ pub struct Agent<'a> {
     /// Tells whether an LLM call of the compressor or the strategy gave way to a pause or
     /// stop ([`Agent::with_interrupt_probe`]); `None`: their calls never do.
     interrupt_probe: Option<llm_import::InterruptProbe>,
+    /// The server refused `stream_options` (`llm.stream_usage`) once: the process's later
+    /// calls leave it out.
+    stream_usage_refused: bool,
 }
 
 impl<'a> Agent<'a> {
@@ -180,6 +183,7 @@ impl<'a> Agent<'a> {
             context_overflows: 0,
             tool_definition_tokens: 0,
             interrupt_probe: None,
+            stream_usage_refused: false,
         }
     }
 
@@ -673,6 +677,23 @@ impl Agent<'_> {
                         self.config.api_key().ok().flatten().as_deref(),
                     );
                     drop(span);
+                    if let Some(refused) = &done.refused_stream_usage {
+                        // The refused request, as a failed call of its own (the request
+                        // without the argument was one more of the call's budget).
+                        self.stream_usage_refused = true;
+                        let error = format!(
+                            "LLM call {step} failed: {refused}; sent again without stream_options \
+                             (the server does not take it: the reply's usage is unknown, and later \
+                             calls leave it out; set llm.stream_usage: false for this server)"
+                        );
+                        tracing::warn!(uuid = %ctx.uuid(), step, "{error}");
+                        let failed = CallRecord {
+                            request_bytes: done.request.bytes,
+                            error: Some(&error),
+                            ..record.clone()
+                        };
+                        ctx.calls().record_call(&failed, &now_rfc3339());
+                    }
                     record.request_bytes = done.request.bytes;
                     record.usage = done.reply.usage;
                     ctx.calls().record_call(&record, &now_rfc3339());
@@ -801,6 +822,7 @@ impl Agent<'_> {
             max_output_tokens: llm.max_output_tokens,
             temperature: llm.temperature,
             stream: llm.stream,
+            stream_usage: llm.stream_usage() && !self.stream_usage_refused,
             reasoning: llm.reasoning(),
         };
         let done = exchange_checked(

@@ -8,7 +8,7 @@ use super::*;
 /// before the task fails (the files of the last attempt are kept).
 pub const MAX_MALFORMED_REPLY_RETRIES: u32 = 2;
 
-/// Bytes of a reply's text the loop keeps in memory when the text came in a file (WIT 0.3.0
+/// Bytes of a reply's text the loop keeps in memory when the text came in a file (WIT
 /// `content-file`): what the strategy's hooks are given of it (`after-reply`'s `reply`): 64 KiB.
 pub const MAX_REPLY_PREFIX_BYTES: usize = 64 * 1024;
 

@@ -184,6 +184,13 @@ pub struct LlmConfig {
     /// (summaries, plans) are never streamed: they are short, bounded by their step's
     /// wall-time limit, and nobody watches them arrive.
     pub stream: bool,
+    /// `builtin:openai-chat`, with `stream`: ask for the usage of a streamed reply
+    /// (`stream_options: {"include_usage": true}`). `None` (the default): on for `provider:
+    /// openai`, off for the other providers (strict OpenAI-compatible servers answer HTTP 400
+    /// "Unrecognized request argument"); the reply's usage is then unknown. A server that
+    /// answers 400 naming `stream_options` gets the call once more without it (within
+    /// `max_retries`), and the task's later calls leave it out.
+    pub stream_usage: Option<bool>,
     /// For a streamed reply: the longest wait between two reads of its body, seconds (1 to
     /// [`MAX_LLM_SECS`]), instead of `timeout_secs` for the whole call.
     pub idle_timeout_secs: u64,
@@ -302,6 +309,7 @@ impl Default for LlmConfig {
             max_request_mib: 32,
             interrupt_grace_secs: 10,
             stream: true,
+            stream_usage: None,
             idle_timeout_secs: 120,
             pricing: super::pricing::Pricing::default(),
             reasoning_effort: None,
@@ -311,6 +319,13 @@ impl Default for LlmConfig {
 }
 
 impl LlmConfig {
+    /// Whether a streamed request asks for the reply's usage (`llm.stream_usage`, by default
+    /// on for `provider: openai` only).
+    pub fn stream_usage(&self) -> bool {
+        self.stream_usage
+            .unwrap_or(self.provider == Provider::Openai)
+    }
+
     /// Check value ranges and formats; the error names the key.
     pub(super) fn validate(&self) -> Result<(), Invalid> {
         self.pricing.validate()?;

@@ -104,6 +104,9 @@ llm:
   # server that refuses "stream": true (one that ignores it and answers plain JSON works
   # either way). Compressor and strategy calls are never streamed.
   stream: {stream}
+  # builtin:openai-chat: ask for a streamed reply's usage (stream_options.include_usage; unset:
+  # on for provider openai only, since strict OpenAI-compatible servers refuse it).
+  # stream_usage: true
   # For a streamed reply: the longest wait between two reads of it (instead of timeout_secs).
   idle_timeout_secs: {idle}
   # OpenAI reasoning effort (none, minimal, low, medium, high, xhigh; null: the model's

@@ -523,8 +523,7 @@ fn compress_fixture(
                     "summary text {:?} is not the LLM's",
                     s.summary
                 );
-                // The spec's form is a JSON number (a 0.1.0 compressor's string id is numbered
-                // by the host's shim when the call returns).
+                // The spec's form is a JSON number.
                 let lines: Vec<Value> = read_lines(&dir.join(SUMMARIES))?;
                 let found = lines
                     .iter()

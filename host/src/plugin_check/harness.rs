@@ -211,33 +211,30 @@ pub(super) fn names_line(message: &str, line: u64) -> bool {
 pub(super) const CJK_TEXT: &str =
     "请总结上下文压缩的设计。\"quoted\" back\\slash\nnew line 😀 — こんにちは";
 
-/// The messages the store suite adds. For a store of WIT 0.3.0 on (`reasoning`: true) the
-/// tool call carries two reasoning items (a signed Anthropic `thinking` block, an
-/// OpenAI-compatible `reasoning_content`) and its result is a failed call's (`is_error`):
-/// both must come back byte for byte in messages.jsonl and current.jsonl. Older stores never
-/// see those fields (the host's shim drops them).
-pub(super) fn sample_messages(reasoning: bool) -> Vec<ChatMessage> {
+/// The messages the store suite adds. The tool call carries two reasoning items (a signed
+/// Anthropic `thinking` block, an OpenAI-compatible `reasoning_content`) and its result is a
+/// failed call's (`is_error`): both must come back byte for byte in messages.jsonl and
+/// current.jsonl.
+pub(super) fn sample_messages() -> Vec<ChatMessage> {
     let mut call = tool_call_message("call_1", "read_text_file", r#"{"path":"src/main.rs"}"#);
     let mut result = tool_result(
         "call_1",
         "read_text_file",
         "fn main() {\n    println!(\"hi\");\n}\n",
     );
-    if reasoning {
-        call.reasoning = vec![
-            ctxhost_format::ReasoningItem {
-                provider: "anthropic".into(),
-                kind: "thinking".into(),
-                data: r#"{"type":"thinking","thinking":"Read main.rs — 先に。","signature":"EqQBCkgIARABGAIiQL+/s="}"#.into(),
-            },
-            ctxhost_format::ReasoningItem {
-                provider: "openai-chat".into(),
-                kind: "reasoning_content".into(),
-                data: r#""Then answer.\n""#.into(),
-            },
-        ];
-        result.is_error = true;
-    }
+    call.reasoning = vec![
+        ctxhost_format::ReasoningItem {
+            provider: "anthropic".into(),
+            kind: "thinking".into(),
+            data: r#"{"type":"thinking","thinking":"Read main.rs — 先に。","signature":"EqQBCkgIARABGAIiQL+/s="}"#.into(),
+        },
+        ctxhost_format::ReasoningItem {
+            provider: "openai-chat".into(),
+            kind: "reasoning_content".into(),
+            data: r#""Then answer.\n""#.into(),
+        },
+    ];
+    result.is_error = true;
     vec![ChatMessage::text("user", CJK_TEXT), call, result]
 }
 

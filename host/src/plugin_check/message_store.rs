@@ -1,6 +1,6 @@
 //! The message-store suite: open on an empty directory, appends (CJK text, a tool call and its
 //! result), counts, the exact line formats of messages.jsonl / current.jsonl, token counts,
-//! `recreate-current-context`, `record-summary`, reopening, `add-message-file` (WIT 0.3.0), and a
+//! `recreate-current-context`, `record-summary`, reopening, `add-message-file`, and a
 //! large history with bounded linear memory.
 
 use ctxhost_format::files::{CURRENT, MESSAGES};
@@ -30,8 +30,7 @@ pub(super) fn message_store_suite(
         Ok(s) => s,
         Err(err) => return suite.record("instantiate", Err(e(err))),
     };
-    // Reasoning items and `is_error` reach stores of WIT 0.3.0 on.
-    let messages = sample_messages(!matches!(plugin.wit_version(), "0.1.0" | "0.2.0"));
+    let messages = sample_messages();
     let mut added = Vec::new();
 
     suite.record(
@@ -55,7 +54,7 @@ pub(super) fn message_store_suite(
     );
 
     suite.record(
-        "add-message ×3 (CJK text, a tool call, its result; from WIT 0.3.0 with reasoning and is_error)",
+        "add-message ×3 (CJK text, a tool call with reasoning, its failed result)",
         (|| {
             for (m, ts) in messages.iter().zip(TIMESTAMPS) {
                 added.push(store.add_message(m, ts).map_err(e)?);
@@ -320,8 +319,7 @@ pub(super) fn message_store_suite(
                 "summary_id {:?}, expected 1",
                 last.summary_id
             );
-            // The spec's form is a JSON number (a 0.1.0 store is given `"sum-1"`; the line it
-            // writes is numbered by the host's shim when the call returns).
+            // The spec's form is a JSON number.
             let raw: Vec<Value> = read_lines(&dir.join(MESSAGES))?;
             ensure!(
                 raw[3].get("summary_id").and_then(Value::as_u64) == Some(1),
@@ -372,12 +370,10 @@ pub(super) fn message_store_suite(
         })(),
     );
 
-    if !matches!(plugin.wit_version(), "0.1.0" | "0.2.0") {
-        suite.record(
-            "add-message-file (a reply's text in a file: the lines add-message would write)",
-            add_message_file(runtime, plugin, &dir),
-        );
-    }
+    suite.record(
+        "add-message-file (a reply's text in a file: the lines add-message would write)",
+        add_message_file(runtime, plugin, &dir),
+    );
 
     suite.record(
         &format!(
@@ -388,7 +384,7 @@ pub(super) fn message_store_suite(
     );
 }
 
-/// `add-message-file` (WIT 0.3.0) after the suite's 5 messages: a text of 300 KiB with every
+/// `add-message-file` after the suite's 5 messages: a text of 300 KiB with every
 /// character JSON escapes in `reply.content` lands as seq 6 with that content and the tokens
 /// `add-message` would count, in both files; the file is left in place.
 fn add_message_file(runtime: &Runtime, plugin: &LoadedPlugin, dir: &std::path::Path) -> Outcome {

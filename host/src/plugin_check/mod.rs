@@ -57,7 +57,7 @@ pub mod try_call;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::runtime::{CacheOutcome, PluginKind, Runtime, RuntimeError, RuntimeLimits, WitVersion};
+use crate::runtime::{CacheOutcome, PluginKind, Runtime, RuntimeError, RuntimeLimits};
 use harness::{Scratch, Suite};
 pub use report::{Check, CheckReport, Status};
 
@@ -187,17 +187,8 @@ pub fn check(runtime: &Runtime, source: &str, options: &CheckOptions) -> CheckRe
     suite.record(
         "load",
         Ok(format!(
-            "exports {}{}; {cache}",
+            "exports {}; {cache}",
             plugin.kind().export_name_at(plugin.wit()),
-            if plugin.wit() == WitVersion::CURRENT {
-                String::new()
-            } else {
-                format!(
-                    " (an older WIT version, run through the host's {} shim; the current one is {})",
-                    plugin.wit(),
-                    WitVersion::CURRENT
-                )
-            },
         )),
     );
     match scratch {
@@ -253,7 +244,7 @@ mod tests {
             kept: None,
             component: "builtin:x".into(),
             world: Some("message-store-plugin".into()),
-            version: Some("0.1.0".into()),
+            version: Some("1.0.0".into()),
             checks: vec![
                 Check {
                     name: "a".into(),

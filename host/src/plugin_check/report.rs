@@ -49,7 +49,7 @@ pub struct CheckReport {
     pub component: String,
     /// The world it implements (`message-store-plugin`, ...), when it could be loaded.
     pub world: Option<String>,
-    /// The WIT version of its plugin interface, e.g. `0.1.0`.
+    /// The WIT version of its plugin interface, e.g. `1.0.0`.
     pub version: Option<String>,
     /// Every check, in the order run.
     pub checks: Vec<Check>,

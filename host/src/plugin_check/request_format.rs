@@ -10,9 +10,7 @@ use ctxhost_format::ChatMessage;
 use serde_json::{Value, json};
 
 use super::harness::*;
-use crate::runtime::{
-    LoadedPlugin, PluginError, RequestConfig, Runtime, RuntimeError, Usage, WitVersion,
-};
+use crate::runtime::{LoadedPlugin, PluginError, RequestConfig, Runtime, RuntimeError, Usage};
 
 pub(super) const MODEL: &str = "qwen\"2.5-coder:0.5b";
 pub(super) const UNICODE_TEXT: &str =
@@ -73,6 +71,7 @@ pub(super) fn request_format_suite(
                 max_output_tokens: Some(256),
                 temperature: Some(0.2),
                 stream: false,
+                stream_usage: false,
                 reasoning: None,
             };
             let info = format.write_request(&config).map_err(e)?;
@@ -192,7 +191,7 @@ pub(super) fn request_format_suite(
         }
     })());
 
-    let samples = response_samples(&endpoint, plugin.wit());
+    let samples = response_samples(&endpoint);
     if samples.is_empty() {
         suite.record(
             "read-response",
@@ -296,14 +295,11 @@ pub(super) struct ResponseSample {
 }
 
 /// Sample responses for the provider behind `endpoint`. The OpenAI text reply reports 8 cached
-/// prompt tokens (`prompt_tokens_details.cached_tokens`), expected as `cache-read-tokens` from a
-/// 0.2.0 or later component, the Anthropic one 7 read and 3 written (`cache_read_input_tokens`,
-/// `cache_creation_input_tokens`); a 0.1.0 component cannot report them (0).
-pub(super) fn response_samples(endpoint: &str, wit: WitVersion) -> Vec<ResponseSample> {
-    let (openai_cached, anthropic_cache) = match wit {
-        WitVersion::V0_1_0 => (0, (0, 0)),
-        WitVersion::V0_2_0 | WitVersion::V0_3_0 => (8, (7, 3)),
-    };
+/// prompt tokens (`prompt_tokens_details.cached_tokens`), expected as `cache-read-tokens`, the
+/// Anthropic one 7 read and 3 written (`cache_read_input_tokens`,
+/// `cache_creation_input_tokens`).
+pub(super) fn response_samples(endpoint: &str) -> Vec<ResponseSample> {
+    let (openai_cached, anthropic_cache) = (8, (7, 3));
     const TEXT: &str = "Hello 世界 \"x\" \\ 😀";
     let text_reply =
         |usage: Usage| -> Box<dyn Fn(Result<crate::runtime::Reply, RuntimeError>) -> Outcome> {

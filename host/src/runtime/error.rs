@@ -25,7 +25,7 @@ pub enum PluginError {
     /// Anything else.
     #[error("internal: {0}")]
     Internal(String),
-    /// `read-response` of a streamed reply: the stream ended before its end (WIT 0.3.0
+    /// `read-response` of a streamed reply: the stream ended before its end (WIT
     /// `stream-cut`); the request is sent again whole.
     #[error("stream cut: {0}")]
     StreamCut(String),
@@ -97,7 +97,7 @@ pub enum RuntimeError {
         world: String,
     },
     /// The component exports the expected interface at a WIT version this host does not load
-    /// (`supported` lists those it does, e.g. `ctxhost:plugin@0.1.0, 0.2.0 and 0.3.0`;
+    /// (`supported` lists those it does, e.g. `ctxhost:plugin@1.0.0`;
     /// `current` is the version of `wit/plugin.wit`).
     #[error(
         "component {component}: built against {built_against} (it exports {found}), {relation}: this host loads {supported} (world {world}) and provides {wasi}; rebuild it against wit/plugin.wit ({current})"
@@ -105,7 +105,7 @@ pub enum RuntimeError {
     IncompatibleVersion {
         /// The component: `builtin:NAME` or its path.
         component: String,
-        /// The WIT package and version it was built against, e.g. `ctxhost:plugin@0.4.0`.
+        /// The WIT package and version it was built against, e.g. `ctxhost:plugin@0.2.0`.
         built_against: String,
         /// What it exports.
         found: String,

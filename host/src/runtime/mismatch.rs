@@ -1,10 +1,10 @@
 //! Why a component's imports do not fit its world, said as the real cause.
 //!
 //! wasmtime reports a failed link as one chain of text, e.g. ``component imports instance
-//! `ctxhost:plugin/llm@0.3.0`, but a matching implementation was not found in the linker:
+//! `ctxhost:plugin/llm@1.0.0`, but a matching implementation was not found in the linker:
 //! instance export `complete-stream` has the wrong type: function implementation is missing``.
-//! [`explain_link_error`] reads that chain against the WIT this host loads (`wit/plugin.wit`,
-//! `wit/v0.2.0`, `wit/v0.1.0`) and names what does not fit: a function the interface does not
+//! [`explain_link_error`] reads that chain against the WIT this host loads (`wit/plugin.wit`)
+//! and names what does not fit: a function the interface does not
 //! have, an interface the package does not have, an interface the world does not import, a WIT
 //! or WASI version the host does not load; with the versions it does load.
 
@@ -15,12 +15,12 @@ use super::world::{PluginKind, WIT_PACKAGE, WIT_VERSION};
 /// component built against any earlier 0.2.x links to it (semver).
 pub const WASI_PROVIDED: &str = "WASI 0.2.0 to 0.2.12";
 
-/// `ctxhost:plugin@0.1.0, 0.2.0 and 0.3.0`: the WIT versions this host loads, for messages.
+/// `ctxhost:plugin@1.0.0`: the WIT versions this host loads, for messages.
 pub fn supported_versions() -> String {
     version_list(&WitVersion::SUPPORTED)
 }
 
-/// `ctxhost:plugin@0.2.0 and 0.3.0`: `versions` for messages.
+/// `ctxhost:plugin@1.0.0 and 1.1.0`: `versions` for messages.
 pub fn version_list(versions: &[WitVersion]) -> String {
     let all: Vec<&str> = versions.iter().map(|v| v.as_str()).collect();
     match all.split_last() {
@@ -30,11 +30,13 @@ pub fn version_list(versions: &[WitVersion]) -> String {
     }
 }
 
-/// `a newer WIT version than this host loads` (e.g. `0.4.0`, `1.0.0`) or `a WIT version this
-/// host does not load` (an older or unreadable one).
+/// `a newer WIT version than this host loads` (e.g. `1.1.0`, `2.0.0`), `an older WIT version
+/// than this host loads (before 1.0)` (the pre-1.0 `0.x` contracts, whose shims were removed
+/// with 1.0) or `a WIT version this host does not load` (an unreadable one).
 pub fn relation(version: &str) -> &'static str {
     match (numbers(version), numbers(WIT_VERSION)) {
         (Some(theirs), Some(ours)) if theirs > ours => "a newer WIT version than this host loads",
+        (Some((0, _, _)), _) => "an older WIT version than this host loads (before 1.0)",
         _ => "a WIT version this host does not load",
     }
 }
@@ -49,25 +51,7 @@ fn numbers(version: &str) -> Option<(u64, u64, u64)> {
 /// The interfaces of `ctxhost:plugin` at `wit` (the `interface` items of its WIT file).
 fn interfaces(wit: WitVersion) -> &'static [&'static str] {
     match wit {
-        WitVersion::V0_1_0 => &[
-            "types",
-            "log",
-            "llm",
-            "message-store",
-            "compressor",
-            "request-format",
-        ],
-        WitVersion::V0_2_0 => &[
-            "types",
-            "log",
-            "llm",
-            "message-store",
-            "compressor",
-            "request-format",
-            "planning",
-            "strategy",
-        ],
-        WitVersion::V0_3_0 => &[
+        WitVersion::V1_0_0 => &[
             "types",
             "log",
             "llm",
@@ -85,14 +69,8 @@ fn interfaces(wit: WitVersion) -> &'static [&'static str] {
 fn world_imports(kind: PluginKind, wit: WitVersion) -> &'static [&'static str] {
     match (kind, wit) {
         (PluginKind::MessageStore | PluginKind::RequestFormat, _) => &["types", "log"],
-        (PluginKind::Compressor, WitVersion::V0_1_0 | WitVersion::V0_2_0) => {
-            &["types", "log", "llm"]
-        }
-        (PluginKind::Compressor, WitVersion::V0_3_0) => &["types", "log", "llm", "history"],
-        (PluginKind::Strategy, WitVersion::V0_1_0 | WitVersion::V0_2_0) => {
-            &["types", "log", "llm", "planning"]
-        }
-        (PluginKind::Strategy, WitVersion::V0_3_0) => {
+        (PluginKind::Compressor, WitVersion::V1_0_0) => &["types", "log", "llm", "history"],
+        (PluginKind::Strategy, WitVersion::V1_0_0) => {
             &["types", "log", "llm", "planning", "history"]
         }
     }
@@ -207,7 +185,7 @@ mod tests {
         let http = explain_link_error(
             "component imports instance `wasi:http/outgoing-handler@0.2.6`, but a matching implementation was not found in the linker",
             PluginKind::Compressor,
-            WitVersion::V0_3_0,
+            WitVersion::V1_0_0,
         );
         assert!(
             http.starts_with("this component imports wasi:http/outgoing-handler@0.2.6, which ctxhost does not provide to a compressor-plugin"),
@@ -215,15 +193,15 @@ mod tests {
         );
         assert!(http.contains("-d http -d fetch-event"), "{http}");
         let llm = explain_link_error(
-            "component imports instance `ctxhost:plugin/llm@0.2.0`, but a matching implementation was not found in the linker",
+            "component imports instance `ctxhost:plugin/llm@1.0.0`, but a matching implementation was not found in the linker",
             PluginKind::MessageStore,
-            WitVersion::V0_3_0,
+            WitVersion::V1_0_0,
         );
         assert!(llm.contains("only a compressor or a strategy"), "{llm}");
         let planning = explain_link_error(
-            "component imports instance `ctxhost:plugin/planning@0.2.0`, but a matching implementation was not found in the linker",
+            "component imports instance `ctxhost:plugin/planning@1.0.0`, but a matching implementation was not found in the linker",
             PluginKind::Compressor,
-            WitVersion::V0_3_0,
+            WitVersion::V1_0_0,
         );
         assert!(
             planning.contains("to a compressor-plugin")
@@ -232,7 +210,7 @@ mod tests {
             "{planning}"
         );
         assert_eq!(
-            explain_link_error("type mismatch", PluginKind::Compressor, WitVersion::V0_3_0),
+            explain_link_error("type mismatch", PluginKind::Compressor, WitVersion::V1_0_0),
             "type mismatch"
         );
     }
@@ -248,30 +226,21 @@ mod tests {
                 wit,
             )
         };
-        let store = missing(PluginKind::MessageStore, WitVersion::V0_3_0);
+        let store = missing(PluginKind::MessageStore, WitVersion::V1_0_0);
         assert!(
             store.contains("to a message-store-plugin")
                 && store.contains("only a compressor or a strategy (worlds compressor-plugin, strategy-plugin) may import `history`"),
             "{store}"
         );
-        // A 0.2.0 component importing history@0.2.0: an interface 0.2.0 does not have.
-        let old = missing(PluginKind::Compressor, WitVersion::V0_2_0);
-        assert!(
-            old.contains(
-                "an interface ctxhost:plugin@0.2.0 does not have (it has types, log, llm,"
-            ),
-            "{old}"
-        );
-        assert!(!old.contains("history,"), "{old}");
-        // In 0.3.0 both worlds import it: a missing function of it is what does not fit.
+        // Both worlds import it: a missing function of it is what does not fit.
         for kind in [PluginKind::Compressor, PluginKind::Strategy] {
             let e = explain_link_error(
-                "component imports instance `ctxhost:plugin/history@0.3.0`, but a matching implementation was not found in the linker: instance export `grep` has the wrong type: function implementation is missing",
+                "component imports instance `ctxhost:plugin/history@1.0.0`, but a matching implementation was not found in the linker: instance export `grep` has the wrong type: function implementation is missing",
                 kind,
-                WitVersion::V0_3_0,
+                WitVersion::V1_0_0,
             );
             assert!(
-                e.starts_with("this component imports function `grep` of ctxhost:plugin/history@0.3.0, which ctxhost:plugin@0.3.0 does not have"),
+                e.starts_with("this component imports function `grep` of ctxhost:plugin/history@1.0.0, which ctxhost:plugin@1.0.0 does not have"),
                 "{e}"
             );
         }
@@ -282,7 +251,7 @@ mod tests {
         let e = explain_link_error(
             "component imports instance `wasi:filesystem/types@0.3.0`, but a matching implementation was not found in the linker: instance export `x` has the wrong type: function implementation is missing",
             PluginKind::Compressor,
-            WitVersion::V0_3_0,
+            WitVersion::V1_0_0,
         );
         assert_eq!(
             e,
@@ -294,24 +263,25 @@ mod tests {
     #[test]
     fn a_function_of_another_type_is_named() {
         let e = explain_link_error(
-            "component imports instance `ctxhost:plugin/log@0.3.0`, but a matching implementation was not found in the linker: instance export `write` has the wrong type: expected 2 parameters, found 1",
+            "component imports instance `ctxhost:plugin/log@1.0.0`, but a matching implementation was not found in the linker: instance export `write` has the wrong type: expected 2 parameters, found 1",
             PluginKind::RequestFormat,
-            WitVersion::V0_3_0,
+            WitVersion::V1_0_0,
         );
         assert_eq!(
             e,
-            "this component imports function `write` of ctxhost:plugin/log@0.3.0 with another type \
-             than ctxhost:plugin@0.3.0 gives it (expected 2 parameters, found 1): it was built \
-             against a modified WIT; rebuild it against wit/plugin.wit (0.3.0)"
+            "this component imports function `write` of ctxhost:plugin/log@1.0.0 with another type \
+             than ctxhost:plugin@1.0.0 gives it (expected 2 parameters, found 1): it was built \
+             against a modified WIT; rebuild it against wit/plugin.wit (1.0.0)"
         );
         assert_eq!(
-            relation("0.4.0"),
+            relation("1.1.0"),
             "a newer WIT version than this host loads"
         );
-        assert_eq!(relation("0.0.1"), "a WIT version this host does not load");
         assert_eq!(
-            supported_versions(),
-            "ctxhost:plugin@0.1.0, 0.2.0 and 0.3.0"
+            relation("0.2.0"),
+            "an older WIT version than this host loads (before 1.0)"
         );
+        assert_eq!(relation("x"), "a WIT version this host does not load");
+        assert_eq!(supported_versions(), "ctxhost:plugin@1.0.0");
     }
 }

@@ -9,14 +9,13 @@
 //! ```
 //!
 //! - [`world`]: which world and WIT version a component implements (from its exports).
-//! - [`wit`]: one module per supported WIT version (0.1.0, 0.2.0, 0.3.0): generated bindings and the
-//!   shim to the host's types in [`types`].
+//! - [`wit`]: one module per supported WIT version (1.0.0): generated bindings and the shim to
+//!   the host's types in [`types`].
 //! - [`cache`]: precompiled artefacts under `contexts/.cache/`.
 //! - [`sandbox`]: per-instance `Store`, WASI (task directory only), limits, deadlines, error
 //!   mapping. [`output`]: component stdout/stderr → `tracing`. [`fs_guard`]: no symbolic links
 //!   from WASI, the task directory's byte budget.
-//! - [`MessageStore`], [`RequestFormat`], [`Compressor`]: the typed instances, holding either
-//!   version's bindings; [`Strategy`] (0.2.0 on).
+//! - [`MessageStore`], [`RequestFormat`], [`Compressor`], [`Strategy`]: the typed instances.
 
 mod builtin;
 pub mod cache;
@@ -50,7 +49,7 @@ use wasmtime::{Config, Engine};
 
 use epoch::EpochTicker;
 use sandbox::{Sandbox, StoreState};
-use wit::{Versioned, v0_1_0, v0_2_0, v0_3_0};
+use wit::v1_0_0;
 
 /// Default of `context_storage.max_files_per_call`, the files and folders one component call
 /// may create: far more than any component needs in one call (a compression writes a handful
@@ -207,7 +206,7 @@ impl LoadedPlugin {
     }
 
     /// The WIT version of the exported plugin interface as the component names it, e.g.
-    /// `0.1.0`.
+    /// `1.0.0`.
     pub fn wit_version(&self) -> &str {
         &self.version
     }
@@ -251,21 +250,21 @@ fn history_dir(
 }
 
 /// The linkers of one WIT version: one per world (WASI p2 + `log`, `llm` for compressors and
-/// strategies, `planning` for strategies, `history` for compressors and strategies from 0.3.0). `strategy` is `None` for a version without the world.
+/// strategies, `planning` for strategies, `history` for compressors and strategies).
 struct WorldLinkers {
     message_store: Linker<StoreState>,
     compressor: Linker<StoreState>,
     request_format: Linker<StoreState>,
-    strategy: Option<Linker<StoreState>>,
+    strategy: Linker<StoreState>,
 }
 
 impl WorldLinkers {
-    fn get(&self, kind: PluginKind) -> Option<&Linker<StoreState>> {
+    fn get(&self, kind: PluginKind) -> &Linker<StoreState> {
         match kind {
-            PluginKind::MessageStore => Some(&self.message_store),
-            PluginKind::Compressor => Some(&self.compressor),
-            PluginKind::RequestFormat => Some(&self.request_format),
-            PluginKind::Strategy => self.strategy.as_ref(),
+            PluginKind::MessageStore => &self.message_store,
+            PluginKind::Compressor => &self.compressor,
+            PluginKind::RequestFormat => &self.request_format,
+            PluginKind::Strategy => &self.strategy,
         }
     }
 }
@@ -284,13 +283,11 @@ fn linker(
 }
 
 /// The component runtime of one process: one `Engine` (epoch interruption, ticked every 10 ms
-/// by a background thread), a `Linker` per world and supported WIT version, the
+/// by a background thread), a `Linker` per world of the WIT version it loads, the
 /// compiled-component cache and the per-instance limits. `Send + Sync`.
 pub struct Runtime {
     engine: Engine,
-    linkers_v0_1_0: WorldLinkers,
-    linkers_v0_2_0: WorldLinkers,
-    linkers_v0_3_0: WorldLinkers,
+    linkers: WorldLinkers,
     cache: cache::ComponentCache,
     limits: RuntimeLimits,
     ticker: Arc<EpochTicker>,
@@ -306,55 +303,26 @@ impl Runtime {
         config.epoch_interruption(true);
         let engine = Engine::new(&config).map_err(wasmtime_error)?;
 
-        let linkers_v0_1_0 = WorldLinkers {
+        let linkers = WorldLinkers {
             message_store: linker(&engine, |l| {
-                v0_1_0::MessageStorePlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+                v1_0_0::MessageStorePlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
             compressor: linker(&engine, |l| {
-                v0_1_0::CompressorPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+                v1_0_0::CompressorPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
             request_format: linker(&engine, |l| {
-                v0_1_0::RequestFormatPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+                v1_0_0::RequestFormatPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
-            strategy: None,
-        };
-        let linkers_v0_2_0 = WorldLinkers {
-            message_store: linker(&engine, |l| {
-                v0_2_0::MessageStorePlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            strategy: linker(&engine, |l| {
+                v1_0_0::StrategyPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
-            compressor: linker(&engine, |l| {
-                v0_2_0::CompressorPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
-            })?,
-            request_format: linker(&engine, |l| {
-                v0_2_0::RequestFormatPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
-            })?,
-            strategy: Some(linker(&engine, |l| {
-                v0_2_0::StrategyPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
-            })?),
-        };
-
-        let linkers_v0_3_0 = WorldLinkers {
-            message_store: linker(&engine, |l| {
-                v0_3_0::MessageStorePlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
-            })?,
-            compressor: linker(&engine, |l| {
-                v0_3_0::CompressorPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
-            })?,
-            request_format: linker(&engine, |l| {
-                v0_3_0::RequestFormatPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
-            })?,
-            strategy: Some(linker(&engine, |l| {
-                v0_3_0::StrategyPlugin::add_to_linker::<_, HasSelf<_>>(l, |s| s)
-            })?),
         };
 
         let cache = cache::ComponentCache::new(cache_dir, &engine);
         let ticker = EpochTicker::start(&engine)?;
         Ok(Runtime {
             engine,
-            linkers_v0_1_0,
-            linkers_v0_2_0,
-            linkers_v0_3_0,
+            linkers,
             cache,
             limits,
             ticker,
@@ -373,14 +341,14 @@ impl Runtime {
 
     /// Load `source` as a plugin of `kind`: read it, compile it (or load it from the cache),
     /// check it exports `kind`'s interface at a supported WIT version ([`WitVersion::SUPPORTED`]:
-    /// 0.1.x, 0.2.x or 0.3.x), and pre-link it with that version's linker.
+    /// 1.0.x), and pre-link it with that version's linker.
     ///
     /// Errors name the component: [`RuntimeError::NotFound`], [`RuntimeError::Read`],
     /// [`RuntimeError::NotAComponent`], [`RuntimeError::UnknownBuiltin`],
     /// [`RuntimeError::WrongWorld`] (e.g. `component x.wasm: exports
-    /// ctxhost:plugin/request-format@0.3.0, expected ctxhost:plugin/message-store@0.3.0 (world
-    /// message-store-plugin)`), [`RuntimeError::IncompatibleVersion`] (another WIT version; the message lists the
-    /// versions this host loads), [`RuntimeError::Compile`],
+    /// ctxhost:plugin/request-format@1.0.0, expected ctxhost:plugin/message-store@1.0.0 (world
+    /// message-store-plugin)`), [`RuntimeError::IncompatibleVersion`] (another WIT version, e.g.
+    /// a pre-1.0 `0.2.0`: the message names it and the version this host loads), [`RuntimeError::Compile`],
     /// [`RuntimeError::Link`] (imports the world does not provide, or export signatures that do
     /// not match the WIT).
     pub fn load(
@@ -444,7 +412,7 @@ impl Runtime {
         };
         let mut sandbox = self.sandbox(plugin, task_dir, Some(llm))?;
         sandbox.state_mut().history = Some(history_dir(plugin, task_dir)?);
-        Compressor::instantiate(sandbox, pre, task_dir.to_path_buf())
+        Compressor::instantiate(sandbox, pre)
     }
 
     /// A new strategy instance of `plugin` on `task_dir`; its `llm` import calls `llm`, its
@@ -529,60 +497,26 @@ impl Runtime {
             world: format!("{} ({WIT_PACKAGE}@{wit})", kind.world()),
             reason: explain_link_error(&format!("{e:#}"), kind, wit),
         };
-        let linkers = match wit {
-            WitVersion::V0_1_0 => &self.linkers_v0_1_0,
-            WitVersion::V0_2_0 => &self.linkers_v0_2_0,
-            WitVersion::V0_3_0 => &self.linkers_v0_3_0,
-        };
-        let Some(linker) = linkers.get(kind) else {
-            return Err(RuntimeError::Link {
-                component: name.to_string(),
-                world: format!("{} ({WIT_PACKAGE}@{wit})", kind.world()),
-                reason: format!("WIT {wit} has no {} world", kind.world()),
-            });
-        };
-        let ip = linker.instantiate_pre(&component).map_err(link_error)?;
-        let pre = match (kind, wit) {
-            (PluginKind::MessageStore, WitVersion::V0_1_0) => Pre::MessageStore(Versioned::V0_1_0(
-                v0_1_0::MessageStorePluginPre::new(ip).map_err(link_error)?,
-            )),
-            (PluginKind::MessageStore, WitVersion::V0_2_0) => Pre::MessageStore(Versioned::V0_2_0(
-                v0_2_0::MessageStorePluginPre::new(ip).map_err(link_error)?,
-            )),
-            (PluginKind::MessageStore, WitVersion::V0_3_0) => Pre::MessageStore(Versioned::V0_3_0(
-                v0_3_0::MessageStorePluginPre::new(ip).map_err(link_error)?,
-            )),
-            (PluginKind::Compressor, WitVersion::V0_1_0) => Pre::Compressor(Versioned::V0_1_0(
-                v0_1_0::CompressorPluginPre::new(ip).map_err(link_error)?,
-            )),
-            (PluginKind::Compressor, WitVersion::V0_2_0) => Pre::Compressor(Versioned::V0_2_0(
-                v0_2_0::CompressorPluginPre::new(ip).map_err(link_error)?,
-            )),
-            (PluginKind::Compressor, WitVersion::V0_3_0) => Pre::Compressor(Versioned::V0_3_0(
-                v0_3_0::CompressorPluginPre::new(ip).map_err(link_error)?,
-            )),
-            (PluginKind::RequestFormat, WitVersion::V0_1_0) => Pre::RequestFormat(
-                Versioned::V0_1_0(v0_1_0::RequestFormatPluginPre::new(ip).map_err(link_error)?),
-            ),
-            (PluginKind::RequestFormat, WitVersion::V0_2_0) => Pre::RequestFormat(
-                Versioned::V0_2_0(v0_2_0::RequestFormatPluginPre::new(ip).map_err(link_error)?),
-            ),
-            (PluginKind::RequestFormat, WitVersion::V0_3_0) => Pre::RequestFormat(
-                Versioned::V0_3_0(v0_3_0::RequestFormatPluginPre::new(ip).map_err(link_error)?),
-            ),
-            (PluginKind::Strategy, WitVersion::V0_2_0) => Pre::Strategy(strategy::Pre::V0_2_0(
-                v0_2_0::StrategyPluginPre::new(ip).map_err(link_error)?,
-            )),
-            (PluginKind::Strategy, WitVersion::V0_3_0) => Pre::Strategy(strategy::Pre::V0_3_0(
-                v0_3_0::StrategyPluginPre::new(ip).map_err(link_error)?,
-            )),
-            (PluginKind::Strategy, WitVersion::V0_1_0) => {
-                return Err(RuntimeError::Link {
-                    component: name.to_string(),
-                    world: format!("{} ({WIT_PACKAGE}@{wit})", kind.world()),
-                    reason: format!("WIT {wit} has no {} world", kind.world()),
-                });
-            }
+        let ip = self
+            .linkers
+            .get(kind)
+            .instantiate_pre(&component)
+            .map_err(link_error)?;
+        let pre = match wit {
+            WitVersion::V1_0_0 => match kind {
+                PluginKind::MessageStore => {
+                    Pre::MessageStore(v1_0_0::MessageStorePluginPre::new(ip).map_err(link_error)?)
+                }
+                PluginKind::Compressor => {
+                    Pre::Compressor(v1_0_0::CompressorPluginPre::new(ip).map_err(link_error)?)
+                }
+                PluginKind::RequestFormat => {
+                    Pre::RequestFormat(v1_0_0::RequestFormatPluginPre::new(ip).map_err(link_error)?)
+                }
+                PluginKind::Strategy => {
+                    Pre::Strategy(v1_0_0::StrategyPluginPre::new(ip).map_err(link_error)?)
+                }
+            },
         };
         Ok(LoadedPlugin {
             name,

@@ -1,23 +1,15 @@
 //! [`RequestFormat`]: a `request-format-plugin` instance (WIT interface
-//! `ctxhost:plugin/request-format`, any supported version) turning `current.jsonl` into a
+//! `ctxhost:plugin/request-format`, WIT 1.0.0) turning `current.jsonl` into a
 //! provider request body and a provider response body into an assistant message.
 
 use super::error::RuntimeError;
 use super::sandbox::{Sandbox, StoreState};
 use super::types::{Reply, RequestConfig, RequestInfo};
-use super::wit::{Versioned, dispatch, v0_1_0, v0_2_0, v0_3_0};
+use super::wit::v1_0_0;
 
-/// A pre-linked request format component of either WIT version.
-pub(crate) type Pre = Versioned<
-    v0_1_0::RequestFormatPluginPre<StoreState>,
-    v0_2_0::RequestFormatPluginPre<StoreState>,
-    v0_3_0::RequestFormatPluginPre<StoreState>,
->;
-type Bindings = Versioned<
-    v0_1_0::RequestFormatPlugin,
-    v0_2_0::RequestFormatPlugin,
-    v0_3_0::RequestFormatPlugin,
->;
+/// A pre-linked request format component.
+pub(crate) type Pre = v1_0_0::RequestFormatPluginPre<StoreState>;
+type Bindings = v1_0_0::RequestFormatPlugin;
 
 /// One request format instance on one task directory. A trap, deadline or memory-limit error
 /// leaves the instance unusable ([`RuntimeError::Poisoned`] afterwards).
@@ -38,17 +30,7 @@ pub const MAX_REASONING_NAME_BYTES: usize = 64;
 impl RequestFormat {
     /// Instantiate `pre` in `sandbox`.
     pub(crate) fn instantiate(mut sandbox: Sandbox, pre: &Pre) -> Result<Self, RuntimeError> {
-        let bindings = match pre {
-            Versioned::V0_1_0(p) => {
-                Versioned::V0_1_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
-            }
-            Versioned::V0_2_0(p) => {
-                Versioned::V0_2_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
-            }
-            Versioned::V0_3_0(p) => {
-                Versioned::V0_3_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
-            }
-        };
+        let bindings = sandbox.call("instantiation", |s| pre.instantiate(s))?;
         Ok(RequestFormat {
             sandbox,
             bindings,
@@ -81,64 +63,35 @@ impl RequestFormat {
     /// `write-request`: stream `config.messages_file` into `config.request_file`.
     pub fn write_request(&mut self, config: &RequestConfig) -> Result<RequestInfo, RuntimeError> {
         let sandbox = &mut self.sandbox;
-        dispatch!(&self.bindings, b => {
-            let c = config.into();
-            let r = sandbox.call("write-request", |s| {
-                b.ctxhost_plugin_request_format().call_write_request(s, &c)
-            })?;
-            sandbox.plugin_result("write-request", r)
-        })
+        let b = &self.bindings;
+        let c = config.into();
+        let r = sandbox.call("write-request", |s| {
+            b.ctxhost_plugin_request_format().call_write_request(s, &c)
+        })?;
+        sandbox.plugin_result("write-request", r)
     }
 
-    /// Whether the component can read a streamed reply (WIT 0.3.0 on) and writes the request
-    /// for one when asked (not `builtin:prompted-tools`, which always writes `"stream": false`:
+    /// Whether the component writes the request for a streamed reply when asked (not
+    /// `builtin:prompted-tools`, which always writes `"stream": false`:
     /// [`super::builtin::writes_whole_body_requests`]): the host asks for a stream only then.
     pub fn reads_streams(&self) -> bool {
-        matches!(self.bindings, Versioned::V0_3_0(_))
-            && !super::builtin::writes_whole_body_requests(self.component())
+        !super::builtin::writes_whole_body_requests(self.component())
     }
 
     /// `read-response`: parse the provider's response in `response_file`; `streamed` when the
-    /// request asked for a stream (the file is the raw stream). A 0.1.0 component's usage has
-    /// 0 prompt-cache tokens; components before 0.3.0 have no reasoning tokens and cannot read
-    /// a stream (`streamed` is refused for them: [`RequestFormat::reads_streams`]).
+    /// request asked for a stream (the file is the raw stream).
     pub fn read_response(
         &mut self,
         response_file: &str,
         streamed: bool,
     ) -> Result<Reply, RuntimeError> {
-        if streamed && !self.reads_streams() {
-            return Err(RuntimeError::Host {
-                component: self.sandbox.name().to_string(),
-                function: "read-response".to_string(),
-                reason: "a streamed reply needs a request format built against WIT 0.3.0"
-                    .to_string(),
-            });
-        }
         let sandbox = &mut self.sandbox;
-        let reply: Reply = match &self.bindings {
-            Versioned::V0_1_0(b) => {
-                let r = sandbox.call("read-response", |s| {
-                    b.ctxhost_plugin_request_format()
-                        .call_read_response(s, response_file)
-                })?;
-                sandbox.plugin_result("read-response", r)
-            }
-            Versioned::V0_2_0(b) => {
-                let r = sandbox.call("read-response", |s| {
-                    b.ctxhost_plugin_request_format()
-                        .call_read_response(s, response_file)
-                })?;
-                sandbox.plugin_result("read-response", r)
-            }
-            Versioned::V0_3_0(b) => {
-                let r = sandbox.call("read-response", |s| {
-                    b.ctxhost_plugin_request_format()
-                        .call_read_response(s, response_file, streamed)
-                })?;
-                sandbox.plugin_result("read-response", r)
-            }
-        }?;
+        let b = &self.bindings;
+        let r = sandbox.call("read-response", |s| {
+            b.ctxhost_plugin_request_format()
+                .call_read_response(s, response_file, streamed)
+        })?;
+        let reply: Reply = sandbox.plugin_result("read-response", r)?;
         checked_reply(reply, self.sandbox.name(), self.max_reply_bytes).map_err(|reason| {
             RuntimeError::Host {
                 component: self.sandbox.name().to_string(),

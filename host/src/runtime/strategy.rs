@@ -1,5 +1,5 @@
-//! [`Strategy`]: a `strategy-plugin` instance (WIT interface `ctxhost:plugin/strategy`, 0.2.0
-//! or 0.3.0; 0.1.0 has none), which decides what goes into the context before the first model call and what
+//! [`Strategy`]: a `strategy-plugin` instance (WIT interface `ctxhost:plugin/strategy`,
+//! WIT 1.0.0), which decides what goes into the context before the first model call and what
 //! happens after each reply. Its `llm` import calls the [`super::LlmImport`] given to
 //! [`super::Runtime::strategy`] (at most [`MAX_LLM_CALLS_PER_HOOK`] per hook, whatever
 //! `context_storage.max_llm_calls_per_compression` says, within the wall time of one call,
@@ -15,44 +15,28 @@ use std::time::{Duration, Instant};
 use super::error::RuntimeError;
 use super::sandbox::{Sandbox, StoreState};
 use super::types::{Decision, StrategyConfig, TaskState, ToolOutcome};
-use super::wit::{v0_2_0, v0_3_0};
+use super::wit::v1_0_0;
 use ctxhost_format::ChatMessage;
 
 /// Most `llm.complete` side calls one hook may make; the next one is refused with an `llm`
 /// error.
 pub const MAX_LLM_CALLS_PER_HOOK: u32 = 4;
 
-/// A pre-linked strategy component of either WIT version that has the world.
-#[derive(Clone)]
-pub(crate) enum Pre {
-    /// Built against `ctxhost:plugin@0.2.0`.
-    V0_2_0(v0_2_0::StrategyPluginPre<StoreState>),
-    /// Built against `ctxhost:plugin@0.3.0`.
-    V0_3_0(v0_3_0::StrategyPluginPre<StoreState>),
-}
+/// A pre-linked strategy component.
+pub(crate) type Pre = v1_0_0::StrategyPluginPre<StoreState>;
+type Bindings = v1_0_0::StrategyPlugin;
 
-enum Bindings {
-    V0_2_0(v0_2_0::StrategyPlugin),
-    V0_3_0(v0_3_0::StrategyPlugin),
-}
-
-/// `hook!(self, "name", |b, s| body)`: calls `body` with the instance's bindings of its
-/// version (the conversions in `body` resolve to that version's shim) and turns the result into
-/// a [`HookCall`].
+/// `hook!(self, "name", |b, s| body)`: calls `body` with the instance's bindings and turns the
+/// result into a [`HookCall`].
 macro_rules! hook {
     ($self:ident, $function:expr, |$b:ident, $s:ident| $body:expr) => {{
         let started = Instant::now();
         let function: &str = $function;
-        let r = match &$self.bindings {
-            Bindings::V0_2_0($b) => $self.sandbox.call(function, |$s| $body).map(|r| {
-                r.map(Decision::from)
-                    .map_err(crate::runtime::PluginError::from)
-            }),
-            Bindings::V0_3_0($b) => $self.sandbox.call(function, |$s| $body).map(|r| {
-                r.map(Decision::from)
-                    .map_err(crate::runtime::PluginError::from)
-            }),
-        }?;
+        let $b = &$self.bindings;
+        let r = $self.sandbox.call(function, |$s| $body).map(|r| {
+            r.map(Decision::from)
+                .map_err(crate::runtime::PluginError::from)
+        })?;
         let elapsed = started.elapsed();
         let (llm_calls, llm_time) = $self.sandbox.last_llm_use();
         let decision: Decision = $self.sandbox.plugin_result(function, r)?;
@@ -88,14 +72,7 @@ impl Strategy {
         let state = sandbox.state_mut();
         state.limits.llm_calls_per_call = MAX_LLM_CALLS_PER_HOOK;
         state.llm_limit_source = "one strategy hook may make";
-        let bindings = match pre {
-            Pre::V0_2_0(p) => {
-                Bindings::V0_2_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
-            }
-            Pre::V0_3_0(p) => {
-                Bindings::V0_3_0(sandbox.call("instantiation", |s| p.instantiate(s))?)
-            }
-        };
+        let bindings = sandbox.call("instantiation", |s| pre.instantiate(s))?;
         Ok(Strategy { sandbox, bindings })
     }
 

@@ -1,4 +1,4 @@
-//! Host-side mirrors of the WIT records of `wit/plugin.wit` (`ctxhost:plugin@0.3.0`); components
+//! Host-side mirrors of the WIT records of `wit/plugin.wit` (`ctxhost:plugin@1.0.0`); components
 //! of every supported WIT version are converted to these ([`super::wit`]).
 //!
 //! Messages are [`ctxhost_format::ChatMessage`] (the OpenAI line shape of `current.jsonl`), so
@@ -19,15 +19,14 @@ pub struct Usage {
     pub total_tokens: u64,
     /// Prompt tokens served from the provider's prompt cache (OpenAI
     /// `usage.prompt_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`); 0 when
-    /// not reported and for WIT 0.1.0 components.
+    /// not reported.
     pub cache_read_tokens: u64,
     /// Prompt tokens written to the provider's prompt cache (Anthropic
-    /// `cache_creation_input_tokens`); 0 when not reported and for WIT 0.1.0 components.
+    /// `cache_creation_input_tokens`); 0 when not reported.
     pub cache_creation_tokens: u64,
     /// Completion tokens spent on reasoning, included in `completion_tokens` (OpenAI
     /// `completion_tokens_details.reasoning_tokens`, Responses
-    /// `output_tokens_details.reasoning_tokens`); 0 when not reported and for components
-    /// before WIT 0.3.0.
+    /// `output_tokens_details.reasoning_tokens`); 0 when not reported.
     pub reasoning_tokens: u64,
 }
 
@@ -148,13 +147,16 @@ pub struct RequestConfig {
     pub max_output_tokens: Option<u32>,
     /// Sampling temperature.
     pub temperature: Option<f32>,
-    /// Ask for a streamed reply (WIT 0.3.0 on; always false for older components).
+    /// Ask for a streamed reply (`stream-reply`).
     pub stream: bool,
-    /// The model's reasoning settings, if any (WIT 0.3.0 on).
+    /// With `stream`: ask for the reply's usage inside the stream (`stream-usage`,
+    /// `llm.stream_usage`).
+    pub stream_usage: bool,
+    /// The model's reasoning settings, if any.
     pub reasoning: Option<ReasoningConfig>,
 }
 
-/// Reasoning settings of a request (WIT 0.3.0 `reasoning-config`); each format sends what its
+/// Reasoning settings of a request (WIT `reasoning-config`); each format sends what its
 /// API has.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ReasoningConfig {
@@ -189,10 +191,10 @@ pub struct Reply {
     pub usage: Option<Usage>,
     /// Why the model stopped (`stop`, `tool_calls`, `length`, ...), if given.
     pub finish_reason: Option<String>,
-    /// The model that answered, as the reply names it, if it does (WIT 0.3.0 formats).
+    /// The model that answered, as the reply names it, if it does.
     pub model: Option<String>,
     /// The assistant text in this file of the task directory instead of `message.content`
-    /// (WIT 0.3.0 `content-file`; `None` from older components): UTF-8, not escaped, written
+    /// (WIT `content-file`): UTF-8, not escaped, written
     /// by the request format for a text too large to pass whole. The host checks the path
     /// ([`crate::untrusted::component_path`]), appends it with
     /// [`crate::runtime::MessageStore::add_message_file`] and deletes it.
@@ -208,8 +210,8 @@ pub struct CompressConfig {
     pub threshold: f64,
     /// Most recent messages kept verbatim.
     pub keep_recent_messages: u32,
-    /// The kept tail holds at most this many estimated tokens (0: no token bound; WIT 0.2.0's
-    /// `keep-recent-tokens`, not seen by 0.1.0 components).
+    /// The kept tail holds at most this many estimated tokens (0: no token bound; WIT
+    /// `keep-recent-tokens`).
     pub keep_recent_tokens: u64,
     /// Summary prompt; `{messages}` is replaced by the messages to summarise.
     pub summary_prompt: String,
@@ -246,7 +248,7 @@ pub struct CompressResult {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Strategies (WIT `strategy` and `planning`, new in 0.2.0)
+// Strategies (WIT `strategy` and `planning`)
 
 pub use ctxhost_format::planning::{Plan, PlanStep, StepStatus, Verdict};
 

@@ -1,9 +1,9 @@
 //! Which plugin world a component implements, read from its exports.
 //!
 //! A plugin component exports exactly one interface of `ctxhost:plugin` (see `wit/plugin.wit`):
-//! `ctxhost:plugin/message-store@0.3.0`, `…/compressor@0.3.0`, `…/request-format@0.3.0` or
-//! `…/strategy@0.3.0`, or the same at another version this host loads
-//! ([`WitVersion::SUPPORTED`], e.g. `@0.1.0`) that has the world (strategies are 0.2.0 only).
+//! `ctxhost:plugin/message-store@1.0.0`, `…/compressor@1.0.0`, `…/request-format@1.0.0` or
+//! `…/strategy@1.0.0` (or a 1.0.x patch of them: [`WitVersion::for_export`]). Any other
+//! version, such as the pre-1.0 `0.2.0`, is refused naming it and 1.0.0.
 //! The export names come from the component's type (`Component::component_type().exports`),
 //! so a wrong or outdated component is named precisely before any instantiation is tried, and
 //! the version after `@` picks the bindings and shim that run it ([`super::wit`]).
@@ -19,8 +19,8 @@ use super::wit::WitVersion;
 
 /// The WIT package the host implements.
 pub const WIT_PACKAGE: &str = "ctxhost:plugin";
-/// Its current version (`wit/plugin.wit`); components of the other versions in
-/// [`WitVersion::SUPPORTED`] load too, any other version is refused.
+/// Its current version (`wit/plugin.wit`); components of the versions in
+/// [`WitVersion::SUPPORTED`] load, any other version is refused.
 pub const WIT_VERSION: &str = WitVersion::CURRENT.as_str();
 
 /// The four kinds of plugin, one per WIT world.
@@ -32,7 +32,7 @@ pub enum PluginKind {
     Compressor,
     /// `request-format-plugin`: writes requests, reads responses.
     RequestFormat,
-    /// `strategy-plugin`: decides the task's flow around the model's replies (WIT 0.2.0 on).
+    /// `strategy-plugin`: decides the task's flow around the model's replies.
     Strategy,
 }
 
@@ -67,27 +67,19 @@ impl PluginKind {
         }
     }
 
-    /// Whether WIT `version` has this kind's world (strategies came with 0.2.0).
-    pub fn available_in(self, version: WitVersion) -> bool {
-        match self {
-            PluginKind::Strategy => version >= WitVersion::V0_2_0,
-            _ => true,
-        }
-    }
-
     /// The supported version that runs a component exporting this kind's interface at
-    /// `version`: [`WitVersion::for_export`], if that version has the world.
+    /// `version`: [`WitVersion::for_export`] (every supported version has all four worlds).
     pub fn version_for_export(self, version: &str) -> Option<WitVersion> {
-        WitVersion::for_export(version).filter(|v| self.available_in(*v))
+        WitVersion::for_export(version)
     }
 
     /// The fully qualified export at the current WIT version, e.g.
-    /// `ctxhost:plugin/message-store@0.3.0`.
+    /// `ctxhost:plugin/message-store@1.0.0`.
     pub fn export_name(self) -> String {
         self.export_name_at(WitVersion::CURRENT)
     }
 
-    /// The fully qualified export at `version`, e.g. `ctxhost:plugin/message-store@0.1.0`.
+    /// The fully qualified export at `version`, e.g. `ctxhost:plugin/message-store@1.0.0`.
     pub fn export_name_at(self, version: WitVersion) -> String {
         format!("{WIT_PACKAGE}/{}@{version}", self.interface())
     }
@@ -106,7 +98,7 @@ impl fmt::Display for PluginKind {
 /// One `ctxhost:plugin` interface a component exports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginExport {
-    /// The full export name, e.g. `ctxhost:plugin/request-format@0.1.0`.
+    /// The full export name, e.g. `ctxhost:plugin/request-format@1.0.0`.
     pub name: String,
     /// The plugin kind, when the interface is one of the three.
     pub kind: Option<PluginKind>,
@@ -140,7 +132,7 @@ pub(crate) fn plugin_exports(names: &[String]) -> Vec<PluginExport> {
 }
 
 /// Whether a component built against WIT `version` can be used by this host: it maps to one of
-/// [`WitVersion::SUPPORTED`] (semver: same major, and for 0.x the same minor).
+/// [`WitVersion::SUPPORTED`] ([`WitVersion::for_export`]).
 pub fn version_compatible(version: &str) -> bool {
     WitVersion::for_export(version).is_some()
 }
@@ -223,28 +215,19 @@ pub(crate) fn expect_kind(
 
 fn incompatible(component: &str, kind: PluginKind, found: &str) -> RuntimeError {
     let version = found.split_once('@').map(|(_, v)| v).unwrap_or("");
-    let loads: Vec<WitVersion> = WitVersion::SUPPORTED
-        .into_iter()
-        .filter(|v| kind.available_in(*v))
-        .collect();
     RuntimeError::IncompatibleVersion {
         component: component.to_string(),
         built_against: format!("{WIT_PACKAGE}@{version}"),
         found: found.to_string(),
-        relation: if WitVersion::for_export(version).is_some() {
-            // A version the host loads, without this kind's world (strategies before 0.2.0).
-            format!("a WIT version without the {} world", kind.world())
-        } else {
-            mismatch::relation(version).to_string()
-        },
-        supported: mismatch::version_list(&loads),
+        relation: mismatch::relation(version).to_string(),
+        supported: mismatch::supported_versions(),
         world: kind.world().to_string(),
         wasi: mismatch::WASI_PROVIDED.to_string(),
         current: WIT_VERSION.to_string(),
     }
 }
 
-/// `ctxhost:plugin/request-format@0.1.0` or `a, b` or `nothing`.
+/// `ctxhost:plugin/request-format@1.0.0` or `a, b` or `nothing`.
 fn describe(names: &[String]) -> String {
     if names.is_empty() {
         "nothing".to_string()
@@ -263,44 +246,61 @@ mod tests {
 
     #[test]
     fn finds_the_kind_and_version() {
-        let n = names(&["ctxhost:plugin/message-store@0.2.0"]);
+        let n = names(&["ctxhost:plugin/message-store@1.0.0"]);
         assert_eq!(
             detect("x.wasm", &n).unwrap(),
             (
                 PluginKind::MessageStore,
-                "0.2.0".to_string(),
-                WitVersion::V0_2_0
+                "1.0.0".to_string(),
+                WitVersion::V1_0_0
             )
         );
         assert_eq!(
             expect_kind("x.wasm", &n, PluginKind::MessageStore).unwrap(),
-            ("0.2.0".to_string(), WitVersion::V0_2_0)
+            ("1.0.0".to_string(), WitVersion::V1_0_0)
         );
-        let old = names(&["ctxhost:plugin/compressor@0.1.0"]);
+        let strategy = names(&["ctxhost:plugin/strategy@1.0.0"]);
         assert_eq!(
-            detect("x.wasm", &old).unwrap(),
+            detect("x.wasm", &strategy).unwrap(),
             (
-                PluginKind::Compressor,
-                "0.1.0".to_string(),
-                WitVersion::V0_1_0
+                PluginKind::Strategy,
+                "1.0.0".to_string(),
+                WitVersion::V1_0_0
             )
         );
     }
 
     #[test]
     fn wrong_world_names_both_sides() {
-        let n = names(&["ctxhost:plugin/request-format@0.2.0"]);
+        let n = names(&["ctxhost:plugin/request-format@1.0.0"]);
         let e = expect_kind("/x/y.wasm", &n, PluginKind::MessageStore).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "component /x/y.wasm: exports ctxhost:plugin/request-format@0.2.0, expected \
-             ctxhost:plugin/message-store@0.3.0 (world message-store-plugin)"
+            "component /x/y.wasm: exports ctxhost:plugin/request-format@1.0.0, expected \
+             ctxhost:plugin/message-store@1.0.0 (world message-store-plugin)"
         );
     }
 
+    /// Issue 42 item 1: only 1.0 loads; a pre-1.0 component (0.1.0, 0.2.0, 0.3.0), a newer minor
+    /// or major, are refused naming their version and 1.0.0.
     #[test]
-    fn unknown_versions_are_refused_naming_the_versions_this_host_loads() {
-        for v in ["0.4.0", "1.0.0", "0.0.1"] {
+    fn other_versions_are_refused_naming_theirs_and_1_0_0() {
+        for (v, relation) in [
+            (
+                "0.1.0",
+                "an older WIT version than this host loads (before 1.0)",
+            ),
+            (
+                "0.2.0",
+                "an older WIT version than this host loads (before 1.0)",
+            ),
+            (
+                "0.3.0",
+                "an older WIT version than this host loads (before 1.0)",
+            ),
+            ("1.1.0", "a newer WIT version than this host loads"),
+            ("2.0.0", "a newer WIT version than this host loads"),
+        ] {
             let n = names(&[&format!("ctxhost:plugin/message-store@{v}")]);
             let e = expect_kind("x.wasm", &n, PluginKind::MessageStore).unwrap_err();
             assert!(matches!(e, RuntimeError::IncompatibleVersion { .. }), "{e}");
@@ -308,44 +308,18 @@ mod tests {
                 e.to_string(),
                 format!(
                     "component x.wasm: built against ctxhost:plugin@{v} (it exports \
-                     ctxhost:plugin/message-store@{v}), {}: this host loads ctxhost:plugin@0.1.0, \
-                     0.2.0 and 0.3.0 (world message-store-plugin) and provides WASI 0.2.0 to \
-                     0.2.12; rebuild it against wit/plugin.wit (0.3.0)",
-                    if v == "0.0.1" {
-                        "a WIT version this host does not load"
-                    } else {
-                        "a newer WIT version than this host loads"
-                    }
+                     ctxhost:plugin/message-store@{v}), {relation}: this host loads \
+                     ctxhost:plugin@1.0.0 (world message-store-plugin) and provides WASI 0.2.0 to \
+                     0.2.12; rebuild it against wit/plugin.wit (1.0.0)"
                 )
             );
+            assert!(detect("x.wasm", &n).is_err(), "{v}");
         }
-        assert!(version_compatible("0.1.3"));
-        assert!(version_compatible("0.2.0"));
-        assert!(version_compatible("0.3.0"));
-        assert!(!version_compatible("0.4.0"));
+        assert!(version_compatible("1.0.0"));
+        assert!(version_compatible("1.0.2"));
+        assert!(!version_compatible("0.3.0"));
+        assert!(!version_compatible("1.1.0"));
         assert!(!version_compatible(""));
-    }
-    #[test]
-    fn strategies_need_0_2_0() {
-        let n = names(&["ctxhost:plugin/strategy@0.2.0"]);
-        assert_eq!(
-            detect("x.wasm", &n).unwrap(),
-            (
-                PluginKind::Strategy,
-                "0.2.0".to_string(),
-                WitVersion::V0_2_0
-            )
-        );
-        let old = names(&["ctxhost:plugin/strategy@0.1.0"]);
-        let e = expect_kind("x.wasm", &old, PluginKind::Strategy).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "component x.wasm: built against ctxhost:plugin@0.1.0 (it exports \
-             ctxhost:plugin/strategy@0.1.0), a WIT version without the strategy-plugin world: this host \
-             loads ctxhost:plugin@0.2.0 and 0.3.0 (world strategy-plugin) and provides WASI 0.2.0 \
-             to 0.2.12; rebuild it against wit/plugin.wit (0.3.0)"
-        );
-        assert!(detect("x.wasm", &old).is_err());
     }
 
     #[test]

@@ -513,7 +513,7 @@ struct Case {
     phases: Vec<(Vec<Turn>, Kind)>,
     keep: u32,
     /// Bound the kept tail by tokens as the host does (half the threshold), or by count only
-    /// (`keep_recent_tokens` 0, as for a 0.1.0 compressor).
+    /// (`keep_recent_tokens` 0: the count bound only).
     keep_tokens: bool,
     /// context_length = first phase's tokens × 100 / pct (at least 700, so a 1024-token
     /// reserve is sometimes more than half the window).
@@ -938,7 +938,7 @@ fn nothing_to_summarise_is_a_clear_error() {
         .compact(Kind::Summarizer, &cfg, &FakeLlm::new(task.dir.path()))
         .unwrap_err()
         .to_string();
-    // Count bound only (a 0.1.0 compressor's rule): lowering it is what helps.
+    // Count bound only (`keep_recent_tokens` 0): lowering it is what helps.
     assert!(
         err.contains("nothing to summarise") && err.contains("lower keep-recent-messages"),
         "{err}"

@@ -288,6 +288,9 @@ struct State {
     responses: Issued,
     /// Check chat completions as DeepSeek's thinking mode ([`openai_api::check_request`]).
     deepseek_thinking: bool,
+    /// Refuse `stream_options` in chat completions as strict OpenAI-compatible servers do
+    /// ([`openai_api::check_arguments`]).
+    refuse_stream_options: bool,
     /// Streamed replies the client closed before their end.
     abandoned: Vec<AbandonedStream>,
 }
@@ -329,6 +332,7 @@ impl FakeLlm {
             stream_delay: Duration::ZERO,
             responses: Issued::default(),
             deepseek_thinking: false,
+            refuse_stream_options: false,
             abandoned: Vec::new(),
         }));
         let st = state.clone();
@@ -419,6 +423,13 @@ impl FakeLlm {
         self.lock().deepseek_thinking = on;
     }
 
+    /// Answer a chat completions request carrying `stream_options` with HTTP 400
+    /// `Unrecognized request argument supplied: stream_options`, as strict OpenAI-compatible
+    /// servers do ([`openai_api::check_arguments`]); counted in [`FakeLlm::openai_rejections`].
+    pub fn set_refuse_stream_options(&self, on: bool) {
+        self.lock().refuse_stream_options = on;
+    }
+
     /// The errors of the Responses API requests refused by the strict checks
     /// ([`Issued::check_request`]).
     pub fn responses_rejections(&self) -> Vec<String> {
@@ -468,10 +479,14 @@ fn serve_connection(stream: TcpStream, conn: u64, state: &Mutex<State>) -> io::R
             };
             s.requests.push(recorded.clone());
             if recorded.path == CHAT_PATH
-                && let Err(message) = openai_api::check_request(&recorded, s.deepseek_thinking)
+                && let Err((message, param)) =
+                    openai_api::check_arguments(&recorded, s.refuse_stream_options).and_then(|()| {
+                        openai_api::check_request(&recorded, s.deepseek_thinking)
+                            .map_err(|m| (m, "messages"))
+                    })
             {
                 s.openai_rejections.push(message.clone());
-                openai_api::error_reply(&message)
+                openai_api::error_reply_for(&message, param)
             } else if recorded.path == RESPONSES_PATH
                 && let Err(message) = s.responses.check_request(&recorded)
             {

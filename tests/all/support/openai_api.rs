@@ -74,13 +74,34 @@ pub fn check_request(req: &RecordedRequest, deepseek_thinking: bool) -> Result<(
     Ok(())
 }
 
+/// With `refuse_stream_options`, as a strict OpenAI-compatible server that does not know the
+/// argument (e.g. one answering `Unrecognized request argument supplied: stream_options`):
+/// `Err((message, param))` for a body carrying `stream_options`.
+pub fn check_arguments(
+    req: &RecordedRequest,
+    refuse_stream_options: bool,
+) -> Result<(), (String, &'static str)> {
+    if refuse_stream_options && req.body.get("stream_options").is_some() {
+        return Err((
+            "Unrecognized request argument supplied: stream_options".to_string(),
+            "stream_options",
+        ));
+    }
+    Ok(())
+}
+
 /// The 400 reply for a refused request: `{"error":{"message","type":"invalid_request_error",
 /// "param":"messages","code":null}}`.
 pub fn error_reply(message: &str) -> Reply {
+    error_reply_for(message, "messages")
+}
+
+/// [`error_reply`] naming the argument `param`.
+pub fn error_reply_for(message: &str, param: &str) -> Reply {
     Reply::status(
         400,
         json!({"error": {"message": message, "type": "invalid_request_error",
-            "param": "messages", "code": null}})
+            "param": param, "code": null}})
         .to_string(),
         &[],
     )

@@ -191,7 +191,7 @@ pub fn fold_stream<F: ctxhost_format::fold::LineFold>(
 /// The sink a fold gathers the reply's text in: in memory up to
 /// [`ctxhost_format::content_file::CONTENT_FILE_THRESHOLD`] bytes, past it in
 /// [`ctxhost_format::files::REPLY_CONTENT`] (created or truncated, written through a 16 KiB
-/// buffer), which the reply then names as its `content-file` (WIT 0.3.0).
+/// buffer), which the reply then names as its `content-file`.
 pub fn content_sink() -> ctxhost_format::content_file::TextSink {
     use ctxhost_format::files::REPLY_CONTENT;
     ctxhost_format::content_file::TextSink::spilling(

@@ -168,13 +168,11 @@ pub fn read_stream(file: &str) -> Result<Reply, PluginError> {
     }
     let r = fold.finish().map_err(|e| super::fold_error(file, e))?;
     let mut message = assistant_message(r.role, r.content, r.tool_calls);
-    message
-        .reasoning
-        .extend(
-            r.reasoning
-                .as_deref()
-                .and_then(|text| reasoning_content_item(r.reasoning_field, text)),
-        );
+    message.reasoning.extend(
+        r.reasoning
+            .as_deref()
+            .and_then(|text| reasoning_content_item(r.reasoning_field, text)),
+    );
     Ok(Reply {
         message: super::to_wit(message),
         usage: r.usage.and_then(|u| usage_of(file, u)),

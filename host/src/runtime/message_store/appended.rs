@@ -5,9 +5,9 @@
 //! - each file grew by exactly one whole line (no torn line, no second line, nothing cut);
 //! - the new line of messages.jsonl parses, and its seq is the one after the last (no gap, no
 //!   repeat) and the one the store answered;
-//! - the message in both new lines is the one the host gave (role, text, tool calls and ids;
-//!   with WIT 0.3.0 stores also the tool name, error flag and reasoning items), the text of
-//!   `add-message-file` compared with its file.
+//! - the message in both new lines is the one the host gave (role, text, tool calls and ids,
+//!   tool name, error flag and reasoning items), the text of `add-message-file` compared with
+//!   its file.
 //!
 //! A new line longer than [`MAX_CHECKED_LINE_BYTES`] (a reply of more than 64 MiB) is not
 //! parsed: it is read in blocks and must be one line holding the right seq at its start.
@@ -115,24 +115,6 @@ fn new_line<T: serde::de::DeserializeOwned>(
     Ok((Some(value), head))
 }
 
-/// The fields of a message the host compares: all of them with `full` (a WIT 0.3.0 store),
-/// else those every WIT version carries.
-fn compared(m: &ChatMessage, full: bool) -> ChatMessage {
-    ChatMessage {
-        role: m.role.clone(),
-        content: m.content.clone(),
-        tool_calls: m.tool_calls.clone(),
-        tool_call_id: m.tool_call_id.clone(),
-        tool_name: if full { m.tool_name.clone() } else { None },
-        is_error: full && m.is_error,
-        reasoning: if full {
-            m.reasoning.clone()
-        } else {
-            Vec::new()
-        },
-    }
-}
-
 /// What differs between the message `given` and the one `got` (field names), empty when none.
 fn differences(given: &ChatMessage, got: &ChatMessage) -> Vec<&'static str> {
     let mut out = Vec::new();
@@ -191,7 +173,6 @@ pub(crate) fn check(
     message: &ChatMessage,
     content_file: Option<&str>,
     added: AddedMessage,
-    full: bool,
 ) -> Result<(), String> {
     let dir = &marks.dir;
     if let Some(seq) = marks.expected_seq.filter(|s| *s != added.seq) {
@@ -217,7 +198,6 @@ pub(crate) fn check(
         };
     }
     let given_full = content_file.is_none() || given.content.is_some();
-    let given = compared(&given, full);
     let (history, head) = new_line::<HistoryLine>(dir, MESSAGES, marks.messages_len)?;
     let seq = match &history {
         Some(line) => Some(line.seq),
@@ -233,7 +213,7 @@ pub(crate) fn check(
     }
     let (current, _) = new_line::<ChatMessage>(dir, &marks.current, marks.current_len)?;
     if let Some(line) = &history {
-        let got = compared(&message_of(line), full);
+        let got = message_of(line);
         let mut diff = differences(&given, &got);
         if !given_full {
             diff.retain(|f| *f != "content");
@@ -247,7 +227,7 @@ pub(crate) fn check(
             ));
         }
         if let Some(current) = &current {
-            let diff = differences(&got, &compared(current, full));
+            let diff = differences(&got, current);
             if !diff.is_empty() {
                 return Err(format!(
                     "{} and {} got different messages for seq {} ({} differ)",
@@ -312,7 +292,7 @@ mod tests {
         let added = AddedMessage { seq: 2, tokens: 3 };
         let current = "{\"role\":\"assistant\",\"content\":\"the answer\"}\n";
         let (_t, m) = setup(&[&line(2, "the answer"), current]);
-        check(&m, &reply, None, added, true).unwrap();
+        check(&m, &reply, None, added).unwrap();
         for (lines, answered, error) in [
             (
                 [line(2, "made-up text"), current.to_string()],
@@ -364,7 +344,7 @@ mod tests {
                 seq: answered,
                 tokens: 3,
             };
-            let e = check(&m, &reply, None, added, true).unwrap_err();
+            let e = check(&m, &reply, None, added).unwrap_err();
             assert!(e.contains(error), "{e}\nwanted: {error}");
         }
         // The text of add-message-file is compared with its file.
@@ -372,9 +352,9 @@ mod tests {
         std::fs::write(t.path().join("reply.content"), "the answer").unwrap();
         let mut no_text = reply.clone();
         no_text.content = None;
-        check(&m, &no_text, Some("reply.content"), added, true).unwrap();
+        check(&m, &no_text, Some("reply.content"), added).unwrap();
         std::fs::write(t.path().join("reply.content"), "another answer").unwrap();
-        let e = check(&m, &no_text, Some("reply.content"), added, true).unwrap_err();
+        let e = check(&m, &no_text, Some("reply.content"), added).unwrap_err();
         assert!(e.contains("content differ"), "{e}");
     }
 }
