@@ -9,7 +9,7 @@
 //! or WASI version the host does not load; with the versions it does load.
 
 use super::wit::WitVersion;
-use super::world::{PluginKind, WIT_PACKAGE, WIT_VERSION};
+use super::plugin_kind::{PluginKind, WIT_PACKAGE, WIT_VERSION};
 
 /// The WASI versions a component may import: wasmtime-wasi 48 defines `wasi:*@0.2.12`, and a
 /// component built against any earlier 0.2.x links to it (semver).

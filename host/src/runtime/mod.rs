@@ -30,6 +30,7 @@ mod host_imports;
 mod message_store;
 pub mod mismatch;
 pub mod output;
+pub mod plugin_kind;
 mod request_format;
 mod sandbox;
 mod strategy;
