@@ -291,10 +291,15 @@ impl Setup {
         let pulls = self.forge.pulls(REPO);
         assert_eq!(pulls.len(), 1, "{pulls:?}");
         let pr = &pulls[0];
-        assert_eq!((pr.head.as_str(), pr.base.as_str()), (branch.as_str(), "main"));
+        assert_eq!(
+            (pr.head.as_str(), pr.base.as_str()),
+            (branch.as_str(), "main")
+        );
         assert_eq!(pr.title, "Login times out");
         assert!(
-            pr.body.starts_with(ANSWER) && pr.body.contains(uuid) && pr.body.contains(&format!("Closes #{n}")),
+            pr.body.starts_with(ANSWER)
+                && pr.body.contains(uuid)
+                && pr.body.contains(&format!("Closes #{n}")),
             "{}",
             pr.body
         );
@@ -306,10 +311,7 @@ impl Setup {
         assert_eq!(p.change_commit.as_deref(), Some(tip.as_str()));
         assert_eq!(p.pr_number, Some(pr.number as i64));
         let url = p.pr_url.clone().unwrap();
-        assert!(
-            url.ends_with(&format!("/{}", pr.number)),
-            "{url}"
-        );
+        assert!(url.ends_with(&format!("/{}", pr.number)), "{url}");
         assert!(
             comments[0].body.contains(&url) && comments[0].body.contains(ANSWER),
             "{}",
@@ -325,8 +327,16 @@ impl Setup {
             Setup::files_holding(&self.env.contexts(), &token),
             Vec::<PathBuf>::new()
         );
-        assert_eq!(Setup::files_holding(&self.ws, &token), Vec::<PathBuf>::new());
-        assert!(self.git.requests().iter().all(|r| !r.target.contains(&token)));
+        assert_eq!(
+            Setup::files_holding(&self.ws, &token),
+            Vec::<PathBuf>::new()
+        );
+        assert!(
+            self.git
+                .requests()
+                .iter()
+                .all(|r| !r.target.contains(&token))
+        );
         // It did travel, as a header.
         assert!(
             self.git
@@ -340,9 +350,13 @@ impl Setup {
 #[test]
 fn an_issue_whose_workspace_changed_ends_in_one_branch_one_pull_request_and_a_comment_linking_it() {
     let s = Setup::new(On::Github, true);
-    let n = s
-        .forge
-        .add_item(REPO, Kind::Issue, "Login times out", "It hangs after 5 s.", &[LABEL]);
+    let n = s.forge.add_item(
+        REPO,
+        Kind::Issue,
+        "Login times out",
+        "It hangs after 5 s.",
+        &[LABEL],
+    );
     let uuid = s.queue_with_workspace("main");
     let out = s.env.ctxhost(&["run", "--once"]);
     assert_eq!(out.code(), Some(0), "{}", out.stderr());
@@ -353,7 +367,12 @@ fn an_issue_whose_workspace_changed_ends_in_one_branch_one_pull_request_and_a_co
     let ws = Git::new(&s.ws);
     assert_eq!(
         ws.read(["rev-parse", "HEAD"]).unwrap(),
-        s.db().publication(&uuid).unwrap().unwrap().change_commit.unwrap()
+        s.db()
+            .publication(&uuid)
+            .unwrap()
+            .unwrap()
+            .change_commit
+            .unwrap()
     );
     assert_eq!(ws.read(["status", "--porcelain"]).unwrap(), "");
     // Later passes do nothing more.
@@ -367,28 +386,46 @@ fn an_issue_whose_workspace_changed_ends_in_one_branch_one_pull_request_and_a_co
 #[test]
 fn a_gitlab_issue_ends_in_one_merge_request() {
     let s = Setup::new(On::Gitlab, true);
-    let n = s
-        .forge
-        .add_item(REPO, Kind::Issue, "Login times out", "It hangs after 5 s.", &[LABEL]);
+    let n = s.forge.add_item(
+        REPO,
+        Kind::Issue,
+        "Login times out",
+        "It hangs after 5 s.",
+        &[LABEL],
+    );
     let uuid = s.queue_with_workspace("main");
     let out = s.env.ctxhost(&["run", "--once"]);
     assert_eq!(out.code(), Some(0), "{}", out.stderr());
     s.assert_one_change(&uuid, n);
     let post = &s.forge.calls_to("POST", "/merge_requests")[0];
     assert_eq!(post.body["target_branch"], "main");
-    assert_eq!(post.body["source_branch"], Value::String(s.ctxhost_branches()[0].clone()));
-    assert!(post.body["description"].as_str().unwrap().contains(&format!("Closes #{n}")));
+    assert_eq!(
+        post.body["source_branch"],
+        Value::String(s.ctxhost_branches()[0].clone())
+    );
+    assert!(
+        post.body["description"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Closes #{n}"))
+    );
     s.assert_token_nowhere();
 }
 
 #[test]
 fn a_task_on_a_pull_request_of_the_same_repository_pushes_a_commit_onto_its_head_branch() {
     let s = Setup::new(On::Github, true);
-    let n = s
-        .forge
-        .add_item(REPO, Kind::Pull, "Login times out", "Make it configurable.", &[LABEL]);
+    let n = s.forge.add_item(
+        REPO,
+        Kind::Pull,
+        "Login times out",
+        "Make it configurable.",
+        &[LABEL],
+    );
     let head = format!("feature-{n}");
-    let head_before = s.git.commit_on(REPO, "main", &head, &[("NOTES.md", "wip\n")], "wip");
+    let head_before = s
+        .git
+        .commit_on(REPO, "main", &head, &[("NOTES.md", "wip\n")], "wip");
     let uuid = s.queue_with_workspace(&head);
     let out = s.env.ctxhost(&["run", "--once"]);
     assert_eq!(out.code(), Some(0), "{}", out.stderr());
@@ -399,7 +436,11 @@ fn a_task_on_a_pull_request_of_the_same_repository_pushes_a_commit_onto_its_head
         s.git.rev_parse(REPO, &format!("{head}~1")),
         Some(head_before)
     );
-    assert!(s.git.message(REPO, &head).contains(&format!("Ctxhost-Task: {uuid}")));
+    assert!(
+        s.git
+            .message(REPO, &head)
+            .contains(&format!("Ctxhost-Task: {uuid}"))
+    );
     assert_eq!(s.forge.pulls(REPO).len(), 0);
     assert_eq!(s.pull_posts(), 0);
     let comments = s.forge.comments(REPO, Kind::Pull, n);
@@ -419,9 +460,13 @@ fn a_task_on_a_pull_request_of_the_same_repository_pushes_a_commit_onto_its_head
 #[test]
 fn a_task_that_changed_nothing_gets_a_comment_only() {
     let s = Setup::new(On::Github, false);
-    let n = s
-        .forge
-        .add_item(REPO, Kind::Issue, "Why 5 s?", "Explain the timeout.", &[LABEL]);
+    let n = s.forge.add_item(
+        REPO,
+        Kind::Issue,
+        "Why 5 s?",
+        "Explain the timeout.",
+        &[LABEL],
+    );
     let uuid = s.queue_with_workspace("main");
     let out = s.env.ctxhost(&["run", "--once"]);
     assert_eq!(out.code(), Some(0), "{}", out.stderr());
@@ -430,7 +475,11 @@ fn a_task_that_changed_nothing_gets_a_comment_only() {
     let comments = s.forge.comments(REPO, Kind::Issue, n);
     assert_eq!(comments.len(), 1);
     assert!(comments[0].body.contains(ANSWER));
-    assert!(!comments[0].body.contains("Pull request"), "{}", comments[0].body);
+    assert!(
+        !comments[0].body.contains("Pull request"),
+        "{}",
+        comments[0].body
+    );
     let p = s.db().publication(&uuid).unwrap().unwrap();
     assert_eq!(p.change_state, ChangeState::Unchanged);
     assert_eq!(
@@ -444,9 +493,13 @@ fn a_task_that_changed_nothing_gets_a_comment_only() {
 /// --once` takes over the dead publisher's lease: one branch, one pull request, one comment.
 fn killed_after(failpoint: &str, pushes: usize) {
     let s = Setup::new(On::Github, true);
-    let n = s
-        .forge
-        .add_item(REPO, Kind::Issue, "Login times out", "It hangs after 5 s.", &[LABEL]);
+    let n = s.forge.add_item(
+        REPO,
+        Kind::Issue,
+        "Login times out",
+        "It hangs after 5 s.",
+        &[LABEL],
+    );
     let uuid = s.queue_with_workspace("main");
     s.killed(failpoint, &["run", "--once"]);
     assert_eq!(s.forge.comments(REPO, Kind::Issue, n).len(), 0);

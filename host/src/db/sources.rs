@@ -557,7 +557,7 @@ impl Db {
         to: ChangeState,
         fields: ChangeFields<'_>,
     ) -> Result<bool, DbError> {
-        let name = |v: Option<&str>| v.map(untrusted::name);
+        let name = |v: Option<&str>| v.map(|x| untrusted::name(x).into_owned());
         let url = fields.pr_url.filter(|u| is_web_url(u));
         let n = self.execute(
             "UPDATE publications SET change_state = ?3, change_commit = COALESCE(CAST(?4 AS TEXT), change_commit), \

@@ -143,12 +143,15 @@ pub fn comment_line(p: &Publication, item: &ItemRef) -> Option<String> {
         .unwrap_or("?");
     let branch = p.change_branch.as_deref().unwrap_or("?");
     Some(match &p.change_base {
-        None => format!("Pushed commit `{commit}` to this {}'s branch `{branch}`.", {
-            match item.forge {
-                crate::config::SourceKind::Github => "pull request",
-                crate::config::SourceKind::Gitlab => "merge request",
+        None => format!(
+            "Pushed commit `{commit}` to this {}'s branch `{branch}`.",
+            {
+                match item.forge {
+                    crate::config::SourceKind::Github => "pull request",
+                    crate::config::SourceKind::Gitlab => "merge request",
+                }
             }
-        }),
+        ),
         Some(base) => {
             let what = match item.forge {
                 crate::config::SourceKind::Github => "Pull request",
@@ -161,9 +164,13 @@ pub fn comment_line(p: &Publication, item: &ItemRef) -> Option<String> {
             let number = p.pr_number.map(|n| format!("{sep}{n}")).unwrap_or_default();
             match p.pr_url.as_deref() {
                 Some(url) => {
-                    format!("{what} {number}: {url} (branch `{branch}` onto `{base}`, commit `{commit}`)")
+                    format!(
+                        "{what} {number}: {url} (branch `{branch}` onto `{base}`, commit `{commit}`)"
+                    )
                 }
-                None => format!("{what} {number} (branch `{branch}` onto `{base}`, commit `{commit}`)"),
+                None => {
+                    format!("{what} {number} (branch `{branch}` onto `{base}`, commit `{commit}`)")
+                }
             }
         }
     })
@@ -249,7 +256,10 @@ impl<'a> Ctx<'a> {
             .and_then(without_credentials)
             .filter(|u| !u.is_empty())
             .with_context(|| {
-                format!("{} of task {uuid} names no repository to push to", crate::workspace::record::FILE)
+                format!(
+                    "{} of task {uuid} names no repository to push to",
+                    crate::workspace::record::FILE
+                )
             })?;
         Ok(Workspace {
             git: Git::new(path),
@@ -322,7 +332,11 @@ fn head_of_task(git: &Git, uuid: &str) -> anyhow::Result<Option<String>> {
 }
 
 /// Commit everything in the worktree as `author` with `message`; returns the commit id.
-fn commit(git: &Git, author: &crate::config::CommitAuthor, message: &str) -> anyhow::Result<String> {
+fn commit(
+    git: &Git,
+    author: &crate::config::CommitAuthor,
+    message: &str,
+) -> anyhow::Result<String> {
     git.run(["add", "-A"])?;
     let name = format!("user.name={}", author.name);
     let email = format!("user.email={}", author.email);
@@ -401,20 +415,33 @@ pub(super) fn ensure_change(
             }
         };
         if !changed {
-            cx.advance(uuid, ChangeState::None, ChangeState::Unchanged, ChangeFields::default())?;
+            cx.advance(
+                uuid,
+                ChangeState::None,
+                ChangeState::Unchanged,
+                ChangeFields::default(),
+            )?;
             tracing::info!(%uuid, item = %item.short(), "the workspace holds no change: a comment only");
             p.change_state = ChangeState::Unchanged;
             return Ok(Some(p));
         }
-        cx.advance(uuid, ChangeState::None, ChangeState::Committing, ChangeFields::default())?;
+        cx.advance(
+            uuid,
+            ChangeState::None,
+            ChangeState::Committing,
+            ChangeFields::default(),
+        )?;
         p.change_state = ChangeState::Committing;
     }
     if p.change_state == ChangeState::Unchanged || p.change_state == ChangeState::Opened {
         return Ok(Some(p));
     }
-    let record = cx
-        .record(uuid)?
-        .with_context(|| format!("task {uuid} has no {} any more", crate::workspace::record::FILE))?;
+    let record = cx.record(uuid)?.with_context(|| {
+        format!(
+            "task {uuid} has no {} any more",
+            crate::workspace::record::FILE
+        )
+    })?;
     let ws = cx.workspace(uuid, record)?;
     let git = ws.git.with_auth(auth.clone());
     if p.change_state == ChangeState::Committing {
@@ -462,9 +489,12 @@ pub(super) fn ensure_change(
         .with_context(|| format!("the change of task {uuid} has no commit recorded"))?;
     if p.change_state == ChangeState::Committed {
         let (branch, base) = match item.kind {
-            ItemKind::Issue => (branch_name(item, uuid), Some(default_branch(&ws, &git).map_err(|e| {
+            ItemKind::Issue => (
+                branch_name(item, uuid),
+                Some(default_branch(&ws, &git).map_err(|e| {
                     git_forge_error(source, &item.repo, "read the default branch", &e)
-                })?)),
+                })?),
+            ),
             ItemKind::PullRequest => {
                 let head = source.forge.pull_head(item)?;
                 if head.same_repo {
@@ -504,9 +534,7 @@ pub(super) fn ensure_change(
                     &format!("{commit_id}:refs/heads/{branch}"),
                 ])
                 .map(|_| ())
-                .map_err(|e| {
-                    git_forge_error(source, repo, &format!("push branch {branch:?}"), &e)
-                })
+                .map_err(|e| git_forge_error(source, repo, &format!("push branch {branch:?}"), &e))
             };
             match push(&branch) {
                 Ok(()) => {}
@@ -543,7 +571,12 @@ pub(super) fn ensure_change(
             tracing::info!(%uuid, %branch, "the branch is already at the commit: pushed by an earlier attempt");
         }
         crate::failpoint::kill_if_set("publish:after-push");
-        cx.advance(uuid, ChangeState::Pushing, ChangeState::Pushed, ChangeFields::default())?;
+        cx.advance(
+            uuid,
+            ChangeState::Pushing,
+            ChangeState::Pushed,
+            ChangeFields::default(),
+        )?;
         p.change_state = ChangeState::Pushed;
     }
     if p.change_state == ChangeState::Pushed {
@@ -565,7 +598,12 @@ pub(super) fn ensure_change(
             p.pr_url = p.item_url.clone();
             return Ok(Some(p));
         }
-        cx.advance(uuid, ChangeState::Pushed, ChangeState::Opening, ChangeFields::default())?;
+        cx.advance(
+            uuid,
+            ChangeState::Pushed,
+            ChangeState::Opening,
+            ChangeFields::default(),
+        )?;
         p.change_state = ChangeState::Opening;
     }
     if p.change_state == ChangeState::Opening {
@@ -644,7 +682,10 @@ mod tests {
         assert!(m.starts_with("Fix login\n\nRaised the timeout.\n\n"), "{m}");
         assert!(m.ends_with(&format!("\n\nCtxhost-Task: {uuid}\n")), "{m}");
         let b = pull_body(Some("Done."), &issue(7), uuid);
-        assert!(b.starts_with("Done.\n") && b.contains(uuid) && b.ends_with("Closes #7\n"), "{b}");
+        assert!(
+            b.starts_with("Done.\n") && b.contains(uuid) && b.ends_with("Closes #7\n"),
+            "{b}"
+        );
         let mut row = crate::db::testing::task_row(uuid);
         row.prompt = "GitHub issue acme/app#7: Login times out\n\nbody".into();
         assert_eq!(item_title(&row, &issue(7)), "Login times out");

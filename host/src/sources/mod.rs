@@ -195,7 +195,11 @@ pub trait Forge: Send + Sync {
     fn find_pull(&self, repo: &str, branch: &str) -> Result<Option<pulls::PullRef>, ForgeError>;
     /// Open a pull (merge) request in `repo`. Not repeated after a failure that may have
     /// reached the forge.
-    fn open_pull(&self, repo: &str, pull: &pulls::NewPull<'_>) -> Result<pulls::PullRef, ForgeError>;
+    fn open_pull(
+        &self,
+        repo: &str,
+        pull: &pulls::NewPull<'_>,
+    ) -> Result<pulls::PullRef, ForgeError>;
     /// The token as `git` sends it over HTTP ([`crate::workspace::git::Auth`]: user
     /// `x-access-token` on GitHub, `oauth2` on GitLab), for one git command at a time.
     fn git_auth(&self) -> crate::workspace::git::Auth;

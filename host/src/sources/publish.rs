@@ -561,15 +561,9 @@ impl<'a> Publisher<'a> {
                 remote: self.remote.as_deref(),
                 lease: LEASE,
             };
-            let change = super::change::ensure_change(
-                &cx,
-                source,
-                item,
-                &row,
-                leased,
-                answer.as_deref(),
-            )?
-            .and_then(|p| super::change::comment_line(&p, item));
+            let change =
+                super::change::ensure_change(&cx, source, item, &row, leased, answer.as_deref())?
+                    .and_then(|p| super::change::comment_line(&p, item));
             outcome = self.ensure_comment(
                 source,
                 item,

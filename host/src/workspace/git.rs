@@ -82,7 +82,10 @@ impl Git {
                     .encode(format!("{}:{}", a.user, a.token));
                 cmd.env("GIT_CONFIG_COUNT", "1")
                     .env("GIT_CONFIG_KEY_0", "http.extraHeader")
-                    .env("GIT_CONFIG_VALUE_0", format!("Authorization: Basic {basic}"));
+                    .env(
+                        "GIT_CONFIG_VALUE_0",
+                        format!("Authorization: Basic {basic}"),
+                    );
             }
             None => {
                 cmd.env_remove("GIT_CONFIG_COUNT");
@@ -104,10 +107,9 @@ impl Git {
             .map(|a| a.as_ref().to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join(" ");
-        let out = self
-            .command(&args)
-            .output()
-            .map_err(|e| anyhow::anyhow!("cannot run `git {shown}` in {}: {e}", self.dir.display()))?;
+        let out = self.command(&args).output().map_err(|e| {
+            anyhow::anyhow!("cannot run `git {shown}` in {}: {e}", self.dir.display())
+        })?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             let err = err.trim();
@@ -148,6 +150,11 @@ mod tests {
         assert!(!err.contains("tok-SECRET"), "{err}");
         assert!(!format!("{git:?}").contains("tok-SECRET"));
         Git::new(tmp.path()).run(["init", "-q"]).unwrap();
-        assert!(Git::new(tmp.path()).read(["rev-parse", "--git-dir"]).unwrap().ends_with(".git"));
+        assert!(
+            Git::new(tmp.path())
+                .read(["rev-parse", "--git-dir"])
+                .unwrap()
+                .ends_with(".git")
+        );
     }
 }

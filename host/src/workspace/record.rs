@@ -99,7 +99,10 @@ mod tests {
             Some("http://127.0.0.1:8080/o/r.git")
         );
         assert_eq!(without_credentials("git@github.com:o/r.git"), None);
-        assert_eq!(without_credentials("/srv/git/r.git").as_deref(), Some("/srv/git/r.git"));
+        assert_eq!(
+            without_credentials("/srv/git/r.git").as_deref(),
+            Some("/srv/git/r.git")
+        );
     }
 
     #[test]
@@ -116,7 +119,11 @@ mod tests {
         };
         rec.write(&dir).unwrap();
         assert_eq!(WorkspaceRecord::read(&dir).unwrap(), Some(rec));
-        std::fs::write(tmp.path().join(FILE), br#"{"path":"/w","base_commit":"a","x":1}"#).unwrap();
+        std::fs::write(
+            tmp.path().join(FILE),
+            br#"{"path":"/w","base_commit":"a","x":1}"#,
+        )
+        .unwrap();
         let err = WorkspaceRecord::read(&dir).unwrap_err().to_string();
         assert!(err.contains(FILE), "{err}");
     }

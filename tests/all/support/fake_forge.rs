@@ -1272,7 +1272,11 @@ fn gitlab_pulls(
             let (head, fork) = item_head(s, &project, n);
             let mut v = gl_item(&base, &project, &it);
             v["source_branch"] = json!(head);
-            v["source_project_id"] = json!(if fork { project_id + 50_000 } else { project_id });
+            v["source_project_id"] = json!(if fork {
+                project_id + 50_000
+            } else {
+                project_id
+            });
             v["target_project_id"] = json!(project_id);
             Some(answer(200, v))
         }
