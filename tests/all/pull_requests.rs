@@ -535,3 +535,10 @@ fn a_kill_after_the_push_does_not_push_again() {
 fn a_kill_after_the_pull_request_finds_it_instead_of_opening_another() {
     killed_after("publish:after-pr", 1);
 }
+
+crate::support::store::postgres_variants!(
+    an_issue_whose_workspace_changed_ends_in_one_branch_one_pull_request_and_a_comment_linking_it,
+    a_kill_after_the_commit_makes_no_second_commit,
+    a_kill_after_the_push_does_not_push_again,
+    a_kill_after_the_pull_request_finds_it_instead_of_opening_another,
+);
