@@ -19,7 +19,7 @@ use ctxhost::workspace::git::{Auth, Git};
 use ctxhost::workspace::record::WorkspaceRecord;
 use serde_json::{Value, json};
 
-use crate::support::fake_forge::{FakeForge, Kind};
+use crate::support::fake_forge::{FakeForge, Fault, Kind};
 use crate::support::fake_llm::{FakeLlm, Reply};
 use crate::support::git_http::GitHttp;
 use crate::support::{TestEnv, config_yaml};
@@ -254,7 +254,7 @@ impl Setup {
     fn assert_one_change(&self, uuid: &str, n: u64) {
         let short: String = uuid.chars().take(8).collect();
         let branch = format!("ctxhost/issue-{n}-{short}");
-        assert_eq!(self.ctxhost_branches(), [branch.clone()]);
+        assert_eq!(self.ctxhost_branches(), std::slice::from_ref(&branch));
         assert_eq!(
             self.git.file_at(REPO, &branch, FILE).as_deref(),
             Some(AFTER)
@@ -534,6 +534,132 @@ fn a_kill_after_the_push_does_not_push_again() {
 #[test]
 fn a_kill_after_the_pull_request_finds_it_instead_of_opening_another() {
     killed_after("publish:after-pr", 1);
+}
+
+#[test]
+fn a_pull_request_whose_head_moved_gets_a_pull_request_onto_its_head_instead() {
+    let s = Setup::new(On::Github, true);
+    let n = s.forge.add_item(
+        REPO,
+        Kind::Pull,
+        "Login times out",
+        "Make it configurable.",
+        &[LABEL],
+    );
+    let head = format!("feature-{n}");
+    s.git
+        .commit_on(REPO, "main", &head, &[("NOTES.md", "wip\n")], "wip");
+    let uuid = s.queue_with_workspace(&head);
+    // Someone pushes to the head branch while the task runs: ctxhost's push is not a
+    // fast-forward, and it does not force it.
+    let moved = s.git.commit(REPO, &head, &[("NOTES.md", "more\n")], "more");
+    let out = s.env.ctxhost(&["run", "--once"]);
+    assert_eq!(out.code(), Some(0), "{}", out.stderr());
+    assert_eq!(
+        s.git.rev_parse(REPO, &head),
+        Some(moved),
+        "the head branch is untouched"
+    );
+    let short: String = uuid.chars().take(8).collect();
+    let branch = format!("ctxhost/pr-{n}-{short}");
+    assert_eq!(s.ctxhost_branches(), std::slice::from_ref(&branch));
+    assert_eq!(s.git.file_at(REPO, &branch, FILE).as_deref(), Some(AFTER));
+    let pulls = s.forge.pulls(REPO);
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(
+        (pulls[0].head.as_str(), pulls[0].base.as_str()),
+        (branch.as_str(), head.as_str())
+    );
+    assert!(
+        pulls[0].body.contains(&format!("Builds on #{n}")),
+        "{}",
+        pulls[0].body
+    );
+    let comments = s.forge.comments(REPO, Kind::Pull, n);
+    assert_eq!(comments.len(), 1);
+    assert!(
+        comments[0]
+            .body
+            .contains(&format!("/pull/{}", pulls[0].number)),
+        "{}",
+        comments[0].body
+    );
+    let p = s.db().publication(&uuid).unwrap().unwrap();
+    assert_eq!(p.change_base.as_deref(), Some(head.as_str()));
+}
+
+#[test]
+fn a_permission_403_on_the_pull_request_is_final_and_the_item_gets_the_failed_label() {
+    let s = Setup::new(On::Github, true);
+    let n = s.forge.add_item(
+        REPO,
+        Kind::Issue,
+        "Login times out",
+        "It hangs after 5 s.",
+        &[LABEL],
+    );
+    let uuid = s.queue_with_workspace("main");
+    s.forge.push_fault(
+        "POST",
+        "/pulls",
+        Fault::Answer {
+            status: 403,
+            message: "Resource not accessible by integration".into(),
+            headers: Vec::new(),
+        },
+    );
+    let out = s.env.ctxhost(&["run", "--once"]);
+    assert_eq!(out.code(), Some(1), "{}", out.stderr());
+    assert!(
+        out.stderr()
+            .contains("Resource not accessible by integration")
+            && out.stderr().contains("given up"),
+        "{}",
+        out.stderr()
+    );
+    assert_eq!(
+        s.forge.labels(REPO, Kind::Issue, n),
+        ["coding agent failed"]
+    );
+    let p = s.db().publication(&uuid).unwrap().unwrap();
+    assert!(p.given_up(), "{p:?}");
+    assert_eq!(p.change_state, ChangeState::Opening);
+    // Not tried again.
+    s.env.ctxhost(&["poll", "--once"]).ok();
+    assert_eq!((s.pushes(), s.pull_posts()), (1, 1));
+    assert!(s.forge.pulls(REPO).is_empty());
+    assert!(s.forge.comments(REPO, Kind::Issue, n).is_empty());
+}
+
+#[test]
+fn a_rate_limited_pull_request_waits_in_the_task_store_then_is_opened_once() {
+    let s = Setup::new(On::Github, true);
+    let n = s.forge.add_item(
+        REPO,
+        Kind::Issue,
+        "Login times out",
+        "It hangs after 5 s.",
+        &[LABEL],
+    );
+    let uuid = s.queue_with_workspace("main");
+    s.forge
+        .push_fault("POST", "/pulls", Fault::RetryAfter { secs: 120 });
+    s.env.ctxhost(&["run", "--once"]);
+    let db = s.db();
+    let p = db.publication(&uuid).unwrap().unwrap();
+    assert_eq!((p.change_state, p.attempts), (ChangeState::Opening, 1));
+    let wait = (p.next_attempt_ms.unwrap() - db.now_ms().unwrap()) / 1000;
+    assert!((100..=120).contains(&wait), "waits {wait} s");
+    // A pass before the wait is over does nothing.
+    s.env.ctxhost(&["poll", "--once"]);
+    assert_eq!(s.pull_posts(), 1);
+    db.execute_raw(&format!(
+        "UPDATE publications SET next_attempt_ms = 1 WHERE task_uuid = '{uuid}'"
+    ))
+    .unwrap();
+    s.env.ctxhost(&["poll", "--once"]).ok();
+    s.assert_one_change(&uuid, n);
+    assert_eq!((s.pushes(), s.pull_posts()), (1, 2));
 }
 
 crate::support::store::postgres_variants!(

@@ -217,6 +217,7 @@ fn push_refused(e: &ForgeError) -> bool {
                 || text.contains("[remote rejected]")
                 || text.contains("non-fast-forward")
                 || text.contains("fetch first")
+                || text.contains("Updates were rejected")
         }
         _ => false,
     }
@@ -669,6 +670,47 @@ mod tests {
             kind: ItemKind::Issue,
             number: n,
         }
+    }
+
+    #[test]
+    fn git_failures_are_forge_errors_by_the_status_git_reports() {
+        let config = crate::config::SourcesConfig {
+            github: Some(crate::config::SourceConfig {
+                repos: vec!["acme/app".into()],
+                token_env: Some("CTXHOST_UNIT_TOKEN_CHANGE".into()),
+                ..Default::default()
+            }),
+            gitlab: None,
+        };
+        // SAFETY: a variable only this test reads.
+        unsafe { std::env::set_var("CTXHOST_UNIT_TOKEN_CHANGE", "tok-unit-secret") };
+        let sources = super::super::Sources::connect(&config).unwrap();
+        let source = sources.iter().next().unwrap();
+        let e = |text: &str| {
+            git_forge_error(
+                source,
+                "acme/app",
+                "push branch \"x\"",
+                &anyhow::anyhow!("{text}"),
+            )
+        };
+        let forbidden = e(
+            "fatal: unable to access 'http://h/acme/app.git/': The requested URL returned error: 403 tok-unit-secret",
+        );
+        assert!(forbidden.is_final() && push_refused(&forbidden));
+        assert!(
+            !forbidden.to_string().contains("tok-unit-secret"),
+            "{forbidden}"
+        );
+        assert!(e("The requested URL returned error: 429").is_rate_limit());
+        assert_eq!(
+            e("The requested URL returned error: 401").kind,
+            FailureKind::Unauthorized
+        );
+        let behind = e(" ! [rejected]        abc -> feature-2 (non-fast-forward)");
+        assert!(!behind.is_final() && push_refused(&behind));
+        let down = e("fatal: unable to access: Failed to connect to 127.0.0.1 port 9");
+        assert!(!down.is_final() && !push_refused(&down) && !down.is_rate_limit());
     }
 
     #[test]
