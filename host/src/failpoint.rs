@@ -16,6 +16,10 @@
 //!   appended, before `reply.content` is deleted;
 //! - `remote:end-sync`: the last sync of a task to the bucket (`context_storage.remote`),
 //!   before it completes or fails, fails as if the bucket could not be reached;
+//! - `publish:before-comment`, `publish:after-comment` (the result comment), and
+//!   `publish:after-commit`, `publish:after-push`, `publish:after-pr` (the change of
+//!   `pull_requests: true`): SIGKILL right after that step of the publisher, before it is
+//!   recorded ([`crate::sources::publish`], [`crate::sources::change`]);
 //! - `lease:unreachable`: a task process's lease renewals fail as if the database could not
 //!   be reached, so it fences itself out ([`crate::lease`]) once its lease is 80 % used.
 //!

@@ -43,6 +43,7 @@ mod plugin_sdk;
 mod plugin_select;
 mod plugin_try;
 mod provider_streams;
+mod pull_requests;
 mod reasoning;
 mod recall;
 mod remote_fencing;

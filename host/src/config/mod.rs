@@ -92,7 +92,7 @@ pub use llm::{LlmConfig, MIN_THINKING_BUDGET, Provider, Thinking};
 pub use plugins::{DEFAULT_COMPRESSOR, DEFAULT_STRATEGY, NO_COMPRESSOR, PluginsConfig};
 pub use process::{AgentConfig, DEFAULT_SYSTEM_PROMPT, RuntimeConfig, WorkerConfig};
 pub use remote::{RemoteConfig, RemoteLocation};
-pub use sources::{SourceConfig, SourceKind, SourcesConfig};
+pub use sources::{CommitAuthor, SourceConfig, SourceKind, SourcesConfig};
 pub use strategy::{ContextInheritance, StrategySection};
 pub use task_store::TaskStoreConfig;
 pub use window::{DEFAULT_RESERVE_OUTPUT_TOKENS, MIN_TOOL_OUTPUT_CAP};

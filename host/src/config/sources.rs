@@ -13,6 +13,8 @@
 //!     failed_label: coding agent failed
 //!     paused_label: coding agent paused
 //!     poll_interval_secs: 60
+//!     pull_requests: false   # true: a task that changed its workspace ends in a pull request
+//!     author: {name: ctxhost, email: ctxhost@localhost}   # of the commits ctxhost makes
 //!   gitlab:
 //!     api_url: https://gitlab.com/api/v4
 //!     token_env: GITLAB_TOKEN
@@ -129,6 +131,33 @@ pub struct SourceConfig {
     pub paused_label: String,
     /// Seconds between two polls of this forge by `ctxhost run` / `ctxhost poll` (≥ 1).
     pub poll_interval_secs: u64,
+    /// Whether a task that completed with its workspace (`workspace.json`) changed from its
+    /// base commit ends as a change on the forge: a commit pushed to a branch
+    /// `ctxhost/TYPE-NUMBER-SHORTUUID` and a pull (merge) request against the default branch,
+    /// or, for a task on a pull request of the same repository, a commit pushed to its head
+    /// branch (docs/forge-bot.md). `false` (default): a comment only.
+    pub pull_requests: bool,
+    /// Author and committer of the commits ctxhost makes (`pull_requests: true`).
+    pub author: CommitAuthor,
+}
+
+/// `sources.*.author`: who the commits ctxhost makes are by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct CommitAuthor {
+    /// Name (default `ctxhost`).
+    pub name: String,
+    /// E-mail address (default `ctxhost@localhost`).
+    pub email: String,
+}
+
+impl Default for CommitAuthor {
+    fn default() -> Self {
+        CommitAuthor {
+            name: "ctxhost".into(),
+            email: "ctxhost@localhost".into(),
+        }
+    }
 }
 
 impl Default for SourceConfig {
@@ -144,6 +173,8 @@ impl Default for SourceConfig {
             failed_label: "coding agent failed".into(),
             paused_label: "coding agent paused".into(),
             poll_interval_secs: 60,
+            pull_requests: false,
+            author: CommitAuthor::default(),
         }
     }
 }
@@ -273,6 +304,18 @@ impl SourceConfig {
         }
         if self.poll_interval_secs < 1 {
             return Invalid::err(&key("poll_interval_secs"), "must be at least 1, got 0");
+        }
+        for (name, value) in [
+            ("author.name", &self.author.name),
+            ("author.email", &self.author.email),
+        ] {
+            if value.trim().is_empty() || value.chars().any(|c| c.is_control() || "<>".contains(c))
+            {
+                return Invalid::err(
+                    &key(name),
+                    format!("{value:?}: must be non-empty, without `<`, `>` or control characters"),
+                );
+            }
         }
         Ok(())
     }

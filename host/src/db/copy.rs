@@ -6,7 +6,8 @@ use super::{COLUMNS, Db, DbError, Status, TaskRow, Value, args};
 
 /// Every column of `publications`, in the order [`Db::copy_rows_to`] copies them.
 const PUBLICATION_COLUMNS: &str = "task_uuid, labels_state, comment_state, comment_id, comment_url, \
-posted_at, lease_owner, lease_until_ms, attempts, last_error, next_attempt_ms, item_url, created_at, updated_at";
+posted_at, lease_owner, lease_until_ms, attempts, last_error, next_attempt_ms, item_url, created_at, updated_at, change_state, change_commit, change_branch, change_base, \
+pr_number, pr_url";
 
 /// Rows read and written per batch.
 const PAGE: u32 = 500;

@@ -4,7 +4,7 @@
 //! upgraded automatically when a store is opened ([`ensure`]).
 //!
 //! - SQLite: versioned by `PRAGMA user_version`; version 1 was the first table, each later
-//!   version an upgrade step ([`MIGRATE_V2`] ... [`MIGRATE_V8`]), run in one `BEGIN IMMEDIATE`
+//!   version an upgrade step ([`MIGRATE_V2`] ... [`MIGRATE_V9`]), run in one `BEGIN IMMEDIATE`
 //!   transaction that reads the version again (another process may be upgrading too).
 //! - PostgreSQL: versioned by `ctxhost_meta.schema_version`. PostgreSQL support began at
 //!   version 4 with the schema of that time ([`POSTGRES_V4`]: SQLite's version 3 plus the
@@ -32,8 +32,10 @@ use super::{Db, DbError};
 /// `lease_expires_at`) and `ctxhost_meta` (on PostgreSQL, whose own step numbers differ, see
 /// the module docs, version 6 is the same schema); version 7 `host_id` (the identity of a
 /// task process's host, [`crate::host`]), step 7 on both backends; version 8 `workspace`
-/// (`submit --workspace`), step 8 on both.
-pub const SCHEMA_VERSION: i64 = 8;
+/// (`submit --workspace`), step 8 on both; version 9 the change a task's result became
+/// (`publications.change_state`, `change_commit`, `change_branch`, `change_base`, `pr_number`,
+/// `pr_url`: [`crate::sources::publish`]), step 9 on both.
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// SQLite version 1: the `tasks` table and its indexes.
 pub(crate) const SCHEMA: &str = "
@@ -134,6 +136,19 @@ pub(crate) const MIGRATE_V8: &str = "
 ALTER TABLE tasks ADD COLUMN workspace TEXT;
 ";
 
+/// SQLite version 8 → 9: the change a task's result became on the forge (issue 40): its state
+/// (`none` → `committing` → `committed` → `pushing` → `pushed` → `opening` → `opened`, or
+/// `unchanged`), the commit, the branch pushed, the pull request's base branch (NULL: pushed
+/// onto the item's own head branch) and the pull (merge) request's number and URL.
+pub(crate) const MIGRATE_V9: &str = "
+ALTER TABLE publications ADD COLUMN change_state TEXT NOT NULL DEFAULT 'none' CHECK (change_state IN ('none','unchanged','committing','committed','pushing','pushed','opening','opened'));
+ALTER TABLE publications ADD COLUMN change_commit TEXT;
+ALTER TABLE publications ADD COLUMN change_branch TEXT;
+ALTER TABLE publications ADD COLUMN change_base TEXT;
+ALTER TABLE publications ADD COLUMN pr_number BIGINT;
+ALTER TABLE publications ADD COLUMN pr_url TEXT;
+";
+
 /// PostgreSQL version 4, the first PostgreSQL schema (SQLite's version 3 plus the lease and
 /// `ctxhost_meta`); [`POSTGRES_STEPS`] follow it, for a new database as for an old one.
 pub(crate) const POSTGRES_V4: &str = r#"
@@ -191,7 +206,8 @@ pub(crate) struct Step {
 
 /// The PostgreSQL upgrades after [`POSTGRES_V4`], in order: 5, the task sources (SQLite's
 /// [`MIGRATE_V4`]); 6, `no_inherit` and the task-key index (SQLite's [`MIGRATE_V5`]); 7,
-/// `host_id` (SQLite's [`MIGRATE_V7`]); 8, `workspace` (SQLite's [`MIGRATE_V8`]).
+/// `host_id` (SQLite's [`MIGRATE_V7`]); 8, `workspace` (SQLite's [`MIGRATE_V8`]); 9, the
+/// change state of `publications` (SQLite's [`MIGRATE_V9`]).
 pub(crate) const POSTGRES_STEPS: &[Step] = &[
     Step {
         version: 5,
@@ -230,6 +246,17 @@ CREATE INDEX IF NOT EXISTS idx_tasks_key ON tasks(task_source, owner, repo, task
     Step {
         version: 8,
         sql: "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS workspace TEXT",
+    },
+    Step {
+        version: 9,
+        sql: "
+ALTER TABLE publications ADD COLUMN IF NOT EXISTS change_state TEXT NOT NULL DEFAULT 'none' CHECK (change_state IN ('none','unchanged','committing','committed','pushing','pushed','opening','opened'));
+ALTER TABLE publications ADD COLUMN IF NOT EXISTS change_commit TEXT;
+ALTER TABLE publications ADD COLUMN IF NOT EXISTS change_branch TEXT;
+ALTER TABLE publications ADD COLUMN IF NOT EXISTS change_base TEXT;
+ALTER TABLE publications ADD COLUMN IF NOT EXISTS pr_number BIGINT;
+ALTER TABLE publications ADD COLUMN IF NOT EXISTS pr_url TEXT
+",
     },
 ];
 
@@ -316,6 +343,9 @@ fn upgrade_sqlite(c: &rusqlite::Connection) -> rusqlite::Result<()> {
         }
         if from < 8 {
             c.execute_batch(MIGRATE_V8)?;
+        }
+        if from < 9 {
+            c.execute_batch(MIGRATE_V9)?;
         }
         if v < SCHEMA_VERSION {
             c.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
@@ -452,6 +482,39 @@ mod tests {
             // Opening again changes nothing.
             drop(db);
             store.open();
+        }
+
+        /// A version-8 store (no change columns in `publications`) is upgraded when opened; its
+        /// publications read as `change_state = none`.
+        fn a_schema_8_store_gets_the_change_columns(store: &TestStore) {
+            let db = store.open();
+            let mut polled = crate::db::testing::new_task("polled");
+            polled.key = crate::db::TaskKey {
+                task_source: "github".into(),
+                owner: Some("acme".into()),
+                repo: Some("app".into()),
+                task_type: Some("issue".into()),
+                task_id: Some("1".into()),
+            };
+            assert!(db.queue_source_task(&polled).unwrap());
+            assert!(db.take_publish_lease("polled", "me", std::time::Duration::from_secs(60), None).unwrap().is_some());
+            for c in ["change_state", "change_commit", "change_branch", "change_base", "pr_number", "pr_url"] {
+                db.execute_raw(&format!("ALTER TABLE publications DROP COLUMN {c}")).unwrap();
+            }
+            db.execute_raw(match db.dialect() {
+                crate::db::Dialect::Sqlite => "PRAGMA user_version = 8",
+                crate::db::Dialect::Postgres => {
+                    "UPDATE ctxhost_meta SET value = '8' WHERE key = 'schema_version'"
+                }
+            })
+            .unwrap();
+            drop(db);
+            let db = store.open();
+            let p = db.publication("polled").unwrap().unwrap();
+            assert_eq!(p.change_state, crate::db::sources::ChangeState::None);
+            assert_eq!(p.lease_owner.as_deref(), Some("me"));
+            assert!(db.advance_change("polled", "me", crate::db::sources::ChangeState::None,
+                crate::db::sources::ChangeState::Unchanged, Default::default()).unwrap());
         }
 
         fn a_newer_schema_is_refused(store: &TestStore) {

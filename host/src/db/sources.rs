@@ -9,8 +9,9 @@
 //! - `publications`, one row per polled task: the labels last set on the item
 //!   (`labels_state`), the result comment (`comment_state` `none` → `posting` → `posted`, its
 //!   id and URL), and a lease (`lease_owner`, `lease_until_ms`): only the holder publishes,
-//!   and every write below is conditional on holding it. The exactly-once argument built on
-//!   these is in [`crate::sources::publish`].
+//!   and every write below is conditional on holding it; with `pull_requests: true`, the change
+//!   a task's result became ([`ChangeState`]: the commit, the branch pushed, the pull/merge
+//!   request). The exactly-once argument built on these is in [`crate::sources::publish`].
 //!
 //! Every statement is one statement in SQL that SQLite and PostgreSQL both accept (numbered
 //! placeholders, `ON CONFLICT DO NOTHING`, no `IS ?`, the column `"user"` quoted, a cast where
@@ -67,6 +68,85 @@ impl CommentState {
     }
 }
 
+/// Where the change a finished task's workspace holds is on its way to the forge
+/// (`publications.change_state`; [`crate::sources::publish`] has the steps and what each
+/// state means after a crash). `none` → `committing` → `committed` → `pushing` → `pushed` →
+/// `opening` → `opened`, or `none` → `unchanged`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeState {
+    /// Nothing was decided yet (or the source does not open pull requests).
+    None,
+    /// The workspace held no change (or no workspace record): a comment only.
+    Unchanged,
+    /// A publisher set out to commit the workspace: a commit with the task's trailer may be the
+    /// worktree's HEAD.
+    Committing,
+    /// Committed; `change_commit` names the commit.
+    Committed,
+    /// A publisher set out to push `change_commit` to `change_branch`: the branch may be on the
+    /// remote at that commit.
+    Pushing,
+    /// The remote's `change_branch` is at `change_commit`.
+    Pushed,
+    /// A publisher set out to open the pull (merge) request: one with head `change_branch` may
+    /// exist.
+    Opening,
+    /// Done: `pr_number` / `pr_url` name the pull (merge) request that carries the change (the
+    /// item itself when the commit went onto its head branch).
+    Opened,
+}
+
+impl ChangeState {
+    /// The column's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeState::None => "none",
+            ChangeState::Unchanged => "unchanged",
+            ChangeState::Committing => "committing",
+            ChangeState::Committed => "committed",
+            ChangeState::Pushing => "pushing",
+            ChangeState::Pushed => "pushed",
+            ChangeState::Opening => "opening",
+            ChangeState::Opened => "opened",
+        }
+    }
+
+    fn parse(s: &str) -> ChangeState {
+        match s {
+            "unchanged" => ChangeState::Unchanged,
+            "committing" => ChangeState::Committing,
+            "committed" => ChangeState::Committed,
+            "pushing" => ChangeState::Pushing,
+            "pushed" => ChangeState::Pushed,
+            "opening" => ChangeState::Opening,
+            "opened" => ChangeState::Opened,
+            _ => ChangeState::None,
+        }
+    }
+
+    /// Whether nothing more is to be done for the change (`unchanged` or `opened`).
+    pub fn is_done(self) -> bool {
+        matches!(self, ChangeState::Unchanged | ChangeState::Opened)
+    }
+}
+
+/// What [`Db::advance_change`] records besides the new state: each `Some` sets its column,
+/// each `None` leaves it as it is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChangeFields<'a> {
+    /// `change_commit`: the commit made (hex).
+    pub commit: Option<&'a str>,
+    /// `change_branch`: the branch it is pushed to (without `refs/heads/`).
+    pub branch: Option<&'a str>,
+    /// `change_base`: the branch the pull request is opened against.
+    pub base: Option<&'a str>,
+    /// `pr_number`: the pull (merge) request's number (GitLab: iid).
+    pub pr_number: Option<i64>,
+    /// `pr_url`: its web page (kept only when it is a web URL, [`is_web_url`]).
+    pub pr_url: Option<&'a str>,
+}
+
 /// One `publications` row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Publication {
@@ -96,6 +176,20 @@ pub struct Publication {
     /// The item's web page as the forge gave it when the task was queued (`http(s)://` only;
     /// [`Db::record_item_url`]).
     pub item_url: Option<String>,
+    /// Where the change of the task's workspace is (`pull_requests: true`).
+    pub change_state: ChangeState,
+    /// The commit ctxhost made of it (hex), once made.
+    pub change_commit: Option<String>,
+    /// The branch it is pushed to, once chosen (`ctxhost/issue-7-0193a4b2`, or a pull
+    /// request's head branch).
+    pub change_branch: Option<String>,
+    /// The branch the pull request is opened against (NULL: the commit goes onto the item's
+    /// own head branch, no pull request is opened).
+    pub change_base: Option<String>,
+    /// The pull (merge) request that carries the change (GitLab: its iid).
+    pub pr_number: Option<i64>,
+    /// Its web page.
+    pub pr_url: Option<String>,
 }
 
 impl Publication {
@@ -106,10 +200,11 @@ impl Publication {
 }
 
 const PUB_COLUMNS: &str = "task_uuid, labels_state, comment_state, comment_id, comment_url, posted_at, \
-lease_owner, lease_until_ms, attempts, last_error, next_attempt_ms, item_url";
+lease_owner, lease_until_ms, attempts, last_error, next_attempt_ms, item_url, change_state, change_commit, \
+change_branch, change_base, pr_number, pr_url";
 
 /// How many columns [`PUB_COLUMNS`] names.
-const PUB_COLUMN_COUNT: usize = 12;
+const PUB_COLUMN_COUNT: usize = 18;
 
 /// A row selected with [`PUB_COLUMNS`] as a [`Publication`].
 fn pub_row(r: &SqlRow) -> Result<Publication, DbError> {
@@ -131,6 +226,12 @@ fn pub_row_at(r: &SqlRow, at: usize) -> Result<Publication, DbError> {
         last_error: r.opt_text(at + 9)?,
         next_attempt_ms: r.opt_int(at + 10)?,
         item_url: r.opt_text(at + 11)?,
+        change_state: ChangeState::parse(&r.text(at + 12)?),
+        change_commit: r.opt_text(at + 13)?,
+        change_branch: r.opt_text(at + 14)?,
+        change_base: r.opt_text(at + 15)?,
+        pr_number: r.opt_int(at + 16)?,
+        pr_url: r.opt_text(at + 17)?,
     })
 }
 
@@ -439,6 +540,44 @@ impl Db {
              posted_at = ?5, attempts = 0, last_error = NULL, next_attempt_ms = NULL, updated_at = ?5 \
              WHERE task_uuid = ?1 AND lease_owner = ?2 AND comment_state = 'posting'",
             args![uuid, owner, comment_id, comment_url, now],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Move the change of task `uuid` from state `from` to `to`, setting `fields`, by the lease
+    /// holder `owner` (each step's intent is written before its effect:
+    /// [`crate::sources::publish`]). Values from the forge are bounded and escaped; a URL that
+    /// is not a web URL is not kept. Returns whether it changed (`false`: the lease was lost
+    /// or the state is not `from`).
+    pub fn advance_change(
+        &self,
+        uuid: &str,
+        owner: &str,
+        from: ChangeState,
+        to: ChangeState,
+        fields: ChangeFields<'_>,
+    ) -> Result<bool, DbError> {
+        let name = |v: Option<&str>| v.map(|x| untrusted::name(x).into_owned());
+        let url = fields.pr_url.filter(|u| is_web_url(u));
+        let n = self.execute(
+            "UPDATE publications SET change_state = ?3, change_commit = COALESCE(CAST(?4 AS TEXT), change_commit), \
+             change_branch = COALESCE(CAST(?5 AS TEXT), change_branch), \
+             change_base = COALESCE(CAST(?6 AS TEXT), change_base), \
+             pr_number = COALESCE(CAST(?7 AS BIGINT), pr_number), \
+             pr_url = COALESCE(CAST(?8 AS TEXT), pr_url), \
+             updated_at = ?9 WHERE task_uuid = ?1 AND lease_owner = ?2 AND change_state = ?10",
+            args![
+                uuid,
+                owner,
+                to.as_str(),
+                name(fields.commit),
+                name(fields.branch),
+                name(fields.base),
+                fields.pr_number,
+                url,
+                now_rfc3339(),
+                from.as_str()
+            ],
         )?;
         Ok(n == 1)
     }
@@ -774,6 +913,39 @@ mod tests {
             );
             assert_eq!(p.labels_state.as_deref(), Some("processing"));
             assert_eq!(p.lease_owner.as_deref(), Some("me"));
+        }
+
+        fn the_change_advances_one_recorded_step_at_a_time_under_the_lease(store: &TestStore) {
+            let db = store.open();
+            assert!(db.queue_source_task(&item_task("a", "1")).unwrap());
+            assert!(db.take_publish_lease("a", "me", MINUTE, None).unwrap().is_some());
+            let none = ChangeFields::default();
+            assert_eq!(db.publication("a").unwrap().unwrap().change_state, ChangeState::None);
+            // Only the holder, only from the state it says.
+            assert!(!db.advance_change("a", "other", ChangeState::None, ChangeState::Committing, none).unwrap());
+            assert!(db.advance_change("a", "me", ChangeState::None, ChangeState::Committing, none).unwrap());
+            assert!(!db.advance_change("a", "me", ChangeState::None, ChangeState::Committing, none).unwrap());
+            let commit = "c".repeat(40);
+            assert!(db.advance_change("a", "me", ChangeState::Committing, ChangeState::Committed,
+                ChangeFields { commit: Some(&commit), ..none }).unwrap());
+            assert!(db.advance_change("a", "me", ChangeState::Committed, ChangeState::Pushing,
+                ChangeFields { branch: Some("ctxhost/issue-1-abcd1234"), base: Some("main"), ..none }).unwrap());
+            // A field not given is kept.
+            assert!(db.advance_change("a", "me", ChangeState::Pushing, ChangeState::Pushed, none).unwrap());
+            assert!(db.advance_change("a", "me", ChangeState::Pushed, ChangeState::Opening, none).unwrap());
+            assert!(db.advance_change("a", "me", ChangeState::Opening, ChangeState::Opened,
+                ChangeFields { pr_number: Some(7), pr_url: Some("javascript:alert(1)"), ..none }).unwrap());
+            let p = db.publication("a").unwrap().unwrap();
+            assert_eq!(p.change_state, ChangeState::Opened);
+            assert_eq!(p.change_commit.as_deref(), Some(commit.as_str()));
+            assert_eq!(p.change_branch.as_deref(), Some("ctxhost/issue-1-abcd1234"));
+            assert_eq!(p.change_base.as_deref(), Some("main"));
+            assert_eq!(p.pr_number, Some(7));
+            assert_eq!(p.pr_url, None, "not a web URL: not kept");
+            assert!(p.change_state.is_done());
+            // The joined read sees the same.
+            let h = db.held_task("a").unwrap().unwrap();
+            assert_eq!(h.publication.unwrap(), p);
         }
 
         fn concurrent_queueing_of_one_item_inserts_one_task(store: &TestStore) {

@@ -22,7 +22,7 @@ use crate::config::SourceKind;
 /// A GitHub (or GitHub Enterprise) client for one token.
 #[derive(Debug)]
 pub struct GitHub {
-    client: RestClient,
+    pub(super) client: RestClient,
 }
 
 #[derive(Deserialize)]
@@ -238,5 +238,29 @@ impl Forge for GitHub {
 
     fn redact(&self, text: &str) -> String {
         self.client.redact(text)
+    }
+
+    fn pull_head(&self, item: &ItemRef) -> Result<super::pulls::PullHead, ForgeError> {
+        self.pull_head_of(item)
+    }
+
+    fn find_pull(
+        &self,
+        repo: &str,
+        branch: &str,
+    ) -> Result<Option<super::pulls::PullRef>, ForgeError> {
+        self.find_pull_of(repo, branch)
+    }
+
+    fn open_pull(
+        &self,
+        repo: &str,
+        pull: &super::pulls::NewPull<'_>,
+    ) -> Result<super::pulls::PullRef, ForgeError> {
+        self.open_pull_of(repo, pull)
+    }
+
+    fn git_auth(&self) -> crate::workspace::git::Auth {
+        self.client.git_auth("x-access-token")
     }
 }

@@ -273,6 +273,15 @@ impl RestClient {
         self.kind
     }
 
+    /// The token for `git` over HTTP with basic-auth user `user` (given to one command only,
+    /// [`crate::workspace::git::Git::with_auth`]).
+    pub fn git_auth(&self, user: &str) -> crate::workspace::git::Auth {
+        crate::workspace::git::Auth {
+            user: user.to_string(),
+            token: self.token.clone(),
+        }
+    }
+
     /// Replace `self`'s token by `[redacted]` in `text`.
     pub fn redact(&self, text: &str) -> String {
         redact(text, Some(&self.token))

@@ -15,6 +15,7 @@
 //! ([`Sources::connect`]), and are only ever sent in a request header: never written to
 //! `contexts/`, the task store or a log; task processes do not inherit them.
 
+pub mod change;
 pub mod github;
 pub mod gitlab;
 pub mod http;
@@ -22,6 +23,7 @@ pub mod labels;
 pub mod poll;
 pub mod prompt;
 pub mod publish;
+pub mod pulls;
 pub mod schedule;
 
 use serde::Serialize;
@@ -187,6 +189,20 @@ pub trait Forge: Send + Sync {
     ) -> Result<(), ForgeError>;
     /// `text` with the token replaced by `[redacted]`.
     fn redact(&self, text: &str) -> String;
+    /// The head branch of pull (merge) request `item` ([`pulls`]).
+    fn pull_head(&self, item: &ItemRef) -> Result<pulls::PullHead, ForgeError>;
+    /// The pull (merge) request of `repo` whose head is `branch` of `repo` (any state), if any.
+    fn find_pull(&self, repo: &str, branch: &str) -> Result<Option<pulls::PullRef>, ForgeError>;
+    /// Open a pull (merge) request in `repo`. Not repeated after a failure that may have
+    /// reached the forge.
+    fn open_pull(
+        &self,
+        repo: &str,
+        pull: &pulls::NewPull<'_>,
+    ) -> Result<pulls::PullRef, ForgeError>;
+    /// The token as `git` sends it over HTTP ([`crate::workspace::git::Auth`]: user
+    /// `x-access-token` on GitHub, `oauth2` on GitLab), for one git command at a time.
+    fn git_auth(&self) -> crate::workspace::git::Auth;
 }
 
 /// One configured forge: its section and its client.

@@ -42,6 +42,17 @@
 //! a request of the first is under way — except after the first process died, which the
 //! takeover of a dead holder's lease assumes means its request is over.
 //!
+//! # The result as a change (`pull_requests: true`)
+//! Before step 2, a completed task whose workspace differs from its base commit has its
+//! change brought to the forge under the same lease ([`super::change`]): `change_state` goes
+//! `none` → `committing` → `committed` → `pushing` → `pushed` → `opening` → `opened`, each
+//! intent recorded before its effect, each begun step looked for (the commit's
+//! `Ctxhost-Task:` trailer on the worktree's HEAD, the branch on the remote at the recorded
+//! commit, a pull request with that head) before it is done again. Only then is the comment
+//! posted, with a link to the pull (merge) request. A push or request the forge refuses
+//! follows the rules below like a comment: rate limits waited for in the task store, a 403
+//! final. Failpoints: `publish:after-commit`, `publish:after-push`, `publish:after-pr`.
+//!
 //! Labels converge instead (adding or removing a label twice changes nothing); they are set
 //! under the same lease, after reading the status under it, so a slow publisher never puts an
 //! old state over a newer one for good: the state it records is compared with the status on
@@ -71,7 +82,7 @@ use serde::Serialize;
 use super::http::ForgeError;
 use super::labels::{LabelState, moves, state_for};
 use super::{ItemRef, Source, Sources};
-use crate::db::sources::{CommentState, HeldTask, Publication};
+use crate::db::sources::{ChangeState, CommentState, HeldTask, Publication};
 use crate::db::{Db, Status, TaskRow};
 use crate::layout::{Layout, hostname};
 
@@ -133,7 +144,8 @@ pub fn is_result_comment(body: &str) -> bool {
 }
 
 /// What was published for a task, as one sentence (`ctxhost show`'s `published:` line, the task
-/// page's "Source item" block): `result posted[ WHERE][ at TIME]; labels STATE`, or
+/// page's "Source item" block): `result posted[ WHERE][ at TIME]; labels STATE[; change
+/// CHANGE_STATE[ #N][ URL]]` (`; no change to push` when the workspace held none), or
 /// `result being posted; …` / `no result posted yet; …`, with `labels not moved yet` before the
 /// first label move. `comment`: where the posted result comment is, named after
 /// `result posted` (the CLI prints its URL or id; the web page links it instead and passes
@@ -154,7 +166,21 @@ pub fn status_sentence(p: &Publication, comment: Option<&str>) -> String {
         CommentState::None => "no result posted yet".to_string(),
     };
     let labels = p.labels_state.as_deref().unwrap_or("not moved yet");
-    format!("{result}; labels {labels}")
+    let change = match p.change_state {
+        ChangeState::None => String::new(),
+        ChangeState::Unchanged => "; no change to push".to_string(),
+        state => format!(
+            "; change {}{}{}",
+            state.as_str(),
+            p.pr_number.map(|n| format!(" #{n}")).unwrap_or_default(),
+            p.pr_url
+                .as_deref()
+                .filter(|_| state == ChangeState::Opened)
+                .map(|u| format!(" {u}"))
+                .unwrap_or_default()
+        ),
+    };
+    format!("{result}; labels {labels}{change}")
 }
 
 /// The last failed publishing attempt of `p`, as one sentence: `ERROR (N failed attempt(s))`,
@@ -166,9 +192,11 @@ pub fn error_sentence(p: &Publication, note: Option<&str>) -> Option<String> {
         .map(|e| format!("{e} ({} failed attempt(s){note})", p.attempts))
 }
 
-/// The comment posted for `row` (a task that ended) with its final `answer`. The marker comes
-/// first; text longer than [`MAX_RESULT_CHARS`] is cut with a pointer to `ctxhost show`.
-pub fn result_comment(row: &TaskRow, answer: Option<&str>) -> String {
+/// The comment posted for `row` (a task that ended) with its final `answer` and, when its
+/// result became a change on the forge, the line that says where (`change`: the pull request's
+/// link, [`super::change::comment_line`]). The marker comes first; text longer than
+/// [`MAX_RESULT_CHARS`] is cut with a pointer to `ctxhost show`.
+pub fn result_comment(row: &TaskRow, answer: Option<&str>, change: Option<&str>) -> String {
     let uuid = &row.uuid;
     let cut = |s: &str| {
         let n = s.chars().count();
@@ -201,8 +229,9 @@ pub fn result_comment(row: &TaskRow, answer: Option<&str>) -> String {
         Status::Stopped => "The task was stopped before it finished (`ctxhost stop`).".to_string(),
         s => format!("The task is {s}."),
     };
+    let change = change.map(|c| format!("{c}\n\n")).unwrap_or_default();
     format!(
-        "{}\n{body}\n\n<sub>ctxhost task `{uuid}` · {} · {} LLM calls · {} tool calls · {} tokens</sub>\n",
+        "{}\n{body}\n\n{change}<sub>ctxhost task `{uuid}` · {} · {} LLM calls · {} tool calls · {} tokens</sub>\n",
         result_marker(uuid),
         row.status,
         row.llm_call_count,
@@ -514,8 +543,35 @@ impl<'a> Publisher<'a> {
             .get(uuid)?
             .with_context(|| format!("task {uuid} vanished"))?;
         let mut outcome = Synced::UpToDate;
-        if row.status.is_final() {
-            outcome = self.ensure_comment(source, item, &row, leased.comment_state)?;
+        if row.status.is_final() && leased.comment_state != CommentState::Posted {
+            let answer = if row.status == Status::Completed {
+                crate::ops::show::final_answer_with(self.layout, self.remote.as_deref(), uuid)
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(%uuid, "cannot read the final answer: {e:#}");
+                        None
+                    })
+            } else {
+                None
+            };
+            // The change first (pull_requests: true): the comment links it.
+            let cx = super::change::Ctx {
+                db: self.db,
+                owner: &self.owner,
+                layout: self.layout,
+                remote: self.remote.as_deref(),
+                lease: LEASE,
+            };
+            let change =
+                super::change::ensure_change(&cx, source, item, &row, leased, answer.as_deref())?
+                    .and_then(|p| super::change::comment_line(&p, item));
+            outcome = self.ensure_comment(
+                source,
+                item,
+                &row,
+                leased.comment_state,
+                answer.as_deref(),
+                change.as_deref(),
+            )?;
         }
         let state = state_for(row.status);
         if leased.labels_state.as_deref() != Some(state.as_str()) {
@@ -535,13 +591,16 @@ impl<'a> Publisher<'a> {
     }
 
     /// Steps 2–4 of the module docs for a finished task.
-    /// `state`: the comment's state as the lease was taken.
+    /// `state`: the comment's state as the lease was taken; `answer`: the task's final answer;
+    /// `change`: the line saying where its change is ([`super::change::comment_line`]).
     fn ensure_comment(
         &self,
         source: &Source,
         item: &ItemRef,
         row: &TaskRow,
         state: CommentState,
+        answer: Option<&str>,
+        change: Option<&str>,
     ) -> anyhow::Result<Synced> {
         let uuid = row.uuid.as_str();
         match state {
@@ -571,16 +630,7 @@ impl<'a> Publisher<'a> {
             }
         }
         crate::failpoint::kill_if_set("publish:before-comment");
-        let answer = if row.status == Status::Completed {
-            crate::ops::show::final_answer_with(self.layout, self.remote.as_deref(), uuid)
-                .unwrap_or_else(|e| {
-                    tracing::warn!(%uuid, "cannot read the final answer: {e:#}");
-                    None
-                })
-        } else {
-            None
-        };
-        let body = source.forge.redact(&result_comment(row, answer.as_deref()));
+        let body = source.forge.redact(&result_comment(row, answer, change));
         // Renew right before the request: it then ends long before the lease can.
         if !self.db.renew_publish_lease(uuid, &self.owner, LEASE)? {
             bail!("lost the publishing lease of task {uuid} before commenting");
@@ -636,6 +686,12 @@ mod tests {
             last_error: None,
             next_attempt_ms: None,
             item_url: None,
+            change_state: ChangeState::None,
+            change_commit: None,
+            change_branch: None,
+            change_base: None,
+            pr_number: None,
+            pr_url: None,
         };
         assert_eq!(
             status_sentence(&p, None),
@@ -659,6 +715,16 @@ mod tests {
             status_sentence(&p, None),
             "result posted at 2026-01-02T03:04:05Z; labels done"
         );
+        p.change_state = ChangeState::Opened;
+        p.pr_number = Some(3);
+        p.pr_url = Some("https://x/pull/3".into());
+        assert_eq!(
+            status_sentence(&p, None),
+            "result posted at 2026-01-02T03:04:05Z; labels done; change opened #3 https://x/pull/3"
+        );
+        p.change_state = ChangeState::Unchanged;
+        assert!(status_sentence(&p, None).ends_with("labels done; no change to push"));
+        p.change_state = ChangeState::None;
         p.last_error = Some("HTTP 502".into());
         p.attempts = 2;
         assert_eq!(
@@ -676,7 +742,7 @@ mod tests {
         let mut row = crate::db::testing::task_row("1234");
         row.status = Status::Completed;
         row.llm_call_count = 3;
-        let c = result_comment(&row, Some("All good."));
+        let c = result_comment(&row, Some("All good."), None);
         assert!(
             c.starts_with("<!-- ctxhost:result task=1234 -->\nAll good.\n"),
             "{c}"
@@ -685,14 +751,14 @@ mod tests {
         assert!(c.contains("3 LLM calls"));
         row.status = Status::Failed;
         row.error_message = Some("LLM said ```no```".into());
-        let c = result_comment(&row, None);
+        let c = result_comment(&row, None, None);
         assert!(
             c.contains("The task failed:\n\n```text\nLLM said '''no'''\n```"),
             "{c}"
         );
         row.status = Status::Completed;
         let long = "y".repeat(MAX_RESULT_CHARS + 5);
-        let c = result_comment(&row, Some(&long));
+        let c = result_comment(&row, Some(&long), None);
         assert!(c.contains("[... 5 more characters: `ctxhost show 1234` has it all]"));
         assert!(!is_result_comment("a normal comment"));
     }

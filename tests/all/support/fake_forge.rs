@@ -23,6 +23,14 @@
 //!   does), `GET/POST …/{iid}/notes`;
 //! - pagination: `per_page` (at most 100) and `page`, with `Link: <…>; rel="next"` (and
 //!   GitLab's `X-Next-Page`, `X-Total`);
+//! - pull requests and merge requests ([`FakeForge::pulls`], in their own functions below):
+//!   GitHub `GET /repos/{o}/{r}/pulls` (`head=owner:branch`, `state=open|closed|all`),
+//!   `POST …/pulls` (422 when `title`, `head` or `base` is missing, when `head` is not a branch
+//!   of the linked git remote, or "A pull request already exists for owner:branch." when an
+//!   open one has that head), `GET …/pulls/{n}` (with `head.repo` / `base.repo`); GitLab
+//!   `GET /projects/{id}/merge_requests?source_branch=`, `POST …/merge_requests` (400 without
+//!   `source_branch`, `target_branch` or `title`, 409 for a second open one from a source
+//!   branch), `GET …/merge_requests/{iid}` with `source_project_id` / `target_project_id`;
 //! - faults queued with [`FakeForge::push_fault`]: a rate limit (GitHub 403 with
 //!   `x-ratelimit-remaining: 0` + `x-ratelimit-reset`; GitLab 429 with `RateLimit-Reset`), a
 //!   `Retry-After`, or any status, for the next request matching a method and path fragment.
@@ -149,6 +157,8 @@ struct State {
     base: String,
     /// What GitHub's `html_url`s start with, when not `base` (a hostile forge's `javascript:`).
     web_base: Option<String>,
+    /// Pull (merge) requests opened through the API, and the heads of the items that are ones.
+    pulls: PullState,
 }
 
 /// A running fake forge. Stops accepting when dropped.
@@ -182,6 +192,7 @@ impl FakeForge {
             delay: Duration::ZERO,
             base: format!("http://{addr}"),
             web_base: None,
+            pulls: PullState::default(),
         }));
         let st = state.clone();
         let server = Server::serve(listener, "fake-forge", move |stream, _| serve(stream, &st))
@@ -497,11 +508,17 @@ fn route(
             if header("authorization") != Some(&format!("Bearer {}", s.token)) {
                 return message(401, "Bad credentials");
             }
+            if let Some(a) = github_pulls(s, method, path, query, body) {
+                return a;
+            }
             github(s, method, path, query, body)
         }
         Flavor::Gitlab => {
             if header("private-token") != Some(s.token.as_str()) {
                 return message(401, "401 Unauthorized");
+            }
+            if let Some(a) = gitlab_pulls(s, method, path, query, body) {
+                return a;
             }
             gitlab(s, method, path, query, body)
         }
@@ -933,4 +950,336 @@ fn encode(s: &str) -> String {
             }
         })
         .collect()
+}
+
+/// A pull (merge) request opened through the API.
+#[derive(Debug, Clone)]
+pub struct FPull {
+    pub repo: String,
+    pub number: u64,
+    pub title: String,
+    pub head: String,
+    pub base: String,
+    pub body: String,
+    pub open: bool,
+}
+
+/// Whether branch (2nd) exists in repository (1st) of the git remote linked to the fake.
+type BranchCheck = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
+#[derive(Default)]
+struct PullState {
+    opened: Vec<FPull>,
+    /// (repo, item number) → (head branch, from a fork) of the items that are pull requests.
+    heads: BTreeMap<(String, u64), (String, bool)>,
+    branch_check: Option<BranchCheck>,
+}
+
+impl FakeForge {
+    /// The pull (merge) requests opened through the API in `repo`, in order.
+    pub fn pulls(&self, repo: &str) -> Vec<FPull> {
+        self.lock()
+            .pulls
+            .opened
+            .iter()
+            .filter(|p| p.repo == repo)
+            .cloned()
+            .collect()
+    }
+
+    /// Make pull request item `number` of `repo` come from `branch` (default `feature-N`), of
+    /// a fork when `fork`.
+    pub fn set_pull_head(&self, repo: &str, number: u64, branch: &str, fork: bool) {
+        self.lock()
+            .pulls
+            .heads
+            .insert((repo.to_string(), number), (branch.to_string(), fork));
+    }
+
+    /// Refuse a new pull (merge) request whose head is not a branch `exists(repo, branch)` says
+    /// is there (the real forges refuse a head that is not on the remote).
+    pub fn check_branches(&self, exists: impl Fn(&str, &str) -> bool + Send + Sync + 'static) {
+        self.lock().pulls.branch_check = Some(Arc::new(exists));
+    }
+}
+
+/// The head of pull request item `n` of `repo`: (branch, from a fork).
+fn item_head(s: &State, repo: &str, n: u64) -> (String, bool) {
+    s.pulls
+        .heads
+        .get(&(repo.to_string(), n))
+        .cloned()
+        .unwrap_or_else(|| (format!("feature-{n}"), false))
+}
+
+fn gh_pull(base: &str, p: &FPull) -> Value {
+    json!({
+        "number": p.number,
+        "html_url": format!("{base}/{}/pull/{}", p.repo, p.number),
+        "state": if p.open { "open" } else { "closed" },
+        "title": p.title,
+        "body": p.body,
+        "head": {"ref": p.head, "label": format!("{}:{}", p.repo.split('/').next().unwrap_or(""), p.head),
+                 "repo": {"full_name": p.repo}},
+        "base": {"ref": p.base, "repo": {"full_name": p.repo}},
+    })
+}
+
+/// GitHub's pulls routes (`None`: not one of them).
+fn github_pulls(
+    s: &mut State,
+    method: &str,
+    path: &str,
+    query: &[(String, String)],
+    body: &Value,
+) -> Option<Answer> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if parts.len() < 4 || parts[0] != "repos" || parts[3] != "pulls" {
+        return None;
+    }
+    let repo = format!("{}/{}", parts[1], parts[2]);
+    let owner = parts[1].to_string();
+    if !s.repos.contains_key(&repo) {
+        return Some(message(404, "Not Found"));
+    }
+    let web = s.web_base.clone().unwrap_or_else(|| s.base.clone());
+    Some(match (method, &parts[4..]) {
+        ("GET", []) => {
+            let state = param(query, "state").unwrap_or("open");
+            let head = param(query, "head");
+            let all: Vec<Value> = s
+                .pulls
+                .opened
+                .iter()
+                .filter(|p| p.repo == repo)
+                .filter(|p| state == "all" || (state == "open") == p.open)
+                .filter(|p| head.is_none_or(|h| h == format!("{owner}:{}", p.head)))
+                .map(|p| gh_pull(&web, p))
+                .collect();
+            paginate(&s.base.clone(), path, query, all, false)
+        }
+        ("POST", []) => {
+            for field in ["title", "head", "base"] {
+                if body[field].as_str().is_none_or(|v| v.trim().is_empty()) {
+                    return Some(answer(
+                        422,
+                        json!({"message": "Validation Failed", "errors": [
+                            {"resource": "PullRequest", "field": field, "code": "missing_field"}]}),
+                    ));
+                }
+            }
+            let head = body["head"].as_str().unwrap().to_string();
+            let head = head
+                .strip_prefix(&format!("{owner}:"))
+                .unwrap_or(&head)
+                .to_string();
+            let base = body["base"].as_str().unwrap().to_string();
+            if let Some(check) = &s.pulls.branch_check {
+                for (field, branch) in [("head", &head), ("base", &base)] {
+                    if !check(&repo, branch) {
+                        return Some(answer(
+                            422,
+                            json!({"message": "Validation Failed", "errors": [
+                                {"resource": "PullRequest", "field": field, "code": "invalid"}]}),
+                        ));
+                    }
+                }
+            }
+            if s.pulls
+                .opened
+                .iter()
+                .any(|p| p.repo == repo && p.open && p.head == head)
+            {
+                return Some(answer(
+                    422,
+                    json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest",
+                        "code": "custom", "message": format!("A pull request already exists for {owner}:{head}.")}]}),
+                ));
+            }
+            // Issues and pull requests share one sequence.
+            let number = s.repos[&repo]
+                .keys()
+                .copied()
+                .chain(
+                    s.pulls
+                        .opened
+                        .iter()
+                        .filter(|p| p.repo == repo)
+                        .map(|p| p.number),
+                )
+                .max()
+                .unwrap_or(0)
+                + 1;
+            let p = FPull {
+                repo: repo.clone(),
+                number,
+                title: body["title"].as_str().unwrap().to_string(),
+                head,
+                base,
+                body: body["body"].as_str().unwrap_or_default().to_string(),
+                open: true,
+            };
+            s.pulls.opened.push(p.clone());
+            answer(201, gh_pull(&web, &p))
+        }
+        ("GET", [n]) => {
+            let Ok(n) = n.parse::<u64>() else {
+                return Some(message(404, "Not Found"));
+            };
+            if let Some(p) = s
+                .pulls
+                .opened
+                .iter()
+                .find(|p| p.repo == repo && p.number == n)
+            {
+                return Some(answer(200, gh_pull(&web, p)));
+            }
+            match s.repos[&repo].get(&n) {
+                Some(it) if it.kind == Kind::Pull => {
+                    let (head, fork) = item_head(s, &repo, n);
+                    let head_repo = if fork {
+                        format!("someone/{}", parts[2])
+                    } else {
+                        repo.clone()
+                    };
+                    answer(
+                        200,
+                        json!({"number": n, "html_url": format!("{web}/{repo}/pull/{n}"), "state": "open",
+                               "head": {"ref": head, "repo": {"full_name": head_repo}},
+                               "base": {"ref": "main", "repo": {"full_name": repo}}}),
+                    )
+                }
+                _ => message(404, "Not Found"),
+            }
+        }
+        _ => message(404, "Not Found"),
+    })
+}
+
+fn gl_mr(base: &str, project_id: u64, p: &FPull) -> Value {
+    json!({
+        "iid": p.number,
+        "id": p.number + 9000,
+        "title": p.title,
+        "description": p.body,
+        "state": if p.open { "opened" } else { "closed" },
+        "web_url": format!("{base}/{}/-/merge_requests/{}", p.repo, p.number),
+        "source_branch": p.head,
+        "target_branch": p.base,
+        "source_project_id": project_id,
+        "target_project_id": project_id,
+    })
+}
+
+/// GitLab's merge-request routes that open and find requests (`None`: not one of them).
+fn gitlab_pulls(
+    s: &mut State,
+    method: &str,
+    path: &str,
+    query: &[(String, String)],
+    body: &Value,
+) -> Option<Answer> {
+    let rest = path.strip_prefix("/api/v4/projects/")?;
+    let i = rest.find("/merge_requests")?;
+    let project = rest[..i].to_string();
+    let tail: Vec<&str> = rest[i + 1..].split('/').collect();
+    if !s.repos.contains_key(&project) {
+        return Some(message(404, "404 Project Not Found"));
+    }
+    // A stable id per project.
+    let project_id = 100 + s.repos.keys().position(|k| *k == project).unwrap_or(0) as u64;
+    let base = s.base.clone();
+    match (method, &tail[1..]) {
+        ("GET", []) if param(query, "source_branch").is_some() => {
+            let branch = param(query, "source_branch").unwrap();
+            let state = param(query, "state").unwrap_or("all");
+            let all: Vec<Value> = s
+                .pulls
+                .opened
+                .iter()
+                .filter(|p| p.repo == project && p.head == branch)
+                .filter(|p| state == "all" || (state == "opened") == p.open)
+                .map(|p| gl_mr(&base, project_id, p))
+                .collect();
+            Some(paginate(&base, path, query, all, true))
+        }
+        ("POST", []) => {
+            for field in ["source_branch", "target_branch", "title"] {
+                if body[field].as_str().is_none_or(|v| v.trim().is_empty()) {
+                    return Some(answer(400, json!({"error": format!("{field} is missing")})));
+                }
+            }
+            let head = body["source_branch"].as_str().unwrap().to_string();
+            let target = body["target_branch"].as_str().unwrap().to_string();
+            if let Some(check) = &s.pulls.branch_check {
+                for branch in [&head, &target] {
+                    if !check(&project, branch) {
+                        return Some(answer(
+                            400,
+                            json!({"message": [format!("Branch {branch} does not exist")]}),
+                        ));
+                    }
+                }
+            }
+            if let Some(p) = s
+                .pulls
+                .opened
+                .iter()
+                .find(|p| p.repo == project && p.open && p.head == head)
+            {
+                return Some(answer(
+                    409,
+                    json!({"message": [format!("Another open merge request already exists for this source branch: !{}", p.number)]}),
+                ));
+            }
+            let number = s.repos[&project]
+                .values()
+                .filter(|i| i.kind == Kind::Pull)
+                .map(|i| i.number)
+                .chain(
+                    s.pulls
+                        .opened
+                        .iter()
+                        .filter(|p| p.repo == project)
+                        .map(|p| p.number),
+                )
+                .max()
+                .unwrap_or(0)
+                + 1;
+            let p = FPull {
+                repo: project.clone(),
+                number,
+                title: body["title"].as_str().unwrap().to_string(),
+                head,
+                base: target,
+                body: body["description"].as_str().unwrap_or_default().to_string(),
+                open: true,
+            };
+            s.pulls.opened.push(p.clone());
+            Some(answer(201, gl_mr(&base, project_id, &p)))
+        }
+        ("GET", [iid]) => {
+            let n = iid.parse::<u64>().ok()?;
+            if let Some(p) = s
+                .pulls
+                .opened
+                .iter()
+                .find(|p| p.repo == project && p.number == n)
+            {
+                return Some(answer(200, gl_mr(&base, project_id, p)));
+            }
+            let it = s.repos[&project].get(&(n + 1_000_000))?.clone();
+            let (head, fork) = item_head(s, &project, n);
+            let mut v = gl_item(&base, &project, &it);
+            v["source_branch"] = json!(head);
+            v["source_project_id"] = json!(if fork {
+                project_id + 50_000
+            } else {
+                project_id
+            });
+            v["target_project_id"] = json!(project_id);
+            Some(answer(200, v))
+        }
+        _ => None,
+    }
 }

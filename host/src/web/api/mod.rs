@@ -78,7 +78,8 @@ pub struct Api {
     components(schemas(
         Problem, TaskPage, TaskDetail, NewTaskRequest, ControlRequest, ControlResult, Action,
         tasks::Outcome, events::ServerSentEvent, MessagePage, FileEntry, crate::db::TaskRow, crate::db::Status,
-        crate::db::sources::Publication, crate::db::sources::CommentState
+        crate::db::sources::Publication, crate::db::sources::CommentState,
+        crate::db::sources::ChangeState
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []), ()),

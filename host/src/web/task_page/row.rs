@@ -136,6 +136,12 @@ mod tests {
             last_error: Some("HTTP 502".into()),
             next_attempt_ms: None,
             item_url: Some("https://gitlab.example/group/proj/-/merge_requests/7".into()),
+            change_state: crate::db::sources::ChangeState::None,
+            change_commit: None,
+            change_branch: None,
+            change_base: None,
+            pr_number: None,
+            pr_url: None,
         };
         let s = source_item(&row, Some(&p)).unwrap();
         assert_eq!(
