@@ -80,6 +80,7 @@ fn write_request(bencher: Bencher) {
         max_output_tokens: Some(1024),
         temperature: None,
         stream: false,
+        stream_usage: false,
         reasoning: None,
     };
     bencher

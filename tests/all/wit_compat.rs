@@ -88,8 +88,7 @@ fn a_component_built_against_0_2_0_is_refused_naming_its_version_and_1_0_0() {
     let path = guest(STORE_0_2_0);
     let err = rt
         .load(&PluginSource::Path(path.clone()), PluginKind::MessageStore)
-        .err()
-        .expect("a 0.2.0 store is refused");
+        .expect_err("a 0.2.0 store is refused");
     assert!(
         matches!(err, RuntimeError::IncompatibleVersion { .. }),
         "{err}"
@@ -101,8 +100,7 @@ fn a_component_built_against_0_2_0_is_refused_naming_its_version_and_1_0_0() {
     // Loaded as whatever it exports (`plugin check`'s way), the same.
     let err = rt
         .load_any(&PluginSource::Path(path.clone()))
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert_eq!(
         err.to_string(),
         refusal(&path, "message-store", "0.2.0", OLDER)
@@ -194,8 +192,7 @@ fn every_other_version_is_refused_naming_its_version_and_1_0_0() {
         let path = component_of_version(tmp.path(), version);
         let err = rt
             .load(&PluginSource::Path(path.clone()), PluginKind::MessageStore)
-            .err()
-            .expect("refused");
+            .expect_err("refused");
         assert!(
             matches!(err, RuntimeError::IncompatibleVersion { .. }),
             "{version}: {err}"
@@ -260,8 +257,7 @@ fn load_error(dir: &Path, file: &str, bytes: &[u8]) -> (String, String) {
     let rt = runtime(&dir.join("cache"));
     let err = rt
         .load(&PluginSource::Path(path.clone()), PluginKind::Compressor)
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     (path.display().to_string(), err.to_string())
 }
 
@@ -354,8 +350,7 @@ fn an_interface_outside_the_world_keeps_its_own_reason() {
     .unwrap();
     let err = runtime(&tmp.path().join("cache"))
         .load(&PluginSource::Path(path.clone()), PluginKind::MessageStore)
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert_eq!(
         err.to_string(),
         format!(
