@@ -809,3 +809,30 @@ fn an_unknown_tool_is_answered_with_the_tools_there_are() {
         assert!(text.contains(name), "{name} missing from {text}");
     }
 }
+
+/// `ask` works on the current directory: one the workspace rule refuses (here /tmp itself) is
+/// refused before anything is queued (exit 2), saying why.
+#[test]
+fn ask_in_a_refused_directory_is_refused_before_anything_is_queued() {
+    let env = TestEnv::new();
+    env.write_config(&config_yaml(
+        "http://127.0.0.1:9",
+        "openai",
+        "tools:\n  builtin: true\n",
+    ));
+    env.ctxhost(&["init"]).ok();
+    let config = env.root().join("config.yaml").display().to_string();
+    let contexts = env.contexts().display().to_string();
+    let mut c = env.ctxhost_cmd(&["--config", &config, "--contexts", &contexts, "ask", "hi"]);
+    c.cmd.current_dir("/tmp");
+    let out = c.cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the workspace /tmp holds other users'")
+            && stderr.contains("ask works on the current directory"),
+        "{stderr}"
+    );
+    let tasks = env.ctxhost(&["tasks", "--json"]).ok().stdout();
+    assert!(!tasks.contains("\"hi\""), "{tasks}");
+}
