@@ -8,8 +8,8 @@
 //! have, an interface the package does not have, an interface the world does not import, a WIT
 //! or WASI version the host does not load; with the versions it does load.
 
-use super::wit::WitVersion;
 use super::plugin_kind::{PluginKind, WIT_PACKAGE, WIT_VERSION};
+use super::wit::WitVersion;
 
 /// The WASI versions a component may import: wasmtime-wasi 48 defines `wasi:*@0.2.12`, and a
 /// component built against any earlier 0.2.x links to it (semver).

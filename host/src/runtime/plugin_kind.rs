@@ -73,7 +73,7 @@ impl PluginKind {
         format!("{WIT_PACKAGE}/{}@{version}", self.interface())
     }
 
-    fn from_interface(name: &str) -> Option<PluginKind> {
+    pub(super) fn from_interface(name: &str) -> Option<PluginKind> {
         PluginKind::ALL.into_iter().find(|k| k.interface() == name)
     }
 }

@@ -8,7 +8,6 @@
 //! so a wrong or outdated component is named precisely before any instantiation is tried, and
 //! the version after `@` picks the bindings and shim that run it ([`super::wit`]).
 
-
 use wasmtime::Engine;
 use wasmtime::component::Component;
 

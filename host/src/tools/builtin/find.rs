@@ -102,6 +102,17 @@ struct Kept {
 }
 
 impl Kept {
+    /// Whether a line of file `rel` could still be shown: fewer than [`MAX_MATCHES`] kept, or
+    /// `rel` sorts before the file of the last one kept. When not, the file's matches are only
+    /// counted (no line copied: a pattern matching every line stays a count).
+    fn may_take(&self, rel: &str) -> bool {
+        self.lines.len() < MAX_MATCHES
+            || self
+                .lines
+                .last_key_value()
+                .is_some_and(|((last, _), _)| rel <= last.as_str())
+    }
+
     /// Add one file's matches (its first [`MAX_MATCHES`], in line order) and its `count`.
     fn add(&mut self, rel: &str, lines: Vec<(u64, String)>, count: usize) {
         self.total += count;
@@ -159,6 +170,13 @@ pub fn search(
                 return ignore::WalkState::Continue;
             }
             files.fetch_add(1, Ordering::Relaxed);
+            let rel = entry
+                .path()
+                .strip_prefix(dir)
+                .unwrap_or(entry.path())
+                .display()
+                .to_string();
+            let take = kept.lock().map_or(true, |k| k.may_take(&rel));
             let mut lines = Vec::new();
             let mut count = 0usize;
             let _ = searcher.search_path(
@@ -166,7 +184,7 @@ pub fn search(
                 entry.path(),
                 UTF8(|line_no, line| {
                     count += 1;
-                    if lines.len() < MAX_MATCHES {
+                    if take && lines.len() < MAX_MATCHES {
                         let line = line.trim_end_matches(['\n', '\r']);
                         lines.push((line_no, line.chars().take(MAX_MATCH_CHARS).collect()));
                     }
@@ -174,12 +192,6 @@ pub fn search(
                 }),
             );
             if count > 0 {
-                let rel = entry
-                    .path()
-                    .strip_prefix(dir)
-                    .unwrap_or(entry.path())
-                    .display()
-                    .to_string();
                 if let Ok(mut k) = kept.lock() {
                     k.add(&rel, lines, count);
                 }
