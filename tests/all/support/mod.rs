@@ -7,6 +7,8 @@
 //!   requests, comments, labels, pagination, rate limits), recording every call.
 //! - [`fake_s3`]: a fake S3 (PUT/GET/HEAD/DELETE/list) that honours or ignores each
 //!   conditional write, and can throttle (`503 SlowDown`) or refuse for clock skew.
+//! - [`git_http`]: a real git remote over smart HTTP (Debian's `git-http-backend` as CGI) that
+//!   requires a token in `Authorization: Basic` and records every request.
 //! - [`hosts`]: the multi-host harness (workers as separate hosts, the two-step fake LLM, a
 //!   queue filled through the library).
 //! - [`http`]: the HTTP/1.1 plumbing both fakes share (accepting connections, reading a request,
@@ -41,6 +43,7 @@ pub mod dashboard;
 pub mod fake_forge;
 pub mod fake_llm;
 pub mod fake_s3;
+pub mod git_http;
 pub mod hosts;
 pub mod http;
 pub mod openai_api;
