@@ -3,7 +3,8 @@
 //!
 //! Written once, when the task's workspace is first known to be a git checkout (a worktree
 //! ctxhost made for a forge item, or a directory the user named that is inside a git
-//! repository); never rewritten after. Shape (JSON object, UTF-8, one line or pretty):
+//! repository); rewritten only when a managed worktree is rebuilt at another path (the task
+//! resumed on another host). Schema: docs/schemas/workspace.schema.json. Shape (JSON object, UTF-8, one line or pretty):
 //!
 //! | field | type | meaning |
 //! |---|---|---|
@@ -18,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::task_dir::TaskDir;
 
 /// The file name of the record in the task directory.
-pub const FILE: &str = "workspace.json";
+pub const FILE: &str = ctxhost_format::files::WORKSPACE;
 
 /// Largest `workspace.json` read back (bytes): the record is a few hundred bytes.
 const MAX_BYTES: u64 = 64 * 1024;
@@ -99,7 +100,10 @@ mod tests {
             Some("http://127.0.0.1:8080/o/r.git")
         );
         assert_eq!(without_credentials("git@github.com:o/r.git"), None);
-        assert_eq!(without_credentials("/srv/git/r.git").as_deref(), Some("/srv/git/r.git"));
+        assert_eq!(
+            without_credentials("/srv/git/r.git").as_deref(),
+            Some("/srv/git/r.git")
+        );
     }
 
     #[test]
@@ -116,7 +120,11 @@ mod tests {
         };
         rec.write(&dir).unwrap();
         assert_eq!(WorkspaceRecord::read(&dir).unwrap(), Some(rec));
-        std::fs::write(tmp.path().join(FILE), br#"{"path":"/w","base_commit":"a","x":1}"#).unwrap();
+        std::fs::write(
+            tmp.path().join(FILE),
+            br#"{"path":"/w","base_commit":"a","x":1}"#,
+        )
+        .unwrap();
         let err = WorkspaceRecord::read(&dir).unwrap_err().to_string();
         assert!(err.contains(FILE), "{err}");
     }
