@@ -190,8 +190,12 @@ fn a_github_issue_task_edits_its_own_worktree_and_its_change_is_the_patch() {
     // The worktree: contexts/.workspaces/<uuid>, detached at main's commit, with the edit.
     let ws = std::path::absolute(env.contexts().join(".workspaces").join(&uuid)).unwrap();
     assert_eq!(
-        row["task"]["workspace"],
+        row["workspace"]["path"],
         ws.display().to_string(),
+        "{row:#}"
+    );
+    assert_eq!(
+        row["changes"], "1 file changed, 1 insertion(+), 1 deletion(-)",
         "{row:#}"
     );
     assert_eq!(git(&ws, &["rev-parse", "HEAD"]), base);
@@ -255,7 +259,7 @@ fn a_github_issue_task_edits_its_own_worktree_and_its_change_is_the_patch() {
     let tools = read_jsonl(&dir.join("tools.jsonl"));
     let shell = tools
         .iter()
-        .find(|l| l["name"] == "shell")
+        .find(|l| l["tool"] == "shell")
         .expect("the shell call");
     let seen = shell.to_string();
     assert!(seen.contains("PATH="), "{seen}");
@@ -277,9 +281,12 @@ fn a_github_issue_task_edits_its_own_worktree_and_its_change_is_the_patch() {
     assert_eq!(problems.len(), 1, "{out:#}");
     assert_eq!(problems[0]["kind"], "workspace-patch");
     assert_eq!(problems[0]["uuid"], uuid.as_str());
-    assert_eq!(
-        problems[0]["path"],
-        dir.join("changes.patch").display().to_string()
+    assert!(
+        problems[0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("completed/{uuid}/changes.patch")),
+        "{out:#}"
     );
     assert!(
         problems[0]["message"]
@@ -355,7 +362,7 @@ fn a_plain_http_clone_url_needs_allow_http_and_a_plain_task_has_no_git_workspace
     env.set_env(GH_TOKEN_ENV, &gh.token());
     env.ctxhost(&["init"]).ok();
     let uuid = poll_one(&env);
-    env.ctxhost(&["run", "--once"]).run();
+    env.ctxhost(&["run", "--once"]);
     let row = env.ctxhost(&["show", &uuid, "--json"]).ok().json();
     assert_eq!(row["task"]["status"], "failed", "{row:#}");
     let err = row["task"]["error_message"].as_str().unwrap();
@@ -392,7 +399,7 @@ fn a_plain_http_clone_url_needs_allow_http_and_a_plain_task_has_no_git_workspace
         .as_str()
         .unwrap()
         .to_string();
-    env.ctxhost(&["run", "--once"]).run();
+    env.ctxhost(&["run", "--once"]);
     let row = env.ctxhost(&["show", &sneaky, "--json"]).ok().json();
     assert_eq!(row["task"]["status"], "failed", "{row:#}");
     let err = row["task"]["error_message"].as_str().unwrap();
