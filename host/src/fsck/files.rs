@@ -1,5 +1,5 @@
 //! The files of one task directory, read through its [`TaskDir`] handle: no symbolic link in
-//! it and nothing looser than owner-only; metadata.json and task_state.json parse; messages.jsonl
+//! it and nothing looser than owner-only; metadata.json, task_state.json and workspace.json parse; messages.jsonl
 //! exists once the task has a context; its checkpoints are usable ([`super::checkpoints`]);
 //! every line of every JSONL file parses as its format and
 //! holds no NUL byte, seq runs 1..n, current.jsonl keeps the context invariants and is not
@@ -126,6 +126,9 @@ pub(crate) fn check_dir(
         }),
         // Read by the request format only: its schema is all there is to check.
         (TOOL_DEFINITIONS, |_| Ok(())),
+        (crate::workspace::record::FILE, |v| {
+            serde_json::from_value::<crate::workspace::record::WorkspaceRecord>(v).map(|_| ())
+        }),
     ] {
         let Ok(Some(bytes)) = dir.read_if_exists(name) else {
             continue;
@@ -262,20 +265,9 @@ pub(crate) fn check_dir(
 fn check_workspace(dir: &TaskDir, path: &Path, uuid: Option<&str>, problems: &mut Vec<Problem>) {
     use crate::workspace::checkout::{self, MAX_PATCH_BYTES, PATCH_FILE};
     use crate::workspace::record::{FILE, WorkspaceRecord};
-    let rec = match WorkspaceRecord::read(dir) {
-        Ok(Some(r)) => r,
-        Ok(None) => return,
-        Err(e) => {
-            problems.push(problem(
-                ProblemKind::BadFile,
-                uuid,
-                Some(&dir.file_path(FILE)),
-                None,
-                format!("{e:#}"),
-                false,
-            ));
-            return;
-        }
+    // A record that does not parse or match its schema is reported with the other JSON files.
+    let Ok(Some(rec)) = WorkspaceRecord::read(dir) else {
+        return;
     };
     let git_dir = if rec.managed {
         // contexts/<state>/<uuid> → contexts/.workspaces
