@@ -346,6 +346,63 @@ fn a_pull_request_task_gets_a_worktree_at_the_head_of_the_pull_request() {
     assert_token_only_in_headers(&env, &git_srv, &gh.token());
 }
 
+/// A GitLab merge request's task: the project's `http_url_to_repo`, the token as HTTP basic
+/// auth with GitLab's user `oauth2`, the worktree at `refs/merge-requests/N/head`.
+#[test]
+fn a_gitlab_merge_request_task_gets_a_worktree_at_its_head() {
+    let gl = FakeForge::gitlab();
+    let git_srv = GitHttp::start("oauth2", &gl.token());
+    git_srv.add_repo("grp/proj", &[("calc.py", CALC)]);
+    gl.set_repository("grp/proj", &git_srv.url("grp/proj"), "main");
+    let n = gl.add_item(
+        "grp/proj",
+        Kind::Pull,
+        "Add feature",
+        "Review it.",
+        &[LABEL],
+    );
+    let head = git_srv.commit_on(
+        "grp/proj",
+        "main",
+        &format!("refs/merge-requests/{n}/head"),
+        &[("feature.txt", "merge request work\n")],
+        "feature",
+    );
+    let llm = FakeLlm::start(vec![Reply::text("Looks good.", Some((50, 5)))]);
+    let mut env = TestEnv::new();
+    env.write_config(&config_yaml(
+        &llm.base_url(),
+        "openai",
+        &format!(
+            "sources:\n  gitlab:\n    api_url: \"{}\"\n    token_env: CTXHOST_TEST_GITLAB_TOKEN\n    \
+             projects: [grp/proj]\n    workspace: true\n    allow_http: true\ntools:\n  builtin: true\n",
+            gl.api_url()
+        ),
+    ));
+    env.set_env("CTXHOST_TEST_GITLAB_TOKEN", &gl.token());
+    env.ctxhost(&["init"]).ok();
+    let uuid = poll_one(&env);
+    env.ctxhost(&["run", "--once"]).ok();
+    let ws = env.contexts().join(".workspaces").join(&uuid);
+    assert_eq!(git(&ws, &["rev-parse", "HEAD"]), head);
+    let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("workspace.json")).unwrap()).unwrap();
+    assert_eq!(rec["ref"], format!("refs/merge-requests/{n}/head"));
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("oauth2:{}", gl.token()))
+    );
+    let reqs = git_srv.requests();
+    assert!(!reqs.is_empty());
+    assert!(
+        reqs.iter()
+            .all(|r| r.header("authorization") == Some(basic.as_str())
+                && !r.target.contains(&gl.token()))
+    );
+    assert!(files_containing(&env.contexts(), &gl.token()).is_empty());
+}
+
 /// Without `allow_http`, a plain-http clone URL is refused before anything is fetched, naming
 /// the key; a task without a git workspace says so in `diff`.
 #[test]

@@ -21,6 +21,9 @@
 //! - GitLab: `GET /api/v4/projects/{id}/{issues,merge_requests}` (`state=opened`, `labels`),
 //!   `GET/PUT …/{iid}` (`add_labels` / `remove_labels`, which also add a system note, as GitLab
 //!   does), `GET/POST …/{iid}/notes`;
+//! - the repository itself (workspaces, issue 40): GitHub `GET /repos/{o}/{r}` (`clone_url`,
+//!   `default_branch`), GitLab `GET /projects/{id}` (`http_url_to_repo`, `default_branch`), as
+//!   set by [`FakeForge::set_repository`] (e.g. a [`super::git_http::GitHttp`] URL);
 //! - pagination: `per_page` (at most 100) and `page`, with `Link: <…>; rel="next"` (and
 //!   GitLab's `X-Next-Page`, `X-Total`);
 //! - faults queued with [`FakeForge::push_fault`]: a rate limit (GitHub 403 with
