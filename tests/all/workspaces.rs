@@ -631,10 +631,8 @@ fn a_worktree_is_rebuilt_on_another_host_from_the_mirror_the_base_and_the_patch(
     let fsck = on_host("host-b", &["fsck", "--json"]).json();
     assert_eq!(fsck["problems"], Value::Array(vec![]), "{fsck:#}");
     for host in ["host-a", "host-b"] {
-        for needle in [gh.token()] {
-            let found = files_containing(&tree(host), &needle);
-            assert!(found.is_empty(), "the token is in {found:?}");
-        }
+        let found = files_containing(&tree(host), &gh.token());
+        assert!(found.is_empty(), "the token is in {found:?}");
     }
 }
 

@@ -71,7 +71,8 @@ impl ForgeTokens {
 
     /// One JSON line (`{"github": "…"}` + `\n`), for the child's stdin.
     pub fn to_line(&self) -> Vec<u8> {
-        let mut line = serde_json::to_vec(&self.0).expect("a map of strings serializes");
+        // A map of strings always serializes; an empty object would only mean "no tokens".
+        let mut line = serde_json::to_vec(&self.0).unwrap_or_else(|_| b"{}".to_vec());
         line.push(b'\n');
         line
     }

@@ -189,15 +189,15 @@ pub fn remove_worktree(path: &Path, mirror: Option<&Path>) -> anyhow::Result<()>
     if let Some(repo) = repo.filter(|r| r.join("HEAD").exists()) {
         let _lock = MirrorLock::acquire(&repo)?;
         let git = Git::new(&repo);
-        if path.exists() {
-            if let Err(e) = git.run([
+        if path.exists()
+            && let Err(e) = git.run([
                 std::ffi::OsStr::new("worktree"),
                 "remove".as_ref(),
                 "--force".as_ref(),
                 path.as_os_str(),
-            ]) {
-                tracing::debug!("git worktree remove: {e:#}; removing the folder");
-            }
+            ])
+        {
+            tracing::debug!("git worktree remove: {e:#}; removing the folder");
         }
         if path.exists() {
             std::fs::remove_dir_all(path)

@@ -147,12 +147,16 @@ impl Git {
                     .stderr(Stdio::piped())
                     .spawn()
                     .map_err(cannot)?;
-                let mut stdin = child.stdin.take().expect("piped stdin");
                 let bytes = bytes.to_vec();
-                let feeder = std::thread::spawn(move || stdin.write_all(&bytes));
+                let feeder = child
+                    .stdin
+                    .take()
+                    .map(|mut stdin| std::thread::spawn(move || stdin.write_all(&bytes)));
                 let out = child.wait_with_output().map_err(cannot)?;
                 // A command that exits before reading all its input is judged by its status.
-                let _ = feeder.join();
+                if let Some(f) = feeder {
+                    let _ = f.join();
+                }
                 out
             }
         };
