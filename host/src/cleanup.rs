@@ -11,6 +11,10 @@
 //! marked first, then the directory is renamed to `completed/.deleting-{uuid}` (atomic) and
 //! that tree deleted. A cleanup interrupted half-way leaves a marked row whose directory is
 //! still in `completed/`, or a `.deleting-` directory; the next cleanup finishes both.
+//!
+//! A task's managed worktree (`contexts/.workspaces/<uuid>`, issue 40) is removed with it
+//! (`git worktree remove --force`, then `git worktree prune` in its mirror), before its row is
+//! marked; a worktree whose task has no row or whose files are gone is removed too.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -136,8 +140,22 @@ pub fn cleanup_with(
         }
     }
     leftovers.sort();
+    // Managed worktrees (issue 40) of tasks whose files are gone or that have no row.
+    if !dry_run && let Ok(entries) = fs::read_dir(layout.workspaces_dir()) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if parse_uuid(&name).ok().as_deref() != Some(name.as_str()) {
+                continue;
+            }
+            if db.get(&name)?.is_none_or(|r| r.files_deleted_at.is_some()) {
+                remove_workspace(layout, &name)?;
+                report.leftovers.push(entry.path().display().to_string());
+            }
+        }
+    }
     for (path, uuid) in leftovers {
         if !dry_run {
+            remove_workspace(layout, &uuid)?;
             // Marks the row (if an old cleanup had not) and deletes what is left.
             lifecycle::apply(db, layout, &uuid, &Transition::DeleteFiles)?;
         }
@@ -170,6 +188,9 @@ pub fn cleanup_with(
             continue;
         };
         if !dry_run {
+            // Its managed worktree first: a crash between the two leaves a task whose
+            // worktree is gone, which a resume would rebuild, never a worktree without a task.
+            remove_workspace(layout, &uuid)?;
             if lifecycle::apply(db, layout, &uuid, &Transition::DeleteFiles)?.is_none() {
                 continue;
             }
@@ -189,6 +210,19 @@ pub fn cleanup_with(
         });
     }
     Ok(report)
+}
+
+/// Remove task `uuid`'s managed worktree `contexts/.workspaces/<uuid>` if there is one
+/// (`git worktree remove --force` and `prune` in its mirror). Errors name the folder.
+fn remove_workspace(layout: &Layout, uuid: &str) -> anyhow::Result<()> {
+    let path = layout.task_workspace(uuid);
+    if !path.exists() {
+        return Ok(());
+    }
+    crate::workspace::checkout::remove_worktree(&path, None)
+        .map_err(|e| anyhow::anyhow!("removing the worktree of task {uuid}: {e:#}"))?;
+    tracing::info!(%uuid, path = %path.display(), "task worktree removed");
+    Ok(())
 }
 
 /// Total apparent size of the files under `path` (symlinks counted as themselves).

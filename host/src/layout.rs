@@ -91,6 +91,17 @@ impl Layout {
         self.root.join(DB_FILE)
     }
 
+    /// `contexts/.workspaces/`: the worktrees ctxhost makes for tasks (`<uuid>/`) and the
+    /// mirrors they are made from (`cache/`); see [`crate::workspace::checkout`].
+    pub fn workspaces_dir(&self) -> PathBuf {
+        self.root.join(".workspaces")
+    }
+
+    /// The managed worktree of task `uuid`: `contexts/.workspaces/<uuid>`.
+    pub fn task_workspace(&self, uuid: &str) -> PathBuf {
+        self.workspaces_dir().join(uuid)
+    }
+
     /// `contexts/.cache/`: compiled components.
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join(".cache")

@@ -370,6 +370,7 @@ fn execute(
     let RunExtras { remote, trace_id } = extras;
     // CTXHOST_CACHE_DIR lets several contexts trees (or test runs) share compiled components.
     let plugins = PluginSet::load(config, layout)?;
+    let row_copy = row.clone();
     let mut ctx = TaskContext::open(config, layout, db, row, pid, host, &plugins)?;
     if let Some(r) = remote {
         ctx.set_remote(r);
@@ -380,7 +381,33 @@ fn execute(
         // A record for people (the task page): never fails the task.
         tracing::warn!(uuid = %ctx.uuid(), "cannot record the run's trace id: {e}");
     }
-    let mut outcome = run_loop(config, &plugins, &mut ctx);
+    // The workspace as a git checkout (issue 40): a forge item's worktree made or rebuilt, a
+    // user's git directory recorded; a failure here fails the task before any step.
+    let workspace = crate::task::read_metadata(ctx.dir())
+        .ok()
+        .flatten()
+        .and_then(|m| m.workspace)
+        .map(std::path::PathBuf::from)
+        .or_else(|| config.workspace.clone());
+    let record = crate::sources::workspace::prepare(
+        config,
+        layout,
+        ctx.dir(),
+        &row_copy,
+        workspace.as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!("preparing the task's workspace failed: {e:#}"));
+    let mut outcome = match record {
+        Ok(record) => {
+            let outcome = run_loop(config, &plugins, &mut ctx, workspace, record.as_ref());
+            // The change as it is at the end of this run, whatever the outcome.
+            if let Some(rec) = &record {
+                write_patch(config, &ctx, rec);
+            }
+            outcome
+        }
+        Err(e) => Err(e),
+    };
     // Whatever the loop's outcome, the task never ends, pauses or stops on a history a
     // component replaced or rewrote during its last step: it fails, naming the file.
     if outcome.is_ok()
@@ -413,12 +440,38 @@ fn execute(
     }
 }
 
+/// Write the task's `changes.patch` for its git workspace `rec` if it changed (a step
+/// boundary); a failure is logged, never the task's.
+fn write_patch(
+    config: &Config,
+    ctx: &TaskContext,
+    rec: &crate::workspace::record::WorkspaceRecord,
+) {
+    match crate::workspace::checkout::write_patch(ctx.dir(), rec, &own_paths(config, ctx, None)) {
+        Ok(true) => tracing::debug!(uuid = %ctx.uuid(), "changes.patch written"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(uuid = %ctx.uuid(), "cannot write changes.patch: {e:#}"),
+    }
+}
+
 /// The paths of ctxhost itself no tool may touch even inside a workspace: the contexts/ tree
 /// (the parent of `running/`, where the task's directory is) and the config file.
-fn own_paths(config: &Config, ctx: &TaskContext) -> Vec<std::path::PathBuf> {
+/// `managed`: the task's own worktree `contexts/.workspaces/<uuid>` when it works in one;
+/// contexts/ is then left out (the worktree lies inside it and nothing else of contexts/ lies
+/// inside the worktree), which is what lets exactly that folder be a workspace.
+fn own_paths(
+    config: &Config,
+    ctx: &TaskContext,
+    managed: Option<&std::path::Path>,
+) -> Vec<std::path::PathBuf> {
     let mut paths = Vec::new();
     if let Some(contexts) = ctx.dir().path().parent().and_then(|p| p.parent()) {
-        paths.push(contexts.to_path_buf());
+        let canon = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let own_worktree = managed
+            .is_some_and(|m| canon(m) == canon(&contexts.join(".workspaces")).join(ctx.uuid()));
+        if !own_worktree {
+            paths.push(contexts.to_path_buf());
+        }
     }
     if let Some(c) = &config.loaded_from {
         paths.push(c.clone());
@@ -433,6 +486,8 @@ fn run_loop(
     config: &Config,
     plugins: &PluginSet,
     ctx: &mut TaskContext,
+    workspace: Option<std::path::PathBuf>,
+    record: Option<&crate::workspace::record::WorkspaceRecord>,
 ) -> anyhow::Result<Outcome> {
     let dir = ctx.dir().clone();
     // The LLM calls of the compressor and the strategy give way to a pause or stop as the
@@ -480,23 +535,22 @@ fn run_loop(
         ctx.planning().clone(),
         Agent::strategy_config(config),
     );
-    // The built-in coding tools on the task's workspace (issue 39).
-    // The one metadata.json recorded when the task first ran (the task's own, from `submit
-    // --workspace` or `ask`, else the config's); a task older than that record: the config's
-    // (or `task-exec --workspace`'s).
-    let workspace = crate::task::read_metadata(&dir)
-        .ok()
-        .flatten()
-        .and_then(|m| m.workspace)
-        .map(std::path::PathBuf::from)
-        .or_else(|| config.workspace.clone());
+    // The built-in coding tools on the task's workspace (issue 39): the managed worktree
+    // (issue 40), else the one metadata.json recorded when the task first ran (the task's own,
+    // from `submit --workspace` or `ask`, else the config's); a task older than that record:
+    // the config's (or `task-exec --workspace`'s).
+    let managed = record
+        .filter(|r| r.managed)
+        .map(|r| std::path::PathBuf::from(&r.path));
+    let workspace = managed.clone().or(workspace);
+    let managed = managed.as_deref();
     let task_tools: Box<dyn ToolRunner> = if config.mcp_servers.is_empty() {
         Box::new(NoTools)
     } else {
         // Servers with `sandbox: true` are confined to the workspace (issue 39).
         let confinement = crate::tools::Confinement {
             workspace: workspace.clone(),
-            hidden: own_paths(config, ctx),
+            hidden: own_paths(config, ctx, managed),
             tools: config.tools.clone(),
         };
         Box::new(
@@ -510,7 +564,7 @@ fn run_loop(
             &dir,
             crate::tools::builtin::Setup {
                 workspace: ws.clone(),
-                hidden: own_paths(config, ctx),
+                hidden: own_paths(config, ctx, managed),
                 config: config.tools.clone(),
                 secret: config.api_key().ok().flatten(),
             },
@@ -540,6 +594,11 @@ fn run_loop(
         &mut strategy,
     )
     .with_interrupt_probe(probe)
+    .with_step_end(Box::new(|ctx: &TaskContext| {
+        if let Some(rec) = record {
+            write_patch(config, ctx, rec);
+        }
+    }))
     .run(ctx);
     let s = strategy.stats();
     tracing::info!(uuid = %ctx.uuid(), strategy = strategy.component(), instantiate_ms, hooks = s.calls,

@@ -88,12 +88,26 @@ pub struct WorkerOptions {
     pub env_remove: Vec<String>,
     /// Arguments added to every child's `task-exec` (the `llm` flags of `ctxhost run`).
     pub child_args: Vec<String>,
+    /// Bytes written to every child's stdin, which is then closed: the forge tokens of the
+    /// sources with `workspace: true` (the child gets `--forge-tokens-on-stdin`). `None`: the
+    /// child's stdin is empty.
+    pub child_stdin: Option<Secret>,
     /// Ctrl-C / SIGTERM seen by the command ([`crate::interrupt`]): at the first the worker
     /// starts no more children, asks its running tasks to pause and returns when every child
     /// has exited; at the second it asks them to stop. `None`: signals are not caught.
     pub interrupts: Option<crate::interrupt::Interrupts>,
     /// `llm.pricing`, for `ctxhost_llm_cost_usd_total` ([`crate::metrics`]).
     pub pricing: crate::config::pricing::Pricing,
+}
+
+/// Bytes that must not be shown (`Debug` prints their length only).
+#[derive(Clone)]
+pub struct Secret(pub Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret(<{} bytes redacted>)", self.0.len())
+    }
 }
 
 /// What a worker that returned did.
@@ -473,6 +487,9 @@ fn spawn(
         cmd.arg(format!("-{}", "v".repeat(opts.verbose as usize)));
     }
     cmd.args(["task-exec", "--next", "--worker-id", me.as_str()]);
+    if opts.child_stdin.is_some() {
+        cmd.arg(crate::sources::workspace::TOKENS_ON_STDIN);
+    }
     cmd.args(&opts.child_args);
     for var in &opts.env_remove {
         cmd.env_remove(var);
@@ -480,11 +497,22 @@ fn spawn(
     // A process group of its own: the terminal's Ctrl-C reaches the worker only, which asks
     // the tasks to pause at a safe point instead of killing them mid-step.
     use std::os::unix::process::CommandExt;
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .process_group(0);
-    cmd.spawn()
+    cmd.stdin(if opts.child_stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit())
+    .process_group(0);
+    let mut child = cmd.spawn()?;
+    if let (Some(secret), Some(mut stdin)) = (&opts.child_stdin, child.stdin.take()) {
+        use std::io::Write as _;
+        // A few hundred bytes: the pipe takes them without the child reading first. A child
+        // that died at once is seen by the worker's reaping, not here.
+        let _ = stdin.write_all(&secret.0);
+    }
+    Ok(child)
 }
 
 /// The task running under this worker's child `pid`, if any (a child killed before it said).

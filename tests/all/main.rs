@@ -66,3 +66,4 @@ mod uuid_prefix;
 mod web;
 mod web_browser;
 mod wit_compat;
+mod workspaces;

@@ -94,6 +94,13 @@ pub const LLM_CALLS: &str = "llm_calls.jsonl";
 /// `trace_ids`: the OpenTelemetry trace id of each run of the task (32 hex digits a line,
 /// appended when a run starts with traces on; the dashboard's task page shows the last).
 pub const TRACE_IDS: &str = "trace_ids";
+/// `workspace.json`: the task's workspace as a git checkout — path, base commit, repository,
+/// ref, whether ctxhost manages the worktree (issue 40; written by the host once, when the
+/// task's process first starts).
+pub const WORKSPACE: &str = "workspace.json";
+/// `changes.patch`: `git diff --binary` of the task's git workspace against workspace.json's
+/// base commit, replaced atomically by the host at every step boundary when it changed.
+pub const CHANGES_PATCH: &str = "changes.patch";
 /// `request.json`: the body of the agent loop's current LLM request (request format).
 pub const REQUEST: &str = "request.json";
 /// `response.json`: the body of the provider's answer to [`REQUEST`] (host transport).
@@ -145,6 +152,8 @@ pub const TASK_FILES: &[TaskFile] = &[
     file(PLANNING_DIR, Owner::Host, false),
     file(LLM_CALLS, Owner::Host, false),
     file(TRACE_IDS, Owner::Host, false),
+    file(WORKSPACE, Owner::Host, false),
+    file(CHANGES_PATCH, Owner::Host, false),
     file(REQUEST, Owner::RequestFormat, true),
     file(RESPONSE, Owner::RequestFormat, true),
     file(LLM_REQUEST, Owner::RequestFormat, true),

@@ -161,7 +161,14 @@ pub struct Agent<'a> {
     /// The server refused `stream_options` (`llm.stream_usage`) once: the process's later
     /// calls leave it out.
     stream_usage_refused: bool,
+    /// Called at the end of every round of tool calls (the step boundary where the workspace
+    /// may have changed): the task's `changes.patch` is written there
+    /// ([`Agent::with_step_end`]).
+    step_end: Option<StepEnd<'a>>,
 }
+
+/// What [`Agent::with_step_end`] runs at each step boundary; it never fails the task (it logs).
+pub type StepEnd<'a> = Box<dyn FnMut(&TaskContext) + 'a>;
 
 impl<'a> Agent<'a> {
     /// An agent loop with `config`, the request `format`, the `compressor` (`None`: compression
@@ -184,7 +191,15 @@ impl<'a> Agent<'a> {
             tool_definition_tokens: 0,
             interrupt_probe: None,
             stream_usage_refused: false,
+            step_end: None,
         }
+    }
+
+    /// Run `f` at the end of every round of tool calls, after the last result is recorded and
+    /// before the strategy's `after-tools` hook (also on a round an interrupt cut short).
+    pub fn with_step_end(mut self, f: StepEnd<'a>) -> Agent<'a> {
+        self.step_end = Some(f);
+        self
     }
 
     /// The probe given to the `llm` imports of the compressor and the strategy
@@ -274,10 +289,13 @@ impl Agent<'_> {
                     for call in &pending {
                         // Safe point: before each tool call (after the previous result).
                         if let Some(outcome) = self.interrupted(ctx)? {
+                            self.end_step(ctx);
                             return Ok(outcome);
                         }
                         outcomes.push(self.tool_call(ctx, call)?);
                     }
+                    // Step boundary: the tools of this step are done.
+                    self.end_step(ctx);
                     // Safe point: after the last result (a call interrupted by a pause or
                     // stop ends this run here; a resume goes on with the strategy's hook).
                     if let Some(outcome) = self.interrupted(ctx)? {
@@ -310,6 +328,13 @@ impl Agent<'_> {
                     self.apply(ctx, d)?
                 }
             };
+        }
+    }
+
+    /// The step-boundary callback ([`Agent::with_step_end`]), if any.
+    fn end_step(&mut self, ctx: &TaskContext) {
+        if let Some(f) = self.step_end.as_mut() {
+            f(ctx);
         }
     }
 

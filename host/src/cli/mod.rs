@@ -171,6 +171,15 @@ pub enum Command {
         Exit codes: 0 shown; 2 bad or unknown UUID, or ambiguous UUID prefix."
     )]
     Show(report::ShowArgs),
+    /// Print a task's change to its git workspace: `changes.patch`, the `git diff --binary`
+    /// against the base commit its workspace.json records (written at every step).
+    #[command(
+        after_help = "Examples:\n  ctxhost diff 0193a4b2\n  ctxhost diff 0193a4b2 | git apply\n  ctxhost diff 0193a4b2 --stat\n\n\
+        Prints `no change` when the workspace equals its base, `no git workspace` when the task's\n\
+        workspace is not a git checkout.\n\n\
+        Exit codes: 0 shown; 2 bad or unknown UUID, or ambiguous UUID prefix."
+    )]
+    Diff(report::DiffArgs),
     /// Statistics: counts by status, durations, tokens, LLM calls, compressions, by model.
     Stats(report::StatsArgs),
     /// Pause a running task at its next safe point (its directory moves to paused/).
@@ -302,6 +311,10 @@ pub enum Command {
         /// `ctxhost ask` passes its current directory).
         #[arg(long, value_name = "DIR")]
         workspace: Option<std::path::PathBuf>,
+        /// Read the forge tokens of the sources with `workspace: true` as one JSON line on
+        /// stdin (the worker writes them; they are never in this process's environment).
+        #[arg(long = "forge-tokens-on-stdin")]
+        forge_tokens_on_stdin: bool,
         /// The `llm` settings of the command that started this process.
         #[command(flatten)]
         llm: llm_flags::LlmFlags,
@@ -769,11 +782,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 max_crashes: env.config.worker.max_crashes,
                 lease: env.config.worker.lease(),
                 store: env.config.store_spec()?,
-                // Task processes do not need the sources' tokens.
+                // Task processes never get the sources' tokens in their environment; those
+                // of sources with `workspace: true` come on their stdin (their git fetches).
                 env_remove: sources
                     .as_ref()
                     .map(|s| s.token_envs().to_vec())
                     .unwrap_or_default(),
+                child_stdin: crate::sources::workspace::ForgeTokens::from_env(&env.config.sources)?
+                    .map(|t| crate::worker::Secret(t.to_line())),
                 child_args: args.llm.to_args(),
                 interrupts: Some(crate::interrupt::Interrupts::install()?),
                 pricing: env.config.llm.pricing.clone(),
@@ -856,6 +872,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Poll(args) => poll::poll(&Env::load(&global)?, &args),
         Command::Tasks(args) => report::tasks(&Env::load(&global)?, &args),
         Command::Show(args) => report::show(&Env::load(&global)?, &args),
+        Command::Diff(args) => report::diff(&Env::load(&global)?, &args),
         Command::SandboxExec {
             workspace,
             temp_dir,
@@ -1024,9 +1041,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             next,
             worker_id,
             workspace,
+            forge_tokens_on_stdin,
             llm,
         } => {
             use crate::task_process::Target;
+            if forge_tokens_on_stdin {
+                crate::sources::workspace::ForgeTokens::read_from(std::io::stdin().lock())?
+                    .install();
+            }
             let mut env = Env::load_with(&global, &llm)?;
             if workspace.is_some() {
                 env.config.workspace = workspace;

@@ -50,6 +50,16 @@ pub struct ShowArgs {
     pub compactions: bool,
 }
 
+/// `ctxhost diff` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct DiffArgs {
+    /// The task's UUID, or a unique prefix of it (at least 4 hex digits, e.g. 0193a4b2).
+    pub uuid: String,
+    /// Print the stat line (`N files changed, …`) instead of the patch.
+    #[arg(long)]
+    pub stat: bool,
+}
+
 /// `ctxhost stats` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct StatsArgs {
@@ -249,9 +259,21 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         .flatten();
     if args.json {
         let mut v = serde_json::to_value(&report)?;
+        let ws = report
+            .dir
+            .as_deref()
+            .and_then(|d| workspace_of(std::path::Path::new(d)));
         if let Some(o) = v.as_object_mut() {
             o.insert("cost_usd".into(), serde_json::json!(cost));
             o.insert("waiting".into(), serde_json::json!(waiting));
+            o.insert(
+                "workspace".into(),
+                serde_json::json!(ws.as_ref().map(|(r, _)| r)),
+            );
+            o.insert(
+                "changes".into(),
+                serde_json::json!(ws.as_ref().map(|(_, s)| s)),
+            );
         }
         outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
@@ -309,6 +331,14 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
             t.resume_count,
             t.crash_count
         );
+    }
+    if let Some((rec, stat)) = report
+        .dir
+        .as_deref()
+        .and_then(|d| workspace_of(std::path::Path::new(d)))
+    {
+        outln!("workspace:     {}", describe_workspace(&rec));
+        outln!("changes:       {stat} (`ctxhost diff {}`)", t.uuid);
     }
     if let Some(p) = &report.publication {
         use crate::sources::publish::{error_sentence, status_sentence};
@@ -569,6 +599,79 @@ fn counted(n: impl Into<i128>, one: &str, many: &str) -> String {
 }
 
 /// `show --compactions`: the task's compaction record ([`crate::ops::compactions`]).
+/// The git workspace record of the task directory at `dir` and the stat line of its
+/// `changes.patch` (`no change` without one), if it has a record.
+fn workspace_of(
+    dir: &std::path::Path,
+) -> Option<(crate::workspace::record::WorkspaceRecord, String)> {
+    use crate::workspace::checkout::{MAX_PATCH_BYTES, PATCH_FILE, stat_line};
+    let dir = crate::task_dir::TaskDir::open(dir).ok()?;
+    let rec = crate::workspace::record::WorkspaceRecord::read(&dir).ok()??;
+    let patch = dir
+        .read_bounded_if_exists(PATCH_FILE, MAX_PATCH_BYTES)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    Some((rec, stat_line(&patch)))
+}
+
+/// `PATH (worktree of URL at REF, base 1234567)` / `PATH (git checkout, base 1234567)`.
+fn describe_workspace(rec: &crate::workspace::record::WorkspaceRecord) -> String {
+    use crate::untrusted::terminal;
+    let base = &rec.base_commit[..rec.base_commit.len().min(12)];
+    let what = if rec.managed {
+        format!(
+            "worktree of {} at {}",
+            rec.repository.as_deref().unwrap_or("?"),
+            rec.git_ref.as_deref().unwrap_or("?")
+        )
+    } else {
+        "git checkout".to_string()
+    };
+    terminal(&format!("{} ({what}, base {base})", rec.path)).into_owned()
+}
+
+/// `ctxhost diff UUID`: the task's `changes.patch` (`git diff --binary` of its workspace
+/// against the base commit of its workspace.json), `no change`, or `no git workspace`.
+pub(super) fn diff(env: &Env, args: &DiffArgs) -> anyhow::Result<ExitCode> {
+    use crate::workspace::checkout::{MAX_PATCH_BYTES, PATCH_FILE, stat_line};
+    let (_db, row) = env.open_task(&args.uuid)?;
+    let remote = crate::remote::open(env.config.context_storage.remote.as_ref())?;
+    let Some((_, path)) =
+        crate::remote::view::for_reading(remote.as_deref(), &env.layout, &row.uuid)?
+    else {
+        outln!("no git workspace");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let dir = crate::task_dir::TaskDir::open(&path)
+        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+    if crate::workspace::record::WorkspaceRecord::read(&dir)?.is_none() {
+        outln!("no git workspace");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let patch = dir
+        .read_bounded_if_exists(PATCH_FILE, MAX_PATCH_BYTES)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.show(PATCH_FILE)))?
+        .unwrap_or_default();
+    if patch.is_empty() {
+        outln!("no change");
+    } else if args.stat {
+        outln!("{}", stat_line(&patch));
+    } else {
+        use std::io::{IsTerminal as _, Write as _};
+        let mut out = std::io::stdout().lock();
+        // A patch is the model's text: on a terminal its control characters are shown
+        // escaped; piped, it is the exact bytes (`ctxhost diff UUID | git apply`).
+        let r = if out.is_terminal() {
+            out.write_all(crate::untrusted::terminal(&String::from_utf8_lossy(&patch)).as_bytes())
+        } else {
+            out.write_all(&patch)
+        };
+        r.and_then(|()| out.flush())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn show_compactions(env: &Env, uuid: &str, json: bool) -> anyhow::Result<ExitCode> {
     let remote = crate::remote::open(env.config.context_storage.remote.as_ref())?;
     let Some((_, path)) = crate::remote::view::for_reading(remote.as_deref(), &env.layout, uuid)?

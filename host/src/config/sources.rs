@@ -15,6 +15,8 @@
 //!     poll_interval_secs: 60
 //!     pull_requests: false   # true: a task that changed its workspace ends in a pull request
 //!     author: {name: ctxhost, email: ctxhost@localhost}   # of the commits ctxhost makes
+//!     workspace: true        # each task works in its own git worktree of the repository
+//!     allow_http: false      # true: a plain-http:// clone URL is accepted (tests, a LAN forge)
 //!   gitlab:
 //!     api_url: https://gitlab.com/api/v4
 //!     token_env: GITLAB_TOKEN
@@ -139,6 +141,16 @@ pub struct SourceConfig {
     pub pull_requests: bool,
     /// Author and committer of the commits ctxhost makes (`pull_requests: true`).
     pub author: CommitAuthor,
+    /// Give each task of this source its own git worktree of the item's repository (cloned
+    /// from the API's clone URL into a per-repository mirror under
+    /// `contexts/.workspaces/cache/`), at the default branch for an issue and at the head of
+    /// a pull/merge request; the built-in tools work in it and its change travels with the
+    /// task as `changes.patch`. The token reaches git only as an `Authorization` header.
+    pub workspace: bool,
+    /// Accept a plain `http://` clone URL from the API (a forge on a trusted network, tests).
+    /// Off: such a URL is refused, naming this key (the token would cross the network in
+    /// clear text).
+    pub allow_http: bool,
 }
 
 /// `sources.*.author`: who the commits ctxhost makes are by.
@@ -175,6 +187,8 @@ impl Default for SourceConfig {
             poll_interval_secs: 60,
             pull_requests: false,
             author: CommitAuthor::default(),
+            workspace: false,
+            allow_http: false,
         }
     }
 }
@@ -222,6 +236,32 @@ impl SourceConfig {
                 kind.display_name()
             ),
         }
+    }
+
+    /// Whether `clone_url` (from the API) may be cloned: `https://` always, `http://` with
+    /// `allow_http: true`. The error names `sources.KIND.allow_http` or says what the URL is.
+    pub fn check_clone_url(&self, kind: SourceKind, clone_url: &str) -> anyhow::Result<()> {
+        let lower = clone_url.to_ascii_lowercase();
+        if lower.starts_with("https://") {
+            return Ok(());
+        }
+        if lower.starts_with("http://") {
+            if self.allow_http {
+                return Ok(());
+            }
+            anyhow::bail!(
+                "the {} clone URL {clone_url} is plain http: the token would cross the network in \
+                 clear text; set sources.{}.allow_http: true to accept it",
+                kind.display_name(),
+                kind.as_str()
+            );
+        }
+        // Not shown whole: a URL of another form may hold credentials.
+        anyhow::bail!(
+            "the {} clone URL is not an http(s) URL (it starts {:?})",
+            kind.display_name(),
+            clone_url.split(':').next().unwrap_or_default()
+        )
     }
 
     /// Check the section of `kind`; the error names the key.
@@ -453,6 +493,32 @@ mod tests {
         assert!(e.contains("token"), "{e}");
         let e = err("sources:\n  github:\n    repos: [\"a/b c\"]\n");
         assert!(e.contains("segment"), "{e}");
+    }
+
+    #[test]
+    fn a_plain_http_clone_url_needs_allow_http() {
+        let c = Config::from_yaml(
+            "sources:\n  github:\n    repos: [a/b]\n    workspace: true\n",
+            "c",
+        )
+        .unwrap();
+        let gh = c.sources.github.as_ref().unwrap();
+        assert!(gh.workspace && !gh.allow_http);
+        let k = super::SourceKind::Github;
+        gh.check_clone_url(k, "https://github.com/a/b.git").unwrap();
+        let e = gh
+            .check_clone_url(k, "http://127.0.0.1:9/a/b.git")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sources.github.allow_http"), "{e}");
+        assert!(gh.check_clone_url(k, "file:///srv/a.git").is_err());
+        let c = Config::from_yaml(
+            "sources:\n  github:\n    repos: [a/b]\n    workspace: true\n    allow_http: true\n",
+            "c",
+        )
+        .unwrap();
+        let gh = c.sources.github.as_ref().unwrap();
+        gh.check_clone_url(k, "http://127.0.0.1:9/a/b.git").unwrap();
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The files of one task directory, read through its [`TaskDir`] handle: no symbolic link in
-//! it and nothing looser than owner-only; metadata.json and task_state.json parse; messages.jsonl
+//! it and nothing looser than owner-only; metadata.json, task_state.json and workspace.json parse; messages.jsonl
 //! exists once the task has a context; its checkpoints are usable ([`super::checkpoints`]);
 //! every line of every JSONL file parses as its format and
 //! holds no NUL byte, seq runs 1..n, current.jsonl keeps the context invariants and is not
@@ -127,6 +127,9 @@ pub(crate) fn check_dir(
         }),
         // Read by the request format only: its schema is all there is to check.
         (TOOL_DEFINITIONS, |_| Ok(())),
+        (crate::workspace::record::FILE, |v| {
+            serde_json::from_value::<crate::workspace::record::WorkspaceRecord>(v).map(|_| ())
+        }),
     ] {
         let Ok(Some(bytes)) = dir.read_if_exists(name) else {
             continue;
@@ -187,6 +190,9 @@ pub(crate) fn check_dir(
                 true,
             ));
         }
+    }
+    if !live {
+        check_workspace(&dir, path, uuid, problems);
     }
     // A context without its history: the task cannot be resumed, nor its context rebuilt.
     let messages = dir.file_path(MESSAGES);
@@ -250,6 +256,94 @@ pub(crate) fn check_dir(
                 false,
             )),
         }
+    }
+}
+
+/// The task's git workspace (issue 40): workspace.json parses; its base commit is in the
+/// repository the workspace is rebuilt from (a managed worktree's mirror under
+/// `contexts/.workspaces/cache/`, when this host has it; a user's repository); and
+/// `changes.patch` applies to that commit (`git apply --check`).
+fn check_workspace(dir: &TaskDir, path: &Path, uuid: Option<&str>, problems: &mut Vec<Problem>) {
+    use crate::workspace::checkout::{self, MAX_PATCH_BYTES, PATCH_FILE};
+    use crate::workspace::record::{FILE, WorkspaceRecord};
+    // A record that does not parse or match its schema is reported with the other JSON files.
+    let Ok(Some(rec)) = WorkspaceRecord::read(dir) else {
+        return;
+    };
+    let git_dir = if rec.managed {
+        // contexts/<state>/<uuid> → contexts/.workspaces
+        let Some(contexts) = path.parent().and_then(Path::parent) else {
+            return;
+        };
+        match rec
+            .repository
+            .as_deref()
+            .and_then(|u| checkout::mirror_path(&contexts.join(".workspaces"), u).ok())
+        {
+            // No mirror on this host (the task ran elsewhere): a resume fetches one.
+            Some(m) if m.join("HEAD").exists() => m,
+            _ => return,
+        }
+    } else {
+        match crate::workspace::git::Git::new(&rec.path).read([
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-common-dir",
+        ]) {
+            Ok(d) => std::path::PathBuf::from(d),
+            Err(_) => {
+                problems.push(problem(
+                    ProblemKind::WorkspaceBase,
+                    uuid,
+                    Some(&dir.file_path(FILE)),
+                    None,
+                    format!("the workspace {} is no git checkout any more", rec.path),
+                    false,
+                ));
+                return;
+            }
+        }
+    };
+    if !checkout::has_commit(&git_dir, &rec.base_commit) {
+        problems.push(problem(
+            ProblemKind::WorkspaceBase,
+            uuid,
+            Some(&dir.file_path(FILE)),
+            None,
+            format!(
+                "the base commit {} is not in {}: the workspace cannot be rebuilt from it",
+                rec.base_commit,
+                git_dir.display()
+            ),
+            false,
+        ));
+        return;
+    }
+    let patch = match dir.read_bounded_if_exists(PATCH_FILE, MAX_PATCH_BYTES) {
+        Ok(p) => p.unwrap_or_default(),
+        Err(e) => {
+            problems.push(unreadable(
+                uuid,
+                &dir.file_path(PATCH_FILE),
+                None,
+                e.to_string(),
+            ));
+            return;
+        }
+    };
+    if let Err(e) = checkout::check_patch(&git_dir, &rec.base_commit, &patch) {
+        problems.push(problem(
+            ProblemKind::WorkspacePatch,
+            uuid,
+            Some(&dir.file_path(PATCH_FILE)),
+            None,
+            format!(
+                "does not apply to the base commit {}: {}",
+                rec.base_commit,
+                untrusted::text(&format!("{e:#}"), untrusted::MAX_ERROR_BYTES)
+            ),
+            false,
+        ));
     }
 }
 

@@ -23,6 +23,8 @@
 //!   ([`crate::schemas`]; a mismatch names the file, the line, the line kind, the field and what
 //!   is wrong);
 //!   no symbolic link (the host never follows one);
+//!   a git workspace (workspace.json) whose base commit is in its repository and whose
+//!   changes.patch applies to it (`git apply --check`);
 //!   the checkpoints (store_checkpoint.json, history_checkpoint.json, context_checkpoint.json)
 //!   parse, match their schemas and still describe the files they count ([`checkpoints`]);
 //!   the planning history (`planning/{uuid}.jsonl`) reads as planning lines that keep its
@@ -145,6 +147,13 @@ pub enum ProblemKind {
     RemoteLeftover,
     /// An object of a task that no manifest names (a sync that did not commit).
     RemoteUnreferenced,
+    /// A task's git workspace cannot be rebuilt: the base commit of its workspace.json is not
+    /// in the repository (a managed worktree's mirror, a user's checkout), or that checkout is
+    /// gone.
+    WorkspaceBase,
+    /// A task's `changes.patch` does not apply to the base commit of its workspace.json
+    /// (`git apply --check`).
+    WorkspacePatch,
     /// This host's copy of a task no process runs is ahead of the bucket: files changed since
     /// the manifest this host last synced, which the bucket still holds (a sync that failed,
     /// e.g. the final one while the bucket could not be reached); `--repair` uploads it.

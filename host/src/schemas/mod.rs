@@ -67,11 +67,13 @@ pub enum Schema {
     HistoryCheckpoint,
     /// `context_checkpoint.json` (the whole file).
     ContextCheckpoint,
+    /// `workspace.json` (the whole file).
+    Workspace,
 }
 
 impl Schema {
     /// Every schema, in the order DESIGN.md lists them.
-    pub const ALL: [Schema; 12] = [
+    pub const ALL: [Schema; 13] = [
         Schema::Metadata,
         Schema::TaskState,
         Schema::Messages,
@@ -84,6 +86,7 @@ impl Schema {
         Schema::StoreCheckpoint,
         Schema::HistoryCheckpoint,
         Schema::ContextCheckpoint,
+        Schema::Workspace,
     ];
 
     /// The schema's file name in `docs/schemas/` (`messages.schema.json`).
@@ -101,6 +104,7 @@ impl Schema {
             Schema::StoreCheckpoint => "store_checkpoint.schema.json",
             Schema::HistoryCheckpoint => "history_checkpoint.schema.json",
             Schema::ContextCheckpoint => "context_checkpoint.schema.json",
+            Schema::Workspace => "workspace.schema.json",
         }
     }
 
@@ -120,6 +124,7 @@ impl Schema {
             Schema::StoreCheckpoint => files::STORE_CHECKPOINT,
             Schema::HistoryCheckpoint => files::HISTORY_CHECKPOINT,
             Schema::ContextCheckpoint => files::CONTEXT_CHECKPOINT,
+            Schema::Workspace => files::WORKSPACE,
         }
     }
 
@@ -133,6 +138,7 @@ impl Schema {
                 | Schema::StoreCheckpoint
                 | Schema::HistoryCheckpoint
                 | Schema::ContextCheckpoint
+                | Schema::Workspace
         )
     }
 
@@ -174,6 +180,7 @@ impl Schema {
             Schema::ContextCheckpoint => {
                 include_str!("../../../docs/schemas/context_checkpoint.schema.json")
             }
+            Schema::Workspace => include_str!("../../../docs/schemas/workspace.schema.json"),
         }
     }
 
@@ -389,7 +396,8 @@ mod tests {
         // Every lasting file of ctxhost_format::files has a schema, except the folder of cut
         // tool outputs (plain text) and the provider's raw stream bytes (reply.stream,
         // failed-streams/: server-sent events or NDJSON as received, not a format of ours) and
-        // the runs' trace ids (trace_ids: 32 hex digits a line).
+        // the runs' trace ids (trace_ids: 32 hex digits a line) and the workspace's patch
+        // (changes.patch: git's own format).
         for f in files::TASK_FILES {
             if f.temporary
                 || [
@@ -397,6 +405,7 @@ mod tests {
                     files::REPLY_STREAM,
                     files::FAILED_STREAMS_DIR,
                     files::TRACE_IDS,
+                    files::CHANGES_PATCH,
                 ]
                 .contains(&f.name)
             {

@@ -7,6 +7,7 @@
 //! | the discussion | `GET /repos/{owner}/{repo}/issues/{n}/comments?per_page=100` |
 //! | post the result | `POST /repos/{owner}/{repo}/issues/{n}/comments` `{"body"}` |
 //! | current labels | `GET /repos/{owner}/{repo}/issues/{n}` |
+//! | the workspace's clone URL and default branch (`workspace: true`) | `GET /repos/{owner}/{repo}` (`clone_url`, `default_branch`) |
 //! | add / remove a label | `POST …/issues/{n}/labels` `{"labels": [..]}` / `DELETE …/issues/{n}/labels/{name}` |
 //!
 //! Token scopes: a fine-grained token with *Issues: read and write* and *Pull requests: read
@@ -63,6 +64,12 @@ struct Pull {
 }
 
 #[derive(Deserialize)]
+struct Repository {
+    clone_url: String,
+    default_branch: String,
+}
+
+#[derive(Deserialize)]
 struct IssueComment {
     id: u64,
     user: Option<User>,
@@ -90,6 +97,15 @@ fn login(u: Option<User>) -> String {
 impl Forge for GitHub {
     fn kind(&self) -> SourceKind {
         SourceKind::Github
+    }
+
+    fn repository(&self, repo: &str) -> Result<super::RepoInfo, ForgeError> {
+        let action = self.action(repo, "read the repository".into());
+        let r: Repository = self.client.get(&format!("/repos/{repo}"), &action)?;
+        Ok(super::RepoInfo {
+            clone_url: r.clone_url,
+            default_branch: r.default_branch,
+        })
     }
 
     fn labelled_items(&self, repo: &str, label: &str) -> Result<Vec<Item>, ForgeError> {

@@ -8,6 +8,7 @@
 //! | the discussion | `GET /projects/{id}/{issues,merge_requests}/{iid}/notes?sort=asc&order_by=created_at&per_page=100` (system notes skipped) |
 //! | post the result | `POST /projects/{id}/{issues,merge_requests}/{iid}/notes` `{"body"}` |
 //! | current labels | `GET /projects/{id}/{issues,merge_requests}/{iid}` |
+//! | the workspace's clone URL and default branch (`workspace: true`) | `GET /projects/{id}` (`http_url_to_repo`, `default_branch`) |
 //! | move labels | `PUT /projects/{id}/{issues,merge_requests}/{iid}` `{"add_labels", "remove_labels"}` (one call) |
 //!
 //! Token: a project (or personal) access token with the `api` scope and at least the Reporter
@@ -47,6 +48,12 @@ struct GlItem {
     target_branch: Option<String>,
     #[serde(default)]
     created_at: String,
+}
+
+#[derive(Deserialize)]
+struct Project {
+    http_url_to_repo: String,
+    default_branch: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +143,21 @@ impl GitLab {
 impl Forge for GitLab {
     fn kind(&self) -> SourceKind {
         SourceKind::Gitlab
+    }
+
+    fn repository(&self, repo: &str) -> Result<super::RepoInfo, ForgeError> {
+        let action = Action {
+            repo,
+            what: "read the project".into(),
+        };
+        let p: Project = self
+            .client
+            .get(&format!("/projects/{}", encode(repo)), &action)?;
+        Ok(super::RepoInfo {
+            clone_url: p.http_url_to_repo,
+            // An empty project has no default branch yet; GitLab's own default is main.
+            default_branch: p.default_branch.unwrap_or_else(|| "main".into()),
+        })
     }
 
     fn labelled_items(&self, repo: &str, label: &str) -> Result<Vec<Item>, ForgeError> {

@@ -25,6 +25,7 @@ pub mod prompt;
 pub mod publish;
 pub mod pulls;
 pub mod schedule;
+pub mod workspace;
 
 use serde::Serialize;
 
@@ -154,6 +155,17 @@ pub struct Comment {
     pub url: Option<String>,
 }
 
+/// What a task's workspace is cloned from: the repository's clone URL and default branch, as
+/// the forge's API gives them (GitHub `GET /repos/{o}/{r}`: `clone_url`, `default_branch`;
+/// GitLab `GET /projects/:id`: `http_url_to_repo`, `default_branch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoInfo {
+    /// The HTTP(S) clone URL (`https://github.com/o/r.git`).
+    pub clone_url: String,
+    /// The default branch's name (`main`).
+    pub default_branch: String,
+}
+
 /// A comment just posted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Posted {
@@ -203,6 +215,8 @@ pub trait Forge: Send + Sync {
     /// The token as `git` sends it over HTTP ([`crate::workspace::git::Auth`]: user
     /// `x-access-token` on GitHub, `oauth2` on GitLab), for one git command at a time.
     fn git_auth(&self) -> crate::workspace::git::Auth;
+    /// The repository's clone URL and default branch ([`RepoInfo`]).
+    fn repository(&self, repo: &str) -> Result<RepoInfo, ForgeError>;
 }
 
 /// One configured forge: its section and its client.
@@ -232,16 +246,22 @@ impl Sources {
 
     /// [`Sources::connect`] with another retry policy.
     pub fn connect_with(config: &SourcesConfig, policy: RetryPolicy) -> anyhow::Result<Sources> {
+        Sources::connect_given(config, policy, |kind, c| c.token(kind))
+    }
+
+    /// [`Sources::connect_with`] with each token given by `token_of` (a task process's tokens,
+    /// which it gets from its worker on stdin, never from its environment:
+    /// [`workspace::ForgeTokens`]).
+    pub fn connect_given(
+        config: &SourcesConfig,
+        policy: RetryPolicy,
+        token_of: impl Fn(SourceKind, &SourceConfig) -> anyhow::Result<String>,
+    ) -> anyhow::Result<Sources> {
         let mut sources = Sources::default();
         for (kind, c) in config.configured() {
-            let token = c.token(kind).map_err(|e| usage(format!("{e:#}")))?;
+            let token = token_of(kind, c).map_err(|e| usage(format!("{e:#}")))?;
             let env = c.token_env(kind).to_string();
-            let api = c.api_url(kind);
-            let client = http::RestClient::new(kind, &api, token, &env, policy.clone());
-            let forge: Box<dyn Forge> = match kind {
-                SourceKind::Github => Box::new(github::GitHub::new(client)),
-                SourceKind::Gitlab => Box::new(gitlab::GitLab::new(client, &api)),
-            };
+            let forge = forge_client(kind, c, token, policy.clone());
             sources.token_envs.push(env);
             sources.list.push(Source {
                 kind,
@@ -272,6 +292,22 @@ impl Sources {
     /// The environment variables holding the tokens (task processes are started without them).
     pub fn token_envs(&self) -> &[String] {
         &self.token_envs
+    }
+}
+
+/// The client of forge `kind` for section `c` with `token`.
+pub fn forge_client(
+    kind: SourceKind,
+    c: &SourceConfig,
+    token: String,
+    policy: RetryPolicy,
+) -> Box<dyn Forge> {
+    let env = c.token_env(kind).to_string();
+    let api = c.api_url(kind);
+    let client = http::RestClient::new(kind, &api, token, &env, policy);
+    match kind {
+        SourceKind::Github => Box::new(github::GitHub::new(client)),
+        SourceKind::Gitlab => Box::new(gitlab::GitLab::new(client, &api)),
     }
 }
 

@@ -97,7 +97,12 @@ fn poll_repo(
             context_length: config.llm.context_length,
             // A relabelled item's new task starts from the earlier task's context (issue 12).
             no_inherit: false,
-            workspace: None,
+            // `workspace: true`: the task's own worktree, made when its process starts
+            // ([`super::workspace::prepare`]).
+            workspace: source.config.workspace.then(|| {
+                let p = publisher.layout().task_workspace(&uuid);
+                std::path::absolute(&p).unwrap_or(p).display().to_string()
+            }),
         };
         if !db.queue_source_task(&task)? {
             tracing::debug!(item = %item.r.short(), "another poller queued the item first");

@@ -346,6 +346,11 @@ fn owner_is_dead(owner: &str) -> bool {
 }
 
 impl<'a> Publisher<'a> {
+    /// The contexts/ tree it publishes from.
+    pub fn layout(&self) -> &'a Layout {
+        self.layout
+    }
+
     /// A publisher of this process (lease identity `HOST/PID/NONCE/HOSTID`).
     pub fn new(sources: &'a Sources, db: &'a Db, layout: &'a Layout) -> Publisher<'a> {
         let nonce = uuid::Uuid::new_v4().simple().to_string();

@@ -6,7 +6,8 @@
 //! a URL, `.git/config`, the command line (`ps` shows it) or a log. Credential helpers and
 //! prompts are off, so git neither asks nor stores.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -36,6 +37,8 @@ impl std::fmt::Debug for Auth {
 pub struct Git {
     dir: PathBuf,
     auth: Option<Auth>,
+    /// Extra environment of every command (`GIT_INDEX_FILE` for a temporary index).
+    env: Vec<(OsString, OsString)>,
 }
 
 impl Git {
@@ -44,7 +47,16 @@ impl Git {
         Git {
             dir: dir.into(),
             auth: None,
+            env: Vec::new(),
         }
+    }
+
+    /// The same, with `key=value` in the environment of every command (never a secret: the
+    /// token goes through [`Git::with_auth`]).
+    pub fn with_env(&self, key: impl Into<OsString>, value: impl Into<OsString>) -> Git {
+        let mut g = self.clone();
+        g.env.push((key.into(), value.into()));
+        g
     }
 
     /// The same, with `auth` sent as an `Authorization: Basic` header by every HTTP request
@@ -53,6 +65,7 @@ impl Git {
         Git {
             dir: self.dir.clone(),
             auth,
+            env: self.env.clone(),
         }
     }
 
@@ -75,7 +88,12 @@ impl Git {
         cmd.env("GIT_TERMINAL_PROMPT", "0")
             .env_remove("GIT_ASKPASS")
             .env_remove("SSH_ASKPASS")
+            // The host's own environment must not redirect the command to another repository.
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_INDEX_FILE")
             .stdin(Stdio::null());
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         match &self.auth {
             Some(a) => {
                 let basic = base64::engine::general_purpose::STANDARD
@@ -101,15 +119,47 @@ impl Git {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        self.run_with_input(args, None)
+    }
+
+    /// [`Git::run`] with `input` written to the command's stdin (a patch for `git apply`).
+    pub fn run_with_input<I, S>(&self, args: I, input: Option<&[u8]>) -> anyhow::Result<Output>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
         let args: Vec<S> = args.into_iter().collect();
         let shown = args
             .iter()
             .map(|a| a.as_ref().to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join(" ");
-        let out = self.command(&args).output().map_err(|e| {
+        let cannot = |e: std::io::Error| {
             anyhow::anyhow!("cannot run `git {shown}` in {}: {e}", self.dir.display())
-        })?;
+        };
+        let mut cmd = self.command(&args);
+        let out = match input {
+            None => cmd.output().map_err(cannot)?,
+            Some(bytes) => {
+                let mut child = cmd
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(cannot)?;
+                let bytes = bytes.to_vec();
+                let feeder = child
+                    .stdin
+                    .take()
+                    .map(|mut stdin| std::thread::spawn(move || stdin.write_all(&bytes)));
+                let out = child.wait_with_output().map_err(cannot)?;
+                // A command that exits before reading all its input is judged by its status.
+                if let Some(f) = feeder {
+                    let _ = f.join();
+                }
+                out
+            }
+        };
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             let err = err.trim();

@@ -3,7 +3,8 @@
 //!
 //! Written once, when the task's workspace is first known to be a git checkout (a worktree
 //! ctxhost made for a forge item, or a directory the user named that is inside a git
-//! repository); never rewritten after. Shape (JSON object, UTF-8, one line or pretty):
+//! repository); rewritten only when a managed worktree is rebuilt at another path (the task
+//! resumed on another host). Schema: docs/schemas/workspace.schema.json. Shape (JSON object, UTF-8, one line or pretty):
 //!
 //! | field | type | meaning |
 //! |---|---|---|
@@ -18,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::task_dir::TaskDir;
 
 /// The file name of the record in the task directory.
-pub const FILE: &str = "workspace.json";
+pub const FILE: &str = ctxhost_format::files::WORKSPACE;
 
 /// Largest `workspace.json` read back (bytes): the record is a few hundred bytes.
 const MAX_BYTES: u64 = 64 * 1024;

@@ -21,6 +21,9 @@
 //! - GitLab: `GET /api/v4/projects/{id}/{issues,merge_requests}` (`state=opened`, `labels`),
 //!   `GET/PUT …/{iid}` (`add_labels` / `remove_labels`, which also add a system note, as GitLab
 //!   does), `GET/POST …/{iid}/notes`;
+//! - the repository itself (workspaces, issue 40): GitHub `GET /repos/{o}/{r}` (`clone_url`,
+//!   `default_branch`), GitLab `GET /projects/{id}` (`http_url_to_repo`, `default_branch`), as
+//!   set by [`FakeForge::set_repository`] (e.g. a [`super::git_http::GitHttp`] URL);
 //! - pagination: `per_page` (at most 100) and `page`, with `Link: <…>; rel="next"` (and
 //!   GitLab's `X-Next-Page`, `X-Total`);
 //! - pull requests and merge requests ([`FakeForge::pulls`], in their own functions below):
@@ -159,6 +162,8 @@ struct State {
     web_base: Option<String>,
     /// Pull (merge) requests opened through the API, and the heads of the items that are ones.
     pulls: PullState,
+    /// Each repository's (clone URL, default branch), served by [`repository_route`].
+    repo_info: BTreeMap<String, (String, String)>,
 }
 
 /// A running fake forge. Stops accepting when dropped.
@@ -193,6 +198,7 @@ impl FakeForge {
             base: format!("http://{addr}"),
             web_base: None,
             pulls: PullState::default(),
+            repo_info: BTreeMap::new(),
         }));
         let st = state.clone();
         let server = Server::serve(listener, "fake-forge", move |stream, _| serve(stream, &st))
@@ -222,6 +228,17 @@ impl FakeForge {
     /// forge sending `javascript:` links).
     pub fn set_web_base(&self, web_base: &str) {
         self.lock().web_base = Some(web_base.to_string());
+    }
+
+    /// Serve `clone_url` and `default_branch` as `repo`'s (GitHub `GET /repos/{o}/{r}`,
+    /// GitLab `GET /projects/:id`); creates `repo` if missing.
+    pub fn set_repository(&self, repo: &str, clone_url: &str, default_branch: &str) {
+        let mut s = self.lock();
+        s.repos.entry(repo.to_string()).or_default();
+        s.repo_info.insert(
+            repo.to_string(),
+            (clone_url.to_string(), default_branch.to_string()),
+        );
     }
 
     /// Create `repo` (empty).
@@ -508,6 +525,9 @@ fn route(
             if header("authorization") != Some(&format!("Bearer {}", s.token)) {
                 return message(401, "Bad credentials");
             }
+            if let Some(a) = repository_route(s, method, path) {
+                return a;
+            }
             if let Some(a) = github_pulls(s, method, path, query, body) {
                 return a;
             }
@@ -517,12 +537,73 @@ fn route(
             if header("private-token") != Some(s.token.as_str()) {
                 return message(401, "401 Unauthorized");
             }
+            if let Some(a) = repository_route(s, method, path) {
+                return a;
+            }
             if let Some(a) = gitlab_pulls(s, method, path, query, body) {
                 return a;
             }
             gitlab(s, method, path, query, body)
         }
     }
+}
+
+/// The repository itself (issue 40's workspaces): GitHub `GET /repos/{o}/{r}` →
+/// `{full_name, clone_url, default_branch, …}`; GitLab `GET /api/v4/projects/{id}` →
+/// `{path_with_namespace, http_url_to_repo, default_branch, …}`. The clone URL and default
+/// branch are those given to [`FakeForge::set_repository`] (a repository without them: the
+/// fake's own address and `main`). `None`: another route.
+fn repository_route(s: &State, method: &str, path: &str) -> Option<Answer> {
+    if method != "GET" {
+        return None;
+    }
+    let repo = match s.flavor {
+        Flavor::Github => {
+            let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+            match parts[..] {
+                ["repos", o, r] => format!("{o}/{r}"),
+                _ => return None,
+            }
+        }
+        // The project id is the decoded path: it has no collection after it.
+        Flavor::Gitlab => {
+            let rest = path.strip_prefix("/api/v4/projects/")?;
+            if ["/issues", "/merge_requests"]
+                .iter()
+                .any(|c| rest.contains(c))
+            {
+                return None;
+            }
+            rest.to_string()
+        }
+    };
+    if !s.repos.contains_key(&repo) {
+        return Some(message(404, "Not Found"));
+    }
+    let (clone_url, branch) = s
+        .repo_info
+        .get(&repo)
+        .cloned()
+        .unwrap_or_else(|| (format!("{}/{repo}.git", s.base), "main".into()));
+    Some(answer(
+        200,
+        match s.flavor {
+            Flavor::Github => json!({
+                "full_name": repo,
+                "private": true,
+                "html_url": format!("{}/{repo}", s.base),
+                "clone_url": clone_url,
+                "default_branch": branch,
+            }),
+            Flavor::Gitlab => json!({
+                "id": 77,
+                "path_with_namespace": repo,
+                "web_url": format!("{}/{repo}", s.base),
+                "http_url_to_repo": clone_url,
+                "default_branch": branch,
+            }),
+        },
+    ))
 }
 
 fn param<'a>(q: &'a [(String, String)], k: &str) -> Option<&'a str> {

@@ -1,6 +1,6 @@
 //! What the task page shows, read from the task's row and its directory: the row and
 //! metadata, the task it inherited its context from and the latest plan of its planning history,
-//! the context chart (from `llm_calls.jsonl`), the files kept by a failed call, and one paged view — messages, current context, summaries, tool calls, LLM calls or planning.
+//! the context chart (from `llm_calls.jsonl`), the files kept by a failed call, and one paged view — messages, current context, summaries, tool calls, LLM calls or planning — or the Diff view (the git workspace and its `changes.patch`).
 //! Every text from a file goes through the [`Redactor`](super::security::Redactor); the templates escape it.
 //!
 //! Parts: `row` (the row's fields and the source item), `dir` (the directory: files,
@@ -28,17 +28,20 @@ pub enum View {
     Tools,
     Calls,
     Planning,
+    /// The change to the task's git workspace (`changes.patch`, issue 40).
+    Diff,
 }
 
 impl View {
     /// Every view with its URL name and tab label.
-    pub const ALL: [(View, &'static str, &'static str); 6] = [
+    pub const ALL: [(View, &'static str, &'static str); 7] = [
         (View::Messages, "messages", "Messages"),
         (View::Context, "context", "Current context"),
         (View::Summaries, "summaries", "Summaries"),
         (View::Tools, "tools", "Tool calls"),
         (View::Calls, "calls", "LLM calls"),
         (View::Planning, "planning", "Planning"),
+        (View::Diff, "diff", "Diff"),
     ];
 
     /// The view called `name`.
@@ -65,7 +68,7 @@ impl View {
             View::Summaries => Some(TaskFile::Summaries),
             View::Tools => Some(TaskFile::Tools),
             View::Calls => Some(TaskFile::CallLog),
-            View::Planning => None,
+            View::Planning | View::Diff => None,
         }
     }
 }

@@ -143,8 +143,61 @@ pub enum ViewBody {
         files: Vec<(String, String, bool)>,
         listing: Option<Listing<PlanView>>,
     },
+    /// The change to the task's git workspace: what the workspace is, the stat line, the
+    /// patch (redacted, cut to [`MAX_DIFF_CHARS`]; `cut`: characters left out).
+    Diff {
+        workspace: String,
+        stat: String,
+        patch: String,
+        cut: usize,
+    },
     /// The view's file does not exist (the text says so).
     Empty(String),
+}
+
+/// The most characters of `changes.patch` the Diff view shows (the rest: `ctxhost diff`).
+pub const MAX_DIFF_CHARS: usize = 200_000;
+
+/// The Diff view: workspace.json and changes.patch of the task.
+fn diff_view(dir: &TaskDir, redactor: &Redactor) -> ViewBody {
+    use crate::workspace::checkout::{MAX_PATCH_BYTES, PATCH_FILE, stat_line};
+    use crate::workspace::record::WorkspaceRecord;
+    let rec = match WorkspaceRecord::read(dir.handle()) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            return ViewBody::Empty(
+                "No git workspace: this task's workspace is not a git checkout (no workspace.json)."
+                    .into(),
+            );
+        }
+        Err(e) => return ViewBody::Empty(redactor.redact(&format!("{e:#}"))),
+    };
+    let patch = match dir
+        .handle()
+        .read_bounded_if_exists(PATCH_FILE, MAX_PATCH_BYTES)
+    {
+        Ok(p) => p.unwrap_or_default(),
+        Err(e) => return ViewBody::Empty(format!("{PATCH_FILE} cannot be read: {e}")),
+    };
+    let text = redactor.redact(&String::from_utf8_lossy(&patch));
+    let (patch_text, cut) = super::cut_chars(&text, MAX_DIFF_CHARS);
+    let base = &rec.base_commit[..rec.base_commit.len().min(12)];
+    let workspace = if rec.managed {
+        format!(
+            "{} — worktree of {} at {}, base {base}",
+            rec.path,
+            rec.repository.as_deref().unwrap_or("?"),
+            rec.git_ref.as_deref().unwrap_or("?")
+        )
+    } else {
+        format!("{} — git checkout, base {base}", rec.path)
+    };
+    ViewBody::Diff {
+        workspace: redactor.redact(&workspace),
+        stat: stat_line(&patch),
+        patch: patch_text,
+        cut,
+    }
 }
 
 fn listing<T>(
@@ -520,6 +573,9 @@ pub fn view_body(
     redactor: &Redactor,
 ) -> std::io::Result<ViewBody> {
     let limits = Limits::default();
+    if view == View::Diff {
+        return Ok(diff_view(dir, redactor));
+    }
     if view == View::Planning {
         let names = dir.planning_files();
         let selected = planning_file
@@ -610,7 +666,7 @@ pub fn view_body(
             page.lines.iter().map(|l| call_view(l, redactor)).collect(),
             &[],
         )),
-        View::Planning => ViewBody::Empty(String::new()),
+        View::Planning | View::Diff => ViewBody::Empty(String::new()),
     })
 }
 
