@@ -191,10 +191,10 @@ pub fn search(
                     Ok(true)
                 }),
             );
-            if count > 0 {
-                if let Ok(mut k) = kept.lock() {
-                    k.add(&rel, lines, count);
-                }
+            if count > 0
+                && let Ok(mut k) = kept.lock()
+            {
+                k.add(&rel, lines, count);
             }
             ignore::WalkState::Continue
         })
