@@ -176,7 +176,9 @@ impl Setup {
             base_commit: base,
             repository: Some(url),
             git_ref: Some(format!("refs/heads/{branch}")),
-            managed: true,
+            // Made by the test, not by the host's clone (tests/all/workspaces.rs covers that,
+            // and its first test ends in a pull request too).
+            managed: false,
         }
         .write(&task_dir)
         .unwrap();

@@ -443,6 +443,7 @@ fn a_plain_http_clone_url_needs_allow_http_and_a_plain_task_has_no_git_workspace
         .join(".workspaces")
         .join(uuid::Uuid::new_v4().to_string());
     std::fs::create_dir_all(&other).unwrap();
+    // Refused when submitted: no task is queued on it.
     let sneaky = env
         .ctxhost(&[
             "submit",
@@ -451,16 +452,13 @@ fn a_plain_http_clone_url_needs_allow_http_and_a_plain_task_has_no_git_workspace
             other.to_str().unwrap(),
             "look around",
         ])
-        .ok()
-        .json()["uuid"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    env.ctxhost(&["run", "--once"]);
-    let row = env.ctxhost(&["show", &sneaky, "--json"]).ok().json();
-    assert_eq!(row["task"]["status"], "failed", "{row:#}");
-    let err = row["task"]["error_message"].as_str().unwrap();
-    assert!(err.contains("inside ctxhost's own"), "{err}");
+        .fails();
+    assert_eq!(sneaky.code(), Some(2));
+    assert!(
+        sneaky.stderr().contains("inside ctxhost's own"),
+        "{}",
+        sneaky.stderr()
+    );
 }
 
 /// A user's workspace inside a git repository: workspace.json records it unmanaged with the

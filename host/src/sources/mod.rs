@@ -17,7 +17,9 @@
 
 pub mod change;
 pub mod github;
+mod github_pulls;
 pub mod gitlab;
+mod gitlab_pulls;
 pub mod http;
 pub mod labels;
 pub mod poll;
