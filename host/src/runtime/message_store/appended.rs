@@ -9,8 +9,10 @@
 //!   tool name, error flag and reasoning items), the text of `add-message-file` compared with
 //!   its file.
 //!
-//! A new line longer than [`MAX_CHECKED_LINE_BYTES`] (a reply of more than 64 MiB) is not
-//! parsed: it is read in blocks and must be one line holding the right seq at its start.
+//! A new line longer than [`MAX_CHECKED_LINE_BYTES`] (1 MiB: a long reply, whose text came in a
+//! file) is not parsed: it is read in blocks and must be one line holding the right seq at its
+//! start. So the check's memory is bounded whatever the reply's size (a 20 MB reply is appended
+//! in flat memory, issue 26; parsing its two lines whole cost +77 MiB of peak RSS).
 
 use std::io::Read;
 use std::path::Path;
@@ -21,8 +23,8 @@ use ctxhost_format::{ChatMessage, HistoryLine};
 use crate::runtime::AddedMessage;
 use crate::task_dir::TaskDir;
 
-/// Longest new line parsed and compared whole, bytes.
-pub(crate) const MAX_CHECKED_LINE_BYTES: u64 = 64 * 1024 * 1024;
+/// Longest new line parsed and compared whole, bytes (1 MiB).
+pub(crate) const MAX_CHECKED_LINE_BYTES: u64 = 1024 * 1024;
 
 /// The two files' lengths before an append, and the seq the new message must have.
 pub(crate) struct Marks {
