@@ -25,7 +25,7 @@
 //! Modules: `security` (bind policy, token, CSRF, headers, redaction), `files` (the only
 //! way task files are opened), `pager` (JSONL pages by byte offset), `store` (the
 //! connections to the task store), `queries` (read-only SQL), `call_series` (the context chart's data, read incrementally and cached), `charts`
-//! (SVG geometry), `pages` (page handlers), `answer` (a rendered template, a redirect), `login` (the login page), `task_page` (what the task page shows: `row`, `dir`, `views`), `actions`
+//! (SVG geometry), `pages` (page handlers), `answer` (a rendered template, a redirect), `file_pages` (a task file, a download, a tool result), `login` (the login page), `task_page` (what the task page shows: `row`, `dir`, `views`), `actions`
 //! (POST handlers), `events` (change notifications), `assets` (embedded CSS/JS).
 
 mod actions;
@@ -36,6 +36,7 @@ mod call_series;
 mod charts;
 mod compactions;
 mod events;
+pub(crate) mod file_pages;
 pub(crate) mod files;
 mod login;
 pub(crate) mod mcp;
@@ -122,8 +123,11 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/tasks/{uuid}", get(pages::task))
         .route("/tasks/{uuid}/messages/{offset}", get(pages::message))
         .route("/tasks/{uuid}/compactions", get(compactions::page))
-        .route("/tasks/{uuid}/files/{name}", get(pages::file))
-        .route("/tasks/{uuid}/tool-results/{seq}", get(pages::tool_result))
+        .route("/tasks/{uuid}/files/{name}", get(file_pages::file))
+        .route(
+            "/tasks/{uuid}/tool-results/{seq}",
+            get(file_pages::tool_result),
+        )
         .route("/tasks/{uuid}/pause", post(actions::pause))
         .route("/tasks/{uuid}/resume", post(actions::resume))
         .route("/tasks/{uuid}/stop", post(actions::stop))

@@ -24,7 +24,7 @@ pub const DEFAULT_PAGE: u32 = 50;
 /// Most messages one page of a task's history holds.
 pub const MAX_MESSAGES: u32 = 1000;
 /// Largest file handed out whole, bytes (as the dashboard's download).
-pub const FILE_MAX: u64 = crate::web::pages::DOWNLOAD_MAX;
+pub const FILE_MAX: u64 = crate::web::file_pages::DOWNLOAD_MAX;
 
 /// A page of the task list.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
