@@ -190,7 +190,7 @@ fn a_github_issue_task_edits_its_own_worktree_and_its_change_is_the_patch() {
     // The worktree: contexts/.workspaces/<uuid>, detached at main's commit, with the edit.
     let ws = std::path::absolute(env.contexts().join(".workspaces").join(&uuid)).unwrap();
     assert_eq!(
-        row["workspace"]["path"],
+        row["git_workspace"]["path"],
         ws.display().to_string(),
         "{row:#}"
     );

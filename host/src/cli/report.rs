@@ -266,8 +266,10 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
         if let Some(o) = v.as_object_mut() {
             o.insert("cost_usd".into(), serde_json::json!(cost));
             o.insert("waiting".into(), serde_json::json!(waiting));
+            // `workspace` is the directory the tools work on (the report's); what it was made
+            // from, when it is a git checkout, is `git_workspace` (workspace.json).
             o.insert(
-                "workspace".into(),
+                "git_workspace".into(),
                 serde_json::json!(ws.as_ref().map(|(r, _)| r)),
             );
             o.insert(
@@ -385,7 +387,12 @@ pub(super) fn show(env: &Env, args: &ShowArgs) -> anyhow::Result<ExitCode> {
             ))
         );
     }
-    if let Some(w) = &report.workspace {
+    // A git workspace was said above with what it was made from.
+    let git_workspace = report
+        .dir
+        .as_deref()
+        .is_some_and(|d| workspace_of(std::path::Path::new(d)).is_some());
+    if let Some(w) = report.workspace.as_ref().filter(|_| !git_workspace) {
         outln!("workspace:     {}", terminal(w));
     }
     if let Some(from) = &report.inherited_from {
