@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Issue 41: the JSON API of `ctxhost serve` with 100,000 tasks in the store (SQLite).
+"""Issue 41: the JSON API of `ctxhost serve` with 100,000 tasks in the store (SQLite, or
+PostgreSQL with --pg URL).
 
 Prints (medians over the runs):
   - a task-list page (`GET /api/v1/tasks?limit=50`): the first page, a page deep in the cursor
@@ -9,8 +10,10 @@ Prints (medians over the runs):
   - memory per SSE client: the server's RSS with 100 clients following a running task, minus
     its RSS before they connected, divided by 100.
 
-Usage: python3 bench/api_bench.py [PATH/TO/ctxhost] [--tasks N]
-(default target/debug/ctxhost, 100000 tasks; needs only the Python standard library).
+Usage: python3 bench/api_bench.py [PATH/TO/ctxhost] [--tasks N] [--pg URL]
+(default target/debug/ctxhost, 100000 tasks, SQLite; needs only the Python standard library, and
+`psql` for --pg: the rows are loaded with COPY into the store at URL, which must hold no ctxhost
+tables yet, e.g. a throwaway cluster from `scripts/test-postgres.sh start`).
 """
 
 import http.client
@@ -38,40 +41,58 @@ def rss_kib(pid):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    argv = sys.argv[1:]
+    pg = None
+    if "--pg" in argv:
+        i = argv.index("--pg")
+        pg = argv[i + 1]
+        del argv[i:i + 2]
+    args = [a for a in argv if not a.startswith("--")]
     binary = os.path.abspath(args[0] if args else "target/debug/ctxhost")
     n = 100_000
     if "--tasks" in sys.argv:
         n = int(sys.argv[sys.argv.index("--tasks") + 1])
     work = tempfile.mkdtemp(prefix="ctxhost-api-bench-")
+    store = "task_store:\n  url_env: BENCH_DATABASE_URL\n" if pg else ""
     with open(os.path.join(work, "config.yaml"), "w") as f:
-        f.write("context_storage:\n  base_dir: ./contexts\nllm:\n  provider: openai\n  model: m\n  api_key_env: \"\"\n")
-    subprocess.run([binary, "init"], cwd=work, check=True, capture_output=True)
-    db = sqlite3.connect(os.path.join(work, "contexts", "tasks.db"))
+        f.write(store + "context_storage:\n  base_dir: ./contexts\nllm:\n  provider: openai\n  model: m\n  api_key_env: \"\"\n")
+    env = dict(os.environ, BENCH_TOKEN=TOKEN)
+    if pg:
+        env["BENCH_DATABASE_URL"] = pg
+    subprocess.run([binary, "init"], cwd=work, check=True, capture_output=True, env=env)
     t0 = time.time()
     statuses = ["completed", "completed", "completed", "failed", "queued", "stopped"]
     rows = []
     for i in range(n):
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(1_700_000_000 + i)) + ".000Z"
         rows.append((str(uuidlib.uuid4()), "local", statuses[i % len(statuses)], ts, ts, f"task {i}", "m", "openai"))
-    db.executemany(
-        "INSERT INTO tasks (uuid, task_source, status, created_at, updated_at, prompt, model, llm_provider) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
     # One running task with a directory, for the event stream.
     running = str(uuidlib.uuid4())
     now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000Z"
-    db.execute(
-        "INSERT INTO tasks (uuid, task_source, status, created_at, updated_at, started_at, prompt, model, llm_provider) "
-        "VALUES (?, 'local', 'running', ?, ?, ?, 'followed', 'm', 'openai')", (running, now, now, now))
-    db.commit()
-    db.close()
+    cols = "uuid, task_source, status, created_at, updated_at, prompt, model, llm_provider"
+    if pg:
+        csv = "".join(",".join(r) + "\n" for r in rows)
+        subprocess.run(["psql", pg, "-q", "-v", "ON_ERROR_STOP=1", "-c",
+                        f"\\copy tasks ({cols}) from stdin with (format csv)"],
+                       input=csv, text=True, check=True)
+        subprocess.run(["psql", pg, "-q", "-v", "ON_ERROR_STOP=1", "-c",
+                        f"INSERT INTO tasks ({cols}, started_at) VALUES "
+                        f"('{running}', 'local', 'running', '{now}', '{now}', 'followed', 'm', 'openai', '{now}'); ANALYZE tasks"],
+                       check=True)
+    else:
+        db = sqlite3.connect(os.path.join(work, "contexts", "tasks.db"))
+        db.executemany(f"INSERT INTO tasks ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.execute(
+            f"INSERT INTO tasks ({cols}, started_at) "
+            "VALUES (?, 'local', 'running', ?, ?, 'followed', 'm', 'openai', ?)", (running, now, now, now))
+        db.commit()
+        db.close()
     task_dir = os.path.join(work, "contexts", "running", running)
     os.makedirs(task_dir)
     messages = os.path.join(task_dir, "messages.jsonl")
     open(messages, "w").close()
-    print(f"{n} tasks inserted in {time.time() - t0:.1f} s ({work})")
+    print(f"{n} tasks inserted in {time.time() - t0:.1f} s into {'PostgreSQL' if pg else 'SQLite'} ({work})")
 
-    env = dict(os.environ, BENCH_TOKEN=TOKEN)
     serve = subprocess.Popen([binary, "serve", "--bind", "127.0.0.1:0", "--token-env", "BENCH_TOKEN"],
                              cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -92,10 +113,11 @@ def main():
             assert r.status == 200, (r.status, body[:200])
             return ms, json.loads(body)
 
-        # A cursor 1,000 pages deep (50,000 tasks in).
+        # A cursor 1,000 pages deep (50,000 tasks in; half the tasks in for a smaller --tasks).
+        depth = max(1, min(1000, n // 100))
         _, page = get("/api/v1/tasks?limit=50")
         deep = page["next_cursor"]
-        for _ in range(999):
+        for _ in range(depth - 1):
             _, page = get(f"/api/v1/tasks?limit=50&cursor={deep}")
             deep = page["next_cursor"]
 
@@ -105,7 +127,7 @@ def main():
 
         for name, path in [
             ("first page", "/api/v1/tasks?limit=50"),
-            ("page 1,001 (cursor)", f"/api/v1/tasks?limit=50&cursor={deep}"),
+            (f"page {depth + 1:,} (cursor)", f"/api/v1/tasks?limit=50&cursor={deep}"),
             ("status=completed", "/api/v1/tasks?limit=50&status=completed"),
             ("status=queued, source=local", "/api/v1/tasks?limit=50&status=queued&source=local"),
         ]:
