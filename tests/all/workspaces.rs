@@ -306,6 +306,77 @@ fn a_github_issue_task_edits_its_own_worktree_and_its_change_is_the_patch() {
 
 /// A pull request's task gets a worktree at the pull request's head (`refs/pull/N/head`), not
 /// at main; a task that changes nothing has no patch (`diff` says so).
+/// The whole of issue 40 in one task: the host clones the issue's repository into the task's own
+/// worktree, the model fixes the bug there with `edit_file`, and the task ends as one branch on
+/// the git server holding exactly that edit, one pull request (head that branch, base `main`,
+/// the answer, the UUID and "Closes #N" in its body) and one comment linking it; the token is
+/// in no file under contexts/ and reached git only as a header.
+#[test]
+fn an_issue_ends_as_a_pull_request_from_the_hosts_own_worktree() {
+    let (gh, git_srv, base) = forge();
+    let n = gh.add_item(
+        "acme/app",
+        Kind::Issue,
+        "add() subtracts",
+        "Fix add().",
+        &[LABEL],
+    );
+    let llm = FakeLlm::start(vec![
+        the_edit(),
+        Reply::text("Fixed add().", Some((150, 5))),
+    ]);
+    let mut env = TestEnv::new();
+    env.write_config(&config_yaml(
+        &llm.base_url(),
+        "openai",
+        &section(&gh).replace(
+            "    allow_http: true\n",
+            "    allow_http: true\n    pull_requests: true\n",
+        ),
+    ));
+    env.set_env(GH_TOKEN_ENV, &gh.token());
+    env.ctxhost(&["init"]).ok();
+    let uuid = poll_one(&env);
+    env.ctxhost(&["run", "--once"]).ok();
+    let row = env.ctxhost(&["show", &uuid, "--json"]).ok().json();
+    assert_eq!(row["task"]["status"], "completed", "{row:#}");
+
+    let pulls = gh.pulls("acme/app");
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let pr = &pulls[0];
+    assert_eq!(pr.base, "main");
+    assert!(
+        pr.head.starts_with(&format!("ctxhost/issue-{n}-")),
+        "{}",
+        pr.head
+    );
+    assert!(
+        pr.body.contains("Fixed add().") && pr.body.contains(&uuid),
+        "{}",
+        pr.body
+    );
+    assert!(pr.body.contains(&format!("Closes #{n}")), "{}", pr.body);
+    let branch = pr.head.clone();
+    assert_eq!(
+        git_srv.file_at("acme/app", &branch, "calc.py").as_deref(),
+        Some(CALC.replace("return a - b", "return a + b").as_str())
+    );
+    assert_eq!(
+        git_srv
+            .rev_parse("acme/app", &format!("{branch}~1"))
+            .as_deref(),
+        Some(base.as_str())
+    );
+    let comments = gh.comments("acme/app", Kind::Issue, n);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert!(
+        comments[0].body.contains(&branch) || comments[0].body.contains("/pull/"),
+        "{}",
+        comments[0].body
+    );
+    assert_token_only_in_headers(&env, &git_srv, &gh.token());
+}
+
 #[test]
 fn a_pull_request_task_gets_a_worktree_at_the_head_of_the_pull_request() {
     let (gh, git_srv, base) = forge();
