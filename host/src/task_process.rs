@@ -454,6 +454,28 @@ fn write_patch(
     }
 }
 
+/// The worktree's own git directory and its mirror's (`git rev-parse --git-dir` and
+/// `--git-common-dir`, absolute), each only when it lies outside the worktree; none when git
+/// cannot say (logged: `shell`'s git then fails in the sandbox, the task goes on).
+fn worktree_git_dirs(
+    worktree: &std::path::Path,
+) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+    let git = crate::workspace::git::Git::new(worktree);
+    let dir = |flag: &str| -> Option<std::path::PathBuf> {
+        match git.read(["rev-parse", "--path-format=absolute", flag]) {
+            Ok(p) => Some(std::path::PathBuf::from(p)).filter(|p| !p.starts_with(worktree)),
+            Err(e) => {
+                tracing::warn!("the worktree's git directories are unknown: {e:#}");
+                None
+            }
+        }
+    };
+    (
+        dir("--git-dir").into_iter().collect(),
+        dir("--git-common-dir").into_iter().collect(),
+    )
+}
+
 /// The paths of ctxhost itself no tool may touch even inside a workspace: the contexts/ tree
 /// (the parent of `running/`, where the task's directory is) and the config file.
 /// `managed`: the task's own worktree `contexts/.workspaces/<uuid>` when it works in one;
@@ -558,6 +580,10 @@ fn run_loop(
                 .interruptible(probe.clone()),
         )
     };
+    // A managed worktree's git directories live in its mirror, outside the workspace: `shell`
+    // may write the worktree's own one and read the mirror, so `git status`/`diff`/`commit`
+    // work there (nothing else of contexts/).
+    let git_dirs = managed.map_or((Vec::new(), Vec::new()), worktree_git_dirs);
     let task_tools: Box<dyn ToolRunner> = match &workspace {
         Some(ws) if config.tools.builtin => Box::new(crate::tools::BuiltinTools::new(
             task_tools,
@@ -567,6 +593,8 @@ fn run_loop(
                 hidden: own_paths(config, ctx, managed),
                 config: config.tools.clone(),
                 secret: config.api_key().ok().flatten(),
+                git_write: git_dirs.0.clone(),
+                git_read: git_dirs.1.clone(),
             },
             Some({
                 let probe = probe.clone();

@@ -323,6 +323,11 @@ fn an_issue_ends_as_a_pull_request_from_the_hosts_own_worktree() {
     );
     let llm = FakeLlm::start(vec![
         the_edit(),
+        // git works inside the sandbox on the worktree, whose git directory is in the mirror.
+        Reply::ToolCalls {
+            calls: vec![call("g", "shell", json!({"command": "git status --short"}))],
+            usage: Some((120, 10)),
+        },
         Reply::text("Fixed add().", Some((150, 5))),
     ]);
     let mut env = TestEnv::new();
@@ -341,6 +346,13 @@ fn an_issue_ends_as_a_pull_request_from_the_hosts_own_worktree() {
     let row = env.ctxhost(&["show", &uuid, "--json"]).ok().json();
     assert_eq!(row["task"]["status"], "completed", "{row:#}");
 
+    let dir = find_task_dir(&env.contexts(), &uuid).unwrap();
+    let status = read_jsonl(&dir.join("messages.jsonl"))
+        .into_iter()
+        .find(|m| m["tool_call_id"] == "g")
+        .unwrap();
+    let shown = status["content"].as_str().unwrap();
+    assert!(shown.contains(" M calc.py"), "{shown}");
     let pulls = gh.pulls("acme/app");
     assert_eq!(pulls.len(), 1, "{pulls:?}");
     let pr = &pulls[0];

@@ -131,6 +131,13 @@ pub struct Setup {
     pub config: ToolsConfig,
     /// Redacted from every result (the LLM API key).
     pub secret: Option<String>,
+    /// Directories outside the workspace `shell` may also read (and execute) and write: a
+    /// managed worktree's own administrative directory in its mirror (`git rev-parse
+    /// --git-dir`), so git works in it. Empty for any other workspace.
+    pub git_write: Vec<PathBuf>,
+    /// Directories outside the workspace `shell` may read: a managed worktree's mirror (`git
+    /// rev-parse --git-common-dir`: objects, refs, its config; never its hooks' writes).
+    pub git_read: Vec<PathBuf>,
 }
 
 /// Whether the task was asked to pause or stop (read from the task's row; polled while a
@@ -174,8 +181,14 @@ impl BuiltinTools {
         let policy = Policy {
             workspace: ws.root().to_path_buf(),
             temp_dir: ws.temp_root().to_path_buf(),
-            write_paths: Vec::new(),
-            read_paths: setup.config.read_paths.clone(),
+            write_paths: setup.git_write.clone(),
+            read_paths: setup
+                .config
+                .read_paths
+                .iter()
+                .chain(&setup.git_read)
+                .cloned()
+                .collect(),
             hidden: ws
                 .hidden()
                 .iter()
