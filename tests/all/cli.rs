@@ -746,3 +746,50 @@ fn a_plugin_load_error_names_the_config_file() {
     );
     assert!(!sb.path().join("ctx").exists());
 }
+
+/// A forge task's owner, repo and id become paths of the forge's API, called with its token:
+/// `submit` refuses what is not a forge name (`../..`, a space, `a/b` for GitHub) or number.
+#[test]
+fn submit_refuses_forge_keys_that_are_not_names() {
+    let env = crate::support::TestEnv::new();
+    env.write_config(&crate::support::config_yaml(
+        "http://127.0.0.1:9",
+        "openai",
+        "",
+    ));
+    env.ctxhost(&["init"]).ok();
+    for (owner, repo, id) in [
+        ("../..", "app", "7"),
+        ("acme", "a b", "7"),
+        ("acme/sub", "app", "7"),
+        ("acme", "app", "7/../../x"),
+    ] {
+        let out = env
+            .ctxhost(&[
+                "submit", "x", "--source", "github", "--owner", owner, "--repo", repo, "--type",
+                "issue", "--id", id,
+            ])
+            .fails();
+        assert_eq!(out.code(), Some(2), "{owner} {repo} {id}");
+        assert!(
+            out.stderr().contains("is not a github name") || out.stderr().contains("number"),
+            "{}",
+            out.stderr()
+        );
+    }
+    env.ctxhost(&[
+        "submit",
+        "x",
+        "--source",
+        "gitlab",
+        "--owner",
+        "group/sub",
+        "--repo",
+        "app",
+        "--type",
+        "issue",
+        "--id",
+        "7",
+    ])
+    .ok();
+}

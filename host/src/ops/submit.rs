@@ -76,7 +76,8 @@ pub struct KeyParts<'a> {
 /// The task key of `parts`, each part trimmed. `name` gives how a part is named in messages
 /// (`--owner` on the command line, `owner` in the API). Errors (usage): an unknown source or
 /// type, an empty part or one with control characters, a github/gitlab key without owner
-/// and repo.
+/// and repo, or whose owner or repo is not a forge name ([`forge_name`]: they become API paths
+/// called with the forge's token) or whose id is not a number.
 pub fn task_key(parts: &KeyParts, name: impl Fn(&str) -> String) -> anyhow::Result<TaskKey> {
     let source = parts.source.unwrap_or("local");
     if !matches!(source, "github" | "gitlab" | "local") {
@@ -119,7 +120,53 @@ pub fn task_key(parts: &KeyParts, name: impl Fn(&str) -> String) -> anyhow::Resu
             name("repo")
         )));
     }
+    if source != "local" {
+        // They become paths of the forge's API, called with its token: only what a forge
+        // allows in a name (GitLab's owner may be a group path `group/subgroup`).
+        let checks = [
+            ("owner", key.owner.as_deref(), source == "gitlab"),
+            ("repo", key.repo.as_deref(), false),
+        ];
+        for (part, value, groups) in checks {
+            if let Some(v) = value
+                && !forge_name(v, groups)
+            {
+                return Err(usage(format!(
+                    "{} {v:?} is not a {source} name: letters, digits, `.`, `-` and `_`{}, \
+                     not `.` or `..`",
+                    name(part),
+                    if groups {
+                        " (groups separated by `/`)"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+        }
+        if let Some(id) = &key.task_id
+            && !(id.bytes().all(|b| b.is_ascii_digit()) && id.parse::<u64>().is_ok_and(|n| n > 0))
+        {
+            return Err(usage(format!(
+                "{} {id:?}: a {source} issue or pull request number (1, 2, ...)",
+                name("id")
+            )));
+        }
+    }
     Ok(key)
+}
+
+/// Whether `name` is a forge's owner or repository name: segments of ASCII letters, digits,
+/// `.`, `-` and `_`, none `.` or `..`; several segments (`a/b`) only when `groups`.
+fn forge_name(name: &str, groups: bool) -> bool {
+    let segments: Vec<&str> = name.split('/').collect();
+    (groups || segments.len() == 1)
+        && segments.iter().all(|s| {
+            !s.is_empty()
+                && *s != "."
+                && *s != ".."
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        })
 }
 
 /// Queue `task` in the tree of `layout` (created if missing) with a new UUID and `config`'s
@@ -142,4 +189,19 @@ pub fn submit(config: &Config, layout: &Layout, task: Submission) -> anyhow::Res
     tracing::debug!(%uuid, "task queued");
     db.get(&uuid)?
         .ok_or_else(|| anyhow::anyhow!("task {uuid} vanished after insert"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn forge_names_are_what_a_forge_allows_and_never_a_path_out() {
+        for ok in ["acme", "app.js", ".github", "a-b_c"] {
+            assert!(super::forge_name(ok, false), "{ok}");
+        }
+        assert!(super::forge_name("group/sub", true));
+        for bad in ["..", ".", "a/b", "../..", "a b", "a%2f", "", "a?b", "ü"] {
+            assert!(!super::forge_name(bad, false), "{bad}");
+        }
+        assert!(!super::forge_name("group/../x", true));
+    }
 }

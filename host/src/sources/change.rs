@@ -231,7 +231,7 @@ struct Workspace {
 }
 
 impl<'a> Ctx<'a> {
-    /// The task's workspace record, if it has one (`None`: a comment only).
+    /// The task's workspace record, if it has one naming a repository (`None`: a comment only).
     fn record(&self, uuid: &str) -> anyhow::Result<Option<WorkspaceRecord>> {
         let Some((_, dir)) = crate::remote::view::for_reading(self.remote, self.layout, uuid)?
         else {
@@ -239,7 +239,11 @@ impl<'a> Ctx<'a> {
         };
         let dir = TaskDir::open(&dir)
             .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", dir.display()))?;
-        WorkspaceRecord::read(&dir).with_context(|| format!("task {uuid}"))
+        // A workspace that names no repository (a user's checkout without a remote) has
+        // nowhere to push: the task's result is a comment, as without a workspace.
+        Ok(WorkspaceRecord::read(&dir)
+            .with_context(|| format!("task {uuid}"))?
+            .filter(|r| r.repository.as_deref().is_some_and(|u| !u.is_empty())))
     }
 
     fn workspace(&self, uuid: &str, record: WorkspaceRecord) -> anyhow::Result<Workspace> {

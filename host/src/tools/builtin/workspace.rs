@@ -21,6 +21,20 @@ pub const SYSTEM_TREES: &[&str] = &[
 /// anyone may use), though not as themselves.
 pub const SYSTEM_EXCEPTIONS: &[&str] = &["/var/tmp"];
 
+/// Directories of a home that hold credentials and keys: never a workspace, nor beneath them.
+pub const CREDENTIAL_DIRS: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".config",
+    ".netrc",
+    ".password-store",
+    ".local/share/keyrings",
+];
+
 /// Directories that may not be a workspace themselves (they hold other users' or other
 /// programs' directories) but whose subdirectories may.
 pub const SHARED_PARENTS: &[&str] = &[
@@ -37,6 +51,7 @@ pub const SHARED_PARENTS: &[&str] = &[
 /// | [`SYSTEM_TREES`] (`/etc`, `/usr`, `/bin`, `/sbin`, `/lib*`, `/boot`, `/proc`, `/sys`, `/dev`, `/run`, `/var`) and beneath | no, except beneath [`SYSTEM_EXCEPTIONS`] (`/var/tmp`) |
 /// | `/root` and beneath | no, unless the user's home (`home`) is `/root`: then its subdirectories may |
 /// | the user's home itself | no: it holds the user's keys and credentials (a project beneath it may) |
+/// | [`CREDENTIAL_DIRS`] of any home (`~/.ssh`, `~/.gnupg`, `~/.aws`, `~/.config`, ...) and beneath | no |
 /// | [`SHARED_PARENTS`] (`/home`, `/tmp`, `/srv`, `/opt`, `/mnt`, `/media`, `/var/tmp`) themselves | no; their subdirectories may |
 /// | anything else | yes (ctxhost's own contexts/ and config file: see [`checked_root`]) |
 ///
@@ -70,6 +85,20 @@ pub fn refusal(root: &Path, home: Option<&Path>) -> Option<String> {
             "the workspace {shown} is your home directory (your keys and credentials): use a \
              project directory beneath it"
         ));
+    }
+    // `~/.ssh` and the like, of the user's home or of any other (`/home/*/…`, `/root/…`).
+    let homes = home.into_iter().chain(
+        root.ancestors()
+            .filter(|a| a.parent() == Some(Path::new("/home")) || *a == Path::new("/root")),
+    );
+    for h in homes {
+        if let Some(dir) = CREDENTIAL_DIRS.iter().find(|d| root.starts_with(h.join(d))) {
+            return Some(format!(
+                "the workspace {shown} is (inside) {}, which holds keys and credentials: use a \
+                 project directory",
+                h.join(dir).display()
+            ));
+        }
     }
     let root_home = Path::new("/root");
     if under("/root") && !(home == Some(root_home) && root != root_home) {
@@ -312,6 +341,27 @@ mod tests {
 
     /// Links are resolved before the rule: a link to `/` or `/etc` is refused, a link to a
     /// project is its target; contexts/ and what lies beneath it is refused.
+    #[test]
+    fn credential_directories_of_a_home_are_refused() {
+        let home = Path::new("/home/ann");
+        for dir in [
+            "/home/ann/.ssh",
+            "/home/ann/.aws/x",
+            "/home/bob/.gnupg",
+            "/root/.ssh",
+        ] {
+            let why = refusal(Path::new(dir), Some(home)).unwrap();
+            assert!(why.contains("keys and credentials"), "{dir}: {why}");
+        }
+        let why = refusal(Path::new("/root/.ssh"), Some(Path::new("/root"))).unwrap();
+        assert!(why.contains("/root/.ssh"), "{why}");
+        assert_eq!(refusal(Path::new("/home/ann/project"), Some(home)), None);
+        assert_eq!(
+            refusal(Path::new("/root/project"), Some(Path::new("/root"))),
+            None
+        );
+    }
+
     #[test]
     fn checked_root_resolves_links_first_and_refuses_ctxhosts_own_paths() {
         let tmp = tempfile::tempdir().unwrap();

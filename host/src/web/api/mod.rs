@@ -201,15 +201,24 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| Problem::from(anyhow::anyhow!("request handler failed: {e}")))?
 }
 
-/// `T` from a query string, a parameter with an empty value counting as absent; 400 naming
-/// what is wrong.
+/// `T` from a query string; 400 naming the parameter that is wrong and why (an empty value is
+/// a value: `status=` is not a status).
 fn query<T: serde::de::DeserializeOwned>(raw: Option<String>) -> Result<T, Problem> {
+    let raw = raw.unwrap_or_default();
     let bad = |e: &dyn std::fmt::Display| Problem::bad_request(format!("bad query string: {e}"));
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(raw.as_deref().unwrap_or("")).map_err(|e| bad(&e))?;
-    let given: Vec<(String, String)> = pairs.into_iter().filter(|(_, v)| !v.is_empty()).collect();
-    let text = serde_urlencoded::to_string(&given).map_err(|e| bad(&e))?;
-    serde_urlencoded::from_str(&text).map_err(|e| bad(&e))
+    serde_urlencoded::from_str(&raw).map_err(|whole| {
+        // serde_urlencoded does not say which parameter: try each alone.
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(&raw).unwrap_or_default();
+        pairs
+            .iter()
+            .find_map(|(k, v)| {
+                let one = serde_urlencoded::to_string([(k, v)]).ok()?;
+                serde_urlencoded::from_str::<T>(&one)
+                    .err()
+                    .map(|e| Problem::bad_request(format!("query parameter {k}={v:?}: {e}")))
+            })
+            .unwrap_or_else(|| bad(&whole))
+    })
 }
 
 /// `T` from a JSON body (an empty body is `{}`); 400 naming what is wrong.
