@@ -415,7 +415,10 @@ fn the_task_list_filters_and_its_cursor_neither_repeats_nor_skips_while_tasks_ar
         first.len() + 1 + added.len()
     );
     for (q, text) in [
-        ("status=sleeping", "query parameter status=\"sleeping\": unknown variant"),
+        (
+            "status=sleeping",
+            "query parameter status=\"sleeping\": unknown variant",
+        ),
         // An empty value is a value (schemathesis: an empty status violates the enum).
         ("status=", "query parameter status=\"\""),
         ("limit=-1", "query parameter limit=\"-1\""),

@@ -683,7 +683,15 @@ fn a_worktree_is_rebuilt_on_another_host_from_the_mirror_the_base_and_the_patch(
             .join("changes.patch"),
     )
     .unwrap();
-    assert!(String::from_utf8_lossy(&patch_a).contains("+    return a + b"));
+    let task_a = tree("host-a").join("completed").join(&uuid);
+    assert!(
+        String::from_utf8_lossy(&patch_a).contains("+    return a + b"),
+        "patch {:?}; tools.jsonl {:?}; llm_calls.jsonl {:?}; run: {}",
+        String::from_utf8_lossy(&patch_a),
+        std::fs::read_to_string(task_a.join("tools.jsonl")),
+        std::fs::read_to_string(task_a.join("llm_calls.jsonl")),
+        out.stderr()
+    );
     assert!(ws_a.exists());
 
     // main moves on; host b (no shared files) retries the task.
