@@ -454,6 +454,18 @@ fn write_patch(
     }
 }
 
+/// Give the allocator's free pages back to the kernel once the task's components are loaded
+/// (glibc keeps what loading freed: ~0.5 MiB per task process of heap that every one of many
+/// concurrent tasks would otherwise hold while it waits for its model; issue 42 item 3).
+fn release_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free memory of the allocator to the kernel; it takes
+    // the allocator's own locks and touches no memory the program uses.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The worktree's own git directory and its mirror's (`git rev-parse --git-dir` and
 /// `--git-common-dir`, absolute), each only when it lies outside the worktree; none when git
 /// cannot say (logged: `shell`'s git then fails in the sandbox, the task goes on).
@@ -614,6 +626,7 @@ fn run_loop(
         )?
         .with_task(ctx.uuid()),
     );
+    release_free_heap();
     let outcome = Agent::new(
         config,
         &mut format,
