@@ -26,8 +26,8 @@ impl Config {
         format!(
             r#"{modeline}
 # ctxhost configuration. Every key is optional; the values below are the defaults.
-# Unknown keys are errors (`ctxhost config check` checks this file; config.schema.json beside it is
-# its JSON Schema, which the first line shows editors). Paths are relative to the directory
+# Unknown keys are errors (`ctxhost config check` checks this file; config.schema.json, which the
+# first line shows editors, is its JSON Schema). Paths are relative to the directory
 # ctxhost runs in.
 
 context_storage:
