@@ -61,9 +61,11 @@ impl ApiAuth {
             }
             return Ok(Access::Read);
         }
+        // The scheme is case-insensitive (RFC 9110 §11.1): `bearer` and `BEARER` too.
         let bearer = authorization
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
             .unwrap_or("");
         if self.write.token_matches(bearer) {
             Ok(Access::Write)
@@ -177,6 +179,14 @@ mod tests {
         assert_eq!(
             both.access(Some("Bearer read-token-0123456789"), "x"),
             Ok(Access::Read)
+        );
+        assert_eq!(
+            both.access(Some("bearer write-token-0123456789"), "x"),
+            Ok(Access::Write)
+        );
+        assert!(
+            both.access(Some("Basic write-token-0123456789"), "x")
+                .is_err()
         );
         assert!(
             both.refuse_write(Access::Read)
