@@ -386,6 +386,28 @@ fn an_issue_ends_as_a_pull_request_from_the_hosts_own_worktree() {
         "{}",
         comments[0].body
     );
+    // The change is served by the JSON API too (a CI job or an MCP client reads it there).
+    let d = crate::api::serve_with_tokens(&env, &[]);
+    let auth = format!("Bearer {}", crate::api::READ);
+    let listed = d.send(
+        "GET",
+        &format!("/api/v1/tasks/{uuid}/files"),
+        &[("authorization", &auth)],
+        None,
+    );
+    assert!(
+        listed.body.contains("changes.patch") && listed.body.contains("workspace.json"),
+        "{}",
+        listed.body
+    );
+    let patch = d.send(
+        "GET",
+        &format!("/api/v1/tasks/{uuid}/files/changes.patch"),
+        &[("authorization", &auth)],
+        None,
+    );
+    assert_eq!(patch.status, 200, "{}", patch.body);
+    assert!(patch.body.contains("+    return a + b"), "{}", patch.body);
     assert_token_only_in_headers(&env, &git_srv, &gh.token());
 }
 

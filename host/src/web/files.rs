@@ -42,6 +42,10 @@ pub enum TaskFile {
     Response,
     /// `llm_calls.jsonl`
     CallLog,
+    /// `workspace.json` (what a git workspace was made from)
+    Workspace,
+    /// `changes.patch` (the workspace's change against its base commit)
+    ChangesPatch,
     /// `tool-results/{seq}.txt`: the full output of a tool call that was cut for the context.
     ToolResult(u64),
     /// `planning/{name}`: a planning history file (`*.jsonl`, plain name).
@@ -60,6 +64,8 @@ const TOP_LEVEL: &[(&str, TaskFile)] = &[
     (files::REQUEST, TaskFile::Request),
     (files::RESPONSE, TaskFile::Response),
     (files::LLM_CALLS, TaskFile::CallLog),
+    (files::WORKSPACE, TaskFile::Workspace),
+    (files::CHANGES_PATCH, TaskFile::ChangesPatch),
 ];
 
 /// Folder of spilled tool outputs.
