@@ -216,7 +216,8 @@ pub fn remove_worktree(path: &Path, mirror: Option<&Path>) -> anyhow::Result<()>
 /// `git diff --binary BASE` of the working tree at `ws` against commit `base`: tracked
 /// changes, deletions and untracked files (not ignored ones), limited to `ws` when it is a
 /// folder inside a larger repository. Taken through a temporary index (a copy of the
-/// workspace's own, for its stat cache; `read-tree BASE` when it has none), so nothing of the
+/// workspace's own with its modification time, for its stat cache and git's racy-clean check;
+/// `read-tree BASE` when it has none), so nothing of the
 /// workspace's git state changes but new loose objects. `exclude`: paths inside `ws` left out
 /// (ctxhost's own contexts/ and config file when they lie in a user's workspace).
 pub fn diff(ws: &Path, base: &str, exclude: &[PathBuf]) -> anyhow::Result<Vec<u8>> {
@@ -224,7 +225,24 @@ pub fn diff(ws: &Path, base: &str, exclude: &[PathBuf]) -> anyhow::Result<Vec<u8
     let tmp = tempfile::tempdir().map_err(|e| anyhow::anyhow!("cannot make a temp dir: {e}"))?;
     let index = tmp.path().join("index");
     let own = git.read(["rev-parse", "--path-format=absolute", "--git-path", "index"])?;
-    let copied = Path::new(&own).is_file() && std::fs::copy(&own, &index).is_ok();
+    // The copy keeps the original's modification time: git's racy-clean check compares each
+    // entry's time with the index file's, and a copy newer than an edit made in the same second
+    // as the checkout (same size, `return a - b` → `return a + b`) would hide the edit.
+    let copied = Path::new(&own).is_file()
+        && std::fs::copy(&own, &index).is_ok()
+        && std::fs::metadata(&own)
+            .and_then(|m| m.modified())
+            .and_then(|t| {
+                std::fs::File::options()
+                    .write(true)
+                    .open(&index)?
+                    .set_modified(t)
+            })
+            .is_ok();
+    if !copied {
+        // A partial copy (its time could not be kept) is not used: read the base instead.
+        let _ = std::fs::remove_file(&index);
+    }
     let tgit = git.with_env("GIT_INDEX_FILE", &index);
     if !copied {
         tgit.run(["read-tree", base])?;
@@ -352,6 +370,39 @@ mod tests {
             .with_env("GIT_COMMITTER_EMAIL", "t@example.com")
             .read(args)
             .unwrap()
+    }
+
+    /// A same-size edit whose modification time matches the index's cached stat is in the
+    /// patch. (The case CI met — an edit in the checkout's very second, ctime included — cannot
+    /// be made on purpose here: a test cannot set a ctime; this one checks the copy path stays
+    /// right.)
+    #[test]
+    fn a_same_size_edit_in_the_checkouts_second_is_in_the_patch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        sh(&ws, &["init", "-q", "-b", "main"]);
+        let file = ws.join("calc.py");
+        let at = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+        let set_time = |p: &Path| {
+            std::fs::File::options()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_modified(at)
+                .unwrap()
+        };
+        std::fs::write(&file, "return a - b\n").unwrap();
+        set_time(&file);
+        sh(&ws, &["add", "-A"]);
+        sh(&ws, &["commit", "-q", "-m", "base"]);
+        let base = sh(&ws, &["rev-parse", "HEAD"]);
+        // The index written in the same second as the file: its entry is racily clean.
+        set_time(&ws.join(".git/index"));
+        std::fs::write(&file, "return a + b\n").unwrap();
+        set_time(&file);
+        let patch = String::from_utf8(diff(&ws, &base, &[]).unwrap()).unwrap();
+        assert!(patch.contains("+return a + b"), "{patch:?}");
     }
 
     #[test]
