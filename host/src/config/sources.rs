@@ -93,6 +93,15 @@ impl SourceKind {
         }
     }
 
+    /// The HTTP basic-auth user git sends the token with: GitHub `x-access-token`, GitLab
+    /// `oauth2`.
+    pub fn git_user(self) -> &'static str {
+        match self {
+            SourceKind::Github => "x-access-token",
+            SourceKind::Gitlab => "oauth2",
+        }
+    }
+
     /// The key listing the repositories: `repos` (GitHub) or `projects` (GitLab).
     pub fn repos_key(self) -> &'static str {
         match self {

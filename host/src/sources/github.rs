@@ -277,6 +277,6 @@ impl Forge for GitHub {
     }
 
     fn git_auth(&self) -> crate::workspace::git::Auth {
-        self.client.git_auth("x-access-token")
+        self.client.git_auth(SourceKind::Github.git_user())
     }
 }

@@ -276,7 +276,7 @@ impl Forge for GitLab {
     }
 
     fn git_auth(&self) -> crate::workspace::git::Auth {
-        self.client.git_auth("oauth2")
+        self.client.git_auth(SourceKind::Gitlab.git_user())
     }
 }
 

@@ -100,19 +100,10 @@ impl ForgeTokens {
     }
 }
 
-/// The HTTP basic-auth user a forge wants with a token: GitHub `x-access-token`, GitLab
-/// `oauth2`.
-pub fn basic_user(kind: SourceKind) -> &'static str {
-    match kind {
-        SourceKind::Github => "x-access-token",
-        SourceKind::Gitlab => "oauth2",
-    }
-}
-
 /// The auth for git of `kind`, when this process has its token.
 pub fn auth_of(kind: SourceKind) -> Option<Auth> {
     ForgeTokens::of_process(kind).map(|token| Auth {
-        user: basic_user(kind).to_string(),
+        user: kind.git_user().to_string(),
         token,
     })
 }
